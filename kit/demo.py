@@ -1,0 +1,127 @@
+"""`python -m kit demo`: the main job — the numbered notebooks, executed headless, in order.
+
+On the embedded default (SmolLM2-135M target, the smoke-trained demo draft, the CPU reference
+server) the run replays the seed's story and names its faults; with `--target/--draft/--launch`
+it runs the same pipeline on a user's own files (static checks always; model runs where the
+hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebooks, figures,
+`steps/*.json`, `summary.json` and `summary.md`.
+
+    python -m kit demo                      # the seed replayed on the embedded default
+    python -m kit demo --quick              # smaller settings (what the tests run)
+    python -m kit demo --target T --draft D --launch "python -m sglang.launch_server ..."
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+
+HELP = "run the notebooks headless on the embedded default (or your files) into runs/<timestamp>/"
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+
+
+@dataclass
+class DemoConfig:
+    target: Optional[str] = field(default=None, metadata={"help": "target model dir or config.json (default: embedded SmolLM2)"})
+    draft: Optional[str] = field(default=None, metadata={"help": "draft checkpoint dir (default: the smoke-trained demo draft)"})
+    launch: Optional[str] = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
+    runs_dir: str = field(default="runs", metadata={"help": "parent directory of the run folder"})
+    quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
+    only: Optional[list[str]] = field(default=None, metadata={"help": "run only notebooks whose name contains one of these"})
+
+
+def notebook_paths(only: Optional[list[str]] = None) -> list[Path]:
+    nbs = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        nbs = [p for p in nbs if any(o in p.name for o in only)]
+    return nbs
+
+
+def notebook_parameters(cfg: DemoConfig, out_dir: Path) -> dict:
+    """Parameters injected into every notebook (each notebook ignores those it does not declare)."""
+    params = {"out_dir": str(out_dir), "quick": cfg.quick}
+    for k in ("target", "draft", "launch"):
+        if getattr(cfg, k) is not None:
+            params[k] = getattr(cfg, k)
+    return params
+
+
+def declared_parameters(nb_path: Path) -> set[str]:
+    """Names assigned in the notebook's `parameters` cell, so we inject only what it declares."""
+    import ast
+
+    nb = json.loads(nb_path.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            tree = ast.parse("".join(cell["source"]))
+            return {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                    if isinstance(t, ast.Name)}
+    raise KitInputError(f"{nb_path}: no cell tagged 'parameters'")
+
+
+def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int = 1800) -> Path:
+    import papermill as pm
+
+    declared = declared_parameters(nb_path)
+    out_nb = out_dir / nb_path.name
+    pm.execute_notebook(str(nb_path), str(out_nb), cwd=str(out_dir), kernel_name="python3",
+                        parameters={k: v for k, v in params.items() if k in declared},
+                        progress_bar=False, request_save_on_cell_execute=True,
+                        execution_timeout=timeout_s)
+    return out_nb
+
+
+def run_demo(cfg: DemoConfig) -> Path:
+    from kit.summary import collect
+
+    for p, label in ((cfg.target, "--target"), (cfg.draft, "--draft")):
+        if p is not None and not Path(p).exists():
+            raise KitInputError(f"{p}: {label} path does not exist")
+    nbs = notebook_paths(cfg.only)
+    if not nbs:
+        raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
+    run_dir = Path(cfg.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=False)
+    params = notebook_parameters(cfg, run_dir.resolve())
+    timings = {}
+    print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)
+    for i, nb in enumerate(nbs, 1):
+        t0 = time.perf_counter()
+        print(f"[{i}/{len(nbs)}] {nb.name} ...", flush=True)
+        try:
+            execute_notebook(nb, run_dir, params)
+        except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
+            msg = str(e).strip().splitlines()
+            print(f"kit demo: {nb.name} failed: {msg[-1] if msg else e}\n"
+                  f"  the executed notebook with the failing cell is {run_dir / nb.name};"
+                  f" open it, or rerun just this step with --only {nb.name[:2]}", file=sys.stderr)
+            collect(run_dir, {"failed": nb.name, "timings_s": timings})
+            raise SystemExit(1)
+        timings[nb.stem] = round(time.perf_counter() - t0, 1)
+        print(f"[{i}/{len(nbs)}] {nb.name} done in {timings[nb.stem]} s", flush=True)
+    summary = collect(run_dir, {"timings_s": timings, "config": kconfig.to_dict(cfg)})
+    a = summary["accept_length"]
+    print(f"kit demo: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
+          f"oracle={a['oracle']}")
+    print(f"kit demo: summary -> {run_dir / 'summary.md'}")
+    return run_dir
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, DemoConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    run_demo(kconfig.from_namespace(DemoConfig, args))
+    return 0

@@ -1,0 +1,46 @@
+"""Read HF-style `config.json` files: a model directory or a lone config file, no weights needed.
+
+A 1T-parameter target must be checkable on a laptop, so every static check takes its
+architecture facts from here. Errors are `KitInputError`s naming the file and the problem.
+
+    cfg, model_dir = read_config("path/to/model_or_config.json")
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kit.findings import KitInputError
+
+
+def config_path(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise KitInputError(f"{p}: no such file (expected a model directory or a config.json)")
+    return p
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], Path | None]:
+    """Return (config dict, model directory or None when given a lone config file)."""
+    src = Path(path)
+    p = config_path(src)
+    try:
+        cfg = json.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise KitInputError(f"{p}: not a text file")
+    except json.JSONDecodeError as e:
+        raise KitInputError(f"{p}: invalid JSON ({e.msg} at line {e.lineno})")
+    if not isinstance(cfg, dict):
+        raise KitInputError(f"{p}: expected a JSON object at the top level")
+    return cfg, (src if src.is_dir() else None)
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language-model part of a config: multimodal wrappers (Kimi-K2.5, Llava...) nest it."""
+    for key in ("text_config", "language_config", "llm_config"):
+        if isinstance(cfg.get(key), dict):
+            return cfg[key]
+    return cfg

@@ -1,0 +1,80 @@
+"""Step records: what each notebook concluded, gathered into one `summary.json` per run.
+
+A notebook ends with `kit.summary.record(out_dir, "02_checkpoint_keys", verdict=..., findings=report,
+figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>.json`. The demo then calls
+`collect(run_dir)` to build `summary.json` (the steps in order, the accept lengths on top) and a readable
+`summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter
+leaves the same trail as the headless demo.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kit.findings import Report
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Report):
+        return v.to_dict()
+    if hasattr(v, "to_dict") and callable(v.to_dict):
+        return v.to_dict()
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, float) and v != v:  # NaN is not JSON
+        return None
+    return v
+
+
+def record(out_dir: str | os.PathLike, step: str, **data: Any) -> Path:
+    d = Path(out_dir) / "steps"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"{step}.json"
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in data.items()}, indent=2, default=str))
+    tmp.replace(p)
+    return p
+
+
+def load_steps(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    d = Path(run_dir) / "steps"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.exists() else {}
+
+
+def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Merge step records into summary.json (+ summary.md); returns the summary dict."""
+    run_dir = Path(run_dir)
+    steps = load_steps(run_dir)
+    accept: dict[str, Any] = {"seed_launch": None, "fixed_launch": None, "oracle": None}
+    for rec in steps.values():
+        for k, v in (rec.get("accept_length") or {}).items():
+            if k in accept and v is not None:
+                accept[k] = v
+    summary = {"accept_length": accept, **(extra or {}), "steps": steps}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (run_dir / "summary.md").write_text(render_markdown(summary))
+    return summary
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    a = summary["accept_length"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = ["# Run summary", "",
+             "| accept length | value |", "|---|---|",
+             f"| observed, seed's launch | {fmt(a['seed_launch'])} |",
+             f"| observed, fixed launch | {fmt(a['fixed_launch'])} |",
+             f"| expected (oracle) | {fmt(a['oracle'])} |", ""]
+    for name, rec in summary["steps"].items():
+        lines.append(f"## {name}")
+        if rec.get("verdict"):
+            lines.append(f"**Verdict:** {rec['verdict']}")
+        rep = rec.get("findings") or {}
+        for f in rep.get("findings", []):
+            if f["severity"] != "info":
+                lines.append(f"- `{f['severity']}` `{f['code']}` {f['title']}")
+        for fig in rec.get("figures", []) or []:
+            lines.append(f"- figure: {fig}")
+        lines.append("")
+    return "\n".join(lines)
