@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +28,9 @@ HELP = "run every static check (environment, checkpoint, wiring, launch command)
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
     "kit.envcheck",
+    "kit.checkpoint",
+    "kit.launch",
+    "kit.aux",
 ]
 
 
@@ -91,9 +95,15 @@ def diagnose(cfg: DoctorConfig) -> Report:
     ctx = DoctorContext(cfg)
     # touch the inputs first so an unreadable file fails before any check runs
     _ = ctx.launch_env_argv, ctx.target_config, ctx.draft_config
-    report = Report()
+    report, seen = Report(), set()
     for name in PROVIDERS:
-        report.extend(importlib.import_module(name).doctor_checks(ctx))
+        for f in importlib.import_module(name).doctor_checks(ctx):
+            # two providers may judge the same fact (the launch command's NCCL variables are
+            # both environment and launch facts): report each identical finding once
+            key = json.dumps(f.to_dict(), sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                report.add(f)
     return report
 
 

@@ -37,7 +37,7 @@ SPECS: dict[str, list[list[str]]] = {
     ],
     "speculators": [
         ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
-        ["transformers==5.19.0", "datasets", "pydantic", "pydantic-settings", "loguru", "pyyaml",
+        ["transformers==5.19.0", "datasets>=4.0.0,<=5.1.0", "pydantic", "pydantic-settings", "loguru", "pyyaml",
          "safetensors", "huggingface-hub", "typer", "rich", "tqdm"],
     ],
 }

@@ -1,0 +1,224 @@
+"""Aux hidden-state layer ids: what each stack means by them, and static wiring checks.
+
+The same integers name different target layers in different stacks (formats.md §4). We speak
+in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
+final pre-norm state) — HF `output_hidden_states[p]` for p < L.
+
+* `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
+  `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
+* `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per
+  target class and release comes from kit/aux_rules.json, derived from real SGLang source by
+  kit.aux_scan (method bodies executed on probe ids) and re-checked by the tests.
+* `wiring_checks(...)` / `doctor_checks(ctx)`: findings aux.algorithm, aux.layer_ids_ignored,
+  aux.layer_shift, aux.fc_width, aux.hidden_width, aux.target_capture — from config files and a
+  launch command only (a Kimi-K2.5 config is checked on a laptop; no torch import).
+* `wiring_from_launch(argv, draft_config, target_config, version)`: the `kit.speculate.Wiring`
+  SGLang would give the draft under that launch (used by the reference server and the oracle).
+
+    python -m kit doctor --target T --draft D --launch "python -m sglang.launch_server ..."
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.findings import Finding
+from kit.hf_config import text_config
+
+TABLE_PATH = Path(__file__).with_name("aux_rules.json")
+STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
+# which stack's id convention a training provenance / --trained-with value implies
+CONVENTION_OF = {"speculators": "speculators", "vllm": "vllm", "sglang": "sglang", "specforge": "specforge",
+                 "specforge-hf": "specforge-hf", "eagle": "eagle", "kit": "sglang"}
+
+
+# -- the recorded SGLang table ---------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    return json.loads(TABLE_PATH.read_text())
+
+
+def _vkey(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in v.replace("post", ".").split("."))
+
+
+def known_versions() -> list[str]:
+    return sorted(_table()["versions"], key=_vkey)
+
+
+def resolve_version(version: Optional[str]) -> tuple[str, bool]:
+    """(table version, exact?) — the newest recorded release <= version; default: installed/newest."""
+    if version is None:
+        try:
+            from kit.sglang_rules import default_version
+
+            version = default_version()
+        except Exception:  # noqa: BLE001 — rules table unavailable: newest we recorded
+            version = known_versions()[-1]
+    vs = known_versions()
+    if version in vs:
+        return version, True
+    older = [v for v in vs if _vkey(v) <= _vkey(version)]
+    return (older[-1] if older else vs[0]), False
+
+
+def sglang_rule(arch: Optional[str], version: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """{"default", "explicit", "version", "exact", "delegates"?} for a target class, None if it cannot capture."""
+    v, exact = resolve_version(version)
+    rec = _table()["versions"][v]
+    for key, archs in rec["rules"].items():
+        if arch in archs:
+            default, explicit = key.split("|")
+            out = {"default": default, "explicit": explicit, "version": v, "exact": exact}
+            if arch in rec.get("delegates", {}):
+                out["delegates"] = rec["delegates"][arch]
+            return out
+    return None
+
+
+def sglang_points(ids: Optional[list[int]], L: int, rule: dict[str, Any]) -> list[int]:
+    """Apply a recorded SGLang rule: `layers_to_capture` = capture points."""
+    dflt = [2, L // 2, L - 3]
+    if ids is None or rule["explicit"] == "ignored":
+        return [x + 1 for x in dflt] if rule["default"].startswith("+1") else dflt
+    e = rule["explicit"]
+    if e == "plus1" or (e == "plus1_if_first_is_1" and ids and ids[0] == 1) or \
+            (e == "as_is_if_max_is_L" and max(ids) != L):
+        return [x + 1 for x in ids]
+    return list(ids)
+
+
+# -- per stack -------------------------------------------------------------------------------
+def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[Optional[list[int]], str]:
+    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if stack == "sglang":
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    if stack in ("speculators",):
+        return (list(top), "eagle_aux_hidden_state_layer_ids") if top else (None, "absent")
+    if stack in ("vllm", "specforge", "specforge-hf"):
+        if top:
+            return list(top), "eagle_aux_hidden_state_layer_ids"
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    return None, "not read (official EAGLE has no ids)"
+
+
+def capture_points(stack: str, ids: Optional[list[int]], L: int, arch: Optional[str] = None,
+                   version: Optional[str] = None) -> list[int]:
+    """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
+    dflt = [2, L // 2, L - 3]
+    if stack in ("vllm", "speculators"):
+        return list(ids) if ids else dflt            # id = point (vLLM captures before layer idx)
+    if stack == "eagle":
+        return dflt
+    if stack == "specforge-hf":                       # hooks on layers[x] output
+        return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
+    if stack == "specforge":                          # 0.2.0 hands its ids to the SGLang target class
+        ids = ids or [1, L // 2 - 1, L - 4]
+    rule = sglang_rule(arch, version) or sglang_rule("LlamaForCausalLM", version)
+    return sglang_points(ids, L, rule)
+
+
+def stack_table(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str] = None) -> list[dict]:
+    """One row per stack: ids as that stack reads them and the points they become (notebook 03)."""
+    rows = []
+    for st in STACKS:
+        ids, where = read_ids(st, draft_cfg)
+        rows.append({"stack": st, "ids_read": ids, "read_from": where,
+                     "capture_points": capture_points(st, ids, L, arch, version)})
+    return rows
+
+
+# -- facts from the files --------------------------------------------------------------------
+def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
+    archs = " ".join(cfg.get("architectures") or [])
+    return "eagle3" in archs.lower() or cfg.get("speculators_model_type") == "eagle3" or \
+        "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
+
+
+def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
+    """H, Ht, k as SGLang computes them (speculators configs: the nested layer config)."""
+    tl = cfg.get("transformer_layer_config") or {}
+    H = cfg.get("hidden_size", tl.get("hidden_size"))
+    Ht = cfg["target_hidden_size"] if cfg.get("target_hidden_size") is not None else H
+    ids, _ = read_ids("sglang", cfg)
+    k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
+    return {"H": H, "Ht": Ht, "k": k}
+
+
+def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:
+    tc = text_config(cfg)
+    return {"arch": (cfg.get("architectures") or [None])[0], "L": tc.get("num_hidden_layers"),
+            "hidden": tc.get("hidden_size")}
+
+
+def _flag(argv: list[str], name: str) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def launch_algorithm(argv: Optional[list[str]]) -> Optional[str]:
+    alg = _flag(argv or [], "--speculative-algorithm")
+    alg = alg.upper() if alg else None
+    return "EAGLE" if alg == "NEXTN" else alg
+
+
+def provenance(draft_dir: Optional[Path]) -> Optional[dict[str, Any]]:
+    p = Path(draft_dir) / "kit_provenance.json" if draft_dir else None
+    if p is None or not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def training_points(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str],
+                    draft_dir=None, trained_with: Optional[str] = None) -> Optional[tuple[list[int], str]]:
+    """(points the draft was trained on, how we know) or None when the convention is unknown."""
+    prov = provenance(draft_dir)
+    if prov and prov.get("capture_points"):
+        return list(prov["capture_points"]), "kit_provenance.json capture_points"
+    if prov and (prov.get("source_aux_layer_id_convention") or prov.get("aux_convention")):
+        conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov["aux_convention"])
+        if conv:
+            ids = prov.get("aux_layer_ids")
+            return capture_points(conv, ids, L, arch, prov.get("sglang_version") or version), \
+                f"kit_provenance.json: {conv} convention, ids {ids}"
+    if draft_cfg.get("speculators_model_type"):
+        ids, _ = read_ids("speculators", draft_cfg)
+        return capture_points("speculators", ids, L), "speculators config (ids = points, vLLM hidden states)"
+    if trained_with:
+        conv = CONVENTION_OF.get(trained_with.lower())
+        if conv:
+            # the ids in the file are taken to be in the training stack's convention
+            ids = read_ids("sglang", draft_cfg)[0] or draft_cfg.get("eagle_aux_hidden_state_layer_ids")
+            return capture_points(conv, ids, L, arch, version), f"--trained-with {trained_with}, ids {ids}"
+    return None
+
+
+def fc_in_features(draft_dir) -> Optional[int]:
+    """fc.weight's input width from the safetensors header (no torch)."""
+    if not draft_dir:
+        return None
+    try:
+        from kit.safetensors_io import read_checkpoint
+
+        ck = read_checkpoint(draft_dir)
+    except Exception:  # noqa: BLE001 — the checkpoint module reports unreadable files itself
+        return None
+    for name, t in ck.tensors.items():
+        if name.split(".")[-2:] == ["fc", "weight"] or name in ("fc.weight", "model.fc.weight"):
+            return int(t.shape[1])
+    return None
+
+
+# the static checks are in kit/aux_checks.py (one concern per module); re-exported here
+from kit.aux_checks import doctor_checks, wiring_checks, wiring_from_launch  # noqa: E402,F401

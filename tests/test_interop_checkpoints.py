@@ -1,0 +1,158 @@
+"""Checkpoints written by the real speculators 0.9.0 and SpecForge 0.2.0, through kit inspect/convert, back into the other library.
+
+Runs in the `speculators` side venv (kit.venvs: speculators 0.9.0 + SpecForge 0.2.0 installed
+--no-deps over the CPU torch). Inside it, subprocess scripts build a tiny verifier, save a draft
+with `Eagle3DraftModel.save_pretrained` (speculators) and one with SpecForge's
+`LlamaForCausalLMEagle3.save_pretrained`; the kit inspects and converts each to the other's layout;
+the other library loads the result and both compute step-0 draft logits for the same token ids
+and aux hidden states: they must be equal (float32, CPU).
+"""
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kit.checkpoint import inspect
+from kit.convert import convert
+from kit.safetensors_io import read_checkpoint, sha256_of
+
+pytestmark = pytest.mark.interop
+
+MAKE = r'''
+import json, sys, torch
+from pathlib import Path
+from transformers import LlamaConfig, LlamaForCausalLM
+w = Path(sys.argv[1]); torch.manual_seed(0)
+V, H, VD = 1000, 64, 200
+LlamaForCausalLM(LlamaConfig(num_hidden_layers=8, hidden_size=H, num_attention_heads=2, num_key_value_heads=2,
+    intermediate_size=128, vocab_size=V, max_position_embeddings=512, rms_norm_eps=1e-6,
+    tie_word_embeddings=False)).save_pretrained(w / "verifier")
+
+def perturb(m, skip):
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if p.is_floating_point() and not any(s in n for s in skip):
+                p.add_(torch.randn_like(p) * 0.1)
+
+def vocab(seed):
+    g = torch.Generator().manual_seed(seed)
+    kept = torch.sort(torch.randperm(V, generator=g)[:VD]).values
+    t2d = torch.zeros(V, dtype=torch.bool); t2d[kept] = True
+    return t2d, kept - torch.arange(VD)
+
+from speculators.models.eagle3 import Eagle3DraftModel
+from speculators.train.cli import create_transformer_layer_config
+tl = create_transformer_layer_config(verifier_name_or_path=str(w / "verifier"), num_layers=1, draft_arch="llama",
+                                     hidden_act=None, sliding_window=0, full_attention_indices=[0])
+t2d, d2t = vocab(1)
+m = Eagle3DraftModel.from_training_args(verifier_config=tl, t2d=t2d, d2t=d2t, verifier_name_or_path=str(w / "verifier"),
+        draft_vocab_size=VD, norm_before_residual=False, ttt_steps=1, draft_attn_impl="simple_flex_attention")
+perturb(m, ("embed_tokens", "lm_head", "verifier"))
+m.save_pretrained(w / "spec")
+
+from specforge.modeling.auto import AutoDraftModel, AutoDraftModelConfig
+cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "num_attention_heads": 2,
+       "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 1, "vocab_size": V,
+       "draft_vocab_size": VD, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+       "rope_theta": 10000.0, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+       "pad_token_id": 0, "torch_dtype": "float32"}
+(w / "sf_config.json").write_text(json.dumps(cfg))
+sf = AutoDraftModel.from_config(AutoDraftModelConfig.from_file(str(w / "sf_config.json")), attention_backend="sdpa")
+sf.load_embedding(str(w / "verifier")); sf.freeze_embedding()
+t2d, d2t = vocab(2)
+sf.t2d.copy_(t2d); sf.d2t.copy_(d2t)
+perturb(sf, ("embed_tokens",))
+sf.save_pretrained(w / "sf")
+print("made")
+'''
+
+FORWARD = r'''
+import json, sys, torch
+from pathlib import Path
+w = Path(sys.argv[1]); T = 128
+g = torch.Generator().manual_seed(7)
+ids = torch.randint(0, 1000, (1, T), generator=g)
+hid = torch.randn(1, T, 3 * 64, generator=g)
+
+def speculators_logits(d):
+    from speculators.models.eagle3 import Eagle3DraftModel
+    m = Eagle3DraftModel.from_pretrained(str(d)).eval()
+    out = []
+    h = m.lm_head.register_forward_hook(lambda mod, i, o: out.append(o.detach().clone()))
+    with torch.no_grad():
+        m(hidden_states=hid, input_ids=ids, document_ids=torch.zeros(1, T, dtype=torch.long),
+          position_ids=torch.arange(T).unsqueeze(0), ttt_steps=1)
+    h.remove()
+    return out[0], getattr(m, "d2t", None)
+
+def specforge_logits(d):
+    from specforge.modeling.auto import AutoDraftModel
+    m = AutoDraftModel.from_pretrained(str(d), attention_backend="sdpa").eval()
+    # SpecForge 0.2.0 + transformers 5.19: from_pretrained leaves the non-persistent rotary buffers
+    # uninitialised (inv_freq zeros, cos/sin NaN); take them from a freshly constructed model
+    fresh = dict(AutoDraftModel.from_config(m.config, attention_backend="sdpa").named_buffers())
+    with torch.no_grad():
+        for n, b in m.named_buffers():
+            if "rotary_emb" in n:
+                b.copy_(fresh[n])
+    with torch.no_grad():
+        h = m(hidden_states=hid, inputs_embeds=m.embed_input_ids(ids), ttt_length=1)  # returns norm(h)
+        return m.lm_head(h), m.d2t
+
+res = {}
+for name, a, b in (("speculators_to_sglang", speculators_logits(w / "spec"), specforge_logits(w / "spec_sg")),
+                   ("specforge_to_speculators", specforge_logits(w / "sf"), speculators_logits(w / "sf_sp"))):
+    res[name] = {"max_abs_diff": float((a[0] - b[0]).abs().max()), "scale": float(a[0].abs().max()),
+                 "d2t_equal": bool(torch.equal(a[1], b[1])), "shape": list(a[0].shape),
+                 "argmax_equal": bool(torch.equal(a[0].argmax(-1), b[0].argmax(-1)))}
+print(json.dumps(res))
+'''
+
+
+@pytest.fixture(scope="module")
+def work():
+    from kit.venvs import ensure_venv
+
+    py = str(ensure_venv("speculators"))
+    # own temp dir: pytest prunes old basetemps, and concurrent sessions would remove ours mid-test
+    w = Path(tempfile.mkdtemp(prefix="kit-interop-"))
+    try:
+        r = subprocess.run([py, "-c", MAKE, str(w)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        yield py, w
+    finally:
+        shutil.rmtree(w, ignore_errors=True)
+
+
+def test_inspect_genuine_checkpoints(work):
+    _, w = work
+    spec = inspect(w / "spec", "0.5.23")
+    assert spec.layout.name == "speculators"
+    assert "draft.arch" in spec.report.codes() and not spec.report.by_code("draft.shape")
+    assert not spec.report.by_code("draft.d2t")
+    old = inspect(w / "spec", "0.5.8")
+    assert old.report.by_code("draft.keys_dropped")[0].severity == "error"
+    sf = inspect(w / "sf", "0.5.23")
+    assert sf.layout.name == "sglang" and not sf.report.errors, [f.title for f in sf.report.errors]
+    assert sf.simulation.ok and inspect(w / "sf", "0.5.8").simulation.ok
+
+
+def test_convert_and_load_in_the_other_library(work):
+    py, w = work
+    convert(w / "spec", w / "spec_sg", "sglang", sglang_version="0.5.8")
+    convert(w / "sf", w / "sf_sp", "speculators", target=str(w / "verifier"))
+    assert inspect(w / "spec_sg", "0.5.8").simulation.ok and inspect(w / "spec_sg", "0.5.23").simulation.ok
+    a, b = read_checkpoint(w / "spec"), read_checkpoint(w / "spec_sg")
+    assert sha256_of(a.tensors["layers.0.self_attn.q_proj.weight"]) == sha256_of(b.tensors["midlayer.self_attn.q_proj.weight"])
+    prov = json.loads((w / "sf_sp" / "kit_provenance.json").read_text())
+    assert prov["source_layout"] == "sglang" and prov["destination_layout"] == "speculators"
+    r = subprocess.run([py, "-c", FORWARD, str(w)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for name, x in res.items():
+        assert x["shape"] == [1, 128, 200] and x["d2t_equal"], (name, x)
+        assert x["max_abs_diff"] <= 1e-4 * max(1.0, x["scale"]), (name, x)
+        assert x["argmax_equal"], (name, x)
