@@ -172,7 +172,8 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
                            fix="python -m kit convert SRC DST --to sglang (writes LlamaForCausalLMEagle3)"))
     for e in sim.build_errors:
         code = "draft.layers" if e.startswith("num_hidden_layers") else "draft.config"
-        out.append(Finding(code=code, severity="error", title=e.split(":")[0][:150], evidence={"detail": e, "sglang": ver},
+        title = e if len(e) <= 160 else e[:157] + "..."
+        out.append(Finding(code=code, severity="error", title=title, evidence={"detail": e, "sglang": ver},
                            fix="fix config.json (kit convert --to sglang writes a loadable one)"))
     fails = sim.by_status("fails")
     if fails:

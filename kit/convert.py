@@ -248,6 +248,13 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
             continue
         plan.tensors[from_canonical(c, to, L or 1)] = _from_tensor(t, t.name)
 
+    if to == "sglang" and plan.provenance.get("sglang_version") and "fc.bias" not in canon:
+        from kit.sglang_rules import rules_for
+
+        if rules_for(sglang_version).features.get("fc_default_bias"):
+            # 0.4.5-0.4.8 give fc torch's default (random) bias; zeros reproduce a bias-free fc
+            nb = DTYPE_BITS[fc.dtype] * fc.shape[0] // 8
+            plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
     # config
     if lay.name == "speculators":
         scfg = speculators_to_sglang_config(cfg, k)

@@ -73,9 +73,11 @@ class OracleResult:
     target_time_s: float
     draft_steps: int
     draft_time_s: float
+    accept_lengths: list = field(default_factory=list)   # per verify step of the decode walk
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("accept_lengths")
         d["target_tokens_per_s"] = round(self.target_tokens / self.target_time_s, 1) if self.target_time_s else None
         d["draft_steps_per_s"] = round(self.draft_steps / self.draft_time_s, 1) if self.draft_time_s else None
         return d
@@ -154,7 +156,7 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
         accept_length=round(sum(walk) / len(walk), 4), meta_accept_length=round(meta_tokens / len(walk), 4),
         position_accept_length=round(1 + sum(per_pos) / max(len(per_pos), 1), 4), depth_rates=depth,
         histogram={int(k): v for k, v in sorted(hist.items())}, positions=len(per_pos), target_tokens=n_tok,
-        target_time_s=round(t_target, 3), draft_steps=n_steps, draft_time_s=round(t_draft, 3))
+        target_time_s=round(t_target, 3), draft_steps=n_steps, draft_time_s=round(t_draft, 3), accept_lengths=walk)
 
 
 def dropped_keys_for(draft_dir, version: str, layout: str = "sglang") -> tuple:

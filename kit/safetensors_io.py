@@ -21,16 +21,14 @@ How to run: `python -m kit.safetensors_io FILE_OR_DIR` prints the tensor listing
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
-from operator import itemgetter
 import os
 import struct
 import sys
-import tempfile
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
@@ -229,13 +227,15 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         raise KitInputError(f"{p}: no such file or directory")
     pickles: list[str] = []
     wm: Optional[dict[str, str]] = None
+    shards: Optional[list[str]] = None
     if p.is_dir():
         pickles = sorted(str(q) for q in p.iterdir() if q.suffix in PICKLE_SUFFIXES)
         if (p / INDEX_NAME).exists():
             wm = _read_index(p / INDEX_NAME)
             root = p.resolve()
             files = []
-            for shard in sorted(set(wm.values())):
+            shards = sorted(set(wm.values()))
+            for shard in shards:
                 q = (p / shard)
                 if not q.resolve().is_relative_to(root):
                     raise _bad(p / INDEX_NAME, f"shard {shard!r} lies outside the checkpoint directory")
@@ -255,7 +255,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
                       "re-save as safetensors")
     elif p.name.endswith(".index.json"):
         wm = _read_index(p)
-        files = [p.parent / s for s in sorted(set(wm.values()))]
+        shards = sorted(set(wm.values()))
+        files = [p.parent / s for s in shards]
         for q in files:
             if not q.is_file():
                 raise _bad(p, f"names shard {q.name!r}, which does not exist")
@@ -263,7 +264,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         files = [p]
     tensors: dict[str, TensorInfo] = {}
     metas: dict[str, dict[str, str]] = {}
-    for f in files:
+    actual: dict[str, str] = {}  # tensor -> shard name as the index spells it
+    for f, shard in zip(files, shards or [None] * len(files)):
         meta, infos = read_header(f)
         metas[str(f)] = meta
         names = [t[0] for t in infos]
@@ -272,11 +274,13 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             n = sorted(dup)[0]
             raise _bad(f, f"tensor {n!r} also appears in {tensors[n].file}")
         tensors.update(zip(names, infos))
-    if wm is not None:
+        if shard is not None:
+            actual.update(zip(names, repeat(shard)))
+    if wm is not None and actual != wm:  # dict equality runs in C; find the culprit only on failure
         shard_file = {s: str(p / s if p.is_dir() else p.parent / s) for s in set(wm.values())}
         get, sf = wm.get, shard_file.get
         wrong = [n for n, t in tensors.items() if sf(get(n, "")) != t[3]]
-        if not wrong and len(wm) != len(tensors):  # every tensor matched, so the index names extra ones
+        if not wrong:  # every tensor matched, so the index names extra ones
             n = next(x for x in wm if x not in tensors)
             raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
         if wrong:
@@ -310,6 +314,9 @@ def read_bytes(t: TensorInfo, limit: int = 1 << 30) -> bytes:
 
 def sha256_of(t: TensorInfo) -> str:
     """sha256 of the tensor's bytes; hashing a chunk overlaps reading the next (hashlib drops the GIL)."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
     h = hashlib.sha256()
     with ThreadPoolExecutor(1) as pool:
         fut = None
@@ -371,6 +378,10 @@ def write_stream(path: str | Path, entries: list[WriteEntry],
 
     Memory stays at one chunk per tensor. The file appears at `path` only when complete.
     """
+    import hashlib
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
     path = Path(path)
     if len({e.name for e in entries}) != len(entries):
         raise ValueError("duplicate tensor names")

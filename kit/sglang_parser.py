@@ -86,10 +86,21 @@ def parser_python(python: Optional[str] = None, build: Optional[bool] = None) ->
     return str(ensure_venv(VENV))
 
 
+_CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
+
+
 def parse_argvs(argvs: list[list[str]], python: Optional[str] = None,
                 build: Optional[bool] = None, timeout: float = 300) -> list[dict]:
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build)
+    todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
+    if todo:
+        for a, res in zip(todo, _parse(todo, py, timeout)):
+            _CACHE[(py, tuple(a))] = res
+    return [_CACHE[(py, tuple(a))] for a in argvs]
+
+
+def _parse(argvs: list[list[str]], py: Optional[str], timeout: float) -> list[dict]:
     if py is None:
         ns: dict = {}
         exec(compile(_WORKER.replace('if __name__ == "__main__":', "if False:"), "sglang_parser_worker", "exec"), ns)

@@ -43,6 +43,7 @@ MARKERS: dict[str, tuple[str, str]] = {
     "legacy_name_map": (EAGLE_FILE, r"legacy_name_map\s*=\s*\{"),
     "num_aux_configurable": (EAGLE_FILE, r"num_aux_hidden_states\s*=\s*getattr\(config"),
     "fc_bias_from_config": (EAGLE_FILE, r"bias=getattr\(config, \"bias\""),
+    "fc_default_bias": (EAGLE_FILE, r"self\.fc = torch\.nn\.Linear\(.*config\.hidden_size\)\s*$"),
     "fc_norm": (EAGLE_FILE, r"getattr\(\s*config, \"fc_norm\""),
     "norm_before_fc": (EAGLE_FILE, r"self\.norm_before_fc\s*=\s*bool"),
     "norm_output": (EAGLE_FILE, r"self\.norm_output\s*=\s*getattr"),
@@ -274,7 +275,8 @@ def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> 
                               "set the draft vocab size")
                 Vd = V
     P: dict[str, tuple] = {"model.embed_tokens.weight": (V, H), "model.fc.weight": (H, k * Ht), "model.norm.weight": (H,)}
-    if f.get("fc_bias_from_config") and cfg.get("bias"):
+    if (f.get("fc_bias_from_config") and cfg.get("bias")) or f.get("fc_default_bias"):
+        # 0.4.5-0.4.8 build nn.Linear(3*Ht, H) with torch's default bias=True
         P["model.fc.bias"] = (H,)
     if f.get("norm_before_fc") and eagle.get("norm_before_fc", cfg.get("norm_before_fc", False)):
         P["model.input_norm.weight"] = (k * Ht,)

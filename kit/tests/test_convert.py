@@ -33,8 +33,13 @@ def test_speculators_to_sglang_and_back(tmp_path):
     assert prov["aux_layer_ids"] == [2, 4, 5] and prov["kit_version"]
     cfg = json.loads((tmp_path / "sg" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
-    for v in ("0.5.8", "0.5.23", "0.4.6.post5"):
+    for v in ("0.5.8", "0.5.23"):
         assert inspect(tmp_path / "sg", v).simulation.ok
+    old = inspect(tmp_path / "sg", "0.4.6.post5").simulation
+    assert [m["param"] for m in old.params_missing] == ["model.fc.bias"] and old.ok  # random default bias there
+    convert(src, tmp_path / "sg046", "sglang", sglang_version="0.4.6.post5")
+    sim = inspect(tmp_path / "sg046", "0.4.6.post5").simulation
+    assert sim.ok and not sim.params_missing and "fc.bias" in read_checkpoint(tmp_path / "sg046").tensors
     with pytest.raises(KitInputError, match="--target"):
         convert(tmp_path / "sg", tmp_path / "back", "speculators")
     convert(tmp_path / "sg", tmp_path / "back", "speculators", target=str(tiny_target(tmp_path)))

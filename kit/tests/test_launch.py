@@ -93,6 +93,7 @@ def test_algorithm_with_eagle3_draft(tmp_path):
 def test_bind_trust_backend_and_missing_draft():
     r = lint(spec_from_command(SEED), parse_flags=False)
     assert {"launch.bind", "launch.trust_remote_code"} <= codes(r, "warning")
+    assert any(f.code == "env.nccl_var" and "NCCL_P2P_LEVEL" in f.title for f in r.findings)  # kit.nccl's rules
     assert "launch.bind" not in codes(lint(spec_from_command(SEED + " --api-key k"), parse_flags=False))
     s = LaunchSpec(model_path="m", speculative_algorithm="EAGLE3", speculative_draft_model_path="d",
                    speculative_num_steps=3, speculative_eagle_topk=4, speculative_num_draft_tokens=8,

@@ -96,6 +96,14 @@ def test_sharded_index_and_pickles(tmp_path):
     ck = read_checkpoint(tmp_path)
     assert set(ck.tensors) == {"a", "b"} and len(ck.files) == 2
     assert ck.pickle_files and ck.pickle_files[0].endswith(".bin")
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s2.safetensors", "b": "s2.safetensors"}}))
+    with pytest.raises(CheckpointError, match="does not hold it"):
+        read_checkpoint(tmp_path)
+    write_safetensors(tmp_path / "s9.safetensors", {"z": torch.zeros(1), "y": torch.zeros(1)})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"z": "s9.safetensors"}}))
+    with pytest.raises(CheckpointError, match="the index does not list"):
+        read_checkpoint(tmp_path)
+    (tmp_path / "s9.safetensors").unlink()
     idx["weight_map"]["c"] = "s3.safetensors"
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(idx))
     with pytest.raises(CheckpointError, match="does not exist"):

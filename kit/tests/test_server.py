@@ -162,9 +162,9 @@ def test_launch_verb_starts_watches_and_stops(pair, tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and httpx.get(f"http://127.0.0.1:{port}/health").status_code != 200 \
-                if _up(port) else time.time() < deadline:
+        while time.time() < deadline and not _up(port):
             time.sleep(0.3)
+        time.sleep(2)  # the verb's own readiness poll (0.5 s) prints "ready at"
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == str(pair[0])
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
@@ -177,7 +177,6 @@ def test_launch_verb_starts_watches_and_stops(pair, tmp_path):
 
 def _up(port: int) -> bool:
     try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-        return True
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False

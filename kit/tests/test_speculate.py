@@ -5,7 +5,7 @@ import torch
 from kit.findings import KitInputError
 from kit.speculate import (SpecParams, Wiring, draft_tree, greedy_accept, greedy_generate,
                            speculative_generate)
-from kit.tests.tinymodels import CopyDraft, tiny_draft, tiny_target
+from kit.tests.tinymodels import CopyDraft, tiny_draft, tiny_target, one_thread  # noqa: F401 (autouse fixture)
 
 PARAMS = [SpecParams(3, 1, 4), SpecParams(5, 1, 6), SpecParams(3, 2, 6), SpecParams(4, 3, 8),
           SpecParams(1, 4, 4), SpecParams(2, 4, 10)]

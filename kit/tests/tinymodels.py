@@ -1,6 +1,7 @@
 """Tiny random target / draft pairs for hermetic unit tests (no files, < 1 s to build)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kit.draft import DraftSpec, Eagle3Draft
@@ -48,7 +49,21 @@ class CopyDraft(torch.nn.Module):
     def forward(self, input_ids, hidden, positions, past_kv=None, mask=None):
         B, T = input_ids.shape
         hist = past_kv[0][0][:, 0, :, 0].long() if past_kv else input_ids[:, :0]
-        seq = torch.cat([torch.full((B, 1), self.first), hist, input_ids], 1)
-        logits = self.target(input_ids=seq).logits[:, -T:].float() * self.sharp
+        if mask is not None and mask.dim() == 4:   # per-row visibility (the oracle's batched trees)
+            vis = mask[:, 0, -1, : hist.shape[1]]
+            rows = [torch.cat([torch.tensor([self.first]), hist[b][vis[b]], input_ids[b]]) for b in range(B)]
+            logits = torch.cat([self.target(input_ids=r[None]).logits[:, -T:] for r in rows]).float() * self.sharp
+        else:
+            seq = torch.cat([torch.full((B, 1), self.first), hist, input_ids], 1)
+            logits = self.target(input_ids=seq).logits[:, -T:].float() * self.sharp
         tok = input_ids[:, None, :, None].to(torch.float64)
         return logits, torch.zeros(B, T, hidden.shape[-1], dtype=hidden.dtype), [(tok, tok)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one torch thread (several threads only spin on 2 shared cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
