@@ -121,6 +121,8 @@ def main() -> None:
            "pass": ratio <= 1.5 and res["kit"]["peak_rss_mb"] <= 200, "cwd": str(repo)}
     if not a.keep:
         shutil.rmtree(root, ignore_errors=True)
+        for f in (floor, root.parent / "floor.out", root.parent / "kit.out"):
+            f.unlink(missing_ok=True)
     print(json.dumps(out))
 
 

@@ -28,6 +28,9 @@ from kit.findings import Finding
 from kit.hf_config import text_config
 
 TABLE_PATH = Path(__file__).with_name("aux_rules.json")
+# a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
+KIMI_TARGET_CONFIG = Path(__file__).with_name("example_kimi_k25_config.json")
+KIMI_DRAFT_CONFIG = Path(__file__).with_name("example_kimi_k25_eagle3_config.json")
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
 CONVENTION_OF = {"speculators": "speculators", "vllm": "vllm", "sglang": "sglang", "specforge": "specforge",

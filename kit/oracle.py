@@ -84,13 +84,28 @@ class OracleResult:
 
 
 def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, the target's greedy continuation) per prompt."""
-    from kit.models import chat_ids
+    """(prompt ids, the target's greedy continuation) per prompt; cached under $KIT_CACHE_DIR/oracle-refs
+    keyed by the target's weights identity, the prompt ids and the length (generation dominates the cost)."""
+    import hashlib
+    import os
+
+    from kit.models import cache_dir, chat_ids
     from kit.speculate import batch_greedy
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
+    ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
+    blob = json.dumps({"t": ident, "n": sum(p.numel() for p in target.parameters()),
+                       "w": float(target.get_output_embeddings().weight[:4].detach().sum()), "rows": rows, "m": max_new_tokens})
+    f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
+    if f.exists():
+        return [(r, c) for r, c in json.loads(f.read_text())]
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    return list(zip(rows, batch_greedy(target, rows, max_new_tokens, pad, tok.eos_token_id)))
+    out = list(zip(rows, batch_greedy(target, rows, max_new_tokens, pad, tok.eos_token_id)))
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.rename(f)
+    return out
 
 
 def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:

@@ -95,13 +95,21 @@ def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, p
     rows = [chat_ids(tok, p) for p in prompts]
     conts = batch_greedy(model, rows, gen_tokens, pad, tok.eos_token_id, batch)
     out = []
+    seqs = [r + c for r, c in zip(rows, conts)]
     with torch.inference_mode():
-        for r, c in zip(rows, conts):
-            seq = torch.tensor([r + c])
+        fb = min(batch, 16)      # logits of 16 x ~130 tokens x 49k vocab: ~400 MB
+        for b0 in range(0, len(seqs), fb):
+            chunk = seqs[b0:b0 + fb]
+            N = max(map(len, chunk))
+            # right padding needs no mask: causal attention never lets a real token see a pad
+            x = torch.tensor([s + [pad] * (N - len(s)) for s in chunk])
             with TargetCapture(model, points) as cap:
-                lo = model(input_ids=seq).logits
-            out.append({"ids": seq[0], "feats": cap.features()[0].to(torch.bfloat16),
-                        "labels": lo[0].argmax(-1), "start": max(len(r) - 1, 0)})
+                lo = model(input_ids=x).logits
+            feats = cap.features()
+            for i, s in enumerate(chunk):
+                n = len(s)
+                out.append({"ids": x[i, :n].clone(), "feats": feats[i, :n].to(torch.bfloat16),
+                            "labels": lo[i, :n].argmax(-1), "start": max(len(rows[b0 + i]) - 1, 0)})
     return out
 
 

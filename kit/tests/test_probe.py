@@ -7,6 +7,7 @@ from kit.speculate import Wiring
 from kit.tests.tinymodels import tiny_target, one_thread  # noqa: F401 (autouse fixture)
 
 DATA = Path(__file__).parent / "data"
+KIMI_PATH = Path(__file__).parents[1] / "example_kimi_k25_config.json"
 
 
 def test_hook_shapes_and_verdict():
@@ -26,7 +27,7 @@ def test_config_only_probe_kimi(tmp_path):
         "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "num_attention_heads": 64,
         "draft_vocab_size": 32000, "vocab_size": 163840,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}))
-    doc = probe(ProbeConfig(target=str(DATA / "kimi-k2.5-config.json"), draft=str(tmp_path), config_only=True,
+    doc = probe(ProbeConfig(target=str(KIMI_PATH), draft=str(tmp_path), config_only=True,
                             sglang_version="0.5.23", launch="python -m sglang.launch_server --speculative-algorithm EAGLE"))
     assert doc["num_layers"] == 61 and doc["capture_points"] == [2, 30, 58]
     assert doc["shapes"]["fused"][-1] == 21504 and doc["shapes"]["single"][-1] == 7168

@@ -29,7 +29,7 @@ def test_ttt_loss_trains_and_uses_unrolled_steps():
     d = tiny_draft(draft_vocab=96, dtype=torch.float32)
     B, N = 4, 24
     ids = torch.randint(0, 96, (B, N))
-    labels = torch.roll(ids, -1, 1)                  # "target predicts the next input token"
+    labels = torch.roll(ids, -1, 1)                  # a fixed random sequence: memorizable
     feats = torch.randn(B, N, 96)
     mask = torch.ones(B, N, dtype=torch.bool)
     t2d = torch.arange(96)
@@ -37,9 +37,9 @@ def test_ttt_loss_trains_and_uses_unrolled_steps():
     first = None
     for _ in range(40):
         loss, accs = ttt_loss(d, ids, feats, labels, mask, 3, t2d)
-        first = first if first is not None else float(loss)
+        first = first if first is not None else float(loss.detach())
         opt.zero_grad()
         loss.backward()
         opt.step()
     assert len(accs) == 3 and float(loss) < 0.5 * first
-    assert accs[0] > 0.5                              # label = next input token: learnable from embeddings
+    assert accs[0] > 0.5

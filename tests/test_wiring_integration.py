@@ -1,0 +1,59 @@
+"""The wiring story on the real embedded target: SmolLM2-135M + the kit's quick demo draft.
+
+Correct EAGLE-3 wiring must give an accept length clearly above 1; the seed's faults (aux capture
+off / launched as EAGLE) must collapse it to about 1. Also: speculative decoding on SmolLM2 emits
+exactly the greedy tokens. The quick demo draft is trained once and cached under $KIT_CACHE_DIR.
+"""
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def world():
+    from kit.draft import load_draft
+    from kit.models import load_target
+    from kit.oracle import OracleConfig, continuations, prompt_texts
+    from kit.train import ensure_demo_draft
+
+    path = ensure_demo_draft(quick=True)
+    target, tok = load_target()
+    draft = load_draft(path, target_model=target)
+    seqs = continuations(target, tok, prompt_texts(OracleConfig(num_prompts=6)), 48)
+    return target, tok, draft, seqs, path
+
+
+def test_demo_draft_is_sglang_layout_with_provenance(world):
+    import json
+    from kit.safetensors_io import read_checkpoint
+    path = world[4]
+    keys = set(read_checkpoint(path).tensors)
+    assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "d2t", "t2d", "lm_head.weight"} <= keys
+    prov = json.loads((path / "kit_provenance.json").read_text())
+    assert prov["capture_points"] == [2, 15, 27] and prov["source_layout"] == "sglang"
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+
+
+def test_correct_wiring_beats_the_seed_faults(world):
+    from kit.oracle import evaluate
+    from kit.speculate import SpecParams, Wiring
+    target, _, draft, seqs, _ = world
+    p = SpecParams(3, 1, 4)
+    good = evaluate(target, draft, seqs, p, Wiring())
+    off = evaluate(target, draft, seqs, p, Wiring(aux_capture=False))
+    eagle = evaluate(target, draft, seqs, p, Wiring(algorithm="EAGLE"))
+    print(f"accept length: correct {good.accept_length}, aux off {off.accept_length}, EAGLE {eagle.accept_length}")
+    assert good.accept_length > 1.08 and good.position_accept_length > 1.08
+    assert off.accept_length < 1.06 and eagle.accept_length < 1.06
+    assert good.accept_length - off.accept_length > 0.05
+
+
+def test_speculative_equals_greedy_on_smollm2(world):
+    from kit.speculate import SpecParams, Wiring, greedy_generate, speculative_generate
+    target, tok, draft, seqs, _ = world
+    prompt = seqs[0][0]
+    g = greedy_generate(target, prompt, 24, tok.eos_token_id)
+    for p in (SpecParams(3, 1, 4), SpecParams(3, 2, 6)):
+        r = speculative_generate(target, draft, prompt, 24, p, Wiring(), tok.eos_token_id)
+        assert r.tokens == g.tokens
