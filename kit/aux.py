@@ -24,7 +24,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.findings import Finding
 from kit.hf_config import text_config
 
 TABLE_PATH = Path(__file__).with_name("aux_rules.json")

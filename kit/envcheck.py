@@ -197,7 +197,7 @@ def package_findings(facts: dict) -> list[Finding]:
                              "up to 0.6.3" if sm120 else ""),
         "transformers": "pure Python, arch-independent (SGLang pins its own version)",
         "safetensors": "arch-independent",
-        "triton": "Blackwell needs >= 3.3",
+        "triton": ("Blackwell needs >= 3.3" if bw else "JIT kernels (SGLang's triton backends); Blackwell would need >= 3.3"),
         "sgl-kernel": "SGLang's CUDA kernels; its +cuXYZ wheel lane must match torch's CUDA",
         "sglang-kernel": "SGLang's CUDA kernels (newer name of sgl-kernel); lane must match torch's CUDA",
         "flash-attn": "FA2: Ampere/Ada/Hopper per its README; Blackwell only when built for it (>= 2.7.3)",

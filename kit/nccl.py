@@ -360,7 +360,13 @@ RULES = {
 }
 
 
+# set by NVIDIA's CUDA container images to describe what is installed; NCCL never reads them
+IMAGE_VARS = {"NCCL_VERSION": "the NCCL version of the CUDA container image (documentation, not a setting)"}
+
+
 def _judge(name: str, value: str, m: Machine, env: dict) -> Verdict:
+    if name in IMAGE_VARS:
+        return Verdict("info", f"{name}={value}: {IMAGE_VARS[name]}", "")
     if name in RULES:
         return RULES[name](value, m, env)
     short = name[len("NCCL_"):]

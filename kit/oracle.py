@@ -90,7 +90,7 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
     import os
 
     from kit.models import cache_dir, chat_ids
-    from kit.speculate import batch_greedy
+    from kit.target_run import batch_greedy
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
     ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
@@ -122,7 +122,8 @@ def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:
 def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring()) -> OracleResult:
     """Run the oracle over (prompt_ids, continuation) pairs."""
     import torch
-    from kit.speculate import capture_points_for, draft_trees, prepare_draft, target_forward
+    from kit.speculate import capture_points_for, draft_trees, prepare_draft
+    from kit.target_run import target_forward
 
     p = params.resolved()
     d = prepare_draft(draft, target, wiring)
@@ -236,18 +237,19 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
 
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
         cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
+    params = SpecParams(cfg.num_steps, cfg.topk, cfg.num_draft_tokens)
+    params.resolved()                      # bad parameters fail before any model work
+    texts = prompt_texts(cfg)
     if cfg.draft is None:
         from kit.train import ensure_demo_draft
 
         draft_dir = ensure_demo_draft(quick=cfg.quick, log=log)
     else:
         draft_dir = Path(cfg.draft)
-    params = SpecParams(cfg.num_steps, cfg.topk, cfg.num_draft_tokens)
-    params.resolved()
     target, tok = load_target(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     t0 = time.perf_counter()
-    seqs = continuations(target, tok, prompt_texts(cfg), cfg.max_new_tokens)
+    seqs = continuations(target, tok, texts, cfg.max_new_tokens)
     gen_s = time.perf_counter() - t0
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
     results = {}

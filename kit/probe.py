@@ -41,7 +41,7 @@ class ProbeConfig:
 def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") -> dict[str, Any]:
     """Shapes at each capture point plus the final post-norm state, from one forward pass."""
     import torch
-    from kit.speculate import TargetCapture
+    from kit.target_run import TargetCapture
 
     ids = torch.zeros(1, tokens, dtype=torch.long, device=device)
     shapes = {}

@@ -62,6 +62,12 @@ class ReferenceEngine:
         from kit.hf_config import read_config
 
         self.spec = spec
+        if device != "cpu":
+            import torch
+
+            # this process serves one device: tensors the decode loop builds from Python lists
+            # (token ids, positions, tree masks) must land next to the weights
+            torch.set_default_device(device)
         self.model_dir = resolve_target(spec.model_path)
         self.target, self.tok = load_target(self.model_dir, dtype=dtype, device=device)
         self.target_config = read_config(self.model_dir)[0]
@@ -83,7 +89,7 @@ class ReferenceEngine:
                                     "--speculative-num-draft-tokens together, or none of them")
             self.params = SpecParams(*p).resolved()
             self.draft = load_draft(spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(
-                __import__("torch"), dtype))
+                __import__("torch"), dtype)).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
             self.wiring = wiring_for(spec, dcfg, self.target_config)
         self.eos = self.tok.eos_token_id

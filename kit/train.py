@@ -89,7 +89,7 @@ def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, p
     """
     import torch
     from kit.models import chat_ids
-    from kit.speculate import TargetCapture, batch_greedy
+    from kit.target_run import TargetCapture, batch_greedy
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     rows = [chat_ids(tok, p) for p in prompts]
@@ -176,7 +176,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
     from kit.draft import DraftSpec, Eagle3Draft
 
     tc = target.config.get_text_config()
-    H, V, L = tc.hidden_size, tc.vocab_size, tc.num_hidden_layers
+    H, V = tc.hidden_size, tc.vocab_size
     hot = draft_vocab(data, V, cfg.vocab_floor)
     rp = getattr(tc, "rope_parameters", None) or {}
     theta = rp.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
@@ -252,18 +252,30 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
 
 def train_draft(cfg: TrainConfig, log=print) -> Path:
     """Train (or fetch from the cache) and return the SGLang-layout draft directory."""
-    import torch
-    from kit.draft import save_draft
-    from kit.models import cache_dir, load_target, resolve_target
-    from kit.prompts import builtin_prompts
+    import fcntl
+
+    from kit.models import cache_dir, resolve_target
 
     cfg = cfg.preset()
     tdir = resolve_target(cfg.target)
     key = cfg.key(_target_id(tdir))
     dest = cache_dir() / "drafts" / f"eagle3-{'quick' if cfg.quick else 'demo'}-{key}"
-    if (dest / "config.json").exists() and not cfg.force:
-        log(f"cached: {dest}")
-        return _copy_out(dest, cfg.out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # one trainer per key: a notebook and a test asking at once share one training
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "config.json").exists() and not cfg.force:
+            log(f"cached: {dest}")
+            return _copy_out(dest, cfg.out)
+        return _train_locked(cfg, tdir, dest, log)
+
+
+def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
+    import torch
+    from kit.draft import save_draft
+    from kit.models import load_target
+    from kit.prompts import builtin_prompts
+
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -281,8 +293,8 @@ def train_draft(cfg: TrainConfig, log=print) -> Path:
     t2 = time.perf_counter()
     log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
     draft, config, stats = train_head(model, data, cfg, points, log)
-    prov = {"source_layout": "sglang", "aux_convention": "sglang", "trained_with": "kit",
-            "capture_points": points, "target": str(tdir), "target_id": _target_id(tdir),
+    prov = {"source_layout": "sglang", "aux_convention": "sglang", "source_aux_layer_id_convention": "sglang",
+            "aux_layer_ids": [p - 1 for p in points], "trained_with": "kit", "capture_points": points, "target": str(tdir), "target_id": _target_id(tdir),
             "target_architecture": (model.config.architectures or [type(model).__name__])[0],
             "target_num_layers": L, "settings": asdict(cfg), "recipe_version": RECIPE_VERSION,
             "generated_tokens": n_gen, "data_time_s": round(t2 - t1, 1), "load_time_s": round(t1 - t0, 1),

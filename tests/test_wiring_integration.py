@@ -29,6 +29,8 @@ def test_demo_draft_is_sglang_layout_with_provenance(world):
     path = world[4]
     keys = set(read_checkpoint(path).tensors)
     assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "d2t", "t2d", "lm_head.weight"} <= keys
+    from kit.train import ensure_demo_draft
+    assert ensure_demo_draft(quick=True) == path           # cached: the second call trains nothing
     prov = json.loads((path / "kit_provenance.json").read_text())
     assert prov["capture_points"] == [2, 15, 27] and prov["source_layout"] == "sglang"
     cfg = json.loads((path / "config.json").read_text())
