@@ -155,8 +155,6 @@ def main() -> int:
     from kit.prompts import builtin_prompts
     from kit.speculate import SpecParams
 
-    if a.device != "cpu":
-        torch.set_default_device(a.device)  # same rule as the reference server (kit/serve_engine.py)
     t0 = time.perf_counter()
     target_dir = embedded_dir()
     target, tok = load_target(target_dir, dtype=a.dtype, device=a.device)
@@ -166,10 +164,19 @@ def main() -> int:
     doc = {"device": torch.cuda.get_device_name(0) if a.device == "cuda" else a.device,
            "torch": torch.__version__, "cuda": torch.version.cuda, "dtype": a.dtype,
            "target_load_s": round(load_s, 2)}
+    def save():  # after every stage, so a run cut short still leaves its figures
+        (out / "gpu_validation.json").write_text(json.dumps(doc, indent=2, default=str))
+
     for name, params in (("chain_3_1_4", SpecParams(3, 1, 4)), ("tree_3_4_8", SpecParams(3, 4, 8))):
-        doc[f"oracle_{name}"] = oracle_throughput(target, tok, draft, prompts, a.max_new_tokens, params)
+        t0 = time.perf_counter()
         doc[f"batch1_{name}"] = in_process(target, tok, draft, prompts, a.max_new_tokens, params, out)
         os.replace(out / "profile_spec.txt", out / f"profile_{name}.txt")
+        print(f"batch1 {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+        save()
+        t0 = time.perf_counter()
+        doc[f"oracle_{name}"] = oracle_throughput(target, tok, draft, prompts, a.max_new_tokens, params)
+        print(f"oracle {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+        save()
     del target, draft
     if not a.skip_server:
         try:
@@ -177,7 +184,7 @@ def main() -> int:
                                         a.max_new_tokens, a.repeats, out)
         except Exception as e:  # keep the in-process figures even if the server part fails
             doc["server_error"] = f"{type(e).__name__}: {e}"
-    (out / "gpu_validation.json").write_text(json.dumps(doc, indent=2, default=str))
+    save()
     print(json.dumps(doc, default=str))
     return 0
 

@@ -39,7 +39,7 @@ def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple =
             dropped.append(key)
             continue
         if "d2t" in name:
-            model.hot_token_id = t.long() + torch.arange(t.shape[0])
+            model.hot_token_id = t.long() + torch.arange(t.shape[0], device=t.device)
             continue
         if "t2d" in name:
             continue

@@ -142,7 +142,8 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
             _, feats, _ = target_forward(target, S, None, points)
         t1 = time.perf_counter()
         with torch.inference_mode():
-            logits, aux, kv = d(torch.tensor([S[1:]]), feats[None, : N - 1], torch.arange(N - 1)[None])
+            dev = feats.device
+            logits, aux, kv = d(torch.tensor([S[1:]], device=dev), feats[None, : N - 1], torch.arange(N - 1, device=dev)[None])
         roots = list(range(n, N - 1))           # position of the last verified token
         trees = draft_trees(d, logits[0, [r - 1 for r in roots]], aux[0, [r - 1 for r in roots]], kv,
                             prefix_len=roots, pos=[r - 1 for r in roots], p=p)

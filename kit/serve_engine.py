@@ -62,12 +62,6 @@ class ReferenceEngine:
         from kit.hf_config import read_config
 
         self.spec = spec
-        if device != "cpu":
-            import torch
-
-            # this process serves one device: tensors the decode loop builds from Python lists
-            # (token ids, positions, tree masks) must land next to the weights
-            torch.set_default_device(device)
         self.model_dir = resolve_target(spec.model_path)
         self.target, self.tok = load_target(self.model_dir, dtype=dtype, device=device)
         self.target_config = read_config(self.model_dir)[0]
@@ -92,6 +86,7 @@ class ReferenceEngine:
                 __import__("torch"), dtype)).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
             self.wiring = wiring_for(spec, dcfg, self.target_config)
+        self.device = device
         self.eos = self.tok.eos_token_id
         self.model_name = spec.served_model_name or spec.model_path
         self.interval = spec.decode_log_interval or 40
@@ -110,6 +105,8 @@ class ReferenceEngine:
     # -- generation -----------------------------------------------------------------------------
     def generate(self, input_ids: list[int], max_new_tokens: int = 128, stop_token_ids=(),
                  ignore_eos: bool = False) -> Outcome:
+        import torch
+
         from kit.speculate import greedy_generate, speculative_generate
 
         eos = ([] if ignore_eos or self.eos is None else [self.eos]) + list(stop_token_ids or [])
@@ -117,11 +114,14 @@ class ReferenceEngine:
         with self.lock:
             self.waiting += 1
         try:
-            if self.draft is not None:
-                r = speculative_generate(self.target, self.draft, list(input_ids), max_new_tokens,
-                                         self.params, self.wiring, eos_token_id=eos)
-            else:
-                r = greedy_generate(self.target, list(input_ids), max_new_tokens, eos_token_id=eos)
+            # requests run on the HTTP server's threads and torch's default device is per thread:
+            # whatever the decode loop builds without naming a device lands next to the weights
+            with torch.device(self.device):
+                if self.draft is not None:
+                    r = speculative_generate(self.target, self.draft, list(input_ids), max_new_tokens,
+                                             self.params, self.wiring, eos_token_id=eos)
+                else:
+                    r = greedy_generate(self.target, list(input_ids), max_new_tokens, eos_token_id=eos)
         finally:
             with self.lock:
                 self.waiting -= 1

@@ -134,8 +134,8 @@ class DraftState:
 
     def extend(self, tokens: list[int], feats: torch.Tensor, start: int):
         """Draft extend: tokens[i] (the token after position start+i) with target feats[i]."""
-        ids = torch.tensor([tokens], dtype=torch.long)
-        pos = torch.arange(start, start + len(tokens))[None]
+        ids = torch.tensor([tokens], dtype=torch.long, device=feats.device)
+        pos = torch.arange(start, start + len(tokens), device=feats.device)[None]
         logits, aux, new = self.draft(ids, feats[None], pos, past_kv=self.kv)
         self.kv = new if self.kv is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
                                                for (pk, pv), (k, v) in zip(self.kv, new)]
@@ -158,18 +158,18 @@ def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: 
     scores) with node order = SGLang's sorted candidate index (parents precede children,
     parent -1 = the root token).
     """
-    k, R = p.topk, logits.shape[0]
+    k, R, dev = p.topk, logits.shape[0], logits.device
     topk_p, topk_i = _topk(torch.softmax(logits.float(), -1), k)          # [R, k]
     topk_i = draft.to_target_ids(topk_i)
-    cand_tok, cand_score, cand_parent = [topk_i], [topk_p], [torch.full((R, k), -1)]
-    lane_cand = torch.arange(k).expand(R, k)
+    cand_tok, cand_score, cand_parent = [topk_i], [topk_p], [torch.full((R, k), -1, device=dev)]
+    lane_cand = torch.arange(k, device=dev).expand(R, k)
     scores = topk_p
     hidden = aux.repeat_interleave(k, 0)                                  # lanes share the root state
     input_ids = topk_i.reshape(-1)
     S = kv[0][0].shape[2]
-    prefix_vis = torch.arange(S)[None, :] < torch.tensor(prefix_len)[:, None]   # [R, S]
-    prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]           # [R*k, 1, 1, S]
-    base = torch.tensor(pos).repeat_interleave(k)[:, None]
+    prefix_vis = torch.arange(S, device=dev)[None, :] < torch.tensor(prefix_len, device=dev)[:, None]   # [R, S]
+    prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]                                 # [R*k, 1, 1, S]
+    base = torch.tensor(pos, device=dev).repeat_interleave(k)[:, None]
     lane_kv = None
     offset = k
     for i in range(1, p.num_steps):
@@ -179,7 +179,7 @@ def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: 
             if lane_kv is not None:   # per-lane history, as generate_draft_decode_kv_indices lays it out
                 ek, ev = torch.cat([ek, lane_kv[li][0]], 2), torch.cat([ev, lane_kv[li][1]], 2)
             past.append((ek, ev))
-        mask = torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool)], -1)
+        mask = torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool, device=dev)], -1)
         lg, hid, new = draft(input_ids[:, None], hidden[:, None], base + i, past_kv=past, mask=mask)
         lane_kv = new if lane_kv is None else [(torch.cat([a, b], 2), torch.cat([c, d], 2))
                                                for (a, c), (b, d) in zip(lane_kv, new)]
@@ -191,7 +191,7 @@ def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: 
         cand_parent.append(lane_cand.repeat_interleave(k, 1))
         scores, sel = _topk(expand, k)                                    # [R, k]
         input_ids = torch.gather(ti, 1, sel).reshape(-1)
-        rows = (torch.arange(R)[:, None] * k + sel // k).reshape(-1)
+        rows = (torch.arange(R, device=dev)[:, None] * k + sel // k).reshape(-1)
         hidden = hid[:, 0][rows]
         lane_cand = sel + offset
         offset += k * k
@@ -331,13 +331,13 @@ def greedy_generate(target, input_ids: list[int], max_new_tokens: int,
     with _LOCK:
         t0 = time.perf_counter()
         cache = DynamicCache()
-        x = torch.tensor([list(input_ids)])
-        o = call_target(target, x, cache)
+        dev = next(target.parameters()).device
+        o = call_target(target, torch.tensor([list(input_ids)], device=dev), cache)
         tok = int(o.logits[0, -1].argmax())
         out = [tok]
         t1 = time.perf_counter()
         while len(out) < max_new_tokens and tok not in eos:
-            o = call_target(target, torch.tensor([[tok]]), cache)
+            o = call_target(target, torch.tensor([[tok]], device=dev), cache)
             tok = int(o.logits[0, -1].argmax())
             out.append(tok)
         t2 = time.perf_counter()

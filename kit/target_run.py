@@ -90,6 +90,8 @@ def _cache_keep(cache, prefix: int, keep: list[int]) -> None:
     """Keep the first `prefix` entries plus block entries `keep` (offsets after prefix)."""
     idx = torch.tensor(list(range(prefix)) + [prefix + k for k in keep], dtype=torch.long)
     layers = getattr(cache, "layers", None)
+    dev = (layers[0].keys if layers else cache.key_cache[0]).device
+    idx = idx.to(dev)
     if layers is not None:
         for lay in layers:
             lay.keys = lay.keys.index_select(2, idx)
@@ -105,12 +107,13 @@ def target_forward(model, ids: list[int], cache, points, parents: Optional[list[
     attends to the prefix and its ancestors only, at position prefix + depth(j).
     Returns (argmax ids [T], features [T, W])."""
     P = _cache_len(cache)
-    x = torch.tensor([ids], dtype=torch.long)
+    dev = next(model.parameters()).device
+    x = torch.tensor([ids], dtype=torch.long, device=dev)
     kw = {}
     if parents is not None:
         T = len(ids)
         depth = [0] * T
-        vis = torch.zeros(T, P + T, dtype=torch.bool)
+        vis = torch.zeros(T, P + T, dtype=torch.bool, device="cpu")   # built on the host, then moved
         vis[:, :P] = True
         for j in range(T):
             a = j
@@ -119,10 +122,10 @@ def target_forward(model, ids: list[int], cache, points, parents: Optional[list[
                 a = parents[a]
             depth[j] = 0 if parents[j] < 0 else depth[parents[j]] + 1
         dt = next(model.parameters()).dtype
-        mask = torch.zeros(1, 1, T, P + T, dtype=dt).masked_fill(~vis, torch.finfo(dt).min)
-        kw = dict(attention_mask=mask, position_ids=torch.tensor([[P + d for d in depth]]))
+        mask = torch.zeros(1, 1, T, P + T, dtype=dt, device="cpu").masked_fill(~vis, torch.finfo(dt).min).to(dev)
+        kw = dict(attention_mask=mask, position_ids=torch.tensor([[P + d for d in depth]], device=dev))
     else:
-        kw = dict(position_ids=torch.arange(P, P + len(ids))[None])
+        kw = dict(position_ids=torch.arange(P, P + len(ids), device=dev)[None])
     with TargetCapture(model, points) as cap:
         out = call_target(model, x, cache, **kw)
     return out.logits[0].argmax(-1), cap.features()[0], cache
@@ -137,11 +140,12 @@ def batch_greedy(model, rows: list[list[int]], max_new_tokens: int, pad_id: int,
     rare near-ties, so use it for data and oracle references, not for equality checks.
     Each continuation stops after its first EOS."""
     out = []
+    dev = next(model.parameters()).device
     for b0 in range(0, len(rows), batch):
         chunk = rows[b0:b0 + batch]
         W = max(map(len, chunk))
-        ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk])
-        att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long()
+        ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
+        att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
         g = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
                            pad_token_id=pad_id, eos_token_id=eos_token_id)
         for row in g[:, W:].tolist():

@@ -45,7 +45,7 @@ class TrainConfig:
     num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
     gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
     gen_batch: int = field(default=32, metadata={"help": "generation batch size"})
-    epochs: int = field(default=7, metadata={"help": "passes over the generated data"})
+    epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
     ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
     batch_size: int = field(default=16, metadata={"help": "sequences per optimizer step"})
