@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
+from kit.cmdline import flag_value
 from kit.hf_config import text_config
 
 TABLE_PATH = Path(__file__).with_name("aux_rules.json")
@@ -157,17 +158,10 @@ def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:
             "hidden": tc.get("hidden_size")}
 
 
-def _flag(argv: list[str], name: str) -> Optional[str]:
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def launch_algorithm(argv: Optional[list[str]]) -> Optional[str]:
-    alg = _flag(argv or [], "--speculative-algorithm")
+    alg = flag_value(argv or [], "--speculative-algorithm")
     alg = alg.upper() if alg else None
     return "EAGLE" if alg == "NEXTN" else alg
 

@@ -120,9 +120,9 @@ def wiring_checks(target_cfg: Optional[dict[str, Any]], draft_cfg: dict[str, Any
 
 
 def _flag_text(argv) -> str:
-    from kit.aux import _flag
+    from kit.cmdline import flag_value
 
-    return (_flag(argv or [], "--speculative-algorithm") or "?")
+    return (flag_value(argv or [], "--speculative-algorithm") or "?")
 
 
 def _ids_for(points: list[int], L: int, rule: dict) -> Optional[list[int]]:

@@ -34,3 +34,13 @@ def split_command(command: str, source: str = "launch command") -> tuple[dict[st
 def join_command(env: dict[str, str], argv: list[str]) -> str:
     parts = [f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.quote(a) for a in argv]
     return " ".join(parts)
+
+
+def flag_value(argv: list[str], name: str) -> str | None:
+    """Value of the first `--name V` or `--name=V` in argv, or None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kit import config as kconfig
+from kit.cmdline import flag_value
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.gpu_arch import (CUDA_NATIVE_FLOOR_SEVERITY, DRIVER_FLOOR, FLASH_ATTN_BLACKWELL, TRITON_BLACKWELL,
                           arch_cover, family, is_blackwell, vtuple)
@@ -42,11 +43,6 @@ class EnvConfig:
     timeout: float = field(default=120.0, metadata={"help": "seconds allowed for each probe / the smoke test (a hang is killed)"})
     sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang release whose SGLANG_* variables to check against (default: installed)"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
-
-
-def _flag(argv: list[str], name: str) -> Optional[str]:
-    from kit.sglang_env import _flag as flag
-    return flag(argv, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +288,7 @@ def check(facts: dict, env: Optional[dict[str, str]] = None, argv: Optional[list
     from kit.sglang_env import attention_backend_findings, fp8_findings, sglang_findings
 
     argv = argv or []
-    tp = _flag(argv, "--tp-size") or _flag(argv, "--tp")
+    tp = flag_value(argv, "--tp-size") or flag_value(argv, "--tp")
     tp = int(tp) if tp and tp.isdigit() else None
     rep = Report(facts=facts)
     if "torch" in facts or "nvml" in facts:  # probed (live or recorded); else judge only env and argv

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Optional
 
 from kit.findings import Finding
+from kit.cmdline import flag_value
 
 EXPLAIN = {
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": (
@@ -100,13 +101,6 @@ MLA_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kim
 ONLY_ON = {"trtllm_mha": (10,), "trtllm_mla": (10,), "fa3": (9,), "flashmla": (9, 10)}
 
 
-def _flag(argv: list[str], name: str) -> Optional[str]:
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: Optional[int]) -> str:
@@ -128,13 +122,13 @@ def attention_backend_findings(cc: Optional[tuple[int, int]], argv: list[str],
     mtype = (target_config or {}).get("model_type") or ""
     text_type = ((target_config or {}).get("text_config") or {}).get("model_type") or ""
     mla = bool({mtype, text_type} & MLA_MODEL_TYPES) or "kimi" in mtype
-    path = (_flag(argv, "--model-path") or _flag(argv, "--model") or "").lower()
+    path = (flag_value(argv, "--model-path") or flag_value(argv, "--model") or "").lower()
     guessed = target_config is None and any(k in path for k in ("kimi", "deepseek"))
     mla = mla or guessed  # no config given: a Kimi/DeepSeek model path means an MLA target
-    spec = _flag(argv, "--speculative-algorithm") is not None
-    topk = _flag(argv, "--speculative-eagle-topk")
+    spec = flag_value(argv, "--speculative-algorithm") is not None
+    topk = flag_value(argv, "--speculative-eagle-topk")
     topk = int(topk) if topk and topk.isdigit() else None
-    forced = _flag(argv, "--attention-backend") or _flag(argv, "--decode-attention-backend")
+    forced = flag_value(argv, "--attention-backend") or flag_value(argv, "--decode-attention-backend")
     ev = {"cc": f"{cc[0]}.{cc[1]}", "model_type": mtype or None, "mla": mla, "mla_guessed_from_path": guessed,
           "forced": forced, "topk": topk}
     if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
