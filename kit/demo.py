@@ -70,13 +70,18 @@ def declared_parameters(nb_path: Path) -> set[str]:
 
 
 def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int = 1800) -> Path:
+    import logging
+
     import papermill as pm
 
+    # papermill warns about every parameter line it cannot type-infer (a quoted launch command with
+    # '=' in it); the values are injected correctly, so keep a newcomer's terminal quiet
+    logging.getLogger("papermill").setLevel(logging.ERROR)
     declared = declared_parameters(nb_path)
     out_nb = out_dir / nb_path.name
     pm.execute_notebook(str(nb_path), str(out_nb), cwd=str(out_dir), kernel_name="python3",
                         parameters={k: v for k, v in params.items() if k in declared},
-                        progress_bar=False, request_save_on_cell_execute=True,
+                        progress_bar=sys.stderr.isatty(), request_save_on_cell_execute=True,
                         execution_timeout=timeout_s)
     return out_nb
 
