@@ -246,6 +246,12 @@ def _int_param(name: str, v: str) -> tuple[Optional[int], Optional[Verdict]]:
     return n, None
 
 
+def _clamped(name: str, v: str, n: int, lo: int, hi: int, fix: str) -> "Verdict":
+    """NCCL clamps an out-of-range integer setting into [lo, hi] (with an INFO line, not an error)."""
+    c = min(max(n, lo), hi)
+    return Verdict("warning", f"{name}={v}: outside {lo}..{hi}, NCCL clamps it to {c}", fix, {"nccl_reads_as": c})
+
+
 def _nthreads(v: str, m: Machine, env: dict, name="NCCL_NTHREADS", lo=64, hi=512) -> Verdict:
     n, bad = _int_param(name, v)
     if bad and n is None:
@@ -256,9 +262,7 @@ def _nthreads(v: str, m: Machine, env: dict, name="NCCL_NTHREADS", lo=64, hi=512
         return Verdict("warning", f"{name}={v}: not a multiple of 32 (warp size); NCCL replaces it with {hi}",
                        f"a multiple of 32 in {lo}..{hi}", {"nccl_reads_as": hi})
     if not lo <= n <= hi:
-        c = min(max(n, lo), hi)
-        return Verdict("warning", f"{name}={v}: outside {lo}..{hi}, NCCL clamps it to {c}", f"a multiple of 32 in {lo}..{hi}",
-                       {"nccl_reads_as": c})
+        return _clamped(name, v, n, lo, hi, f"a multiple of 32 in {lo}..{hi}")
     if bad:
         return bad
     note = ""
@@ -294,9 +298,7 @@ def _channels(v: str, m: Machine, env: dict, name: str) -> Verdict:
     top = MAXCHANNELS if (m.nccl is None or m.nccl >= (2, 25, 1)) else 32
     lo = 1 if "MAX" in name else 0
     if not lo <= n <= top:
-        c = min(max(n, lo), top)
-        return Verdict("warning", f"{name}={v}: outside {lo}..{top}, NCCL clamps it to {c}", f"a value in {lo}..{top}",
-                       {"nccl_reads_as": c})
+        return _clamped(name, v, n, lo, top, f"a value in {lo}..{top}")
     if bad:
         return bad
     legacy = " (legacy name; the *_NCHANNELS spelling wins when both are set)" if "NRINGS" in name else ""
