@@ -56,7 +56,7 @@ def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
         sync(); t0 = time.perf_counter()
         s = speculative_generate(target, draft, r, max_new, params, Wiring(), tok.eos_token_id)
         sync(); s_t += time.perf_counter() - t0
-        g_list = g if isinstance(g, list) else g.tokens
+        g_list = g.tokens
         same &= list(g_list) == list(s.tokens)
         g_tok += len(g_list); s_tok += len(s.tokens)
         draft_t += s.draft_time_s; verify_t += s.verify_time_s

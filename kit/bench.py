@@ -105,11 +105,8 @@ def load_prompts(spec: str) -> list[dict]:
     if spec == "builtin" or spec.startswith("builtin:"):
         kind = spec.split(":", 1)[1] if ":" in spec else None
         items = kp.builtin_prompts(kind=kind)
-        if kind is None:  # round-robin over kinds (as kit.oracle does): the first N mix chat/code/math
-            by: dict[str, list] = {}
-            for it in items:
-                by.setdefault(it.get("kind"), []).append(it)
-            items = [x for grp in zip(*by.values()) for x in grp]
+        if kind is None:  # the first N mix chat/code/math
+            items = kp.interleave_kinds(items)
     else:
         items = kp.load_prompts_jsonl(spec)
     out = []

@@ -217,15 +217,11 @@ def seed_faults(draft_dir) -> dict[str, Wiring]:
 
 
 def prompt_texts(cfg: OracleConfig) -> list[str]:
-    from kit.prompts import builtin_prompts, load_prompts_jsonl
+    from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
 
     rows = load_prompts_jsonl(cfg.prompts) if cfg.prompts else builtin_prompts(cfg.kind)
     if cfg.prompts is None and cfg.kind is None:
-        # round-robin over kinds so the first N prompts mix chat, code and math
-        by = {}
-        for r in rows:
-            by.setdefault(r["kind"], []).append(r)
-        rows = [x for grp in zip(*by.values()) for x in grp]
+        rows = interleave_kinds(rows)
     return [r["prompt"] for r in rows[: cfg.num_prompts]]
 
 

@@ -114,6 +114,14 @@ def builtin_prompts(kind: Optional[str] = None) -> list[dict]:
     raise KitInputError(f"unknown prompt kind {kind!r}; choose from {', '.join(EVAL_KINDS + ('train',))}")
 
 
+def interleave_kinds(rows: list[dict]) -> list[dict]:
+    """Round-robin over the rows' kinds, so the first N of a mixed set hold chat, code and math alike."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r.get("kind"), []).append(r)
+    return [x for grp in zip(*by.values()) for x in grp]
+
+
 def load_prompts_jsonl(path) -> list[dict]:
     """Read a JSONL prompt file; each bad line raises KitInputError naming file and line."""
     p = Path(path)
