@@ -1,4 +1,4 @@
-"""Benchmark of the benchmark client: how many requests/s kit.bench can drive, and whether its
+"""Benchmark of the benchmark client: how many requests/s kit.measure.bench can drive, and whether its
 numbers agree with what servers report. Prints one JSON document (last line of stdout).
 
 Why: a client that saturates before the server does measures itself. On a GPU host SGLang
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import httpx
 
-from kit.bench import BenchConfig, run_bench
-from kit.metrics import llamacpp_timings
-from kit.process import ServerProcess, free_port
+from kit.measure.bench import BenchConfig, run_bench
+from kit.measure.metrics import llamacpp_timings
+from kit.serving.process import ServerProcess, free_port
 
 PROMPTS = [{"id": f"p{i}", "kind": "chat", "text": f"prompt number {i} " * 8} for i in range(16)]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.safetensors_io import WriteEntry, write_stream  # noqa: E402
+from kit.checkpoint.safetensors_io import WriteEntry, write_stream  # noqa: E402
 
 
 def rand_chunks(nbytes: int, chunk: int = 8 << 20):

@@ -10,7 +10,7 @@ Sections of the JSON:
   speculative  `speculate.speculative_generate` vs `greedy_generate` on the same prompts
                (CPU reference of what a server does per request): tokens/s and accept length
   kimi_probe   time to build a 61-layer 7168-wide Kimi-K2.5-sized target on the meta device
-               and run the hooked forward (kit.probe, config.json only)
+               and run the hooked forward (kit.wiring.probe, config.json only)
 
     python bench/bench_oracle.py [--full] [--prompts 8] [--max-new-tokens 64] [--threads N]
 Machine used for the committed numbers: 2-core CPU, no GPU (other work on it adds noise).
@@ -33,13 +33,14 @@ def main() -> None:
 
     import torch
 
-    from kit import aux
-    from kit.draft import load_draft
+    from kit.wiring import aux
+    from kit.reference.draft_io import load_draft
     from kit.models import load_target
-    from kit.oracle import OracleConfig, continuations, evaluate, prompt_texts
-    from kit.probe import ProbeConfig, probe
-    from kit.speculate import SpecParams, Wiring, greedy_generate, speculative_generate
-    from kit.train import ensure_demo_draft
+    from kit.reference.oracle import OracleConfig, continuations, evaluate, prompt_texts
+    from kit.wiring.probe import ProbeConfig, probe
+    from kit.sglang.params import SpecParams
+    from kit.reference.speculate import Wiring, greedy_generate, speculative_generate
+    from kit.reference.train import ensure_demo_draft
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from kit.safetensors_io import CheckpointError, read_header  # noqa: E402
+from kit.checkpoint.safetensors_io import CheckpointError, read_header  # noqa: E402
 
 STATS = {"raw": [0, 0, 0], "json": [0, 0, 0], "mutate": [0, 0, 0]}  # ok, rejected, crashed
 CRASHES: list[str] = []

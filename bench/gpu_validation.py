@@ -39,7 +39,7 @@ def sync():
 
 def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
     from kit.models import chat_ids
-    from kit.speculate import Wiring, greedy_generate, speculative_generate
+    from kit.reference.speculate import Wiring, greedy_generate, speculative_generate
 
     rows = [chat_ids(tok, p) for p in prompts]
     # warm up kernels / allocator once each path
@@ -67,7 +67,7 @@ def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
         "speedup": round((s_tok / s_t) / (g_tok / g_t), 3),
         "accept_length": round(acc / steps, 3), "verify_steps": steps,
         "outputs_identical_to_greedy": same,
-        "draft_step_ms": round(1e3 * draft_t / max(1, steps * params.num_steps), 3),
+        "draft_step_ms": round(1e3 * draft_t / max(1, steps * params.speculative_num_steps), 3),
         "verify_step_ms": round(1e3 * verify_t / max(1, steps), 3),
         "greedy_step_ms": round(1e3 * g_t / max(1, g_tok), 3),
     }
@@ -91,7 +91,7 @@ def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
 
 
 def oracle_throughput(target, tok, draft, prompts, max_new, params) -> dict:
-    from kit.oracle import continuations, evaluate
+    from kit.reference.oracle import continuations, evaluate
 
     sync(); t0 = time.perf_counter()
     seqs = continuations(target, tok, prompts, max_new)
@@ -107,8 +107,8 @@ def oracle_throughput(target, tok, draft, prompts, max_new, params) -> dict:
 
 
 def server_runs(target_dir, draft_dir, device, dtype, concurrency, n_prompts, max_new, repeats, out: Path) -> dict:
-    from kit.bench import BenchConfig, run_bench
-    from kit.process import ServerProcess
+    from kit.measure.bench import BenchConfig, run_bench
+    from kit.serving.process import ServerProcess
 
     common = ["--model-path", str(target_dir), "--device", device, "--dtype", dtype]
     spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft_dir),
@@ -150,10 +150,10 @@ def main() -> int:
 
     import torch
 
-    from kit.draft import load_draft
+    from kit.reference.draft_io import load_draft
     from kit.models import embedded_dir, load_target
     from kit.prompts import builtin_prompts
-    from kit.speculate import SpecParams
+    from kit.sglang.params import SpecParams
 
     t0 = time.perf_counter()
     target_dir = embedded_dir()

@@ -19,17 +19,17 @@ from kit.findings import EXIT_CANNOT_RUN, KitInputError
 
 # verb -> module; order is the order of the walk-through (notebooks 01..05, then the demo)
 VERBS: dict[str, str] = {
-    "env": "kit.envcheck",
+    "env": "kit.env.check",
     "doctor": "kit.doctor",
-    "inspect": "kit.checkpoint",
-    "convert": "kit.convert",
-    "probe": "kit.probe",
-    "oracle": "kit.oracle",
-    "train-draft": "kit.train",
-    "launch": "kit.launch",
-    "serve": "kit.server",
-    "bench": "kit.bench",
-    "sweep": "kit.sweep",
+    "inspect": "kit.checkpoint.inspect",
+    "convert": "kit.checkpoint.convert",
+    "probe": "kit.wiring.probe",
+    "oracle": "kit.reference.oracle",
+    "train-draft": "kit.reference.train",
+    "launch": "kit.serving.launch_verb",
+    "serve": "kit.serving.server",
+    "bench": "kit.measure.bench",
+    "sweep": "kit.measure.sweep",
     "demo": "kit.demo",
 }
 

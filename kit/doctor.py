@@ -27,10 +27,10 @@ HELP = "run every static check (environment, checkpoint, wiring, launch command)
 
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
-    "kit.envcheck",
-    "kit.checkpoint",
-    "kit.launch",
-    "kit.aux",
+    "kit.env.check",
+    "kit.checkpoint.inspect",
+    "kit.serving.checks",
+    "kit.wiring.checks",
 ]
 
 
@@ -66,7 +66,7 @@ class DoctorContext:
 
     @cached_property
     def launch_env_argv(self) -> Optional[tuple[dict[str, str], list[str]]]:
-        from kit.cmdline import split_command
+        from kit.sglang.cmdline import split_command
 
         cmd = self.launch_command
         if cmd is None:
@@ -75,13 +75,13 @@ class DoctorContext:
 
     @cached_property
     def target_config(self) -> Optional[dict[str, Any]]:
-        from kit.hf_config import read_config
+        from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.target)[0] if self.cfg.target else None
 
     @cached_property
     def draft_config(self) -> Optional[dict[str, Any]]:
-        from kit.hf_config import read_config
+        from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.draft)[0] if self.cfg.draft else None
 

@@ -2,7 +2,7 @@
 
 Evaluation prompts (chat, code, math; eight each) are what the oracle, the benchmark client
 and the notebooks send by default. Training prompts (`kind="train"`) are disjoint from them:
-the smoke trainer (kit.train) lets the target continue them and learns from its own output,
+the smoke trainer (kit.reference.train) lets the target continue them and learns from its own output,
 so acceptance measured on the evaluation set is held-out.
 
     from kit.prompts import builtin_prompts, load_prompts_jsonl

@@ -1,6 +1,6 @@
-"""kit.bench + kit.sweep's real launcher against the kit's CPU reference server (kit.server):
+"""kit.measure.bench + kit.measure.sweep's real launcher against the kit's CPU reference server (kit.serving.server):
 real greedy EAGLE-3 decoding of the embedded SmolLM2 with the demo draft, started through
-kit.launch + kit.process exactly as a sweep point is.
+kit.serving.launch + kit.serving.process exactly as a sweep point is.
 
 Checks that every acceptance source the server exposes agrees (per-request meta_info, /metrics
 counter deltas, /server_info, decode log lines, streamed chunk sizes), for the fixed EAGLE3 launch
@@ -8,20 +8,21 @@ and for the seed's `--speculative-algorithm EAGLE` launch of the same draft (whi
 """
 import pytest
 
-from kit.bench import BenchConfig, run_bench
-from kit.launch import LaunchSpec
-from kit.sweep import SpecPoint, spec_launcher
+from kit.measure.bench import BenchConfig, run_bench
+from kit.serving.launch import LaunchSpec
+from kit.measure.sweep import spec_launcher
+from kit.sglang.params import SpecParams
 
 pytestmark = pytest.mark.slow
 
 
 def test_sources_agree_on_fixed_and_seed_launch(tmp_path):
-    from kit.train import ensure_demo_draft
+    from kit.reference.train import ensure_demo_draft
 
     draft = str(ensure_demo_draft(quick=True))
     base = LaunchSpec(model_path="embedded", speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
                       decode_log_interval=2)
-    point = SpecPoint(3, 1, 4)
+    point = SpecParams(3, 1, 4)
     observed = {}
     for algo in ("EAGLE3", "EAGLE"):
         launch = spec_launcher(base.replace(speculative_algorithm=algo), "reference", str(tmp_path / algo))

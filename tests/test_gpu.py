@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gpu,
 
 
 def test_env_probe_reads_the_real_gpu(tmp_path):
-    from kit.gpu_probe import gpu_list
+    from kit.env.probe import gpu_list
 
     rec = tmp_path / "facts.json"
     r = subprocess.run([sys.executable, "-m", "kit", "env", "--json", "--record", str(rec)],
@@ -32,7 +32,8 @@ def test_env_probe_reads_the_real_gpu(tmp_path):
 
 @pytest.mark.parametrize("topk,ndt", [(1, 4), (4, 8)])
 def test_speculative_equals_greedy_on_cuda_bf16(topk, ndt):
-    from kit.speculate import SpecParams, Wiring, greedy_generate, speculative_generate
+    from kit.sglang.params import SpecParams
+    from kit.reference.speculate import Wiring, greedy_generate, speculative_generate
     from kit.tests.tinymodels import tiny_draft, tiny_target
 
     torch.set_default_device("cuda")
@@ -51,7 +52,7 @@ def test_speculative_equals_greedy_on_cuda_bf16(topk, ndt):
 def test_reference_server_on_cuda(tmp_path):
     import httpx
 
-    from kit.process import ServerProcess
+    from kit.serving.process import ServerProcess
     from kit.tests.tinyserve import build_pair
 
     target, draft = build_pair(tmp_path)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kit.checkpoint import inspect
-from kit.convert import convert
-from kit.safetensors_io import read_checkpoint, sha256_of
+from kit.checkpoint.inspect import inspect
+from kit.checkpoint.convert import convert
+from kit.checkpoint.safetensors_io import read_checkpoint, sha256_of
 
 pytestmark = pytest.mark.interop
 

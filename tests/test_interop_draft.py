@@ -1,10 +1,10 @@
-"""The kit's reference draft (kit.draft) computes the same logits as the real speculators 0.9.0 and
+"""The kit's reference draft (kit.reference.draft) computes the same logits as the real speculators 0.9.0 and
 SpecForge 0.2.0 forward passes, for the same weights and inputs.
 
 The checkpoints and the two libraries' forward functions come from tests/test_interop_checkpoints.py
 (MAKE builds a tiny verifier plus one genuine checkpoint per library; FORWARD's helpers run each
 library's own forward) inside the `speculators` side venv (kit.venvs). The kit loads the same
-directories in this interpreter (speculators layout through kit.convert) and must agree.
+directories in this interpreter (speculators layout through kit.checkpoint.convert) and must agree.
 """
 import json
 import shutil
@@ -42,7 +42,7 @@ def ref():
 @pytest.mark.parametrize("name", ["spec", "sf"])
 def test_equal_logits(ref, name):
     import torch
-    from kit.draft import load_draft
+    from kit.reference.draft_io import load_draft
 
     data = torch.load(ref / "ref_logits.pt")
     d = load_draft(ref / name)                       # no target: the checkpoint's own embedding

@@ -1,4 +1,4 @@
-"""kit.bench against a REAL third-party server: llama-cpp-python's OpenAI-compatible server on the
+"""kit.measure.bench against a REAL third-party server: llama-cpp-python's OpenAI-compatible server on the
 embedded SmolLM2 GGUF (2 threads). No stub: the client's token counts must equal what the server
 reports (`usage.completion_tokens` of the same greedy request, non-streamed), and the client's
 timings must agree with llama.cpp's own `llama_perf_context_print` timings from the server log.
@@ -16,9 +16,9 @@ pytest.importorskip("sse_starlette")
 pytest.importorskip("starlette_context")
 httpx = pytest.importorskip("httpx")
 
-from kit.bench import BenchConfig, run_bench  # noqa: E402
-from kit.metrics import llamacpp_timings  # noqa: E402
-from kit.process import ServerProcess, free_port  # noqa: E402
+from kit.measure.bench import BenchConfig, run_bench  # noqa: E402
+from kit.measure.metrics import llamacpp_timings  # noqa: E402
+from kit.serving.process import ServerProcess, free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

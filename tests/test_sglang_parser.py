@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kit.launch import ALIASES, FIELDS, LaunchSpec, spec_from_command
-from kit.launch_checks import lint
-from kit.sglang_parser import parse_argvs
+from kit.serving.launch import ALIASES, FIELDS, LaunchSpec, spec_from_command
+from kit.serving.checks import lint
+from kit.sglang.parser import parse_argvs
 
 pytestmark = pytest.mark.interop
 SEED = (Path(__file__).resolve().parents[1] / "kit" / "tests" / "data" / "seed_launch.sh").read_text()

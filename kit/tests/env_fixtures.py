@@ -23,5 +23,5 @@ def facts(name: str) -> dict:
 
 
 def seed_env_argv():
-    from kit.cmdline import split_command
+    from kit.sglang.cmdline import split_command
     return split_command(SEED_LAUNCH)

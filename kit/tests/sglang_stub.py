@@ -2,7 +2,7 @@
 
 Why a stub: the bench client must be tested on its protocol handling (streaming, meta_info spec
 fields, /flush_cache, /metrics, /server_info, OpenAI endpoints, failures) in milliseconds, with
-exact known answers. Real servers are tested elsewhere: the CPU reference server (kit.server)
+exact known answers. Real servers are tested elsewhere: the CPU reference server (kit.serving.server)
 and llama-cpp-python's OpenAI server (tests/test_llamacpp_server.py).
 
 It mimics SGLang 0.5.23 as documented in docs formats.md §5: `/generate` (SSE stream with a
@@ -35,7 +35,7 @@ from typing import Optional
 class StubConfig:
     spec: bool = True                       # speculative decoding on (spec fields reported)
     accept_pattern: list[int] = field(default_factory=lambda: [3, 2, 1, 4])
-    num_draft_tokens: int = 4
+    speculative_num_draft_tokens: int = 4
     step_delay: float = 0.0                 # seconds per decode/verify step
     prefill_delay: float = 0.0
     metrics: bool = True                    # serve /metrics (SGLang needs --enable-metrics)
@@ -74,11 +74,11 @@ def _spec_meta(cfg: StubConfig, steps: list[int]) -> dict:
     ver = len(steps) - 1
     if not cfg.spec or ver <= 0:
         return {}
-    hist = [0] * cfg.num_draft_tokens
+    hist = [0] * cfg.speculative_num_draft_tokens
     for k in steps[1:]:
-        hist[min(k - 1, cfg.num_draft_tokens - 1)] += 1
+        hist[min(k - 1, cfg.speculative_num_draft_tokens - 1)] += 1
     correct = sum(k - 1 for k in steps[1:])
-    proposed = ver * (cfg.num_draft_tokens - 1)
+    proposed = ver * (cfg.speculative_num_draft_tokens - 1)
     return {"spec_verify_ct": ver, "spec_num_correct_drafts": correct,
             "spec_num_proposed_drafts": proposed, "spec_accept_rate": correct / proposed,
             "spec_accept_length": sum(steps) / ver, "spec_correct_drafts_histogram": hist}
@@ -130,7 +130,7 @@ class Stub:
             # SGLang accumulates this from verify steps only (decode-log intervals): no prefill token
             avg = st.decode_tokens / st.verify_calls if st.verify_calls else 0.0
             self._send(writer, 200, {"version": "stub", "speculative_algorithm": "EAGLE3" if cfg.spec else None,
-                                     "speculative_num_draft_tokens": cfg.num_draft_tokens,
+                                     "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
                                      "internal_states": [{"avg_spec_accept_length": avg}]})
         elif path == "/v1/models":
             self._send(writer, 200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})

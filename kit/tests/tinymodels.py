@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kit.draft import DraftSpec, Eagle3Draft
+from kit.reference.draft import DraftSpec, Eagle3Draft
 
 
 def tiny_target(seed: int = 0, layers: int = 6, hidden: int = 32, vocab: int = 96, dtype=torch.float64):

@@ -51,7 +51,8 @@ def build_target(out: Path, seed: int = 0) -> Path:
 
 def build_draft(out: Path, seed: int = 1) -> Path:
     import torch
-    from kit.draft import Eagle3Draft, DraftSpec, save_draft, sglang_config
+    from kit.reference.draft import Eagle3Draft, DraftSpec
+    from kit.reference.draft_io import save_draft, sglang_config
 
     torch.manual_seed(seed)
     kw = dict(hidden_size=32, target_hidden_size=32, num_attention_heads=4, num_key_value_heads=2,

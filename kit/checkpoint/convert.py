@@ -1,0 +1,382 @@
+"""`python -m kit convert SRC DST --to sglang|speculators|eagle [--target PATH] [--sglang-version X] [--force]`
+
+Rewrites an EAGLE-3 draft into the layout another stack loads (formats.md §1-2):
+
+* speculators -> SGLang: `midlayer.*` (one layer; loads in every SGLang era) or `layers.N.*`
+  with `hidden_norm` as SGLang's pre-attention norm for N >= 1, and a flat
+  `LlamaForCausalLMEagle3` config (aux ids under `eagle_config`, draft vocab, target hidden
+  size, norm flags, rope fields);
+* SGLang / SpecForge / EAGLE -> speculators (`layers.N.*`, `Eagle3DraftModel` config);
+* anything the kit reads -> official EAGLE (`midlayer.*`, plain Llama config).
+
+Strict: refuses when the destination needs a tensor the source lacks, unless `--target` names
+where `embed_tokens`/`lm_head` come from; refuses weights the destination would drop (q/k norms,
+fc_norm in an SGLang without it...). Safe: never touches SRC, refuses DST inside SRC (or SRC
+inside DST) and a non-empty DST without `--force`; streams tensor by tensor into a temporary
+directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
+`kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from kit import __version__
+from kit import config as kconfig
+from kit.checkpoint.inspect import config_dims, corrupt_report, find_config
+from kit.findings import Finding, KitInputError, Report, emit
+from kit.checkpoint.layouts import (detect_layout, from_canonical, sglang_to_eagle_config, sglang_to_speculators_config,
+                         speculators_to_sglang_config, to_canonical)
+from kit.checkpoint.safetensors_io import (DTYPE_BITS, _umask, CheckpointError, TensorInfo, WriteEntry, iter_bytes, read_checkpoint,
+                                sha256_of, write_stream)
+
+HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
+DESTS = ("sglang", "speculators", "eagle")
+PROVENANCE = "kit_provenance.json"
+# whose integers the source's aux layer ids are (kit/aux.py turns this into a shift check)
+AUX_CONVENTION = {"speculators": "speculators", "sglang": "sglang", "specforge": "specforge", "eagle": "eagle"}
+TARGET_EMBED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+@dataclass
+class ConvertConfig:
+    src: str = field(default="", metadata={"positional": True, "help": "source draft directory"})
+    dst: str = field(default="", metadata={"positional": True, "help": "output directory (created)"})
+    to: str = field(default="sglang", metadata={"help": "destination layout", "choices": list(DESTS)})
+    target: Optional[str] = field(default=None, metadata={"help": "target model dir: source of embed_tokens/lm_head when the draft lacks them"})
+    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang release the output must load in (default: installed, else newest known)"})
+    force: bool = field(default=False, metadata={"help": "replace a non-empty DST"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+
+@dataclass
+class Source:
+    """Where one output tensor's bytes come from: a source tensor, target rows, or literal bytes."""
+
+    dtype: str
+    shape: tuple
+    chunks: Callable[[], Iterable[bytes]]
+    origin: str
+
+
+@dataclass
+class Plan:
+    to: str
+    config: dict[str, Any]
+    tensors: dict[str, Source] = field(default_factory=dict)   # output name -> source
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def _from_tensor(t: TensorInfo, origin: str) -> Source:
+    return Source(t.dtype, t.shape, lambda: iter_bytes(t), origin)
+
+
+def _rows(t: TensorInfo, rows: list[int], origin: str) -> Source:
+    """Selected rows of a 2-D tensor, read row by row (bounded memory)."""
+    width = DTYPE_BITS[t.dtype] * t.shape[1] // 8
+
+    def gen():
+        with open(t.file, "rb") as f:
+            for r in rows:
+                f.seek(t.start + r * width)
+                yield f.read(width)
+    return Source(t.dtype, (len(rows), t.shape[1]), gen, origin)
+
+
+def _i64(vals: list[int]) -> bytes:
+    from array import array
+
+    a = array("q", vals)
+    return a.tobytes()
+
+
+def _target_tensors(target: str) -> tuple[Optional[TensorInfo], Optional[TensorInfo], dict]:
+    from kit.models import resolve_target
+
+    d = resolve_target(target)
+    ck = read_checkpoint(d)
+    tcfg = json.loads((d / "config.json").read_text())
+    emb = next((ck.tensors[k] for k in TARGET_EMBED if k in ck.tensors), None)
+    head = ck.tensors.get("lm_head.weight") or (emb if tcfg.get("tie_word_embeddings") else None)
+    return emb, head, tcfg
+
+
+def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
+                    sglang_version: Optional[str] = None) -> Plan:
+    """Decide every output tensor and the output config; raise KitInputError when strictness forbids."""
+    from kit.checkpoint.hf_config import read_config
+    from kit.checkpoint.vocab import _bools, _ints
+
+    src = Path(src)
+    ck = read_checkpoint(src)
+    cp = find_config(src)
+    if cp is None:
+        raise KitInputError(f"{src}: no config.json; the converter needs the draft's architecture")
+    cfg = read_config(cp)[0]
+    lay = detect_layout(ck.tensors, cfg)
+    if lay.name in ("kimi_mla", "unknown"):
+        raise KitInputError(f"{src}: layout {lay.name} ({lay.evidence.get('why')}); the kit converts Llama-style "
+                            "EAGLE-3 drafts only")
+    if to not in DESTS:
+        raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
+    d = config_dims(cfg, lay.name)
+    H, V, Vd, Ht, k, L = (d.get(x) for x in ("hidden_size", "vocab_size", "draft_vocab_size", "target_hidden_size",
+                                             "num_aux", "num_hidden_layers"))
+    canon: dict[str, TensorInfo] = {}
+    plan = Plan(to, {})
+    for key, t in ck.tensors.items():
+        c = to_canonical(key, lay)
+        if c is None:
+            plan.dropped.append((key, "not a draft weight (verifier_*/rotary buffer/unused SGLang norm)"))
+        elif c in canon:
+            raise KitInputError(f"{src}: keys {canon[c].name!r} and {key!r} both map to {c!r}")
+        else:
+            canon[c] = t
+    fc = canon.get("fc.weight")
+    if fc is None:
+        raise KitInputError(f"{src}: no fc.weight — not an EAGLE-3 draft (or a partial checkpoint)")
+    if Ht and fc.shape[1] % Ht == 0:
+        k = fc.shape[1] // Ht
+    qk = sorted(c for c in canon if c.endswith(("q_norm.weight", "k_norm.weight")))
+    bias = sorted(c for c in canon if c.endswith((".q_proj.bias", ".k_proj.bias", ".v_proj.bias")))
+    refuse: list[str] = []
+    if qk and to in ("sglang", "eagle"):
+        refuse.append(f"{qk[0]} (Qwen3-style q/k norms): {to} has no such parameter and would drop it")
+    if bias and to in ("sglang",):
+        refuse.append(f"{bias[0]}: SGLang's qkv_proj has no bias")
+    if to == "sglang":
+        from kit.sglang.loader import rules_for
+
+        r = rules_for(sglang_version)
+        f = r.features
+        plan.provenance["sglang_version"] = r.version
+        if not f.get("has_eagle3"):
+            refuse.append(f"sglang {r.version} has no EAGLE-3 support")
+        if f.get("single_layer_only") and L != 1:
+            refuse.append(f"{L} layers: sglang {r.version} loads single-layer drafts only (0.5.12+ loads more)")
+        if any(c.startswith("fc_norm.") for c in canon) and not f.get("fc_norm"):
+            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm (0.5.12+)")
+        if "input_norm.weight" in canon and not f.get("norm_before_fc"):
+            refuse.append(f"input_norm.weight (norm_before_fc): sglang {r.version} has none (0.5.17+)")
+        if k != 3 and not f.get("num_aux_configurable"):
+            refuse.append(f"{k} aux states: sglang {r.version} hard-codes 3")
+    if to == "eagle":
+        if L != 1 or any(c.startswith(("fc_norm.", "input_norm.")) for c in canon) or k != 3:
+            refuse.append("official EAGLE code has one layer, k=3 and no fc_norm/input_norm")
+    if to == "speculators" and Ht not in (None, H):
+        refuse.append(f"target_hidden_size {Ht} != hidden_size {H}: speculators sizes fc by the draft hidden size")
+    if to == "speculators" and not target:
+        # Eagle3DraftModel.from_pretrained (0.9.0) always reads the verifier's config: a null path fails
+        refuse.append("speculators needs the verifier (target) model path in its config: pass --target TARGET_DIR")
+    if refuse:
+        raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
+
+    # vocab maps: derive the missing one of d2t/t2d from the other (they determine each other)
+    d2t_t, t2d_t = canon.pop("d2t", None), canon.pop("t2d", None)
+    hot: Optional[list[int]] = None
+    if d2t_t is not None:
+        hot = [i + x for i, x in enumerate(_ints(d2t_t))]
+    elif t2d_t is not None:
+        hot = [i for i, b in enumerate(_bools(t2d_t)) if b]
+    reduced = Vd is not None and V is not None and Vd != V
+    if reduced and hot is None:
+        raise KitInputError(f"{src}: draft vocab {Vd} < target vocab {V} but no d2t/t2d: the draft ids cannot be mapped")
+    if reduced or to != "speculators":
+        if hot is not None:
+            plan.tensors["d2t"] = Source("I64", (len(hot),), lambda h=hot: [_i64([x - i for i, x in enumerate(h)])],
+                                         d2t_t.name if d2t_t is not None else "derived from t2d")
+            mask = bytearray(V or (max(hot) + 1))
+            for x in hot:
+                mask[x] = 1
+            plan.tensors["t2d"] = Source("BOOL", (len(mask),), lambda m=bytes(mask): [m],
+                                         t2d_t.name if t2d_t is not None else "derived from d2t")
+    elif hot is not None:
+        if hot != list(range(len(hot))):
+            raise KitInputError(f"{src}: draft_vocab_size == vocab_size but d2t is not the identity")
+        plan.dropped += [(t.name, "identity map: speculators stores none when Vd == V")
+                         for t in (d2t_t, t2d_t) if t is not None]
+
+    # embed / lm_head: required per destination; --target may supply them
+    head_from_target = to == "sglang" and "draft_vocab_size" in cfg and cfg.get("draft_vocab_size") is None
+    need_embed = to == "speculators" or (to == "sglang" and Ht not in (None, H))
+    need_head = not head_from_target
+    temb = thead = None
+    if (need_embed and "embed_tokens.weight" not in canon) or (need_head and "lm_head.weight" not in canon):
+        if not target:
+            miss = [n for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head))
+                    if need and n not in canon]
+            raise KitInputError(f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
+                                "name its source with --target TARGET_MODEL_DIR")
+        temb, thead, _ = _target_tensors(target)
+    if need_embed and "embed_tokens.weight" not in canon:
+        if temb is None or tuple(temb.shape) != (V, H):
+            raise KitInputError(f"--target {target}: no embed_tokens of shape [{V}, {H}]")
+        canon["embed_tokens.weight"] = temb
+        plan.notes.append(Finding(code="draft.config", severity="info", title=f"embed_tokens copied from target {temb.name}",
+                                  evidence={"target": target}))
+    if need_head and "lm_head.weight" not in canon:
+        if thead is None or thead.shape[1] != H or thead.shape[0] != V:
+            raise KitInputError(f"--target {target}: no lm_head of shape [{V}, {H}]")
+        rows = hot if hot is not None else list(range(V))
+        plan.tensors["lm_head.weight"] = _rows(thead, rows, f"target:{thead.name} rows t2d")
+        canon.pop("lm_head.weight", None)
+        plan.notes.append(Finding(code="draft.config", severity="info",
+                                  title=f"lm_head built from target {thead.name} ({len(rows)} kept rows)"))
+    required = ["fc.weight", "norm.weight"] + [f"layers.{i}.{n}" for i in range(L or 1) for n in
+                ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                 "input_layernorm.weight", "post_attention_layernorm.weight")] + ["layers.0.hidden_norm.weight"]
+    missing = [n for n in required if n not in canon]
+    if missing:
+        raise KitInputError(f"{src}: missing {len(missing)} required tensor(s), e.g. {missing[0]}")
+    if head_from_target and "lm_head.weight" in canon:
+        plan.dropped.append((canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head"))
+    # an embed_tokens SGLang does not need is still written: it replaces it with the target's, others use it
+    for c, t in canon.items():
+        if c.startswith("layers.") and c.endswith("hidden_norm.weight") and not c.startswith("layers.0.") and to != "sglang":
+            plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))
+            continue
+        plan.tensors[from_canonical(c, to, L or 1)] = _from_tensor(t, t.name)
+
+    if to == "sglang" and plan.provenance.get("sglang_version") and "fc.bias" not in canon:
+        from kit.sglang.loader import rules_for
+
+        if rules_for(sglang_version).features.get("fc_default_bias"):
+            # 0.4.5-0.4.8 give fc torch's default (random) bias; zeros reproduce a bias-free fc
+            nb = DTYPE_BITS[fc.dtype] * fc.shape[0] // 8
+            plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
+    # config
+    if lay.name == "speculators":
+        scfg = speculators_to_sglang_config(cfg, k)
+        if cfg.get("norm_before_residual"):
+            plan.notes.append(Finding(code="draft.config", severity="warning",
+                                      title="source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
+                                      fix="expect lower acceptance outside vLLM, or retrain with it off"))
+    else:
+        scfg = dict(cfg)
+        scfg["architectures"] = ["LlamaForCausalLMEagle3"]
+        scfg.setdefault("num_aux_hidden_states", k)
+        if "target_hidden_size" in scfg and scfg["target_hidden_size"] in (None, H):
+            scfg.pop("target_hidden_size")
+    if to == "sglang":
+        plan.config = scfg
+    elif to == "speculators":
+        from kit.models import resolve_target
+
+        tdir = resolve_target(target)
+        tarch = json.loads((tdir / "config.json").read_text()).get("architectures") or ["LlamaForCausalLM"]
+        plan.config = sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
+    else:
+        plan.config = sglang_to_eagle_config(scfg)
+    ids = (cfg.get("eagle_aux_hidden_state_layer_ids")
+           or (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
+    plan.provenance.update({
+        "kit_version": __version__, "source": str(src.resolve()), "source_layout": lay.name,
+        "source_layout_evidence": lay.evidence, "source_aux_layer_id_convention": AUX_CONVENTION.get(lay.name),
+        "aux_layer_ids": ids, "destination_layout": to, "target": target,
+        "dropped": plan.dropped, "created_unix": int(time.time())})
+    return plan
+
+
+def _safe_paths(src: Path, dst: Path, force: bool) -> None:
+    s, d = src.resolve(), dst.resolve()
+    if d == s or d.is_relative_to(s):
+        raise KitInputError(f"{dst}: DST lies inside SRC {src}; choose a directory outside it")
+    if s.is_relative_to(d):
+        raise KitInputError(f"{dst}: SRC lies inside DST; replacing DST would delete the source")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())) and not force:
+        raise KitInputError(f"{dst}: exists and is not empty (use --force to replace it)")
+
+
+def verify_output(out: Path, plan: Plan, hashes: dict[str, str]) -> None:
+    """Re-read the written checkpoint: same keys, dtypes, shapes, and bytes (sha256)."""
+    ck = read_checkpoint(out / "model.safetensors")
+    if set(ck.tensors) != set(plan.tensors):
+        raise KitInputError(f"{out}: verification failed: written keys differ from the plan")
+    for n, s in plan.tensors.items():
+        t = ck.tensors[n]
+        if t.dtype != s.dtype or tuple(t.shape) != tuple(s.shape) or sha256_of(t) != hashes[n]:
+            raise KitInputError(f"{out}: verification failed for {n}")
+
+
+def convert(src: str | Path, dst: str | Path, to: str = "sglang", target: Optional[str] = None,
+            sglang_version: Optional[str] = None, force: bool = False) -> Report:
+    """Convert SRC into DST (see module doc). Returns a report; raises KitInputError when refused."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise KitInputError(f"{src}: give the draft directory (config.json + safetensors)")
+    _safe_paths(src, dst, force)
+    plan = plan_conversion(src, to, target, sglang_version)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.kit-"))
+    try:
+        entries = [WriteEntry(n, s.dtype, tuple(s.shape), s.chunks) for n, s in plan.tensors.items()]
+        hashes = write_stream(tmp / "model.safetensors", entries, {"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
+        prov = dict(plan.provenance, tensors={n: {"sha256": hashes[n], "from": s.origin} for n, s in plan.tensors.items()})
+        (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str) + "\n")
+        verify_output(tmp, plan, hashes)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
+        rep = Report(list(plan.notes))
+        if to == "sglang":
+            from kit.checkpoint.inspect import inspect, simulation_findings
+
+            ins = inspect(tmp, sglang_version)
+            bad = [f for f in simulation_findings(ins.simulation, ins.layout) if f.severity == "error"]
+            if bad:
+                raise KitInputError(f"{dst}: the converted draft would still not load cleanly: {bad[0].title}")
+        if dst.exists():
+            old = dst.with_name(f".{dst.name}.kit-old-{int(time.time())}")
+            dst.rename(old)
+            tmp.rename(dst)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for key, why in plan.dropped:
+        rep.add(Finding(code="draft.keys_dropped", severity="info", title=f"not written: {key} ({why})"))
+    rep.facts.update({"dst": str(dst), "to": to, "tensors": len(plan.tensors),
+                      "source_layout": plan.provenance["source_layout"]})
+    return rep
+
+
+def convert_in_memory(src: str | Path, sglang_version: Optional[str] = None) -> tuple[dict, dict]:
+    """(SGLang config, {SGLang key: torch.Tensor}) for a draft in any layout — for kit.draft."""
+    import torch
+
+    from kit.checkpoint.safetensors_io import TORCH_DTYPES
+
+    plan = plan_conversion(src, "sglang", None, sglang_version)
+    state = {}
+    for n, s in plan.tensors.items():
+        buf = bytearray(b"".join(s.chunks()))
+        dt = getattr(torch, TORCH_DTYPES[s.dtype])
+        state[n] = (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(s.shape)
+    return plan.config, state
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, ConvertConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(ConvertConfig, args)
+    try:
+        rep = convert(cfg.src, cfg.dst, cfg.to, cfg.target, cfg.sglang_version, cfg.force)
+    except CheckpointError as e:
+        rep = corrupt_report(e)
+        print(rep.to_json() if cfg.json else f"kit convert: error: {e}")
+        return 2
+    if not cfg.json:
+        print(f"wrote {rep.facts['dst']} ({rep.facts['tensors']} tensors, {rep.facts['source_layout']} -> {cfg.to})")
+    return emit(rep, cfg.json)

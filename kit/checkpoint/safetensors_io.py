@@ -1,0 +1,451 @@
+"""safetensors checkpoints read from their headers, and written tensor by tensor — no torch, no mmap.
+
+Why: a 1T-parameter checkpoint must be inspectable on a laptop. `safetensors.safe_open` maps
+the whole file and fails on a 32 GB shard with 24 GB of RAM; importing torch costs seconds. A
+safetensors file is `u64 little-endian N`, `N bytes of JSON header`, then raw tensor bytes, so
+the header alone gives every name, dtype, shape and byte range. This module reads exactly
+that, validates it (header length vs file size, JSON, dtypes, shapes x dtype size == byte span,
+offsets in range, contiguous and non-overlapping) and never allocates memory in proportion to
+a size the file declares. Pickle weights (`.bin`, `.pt`) are reported, never unpickled.
+
+    from kit.checkpoint.safetensors_io import read_checkpoint
+    ck = read_checkpoint("draft_dir")            # file, directory, or sharded index
+    for t in ck.tensors.values(): print(t.name, t.dtype, t.shape, t.nbytes)
+
+Writing (`convert`, the trainer): `write_stream` builds the header from declared
+(name, dtype, shape) entries and then copies each tensor's bytes in bounded chunks from a
+producer, hashing as it goes; `write_safetensors(path, {name: torch.Tensor}, metadata)` is
+the convenience form (imports torch lazily). Both write to a temporary file and rename.
+
+How to run: `python -m kit.checkpoint.safetensors_io FILE_OR_DIR` prints the tensor listing as JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
+
+from kit.findings import KitInputError
+
+# dtype -> bits per element (safetensors 0.8 set); sub-byte types pack several elements per byte
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "F64": 64, "I64": 64, "U64": 64, "C64": 64,
+}
+# the Rust library refuses headers above 100 MB; we do too, before reading them
+MAX_HEADER_BYTES = 100_000_000
+CHUNK = 8 << 20
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+INDEX_NAME = "model.safetensors.index.json"
+
+
+class CheckpointError(KitInputError):
+    """The checkpoint cannot be read as declared (truncated, malformed, pickle...). Code ckpt.corrupt."""
+
+    code = "ckpt.corrupt"
+
+
+class TensorInfo(NamedTuple):
+    """One tensor's header facts (a tuple: ~70k of them are built per 1T checkpoint)."""
+
+    name: str
+    dtype: str
+    shape: tuple          # tuple[int, ...]
+    file: str             # path of the shard holding it
+    start: int            # absolute byte offset of the first data byte in `file`
+    end: int              # absolute offset one past the last byte
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class Checkpoint:
+    """Every tensor of a checkpoint (one file, a directory or a sharded index), from headers only."""
+
+    path: str
+    files: list[str]
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # file -> __metadata__
+    pickle_files: list[str] = field(default_factory=list)               # seen, never opened
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    @property
+    def total_params(self) -> int:
+        return sum(t.numel for t in self.tensors.values())
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: t.shape for k, t in self.tensors.items()}
+
+
+def _bad(path: Any, msg: str) -> CheckpointError:
+    return CheckpointError(f"{path}: {msg}")
+
+
+def _byte_size(dtype: str, shape: tuple[int, ...], path: Any, name: str) -> int:
+    bits = DTYPE_BITS[dtype] * math.prod(shape)  # python ints: no overflow on absurd shapes
+    if bits % 8:
+        raise _bad(path, f"tensor {name!r}: {dtype} {list(shape)} is not a whole number of bytes")
+    return bits // 8
+
+
+def _explain(name: str, e: Any, data_len: int, path: Any) -> None:
+    """Raise the precise CheckpointError for a header entry the fast path rejected."""
+    if not isinstance(e, dict):
+        raise _bad(path, f"tensor {name!r}: entry is not an object")
+    dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise _bad(path, f"tensor {name!r}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise _bad(path, f"tensor {name!r}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
+    if (not isinstance(offs, list) or len(offs) != 2
+            or not all(type(o) is int and o >= 0 for o in offs) or offs[0] > offs[1]):
+        raise _bad(path, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {str(offs)[:80]}")
+    need = _byte_size(dtype, tuple(shape), path, name)
+    if offs[1] - offs[0] != need:
+        raise _bad(path, f"tensor {name!r}: {dtype} {shape} needs {need} bytes but data_offsets span {offs[1] - offs[0]}")
+    raise _bad(path, f"tensor {name!r}: data_offsets end {offs[1]} is past the end of the data "
+                     f"({data_len} bytes): file truncated or offsets out of range")
+
+
+def parse_header(raw: bytes, data_len: int, path: Any = "<bytes>", file: Optional[str] = None,
+                 base: int = 0) -> tuple[dict, list]:
+    """Validate one header's JSON bytes against `data_len` bytes of data after it.
+
+    Returns (metadata, entries sorted by offset): with `file`, TensorInfo whose offsets are
+    absolute (`base` + relative); without, (name, dtype, shape, begin, end) relative tuples.
+    Raises CheckpointError with one line naming the problem.
+    """
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _bad(path, f"header is not valid JSON ({str(e).splitlines()[0][:120]})")
+    if not isinstance(doc, dict):
+        raise _bad(path, "header is not a JSON object")
+    meta = doc.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise _bad(path, "__metadata__ must map strings to strings")
+    entries = []
+    add = entries.append
+    make = tuple.__new__
+    bits_of = DTYPE_BITS
+    for name, e in doc.items():
+        # fast path: plain checks in one try; any anomaly goes to _explain for the precise message
+        try:
+            dtype, shape, (b, en) = e["dtype"], e["shape"], e["data_offsets"]
+            n = bits_of[dtype]
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    raise ValueError
+                n *= d
+            if (type(shape) is not list or type(b) is not int or type(en) is not int
+                    or not 0 <= b <= en <= data_len or n & 7 or en - b != n >> 3):
+                raise ValueError
+        except Exception:
+            _explain(name, e, data_len, path)
+        if file is None:
+            add((name, dtype, tuple(shape), b, en))
+        else:
+            add(make(TensorInfo, (name, dtype, tuple(shape), file, base + b, base + en)))
+    s_i, e_i = (3, 4) if file is None else (4, 5)
+    pos = base if file is not None else 0
+    for t in entries:  # usually already in offset order: sort only when not
+        if t[s_i] < pos:
+            entries.sort(key=itemgetter(s_i, e_i))
+            break
+        pos = t[e_i]
+    pos = base if file is not None else 0
+    for t in entries:
+        b, e = t[s_i], t[e_i]
+        if b != pos:
+            if b < pos:
+                raise _bad(path, f"tensor {t[0]!r}: data_offsets [{b - base}, {e - base}] overlap the previous tensor "
+                                 f"(ends at {pos - base})")
+            raise _bad(path, f"tensor {t[0]!r}: gap of {b - pos} bytes before it (offsets must be contiguous)")
+        pos = e
+    if pos - (base if file is not None else 0) != data_len:
+        raise _bad(path, f"tensors cover {pos - base} bytes but the file holds {data_len} data bytes "
+                         f"({'truncated' if pos - base > data_len else 'trailing bytes'})")
+    return meta, entries
+
+
+def read_header(path: str | Path) -> tuple[dict[str, str], list[TensorInfo]]:
+    """(metadata, tensors) of one .safetensors file; reads 8 + N bytes, nothing more."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            if len(head) < 8:
+                raise _bad(p, f"file is {size} bytes, shorter than the 8-byte header length")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise _bad(p, f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors")
+            if n > MAX_HEADER_BYTES:
+                raise _bad(p, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+            raw = f.read(n)
+    except OSError as e:
+        raise _bad(p, f"cannot read ({e.strerror})")
+    if len(raw) != n:
+        raise _bad(p, "file changed size while reading")
+    return parse_header(raw, size - 8 - n, p, str(p), 8 + n)
+
+
+def _read_index(index: Path) -> dict[str, str]:
+    try:
+        doc = json.loads(index.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _bad(index, f"cannot read the shard index ({e})")
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or (wm and set(map(type, wm.values())) != {str}):
+        raise _bad(index, "shard index has no weight_map of tensor name -> shard file")
+    return wm
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read every header of a .safetensors file, a sharded index, or a model directory."""
+    p = Path(path)
+    if not p.exists():
+        raise KitInputError(f"{p}: no such file or directory")
+    pickles: list[str] = []
+    wm: Optional[dict[str, str]] = None
+    shards: Optional[list[str]] = None
+    if p.is_dir():
+        pickles = sorted(str(q) for q in p.iterdir() if q.suffix in PICKLE_SUFFIXES)
+        if (p / INDEX_NAME).exists():
+            wm = _read_index(p / INDEX_NAME)
+            root = p.resolve()
+            files = []
+            shards = sorted(set(wm.values()))
+            for shard in shards:
+                q = (p / shard)
+                if not q.resolve().is_relative_to(root):
+                    raise _bad(p / INDEX_NAME, f"shard {shard!r} lies outside the checkpoint directory")
+                if not q.is_file():
+                    raise _bad(p / INDEX_NAME, f"names shard {shard!r}, which does not exist")
+                files.append(q)
+        else:
+            files = sorted(p.glob("*.safetensors"))
+        if not files:
+            if pickles:
+                raise _bad(p, f"only pickle weights ({', '.join(Path(x).name for x in pickles)}); "
+                              "pickle files can run code when loaded and are never opened by the kit — "
+                              "re-save as safetensors (save_pretrained(..., safe_serialization=True))")
+            raise _bad(p, "no .safetensors files and no model.safetensors.index.json")
+    elif p.suffix in PICKLE_SUFFIXES:
+        raise _bad(p, "pickle weights are never unpickled by the kit (they can run code); "
+                      "re-save as safetensors")
+    elif p.name.endswith(".index.json"):
+        wm = _read_index(p)
+        shards = sorted(set(wm.values()))
+        files = [p.parent / s for s in shards]
+        for q in files:
+            if not q.is_file():
+                raise _bad(p, f"names shard {q.name!r}, which does not exist")
+    else:
+        files = [p]
+    tensors: dict[str, TensorInfo] = {}
+    metas: dict[str, dict[str, str]] = {}
+    actual: dict[str, str] = {}  # tensor -> shard name as the index spells it
+    for f, shard in zip(files, shards or [None] * len(files)):
+        meta, infos = read_header(f)
+        metas[str(f)] = meta
+        names = [t[0] for t in infos]
+        dup = tensors.keys() & set(names)
+        if dup:
+            n = sorted(dup)[0]
+            raise _bad(f, f"tensor {n!r} also appears in {tensors[n].file}")
+        tensors.update(zip(names, infos))
+        if shard is not None:
+            actual.update(zip(names, repeat(shard)))
+    if wm is not None and actual != wm:  # dict equality runs in C; find the culprit only on failure
+        shard_file = {s: str(p / s if p.is_dir() else p.parent / s) for s in set(wm.values())}
+        get, sf = wm.get, shard_file.get
+        wrong = [n for n, t in tensors.items() if sf(get(n, "")) != t[3]]
+        if not wrong:  # every tensor matched, so the index names extra ones
+            n = next(x for x in wm if x not in tensors)
+            raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
+        if wrong:
+            n = wrong[0]
+            if n not in wm:
+                raise _bad(p, f"shards hold {len(wrong)} tensor(s) the index does not list, e.g. {n!r}")
+            raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
+    return Checkpoint(str(p), [str(f) for f in files], tensors, metas, pickles)
+
+
+# -- tensor data ------------------------------------------------------------------------------
+def iter_bytes(t: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
+    """The tensor's raw bytes in chunks of at most `chunk` (bounded memory)."""
+    with open(t.file, "rb") as f:
+        f.seek(t.start)
+        left = t.nbytes
+        while left:
+            b = f.read(min(chunk, left))
+            if not b:
+                raise _bad(t.file, f"tensor {t.name!r}: file ended early")
+            left -= len(b)
+            yield b
+
+
+def read_bytes(t: TensorInfo, limit: int = 1 << 30) -> bytes:
+    """All bytes of a (small) tensor; refuses more than `limit` so a bad header cannot OOM us."""
+    if t.nbytes > limit:
+        raise _bad(t.file, f"tensor {t.name!r} is {t.nbytes} bytes, above the {limit}-byte read limit")
+    return b"".join(iter_bytes(t))
+
+
+def sha256_of(t: TensorInfo) -> str:
+    """sha256 of the tensor's bytes; hashing a chunk overlaps reading the next (hashlib drops the GIL)."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    h = hashlib.sha256()
+    with ThreadPoolExecutor(1) as pool:
+        fut = None
+        for b in iter_bytes(t):
+            if fut is not None:
+                fut.result()
+            fut = pool.submit(h.update, b)
+        if fut is not None:
+            fut.result()
+    return h.hexdigest()
+
+
+def load_tensor(t: TensorInfo):
+    """A torch tensor with the data of `t` (imports torch; for small tensors and tests)."""
+    import torch
+
+    buf = bytearray(read_bytes(t))
+    dt = TORCH_DTYPES[t.dtype]
+    if not buf:
+        return torch.empty(t.shape, dtype=getattr(torch, dt))
+    return torch.frombuffer(buf, dtype=getattr(torch, dt)).reshape(t.shape)
+
+
+# safetensors dtype <-> torch dtype attribute name
+TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+                "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+                "U16": "uint16", "U32": "uint32", "U64": "uint64"}
+
+
+# -- writing ----------------------------------------------------------------------------------
+@dataclass
+class WriteEntry:
+    """One tensor to write: its header facts and a producer of its bytes (called once)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    chunks: Callable[[], Iterable[bytes]]
+
+
+def build_header(entries: list[WriteEntry], metadata: Optional[dict[str, str]] = None) -> bytes:
+    doc: dict[str, Any] = {}
+    if metadata:
+        doc["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    pos = 0
+    for e in entries:
+        n = _byte_size(e.dtype, tuple(e.shape), "<writer>", e.name)
+        doc[e.name] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [pos, pos + n]}
+        pos += n
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # pad so data starts 8-byte aligned, as the Rust writer does
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_stream(path: str | Path, entries: list[WriteEntry],
+                 metadata: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Write a .safetensors file tensor by tensor; returns {name: sha256 of its bytes}.
+
+    Memory stays at one chunk per tensor. The file appears at `path` only when complete.
+    """
+    import hashlib
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = Path(path)
+    if len({e.name for e in entries}) != len(entries):
+        raise ValueError("duplicate tensor names")
+    header = build_header(entries, metadata)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    hashes: dict[str, str] = {}
+    try:
+        with os.fdopen(fd, "wb") as f, ThreadPoolExecutor(1) as pool:
+            f.write(header)
+            for e in entries:
+                need = _byte_size(e.dtype, tuple(e.shape), path, e.name)
+                h, got = hashlib.sha256(), 0
+                for b in e.chunks():
+                    got += len(b)
+                    if got > need:
+                        break
+                    fut = pool.submit(h.update, b)  # hash on a second core while this one writes
+                    f.write(b)
+                    fut.result()
+                if got != need:
+                    raise ValueError(f"{e.name}: producer gave {got} bytes, header declares {need}")
+                hashes[e.name] = h.hexdigest()
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return hashes
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def torch_to_st_dtype(dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    for st, tn in TORCH_DTYPES.items():
+        if tn == name:
+            return st
+    raise ValueError(f"dtype {dtype} has no safetensors equivalent")
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, Any],
+                      metadata: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Save {name: torch.Tensor} as safetensors (readable by `safetensors`/HF); returns sha256s."""
+    import torch
+
+    def producer(t):
+        def gen():
+            c = t.detach().to("cpu").contiguous().reshape(-1)
+            flat = c.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+            step = CHUNK
+            for i in range(0, flat.numel(), step):
+                yield flat[i:i + step].numpy().tobytes()
+        return gen
+
+    entries = [WriteEntry(k, torch_to_st_dtype(v.dtype), tuple(v.shape), producer(v))
+               for k, v in tensors.items()]
+    return write_stream(path, entries, {"format": "pt", **(metadata or {})})
+
+
+if __name__ == "__main__":
+    ck = read_checkpoint(sys.argv[1])
+    print(json.dumps([{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "file": t.file}
+                      for t in ck.tensors.values()]))

@@ -1,0 +1,421 @@
+"""`python -m kit bench`: measure acceptance and throughput of a live server, baseline vs speculative.
+
+An async client (httpx, kit.measure.client) for SGLang's native `/generate` and the OpenAI
+`/v1/completions` and `/v1/chat/completions` endpoints, streaming by default. For each arm (a label + a server URL;
+typically `baseline` = no speculation and `spec` = EAGLE-3, same prompts, same concurrency) and
+each repeat it: flushes the server's cache (SGLang `/flush_cache`, when the server has one),
+sends `warmup` requests that are recorded but excluded from every total, flushes again,
+snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency`
+in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike.
+
+Files in `out_dir` (every line is appended and flushed as soon as it exists, so a crash loses
+only requests in flight; rerunning the same command resumes and skips completed request ids):
+
+    records.jsonl   one line per request: label, repeat, rid, ok, t_start (unix s), ttft, e2e,
+                    chunk_t/chunk_tok (arrival time and token count of every streamed chunk),
+                    completion_tokens (server), client_tokens (counted here), spec (normalised
+                    meta_info spec fields: verify_ct, accept_length, accept_rate, histogram, ...)
+    runs.jsonl      one line per arm x repeat x session: server snapshots before/after, decode-log
+                    accept lengths seen during the run
+    summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
+                    findings (written atomically at the end)
+
+    python -m kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 \\
+        --repeats 3 --num-prompts 16 --concurrency 4 --out-dir runs/bench
+    python -m kit bench --url http://127.0.0.1:8000 --api completions   # any OpenAI server
+
+Python: `result = run_bench(BenchConfig(url=..., ...))`; `result.report`, `result.table()`.
+Exit status: 0 ok, 1 error findings (failed requests, wiring fault), 2 cannot run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from kit import config as kconfig
+from kit.measure import metrics as km
+from kit.measure.client import flush_cache, get_json, log_accept_lengths, probe_server, send_one, snapshot_metrics
+from kit.findings import Finding, KitInputError, Report, emit
+
+HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
+APIS = ("sglang", "completions", "chat")
+
+
+@dataclass
+class BenchConfig:
+    url: Optional[str] = field(default=None, metadata={"help": "speculative server base URL, e.g. http://127.0.0.1:30000"})
+    baseline_url: Optional[str] = field(default=None, metadata={"help": "baseline (no speculation) server base URL, same model"})
+    api: str = field(default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS})
+    prompts: str = field(default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"})
+    num_prompts: int = field(default=8, metadata={"help": "measured requests per run (prompts repeat if fewer); 0 = all prompts once"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens to generate per request"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy, as SGLang's EAGLE benchmarks)"})
+    ignore_eos: bool = field(default=False, metadata={"help": "ask the server to ignore EOS (fixed output length)"})
+    concurrency: int = field(default=4, metadata={"help": "requests in flight at once"})
+    warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
+    repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
+    stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
+    flush_cache: bool = field(default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"})
+    chat_template: Optional[str] = field(default=None, metadata={"help": "tokenizer dir (or 'embedded') to render prompts with its chat template for /generate and /v1/completions"})
+    model: Optional[str] = field(default=None, metadata={"help": "model name for OpenAI endpoints (default: first of /v1/models)"})
+    label: str = field(default="spec", metadata={"help": "label of the --url arm"})
+    baseline_label: str = field(default="baseline", metadata={"help": "label of the --baseline-url arm"})
+    log_path: Optional[str] = field(default=None, metadata={"help": "server log file; decode lines written during each run become an acceptance source"})
+    expected_accept_length: Optional[float] = field(default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"})
+    timeout_s: float = field(default=600.0, metadata={"help": "per-request timeout"})
+    out_dir: str = field(default="runs/bench", metadata={"help": "directory for records.jsonl, runs.jsonl, summary.json"})
+    progress: bool = field(default=True, metadata={"help": "tqdm progress bars"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+    def __post_init__(self):
+        if self.api not in APIS:
+            raise KitInputError(f"--api {self.api!r}: choose one of {', '.join(APIS)}")
+        for name in ("concurrency", "max_new_tokens", "repeats"):
+            if getattr(self, name) < 1:
+                raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.num_prompts < 0 or self.warmup < 0:
+            raise KitInputError("--num-prompts and --warmup must be >= 0")
+
+    def arms(self) -> list[tuple[str, str]]:
+        arms = [(self.baseline_label, self.baseline_url)] if self.baseline_url else []
+        if self.url:
+            arms.append((self.label, self.url))
+        if not arms:
+            raise KitInputError("give --url (and optionally --baseline-url)")
+        return [(lab, u.rstrip("/")) for lab, u in arms]
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts
+# ---------------------------------------------------------------------------------------------
+
+def load_prompts(spec: str) -> list[dict]:
+    """[{"id", "kind", "text"}] from kit.prompts (built-in set or a user JSONL)."""
+    from kit import prompts as kp
+
+    if spec == "builtin" or spec.startswith("builtin:"):
+        kind = spec.split(":", 1)[1] if ":" in spec else None
+        items = kp.builtin_prompts(kind=kind)
+        if kind is None:  # the first N mix chat/code/math
+            items = kp.interleave_kinds(items)
+    else:
+        items = kp.load_prompts_jsonl(spec)
+    out = []
+    for i, p in enumerate(items):
+        if isinstance(p, str):
+            out.append({"id": f"p{i:03d}", "kind": "user", "text": p})
+            continue
+        get = p.get if isinstance(p, dict) else (lambda k, d=None, _p=p: getattr(_p, k, d))
+        text = get("text") or get("prompt")
+        out.append({"id": str(get("id") or f"p{i:03d}"), "kind": get("kind") or "user", "text": text})
+    if not out:
+        raise KitInputError(f"prompts {spec!r}: no prompts")
+    return out
+
+
+def request_list(prompts: list[dict], n: int) -> list[dict]:
+    """n requests cycling over the prompts; request ids stay stable across reruns (resume key)."""
+    n = n or len(prompts)
+    return [{**prompts[i % len(prompts)], "rid": f"{prompts[i % len(prompts)]['id']}#{i // len(prompts)}"}
+            for i in range(n)]
+
+
+def _chat_renderer(tok_dir: Optional[str]):
+    if not tok_dir:
+        return None
+    from transformers import AutoTokenizer
+
+    from kit.models import resolve_target
+
+    tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
+    return lambda text: tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                add_generation_prompt=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# records file (append-only, resumable)
+# ---------------------------------------------------------------------------------------------
+
+class RecordLog:
+    """Append-only JSONL; each line is flushed when written so a crash loses nothing written."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a crash mid-write: that request reruns
+                continue
+        return out
+
+    def append(self, obj: dict) -> None:
+        line = json.dumps(obj, default=str, separators=(",", ":"))
+        with self._lock, open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+
+
+def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
+    return {r["rid"] for r in records if r.get("label") == label and r.get("repeat") == repeat
+            and r.get("ok") and not r.get("warmup")}
+
+
+# ---------------------------------------------------------------------------------------------
+# running an arm
+# ---------------------------------------------------------------------------------------------
+
+async def _run_requests(client, base, api, reqs, cfg, model, log: RecordLog, tags: dict,
+                        desc: str, render, extra: Optional[dict]) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    sem = asyncio.Semaphore(cfg.concurrency)
+    out: list[dict] = []
+    bar = tqdm(total=len(reqs), desc=desc, disable=not cfg.progress or not reqs, leave=False)
+
+    async def one(req):
+        async with sem:
+            text = render(req["text"]) if render else req["text"]
+            rec = await send_one(client, base, api, text, cfg, model, extra)
+        rec.update(tags, rid=req["rid"], kind=req.get("kind"))
+        log.append(rec)  # written as soon as it completes
+        out.append(rec)
+        bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(r) for r in reqs))
+    finally:
+        bar.close()
+    return out
+
+
+async def run_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig,
+                  log: RecordLog, runs: RecordLog, done: set[str], render=None) -> Optional[dict]:
+    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record."""
+    todo = [r for r in reqs if r["rid"] not in done]
+    if not todo:
+        return None
+    session = uuid.uuid4().hex[:8]
+    probe = await probe_server(client, base)
+    model = cfg.model or probe["model"]
+    api = cfg.api
+    extra = {"return_spec_tokens_details": True} if probe["sglang"] and api != "sglang" else None
+    tags = {"label": label, "repeat": repeat, "session": session}
+    if cfg.flush_cache:
+        await flush_cache(client, base)
+    if cfg.warmup:
+        warm = [{**reqs[i % len(reqs)], "rid": f"warmup{i}"} for i in range(cfg.warmup)]
+        await _run_requests(client, base, api, warm, cfg, model, log, {**tags, "warmup": True},
+                            f"{label}#{repeat} warmup", render, extra)
+    flushed = await flush_cache(client, base) if cfg.flush_cache else False
+    log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
+    m0 = await snapshot_metrics(client, base)
+    t0 = time.time()
+    await _run_requests(client, base, api, todo, cfg, model, log, tags, f"{label}#{repeat}", render, extra)
+    info = {**tags, "url": base, "api": api, "model": model, "t_start": t0, "t_end": time.time(),
+            "requests": len(todo), "resumed": bool(done), "flushed": flushed, "sglang": probe["sglang"],
+            "metrics_before": m0, "metrics_after": await snapshot_metrics(client, base),
+            "server_info_after": (await get_json(client, base + "/server_info")) if probe["sglang"] else None}
+    if log_off is not None:
+        with open(cfg.log_path, "rb") as f:
+            f.seek(log_off)
+            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"))
+    runs.append(info)
+    return info
+
+
+def _run_sync(coro):
+    """asyncio.run, also from inside a running loop (Jupyter/papermill) via a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["v"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["e"] = e
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+async def _bench(cfg: BenchConfig, out: Path, prompts: Optional[list[dict]] = None) -> None:
+    import httpx
+
+    reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
+    render = _chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
+    log, runs = RecordLog(out / "records.jsonl"), RecordLog(out / "runs.jsonl")
+    existing = log.read()
+    limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
+    async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
+        for repeat in range(cfg.repeats):
+            for label, base in cfg.arms():
+                await run_arm(client, label, base, repeat, reqs, cfg, log, runs,
+                              completed_ids(existing, label, repeat), render)
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class BenchResult:
+    out_dir: Path
+    records: list[dict]
+    runs: list[dict]
+    summary: dict[str, Any]
+    report: Report
+
+    def table(self):
+        """One row per label x repeat (pandas DataFrame)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.summary["runs"])
+
+
+def analyze(records: list[dict], runs: list[dict], baseline_label: str = "baseline",
+            expected_accept_length: Optional[float] = None, static_findings=()) -> tuple[dict, Report]:
+    """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
+    report = Report()
+    labels = list(dict.fromkeys(r["label"] for r in records if "label" in r))
+    rows, per_label = [], {}
+    for label in labels:
+        lrec = [r for r in records if r.get("label") == label]
+        for rep in sorted({r["repeat"] for r in lrec}):
+            s = km.summarize([r for r in lrec if r["repeat"] == rep])
+            rows.append({"label": label, "repeat": rep, **{k: v for k, v in s.items() if k != "accept_histogram"}})
+        agg = km.summarize(lrec)
+        agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
+        sources: dict[str, dict] = {}
+        for info in [x for x in runs if x.get("label") == label]:
+            srec = [r for r in lrec if r.get("session") == info["session"]]
+            src = km.acceptance_sources(srec, info)
+            report.extend(km.reconcile_acceptance(src, f"{label}#{info['repeat']}"))
+            sources = src  # the last session's sources are shown; each one was reconciled
+        agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
+        per_label[label] = agg
+        failed = [r for r in lrec if not r.get("ok") and not r.get("warmup")]
+        if failed:
+            report.add(Finding(code="bench.request_errors", severity="error",
+                               title=f"{label}: {len(failed)} request(s) failed",
+                               evidence={"first_error": failed[0].get("error"), "count": len(failed)},
+                               fix="read the server log; rerun the same command to retry only the failed requests"))
+        ok = km.measured(lrec)
+        mism = [r for r in ok if r.get("completion_tokens") is not None and r.get("client_tokens")
+                and r["api"] != "sglang" and r.get("chunk_tok") and len(r["chunk_tok"]) > 1
+                and r["client_tokens"] != r["completion_tokens"]]
+        if mism:
+            report.add(Finding(code="bench.token_count_mismatch", severity="info",
+                               title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
+                               evidence={"example_client": mism[0]["client_tokens"],
+                                         "example_server": mism[0]["completion_tokens"]},
+                               fix="expected when the server packs several tokens per chunk (speculative "
+                                   "decoding); totals use the server's count, ITL spreads chunk gaps per token"))
+        has_spec = agg.get("accept_requests_with_spec", 0) > 0
+        if label == baseline_label and has_spec:
+            report.add(Finding(code="bench.baseline_is_speculative", severity="warning",
+                               title=f"{label}: the baseline server reports speculative fields",
+                               evidence={"accept_length": agg.get("accept_length")},
+                               fix="launch the baseline without --speculative-algorithm; otherwise the "
+                                   "speedup compares speculation with itself"))
+        if label != baseline_label and not has_spec and ok:
+            report.add(Finding(code="bench.no_acceptance", severity="warning",
+                               title=f"{label}: no request reported acceptance (spec_verify_ct)",
+                               evidence={"api": ok[0]["api"], "requests": len(ok)},
+                               fix="use --api sglang (/generate meta_info) or an SGLang with "
+                                   "return_spec_tokens_details; check the server runs with speculation"))
+    summary: dict[str, Any] = {"runs": rows, "labels": per_label}
+    if baseline_label in per_label:
+        for label in labels:
+            if label == baseline_label:
+                continue
+            ci = km.speedup_ci(per_label[baseline_label]["output_tok_s_runs"], per_label[label]["output_tok_s_runs"])
+            summary.setdefault("speedup", {})[label] = ci
+            report.extend(km.speedup_findings(ci, label))
+    spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
+    if expected_accept_length is not None and spec_labels:
+        from kit.measure.verdict import verdict
+
+        for lab in spec_labels:
+            report.extend(verdict(per_label[lab]["accept_length"], expected_accept_length,
+                                  static_findings, label=lab))
+    report.facts = jsonable({"bench": {lab: {k: per_label[lab].get(k) for k in
+                                    ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")}
+                              for lab in labels}})
+    return summary, report
+
+
+def run_bench(cfg: BenchConfig, static_findings=(), prompts: Optional[list[dict]] = None) -> BenchResult:
+    """Run every arm x repeat (resuming what `out_dir` already holds) and score it.
+
+    `prompts` ([{"id", "kind", "text"}]) overrides `cfg.prompts`; `static_findings` (kit doctor's)
+    feed the verdict's probable causes when `cfg.expected_accept_length` is set."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _run_sync(_bench(cfg, out, prompts))
+    return load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
+
+
+def load_result(out_dir, baseline_label: str = "baseline", expected_accept_length: Optional[float] = None,
+                static_findings=()) -> BenchResult:
+    """Re-score a bench directory from its JSONL files (no server needed)."""
+    out = Path(out_dir)
+    records, runs = RecordLog(out / "records.jsonl").read(), RecordLog(out / "runs.jsonl").read()
+    if not records:
+        raise KitInputError(f"{out / 'records.jsonl'}: no records")
+    summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings)
+    doc = {**summary, "findings": report.to_dict()}
+    tmp = out / ".summary.json.tmp"
+    tmp.write_text(json.dumps(jsonable(doc), indent=2, default=str))
+    tmp.replace(out / "summary.json")
+    return BenchResult(out, records, runs, summary, report)
+
+
+def jsonable(v: Any) -> Any:
+    """NaN/inf -> None recursively (json.dumps would write the invalid token NaN)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    return v
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(parser, BenchConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(BenchConfig, args)
+    res = run_bench(cfg)
+    if not cfg.json:
+        cols = ["label", "repeat", "requests", "failed", "output_tok_s", "req_s", "ttft_p50_s", "itl_p50_s",
+                "itl_p99_s", "e2e_p50_s", "accept_length", "accept_rate"]
+        t = res.table()
+        print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        for lab, ci in res.summary.get("speedup", {}).items():
+            print(f"speedup {lab}: {ci['speedup']:.3f}x  t-CI [{ci['t_low']:.3f}, {ci['t_high']:.3f}]"
+                  f"  bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]")
+    return emit(res.report, cfg.json)

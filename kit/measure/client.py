@@ -1,0 +1,190 @@
+"""HTTP client for one benchmark request: SGLang `/generate`, OpenAI `/v1/completions` and
+`/v1/chat/completions`, streamed or not, plus the server probes kit.measure.bench needs around a run.
+
+`send_one` turns one request into one record: arrival time and token count of every streamed
+chunk (`chunk_t`, `chunk_tok`), TTFT, end-to-end latency, the server's token counts and its
+speculative fields normalised by `kit.measure.metrics.spec_fields`. It never raises for server or network
+errors: a failed request is a record with `ok: false` and the error, so one bad request cannot
+end a run. Token counts per chunk are exact for `/generate` (the cumulative
+`meta_info.completion_tokens`); OpenAI streams carry none, so a content chunk counts as one token
+and the server's `usage` (when sent) is kept beside it.
+
+    async with httpx.AsyncClient() as c:
+        rec = await send_one(c, "http://127.0.0.1:30000", "sglang", "Hello", opts, model=None)
+
+`opts` is anything with max_new_tokens, temperature, ignore_eos, stream (kit.measure.bench.BenchConfig).
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from kit.measure import metrics as km
+# ---------------------------------------------------------------------------------------------
+# one request
+# ---------------------------------------------------------------------------------------------
+
+def build_payload(api: str, text: str, cfg: Any, model: Optional[str]) -> tuple[str, dict]:
+    if api == "sglang":
+        sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
+        if cfg.ignore_eos:
+            sp["ignore_eos"] = True
+        return "/generate", {"text": text, "sampling_params": sp, "stream": cfg.stream}
+    body: dict[str, Any] = {"model": model or "default", "max_tokens": cfg.max_new_tokens,
+                            "temperature": cfg.temperature, "stream": cfg.stream}
+    if cfg.stream:
+        body["stream_options"] = {"include_usage": True}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": text}]
+        return "/v1/chat/completions", body
+    body["prompt"] = text
+    return "/v1/completions", body
+
+
+def _openai_piece(obj: dict, api: str) -> str:
+    ch = (obj.get("choices") or [{}])[0]
+    if api == "chat":
+        return (ch.get("delta") or ch.get("message") or {}).get("content") or ""
+    return ch.get("text") or ""
+
+
+def _openai_spec(obj: dict) -> dict:
+    det = (obj.get("sglext") or {}).get("spec_tokens_details")
+    if isinstance(det, list):
+        det = det[0] if det else None
+    return km.spec_fields(det)
+
+
+async def send_one(client, base: str, api: str, text: str, cfg: Any,
+                   model: Optional[str], extra: Optional[dict] = None) -> dict:
+    """Send one request; return its record (never raises for server/network errors)."""
+    path, body = build_payload(api, text, cfg, model)
+    if extra:
+        body.update(extra)
+    rec: dict[str, Any] = {"api": api, "t_start": time.time(), "ok": False, "error": None,
+                           "ttft": None, "chunk_t": [], "chunk_tok": [], "completion_tokens": None,
+                           "prompt_tokens": None, "client_tokens": 0, "spec": {}, "finish_reason": None}
+    t0 = time.perf_counter()
+    try:
+        if cfg.stream:
+            await _stream(client, base + path, body, api, rec, t0)
+        else:
+            r = await client.post(base + path, json=body)
+            r.raise_for_status()
+            _absorb_final(r.json(), api, rec)
+            n = rec["completion_tokens"] or 0
+            rec["chunk_t"], rec["chunk_tok"] = [time.perf_counter() - t0], [n]
+            rec["client_tokens"] = n
+        rec["ok"] = True
+    except Exception as e:  # record the failure; one bad request must not end the run
+        rec["error"] = f"{type(e).__name__}: {e}"[:500]
+    rec["e2e"] = time.perf_counter() - t0
+    return rec
+
+
+def _absorb_final(obj: dict, api: str, rec: dict) -> None:
+    if api == "sglang":
+        meta = obj.get("meta_info") or {}
+        rec["completion_tokens"] = meta.get("completion_tokens")
+        rec["prompt_tokens"] = meta.get("prompt_tokens")
+        fr = meta.get("finish_reason")
+        rec["finish_reason"] = fr.get("type") if isinstance(fr, dict) else fr
+        rec["spec"] = km.spec_fields(meta) or rec["spec"]
+        return
+    usage = obj.get("usage") or {}
+    if usage.get("completion_tokens") is not None:
+        rec["completion_tokens"] = usage["completion_tokens"]
+        rec["prompt_tokens"] = usage.get("prompt_tokens")
+    ch = (obj.get("choices") or [{}])
+    if ch and ch[0].get("finish_reason"):
+        rec["finish_reason"] = ch[0]["finish_reason"]
+    rec["spec"] = _openai_spec(obj) or rec["spec"]
+
+
+async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) -> None:
+    prev_tokens = 0
+    async with client.stream("POST", url, json=body) as resp:
+        if resp.status_code >= 400:
+            await resp.aread()
+            raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            now = time.perf_counter() - t0
+            obj = json.loads(data)
+            if api == "sglang":
+                # meta_info.completion_tokens is cumulative: the delta is exact per chunk, and
+                # with speculative decoding one chunk carries one verify step's tokens
+                total = (obj.get("meta_info") or {}).get("completion_tokens") or 0
+                k = total - prev_tokens
+                prev_tokens = max(prev_tokens, total)
+            else:
+                k = 1 if _openai_piece(obj, api) else 0  # OpenAI streams carry no token counts
+            _absorb_final(obj, api, rec)
+            if k > 0:
+                if rec["ttft"] is None:
+                    rec["ttft"] = now
+                rec["chunk_t"].append(now)
+                rec["chunk_tok"].append(k)
+                rec["client_tokens"] += k
+
+
+# ---------------------------------------------------------------------------------------------
+# server probing and snapshots
+# ---------------------------------------------------------------------------------------------
+
+async def get_json(client, url: str) -> Optional[dict]:
+    try:
+        r = await client.get(url)
+        return r.json() if r.status_code == 200 else None
+    except Exception:  # an endpoint the server does not have is just "absent"
+        return None
+
+
+async def probe_server(client, base: str) -> dict[str, Any]:
+    """What this server offers: SGLang /server_info (or older /get_server_info), /metrics, model id."""
+    info = await get_json(client, base + "/server_info") or await get_json(client, base + "/get_server_info")
+    models = await get_json(client, base + "/v1/models")
+    model = None
+    if models and models.get("data"):
+        model = models["data"][0].get("id")
+    return {"sglang": info is not None, "server_info": info, "model": model,
+            "metrics": await snapshot_metrics(client, base) is not None}
+
+
+async def snapshot_metrics(client, base: str) -> Optional[dict[str, float]]:
+    try:
+        r = await client.get(base + "/metrics")
+    except Exception:  # no /metrics (not launched with --enable-metrics)
+        return None
+    if r.status_code != 200 or "text" not in r.headers.get("content-type", "text"):
+        return None
+    return km.parse_prometheus(r.text)
+
+
+async def flush_cache(client, base: str) -> bool:
+    for method in ("POST", "GET"):
+        try:
+            r = await client.request(method, base + "/flush_cache")
+            if r.status_code == 200:
+                return True
+            if r.status_code not in (404, 405):
+                return False
+        except Exception:
+            return False
+    return False
+
+
+def log_accept_lengths(text: str) -> Optional[list[float]]:
+    """Accept lengths of the SGLang decode log lines in `text`, parsed by kit.serving.logs (None if absent)."""
+    from kit.serving import logs
+
+    rows = logs.parse_lines(text.splitlines())
+    return [r["accept_len"] for r in rows
+            if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]

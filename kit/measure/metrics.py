@@ -1,0 +1,419 @@
+"""Benchmark metrics: latency/throughput summaries, acceptance from every source, speedup CIs.
+
+Pure functions over the per-request records that `kit.measure.bench` writes (one JSON object per
+request, see `kit.measure.bench` for the fields) — no HTTP, no pandas at import time, so the same code
+scores a live run, a resumed JSONL file or a record set built by hand in a test.
+
+Acceptance length (AL) is "tokens emitted per target verify step, bonus token included", the
+SGLang definition. SGLang exposes it several ways and they do NOT measure the same thing:
+
+  source            scope                     formula
+  meta              this run, per request     sum(completion_tokens) / sum(spec_verify_ct)
+  meta_decode       this run, per request     sum(completion_tokens - 1) / sum(spec_verify_ct)
+                                              (the first token comes from prefill, not a verify)
+  meta_field        this run, per request     mean of the server's own spec_accept_length
+  metrics_delta     this run, server counters delta generation_tokens_total / delta spec_verify_calls_total
+  server_info       server lifetime           internal_states[0].avg_spec_accept_length
+  log               decode-log intervals      mean "accept len" of the decode log lines (decode only)
+  stream            client side               mean tokens per streamed chunk after the first
+                                              (one chunk per verify step when --stream-interval 1)
+
+`reconcile_acceptance` compares each source with the meta value of the same scope and returns
+`bench.accept_mismatch` findings when they disagree beyond a tolerance — the seed's team had
+three numbers and no way to know which to trust; this says which ones agree.
+
+    from kit.measure.metrics import summarize, acceptance_sources, reconcile_acceptance, speedup_ci
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from typing import Any, Iterable, Optional, Sequence
+
+from kit.findings import Finding
+
+# ---------------------------------------------------------------------------------------------
+# spec fields: every name SGLang has used for them, normalised
+# ---------------------------------------------------------------------------------------------
+
+# new (0.5.23 meta_info / sglext.spec_tokens_details) name -> older tokenizer_manager names
+_SPEC_ALIASES = {
+    "verify_ct": ("spec_verify_ct",),
+    "accept_length": ("spec_accept_length",),
+    "accept_rate": ("spec_accept_rate",),
+    "num_correct": ("spec_num_correct_drafts", "spec_accept_token_num"),
+    "num_proposed": ("spec_num_proposed_drafts", "spec_draft_token_num"),
+    "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+}
+
+
+def spec_fields(meta: Optional[dict]) -> dict[str, Any]:
+    """Normalise the speculative fields of a `meta_info` / `spec_tokens_details` dict.
+
+    Returns {} when the server reported none (no speculation, or an endpoint that drops them)."""
+    if not meta:
+        return {}
+    out = {}
+    for key, names in _SPEC_ALIASES.items():
+        for n in names:
+            if meta.get(n) is not None:
+                out[key] = meta[n]
+                break
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# basic statistics
+# ---------------------------------------------------------------------------------------------
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]; nan when empty."""
+    xs = sorted(x for x in xs if x is not None and not math.isnan(x))
+    if not xs:
+        return math.nan
+    k = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals.
+
+    Throughput divides by this instead of (last end - first start) so a run resumed an hour
+    later does not count the hour it was not running."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# per-request derived values
+# ---------------------------------------------------------------------------------------------
+
+def output_tokens(rec: dict) -> int:
+    """Server-reported completion tokens when present, else what the client counted."""
+    n = rec.get("completion_tokens")
+    return int(n) if n is not None else int(rec.get("client_tokens") or 0)
+
+
+def itls(rec: dict) -> list[float]:
+    """Inter-token latencies of one streamed request.
+
+    A chunk carrying k tokens (speculative decoding emits several per verify step) contributes
+    k gaps of (chunk gap / k) — the convention of sglang.bench_serving — so ITL stays a
+    per-token figure and is comparable between baseline and speculative runs."""
+    ts, ks = rec.get("chunk_t") or [], rec.get("chunk_tok") or []
+    out: list[float] = []
+    for i in range(1, len(ts)):
+        k = ks[i] if i < len(ks) else 1
+        if k <= 0:
+            continue
+        out += [(ts[i] - ts[i - 1]) / k] * k
+    return out
+
+
+def measured(records: Iterable[dict], label: Optional[str] = None) -> list[dict]:
+    """Records that count: successful, not warmup, optionally of one run label."""
+    return [r for r in records if r.get("ok") and not r.get("warmup")
+            and (label is None or r.get("label") == label)]
+
+
+# ---------------------------------------------------------------------------------------------
+# summaries
+# ---------------------------------------------------------------------------------------------
+
+def summarize(records: Iterable[dict]) -> dict[str, Any]:
+    """Throughput, latency and acceptance of one set of records (typically one label+repeat)."""
+    allrec = list(records)
+    recs = measured(allrec)
+    failed = [r for r in allrec if not r.get("ok") and not r.get("warmup")]
+    toks = [output_tokens(r) for r in recs]
+    dur = busy_time((r["t_start"], r["t_start"] + r["e2e"]) for r in recs)
+    ttft = [r["ttft"] for r in recs if r.get("ttft") is not None]
+    e2e = [r["e2e"] for r in recs]
+    itl = [x for r in recs for x in itls(r)]
+    tpot = [(r["e2e"] - r["ttft"]) / (output_tokens(r) - 1) for r in recs
+            if r.get("ttft") is not None and output_tokens(r) > 1]
+    out: dict[str, Any] = {
+        "requests": len(recs), "failed": len(failed), "output_tokens": sum(toks),
+        "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in recs),
+        "duration_s": dur,
+        "output_tok_s": sum(toks) / dur if dur > 0 else math.nan,
+        "req_s": len(recs) / dur if dur > 0 else math.nan,
+    }
+    for name, xs in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e)):
+        out[f"{name}_mean_s"] = _mean(xs)
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_s"] = percentile(xs, q)
+    acc = acceptance_from_records(recs)
+    out.update({f"accept_{k}": v for k, v in acc.items() if k != "histogram"})
+    out["accept_histogram"] = acc.get("histogram")
+    return out
+
+
+def acceptance_from_records(recs: Sequence[dict]) -> dict[str, Any]:
+    """Per-request acceptance, aggregated the SGLang way (token-weighted)."""
+    with_spec = [r for r in recs if (r.get("spec") or {}).get("verify_ct")]
+    out: dict[str, Any] = {"requests_with_spec": len(with_spec)}
+    if not with_spec:
+        return out
+    toks = sum(output_tokens(r) for r in with_spec)
+    ver = sum(r["spec"]["verify_ct"] for r in with_spec)
+    out["length"] = toks / ver
+    out["length_decode"] = (toks - len(with_spec)) / ver
+    per_req = [output_tokens(r) / r["spec"]["verify_ct"] for r in with_spec]
+    out["length_req_mean"] = _mean(per_req)
+    fields = [r["spec"]["accept_length"] for r in with_spec if r["spec"].get("accept_length") is not None]
+    if fields:
+        out["length_field_mean"] = _mean(fields)
+    corr = [r["spec"].get("num_correct") for r in with_spec]
+    prop = [r["spec"].get("num_proposed") for r in with_spec]
+    if all(c is not None for c in corr) and all(p for p in prop):
+        out["rate"] = sum(corr) / sum(prop)
+    hist = merge_histograms(r["spec"].get("histogram") for r in with_spec)
+    if hist:
+        out["histogram"] = hist
+    return out
+
+
+def merge_histograms(hists: Iterable[Optional[Sequence[int]]]) -> list[int]:
+    """Element-wise sum of per-request correct-drafts histograms (bucket k = k drafts accepted)."""
+    out: list[int] = []
+    for h in hists:
+        if not h:
+            continue
+        if len(h) > len(out):
+            out += [0] * (len(h) - len(out))
+        for i, c in enumerate(h):
+            out[i] += int(c)
+    return out
+
+
+def per_position_acceptance(hist: Sequence[int]) -> list[float]:
+    """P(draft position i is accepted), i = 1..K, from a correct-drafts histogram.
+
+    Greedy verification accepts a prefix, so position i is accepted in every verify step
+    that accepted >= i drafts: sum(h[i:]) / sum(h)."""
+    total = sum(hist)
+    if not total:
+        return []
+    return [sum(hist[i:]) / total for i in range(1, len(hist))]
+
+
+def stream_accept_length(recs: Sequence[dict]) -> Optional[float]:
+    """Client-side AL: mean tokens per streamed chunk after the first (the first holds the
+    prefill token). Meaningful only for /generate streams where chunks carry exact token
+    counts; over-estimates if the server coalesces chunks for a slow reader."""
+    ks = [k for r in recs if r.get("api") == "sglang" for k in (r.get("chunk_tok") or [])[1:] if k > 0]
+    return sum(ks) / len(ks) if ks else None
+
+
+# ---------------------------------------------------------------------------------------------
+# server-side sources
+# ---------------------------------------------------------------------------------------------
+
+_PROM = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text format -> {metric name: value summed over label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _PROM.match(line.strip())
+        if m:
+            try:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def metrics_delta_accept_length(before: Optional[dict], after: Optional[dict]) -> Optional[float]:
+    """AL over one run from SGLang's lifetime counters (generation tokens / verify calls)."""
+    if not before or not after:
+        return None
+    def get(d, base):
+        return d.get(base + "_total", d.get(base))
+    g0, g1 = get(before, "sglang:generation_tokens"), get(after, "sglang:generation_tokens")
+    v0, v1 = get(before, "sglang:spec_verify_calls"), get(after, "sglang:spec_verify_calls")
+    if None in (g0, g1, v0, v1) or v1 - v0 <= 0:
+        return None
+    return (g1 - g0) / (v1 - v0)
+
+
+def server_info_accept_length(info: Optional[dict]) -> Optional[float]:
+    """`avg_spec_accept_length` of /server_info (lifetime, accumulated at decode-log intervals)."""
+    if not info:
+        return None
+    states = info.get("internal_states") or []
+    vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    vals = [v for v in vals if v]  # 0 until the first decode-log interval has been accumulated
+    return _mean(vals) if vals else None
+
+
+_LLAMA_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms /\s+(\d+) tokens")
+_LLAMA_EVAL = re.compile(r"llama_perf_context_print:\s+eval time =\s+([\d.]+) ms /\s+(\d+) runs")
+
+
+def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
+    """Per-generation timings llama.cpp prints (`llama_perf_context_print` blocks, in order):
+    [{"total_s", "total_tokens", "eval_s", "eval_runs"}] — the reference a client's timings are
+    checked against on llama-cpp-python's server."""
+    out: list[dict] = []
+    cur: dict = {}
+    for line in lines:
+        m = _LLAMA_EVAL.search(line)
+        if m:
+            cur = {"eval_s": float(m[1]) / 1000, "eval_runs": int(m[2])}
+            continue
+        m = _LLAMA_TOTAL.search(line)
+        if m:
+            out.append({**cur, "total_s": float(m[1]) / 1000, "total_tokens": int(m[2])})
+            cur = {}
+    return out
+
+
+def acceptance_sources(records: Sequence[dict], run_info: Optional[dict] = None) -> dict[str, dict]:
+    """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
+
+    `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
+    (`metrics_before`, `metrics_after`, `server_info_after`) and parsed `log_accept_lengths`."""
+    recs = measured(records)
+    acc = acceptance_from_records(recs)
+    run_info = run_info or {}
+    src: dict[str, dict] = {}
+
+    def put(name, value, scope, compare_to):
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            src[name] = {"value": float(value), "scope": scope, "compare_to": compare_to}
+
+    put("meta", acc.get("length"), "run, completion_tokens/spec_verify_ct (token-weighted)", None)
+    put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct", None)
+    put("meta_req_mean", acc.get("length_req_mean"), "run, mean per request", None)
+    put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
+    put("metrics_delta", metrics_delta_accept_length(run_info.get("metrics_before"),
+                                                     run_info.get("metrics_after")),
+        "run, /metrics counter deltas", "meta")
+    put("server_info", server_info_accept_length(run_info.get("server_info_after")),
+        "server lifetime (includes warmup and earlier runs)", "meta_decode")
+    logs = run_info.get("log_accept_lengths") or []
+    put("log", _mean(logs) if logs else None, f"decode log lines ({len(logs)})", "meta_decode")
+    put("stream", stream_accept_length(recs), "client, tokens per streamed chunk", "meta_decode")
+    return src
+
+
+# relative tolerance per source: exact-by-construction sources get a tight one
+TOLERANCE = {"meta_field": 0.02, "metrics_delta": 0.05, "server_info": 0.15, "log": 0.15, "stream": 0.15}
+
+
+def reconcile_acceptance(sources: dict[str, dict], label: str = "",
+                         tolerance: Optional[dict[str, float]] = None) -> list[Finding]:
+    """`bench.accept_mismatch` for each source that disagrees with the per-request value."""
+    tol = {**TOLERANCE, **(tolerance or {})}
+    out = []
+    for name, s in sources.items():
+        ref = s.get("compare_to")
+        if not ref or ref not in sources:
+            continue
+        a, b = s["value"], sources[ref]["value"]
+        rel = abs(a - b) / max(abs(b), 1e-9)
+        if rel > tol.get(name, 0.1):
+            out.append(Finding(
+                code="bench.accept_mismatch", severity="warning",
+                title=f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
+                      f"with {ref} ({b:.3f}) by {rel:.0%}",
+                evidence={"source": name, "scope": s["scope"], "value": round(a, 4),
+                          "reference": ref, "reference_value": round(b, 4),
+                          "all_sources": {k: round(v["value"], 4) for k, v in sources.items()}},
+                fix="trust the per-request meta_info value for this run; cumulative sources "
+                    "(server_info, gauges) need a fresh server per configuration, log lines need "
+                    "enough decode steps (--decode-log-interval), and a stream source assumes "
+                    "--stream-interval 1"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# speedup with a confidence interval from repeated runs
+# ---------------------------------------------------------------------------------------------
+
+def _t_quantile(p: float, df: float) -> float:
+    try:
+        from scipy import stats
+        return float(stats.t.ppf(p, df))
+    except ImportError:  # normal approximation; only hit without scipy
+        return statistics.NormalDist().inv_cdf(p)
+
+
+def speedup_ci(baseline: Sequence[float], spec: Sequence[float], level: float = 0.95,
+               n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Speedup = mean(spec) / mean(baseline) of a per-run figure (e.g. output tok/s), with
+    two intervals over the repeated runs:
+
+    * t: Welch interval on log(throughput) differences (Satterthwaite df), exponentiated —
+      honest with 2-5 runs per arm, which is all a GPU budget usually allows;
+    * bootstrap: percentile interval resampling runs within each arm.
+
+    One unlucky baseline run can inflate a single-run speedup severalfold (the SpecBundle
+    FinanceQA row); with one run per arm the interval is reported as nan and flagged."""
+    b = [x for x in baseline if x and x > 0]
+    s = [x for x in spec if x and x > 0]
+    out: dict[str, Any] = {"n_baseline": len(b), "n_spec": len(s), "level": level,
+                           "speedup": (_mean(s) / _mean(b)) if b and s else math.nan,
+                           "t_low": math.nan, "t_high": math.nan,
+                           "boot_low": math.nan, "boot_high": math.nan}
+    if len(b) < 2 or len(s) < 2:
+        return out
+    lb, ls = [math.log(x) for x in b], [math.log(x) for x in s]
+    vb, vs = statistics.variance(lb) / len(lb), statistics.variance(ls) / len(ls)
+    d = _mean(ls) - _mean(lb)
+    se = math.sqrt(vb + vs)
+    if se > 0:
+        df = (vb + vs) ** 2 / ((vb ** 2) / (len(lb) - 1) + (vs ** 2) / (len(ls) - 1))
+        t = _t_quantile(0.5 + level / 2, df)
+        out["t_low"], out["t_high"] = math.exp(d - t * se), math.exp(d + t * se)
+    else:
+        out["t_low"] = out["t_high"] = math.exp(d)
+    rng = random.Random(seed)
+    boots = sorted(_mean(rng.choices(s, k=len(s))) / _mean(rng.choices(b, k=len(b)))
+                   for _ in range(n_boot))
+    out["boot_low"] = boots[int((1 - level) / 2 * (n_boot - 1))]
+    out["boot_high"] = boots[int((0.5 + level / 2) * (n_boot - 1))]
+    return out
+
+
+def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
+    """Flag a speedup the repeats cannot support: one run per arm, or an interval that is wide
+    or straddles 1.0."""
+    pre = f"{label}: " if label else ""
+    if ci["n_baseline"] < 2 or ci["n_spec"] < 2:
+        return [Finding(code="bench.speedup_single_run", severity="warning",
+                        title=f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
+                        evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
+                        fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can "
+                            "inflate a speedup severalfold")]
+    lo, hi = ci["t_low"], ci["t_high"]
+    if lo <= 1.0 <= hi or (hi - lo) > 0.5 * ci["speedup"]:
+        return [Finding(code="bench.speedup_uncertain", severity="warning",
+                        title=f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} "
+                              f"interval [{lo:.2f}, {hi:.2f}]",
+                        evidence={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()},
+                        fix="add repeats, more prompts or longer outputs until the interval "
+                            "excludes 1.0 and is narrow")]
+    return []

@@ -1,0 +1,313 @@
+"""Reference EAGLE-3 draft in plain PyTorch, with SGLang 0.5.23's numerics.
+
+Why: the oracle, the CPU reference server and the smoke trainer need a draft that computes
+exactly what SGLang's `LlamaForCausalLMEagle3` computes (`srt/models/llama_eagle3.py`):
+
+* the fc gate: `fc` (with `input_norm` / per-chunk `fc_norm` first) runs only when the incoming
+  hidden width differs from the embedding width — a single-layer state skips it silently;
+* layer 0 input `cat([input_layernorm(embeds), hidden_norm(h)])`, residual = un-normalized h;
+  layers i>=1 use `hidden_norm` as their fused residual-add pre-norm (SGLang, not HF naming);
+* final `norm(h + residual)`; the state fed to the next draft step is pre-norm unless
+  `norm_output`; logits over the draft vocab, mapped to target ids through `d2t`;
+* `embed_tokens` / `lm_head` replaced by the target's as SGLang's worker does (`set_embed`,
+  `set_embed_and_head`), when a target model is given.
+
+    from kit.reference.draft_io import load_draft
+    draft = load_draft("path/to/draft", target_model=model)   # SGLang layout (others converted; kit.reference.draft_io)
+    logits, aux, kv = draft(input_ids, hidden, positions)     # [B,T,Vd], [B,T,H], per-layer (k, v)
+
+Checkpoint I/O (SGLang's key renames, layouts, saving) is kit.reference.draft_io;
+`python -m kit.reference.draft_io DIR` loads a draft and prints its structure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from kit.findings import KitInputError
+
+# legacy substring renames SGLang 0.5.23 applies to every checkpoint key (llama_eagle3.load_weights)
+LEGACY_NAME_MAP = {"midlayer": "layers.0", "aux_norm_low": "fc_norm.0",
+                   "aux_norm_mid": "fc_norm.1", "aux_norm_high": "fc_norm.2"}
+
+
+@dataclass
+class DraftSpec:
+    """The architecture facts SGLang 0.5.23 reads from an EAGLE-3 draft config.json."""
+
+    hidden_size: int
+    target_hidden_size: int
+    num_aux: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: Optional[int]      # None: SGLang takes the target's lm_head
+    rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"
+    tie_word_embeddings: bool = False
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    fc_bias: bool = False
+    attention_bias: bool = False
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[dict] = None
+    has_target_hidden_size: bool = False  # key present: set_embed keeps the draft's own embedding if != H
+    aux_layer_ids: Optional[list[int]] = None  # eagle_config ids (the only ones SGLang reads)
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], source: str = "config.json") -> "DraftSpec":
+        try:
+            H = int(cfg["hidden_size"])
+            nh = int(cfg["num_attention_heads"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise KitInputError(f"{source}: not an EAGLE-3 draft config (missing/invalid {e})")
+        if "draft_vocab_size" not in cfg:
+            raise KitInputError(f"{source}: no draft_vocab_size (SGLang 0.5.23 raises AttributeError; "
+                                "write null to take the target's lm_head)")
+        has_ths = "target_hidden_size" in cfg
+        Ht = cfg.get("target_hidden_size", H)
+        if has_ths and Ht is None:
+            raise KitInputError(f"{source}: target_hidden_size is null (SGLang fails building fc)")
+        ec = cfg.get("eagle_config") or {}
+        ids = ec.get("eagle_aux_hidden_state_layer_ids")
+        k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
+        rp = cfg.get("rope_parameters")
+        theta = (rp or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)) if rp else cfg.get("rope_theta", 10000.0)
+        scaling = rp if rp is not None else cfg.get("rope_scaling")
+        inter = cfg.get("intermediate_size_mlp") if cfg.get("model_type") == "llama4_text" else cfg.get("intermediate_size")
+        return cls(
+            hidden_size=H, target_hidden_size=int(Ht), num_aux=int(k),
+            num_layers=int(cfg.get("num_hidden_layers", 1)), num_heads=nh,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or nh),
+            head_dim=int(cfg.get("head_dim") or H // nh),
+            intermediate_size=int(inter or 4 * H), vocab_size=int(cfg["vocab_size"]),
+            draft_vocab_size=cfg["draft_vocab_size"], rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            hidden_act=cfg.get("hidden_act", "silu"), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            norm_before_fc=bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
+            fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm", False)),
+            norm_output=bool(cfg.get("norm_output", False)), fc_bias=bool(cfg.get("bias", False)),
+            attention_bias=bool(cfg.get("attention_bias", False) or cfg.get("bias", False)),
+            rope_theta=float(theta), rope_scaling=scaling, has_target_hidden_size=has_ths,
+            aux_layer_ids=list(ids) if ids else None, raw=cfg)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dt)
+
+
+def rope_inv_freq(spec: DraftSpec) -> torch.Tensor:
+    """Inverse frequencies of SGLang's `get_rope` for this config (neox style); HF's table for scaled types."""
+    sc = spec.rope_scaling or {}
+    rtype = sc.get("rope_type", sc.get("type", "default"))
+    if rtype in (None, "default"):
+        return 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim)).float()
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf = LlamaConfig(hidden_size=spec.hidden_size, num_attention_heads=spec.num_heads, head_dim=spec.head_dim,
+                     rope_parameters={**sc, "rope_theta": spec.rope_theta})
+    return ROPE_INIT_FUNCTIONS[rtype](hf, None)[0].float()
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, T, hd]; positions [B, T]. Neox (rotate-half) style, as SGLang's Llama."""
+    ang = positions[:, None, :, None].float() * inv_freq.to(x.device)[None, None, None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1).to(x.dtype), torch.cat([ang.sin()] * 2, -1).to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class DraftAttention(nn.Module):
+    def __init__(self, spec: DraftSpec, in_dim: int):
+        super().__init__()
+        self.nh, self.nkv, self.hd = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        self.q_proj = nn.Linear(in_dim, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, spec.hidden_size, bias=spec.attention_bias)
+
+    def qkv(self, x, positions, inv_freq):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+
+    def attend(self, q, k, v, mask=None):
+        """q [B,nh,T,hd], k/v [B,nkv,S,hd]; mask bool [.., T, S] (True = visible) or None (all visible)."""
+        rep = self.nh // self.nkv
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd ** -0.5)
+        B, _, T, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))
+
+
+class DraftMLP(nn.Module):
+    def __init__(self, spec: DraftSpec):
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+        self.act = ACT2FN[spec.hidden_act]
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, spec: DraftSpec, layer_id: int):
+        super().__init__()
+        H = spec.hidden_size
+        self.is_input_layer = layer_id == 0
+        self.self_attn = DraftAttention(spec, 2 * H if self.is_input_layer else H)
+        self.mlp = DraftMLP(spec)
+        self.input_layernorm = RMSNorm(H, spec.rms_norm_eps)   # embeds (layer 0); unused for i>=1, as in SGLang
+        self.hidden_norm = RMSNorm(H, spec.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(H, spec.rms_norm_eps)
+
+    def pre_attention(self, embeds, h, residual):
+        if self.is_input_layer:
+            residual = h
+            x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(h)], dim=-1)
+        else:
+            residual = h + residual
+            x = self.hidden_norm(residual)
+        return x, residual
+
+    def post_attention(self, a, residual):
+        residual = a + residual
+        return self.mlp(self.post_attention_layernorm(residual)), residual
+
+
+def causal_mask(t_new: int, t_past: int, device=None) -> torch.Tensor:
+    """[T, S] bool: every past key visible, new keys causal among themselves."""
+    m = torch.ones(t_new, t_past + t_new, dtype=torch.bool, device=device)
+    m[:, t_past:] = torch.tril(m[:, t_past:])
+    return m
+
+
+class Eagle3Draft(nn.Module):
+    """SGLang `LlamaForCausalLMEagle3` numerics. Parameter names = the normalized checkpoint keys."""
+
+    def __init__(self, spec: DraftSpec):
+        super().__init__()
+        self.spec = spec
+        H, Ht, k = spec.hidden_size, spec.target_hidden_size, spec.num_aux
+        self.embed_tokens = nn.Embedding(spec.vocab_size, H)
+        self.fc = nn.Linear(Ht * k, H, bias=spec.fc_bias)
+        self.input_norm = RMSNorm(Ht * k, spec.rms_norm_eps) if spec.norm_before_fc else None
+        self.fc_norm = nn.ModuleList([RMSNorm(Ht, spec.rms_norm_eps) for _ in range(k)]) if spec.fc_norm else None
+        self.layers = nn.ModuleList([DraftLayer(spec, i) for i in range(spec.num_layers)])
+        self.norm = RMSNorm(H, spec.rms_norm_eps)
+        vd = spec.draft_vocab_size if spec.draft_vocab_size is not None else spec.vocab_size
+        self.lm_head = None if spec.tie_word_embeddings else nn.Linear(H, vd, bias=False)
+        self.register_buffer("inv_freq", rope_inv_freq(spec), persistent=False)
+        self.hot_token_id: Optional[torch.Tensor] = None  # d2t + arange(Vd); None -> indices used as target ids
+        self.load_lm_head_from_target = spec.draft_vocab_size is None and not spec.tie_word_embeddings
+        self.head_rows: Optional[int] = None  # logits sliced to the first N columns (SGLang logits processor)
+        self.load_report: Optional[dict] = None  # set by kit.reference.draft_io.load_draft: dropped / missing keys
+        self.source_dir = None  # the checkpoint directory it was loaded from
+
+    # -- vocab ------------------------------------------------------------------------------
+    def head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx if self.hot_token_id is None else self.hot_token_id.to(idx.device)[idx]
+
+    # -- forward ----------------------------------------------------------------------------
+    def project(self, hidden: torch.Tensor, embed_width: int) -> torch.Tensor:
+        """SGLang's fc gate: fc (and its norms) only when the incoming width != embedding width."""
+        if hidden.shape[-1] == embed_width:
+            return hidden
+        if self.input_norm is not None:
+            hidden = self.input_norm(hidden)
+        if self.fc_norm is not None:
+            chunks = hidden.chunk(self.spec.num_aux, dim=-1)
+            hidden = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
+        return self.fc(hidden)
+
+    def forward(self, input_ids, hidden, positions, past_kv=None, mask=None):
+        """One draft pass.
+
+        input_ids [B,T]; hidden [B,T,W] (W = k*Ht fused, or H for a single state / a draft step);
+        positions [B,T]; past_kv: per-layer (k, v) [B,nkv,S,hd] the new tokens attend to (all of it);
+        mask: bool [T, S+T] overriding the default (past visible, new causal).
+        Returns (logits [B,T,Vd'], next-step hidden [B,T,H], per-layer (k, v) of the new tokens).
+        """
+        embeds = self.embed_tokens(input_ids)
+        h = self.project(hidden, embeds.shape[-1])
+        residual = None
+        new_kv = []
+        for i, layer in enumerate(self.layers):
+            x, residual = layer.pre_attention(embeds, h, residual)
+            q, k, v = layer.self_attn.qkv(x, positions, self.inv_freq)
+            new_kv.append((k, v))
+            S = 0
+            if past_kv is not None:
+                pk, pv = past_kv[i]
+                S = pk.shape[2]
+                k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
+            m = mask if mask is not None else (causal_mask(q.shape[2], S, q.device) if q.shape[2] > 1 else None)
+            a = layer.self_attn.attend(q, k, v, m)
+            h, residual = layer.post_attention(a, residual)
+        pre = h + residual
+        normed = self.norm(pre)
+        logits = self.logits(normed)
+        return logits, (normed if self.spec.norm_output else pre), new_kv
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        out = normed @ self.head_weight().t()
+        return out if self.head_rows is None else out[..., : self.head_rows]
+
+    # -- SGLang worker behaviour ------------------------------------------------------------
+    def attach_target(self, target_model, algorithm: str = "EAGLE3") -> "Eagle3Draft":
+        """Share the target's embedding / lm_head exactly as SGLang's `init_lm_head` does."""
+        embed = target_model.get_input_embeddings().weight
+        head = target_model.get_output_embeddings().weight
+        if algorithm.upper() == "EAGLE3":
+            if self.load_lm_head_from_target:
+                self._set("embed_tokens", embed)
+                self._set("lm_head", head)
+            elif not (self.spec.has_target_hidden_size and self.spec.target_hidden_size != self.spec.hidden_size):
+                self._set("embed_tokens", embed)  # set_embed: the checkpoint's embedding is ignored
+        else:
+            # EAGLE/NEXTN worker path: set_embed_and_head(target embed, target head); the draft's
+            # own d2t is never consulted and the logits processor keeps the first Vd columns
+            self._set("embed_tokens", embed)
+            self._set("lm_head", head)
+            self.hot_token_id = None
+            if self.spec.draft_vocab_size is not None:
+                self.head_rows = int(self.spec.draft_vocab_size)
+        return self
+
+    def _set(self, name: str, weight: torch.Tensor):
+        if name == "lm_head":
+            if self.lm_head is None:   # tied: lm_head is the embedding
+                return
+            if self.lm_head.weight.shape != weight.shape:
+                self.lm_head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            self.lm_head.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+        else:
+            self.embed_tokens.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)

@@ -1,0 +1,179 @@
+"""EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang 0.5.23 loads them.
+
+Loading follows `LlamaForCausalLMEagle3.load_weights`: legacy renames (`midlayer` -> `layers.0`,
+`aux_norm_*` -> `fc_norm.*`), `model.` prefix fallback, `d2t` -> `hot_token_id`, `t2d` skipped,
+unmatched keys dropped (reported here, silent in SGLang), shape mismatches loud, parameters the
+checkpoint lacks left at their constructor value. Saving writes the SGLang layout (`midlayer.*` for
+one layer, so every SGLang era loads it) plus `d2t`/`t2d`, atomically.
+
+    from kit.reference.draft_io import load_draft, save_draft
+    draft = load_draft("dir", target_model=model)        # speculators layout goes through kit.checkpoint.convert
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
+from kit.findings import KitInputError
+
+
+def normalize_key(name: str) -> str:
+    """Checkpoint key -> our parameter name, following SGLang 0.5.23's renames and `model.` fallback."""
+    for legacy, new in LEGACY_NAME_MAP.items():
+        if legacy in name:
+            name = name.replace(legacy, new)
+    return name[len("model."):] if name.startswith("model.") and name != "model.lm_head.weight" else name
+
+
+def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple = ()) -> dict[str, list[str]]:
+    """Load like SGLang 0.5.23: unmatched keys are dropped (reported here), missing params keep init."""
+    params = dict(model.named_parameters())
+    used, dropped = set(), []
+    for key, t in state.items():
+        name = normalize_key(key)
+        if key in drop or name in drop:
+            dropped.append(key)
+            continue
+        if "d2t" in name:
+            model.hot_token_id = t.long() + torch.arange(t.shape[0], device=t.device)
+            continue
+        if "t2d" in name:
+            continue
+        if name not in params:
+            dropped.append(key)
+            continue
+        p = params[name]
+        if tuple(p.shape) != tuple(t.shape):
+            raise KitInputError(f"{key}: shape {tuple(t.shape)} != expected {tuple(p.shape)} "
+                                "(SGLang asserts on this at load)")
+        with torch.no_grad():
+            p.copy_(t.to(p.dtype))
+        used.add(name)
+    return {"dropped": dropped, "missing": sorted(set(params) - used)}
+
+
+def reset_params(model: Eagle3Draft, names, seed: int = 0) -> None:
+    """Give parameters SGLang's constructor state (norms ones, linears unset -> seeded N(0, 0.02))."""
+    g = torch.Generator().manual_seed(seed)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n in names:
+            p = params.get(normalize_key(n))
+            if p is None:
+                continue
+            if "norm" in n:
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def read_state_dict(d: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(d.glob("*.safetensors"))
+    if not files and (d / "pytorch_model.bin").exists():
+        return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    if not files:
+        raise KitInputError(f"{d}: no *.safetensors or pytorch_model.bin")
+    state = {}
+    for f in files:
+        state.update(load_file(f))
+    return state
+
+
+def _to_sglang_layout(d: Path, cfg: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Non-SGLang layouts (speculators) go through the converter (kit.checkpoint.convert) in memory."""
+    from kit.checkpoint.convert import convert_in_memory
+
+    return convert_in_memory(d)
+
+
+def load_draft(path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.float32,
+               drop_keys: tuple = ()) -> Eagle3Draft:
+    """Load a draft directory (SGLang layout; speculators via kit.checkpoint.convert) into an `Eagle3Draft`.
+
+    With `target_model`, embedding/lm_head are shared from it as SGLang's worker does for
+    `algorithm`. `drop_keys` simulates a loader that silently drops those checkpoint keys.
+    The load report (dropped keys, params left at init) is kept on `draft.load_report`.
+    """
+    from kit.checkpoint.hf_config import read_config
+
+    cfg, d = read_config(path)
+    if d is None:
+        raise KitInputError(f"{path}: give the draft directory (weights are needed), not a lone config")
+    if "speculators_model_type" in cfg or "transformer_layer_config" in cfg:
+        cfg, state = _to_sglang_layout(d, cfg)
+    else:
+        state = read_state_dict(d)
+    spec = DraftSpec.from_config(cfg, str(d / "config.json"))
+    model = Eagle3Draft(spec).to(dtype)
+    rep = load_state(model, state, tuple(drop_keys))
+    model.load_report = rep
+    model.source_dir = d
+    if drop_keys:
+        reset_params(model, [k for k in rep["dropped"]])
+    if target_model is not None:
+        model.attach_target(target_model, algorithm)
+    return model.eval()
+
+
+def save_draft(model: Eagle3Draft, out_dir, config: dict, extra_files: Optional[dict[str, Any]] = None,
+               include_embed: bool = False) -> Path:
+    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang).
+
+    Atomic: written to a temp dir, then renamed. `extra_files` are JSON-dumped next to it.
+    """
+    import shutil
+    import tempfile
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for n, p in model.named_parameters():
+        if n.startswith("embed_tokens") and not include_embed:
+            continue
+        if n.startswith("lm_head") and model.load_lm_head_from_target:
+            continue
+        if model.spec.num_layers == 1:
+            n = n.replace("layers.0.", "midlayer.")
+        state[n] = p.detach().to(torch.float32).contiguous().clone()
+    if model.hot_token_id is not None:
+        hot = model.hot_token_id.long()
+        state["d2t"] = hot - torch.arange(hot.shape[0])
+        t2d = torch.zeros(model.spec.vocab_size, dtype=torch.bool)
+        t2d[hot] = True
+        state["t2d"] = t2d
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        for name, obj in (extra_files or {}).items():
+            (tmp / name).write_text(json.dumps(obj, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A config.json SGLang 0.5.23 loads as LlamaForCausalLMEagle3 (keys it reads, §2.1)."""
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float32"}
+    cfg.update(spec_kwargs)
+    return cfg
+
+
+if __name__ == "__main__":
+    import sys
+
+    m = load_draft(sys.argv[1])
+    print(m.spec)
+    print(m.load_report)
+    print(sum(p.numel() for p in m.parameters()), "parameters")

@@ -1,0 +1,253 @@
+"""`python -m kit oracle`: the accept length a draft *should* get, measured offline on CPU.
+
+Greedy target, given prompts. The target runs once over its own greedy continuation (teacher
+forcing) with the aux states captured in the same pass; the draft extends over the whole
+sequence; then at every position the draft tree is expanded exactly as SGLang would
+(kit.reference.speculate.draft_trees: chain for speculative_eagle_topk 1, tree by cumulative score otherwise) and we count
+how many of the target's next greedy tokens the tree contains.
+
+Reported (SGLang's definitions, bonus token included):
+* `accept_length`: the decode walk — start after the prefill token, accept, jump, repeat —
+  i.e. what the server log's `accept len` would show for these requests;
+* `meta_accept_length`: completion_tokens / spec_verify_ct as in `/generate` meta_info;
+* `position_accept_length`: the mean over every position (less noisy, not what SGLang shows);
+* `depth_rates[d]`: share of positions whose first d+1 draft tokens were all accepted;
+* `histogram`: accepted draft tokens per verify step of the walk.
+
+Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc bypassed),
+`--algorithm EAGLE` (the seed's launch: aux off + target head), `--layer-shift 1`,
+`--drop-keys-version 0.4.10 [--drop-keys-layout speculators]` (keys that SGLang version's loader
+drops silently, via kit.sglang.loader.simulate_load).
+
+    python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+from kit.checkpoint.inspect import dropped_keys
+from kit.reference.speculate import Wiring
+from kit.sglang.params import SpecParams
+
+HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree rules, fault switches)"
+
+
+@dataclass
+class OracleConfig:
+    target: str = field(default="embedded", metadata={"help": "target: 'embedded' or a local HF model dir"})
+    draft: Optional[str] = field(default=None, metadata={"help": "draft dir (default: the kit's demo draft)"})
+    quick: bool = field(default=False, metadata={"help": "use the quick demo draft and fewer/shorter prompts"})
+    prompts: Optional[str] = field(default=None, metadata={"help": "JSONL prompt file (default: built-in eval prompts)"})
+    kind: Optional[str] = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
+    num_prompts: int = field(default=8, metadata={"help": "prompts used (first N)"})
+    max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
+    speculative_num_steps: int = field(default=3, metadata={"help": "--speculative-num-steps"})
+    speculative_eagle_topk: int = field(default=1, metadata={"help": "--speculative-eagle-topk"})
+    speculative_num_draft_tokens: int = field(default=4, metadata={"help": "--speculative-num-draft-tokens"})
+    aux_capture: bool = field(default=True, metadata={"help": "fused aux states (--no-aux-capture: single final state)"})
+    layer_shift: int = field(default=0, metadata={"help": "shift every capture point by this many layers"})
+    algorithm: str = field(default="EAGLE3", metadata={"help": "EAGLE3, or EAGLE/NEXTN to replay that launch"})
+    drop_keys_version: Optional[str] = field(default=None, metadata={"help": "drop the keys this SGLang version's loader drops"})
+    drop_keys_layout: str = field(default="sglang", metadata={"help": "key names of the checkpoint served: sglang (as saved) or speculators (layers.0.*)", "choices": ["sglang", "speculators"]})
+    compare: bool = field(default=False, metadata={"help": "also run the seed's faults side by side"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+
+@dataclass
+class OracleResult:
+    params: str
+    wiring: str
+    prompts: int
+    verify_steps: int
+    accept_length: float
+    meta_accept_length: float
+    position_accept_length: float
+    depth_rates: list
+    histogram: dict
+    positions: int
+    target_tokens: int
+    target_time_s: float
+    draft_steps: int
+    draft_time_s: float
+    accept_lengths: list = field(default_factory=list)   # per verify step of the decode walk
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("accept_lengths")
+        d["target_tokens_per_s"] = round(self.target_tokens / self.target_time_s, 1) if self.target_time_s else None
+        d["draft_steps_per_s"] = round(self.draft_steps / self.draft_time_s, 1) if self.draft_time_s else None
+        return d
+
+
+def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, the target's greedy continuation) per prompt; cached under $KIT_CACHE_DIR/oracle-refs
+    keyed by the target's weights identity, the prompt ids and the length (generation dominates the cost)."""
+    import hashlib
+    import os
+
+    from kit.models import cache_dir, chat_ids
+    from kit.reference.target import batch_greedy
+
+    rows = [chat_ids(tok, p) for p in prompt_texts]
+    ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
+    blob = json.dumps({"t": ident, "n": sum(p.numel() for p in target.parameters()),
+                       "w": float(target.get_output_embeddings().weight[:4].detach().sum()), "rows": rows, "m": max_new_tokens})
+    f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
+    if f.exists():
+        return [(r, c) for r, c in json.loads(f.read_text())]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    out = list(zip(rows, batch_greedy(target, rows, max_new_tokens, pad, tok.eos_token_id)))
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.rename(f)
+    return out
+
+
+def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:
+    """Draft tokens accepted by greedy verification when the target's next tokens are `truth`."""
+    n, cur = 0, -1
+    while n < len(truth):
+        nxt = next((j for j, (t, pa) in enumerate(zip(tokens, parents)) if pa == cur and t == truth[n]), None)
+        if nxt is None:
+            break
+        n, cur = n + 1, nxt
+    return n
+
+
+def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring()) -> OracleResult:
+    """Run the oracle over (prompt_ids, continuation) pairs."""
+    import torch
+    from kit.reference.speculate import capture_points_for, draft_trees, prepare_draft
+    from kit.reference.target import target_forward
+
+    p = params.resolved()
+    d = prepare_draft(draft, target, wiring)
+    points = capture_points_for(d, target, wiring)
+    per_pos, walk, hist = [], [], {}
+    meta_tokens = 0
+    t_target = t_draft = 0.0
+    n_tok = n_steps = 0
+    for prompt, cont in seqs:
+        S = list(prompt) + list(cont)
+        n, N = len(prompt), len(S)
+        if N - n < 2:
+            continue
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            _, feats, _ = target_forward(target, S, None, points)
+        t1 = time.perf_counter()
+        with torch.inference_mode():
+            dev = feats.device
+            logits, aux, kv = d(torch.tensor([S[1:]], device=dev), feats[None, : N - 1], torch.arange(N - 1, device=dev)[None])
+        roots = list(range(n, N - 1))           # position of the last verified token
+        trees = draft_trees(d, logits[0, [r - 1 for r in roots]], aux[0, [r - 1 for r in roots]], kv,
+                            prefix_len=roots, pos=[r - 1 for r in roots], p=p)
+        t2 = time.perf_counter()
+        t_target += t1 - t0
+        t_draft += t2 - t1
+        n_tok += N
+        n_steps += len(roots) * p.speculative_num_steps
+        acc = {r: accepted(tk, pa, S[r + 1: r + 1 + p.speculative_num_steps]) for r, (tk, pa, _) in zip(roots, trees)}
+        per_pos += [a for r, a in acc.items() if r + p.speculative_num_steps < N]   # full depth available
+        # the decode walk: the prefill token is S[n]; each verify step emits accepted + bonus
+        r, steps, emitted = n, 0, 1
+        while r < N - 1:
+            a = acc[r]
+            kept = min(a + 1, N - 1 - r)
+            walk.append(kept)
+            hist[a] = hist.get(a, 0) + 1
+            steps += 1
+            emitted += kept
+            r += a + 1
+        meta_tokens += emitted
+    if not walk:
+        raise KitInputError("oracle: no continuation long enough to measure (raise --max-new-tokens)")
+    depth = [round(sum(a > j for a in per_pos) / max(len(per_pos), 1), 4) for j in range(p.speculative_num_steps)]
+    return OracleResult(
+        params=p.label(), wiring=wiring.describe(), prompts=len(seqs), verify_steps=len(walk),
+        accept_length=round(sum(walk) / len(walk), 4), meta_accept_length=round(meta_tokens / len(walk), 4),
+        position_accept_length=round(1 + sum(per_pos) / max(len(per_pos), 1), 4), depth_rates=depth,
+        histogram={int(k): v for k, v in sorted(hist.items())}, positions=len(per_pos), target_tokens=n_tok,
+        target_time_s=round(t_target, 3), draft_steps=n_steps, draft_time_s=round(t_draft, 3), accept_lengths=walk)
+
+
+def wiring_from_config(cfg: OracleConfig, draft_dir) -> Wiring:
+    dropped = dropped_keys(draft_dir, cfg.drop_keys_version, cfg.drop_keys_layout) if cfg.drop_keys_version else ()
+    return Wiring(aux_capture=cfg.aux_capture, layer_shift=cfg.layer_shift, dropped_keys=dropped,
+                  algorithm=cfg.algorithm.upper())
+
+
+def seed_faults(draft_dir) -> dict[str, Wiring]:
+    """The seed's three faults, each alone, plus correct wiring."""
+    out = {"correct": Wiring(), "aux capture off": Wiring(aux_capture=False),
+           "capture shifted +1": Wiring(layer_shift=1), "launched as EAGLE": Wiring(algorithm="EAGLE")}
+    try:
+        out["keys dropped (0.4.10, speculators names)"] = Wiring(
+            dropped_keys=dropped_keys(draft_dir, "0.4.10", "speculators"))
+    except KitInputError:
+        pass
+    return out
+
+
+def prompt_texts(cfg: OracleConfig) -> list[str]:
+    from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
+
+    rows = load_prompts_jsonl(cfg.prompts) if cfg.prompts else builtin_prompts(cfg.kind)
+    if cfg.prompts is None and cfg.kind is None:
+        rows = interleave_kinds(rows)
+    return [r["prompt"] for r in rows[: cfg.num_prompts]]
+
+
+def run_config(cfg: OracleConfig, log=print) -> dict:
+    """Load target + draft, generate references once, evaluate the requested wiring(s)."""
+    from pathlib import Path
+
+    from kit.reference.draft_io import load_draft
+    from kit.models import load_target
+
+    if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
+        cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
+    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
+    params.resolved()                      # bad parameters fail before any model work
+    texts = prompt_texts(cfg)
+    if cfg.draft is None:
+        from kit.reference.train import ensure_demo_draft
+
+        draft_dir = ensure_demo_draft(quick=cfg.quick, log=log)
+    else:
+        draft_dir = Path(cfg.draft)
+    target, tok = load_target(cfg.target)
+    draft = load_draft(draft_dir, target_model=target)
+    t0 = time.perf_counter()
+    seqs = continuations(target, tok, texts, cfg.max_new_tokens)
+    gen_s = time.perf_counter() - t0
+    runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
+    results = {}
+    for name, w in runs.items():
+        results[name] = evaluate(target, draft, seqs, params, w).to_dict()
+        log(f"{name:42s} accept length {results[name]['accept_length']:.3f}  ({results[name]['wiring']})")
+    return {"draft": str(draft_dir), "params": params.resolved().label(), "reference_generation_s": round(gen_s, 2),
+            "results": results}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, OracleConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(OracleConfig, args)
+    doc = run_config(cfg, log=(lambda *_: None) if cfg.json else print)
+    if cfg.json:
+        print(json.dumps(doc))
+    else:
+        for name, r in doc["results"].items():
+            print(f"{name}: accept length {r['accept_length']} (meta {r['meta_accept_length']}, all positions "
+                  f"{r['position_accept_length']}), depth rates {r['depth_rates']}, histogram {r['histogram']}")
+    return 0

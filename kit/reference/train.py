@@ -1,0 +1,340 @@
+"""`python -m kit train-draft`: a CPU smoke trainer for a 1-layer EAGLE-3 head.
+
+Why: the notebooks need a real draft for the embedded SmolLM2 target, and a user gets a wiring
+smoke test for their own target before a long training run: if a 3-minute head does not beat
+accept length 1 under your serving wiring, a 3-day head will not either.
+
+How (the recipe measured in shared/docs/stack-notes.md, last section):
+1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
+   prompts) greedily, in batches — the draft learns the target's own outputs;
+2. one teacher-forced target pass per batch captures the aux states at the SGLang capture
+   points p = [2, L//2, L-3] (ids [1, L//2-1, L-4] in SGLang's "+1" convention, written to
+   `eagle_config`) and the target's greedy next tokens (the labels);
+3. the head (SGLang `LlamaForCausalLMEagle3` structure, kit.reference.draft) trains with 3 unrolled
+   test-time-training steps that feed back its own hidden state, AdamW, seeded; the draft
+   vocabulary = every id the target predicts in the data + ids below `vocab_floor`;
+4. saved in SGLang layout (`midlayer.*`, `d2t`, `t2d`) with `kit_provenance.json`, cached under
+   $KIT_CACHE_DIR/drafts/<key> keyed by the settings; a second call returns the cached path.
+
+    python -m kit train-draft [--quick] [--out DIR] [--epochs N] ...
+    from kit.reference.train import ensure_demo_draft; path = ensure_demo_draft(quick=True)
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+
+HELP = "train a 1-layer EAGLE-3 smoke head on the target's own outputs (CPU, minutes, cached)"
+RECIPE_VERSION = 2  # bump when the training code changes what a given config produces
+
+
+@dataclass
+class TrainConfig:
+    target: str = field(default="embedded", metadata={"help": "target: 'embedded' (SmolLM2) or a local HF model dir"})
+    out: Optional[str] = field(default=None, metadata={"help": "also copy the draft here (default: only the cache)"})
+    quick: bool = field(default=False, metadata={"help": "the < 1 minute preset used by tests and notebooks"})
+    num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
+    gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
+    gen_batch: int = field(default=32, metadata={"help": "generation batch size"})
+    epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
+    ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
+    lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
+    batch_size: int = field(default=16, metadata={"help": "sequences per optimizer step"})
+    vocab_floor: int = field(default=8192, metadata={"help": "ids below this are always in the draft vocabulary"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    init: str = field(default="lens", metadata={"help": "head initialization: lens (deepest state through fc, zero residual branches) or random", "choices": ["lens", "random"]})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: leave as is)"})
+    force: bool = field(default=False, metadata={"help": "retrain even if cached"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+    def preset(self) -> "TrainConfig":
+        if not self.quick:
+            return self
+        return TrainConfig(**{**asdict(self), "num_prompts": 48, "gen_tokens": 48, "epochs": 6,
+                              "batch_size": 8})
+
+    def key(self, target_id: str) -> str:
+        keep = {k: v for k, v in asdict(self).items() if k not in ("out", "quick", "force", "json", "threads")}
+        blob = json.dumps({"cfg": keep, "target": target_id, "recipe": RECIPE_VERSION}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _target_id(target_dir: Path) -> str:
+    """Identity of a target for the cache key: its config + weight file sizes (no hashing of GBs)."""
+    cfg = (target_dir / "config.json").read_text()
+    sizes = sorted((p.name, p.stat().st_size) for p in target_dir.glob("*.safetensors"))
+    return hashlib.sha256((cfg + json.dumps(sizes)).encode()).hexdigest()[:16]
+
+
+def capture_ids(L: int) -> list[int]:
+    """SGLang "+1"-convention ids whose capture points are SGLang's default p = [2, L//2, L-3]."""
+    return [1, L // 2 - 1, L - 4]
+
+
+# -- data ----------------------------------------------------------------------------------
+def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, points: list[int]):
+    """Greedy continuations (batched) + a teacher-forced pass per sequence capturing aux states.
+
+    Returns per sequence: ids [N], feats [N, k*Ht] (bf16), labels [N] (the target's argmax at
+    each position), start (first position whose label is a generated token).
+    """
+    import torch
+    from kit.models import chat_ids
+    from kit.reference.target import TargetCapture, batch_greedy
+
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    rows = [chat_ids(tok, p) for p in prompts]
+    conts = batch_greedy(model, rows, gen_tokens, pad, tok.eos_token_id, batch)
+    out = []
+    seqs = [r + c for r, c in zip(rows, conts)]
+    with torch.inference_mode():
+        fb = min(batch, 16)      # logits of 16 x ~130 tokens x 49k vocab: ~400 MB
+        for b0 in range(0, len(seqs), fb):
+            chunk = seqs[b0:b0 + fb]
+            N = max(map(len, chunk))
+            # right padding needs no mask: causal attention never lets a real token see a pad
+            x = torch.tensor([s + [pad] * (N - len(s)) for s in chunk])
+            with TargetCapture(model, points) as cap:
+                lo = model(input_ids=x).logits
+            feats = cap.features()
+            for i, s in enumerate(chunk):
+                n = len(s)
+                out.append({"ids": x[i, :n].clone(), "feats": feats[i, :n].to(torch.bfloat16),
+                            "labels": lo[i, :n].argmax(-1), "start": max(len(rows[b0 + i]) - 1, 0)})
+    return out
+
+
+def draft_vocab(data, V: int, floor: int):
+    import torch
+
+    used = torch.zeros(V, dtype=torch.bool)
+    used[: min(floor, V)] = True
+    for d in data:
+        used[d["labels"]] = True
+        used[d["ids"]] = True
+    return torch.nonzero(used)[:, 0]
+
+
+# -- training ------------------------------------------------------------------------------
+def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
+    """EAGLE-3 test-time training: step j at anchor i reads token ids[i+1+j] and (j=0) the target
+    features at i or (j>0) its own step j-1 output; attention sees step-0 keys of anchors <= i and
+    the anchor's own later-step keys. Label: the target's greedy token at position i+1+j."""
+    import torch
+    import torch.nn.functional as F
+    from kit.reference.draft import causal_mask
+
+    B, N = ids.shape
+    T = N - 1 - steps                     # anchors with all steps inside the sequence
+    if T <= 0:
+        return None, []
+    pos0 = torch.arange(T)[None].expand(B, -1)
+    keys, vals = [[] for _ in draft.layers], [[] for _ in draft.layers]
+    h = feats[:, :T].float()
+    losses, accs = [], []
+    for j in range(steps):
+        x_ids = ids[:, 1 + j: 1 + j + T]
+        embeds = draft.embed_tokens(x_ids)
+        h = draft.project(h, embeds.shape[-1])
+        residual = None
+        for li, layer in enumerate(draft.layers):
+            x, residual = layer.pre_attention(embeds, h, residual)
+            q, k, v = layer.self_attn.qkv(x, pos0 + j, draft.inv_freq)
+            keys[li].append(k)
+            vals[li].append(v)
+            blocks = [causal_mask(T, 0)] + [torch.eye(T, dtype=torch.bool)] * j
+            m = torch.cat(blocks, 1)
+            a = layer.self_attn.attend(q, torch.cat(keys[li], 2), torch.cat(vals[li], 2), m)
+            h, residual = layer.post_attention(a, residual)
+        pre = h + residual
+        normed = draft.norm(pre)
+        tgt = t2d[labels[:, 1 + j: 1 + j + T]]          # draft index, -1 outside the draft vocab
+        lm = mask[:, 1 + j: 1 + j + T]
+        logits = draft.logits(normed[lm])               # the head only where a label counts
+        t = tgt[lm]
+        ok = t >= 0
+        ce = F.cross_entropy(logits, t.clamp(min=0), reduction="none")
+        losses.append((ce * ok).sum() / max(int(lm.sum()), 1) * (0.8 ** j))
+        accs.append(((logits.argmax(-1) == t) & ok).sum().item() / max(int(lm.sum()), 1))
+        h = normed if draft.spec.norm_output else pre
+    return sum(losses), accs
+
+
+def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
+    """Build and train the head; returns (draft, stats)."""
+    import torch
+    from torch import nn
+    from kit.reference.draft import DraftSpec, Eagle3Draft
+
+    tc = target.config.get_text_config()
+    H, V = tc.hidden_size, tc.vocab_size
+    hot = draft_vocab(data, V, cfg.vocab_floor)
+    rp = getattr(tc, "rope_parameters", None) or {}
+    theta = rp.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+        "hidden_size": H, "target_hidden_size": H, "intermediate_size": tc.intermediate_size,
+        "num_attention_heads": tc.num_attention_heads, "num_key_value_heads": tc.num_key_value_heads,
+        "head_dim": getattr(tc, "head_dim", None) or H // tc.num_attention_heads,
+        "hidden_act": "silu", "rms_norm_eps": tc.rms_norm_eps, "vocab_size": V,
+        "draft_vocab_size": int(hot.numel()), "max_position_embeddings": tc.max_position_embeddings,
+        "rope_theta": theta, "tie_word_embeddings": False, "torch_dtype": "float32",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points],
+                         "use_aux_hidden_state": True},
+    }
+    torch.manual_seed(cfg.seed)
+    draft = Eagle3Draft(DraftSpec.from_config(config))
+    with torch.no_grad():
+        # warm start: the target's own head rows and final norm; fc passes the deepest captured
+        # state through and the layer's residual branches start at zero, so step 0 begins as the
+        # target's "logit lens" at that depth instead of random logits
+        draft.lm_head.weight.copy_(target.get_output_embeddings().weight[hot])
+        draft.norm.weight.copy_(target.model.norm.weight)
+        if cfg.init == "lens":
+            draft.fc.weight.zero_()
+            draft.fc.weight[:, -H:] = torch.eye(H)
+            for layer in draft.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+    draft.embed_tokens.weight = nn.Parameter(target.get_input_embeddings().weight.detach(), requires_grad=False)
+    draft.hot_token_id = hot
+    t2d = torch.full((V,), -1, dtype=torch.long)
+    t2d[hot] = torch.arange(hot.numel())
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    n_batches = (len(data) + cfg.batch_size - 1) // cfg.batch_size
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(1, cfg.epochs * n_batches),
+                                                pct_start=0.1)
+    g = torch.Generator().manual_seed(cfg.seed)
+    stats = {"epochs": []}
+    t0 = time.perf_counter()
+    draft.train()
+    for ep in range(cfg.epochs):
+        order = torch.randperm(len(data), generator=g).tolist()
+        tot, accs = 0.0, []
+        for b in range(n_batches):
+            rows = [data[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+            N = max(len(r["ids"]) for r in rows)
+            ids = torch.zeros(len(rows), N, dtype=torch.long)
+            lab = torch.zeros(len(rows), N, dtype=torch.long)
+            feats = torch.zeros(len(rows), N, rows[0]["feats"].shape[-1])
+            mask = torch.zeros(len(rows), N, dtype=torch.bool)
+            for i, r in enumerate(rows):  # right-pad; positions start at 0 like the real prompt
+                n = len(r["ids"])
+                ids[i, :n], lab[i, :n], feats[i, :n] = r["ids"], r["labels"], r["feats"].float()
+                mask[i, r["start"]:n] = True
+            loss, acc = ttt_loss(draft, ids, feats, lab, mask, cfg.ttt_steps, t2d)
+            if loss is None:
+                continue
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            tot += float(loss.detach())
+            accs.append(acc)
+        mean_acc = [round(sum(a[j] for a in accs) / max(len(accs), 1), 3) for j in range(cfg.ttt_steps)]
+        stats["epochs"].append({"loss": round(tot / max(n_batches, 1), 4), "step_acc": mean_acc})
+        log(f"epoch {ep + 1}/{cfg.epochs}: loss {tot / max(n_batches, 1):.3f}, train step accuracy {mean_acc}")
+    stats["train_time_s"] = round(time.perf_counter() - t0, 1)
+    draft.eval()
+    return draft, config, stats
+
+
+def train_draft(cfg: TrainConfig, log=print) -> Path:
+    """Train (or fetch from the cache) and return the SGLang-layout draft directory."""
+    import fcntl
+
+    from kit.models import cache_dir, resolve_target
+
+    cfg = cfg.preset()
+    tdir = resolve_target(cfg.target)
+    key = cfg.key(_target_id(tdir))
+    dest = cache_dir() / "drafts" / f"eagle3-{'quick' if cfg.quick else 'demo'}-{key}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # one trainer per key: a notebook and a test asking at once share one training
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / "config.json").exists() and not cfg.force:
+            log(f"cached: {dest}")
+            return _copy_out(dest, cfg.out)
+        return _train_locked(cfg, tdir, dest, log)
+
+
+def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
+    import torch
+    from kit.reference.draft_io import save_draft
+    from kit.models import load_target
+    from kit.prompts import builtin_prompts
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    model, tok = load_target(cfg.target)
+    L = model.config.get_text_config().num_hidden_layers
+    points = [x + 1 for x in capture_ids(L)]
+    prompts = [r["prompt"] for r in builtin_prompts("train")]
+    if cfg.num_prompts > len(prompts):
+        raise KitInputError(f"--num-prompts {cfg.num_prompts}: only {len(prompts)} built-in training prompts")
+    prompts = prompts[: cfg.num_prompts]
+    t1 = time.perf_counter()
+    data = generate_data(model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points)
+    n_gen = sum(len(d["ids"]) - d["start"] - 2 for d in data)
+    t2 = time.perf_counter()
+    log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
+    draft, config, stats = train_head(model, data, cfg, points, log)
+    prov = {"source_layout": "sglang", "aux_convention": "sglang", "source_aux_layer_id_convention": "sglang",
+            "aux_layer_ids": [p - 1 for p in points], "trained_with": "kit", "capture_points": points, "target": str(tdir), "target_id": _target_id(tdir),
+            "target_architecture": (model.config.architectures or [type(model).__name__])[0],
+            "target_num_layers": L, "settings": asdict(cfg), "recipe_version": RECIPE_VERSION,
+            "generated_tokens": n_gen, "data_time_s": round(t2 - t1, 1), "load_time_s": round(t1 - t0, 1),
+            **stats, "total_time_s": round(time.perf_counter() - t0, 1)}
+    save_draft(draft, dest, config, extra_files={"kit_provenance.json": prov})
+    log(f"saved {dest} ({prov['total_time_s']} s total)")
+    return _copy_out(dest, cfg.out)
+
+
+def _copy_out(src: Path, out: Optional[str]) -> Path:
+    if not out:
+        return src
+    o = Path(out)
+    if o.exists() and any(o.iterdir()):
+        raise KitInputError(f"{o}: output directory exists and is not empty")
+    tmp = o.with_name(f".{o.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    if o.exists():
+        o.rmdir()
+    tmp.rename(o)
+    return o
+
+
+def ensure_demo_draft(quick: bool = False, log=None) -> Path:
+    """The demo draft for the embedded target (trained once, then cached). quick: < ~1 minute."""
+    return train_draft(TrainConfig(quick=quick), log=log or (lambda *_: None))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, TrainConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(TrainConfig, args)
+    log = (lambda *_: None) if cfg.json else print
+    path = train_draft(cfg, log)
+    prov = json.loads((path / "kit_provenance.json").read_text())
+    doc = {"draft": str(path), "generated_tokens": prov.get("generated_tokens"),
+           "train_time_s": prov.get("train_time_s"), "total_time_s": prov.get("total_time_s"),
+           "final_epoch": (prov.get("epochs") or [None])[-1]}
+    print(json.dumps(doc) if cfg.json else f"draft: {path}")
+    return 0

@@ -1,0 +1,286 @@
+"""Launch specs: a typed SGLang launch line that the kit builds, parses back, lints, starts and watches.
+
+The seed's launch line was a wall of NCCL variables and flags that ran `--speculative-algorithm
+EAGLE` for an EAGLE-3 draft. Here a launch is a `LaunchSpec` dataclass whose field names are
+SGLang's own argument names (`speculative_num_steps` <-> `--speculative-num-steps`, the rule of
+SGLang's `arg_utils.py`), so:
+
+    spec = spec_from_command(open("seed_launch.sh").read())   # env assignments and all
+    spec.argv(), spec.env                                      # back to argv + environment
+    report = lint(spec)                                        # kit.serving.checks: real parser + rules
+
+`--engine reference` turns the same spec into `python -m kit serve ...`, the kit's CPU reference
+server, which takes SGLang's flag names and semantics.
+
+    python -m kit launch --from "$(cat seed_launch.sh)" --dry-run --json
+    python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
+
+`--dry-run` starts nothing; with `--json` the last line is {"argv": [...], "env": {...}, "findings": [...]}.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kit import config as kconfig
+from kit.findings import EXIT_CANNOT_RUN, Finding, KitInputError, Report
+from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
+
+SGLANG_MODULE = "sglang.launch_server"
+# not SGLang flags: the interpreter, environment, unparsed extras and the kit's log file
+KIT_ONLY = {"python", "env", "extra_args", "log_file"}
+# SGLang aliases (arg_groups/fields/*.py `aliases=`) for the fields the spec types
+ALIASES = {"--model": "model_path", "--speculative-draft-model": "speculative_draft_model_path",
+           "--tensor-parallel-size": "tp_size"}
+# what the CPU reference server implements; other SGLang flags are dropped for it
+REFERENCE_FIELDS = {"model_path", "speculative_algorithm", "speculative_draft_model_path",
+                    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+                    "host", "port", "api_key", "served_model_name", "decode_log_interval",
+                    "enable_metrics", "max_running_requests", "log_level", "trust_remote_code"}
+
+
+def _f(help_: str, default: Any = None, **meta) -> Any:
+    return field(default=default, metadata={"help": help_, **meta})
+
+
+@dataclass
+class LaunchSpec:
+    """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
+
+    model_path: str = _f("target model: local dir, hub id, or 'embedded' (SmolLM2)", "embedded")
+    speculative_algorithm: Optional[str] = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
+    speculative_draft_model_path: Optional[str] = _f("draft checkpoint dir")
+    speculative_num_steps: Optional[int] = _f("draft steps per verify (set steps/topk/draft tokens together)")
+    speculative_eagle_topk: Optional[int] = _f("branching factor per step (1 = chain)")
+    speculative_num_draft_tokens: Optional[int] = _f("tokens verified per step, root included")
+    tp_size: Optional[int] = _f("tensor parallel size")
+    mem_fraction_static: Optional[float] = _f("fraction of GPU memory for weights + KV cache")
+    host: Optional[str] = _f("bind address (SGLang default 127.0.0.1)")
+    port: Optional[int] = _f("HTTP port (SGLang default 30000)")
+    api_key: Optional[str] = _f("API key the server requires")
+    served_model_name: Optional[str] = _f("model name reported by /v1/models")
+    trust_remote_code: bool = _f("run the model repo's Python code", False)
+    attention_backend: Optional[str] = _f("attention backend (flashinfer, triton, fa3, trtllm_mha, ...)")
+    speculative_draft_attention_backend: Optional[str] = _f("draft attention backend")
+    page_size: Optional[int] = _f("KV cache page size")
+    max_running_requests: Optional[int] = _f("max concurrent requests")
+    decode_log_interval: Optional[int] = _f("decode forwards between 'Decode batch' log lines (default 40)")
+    enable_metrics: bool = _f("serve Prometheus /metrics", False)
+    log_level: Optional[str] = _f("log level")
+    python: str = _f("interpreter that runs SGLang", "python3")
+    log_file: Optional[str] = _f("file the kit streams the server log to")
+    extra_args: list = field(default_factory=list, metadata={"cli": False})
+    env: dict = field(default_factory=dict, metadata={"cli": False})
+
+    # -- spec -> argv -------------------------------------------------------------------------
+    def flags(self, only: Optional[set] = None) -> list[str]:
+        """SGLang flags for every field that is set, in field order, then the extras."""
+        out: list[str] = []
+        for f in dataclasses.fields(self):
+            if f.name in KIT_ONLY or (only is not None and f.name not in only):
+                continue
+            v = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if v is None or v is False:
+                continue
+            out += [flag] if v is True else [flag, _fmt(v)]
+        return out + ([] if only is not None else list(self.extra_args))
+
+    def argv(self, engine: str = "sglang") -> list[str]:
+        if engine == "sglang":
+            return [self.python, "-m", SGLANG_MODULE] + self.flags()
+        if engine == "reference":
+            return [sys.executable, "-m", "kit", "serve"] + self.flags(REFERENCE_FIELDS)
+        raise KitInputError(f"unknown engine {engine!r}; choose sglang or reference")
+
+    def command(self, engine: str = "sglang") -> str:
+        from kit.sglang.cmdline import join_command
+
+        return join_command(self.env, self.argv(engine))
+
+    def spec_params(self) -> SpecParams:
+        """The three speculative values as given on the command line (None = not given)."""
+        return SpecParams(self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
+
+    def resolved_params(self, target_arch: Optional[str] = None) -> Optional[SpecParams]:
+        """What SGLang runs for this launch (`kit.sglang.params.resolve`); None without speculation
+        or when SGLang would refuse the values."""
+        alg = (self.speculative_algorithm or "").upper()
+        if alg not in EAGLE_FAMILY:
+            return None
+        return resolve(self.spec_params(), alg, target_arch).params
+
+    def replace(self, **changes) -> "LaunchSpec":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _fmt(v: Any) -> str:
+    return repr(v) if isinstance(v, float) and v != int(v) else (str(int(v)) if isinstance(v, float) else str(v))
+
+
+_HINTS = typing.get_type_hints(LaunchSpec)
+FIELDS = {f.name: f for f in dataclasses.fields(LaunchSpec) if f.name not in KIT_ONLY}
+FLAG_TO_FIELD = {"--" + n.replace("_", "-"): n for n in FIELDS} | ALIASES
+
+
+def _scalar_type(name: str):
+    return kconfig._base_type(_HINTS[name])[0]
+
+
+# -- argv -> spec ---------------------------------------------------------------------------------
+def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None) -> LaunchSpec:
+    """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
+
+    Flags the spec types become fields; everything else (unknown flags with their values,
+    values that do not convert) is kept verbatim in `extra_args` for SGLang's parser to judge.
+    """
+    argv = list(argv)
+    python, rest = "python3", argv
+    if "-m" in argv[:3] and argv.index("-m") + 1 < len(argv):
+        i = argv.index("-m")
+        python, mod, rest = (argv[0] if i else "python3"), argv[i + 1], argv[i + 2:]
+        if mod == "kit" and rest[:1] == ["serve"]:
+            rest = rest[1:]
+        elif mod != SGLANG_MODULE:
+            raise KitInputError(f"launch command: runs module {mod!r}, expected {SGLANG_MODULE}")
+    elif argv[:2] == ["sglang", "serve"] or (argv[:1] and argv[0].endswith("/sglang") and argv[1:2] == ["serve"]):
+        python, rest = "python3", argv[2:]
+    elif argv and not argv[0].startswith("-"):
+        raise KitInputError(f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
+                            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)")
+    values: dict[str, Any] = {}
+    extra: list[str] = []
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        flag, inline = (tok.split("=", 1) + [None])[:2] if tok.startswith("--") and "=" in tok else (tok, None)
+        name = FLAG_TO_FIELD.get(flag)
+        if name is None:  # unknown to the kit: keep the flag and its values in order
+            j = i + 1
+            while j < len(rest) and not rest[j].startswith("--"):
+                j += 1
+            extra += rest[i:j]
+            i = j
+            continue
+        tp = _scalar_type(name)
+        if tp is bool:
+            if inline is not None:
+                extra.append(tok)
+            else:
+                values[name] = True
+            i += 1
+            continue
+        if inline is None and (i + 1 >= len(rest) or rest[i + 1].startswith("--")):
+            extra.append(tok)  # flag without a value: SGLang's parser reports it
+            i += 1
+            continue
+        raw = inline if inline is not None else rest[i + 1]
+        try:
+            values[name] = tp(raw)
+        except ValueError:
+            extra += [flag, raw]
+        i += 1 if inline is not None else 2
+    return LaunchSpec(python=python, env=dict(env or {}), extra_args=extra, **values)
+
+
+def spec_from_command(cmd: str) -> LaunchSpec:
+    """A whole shell command line (env assignments, continuations, quoting) -> LaunchSpec."""
+    from kit.sglang.cmdline import split_command
+
+    env, argv = split_command(cmd)
+    if not argv:
+        raise KitInputError("launch command: no program to run")
+    return spec_from_argv(argv, env)
+
+
+def engine_of(argv: list[str]) -> str:
+    return "reference" if argv[1:4] == ["-m", "kit", "serve"] else "sglang"
+
+
+# -- notebook helpers -----------------------------------------------------------------------------
+def spec_frame(spec: LaunchSpec, other: Optional[LaunchSpec] = None):
+    """The set fields as a table (flag, value[, other value]) — the launch line, readable."""
+    import pandas as pd
+
+    rows = []
+    for f in dataclasses.fields(LaunchSpec):
+        a, b = getattr(spec, f.name), getattr(other, f.name) if other is not None else None
+        if a in (None, False, [], {}) and b in (None, False, [], {}):
+            continue
+        flag = f.name if f.name in KIT_ONLY else "--" + f.name.replace("_", "-")
+        row = {"field": flag, "value": a}
+        if other is not None:
+            row["fixed"] = b
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def apply_fixes(spec: LaunchSpec, report: Report) -> LaunchSpec:
+    """The spec with the mechanical fixes the findings name (algorithm, bind address, topk-1 tokens)."""
+    changes: dict[str, Any] = {}
+    codes = report.codes()
+    if "aux.algorithm" in codes and (spec.speculative_algorithm or "").upper() in ("EAGLE", "NEXTN"):
+        changes["speculative_algorithm"] = "EAGLE3"
+    if "launch.bind" in codes:
+        changes["host"] = "127.0.0.1"
+    s, k = spec.speculative_num_steps, spec.speculative_eagle_topk
+    if s is not None and k == 1 and spec.speculative_num_draft_tokens not in (None, s + 1):
+        changes["speculative_num_draft_tokens"] = s + 1
+    return spec.replace(**changes)
+
+
+def localize(spec: LaunchSpec, engine: str, target: str = "embedded", draft: Optional[str] = None,
+             port: Optional[int] = None, decode_log_interval: Optional[int] = None) -> LaunchSpec:
+    """The same launch on this machine: local target/draft paths, loopback host, a free port.
+
+    For the reference engine the GPU-only flags stay in the spec (the server ignores them)."""
+    from kit.serving.process import free_port
+
+    changes: dict[str, Any] = dict(host="127.0.0.1", port=port or free_port())
+    if engine == "reference" or target != "embedded":
+        changes["model_path"] = target
+    if engine == "sglang" and changes.get("model_path", spec.model_path) == "embedded":
+        from kit.models import embedded_dir
+
+        changes["model_path"] = str(embedded_dir())
+    if engine == "sglang":
+        import importlib.util
+
+        if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
+            changes["python"] = sys.executable
+    if draft is not None:
+        changes["speculative_draft_model_path"] = str(draft)
+    if decode_log_interval is not None:
+        changes["decode_log_interval"] = decode_log_interval
+    return spec.replace(**changes)
+
+
+def ask(base_url: str, prompts: list[str], max_tokens: int = 64, api_key: Optional[str] = None):
+    """Send chat requests one by one; a DataFrame of tokens, verify steps and accept length per prompt."""
+    import time
+
+    import pandas as pd
+    from kit.serving.process import http_json
+
+    rows = []
+    for p in prompts:
+        t0 = time.perf_counter()
+        status, r = http_json(base_url + "/v1/chat/completions", api_key, timeout=600,
+                              data={"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens,
+                                    "temperature": 0, "return_spec_tokens_details": True})
+        if status != 200:
+            raise KitInputError(f"{base_url}: /v1/chat/completions answered {status}: {str(r)[:200]}")
+        d = (r.get("sglext") or {}).get("spec_tokens_details") or {}
+        rows.append({"prompt": p[:40], "completion_tokens": r["usage"]["completion_tokens"],
+                     "spec_verify_ct": d.get("spec_verify_ct"), "spec_accept_length": d.get("spec_accept_length"),
+                     "latency_s": round(time.perf_counter() - t0, 3),
+                     "text": r["choices"][0]["message"]["content"][:60]})
+    return pd.DataFrame(rows)

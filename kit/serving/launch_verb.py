@@ -1,0 +1,95 @@
+"""`python -m kit launch`: build a launch spec, lint it, then start and watch the server.
+
+    python -m kit launch --from "python -m sglang.launch_server --model-path T ..." --dry-run
+    python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
+
+The spec is `kit.serving.launch.LaunchSpec`, the findings `kit.serving.checks.lint`, the process
+`kit.serving.process.ServerProcess` (its own process group, no orphans).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from kit import config as kconfig
+from kit.findings import EXIT_CANNOT_RUN, KitInputError
+from kit.serving.checks import lint
+from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
+
+HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
+
+
+@dataclass
+class LaunchConfig:
+    engine: str = field(default="sglang", metadata={"help": "sglang, or the kit's CPU reference server",
+                                                     "choices": ["sglang", "reference"]})
+    dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
+    json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
+    sglang_python: Optional[str] = field(default=None, metadata={"help": "interpreter with sglang for the flag lint (default: in-process, $KIT_SGLANG_PYTHON, or the kit's side venv)"})
+    ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for /health"})
+    gpu_memory_gib: Optional[float] = field(default=None, metadata={"help": "memory per GPU for launch.mem (default: detected)"})
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, LaunchSpec)
+    # spec flags override `--from`: only the ones given on the command line may appear
+    for a in p._actions:
+        if a.dest in FIELDS or a.dest in ("python", "log_file"):
+            a.default = argparse.SUPPRESS
+    p.add_argument("--from", dest="from_command", default=None, help="an existing launch command to start from")
+    p.add_argument("--env", dest="env_assign", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment variable for the server (repeatable)")
+    p.add_argument("--extra-args", dest="extra_args_str", default=None, help="further SGLang flags, one shell string")
+    kconfig.add_arguments(p, LaunchConfig)
+
+
+def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
+    import shlex
+
+    spec = spec_from_command(ns.from_command) if ns.from_command else LaunchSpec()
+    given = {k: v for k, v in vars(ns).items() if k in FIELDS or k in ("python", "log_file")}
+    env = dict(spec.env)
+    for kv in ns.env_assign:
+        if "=" not in kv:
+            raise KitInputError(f"--env {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        env[k] = v
+    extra = spec.extra_args + (shlex.split(ns.extra_args_str) if ns.extra_args_str else [])
+    return spec.replace(env=env, extra_args=extra, **given)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(LaunchConfig, args)
+    spec = spec_from_namespace(args)
+    report = lint(spec, sglang_python=cfg.sglang_python, gpu_memory_gib=cfg.gpu_memory_gib,
+                  engine=cfg.engine)
+    argv = spec.argv(cfg.engine)
+    if cfg.dry_run:
+        if cfg.json:
+            print(json.dumps({"argv": argv, "env": spec.env, "findings": [f.to_dict() for f in report.findings],
+                              "summary": report.summary()}, default=str, separators=(",", ":")))
+        else:
+            print(report.render_text())
+            print("\n" + spec.command(cfg.engine))
+        return report.exit_code()
+    print(report.render_text(), file=sys.stderr)
+    if report.errors and cfg.engine == "sglang":
+        print("kit launch: not starting: fix the errors above (or use --dry-run to see the command)", file=sys.stderr)
+        return report.exit_code()
+    from kit.serving.process import ServerProcess
+
+    server = ServerProcess.from_spec(spec, engine=cfg.engine, on_line=lambda line: print(line, flush=True))
+    try:
+        with server:
+            info = server.wait_ready(cfg.ready_timeout)
+            print(f"kit launch: ready at {server.base_url} ({info.get('model', '')}); Ctrl-C stops it",
+                  file=sys.stderr)
+            server.wait()
+    except KeyboardInterrupt:
+        return 0
+    rc = server.returncode
+    return 0 if rc in (0, None) else EXIT_CANNOT_RUN

@@ -1,0 +1,277 @@
+"""Server process lifecycle: start in its own process group, stream the log, wait for readiness, stop.
+
+    from kit.serving.process import ServerProcess
+    with ServerProcess(argv, env=env, port=30000, log_file="server.log", on_line=print) as srv:
+        info = srv.wait_ready(timeout=600)     # /health, then /get_server_info and /v1/models
+        ...                                    # srv.base_url, srv.tail(20), srv.lines
+    # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
+
+No orphans: the server runs under a tiny supervisor (`python -m kit.serving.process --supervise PPID
+GRACE -- argv...`) that leads a new session/process group, asks the kernel for SIGTERM when its
+parent dies (prctl PR_SET_PDEATHSIG, Linux) and also polls its parent pid. When the starter is
+gone — even SIGKILLed — the supervisor terminates the group (SIGTERM, then SIGKILL after GRACE).
+The supervisor exits with the server's exit code. A port in use is reported before launching.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional
+
+from kit.findings import KitInputError
+
+READY_PATHS = ("/health", "/get_server_info", "/v1/models")
+
+
+class ServerExited(KitInputError):
+    """The server process ended before it became ready; the message holds the exit code and log tail."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1" if host in ("localhost",) else host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str, api_key: Optional[str] = None, timeout: float = 60.0, data: Optional[dict] = None):
+    """(status, parsed body or text) for GET (or POST when data is given); status 0 if unreachable."""
+    req = urllib.request.Request(url, data=None if data is None else json.dumps(data).encode(),
+                                 headers={"Content-Type": "application/json"})
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = r.read().decode()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError):
+        return 0, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+class ServerProcess:
+    def __init__(self, argv: list[str], env: Optional[dict[str, str]] = None, host: str = "127.0.0.1",
+                 port: int = 30000, api_key: Optional[str] = None, log_file: Optional[str] = None,
+                 on_line: Optional[Callable[[str], None]] = None, grace: float = 10.0,
+                 tail_lines: int = 200, cwd: Optional[str] = None):
+        self.argv, self.env, self.host, self.port = list(argv), dict(env or {}), host, int(port)
+        self.api_key, self.log_file, self.on_line, self.grace, self.cwd = api_key, log_file, on_line, grace, cwd
+        self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.proc: Optional[subprocess.Popen] = None
+        self._reader: Optional[threading.Thread] = None
+
+    @classmethod
+    def from_spec(cls, spec, engine: str = "sglang", **kw) -> "ServerProcess":
+        """A process for a `kit.serving.launch.LaunchSpec`: argv, env, host/port, api key and log file from it."""
+        host = spec.host or "127.0.0.1"
+        port = spec.port or 30000
+        kw.setdefault("log_file", spec.log_file)
+        return cls(spec.argv(engine), env=spec.env, host=host, port=port, api_key=spec.api_key, **kw)
+
+    @property
+    def base_url(self) -> str:
+        h = "127.0.0.1" if self.host in ("0.0.0.0", "::", "[::]") else self.host
+        return f"http://{h}:{self.port}"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def pgid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None  # the supervisor leads its own group
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return None if self.proc is None else self.proc.poll()
+
+    # -- start ----------------------------------------------------------------------------------
+    def start(self) -> "ServerProcess":
+        if self.proc is not None:
+            raise KitInputError("server already started")
+        bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
+        if port_in_use(bind_host, self.port):
+            raise KitInputError(f"port {self.port} on {self.host} is already in use; stop that server "
+                                f"or choose another --port (kit.serving.process.free_port() gives a free one)")
+        cmd = [sys.executable, "-m", "kit.serving.process", "--supervise", str(os.getpid()), str(self.grace),
+               "--", *self.argv]
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        if self.log_file:
+            Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(cmd, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True, text=True, errors="replace", bufsize=1)
+        self._reader = threading.Thread(target=self._pump, name="kit-server-log", daemon=True)
+        self._reader.start()
+        return self
+
+    def _pump(self) -> None:
+        log = open(self.log_file, "a") if self.log_file else None
+        try:
+            for line in self.proc.stdout:
+                line = line.rstrip("\n")
+                self.lines.append(line)
+                if log:
+                    log.write(line + "\n")
+                    log.flush()
+                if self.on_line:
+                    try:
+                        self.on_line(line)
+                    except Exception:  # a notebook callback must not kill the log pump
+                        pass
+        finally:
+            if log:
+                log.close()
+
+    def tail(self, n: int = 30) -> list[str]:
+        return list(self.lines)[-n:]
+
+    # -- readiness ------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float = 600.0, poll: float = 0.5) -> dict:
+        """Block until /health answers 200; return {"server_info": ..., "models": ..., "model": id}."""
+        if self.proc is None:
+            self.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self._join_reader()
+                raise ServerExited(f"server exited with code {rc} before it was ready; last log lines:\n"
+                                   + "\n".join(self.tail(20)))
+            status, _ = http_json(self.base_url + READY_PATHS[0], self.api_key, timeout=poll + 2)
+            if status == 200:
+                break
+            if time.monotonic() > deadline:
+                tail = "\n".join(self.tail(20))
+                self.stop()
+                raise ServerExited(f"server not ready after {timeout:.0f}s (stopped); last log lines:\n{tail}")
+            time.sleep(poll)
+        _, info = http_json(self.base_url + READY_PATHS[1], self.api_key)
+        _, models = http_json(self.base_url + READY_PATHS[2], self.api_key)
+        model = ((models or {}).get("data") or [{}])[0].get("id") if isinstance(models, dict) else None
+        return {"server_info": info, "models": models, "model": model}
+
+    # -- stop -----------------------------------------------------------------------------------
+    def _signal_group(self, sig: int) -> bool:
+        try:
+            os.killpg(self.pgid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def _join_reader(self) -> None:
+        if self._reader:
+            self._reader.join(timeout=2)
+
+    def stop(self, grace: Optional[float] = None) -> Optional[int]:
+        """SIGTERM the whole group, SIGKILL it after `grace` s; returns the exit code."""
+        if self.proc is None:
+            return None
+        grace = self.grace if grace is None else grace
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace + 2)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal_group(signal.SIGKILL)  # stragglers that ignored SIGTERM
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._join_reader()
+        return self.proc.returncode
+
+    def wait(self) -> Optional[int]:
+        return None if self.proc is None else self.proc.wait()
+
+    def __enter__(self) -> "ServerProcess":
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# -- the supervisor (runs in its own process) --------------------------------------------------------
+def _set_pdeathsig(sig: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent-pid poll below still applies
+
+
+def _kill_group_members(pgid: int) -> None:
+    """SIGKILL every other process of our group (a straggler that ignored SIGTERM)."""
+    me = os.getpid()
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            if os.getpgid(int(d)) == pgid:
+                os.kill(int(d), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def supervise(parent_pid: int, grace: float, argv: list[str]) -> int:
+    _set_pdeathsig(signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the starter died before prctl took effect
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        child = subprocess.Popen(argv)  # same process group as this supervisor
+    except OSError as e:
+        print(f"kit.serving.process: cannot start {argv[0]!r}: {e}", flush=True)
+        return 127
+    while child.poll() is None and not stop.is_set() and os.getppid() == parent_pid:
+        stop.wait(0.2)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    os.killpg(os.getpgid(0), signal.SIGTERM)  # grandchildren; the supervisor ignores it
+    time.sleep(0.2)
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    _kill_group_members(os.getpgid(0))
+    rc = child.returncode
+    return 128 - rc if rc < 0 else rc  # -15 -> 143, like a shell
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "--supervise" and sys.argv[4] == "--":
+        sys.exit(supervise(int(sys.argv[2]), float(sys.argv[3]), sys.argv[5:]))
+    print(__doc__)

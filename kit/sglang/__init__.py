@@ -1,0 +1,15 @@
+"""Knowledge of SGLang releases, derived from their real source: the one place to touch for a new release.
+
+* `versions`: the release type, its ordering, the default release, and which recorded release's rules
+  answer for a requested one.
+* `params`: speculative parameters (steps, topk, draft tokens) and how SGLang resolves them.
+* `loader` (+ `loader_rules.json`): what `load_weights` of each EAGLE-3 draft class does with each key.
+* `capture` (+ `capture_rules.json`, derived by `capture_scan`): which target layers SGLang captures for
+  the draft's aux hidden states, per target class.
+* `parser`: SGLang's own argument parser (`ServerArgs.add_cli_args`) run on a launch line.
+* `env_vars`: the `SGLANG_*` environment variables a release reads.
+* `source`: a release's wheel, read as text (never imported).
+
+Nothing here imports torch or sglang; `python -m kit.sglang.loader VERSION` and
+`python -m kit.sglang.capture_scan VERSION` re-derive the tables from a real wheel.
+"""

@@ -1,0 +1,78 @@
+"""Which target layers SGLang captures for an EAGLE-3 draft, per target class and release.
+
+A capture point p is the residual stream entering decoder layer p (p = 0: embeddings; p = L: the final
+pre-norm state). Each target class's `set_eagle3_layers_to_capture` turns the draft's
+`eagle_config.eagle_aux_hidden_state_layer_ids` (or its default) into points; the rule per class and
+release is recorded in `capture_rules.json`, derived from real SGLang source by
+`python -m kit.sglang.capture_scan VERSION` (method bodies executed on probe ids) and re-checked by the
+tests against the real wheels.
+
+    rule = capture_rule("LlamaForCausalLM", "0.5.17")   # None: the class cannot capture
+    capture_points(ids=[2, 4, 5], num_layers=8, rule=rule)  # -> [3, 5, 6]
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions
+
+TABLE_PATH = Path(__file__).with_name("capture_rules.json")
+
+
+@lru_cache(maxsize=1)
+def table() -> dict[str, Any]:
+    return json.loads(TABLE_PATH.read_text())
+
+
+def known_versions() -> list[str]:
+    return sort_versions(table()["versions"])
+
+
+def recorded_release(version: Optional[str]) -> RecordedRelease:
+    return pick_recorded(version, known_versions())
+
+
+def capture_rule(arch: Optional[str], version: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """{"default", "explicit", "version", "exact", "delegates"?} for a target class; None if it cannot capture."""
+    rel = recorded_release(version)
+    rec = table()["versions"][rel.checked]
+    for key, archs in rec["rules"].items():
+        if arch in archs:
+            default, explicit = key.split("|")
+            out = {"default": default, "explicit": explicit, "version": rel.checked, "exact": rel.exact}
+            if arch in rec.get("delegates", {}):
+                out["delegates"] = rec["delegates"][arch]
+            return out
+    return None
+
+
+def default_ids(num_layers: int) -> list[int]:
+    """SGLang's default aux layer ids when the draft config gives none."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def capture_points(ids: Optional[list[int]], num_layers: int, rule: dict[str, Any]) -> list[int]:
+    """Apply a recorded rule: the layer ids -> `layers_to_capture` (capture points)."""
+    dflt = default_ids(num_layers)
+    if ids is None or rule["explicit"] == "ignored":
+        return [x + 1 for x in dflt] if rule["default"].startswith("+1") else dflt
+    e = rule["explicit"]
+    if (
+        e == "plus1"
+        or (e == "plus1_if_first_is_1" and ids and ids[0] == 1)
+        or (e == "as_is_if_max_is_L" and max(ids) != num_layers)
+    ):
+        return [x + 1 for x in ids]
+    return list(ids)
+
+
+def ids_for_points(points: list[int], num_layers: int, rule: dict[str, Any]) -> Optional[list[int]]:
+    """The layer ids that make this rule capture exactly `points` (None if no ids do)."""
+    for cand in ([p - 1 for p in points], list(points)):
+        if min(cand) >= 0 and capture_points(cand, num_layers, rule) == list(points):
+            return cand
+    return None

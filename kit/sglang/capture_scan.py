@@ -1,0 +1,304 @@
+"""Derive SGLang's EAGLE-3 aux-capture rules from a release's real source (never imported).
+
+Which target architectures can capture aux hidden states, and what each does with the draft's
+`eagle_aux_hidden_state_layer_ids`, changes between SGLang releases (the "+1" shift, PR #25454's
+DeepSeek/Kimi conditional, the GptOss `max(ids) == L` rule, wrappers that delegate). Typing that
+table by hand goes stale; instead this module
+
+1. parses every `srt/models/*.py` of the release (ast), collects `EntryClass` architectures
+   and resolves each one's `set_eagle3_layers_to_capture` through its base classes;
+2. *executes the real method body* on a stand-in `self` (a recorder object with a real
+   `config.num_hidden_layers`) for probe id lists, and records the `layers_to_capture` it sets —
+   so the rule is what SGLang's code does, not what we think it does;
+3. finds where the release reads the ids (`eagle_config[...]` only, or also top level) and
+   whether capture is tied to `--speculative-algorithm EAGLE3`.
+
+`python -m kit.sglang.capture_scan --write [VERSION ...]` regenerates kit/sglang/capture_rules.json (the recorded
+table kit.wiring.aux uses offline); kit/tests/test_aux.py re-derives versions and compares.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.sglang.versions import DEFAULT_RELEASE
+
+METHOD = "set_eagle3_layers_to_capture"
+PROBE_L = 61
+# probe id lists chosen so that no rule maps two of them onto the same result (L = 61)
+PROBES = {"default": None, "first_is_1": [1, 20, 40], "first_is_2": [2, 21, 41], "max_is_L": [2, 21, 61]}
+
+
+_PROBE = {"L": PROBE_L}
+
+
+class _Rec:
+    """Stand-in for `self` and anything reached from it: records assignments and delegations."""
+
+    def __init__(self, path: str, log: list):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_log", log)
+
+    def __getattr__(self, name):
+        if name == METHOD:
+            return lambda *a, **k: self._log.append(("delegate", self._path, a[0] if a else k.get("layer_ids")))
+        child = _Rec(f"{self._path}.{name}", self._log)
+        object.__setattr__(self, name, child)
+        return child
+
+    def __setattr__(self, name, value):
+        if name == "layers_to_capture":
+            self._log.append(("set", f"{self._path}.{name}", list(value) if value is not None else None))
+        object.__setattr__(self, name, value)
+
+    def __call__(self, *a, **k):
+        return _Rec(f"{self._path}()", self._log)
+
+    def __getitem__(self, k):
+        return _Rec(f"{self._path}[]", self._log)
+
+    def __setitem__(self, k, v):
+        pass
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return _PROBE["L"]          # e.g. `len(self.model.layers)` used as the layer count
+
+    def __bool__(self):
+        return True
+
+
+def _config(L: int):
+    ns = types.SimpleNamespace(num_hidden_layers=L)
+    ns.text_config = types.SimpleNamespace(num_hidden_layers=L)
+    ns.get_text_config = lambda: ns.text_config
+    return ns
+
+
+def run_method(func_src: str, layer_ids, L: int = PROBE_L) -> dict[str, Any]:
+    """Execute one `set_eagle3_layers_to_capture` source on a recorder; return what it did."""
+    code = compile(textwrap.dedent(func_src), "<sglang>", "exec")
+    g: dict[str, Any] = {"List": list, "Optional": Optional, "Dict": dict, "Tuple": tuple, "Any": Any}
+    for _ in range(30):   # unknown module-level names (logger, torch...) become recorders
+        try:
+            ns: dict[str, Any] = {}
+            exec(code, g, ns)
+            fn = ns[METHOD]
+            log: list = []
+            me = _Rec("self", log)
+            object.__setattr__(me, "config", _config(L))
+            _PROBE["L"] = L
+            nargs = fn.__code__.co_argcount
+            if nargs >= 2:
+                fn(me, None if layer_ids is None else list(layer_ids))
+            else:                   # old releases: set_eagle3_layers_to_capture(self) takes no ids
+                fn(me)
+            sets = [e for e in log if e[0] == "set"]
+            dele = [e for e in log if e[0] == "delegate"]
+            if sets:
+                return {"layers_to_capture": sets[-1][2]}
+            if dele and dele[-1][1] == "self.model":
+                # the inner decoder's setter stores the list it is given
+                return {"layers_to_capture": dele[-1][2], "via": "self.model." + METHOD}
+            if dele:
+                return {"delegates": dele[-1][1], "passes": dele[-1][2]}
+            return {"noop": True}
+        except NameError as e:
+            m = re.search(r"name '(\w+)' is not defined", str(e))
+            if not m:
+                return {"error": f"NameError: {e}"}
+            g[m.group(1)] = _Rec(m.group(1), [])
+        except Exception as e:  # noqa: BLE001 — record, never crash the scan
+            return {"error": f"{type(e).__name__}: {e}"}
+    return {"error": "too many unknown names"}
+
+
+def classify(results: dict[str, dict], L: int = PROBE_L) -> dict[str, str]:
+    """Name the rule from probe results: default points and explicit-id handling."""
+    dflt = [2, L // 2, L - 3]
+    out: dict[str, str] = {}
+    d = results["default"]
+    if "delegates" in d:
+        return {"rule": "delegates", "to": d["delegates"].replace("self.", "", 1)}
+    if "layers_to_capture" not in d:
+        return {"rule": "unknown", "detail": json.dumps(d)}
+    out["default"] = ("2,L//2,L-3" if d["layers_to_capture"] == dflt else
+                      "+1 of 2,L//2,L-3" if d["layers_to_capture"] == [x + 1 for x in dflt] else
+                      "other:" + json.dumps(d["layers_to_capture"]))
+
+    def kind(name):
+        r = results[name].get("layers_to_capture")
+        ids = PROBES[name]
+        return "plus1" if r == [x + 1 for x in ids] else "as_is" if r == ids else "ignored" if r == d["layers_to_capture"] else "other"
+
+    k = {n: kind(n) for n in ("first_is_1", "first_is_2", "max_is_L")}
+    if len(set(k.values())) == 1:
+        out["explicit"] = k["first_is_1"]
+    elif k["first_is_1"] == "plus1" and k["first_is_2"] == "as_is" and k["max_is_L"] == "as_is":
+        out["explicit"] = "plus1_if_first_is_1"
+    elif k["max_is_L"] == "as_is" and k["first_is_2"] == "plus1":
+        out["explicit"] = "as_is_if_max_is_L"
+    else:
+        out["explicit"] = "other:" + json.dumps(k)
+    out["rule"] = "default " + out["default"] + "; explicit " + out["explicit"]
+    return out
+
+
+def _entry_names(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            v = node.value
+            elts = v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
+            return [e.id for e in elts if isinstance(e, ast.Name)]
+    return []
+
+
+def scan_models(files: dict[str, str]) -> dict[str, Any]:
+    """{architecture: {file, method_in, rule...}} for every EntryClass of one release."""
+    by_file: dict[str, dict[str, ast.ClassDef]] = {}
+    imports: dict[str, dict[str, tuple[str, str]]] = {}
+    texts: dict[str, str] = {}
+    entries: list[tuple[str, str]] = []
+    for rel, text in files.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        texts[rel] = text
+        by_file[rel] = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        imp = imports.setdefault(rel, {})
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.srt.models."):
+                mod = "srt/models/" + n.module.rsplit(".", 1)[1] + ".py"
+                for a in n.names:
+                    imp[a.asname or a.name] = (mod, a.name)
+        entries += [(n, rel) for n in _entry_names(tree)]
+
+    def lookup(name: str, rel: str) -> Optional[tuple[str, ast.ClassDef]]:
+        """A class as seen from file `rel`: defined there, imported, or (last resort) anywhere."""
+        if name in by_file.get(rel, {}):
+            return rel, by_file[rel][name]
+        if name in imports.get(rel, {}):
+            mod, orig = imports[rel][name]
+            if orig in by_file.get(mod, {}):
+                return mod, by_file[mod][orig]
+        hits = [(r, c[name]) for r, c in sorted(by_file.items()) if name in c]
+        return hits[0] if hits else None
+
+    def find_method(name: str, rel: str, seen=()) -> Optional[tuple[str, str, str]]:
+        hit = lookup(name, rel)
+        if hit is None or (hit[0], name) in seen:
+            return None
+        crel, node = hit
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == METHOD:
+                return node.name, crel, ast.get_source_segment(texts[crel], item)
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+            found = bname and find_method(bname, crel, seen + ((crel, name),))
+            if found:
+                return found
+        return None
+
+    def inner_class(name: str, rel: str, attr: str) -> Optional[tuple[str, str]]:
+        """(class, file) assigned to self.<attr> in __init__ (what a delegating wrapper forwards to)."""
+        hit = lookup(name, rel)
+        if hit is None:
+            return None
+        m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", ast.get_source_segment(texts[hit[0]], hit[1]) or "")
+        return (m.group(1), hit[0]) if m else None
+
+    out: dict[str, Any] = {}
+    for arch, rel in entries:
+        hit = find_method(arch, rel)
+        if hit is None:
+            out[arch] = {"file": rel, "capture": False}
+            continue
+        owner, mrel, src = hit
+        res = {k: run_method(src, v) for k, v in PROBES.items()}
+        rule = classify(res)
+        row = {"file": rel, "capture": True, "method_in": f"{owner} ({mrel})", **rule}
+        if rule["rule"] == "delegates":
+            attr = rule["to"].split(".")[0]
+            inner = inner_class(owner, mrel, attr) or inner_class(arch, rel, attr)
+            row["inner"] = inner[0] if inner else None
+            ih = find_method(*inner) if inner else None
+            if ih:
+                row.update({k: v for k, v in classify({k: run_method(ih[2], v) for k, v in PROBES.items()}).items()
+                            if k in ("default", "explicit")})
+                row["silent_noop_if_inner_lacks"] = bool(re.search(rf"hasattr\(\s*self\.{attr},\s*[\"']{METHOD}", src))
+            else:
+                row["capture"] = "unknown" if inner is None else False
+        out[arch] = row
+    return out
+
+
+def _hits(text: str, rel: str, pattern: str) -> list:
+    out = []
+    for m in re.finditer(pattern, text):
+        ln = text.count("\n", 0, m.start()) + 1
+        out.append([rel, ln, text.splitlines()[ln - 1].strip()])
+    return out
+
+
+def scan_id_source(files: dict[str, str]) -> dict[str, Any]:
+    """Where the release reads the capture ids (evidence: file, line, text)."""
+    nested, top, gate = [], [], []
+    for rel, text in sorted(files.items()):
+        nested += _hits(text, rel, r"eagle_config\s*(\[|\.get\()\s*[\"']eagle_aux_hidden_state_layer_ids")
+        top += _hits(text, rel, r"getattr\(\s*[\w.]*hf_config,\s*[\"']eagle_aux_hidden_state_layer_ids")
+        if nested and nested[-1][0] == rel:
+            gate += _hits(text, rel, r"if [\w.]*(spec_algorithm|speculative_algorithm)[\w.]*\.is_eagle3\(\)")
+    return {"nested": nested[:3], "top_level_for_capture": top[:3], "eagle3_gate": gate[:3],
+            "reads": "nested_only" if nested and not top else "top_level_too" if top else "none_found"}
+
+
+def derive(version: str, download: bool = True) -> dict[str, Any]:
+    """Compact per-release record: {"rules": {"<default>|<explicit>": [arch...]}, "delegates": {...}, "id_source"}."""
+    from kit.sglang.source import source_files
+
+    archs = scan_models(source_files(version, "srt/models", download))
+    rules: dict[str, list[str]] = {}
+    delegates = {}
+    for a, r in sorted(archs.items()):
+        if r.get("capture") is not True:
+            continue
+        rules.setdefault(f"{r.get('default')}|{r.get('explicit')}", []).append(a)
+        if r.get("rule") == "delegates":
+            delegates[a] = {"to": r.get("to"), "inner": r.get("inner"),
+                            "silent_noop_if_inner_lacks": r.get("silent_noop_if_inner_lacks", False)}
+    return {"rules": rules, "delegates": delegates,
+            "without_capture_count": sum(r.get("capture") is not True for r in archs.values()),
+            "id_source": scan_id_source(source_files(version, "srt/model_executor", download))}
+
+
+def build_table(versions: list[str]) -> dict[str, Any]:
+    return {"_doc": "generated by `python -m kit.sglang.capture_scan --write` from real sglang wheels (method bodies executed "
+                    "on probe ids, L=61); checked by kit/tests/test_aux.py",
+            "probe_L": PROBE_L, "probes": PROBES, "versions": {v: derive(v) for v in versions}}
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--write"]
+    if "--write" in sys.argv:
+        from kit.sglang.loader import known_versions
+
+        vs = args or known_versions()
+        from kit.sglang.capture import TABLE_PATH
+
+        TABLE_PATH.write_text(json.dumps(build_table(vs), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {TABLE_PATH} ({len(vs)} versions)")
+    else:
+        d = derive(args[0] if args else DEFAULT_RELEASE)
+        for rule, archs in d["rules"].items():
+            print(f"{rule}: {', '.join(archs)}")
+        print("delegating wrappers:", d["delegates"])
+        print("ids read:", d["id_source"])

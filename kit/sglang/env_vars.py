@@ -1,0 +1,166 @@
+"""SGLANG_* environment variables explained, and checked against the SGLang release that will read them.
+
+Why: SGLang reads ~800 `SGLANG_*` switches (declared in `srt/environ.py` since 0.5.x as
+`EnvBool(...)`, `EnvInt(...)`, ...). A misspelt or retired name is silently ignored; an EnvBool
+given `on` logs a Python warning and falls back to its default. The seed launched with
+`SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`; what that really does for an EAGLE draft is below.
+
+How: a short table explains the variables that matter for EAGLE-3 serving; when that release's
+source is in the kit cache (`kit.sglang.source`, never downloaded here), each variable is also
+looked up in it: declared type from `srt/environ.py`, or any mention anywhere in the package.
+`attention_backend_findings` judges `--attention-backend` against the GPU family (blackwell.md §3.4).
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Optional
+
+from kit.findings import Finding, KitInputError
+from kit.sglang.cmdline import flag_value
+
+EXPLAIN = {
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": (
+        "lets a context length above the model's derived one through (warning instead of ValueError). An EAGLE "
+        "draft is built with the *target's* context_len, so a draft whose max_position_embeddings is smaller "
+        "(a speculators/SpecForge config trained at 2k-8k) needs it; SGLang then overrides the draft's "
+        "max_position_embeddings. Positions beyond what the draft saw in training get extrapolated RoPE, so "
+        "acceptance can fall on long prompts",
+        "prefer writing the target's context length into the draft's config.json; keep the variable only as a "
+        "conscious override"),
+    "SGLANG_ENABLE_SPEC_V2": (
+        "the overlap-scheduled speculative worker (spec v2); supports only --speculative-eagle-topk 1",
+        "use with topk 1; releases that no longer read it make it a no-op"),
+    "SGLANG_ENABLE_JIT_DEEPGEMM": (
+        "DeepGEMM JIT kernels for FP8 GEMMs; DeepGEMM needs WGMMA (sm_90) or tcgen05 (sm_100/103), not sm_120",
+        "set 0 on sm_120 with block-FP8 models (use the triton or flashinfer_cutlass FP8 backend)"),
+    "SGLANG_SKIP_P2P_CHECK": (
+        "custom all-reduce trusts torch.cuda.can_device_access_peer instead of running its own P2P test",
+        "only where the P2P test itself is the problem"),
+    "SGLANG_RECORD_STEP_TIME": ("records per-step times (bench_speculative sets it)", ""),
+    "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH": (
+        "no CUDA graph for the draft-extend step (memory kill switch, e.g. B200 DeepSeek-V4 OOM)", ""),
+    "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": (
+        "skips SGLang's sgl-kernel version check, hiding a kernel/sglang mismatch", "install the matching sgl-kernel"),
+}
+BOOL_WORDS = {"true", "1", "yes", "y", "false", "0", "no", "n"}  # EnvBool.parse, srt/environ.py
+
+
+@lru_cache(maxsize=8)
+def source_vars(version: str) -> Optional[dict[str, str]]:
+    """{name: declared type or 'referenced'} for every SGLANG_* token in that release; None if not cached."""
+    from kit.sglang.source import source_root
+
+    try:
+        root = source_root(version, download=False)
+    except KitInputError:  # that release's source is not cached
+        return None
+    cache = root / ".sglang_env_vars.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    names: dict[str, str] = {}
+    for p in sorted((root / "sglang").rglob("*.py")):
+        for tok in re.findall(r"SGLANG_[A-Z0-9_]+", p.read_text(errors="ignore")):
+            names.setdefault(tok, "referenced")
+    env_py = root / "sglang" / "srt" / "environ.py"
+    if env_py.exists():
+        for name, typ in re.findall(r"^\s+(SGLANG_[A-Z0-9_]+)\s*=\s*(Env[A-Za-z]+)\(", env_py.read_text(), re.M):
+            names[name] = typ
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(names, sort_keys=True))
+    tmp.replace(cache)
+    return names
+
+
+def sglang_findings(env: dict[str, str], version: Optional[str] = None, source: str = "environment") -> list[Finding]:
+    """One `env.sglang_var` finding per SGLANG_* variable: what it does, and whether that release reads it."""
+    known = source_vars(version) if version else None
+    out = []
+    for name in sorted(k for k in env if k.startswith("SGLANG_")):
+        value = env[name]
+        meaning, fix = EXPLAIN.get(name, ("", ""))
+        ev = {"var": name, "value": value, "source": source, "sglang": version}
+        sev, title = "info", f"{name}={value}: {meaning.split(';')[0].split('. ')[0] if meaning else 'set'}"
+        if known is not None:
+            typ = known.get(name)
+            ev["declared"] = typ
+            if typ is None:
+                sev, title = "warning", f"{name}: not read anywhere in SGLang {version}, so it has no effect"
+                fix = "drop it, or check the name against srt/environ.py of that release"
+            elif typ.startswith("EnvBool") and value.strip().lower() not in BOOL_WORDS:
+                sev, title = "warning", f"{name}={value}: not a boolean SGLang accepts; it warns and uses the default"
+                fix = f"write {name}=1 (or 0)"
+        if meaning:
+            ev["meaning"] = meaning
+        out.append(Finding(code="env.sglang_var", severity=sev, title=title, evidence=ev, fix=fix))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+MLA_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25", "kimi_vl", "glm_moe_dsa"}
+ONLY_ON = {"trtllm_mha": (10,), "trtllm_mla": (10,), "fa3": (9,), "flashmla": (9, 10)}
+
+
+
+
+def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: Optional[int]) -> str:
+    """SGLang's get_default_attn_backend, as recorded in blackwell.md §3.4 (recent releases)."""
+    if mla:
+        return "fa3" if cc[0] == 9 else "flashinfer" if cc[0] == 10 else "triton"
+    if cc[0] == 9 and (not spec or topk == 1):
+        return "fa3"
+    if cc[0] == 10 and (not spec or topk == 1):
+        return "trtllm_mha"
+    return "flashinfer"
+
+
+def attention_backend_findings(cc: Optional[tuple[int, int]], argv: list[str],
+                               target_config: Optional[dict] = None) -> list[Finding]:
+    """`env.attn_backend`: a forced backend the GPU cannot run (error), FA4 with speculation, or the default."""
+    if cc is None or not argv:
+        return []
+    mtype = (target_config or {}).get("model_type") or ""
+    text_type = ((target_config or {}).get("text_config") or {}).get("model_type") or ""
+    mla = bool({mtype, text_type} & MLA_MODEL_TYPES) or "kimi" in mtype
+    path = (flag_value(argv, "--model-path") or flag_value(argv, "--model") or "").lower()
+    guessed = target_config is None and any(k in path for k in ("kimi", "deepseek"))
+    mla = mla or guessed  # no config given: a Kimi/DeepSeek model path means an MLA target
+    spec = flag_value(argv, "--speculative-algorithm") is not None
+    topk = flag_value(argv, "--speculative-eagle-topk")
+    topk = int(topk) if topk and topk.isdigit() else None
+    forced = flag_value(argv, "--attention-backend") or flag_value(argv, "--decode-attention-backend")
+    ev = {"cc": f"{cc[0]}.{cc[1]}", "model_type": mtype or None, "mla": mla, "mla_guessed_from_path": guessed,
+          "forced": forced, "topk": topk}
+    if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
+        return [Finding(code="env.attn_backend", severity="error",
+                        title=f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
+                              f"(built for sm_{'/'.join(str(m) + '0' for m in ONLY_ON[forced])} only)",
+                        evidence=ev, fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)")]
+    if forced == "trtllm_mha" and spec and (topk or 1) > 1:
+        return [Finding(code="env.attn_backend", severity="error", title="trtllm_mha supports speculative "
+                        "decoding with --speculative-eagle-topk 1 only", evidence=ev, fix="topk 1 or flashinfer")]
+    if forced == "fa4" and spec:
+        return [Finding(code="env.attn_backend", severity="warning", title="fa4 is prefill-only in SGLang and "
+                        "has no speculative-decoding support", evidence=ev, fix="use flashinfer for decode")]
+    d = default_backend(cc, mla, spec, topk)
+    note = " (Kimi/DeepSeek MLA target)" if mla else ""
+    return [Finding(code="env.attn_backend", severity="info",
+                    title=f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
+                    evidence={**ev, "default": d}, fix="")]
+
+
+def fp8_findings(cc: Optional[tuple[int, int]], env: dict[str, str], target_config: Optional[dict]) -> list[Finding]:
+    """`env.deepgemm`: a block-FP8 target on sm_12x with DeepGEMM left on (DeepGEMM needs WGMMA/tcgen05)."""
+    q = (target_config or {}).get("quantization_config") or {}
+    if cc is None or cc[0] != 12 or q.get("quant_method") != "fp8":
+        return []
+    off = ("0", "false", "no", "n")
+    on = [k for k, default in (("SGLANG_ENABLE_JIT_DEEPGEMM", "1"), ("SGLANG_ENABLE_DEEP_GEMM", "0"))
+          if env.get(k, default).strip().lower() not in off]  # JIT DeepGEMM defaults on (srt/environ.py)
+    if not on:
+        return []
+    return [Finding(code="env.deepgemm", severity="warning", evidence={"on": on, "quantization": q.get("quant_method")},
+                    title=f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
+                          "('Assertion error (kernel_runtime.hpp:45)')",
+                    fix="SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)")]

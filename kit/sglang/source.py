@@ -1,0 +1,75 @@
+"""Real SGLang source, per version, read as text — never imported.
+
+The kit's per-version rules (loader eras, registered draft architectures, which targets can
+capture aux hidden states, the aux layer-id shift) are *derived from* SGLang's own source.
+This module fetches a release's pure-Python wheel with `pip download --no-deps sglang==X`
+(a few MB, no dependencies, no GPU), unpacks its `.py` files once into the cache, and hands
+out file texts. Tests use it to check our recorded rule tables against the real thing, so a
+change in SGLang breaks our test rather than our users.
+
+    from kit.sglang.source import source_text
+    text = source_text("0.5.23", "srt/models/llama_eagle3.py")
+
+Cache: $KIT_CACHE_DIR/sglang-src/<version>/sglang/... ; offline use works once cached.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from kit.findings import KitInputError
+from kit.models import cache_dir
+from kit.sglang.versions import DEFAULT_RELEASE
+
+
+def source_root(version: str, download: bool = True) -> Path:
+    """Directory holding `sglang/` of that release (cached; downloaded on first use)."""
+    root = cache_dir() / "sglang-src" / version
+    if (root / "sglang" / "__init__.py").exists():
+        return root
+    if not download:
+        raise KitInputError(f"sglang {version}: source not cached under {root} and download disabled")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{version}-"))
+    try:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                            f"sglang=={version}", "-d", str(tmp / "whl")],
+                           capture_output=True, text=True)
+        wheels = list((tmp / "whl").glob("sglang-*.whl")) if r.returncode == 0 else []
+        if not wheels:
+            last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise KitInputError(f"sglang=={version}: cannot download the wheel ({last})")
+        with zipfile.ZipFile(wheels[0]) as z:
+            for name in z.namelist():
+                if name.startswith("sglang/") and name.endswith(".py"):
+                    z.extract(name, tmp / "src")
+        if root.exists():
+            shutil.rmtree(root)
+        (tmp / "src").rename(root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def source_text(version: str, relpath: str, download: bool = True) -> str | None:
+    """Text of `sglang/<relpath>` in that release, or None if the file does not exist there."""
+    p = source_root(version, download) / "sglang" / relpath
+    return p.read_text() if p.exists() else None
+
+
+def source_files(version: str, subdir: str, download: bool = True) -> dict[str, str]:
+    """All `.py` files under `sglang/<subdir>` as {relative path: text}."""
+    base = source_root(version, download) / "sglang"
+    return {str(p.relative_to(base)): p.read_text()
+            for p in sorted((base / subdir).rglob("*.py"))}
+
+
+if __name__ == "__main__":
+    v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
+    print(source_root(v))
+    os.system(f"ls {source_root(v)}/sglang/srt/models | head")

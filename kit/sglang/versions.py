@@ -1,0 +1,104 @@
+"""SGLang releases: one version type, one ordering, one default release.
+
+Every rule table in `kit.sglang` is keyed by the releases whose source we read. A user names any
+release (`--sglang-version 0.5.17`, or none: the installed SGLang, else `DEFAULT_RELEASE`);
+`pick_recorded(requested, recorded)` answers with the newest recorded release not after it, and says
+whether that was exact, so a caller can warn that another release's rules were used.
+
+    >>> Version.parse("0.5.10") > Version.parse("0.5.9")
+    True
+    >>> pick_recorded("0.5.18", ["0.5.12", "0.5.17", "0.5.23"])
+    RecordedRelease(requested='0.5.18', checked='0.5.17', exact=False)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Iterable, Optional
+
+# the newest release whose source every table in kit/sglang/ was derived from
+DEFAULT_RELEASE = "0.5.23"
+
+# pre-releases sort before the release they precede; post-releases after it
+_PRE = ("a", "b", "rc", "dev")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Version:
+    text: str
+    key: tuple
+
+    @classmethod
+    def parse(cls, text: str) -> "Version":
+        parts = re.findall(r"\d+|[a-z]+", text.lower().lstrip("v"))
+        if not parts or not parts[0].isdigit():
+            raise ValueError(f"not a version: {text!r}")
+        key = tuple((0, int(p)) if p.isdigit() else (-1, p) if p in _PRE else (1, p) for p in parts)
+        # "0.5.9" == "0.5.9.0": trailing zero components do not change the order
+        while len(key) > 1 and key[-1] == (0, 0):
+            key = key[:-1]
+        return cls(text, key)
+
+    def __lt__(self, other: "Version") -> bool:
+        return self.key < other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Version) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def sort_versions(versions: Iterable[str]) -> list[str]:
+    return sorted(versions, key=Version.parse)
+
+
+def is_version(text: str) -> bool:
+    try:
+        Version.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RecordedRelease:
+    requested: str  # what the user asked about (or the default)
+    checked: str  # the recorded release whose rules answer for it
+    exact: bool  # True when `requested` itself was recorded
+
+    def note(self) -> Optional[str]:
+        """A one-line warning when another release's rules stand in for the requested one."""
+        if self.exact:
+            return None
+        return f"SGLang {self.requested} is not in the kit's recorded releases; using the rules of {self.checked}"
+
+
+def pick_recorded(requested: Optional[str], recorded: Iterable[str]) -> RecordedRelease:
+    """The newest recorded release not after `requested` (the oldest one for a release before them all)."""
+    vs = sort_versions(recorded)
+    requested = requested or default_release()
+    want = Version.parse(requested)
+    older = [v for v in vs if Version.parse(v) <= want]
+    checked = older[-1] if older else vs[0]
+    return RecordedRelease(requested, checked, Version.parse(checked) == want)
+
+
+def installed_version() -> Optional[str]:
+    """Version of an sglang distribution installed in this interpreter, without importing it."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def default_release() -> str:
+    """The installed SGLang's version, else DEFAULT_RELEASE."""
+    return installed_version() or DEFAULT_RELEASE

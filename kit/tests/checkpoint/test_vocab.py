@@ -1,0 +1,45 @@
+"""d2t/t2d checks on values and on real safetensors tensors."""
+import torch
+
+from kit.checkpoint.safetensors_io import read_checkpoint, write_safetensors
+from kit.checkpoint.vocab import check_maps, check_vocab
+
+
+def test_check_maps_values():
+    kept = [0, 3, 4, 9]
+    d2t = [k - i for i, k in enumerate(kept)]
+    t2d = [i in kept for i in range(10)]
+    assert check_maps(d2t, t2d, 10, 4) == []
+    assert "strictly increasing" in check_maps([0, 2, 1, 0], None, 10, 4)[0]
+    assert "outside" in check_maps([0, 0, 0, 20], None, 10, 4)[0]
+    assert "disagree" in check_maps(d2t, [i in (0, 3, 5, 9) for i in range(10)], 10, 4)[0]
+    assert "marks 3" in check_maps(d2t, [i in (0, 3, 4) for i in range(10)], 10, 4)[0]
+    assert "t2d has 9" in check_maps(None, [False] * 9, 10, 4)[0]
+
+
+def write(tmp_path, **ts):
+    write_safetensors(tmp_path / "m.safetensors", ts)
+    return read_checkpoint(tmp_path)
+
+
+def test_check_vocab_on_checkpoint(tmp_path):
+    kept = torch.tensor([1, 5, 6, 30])
+    t2d = torch.zeros(40, dtype=torch.bool)
+    t2d[kept] = True
+    ck = write(tmp_path, d2t=kept - torch.arange(4), t2d=t2d, **{"lm_head.weight": torch.zeros(4, 2)})
+    assert check_vocab(ck, 40, 4, lm_head="lm_head.weight") == []
+    (f,) = check_vocab(ck, 40, 8)
+    assert f.code == "draft.d2t" and f.severity == "error" and "expected [8]" in f.title
+
+
+def test_missing_d2t_with_reduced_vocab(tmp_path):
+    ck = write(tmp_path, x=torch.zeros(1))
+    (f,) = check_vocab(ck, 40, 4)
+    assert "draft ids as target ids" in f.title
+    assert check_vocab(ck, 40, 40) == []
+
+
+def test_wrong_dtypes(tmp_path):
+    ck = write(tmp_path, d2t=torch.zeros(4), t2d=torch.zeros(40, dtype=torch.bool))
+    (f,) = check_vocab(ck, 40, 4)
+    assert "not an integer type" in f.title

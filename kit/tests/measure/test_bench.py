@@ -1,0 +1,144 @@
+"""kit.measure.bench against a STUB of SGLang's HTTP API (kit/tests/sglang_stub.py).
+
+The stub is used because these tests check protocol handling with exact known answers in
+milliseconds; the real-server tests are tests/test_llamacpp_server.py (llama-cpp-python's
+OpenAI server) and the reference-server tests. The stub's accept pattern [3, 2, 1, 4] on 32
+tokens gives 13 verify steps, so the expected accept length is 32/13 exactly.
+"""
+import json
+
+import pytest
+
+from kit.measure.bench import BenchConfig, RecordLog, load_result, request_list, run_bench
+from kit.findings import KitInputError
+from kit.tests.sglang_stub import StubConfig, StubThread
+
+PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"say something about {i}"} for i in range(3)]
+AL_32 = 32 / 13
+
+
+def _cfg(tmp_path, url, **kw):
+    base = dict(url=url, num_prompts=6, max_new_tokens=32, concurrency=3, warmup=2,
+                out_dir=str(tmp_path / "b"), progress=False)
+    return BenchConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("api,stream", [("sglang", True), ("sglang", False), ("completions", True),
+                                        ("chat", True), ("chat", False)])
+def test_every_api_counts_tokens_and_acceptance(tmp_path, api, stream):
+    with StubThread() as s:
+        res = run_bench(_cfg(tmp_path, s.url, api=api, stream=stream), prompts=PROMPTS)
+    agg = res.summary["labels"]["spec"]
+    assert agg["requests"] == 6 and agg["output_tokens"] == 6 * 32
+    # /generate carries meta_info; the OpenAI endpoints get it via return_spec_tokens_details
+    assert agg["accept_length"] == pytest.approx(AL_32)
+    if stream:
+        assert agg["ttft_p50_s"] > 0 and agg["itl_p50_s"] >= 0
+    assert not res.report.errors
+
+
+def test_warmup_excluded_and_flush_called(tmp_path):
+    with StubThread() as s:
+        res = run_bench(_cfg(tmp_path, s.url, warmup=3), prompts=PROMPTS)
+        assert s.state.requests == 6 + 3          # warmup requests were sent ...
+        assert s.state.flushes == 2               # before warmup and before the measured run
+    recs = res.records
+    assert sum(r.get("warmup", False) for r in recs) == 3
+    assert res.summary["labels"]["spec"]["requests"] == 6   # ... but not counted
+
+
+def test_records_written_as_they_complete_and_resume_skips_done(tmp_path):
+    cfg = _cfg(tmp_path, None, warmup=0)
+    with StubThread(StubConfig(fail_every=4)) as s:
+        cfg.url = s.url
+        res = run_bench(cfg, prompts=PROMPTS)
+        assert any(f.code == "bench.request_errors" for f in res.report.errors)
+        first = s.state.requests
+    lines = (tmp_path / "b" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and all(json.loads(x)["rid"] for x in lines)
+    failed = [json.loads(x) for x in lines if not json.loads(x)["ok"]]
+    assert failed
+    with StubThread() as s2:                       # rerun: only the failed ids are sent again
+        cfg.url = s2.url
+        res2 = run_bench(cfg, prompts=PROMPTS)
+        assert s2.state.requests == len(failed)
+    assert first == 6
+    assert res2.summary["labels"]["spec"]["requests"] == 6
+    assert not res2.report.by_code("bench.request_errors") or \
+        res2.summary["labels"]["spec"]["failed"] == len(failed)   # old failures stay on record
+
+
+def test_truncated_last_line_is_ignored(tmp_path):
+    log = RecordLog(tmp_path / "r.jsonl")
+    log.append({"a": 1})
+    with open(log.path, "a") as f:
+        f.write('{"a": 2, "cut')                  # a crash mid-write
+    assert log.read() == [{"a": 1}]
+
+
+def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
+    with StubThread(StubConfig(step_delay=0.002)) as s, \
+            StubThread(StubConfig(spec=False, step_delay=0.002)) as b:
+        res = run_bench(_cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24,
+                             warmup=1), prompts=PROMPTS)
+    order = [(r["label"], r["repeat"]) for r in res.runs]
+    assert order == [("baseline", 0), ("spec", 0), ("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)]
+    ci = res.summary["speedup"]["spec"]
+    # 24 tokens: baseline 23 decode steps, spec 10 verify steps -> ~2x fewer step delays
+    assert 1.3 < ci["speedup"] < 3.5
+    assert ci["t_low"] <= ci["speedup"] <= ci["t_high"]
+    assert res.summary["labels"]["baseline"].get("accept_length") is None
+    assert (tmp_path / "b" / "summary.json").exists()
+
+
+def test_baseline_that_speculates_and_spec_without_acceptance_are_flagged(tmp_path):
+    with StubThread() as s, StubThread(StubConfig(spec=False)) as b:
+        # arms swapped on purpose: the "baseline" speculates, the "spec" server does not
+        res = run_bench(_cfg(tmp_path, b.url, baseline_url=s.url), prompts=PROMPTS)
+    codes = res.report.codes()
+    assert "bench.baseline_is_speculative" in codes and "bench.no_acceptance" in codes
+    assert "bench.speedup_single_run" in codes
+
+
+def test_metrics_mismatch_and_log_source(tmp_path):
+    logf = tmp_path / "server.log"
+    logf.write_text("")
+    with StubThread(StubConfig(metrics_scale=1.5, log_path=str(logf))) as s:
+        res = run_bench(_cfg(tmp_path, s.url, log_path=str(logf)), prompts=PROMPTS)
+    src = res.summary["labels"]["spec"]["accept_sources"]
+    mism = res.report.by_code("bench.accept_mismatch")
+    assert [f.evidence["source"] for f in mism] == ["metrics_delta"]
+    assert src["metrics_delta"] == pytest.approx(1.5 * AL_32)
+    if "log" in src:  # kit.serving.logs parses the decode lines when present
+        assert src["log"] == pytest.approx(src["meta_decode"], rel=0.02)
+
+
+def test_expected_accept_length_adds_verdict(tmp_path):
+    with StubThread(StubConfig(accept_pattern=[1])) as s:
+        res = run_bench(_cfg(tmp_path, s.url, expected_accept_length=2.2), prompts=PROMPTS)
+    assert res.summary["labels"]["spec"]["accept_length"] == pytest.approx(32 / 31)  # prefill token
+    assert "verdict.wiring_fault" in {f.code for f in res.report.errors}
+    again = load_result(tmp_path / "b", expected_accept_length=2.2)  # rescoring needs no server
+    assert again.report.codes() == res.report.codes()
+
+
+def test_request_ids_stable_and_bad_config_rejected():
+    ids = [r["rid"] for r in request_list(PROMPTS, 7)]
+    assert ids[:4] == ["q0#0", "q1#0", "q2#0", "q0#1"] and len(set(ids)) == 7
+    with pytest.raises(KitInputError):
+        BenchConfig(url="http://x", concurrency=0)
+    with pytest.raises(KitInputError):
+        BenchConfig(url="http://x", api="grpc")
+    with pytest.raises(KitInputError):
+        BenchConfig().arms()
+
+
+def test_cli_json_exit_codes(tmp_path, capsys):
+    from kit.cli import main
+
+    with StubThread() as s:
+        (tmp_path / "p.jsonl").write_text("")
+        rc = main(["bench", "--url", s.url, "--out-dir", str(tmp_path / "c"), "--num-prompts", "2",
+                   "--max-new-tokens", "8", "--no-progress", "--json", "--prompts", "/nonexistent.jsonl"])
+    assert rc == 2   # unreadable prompts file: one-line error, no traceback
+    assert "error" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""kit.measure.metrics on hand-built records: exact expected numbers, no server."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kit.measure import metrics as km
+def rec(t0, e2e, chunks, toks, spec=None, **kw):
+    return {"ok": True, "label": "spec", "repeat": 0, "api": "sglang", "t_start": t0, "e2e": e2e,
+            "ttft": chunks[0], "chunk_t": chunks, "chunk_tok": toks, "completion_tokens": sum(toks),
+            "client_tokens": sum(toks), "spec": spec or {}, **kw}
+
+
+def test_summary_throughput_latency_and_acceptance():
+    spec = {"verify_ct": 3, "accept_length": 7 / 3, "num_correct": 3, "num_proposed": 9, "histogram": [1, 1, 1, 0]}
+    r1 = rec(100.0, 1.0, [0.2, 0.4, 0.6, 1.0], [1, 2, 1, 3], spec)
+    r2 = rec(100.5, 1.0, [0.1, 0.5, 0.7, 0.9], [1, 3, 2, 1], spec)
+    warm = {**rec(90.0, 5.0, [1.0], [50]), "warmup": True}
+    bad = {"ok": False, "label": "spec", "repeat": 0, "error": "x"}
+    s = km.summarize([r1, r2, warm, bad])
+    assert s["requests"] == 2 and s["failed"] == 1 and s["output_tokens"] == 14
+    assert s["duration_s"] == pytest.approx(1.5)                 # union of [100,101] and [100.5,101.5]
+    assert s["output_tok_s"] == pytest.approx(14 / 1.5)
+    assert s["ttft_p50_s"] == pytest.approx(0.15)
+    assert s["accept_length"] == pytest.approx(14 / 6)
+    assert s["accept_length_decode"] == pytest.approx(12 / 6)
+    assert s["accept_rate"] == pytest.approx(6 / 18)
+    assert s["accept_histogram"] == [2, 2, 2, 0]
+    # ITL: a chunk of k tokens contributes k gaps of gap/k
+    assert km.itls(r1) == pytest.approx([0.1, 0.1, 0.2, 0.4 / 3, 0.4 / 3, 0.4 / 3])
+
+
+def test_per_position_acceptance_from_histogram():
+    # 10 verify steps: 4 accepted 0 drafts, 3 accepted 1, 2 accepted 2, 1 accepted 3
+    assert km.per_position_acceptance([4, 3, 2, 1]) == pytest.approx([0.6, 0.3, 0.1])
+    assert km.per_position_acceptance([]) == []
+
+
+def test_spec_field_aliases_old_and_new():
+    new = km.spec_fields({"spec_verify_ct": 4, "spec_num_correct_drafts": 3, "spec_correct_drafts_histogram": [1]})
+    old = km.spec_fields({"spec_verify_ct": 4, "spec_accept_token_num": 3, "spec_accept_histogram": [1]})
+    assert new == old == {"verify_ct": 4, "num_correct": 3, "histogram": [1]}
+    assert km.spec_fields(None) == {} and km.spec_fields({"completion_tokens": 3}) == {}
+
+
+def test_prometheus_and_metrics_delta():
+    text = ('# HELP x\nsglang:generation_tokens_total{model_name="a"} 100\n'
+            'sglang:generation_tokens_total{model_name="b"} 20\nsglang:spec_verify_calls_total 40\n'
+            'sglang:spec_accept_length{model_name="a"} 2.5\n')
+    m = km.parse_prometheus(text)
+    assert m["sglang:generation_tokens_total"] == 120 and m["sglang:spec_accept_length"] == 2.5
+    after = {"sglang:generation_tokens_total": 220.0, "sglang:spec_verify_calls_total": 80.0}
+    assert km.metrics_delta_accept_length(m, after) == pytest.approx(100 / 40)
+    assert km.metrics_delta_accept_length(m, m) is None        # no verify calls in between
+
+
+def test_reconcile_flags_only_disagreeing_sources():
+    recs = [rec(0, 1, [0.1, 0.3, 0.5, 0.7, 0.9], [1, 2, 3, 2, 2], {"verify_ct": 4, "accept_length": 2.5})]
+    info = {"metrics_before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
+            "metrics_after": {"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
+            "server_info_after": {"internal_states": [{"avg_spec_accept_length": 4.0}]},
+            "log_accept_lengths": [2.2, 2.3]}
+    src = km.acceptance_sources(recs, info)
+    assert src["meta"]["value"] == 2.5 and src["metrics_delta"]["value"] == 2.5
+    assert src["meta_decode"]["value"] == src["stream"]["value"] == pytest.approx(9 / 4)
+    found = km.reconcile_acceptance(src, "x")
+    assert [f.evidence["source"] for f in found] == ["server_info"]
+    assert found[0].code == "bench.accept_mismatch" and "x:" in found[0].title
+
+
+def test_speedup_ci_covers_truth_and_single_run_is_flagged():
+    ci = km.speedup_ci([100, 102, 98], [200, 204, 196])
+    assert ci["speedup"] == pytest.approx(2.0)
+    assert ci["t_low"] < 2.0 < ci["t_high"] and ci["t_high"] - ci["t_low"] < 0.2
+    assert ci["boot_low"] <= 2.0 <= ci["boot_high"]
+    assert km.speedup_findings(ci) == []
+    one = km.speedup_ci([50], [200])
+    assert math.isnan(one["t_low"])
+    assert km.speedup_findings(one)[0].code == "bench.speedup_single_run"
+    # an unlucky baseline run makes the interval straddle 1 -> flagged
+    wide = km.speedup_ci([100, 40, 100], [110, 112, 108])
+    assert km.speedup_findings(wide)[0].code == "bench.speedup_uncertain"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1e3, allow_nan=False), min_size=1, max_size=50), st.floats(0, 100))
+def test_percentile_matches_numpy(xs, q):
+    assert km.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)), rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 10)), min_size=1, max_size=30))
+def test_busy_time_bounds(pairs):
+    iv = [(s, s + d) for s, d in pairs]
+    bt = km.busy_time(iv)
+    assert max(e - s for s, e in iv) - 1e-9 <= bt <= sum(e - s for s, e in iv) + 1e-9
+    assert bt <= max(e for _, e in iv) - min(s for s, _ in iv) + 1e-9

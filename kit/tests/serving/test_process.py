@@ -1,0 +1,107 @@
+"""Server lifecycle: readiness, early exit, port in use, group stop, and no orphans when the starter dies.
+
+A tiny stdlib HTTP server stands in for SGLang (the lifecycle code does not care what serves).
+Run: python -m pytest kit/tests/test_process.py -q
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from kit.findings import KitInputError
+from kit.serving.process import ServerExited, ServerProcess, free_port
+
+# answers /health 200 after 0.3 s; spawns a grandchild that ignores SIGTERM (a stubborn worker)
+FAKE = textwrap.dedent("""
+    import http.server, json, subprocess, sys, time
+    port = int(sys.argv[1])
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "fake"}]}).encode()
+            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+    time.sleep(0.3)
+    print("The server is fired up and ready to roll!", flush=True)
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def wait_gone(pgid: int, timeout: float = 10) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if not group_alive(pgid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ready_log_and_group_stop(tmp_path):
+    port = free_port()
+    lines = []
+    log = tmp_path / "logs" / "server.log"
+    srv = ServerProcess([sys.executable, "-c", FAKE, str(port)], port=port, log_file=str(log),
+                        on_line=lines.append, grace=1)
+    with srv:
+        info = srv.wait_ready(timeout=30, poll=0.1)
+        assert info["model"] == "fake"
+        pgid = srv.pgid
+        assert os.getpgid(srv.pid) == pgid != os.getpgid(0)
+    assert wait_gone(pgid), "the stubborn grandchild survived stop()"
+    assert "fired up" in log.read_text() and any("fired up" in l for l in lines)
+
+
+def test_early_exit_reports_code_and_tail():
+    srv = ServerProcess([sys.executable, "-c", "print('loading'); print('ValueError: boom'); raise SystemExit(3)"],
+                        port=free_port())
+    with pytest.raises(ServerExited) as e:
+        with srv:
+            srv.wait_ready(timeout=30, poll=0.1)
+    assert "code 3" in str(e.value) and "ValueError: boom" in str(e.value)
+
+
+def test_port_in_use_reported_before_launch():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        srv = ServerProcess([sys.executable, "-c", "raise SystemExit(9)"], port=port)
+        with pytest.raises(KitInputError, match=f"port {port}"):
+            srv.start()
+        assert srv.proc is None
+
+
+def test_no_orphans_when_starter_is_sigkilled(tmp_path):
+    port = free_port()
+    starter = textwrap.dedent(f"""
+        import sys, time
+        from kit.serving.process import ServerProcess
+        srv = ServerProcess([sys.executable, "-c", {FAKE!r}, "{port}"], port={port}, grace=1).start()
+        srv.wait_ready(timeout=30, poll=0.1)
+        print(srv.pgid, flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    try:
+        pgid = int(p.stdout.readline())
+        assert group_alive(pgid)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        assert wait_gone(pgid, 15), "server group outlived its SIGKILLed starter"
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -1,0 +1,158 @@
+"""The offline SGLang bundle's file selection, patch and manifest, on synthetic wheels built in the test (CPU)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kit.findings import KitInputError
+from kit.sglang import bundle as B
+
+ELEMENTWISE = (
+    "import torch\n\ntry:\n    import flashinfer.norm as _flashinfer_norm\n\n    _has_flashinfer = True\n"
+    "except ImportError:\n    _has_flashinfer = False\n\n\ndef rmsnorm(x):\n    return _has_flashinfer\n"
+)
+KERNEL_MEMBERS = {
+    "sgl_kernel/__init__.py": "",
+    "sgl_kernel/elementwise.py": ELEMENTWISE,
+    "sgl_kernel/sampling.py": ELEMENTWISE.replace("norm", "sampling"),
+    "sgl_kernel/sm90/common_ops.abi3.so": "sm90-binary",
+    "sgl_kernel/sm100/common_ops.abi3.so": "sm100-binary",
+    "sgl_kernel/flash_ops.abi3.so": "fa3" * 100,
+    "sgl_kernel/spatial_ops.abi3.so": "spatial",
+    "triton_kernels/matmul.py": "",
+    "sglang_kernel-9.9.dist-info/METADATA": "Name: sglang-kernel\n",
+    "sglang_kernel-9.9.data/scripts/tool": "#!/bin/sh\n",
+}
+SGLANG_MEMBERS = {
+    "sglang/__init__.py": "",
+    "sglang/utils.py": "from IPython.display import HTML, display\n",
+    "sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so": "core",
+    "sglang/multimodal_gen/runtime/x.py": "",
+    "sglang-1.0.dist-info/METADATA": "Name: sglang\nRequires-Dist: sglang-kernel==9.9\nRequires-Dist: numpy\n",
+}
+KERNEL_RULE = B.WheelRule(
+    "sglang-kernel",
+    "9.9",
+    drop=(("sgl_kernel/flash_ops*.so", "FA3"), ("sgl_kernel/sm*/*", "other arch")),
+    keep=("sgl_kernel/{arch}/*",),
+    patch=("sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"),
+    arch_dir="sgl_kernel/{arch}/common_ops*.so",
+)
+RELEASE = B.Release(
+    sglang_version="1.0",
+    python="3.12",
+    wheels=(
+        B.WheelRule("sglang", "1.0", drop=(("sglang/srt/server/_core*.so", "opt-in"), ("sglang/multimodal_gen/*", "mm"))),
+        KERNEL_RULE,
+    ),
+    launch_flags=("--attention-backend", "triton"),
+    not_carried=(("flash-attn", "no fa3"),),
+)
+
+
+def _wheel(path: Path, members: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return path
+
+
+def _wheels(tmp_path: Path, kernel_version: str = "9.9") -> Path:
+    d = tmp_path / "wheels"
+    d.mkdir()
+    _wheel(d / "sglang-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", SGLANG_MEMBERS)
+    _wheel(d / f"sglang_kernel-{kernel_version}-cp310-abi3-manylinux2014_x86_64.whl", KERNEL_MEMBERS)
+    return d
+
+
+def test_select_keeps_only_the_chosen_arch():
+    kept, dropped = B.select_members(list(KERNEL_MEMBERS), KERNEL_RULE, "sm90")
+    assert "sgl_kernel/sm90/common_ops.abi3.so" in kept
+    assert "sgl_kernel/spatial_ops.abi3.so" in kept and "sglang_kernel-9.9.dist-info/METADATA" in kept
+    why = {d["member"]: d["why"] for d in dropped}
+    assert why["sgl_kernel/sm100/common_ops.abi3.so"] == "other arch"
+    assert why["sgl_kernel/flash_ops.abi3.so"] == "FA3"
+    assert "sglang_kernel-9.9.data/scripts/tool" in why  # console scripts do not travel
+    kept100, _ = B.select_members(list(KERNEL_MEMBERS), KERNEL_RULE, "sm100")
+    assert "sgl_kernel/sm100/common_ops.abi3.so" in kept100 and "sgl_kernel/sm90/common_ops.abi3.so" not in kept100
+
+
+def test_select_refuses_an_arch_the_wheel_was_not_built_for():
+    members = [m for m in KERNEL_MEMBERS if "sm100" not in m]
+    with pytest.raises(KitInputError, match="not built for sm100"):
+        B.select_members(members, KERNEL_RULE, "sm100")
+
+
+def test_data_purelib_lands_in_site_packages():
+    assert B.install_path("x-1.data/purelib/x/a.py") == "x/a.py"
+    assert B.install_path("x-1.data/scripts/x") is None
+    assert B.install_path("x/a.py") == "x/a.py"
+
+
+def test_patch_forces_flag_off_and_refuses_unknown_source():
+    out = B.patch_source(ELEMENTWISE, "sgl_kernel/elementwise.py")
+    ns: dict = {}
+    exec(compile(out.replace("import torch\n", ""), "e", "exec"), ns)  # flashinfer missing here either way
+    assert ns["_has_flashinfer"] is False
+    assert "_has_flashinfer = True" not in out and B.PATCH_LINE in out
+    with pytest.raises(KitInputError, match="found 0"):
+        B.patch_source("x = 1\n", "sgl_kernel/sampling.py")
+
+
+def test_pins_from_metadata_checked_against_table():
+    pins = B.parse_pins(SGLANG_MEMBERS["sglang-1.0.dist-info/METADATA"] + "Requires-Dist: fi[cu13]==0.6.1\n")
+    assert pins == {"sglang-kernel": "9.9", "fi": "0.6.1"}
+    assert B.check_pins(pins, RELEASE) == []
+    assert B.check_pins({"sglang-kernel": "9.8"}, RELEASE) == ["sglang-kernel: table has 9.9, sglang 1.0 pins 9.8"]
+
+
+def test_release_0_5_17_table_is_consistent():
+    r = B.release_for("0.5.17")
+    assert {B.normalize(w.project) for w in r.wheels} >= {"sglang", "sglang-kernel", "flashinfer-python", "xgrammar"}
+    assert len({B.normalize(w.project) for w in r.wheels}) == len(r.wheels)  # one version of each
+    with pytest.raises(KitInputError, match="no bundle table"):
+        B.release_for("0.0.1")
+
+
+def test_build_and_install_roundtrip(tmp_path):
+    cfg = B.BuildConfig(sglang_version="1.0", arch="sm90", out=str(tmp_path / "out"), wheels=str(_wheels(tmp_path)))
+    tar_path = B.build_bundle(cfg, release=RELEASE, log=lambda *_: None)
+    assert tar_path.name == "sglang-1.0-sm90-cp312.tar.xz"
+    manifest = json.loads((tmp_path / "out" / "sglang-1.0-sm90-cp312.manifest.json").read_text())
+    paths = {f["path"] for f in manifest["files"]}
+    assert "sgl_kernel/sm90/common_ops.abi3.so" in paths and "IPython/display.py" in paths
+    assert not {"sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/flash_ops.abi3.so"} & paths
+    assert "sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so" not in paths
+    kernel = next(w for w in manifest["wheels"] if w["project"] == "sglang-kernel")
+    assert kernel["patched"] == ["sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"]
+    assert {d["why"] for d in kernel["dropped"]} >= {"FA3", "other arch"}
+    assert manifest["bundle_bytes"] == tar_path.stat().st_size
+    with tarfile.open(tar_path) as t:
+        assert B.MANIFEST_MEMBER in t.getnames()
+
+    target = tmp_path / "site"
+    B.install_bundle(B.InstallConfig(bundle=str(tar_path), target=str(target)), log=lambda *_: None)
+    assert "_has_flashinfer = False" in (target / "sgl_kernel" / "elementwise.py").read_text()
+    assert (target / "sgl_kernel" / "sm90" / "common_ops.abi3.so").read_text() == "sm90-binary"
+    with pytest.raises(KitInputError, match="not empty"):
+        B.install_bundle(B.InstallConfig(bundle=str(tar_path), target=str(target)), log=lambda *_: None)
+
+
+def test_build_refuses_table_that_disagrees_with_pins(tmp_path):
+    wheels = _wheels(tmp_path)
+    meta = SGLANG_MEMBERS["sglang-1.0.dist-info/METADATA"].replace("9.9", "9.8")
+    _wheel(next(wheels.glob("sglang-1.0*.whl")), {**SGLANG_MEMBERS, "sglang-1.0.dist-info/METADATA": meta})
+    cfg = B.BuildConfig(sglang_version="1.0", arch="sm90", out=str(tmp_path / "out"), wheels=str(wheels))
+    with pytest.raises(KitInputError, match="disagrees with its pins"):
+        B.build_bundle(cfg, release=RELEASE, log=lambda *_: None)
+    assert not list((tmp_path / "out").glob("*.tar.xz"))  # no partial output
+
+
+def test_cli_bad_version_exits_2(tmp_path, capsys):
+    assert B.main(["build", "--sglang-version", "0.0.1", "--out", str(tmp_path)]) == 2
+    assert "no bundle table" in capsys.readouterr().err

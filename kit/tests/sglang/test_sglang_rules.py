@@ -1,0 +1,149 @@
+"""The recorded SGLang rule table matches real sglang wheels, and simulate_load replays each era.
+
+`test_table_matches_real_source` downloads (pip download --no-deps, cached) the releases on
+each side of every loader boundary and re-derives the features from their source text.
+"""
+import pytest
+
+from kit.sglang import loader as sr
+from kit.findings import KitInputError
+
+BOUNDARIES = ["0.4.4", "0.4.5", "0.4.8", "0.4.9", "0.5.1", "0.5.2", "0.5.11", "0.5.12", "0.5.16", "0.5.17", "0.5.23"]
+
+H, V, VD = 8, 40, 16
+
+
+def cfg(**kw):
+    c = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "intermediate_size": 12, "vocab_size": V, "num_hidden_layers": 1,
+         "draft_vocab_size": VD, "tie_word_embeddings": False}
+    c.update(kw)
+    return c
+
+
+def keys(prefix="layers.0", layers=1, lm_head=True, embed=True):
+    k = {"fc.weight": (H, 3 * H), "norm.weight": (H,), "d2t": (VD,), "t2d": (V,)}
+    if embed:
+        k["embed_tokens.weight"] = (V, H)
+    if lm_head:
+        k["lm_head.weight"] = (VD, H)
+    for i in range(layers):
+        p = prefix if i == 0 else f"layers.{i}"
+        w = 2 * H if i == 0 else H
+        k.update({f"{p}.self_attn.q_proj.weight": (8, w), f"{p}.self_attn.k_proj.weight": (4, w),
+                  f"{p}.self_attn.v_proj.weight": (4, w), f"{p}.self_attn.o_proj.weight": (H, 8),
+                  f"{p}.mlp.gate_proj.weight": (12, H), f"{p}.mlp.up_proj.weight": (12, H),
+                  f"{p}.mlp.down_proj.weight": (H, 12), f"{p}.input_layernorm.weight": (H,),
+                  f"{p}.post_attention_layernorm.weight": (H,)})
+        if i == 0:
+            k[f"{p}.hidden_norm.weight"] = (H,)
+    return k
+
+
+@pytest.mark.parametrize("version", BOUNDARIES)
+def test_table_matches_real_source(version):
+    try:
+        feats, ev = sr.derive_features(version)
+        reg = sr.scan_registered(version)
+    except KitInputError as e:
+        pytest.skip(f"sglang {version} source unavailable offline: {e}")
+    row = sr._table()["versions"][version]
+    assert feats == row["features"], f"sglang {version} changed: re-run python -m kit.sglang.loader --write"
+    assert ev == row["evidence"]
+    assert reg == sr.registered_architectures(version)
+
+
+def test_eras_and_registry():
+    assert "0.5.23" in sr.known_versions() and sr.known_versions()[0] == "0.4.4"
+    assert not sr.rules_for("0.4.4").features["has_eagle3"]
+    assert sr.rules_for("0.5.5").checked == "0.5.4" and not sr.rules_for("0.5.5").exact
+    assert sr.rules_for("0.5.9").features["decoder_is_midlayer"]
+    assert sr.rules_for("0.5.12").features["legacy_name_map"]["midlayer"] == "layers.0"
+    assert not sr.rules_for("0.5.16").features["norm_before_fc"] and sr.rules_for("0.5.17").features["norm_before_fc"]
+    reg = sr.registered_architectures("0.5.23")
+    assert {"LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM", "LlamaForCausalLM"} <= reg
+    assert "LlamaForCausalLMEagle3" not in sr.registered_architectures("0.4.4")
+    assert "Eagle3DraftModel" not in reg
+    assert sr.eagle3_draft_architectures("0.5.23") >= {"LlamaForCausalLMEagle3"}
+
+
+def test_seed_fault_midlayer_era_drops_layers0():
+    sim = sr.simulate_load(keys("layers.0"), cfg(), "0.5.8")
+    dropped = {k.key for k in sim.by_status("dropped")}
+    assert "layers.0.self_attn.q_proj.weight" in dropped and "layers.0.hidden_norm.weight" in dropped
+    assert not any(k.loud for k in sim.by_status("dropped"))
+    assert any(m["param"] == "model.midlayer.self_attn.qkv_proj.weight" and m["critical"] for m in sim.params_missing)
+    assert not sim.ok
+
+
+def test_0523_loads_both_spellings():
+    for prefix in ("layers.0", "midlayer"):
+        sim = sr.simulate_load(keys(prefix), cfg(), "0.5.23")
+        assert sim.ok, sim.params_missing
+        assert [k.key for k in sim.by_status("dropped")] == ["t2d"]
+        q = next(k for k in sim.keys if k.key.endswith("q_proj.weight"))
+        assert q.param == "model.layers.0.self_attn.qkv_proj.weight" and q.renamed == (prefix == "midlayer")
+    assert any("overwritten by the target" in r for r in sim.runtime)
+
+
+def test_delegating_era_crashes_on_layers0():
+    sim = sr.simulate_load(keys("layers.0"), cfg(), "0.4.6.post5")
+    fails = sim.by_status("fails")
+    assert fails and "KeyError" in fails[0].reason and fails[0].loud
+
+
+def test_lm_head_rules():
+    sim = sr.simulate_load(keys(lm_head=False), cfg(), "0.5.23")
+    assert [m["param"] for m in sim.params_missing] == ["lm_head.weight"] and not sim.ok
+    sim = sr.simulate_load(keys(lm_head=False), cfg(draft_vocab_size=None), "0.5.23")
+    assert sim.ok and any("both taken from the target" in r for r in sim.runtime)
+    sim = sr.simulate_load(keys(lm_head=False), cfg(draft_vocab_size=None), "0.5.1")
+    assert sim.build_errors and "TypeError" in sim.build_errors[0]
+    c = cfg()
+    del c["draft_vocab_size"]
+    assert "AttributeError" in sr.simulate_load(keys(), c, "0.5.23").build_errors[0]
+    sim = sr.simulate_load(keys(lm_head=True), cfg(tie_word_embeddings=True), "0.5.23")
+    assert "lm_head.weight" in {k.key for k in sim.by_status("dropped")} and not sim.params_missing
+
+
+def test_embed_kept_when_target_hidden_differs():
+    k = keys(embed=False)
+    k["fc.weight"] = (H, 3 * 16)
+    sim = sr.simulate_load(k, cfg(target_hidden_size=16), "0.5.23")
+    assert [m["param"] for m in sim.params_missing] == ["model.embed_tokens.weight"]
+    sim = sr.simulate_load(keys(), cfg(target_hidden_size=None), "0.5.23")
+    assert any("target_hidden_size: null" in e for e in sim.build_errors)
+
+
+def test_multilayer_norm_names_and_limits():
+    sim = sr.simulate_load(keys(layers=2), cfg(num_hidden_layers=2), "0.5.23")
+    assert "model.layers.1.input_layernorm.weight" in sim.unused_loaded
+    miss = {m["param"]: m for m in sim.params_missing}
+    assert "model.layers.1.hidden_norm.weight" in miss and not miss["model.layers.1.hidden_norm.weight"]["critical"]
+    sim = sr.simulate_load(keys(layers=2), cfg(num_hidden_layers=2), "0.5.8")
+    assert any("only supports 1 layer" in e for e in sim.build_errors)
+
+
+def test_optional_norms_and_shapes():
+    k = keys()
+    k["input_norm.weight"] = (3 * H,)
+    c = cfg(eagle_config={"norm_before_fc": True})
+    assert "input_norm.weight" in {x.key for x in sr.simulate_load(k, c, "0.5.16").by_status("dropped")}
+    assert "input_norm.weight" in {x.key for x in sr.simulate_load(k, c, "0.5.17").by_status("loaded")}
+    k = keys()
+    k.update({"aux_norm_low.weight": (H,), "aux_norm_mid.weight": (H,), "aux_norm_high.weight": (H,)})
+    sim = sr.simulate_load(k, cfg(use_aux_norm=True), "0.5.23")
+    assert sim.ok and next(x for x in sim.keys if x.key == "aux_norm_mid.weight").param == "model.fc_norm.1.weight"
+    k = keys()
+    k["fc.weight"] = (H, 2 * H)
+    sim = sr.simulate_load(k, cfg(), "0.5.23")
+    assert sim.by_status("fails")[0].key == "fc.weight"
+    sim = sr.simulate_load(k, cfg(num_aux_hidden_states=2), "0.5.23")
+    assert not sim.by_status("fails")
+
+
+def test_architecture_status():
+    assert sr.simulate_load(keys(), cfg(architectures=["Eagle3DraftModel"]), "0.5.23").arch_status == "not_registered"
+    assert sr.simulate_load(keys(), cfg(architectures=["LlamaForCausalLM"]), "0.5.23").arch_status == "registered_not_eagle3"
+    sim = sr.simulate_load(keys(), cfg(), "0.4.4")
+    assert sim.build_errors and sim.arch_status == "not_registered"

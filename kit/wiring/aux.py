@@ -1,0 +1,158 @@
+"""Aux hidden-state layer ids: what each stack means by them, and the facts the wiring checks read.
+
+The same integers name different target layers in different stacks (formats.md §4). We speak
+in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
+final pre-norm state) — HF `output_hidden_states[p]` for p < L.
+
+* `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
+  `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
+* `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per
+  target class and release is `kit.sglang.capture`.
+* facts read from the files: draft dims, target facts, training provenance, fc width.
+
+The checks over these facts are in kit.wiring.checks; the Wiring a launch gives is kit.wiring.plan.
+
+    python -m kit doctor --target T --draft D --launch "python -m sglang.launch_server ..."
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.checkpoint.hf_config import text_config
+from kit.sglang.cmdline import flag_value
+from kit.sglang.capture import capture_points as sglang_capture_points
+from kit.sglang.capture import capture_rule, default_ids
+
+# a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
+KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_config.json"
+KIMI_DRAFT_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_eagle3_config.json"
+STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
+# which stack's id convention a training provenance / --trained-with value implies
+CONVENTION_OF = {"speculators": "speculators", "vllm": "vllm", "sglang": "sglang", "specforge": "specforge",
+                 "specforge-hf": "specforge-hf", "eagle": "eagle", "kit": "sglang"}
+
+
+# -- per stack -------------------------------------------------------------------------------
+def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[Optional[list[int]], str]:
+    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if stack == "sglang":
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    if stack in ("speculators",):
+        return (list(top), "eagle_aux_hidden_state_layer_ids") if top else (None, "absent")
+    if stack in ("vllm", "specforge", "specforge-hf"):
+        if top:
+            return list(top), "eagle_aux_hidden_state_layer_ids"
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    return None, "not read (official EAGLE has no ids)"
+
+
+def capture_points(stack: str, ids: Optional[list[int]], L: int, arch: Optional[str] = None,
+                   version: Optional[str] = None) -> list[int]:
+    """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
+    dflt = default_ids(L)
+    if stack in ("vllm", "speculators"):
+        return list(ids) if ids else dflt            # id = point (vLLM captures before layer idx)
+    if stack == "eagle":
+        return dflt
+    if stack == "specforge-hf":                       # hooks on layers[x] output
+        return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
+    if stack == "specforge":                          # 0.2.0 hands its ids to the SGLang target class
+        ids = ids or [1, L // 2 - 1, L - 4]
+    rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
+    return sglang_capture_points(ids, L, rule)
+
+
+def stack_table(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str] = None) -> list[dict]:
+    """One row per stack: ids as that stack reads them and the points they become (notebook 03)."""
+    rows = []
+    for st in STACKS:
+        ids, where = read_ids(st, draft_cfg)
+        rows.append({"stack": st, "ids_read": ids, "read_from": where,
+                     "capture_points": capture_points(st, ids, L, arch, version)})
+    return rows
+
+
+# -- facts from the files --------------------------------------------------------------------
+def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
+    archs = " ".join(cfg.get("architectures") or [])
+    return "eagle3" in archs.lower() or cfg.get("speculators_model_type") == "eagle3" or \
+        "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
+
+
+def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
+    """H, Ht, k as SGLang computes them (speculators configs: the nested layer config)."""
+    tl = cfg.get("transformer_layer_config") or {}
+    H = cfg.get("hidden_size", tl.get("hidden_size"))
+    Ht = cfg["target_hidden_size"] if cfg.get("target_hidden_size") is not None else H
+    ids, _ = read_ids("sglang", cfg)
+    k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
+    return {"H": H, "Ht": Ht, "k": k}
+
+
+def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:
+    tc = text_config(cfg)
+    return {"arch": (cfg.get("architectures") or [None])[0], "L": tc.get("num_hidden_layers"),
+            "hidden": tc.get("hidden_size")}
+
+
+
+
+def launch_algorithm(argv: Optional[list[str]]) -> Optional[str]:
+    alg = flag_value(argv or [], "--speculative-algorithm")
+    alg = alg.upper() if alg else None
+    return "EAGLE" if alg == "NEXTN" else alg
+
+
+def provenance(draft_dir: Optional[Path]) -> Optional[dict[str, Any]]:
+    p = Path(draft_dir) / "kit_provenance.json" if draft_dir else None
+    if p is None or not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def training_points(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str],
+                    draft_dir=None, trained_with: Optional[str] = None) -> Optional[tuple[list[int], str]]:
+    """(points the draft was trained on, how we know) or None when the convention is unknown."""
+    prov = provenance(draft_dir)
+    if prov and prov.get("capture_points"):
+        return list(prov["capture_points"]), "kit_provenance.json capture_points"
+    if prov and (prov.get("source_aux_layer_id_convention") or prov.get("aux_convention")):
+        conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov["aux_convention"])
+        if conv:
+            ids = prov.get("aux_layer_ids")
+            return capture_points(conv, ids, L, arch, prov.get("sglang_version") or version), \
+                f"kit_provenance.json: {conv} convention, ids {ids}"
+    if draft_cfg.get("speculators_model_type"):
+        ids, _ = read_ids("speculators", draft_cfg)
+        return capture_points("speculators", ids, L), "speculators config (ids = points, vLLM hidden states)"
+    if trained_with:
+        conv = CONVENTION_OF.get(trained_with.lower())
+        if conv:
+            # the ids in the file are taken to be in the training stack's convention
+            ids = read_ids("sglang", draft_cfg)[0] or draft_cfg.get("eagle_aux_hidden_state_layer_ids")
+            return capture_points(conv, ids, L, arch, version), f"--trained-with {trained_with}, ids {ids}"
+    return None
+
+
+def fc_in_features(draft_dir) -> Optional[int]:
+    """fc.weight's input width from the safetensors header (no torch)."""
+    if not draft_dir:
+        return None
+    from kit.checkpoint.safetensors_io import read_checkpoint
+    from kit.findings import KitInputError
+
+    try:
+        ck = read_checkpoint(draft_dir)
+    except KitInputError:  # CheckpointError included; unreadable files are reported by the checkpoint checks
+        return None
+    for name, t in ck.tensors.items():
+        if name.split(".")[-2:] == ["fc", "weight"] or name in ("fc.weight", "model.fc.weight"):
+            return int(t.shape[1])
+    return None

@@ -1,0 +1,47 @@
+"""The wiring SGLang gives a draft under a launch: algorithm, aux capture on/off, capture points, dropped keys.
+
+This is runtime knowledge, used by the CPU reference server (kit.serving.engine), the probe and the
+oracle; the static checks (kit.wiring.checks) import it, never the reverse.
+
+    from kit.wiring.plan import wiring_from_launch
+    wiring = wiring_from_launch(argv, draft_config, target_config, draft_dir=draft_dir)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from kit.checkpoint.inspect import dropped_keys
+from kit.sglang.capture import capture_points as sglang_capture_points
+from kit.sglang.capture import capture_rule
+from kit.wiring.aux import launch_algorithm, read_ids, target_facts
+
+
+def serving_points(draft_cfg: dict[str, Any], tf: dict[str, Any], version: Optional[str]):
+    """(points SGLang captures, rule) for this draft on this target; (None, None) if it cannot."""
+    rule = capture_rule(tf["arch"], version)
+    if rule is None or not tf["L"]:
+        return None, rule
+    ids, _ = read_ids("sglang", draft_cfg)
+    return sglang_capture_points(ids, tf["L"], rule), rule
+
+
+def wiring_from_launch(argv: list[str], draft_config: dict[str, Any], target_config: dict[str, Any],
+                       version: Optional[str] = None, draft_dir=None):
+    """The Wiring SGLang would give the draft: algorithm, aux capture on/off, physical points,
+    and (with draft_dir and kit.sglang.loader) the checkpoint keys its loader drops."""
+    from kit.reference.speculate import Wiring
+
+    alg = launch_algorithm(argv) or "NONE"
+    ec = draft_config.get("eagle_config") or {}
+    aux_on = alg == "EAGLE3" and ec.get("use_aux_hidden_state", True) is not False
+    tf = target_facts(target_config)
+    pts, rule = serving_points(draft_config, tf, version)
+    notes = []
+    if rule is None and aux_on:
+        notes.append(f"{tf['arch']} cannot capture aux states: SGLang raises at startup")
+    dropped: tuple = ()
+    if draft_dir is not None and rule is not None:
+        dropped = dropped_keys(draft_dir, rule["version"])
+    return Wiring(aux_capture=aux_on, capture_points=tuple(pts) if (aux_on and pts) else None,
+                  dropped_keys=dropped, algorithm=alg if alg in ("EAGLE", "EAGLE3") else alg, notes=tuple(notes))

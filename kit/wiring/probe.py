@@ -1,0 +1,160 @@
+"""`python -m kit probe`: capture the target's hidden states where SGLang would, and show what the draft gets.
+
+Forward hooks at the physical capture points (kit.reference.speculate.TargetCapture: point p = output of
+layer p-1, p=0 the embeddings) on a real HF target, or — with `--config-only` — on the meta
+device from config.json alone, so a 61-layer 7168-wide Kimi-K2.5 target is probed without
+weights (the real transformers class when it builds, else a Llama residual-stream skeleton with
+the same depth and width). The verdict says what a serving configuration feeds the draft:
+k·Ht fused states or one Ht state, and whether SGLang's fc gate
+(`hidden_states.shape[-1] != embeds.shape[-1]`) runs fc or bypasses it.
+
+    python -m kit probe                                    # embedded SmolLM2 + demo draft
+    python -m kit probe --target DIR --draft DIR --launch "python -m sglang.launch_server ..."
+    python -m kit probe --target kimi/config.json --draft D --config-only --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+
+HELP = "probe capture-point shapes on a real or meta-device target; fused vs single; fc runs or bypassed"
+
+
+@dataclass
+class ProbeConfig:
+    target: str = field(default="embedded", metadata={"help": "'embedded', a local HF model dir, or a config.json (with --config-only)"})
+    draft: Optional[str] = field(default=None, metadata={"help": "draft dir or config.json (default: the kit's quick demo draft)"})
+    launch: Optional[str] = field(default=None, metadata={"help": "SGLang launch command to judge (default: --speculative-algorithm EAGLE3)"})
+    algorithm: Optional[str] = field(default=None, metadata={"help": "shortcut for the launch's --speculative-algorithm"})
+    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang version whose capture rules apply"})
+    config_only: bool = field(default=False, metadata={"help": "no weights: build the target on the meta device"})
+    tokens: int = field(default=8, metadata={"help": "probe input length"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+
+def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") -> dict[str, Any]:
+    """Shapes at each capture point plus the final post-norm state, from one forward pass."""
+    import torch
+    from kit.reference.target import TargetCapture
+
+    ids = torch.zeros(1, tokens, dtype=torch.long, device=device)
+    shapes = {}
+    with torch.no_grad():
+        with TargetCapture(model, points) as cap:
+            model(input_ids=ids)
+            shapes = {int(p): list(cap.store[p].shape) for p in points}
+        with TargetCapture(model, None) as cap1:
+            model(input_ids=ids)
+            final = list(cap1.store["final"].shape)
+    fused = [1, tokens, sum(s[-1] for s in shapes.values())]
+    return {"points": shapes, "fused": fused, "single": final}
+
+
+def meta_model(cfg: dict[str, Any]):
+    """Build the target on the meta device from its config dict; (model, how)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+    from kit.checkpoint.hf_config import text_config
+
+    tc = dict(text_config(cfg))
+    mt = tc.get("model_type", "llama")
+    try:
+        hf = AutoConfig.for_model(mt, **{k: v for k, v in tc.items() if k not in ("model_type", "architectures")})
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16), f"transformers {type(hf).__name__}"
+    except Exception as e:  # noqa: BLE001 — unknown / remote-code model types: a residual-stream skeleton
+        why = f"{type(e).__name__}"
+    sk = LlamaConfig(hidden_size=tc["hidden_size"], num_hidden_layers=tc["num_hidden_layers"],
+                     num_attention_heads=tc.get("num_attention_heads", 8) or 8,
+                     num_key_value_heads=tc.get("num_key_value_heads") or tc.get("num_attention_heads", 8),
+                     intermediate_size=tc.get("intermediate_size") or 4 * tc["hidden_size"],
+                     vocab_size=tc.get("vocab_size", 32000))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(sk, dtype=torch.bfloat16), f"Llama skeleton ({mt} not buildable: {why})"
+
+
+def verdict(shapes: dict[str, Any], draft_cfg: Optional[dict[str, Any]], wiring, fc_in: Optional[int]) -> dict[str, Any]:
+    """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
+    from kit.wiring.aux import draft_dims
+
+    fed = shapes["fused"][-1] if wiring.aux_capture else shapes["single"][-1]
+    out = {"fed": "fused k*Ht" if wiring.aux_capture else "single Ht", "fed_width": fed}
+    if draft_cfg:
+        d = draft_dims(draft_cfg)
+        out.update({"embed_width": d["H"], "fc_in_features": fc_in or (d["k"] * d["Ht"] if d["Ht"] else None)})
+        out["fc"] = "runs" if fed != d["H"] else "bypassed"
+        if fed != d["H"] and out["fc_in_features"] and fed != out["fc_in_features"]:
+            out["fc"] = f"shape error: fc expects {out['fc_in_features']}, gets {fed}"
+    return out
+
+
+def probe(cfg: ProbeConfig) -> dict[str, Any]:
+    from pathlib import Path
+
+    from kit.wiring.aux import fc_in_features, stack_table, target_facts
+    from kit.wiring.plan import wiring_from_launch
+    from kit.sglang.cmdline import split_command
+    from kit.checkpoint.hf_config import read_config
+
+    t0 = time.perf_counter()
+    if cfg.draft is None:
+        from kit.reference.train import ensure_demo_draft
+
+        draft_path = ensure_demo_draft(quick=True)
+    else:
+        draft_path = Path(cfg.draft)
+    dcfg, ddir = read_config(draft_path)
+    if cfg.config_only:
+        tcfg, _ = read_config(cfg.target)
+        model, how = meta_model(tcfg)
+        device = "meta"
+    else:
+        from kit.models import load_target, resolve_target
+
+        tcfg, _ = read_config(resolve_target(cfg.target))
+        model, _tok = load_target(cfg.target)
+        how, device = "weights (CPU)", "cpu"
+    argv = split_command(cfg.launch)[1] if cfg.launch else ["--speculative-algorithm", (cfg.algorithm or "EAGLE3")]
+    wiring = wiring_from_launch(argv, dcfg, tcfg, cfg.sglang_version, draft_dir=None)
+    tf = target_facts(tcfg)
+    if not tf["L"]:
+        raise KitInputError(f"{cfg.target}: config has no num_hidden_layers")
+    serving = list(wiring.capture_points) if wiring.capture_points else None
+    from kit.wiring.aux import capture_points, read_ids
+
+    pts = serving or capture_points("sglang", read_ids("sglang", dcfg)[0], tf["L"], tf["arch"], cfg.sglang_version)
+    pts = [p for p in pts if 0 <= p <= tf["L"]]
+    t1 = time.perf_counter()
+    shapes = hook_shapes(model, pts, cfg.tokens, device)
+    return {"target": str(cfg.target), "target_class": tf["arch"], "num_layers": tf["L"], "built_as": how,
+            "draft": str(draft_path), "wiring": wiring.describe(), "capture_points": pts, "shapes": shapes,
+            "verdict": verdict(shapes, dcfg, wiring, fc_in_features(ddir)),
+            "stacks": stack_table(dcfg, tf["L"], tf["arch"], cfg.sglang_version),
+            "build_s": round(t1 - t0, 2), "forward_s": round(time.perf_counter() - t1, 2)}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, ProbeConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(ProbeConfig, args)
+    doc = probe(cfg)
+    if cfg.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"target {doc['target_class']} ({doc['num_layers']} layers, {doc['built_as']}); {doc['wiring']}")
+    for p, s in doc["shapes"]["points"].items():
+        print(f"  capture point {p:>3} (output of layer {int(p) - 1:>3}): {s}")
+    print(f"  fused: {doc['shapes']['fused']}   single final state: {doc['shapes']['single']}")
+    v = doc["verdict"]
+    print(f"draft receives {v['fed']} (width {v['fed_width']}); fc {v.get('fc', '?')}")
+    for r in doc["stacks"]:
+        print(f"  {r['stack']:13s} ids {r['ids_read']} ({r['read_from']}) -> points {r['capture_points']}")
+    return 0
