@@ -10,6 +10,7 @@ files (the converter also hashes every tensor twice: while writing and when re-v
 
 Prints one JSON document (last line of stdout).
 """
+
 import argparse
 import json
 import os
@@ -32,17 +33,28 @@ def rand_chunks(nbytes: int, chunk: int = 8 << 20):
             n = min(chunk, left)
             yield os.urandom(n)
             left -= n
+
     return gen
 
 
 def make_draft(d: Path) -> dict:
     H, V, Vd, I_, nh, nkv, hd = 4096, 128256, 32000, 14336, 32, 8, 128
-    shapes = {"embed_tokens.weight": (V, H), "fc.weight": (H, 3 * H), "norm.weight": (H,), "lm_head.weight": (Vd, H),
-              "layers.0.self_attn.q_proj.weight": (nh * hd, 2 * H), "layers.0.self_attn.k_proj.weight": (nkv * hd, 2 * H),
-              "layers.0.self_attn.v_proj.weight": (nkv * hd, 2 * H), "layers.0.self_attn.o_proj.weight": (H, nh * hd),
-              "layers.0.mlp.gate_proj.weight": (I_, H), "layers.0.mlp.up_proj.weight": (I_, H),
-              "layers.0.mlp.down_proj.weight": (H, I_), "layers.0.input_layernorm.weight": (H,),
-              "layers.0.post_attention_layernorm.weight": (H,), "layers.0.hidden_norm.weight": (H,)}
+    shapes = {
+        "embed_tokens.weight": (V, H),
+        "fc.weight": (H, 3 * H),
+        "norm.weight": (H,),
+        "lm_head.weight": (Vd, H),
+        "layers.0.self_attn.q_proj.weight": (nh * hd, 2 * H),
+        "layers.0.self_attn.k_proj.weight": (nkv * hd, 2 * H),
+        "layers.0.self_attn.v_proj.weight": (nkv * hd, 2 * H),
+        "layers.0.self_attn.o_proj.weight": (H, nh * hd),
+        "layers.0.mlp.gate_proj.weight": (I_, H),
+        "layers.0.mlp.up_proj.weight": (I_, H),
+        "layers.0.mlp.down_proj.weight": (H, I_),
+        "layers.0.input_layernorm.weight": (H,),
+        "layers.0.post_attention_layernorm.weight": (H,),
+        "layers.0.hidden_norm.weight": (H,),
+    }
     entries = []
     for n, s in shapes.items():
         nb = 2
@@ -57,14 +69,31 @@ def make_draft(d: Path) -> dict:
     entries += [WriteEntry("d2t", "I64", (Vd,), lambda: [d2t]), WriteEntry("t2d", "BOOL", (V,), lambda: [bytes(t2d)])]
     d.mkdir(parents=True, exist_ok=True)
     write_stream(d / "model.safetensors", entries, {"format": "pt"})
-    tl = {"model_type": "llama", "hidden_size": H, "intermediate_size": I_, "num_attention_heads": nh,
-          "num_key_value_heads": nkv, "head_dim": hd, "vocab_size": V, "num_hidden_layers": 1, "rms_norm_eps": 1e-5,
-          "hidden_act": "silu", "max_position_embeddings": 131072,
-          "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
-    cfg = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
-           "transformer_layer_config": tl, "draft_vocab_size": Vd, "target_hidden_size": None,
-           "eagle_aux_hidden_state_layer_ids": [2, 16, 29], "norm_before_residual": False,
-           "speculators_config": {"algorithm": "eagle3", "verifier": {"name_or_path": None}}}
+    tl = {
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": I_,
+        "num_attention_heads": nh,
+        "num_key_value_heads": nkv,
+        "head_dim": hd,
+        "vocab_size": V,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "max_position_embeddings": 131072,
+        "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+    }
+    cfg = {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "transformer_layer_config": tl,
+        "draft_vocab_size": Vd,
+        "target_hidden_size": None,
+        "eagle_aux_hidden_state_layer_ids": [2, 16, 29],
+        "norm_before_residual": False,
+        "speculators_config": {"algorithm": "eagle3", "verifier": {"name_or_path": None}},
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     return {"largest_tensor_bytes": V * H * 2}
 
@@ -91,7 +120,7 @@ def main() -> None:
     info = make_draft(src)
     nbytes = sum(p.stat().st_size for p in src.iterdir())
     conv, cp, cpn = [], [], []
-    for i in range(a.repeats):
+    for _i in range(a.repeats):
         for d in (root / "out", root / "cp", root / "cpn"):
             shutil.rmtree(d, ignore_errors=True)
         os.sync()  # no run pays for another's dirty pages
@@ -102,14 +131,23 @@ def main() -> None:
     best_c, best_cp, best_cpn = min(t for t, _ in conv), min(t for t, _ in cp), min(t for t, _ in cpn)
     rss = max(r for _, r in conv)
     limit = info["largest_tensor_bytes"] / 2**20 + 300
-    out = {"bench": "convert", "machine": f"{os.cpu_count()} CPU", "bytes": nbytes,
-           "largest_tensor_mb": round(info["largest_tensor_bytes"] / 2**20, 1),
-           "convert_s": [round(t, 3) for t, _ in conv], "cp_s": [round(t, 3) for t, _ in cp],
-           "convert_mb_per_s": round(nbytes / 2**20 / best_c, 1), "cp_mb_per_s": round(nbytes / 2**20 / best_cp, 1),
-           "slowdown_vs_cp": round(best_c / best_cp, 2), "cp_byte_copy_s": [round(t, 3) for t, _ in cpn],
-           "cp_byte_copy_mb_per_s": round(nbytes / 2**20 / best_cpn, 1),
-           "slowdown_vs_byte_copy": round(best_c / best_cpn, 2), "convert_peak_rss_mb": round(rss, 1),
-           "rss_limit_mb": round(limit, 1), "pass_rss": rss <= limit}
+    out = {
+        "bench": "convert",
+        "machine": f"{os.cpu_count()} CPU",
+        "bytes": nbytes,
+        "largest_tensor_mb": round(info["largest_tensor_bytes"] / 2**20, 1),
+        "convert_s": [round(t, 3) for t, _ in conv],
+        "cp_s": [round(t, 3) for t, _ in cp],
+        "convert_mb_per_s": round(nbytes / 2**20 / best_c, 1),
+        "cp_mb_per_s": round(nbytes / 2**20 / best_cp, 1),
+        "slowdown_vs_cp": round(best_c / best_cp, 2),
+        "cp_byte_copy_s": [round(t, 3) for t, _ in cpn],
+        "cp_byte_copy_mb_per_s": round(nbytes / 2**20 / best_cpn, 1),
+        "slowdown_vs_byte_copy": round(best_c / best_cpn, 2),
+        "convert_peak_rss_mb": round(rss, 1),
+        "rss_limit_mb": round(limit, 1),
+        "pass_rss": rss <= limit,
+    }
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out))
 

@@ -11,6 +11,7 @@ Targets: kit <= 1.5x floor wall time, peak RSS <= 200 MB.
 
 Prints one JSON document (last line of stdout).
 """
+
 import argparse
 import json
 import os
@@ -22,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-FLOOR = r'''
+FLOOR = r"""
 import json, struct, sys, os
 d = sys.argv[1]
 idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
@@ -36,7 +37,7 @@ for shard in sorted(set(idx["weight_map"].values())):
     for name, e in h.items():
         out.append({"name": name, "dtype": e["dtype"], "shape": e["shape"], "file": p})
 print(json.dumps(out))
-'''
+"""
 
 
 def make_checkpoint(root: Path, shards: int = 64) -> dict:
@@ -44,25 +45,35 @@ def make_checkpoint(root: Path, shards: int = 64) -> dict:
     tensors = [("model.embed_tokens.weight", [V, H]), ("lm_head.weight", [V, H]), ("model.norm.weight", [H])]
     for l in range(L):
         p = f"model.layers.{l}"
-        tensors += [(f"{p}.input_layernorm.weight", [H]), (f"{p}.post_attention_layernorm.weight", [H]),
-                    (f"{p}.self_attn.q_a_proj.weight", [1536, H]), (f"{p}.self_attn.q_b_proj.weight", [64 * 192, 1536]),
-                    (f"{p}.self_attn.kv_a_proj_with_mqa.weight", [576, H]),
-                    (f"{p}.self_attn.kv_b_proj.weight", [64 * 256, 512]), (f"{p}.self_attn.o_proj.weight", [H, 64 * 128])]
+        tensors += [
+            (f"{p}.input_layernorm.weight", [H]),
+            (f"{p}.post_attention_layernorm.weight", [H]),
+            (f"{p}.self_attn.q_a_proj.weight", [1536, H]),
+            (f"{p}.self_attn.q_b_proj.weight", [64 * 192, 1536]),
+            (f"{p}.self_attn.kv_a_proj_with_mqa.weight", [576, H]),
+            (f"{p}.self_attn.kv_b_proj.weight", [64 * 256, 512]),
+            (f"{p}.self_attn.o_proj.weight", [H, 64 * 128]),
+        ]
         if l == 0:
-            tensors += [(f"{p}.mlp.{n}.weight", s) for n, s in
-                        (("gate_proj", [18432, H]), ("up_proj", [18432, H]), ("down_proj", [H, 18432]))]
+            tensors += [
+                (f"{p}.mlp.{n}.weight", s)
+                for n, s in (("gate_proj", [18432, H]), ("up_proj", [18432, H]), ("down_proj", [H, 18432]))
+            ]
             continue
         tensors.append((f"{p}.mlp.gate.weight", [E, H]))
         for e in range(E):
-            tensors += [(f"{p}.mlp.experts.{e}.gate_proj.weight", [I_, H]), (f"{p}.mlp.experts.{e}.up_proj.weight", [I_, H]),
-                        (f"{p}.mlp.experts.{e}.down_proj.weight", [H, I_])]
+            tensors += [
+                (f"{p}.mlp.experts.{e}.gate_proj.weight", [I_, H]),
+                (f"{p}.mlp.experts.{e}.up_proj.weight", [I_, H]),
+                (f"{p}.mlp.experts.{e}.down_proj.weight", [H, I_]),
+            ]
     root.mkdir(parents=True, exist_ok=True)
     per = -(-len(tensors) // shards)
     wm, params = {}, 0
     for s in range(shards):
         name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         doc, pos = {"__metadata__": {"format": "pt"}}, 0
-        for tname, shape in tensors[s * per:(s + 1) * per]:
+        for tname, shape in tensors[s * per : (s + 1) * per]:
             n = 1
             for d in shape:
                 n *= d
@@ -110,15 +121,30 @@ def main() -> None:
     listing = json.loads((root.parent / "floor.out").read_text())
     kit_doc = json.loads((root.parent / "kit.out").read_text().strip().splitlines()[-1])
     assert len(kit_doc["tensors"]) == len(listing) == info["tensors"], "listings differ"
-    res = {k: {"wall_s_median": statistics.median(t for t, _ in v), "wall_s_min": min(t for t, _ in v),
-               "peak_rss_mb": max(r for _, r in v)} for k, v in runs.items()}
+    res = {
+        k: {
+            "wall_s_median": statistics.median(t for t, _ in v),
+            "wall_s_min": min(t for t, _ in v),
+            "peak_rss_mb": max(r for _, r in v),
+        }
+        for k, v in runs.items()
+    }
     ratio = res["kit"]["wall_s_median"] / res["floor"]["wall_s_median"]
     disk = sum(os.stat(p).st_blocks * 512 for p in root.iterdir())
-    out = {"bench": "inspect", "machine": f"{os.cpu_count()} CPU", **info,
-           "declared_bytes": sum(p.stat().st_size for p in root.iterdir()), "disk_bytes": disk,
-           "floor": res["floor"], "kit": res["kit"], "ratio_kit_over_floor": round(ratio, 3),
-           "target_ratio": 1.5, "target_rss_mb": 200,
-           "pass": ratio <= 1.5 and res["kit"]["peak_rss_mb"] <= 200, "cwd": str(repo)}
+    out = {
+        "bench": "inspect",
+        "machine": f"{os.cpu_count()} CPU",
+        **info,
+        "declared_bytes": sum(p.stat().st_size for p in root.iterdir()),
+        "disk_bytes": disk,
+        "floor": res["floor"],
+        "kit": res["kit"],
+        "ratio_kit_over_floor": round(ratio, 3),
+        "target_ratio": 1.5,
+        "target_rss_mb": 200,
+        "pass": ratio <= 1.5 and res["kit"]["peak_rss_mb"] <= 200,
+        "cwd": str(repo),
+    }
     if not a.keep:
         shutil.rmtree(root, ignore_errors=True)
         for f in (floor, root.parent / "floor.out", root.parent / "kit.out"):

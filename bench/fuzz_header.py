@@ -11,9 +11,9 @@ Counts any other exception as a failure; records peak RSS (no allocation follows
 
 Prints one JSON document (last line of stdout).
 """
+
 import argparse
 import json
-import os
 import resource
 import struct
 import sys
@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 from kit.checkpoint.safetensors_io import CheckpointError, read_header  # noqa: E402
 
@@ -49,16 +50,32 @@ def with_len(raw: bytes, data_len: int) -> bytes:
     return struct.pack("<Q", len(raw)) + raw + b"\0" * data_len
 
 
-dims = st.one_of(st.integers(0, 8), st.integers(-3, 3), st.integers(2**31, 2**70), st.floats(allow_nan=True),
-                 st.booleans(), st.text(max_size=3))
-entry = st.fixed_dictionaries({
-    "dtype": st.one_of(st.sampled_from(["F32", "BF16", "I64", "BOOL", "F4", "F6_E2M3", "F8_E4M3"]), st.text(max_size=4)),
-    "shape": st.one_of(st.lists(dims, max_size=4), st.integers(), st.none()),
-    "data_offsets": st.one_of(st.lists(st.one_of(st.integers(-5, 300), st.integers(2**60, 2**80)), max_size=3),
-                              st.none(), st.text(max_size=3))})
-header = st.dictionaries(st.one_of(st.text(max_size=8), st.just("__metadata__")),
-                         st.one_of(entry, st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=2), st.text(max_size=2))),
-                         max_size=6)
+dims = st.one_of(
+    st.integers(0, 8),
+    st.integers(-3, 3),
+    st.integers(2**31, 2**70),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.text(max_size=3),
+)
+entry = st.fixed_dictionaries(
+    {
+        "dtype": st.one_of(
+            st.sampled_from(["F32", "BF16", "I64", "BOOL", "F4", "F6_E2M3", "F8_E4M3"]), st.text(max_size=4)
+        ),
+        "shape": st.one_of(st.lists(dims, max_size=4), st.integers(), st.none()),
+        "data_offsets": st.one_of(
+            st.lists(st.one_of(st.integers(-5, 300), st.integers(2**60, 2**80)), max_size=3),
+            st.none(),
+            st.text(max_size=3),
+        ),
+    }
+)
+header = st.dictionaries(
+    st.one_of(st.text(max_size=8), st.just("__metadata__")),
+    st.one_of(entry, st.integers(), st.text(max_size=3), st.dictionaries(st.text(max_size=2), st.text(max_size=2))),
+    max_size=6,
+)
 
 
 def valid_file(n: int) -> bytes:
@@ -70,8 +87,7 @@ def valid_file(n: int) -> bytes:
 
 
 def run(examples: int) -> None:
-    cfg = settings(max_examples=examples, deadline=None, database=None,
-                   suppress_health_check=list(HealthCheck))
+    cfg = settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
     @cfg
     @given(st.binary(max_size=400))
@@ -84,7 +100,9 @@ def run(examples: int) -> None:
         check("json", with_len(json.dumps(h).encode(), data_len))
 
     @cfg
-    @given(st.integers(1, 5), st.integers(0, 10**6), st.integers(0, 255), st.sampled_from(["flip", "cut", "grow", "len"]))
+    @given(
+        st.integers(1, 5), st.integers(0, 10**6), st.integers(0, 255), st.sampled_from(["flip", "cut", "grow", "len"])
+    )
     def mutate(n, where, byte, how):
         b = bytearray(valid_file(n))
         i = where % len(b)
@@ -110,11 +128,16 @@ def main() -> None:
     t0 = time.perf_counter()
     run(a.examples)
     total = sum(sum(v) for v in STATS.values())
-    out = {"bench": "fuzz_header", "tool": "hypothesis", "inputs": total,
-           "per_generator": {k: {"parsed": v[0], "rejected": v[1], "crashed": v[2]} for k, v in STATS.items()},
-           "crashes": CRASHES, "seconds": round(time.perf_counter() - t0, 1),
-           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-           "pass": not CRASHES and total >= 10000}
+    out = {
+        "bench": "fuzz_header",
+        "tool": "hypothesis",
+        "inputs": total,
+        "per_generator": {k: {"parsed": v[0], "rejected": v[1], "crashed": v[2]} for k, v in STATS.items()},
+        "crashes": CRASHES,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "pass": not CRASHES and total >= 10000,
+    }
     FILE.unlink(missing_ok=True)
     FILE.parent.rmdir()
     print(json.dumps(out))

@@ -12,13 +12,13 @@ Run (on the GPU host; the GGUF can be pointed at with KIT_SMOLLM2_GGUF):
     python bench/gpu_validation.py --draft DRAFT_DIR --out OUT_DIR [--concurrency 1 2 4]
 Prints one JSON document as the last line of stdout and writes OUT_DIR/gpu_validation.json.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,22 +50,33 @@ def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
     steps = acc = 0
     same = True
     for r in rows:
-        sync(); t0 = time.perf_counter()
+        sync()
+        t0 = time.perf_counter()
         g = greedy_generate(target, r, max_new, tok.eos_token_id)
-        sync(); g_t += time.perf_counter() - t0
-        sync(); t0 = time.perf_counter()
+        sync()
+        g_t += time.perf_counter() - t0
+        sync()
+        t0 = time.perf_counter()
         s = speculative_generate(target, draft, r, max_new, params, Wiring(), tok.eos_token_id)
-        sync(); s_t += time.perf_counter() - t0
+        sync()
+        s_t += time.perf_counter() - t0
         g_list = g.tokens
         same &= list(g_list) == list(s.tokens)
-        g_tok += len(g_list); s_tok += len(s.tokens)
-        draft_t += s.draft_time_s; verify_t += s.verify_time_s
-        steps += s.verify_steps; acc += sum(s.accept_lengths)
+        g_tok += len(g_list)
+        s_tok += len(s.tokens)
+        draft_t += s.draft_time_s
+        verify_t += s.verify_time_s
+        steps += s.verify_steps
+        acc += sum(s.accept_lengths)
     res = {
-        "prompts": len(rows), "max_new_tokens": max_new, "params": vars(params),
-        "greedy_tok_s": round(g_tok / g_t, 1), "spec_tok_s": round(s_tok / s_t, 1),
+        "prompts": len(rows),
+        "max_new_tokens": max_new,
+        "params": vars(params),
+        "greedy_tok_s": round(g_tok / g_t, 1),
+        "spec_tok_s": round(s_tok / s_t, 1),
         "speedup": round((s_tok / s_t) / (g_tok / g_t), 3),
-        "accept_length": round(acc / steps, 3), "verify_steps": steps,
+        "accept_length": round(acc / steps, 3),
+        "verify_steps": steps,
         "outputs_identical_to_greedy": same,
         "draft_step_ms": round(1e3 * draft_t / max(1, steps * params.speculative_num_steps), 3),
         "verify_step_ms": round(1e3 * verify_t / max(1, steps), 3),
@@ -85,24 +96,32 @@ def in_process(target, tok, draft, prompts, max_new, params, out: Path) -> dict:
     ka = prof.key_averages()
     cpu_total = sum(e.self_cpu_time_total for e in ka) / 1e3
     dev_total = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) for e in ka) / 1e3
-    res["profile"] = {"self_cpu_ms": round(cpu_total, 1), "self_device_ms": round(dev_total, 1),
-                      "kernel_launches": sum(e.count for e in ka if e.key.startswith("cudaLaunchKernel"))}
+    res["profile"] = {
+        "self_cpu_ms": round(cpu_total, 1),
+        "self_device_ms": round(dev_total, 1),
+        "kernel_launches": sum(e.count for e in ka if e.key.startswith("cudaLaunchKernel")),
+    }
     return res
 
 
 def oracle_throughput(target, tok, draft, prompts, max_new, params) -> dict:
     from kit.reference.oracle import continuations, evaluate
 
-    sync(); t0 = time.perf_counter()
+    sync()
+    t0 = time.perf_counter()
     seqs = continuations(target, tok, prompts, max_new)
-    sync(); gen_s = time.perf_counter() - t0
+    sync()
+    gen_s = time.perf_counter() - t0
     evaluate(target, draft, seqs[:1], params)  # warm-up
-    sync(); t0 = time.perf_counter()
+    sync()
+    t0 = time.perf_counter()
     r = evaluate(target, draft, seqs, params)
-    sync(); wall = time.perf_counter() - t0
+    sync()
+    wall = time.perf_counter() - t0
     d = r.to_dict()
-    d.update(wall_s=round(wall, 3), reference_generation_s=round(gen_s, 2),
-             positions_per_s=round(r.positions / wall, 1))
+    d.update(
+        wall_s=round(wall, 3), reference_generation_s=round(gen_s, 2), positions_per_s=round(r.positions / wall, 1)
+    )
     return d
 
 
@@ -111,22 +130,46 @@ def server_runs(target_dir, draft_dir, device, dtype, concurrency, n_prompts, ma
     from kit.serving.process import ServerProcess
 
     common = ["--model-path", str(target_dir), "--device", device, "--dtype", dtype]
-    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft_dir),
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    spec = [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(draft_dir),
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    ]
     results = {}
     pb, ps = free_port(), free_port()
-    base = ServerProcess([sys.executable, "-m", "kit", "serve", *common, "--port", str(pb)], port=pb,
-                         log_file=str(out / "server_baseline.log"))
-    spc = ServerProcess([sys.executable, "-m", "kit", "serve", *common, *spec, "--port", str(ps)], port=ps,
-                        log_file=str(out / "server_spec.log"))
+    base = ServerProcess(
+        [sys.executable, "-m", "kit", "serve", *common, "--port", str(pb)],
+        port=pb,
+        log_file=str(out / "server_baseline.log"),
+    )
+    spc = ServerProcess(
+        [sys.executable, "-m", "kit", "serve", *common, *spec, "--port", str(ps)],
+        port=ps,
+        log_file=str(out / "server_spec.log"),
+    )
     with base, spc:
         base.wait_ready(timeout=300)
         spc.wait_ready(timeout=300)
         for c in concurrency:
-            cfg = BenchConfig(url=spc.base_url, baseline_url=base.base_url, concurrency=c,
-                              num_prompts=n_prompts, max_new_tokens=max_new, repeats=repeats,
-                              warmup=2, out_dir=str(out / f"bench_c{c}"), progress=False,
-                              log_path=str(out / "server_spec.log"))
+            cfg = BenchConfig(
+                url=spc.base_url,
+                baseline_url=base.base_url,
+                concurrency=c,
+                num_prompts=n_prompts,
+                max_new_tokens=max_new,
+                repeats=repeats,
+                warmup=2,
+                out_dir=str(out / f"bench_c{c}"),
+                progress=False,
+                log_path=str(out / "server_spec.log"),
+            )
             r = run_bench(cfg)
             s = r.summary
             results[f"c{c}"] = {k: s.get(k) for k in ("speedup", "accept_length", "arms") if k in s} or s
@@ -150,9 +193,9 @@ def main() -> int:
 
     import torch
 
-    from kit.reference.draft_io import load_draft
     from kit.models import embedded_dir, load_target
     from kit.prompts import builtin_prompts
+    from kit.reference.draft_io import load_draft
     from kit.sglang.params import SpecParams
 
     t0 = time.perf_counter()
@@ -161,9 +204,14 @@ def main() -> int:
     load_s = time.perf_counter() - t0
     draft = load_draft(a.draft, target_model=target, dtype=getattr(torch, a.dtype)).to(a.device)
     prompts = [p["prompt"] for p in builtin_prompts()][: a.prompts]
-    doc = {"device": torch.cuda.get_device_name(0) if a.device == "cuda" else a.device,
-           "torch": torch.__version__, "cuda": torch.version.cuda, "dtype": a.dtype,
-           "target_load_s": round(load_s, 2)}
+    doc = {
+        "device": torch.cuda.get_device_name(0) if a.device == "cuda" else a.device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "dtype": a.dtype,
+        "target_load_s": round(load_s, 2),
+    }
+
     def save():  # after every stage, so a run cut short still leaves its figures
         (out / "gpu_validation.json").write_text(json.dumps(doc, indent=2, default=str))
 
@@ -180,8 +228,9 @@ def main() -> int:
     del target, draft
     if not a.skip_server:
         try:
-            doc["server"] = server_runs(target_dir, a.draft, a.device, a.dtype, a.concurrency, a.prompts,
-                                        a.max_new_tokens, a.repeats, out)
+            doc["server"] = server_runs(
+                target_dir, a.draft, a.device, a.dtype, a.concurrency, a.prompts, a.max_new_tokens, a.repeats, out
+            )
         except Exception as e:  # keep the in-process figures even if the server part fails
             doc["server_error"] = f"{type(e).__name__}: {e}"
     save()

@@ -13,4 +13,4 @@ happen inside the functions that need them. Run `python -m kit --help` for the v
 
 __version__ = "0.1.0"
 
-from kit.findings import Finding, Report, KitInputError  # noqa: E402,F401
+from kit.findings import Finding, KitInputError, Report  # noqa: E402,F401

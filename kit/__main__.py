@@ -1,4 +1,5 @@
 """`python -m kit <verb>`: see kit/cli.py."""
+
 import sys
 
 from kit.cli import main

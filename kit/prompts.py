@@ -14,11 +14,11 @@ so acceptance measured on the evaluation set is held-out.
 A JSONL line may also use "text" or OpenAI-style "messages" (the last user message is used).
 `python -m kit.prompts [KIND]` prints the set.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 from kit.findings import KitInputError
 
@@ -56,27 +56,82 @@ MATH = [
 ]
 
 # training prompts: templates x subjects, disjoint from the evaluation prompts above
-_CHAT_T = ["Explain {} in simple terms.", "What are the benefits of {}?", "Write a short paragraph about {}.",
-           "Give me some advice about {}.", "What should a beginner know about {}?",
-           "Describe the history of {} briefly."]
-_CHAT_S = ["gardening", "learning a new language", "photography", "running", "saving money", "cooking pasta",
-           "the solar system", "volcanoes", "public speaking", "time management", "climate change", "chess",
-           "bicycles", "the ocean", "coffee", "meditation", "birds", "electric cars", "the internet",
-           "music theory", "painting", "friendship", "recycling", "mountains", "rainforests", "honey bees",
-           "the moon", "libraries", "trains", "writing poetry"]
-_CODE_T = ["Write a Python function that {}.", "Write a JavaScript function that {}.",
-           "Explain how to write code that {}.", "Write a short C program that {}."]
-_CODE_S = ["reverses a list", "finds the largest number in a list", "counts the vowels in a string",
-           "sorts a list of words alphabetically", "checks whether a number is prime", "computes a factorial",
-           "converts Celsius to Fahrenheit", "merges two sorted lists", "counts word frequencies in a text",
-           "removes whitespace from a string", "computes the average of a list", "finds the second smallest element",
-           "checks whether two strings are anagrams", "flattens a nested list", "returns the even numbers of a list",
-           "computes the greatest common divisor of two numbers", "capitalizes every word in a sentence",
-           "checks whether a year is a leap year", "generates the first ten square numbers",
-           "sums the digits of an integer"]
-_MATH_T = ["What is {a} plus {b}?", "What is {a} times {b}? Explain the steps.", "What is {a} minus {b}?",
-           "Solve for x: {b}x + {a} = {c}.", "A box holds {a} apples and another holds {b}. How many in total?",
-           "What is {a} percent of {c}?"]
+_CHAT_T = [
+    "Explain {} in simple terms.",
+    "What are the benefits of {}?",
+    "Write a short paragraph about {}.",
+    "Give me some advice about {}.",
+    "What should a beginner know about {}?",
+    "Describe the history of {} briefly.",
+]
+_CHAT_S = [
+    "gardening",
+    "learning a new language",
+    "photography",
+    "running",
+    "saving money",
+    "cooking pasta",
+    "the solar system",
+    "volcanoes",
+    "public speaking",
+    "time management",
+    "climate change",
+    "chess",
+    "bicycles",
+    "the ocean",
+    "coffee",
+    "meditation",
+    "birds",
+    "electric cars",
+    "the internet",
+    "music theory",
+    "painting",
+    "friendship",
+    "recycling",
+    "mountains",
+    "rainforests",
+    "honey bees",
+    "the moon",
+    "libraries",
+    "trains",
+    "writing poetry",
+]
+_CODE_T = [
+    "Write a Python function that {}.",
+    "Write a JavaScript function that {}.",
+    "Explain how to write code that {}.",
+    "Write a short C program that {}.",
+]
+_CODE_S = [
+    "reverses a list",
+    "finds the largest number in a list",
+    "counts the vowels in a string",
+    "sorts a list of words alphabetically",
+    "checks whether a number is prime",
+    "computes a factorial",
+    "converts Celsius to Fahrenheit",
+    "merges two sorted lists",
+    "counts word frequencies in a text",
+    "removes whitespace from a string",
+    "computes the average of a list",
+    "finds the second smallest element",
+    "checks whether two strings are anagrams",
+    "flattens a nested list",
+    "returns the even numbers of a list",
+    "computes the greatest common divisor of two numbers",
+    "capitalizes every word in a sentence",
+    "checks whether a year is a leap year",
+    "generates the first ten square numbers",
+    "sums the digits of an integer",
+]
+_MATH_T = [
+    "What is {a} plus {b}?",
+    "What is {a} times {b}? Explain the steps.",
+    "What is {a} minus {b}?",
+    "Solve for x: {b}x + {a} = {c}.",
+    "A box holds {a} apples and another holds {b}. How many in total?",
+    "What is {a} percent of {c}?",
+]
 
 
 def _math_train() -> list[str]:
@@ -92,7 +147,7 @@ def _rows(kind: str, texts: list[str]) -> list[dict]:
     return [{"id": f"{kind}-{i + 1:02d}", "kind": kind, "prompt": t} for i, t in enumerate(texts)]
 
 
-def builtin_prompts(kind: Optional[str] = None) -> list[dict]:
+def builtin_prompts(kind: str | None = None) -> list[dict]:
     """Built-in prompts of one kind ("chat", "code", "math", "train"), or all evaluation kinds."""
     table = {"chat": CHAT, "code": CODE, "math": MATH}
     if kind is None:
@@ -140,13 +195,13 @@ def load_prompts_jsonl(path) -> list[dict]:
         except json.JSONDecodeError as e:
             raise KitInputError(f"{p}:{n}: invalid JSON ({e.msg})")
         if not isinstance(obj, dict):
-            raise KitInputError(f"{p}:{n}: expected a JSON object with a \"prompt\" field")
+            raise KitInputError(f'{p}:{n}: expected a JSON object with a "prompt" field')
         text = obj.get("prompt", obj.get("text"))
         if text is None and isinstance(obj.get("messages"), list):
             users = [m.get("content") for m in obj["messages"] if isinstance(m, dict) and m.get("role") == "user"]
             text = users[-1] if users else None
         if not isinstance(text, str) or not text.strip():
-            raise KitInputError(f"{p}:{n}: no non-empty \"prompt\" (or \"text\"/\"messages\") string")
+            raise KitInputError(f'{p}:{n}: no non-empty "prompt" (or "text"/"messages") string')
         out.append({"id": str(obj.get("id", f"line-{n}")), "kind": str(obj.get("kind", "custom")), "prompt": text})
     if not out:
         raise KitInputError(f"{p}: no prompts")

@@ -6,6 +6,7 @@ figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>
 `summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter
 leaves the same trail as the headless demo.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,11 +62,16 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
 def render_markdown(summary: dict[str, Any]) -> str:
     a = summary["accept_length"]
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    lines = ["# Run summary", "",
-             "| accept length | value |", "|---|---|",
-             f"| observed, seed's launch | {fmt(a['seed_launch'])} |",
-             f"| observed, fixed launch | {fmt(a['fixed_launch'])} |",
-             f"| expected (oracle) | {fmt(a['oracle'])} |", ""]
+    lines = [
+        "# Run summary",
+        "",
+        "| accept length | value |",
+        "|---|---|",
+        f"| observed, seed's launch | {fmt(a['seed_launch'])} |",
+        f"| observed, fixed launch | {fmt(a['fixed_launch'])} |",
+        f"| expected (oracle) | {fmt(a['oracle'])} |",
+        "",
+    ]
     for name, rec in summary["steps"].items():
         lines.append(f"## {name}")
         if rec.get("verdict"):

@@ -16,6 +16,7 @@ third-party package with `--no-deps` plus the light packages it really imports:
 Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME` builds one.
 A point of care: a venv is marked complete only after every install step succeeded.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,14 +32,42 @@ from kit.models import cache_dir
 SPECS: dict[str, list[list[str]]] = {
     "sglang-0.5.23": [
         ["--no-deps", "sglang==0.5.23"],
-        ["transformers==5.19.0", "msgspec", "pydantic", "fastapi", "orjson", "requests", "psutil",
-         "pybase64", "pillow", "pyzmq", "IPython", "aiohttp", "uvloop", "setproctitle",
-         "numpy", "einops", "packaging", "triton==3.9.0"],
+        [
+            "transformers==5.19.0",
+            "msgspec",
+            "pydantic",
+            "fastapi",
+            "orjson",
+            "requests",
+            "psutil",
+            "pybase64",
+            "pillow",
+            "pyzmq",
+            "IPython",
+            "aiohttp",
+            "uvloop",
+            "setproctitle",
+            "numpy",
+            "einops",
+            "packaging",
+            "triton==3.9.0",
+        ],
     ],
     "speculators": [
         ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
-        ["transformers==5.19.0", "datasets>=4.0.0,<=5.1.0", "pydantic", "pydantic-settings", "loguru", "pyyaml",
-         "safetensors", "huggingface-hub", "typer", "rich", "tqdm"],
+        [
+            "transformers==5.19.0",
+            "datasets>=4.0.0,<=5.1.0",
+            "pydantic",
+            "pydantic-settings",
+            "loguru",
+            "pyyaml",
+            "safetensors",
+            "huggingface-hub",
+            "typer",
+            "rich",
+            "tqdm",
+        ],
     ],
 }
 
@@ -69,8 +98,7 @@ def ensure_venv(name: str, quiet: bool = True) -> Path:
         r = subprocess.run(cmd, capture_output=quiet, text=True)
         if r.returncode != 0:
             tail = (r.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise KitInputError(f"side environment {name}: `pip install {' '.join(step)}` failed "
-                                f"{tail}")
+            raise KitInputError(f"side environment {name}: `pip install {' '.join(step)}` failed {tail}")
     done.write_text(" ; ".join(" ".join(s) for s in SPECS[name]))
     return py
 

@@ -6,11 +6,12 @@ Checks that every acceptance source the server exposes agrees (per-request meta_
 counter deltas, /server_info, decode log lines, streamed chunk sizes), for the fixed EAGLE3 launch
 and for the seed's `--speculative-algorithm EAGLE` launch of the same draft (which accepts less).
 """
+
 import pytest
 
 from kit.measure.bench import BenchConfig, run_bench
-from kit.serving.launch import LaunchSpec
 from kit.measure.sweep import spec_launcher
+from kit.serving.launch import LaunchSpec
 from kit.sglang.params import SpecParams
 
 pytestmark = pytest.mark.slow
@@ -20,16 +21,28 @@ def test_sources_agree_on_fixed_and_seed_launch(tmp_path):
     from kit.reference.train import ensure_demo_draft
 
     draft = str(ensure_demo_draft(quick=True))
-    base = LaunchSpec(model_path="embedded", speculative_algorithm="EAGLE3", speculative_draft_model_path=draft,
-                      decode_log_interval=2)
+    base = LaunchSpec(
+        model_path="embedded", speculative_algorithm="EAGLE3", speculative_draft_model_path=draft, decode_log_interval=2
+    )
     point = SpecParams(3, 1, 4)
     observed = {}
     for algo in ("EAGLE3", "EAGLE"):
         launch = spec_launcher(base.replace(speculative_algorithm=algo), "reference", str(tmp_path / algo))
         with launch(point) as srv:
-            res = run_bench(BenchConfig(url=srv.url, label=algo, num_prompts=2, max_new_tokens=8, concurrency=2,
-                                        warmup=1, chat_template="embedded", log_path=srv.log_file,
-                                        out_dir=str(tmp_path / f"b_{algo}"), progress=False))
+            res = run_bench(
+                BenchConfig(
+                    url=srv.url,
+                    label=algo,
+                    num_prompts=2,
+                    max_new_tokens=8,
+                    concurrency=2,
+                    warmup=1,
+                    chat_template="embedded",
+                    log_path=srv.log_file,
+                    out_dir=str(tmp_path / f"b_{algo}"),
+                    progress=False,
+                )
+            )
         agg = res.summary["labels"][algo]
         assert agg["requests"] == 2 and agg["failed"] == 0
         src = agg["accept_sources"]

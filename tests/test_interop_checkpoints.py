@@ -7,6 +7,7 @@ with `Eagle3DraftModel.save_pretrained` (speculators) and one with SpecForge's
 the other library loads the result and both compute step-0 draft logits for the same token ids
 and aux hidden states: they must be equal (float32, CPU).
 """
+
 import json
 import shutil
 import subprocess
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kit.checkpoint.inspect import inspect
 from kit.checkpoint.convert import convert
+from kit.checkpoint.inspect import inspect
 from kit.checkpoint.safetensors_io import read_checkpoint, sha256_of
 
 pytestmark = pytest.mark.interop
 
-MAKE = r'''
+MAKE = r"""
 import json, sys, torch
 from pathlib import Path
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -67,9 +68,9 @@ sf.t2d.copy_(t2d); sf.d2t.copy_(d2t)
 perturb(sf, ("embed_tokens",))
 sf.save_pretrained(w / "sf")
 print("made")
-'''
+"""
 
-FORWARD = r'''
+FORWARD = r"""
 import json, sys, torch
 from pathlib import Path
 w = Path(sys.argv[1]); T = 128
@@ -109,7 +110,7 @@ for name, a, b in (("speculators_to_sglang", speculators_logits(w / "spec"), spe
                  "d2t_equal": bool(torch.equal(a[1], b[1])), "shape": list(a[0].shape),
                  "argmax_equal": bool(torch.equal(a[0].argmax(-1), b[0].argmax(-1)))}
 print(json.dumps(res))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,9 @@ def test_convert_and_load_in_the_other_library(work):
     convert(w / "sf", w / "sf_sp", "speculators", target=str(w / "verifier"))
     assert inspect(w / "spec_sg", "0.5.8").simulation.ok and inspect(w / "spec_sg", "0.5.23").simulation.ok
     a, b = read_checkpoint(w / "spec"), read_checkpoint(w / "spec_sg")
-    assert sha256_of(a.tensors["layers.0.self_attn.q_proj.weight"]) == sha256_of(b.tensors["midlayer.self_attn.q_proj.weight"])
+    assert sha256_of(a.tensors["layers.0.self_attn.q_proj.weight"]) == sha256_of(
+        b.tensors["midlayer.self_attn.q_proj.weight"]
+    )
     prov = json.loads((w / "sf_sp" / "kit_provenance.json").read_text())
     assert prov["source_layout"] == "sglang" and prov["destination_layout"] == "speculators"
     r = subprocess.run([py, "-c", FORWARD, str(w)], capture_output=True, text=True, timeout=600)

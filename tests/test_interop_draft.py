@@ -6,7 +6,7 @@ The checkpoints and the two libraries' forward functions come from tests/test_in
 library's own forward) inside the `speculators` side venv (kit.venvs). The kit loads the same
 directories in this interpreter (speculators layout through kit.checkpoint.convert) and must agree.
 """
-import json
+
 import shutil
 import subprocess
 import tempfile
@@ -16,16 +16,17 @@ import pytest
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-DUMP = r'''
+DUMP = r"""
 torch.save({"spec": speculators_logits(w / "spec")[0], "sf": specforge_logits(w / "sf")[0], "ids": ids, "hid": hid},
            w / "ref_logits.pt")
 print("dumped")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def ref():
     from test_interop_checkpoints import FORWARD, MAKE
+
     from kit.venvs import ensure_venv
 
     py = str(ensure_venv("speculators"))
@@ -42,10 +43,11 @@ def ref():
 @pytest.mark.parametrize("name", ["spec", "sf"])
 def test_equal_logits(ref, name):
     import torch
+
     from kit.reference.draft_io import load_draft
 
     data = torch.load(ref / "ref_logits.pt")
-    d = load_draft(ref / name)                       # no target: the checkpoint's own embedding
+    d = load_draft(ref / name)  # no target: the checkpoint's own embedding
     T = data["ids"].shape[1]
     with torch.no_grad():
         logits, _, _ = d(data["ids"], data["hid"], torch.arange(T)[None])

@@ -6,6 +6,7 @@ timings must agree with llama.cpp's own `llama_perf_context_print` timings from 
 llama-cpp-python streams one token per chunk and has no /flush_cache, /server_info or /metrics,
 so this also checks the client degrades cleanly on a non-SGLang server.
 """
+
 import sys
 import time
 
@@ -22,9 +23,11 @@ from kit.serving.process import ServerProcess, free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-PROMPTS = [{"id": "a", "kind": "chat", "text": "The capital of France is"},
-           {"id": "b", "kind": "code", "text": "def fibonacci(n):"},
-           {"id": "c", "kind": "math", "text": "Question: what is 12 plus 30? Answer:"}]
+PROMPTS = [
+    {"id": "a", "kind": "chat", "text": "The capital of France is"},
+    {"id": "b", "kind": "code", "text": "def fibonacci(n):"},
+    {"id": "c", "kind": "math", "text": "Question: what is 12 plus 30? Answer:"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +36,24 @@ def server():
 
     port = free_port()
     lines: list[str] = []
-    srv = ServerProcess([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path()),
-                         "--n_threads", "2", "--n_ctx", "1024", "--port", str(port)],
-                        port=port, on_line=lines.append, tail_lines=10)
+    srv = ServerProcess(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf_path()),
+            "--n_threads",
+            "2",
+            "--n_ctx",
+            "1024",
+            "--port",
+            str(port),
+        ],
+        port=port,
+        on_line=lines.append,
+        tail_lines=10,
+    )
     srv.start()
     try:
         deadline = time.monotonic() + 120
@@ -57,8 +75,9 @@ def server():
 def _usage_tokens(url, api, text, n):
     body = {"max_tokens": n, "temperature": 0.0}
     if api == "chat":
-        r = httpx.post(url + "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": text}]},
-                       timeout=60)
+        r = httpx.post(
+            url + "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": text}]}, timeout=60
+        )
     else:
         r = httpx.post(url + "/v1/completions", json={**body, "prompt": text}, timeout=60)
     r.raise_for_status()
@@ -68,8 +87,16 @@ def _usage_tokens(url, api, text, n):
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
     n_before = len(server.log_lines)
-    cfg = BenchConfig(url=server.base_url, api=api, num_prompts=3, max_new_tokens=12, concurrency=1,
-                      warmup=1, out_dir=str(tmp_path / api), progress=False)
+    cfg = BenchConfig(
+        url=server.base_url,
+        api=api,
+        num_prompts=3,
+        max_new_tokens=12,
+        concurrency=1,
+        warmup=1,
+        out_dir=str(tmp_path / api),
+        progress=False,
+    )
     res = run_bench(cfg, prompts=PROMPTS)
     time.sleep(0.5)  # let the log pump catch the last perf lines
     recs = [r for r in res.records if not r.get("warmup")]

@@ -2,6 +2,7 @@
 
 Run: python -m pytest tests/test_models.py
 """
+
 import pytest
 
 from kit import models

@@ -2,6 +2,7 @@
 
 Run: python -m pytest tests/test_repo.py
 """
+
 import ast
 import json
 import subprocess
@@ -14,14 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tracked_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return sorted(set(out.split()))
 
 
 def test_readme_tree_lists_every_file():
     readme = (ROOT / "README.md").read_text()
-    tree = readme[readme.index("## File tree"):]
+    tree = readme[readme.index("## File tree") :]
     missing = [f for f in tracked_files() if f"{Path(f).name}" not in tree]
     assert not missing, f"README file tree lacks: {missing}"
 
@@ -37,8 +43,9 @@ def test_notebook_form(nb):
         assert c.get("outputs") == [] and c.get("execution_count") is None, "outputs not stripped"
         src = "".join(c["source"])
         tree = ast.parse("\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!"))))
-        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))], \
-            f"{nb.name}: a cell defines a function or class; move it into kit/"
+        assert not [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        ], f"{nb.name}: a cell defines a function or class; move it into kit/"
         assert len(src.splitlines()) <= 25, f"{nb.name}: cell longer than 25 lines"
 
 

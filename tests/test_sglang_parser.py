@@ -3,12 +3,13 @@
 Builds (once, cached) the side venv `sglang-0.5.23` (kit.venvs: sglang --no-deps + light packages)
 and runs `ServerArgs.add_cli_args` there. Run: python -m pytest tests/test_sglang_parser.py -q
 """
+
 from pathlib import Path
 
 import pytest
 
-from kit.serving.launch import ALIASES, FIELDS, LaunchSpec, spec_from_command
 from kit.serving.checks import lint
+from kit.serving.launch import ALIASES, FIELDS, LaunchSpec, spec_from_command
 from kit.sglang.parser import parse_argvs
 
 pytestmark = pytest.mark.interop
@@ -27,14 +28,34 @@ def py():
 
 def generated_specs():
     seed = spec_from_command(SEED)
-    full = LaunchSpec(model_path="/m", speculative_algorithm="EAGLE3", speculative_draft_model_path="/d",
-                      speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
-                      tp_size=2, mem_fraction_static=0.8, host="127.0.0.1", port=30001, api_key="k",
-                      served_model_name="x", trust_remote_code=True, attention_backend="flashinfer",
-                      speculative_draft_attention_backend="triton", page_size=1, max_running_requests=8,
-                      decode_log_interval=10, enable_metrics=True, log_level="info")
-    return {"seed": seed, "seed_fixed": seed.replace(speculative_algorithm="EAGLE3", host="127.0.0.1"),
-            "full": full, "default": LaunchSpec()}
+    full = LaunchSpec(
+        model_path="/m",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="/d",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+        tp_size=2,
+        mem_fraction_static=0.8,
+        host="127.0.0.1",
+        port=30001,
+        api_key="k",
+        served_model_name="x",
+        trust_remote_code=True,
+        attention_backend="flashinfer",
+        speculative_draft_attention_backend="triton",
+        page_size=1,
+        max_running_requests=8,
+        decode_log_interval=10,
+        enable_metrics=True,
+        log_level="info",
+    )
+    return {
+        "seed": seed,
+        "seed_fixed": seed.replace(speculative_algorithm="EAGLE3", host="127.0.0.1"),
+        "full": full,
+        "default": LaunchSpec(),
+    }
 
 
 def test_every_generated_command_parses_with_sglang(py):
@@ -56,8 +77,11 @@ def test_every_generated_command_parses_with_sglang(py):
 
 def test_kit_fields_and_aliases_are_sglang_flags(py):
     value = {"model_path": "v", "speculative_draft_model_path": "v", "tp_size": "8"}
-    res = parse_argvs([[a, value[ALIASES[a]]] + ([] if ALIASES[a] == "model_path" else ["--model-path", "m"])
-                       for a in ALIASES] + [["--model-path", "m"]], python=py)
+    res = parse_argvs(
+        [[a, value[ALIASES[a]]] + ([] if ALIASES[a] == "model_path" else ["--model-path", "m"]) for a in ALIASES]
+        + [["--model-path", "m"]],
+        python=py,
+    )
     assert all(r["ok"] for r in res), res
     assert set(FIELDS) <= set(res[-1]["args"]), set(FIELDS) - set(res[-1]["args"])
     for r, a in zip(res, ALIASES):

@@ -4,6 +4,7 @@ Correct EAGLE-3 wiring must give an accept length clearly above 1; the seed's fa
 off / launched as EAGLE) must collapse it to about 1. Also: speculative decoding on SmolLM2 emits
 exactly the greedy tokens. The quick demo draft is trained once and cached under $KIT_CACHE_DIR.
 """
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -11,8 +12,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def world():
-    from kit.reference.draft_io import load_draft
     from kit.models import load_target
+    from kit.reference.draft_io import load_draft
     from kit.reference.oracle import OracleConfig, continuations, prompt_texts
     from kit.reference.train import ensure_demo_draft
 
@@ -25,12 +26,15 @@ def world():
 
 def test_demo_draft_is_sglang_layout_with_provenance(world):
     import json
+
     from kit.checkpoint.safetensors_io import read_checkpoint
+
     path = world[4]
     keys = set(read_checkpoint(path).tensors)
     assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "d2t", "t2d", "lm_head.weight"} <= keys
     from kit.reference.train import ensure_demo_draft
-    assert ensure_demo_draft(quick=True) == path           # cached: the second call trains nothing
+
+    assert ensure_demo_draft(quick=True) == path  # cached: the second call trains nothing
     prov = json.loads((path / "kit_provenance.json").read_text())
     assert prov["capture_points"] == [2, 15, 27] and prov["source_layout"] == "sglang"
     cfg = json.loads((path / "config.json").read_text())
@@ -39,8 +43,9 @@ def test_demo_draft_is_sglang_layout_with_provenance(world):
 
 def test_correct_wiring_beats_the_seed_faults(world):
     from kit.reference.oracle import evaluate
-    from kit.sglang.params import SpecParams
     from kit.reference.speculate import Wiring
+    from kit.sglang.params import SpecParams
+
     target, _, draft, seqs, _ = world
     p = SpecParams(3, 1, 4)
     good = evaluate(target, draft, seqs, p, Wiring())
@@ -53,8 +58,9 @@ def test_correct_wiring_beats_the_seed_faults(world):
 
 
 def test_speculative_equals_greedy_on_smollm2(world):
-    from kit.sglang.params import SpecParams
     from kit.reference.speculate import Wiring, greedy_generate, speculative_generate
+    from kit.sglang.params import SpecParams
+
     target, tok, draft, seqs, _ = world
     prompt = seqs[0][0]
     g = greedy_generate(target, prompt, 24, tok.eos_token_id)

@@ -16,6 +16,7 @@ inside DST) and a non-empty DST without `--force`; streams tensor by tensor into
 directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
 `kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,18 +25,34 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from kit import __version__
 from kit import config as kconfig
 from kit.checkpoint.inspect import config_dims, corrupt_report, find_config
+from kit.checkpoint.layouts import (
+    detect_layout,
+    from_canonical,
+    sglang_to_eagle_config,
+    sglang_to_speculators_config,
+    speculators_to_sglang_config,
+    to_canonical,
+)
+from kit.checkpoint.safetensors_io import (
+    DTYPE_BITS,
+    CheckpointError,
+    TensorInfo,
+    WriteEntry,
+    _umask,
+    iter_bytes,
+    read_checkpoint,
+    sha256_of,
+    write_stream,
+)
 from kit.findings import Finding, KitInputError, Report, emit
-from kit.checkpoint.layouts import (detect_layout, from_canonical, sglang_to_eagle_config, sglang_to_speculators_config,
-                         speculators_to_sglang_config, to_canonical)
-from kit.checkpoint.safetensors_io import (DTYPE_BITS, _umask, CheckpointError, TensorInfo, WriteEntry, iter_bytes, read_checkpoint,
-                                sha256_of, write_stream)
 
 HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
 DESTS = ("sglang", "speculators", "eagle")
@@ -50,8 +67,13 @@ class ConvertConfig:
     src: str = field(default="", metadata={"positional": True, "help": "source draft directory"})
     dst: str = field(default="", metadata={"positional": True, "help": "output directory (created)"})
     to: str = field(default="sglang", metadata={"help": "destination layout", "choices": list(DESTS)})
-    target: Optional[str] = field(default=None, metadata={"help": "target model dir: source of embed_tokens/lm_head when the draft lacks them"})
-    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang release the output must load in (default: installed, else newest known)"})
+    target: str | None = field(
+        default=None, metadata={"help": "target model dir: source of embed_tokens/lm_head when the draft lacks them"}
+    )
+    sglang_version: str | None = field(
+        default=None,
+        metadata={"help": "SGLang release the output must load in (default: installed, else newest known)"},
+    )
     force: bool = field(default=False, metadata={"help": "replace a non-empty DST"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
@@ -70,7 +92,7 @@ class Source:
 class Plan:
     to: str
     config: dict[str, Any]
-    tensors: dict[str, Source] = field(default_factory=dict)   # output name -> source
+    tensors: dict[str, Source] = field(default_factory=dict)  # output name -> source
     dropped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +111,7 @@ def _rows(t: TensorInfo, rows: list[int], origin: str) -> Source:
             for r in rows:
                 f.seek(t.start + r * width)
                 yield f.read(width)
+
     return Source(t.dtype, (len(rows), t.shape[1]), gen, origin)
 
 
@@ -99,7 +122,7 @@ def _i64(vals: list[int]) -> bytes:
     return a.tobytes()
 
 
-def _target_tensors(target: str) -> tuple[Optional[TensorInfo], Optional[TensorInfo], dict]:
+def _target_tensors(target: str) -> tuple[TensorInfo | None, TensorInfo | None, dict]:
     from kit.models import resolve_target
 
     d = resolve_target(target)
@@ -110,8 +133,7 @@ def _target_tensors(target: str) -> tuple[Optional[TensorInfo], Optional[TensorI
     return emb, head, tcfg
 
 
-def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
-                    sglang_version: Optional[str] = None) -> Plan:
+def plan_conversion(src: str | Path, to: str, target: str | None = None, sglang_version: str | None = None) -> Plan:
     """Decide every output tensor and the output config; raise KitInputError when strictness forbids."""
     from kit.checkpoint.hf_config import read_config
     from kit.checkpoint.vocab import _bools, _ints
@@ -124,13 +146,16 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
     cfg = read_config(cp)[0]
     lay = detect_layout(ck.tensors, cfg)
     if lay.name in ("kimi_mla", "unknown"):
-        raise KitInputError(f"{src}: layout {lay.name} ({lay.evidence.get('why')}); the kit converts Llama-style "
-                            "EAGLE-3 drafts only")
+        raise KitInputError(
+            f"{src}: layout {lay.name} ({lay.evidence.get('why')}); the kit converts Llama-style EAGLE-3 drafts only"
+        )
     if to not in DESTS:
         raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
     d = config_dims(cfg, lay.name)
-    H, V, Vd, Ht, k, L = (d.get(x) for x in ("hidden_size", "vocab_size", "draft_vocab_size", "target_hidden_size",
-                                             "num_aux", "num_hidden_layers"))
+    H, V, Vd, Ht, k, L = (
+        d.get(x)
+        for x in ("hidden_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux", "num_hidden_layers")
+    )
     canon: dict[str, TensorInfo] = {}
     plan = Plan(to, {})
     for key, t in ck.tensors.items():
@@ -182,28 +207,36 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
 
     # vocab maps: derive the missing one of d2t/t2d from the other (they determine each other)
     d2t_t, t2d_t = canon.pop("d2t", None), canon.pop("t2d", None)
-    hot: Optional[list[int]] = None
+    hot: list[int] | None = None
     if d2t_t is not None:
         hot = [i + x for i, x in enumerate(_ints(d2t_t))]
     elif t2d_t is not None:
         hot = [i for i, b in enumerate(_bools(t2d_t)) if b]
     reduced = Vd is not None and V is not None and Vd != V
     if reduced and hot is None:
-        raise KitInputError(f"{src}: draft vocab {Vd} < target vocab {V} but no d2t/t2d: the draft ids cannot be mapped")
+        raise KitInputError(
+            f"{src}: draft vocab {Vd} < target vocab {V} but no d2t/t2d: the draft ids cannot be mapped"
+        )
     if reduced or to != "speculators":
         if hot is not None:
-            plan.tensors["d2t"] = Source("I64", (len(hot),), lambda h=hot: [_i64([x - i for i, x in enumerate(h)])],
-                                         d2t_t.name if d2t_t is not None else "derived from t2d")
+            plan.tensors["d2t"] = Source(
+                "I64",
+                (len(hot),),
+                lambda h=hot: [_i64([x - i for i, x in enumerate(h)])],
+                d2t_t.name if d2t_t is not None else "derived from t2d",
+            )
             mask = bytearray(V or (max(hot) + 1))
             for x in hot:
                 mask[x] = 1
-            plan.tensors["t2d"] = Source("BOOL", (len(mask),), lambda m=bytes(mask): [m],
-                                         t2d_t.name if t2d_t is not None else "derived from d2t")
+            plan.tensors["t2d"] = Source(
+                "BOOL", (len(mask),), lambda m=bytes(mask): [m], t2d_t.name if t2d_t is not None else "derived from d2t"
+            )
     elif hot is not None:
         if hot != list(range(len(hot))):
             raise KitInputError(f"{src}: draft_vocab_size == vocab_size but d2t is not the identity")
-        plan.dropped += [(t.name, "identity map: speculators stores none when Vd == V")
-                         for t in (d2t_t, t2d_t) if t is not None]
+        plan.dropped += [
+            (t.name, "identity map: speculators stores none when Vd == V") for t in (d2t_t, t2d_t) if t is not None
+        ]
 
     # embed / lm_head: required per destination; --target may supply them
     head_from_target = to == "sglang" and "draft_vocab_size" in cfg and cfg.get("draft_vocab_size") is None
@@ -212,37 +245,75 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
     temb = thead = None
     if (need_embed and "embed_tokens.weight" not in canon) or (need_head and "lm_head.weight" not in canon):
         if not target:
-            miss = [n for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head))
-                    if need and n not in canon]
-            raise KitInputError(f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
-                                "name its source with --target TARGET_MODEL_DIR")
+            miss = [
+                n
+                for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head))
+                if need and n not in canon
+            ]
+            raise KitInputError(
+                f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
+                "name its source with --target TARGET_MODEL_DIR"
+            )
         temb, thead, _ = _target_tensors(target)
     if need_embed and "embed_tokens.weight" not in canon:
         if temb is None or tuple(temb.shape) != (V, H):
             raise KitInputError(f"--target {target}: no embed_tokens of shape [{V}, {H}]")
         canon["embed_tokens.weight"] = temb
-        plan.notes.append(Finding(code="draft.config", severity="info", title=f"embed_tokens copied from target {temb.name}",
-                                  evidence={"target": target}))
+        plan.notes.append(
+            Finding(
+                code="draft.config",
+                severity="info",
+                title=f"embed_tokens copied from target {temb.name}",
+                evidence={"target": target},
+            )
+        )
     if need_head and "lm_head.weight" not in canon:
         if thead is None or thead.shape[1] != H or thead.shape[0] != V:
             raise KitInputError(f"--target {target}: no lm_head of shape [{V}, {H}]")
         rows = hot if hot is not None else list(range(V))
         plan.tensors["lm_head.weight"] = _rows(thead, rows, f"target:{thead.name} rows t2d")
         canon.pop("lm_head.weight", None)
-        plan.notes.append(Finding(code="draft.config", severity="info",
-                                  title=f"lm_head built from target {thead.name} ({len(rows)} kept rows)"))
-    required = ["fc.weight", "norm.weight"] + [f"layers.{i}.{n}" for i in range(L or 1) for n in
-                ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-                 "input_layernorm.weight", "post_attention_layernorm.weight")] + ["layers.0.hidden_norm.weight"]
+        plan.notes.append(
+            Finding(
+                code="draft.config",
+                severity="info",
+                title=f"lm_head built from target {thead.name} ({len(rows)} kept rows)",
+            )
+        )
+    required = (
+        ["fc.weight", "norm.weight"]
+        + [
+            f"layers.{i}.{n}"
+            for i in range(L or 1)
+            for n in (
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight",
+                "mlp.gate_proj.weight",
+                "mlp.up_proj.weight",
+                "mlp.down_proj.weight",
+                "input_layernorm.weight",
+                "post_attention_layernorm.weight",
+            )
+        ]
+        + ["layers.0.hidden_norm.weight"]
+    )
     missing = [n for n in required if n not in canon]
     if missing:
         raise KitInputError(f"{src}: missing {len(missing)} required tensor(s), e.g. {missing[0]}")
     if head_from_target and "lm_head.weight" in canon:
-        plan.dropped.append((canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head"))
+        plan.dropped.append(
+            (canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head")
+        )
     # an embed_tokens SGLang does not need is still written: it replaces it with the target's, others use it
     for c, t in canon.items():
-        if c.startswith("layers.") and c.endswith("hidden_norm.weight") and not c.startswith("layers.0.") and to != "sglang":
+        if (
+            c.startswith("layers.")
+            and c.endswith("hidden_norm.weight")
+            and not c.startswith("layers.0.")
+            and to != "sglang"
+        ):
             plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))
             continue
         plan.tensors[from_canonical(c, to, L or 1)] = _from_tensor(t, t.name)
@@ -258,9 +329,14 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
     if lay.name == "speculators":
         scfg = speculators_to_sglang_config(cfg, k)
         if cfg.get("norm_before_residual"):
-            plan.notes.append(Finding(code="draft.config", severity="warning",
-                                      title="source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
-                                      fix="expect lower acceptance outside vLLM, or retrain with it off"))
+            plan.notes.append(
+                Finding(
+                    code="draft.config",
+                    severity="warning",
+                    title="source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
+                    fix="expect lower acceptance outside vLLM, or retrain with it off",
+                )
+            )
     else:
         scfg = dict(cfg)
         scfg["architectures"] = ["LlamaForCausalLMEagle3"]
@@ -277,13 +353,23 @@ def plan_conversion(src: str | Path, to: str, target: Optional[str] = None,
         plan.config = sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
     else:
         plan.config = sglang_to_eagle_config(scfg)
-    ids = (cfg.get("eagle_aux_hidden_state_layer_ids")
-           or (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
-    plan.provenance.update({
-        "kit_version": __version__, "source": str(src.resolve()), "source_layout": lay.name,
-        "source_layout_evidence": lay.evidence, "source_aux_layer_id_convention": AUX_CONVENTION.get(lay.name),
-        "aux_layer_ids": ids, "destination_layout": to, "target": target,
-        "dropped": plan.dropped, "created_unix": int(time.time())})
+    ids = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
+    plan.provenance.update(
+        {
+            "kit_version": __version__,
+            "source": str(src.resolve()),
+            "source_layout": lay.name,
+            "source_layout_evidence": lay.evidence,
+            "source_aux_layer_id_convention": AUX_CONVENTION.get(lay.name),
+            "aux_layer_ids": ids,
+            "destination_layout": to,
+            "target": target,
+            "dropped": plan.dropped,
+            "created_unix": int(time.time()),
+        }
+    )
     return plan
 
 
@@ -308,8 +394,14 @@ def verify_output(out: Path, plan: Plan, hashes: dict[str, str]) -> None:
             raise KitInputError(f"{out}: verification failed for {n}")
 
 
-def convert(src: str | Path, dst: str | Path, to: str = "sglang", target: Optional[str] = None,
-            sglang_version: Optional[str] = None, force: bool = False) -> Report:
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    to: str = "sglang",
+    target: str | None = None,
+    sglang_version: str | None = None,
+    force: bool = False,
+) -> Report:
     """Convert SRC into DST (see module doc). Returns a report; raises KitInputError when refused."""
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
@@ -322,7 +414,9 @@ def convert(src: str | Path, dst: str | Path, to: str = "sglang", target: Option
         entries = [WriteEntry(n, s.dtype, tuple(s.shape), s.chunks) for n, s in plan.tensors.items()]
         hashes = write_stream(tmp / "model.safetensors", entries, {"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-        prov = dict(plan.provenance, tensors={n: {"sha256": hashes[n], "from": s.origin} for n, s in plan.tensors.items()})
+        prov = dict(
+            plan.provenance, tensors={n: {"sha256": hashes[n], "from": s.origin} for n, s in plan.tensors.items()}
+        )
         (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str) + "\n")
         verify_output(tmp, plan, hashes)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
@@ -345,12 +439,13 @@ def convert(src: str | Path, dst: str | Path, to: str = "sglang", target: Option
         shutil.rmtree(tmp, ignore_errors=True)
     for key, why in plan.dropped:
         rep.add(Finding(code="draft.keys_dropped", severity="info", title=f"not written: {key} ({why})"))
-    rep.facts.update({"dst": str(dst), "to": to, "tensors": len(plan.tensors),
-                      "source_layout": plan.provenance["source_layout"]})
+    rep.facts.update(
+        {"dst": str(dst), "to": to, "tensors": len(plan.tensors), "source_layout": plan.provenance["source_layout"]}
+    )
     return rep
 
 
-def convert_in_memory(src: str | Path, sglang_version: Optional[str] = None) -> tuple[dict, dict]:
+def convert_in_memory(src: str | Path, sglang_version: str | None = None) -> tuple[dict, dict]:
     """(SGLang config, {SGLang key: torch.Tensor}) for a draft in any layout — for kit.draft."""
     import torch
 

@@ -5,6 +5,7 @@ architecture facts from here. Errors are `KitInputError`s naming the file and th
 
     cfg, model_dir = read_config("path/to/model_or_config.json")
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ Also the `kit doctor --draft PATH` provider (`doctor_checks`). Codes: draft.arch
 draft.params_missing, draft.shape, draft.d2t, draft.layers, draft.config, draft.layout,
 draft.unused_weights, ckpt.corrupt, ckpt.pickle. Exit: 0 ok, 1 error findings, 2 unreadable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
-from kit.findings import Finding, KitInputError, Report, emit
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
+from kit.findings import Finding, KitInputError, Report, emit
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -38,28 +39,32 @@ DRAFT_WEIGHTS = re.compile(r"^(layers\.\d+\.|fc\.|fc_norm\.|input_norm\.|norm\.|
 @dataclass
 class InspectConfig:
     path: str = field(default="", metadata={"positional": True, "help": "checkpoint file, directory or index"})
-    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang release to simulate (default: installed, else newest known)"})
+    sglang_version: str | None = field(
+        default=None, metadata={"help": "SGLang release to simulate (default: installed, else newest known)"}
+    )
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
 @dataclass
 class Inspection:
     checkpoint: Checkpoint
-    config: Optional[dict[str, Any]]
-    config_path: Optional[str]
+    config: dict[str, Any] | None
+    config_path: str | None
     layout: Layout
     dims: dict[str, Any]
-    simulation: Any = None            # kit.sglang.loader.LoadSimulation, when the layout is a draft
+    simulation: Any = None  # kit.sglang.loader.LoadSimulation, when the layout is a draft
     report: Report = field(default_factory=Report)
 
     def key_rows(self) -> list[dict[str, Any]]:
         base = {f: Path(f).name for f in self.checkpoint.files}
-        return [{"name": t.name, "dtype": t.dtype, "shape": t.shape, "bytes": t.end - t.start,
-                 "file": base[t.file]} for t in self.checkpoint.tensors.values()]
+        return [
+            {"name": t.name, "dtype": t.dtype, "shape": t.shape, "bytes": t.end - t.start, "file": base[t.file]}
+            for t in self.checkpoint.tensors.values()
+        ]
 
 
 # -- config reading ---------------------------------------------------------------------------
-def find_config(path: Path) -> Optional[Path]:
+def find_config(path: Path) -> Path | None:
     d = path if path.is_dir() else path.parent
     return d / "config.json" if (d / "config.json").is_file() else None
 
@@ -72,20 +77,36 @@ def config_dims(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
         tl = cfg.get("transformer_layer_config") or {}
         ids = cfg.get("eagle_aux_hidden_state_layer_ids")
         H = tl.get("hidden_size")
-        d = {"hidden_size": H, "num_attention_heads": tl.get("num_attention_heads"),
-             "num_key_value_heads": tl.get("num_key_value_heads") or tl.get("num_attention_heads"),
-             "head_dim": tl.get("head_dim"), "intermediate_size": tl.get("intermediate_size"),
-             "vocab_size": tl.get("vocab_size"), "num_hidden_layers": tl.get("num_hidden_layers"),
-             "draft_vocab_size": cfg.get("draft_vocab_size"),
-             "target_hidden_size": cfg.get("target_hidden_size") or H,
-             "num_aux": len(ids) if ids else 3, "model_type": tl.get("model_type")}
+        d = {
+            "hidden_size": H,
+            "num_attention_heads": tl.get("num_attention_heads"),
+            "num_key_value_heads": tl.get("num_key_value_heads") or tl.get("num_attention_heads"),
+            "head_dim": tl.get("head_dim"),
+            "intermediate_size": tl.get("intermediate_size"),
+            "vocab_size": tl.get("vocab_size"),
+            "num_hidden_layers": tl.get("num_hidden_layers"),
+            "draft_vocab_size": cfg.get("draft_vocab_size"),
+            "target_hidden_size": cfg.get("target_hidden_size") or H,
+            "num_aux": len(ids) if ids else 3,
+            "model_type": tl.get("model_type"),
+        }
     else:
         c = text_config(cfg)
         eg = c.get("eagle_config") or {}
         ids = eg.get("eagle_aux_hidden_state_layer_ids")
         H = c.get("hidden_size")
-        d = {k: c.get(k) for k in ("hidden_size", "num_attention_heads", "head_dim", "intermediate_size",
-                                   "vocab_size", "num_hidden_layers", "model_type")}
+        d = {
+            k: c.get(k)
+            for k in (
+                "hidden_size",
+                "num_attention_heads",
+                "head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "num_hidden_layers",
+                "model_type",
+            )
+        }
         d["num_key_value_heads"] = c.get("num_key_value_heads") or c.get("num_attention_heads")
         d["draft_vocab_size"] = c.get("draft_vocab_size", c.get("vocab_size"))
         d["target_hidden_size"] = c.get("target_hidden_size") or H
@@ -114,21 +135,31 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
         c = to_canonical(k, layout)
         if c:
             canon[c] = t.shape
-    H, nh, nkv, hd, I_ = (d.get(x) for x in ("hidden_size", "num_attention_heads", "num_key_value_heads",
-                                              "head_dim", "intermediate_size"))
+    H, nh, nkv, hd, I_ = (
+        d.get(x) for x in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+    )
     V, Vd, Ht, k = d.get("vocab_size"), d.get("draft_vocab_size"), d.get("target_hidden_size"), d.get("num_aux")
     out: list[Finding] = []
     if not all(isinstance(x, int) for x in (H, nh, nkv, hd, I_)):
         return out
-    want: dict[str, tuple] = {"embed_tokens.weight": (V, H), "norm.weight": (H,), "lm_head.weight": (Vd, H),
-                              "input_norm.weight": (k * Ht,)}
+    want: dict[str, tuple] = {
+        "embed_tokens.weight": (V, H),
+        "norm.weight": (H,),
+        "lm_head.weight": (Vd, H),
+        "input_norm.weight": (k * Ht,),
+    }
     L = d.get("num_hidden_layers") or 1
     for i in range(max(L, 1)):
         w = 2 * H if i == 0 else H
-        for n, s in {"self_attn.q_proj.weight": (nh * hd, w), "self_attn.k_proj.weight": (nkv * hd, w),
-                     "self_attn.v_proj.weight": (nkv * hd, w), "self_attn.o_proj.weight": (H, nh * hd),
-                     "mlp.gate_proj.weight": (I_, H), "mlp.up_proj.weight": (I_, H),
-                     "mlp.down_proj.weight": (H, I_)}.items():
+        for n, s in {
+            "self_attn.q_proj.weight": (nh * hd, w),
+            "self_attn.k_proj.weight": (nkv * hd, w),
+            "self_attn.v_proj.weight": (nkv * hd, w),
+            "self_attn.o_proj.weight": (H, nh * hd),
+            "mlp.gate_proj.weight": (I_, H),
+            "mlp.up_proj.weight": (I_, H),
+            "mlp.down_proj.weight": (H, I_),
+        }.items():
             want[f"layers.{i}.{n}"] = s
         for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
             want[f"layers.{i}.{n}.weight"] = (H,)
@@ -138,25 +169,52 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
         implied = fc[1] / Ht if Ht else None
         if fc[0] != H or implied != k:
             bad.append(("fc.weight", list(fc), [H, k * Ht]))
-            out.append(Finding(code="draft.shape", severity="error",
-                               title=f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
-                               evidence={"fc.weight": list(fc), "hidden_size": H, "target_hidden_size": Ht, "num_aux": k},
-                               fix="set num_aux_hidden_states / eagle_config.eagle_aux_hidden_state_layer_ids (and "
-                                   "target_hidden_size) to match the trained fc"))
+            out.append(
+                Finding(
+                    code="draft.shape",
+                    severity="error",
+                    title=f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
+                    evidence={"fc.weight": list(fc), "hidden_size": H, "target_hidden_size": Ht, "num_aux": k},
+                    fix="set num_aux_hidden_states / eagle_config.eagle_aux_hidden_state_layer_ids (and "
+                    "target_hidden_size) to match the trained fc",
+                )
+            )
             bad.pop()
     if bad:
-        out.append(Finding(code="draft.shape", severity="error",
-                           title=f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}",
-                           evidence={"mismatches": bad[:20], "config": {k2: d.get(k2) for k2 in
-                                     ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                                      "intermediate_size", "vocab_size", "draft_vocab_size")}},
-                           fix="the config.json does not describe these weights: use the training run's config"))
+        out.append(
+            Finding(
+                code="draft.shape",
+                severity="error",
+                title=f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}",
+                evidence={
+                    "mismatches": bad[:20],
+                    "config": {
+                        k2: d.get(k2)
+                        for k2 in (
+                            "hidden_size",
+                            "num_attention_heads",
+                            "num_key_value_heads",
+                            "head_dim",
+                            "intermediate_size",
+                            "vocab_size",
+                            "draft_vocab_size",
+                        )
+                    },
+                },
+                fix="the config.json does not describe these weights: use the training run's config",
+            )
+        )
     present = sorted(layer_indices(canon))
     if present and (present != list(range(len(present))) or len(present) != L):
-        out.append(Finding(code="draft.layers", severity="error",
-                           title=f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}",
-                           evidence={"num_hidden_layers": L, "layers_in_checkpoint": present},
-                           fix="make num_hidden_layers equal the number of saved layers"))
+        out.append(
+            Finding(
+                code="draft.layers",
+                severity="error",
+                title=f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}",
+                evidence={"num_hidden_layers": L, "layers_in_checkpoint": present},
+                fix="make num_hidden_layers equal the number of saved layers",
+            )
+        )
     return out
 
 
@@ -164,62 +222,108 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
     ver = f"sglang {sim.version}" + ("" if sim.exact else f" (rules of {sim.checked})")
     out: list[Finding] = []
     if sim.arch_status != "eagle3":
-        what = {"missing": "config.json has no architectures",
-                "registered_not_eagle3": f"{sim.architecture} is a target-model class, not an EAGLE-3 draft class",
-                "not_registered": f"{sim.architecture} is not registered"}[sim.arch_status]
-        out.append(Finding(code="draft.arch", severity="error", title=f"{what} in {ver}",
-                           evidence={"architecture": sim.architecture, "layout": layout.name},
-                           fix="python -m kit convert SRC DST --to sglang (writes LlamaForCausalLMEagle3)"))
+        what = {
+            "missing": "config.json has no architectures",
+            "registered_not_eagle3": f"{sim.architecture} is a target-model class, not an EAGLE-3 draft class",
+            "not_registered": f"{sim.architecture} is not registered",
+        }[sim.arch_status]
+        out.append(
+            Finding(
+                code="draft.arch",
+                severity="error",
+                title=f"{what} in {ver}",
+                evidence={"architecture": sim.architecture, "layout": layout.name},
+                fix="python -m kit convert SRC DST --to sglang (writes LlamaForCausalLMEagle3)",
+            )
+        )
     for e in sim.build_errors:
         code = "draft.layers" if e.startswith("num_hidden_layers") else "draft.config"
         title = e if len(e) <= 160 else e[:157] + "..."
-        out.append(Finding(code=code, severity="error", title=title, evidence={"detail": e, "sglang": ver},
-                           fix="fix config.json (kit convert --to sglang writes a loadable one)"))
+        out.append(
+            Finding(
+                code=code,
+                severity="error",
+                title=title,
+                evidence={"detail": e, "sglang": ver},
+                fix="fix config.json (kit convert --to sglang writes a loadable one)",
+            )
+        )
     fails = sim.by_status("fails")
     if fails:
-        out.append(Finding(code="draft.shape", severity="error",
-                           title=f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})",
-                           evidence={"keys": [(k.key, k.reason) for k in fails[:10]]},
-                           fix="config and weights disagree; use the config the draft was trained with"))
+        out.append(
+            Finding(
+                code="draft.shape",
+                severity="error",
+                title=f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})",
+                evidence={"keys": [(k.key, k.reason) for k in fails[:10]]},
+                fix="config and weights disagree; use the config the draft was trained with",
+            )
+        )
     dropped = [k for k in sim.by_status("dropped") if k.reason != "t2d is skipped by design"]
     if dropped:
         weights = [k for k in dropped if DRAFT_WEIGHTS.match(to_canonical(k.key, layout) or "")]
-        out.append(Finding(code="draft.keys_dropped", severity="error" if weights else "warning",
-                           title=f"{ver} silently drops {len(dropped)} checkpoint key(s), e.g. {dropped[0].key}",
-                           evidence={"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)},
-                           fix="python -m kit convert SRC DST --to sglang --sglang-version "
-                               f"{sim.version} (renames keys for that release, refuses what cannot load)"))
+        out.append(
+            Finding(
+                code="draft.keys_dropped",
+                severity="error" if weights else "warning",
+                title=f"{ver} silently drops {len(dropped)} checkpoint key(s), e.g. {dropped[0].key}",
+                evidence={"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)},
+                fix="python -m kit convert SRC DST --to sglang --sglang-version "
+                f"{sim.version} (renames keys for that release, refuses what cannot load)",
+            )
+        )
     if sim.params_missing:
         crit = [m for m in sim.params_missing if m["critical"]]
         m0 = (crit or sim.params_missing)[0]
-        out.append(Finding(code="draft.params_missing", severity="error" if crit else "warning",
-                           title=f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})",
-                           evidence={"params": [(m["param"], m["reason"]) for m in sim.params_missing[:12]]},
-                           fix="supply the tensors (kit convert --target PATH copies embed_tokens/lm_head from the "
-                               "target) or set draft_vocab_size: null to take the target's lm_head"))
+        out.append(
+            Finding(
+                code="draft.params_missing",
+                severity="error" if crit else "warning",
+                title=f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})",
+                evidence={"params": [(m["param"], m["reason"]) for m in sim.params_missing[:12]]},
+                fix="supply the tensors (kit convert --target PATH copies embed_tokens/lm_head from the "
+                "target) or set draft_vocab_size: null to take the target's lm_head",
+            )
+        )
     if sim.unused_loaded:
-        out.append(Finding(code="draft.unused_weights", severity="warning",
-                           title=f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}",
-                           evidence={"params": sim.unused_loaded[:12]},
-                           fix="SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert "
-                               "--to sglang renames input_layernorm there"))
+        out.append(
+            Finding(
+                code="draft.unused_weights",
+                severity="warning",
+                title=f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}",
+                evidence={"params": sim.unused_loaded[:12]},
+                fix="SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert "
+                "--to sglang renames input_layernorm there",
+            )
+        )
     return out
 
 
-def config_findings(cfg: Optional[dict], layout: Layout) -> list[Finding]:
+def config_findings(cfg: dict | None, layout: Layout) -> list[Finding]:
     if cfg is None:
-        return [Finding(code="draft.config", severity="error", title="no config.json next to the weights",
-                        fix="copy the training run's config.json next to the weights")]
+        return [
+            Finding(
+                code="draft.config",
+                severity="error",
+                title="no config.json next to the weights",
+                fix="copy the training run's config.json next to the weights",
+            )
+        ]
     out = []
     if cfg.get("norm_before_residual"):
-        out.append(Finding(code="draft.config", severity="warning",
-                           title="norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training",
-                           evidence={"norm_before_residual": True},
-                           fix="retrain with norm_before_residual=false for SGLang, or serve with vLLM"))
+        out.append(
+            Finding(
+                code="draft.config",
+                severity="warning",
+                title="norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training",
+                evidence={"norm_before_residual": True},
+                fix="retrain with norm_before_residual=false for SGLang, or serve with vLLM",
+            )
+        )
     return out
 
 
-def inspect(path: str | Path, sglang_version: Optional[str] = None) -> Inspection:
+def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
     """Everything `kit inspect` reports, as data. Raises CheckpointError for unreadable input."""
     p = Path(path)
     ck = read_checkpoint(p)
@@ -232,36 +336,62 @@ def inspect(path: str | Path, sglang_version: Optional[str] = None) -> Inspectio
     lay = detect_layout(ck.tensors, cfg)
     dims = config_dims(cfg, lay.name) if cfg else {}
     rep = Report()
-    rep.add(Finding(code="draft.layout", severity="info" if lay.name != "unknown" else "warning",
-                    title=f"layout: {lay.name} — {lay.evidence.get('why')}", evidence=lay.evidence))
+    rep.add(
+        Finding(
+            code="draft.layout",
+            severity="info" if lay.name != "unknown" else "warning",
+            title=f"layout: {lay.name} — {lay.evidence.get('why')}",
+            evidence=lay.evidence,
+        )
+    )
     if ck.pickle_files:
-        rep.add(Finding(code="ckpt.pickle", severity="warning",
-                        title=f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}",
-                        evidence={"files": ck.pickle_files},
-                        fix="delete them or re-save as safetensors; pickle can run code when loaded"))
+        rep.add(
+            Finding(
+                code="ckpt.pickle",
+                severity="warning",
+                title=f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}",
+                evidence={"files": ck.pickle_files},
+                fix="delete them or re-save as safetensors; pickle can run code when loaded",
+            )
+        )
     ins = Inspection(ck, cfg, str(cp) if cp else None, lay, dims, report=rep)
     if lay.name in ("unknown",) and not any(k.startswith(("midlayer.", "fc.")) for k in ck.tensors):
         return ins  # not an EAGLE-3 draft (e.g. a target): listing only
     rep.extend(config_findings(cfg, lay))
     if cfg:
         rep.extend(shape_checks(ck, lay, dims))
-        from kit.sglang.loader import simulate_load
         from kit.checkpoint.vocab import check_vocab
+        from kit.sglang.loader import simulate_load
 
         sim = ins.simulation = simulate_load(ck.shapes(), sglang_view(cfg, lay.name), sglang_version)
         if lay.name == "speculators":  # simulated as if its config were flattened; the real one is not
             from kit.sglang.loader import registered_architectures
 
             sim.architecture = (cfg.get("architectures") or [None])[0]
-            sim.arch_status = ("missing" if sim.architecture is None else "not_registered"
-                               if sim.architecture not in registered_architectures(sim.version) else "registered_not_eagle3")
-            sim.build_errors.insert(0, "speculators config: SGLang reads no transformer_layer_config/speculators_config "
-                                       "(flat fields only) — keys below are simulated as if flattened")
+            sim.arch_status = (
+                "missing"
+                if sim.architecture is None
+                else "not_registered"
+                if sim.architecture not in registered_architectures(sim.version)
+                else "registered_not_eagle3"
+            )
+            sim.build_errors.insert(
+                0,
+                "speculators config: SGLang reads no transformer_layer_config/speculators_config "
+                "(flat fields only) — keys below are simulated as if flattened",
+            )
         rep.extend(simulation_findings(ins.simulation, lay))
         names = {to_canonical(k, lay): k for k in ck.tensors}
-        rep.extend(check_vocab(ck, dims.get("vocab_size"), dims.get("draft_vocab_size"),
-                               lm_head=names.get("lm_head.weight"), d2t_name=names.get("d2t", "d2t"),
-                               t2d_name=names.get("t2d", "t2d")))
+        rep.extend(
+            check_vocab(
+                ck,
+                dims.get("vocab_size"),
+                dims.get("draft_vocab_size"),
+                lm_head=names.get("lm_head.weight"),
+                d2t_name=names.get("d2t", "d2t"),
+                t2d_name=names.get("t2d", "t2d"),
+            )
+        )
     return ins
 
 
@@ -306,8 +436,16 @@ def prefix_totals(ck: Checkpoint) -> dict[str, dict[str, int]]:
 
 
 def corrupt_report(e: CheckpointError) -> Report:
-    return Report([Finding(code="ckpt.corrupt", severity="error", title=str(e)[:300],
-                           fix="re-export the checkpoint; the kit never loads a file it cannot validate")])
+    return Report(
+        [
+            Finding(
+                code="ckpt.corrupt",
+                severity="error",
+                title=str(e)[:300],
+                fix="re-export the checkpoint; the kit never loads a file it cannot validate",
+            )
+        ]
+    )
 
 
 # -- doctor provider --------------------------------------------------------------------------
@@ -316,8 +454,9 @@ def doctor_checks(ctx) -> list[Finding]:
     if not draft:
         return []
     d = ctx.draft_dir
-    if d is None or not (any(d.glob("*.safetensors")) or (d / "model.safetensors.index.json").exists()
-                         or any(d.glob("*.bin"))):
+    if d is None or not (
+        any(d.glob("*.safetensors")) or (d / "model.safetensors.index.json").exists() or any(d.glob("*.bin"))
+    ):
         # a lone config: architecture and config-level checks only
         from kit.sglang.loader import eagle3_draft_architectures, rules_for
 
@@ -327,10 +466,15 @@ def doctor_checks(ctx) -> list[Finding]:
         arch = (cfg.get("architectures") or [None])[0]
         out = config_findings(cfg, lay)
         if arch not in eagle3_draft_architectures(r.version):
-            out.append(Finding(code="draft.arch", severity="error",
-                               title=f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}",
-                               evidence={"architecture": arch, "layout": lay.name},
-                               fix="python -m kit convert SRC DST --to sglang"))
+            out.append(
+                Finding(
+                    code="draft.arch",
+                    severity="error",
+                    title=f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}",
+                    evidence={"architecture": arch, "layout": lay.name},
+                    fix="python -m kit convert SRC DST --to sglang",
+                )
+            )
         return out
     try:
         ins = inspect(d, ctx.cfg.sglang_version)
@@ -346,8 +490,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def render_text(ins: Inspection, max_keys: int = 400) -> str:
     ck = ins.checkpoint
-    lines = [f"{ck.path}: {len(ck.tensors)} tensors in {len(ck.files)} file(s), "
-             f"{ck.total_params:,} parameters, {ck.total_bytes:,} bytes; layout {ins.layout.name}"]
+    lines = [
+        f"{ck.path}: {len(ck.tensors)} tensors in {len(ck.files)} file(s), "
+        f"{ck.total_params:,} parameters, {ck.total_bytes:,} bytes; layout {ins.layout.name}"
+    ]
     rows = ins.key_rows()
     if len(rows) <= max_keys:
         w = max((len(r["name"]) for r in rows), default=4)
@@ -358,9 +504,11 @@ def render_text(ins: Inspection, max_keys: int = 400) -> str:
             lines.append(f"  {pre:<40} {t['tensors']:>6} tensors {t['params']:>18,} params")
     sim = ins.simulation
     if sim is not None:
-        lines.append(f"simulated load in sglang {sim.version} (rules of {sim.checked}): "
-                     f"{len(sim.by_status('loaded'))} loaded, {len(sim.by_status('dropped'))} dropped, "
-                     f"{len(sim.by_status('fails'))} failing, {len(sim.params_missing)} never filled")
+        lines.append(
+            f"simulated load in sglang {sim.version} (rules of {sim.checked}): "
+            f"{len(sim.by_status('loaded'))} loaded, {len(sim.by_status('dropped'))} dropped, "
+            f"{len(sim.by_status('fails'))} failing, {len(sim.params_missing)} never filled"
+        )
         for k in sim.keys:
             if k.status != "loaded" or k.renamed:
                 lines.append(f"  {k.status:<9} {k.key} -> {k.param or '-'}  {k.reason}")
@@ -384,9 +532,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rep = ins.report
     pt = prefix_totals(ins.checkpoint)
-    rep.facts.update({"path": ins.checkpoint.path, "layout": ins.layout.name, "files": ins.checkpoint.files,
-                      "total_params": sum(r["params"] for r in pt.values()),
-                      "total_bytes": sum(r["bytes"] for r in pt.values()), "config": ins.config_path})
+    rep.facts.update(
+        {
+            "path": ins.checkpoint.path,
+            "layout": ins.layout.name,
+            "files": ins.checkpoint.files,
+            "total_params": sum(r["params"] for r in pt.values()),
+            "total_bytes": sum(r["bytes"] for r in pt.values()),
+            "config": ins.config_path,
+        }
+    )
     if cfg.json:
         doc = rep.to_dict()
         doc["tensors"] = ins.key_rows()

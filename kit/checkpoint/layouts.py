@@ -15,11 +15,13 @@ The same EAGLE-3 draft is spelled differently by each stack (formats.md §1):
 `layers.N.*`, where layers >= 1 use `input_layernorm` as their pre-attention norm; SGLang
 applies `hidden_norm` there instead, so the maps rename it). No torch; names only.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 LAYOUTS = ("sglang", "eagle", "speculators", "specforge", "kimi_mla", "unknown")
 SPECULATORS_ARCHS = ("Eagle3DraftModel", "Eagle3Speculator")
@@ -32,14 +34,17 @@ _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
 class Layout:
     name: str
     evidence: dict[str, Any] = field(default_factory=dict)
-    prefix: str = ""              # stripped from every key before mapping (e.g. "draft_model.")
-    num_layers: int = 0           # decoder layers present in the checkpoint
+    prefix: str = ""  # stripped from every key before mapping (e.g. "draft_model.")
+    num_layers: int = 0  # decoder layers present in the checkpoint
 
 
 def _strip_prefix(keys: list[str]) -> str:
     for pre in ("draft_model.", "model."):
-        if keys and all(k.startswith(pre) or k in ("d2t", "t2d") or k.startswith("lm_head.") for k in keys) \
-                and any(k.startswith(pre) for k in keys):
+        if (
+            keys
+            and all(k.startswith(pre) or k in ("d2t", "t2d") or k.startswith("lm_head.") for k in keys)
+            and any(k.startswith(pre) for k in keys)
+        ):
             return pre
     return ""
 
@@ -47,7 +52,7 @@ def _strip_prefix(keys: list[str]) -> str:
 def layer_indices(keys: Iterable[str], prefix: str = "") -> set[int]:
     out = set()
     for k in keys:
-        k = k[len(prefix):] if prefix and k.startswith(prefix) else k
+        k = k[len(prefix) :] if prefix and k.startswith(prefix) else k
         if k.startswith("midlayer."):
             out.add(0)
         m = _LAYER.match(k)
@@ -56,7 +61,7 @@ def layer_indices(keys: Iterable[str], prefix: str = "") -> set[int]:
     return out
 
 
-def detect_layout(keys: Iterable[str], config: Optional[dict[str, Any]] = None) -> Layout:
+def detect_layout(keys: Iterable[str], config: dict[str, Any] | None = None) -> Layout:
     """Name the layout of a checkpoint from its key names and config.json, with evidence."""
     keys = list(keys)
     cfg = config or {}
@@ -66,7 +71,7 @@ def detect_layout(keys: Iterable[str], config: Optional[dict[str, Any]] = None) 
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else None
     pre = _strip_prefix(keys)
-    bare = [k[len(pre):] if k.startswith(pre) else k for k in keys]
+    bare = [k[len(pre) :] if k.startswith(pre) else k for k in keys]
     mid = sorted(k for k in bare if k.startswith("midlayer."))[:2]
     lay = sorted(k for k in bare if _LAYER.match(k))[:2]
     mla = sorted(k for k in bare if any(m in k for m in MLA_MARKERS))[:2]
@@ -104,14 +109,14 @@ def detect_layout(keys: Iterable[str], config: Optional[dict[str, Any]] = None) 
     return out("unknown", "no midlayer.*/layers.N.* EAGLE-3 keys recognised")
 
 
-def to_canonical(key: str, layout: Layout | str) -> Optional[str]:
+def to_canonical(key: str, layout: Layout | str) -> str | None:
     """Canonical name of `key` (None: not a draft tensor, e.g. verifier_* or rotary buffers)."""
     lay = layout if isinstance(layout, Layout) else Layout(layout)
-    k = key[len(lay.prefix):] if lay.prefix and key.startswith(lay.prefix) else key
+    k = key[len(lay.prefix) :] if lay.prefix and key.startswith(lay.prefix) else key
     if k.startswith("verifier_") or "rotary_emb" in k:
         return None
     if k.startswith("midlayer."):
-        k = "layers.0." + k[len("midlayer."):]
+        k = "layers.0." + k[len("midlayer.") :]
     for old, new in LEGACY_AUX.items():
         k = k.replace(old, new)
     m = _LAYER.match(k)
@@ -138,10 +143,28 @@ def from_canonical(key: str, dest: str, num_layers: int = 1) -> str:
 
 
 # -- config.json translations -----------------------------------------------------------------
-_LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                 "hidden_act", "rms_norm_eps", "max_position_embeddings", "vocab_size", "num_hidden_layers",
-                 "rope_parameters", "rope_theta", "rope_scaling", "attention_bias", "mlp_bias",
-                 "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "model_type")
+_LAYER_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "vocab_size",
+    "num_hidden_layers",
+    "rope_parameters",
+    "rope_theta",
+    "rope_scaling",
+    "attention_bias",
+    "mlp_bias",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "initializer_range",
+    "model_type",
+)
 
 
 def _rope_top_level(out: dict[str, Any]) -> None:
@@ -153,7 +176,7 @@ def _rope_top_level(out: dict[str, Any]) -> None:
             out.setdefault("rope_scaling", dict(rp))
 
 
-def speculators_to_sglang_config(cfg: dict[str, Any], num_aux: Optional[int]) -> dict[str, Any]:
+def speculators_to_sglang_config(cfg: dict[str, Any], num_aux: int | None) -> dict[str, Any]:
     """Flatten an Eagle3SpeculatorConfig into the LlamaForCausalLMEagle3 config SGLang reads (§2.1).
 
     Aux layer ids are copied unchanged under `eagle_config` (their convention is recorded in
@@ -187,16 +210,20 @@ def speculators_to_sglang_config(cfg: dict[str, Any], num_aux: Optional[int]) ->
     return out
 
 
-def sglang_to_speculators_config(cfg: dict[str, Any], verifier: Optional[str] = None,
-                                 verifier_archs: Optional[list] = None) -> dict[str, Any]:
+def sglang_to_speculators_config(
+    cfg: dict[str, Any], verifier: str | None = None, verifier_archs: list | None = None
+) -> dict[str, Any]:
     """An Eagle3SpeculatorConfig (speculators 0.9.0 `Eagle3DraftModel`) for an SGLang/EAGLE config."""
     tl = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
     tl["model_type"] = "llama"
     tl["tie_word_embeddings"] = False
     tl.pop("rope_theta", None) if "rope_parameters" in tl else None
     if "rope_parameters" not in tl:
-        tl["rope_parameters"] = {"rope_theta": cfg.get("rope_theta", 10000.0), "rope_type": "default",
-                                 **(cfg.get("rope_scaling") or {})}
+        tl["rope_parameters"] = {
+            "rope_theta": cfg.get("rope_theta", 10000.0),
+            "rope_type": "default",
+            **(cfg.get("rope_scaling") or {}),
+        }
         tl.pop("rope_theta", None)
         tl.pop("rope_scaling", None)
     eagle = cfg.get("eagle_config") or {}
@@ -207,10 +234,13 @@ def sglang_to_speculators_config(cfg: dict[str, Any], verifier: Optional[str] = 
         "speculators_model_type": "eagle3",
         "speculators_version": "0.9.0",
         "speculators_config": {
-            "algorithm": "eagle3", "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": verifier, "architectures": verifier_archs or ["LlamaForCausalLM"]}},
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+            ],
+            "verifier": {"name_or_path": verifier, "architectures": verifier_archs or ["LlamaForCausalLM"]},
+        },
         "transformer_layer_config": tl,
         "draft_vocab_size": Vd if Vd is not None else cfg.get("vocab_size"),
         "norm_before_residual": False,
@@ -228,8 +258,15 @@ def sglang_to_speculators_config(cfg: dict[str, Any], verifier: Optional[str] = 
 def sglang_to_eagle_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The official EAGLE-3 config: plain LlamaConfig + draft_vocab_size (+ target_hidden_size)."""
     out = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
-    out.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1,
-                "tie_word_embeddings": False, "draft_vocab_size": cfg.get("draft_vocab_size") or cfg.get("vocab_size")})
+    out.update(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "tie_word_embeddings": False,
+            "draft_vocab_size": cfg.get("draft_vocab_size") or cfg.get("vocab_size"),
+        }
+    )
     if cfg.get("target_hidden_size") not in (None, cfg.get("hidden_size")):
         out["target_hidden_size"] = cfg["target_hidden_size"]
     _rope_top_level(out)

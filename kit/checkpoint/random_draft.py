@@ -10,24 +10,42 @@ stack-notes.md §4.5 records them), with a sorted random draft vocabulary and ma
 
 How to run: `python -m kit.checkpoint.random_draft OUT_DIR [LAYOUT]`.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
 
-SMOLLM2 = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
-           "intermediate_size": 1536, "vocab_size": 49152, "num_hidden_layers": 30, "rms_norm_eps": 1e-5,
-           "hidden_act": "silu", "max_position_embeddings": 8192,
-           "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
-           "bos_token_id": 1, "eos_token_id": 2, "architectures": ["LlamaForCausalLM"]}
+SMOLLM2 = {
+    "hidden_size": 576,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+    "num_hidden_layers": 30,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "max_position_embeddings": 8192,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "architectures": ["LlamaForCausalLM"],
+}
 
 
-def draft_state(dims: dict[str, Any], num_layers: int = 1, draft_vocab_size: Optional[int] = None,
-                num_aux: int = 3, seed: int = 0, dtype: str = "float32") -> dict[str, Any]:
+def draft_state(
+    dims: dict[str, Any],
+    num_layers: int = 1,
+    draft_vocab_size: int | None = None,
+    num_aux: int = 3,
+    seed: int = 0,
+    dtype: str = "float32",
+) -> dict[str, Any]:
     """Canonical-name state dict (torch tensors) of a random draft with these target dims."""
     import torch
 
@@ -41,18 +59,27 @@ def draft_state(dims: dict[str, Any], num_layers: int = 1, draft_vocab_size: Opt
     def w(*shape):
         return (torch.randn(*shape, generator=g) * 0.02).to(dt)
 
-    s = {"embed_tokens.weight": w(V, H), "fc.weight": w(H, num_aux * H), "norm.weight": torch.ones(H, dtype=dt),
-         "lm_head.weight": w(Vd, H)}
+    s = {
+        "embed_tokens.weight": w(V, H),
+        "fc.weight": w(H, num_aux * H),
+        "norm.weight": torch.ones(H, dtype=dt),
+        "lm_head.weight": w(Vd, H),
+    }
     for i in range(num_layers):
         win = 2 * H if i == 0 else H
-        s.update({f"layers.{i}.self_attn.q_proj.weight": w(nh * hd, win),
-                  f"layers.{i}.self_attn.k_proj.weight": w(nkv * hd, win),
-                  f"layers.{i}.self_attn.v_proj.weight": w(nkv * hd, win),
-                  f"layers.{i}.self_attn.o_proj.weight": w(H, nh * hd),
-                  f"layers.{i}.mlp.gate_proj.weight": w(I_, H), f"layers.{i}.mlp.up_proj.weight": w(I_, H),
-                  f"layers.{i}.mlp.down_proj.weight": w(H, I_),
-                  f"layers.{i}.input_layernorm.weight": torch.ones(H, dtype=dt),
-                  f"layers.{i}.post_attention_layernorm.weight": torch.ones(H, dtype=dt)})
+        s.update(
+            {
+                f"layers.{i}.self_attn.q_proj.weight": w(nh * hd, win),
+                f"layers.{i}.self_attn.k_proj.weight": w(nkv * hd, win),
+                f"layers.{i}.self_attn.v_proj.weight": w(nkv * hd, win),
+                f"layers.{i}.self_attn.o_proj.weight": w(H, nh * hd),
+                f"layers.{i}.mlp.gate_proj.weight": w(I_, H),
+                f"layers.{i}.mlp.up_proj.weight": w(I_, H),
+                f"layers.{i}.mlp.down_proj.weight": w(H, I_),
+                f"layers.{i}.input_layernorm.weight": torch.ones(H, dtype=dt),
+                f"layers.{i}.post_attention_layernorm.weight": torch.ones(H, dtype=dt),
+            }
+        )
         if i == 0:
             s["layers.0.hidden_norm.weight"] = torch.ones(H, dtype=dt)
     if Vd < V:
@@ -64,9 +91,16 @@ def draft_state(dims: dict[str, Any], num_layers: int = 1, draft_vocab_size: Opt
     return s
 
 
-def write_random_draft(out_dir: str | Path, layout: str = "speculators", target_config: Optional[dict] = None,
-                       draft_vocab_size: Optional[int] = 8192, num_layers: int = 1,
-                       aux_layer_ids: Optional[list[int]] = None, seed: int = 0, dtype: str = "float32") -> Path:
+def write_random_draft(
+    out_dir: str | Path,
+    layout: str = "speculators",
+    target_config: dict | None = None,
+    draft_vocab_size: int | None = 8192,
+    num_layers: int = 1,
+    aux_layer_ids: list[int] | None = None,
+    seed: int = 0,
+    dtype: str = "float32",
+) -> Path:
     """Write config.json + model.safetensors of a random draft in `layout`; returns the directory."""
     from kit.checkpoint.safetensors_io import write_safetensors
 
@@ -74,13 +108,35 @@ def write_random_draft(out_dir: str | Path, layout: str = "speculators", target_
     L = dims.get("num_hidden_layers", 30)
     ids = list(aux_layer_ids or [2, L // 2, L - 3])
     state = draft_state(dims, num_layers, draft_vocab_size, len(ids), seed, dtype)
-    base = {k: dims[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                                 "intermediate_size", "vocab_size", "rms_norm_eps", "hidden_act",
-                                 "max_position_embeddings", "rope_parameters", "bos_token_id", "eos_token_id") if k in dims}
-    sg = {**base, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": num_layers,
-          "draft_vocab_size": draft_vocab_size or dims["vocab_size"], "tie_word_embeddings": False,
-          "num_aux_hidden_states": len(ids), "torch_dtype": dtype,
-          "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    base = {
+        k: dims[k]
+        for k in (
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "rms_norm_eps",
+            "hidden_act",
+            "max_position_embeddings",
+            "rope_parameters",
+            "bos_token_id",
+            "eos_token_id",
+        )
+        if k in dims
+    }
+    sg = {
+        **base,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": num_layers,
+        "draft_vocab_size": draft_vocab_size or dims["vocab_size"],
+        "tie_word_embeddings": False,
+        "num_aux_hidden_states": len(ids),
+        "torch_dtype": dtype,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+    }
     if layout == "speculators":
         cfg = sglang_to_speculators_config(sg, None, dims.get("architectures"))
         cfg["dtype"] = dtype

@@ -19,6 +19,7 @@ the convenience form (imports torch lazily). Both write to a temporary file and 
 
 How to run: `python -m kit.checkpoint.safetensors_io FILE_OR_DIR` prints the tensor listing as JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,21 +27,37 @@ import math
 import os
 import struct
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from kit.findings import KitInputError
 
 # dtype -> bits per element (safetensors 0.8 set); sub-byte types pack several elements per byte
 DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "F64": 64, "I64": 64, "U64": 64, "C64": 64,
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+    "C64": 64,
 }
 # the Rust library refuses headers above 100 MB; we do too, before reading them
 MAX_HEADER_BYTES = 100_000_000
@@ -60,10 +77,10 @@ class TensorInfo(NamedTuple):
 
     name: str
     dtype: str
-    shape: tuple          # tuple[int, ...]
-    file: str             # path of the shard holding it
-    start: int            # absolute byte offset of the first data byte in `file`
-    end: int              # absolute offset one past the last byte
+    shape: tuple  # tuple[int, ...]
+    file: str  # path of the shard holding it
+    start: int  # absolute byte offset of the first data byte in `file`
+    end: int  # absolute offset one past the last byte
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +99,7 @@ class Checkpoint:
     files: list[str]
     tensors: dict[str, TensorInfo]
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # file -> __metadata__
-    pickle_files: list[str] = field(default_factory=list)               # seen, never opened
+    pickle_files: list[str] = field(default_factory=list)  # seen, never opened
 
     @property
     def total_bytes(self) -> int:
@@ -116,18 +133,30 @@ def _explain(name: str, e: Any, data_len: int, path: Any) -> None:
         raise _bad(path, f"tensor {name!r}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise _bad(path, f"tensor {name!r}: shape must be a list of non-negative integers, got {str(shape)[:80]}")
-    if (not isinstance(offs, list) or len(offs) != 2
-            or not all(type(o) is int and o >= 0 for o in offs) or offs[0] > offs[1]):
-        raise _bad(path, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {str(offs)[:80]}")
+    if (
+        not isinstance(offs, list)
+        or len(offs) != 2
+        or not all(type(o) is int and o >= 0 for o in offs)
+        or offs[0] > offs[1]
+    ):
+        raise _bad(
+            path, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {str(offs)[:80]}"
+        )
     need = _byte_size(dtype, tuple(shape), path, name)
     if offs[1] - offs[0] != need:
-        raise _bad(path, f"tensor {name!r}: {dtype} {shape} needs {need} bytes but data_offsets span {offs[1] - offs[0]}")
-    raise _bad(path, f"tensor {name!r}: data_offsets end {offs[1]} is past the end of the data "
-                     f"({data_len} bytes): file truncated or offsets out of range")
+        raise _bad(
+            path, f"tensor {name!r}: {dtype} {shape} needs {need} bytes but data_offsets span {offs[1] - offs[0]}"
+        )
+    raise _bad(
+        path,
+        f"tensor {name!r}: data_offsets end {offs[1]} is past the end of the data "
+        f"({data_len} bytes): file truncated or offsets out of range",
+    )
 
 
-def parse_header(raw: bytes, data_len: int, path: Any = "<bytes>", file: Optional[str] = None,
-                 base: int = 0) -> tuple[dict, list]:
+def parse_header(
+    raw: bytes, data_len: int, path: Any = "<bytes>", file: str | None = None, base: int = 0
+) -> tuple[dict, list]:
     """Validate one header's JSON bytes against `data_len` bytes of data after it.
 
     Returns (metadata, entries sorted by offset): with `file`, TensorInfo whose offsets are
@@ -156,8 +185,14 @@ def parse_header(raw: bytes, data_len: int, path: Any = "<bytes>", file: Optiona
                 if type(d) is not int or d < 0:
                     raise ValueError
                 n *= d
-            if (type(shape) is not list or type(b) is not int or type(en) is not int
-                    or not 0 <= b <= en <= data_len or n & 7 or en - b != n >> 3):
+            if (
+                type(shape) is not list
+                or type(b) is not int
+                or type(en) is not int
+                or not 0 <= b <= en <= data_len
+                or n & 7
+                or en - b != n >> 3
+            ):
                 raise ValueError
         except Exception:
             _explain(name, e, data_len, path)
@@ -177,13 +212,19 @@ def parse_header(raw: bytes, data_len: int, path: Any = "<bytes>", file: Optiona
         b, e = t[s_i], t[e_i]
         if b != pos:
             if b < pos:
-                raise _bad(path, f"tensor {t[0]!r}: data_offsets [{b - base}, {e - base}] overlap the previous tensor "
-                                 f"(ends at {pos - base})")
+                raise _bad(
+                    path,
+                    f"tensor {t[0]!r}: data_offsets [{b - base}, {e - base}] overlap the previous tensor "
+                    f"(ends at {pos - base})",
+                )
             raise _bad(path, f"tensor {t[0]!r}: gap of {b - pos} bytes before it (offsets must be contiguous)")
         pos = e
     if pos - (base if file is not None else 0) != data_len:
-        raise _bad(path, f"tensors cover {pos - base} bytes but the file holds {data_len} data bytes "
-                         f"({'truncated' if pos - base > data_len else 'trailing bytes'})")
+        raise _bad(
+            path,
+            f"tensors cover {pos - base} bytes but the file holds {data_len} data bytes "
+            f"({'truncated' if pos - base > data_len else 'trailing bytes'})",
+        )
     return meta, entries
 
 
@@ -198,7 +239,9 @@ def read_header(path: str | Path) -> tuple[dict[str, str], list[TensorInfo]]:
                 raise _bad(p, f"file is {size} bytes, shorter than the 8-byte header length")
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
-                raise _bad(p, f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors")
+                raise _bad(
+                    p, f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors"
+                )
             if n > MAX_HEADER_BYTES:
                 raise _bad(p, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
             raw = f.read(n)
@@ -226,8 +269,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if not p.exists():
         raise KitInputError(f"{p}: no such file or directory")
     pickles: list[str] = []
-    wm: Optional[dict[str, str]] = None
-    shards: Optional[list[str]] = None
+    wm: dict[str, str] | None = None
+    shards: list[str] | None = None
     if p.is_dir():
         pickles = sorted(str(q) for q in p.iterdir() if q.suffix in PICKLE_SUFFIXES)
         if (p / INDEX_NAME).exists():
@@ -236,7 +279,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             files = []
             shards = sorted(set(wm.values()))
             for shard in shards:
-                q = (p / shard)
+                q = p / shard
                 if not q.resolve().is_relative_to(root):
                     raise _bad(p / INDEX_NAME, f"shard {shard!r} lies outside the checkpoint directory")
                 if not q.is_file():
@@ -246,13 +289,15 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             files = sorted(p.glob("*.safetensors"))
         if not files:
             if pickles:
-                raise _bad(p, f"only pickle weights ({', '.join(Path(x).name for x in pickles)}); "
-                              "pickle files can run code when loaded and are never opened by the kit — "
-                              "re-save as safetensors (save_pretrained(..., safe_serialization=True))")
+                raise _bad(
+                    p,
+                    f"only pickle weights ({', '.join(Path(x).name for x in pickles)}); "
+                    "pickle files can run code when loaded and are never opened by the kit — "
+                    "re-save as safetensors (save_pretrained(..., safe_serialization=True))",
+                )
             raise _bad(p, "no .safetensors files and no model.safetensors.index.json")
     elif p.suffix in PICKLE_SUFFIXES:
-        raise _bad(p, "pickle weights are never unpickled by the kit (they can run code); "
-                      "re-save as safetensors")
+        raise _bad(p, "pickle weights are never unpickled by the kit (they can run code); re-save as safetensors")
     elif p.name.endswith(".index.json"):
         wm = _read_index(p)
         shards = sorted(set(wm.values()))
@@ -341,10 +386,23 @@ def load_tensor(t: TensorInfo):
 
 
 # safetensors dtype <-> torch dtype attribute name
-TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-                "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-                "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-                "U16": "uint16", "U32": "uint32", "U64": "uint64"}
+TORCH_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+}
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -358,7 +416,7 @@ class WriteEntry:
     chunks: Callable[[], Iterable[bytes]]
 
 
-def build_header(entries: list[WriteEntry], metadata: Optional[dict[str, str]] = None) -> bytes:
+def build_header(entries: list[WriteEntry], metadata: dict[str, str] | None = None) -> bytes:
     doc: dict[str, Any] = {}
     if metadata:
         doc["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -372,8 +430,7 @@ def build_header(entries: list[WriteEntry], metadata: Optional[dict[str, str]] =
     return struct.pack("<Q", len(raw)) + raw
 
 
-def write_stream(path: str | Path, entries: list[WriteEntry],
-                 metadata: Optional[dict[str, str]] = None) -> dict[str, str]:
+def write_stream(path: str | Path, entries: list[WriteEntry], metadata: dict[str, str] | None = None) -> dict[str, str]:
     """Write a .safetensors file tensor by tensor; returns {name: sha256 of its bytes}.
 
     Memory stays at one chunk per tensor. The file appears at `path` only when complete.
@@ -426,8 +483,9 @@ def torch_to_st_dtype(dtype) -> str:
     raise ValueError(f"dtype {dtype} has no safetensors equivalent")
 
 
-def write_safetensors(path: str | Path, tensors: dict[str, Any],
-                      metadata: Optional[dict[str, str]] = None) -> dict[str, str]:
+def write_safetensors(
+    path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
+) -> dict[str, str]:
     """Save {name: torch.Tensor} as safetensors (readable by `safetensors`/HF); returns sha256s."""
     import torch
 
@@ -437,15 +495,18 @@ def write_safetensors(path: str | Path, tensors: dict[str, Any],
             flat = c.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
             step = CHUNK
             for i in range(0, flat.numel(), step):
-                yield flat[i:i + step].numpy().tobytes()
+                yield flat[i : i + step].numpy().tobytes()
+
         return gen
 
-    entries = [WriteEntry(k, torch_to_st_dtype(v.dtype), tuple(v.shape), producer(v))
-               for k, v in tensors.items()]
+    entries = [WriteEntry(k, torch_to_st_dtype(v.dtype), tuple(v.shape), producer(v)) for k, v in tensors.items()]
     return write_stream(path, entries, {"format": "pt", **(metadata or {})})
 
 
 if __name__ == "__main__":
     ck = read_checkpoint(sys.argv[1])
-    print(json.dumps([{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "file": t.file}
-                      for t in ck.tensors.values()]))
+    print(
+        json.dumps(
+            [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "file": t.file} for t in ck.tensors.values()]
+        )
+    )

@@ -11,14 +11,15 @@ The tensors are small (Vd int64, V bool), read with the stdlib (`array`), no tor
     from kit.checkpoint.vocab import check_vocab
     findings = check_vocab(checkpoint, V=49152, Vd=8192)
 """
+
 from __future__ import annotations
 
 import sys
 from array import array
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
-from kit.findings import Finding
 from kit.checkpoint.safetensors_io import Checkpoint, TensorInfo, read_bytes
+from kit.findings import Finding
 
 _INT_CODES = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B"}
 READ_LIMIT = 256 << 20
@@ -36,8 +37,7 @@ def _bools(t: TensorInfo) -> list[bool]:
     return [b != 0 for b in read_bytes(t, READ_LIMIT)]
 
 
-def check_maps(d2t: Optional[Sequence[int]], t2d: Optional[Sequence[bool]], V: Optional[int],
-               Vd: Optional[int]) -> list[str]:
+def check_maps(d2t: Sequence[int] | None, t2d: Sequence[bool] | None, V: int | None, Vd: int | None) -> list[str]:
     """Problems with the map *values* (empty list: consistent). Pure python, used by tests too."""
     errs: list[str] = []
     if d2t is not None:
@@ -46,8 +46,10 @@ def check_maps(d2t: Optional[Sequence[int]], t2d: Optional[Sequence[bool]], V: O
             errs.append(f"d2t has {len(hot)} entries, draft_vocab_size is {Vd}")
         bad = next((i for i in range(1, len(hot)) if hot[i] <= hot[i - 1]), None)
         if bad is not None:
-            errs.append(f"arange(Vd)+d2t is not strictly increasing at draft id {bad} "
-                        f"({hot[bad - 1]} then {hot[bad]}): duplicate or unsorted target ids")
+            errs.append(
+                f"arange(Vd)+d2t is not strictly increasing at draft id {bad} "
+                f"({hot[bad - 1]} then {hot[bad]}): duplicate or unsorted target ids"
+            )
         out = next((i for i, h in enumerate(hot) if h < 0 or (V is not None and h >= V)), None)
         if out is not None:
             errs.append(f"draft id {out} maps to target id {hot[out]}, outside [0, {V})")
@@ -63,8 +65,14 @@ def check_maps(d2t: Optional[Sequence[int]], t2d: Optional[Sequence[bool]], V: O
     return errs
 
 
-def check_vocab(ck: Checkpoint, V: Optional[int], Vd: Optional[int], lm_head: Optional[str] = None,
-                d2t_name: str = "d2t", t2d_name: str = "t2d") -> list[Finding]:
+def check_vocab(
+    ck: Checkpoint,
+    V: int | None,
+    Vd: int | None,
+    lm_head: str | None = None,
+    d2t_name: str = "d2t",
+    t2d_name: str = "t2d",
+) -> list[Finding]:
     """Findings (code draft.d2t) for the d2t/t2d tensors of a checkpoint."""
     d, t = ck.tensors.get(d2t_name), ck.tensors.get(t2d_name)
     ev = {"V": V, "Vd": Vd}
@@ -72,10 +80,16 @@ def check_vocab(ck: Checkpoint, V: Optional[int], Vd: Optional[int], lm_head: Op
     out: list[Finding] = []
     if d is None:
         if Vd is not None and V is not None and Vd < V:
-            out.append(Finding(code="draft.d2t", severity="error",
-                               title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target ids",
-                               evidence=ev, fix="save the d2t offsets with the draft (speculators/SpecForge write them "
-                                                "when draft_vocab_size differs from vocab_size)"))
+            out.append(
+                Finding(
+                    code="draft.d2t",
+                    severity="error",
+                    title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target ids",
+                    evidence=ev,
+                    fix="save the d2t offsets with the draft (speculators/SpecForge write them "
+                    "when draft_vocab_size differs from vocab_size)",
+                )
+            )
         return out
     shape_errs = []
     if d.dtype not in _INT_CODES:
@@ -87,12 +101,24 @@ def check_vocab(ck: Checkpoint, V: Optional[int], Vd: Optional[int], lm_head: Op
     if lm_head and lm_head in ck.tensors and d.shape and ck.tensors[lm_head].shape[0] != d.shape[0]:
         shape_errs.append(f"lm_head has {ck.tensors[lm_head].shape[0]} rows but d2t has {d.shape[0]}")
     if shape_errs:
-        return [Finding(code="draft.d2t", severity="error", title=shape_errs[0],
-                        evidence={**ev, "problems": shape_errs}, fix=fix)]
+        return [
+            Finding(
+                code="draft.d2t",
+                severity="error",
+                title=shape_errs[0],
+                evidence={**ev, "problems": shape_errs},
+                fix=fix,
+            )
+        ]
     if d.nbytes > READ_LIMIT or (t is not None and t.nbytes > READ_LIMIT):
-        return [Finding(code="draft.d2t", severity="info", title="d2t/t2d too large to read; values not checked",
-                        evidence=ev)]
+        return [
+            Finding(
+                code="draft.d2t", severity="info", title="d2t/t2d too large to read; values not checked", evidence=ev
+            )
+        ]
     errs = check_maps(_ints(d), _bools(t) if t is not None else None, V, Vd)
     if errs:
-        out.append(Finding(code="draft.d2t", severity="error", title=errs[0], evidence={**ev, "problems": errs}, fix=fix))
+        out.append(
+            Finding(code="draft.d2t", severity="error", title=errs[0], evidence={**ev, "problems": errs}, fix=fix)
+        )
     return out

@@ -15,20 +15,29 @@ the attention backend (kit.sglang.env_vars). Without a GPU it says so (info) and
 
 Also the environment provider of `kit doctor` (doctor_checks).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
-from kit.sglang.cmdline import flag_value
-from kit.findings import Finding, KitInputError, Report, emit
-from kit.env.gpu_arch import (CUDA_NATIVE_FLOOR_SEVERITY, DRIVER_FLOOR, FLASH_ATTN_BLACKWELL, TRITON_BLACKWELL,
-                          arch_cover, family, is_blackwell, vtuple)
+from kit.env.gpu_arch import (
+    CUDA_NATIVE_FLOOR_SEVERITY,
+    DRIVER_FLOOR,
+    FLASH_ATTN_BLACKWELL,
+    TRITON_BLACKWELL,
+    arch_cover,
+    family,
+    is_blackwell,
+    vtuple,
+)
 from kit.env.probe import driver_version, gpu_list
+from kit.findings import Finding, KitInputError, Report, emit
+from kit.sglang.cmdline import flag_value
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
 SHM_MIN = 1 << 30  # a guess (blackwell.md §6 row 17 says so); NCCL's SHM transport needs room in containers
@@ -36,24 +45,40 @@ SHM_MIN = 1 << 30  # a guess (blackwell.md §6 row 17 says so); NCCL's SHM trans
 
 @dataclass
 class EnvConfig:
-    launch: Optional[str] = field(default=None, metadata={"help": "an SGLang launch command; its NCCL_*/SGLANG_* variables and flags are checked too"})
-    facts: Optional[str] = field(default=None, metadata={"help": "judge these recorded facts (JSON from --record) instead of probing"})
-    record: Optional[str] = field(default=None, metadata={"help": "write the probed facts to this JSON file"})
-    allreduce: bool = field(default=False, metadata={"help": "also run the NCCL all-reduce smoke test (needs >= 2 GPUs)"})
-    timeout: float = field(default=120.0, metadata={"help": "seconds allowed for each probe / the smoke test (a hang is killed)"})
-    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang release whose SGLANG_* variables to check against (default: installed)"})
+    launch: str | None = field(
+        default=None,
+        metadata={"help": "an SGLang launch command; its NCCL_*/SGLANG_* variables and flags are checked too"},
+    )
+    facts: str | None = field(
+        default=None, metadata={"help": "judge these recorded facts (JSON from --record) instead of probing"}
+    )
+    record: str | None = field(default=None, metadata={"help": "write the probed facts to this JSON file"})
+    allreduce: bool = field(
+        default=False, metadata={"help": "also run the NCCL all-reduce smoke test (needs >= 2 GPUs)"}
+    )
+    timeout: float = field(
+        default=120.0, metadata={"help": "seconds allowed for each probe / the smoke test (a hang is killed)"}
+    )
+    sglang_version: str | None = field(
+        default=None, metadata={"help": "SGLang release whose SGLANG_* variables to check against (default: installed)"}
+    )
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
 # ---------------------------------------------------------------------------------------------
-def gpu_findings(facts: dict, tp: Optional[int]) -> list[Finding]:
+def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
     gpus = gpu_list(facts)
     if not gpus:
         errs = facts.get("errors") or {}
         tv = (facts.get("torch") or {}).get("version")
-        return [Finding(code="env.no_gpu", severity="info",
-                        title="no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked",
-                        evidence={"torch": tv, "nvml": errs.get("nvml"), "nvidia-smi": errs.get("nvidia-smi query")})]
+        return [
+            Finding(
+                code="env.no_gpu",
+                severity="info",
+                title="no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked",
+                evidence={"torch": tv, "nvml": errs.get("nvml"), "nvidia-smi": errs.get("nvidia-smi query")},
+            )
+        ]
     out = []
     groups: dict[tuple, list[dict]] = {}
     for g in gpus:
@@ -62,28 +87,62 @@ def gpu_findings(facts: dict, tp: Optional[int]) -> list[Finding]:
         fam = family(cc)
         mem = gs[0]["memory_mib"]
         pw = gs[0]["power_limit_w"]
-        out.append(Finding(code="env.gpu", severity="info",
-                           title=f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB"
-                                 + (f", {pw:.0f} W" if pw else ""),
-                           evidence={"indices": [g["index"] for g in gs], "cc": f"{cc[0]}.{cc[1]}" if cc else None,
-                                     "family": fam["family"], "memory_mib": mem, "power_limit_w": pw}))
+        out.append(
+            Finding(
+                code="env.gpu",
+                severity="info",
+                title=f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB" + (f", {pw:.0f} W" if pw else ""),
+                evidence={
+                    "indices": [g["index"] for g in gs],
+                    "cc": f"{cc[0]}.{cc[1]}" if cc else None,
+                    "family": fam["family"],
+                    "memory_mib": mem,
+                    "power_limit_w": pw,
+                },
+            )
+        )
         if pw and "RTX PRO 6000" in (name or "") and pw < 450:
-            out.append(Finding(code="env.power", severity="info",
-                               title=f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run "
-                                     "~30% faster at high concurrency)", evidence={"power_limit_w": pw},
-                               fix="record it with every benchmark; do not compare 300 W and 600 W runs"))
+            out.append(
+                Finding(
+                    code="env.power",
+                    severity="info",
+                    title=f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run "
+                    "~30% faster at high concurrency)",
+                    evidence={"power_limit_w": pw},
+                    fix="record it with every benchmark; do not compare 300 W and 600 W runs",
+                )
+            )
     if len(groups) > 1:
-        out.append(Finding(code="env.gpu_mixed", severity="warning", title="different GPU models/capabilities on one host",
-                           evidence={"models": [f"{n} ({c})" for n, c in groups]},
-                           fix="use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)"))
+        out.append(
+            Finding(
+                code="env.gpu_mixed",
+                severity="warning",
+                title="different GPU models/capabilities on one host",
+                evidence={"models": [f"{n} ({c})" for n, c in groups]},
+                fix="use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)",
+            )
+        )
     if tp:
         if len(gpus) < tp:
-            out.append(Finding(code="env.gpu_count", severity="error", title=f"--tp-size {tp} but {len(gpus)} GPU(s) visible",
-                               evidence={"tp": tp, "gpus": len(gpus)}, fix="lower --tp-size or expose more GPUs"))
+            out.append(
+                Finding(
+                    code="env.gpu_count",
+                    severity="error",
+                    title=f"--tp-size {tp} but {len(gpus)} GPU(s) visible",
+                    evidence={"tp": tp, "gpus": len(gpus)},
+                    fix="lower --tp-size or expose more GPUs",
+                )
+            )
         elif len(gpus) > tp and "CUDA_VISIBLE_DEVICES" not in (facts.get("env") or {}):
-            out.append(Finding(code="env.gpu_count", severity="warning",
-                               title=f"--tp-size {tp} on a host with {len(gpus)} GPUs and no CUDA_VISIBLE_DEVICES",
-                               evidence={"tp": tp, "gpus": len(gpus)}, fix="pin the GPUs with CUDA_VISIBLE_DEVICES"))
+            out.append(
+                Finding(
+                    code="env.gpu_count",
+                    severity="warning",
+                    title=f"--tp-size {tp} on a host with {len(gpus)} GPUs and no CUDA_VISIBLE_DEVICES",
+                    evidence={"tp": tp, "gpus": len(gpus)},
+                    fix="pin the GPUs with CUDA_VISIBLE_DEVICES",
+                )
+            )
     return out
 
 
@@ -91,14 +150,26 @@ def torch_findings(facts: dict) -> list[Finding]:
     t = facts.get("torch") or {}
     gpus = gpu_list(facts)
     if not t.get("version"):
-        return [Finding(code="env.torch", severity="warning", title="torch not importable: " + str(t.get("error") or
-                        (facts.get("errors") or {}).get("torch")), evidence={}, fix="install torch")]
+        return [
+            Finding(
+                code="env.torch",
+                severity="warning",
+                title="torch not importable: " + str(t.get("error") or (facts.get("errors") or {}).get("torch")),
+                evidence={},
+                fix="install torch",
+            )
+        ]
     cuda = t.get("cuda")
-    out = [Finding(code="env.torch", severity="error" if gpus and not cuda else "info",
-                   title=f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}"
-                         + (" on a GPU machine" if gpus and not cuda else ""),
-                   evidence={"arch_list": t.get("arch_list"), "nccl": t.get("nccl")},
-                   fix="install a CUDA build (cu128/cu130 wheel index)" if gpus and not cuda else "")]
+    out = [
+        Finding(
+            code="env.torch",
+            severity="error" if gpus and not cuda else "info",
+            title=f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}"
+            + (" on a GPU machine" if gpus and not cuda else ""),
+            evidence={"arch_list": t.get("arch_list"), "nccl": t.get("nccl")},
+            fix="install a CUDA build (cu128/cu130 wheel index)" if gpus and not cuda else "",
+        )
+    ]
     if not gpus or not cuda:
         return out
     warn = [w for w in t.get("warnings") or [] if "not compatible" in w or "Found GPU" in w]
@@ -106,29 +177,58 @@ def torch_findings(facts: dict) -> list[Finding]:
         fam = family(cc)
         how, entry = arch_cover(cc, t.get("arch_list") or [])
         sev = {"exact": "info", "same_major": "warning", "ptx": "warning", "none": "error"}[how]
-        text = {"exact": f"has {entry}", "same_major": f"runs {entry} cubins (same major, lower minor)",
-                "ptx": f"has only PTX {entry}: JIT-compiled at first use (slow start, no arch-specific kernels)",
-                "none": "has no kernel for it: 'no kernel image is available for execution on the device'"}[how]
-        out.append(Finding(code="env.torch_arch", severity=sev, title=f"torch arch list vs {fam['sm']}: {text}",
-                           evidence={"arch_list": t.get("arch_list"), "torch_warnings": warn[:2]},
-                           fix="" if how == "exact" else "install torch >= 2.7 from the cu128 or cu130 index "
-                                                         "(arch list must include " + fam["sm"] + ")"))
+        text = {
+            "exact": f"has {entry}",
+            "same_major": f"runs {entry} cubins (same major, lower minor)",
+            "ptx": f"has only PTX {entry}: JIT-compiled at first use (slow start, no arch-specific kernels)",
+            "none": "has no kernel for it: 'no kernel image is available for execution on the device'",
+        }[how]
+        out.append(
+            Finding(
+                code="env.torch_arch",
+                severity=sev,
+                title=f"torch arch list vs {fam['sm']}: {text}",
+                evidence={"arch_list": t.get("arch_list"), "torch_warnings": warn[:2]},
+                fix=""
+                if how == "exact"
+                else "install torch >= 2.7 from the cu128 or cu130 index (arch list must include " + fam["sm"] + ")",
+            )
+        )
         need, have = fam["min_cuda"], vtuple(cuda, 2)
         if need and have and have < need:
             sev = CUDA_NATIVE_FLOOR_SEVERITY.get(cc, "error")
-            out.append(Finding(code="env.torch_cuda", severity=sev,
-                               title=f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}",
-                               evidence={"torch_cuda": cuda, "cc": list(cc)}, fix="move to a cu128/cu130 torch"))
+            out.append(
+                Finding(
+                    code="env.torch_cuda",
+                    severity=sev,
+                    title=f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}",
+                    evidence={"torch_cuda": cuda, "cc": list(cc)},
+                    fix="move to a cu128/cu130 torch",
+                )
+            )
     for s in t.get("smoke") or []:
         if not s.get("ok"):
-            out.append(Finding(code="env.cuda_smoke", severity="error", title=f"GPU {s['index']}: a one-element CUDA "
-                               "op failed", evidence={"error": s.get("error")},
-                               fix="install a torch whose arch list covers the GPU; check the driver"))
+            out.append(
+                Finding(
+                    code="env.cuda_smoke",
+                    severity="error",
+                    title=f"GPU {s['index']}: a one-element CUDA op failed",
+                    evidence={"error": s.get("error")},
+                    fix="install a torch whose arch list covers the GPU; check the driver",
+                )
+            )
     sg = vtuple((facts.get("packages") or {}).get("sglang"))
     if sg and sg > (0, 5, 19) and vtuple(cuda, 1) == (12,):
-        out.append(Finding(code="env.torch_cuda", severity="warning", title=f"sglang {'.'.join(map(str, sg))} ships "
-                           f"for CUDA 13 only (0.5.19 was the last CUDA 12 lane), torch is CUDA {cuda}",
-                           evidence={"torch_cuda": cuda}, fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image"))
+        out.append(
+            Finding(
+                code="env.torch_cuda",
+                severity="warning",
+                title=f"sglang {'.'.join(map(str, sg))} ships "
+                f"for CUDA 13 only (0.5.19 was the last CUDA 12 lane), torch is CUDA {cuda}",
+                evidence={"torch_cuda": cuda},
+                fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image",
+            )
+        )
     return out
 
 
@@ -138,25 +238,61 @@ def driver_findings(facts: dict) -> list[Finding]:
         return []
     cuda = vtuple((facts.get("torch") or {}).get("cuda"), 2)
     dcuda = vtuple((facts.get("nvml") or {}).get("cuda_driver"), 2)
-    ev = {"driver": drv, "driver_cuda": (facts.get("nvml") or {}).get("cuda_driver"),
-          "torch_cuda": (facts.get("torch") or {}).get("cuda")}
+    ev = {
+        "driver": drv,
+        "driver_cuda": (facts.get("nvml") or {}).get("cuda_driver"),
+        "torch_cuda": (facts.get("torch") or {}).get("cuda"),
+    }
     if drv is None:
-        return [Finding(code="env.driver", severity="warning", title="driver version unknown (NVML and nvidia-smi "
-                        "unreadable)", evidence=ev, fix="check nvidia-smi")]
+        return [
+            Finding(
+                code="env.driver",
+                severity="warning",
+                title="driver version unknown (NVML and nvidia-smi unreadable)",
+                evidence=ev,
+                fix="check nvidia-smi",
+            )
+        ]
     if cuda and dcuda and cuda[0] > dcuda[0]:
-        return [Finding(code="env.driver", severity="error", title=f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, "
-                        f"torch needs CUDA {cuda[0]}.{cuda[1]}", evidence=ev,
-                        fix="update the NVIDIA driver (R580+ for CUDA 13)")]
+        return [
+            Finding(
+                code="env.driver",
+                severity="error",
+                title=f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, torch needs CUDA {cuda[0]}.{cuda[1]}",
+                evidence=ev,
+                fix="update the NVIDIA driver (R580+ for CUDA 13)",
+            )
+        ]
     for (ma, mi), floor in DRIVER_FLOOR.items():
         if cuda and (cuda[0] == ma and cuda >= (ma, mi)) and vtuple(drv, 2) < floor:
-            return [Finding(code="env.driver", severity="error", title=f"driver {drv} < {floor[0]}.{floor[1]:02d}, the "
-                            f"floor for CUDA {ma}.{mi}", evidence=ev, fix="update the NVIDIA driver")]
+            return [
+                Finding(
+                    code="env.driver",
+                    severity="error",
+                    title=f"driver {drv} < {floor[0]}.{floor[1]:02d}, the floor for CUDA {ma}.{mi}",
+                    evidence=ev,
+                    fix="update the NVIDIA driver",
+                )
+            ]
     if cuda and dcuda and cuda > dcuda:
-        return [Finding(code="env.driver", severity="warning", title=f"driver CUDA {dcuda[0]}.{dcuda[1]} older than "
-                        f"torch's {cuda[0]}.{cuda[1]}: runs by minor-version compatibility, PTX JIT of newer PTX fails",
-                        evidence=ev, fix="update the driver")]
-    return [Finding(code="env.driver", severity="info", title=f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch "
-                    f"CUDA {ev['torch_cuda']}", evidence=ev)]
+        return [
+            Finding(
+                code="env.driver",
+                severity="warning",
+                title=f"driver CUDA {dcuda[0]}.{dcuda[1]} older than "
+                f"torch's {cuda[0]}.{cuda[1]}: runs by minor-version compatibility, PTX JIT of newer PTX fails",
+                evidence=ev,
+                fix="update the driver",
+            )
+        ]
+    return [
+        Finding(
+            code="env.driver",
+            severity="info",
+            title=f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch CUDA {ev['torch_cuda']}",
+            evidence=ev,
+        )
+    ]
 
 
 def nccl_version_findings(facts: dict) -> list[Finding]:
@@ -168,15 +304,35 @@ def nccl_version_findings(facts: dict) -> list[Finding]:
     ccs = {g["cc"] for g in gpus if g["cc"]}
     floors = [(family(cc)["min_nccl"], family(cc)["sm"]) for cc in ccs if family(cc)["min_nccl"]]
     if v is None:
-        return [Finding(code="env.nccl_version", severity="warning", title="NCCL version unknown",
-                        evidence={}, fix="check torch.cuda.nccl.version()")]
+        return [
+            Finding(
+                code="env.nccl_version",
+                severity="warning",
+                title="NCCL version unknown",
+                evidence={},
+                fix="check torch.cuda.nccl.version()",
+            )
+        ]
     for floor, sm in sorted(floors, reverse=True):
         if vtuple(v) < floor:
             why = " (2.25.1 overflows sm_120 shared memory; fixed in 2.26.2)" if sm.startswith("sm_12") else ""
-            return [Finding(code="env.nccl_version", severity="error", title=f"NCCL {v} < {'.'.join(map(str, floor))} "
-                            f"needed on {sm}{why}", evidence={"nccl": v}, fix="upgrade torch / nvidia-nccl-cu1x")]
-    return [Finding(code="env.nccl_version", severity="info", title=f"NCCL {v}: new enough for "
-                    + (", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"), evidence={"nccl": v})]
+            return [
+                Finding(
+                    code="env.nccl_version",
+                    severity="error",
+                    title=f"NCCL {v} < {'.'.join(map(str, floor))} needed on {sm}{why}",
+                    evidence={"nccl": v},
+                    fix="upgrade torch / nvidia-nccl-cu1x",
+                )
+            ]
+    return [
+        Finding(
+            code="env.nccl_version",
+            severity="info",
+            title=f"NCCL {v}: new enough for " + (", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"),
+            evidence={"nccl": v},
+        )
+    ]
 
 
 def package_findings(facts: dict) -> list[Finding]:
@@ -187,54 +343,113 @@ def package_findings(facts: dict) -> list[Finding]:
     cuda = (facts.get("torch") or {}).get("cuda")
     out = []
     notes = {
-        "sglang": "serving engine; on sm_120 it defaults attention to flashinfer (MHA) or triton (MLA)" if sm120 else
-                  "serving engine",
-        "flashinfer-python": "SGLang's default attention on sm_120/sm_100 (MHA)" + ("; NVFP4 mm_fp4 broken on sm_120 "
-                             "up to 0.6.3" if sm120 else ""),
+        "sglang": "serving engine; on sm_120 it defaults attention to flashinfer (MHA) or triton (MLA)"
+        if sm120
+        else "serving engine",
+        "flashinfer-python": "SGLang's default attention on sm_120/sm_100 (MHA)"
+        + ("; NVFP4 mm_fp4 broken on sm_120 up to 0.6.3" if sm120 else ""),
         "transformers": "pure Python, arch-independent (SGLang pins its own version)",
         "safetensors": "arch-independent",
-        "triton": ("Blackwell needs >= 3.3" if bw else "JIT kernels (SGLang's triton backends); Blackwell would need >= 3.3"),
+        "triton": (
+            "Blackwell needs >= 3.3" if bw else "JIT kernels (SGLang's triton backends); Blackwell would need >= 3.3"
+        ),
         "sgl-kernel": "SGLang's CUDA kernels; its +cuXYZ wheel lane must match torch's CUDA",
         "sglang-kernel": "SGLang's CUDA kernels (newer name of sgl-kernel); lane must match torch's CUDA",
         "flash-attn": "FA2: Ampere/Ada/Hopper per its README; Blackwell only when built for it (>= 2.7.3)",
         "flash_attn_3": "FA3: sm_90a only",
         "flash-attn-4": "FA4 (CuTe DSL): 8.x-12.x; sm_120 forward path uses SM80-era MMA; SGLang uses it for prefill only",
     }
-    for name in ("sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python", "flash-attn", "flash_attn_3",
-                 "flash-attn-4", "triton", "transformers", "safetensors"):
+    for name in (
+        "sglang",
+        "sgl-kernel",
+        "sglang-kernel",
+        "flashinfer-python",
+        "flash-attn",
+        "flash_attn_3",
+        "flash-attn-4",
+        "triton",
+        "transformers",
+        "safetensors",
+    ):
         v = pk.get(name)
         if v is None:
             continue
-        out.append(Finding(code="env.package", severity="info", title=f"{name} {v}" + (f": {notes[name]}" if name in notes
-                           else ""), evidence={"package": name, "version": v}))
+        out.append(
+            Finding(
+                code="env.package",
+                severity="info",
+                title=f"{name} {v}" + (f": {notes[name]}" if name in notes else ""),
+                evidence={"package": name, "version": v},
+            )
+        )
         if name in ("sgl-kernel", "sglang-kernel") and "+cu" in v and cuda:
             lane = v.split("+cu")[1][:3]
             if lane != cuda.replace(".", "")[:3]:
-                out.append(Finding(code="env.sgl_kernel_lane", severity="warning", title=f"{name} {v} is built for "
-                                   f"cu{lane}, torch is CUDA {cuda}", evidence={"package": v, "torch_cuda": cuda},
-                                   fix=f"install the {name} wheel tagged +cu{cuda.replace('.', '')}"))
+                out.append(
+                    Finding(
+                        code="env.sgl_kernel_lane",
+                        severity="warning",
+                        title=f"{name} {v} is built for cu{lane}, torch is CUDA {cuda}",
+                        evidence={"package": v, "torch_cuda": cuda},
+                        fix=f"install the {name} wheel tagged +cu{cuda.replace('.', '')}",
+                    )
+                )
         if name == "triton" and bw and vtuple(v, 2) < TRITON_BLACKWELL:
-            out.append(Finding(code="env.triton", severity="error", title=f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : "
-                               "Value sm_120 is not defined'", evidence={"triton": v}, fix="use the triton pinned by torch >= 2.7"))
+            out.append(
+                Finding(
+                    code="env.triton",
+                    severity="error",
+                    title=f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : Value sm_120 is not defined'",
+                    evidence={"triton": v},
+                    fix="use the triton pinned by torch >= 2.7",
+                )
+            )
     fa = pk.get("flash-attn")
     if fa and bw and vtuple(fa) < FLASH_ATTN_BLACKWELL:
-        out.append(Finding(code="env.flash_attn", severity="warning", title=f"flash-attn {fa} predates Blackwell gencode "
-                           "(v2.7.3)", evidence={"flash-attn": fa}, fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
-                           "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)"))
+        out.append(
+            Finding(
+                code="env.flash_attn",
+                severity="warning",
+                title=f"flash-attn {fa} predates Blackwell gencode (v2.7.3)",
+                evidence={"flash-attn": fa},
+                fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
+                "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)",
+            )
+        )
     elif fa and bw:
-        out.append(Finding(code="env.flash_attn", severity="info", title=f"flash-attn {fa} on Blackwell: FA2 only runs "
-                           "if built with FLASH_ATTN_CUDA_ARCHS covering the arch (its README lists Ampere/Ada/Hopper)",
-                           evidence={"flash-attn": fa}, fix="SGLang does not need FA2 on sm_100/sm_120"))
+        out.append(
+            Finding(
+                code="env.flash_attn",
+                severity="info",
+                title=f"flash-attn {fa} on Blackwell: FA2 only runs "
+                "if built with FLASH_ATTN_CUDA_ARCHS covering the arch (its README lists Ampere/Ada/Hopper)",
+                evidence={"flash-attn": fa},
+                fix="SGLang does not need FA2 on sm_100/sm_120",
+            )
+        )
     fa_run = (facts.get("torch") or {}).get("flash_attn")
     if fa_run and not fa_run.get("ok"):
-        out.append(Finding(code="env.flash_attn", severity="error", title="flash-attn is installed but a tiny call "
-                           "fails on GPU 0 (not built for this arch?)", evidence={"error": fa_run.get("error")},
-                           fix='rebuild with FLASH_ATTN_CUDA_ARCHS set to this arch (nvcc >= 12.8 for Blackwell, '
-                           "MAX_JOBS sized to RAM, ~5 GB per nvcc thread), or uninstall it"))
+        out.append(
+            Finding(
+                code="env.flash_attn",
+                severity="error",
+                title="flash-attn is installed but a tiny call fails on GPU 0 (not built for this arch?)",
+                evidence={"error": fa_run.get("error")},
+                fix="rebuild with FLASH_ATTN_CUDA_ARCHS set to this arch (nvcc >= 12.8 for Blackwell, "
+                "MAX_JOBS sized to RAM, ~5 GB per nvcc thread), or uninstall it",
+            )
+        )
     fa3 = pk.get("flash_attn_3") or pk.get("flash-attn-3")
     if fa3 and ccs and any(c != (9, 0) for c in ccs):
-        out.append(Finding(code="env.flash_attn", severity="warning", title="FlashAttention-3 installed on a non-sm_90 GPU "
-                           "(FA3 is sm_90a only)", evidence={"flash_attn_3": fa3}, fix="do not force --attention-backend fa3"))
+        out.append(
+            Finding(
+                code="env.flash_attn",
+                severity="warning",
+                title="FlashAttention-3 installed on a non-sm_90 GPU (FA3 is sm_90a only)",
+                evidence={"flash_attn_3": fa3},
+                fix="do not force --attention-backend fa3",
+            )
+        )
     req = (facts.get("requires") or {}).get("sglang") or []
     out += _requirement_findings(req, pk)
     return out
@@ -253,9 +468,15 @@ def _requirement_findings(req: list[str], pk: dict) -> list[Finding]:
             continue
         have = pk.get(q.name) or pk.get(q.name.replace("_", "-"))
         if have and q.specifier and not q.specifier.contains(have.split("+")[0], prereleases=True):
-            out.append(Finding(code="env.sglang_requires", severity="warning", title=f"sglang requires {r}, installed "
-                               f"{q.name} {have}", evidence={"requirement": r, "installed": have},
-                               fix=f"pip install '{r}' in the serving environment"))
+            out.append(
+                Finding(
+                    code="env.sglang_requires",
+                    severity="warning",
+                    title=f"sglang requires {r}, installed {q.name} {have}",
+                    evidence={"requirement": r, "installed": have},
+                    fix=f"pip install '{r}' in the serving environment",
+                )
+            )
     return out
 
 
@@ -263,24 +484,44 @@ def shm_findings(facts: dict) -> list[Finding]:
     b = (facts.get("system") or {}).get("shm_bytes")
     if b is None or len(gpu_list(facts)) < 2 or b >= SHM_MIN:
         return []
-    return [Finding(code="env.shm", severity="warning", title=f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed "
-                    "floor): NCCL's SHM transport may fail in a container", evidence={"shm_bytes": b},
-                    fix="docker run --shm-size=16g or --ipc=host")]
+    return [
+        Finding(
+            code="env.shm",
+            severity="warning",
+            title=f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed "
+            "floor): NCCL's SHM transport may fail in a container",
+            evidence={"shm_bytes": b},
+            fix="docker run --shm-size=16g or --ipc=host",
+        )
+    ]
 
 
 def probe_error_findings(facts: dict) -> list[Finding]:
     out = []
     for part, msg in (facts.get("errors") or {}).items():
         if "timed out" in msg or "child exited" in msg:
-            out.append(Finding(code="env.probe", severity="warning", title=f"{part} probe failed: {msg[:160]}",
-                               evidence={"part": part}, fix="its facts are unknown; run the probe again on the host"))
+            out.append(
+                Finding(
+                    code="env.probe",
+                    severity="warning",
+                    title=f"{part} probe failed: {msg[:160]}",
+                    evidence={"part": part},
+                    fix="its facts are unknown; run the probe again on the host",
+                )
+            )
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-def check(facts: dict, env: Optional[dict[str, str]] = None, argv: Optional[list[str]] = None,
-          source: str = "launch", target_config: Optional[dict] = None, sglang_version: Optional[str] = None,
-          allreduce: Optional[dict] = None) -> Report:
+def check(
+    facts: dict,
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    source: str = "launch",
+    target_config: dict | None = None,
+    sglang_version: str | None = None,
+    allreduce: dict | None = None,
+) -> Report:
     """All environment rules on one set of facts. `env`/`argv`: a launch command's variables and flags;
     variables of the probed environment (facts['env']) are judged too, the launch's win on overlap."""
     from kit.env.multigpu import allreduce_findings, multi_gpu_findings
@@ -292,14 +533,26 @@ def check(facts: dict, env: Optional[dict[str, str]] = None, argv: Optional[list
     tp = int(tp) if tp and tp.isdigit() else None
     rep = Report(facts=facts)
     if "torch" in facts or "nvml" in facts:  # probed (live or recorded); else judge only env and argv
-        for rule in (probe_error_findings, lambda f: gpu_findings(f, tp), torch_findings, driver_findings,
-                     nccl_version_findings, package_findings, lambda f: multi_gpu_findings(f, tp, argv), shm_findings):
+        for rule in (
+            probe_error_findings,
+            lambda f: gpu_findings(f, tp),
+            torch_findings,
+            driver_findings,
+            nccl_version_findings,
+            package_findings,
+            lambda f: multi_gpu_findings(f, tp, argv),
+            shm_findings,
+        ):
             rep.extend(rule(facts))
     here = facts.get("env") or {}
     launch_env = env or {}
-    for prefix, judge in (("NCCL_", lambda e, s: nccl_findings(e, facts, source=s)),
-                          ("SGLANG_", lambda e, s: sglang_findings(e, sglang_version or (facts.get("packages") or {})
-                                                                   .get("sglang"), source=s))):
+    for prefix, judge in (
+        ("NCCL_", lambda e, s: nccl_findings(e, facts, source=s)),
+        (
+            "SGLANG_",
+            lambda e, s: sglang_findings(e, sglang_version or (facts.get("packages") or {}).get("sglang"), source=s),
+        ),
+    ):
         mine = {k: v for k, v in here.items() if k.startswith(prefix) and k not in launch_env}
         theirs = {k: v for k, v in launch_env.items() if k.startswith(prefix)}
         if theirs:
@@ -322,18 +575,31 @@ def facts_rows(facts: dict) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [("machine", facts.get("label")), ("cpu", (facts.get("host") or {}).get("cpu_model"))]
     for g in gpu_list(facts):
         cc = g["cc"]
-        rows.append((f"GPU {g['index']}", f"{g['name']} | {family(cc)['sm']} {family(cc)['family']} | "
-                                          f"{g['memory_mib']} MiB | {g['power_limit_w'] or '?'} W"))
-    rows += [("driver", driver_version(facts)), ("driver CUDA", nv.get("cuda_driver")), ("torch", t.get("version")),
-             ("torch CUDA", t.get("cuda")), ("torch arch list", " ".join(t.get("arch_list") or []) or None),
-             ("NCCL", t.get("nccl") or pk.get("nvidia-nccl-cu13") or pk.get("nvidia-nccl-cu12"))]
+        rows.append(
+            (
+                f"GPU {g['index']}",
+                f"{g['name']} | {family(cc)['sm']} {family(cc)['family']} | "
+                f"{g['memory_mib']} MiB | {g['power_limit_w'] or '?'} W",
+            )
+        )
+    rows += [
+        ("driver", driver_version(facts)),
+        ("driver CUDA", nv.get("cuda_driver")),
+        ("torch", t.get("version")),
+        ("torch CUDA", t.get("cuda")),
+        ("torch arch list", " ".join(t.get("arch_list") or []) or None),
+        ("NCCL", t.get("nccl") or pk.get("nvidia-nccl-cu13") or pk.get("nvidia-nccl-cu12")),
+    ]
     topo = (facts.get("smi") or {}).get("topo")
     if topo:
         rows.append(("topology", "; ".join(f"{g}: {' '.join(r)}" for g, r in zip(topo["gpus"], topo["matrix"]))))
     rows += [(k, v) for k, v in pk.items() if v is not None and k != "torch"]
     s = facts.get("system") or {}
-    rows += [("/dev/shm", f"{s['shm_bytes'] / 2**30:.1f} GiB" if s.get("shm_bytes") else None),
-             ("iommu groups", s.get("iommu_groups")), ("unknown (probe errors)", "; ".join(facts.get("errors") or {}) or None)]
+    rows += [
+        ("/dev/shm", f"{s['shm_bytes'] / 2**30:.1f} GiB" if s.get("shm_bytes") else None),
+        ("iommu groups", s.get("iommu_groups")),
+        ("unknown (probe errors)", "; ".join(facts.get("errors") or {}) or None),
+    ]
     return rows
 
 
@@ -346,6 +612,7 @@ def verdict(report: Report) -> str:
 
 def facts_frame(facts: dict):
     import pandas as pd
+
     return pd.DataFrame(facts_rows(facts), columns=["fact", "value"])
 
 
@@ -359,14 +626,14 @@ def load_facts(path: str) -> dict:
     return data
 
 
-def read_facts(path: Optional[str] = None, timeout: float = 60.0) -> dict:
+def read_facts(path: str | None = None, timeout: float = 60.0) -> dict:
     """Recorded facts from `path`, or a live probe of this machine when no path is given."""
     from kit.env.probe import probe
 
     return load_facts(path) if path else probe(timeout=timeout)
 
 
-def launch_parts(launch: Optional[str]) -> tuple[dict[str, str], list[str]]:
+def launch_parts(launch: str | None) -> tuple[dict[str, str], list[str]]:
     """(env, argv) of a launch command line; empty when there is none."""
     from kit.sglang.cmdline import split_command
 
@@ -383,6 +650,7 @@ def run_env(cfg: EnvConfig) -> Report:
     ar = None
     if cfg.allreduce:
         from kit.env.multigpu import smoke_if_possible
+
         ar = smoke_if_possible(facts, env, live=not cfg.facts, timeout_s=cfg.timeout)
     return check(facts, env, argv, sglang_version=cfg.sglang_version, allreduce=ar)
 

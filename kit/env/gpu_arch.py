@@ -10,35 +10,51 @@ Blackwell compatibility guide, the CUDA 12.9/13.0 feature notes, PyTorch's `torc
     >>> arch_cover((10, 3), ["sm_90", "sm_100"])[0]
     'same_major'
 """
+
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 # (major, minor) -> family facts. min_cuda: first toolkit that targets the arch natively.
 FAMILIES = {
     (9, 0): dict(family="Hopper", sm="sm_90", products="H100, H200, GH200", min_cuda=(11, 8), min_nccl=None),
-    (10, 0): dict(family="Blackwell datacenter", sm="sm_100", products="B200, GB200", min_cuda=(12, 8),
-                  min_nccl=(2, 25, 1)),
-    (10, 3): dict(family="Blackwell datacenter", sm="sm_103", products="B300, GB300", min_cuda=(12, 9),
-                  min_nccl=(2, 25, 1)),
-    (11, 0): dict(family="Blackwell Thor", sm="sm_110", products="Jetson T5000/T4000 (Thor; sm_101 before CUDA 13)",
-                  min_cuda=(13, 0), min_nccl=None),
-    (12, 0): dict(family="Blackwell workstation/consumer", sm="sm_120",
-                  products="RTX PRO 6000/5000/4500/4000/2000 Blackwell, GeForce RTX 50xx", min_cuda=(12, 8),
-                  min_nccl=(2, 26, 2)),
-    (12, 1): dict(family="Blackwell workstation/consumer", sm="sm_121", products="GB10 (DGX Spark)",
-                  min_cuda=(12, 9), min_nccl=(2, 26, 2)),
+    (10, 0): dict(
+        family="Blackwell datacenter", sm="sm_100", products="B200, GB200", min_cuda=(12, 8), min_nccl=(2, 25, 1)
+    ),
+    (10, 3): dict(
+        family="Blackwell datacenter", sm="sm_103", products="B300, GB300", min_cuda=(12, 9), min_nccl=(2, 25, 1)
+    ),
+    (11, 0): dict(
+        family="Blackwell Thor",
+        sm="sm_110",
+        products="Jetson T5000/T4000 (Thor; sm_101 before CUDA 13)",
+        min_cuda=(13, 0),
+        min_nccl=None,
+    ),
+    (12, 0): dict(
+        family="Blackwell workstation/consumer",
+        sm="sm_120",
+        products="RTX PRO 6000/5000/4500/4000/2000 Blackwell, GeForce RTX 50xx",
+        min_cuda=(12, 8),
+        min_nccl=(2, 26, 2),
+    ),
+    (12, 1): dict(
+        family="Blackwell workstation/consumer",
+        sm="sm_121",
+        products="GB10 (DGX Spark)",
+        min_cuda=(12, 9),
+        min_nccl=(2, 26, 2),
+    ),
 }
 # a binary built for the lower minor of the same major still runs (cubin forward compat within a major)
 CUDA_NATIVE_FLOOR_SEVERITY = {(10, 3): "warning", (12, 1): "warning"}
 # driver floors per CUDA runtime major.minor (Linux); 12.8 figure is second-hand (blackwell.md §2.2)
 DRIVER_FLOOR = {(13, 0): (580, 0), (12, 8): (570, 26)}
-TRITON_BLACKWELL = (3, 3)      # PyTorch 2.7 blog: Triton 3.3 adds Blackwell
+TRITON_BLACKWELL = (3, 3)  # PyTorch 2.7 blog: Triton 3.3 adds Blackwell
 FLASH_ATTN_BLACKWELL = (2, 7, 3)  # first tag with sm_100/sm_120 gencode (PR #1436)
 
 
-def vtuple(v: Optional[str], n: int = 3) -> Optional[tuple[int, ...]]:
+def vtuple(v: str | None, n: int = 3) -> tuple[int, ...] | None:
     """'2.9.1+cu128' -> (2, 9, 1); '12.8' -> (12, 8); None/garbage -> None."""
     if not v:
         return None
@@ -48,7 +64,7 @@ def vtuple(v: Optional[str], n: int = 3) -> Optional[tuple[int, ...]]:
     return tuple(int(x) for x in m.groups()[:n] if x is not None)
 
 
-def family(cc: Optional[tuple[int, int]]) -> dict:
+def family(cc: tuple[int, int] | None) -> dict:
     """Family facts for a compute capability; unknown ones get a generic entry."""
     if cc is None:
         return dict(family="unknown", sm=None, products="", min_cuda=None, min_nccl=None)
@@ -63,13 +79,13 @@ def is_blackwell(cc) -> bool:
     return cc is not None and cc[0] in (10, 11, 12)
 
 
-def _parse_arch(entry: str) -> Optional[tuple[str, int, int]]:
+def _parse_arch(entry: str) -> tuple[str, int, int] | None:
     """'sm_120' -> ('sm', 12, 0); 'compute_90' -> ('compute', 9, 0); 'sm_90a' -> ('sm', 9, 0)."""
     m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)[af]?", entry.strip())
     return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
 
 
-def arch_cover(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, Optional[str]]:
+def arch_cover(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str | None]:
     """How a torch arch list covers a device: ('exact'|'same_major'|'ptx'|'none', the entry used).
 
     exact: sm_XY present. same_major: a cubin of the same major and lower minor (runs, per CUDA's

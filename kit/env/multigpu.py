@@ -15,6 +15,7 @@ NCCL_NVLS_ENABLE=0 (NVLink multicast off) and NCCL_DEBUG=INFO to see the transpo
 
     python -m kit env --allreduce --launch "NCCL_P2P_LEVEL=SYS python -m sglang.launch_server ..."
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any
 
-from kit.findings import Finding
 from kit.env.probe import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
+from kit.findings import Finding
 
 SIZES = (4 << 10, 1 << 20, 16 << 20, 64 << 20)
 SGLANG_CAR_WORLD_SIZES = (2, 4, 6, 8)  # custom_all_reduce.py _SUPPORTED_WORLD_SIZES
@@ -38,7 +39,7 @@ SGLANG_CAR_WORLD_SIZES = (2, 4, 6, 8)  # custom_all_reduce.py _SUPPORTED_WORLD_S
 
 # ---------------------------------------------------------------------------------------------
 # rules over facts
-def custom_allreduce_findings(facts: dict, tp: Optional[int], argv: list[str]) -> list[Finding]:
+def custom_allreduce_findings(facts: dict, tp: int | None, argv: list[str]) -> list[Finding]:
     n = tp or len(gpu_list(facts))
     if n < 2:
         return []
@@ -46,26 +47,54 @@ def custom_allreduce_findings(facts: dict, tp: Optional[int], argv: list[str]) -
     disabled_flag = "--disable-custom-all-reduce" in argv
     ev = {"world_size": n, "full_nvlink": nvl, "disable_custom_all_reduce": disabled_flag}
     if n not in SGLANG_CAR_WORLD_SIZES:
-        return [Finding(code="env.custom_allreduce", severity="info", evidence=ev, fix="",
-                        title=f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it")]
+        return [
+            Finding(
+                code="env.custom_allreduce",
+                severity="info",
+                evidence=ev,
+                fix="",
+                title=f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it",
+            )
+        ]
     if nvl is False and n > 2:
-        return [Finding(code="env.custom_allreduce", severity="info", evidence=ev,
-                        title=f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
-                              + ("; --disable-custom-all-reduce only silences the warning" if disabled_flag else ""),
-                        fix="" if disabled_flag else "pass --disable-custom-all-reduce to silence 'Custom allreduce "
-                            "is disabled because it's not supported on more than two PCIe-only GPUs'")]
+        return [
+            Finding(
+                code="env.custom_allreduce",
+                severity="info",
+                evidence=ev,
+                title=f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
+                + ("; --disable-custom-all-reduce only silences the warning" if disabled_flag else ""),
+                fix=""
+                if disabled_flag
+                else "pass --disable-custom-all-reduce to silence 'Custom allreduce "
+                "is disabled because it's not supported on more than two PCIe-only GPUs'",
+            )
+        ]
     if nvl is False and n == 2:
         p2p = (facts.get("torch") or {}).get("p2p")
         if p2p is not None and not all(all(r) for r in p2p) and not disabled_flag:
-            return [Finding(code="env.custom_allreduce", severity="warning", evidence=ev,
-                            title="2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
-                                  "('peer access is not supported between these two devices')",
-                            fix="pass --disable-custom-all-reduce")]
+            return [
+                Finding(
+                    code="env.custom_allreduce",
+                    severity="warning",
+                    evidence=ev,
+                    title="2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
+                    "('peer access is not supported between these two devices')",
+                    fix="pass --disable-custom-all-reduce",
+                )
+            ]
         return []
     if nvl and disabled_flag:
-        return [Finding(code="env.custom_allreduce", severity="warning", evidence=ev,
-                        title="--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message "
-                              "all-reduce", fix="drop the flag unless it was added to work around a bug")]
+        return [
+            Finding(
+                code="env.custom_allreduce",
+                severity="warning",
+                evidence=ev,
+                title="--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message "
+                "all-reduce",
+                fix="drop the flag unless it was added to work around a bug",
+            )
+        ]
     return []
 
 
@@ -85,11 +114,17 @@ def p2p_findings(facts: dict) -> list[Finding]:
         return [Finding(code="env.p2p", severity="info", title=f"CUDA P2P available between all {n} GPUs", evidence=ev)]
     names = {d["name"] for d in gpu_list(facts)}
     geforce = any("GeForce" in (x or "") for x in names)
-    return [Finding(code="env.p2p", severity="warning", evidence=ev,
-                    title=f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
-                          + (" (expected on GeForce with the stock driver)" if geforce else ""),
-                    fix="check BIOS IOMMU/ACS (iommu=pt or off, pci=noacs / setpci ECAP_ACS+6.w=0000); NVML status "
-                        "DISABLED_BY_REGKEY points at driver registry keys")]
+    return [
+        Finding(
+            code="env.p2p",
+            severity="warning",
+            evidence=ev,
+            title=f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
+            + (" (expected on GeForce with the stock driver)" if geforce else ""),
+            fix="check BIOS IOMMU/ACS (iommu=pt or off, pci=noacs / setpci ECAP_ACS+6.w=0000); NVML status "
+            "DISABLED_BY_REGKEY points at driver registry keys",
+        )
+    ]
 
 
 def topology_findings(facts: dict) -> list[Finding]:
@@ -100,13 +135,25 @@ def topology_findings(facts: dict) -> list[Finding]:
     far = {k: n for k, n in counts.items() if SMI_TO_NCCL_PATH.get(k) in ("PHB", "SYS")}
     if not far:
         kind = "NVLink" if set(counts) == {"NV"} else "PCIe switch / NVLink"
-        return [Finding(code="env.topology", severity="info", evidence={"pairs": counts},
-                        title=f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it")]
-    return [Finding(code="env.topology", severity="warning", evidence={"pairs": counts},
-                    title="topology: " + ", ".join(f"{n} {k}" for k, n in far.items()) + " GPU pairs lie beyond NCCL's "
-                          "default P2P level (PXB), so NCCL uses host shared memory there",
-                    fix="leave it (correct, slower) or raise NCCL_P2P_LEVEL to PHB/SYS only after the all-reduce smoke "
-                        "test passes under it and is faster")]
+        return [
+            Finding(
+                code="env.topology",
+                severity="info",
+                evidence={"pairs": counts},
+                title=f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it",
+            )
+        ]
+    return [
+        Finding(
+            code="env.topology",
+            severity="warning",
+            evidence={"pairs": counts},
+            title="topology: " + ", ".join(f"{n} {k}" for k, n in far.items()) + " GPU pairs lie beyond NCCL's "
+            "default P2P level (PXB), so NCCL uses host shared memory there",
+            fix="leave it (correct, slower) or raise NCCL_P2P_LEVEL to PHB/SYS only after the all-reduce smoke "
+            "test passes under it and is faster",
+        )
+    ]
 
 
 def iommu_findings(facts: dict) -> list[Finding]:
@@ -118,21 +165,43 @@ def iommu_findings(facts: dict) -> list[Finding]:
     flags = re.findall(r"\b(?:intel_iommu|amd_iommu|iommu|pci)=\S+", cmd)
     ev = {"cmdline_flags": flags, "iommu_groups": s.get("iommu_groups")}
     if any(f in ("iommu=pt", "iommu=off", "intel_iommu=off", "amd_iommu=off") for f in flags):
-        return [Finding(code="env.iommu", severity="info", evidence=ev,
-                        title="IOMMU passthrough/off on the kernel command line (good for PCIe P2P)")]
+        return [
+            Finding(
+                code="env.iommu",
+                severity="info",
+                evidence=ev,
+                title="IOMMU passthrough/off on the kernel command line (good for PCIe P2P)",
+            )
+        ]
     if s.get("iommu_groups"):
-        return [Finding(code="env.iommu", severity="warning", evidence=ev,
-                        title=f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is "
-                              "the known NCCL hang cause",
-                        fix="kernel iommu=pt (or off); disable ACS on root and switch ports (BIOS, pci=noacs or "
-                            "setpci ... ECAP_ACS+6.w=0000); check with `sudo lspci -vvv | grep ACSCtl`")]
-    return [Finding(code="env.iommu", severity="info", evidence=ev,
-                    title="no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)")]
+        return [
+            Finding(
+                code="env.iommu",
+                severity="warning",
+                evidence=ev,
+                title=f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is "
+                "the known NCCL hang cause",
+                fix="kernel iommu=pt (or off); disable ACS on root and switch ports (BIOS, pci=noacs or "
+                "setpci ... ECAP_ACS+6.w=0000); check with `sudo lspci -vvv | grep ACSCtl`",
+            )
+        ]
+    return [
+        Finding(
+            code="env.iommu",
+            severity="info",
+            evidence=ev,
+            title="no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)",
+        )
+    ]
 
 
-def multi_gpu_findings(facts: dict, tp: Optional[int] = None, argv: Optional[list[str]] = None) -> list[Finding]:
-    return (custom_allreduce_findings(facts, tp, argv or []) + p2p_findings(facts) + topology_findings(facts)
-            + iommu_findings(facts))
+def multi_gpu_findings(facts: dict, tp: int | None = None, argv: list[str] | None = None) -> list[Finding]:
+    return (
+        custom_allreduce_findings(facts, tp, argv or [])
+        + p2p_findings(facts)
+        + topology_findings(facts)
+        + iommu_findings(facts)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,14 +237,21 @@ def _worker(rank: int, world: int, port: int, backend: str, sizes: list[int], it
         sync()
         dt = (time.perf_counter() - t0) / iters
         algbw = nbytes / dt / 1e9
-        rows.append({"bytes": nbytes, "ok": bool(ok.item()), "time_us": round(dt * 1e6, 1),
-                     "algbw_gbs": round(algbw, 6), "busbw_gbs": round(algbw * 2 * (world - 1) / world, 6)})
+        rows.append(
+            {
+                "bytes": nbytes,
+                "ok": bool(ok.item()),
+                "time_us": round(dt * 1e6, 1),
+                "algbw_gbs": round(algbw, 6),
+                "busbw_gbs": round(algbw * 2 * (world - 1) / world, 6),
+            }
+        )
     if rank == 0:
         print("KIT_ALLREDUCE " + json.dumps({"world": world, "backend": backend, "sizes": rows}), flush=True)
     dist.destroy_process_group()
 
 
-def smoke_env(launch_env: Optional[dict[str, str]] = None) -> dict[str, str]:
+def smoke_env(launch_env: dict[str, str] | None = None) -> dict[str, str]:
     """The variables the smoke test applies on top of os.environ: the launch's NCCL_*/CUDA_VISIBLE_DEVICES,
     NCCL_DEBUG=INFO (to read the transport) and NCCL_NVLS_ENABLE=0 (multicast stays off)."""
     env = {k: v for k, v in (launch_env or {}).items() if k.startswith("NCCL_") or k == "CUDA_VISIBLE_DEVICES"}
@@ -183,19 +259,38 @@ def smoke_env(launch_env: Optional[dict[str, str]] = None) -> dict[str, str]:
     return env
 
 
-def allreduce_smoke(nprocs: Optional[int] = None, launch_env: Optional[dict[str, str]] = None,
-                    sizes: tuple[int, ...] = SIZES, iters: int = 5, timeout_s: float = 120.0,
-                    backend: str = "nccl") -> dict[str, Any]:
+def allreduce_smoke(
+    nprocs: int | None = None,
+    launch_env: dict[str, str] | None = None,
+    sizes: tuple[int, ...] = SIZES,
+    iters: int = 5,
+    timeout_s: float = 120.0,
+    backend: str = "nccl",
+) -> dict[str, Any]:
     """Run the all-reduce in a killable child; returns {"status": ok|failed|timeout|skipped, ...}."""
     applied = smoke_env(launch_env)
     if nprocs is None:
         from kit.env.probe import probe
+
         nprocs = len(gpu_list(probe(timeout=min(timeout_s, 60))))
     if nprocs < 2:
         return {"status": "skipped", "nprocs": nprocs, "reason": f"{nprocs} GPU(s): needs 2 or more"}
     env = {**os.environ, **applied}
-    cmd = [sys.executable, "-m", "kit.env.multigpu", "--nprocs", str(nprocs), "--backend", backend, "--iters", str(iters),
-           "--port", str(_free_port()), "--sizes", *map(str, sizes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kit.env.multigpu",
+        "--nprocs",
+        str(nprocs),
+        "--backend",
+        backend,
+        "--iters",
+        str(iters),
+        "--port",
+        str(_free_port()),
+        "--sizes",
+        *map(str, sizes),
+    ]
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: NCCL INFO output must never block the ranks
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -208,9 +303,16 @@ def allreduce_smoke(nprocs: Optional[int] = None, launch_env: Optional[dict[str,
             rc, status = None, "timeout"
         log.seek(0)
         text = log.read()
-    res: dict[str, Any] = {"status": status, "nprocs": nprocs, "backend": backend, "returncode": rc,
-                           "elapsed_s": round(time.perf_counter() - t0, 2), "timeout_s": timeout_s,
-                           "env_applied": applied, "log_tail": text[-2000:]}
+    res: dict[str, Any] = {
+        "status": status,
+        "nprocs": nprocs,
+        "backend": backend,
+        "returncode": rc,
+        "elapsed_s": round(time.perf_counter() - t0, 2),
+        "timeout_s": timeout_s,
+        "env_applied": applied,
+        "log_tail": text[-2000:],
+    }
     m = re.search(r"^KIT_ALLREDUCE (.*)$", text, re.M)
     if m:
         res.update(json.loads(m.group(1)))
@@ -220,8 +322,9 @@ def allreduce_smoke(nprocs: Optional[int] = None, launch_env: Optional[dict[str,
     return res
 
 
-def smoke_if_possible(facts: dict, launch_env: Optional[dict[str, str]] = None, run: bool = True,
-                      live: bool = True, timeout_s: float = 120.0) -> dict[str, Any]:
+def smoke_if_possible(
+    facts: dict, launch_env: dict[str, str] | None = None, run: bool = True, live: bool = True, timeout_s: float = 120.0
+) -> dict[str, Any]:
     """The smoke test on this machine's GPUs, or a 'skipped' result saying why (what notebook 01 shows)."""
     n = len(gpu_list(facts))
     if n < 2:
@@ -237,30 +340,60 @@ def allreduce_findings(res: dict[str, Any]) -> list[Finding]:
     st = res.get("status")
     ev = {k: res.get(k) for k in ("nprocs", "backend", "elapsed_s", "transports", "env_applied") if k in res}
     if st == "skipped":
-        return [Finding(code="env.allreduce", severity="info", title=f"all-reduce smoke test skipped: {res.get('reason')}",
-                        evidence=ev)]
+        return [
+            Finding(
+                code="env.allreduce",
+                severity="info",
+                title=f"all-reduce smoke test skipped: {res.get('reason')}",
+                evidence=ev,
+            )
+        ]
     if st == "timeout":
-        return [Finding(code="env.allreduce", severity="error", evidence=ev,
-                        title=f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P "
-                              "symptom on PCIe rigs: GPUs busy, no progress)",
-                        fix="retry with NCCL_P2P_DISABLE=1 to confirm a P2P problem, then fix ACS/IOMMU; "
-                            "a GPU reset may be needed after a hang")]
+        return [
+            Finding(
+                code="env.allreduce",
+                severity="error",
+                evidence=ev,
+                title=f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P "
+                "symptom on PCIe rigs: GPUs busy, no progress)",
+                fix="retry with NCCL_P2P_DISABLE=1 to confirm a P2P problem, then fix ACS/IOMMU; "
+                "a GPU reset may be needed after a hang",
+            )
+        ]
     if st in ("failed", "wrong_sum"):
         tail = (res.get("log_tail") or "").strip().splitlines()[-3:]
-        return [Finding(code="env.allreduce", severity="error", evidence={**ev, "log_tail": tail},
-                        title="all-reduce smoke test " + ("returned wrong sums" if st == "wrong_sum" else
-                                                          f"failed (exit {res.get('returncode')})"),
-                        fix="read the NCCL WARN lines; unset the NCCL_* variables one by one to find the culprit")]
+        return [
+            Finding(
+                code="env.allreduce",
+                severity="error",
+                evidence={**ev, "log_tail": tail},
+                title="all-reduce smoke test "
+                + ("returned wrong sums" if st == "wrong_sum" else f"failed (exit {res.get('returncode')})"),
+                fix="read the NCCL WARN lines; unset the NCCL_* variables one by one to find the culprit",
+            )
+        ]
     rows = res.get("sizes", [])
     bw = ", ".join(f"{r['bytes'] >> 10} KiB {r['busbw_gbs']:.3g} GB/s" for r in rows)
-    out = [Finding(code="env.allreduce", severity="info", evidence={**ev, "sizes": rows},
-                   title=f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}")]
+    out = [
+        Finding(
+            code="env.allreduce",
+            severity="info",
+            evidence={**ev, "sizes": rows},
+            title=f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}",
+        )
+    ]
     tr = res.get("transports") or {}
     if res.get("backend") == "nccl" and tr.get("SHM") and not tr.get("P2P"):
-        out.append(Finding(code="env.allreduce_transport", severity="warning", evidence={"transports": tr},
-                           title="NCCL chose host shared memory (SHM) for every channel, no P2P",
-                           fix="expected beyond the default P2P level (NODE/SYS pairs) or with NCCL_P2P_DISABLE=1; "
-                               "otherwise check P2P/IOMMU"))
+        out.append(
+            Finding(
+                code="env.allreduce_transport",
+                severity="warning",
+                evidence={"transports": tr},
+                title="NCCL chose host shared memory (SHM) for every channel, no P2P",
+                fix="expected beyond the default P2P level (NODE/SYS pairs) or with NCCL_P2P_DISABLE=1; "
+                "otherwise check P2P/IOMMU",
+            )
+        )
     return out
 
 

@@ -14,15 +14,16 @@ src/graph/connect.cc, src/misc/param.cc, src/debug.cc), with the version gates t
 `facts` (from kit.env.probe, live or recorded) adds what the machine makes of a value: whether the
 GPUs are NVLink-connected, which pairs a P2P level newly opens, the NCCL version.
 """
+
 from __future__ import annotations
 
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from kit.findings import Finding
 from kit.env.nccl_vars import KNOWN, NCCL_VERSION_OF_LIST
+from kit.findings import Finding
 
 PROTOS = ("LL", "LL128", "Simple")
 ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -39,19 +40,19 @@ class NcclParseError(ValueError):
     pass
 
 
-def parse_version(v: Any) -> Optional[tuple[int, ...]]:
+def parse_version(v: Any) -> tuple[int, ...] | None:
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(v or ""))
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def strtoll(s: str) -> tuple[Optional[int], str]:
+def strtoll(s: str) -> tuple[int | None, str]:
     """C strtoll(s, NULL, 0): returns (value or None if no digits, the unparsed rest)."""
     m = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", s)
     if not m:
         return None, s
     body = m.group(2)
     val = int(body, 16) if body[:2].lower() == "0x" else int(body, 8) if body.startswith("0") else int(body)
-    return (-val if m.group(1) == "-" else val), s[m.end():]
+    return (-val if m.group(1) == "-" else val), s[m.end() :]
 
 
 def parse_list(value: str, elems: tuple[str, ...], legacy: bool = False) -> dict[str, dict[str, int]]:
@@ -96,29 +97,37 @@ def parse_list(value: str, elems: tuple[str, ...], legacy: bool = False) -> dict
 class Machine:
     """What the NCCL rules need from the facts; None = unknown."""
 
-    nccl: Optional[tuple[int, ...]] = None
-    n_gpus: Optional[int] = None
-    nvlink: Optional[bool] = None  # every pair NVLink-connected
-    pairs: Optional[dict[str, list]] = None  # topo class -> pairs
-    amd_cpu: Optional[bool] = None
-    iommu: Optional[str] = None
+    nccl: tuple[int, ...] | None = None
+    n_gpus: int | None = None
+    nvlink: bool | None = None  # every pair NVLink-connected
+    pairs: dict[str, list] | None = None  # topo class -> pairs
+    amd_cpu: bool | None = None
+    iommu: str | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def machine_from_facts(facts: Optional[dict]) -> Machine:
+def machine_from_facts(facts: dict | None) -> Machine:
     if not facts:
         return Machine()
     from kit.env.probe import full_nvlink, gpu_list, topo_pairs
 
     t = facts.get("torch") or {}
     pk = facts.get("packages") or {}
-    nccl = parse_version(t.get("nccl")) or parse_version(pk.get("nvidia-nccl-cu13")) or parse_version(
-        pk.get("nvidia-nccl-cu12"))
+    nccl = (
+        parse_version(t.get("nccl"))
+        or parse_version(pk.get("nvidia-nccl-cu13"))
+        or parse_version(pk.get("nvidia-nccl-cu12"))
+    )
     gpus = gpu_list(facts)
     vendor = (facts.get("host") or {}).get("cpu_vendor")
     # 0 GPUs here means the command is judged for another host: GPU count and topology unknown
-    return Machine(nccl=nccl, n_gpus=len(gpus) or None, nvlink=full_nvlink(facts) if len(gpus) > 1 else None,
-                   pairs=topo_pairs(facts), amd_cpu=(vendor == "AuthenticAMD") if vendor else None)
+    return Machine(
+        nccl=nccl,
+        n_gpus=len(gpus) or None,
+        nvlink=full_nvlink(facts) if len(gpus) > 1 else None,
+        pairs=topo_pairs(facts),
+        amd_cpu=(vendor == "AuthenticAMD") if vendor else None,
+    )
 
 
 @dataclass
@@ -129,30 +138,48 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _list_rule(name: str, value: str, elems: tuple[str, ...], m: Machine) -> tuple[Verdict, Optional[dict]]:
+def _list_rule(name: str, value: str, elems: tuple[str, ...], m: Machine) -> tuple[Verdict, dict | None]:
     legacy = m.nccl is not None and m.nccl < SINCE["prefix"]
     if legacy and (":" in value or ";" in value):
-        return Verdict("error", f"{name}={value}: NCCL {'.'.join(map(str, m.nccl))} has no `coll:` prefix syntax "
-                       "(added in 2.24.3); the tokens are ignored and protocols/algorithms disabled",
-                       f"upgrade NCCL to >= 2.24.3 or use a plain comma list of {', '.join(elems)}"), None
+        return Verdict(
+            "error",
+            f"{name}={value}: NCCL {'.'.join(map(str, m.nccl))} has no `coll:` prefix syntax "
+            "(added in 2.24.3); the tokens are ignored and protocols/algorithms disabled",
+            f"upgrade NCCL to >= 2.24.3 or use a plain comma list of {', '.join(elems)}",
+        ), None
     try:
         table = parse_list(value, elems, legacy=legacy)
     except NcclParseError as e:
-        return Verdict("error", f"{name}={value}: NCCL rejects it, every collective fails with ncclInvalidUsage",
-                       f"use a comma list of {', '.join(elems)} (case-insensitive, `^` negates, `allreduce:` "
-                       "style prefixes separated by `;`, no spaces) — or unset it", {"nccl_error": str(e)}), None
+        return Verdict(
+            "error",
+            f"{name}={value}: NCCL rejects it, every collective fails with ncclInvalidUsage",
+            f"use a comma list of {', '.join(elems)} (case-insensitive, `^` negates, `allreduce:` "
+            "style prefixes separated by `;`, no spaces) — or unset it",
+            {"nccl_error": str(e)},
+        ), None
     for tok, since in SINCE.items():
         if m.nccl and m.nccl < since and re.search(rf"(?i)\b{tok}\b", value) and tok in elems:
-            return Verdict("error", f"{name}={value}: {tok} is unknown to NCCL {'.'.join(map(str, m.nccl))} "
-                           f"(added in {'.'.join(map(str, since))})", f"drop {tok} or upgrade NCCL"), None
+            return Verdict(
+                "error",
+                f"{name}={value}: {tok} is unknown to NCCL {'.'.join(map(str, m.nccl))} "
+                f"(added in {'.'.join(map(str, since))})",
+                f"drop {tok} or upgrade NCCL",
+            ), None
     empty = [f for f, st in table.items() if not any(st.values())]
     if empty:
-        return Verdict("error", f"{name}={value} enables nothing for {', '.join(empty)}: those collectives fail "
-                       "with 'No algorithm/protocol available'", "list at least one element per collective"), table
-    on = {f: [e for e, s in st.items() if s == 1] + [e + "(auto)" for e, s in st.items() if s == AUTO]
-          for f, st in table.items()}
-    return Verdict("info", f"{name}={value}: valid; AllReduce may use {', '.join(on['AllReduce'])}", "",
-                   {"enabled": on}), table
+        return Verdict(
+            "error",
+            f"{name}={value} enables nothing for {', '.join(empty)}: those collectives fail "
+            "with 'No algorithm/protocol available'",
+            "list at least one element per collective",
+        ), table
+    on = {
+        f: [e for e, s in st.items() if s == 1] + [e + "(auto)" for e, s in st.items() if s == AUTO]
+        for f, st in table.items()
+    }
+    return Verdict(
+        "info", f"{name}={value}: valid; AllReduce may use {', '.join(on['AllReduce'])}", "", {"enabled": on}
+    ), table
 
 
 def _proto(v: str, m: Machine, env: dict) -> Verdict:
@@ -161,15 +188,21 @@ def _proto(v: str, m: Machine, env: dict) -> Verdict:
         return verdict
     forced128 = any(st["LL128"] == 1 for st in table.values())
     if forced128 and m.nvlink is False:
-        return Verdict("warning", f"NCCL_PROTO={v} forces LL128 on a PCIe-only node; NCCL enables LL128 by default "
-                       "only over NVLink (typeIntra <= NVB) and listing it bypasses that check",
-                       "drop LL128 from the list (mind that `^X` force-enables every other protocol, LL128 "
-                       "included); leave NCCL_PROTO unset unless a benchmark shows a gain", verdict.evidence)
+        return Verdict(
+            "warning",
+            f"NCCL_PROTO={v} forces LL128 on a PCIe-only node; NCCL enables LL128 by default "
+            "only over NVLink (typeIntra <= NVB) and listing it bypasses that check",
+            "drop LL128 from the list (mind that `^X` force-enables every other protocol, LL128 "
+            "included); leave NCCL_PROTO unset unless a benchmark shows a gain",
+            verdict.evidence,
+        )
     if forced128:
         verdict.title += " (LL128 forced on: safe only on NVLink nodes)"
     if all(st == {"LL": 1, "LL128": 0, "Simple": 0} for st in table.values()):
-        verdict.title = (f"NCCL_PROTO={v}: valid; LL only — lowest latency for small (decode-size) all-reduces, "
-                         "about half the bandwidth for large (prefill) ones")
+        verdict.title = (
+            f"NCCL_PROTO={v}: valid; LL only — lowest latency for small (decode-size) all-reduces, "
+            "about half the bandwidth for large (prefill) ones"
+        )
         verdict.fix = "fine for latency-bound decode with TP; benchmark prefill-heavy loads with it unset"
     return verdict
 
@@ -192,22 +225,36 @@ def _p2p_level(v: str, m: Machine, env: dict) -> Verdict:
         if m.nccl and m.nccl < SINCE["P2C"] and v == "P2C":
             return Verdict("warning", f"NCCL_P2P_LEVEL={v}: unknown to NCCL < 2.27.3, ignored", "use PXB or PHB")
     elif v.upper() in P2P_LEVELS:
-        return Verdict("warning", f"NCCL_P2P_LEVEL={v}: ignored — NCCL compares level names case-sensitively "
-                       "(strcmp), so the default (PXB) stays", f"write NCCL_P2P_LEVEL={v.upper()}")
+        return Verdict(
+            "warning",
+            f"NCCL_P2P_LEVEL={v}: ignored — NCCL compares level names case-sensitively "
+            "(strcmp), so the default (PXB) stays",
+            f"write NCCL_P2P_LEVEL={v.upper()}",
+        )
     elif v[:1].isdigit():
         n, _ = strtoll(v)
         level = LEGACY_P2P[min(n or 0, 5)]
-        return Verdict("warning", f"NCCL_P2P_LEVEL={v}: legacy number, NCCL reads it as {level} "
-                       "(0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS); community tables disagree", f"write NCCL_P2P_LEVEL={level}",
-                       {"nccl_reads_as": level})
+        return Verdict(
+            "warning",
+            f"NCCL_P2P_LEVEL={v}: legacy number, NCCL reads it as {level} "
+            "(0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS); community tables disagree",
+            f"write NCCL_P2P_LEVEL={level}",
+            {"nccl_reads_as": level},
+        )
     else:
-        return Verdict("warning", f"NCCL_P2P_LEVEL={v}: not a level name, NCCL ignores it (default PXB stays)",
-                       f"one of {', '.join(P2P_LEVELS)}")
+        return Verdict(
+            "warning",
+            f"NCCL_P2P_LEVEL={v}: not a level name, NCCL ignores it (default PXB stays)",
+            f"one of {', '.join(P2P_LEVELS)}",
+        )
     rank = P2P_LEVELS.index(level)
     default = "SYS" if (m.amd_cpu and m.n_gpus is not None and m.n_gpus <= 2) else "PXB"
     if level == "LOC":
-        return Verdict("warning", "NCCL_P2P_LEVEL=LOC: P2P off, intra-node traffic goes through host shared memory",
-                       "unset it unless P2P hangs (then fix IOMMU/ACS)")
+        return Verdict(
+            "warning",
+            "NCCL_P2P_LEVEL=LOC: P2P off, intra-node traffic goes through host shared memory",
+            "unset it unless P2P hangs (then fix IOMMU/ACS)",
+        )
     if m.n_gpus is not None and m.n_gpus <= 1:
         return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect with {m.n_gpus} GPU", "")
     if m.pairs is not None:
@@ -216,37 +263,52 @@ def _p2p_level(v: str, m: Machine, env: dict) -> Verdict:
         opened = {}
         for cls, prs in m.pairs.items():
             from kit.env.probe import SMI_TO_NCCL_PATH
+
             path = SMI_TO_NCCL_PATH.get(cls)
             if path and P2P_LEVELS.index(default) < P2P_LEVELS.index(path) <= rank:
                 opened[cls] = len(prs)
         if not opened:
-            return Verdict("info", f"NCCL_P2P_LEVEL={level}: changes nothing on this topology (default {default})", "",
-                           {"pairs": {k: len(p) for k, p in m.pairs.items()}})
+            return Verdict(
+                "info",
+                f"NCCL_P2P_LEVEL={level}: changes nothing on this topology (default {default})",
+                "",
+                {"pairs": {k: len(p) for k, p in m.pairs.items()}},
+            )
         desc = ", ".join(f"{n} {c}" for c, n in opened.items())
-        return Verdict("warning", f"NCCL_P2P_LEVEL={level} turns on CUDA P2P for GPU pairs NCCL's default ({default}) "
-                       f"routes through host shared memory: {desc} pairs (PCIe through the CPU root complex / across NUMA)",
-                       "P2P across host bridges is where IOMMU/ACS make NCCL hang on PCIe rigs (RTX PRO 6000 reports); "
-                       "it does not bypass CUDA IPC, it uses it. Keep it only if `python -m kit env --allreduce --launch "
-                       "...` passes and is faster than without; otherwise unset it",
-                       {"newly_p2p_pairs": opened, "default_level": default})
+        return Verdict(
+            "warning",
+            f"NCCL_P2P_LEVEL={level} turns on CUDA P2P for GPU pairs NCCL's default ({default}) "
+            f"routes through host shared memory: {desc} pairs (PCIe through the CPU root complex / across NUMA)",
+            "P2P across host bridges is where IOMMU/ACS make NCCL hang on PCIe rigs (RTX PRO 6000 reports); "
+            "it does not bypass CUDA IPC, it uses it. Keep it only if `python -m kit env --allreduce --launch "
+            "...` passes and is faster than without; otherwise unset it",
+            {"newly_p2p_pairs": opened, "default_level": default},
+        )
     if rank >= P2P_LEVELS.index("PHB"):
-        return Verdict("warning", f"NCCL_P2P_LEVEL={level} allows P2P through CPU host bridges"
-                       f"{' and across NUMA nodes' if level == 'SYS' else ''} (topology unknown here; NCCL's default is PXB)",
-                       "decide on the GPU host: keep only if the all-reduce smoke test passes under it and is faster")
+        return Verdict(
+            "warning",
+            f"NCCL_P2P_LEVEL={level} allows P2P through CPU host bridges"
+            f"{' and across NUMA nodes' if level == 'SYS' else ''} (topology unknown here; NCCL's default is PXB)",
+            "decide on the GPU host: keep only if the all-reduce smoke test passes under it and is faster",
+        )
     return Verdict("info", f"NCCL_P2P_LEVEL={level}: valid", "")
 
 
-def _int_param(name: str, v: str) -> tuple[Optional[int], Optional[Verdict]]:
+def _int_param(name: str, v: str) -> tuple[int | None, Verdict | None]:
     n, rest = strtoll(v)
     if n is None:
         return None, Verdict("warning", f"{name}={v}: not a number, NCCL uses its default", "write an integer")
     if rest.strip():
-        return n, Verdict("warning", f"{name}={v}: NCCL reads {n} (strtoll stops at {rest!r})", f"write {name}=<integer>",
-                          {"nccl_reads_as": n})
+        return n, Verdict(
+            "warning",
+            f"{name}={v}: NCCL reads {n} (strtoll stops at {rest!r})",
+            f"write {name}=<integer>",
+            {"nccl_reads_as": n},
+        )
     return n, None
 
 
-def _clamped(name: str, v: str, n: int, lo: int, hi: int, fix: str) -> "Verdict":
+def _clamped(name: str, v: str, n: int, lo: int, hi: int, fix: str) -> Verdict:
     """NCCL clamps an out-of-range integer setting into [lo, hi] (with an INFO line, not an error)."""
     c = min(max(n, lo), hi)
     return Verdict("warning", f"{name}={v}: outside {lo}..{hi}, NCCL clamps it to {c}", fix, {"nccl_reads_as": c})
@@ -259,8 +321,12 @@ def _nthreads(v: str, m: Machine, env: dict, name="NCCL_NTHREADS", lo=64, hi=512
     if n <= 0:
         return Verdict("warning", f"{name}={v}: <= 0 means unset, NCCL picks its default", "unset it")
     if n % 32:
-        return Verdict("warning", f"{name}={v}: not a multiple of 32 (warp size); NCCL replaces it with {hi}",
-                       f"a multiple of 32 in {lo}..{hi}", {"nccl_reads_as": hi})
+        return Verdict(
+            "warning",
+            f"{name}={v}: not a multiple of 32 (warp size); NCCL replaces it with {hi}",
+            f"a multiple of 32 in {lo}..{hi}",
+            {"nccl_reads_as": hi},
+        )
     if not lo <= n <= hi:
         return _clamped(name, v, n, lo, hi, f"a multiple of 32 in {lo}..{hi}")
     if bad:
@@ -278,16 +344,22 @@ def _buffsize(v: str, m: Machine, env: dict, name="NCCL_BUFFSIZE") -> Verdict:
     if n is None:
         return bad
     if n <= 0:
-        return Verdict("error", f"{name}={v}: NCCL uses the value as is, a buffer of {n} bytes breaks communication",
-                       "unset it (default 4194304 for Simple)")
+        return Verdict(
+            "error",
+            f"{name}={v}: NCCL uses the value as is, a buffer of {n} bytes breaks communication",
+            "unset it (default 4194304 for Simple)",
+        )
     if bad:
         return bad
     note = f"{n / 2**20:g} MiB per channel and peer (Simple default 4 MiB)"
     if name == "NCCL_BUFFSIZE" and env.get("NCCL_PROTO", "").strip().lower() == "ll":
         note += "; Simple buffers are unused by collectives while NCCL_PROTO=LL (send/recv still use them)"
     if n > 2**28:
-        return Verdict("warning", f"{name}={v}: {note}; very large, multiplies GPU memory per channel and peer",
-                       "stay near the default unless a benchmark shows a gain")
+        return Verdict(
+            "warning",
+            f"{name}={v}: {note}; very large, multiplies GPU memory per channel and peer",
+            "stay near the default unless a benchmark shows a gain",
+        )
     return Verdict("info", f"{name}={v}: valid, {note}", "")
 
 
@@ -307,7 +379,9 @@ def _channels(v: str, m: Machine, env: dict, name: str) -> Verdict:
 
 def _debug(v: str, m: Machine, env: dict) -> Verdict:
     if v.strip().upper() not in DEBUG_LEVELS:
-        return Verdict("warning", f"NCCL_DEBUG={v}: not a level, NCCL prints nothing extra", f"one of {', '.join(DEBUG_LEVELS)}")
+        return Verdict(
+            "warning", f"NCCL_DEBUG={v}: not a level, NCCL prints nothing extra", f"one of {', '.join(DEBUG_LEVELS)}"
+        )
     lvl = v.strip().upper()
     extra = " — verbose, keep out of production launches" if lvl in ("INFO", "TRACE") else ""
     return Verdict("info", f"NCCL_DEBUG={v}: valid{extra}", "")
@@ -316,9 +390,11 @@ def _debug(v: str, m: Machine, env: dict) -> Verdict:
 def _path_file(name: str):
     def rule(v: str, m: Machine, env: dict) -> Verdict:
         if v == "":
-            return Verdict("error", f"{name} is set but empty: NCCL tries to open '' and communicator init fails",
-                           f"unset {name}")
+            return Verdict(
+                "error", f"{name} is set but empty: NCCL tries to open '' and communicator init fails", f"unset {name}"
+            )
         return Verdict("info", f"{name}={v}: NCCL loads this XML at init; it must exist on every node", "")
+
     return rule
 
 
@@ -328,9 +404,13 @@ def _flag(name: str, on_sev: str, on_text: str, fix: str = ""):
         if n == 1:
             return Verdict(on_sev, f"{name}=1: {on_text}", fix)
         if n is None and v.strip():
-            return Verdict("warning", f"{name}={v}: NCCL reads it as 0 (not a number), so it has no effect",
-                           f"write {name}=1 (or 0)")
+            return Verdict(
+                "warning",
+                f"{name}={v}: NCCL reads it as 0 (not a number), so it has no effect",
+                f"write {name}=1 (or 0)",
+            )
         return Verdict("info", f"{name}={v}: {'off' if n == 0 else 'non-1 value'}, no effect", "")
+
     return rule
 
 
@@ -350,15 +430,25 @@ RULES = {
     "NCCL_DEBUG": _debug,
     "NCCL_GRAPH_FILE": _path_file("NCCL_GRAPH_FILE"),
     "NCCL_TOPO_FILE": _path_file("NCCL_TOPO_FILE"),
-    "NCCL_P2P_DISABLE": _flag("NCCL_P2P_DISABLE", "warning", "P2P off, GPU-to-GPU traffic goes through host shared "
-                              "memory (correct, slower); the usual workaround for P2P hangs",
-                              "fix IOMMU/ACS on the host, then unset it"),
-    "NCCL_SHM_DISABLE": _flag("NCCL_SHM_DISABLE", "warning", "no shared-memory transport; without P2P, intra-node "
-                              "traffic falls back to the network transport", "unset it"),
-    "NCCL_IB_DISABLE": _flag("NCCL_IB_DISABLE", "info", "no InfiniBand; fine for single-node TP (multi-node falls back "
-                             "to sockets)"),
-    "NCCL_NVLS_ENABLE": lambda v, m, e: Verdict("info", f"NCCL_NVLS_ENABLE={v}: NVLink SHARP (multicast) "
-                                                f"{'off' if strtoll(v)[0] == 0 else 'allowed'}", ""),
+    "NCCL_P2P_DISABLE": _flag(
+        "NCCL_P2P_DISABLE",
+        "warning",
+        "P2P off, GPU-to-GPU traffic goes through host shared "
+        "memory (correct, slower); the usual workaround for P2P hangs",
+        "fix IOMMU/ACS on the host, then unset it",
+    ),
+    "NCCL_SHM_DISABLE": _flag(
+        "NCCL_SHM_DISABLE",
+        "warning",
+        "no shared-memory transport; without P2P, intra-node traffic falls back to the network transport",
+        "unset it",
+    ),
+    "NCCL_IB_DISABLE": _flag(
+        "NCCL_IB_DISABLE", "info", "no InfiniBand; fine for single-node TP (multi-node falls back to sockets)"
+    ),
+    "NCCL_NVLS_ENABLE": lambda v, m, e: Verdict(
+        "info", f"NCCL_NVLS_ENABLE={v}: NVLink SHARP (multicast) {'off' if strtoll(v)[0] == 0 else 'allowed'}", ""
+    ),
 }
 
 
@@ -371,13 +461,18 @@ def _judge(name: str, value: str, m: Machine, env: dict) -> Verdict:
         return Verdict("info", f"{name}={value}: {IMAGE_VARS[name]}", "")
     if name in RULES:
         return RULES[name](value, m, env)
-    short = name[len("NCCL_"):]
+    short = name[len("NCCL_") :]
     if short in KNOWN:
-        return Verdict("info", f"{name}={value}: read by NCCL {NCCL_VERSION_OF_LIST}; the kit does not validate its value", "")
+        return Verdict(
+            "info", f"{name}={value}: read by NCCL {NCCL_VERSION_OF_LIST}; the kit does not validate its value", ""
+        )
     close = difflib.get_close_matches(short, KNOWN, n=1, cutoff=0.8)
     if close:
-        return Verdict("warning", f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (silently ignored); did you mean "
-                       f"NCCL_{close[0]}?", f"rename it to NCCL_{close[0]}")
+        return Verdict(
+            "warning",
+            f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (silently ignored); did you mean NCCL_{close[0]}?",
+            f"rename it to NCCL_{close[0]}",
+        )
     return Verdict("info", f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (older NCCL, a plugin, or a typo)", "")
 
 
@@ -396,32 +491,57 @@ def _combined(env: dict, m: Machine) -> list[Finding]:
         usable = {"Ring": p_on, "Tree": p_on, "NVLS": p_on & {"Simple"} if nvls_ok else set()}
         paths = [(a, p) for a, ps in usable.items() if algo.get(a) for p in sorted(ps)]
         if not paths:
-            out.append(Finding(code="env.nccl_combo", severity="error",
-                               title="NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: "
-                                     "'No algorithm/protocol available'",
-                               evidence={"NCCL_PROTO": env.get("NCCL_PROTO"), "NCCL_ALGO": env.get("NCCL_ALGO")},
-                               fix="NVLS needs NVSwitch and Simple; PAT serves only AllGather/ReduceScatter; CollNet "
-                                   "and NVLSTree need several nodes — include Ring or Tree"))
+            out.append(
+                Finding(
+                    code="env.nccl_combo",
+                    severity="error",
+                    title="NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: "
+                    "'No algorithm/protocol available'",
+                    evidence={"NCCL_PROTO": env.get("NCCL_PROTO"), "NCCL_ALGO": env.get("NCCL_ALGO")},
+                    fix="NVLS needs NVSwitch and Simple; PAT serves only AllGather/ReduceScatter; CollNet "
+                    "and NVLSTree need several nodes — include Ring or Tree",
+                )
+            )
     lo = strtoll(env.get("NCCL_MIN_NCHANNELS", env.get("NCCL_MIN_NRINGS", "")))[0]
     hi = strtoll(env.get("NCCL_MAX_NCHANNELS", env.get("NCCL_MAX_NRINGS", "")))[0]
     if lo is not None and hi is not None and lo > hi:
-        out.append(Finding(code="env.nccl_combo", severity="warning",
-                           title=f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins",
-                           evidence={"min": lo, "max": hi}, fix="make MIN <= MAX"))
+        out.append(
+            Finding(
+                code="env.nccl_combo",
+                severity="warning",
+                title=f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins",
+                evidence={"min": lo, "max": hi},
+                fix="make MIN <= MAX",
+            )
+        )
     if strtoll(env.get("NCCL_P2P_DISABLE", ""))[0] == 1 and strtoll(env.get("NCCL_SHM_DISABLE", ""))[0] == 1:
-        out.append(Finding(code="env.nccl_combo", severity="warning",
-                           title="NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network "
-                                 "transport (very slow)", evidence={}, fix="keep SHM on"))
+        out.append(
+            Finding(
+                code="env.nccl_combo",
+                severity="warning",
+                title="NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network "
+                "transport (very slow)",
+                evidence={},
+                fix="keep SHM on",
+            )
+        )
     return out
 
 
-def nccl_findings(env: dict[str, str], facts: Optional[dict] = None, source: str = "environment") -> list[Finding]:
+def nccl_findings(env: dict[str, str], facts: dict | None = None, source: str = "environment") -> list[Finding]:
     """One `env.nccl_var` finding per NCCL_* variable in `env` (info when fine), plus `env.nccl_combo` ones."""
     m = machine_from_facts(facts)
     ncclenv = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     out = []
     for name in sorted(ncclenv):
         v = _judge(name, ncclenv[name], m, ncclenv)
-        out.append(Finding(code="env.nccl_var", severity=v.severity, title=v.title, fix=v.fix,
-                           evidence={"var": name, "value": ncclenv[name], "source": source, **v.evidence}))
+        out.append(
+            Finding(
+                code="env.nccl_var",
+                severity=v.severity,
+                title=v.title,
+                fix=v.fix,
+                evidence={"var": name, "value": ncclenv[name], "source": source, **v.evidence},
+            )
+        )
     return out + _combined(ncclenv, m)

@@ -20,6 +20,7 @@ The children run concurrently, so `python -m kit env` stays at about one torch i
 
     python -m kit.env.probe            # print this machine's facts as JSON
 """
+
 from __future__ import annotations
 
 import json
@@ -30,20 +31,46 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 SCHEMA = "kit.env.facts/1"
 
 # distributions whose versions the rules look at (first found name wins for aliases)
 PACKAGES = (
-    "torch", "triton", "sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python", "flashinfer",
-    "flash-attn", "flash_attn_3", "flash-attn-3", "flash-attn-4", "nvidia-cutlass-dsl", "transformers",
-    "safetensors", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-ml-py", "pynvml", "vllm",
-    "speculators", "specforge", "accelerate", "packaging",
+    "torch",
+    "triton",
+    "sglang",
+    "sgl-kernel",
+    "sglang-kernel",
+    "flashinfer-python",
+    "flashinfer",
+    "flash-attn",
+    "flash_attn_3",
+    "flash-attn-3",
+    "flash-attn-4",
+    "nvidia-cutlass-dsl",
+    "transformers",
+    "safetensors",
+    "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13",
+    "nvidia-ml-py",
+    "pynvml",
+    "vllm",
+    "speculators",
+    "specforge",
+    "accelerate",
+    "packaging",
 )
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASH_ATTN", "FLASHINFER_", "NVIDIA_", "PYTORCH_")
-NVML_P2P_STATUS = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED", 3: "IOH_TOPOLOGY_NOT_SUPPORTED",
-                   4: "DISABLED_BY_REGKEY", 5: "NOT_SUPPORTED", 6: "UNKNOWN"}
+NVML_P2P_STATUS = {
+    0: "OK",
+    1: "CHIPSET_NOT_SUPPORTED",
+    2: "GPU_NOT_SUPPORTED",
+    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
+    4: "DISABLED_BY_REGKEY",
+    5: "NOT_SUPPORTED",
+    6: "UNKNOWN",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,9 +86,18 @@ def _torch_child() -> dict[str, Any]:
         except Exception as e:  # not installed or broken install
             out["error"] = f"import torch: {type(e).__name__}: {e}"
             return out
-        out.update(version=torch.__version__, cuda=torch.version.cuda,
-                   hip=getattr(torch.version, "hip", None), arch_list=[], devices=[], smoke=[],
-                   nccl=None, p2p=None, cuda_available=False, device_count=0)
+        out.update(
+            version=torch.__version__,
+            cuda=torch.version.cuda,
+            hip=getattr(torch.version, "hip", None),
+            arch_list=[],
+            devices=[],
+            smoke=[],
+            nccl=None,
+            p2p=None,
+            cuda_available=False,
+            device_count=0,
+        )
         steps = []
         try:
             out["arch_list"] = list(torch.cuda.get_arch_list())
@@ -71,9 +107,15 @@ def _torch_child() -> dict[str, Any]:
                 torch.cuda.init()  # fires torch's lazy _check_capability/_check_cubins warnings here
             for i in range(n):
                 p = torch.cuda.get_device_properties(i)
-                out["devices"].append({"index": i, "name": p.name, "cc": list(torch.cuda.get_device_capability(i)),
-                                       "memory_bytes": int(p.total_memory),
-                                       "sm_count": getattr(p, "multi_processor_count", None)})
+                out["devices"].append(
+                    {
+                        "index": i,
+                        "name": p.name,
+                        "cc": list(torch.cuda.get_device_capability(i)),
+                        "memory_bytes": int(p.total_memory),
+                        "sm_count": getattr(p, "multi_processor_count", None),
+                    }
+                )
             steps.append("devices")
             if n:
                 try:
@@ -82,8 +124,9 @@ def _torch_child() -> dict[str, Any]:
                 except Exception as e:
                     out["nccl_error"] = f"{type(e).__name__}: {e}"
             if n > 1:
-                out["p2p"] = [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)]
-                              for i in range(n)]
+                out["p2p"] = [
+                    [i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)
+                ]
             for i in range(n):
                 try:
                     ok = (torch.ones(1, device=f"cuda:{i}") + 1).item() == 2.0
@@ -98,7 +141,7 @@ def _torch_child() -> dict[str, Any]:
     return out
 
 
-def _flash_attn_smoke(torch) -> Optional[dict[str, Any]]:
+def _flash_attn_smoke(torch) -> dict[str, Any] | None:
     """FA2 installed and built for this GPU? Import it and run one tiny fp16 call on cuda:0."""
     import importlib.util
 
@@ -116,8 +159,7 @@ def _flash_attn_smoke(torch) -> Optional[dict[str, Any]]:
 
 
 def _nvml_child() -> dict[str, Any]:
-    out: dict[str, Any] = {"ok": False, "error": None, "driver": None, "cuda_driver": None, "devices": [],
-                           "p2p": None}
+    out: dict[str, Any] = {"ok": False, "error": None, "driver": None, "cuda_driver": None, "devices": [], "p2p": None}
     try:
         import pynvml
     except Exception as e:
@@ -152,22 +194,39 @@ def _nvml_child() -> dict[str, Any]:
             if _try(pynvml.nvmlDeviceGetNvLinkState, h, link) == 1:
                 links += 1
         cc = _try(pynvml.nvmlDeviceGetCudaComputeCapability, h)
-        out["devices"].append({"index": i, "name": _s(_try(pynvml.nvmlDeviceGetName, h)),
-                               "cc": list(cc) if cc else None,
-                               "memory_bytes": int(mem.total) if mem else None,
-                               "power_limit_w": plim / 1000 if plim else None,
-                               "pci_bus_id": _s(pci.busId) if pci else None, "nvlinks_active": links})
+        out["devices"].append(
+            {
+                "index": i,
+                "name": _s(_try(pynvml.nvmlDeviceGetName, h)),
+                "cc": list(cc) if cc else None,
+                "memory_bytes": int(mem.total) if mem else None,
+                "power_limit_w": plim / 1000 if plim else None,
+                "pci_bus_id": _s(pci.busId) if pci else None,
+                "nvlinks_active": links,
+            }
+        )
     if n > 1:
-        caps = {"nvlink": "NVML_P2P_CAPS_INDEX_NVLINK", "read": "NVML_P2P_CAPS_INDEX_READ",
-                "write": "NVML_P2P_CAPS_INDEX_WRITE"}
+        caps = {
+            "nvlink": "NVML_P2P_CAPS_INDEX_NVLINK",
+            "read": "NVML_P2P_CAPS_INDEX_READ",
+            "write": "NVML_P2P_CAPS_INDEX_WRITE",
+        }
         out["p2p"] = {}
         for key, const in caps.items():
             idx = getattr(pynvml, const, None)
             if idx is None:
                 continue
-            out["p2p"][key] = [["X" if i == j else NVML_P2P_STATUS.get(_try(pynvml.nvmlDeviceGetP2PStatus,
-                                                                              handles[i], handles[j], idx), "UNKNOWN")
-                                for j in range(n)] for i in range(n)]
+            out["p2p"][key] = [
+                [
+                    "X"
+                    if i == j
+                    else NVML_P2P_STATUS.get(
+                        _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx), "UNKNOWN"
+                    )
+                    for j in range(n)
+                ]
+                for i in range(n)
+            ]
     out["ok"] = True
     _try(pynvml.nvmlShutdown)
     return out
@@ -178,7 +237,7 @@ def _nvml_child() -> dict[str, Any]:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def parse_topo(text: str) -> Optional[dict[str, Any]]:
+def parse_topo(text: str) -> dict[str, Any] | None:
     """`nvidia-smi topo -m` -> {"gpus": ["GPU0", ...], "matrix": [[cell]], "numa": [..]}; None if no GPU rows."""
     lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
     # the header is the first line naming GPU0 that is not itself a row (rows start at column 0)
@@ -196,7 +255,7 @@ def parse_topo(text: str) -> Optional[dict[str, Any]]:
         rest = m.group(2)
         cells = [c.strip() for c in rest.split("\t")] if "\t" in rest else rest.split()
         cells = [c for c in cells if c != ""]
-        matrix.append(cells[:len(gpus)])
+        matrix.append(cells[: len(gpus)])
         numa.append(cells[numa_col] if numa_col is not None and len(cells) > numa_col else None)
     if not matrix or any(len(r) != len(gpus) for r in matrix):
         return None
@@ -222,20 +281,33 @@ def parse_smi_query(text: str) -> list[dict[str, Any]]:
 
         cc = [int(p) for p in f[2].split(".")] if re.fullmatch(r"\d+\.\d+", f[2]) else None
         mem = num(f[3])
-        rows.append({"index": int(f[0]), "name": f[1], "cc": cc,
-                     "memory_bytes": int(mem * 2**20) if mem is not None else None,
-                     "power_limit_w": num(f[4]), "driver": f[5], "pci_bus_id": f[6]})
+        rows.append(
+            {
+                "index": int(f[0]),
+                "name": f[1],
+                "cc": cc,
+                "memory_bytes": int(mem * 2**20) if mem is not None else None,
+                "power_limit_w": num(f[4]),
+                "driver": f[5],
+                "pci_bus_id": f[6],
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------------------------------------
 # the probe
 def _child(part: str, timeout: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kit.env.probe", part], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kit.env.probe", part],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
-def _collect(proc: subprocess.Popen, timeout: float, name: str, errors: dict) -> Optional[dict]:
+def _collect(proc: subprocess.Popen, timeout: float, name: str, errors: dict) -> dict | None:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -253,7 +325,7 @@ def _collect(proc: subprocess.Popen, timeout: float, name: str, errors: dict) ->
         return None
 
 
-def _run(cmd: list[str], timeout: float) -> tuple[Optional[str], Optional[str]]:
+def _run(cmd: list[str], timeout: float) -> tuple[str | None, str | None]:
     if shutil.which(cmd[0]) is None:
         return None, f"{cmd[0]} not found"
     try:
@@ -265,7 +337,7 @@ def _run(cmd: list[str], timeout: float) -> tuple[Optional[str], Optional[str]]:
     return r.stdout, None
 
 
-def package_versions() -> tuple[dict[str, Optional[str]], dict[str, list[str]]]:
+def package_versions() -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """Installed versions of PACKAGES (None = absent) and sglang's declared requirements; one scan."""
     import importlib.metadata as md
 
@@ -273,8 +345,10 @@ def package_versions() -> tuple[dict[str, Optional[str]], dict[str, list[str]]]:
     for dist in md.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         found.setdefault(name, dist)
-    versions = {p: (found[p.lower().replace("_", "-")].version if p.lower().replace("_", "-") in found else None)
-                for p in PACKAGES}
+    versions = {
+        p: (found[p.lower().replace("_", "-")].version if p.lower().replace("_", "-") in found else None)
+        for p in PACKAGES
+    }
     requires = {}
     for p in ("sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python"):
         d = found.get(p)
@@ -284,8 +358,13 @@ def package_versions() -> tuple[dict[str, Optional[str]], dict[str, list[str]]]:
 
 
 def _system(errors: dict) -> dict[str, Any]:
-    s: dict[str, Any] = {"cmdline": None, "iommu_groups": None, "shm_bytes": None, "cpu_vendor": None,
-                         "cpu_model": None}
+    s: dict[str, Any] = {
+        "cmdline": None,
+        "iommu_groups": None,
+        "shm_bytes": None,
+        "cpu_vendor": None,
+        "cpu_model": None,
+    }
     try:
         s["cmdline"] = open("/proc/cmdline").read().strip()
     except OSError as e:
@@ -309,7 +388,7 @@ def _system(errors: dict) -> dict[str, Any]:
     return s
 
 
-def probe(timeout: float = 60.0, label: Optional[str] = None) -> dict[str, Any]:
+def probe(timeout: float = 60.0, label: str | None = None) -> dict[str, Any]:
     """Read this machine. Never raises for a missing GPU/tool: unknowns are None, reasons in 'errors'."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
@@ -328,17 +407,29 @@ def probe(timeout: float = 60.0, label: Optional[str] = None) -> dict[str, Any]:
         if f and f.get("error"):
             errors[name] = f["error"]
     return {
-        "schema": SCHEMA, "label": label or platform.node(),
+        "schema": SCHEMA,
+        "label": label or platform.node(),
         "probed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": {"os": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                 "cpu_vendor": system.pop("cpu_vendor"), "cpu_model": system.pop("cpu_model")},
-        "packages": versions, "requires": requires,
-        "torch": torch_f, "nvml": nvml_f,
-        "smi": {"gpus": parse_smi_query(query_text) if query_text else [],
-                "topo": parse_topo(topo_text) if topo_text else None, "topo_raw": topo_text},
+        "host": {
+            "os": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "cpu_vendor": system.pop("cpu_vendor"),
+            "cpu_model": system.pop("cpu_model"),
+        },
+        "packages": versions,
+        "requires": requires,
+        "torch": torch_f,
+        "nvml": nvml_f,
+        "smi": {
+            "gpus": parse_smi_query(query_text) if query_text else [],
+            "topo": parse_topo(topo_text) if topo_text else None,
+            "topo_raw": topo_text,
+        },
         "system": system,
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-        "errors": errors, "probe_s": round(time.perf_counter() - t0, 2),
+        "errors": errors,
+        "probe_s": round(time.perf_counter() - t0, 2),
     }
 
 
@@ -366,14 +457,20 @@ def gpu_list(facts: dict) -> list[dict[str, Any]]:
         s = sv[i] if i < len(sv) and not masked else {}
         cc = d.get("cc") or t.get("cc") or s.get("cc")
         mem = d.get("memory_bytes") or t.get("memory_bytes") or s.get("memory_bytes")
-        out.append({"index": d.get("index", i), "name": d.get("name") or t.get("name") or s.get("name"),
-                    "cc": tuple(cc) if cc else None, "memory_mib": round(mem / 2**20) if mem else None,
-                    "power_limit_w": d.get("power_limit_w") or s.get("power_limit_w"),
-                    "nvlinks_active": d.get("nvlinks_active")})
+        out.append(
+            {
+                "index": d.get("index", i),
+                "name": d.get("name") or t.get("name") or s.get("name"),
+                "cc": tuple(cc) if cc else None,
+                "memory_mib": round(mem / 2**20) if mem else None,
+                "power_limit_w": d.get("power_limit_w") or s.get("power_limit_w"),
+                "nvlinks_active": d.get("nvlinks_active"),
+            }
+        )
     return out
 
 
-def driver_version(facts: dict) -> Optional[str]:
+def driver_version(facts: dict) -> str | None:
     nv = facts.get("nvml") or {}
     sv = (facts.get("smi") or {}).get("gpus") or []
     return nv.get("driver") or (sv[0].get("driver") if sv else None)
@@ -383,7 +480,7 @@ def driver_version(facts: dict) -> Optional[str]:
 SMI_TO_NCCL_PATH = {"PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS"}
 
 
-def topo_pairs(facts: dict) -> Optional[dict[str, list[tuple[int, int]]]]:
+def topo_pairs(facts: dict) -> dict[str, list[tuple[int, int]]] | None:
     """GPU pairs (i<j) grouped by `nvidia-smi topo -m` cell class: 'NV' (any NV#), PIX, PXB, PHB, NODE, SYS."""
     topo = (facts.get("smi") or {}).get("topo")
     if not topo:
@@ -398,7 +495,7 @@ def topo_pairs(facts: dict) -> Optional[dict[str, list[tuple[int, int]]]]:
     return pairs
 
 
-def full_nvlink(facts: dict) -> Optional[bool]:
+def full_nvlink(facts: dict) -> bool | None:
     """SGLang's test (custom_all_reduce_utils.is_full_nvlink): NVML NVLINK P2P status OK for every pair."""
     p2p = ((facts.get("nvml") or {}).get("p2p") or {}).get("nvlink")
     if p2p:

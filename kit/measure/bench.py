@@ -27,6 +27,7 @@ only requests in flight; rerunning the same command resumes and skips completed 
 Python: `result = run_bench(BenchConfig(url=..., ...))`; `result.report`, `result.table()`.
 Exit status: 0 ok, 1 error findings (failed requests, wiring fault), 2 cannot run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,12 +40,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
+from kit.findings import Finding, KitInputError, Report, emit
 from kit.measure import metrics as km
 from kit.measure.client import flush_cache, get_json, log_accept_lengths, probe_server, send_one, snapshot_metrics
-from kit.findings import Finding, KitInputError, Report, emit
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = ("sglang", "completions", "chat")
@@ -52,27 +53,53 @@ APIS = ("sglang", "completions", "chat")
 
 @dataclass
 class BenchConfig:
-    url: Optional[str] = field(default=None, metadata={"help": "speculative server base URL, e.g. http://127.0.0.1:30000"})
-    baseline_url: Optional[str] = field(default=None, metadata={"help": "baseline (no speculation) server base URL, same model"})
-    api: str = field(default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS})
-    prompts: str = field(default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"})
-    num_prompts: int = field(default=8, metadata={"help": "measured requests per run (prompts repeat if fewer); 0 = all prompts once"})
+    url: str | None = field(default=None, metadata={"help": "speculative server base URL, e.g. http://127.0.0.1:30000"})
+    baseline_url: str | None = field(
+        default=None, metadata={"help": "baseline (no speculation) server base URL, same model"}
+    )
+    api: str = field(
+        default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS}
+    )
+    prompts: str = field(
+        default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"}
+    )
+    num_prompts: int = field(
+        default=8, metadata={"help": "measured requests per run (prompts repeat if fewer); 0 = all prompts once"}
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "tokens to generate per request"})
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy, as SGLang's EAGLE benchmarks)"})
+    temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature (0 = greedy, as SGLang's EAGLE benchmarks)"}
+    )
     ignore_eos: bool = field(default=False, metadata={"help": "ask the server to ignore EOS (fixed output length)"})
     concurrency: int = field(default=4, metadata={"help": "requests in flight at once"})
     warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
     repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
     stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
-    flush_cache: bool = field(default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"})
-    chat_template: Optional[str] = field(default=None, metadata={"help": "tokenizer dir (or 'embedded') to render prompts with its chat template for /generate and /v1/completions"})
-    model: Optional[str] = field(default=None, metadata={"help": "model name for OpenAI endpoints (default: first of /v1/models)"})
+    flush_cache: bool = field(
+        default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"}
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata={
+            "help": "tokenizer dir (or 'embedded') to render prompts with its chat template for /generate and /v1/completions"
+        },
+    )
+    model: str | None = field(
+        default=None, metadata={"help": "model name for OpenAI endpoints (default: first of /v1/models)"}
+    )
     label: str = field(default="spec", metadata={"help": "label of the --url arm"})
     baseline_label: str = field(default="baseline", metadata={"help": "label of the --baseline-url arm"})
-    log_path: Optional[str] = field(default=None, metadata={"help": "server log file; decode lines written during each run become an acceptance source"})
-    expected_accept_length: Optional[float] = field(default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"})
+    log_path: str | None = field(
+        default=None,
+        metadata={"help": "server log file; decode lines written during each run become an acceptance source"},
+    )
+    expected_accept_length: float | None = field(
+        default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"}
+    )
     timeout_s: float = field(default=600.0, metadata={"help": "per-request timeout"})
-    out_dir: str = field(default="runs/bench", metadata={"help": "directory for records.jsonl, runs.jsonl, summary.json"})
+    out_dir: str = field(
+        default="runs/bench", metadata={"help": "directory for records.jsonl, runs.jsonl, summary.json"}
+    )
     progress: bool = field(default=True, metadata={"help": "tqdm progress bars"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
@@ -97,6 +124,7 @@ class BenchConfig:
 # ---------------------------------------------------------------------------------------------
 # prompts
 # ---------------------------------------------------------------------------------------------
+
 
 def load_prompts(spec: str) -> list[dict]:
     """[{"id", "kind", "text"}] from kit.prompts (built-in set or a user JSONL)."""
@@ -125,11 +153,12 @@ def load_prompts(spec: str) -> list[dict]:
 def request_list(prompts: list[dict], n: int) -> list[dict]:
     """n requests cycling over the prompts; request ids stay stable across reruns (resume key)."""
     n = n or len(prompts)
-    return [{**prompts[i % len(prompts)], "rid": f"{prompts[i % len(prompts)]['id']}#{i // len(prompts)}"}
-            for i in range(n)]
+    return [
+        {**prompts[i % len(prompts)], "rid": f"{prompts[i % len(prompts)]['id']}#{i // len(prompts)}"} for i in range(n)
+    ]
 
 
-def _chat_renderer(tok_dir: Optional[str]):
+def _chat_renderer(tok_dir: str | None):
     if not tok_dir:
         return None
     from transformers import AutoTokenizer
@@ -137,13 +166,15 @@ def _chat_renderer(tok_dir: Optional[str]):
     from kit.models import resolve_target
 
     tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
-    return lambda text: tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                add_generation_prompt=True)
+    return lambda text: tok.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # records file (append-only, resumable)
 # ---------------------------------------------------------------------------------------------
+
 
 class RecordLog:
     """Append-only JSONL; each line is flushed when written so a crash loses nothing written."""
@@ -172,16 +203,21 @@ class RecordLog:
 
 
 def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
-    return {r["rid"] for r in records if r.get("label") == label and r.get("repeat") == repeat
-            and r.get("ok") and not r.get("warmup")}
+    return {
+        r["rid"]
+        for r in records
+        if r.get("label") == label and r.get("repeat") == repeat and r.get("ok") and not r.get("warmup")
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # running an arm
 # ---------------------------------------------------------------------------------------------
 
-async def _run_requests(client, base, api, reqs, cfg, model, log: RecordLog, tags: dict,
-                        desc: str, render, extra: Optional[dict]) -> list[dict]:
+
+async def _run_requests(
+    client, base, api, reqs, cfg, model, log: RecordLog, tags: dict, desc: str, render, extra: dict | None
+) -> list[dict]:
     from tqdm.auto import tqdm
 
     sem = asyncio.Semaphore(cfg.concurrency)
@@ -204,8 +240,18 @@ async def _run_requests(client, base, api, reqs, cfg, model, log: RecordLog, tag
     return out
 
 
-async def run_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig,
-                  log: RecordLog, runs: RecordLog, done: set[str], render=None) -> Optional[dict]:
+async def run_arm(
+    client,
+    label: str,
+    base: str,
+    repeat: int,
+    reqs: list[dict],
+    cfg: BenchConfig,
+    log: RecordLog,
+    runs: RecordLog,
+    done: set[str],
+    render=None,
+) -> dict | None:
     """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record."""
     todo = [r for r in reqs if r["rid"] not in done]
     if not todo:
@@ -220,17 +266,39 @@ async def run_arm(client, label: str, base: str, repeat: int, reqs: list[dict], 
         await flush_cache(client, base)
     if cfg.warmup:
         warm = [{**reqs[i % len(reqs)], "rid": f"warmup{i}"} for i in range(cfg.warmup)]
-        await _run_requests(client, base, api, warm, cfg, model, log, {**tags, "warmup": True},
-                            f"{label}#{repeat} warmup", render, extra)
+        await _run_requests(
+            client,
+            base,
+            api,
+            warm,
+            cfg,
+            model,
+            log,
+            {**tags, "warmup": True},
+            f"{label}#{repeat} warmup",
+            render,
+            extra,
+        )
     flushed = await flush_cache(client, base) if cfg.flush_cache else False
     log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
     m0 = await snapshot_metrics(client, base)
     t0 = time.time()
     await _run_requests(client, base, api, todo, cfg, model, log, tags, f"{label}#{repeat}", render, extra)
-    info = {**tags, "url": base, "api": api, "model": model, "t_start": t0, "t_end": time.time(),
-            "requests": len(todo), "resumed": bool(done), "flushed": flushed, "sglang": probe["sglang"],
-            "metrics_before": m0, "metrics_after": await snapshot_metrics(client, base),
-            "server_info_after": (await get_json(client, base + "/server_info")) if probe["sglang"] else None}
+    info = {
+        **tags,
+        "url": base,
+        "api": api,
+        "model": model,
+        "t_start": t0,
+        "t_end": time.time(),
+        "requests": len(todo),
+        "resumed": bool(done),
+        "flushed": flushed,
+        "sglang": probe["sglang"],
+        "metrics_before": m0,
+        "metrics_after": await snapshot_metrics(client, base),
+        "server_info_after": (await get_json(client, base + "/server_info")) if probe["sglang"] else None,
+    }
     if log_off is not None:
         with open(cfg.log_path, "rb") as f:
             f.seek(log_off)
@@ -252,6 +320,7 @@ def _run_sync(coro):
             box["v"] = asyncio.run(coro)
         except BaseException as e:  # re-raised in the caller's thread
             box["e"] = e
+
     t = threading.Thread(target=target)
     t.start()
     t.join()
@@ -260,7 +329,7 @@ def _run_sync(coro):
     return box["v"]
 
 
-async def _bench(cfg: BenchConfig, out: Path, prompts: Optional[list[dict]] = None) -> None:
+async def _bench(cfg: BenchConfig, out: Path, prompts: list[dict] | None = None) -> None:
     import httpx
 
     reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
@@ -271,13 +340,15 @@ async def _bench(cfg: BenchConfig, out: Path, prompts: Optional[list[dict]] = No
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
         for repeat in range(cfg.repeats):
             for label, base in cfg.arms():
-                await run_arm(client, label, base, repeat, reqs, cfg, log, runs,
-                              completed_ids(existing, label, repeat), render)
+                await run_arm(
+                    client, label, base, repeat, reqs, cfg, log, runs, completed_ids(existing, label, repeat), render
+                )
 
 
 # ---------------------------------------------------------------------------------------------
 # results
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class BenchResult:
@@ -294,8 +365,13 @@ class BenchResult:
         return pd.DataFrame(self.summary["runs"])
 
 
-def analyze(records: list[dict], runs: list[dict], baseline_label: str = "baseline",
-            expected_accept_length: Optional[float] = None, static_findings=()) -> tuple[dict, Report]:
+def analyze(
+    records: list[dict],
+    runs: list[dict],
+    baseline_label: str = "baseline",
+    expected_accept_length: float | None = None,
+    static_findings=(),
+) -> tuple[dict, Report]:
     """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
     report = Report()
     labels = list(dict.fromkeys(r["label"] for r in records if "label" in r))
@@ -317,34 +393,63 @@ def analyze(records: list[dict], runs: list[dict], baseline_label: str = "baseli
         per_label[label] = agg
         failed = [r for r in lrec if not r.get("ok") and not r.get("warmup")]
         if failed:
-            report.add(Finding(code="bench.request_errors", severity="error",
-                               title=f"{label}: {len(failed)} request(s) failed",
-                               evidence={"first_error": failed[0].get("error"), "count": len(failed)},
-                               fix="read the server log; rerun the same command to retry only the failed requests"))
+            report.add(
+                Finding(
+                    code="bench.request_errors",
+                    severity="error",
+                    title=f"{label}: {len(failed)} request(s) failed",
+                    evidence={"first_error": failed[0].get("error"), "count": len(failed)},
+                    fix="read the server log; rerun the same command to retry only the failed requests",
+                )
+            )
         ok = km.measured(lrec)
-        mism = [r for r in ok if r.get("completion_tokens") is not None and r.get("client_tokens")
-                and r["api"] != "sglang" and r.get("chunk_tok") and len(r["chunk_tok"]) > 1
-                and r["client_tokens"] != r["completion_tokens"]]
+        mism = [
+            r
+            for r in ok
+            if r.get("completion_tokens") is not None
+            and r.get("client_tokens")
+            and r["api"] != "sglang"
+            and r.get("chunk_tok")
+            and len(r["chunk_tok"]) > 1
+            and r["client_tokens"] != r["completion_tokens"]
+        ]
         if mism:
-            report.add(Finding(code="bench.token_count_mismatch", severity="info",
-                               title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
-                               evidence={"example_client": mism[0]["client_tokens"],
-                                         "example_server": mism[0]["completion_tokens"]},
-                               fix="expected when the server packs several tokens per chunk (speculative "
-                                   "decoding); totals use the server's count, ITL spreads chunk gaps per token"))
+            report.add(
+                Finding(
+                    code="bench.token_count_mismatch",
+                    severity="info",
+                    title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
+                    evidence={
+                        "example_client": mism[0]["client_tokens"],
+                        "example_server": mism[0]["completion_tokens"],
+                    },
+                    fix="expected when the server packs several tokens per chunk (speculative "
+                    "decoding); totals use the server's count, ITL spreads chunk gaps per token",
+                )
+            )
         has_spec = agg.get("accept_requests_with_spec", 0) > 0
         if label == baseline_label and has_spec:
-            report.add(Finding(code="bench.baseline_is_speculative", severity="warning",
-                               title=f"{label}: the baseline server reports speculative fields",
-                               evidence={"accept_length": agg.get("accept_length")},
-                               fix="launch the baseline without --speculative-algorithm; otherwise the "
-                                   "speedup compares speculation with itself"))
+            report.add(
+                Finding(
+                    code="bench.baseline_is_speculative",
+                    severity="warning",
+                    title=f"{label}: the baseline server reports speculative fields",
+                    evidence={"accept_length": agg.get("accept_length")},
+                    fix="launch the baseline without --speculative-algorithm; otherwise the "
+                    "speedup compares speculation with itself",
+                )
+            )
         if label != baseline_label and not has_spec and ok:
-            report.add(Finding(code="bench.no_acceptance", severity="warning",
-                               title=f"{label}: no request reported acceptance (spec_verify_ct)",
-                               evidence={"api": ok[0]["api"], "requests": len(ok)},
-                               fix="use --api sglang (/generate meta_info) or an SGLang with "
-                                   "return_spec_tokens_details; check the server runs with speculation"))
+            report.add(
+                Finding(
+                    code="bench.no_acceptance",
+                    severity="warning",
+                    title=f"{label}: no request reported acceptance (spec_verify_ct)",
+                    evidence={"api": ok[0]["api"], "requests": len(ok)},
+                    fix="use --api sglang (/generate meta_info) or an SGLang with "
+                    "return_spec_tokens_details; check the server runs with speculation",
+                )
+            )
     summary: dict[str, Any] = {"runs": rows, "labels": per_label}
     if baseline_label in per_label:
         for label in labels:
@@ -358,15 +463,22 @@ def analyze(records: list[dict], runs: list[dict], baseline_label: str = "baseli
         from kit.measure.verdict import verdict
 
         for lab in spec_labels:
-            report.extend(verdict(per_label[lab]["accept_length"], expected_accept_length,
-                                  static_findings, label=lab))
-    report.facts = jsonable({"bench": {lab: {k: per_label[lab].get(k) for k in
-                                    ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")}
-                              for lab in labels}})
+            report.extend(verdict(per_label[lab]["accept_length"], expected_accept_length, static_findings, label=lab))
+    report.facts = jsonable(
+        {
+            "bench": {
+                lab: {
+                    k: per_label[lab].get(k)
+                    for k in ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")
+                }
+                for lab in labels
+            }
+        }
+    )
     return summary, report
 
 
-def run_bench(cfg: BenchConfig, static_findings=(), prompts: Optional[list[dict]] = None) -> BenchResult:
+def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None = None) -> BenchResult:
     """Run every arm x repeat (resuming what `out_dir` already holds) and score it.
 
     `prompts` ([{"id", "kind", "text"}]) overrides `cfg.prompts`; `static_findings` (kit doctor's)
@@ -377,8 +489,9 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: Optional[list[dict]
     return load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
 
 
-def load_result(out_dir, baseline_label: str = "baseline", expected_accept_length: Optional[float] = None,
-                static_findings=()) -> BenchResult:
+def load_result(
+    out_dir, baseline_label: str = "baseline", expected_accept_length: float | None = None, static_findings=()
+) -> BenchResult:
     """Re-score a bench directory from its JSONL files (no server needed)."""
     out = Path(out_dir)
     records, runs = RecordLog(out / "records.jsonl").read(), RecordLog(out / "runs.jsonl").read()
@@ -411,11 +524,25 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(BenchConfig, args)
     res = run_bench(cfg)
     if not cfg.json:
-        cols = ["label", "repeat", "requests", "failed", "output_tok_s", "req_s", "ttft_p50_s", "itl_p50_s",
-                "itl_p99_s", "e2e_p50_s", "accept_length", "accept_rate"]
+        cols = [
+            "label",
+            "repeat",
+            "requests",
+            "failed",
+            "output_tok_s",
+            "req_s",
+            "ttft_p50_s",
+            "itl_p50_s",
+            "itl_p99_s",
+            "e2e_p50_s",
+            "accept_length",
+            "accept_rate",
+        ]
         t = res.table()
         print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         for lab, ci in res.summary.get("speedup", {}).items():
-            print(f"speedup {lab}: {ci['speedup']:.3f}x  t-CI [{ci['t_low']:.3f}, {ci['t_high']:.3f}]"
-                  f"  bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]")
+            print(
+                f"speedup {lab}: {ci['speedup']:.3f}x  t-CI [{ci['t_low']:.3f}, {ci['t_high']:.3f}]"
+                f"  bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]"
+            )
     return emit(res.report, cfg.json)

@@ -14,25 +14,32 @@ and the server's `usage` (when sent) is kept beside it.
 
 `opts` is anything with max_new_tokens, temperature, ignore_eos, stream (kit.measure.bench.BenchConfig).
 """
+
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional
+from typing import Any
 
 from kit.measure import metrics as km
+
 # ---------------------------------------------------------------------------------------------
 # one request
 # ---------------------------------------------------------------------------------------------
 
-def build_payload(api: str, text: str, cfg: Any, model: Optional[str]) -> tuple[str, dict]:
+
+def build_payload(api: str, text: str, cfg: Any, model: str | None) -> tuple[str, dict]:
     if api == "sglang":
         sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
         if cfg.ignore_eos:
             sp["ignore_eos"] = True
         return "/generate", {"text": text, "sampling_params": sp, "stream": cfg.stream}
-    body: dict[str, Any] = {"model": model or "default", "max_tokens": cfg.max_new_tokens,
-                            "temperature": cfg.temperature, "stream": cfg.stream}
+    body: dict[str, Any] = {
+        "model": model or "default",
+        "max_tokens": cfg.max_new_tokens,
+        "temperature": cfg.temperature,
+        "stream": cfg.stream,
+    }
     if cfg.stream:
         body["stream_options"] = {"include_usage": True}
     if cfg.ignore_eos:
@@ -58,15 +65,27 @@ def _openai_spec(obj: dict) -> dict:
     return km.spec_fields(det)
 
 
-async def send_one(client, base: str, api: str, text: str, cfg: Any,
-                   model: Optional[str], extra: Optional[dict] = None) -> dict:
+async def send_one(
+    client, base: str, api: str, text: str, cfg: Any, model: str | None, extra: dict | None = None
+) -> dict:
     """Send one request; return its record (never raises for server/network errors)."""
     path, body = build_payload(api, text, cfg, model)
     if extra:
         body.update(extra)
-    rec: dict[str, Any] = {"api": api, "t_start": time.time(), "ok": False, "error": None,
-                           "ttft": None, "chunk_t": [], "chunk_tok": [], "completion_tokens": None,
-                           "prompt_tokens": None, "client_tokens": 0, "spec": {}, "finish_reason": None}
+    rec: dict[str, Any] = {
+        "api": api,
+        "t_start": time.time(),
+        "ok": False,
+        "error": None,
+        "ttft": None,
+        "chunk_t": [],
+        "chunk_tok": [],
+        "completion_tokens": None,
+        "prompt_tokens": None,
+        "client_tokens": 0,
+        "spec": {},
+        "finish_reason": None,
+    }
     t0 = time.perf_counter()
     try:
         if cfg.stream:
@@ -98,7 +117,7 @@ def _absorb_final(obj: dict, api: str, rec: dict) -> None:
     if usage.get("completion_tokens") is not None:
         rec["completion_tokens"] = usage["completion_tokens"]
         rec["prompt_tokens"] = usage.get("prompt_tokens")
-    ch = (obj.get("choices") or [{}])
+    ch = obj.get("choices") or [{}]
     if ch and ch[0].get("finish_reason"):
         rec["finish_reason"] = ch[0]["finish_reason"]
     rec["spec"] = _openai_spec(obj) or rec["spec"]
@@ -139,7 +158,8 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) 
 # server probing and snapshots
 # ---------------------------------------------------------------------------------------------
 
-async def get_json(client, url: str) -> Optional[dict]:
+
+async def get_json(client, url: str) -> dict | None:
     try:
         r = await client.get(url)
         return r.json() if r.status_code == 200 else None
@@ -154,11 +174,15 @@ async def probe_server(client, base: str) -> dict[str, Any]:
     model = None
     if models and models.get("data"):
         model = models["data"][0].get("id")
-    return {"sglang": info is not None, "server_info": info, "model": model,
-            "metrics": await snapshot_metrics(client, base) is not None}
+    return {
+        "sglang": info is not None,
+        "server_info": info,
+        "model": model,
+        "metrics": await snapshot_metrics(client, base) is not None,
+    }
 
 
-async def snapshot_metrics(client, base: str) -> Optional[dict[str, float]]:
+async def snapshot_metrics(client, base: str) -> dict[str, float] | None:
     try:
         r = await client.get(base + "/metrics")
     except Exception:  # no /metrics (not launched with --enable-metrics)
@@ -181,10 +205,9 @@ async def flush_cache(client, base: str) -> bool:
     return False
 
 
-def log_accept_lengths(text: str) -> Optional[list[float]]:
+def log_accept_lengths(text: str) -> list[float] | None:
     """Accept lengths of the SGLang decode log lines in `text`, parsed by kit.serving.logs (None if absent)."""
     from kit.serving import logs
 
     rows = logs.parse_lines(text.splitlines())
-    return [r["accept_len"] for r in rows
-            if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]
+    return [r["accept_len"] for r in rows if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]

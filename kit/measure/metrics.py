@@ -24,13 +24,15 @@ three numbers and no way to know which to trust; this says which ones agree.
 
     from kit.measure.metrics import summarize, acceptance_sources, reconcile_acceptance, speedup_ci
 """
+
 from __future__ import annotations
 
 import math
 import random
 import re
 import statistics
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kit.findings import Finding
 
@@ -49,7 +51,7 @@ _SPEC_ALIASES = {
 }
 
 
-def spec_fields(meta: Optional[dict]) -> dict[str, Any]:
+def spec_fields(meta: dict | None) -> dict[str, Any]:
     """Normalise the speculative fields of a `meta_info` / `spec_tokens_details` dict.
 
     Returns {} when the server reported none (no speculation, or an endpoint that drops them)."""
@@ -67,6 +69,7 @@ def spec_fields(meta: Optional[dict]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # basic statistics
 # ---------------------------------------------------------------------------------------------
+
 
 def percentile(xs: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method), q in [0, 100]; nan when empty."""
@@ -105,6 +108,7 @@ def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
 # per-request derived values
 # ---------------------------------------------------------------------------------------------
 
+
 def output_tokens(rec: dict) -> int:
     """Server-reported completion tokens when present, else what the client counted."""
     n = rec.get("completion_tokens")
@@ -127,15 +131,15 @@ def itls(rec: dict) -> list[float]:
     return out
 
 
-def measured(records: Iterable[dict], label: Optional[str] = None) -> list[dict]:
+def measured(records: Iterable[dict], label: str | None = None) -> list[dict]:
     """Records that count: successful, not warmup, optionally of one run label."""
-    return [r for r in records if r.get("ok") and not r.get("warmup")
-            and (label is None or r.get("label") == label)]
+    return [r for r in records if r.get("ok") and not r.get("warmup") and (label is None or r.get("label") == label)]
 
 
 # ---------------------------------------------------------------------------------------------
 # summaries
 # ---------------------------------------------------------------------------------------------
+
 
 def summarize(records: Iterable[dict]) -> dict[str, Any]:
     """Throughput, latency and acceptance of one set of records (typically one label+repeat)."""
@@ -147,10 +151,15 @@ def summarize(records: Iterable[dict]) -> dict[str, Any]:
     ttft = [r["ttft"] for r in recs if r.get("ttft") is not None]
     e2e = [r["e2e"] for r in recs]
     itl = [x for r in recs for x in itls(r)]
-    tpot = [(r["e2e"] - r["ttft"]) / (output_tokens(r) - 1) for r in recs
-            if r.get("ttft") is not None and output_tokens(r) > 1]
+    tpot = [
+        (r["e2e"] - r["ttft"]) / (output_tokens(r) - 1)
+        for r in recs
+        if r.get("ttft") is not None and output_tokens(r) > 1
+    ]
     out: dict[str, Any] = {
-        "requests": len(recs), "failed": len(failed), "output_tokens": sum(toks),
+        "requests": len(recs),
+        "failed": len(failed),
+        "output_tokens": sum(toks),
         "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in recs),
         "duration_s": dur,
         "output_tok_s": sum(toks) / dur if dur > 0 else math.nan,
@@ -191,7 +200,7 @@ def acceptance_from_records(recs: Sequence[dict]) -> dict[str, Any]:
     return out
 
 
-def merge_histograms(hists: Iterable[Optional[Sequence[int]]]) -> list[int]:
+def merge_histograms(hists: Iterable[Sequence[int] | None]) -> list[int]:
     """Element-wise sum of per-request correct-drafts histograms (bucket k = k drafts accepted)."""
     out: list[int] = []
     for h in hists:
@@ -215,7 +224,7 @@ def per_position_acceptance(hist: Sequence[int]) -> list[float]:
     return [sum(hist[i:]) / total for i in range(1, len(hist))]
 
 
-def stream_accept_length(recs: Sequence[dict]) -> Optional[float]:
+def stream_accept_length(recs: Sequence[dict]) -> float | None:
     """Client-side AL: mean tokens per streamed chunk after the first (the first holds the
     prefill token). Meaningful only for /generate streams where chunks carry exact token
     counts; over-estimates if the server coalesces chunks for a slow reader."""
@@ -245,12 +254,14 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def metrics_delta_accept_length(before: Optional[dict], after: Optional[dict]) -> Optional[float]:
+def metrics_delta_accept_length(before: dict | None, after: dict | None) -> float | None:
     """AL over one run from SGLang's lifetime counters (generation tokens / verify calls)."""
     if not before or not after:
         return None
+
     def get(d, base):
         return d.get(base + "_total", d.get(base))
+
     g0, g1 = get(before, "sglang:generation_tokens"), get(after, "sglang:generation_tokens")
     v0, v1 = get(before, "sglang:spec_verify_calls"), get(after, "sglang:spec_verify_calls")
     if None in (g0, g1, v0, v1) or v1 - v0 <= 0:
@@ -258,7 +269,7 @@ def metrics_delta_accept_length(before: Optional[dict], after: Optional[dict]) -
     return (g1 - g0) / (v1 - v0)
 
 
-def server_info_accept_length(info: Optional[dict]) -> Optional[float]:
+def server_info_accept_length(info: dict | None) -> float | None:
     """`avg_spec_accept_length` of /server_info (lifetime, accumulated at decode-log intervals)."""
     if not info:
         return None
@@ -290,7 +301,7 @@ def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     return out
 
 
-def acceptance_sources(records: Sequence[dict], run_info: Optional[dict] = None) -> dict[str, dict]:
+def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) -> dict[str, dict]:
     """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
@@ -308,11 +319,18 @@ def acceptance_sources(records: Sequence[dict], run_info: Optional[dict] = None)
     put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct", None)
     put("meta_req_mean", acc.get("length_req_mean"), "run, mean per request", None)
     put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
-    put("metrics_delta", metrics_delta_accept_length(run_info.get("metrics_before"),
-                                                     run_info.get("metrics_after")),
-        "run, /metrics counter deltas", "meta")
-    put("server_info", server_info_accept_length(run_info.get("server_info_after")),
-        "server lifetime (includes warmup and earlier runs)", "meta_decode")
+    put(
+        "metrics_delta",
+        metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after")),
+        "run, /metrics counter deltas",
+        "meta",
+    )
+    put(
+        "server_info",
+        server_info_accept_length(run_info.get("server_info_after")),
+        "server lifetime (includes warmup and earlier runs)",
+        "meta_decode",
+    )
     logs = run_info.get("log_accept_lengths") or []
     put("log", _mean(logs) if logs else None, f"decode log lines ({len(logs)})", "meta_decode")
     put("stream", stream_accept_length(recs), "client, tokens per streamed chunk", "meta_decode")
@@ -323,8 +341,9 @@ def acceptance_sources(records: Sequence[dict], run_info: Optional[dict] = None)
 TOLERANCE = {"meta_field": 0.02, "metrics_delta": 0.05, "server_info": 0.15, "log": 0.15, "stream": 0.15}
 
 
-def reconcile_acceptance(sources: dict[str, dict], label: str = "",
-                         tolerance: Optional[dict[str, float]] = None) -> list[Finding]:
+def reconcile_acceptance(
+    sources: dict[str, dict], label: str = "", tolerance: dict[str, float] | None = None
+) -> list[Finding]:
     """`bench.accept_mismatch` for each source that disagrees with the per-request value."""
     tol = {**TOLERANCE, **(tolerance or {})}
     out = []
@@ -335,17 +354,26 @@ def reconcile_acceptance(sources: dict[str, dict], label: str = "",
         a, b = s["value"], sources[ref]["value"]
         rel = abs(a - b) / max(abs(b), 1e-9)
         if rel > tol.get(name, 0.1):
-            out.append(Finding(
-                code="bench.accept_mismatch", severity="warning",
-                title=f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
-                      f"with {ref} ({b:.3f}) by {rel:.0%}",
-                evidence={"source": name, "scope": s["scope"], "value": round(a, 4),
-                          "reference": ref, "reference_value": round(b, 4),
-                          "all_sources": {k: round(v["value"], 4) for k, v in sources.items()}},
-                fix="trust the per-request meta_info value for this run; cumulative sources "
+            out.append(
+                Finding(
+                    code="bench.accept_mismatch",
+                    severity="warning",
+                    title=f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
+                    f"with {ref} ({b:.3f}) by {rel:.0%}",
+                    evidence={
+                        "source": name,
+                        "scope": s["scope"],
+                        "value": round(a, 4),
+                        "reference": ref,
+                        "reference_value": round(b, 4),
+                        "all_sources": {k: round(v["value"], 4) for k, v in sources.items()},
+                    },
+                    fix="trust the per-request meta_info value for this run; cumulative sources "
                     "(server_info, gauges) need a fresh server per configuration, log lines need "
                     "enough decode steps (--decode-log-interval), and a stream source assumes "
-                    "--stream-interval 1"))
+                    "--stream-interval 1",
+                )
+            )
     return out
 
 
@@ -353,16 +381,19 @@ def reconcile_acceptance(sources: dict[str, dict], label: str = "",
 # speedup with a confidence interval from repeated runs
 # ---------------------------------------------------------------------------------------------
 
+
 def _t_quantile(p: float, df: float) -> float:
     try:
         from scipy import stats
+
         return float(stats.t.ppf(p, df))
     except ImportError:  # normal approximation; only hit without scipy
         return statistics.NormalDist().inv_cdf(p)
 
 
-def speedup_ci(baseline: Sequence[float], spec: Sequence[float], level: float = 0.95,
-               n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+def speedup_ci(
+    baseline: Sequence[float], spec: Sequence[float], level: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Speedup = mean(spec) / mean(baseline) of a per-run figure (e.g. output tok/s), with
     two intervals over the repeated runs:
 
@@ -374,10 +405,16 @@ def speedup_ci(baseline: Sequence[float], spec: Sequence[float], level: float = 
     FinanceQA row); with one run per arm the interval is reported as nan and flagged."""
     b = [x for x in baseline if x and x > 0]
     s = [x for x in spec if x and x > 0]
-    out: dict[str, Any] = {"n_baseline": len(b), "n_spec": len(s), "level": level,
-                           "speedup": (_mean(s) / _mean(b)) if b and s else math.nan,
-                           "t_low": math.nan, "t_high": math.nan,
-                           "boot_low": math.nan, "boot_high": math.nan}
+    out: dict[str, Any] = {
+        "n_baseline": len(b),
+        "n_spec": len(s),
+        "level": level,
+        "speedup": (_mean(s) / _mean(b)) if b and s else math.nan,
+        "t_low": math.nan,
+        "t_high": math.nan,
+        "boot_low": math.nan,
+        "boot_high": math.nan,
+    }
     if len(b) < 2 or len(s) < 2:
         return out
     lb, ls = [math.log(x) for x in b], [math.log(x) for x in s]
@@ -385,14 +422,13 @@ def speedup_ci(baseline: Sequence[float], spec: Sequence[float], level: float = 
     d = _mean(ls) - _mean(lb)
     se = math.sqrt(vb + vs)
     if se > 0:
-        df = (vb + vs) ** 2 / ((vb ** 2) / (len(lb) - 1) + (vs ** 2) / (len(ls) - 1))
+        df = (vb + vs) ** 2 / ((vb**2) / (len(lb) - 1) + (vs**2) / (len(ls) - 1))
         t = _t_quantile(0.5 + level / 2, df)
         out["t_low"], out["t_high"] = math.exp(d - t * se), math.exp(d + t * se)
     else:
         out["t_low"] = out["t_high"] = math.exp(d)
     rng = random.Random(seed)
-    boots = sorted(_mean(rng.choices(s, k=len(s))) / _mean(rng.choices(b, k=len(b)))
-                   for _ in range(n_boot))
+    boots = sorted(_mean(rng.choices(s, k=len(s))) / _mean(rng.choices(b, k=len(b))) for _ in range(n_boot))
     out["boot_low"] = boots[int((1 - level) / 2 * (n_boot - 1))]
     out["boot_high"] = boots[int((0.5 + level / 2) * (n_boot - 1))]
     return out
@@ -403,17 +439,25 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
     or straddles 1.0."""
     pre = f"{label}: " if label else ""
     if ci["n_baseline"] < 2 or ci["n_spec"] < 2:
-        return [Finding(code="bench.speedup_single_run", severity="warning",
-                        title=f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
-                        evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
-                        fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can "
-                            "inflate a speedup severalfold")]
+        return [
+            Finding(
+                code="bench.speedup_single_run",
+                severity="warning",
+                title=f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
+                evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
+                fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can "
+                "inflate a speedup severalfold",
+            )
+        ]
     lo, hi = ci["t_low"], ci["t_high"]
     if lo <= 1.0 <= hi or (hi - lo) > 0.5 * ci["speedup"]:
-        return [Finding(code="bench.speedup_uncertain", severity="warning",
-                        title=f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} "
-                              f"interval [{lo:.2f}, {hi:.2f}]",
-                        evidence={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()},
-                        fix="add repeats, more prompts or longer outputs until the interval "
-                            "excludes 1.0 and is narrow")]
+        return [
+            Finding(
+                code="bench.speedup_uncertain",
+                severity="warning",
+                title=f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} interval [{lo:.2f}, {hi:.2f}]",
+                evidence={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()},
+                fix="add repeats, more prompts or longer outputs until the interval excludes 1.0 and is narrow",
+            )
+        ]
     return []

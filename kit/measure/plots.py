@@ -15,13 +15,17 @@ headless with the Agg canvas and inline in Jupyter, where the returned figure di
 Figures answer "is speculation paying off and where": histograms and per-position curves
 show *how* a draft fails (position 1 already rejected = wiring; decaying tail = capacity).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from kit.measure import metrics as km
+
+
 def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
     import seaborn as sns
     from matplotlib.figure import Figure
@@ -65,15 +69,27 @@ def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_len
     for label, recs in _by_label(records).items():
         hist = km.merge_histograms((r.get("spec") or {}).get("histogram") for r in recs)
         tot = sum(hist)
-        rows += [{"config": label, "tokens per verify step": k + 1, "share": c / tot} for k, c in enumerate(hist) if tot]
-        per_req += [{"config": label, "accept length": km.output_tokens(r) / r["spec"]["verify_ct"]}
-                    for r in recs if (r.get("spec") or {}).get("verify_ct")]
+        rows += [
+            {"config": label, "tokens per verify step": k + 1, "share": c / tot} for k, c in enumerate(hist) if tot
+        ]
+        per_req += [
+            {"config": label, "accept length": km.output_tokens(r) / r["spec"]["verify_ct"]}
+            for r in recs
+            if (r.get("spec") or {}).get("verify_ct")
+        ]
     if rows:
         sns.barplot(pd.DataFrame(rows), x="tokens per verify step", y="share", hue="config", ax=ax)
         ax.set_title("accepted tokens per verify step (bonus included)")
     elif per_req:
-        sns.histplot(pd.DataFrame(per_req), x="accept length", hue="config", ax=ax, element="step",
-                     stat="probability", common_norm=False)
+        sns.histplot(
+            pd.DataFrame(per_req),
+            x="accept length",
+            hue="config",
+            ax=ax,
+            element="step",
+            stat="probability",
+            common_norm=False,
+        )
         ax.set_title("per-request accept length")
     else:
         _empty(ax, "no acceptance reported")
@@ -89,8 +105,10 @@ def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_p
     rows = []
     for label, recs in _by_label(records).items():
         hist = km.merge_histograms((r.get("spec") or {}).get("histogram") for r in recs)
-        rows += [{"config": label, "draft position": i + 1, "P(accepted)": p}
-                 for i, p in enumerate(km.per_position_acceptance(hist))]
+        rows += [
+            {"config": label, "draft position": i + 1, "P(accepted)": p}
+            for i, p in enumerate(km.per_position_acceptance(hist))
+        ]
     if rows:
         sns.lineplot(pd.DataFrame(rows), x="draft position", y="P(accepted)", hue="config", marker="o", ax=ax)
         ax.set_ylim(0, 1.02)
@@ -154,8 +172,7 @@ def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs"):
     return fig
 
 
-def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps",
-                   concurrency: Optional[int] = None):
+def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps", concurrency: int | None = None):
     """steps x topk heatmaps of output tok/s and accept length (best draft-token count per cell)."""
     import pandas as pd
     import seaborn as sns
@@ -163,7 +180,7 @@ def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps",
     fig, (ax1, ax2) = _figure(2, width=4.8)
     df = pd.DataFrame(rows)
     if len(df) and "speculative_num_steps" in df:
-        df = df[df["speculative_num_steps"] > 0]                       # baseline rows have no steps/topk
+        df = df[df["speculative_num_steps"] > 0]  # baseline rows have no steps/topk
         if concurrency is None and "concurrency" in df and len(df):
             concurrency = int(df["concurrency"].max())
         if concurrency is not None and "concurrency" in df:
@@ -173,7 +190,9 @@ def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps",
         _empty(ax2, "no sweep points")
     else:
         for ax, col, fmt in ((ax1, "output_tok_s", ".0f"), (ax2, "accept_length", ".2f")):
-            piv = df.pivot_table(index="speculative_num_steps", columns="speculative_eagle_topk", values=col, aggfunc="max")
+            piv = df.pivot_table(
+                index="speculative_num_steps", columns="speculative_eagle_topk", values=col, aggfunc="max"
+            )
             if piv.notna().any().any():
                 sns.heatmap(piv, annot=True, fmt=fmt, cmap="viridis", ax=ax, cbar=False)
                 ax.set_title(f"{col} (concurrency {concurrency})")
@@ -186,8 +205,9 @@ def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps",
 def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs_observed"):
     """Oracle's expected accept length vs the server's observed one; wiring faults sit on y = 1."""
     fig, (ax,) = _figure(width=4.6, height=4.2)
-    pts = [r for r in rows if r.get("expected_accept_length") is not None
-           and r.get("observed_accept_length") is not None]
+    pts = [
+        r for r in rows if r.get("expected_accept_length") is not None and r.get("observed_accept_length") is not None
+    ]
     if not pts:
         _empty(ax, "no expected/observed pairs")
     else:
@@ -198,8 +218,13 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
         ax.axhline(1.0, color="red", lw=0.8, ls=":", label="no draft token accepted")
         ax.scatter(xs, ys, s=40, zorder=3)
         for r, x, y in zip(pts, xs, ys):
-            ax.annotate(str(r.get("label") or r.get("config") or ""), (x, y), fontsize=8,
-                        xytext=(4, 4), textcoords="offset points")
+            ax.annotate(
+                str(r.get("label") or r.get("config") or ""),
+                (x, y),
+                fontsize=8,
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
         ax.set_xlim(0.9, top)
         ax.set_ylim(0.9, top)
         ax.set_xlabel("expected accept length (oracle)")
@@ -212,8 +237,12 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
 def bench_figures(result, out_dir) -> list[Path]:
     """All figures of one kit.measure.bench result; returns the PNG paths."""
     out = []
-    for fn, arg in ((accept_length_hist, result.records), (per_position_acceptance, result.records),
-                    (throughput_speedup, result.summary), (latency_cdfs, result.records)):
+    for fn, arg in (
+        (accept_length_hist, result.records),
+        (per_position_acceptance, result.records),
+        (throughput_speedup, result.summary),
+        (latency_cdfs, result.records),
+    ):
         fn(arg, out_dir)
         out.append(Path(out_dir) / f"{fn.__name__}.png")
     return out

@@ -20,16 +20,18 @@ Accept lengths here include the bonus token (SGLang's completion_tokens / spec_v
     from kit.measure.verdict import verdict, join_expected
     findings = verdict(observed=1.0, expected=2.1, static_findings=doctor_report.findings)
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kit.findings import Finding
 
-ONE_TOL = 0.1         # observed AL within this of 1.0 counts as "never accepts"
-WELL_ABOVE = 1.3      # an expected AL at or above this means the draft is worth wiring
-REL_TOL = 0.2         # observed within this fraction of expected counts as matching
+ONE_TOL = 0.1  # observed AL within this of 1.0 counts as "never accepts"
+WELL_ABOVE = 1.3  # an expected AL at or above this means the draft is worth wiring
+REL_TOL = 0.2  # observed within this fraction of expected counts as matching
 
 # what produced AL ~ 1.0 in the field (failure-modes.md §1-2), in the order worth checking
 GENERIC_CAUSES = [
@@ -54,54 +56,97 @@ def _causes(static_findings: Iterable[Any]) -> list[str]:
     return out
 
 
-def verdict(observed: Optional[float], expected: Optional[float], static_findings: Iterable[Any] = (),
-            label: str = "", params: Optional[dict] = None, one_tol: float = ONE_TOL,
-            well_above: float = WELL_ABOVE, rel_tol: float = REL_TOL) -> list[Finding]:
+def verdict(
+    observed: float | None,
+    expected: float | None,
+    static_findings: Iterable[Any] = (),
+    label: str = "",
+    params: dict | None = None,
+    one_tol: float = ONE_TOL,
+    well_above: float = WELL_ABOVE,
+    rel_tol: float = REL_TOL,
+) -> list[Finding]:
     """One verdict finding for an (observed, expected) accept-length pair."""
     pre = f"{label}: " if label else ""
     ev: dict[str, Any] = {"observed_accept_length": observed, "expected_accept_length": expected}
     if params:
         ev["params"] = params
-    if observed is None or expected is None or any(isinstance(x, float) and math.isnan(x)
-                                                   for x in (observed, expected)):
-        return [Finding(code="verdict.no_data", severity="info",
-                        title=f"{pre}no verdict: observed or expected accept length missing",
-                        evidence=ev, fix="run the oracle (kit oracle) with the same target, draft and "
-                                         "speculative parameters, and bench with --api sglang")]
+    if (
+        observed is None
+        or expected is None
+        or any(isinstance(x, float) and math.isnan(x) for x in (observed, expected))
+    ):
+        return [
+            Finding(
+                code="verdict.no_data",
+                severity="info",
+                title=f"{pre}no verdict: observed or expected accept length missing",
+                evidence=ev,
+                fix="run the oracle (kit oracle) with the same target, draft and "
+                "speculative parameters, and bench with --api sglang",
+            )
+        ]
     ev["ratio"] = round(observed / expected, 3) if expected else None
     causes = _causes(static_findings)
     if observed <= 1.0 + one_tol and expected >= well_above:
         ev["probable_causes_static"] = causes
         ev["probable_causes_generic"] = GENERIC_CAUSES
         first = f"; first static suspect: {causes[0].split(':')[0]}" if causes else ""
-        return [Finding(code="verdict.wiring_fault", severity="error",
-                        title=f"{pre}server accepts nothing (AL {observed:.2f}) while the draft should reach "
-                              f"{expected:.2f}: the serving stack is mis-wired{first}",
-                        evidence=ev,
-                        fix="fix the static findings listed in evidence (kit doctor), launch with "
-                            "--speculative-algorithm EAGLE3, convert the checkpoint with kit convert; "
-                            "do not retrain the draft")]
+        return [
+            Finding(
+                code="verdict.wiring_fault",
+                severity="error",
+                title=f"{pre}server accepts nothing (AL {observed:.2f}) while the draft should reach "
+                f"{expected:.2f}: the serving stack is mis-wired{first}",
+                evidence=ev,
+                fix="fix the static findings listed in evidence (kit doctor), launch with "
+                "--speculative-algorithm EAGLE3, convert the checkpoint with kit convert; "
+                "do not retrain the draft",
+            )
+        ]
     if expected < well_above and observed < well_above:
-        return [Finding(code="verdict.weak_draft", severity="warning",
-                        title=f"{pre}draft is weak: expected AL {expected:.2f}, observed {observed:.2f}; "
-                              f"wiring is not the bottleneck",
-                        evidence=ev, fix="train longer or on data closer to the served traffic "
-                                         "(same chat template); check the draft matches this target")]
+        return [
+            Finding(
+                code="verdict.weak_draft",
+                severity="warning",
+                title=f"{pre}draft is weak: expected AL {expected:.2f}, observed {observed:.2f}; "
+                f"wiring is not the bottleneck",
+                evidence=ev,
+                fix="train longer or on data closer to the served traffic "
+                "(same chat template); check the draft matches this target",
+            )
+        ]
     if observed < expected * (1 - rel_tol):
         ev["probable_causes_static"] = causes
-        return [Finding(code="verdict.below_expected", severity="warning",
-                        title=f"{pre}observed AL {observed:.2f} is {1 - observed / expected:.0%} below the "
-                              f"expected {expected:.2f}: partly mis-wired or mismatched settings",
-                        evidence=ev,
-                        fix="check aux layer ids (off-by-one between stacks), chat template and "
-                            "sampling settings match the oracle's; compare per-position acceptance")]
-    return [Finding(code="verdict.healthy", severity="info",
-                    title=f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}",
-                    evidence=ev, fix="")]
+        return [
+            Finding(
+                code="verdict.below_expected",
+                severity="warning",
+                title=f"{pre}observed AL {observed:.2f} is {1 - observed / expected:.0%} below the "
+                f"expected {expected:.2f}: partly mis-wired or mismatched settings",
+                evidence=ev,
+                fix="check aux layer ids (off-by-one between stacks), chat template and "
+                "sampling settings match the oracle's; compare per-position acceptance",
+            )
+        ]
+    return [
+        Finding(
+            code="verdict.healthy",
+            severity="info",
+            title=f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}",
+            evidence=ev,
+            fix="",
+        )
+    ]
 
 
-def oracle_expected(target: str = "embedded", draft: Optional[str] = None, quick: bool = False,
-                    num_prompts: int = 6, max_new_tokens: int = 32):
+def oracle_expected(
+    target: str = "embedded",
+    draft: str | None = None,
+    quick: bool = False,
+    num_prompts: int = 6,
+    max_new_tokens: int = 32,
+):
     """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point).
 
     Uses the oracle's `meta_accept_length` (completion_tokens / spec_verify_ct, the definition
@@ -113,20 +158,35 @@ def oracle_expected(target: str = "embedded", draft: Optional[str] = None, quick
         if key not in cache:
             from kit.reference.oracle import OracleConfig, run_config
 
-            doc = run_config(OracleConfig(target=target, draft=draft, quick=quick, num_prompts=num_prompts,
-                                          max_new_tokens=max_new_tokens, speculative_num_steps=key[0], speculative_eagle_topk=key[1],
-                                          speculative_num_draft_tokens=key[2]), log=lambda *_: None)
+            doc = run_config(
+                OracleConfig(
+                    target=target,
+                    draft=draft,
+                    quick=quick,
+                    num_prompts=num_prompts,
+                    max_new_tokens=max_new_tokens,
+                    speculative_num_steps=key[0],
+                    speculative_eagle_topk=key[1],
+                    speculative_num_draft_tokens=key[2],
+                ),
+                log=lambda *_: None,
+            )
             cache[key] = doc["results"]["requested"]["meta_accept_length"]
         return cache[key]
+
     return expected
 
 
 SPEC_KEYS = ("target", "draft", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 
-def join_expected(observed_rows: Sequence[dict], expected_rows: Sequence[dict],
-                  keys: Sequence[str] = SPEC_KEYS, observed_col: str = "accept_length",
-                  expected_col: str = "expected_accept_length") -> list[dict]:
+def join_expected(
+    observed_rows: Sequence[dict],
+    expected_rows: Sequence[dict],
+    keys: Sequence[str] = SPEC_KEYS,
+    observed_col: str = "accept_length",
+    expected_col: str = "expected_accept_length",
+) -> list[dict]:
     """Left-join observed rows (sweep/bench results) with oracle rows on the speculative params.
 
     Keys absent from both sides are ignored (e.g. no `target` column), so the same call works on
@@ -136,19 +196,30 @@ def join_expected(observed_rows: Sequence[dict], expected_rows: Sequence[dict],
     out = []
     for r in observed_rows:
         e = index.get(tuple(r.get(k) for k in use))
-        out.append({**r, "expected_accept_length": e.get(expected_col) if e else None,
-                    "observed_accept_length": r.get(observed_col)})
+        out.append(
+            {
+                **r,
+                "expected_accept_length": e.get(expected_col) if e else None,
+                "observed_accept_length": r.get(observed_col),
+            }
+        )
     return out
 
 
-def verdict_table(joined: Sequence[dict], static_findings: Iterable[Any] = (),
-                  keys: Sequence[str] = SPEC_KEYS) -> list[Finding]:
+def verdict_table(
+    joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS
+) -> list[Finding]:
     """A verdict per joined row, labelled by its speculative params."""
     static = list(static_findings or ())
     out = []
     for r in joined:
         params = {k: r[k] for k in keys if k in r}
-        label = "-".join(str(r[k]) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens") if k in r)
-        out += verdict(r.get("observed_accept_length"), r.get("expected_accept_length"), static,
-                       label=label, params=params)
+        label = "-".join(
+            str(r[k])
+            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+            if k in r
+        )
+        out += verdict(
+            r.get("observed_accept_length"), r.get("expected_accept_length"), static, label=label, params=params
+        )
     return out

@@ -19,20 +19,25 @@ exactly what SGLang's `LlamaForCausalLMEagle3` computes (`srt/models/llama_eagle
 Checkpoint I/O (SGLang's key renames, layouts, saving) is kit.reference.draft_io;
 `python -m kit.reference.draft_io DIR` loads a draft and prints its structure.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from kit.findings import KitInputError
 
 # legacy substring renames SGLang 0.5.23 applies to every checkpoint key (llama_eagle3.load_weights)
-LEGACY_NAME_MAP = {"midlayer": "layers.0", "aux_norm_low": "fc_norm.0",
-                   "aux_norm_mid": "fc_norm.1", "aux_norm_high": "fc_norm.2"}
+LEGACY_NAME_MAP = {
+    "midlayer": "layers.0",
+    "aux_norm_low": "fc_norm.0",
+    "aux_norm_mid": "fc_norm.1",
+    "aux_norm_high": "fc_norm.2",
+}
 
 
 @dataclass
@@ -48,7 +53,7 @@ class DraftSpec:
     head_dim: int
     intermediate_size: int
     vocab_size: int
-    draft_vocab_size: Optional[int]      # None: SGLang takes the target's lm_head
+    draft_vocab_size: int | None  # None: SGLang takes the target's lm_head
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
     tie_word_embeddings: bool = False
@@ -58,21 +63,23 @@ class DraftSpec:
     fc_bias: bool = False
     attention_bias: bool = False
     rope_theta: float = 10000.0
-    rope_scaling: Optional[dict] = None
+    rope_scaling: dict | None = None
     has_target_hidden_size: bool = False  # key present: set_embed keeps the draft's own embedding if != H
-    aux_layer_ids: Optional[list[int]] = None  # eagle_config ids (the only ones SGLang reads)
+    aux_layer_ids: list[int] | None = None  # eagle_config ids (the only ones SGLang reads)
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], source: str = "config.json") -> "DraftSpec":
+    def from_config(cls, cfg: dict[str, Any], source: str = "config.json") -> DraftSpec:
         try:
             H = int(cfg["hidden_size"])
             nh = int(cfg["num_attention_heads"])
         except (KeyError, TypeError, ValueError) as e:
             raise KitInputError(f"{source}: not an EAGLE-3 draft config (missing/invalid {e})")
         if "draft_vocab_size" not in cfg:
-            raise KitInputError(f"{source}: no draft_vocab_size (SGLang 0.5.23 raises AttributeError; "
-                                "write null to take the target's lm_head)")
+            raise KitInputError(
+                f"{source}: no draft_vocab_size (SGLang 0.5.23 raises AttributeError; "
+                "write null to take the target's lm_head)"
+            )
         has_ths = "target_hidden_size" in cfg
         Ht = cfg.get("target_hidden_size", H)
         if has_ths and Ht is None:
@@ -83,21 +90,34 @@ class DraftSpec:
         rp = cfg.get("rope_parameters")
         theta = (rp or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)) if rp else cfg.get("rope_theta", 10000.0)
         scaling = rp if rp is not None else cfg.get("rope_scaling")
-        inter = cfg.get("intermediate_size_mlp") if cfg.get("model_type") == "llama4_text" else cfg.get("intermediate_size")
+        inter = (
+            cfg.get("intermediate_size_mlp") if cfg.get("model_type") == "llama4_text" else cfg.get("intermediate_size")
+        )
         return cls(
-            hidden_size=H, target_hidden_size=int(Ht), num_aux=int(k),
-            num_layers=int(cfg.get("num_hidden_layers", 1)), num_heads=nh,
+            hidden_size=H,
+            target_hidden_size=int(Ht),
+            num_aux=int(k),
+            num_layers=int(cfg.get("num_hidden_layers", 1)),
+            num_heads=nh,
             num_kv_heads=int(cfg.get("num_key_value_heads") or nh),
             head_dim=int(cfg.get("head_dim") or H // nh),
-            intermediate_size=int(inter or 4 * H), vocab_size=int(cfg["vocab_size"]),
-            draft_vocab_size=cfg["draft_vocab_size"], rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            hidden_act=cfg.get("hidden_act", "silu"), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            intermediate_size=int(inter or 4 * H),
+            vocab_size=int(cfg["vocab_size"]),
+            draft_vocab_size=cfg["draft_vocab_size"],
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            hidden_act=cfg.get("hidden_act", "silu"),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             norm_before_fc=bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
             fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm", False)),
-            norm_output=bool(cfg.get("norm_output", False)), fc_bias=bool(cfg.get("bias", False)),
+            norm_output=bool(cfg.get("norm_output", False)),
+            fc_bias=bool(cfg.get("bias", False)),
             attention_bias=bool(cfg.get("attention_bias", False) or cfg.get("bias", False)),
-            rope_theta=float(theta), rope_scaling=scaling, has_target_hidden_size=has_ths,
-            aux_layer_ids=list(ids) if ids else None, raw=cfg)
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            has_target_hidden_size=has_ths,
+            aux_layer_ids=list(ids) if ids else None,
+            raw=cfg,
+        )
 
 
 class RMSNorm(nn.Module):
@@ -118,12 +138,18 @@ def rope_inv_freq(spec: DraftSpec) -> torch.Tensor:
     sc = spec.rope_scaling or {}
     rtype = sc.get("rope_type", sc.get("type", "default"))
     if rtype in (None, "default"):
-        return 1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim)).float()
+        return (
+            1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim)).float()
+        )
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    hf = LlamaConfig(hidden_size=spec.hidden_size, num_attention_heads=spec.num_heads, head_dim=spec.head_dim,
-                     rope_parameters={**sc, "rope_theta": spec.rope_theta})
+    hf = LlamaConfig(
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_heads,
+        head_dim=spec.head_dim,
+        rope_parameters={**sc, "rope_theta": spec.rope_theta},
+    )
     return ROPE_INIT_FUNCTIONS[rtype](hf, None)[0].float()
 
 
@@ -156,7 +182,7 @@ class DraftAttention(nn.Module):
         rep = self.nh // self.nkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd ** -0.5)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd**-0.5)
         B, _, T, _ = o.shape
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))
 
@@ -182,7 +208,7 @@ class DraftLayer(nn.Module):
         self.is_input_layer = layer_id == 0
         self.self_attn = DraftAttention(spec, 2 * H if self.is_input_layer else H)
         self.mlp = DraftMLP(spec)
-        self.input_layernorm = RMSNorm(H, spec.rms_norm_eps)   # embeds (layer 0); unused for i>=1, as in SGLang
+        self.input_layernorm = RMSNorm(H, spec.rms_norm_eps)  # embeds (layer 0); unused for i>=1, as in SGLang
         self.hidden_norm = RMSNorm(H, spec.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(H, spec.rms_norm_eps)
 
@@ -223,10 +249,10 @@ class Eagle3Draft(nn.Module):
         vd = spec.draft_vocab_size if spec.draft_vocab_size is not None else spec.vocab_size
         self.lm_head = None if spec.tie_word_embeddings else nn.Linear(H, vd, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(spec), persistent=False)
-        self.hot_token_id: Optional[torch.Tensor] = None  # d2t + arange(Vd); None -> indices used as target ids
+        self.hot_token_id: torch.Tensor | None = None  # d2t + arange(Vd); None -> indices used as target ids
         self.load_lm_head_from_target = spec.draft_vocab_size is None and not spec.tie_word_embeddings
-        self.head_rows: Optional[int] = None  # logits sliced to the first N columns (SGLang logits processor)
-        self.load_report: Optional[dict] = None  # set by kit.reference.draft_io.load_draft: dropped / missing keys
+        self.head_rows: int | None = None  # logits sliced to the first N columns (SGLang logits processor)
+        self.load_report: dict | None = None  # set by kit.reference.draft_io.load_draft: dropped / missing keys
         self.source_dir = None  # the checkpoint directory it was loaded from
 
     # -- vocab ------------------------------------------------------------------------------
@@ -282,7 +308,7 @@ class Eagle3Draft(nn.Module):
         return out if self.head_rows is None else out[..., : self.head_rows]
 
     # -- SGLang worker behaviour ------------------------------------------------------------
-    def attach_target(self, target_model, algorithm: str = "EAGLE3") -> "Eagle3Draft":
+    def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:
         """Share the target's embedding / lm_head exactly as SGLang's `init_lm_head` does."""
         embed = target_model.get_input_embeddings().weight
         head = target_model.get_output_embeddings().weight
@@ -304,10 +330,14 @@ class Eagle3Draft(nn.Module):
 
     def _set(self, name: str, weight: torch.Tensor):
         if name == "lm_head":
-            if self.lm_head is None:   # tied: lm_head is the embedding
+            if self.lm_head is None:  # tied: lm_head is the embedding
                 return
             if self.lm_head.weight.shape != weight.shape:
                 self.lm_head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-            self.lm_head.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            self.lm_head.weight = (
+                weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            )
         else:
-            self.embed_tokens.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            self.embed_tokens.weight = (
+                weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+            )

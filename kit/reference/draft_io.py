@@ -9,16 +9,17 @@ one layer, so every SGLang era loads it) plus `d2t`/`t2d`, atomically.
     from kit.reference.draft_io import load_draft, save_draft
     draft = load_draft("dir", target_model=model)        # speculators layout goes through kit.checkpoint.convert
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 from kit.findings import KitInputError
+from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 
 
 def normalize_key(name: str) -> str:
@@ -26,7 +27,7 @@ def normalize_key(name: str) -> str:
     for legacy, new in LEGACY_NAME_MAP.items():
         if legacy in name:
             name = name.replace(legacy, new)
-    return name[len("model."):] if name.startswith("model.") and name != "model.lm_head.weight" else name
+    return name[len("model.") :] if name.startswith("model.") and name != "model.lm_head.weight" else name
 
 
 def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple = ()) -> dict[str, list[str]]:
@@ -48,8 +49,9 @@ def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple =
             continue
         p = params[name]
         if tuple(p.shape) != tuple(t.shape):
-            raise KitInputError(f"{key}: shape {tuple(t.shape)} != expected {tuple(p.shape)} "
-                                "(SGLang asserts on this at load)")
+            raise KitInputError(
+                f"{key}: shape {tuple(t.shape)} != expected {tuple(p.shape)} (SGLang asserts on this at load)"
+            )
         with torch.no_grad():
             p.copy_(t.to(p.dtype))
         used.add(name)
@@ -92,8 +94,9 @@ def _to_sglang_layout(d: Path, cfg: dict) -> tuple[dict, dict[str, torch.Tensor]
     return convert_in_memory(d)
 
 
-def load_draft(path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.float32,
-               drop_keys: tuple = ()) -> Eagle3Draft:
+def load_draft(
+    path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.float32, drop_keys: tuple = ()
+) -> Eagle3Draft:
     """Load a draft directory (SGLang layout; speculators via kit.checkpoint.convert) into an `Eagle3Draft`.
 
     With `target_model`, embedding/lm_head are shared from it as SGLang's worker does for
@@ -121,14 +124,16 @@ def load_draft(path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.f
     return model.eval()
 
 
-def save_draft(model: Eagle3Draft, out_dir, config: dict, extra_files: Optional[dict[str, Any]] = None,
-               include_embed: bool = False) -> Path:
+def save_draft(
+    model: Eagle3Draft, out_dir, config: dict, extra_files: dict[str, Any] | None = None, include_embed: bool = False
+) -> Path:
     """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang).
 
     Atomic: written to a temp dir, then renamed. `extra_files` are JSON-dumped next to it.
     """
     import shutil
     import tempfile
+
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -164,8 +169,14 @@ def save_draft(model: Eagle3Draft, out_dir, config: dict, extra_files: Optional[
 
 def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
     """A config.json SGLang 0.5.23 loads as LlamaForCausalLMEagle3 (keys it reads, §2.1)."""
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float32"}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
     cfg.update(spec_kwargs)
     return cfg
 

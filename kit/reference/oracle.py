@@ -21,17 +21,17 @@ drops silently, via kit.sglang.loader.simulate_load).
 
     python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
 
 from kit import config as kconfig
-from kit.findings import KitInputError
 from kit.checkpoint.inspect import dropped_keys
+from kit.findings import KitInputError
 from kit.reference.speculate import Wiring
 from kit.sglang.params import SpecParams
 
@@ -41,20 +41,30 @@ HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree 
 @dataclass
 class OracleConfig:
     target: str = field(default="embedded", metadata={"help": "target: 'embedded' or a local HF model dir"})
-    draft: Optional[str] = field(default=None, metadata={"help": "draft dir (default: the kit's demo draft)"})
+    draft: str | None = field(default=None, metadata={"help": "draft dir (default: the kit's demo draft)"})
     quick: bool = field(default=False, metadata={"help": "use the quick demo draft and fewer/shorter prompts"})
-    prompts: Optional[str] = field(default=None, metadata={"help": "JSONL prompt file (default: built-in eval prompts)"})
-    kind: Optional[str] = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
+    prompts: str | None = field(default=None, metadata={"help": "JSONL prompt file (default: built-in eval prompts)"})
+    kind: str | None = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
     num_prompts: int = field(default=8, metadata={"help": "prompts used (first N)"})
     max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
     speculative_num_steps: int = field(default=3, metadata={"help": "--speculative-num-steps"})
     speculative_eagle_topk: int = field(default=1, metadata={"help": "--speculative-eagle-topk"})
     speculative_num_draft_tokens: int = field(default=4, metadata={"help": "--speculative-num-draft-tokens"})
-    aux_capture: bool = field(default=True, metadata={"help": "fused aux states (--no-aux-capture: single final state)"})
+    aux_capture: bool = field(
+        default=True, metadata={"help": "fused aux states (--no-aux-capture: single final state)"}
+    )
     layer_shift: int = field(default=0, metadata={"help": "shift every capture point by this many layers"})
     algorithm: str = field(default="EAGLE3", metadata={"help": "EAGLE3, or EAGLE/NEXTN to replay that launch"})
-    drop_keys_version: Optional[str] = field(default=None, metadata={"help": "drop the keys this SGLang version's loader drops"})
-    drop_keys_layout: str = field(default="sglang", metadata={"help": "key names of the checkpoint served: sglang (as saved) or speculators (layers.0.*)", "choices": ["sglang", "speculators"]})
+    drop_keys_version: str | None = field(
+        default=None, metadata={"help": "drop the keys this SGLang version's loader drops"}
+    )
+    drop_keys_layout: str = field(
+        default="sglang",
+        metadata={
+            "help": "key names of the checkpoint served: sglang (as saved) or speculators (layers.0.*)",
+            "choices": ["sglang", "speculators"],
+        },
+    )
     compare: bool = field(default=False, metadata={"help": "also run the seed's faults side by side"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
@@ -75,7 +85,7 @@ class OracleResult:
     target_time_s: float
     draft_steps: int
     draft_time_s: float
-    accept_lengths: list = field(default_factory=list)   # per verify step of the decode walk
+    accept_lengths: list = field(default_factory=list)  # per verify step of the decode walk
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -96,8 +106,15 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
     ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
-    blob = json.dumps({"t": ident, "n": sum(p.numel() for p in target.parameters()),
-                       "w": float(target.get_output_embeddings().weight[:4].detach().sum()), "rows": rows, "m": max_new_tokens})
+    blob = json.dumps(
+        {
+            "t": ident,
+            "n": sum(p.numel() for p in target.parameters()),
+            "w": float(target.get_output_embeddings().weight[:4].detach().sum()),
+            "rows": rows,
+            "m": max_new_tokens,
+        }
+    )
     f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
     if f.exists():
         return [(r, c) for r, c in json.loads(f.read_text())]
@@ -124,6 +141,7 @@ def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:
 def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring()) -> OracleResult:
     """Run the oracle over (prompt_ids, continuation) pairs."""
     import torch
+
     from kit.reference.speculate import capture_points_for, draft_trees, prepare_draft
     from kit.reference.target import target_forward
 
@@ -145,17 +163,26 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
         t1 = time.perf_counter()
         with torch.inference_mode():
             dev = feats.device
-            logits, aux, kv = d(torch.tensor([S[1:]], device=dev), feats[None, : N - 1], torch.arange(N - 1, device=dev)[None])
-        roots = list(range(n, N - 1))           # position of the last verified token
-        trees = draft_trees(d, logits[0, [r - 1 for r in roots]], aux[0, [r - 1 for r in roots]], kv,
-                            prefix_len=roots, pos=[r - 1 for r in roots], p=p)
+            logits, aux, kv = d(
+                torch.tensor([S[1:]], device=dev), feats[None, : N - 1], torch.arange(N - 1, device=dev)[None]
+            )
+        roots = list(range(n, N - 1))  # position of the last verified token
+        trees = draft_trees(
+            d,
+            logits[0, [r - 1 for r in roots]],
+            aux[0, [r - 1 for r in roots]],
+            kv,
+            prefix_len=roots,
+            pos=[r - 1 for r in roots],
+            p=p,
+        )
         t2 = time.perf_counter()
         t_target += t1 - t0
         t_draft += t2 - t1
         n_tok += N
         n_steps += len(roots) * p.speculative_num_steps
-        acc = {r: accepted(tk, pa, S[r + 1: r + 1 + p.speculative_num_steps]) for r, (tk, pa, _) in zip(roots, trees)}
-        per_pos += [a for r, a in acc.items() if r + p.speculative_num_steps < N]   # full depth available
+        acc = {r: accepted(tk, pa, S[r + 1 : r + 1 + p.speculative_num_steps]) for r, (tk, pa, _) in zip(roots, trees)}
+        per_pos += [a for r, a in acc.items() if r + p.speculative_num_steps < N]  # full depth available
         # the decode walk: the prefill token is S[n]; each verify step emits accepted + bonus
         r, steps, emitted = n, 0, 1
         while r < N - 1:
@@ -171,26 +198,43 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
         raise KitInputError("oracle: no continuation long enough to measure (raise --max-new-tokens)")
     depth = [round(sum(a > j for a in per_pos) / max(len(per_pos), 1), 4) for j in range(p.speculative_num_steps)]
     return OracleResult(
-        params=p.label(), wiring=wiring.describe(), prompts=len(seqs), verify_steps=len(walk),
-        accept_length=round(sum(walk) / len(walk), 4), meta_accept_length=round(meta_tokens / len(walk), 4),
-        position_accept_length=round(1 + sum(per_pos) / max(len(per_pos), 1), 4), depth_rates=depth,
-        histogram={int(k): v for k, v in sorted(hist.items())}, positions=len(per_pos), target_tokens=n_tok,
-        target_time_s=round(t_target, 3), draft_steps=n_steps, draft_time_s=round(t_draft, 3), accept_lengths=walk)
+        params=p.label(),
+        wiring=wiring.describe(),
+        prompts=len(seqs),
+        verify_steps=len(walk),
+        accept_length=round(sum(walk) / len(walk), 4),
+        meta_accept_length=round(meta_tokens / len(walk), 4),
+        position_accept_length=round(1 + sum(per_pos) / max(len(per_pos), 1), 4),
+        depth_rates=depth,
+        histogram={int(k): v for k, v in sorted(hist.items())},
+        positions=len(per_pos),
+        target_tokens=n_tok,
+        target_time_s=round(t_target, 3),
+        draft_steps=n_steps,
+        draft_time_s=round(t_draft, 3),
+        accept_lengths=walk,
+    )
 
 
 def wiring_from_config(cfg: OracleConfig, draft_dir) -> Wiring:
     dropped = dropped_keys(draft_dir, cfg.drop_keys_version, cfg.drop_keys_layout) if cfg.drop_keys_version else ()
-    return Wiring(aux_capture=cfg.aux_capture, layer_shift=cfg.layer_shift, dropped_keys=dropped,
-                  algorithm=cfg.algorithm.upper())
+    return Wiring(
+        aux_capture=cfg.aux_capture, layer_shift=cfg.layer_shift, dropped_keys=dropped, algorithm=cfg.algorithm.upper()
+    )
 
 
 def seed_faults(draft_dir) -> dict[str, Wiring]:
     """The seed's three faults, each alone, plus correct wiring."""
-    out = {"correct": Wiring(), "aux capture off": Wiring(aux_capture=False),
-           "capture shifted +1": Wiring(layer_shift=1), "launched as EAGLE": Wiring(algorithm="EAGLE")}
+    out = {
+        "correct": Wiring(),
+        "aux capture off": Wiring(aux_capture=False),
+        "capture shifted +1": Wiring(layer_shift=1),
+        "launched as EAGLE": Wiring(algorithm="EAGLE"),
+    }
     try:
         out["keys dropped (0.4.10, speculators names)"] = Wiring(
-            dropped_keys=dropped_keys(draft_dir, "0.4.10", "speculators"))
+            dropped_keys=dropped_keys(draft_dir, "0.4.10", "speculators")
+        )
     except KitInputError:
         pass
     return out
@@ -209,13 +253,13 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
     from pathlib import Path
 
-    from kit.reference.draft_io import load_draft
     from kit.models import load_target
+    from kit.reference.draft_io import load_draft
 
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
         cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
     params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
-    params.resolved()                      # bad parameters fail before any model work
+    params.resolved()  # bad parameters fail before any model work
     texts = prompt_texts(cfg)
     if cfg.draft is None:
         from kit.reference.train import ensure_demo_draft
@@ -233,8 +277,12 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     for name, w in runs.items():
         results[name] = evaluate(target, draft, seqs, params, w).to_dict()
         log(f"{name:42s} accept length {results[name]['accept_length']:.3f}  ({results[name]['wiring']})")
-    return {"draft": str(draft_dir), "params": params.resolved().label(), "reference_generation_s": round(gen_s, 2),
-            "results": results}
+    return {
+        "draft": str(draft_dir),
+        "params": params.resolved().label(),
+        "reference_generation_s": round(gen_s, 2),
+        "results": results,
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -248,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc))
     else:
         for name, r in doc["results"].items():
-            print(f"{name}: accept length {r['accept_length']} (meta {r['meta_accept_length']}, all positions "
-                  f"{r['position_accept_length']}), depth rates {r['depth_rates']}, histogram {r['histogram']}")
+            print(
+                f"{name}: accept length {r['accept_length']} (meta {r['meta_accept_length']}, all positions "
+                f"{r['position_accept_length']}), depth rates {r['depth_rates']}, histogram {r['histogram']}"
+            )
     return 0

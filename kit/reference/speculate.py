@@ -23,16 +23,15 @@ Used by the offline oracle (kit.reference.oracle) and by the CPU reference serve
 Target = an HF causal LM (Llama-family module layout; hooks and cache handling in kit.reference.target),
 draft = kit.reference.draft.Eagle3Draft.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
-from kit.findings import KitInputError
 from kit.sglang.params import SpecParams
 
 _LOCK = threading.Lock()  # hooks are attached to the shared target module: one request at a time
@@ -42,11 +41,11 @@ _LOCK = threading.Lock()  # hooks are attached to the shared target module: one 
 class Wiring:
     """What the serving stack feeds the draft. Defaults = correct EAGLE-3 wiring."""
 
-    aux_capture: bool = True          # False: the final post-norm hidden state only (fc bypassed)
-    layer_shift: int = 0              # added to every capture point (training vs serving skew)
-    dropped_keys: tuple = ()          # checkpoint keys the serving loader silently drops
-    capture_points: Optional[tuple] = None  # physical points p (residual entering layer p); None: from draft config
-    algorithm: str = "EAGLE3"         # EAGLE/NEXTN: aux off and target embed+head (SGLang worker path)
+    aux_capture: bool = True  # False: the final post-norm hidden state only (fc bypassed)
+    layer_shift: int = 0  # added to every capture point (training vs serving skew)
+    dropped_keys: tuple = ()  # checkpoint keys the serving loader silently drops
+    capture_points: tuple | None = None  # physical points p (residual entering layer p); None: from draft config
+    algorithm: str = "EAGLE3"  # EAGLE/NEXTN: aux off and target embed+head (SGLang worker path)
     notes: tuple = ()
 
     def describe(self) -> str:
@@ -64,8 +63,8 @@ class Wiring:
 
 @dataclass
 class SpecResult:
-    tokens: list[int]                  # new tokens (prefill token first); == greedy target decoding
-    accept_lengths: list[int]          # tokens kept per verify step, bonus included
+    tokens: list[int]  # new tokens (prefill token first); == greedy target decoding
+    accept_lengths: list[int]  # tokens kept per verify step, bonus included
     verify_steps: int
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
@@ -83,11 +82,18 @@ class SpecResult:
         return len(self.tokens) / self.verify_steps if self.verify_steps else 0.0
 
 
-from kit.reference.target import (TargetCapture, _cache_keep, _cache_len, batch_greedy, call_target,  # noqa: E402,F401
-                             default_points, target_forward)  # TargetCapture/batch_greedy re-exported
+from kit.reference.target import (  # noqa: E402,F401
+    TargetCapture,
+    _cache_keep,
+    _cache_len,
+    batch_greedy,
+    call_target,
+    default_points,  # TargetCapture/batch_greedy re-exported
+    target_forward,
+)
 
 
-def capture_points_for(draft, target, wiring: Wiring) -> Optional[list[int]]:
+def capture_points_for(draft, target, wiring: Wiring) -> list[int] | None:
     """Physical capture points the draft receives under `wiring` (None = single final state)."""
     if not wiring.aux_capture or wiring.algorithm.upper() not in ("EAGLE3",):
         return None
@@ -107,18 +113,21 @@ class DraftState:
 
     def __init__(self, draft):
         self.draft = draft
-        self.kv = None      # per-layer (k, v) [1, nkv, S, hd]
+        self.kv = None  # per-layer (k, v) [1, nkv, S, hd]
         self.logits = None  # [Vd] at the last extended position
-        self.aux = None     # [H] next-step hidden at the last extended position
-        self.pos = -1       # position of the last extended token
+        self.aux = None  # [H] next-step hidden at the last extended position
+        self.pos = -1  # position of the last extended token
 
     def extend(self, tokens: list[int], feats: torch.Tensor, start: int):
         """Draft extend: tokens[i] (the token after position start+i) with target feats[i]."""
         ids = torch.tensor([tokens], dtype=torch.long, device=feats.device)
         pos = torch.arange(start, start + len(tokens), device=feats.device)[None]
         logits, aux, new = self.draft(ids, feats[None], pos, past_kv=self.kv)
-        self.kv = new if self.kv is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
-                                               for (pk, pv), (k, v) in zip(self.kv, new)]
+        self.kv = (
+            new
+            if self.kv is None
+            else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(self.kv, new)]
+        )
         self.logits, self.aux, self.pos = logits[0, -1], aux[0, -1], start + len(tokens) - 1
 
 
@@ -128,8 +137,9 @@ def _topk(x: torch.Tensor, k: int):
 
 
 @torch.inference_mode()
-def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: list[int],
-                pos: list[int], p: SpecParams):
+def draft_trees(
+    draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: list[int], pos: list[int], p: SpecParams
+):
     """SGLang's draft tree for R roots at once (the oracle batches every position of a sequence).
 
     logits [R, Vd] / aux [R, H]: the draft's extend output at the last verified position of each
@@ -139,16 +149,16 @@ def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: 
     parent -1 = the root token).
     """
     k, R, dev = p.speculative_eagle_topk, logits.shape[0], logits.device
-    topk_p, topk_i = _topk(torch.softmax(logits.float(), -1), k)          # [R, k]
+    topk_p, topk_i = _topk(torch.softmax(logits.float(), -1), k)  # [R, k]
     topk_i = draft.to_target_ids(topk_i)
     cand_tok, cand_score, cand_parent = [topk_i], [topk_p], [torch.full((R, k), -1, device=dev)]
     lane_cand = torch.arange(k, device=dev).expand(R, k)
     scores = topk_p
-    hidden = aux.repeat_interleave(k, 0)                                  # lanes share the root state
+    hidden = aux.repeat_interleave(k, 0)  # lanes share the root state
     input_ids = topk_i.reshape(-1)
     S = kv[0][0].shape[2]
-    prefix_vis = torch.arange(S, device=dev)[None, :] < torch.tensor(prefix_len, device=dev)[:, None]   # [R, S]
-    prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]                                 # [R*k, 1, 1, S]
+    prefix_vis = torch.arange(S, device=dev)[None, :] < torch.tensor(prefix_len, device=dev)[:, None]  # [R, S]
+    prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]  # [R*k, 1, 1, S]
     base = torch.tensor(pos, device=dev).repeat_interleave(k)[:, None]
     lane_kv = None
     offset = k
@@ -156,20 +166,23 @@ def draft_trees(draft, logits: torch.Tensor, aux: torch.Tensor, kv, prefix_len: 
         past = []
         for li, (pk, pv) in enumerate(kv):
             ek, ev = pk.expand(R * k, -1, -1, -1), pv.expand(R * k, -1, -1, -1)
-            if lane_kv is not None:   # per-lane history, as generate_draft_decode_kv_indices lays it out
+            if lane_kv is not None:  # per-lane history, as generate_draft_decode_kv_indices lays it out
                 ek, ev = torch.cat([ek, lane_kv[li][0]], 2), torch.cat([ev, lane_kv[li][1]], 2)
             past.append((ek, ev))
         mask = torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool, device=dev)], -1)
         lg, hid, new = draft(input_ids[:, None], hidden[:, None], base + i, past_kv=past, mask=mask)
-        lane_kv = new if lane_kv is None else [(torch.cat([a, b], 2), torch.cat([c, d], 2))
-                                               for (a, c), (b, d) in zip(lane_kv, new)]
-        tp, ti = _topk(torch.softmax(lg[:, 0].float(), -1), k)            # [R*k, k]
+        lane_kv = (
+            new
+            if lane_kv is None
+            else [(torch.cat([a, b], 2), torch.cat([c, d], 2)) for (a, c), (b, d) in zip(lane_kv, new)]
+        )
+        tp, ti = _topk(torch.softmax(lg[:, 0].float(), -1), k)  # [R*k, k]
         ti = draft.to_target_ids(ti).reshape(R, k * k)
         expand = (scores[:, :, None] * tp.reshape(R, k, k)).reshape(R, k * k)
         cand_tok.append(ti)
         cand_score.append(expand)
         cand_parent.append(lane_cand.repeat_interleave(k, 1))
-        scores, sel = _topk(expand, k)                                    # [R, k]
+        scores, sel = _topk(expand, k)  # [R, k]
         input_ids = torch.gather(ti, 1, sel).reshape(-1)
         rows = (torch.arange(R, device=dev)[:, None] * k + sel // k).reshape(-1)
         hidden = hid[:, 0][rows]
@@ -238,8 +251,15 @@ def _deep_except_embed(draft):
 
 
 @torch.inference_mode()
-def speculative_generate(target, draft, input_ids: list[int], max_new_tokens: int, params: SpecParams,
-                         wiring: Wiring = Wiring(), eos_token_id: Optional[int] = None) -> SpecResult:
+def speculative_generate(
+    target,
+    draft,
+    input_ids: list[int],
+    max_new_tokens: int,
+    params: SpecParams,
+    wiring: Wiring = Wiring(),
+    eos_token_id: int | None = None,
+) -> SpecResult:
     """Greedy speculative decoding of one request, as SGLang runs EAGLE-3 (batch 1).
 
     Returns the new tokens (prefill token first, truncated at max_new_tokens / after EOS) and
@@ -267,8 +287,9 @@ def speculative_generate(target, draft, input_ids: list[int], max_new_tokens: in
             t2 = time.perf_counter()
             P = _cache_len(cache)
             chain = all(pa == j - 1 for j, pa in enumerate(pars))
-            pred, feats, cache = target_forward(target, [root] + toks, cache, points,
-                                                None if chain else [-1] + [pa + 1 for pa in pars])
+            pred, feats, cache = target_forward(
+                target, [root] + toks, cache, points, None if chain else [-1] + [pa + 1 for pa in pars]
+            )
             pred = pred.tolist()
             path = greedy_accept(toks, pars, pred)
             new = [toks[j] for j in path]
@@ -299,8 +320,7 @@ def speculative_generate(target, draft, input_ids: list[int], max_new_tokens: in
 
 
 @torch.inference_mode()
-def greedy_generate(target, input_ids: list[int], max_new_tokens: int,
-                    eos_token_id: Optional[int] = None) -> SpecResult:
+def greedy_generate(target, input_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> SpecResult:
     """Plain greedy decoding with a KV cache (the no-speculation baseline).
 
     Returns a SpecResult with verify_steps 0 and empty accept_lengths; verify_time_s is the
@@ -321,5 +341,4 @@ def greedy_generate(target, input_ids: list[int], max_new_tokens: int,
             tok = int(o.logits[0, -1].argmax())
             out.append(tok)
         t2 = time.perf_counter()
-    return SpecResult(tokens=out, accept_lengths=[], verify_steps=0, verify_time_s=t2 - t1,
-                      prefill_time_s=t1 - t0)
+    return SpecResult(tokens=out, accept_lengths=[], verify_steps=0, verify_time_s=t2 - t1, prefill_time_s=t1 - t0)

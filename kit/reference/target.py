@@ -12,9 +12,8 @@
         model(input_ids=ids)
     feats = cap.features()          # [B, T, 3 * hidden]
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 
@@ -35,7 +34,7 @@ def default_points(L: int) -> list[int]:
 class TargetCapture:
     """Forward hooks that record the residual stream at capture points during a target forward."""
 
-    def __init__(self, model, points: Optional[list[int]]):
+    def __init__(self, model, points: list[int] | None):
         self.model, self.points = model, points
         self.store: dict = {}
         self.handles = []
@@ -47,6 +46,7 @@ class TargetCapture:
         def hook(key):
             def fn(_m, _i, out):
                 self.store[key] = out[0] if isinstance(out, tuple) else out
+
             return fn
 
         if self.points is None:
@@ -102,7 +102,7 @@ def _cache_keep(cache, prefix: int, keep: list[int]) -> None:
             cache.value_cache[i] = cache.value_cache[i].index_select(2, idx)
 
 
-def target_forward(model, ids: list[int], cache, points, parents: Optional[list[int]] = None):
+def target_forward(model, ids: list[int], cache, points, parents: list[int] | None = None):
     """Run the target over `ids` appended to `cache`. With `parents` (tree verify), token j
     attends to the prefix and its ancestors only, at position prefix + depth(j).
     Returns (argmax ids [T], features [T, W])."""
@@ -113,7 +113,7 @@ def target_forward(model, ids: list[int], cache, points, parents: Optional[list[
     if parents is not None:
         T = len(ids)
         depth = [0] * T
-        vis = torch.zeros(T, P + T, dtype=torch.bool, device="cpu")   # built on the host, then moved
+        vis = torch.zeros(T, P + T, dtype=torch.bool, device="cpu")  # built on the host, then moved
         vis[:, :P] = True
         for j in range(T):
             a = j
@@ -132,8 +132,9 @@ def target_forward(model, ids: list[int], cache, points, parents: Optional[list[
 
 
 @torch.inference_mode()
-def batch_greedy(model, rows: list[list[int]], max_new_tokens: int, pad_id: int, eos_token_id: Optional[int],
-                 batch: int = 16) -> list[list[int]]:
+def batch_greedy(
+    model, rows: list[list[int]], max_new_tokens: int, pad_id: int, eos_token_id: int | None, batch: int = 16
+) -> list[list[int]]:
     """Greedy continuations of many prompts, batched with left padding (HF generate).
 
     Faster than `greedy_generate` per prompt; padded batches can differ from batch-1 decoding in
@@ -142,12 +143,18 @@ def batch_greedy(model, rows: list[list[int]], max_new_tokens: int, pad_id: int,
     out = []
     dev = next(model.parameters()).device
     for b0 in range(0, len(rows), batch):
-        chunk = rows[b0:b0 + batch]
+        chunk = rows[b0 : b0 + batch]
         W = max(map(len, chunk))
         ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
         att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
-        g = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
-                           pad_token_id=pad_id, eos_token_id=eos_token_id)
+        g = model.generate(
+            input_ids=ids,
+            attention_mask=att,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_id,
+            eos_token_id=eos_token_id,
+        )
         for row in g[:, W:].tolist():
             if eos_token_id is not None and eos_token_id in row:
                 row = row[: row.index(eos_token_id) + 1]

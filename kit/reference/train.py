@@ -19,6 +19,7 @@ How (the recipe measured in shared/docs/stack-notes.md, last section):
     python -m kit train-draft [--quick] [--out DIR] [--epochs N] ...
     from kit.reference.train import ensure_demo_draft; path = ensure_demo_draft(quick=True)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,6 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from kit import config as kconfig
 from kit.findings import KitInputError
@@ -40,7 +40,7 @@ RECIPE_VERSION = 2  # bump when the training code changes what a given config pr
 @dataclass
 class TrainConfig:
     target: str = field(default="embedded", metadata={"help": "target: 'embedded' (SmolLM2) or a local HF model dir"})
-    out: Optional[str] = field(default=None, metadata={"help": "also copy the draft here (default: only the cache)"})
+    out: str | None = field(default=None, metadata={"help": "also copy the draft here (default: only the cache)"})
     quick: bool = field(default=False, metadata={"help": "the < 1 minute preset used by tests and notebooks"})
     num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
     gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
@@ -51,16 +51,21 @@ class TrainConfig:
     batch_size: int = field(default=16, metadata={"help": "sequences per optimizer step"})
     vocab_floor: int = field(default=8192, metadata={"help": "ids below this are always in the draft vocabulary"})
     seed: int = field(default=0, metadata={"help": "random seed"})
-    init: str = field(default="lens", metadata={"help": "head initialization: lens (deepest state through fc, zero residual branches) or random", "choices": ["lens", "random"]})
+    init: str = field(
+        default="lens",
+        metadata={
+            "help": "head initialization: lens (deepest state through fc, zero residual branches) or random",
+            "choices": ["lens", "random"],
+        },
+    )
     threads: int = field(default=0, metadata={"help": "torch CPU threads (0: leave as is)"})
     force: bool = field(default=False, metadata={"help": "retrain even if cached"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
-    def preset(self) -> "TrainConfig":
+    def preset(self) -> TrainConfig:
         if not self.quick:
             return self
-        return TrainConfig(**{**asdict(self), "num_prompts": 48, "gen_tokens": 48, "epochs": 6,
-                              "batch_size": 8})
+        return TrainConfig(**{**asdict(self), "num_prompts": 48, "gen_tokens": 48, "epochs": 6, "batch_size": 8})
 
     def key(self, target_id: str) -> str:
         keep = {k: v for k, v in asdict(self).items() if k not in ("out", "quick", "force", "json", "threads")}
@@ -88,6 +93,7 @@ def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, p
     each position), start (first position whose label is a generated token).
     """
     import torch
+
     from kit.models import chat_ids
     from kit.reference.target import TargetCapture, batch_greedy
 
@@ -97,9 +103,9 @@ def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, p
     out = []
     seqs = [r + c for r, c in zip(rows, conts)]
     with torch.inference_mode():
-        fb = min(batch, 16)      # logits of 16 x ~130 tokens x 49k vocab: ~400 MB
+        fb = min(batch, 16)  # logits of 16 x ~130 tokens x 49k vocab: ~400 MB
         for b0 in range(0, len(seqs), fb):
-            chunk = seqs[b0:b0 + fb]
+            chunk = seqs[b0 : b0 + fb]
             N = max(map(len, chunk))
             # right padding needs no mask: causal attention never lets a real token see a pad
             x = torch.tensor([s + [pad] * (N - len(s)) for s in chunk])
@@ -108,8 +114,14 @@ def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, p
             feats = cap.features()
             for i, s in enumerate(chunk):
                 n = len(s)
-                out.append({"ids": x[i, :n].clone(), "feats": feats[i, :n].to(torch.bfloat16),
-                            "labels": lo[i, :n].argmax(-1), "start": max(len(rows[b0 + i]) - 1, 0)})
+                out.append(
+                    {
+                        "ids": x[i, :n].clone(),
+                        "feats": feats[i, :n].to(torch.bfloat16),
+                        "labels": lo[i, :n].argmax(-1),
+                        "start": max(len(rows[b0 + i]) - 1, 0),
+                    }
+                )
     return out
 
 
@@ -131,10 +143,11 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
     the anchor's own later-step keys. Label: the target's greedy token at position i+1+j."""
     import torch
     import torch.nn.functional as F
+
     from kit.reference.draft import causal_mask
 
     B, N = ids.shape
-    T = N - 1 - steps                     # anchors with all steps inside the sequence
+    T = N - 1 - steps  # anchors with all steps inside the sequence
     if T <= 0:
         return None, []
     pos0 = torch.arange(T)[None].expand(B, -1)
@@ -142,7 +155,7 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
     h = feats[:, :T].float()
     losses, accs = [], []
     for j in range(steps):
-        x_ids = ids[:, 1 + j: 1 + j + T]
+        x_ids = ids[:, 1 + j : 1 + j + T]
         embeds = draft.embed_tokens(x_ids)
         h = draft.project(h, embeds.shape[-1])
         residual = None
@@ -157,13 +170,13 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
             h, residual = layer.post_attention(a, residual)
         pre = h + residual
         normed = draft.norm(pre)
-        tgt = t2d[labels[:, 1 + j: 1 + j + T]]          # draft index, -1 outside the draft vocab
-        lm = mask[:, 1 + j: 1 + j + T]
-        logits = draft.logits(normed[lm])               # the head only where a label counts
+        tgt = t2d[labels[:, 1 + j : 1 + j + T]]  # draft index, -1 outside the draft vocab
+        lm = mask[:, 1 + j : 1 + j + T]
+        logits = draft.logits(normed[lm])  # the head only where a label counts
         t = tgt[lm]
         ok = t >= 0
         ce = F.cross_entropy(logits, t.clamp(min=0), reduction="none")
-        losses.append((ce * ok).sum() / max(int(lm.sum()), 1) * (0.8 ** j))
+        losses.append((ce * ok).sum() / max(int(lm.sum()), 1) * (0.8**j))
         accs.append(((logits.argmax(-1) == t) & ok).sum().item() / max(int(lm.sum()), 1))
         h = normed if draft.spec.norm_output else pre
     return sum(losses), accs
@@ -173,6 +186,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
     """Build and train the head; returns (draft, stats)."""
     import torch
     from torch import nn
+
     from kit.reference.draft import DraftSpec, Eagle3Draft
 
     tc = target.config.get_text_config()
@@ -181,15 +195,24 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
     rp = getattr(tc, "rope_parameters", None) or {}
     theta = rp.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-        "hidden_size": H, "target_hidden_size": H, "intermediate_size": tc.intermediate_size,
-        "num_attention_heads": tc.num_attention_heads, "num_key_value_heads": tc.num_key_value_heads,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": H,
+        "target_hidden_size": H,
+        "intermediate_size": tc.intermediate_size,
+        "num_attention_heads": tc.num_attention_heads,
+        "num_key_value_heads": tc.num_key_value_heads,
         "head_dim": getattr(tc, "head_dim", None) or H // tc.num_attention_heads,
-        "hidden_act": "silu", "rms_norm_eps": tc.rms_norm_eps, "vocab_size": V,
-        "draft_vocab_size": int(hot.numel()), "max_position_embeddings": tc.max_position_embeddings,
-        "rope_theta": theta, "tie_word_embeddings": False, "torch_dtype": "float32",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points],
-                         "use_aux_hidden_state": True},
+        "hidden_act": "silu",
+        "rms_norm_eps": tc.rms_norm_eps,
+        "vocab_size": V,
+        "draft_vocab_size": int(hot.numel()),
+        "max_position_embeddings": tc.max_position_embeddings,
+        "rope_theta": theta,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points], "use_aux_hidden_state": True},
     }
     torch.manual_seed(cfg.seed)
     draft = Eagle3Draft(DraftSpec.from_config(config))
@@ -212,8 +235,9 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     n_batches = (len(data) + cfg.batch_size - 1) // cfg.batch_size
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(1, cfg.epochs * n_batches),
-                                                pct_start=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=cfg.lr, total_steps=max(1, cfg.epochs * n_batches), pct_start=0.1
+    )
     g = torch.Generator().manual_seed(cfg.seed)
     stats = {"epochs": []}
     t0 = time.perf_counter()
@@ -222,7 +246,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
         order = torch.randperm(len(data), generator=g).tolist()
         tot, accs = 0.0, []
         for b in range(n_batches):
-            rows = [data[i] for i in order[b * cfg.batch_size:(b + 1) * cfg.batch_size]]
+            rows = [data[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
             N = max(len(r["ids"]) for r in rows)
             ids = torch.zeros(len(rows), N, dtype=torch.long)
             lab = torch.zeros(len(rows), N, dtype=torch.long)
@@ -231,7 +255,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
             for i, r in enumerate(rows):  # right-pad; positions start at 0 like the real prompt
                 n = len(r["ids"])
                 ids[i, :n], lab[i, :n], feats[i, :n] = r["ids"], r["labels"], r["feats"].float()
-                mask[i, r["start"]:n] = True
+                mask[i, r["start"] : n] = True
             loss, acc = ttt_loss(draft, ids, feats, lab, mask, cfg.ttt_steps, t2d)
             if loss is None:
                 continue
@@ -272,9 +296,10 @@ def train_draft(cfg: TrainConfig, log=print) -> Path:
 
 def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     import torch
-    from kit.reference.draft_io import save_draft
+
     from kit.models import load_target
     from kit.prompts import builtin_prompts
+    from kit.reference.draft_io import save_draft
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -293,18 +318,31 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     t2 = time.perf_counter()
     log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
     draft, config, stats = train_head(model, data, cfg, points, log)
-    prov = {"source_layout": "sglang", "aux_convention": "sglang", "source_aux_layer_id_convention": "sglang",
-            "aux_layer_ids": [p - 1 for p in points], "trained_with": "kit", "capture_points": points, "target": str(tdir), "target_id": _target_id(tdir),
-            "target_architecture": (model.config.architectures or [type(model).__name__])[0],
-            "target_num_layers": L, "settings": asdict(cfg), "recipe_version": RECIPE_VERSION,
-            "generated_tokens": n_gen, "data_time_s": round(t2 - t1, 1), "load_time_s": round(t1 - t0, 1),
-            **stats, "total_time_s": round(time.perf_counter() - t0, 1)}
+    prov = {
+        "source_layout": "sglang",
+        "aux_convention": "sglang",
+        "source_aux_layer_id_convention": "sglang",
+        "aux_layer_ids": [p - 1 for p in points],
+        "trained_with": "kit",
+        "capture_points": points,
+        "target": str(tdir),
+        "target_id": _target_id(tdir),
+        "target_architecture": (model.config.architectures or [type(model).__name__])[0],
+        "target_num_layers": L,
+        "settings": asdict(cfg),
+        "recipe_version": RECIPE_VERSION,
+        "generated_tokens": n_gen,
+        "data_time_s": round(t2 - t1, 1),
+        "load_time_s": round(t1 - t0, 1),
+        **stats,
+        "total_time_s": round(time.perf_counter() - t0, 1),
+    }
     save_draft(draft, dest, config, extra_files={"kit_provenance.json": prov})
     log(f"saved {dest} ({prov['total_time_s']} s total)")
     return _copy_out(dest, cfg.out)
 
 
-def _copy_out(src: Path, out: Optional[str]) -> Path:
+def _copy_out(src: Path, out: str | None) -> Path:
     if not out:
         return src
     o = Path(out)
@@ -333,8 +371,12 @@ def run(args: argparse.Namespace) -> int:
     log = (lambda *_: None) if cfg.json else print
     path = train_draft(cfg, log)
     prov = json.loads((path / "kit_provenance.json").read_text())
-    doc = {"draft": str(path), "generated_tokens": prov.get("generated_tokens"),
-           "train_time_s": prov.get("train_time_s"), "total_time_s": prov.get("total_time_s"),
-           "final_epoch": (prov.get("epochs") or [None])[-1]}
+    doc = {
+        "draft": str(path),
+        "generated_tokens": prov.get("generated_tokens"),
+        "train_time_s": prov.get("train_time_s"),
+        "total_time_s": prov.get("total_time_s"),
+        "final_epoch": (prov.get("epochs") or [None])[-1],
+    }
     print(json.dumps(doc) if cfg.json else f"draft: {path}")
     return 0

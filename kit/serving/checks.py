@@ -12,24 +12,36 @@ mem-fraction-static), `launch.backend` (attention backend vs topk/page size, bla
 rows 18-19), `launch.engine` (flags the reference server ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit.findings import Finding, KitInputError, Report
 from kit.sglang.params import EAGLE_FAMILY, resolve
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
-MTP_TARGETS = {"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM",
-               "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
-               "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
-               "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "HYV3ForCausalLM",
-               "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration"}
+MTP_TARGETS = {
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+}
 PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
-def _local_config(path: Optional[str]) -> Optional[dict]:
+def _local_config(path: str | None) -> dict | None:
     if not path or not (Path(path) / "config.json").is_file():
         return None
     from kit.checkpoint.hf_config import read_config
@@ -40,88 +52,126 @@ def _local_config(path: Optional[str]) -> Optional[dict]:
         return None
 
 
-def _arch(cfg: Optional[dict]) -> Optional[str]:
+def _arch(cfg: dict | None) -> str | None:
     archs = (cfg or {}).get("architectures") or []
     return archs[0] if archs else None
 
 
 # -- the rules ------------------------------------------------------------------------------------
-def flag_findings(spec, python: Optional[str] = None, build: Optional[bool] = None) -> list[Finding]:
+def flag_findings(spec, python: str | None = None, build: bool | None = None) -> list[Finding]:
     from kit.sglang.parser import parse_argvs
 
     try:
         [res] = parse_argvs([spec.flags()], python=python, build=build)
     except KitInputError as e:
-        return [Finding(code="launch.parser", severity="info",
-                        title="SGLang's argument parser could not be run; flags were not checked",
-                        evidence={"reason": str(e)},
-                        fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side venv build")]
+        return [
+            Finding(
+                code="launch.parser",
+                severity="info",
+                title="SGLang's argument parser could not be run; flags were not checked",
+                evidence={"reason": str(e)},
+                fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side venv build",
+            )
+        ]
     out = []
     for flag in [u for u in res["unknown"] if u.startswith("-")] or res["unknown"][:1]:
-        out.append(Finding(code="launch.flag", severity="error",
-                           title=f"SGLang does not accept {flag!r}: the server would exit at startup",
-                           evidence={"unknown": res["unknown"]},
-                           fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)"))
+        out.append(
+            Finding(
+                code="launch.flag",
+                severity="error",
+                title=f"SGLang does not accept {flag!r}: the server would exit at startup",
+                evidence={"unknown": res["unknown"]},
+                fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
+            )
+        )
     if res["error"]:
-        out.append(Finding(code="launch.flag", severity="error",
-                           title=f"SGLang's parser rejects the command: {res['error']}",
-                           evidence={"error": res["error"]}, fix="fix the flag value"))
+        out.append(
+            Finding(
+                code="launch.flag",
+                severity="error",
+                title=f"SGLang's parser rejects the command: {res['error']}",
+                evidence={"error": res["error"]},
+                fix="fix the flag value",
+            )
+        )
     return out
 
 
-def spec_param_findings(spec, target_arch: Optional[str]) -> list[Finding]:
+def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
     """`launch.spec_params`: what `kit.sglang.params.resolve` says SGLang does with the three values."""
     alg = (spec.speculative_algorithm or "").upper()
     given = spec.spec_params()
     if not alg:
         if not given.is_unset() or spec.speculative_draft_model_path:
-            return [Finding(code="launch.spec_params", severity="warning",
-                            title="speculative flags given without --speculative-algorithm: speculation is off",
-                            evidence=given.given(), fix="add --speculative-algorithm EAGLE3 (EAGLE-3 draft)")]
+            return [
+                Finding(
+                    code="launch.spec_params",
+                    severity="warning",
+                    title="speculative flags given without --speculative-algorithm: speculation is off",
+                    evidence=given.given(),
+                    fix="add --speculative-algorithm EAGLE3 (EAGLE-3 draft)",
+                )
+            ]
         return []
     if alg not in EAGLE_FAMILY:
         return []
     res = resolve(given, alg, target_arch)
-    return [Finding(code="launch.spec_params", severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix)
-            for i in res.issues]
+    return [
+        Finding(code="launch.spec_params", severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix)
+        for i in res.issues
+    ]
 
 
-def aux_findings(spec, draft_config: Optional[dict], target_config: Optional[dict] = None) -> list[Finding]:
+def aux_findings(spec, draft_config: dict | None, target_config: dict | None = None) -> list[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if draft_config is not None:  # the wiring rules decide (one rule for doctor, notebook 03 and here)
         from kit.wiring.checks import wiring_checks
 
-        return [f for f in wiring_checks(target_config, draft_config, spec.argv())
-                if f.code == "aux.algorithm"]
+        return [f for f in wiring_checks(target_config, draft_config, spec.argv()) if f.code == "aux.algorithm"]
     path = spec.speculative_draft_model_path or ""
     if alg in ("EAGLE", "NEXTN") and "eagle3" in path.lower().replace("-", "").replace("_", ""):
-        return [Finding(code="aux.algorithm", severity="warning",
-                        title=f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
-                              "aux capture is off and accept length drops to ~1.0",
-                        evidence={"algorithm": alg, "draft_path": path, "draft_config": "not readable here"},
-                        fix="--speculative-algorithm EAGLE3 (check the draft's config.json architectures)")]
+        return [
+            Finding(
+                code="aux.algorithm",
+                severity="warning",
+                title=f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
+                "aux capture is off and accept length drops to ~1.0",
+                evidence={"algorithm": alg, "draft_path": path, "draft_config": "not readable here"},
+                fix="--speculative-algorithm EAGLE3 (check the draft's config.json architectures)",
+            )
+        ]
     return []
 
 
 def bind_findings(spec) -> list[Finding]:
     if spec.host in ("0.0.0.0", "::", "[::]") and not spec.api_key:
-        return [Finding(code="launch.bind", severity="warning",
-                        title=f"binds {spec.host} without --api-key: anyone on the network can use the server",
-                        evidence={"host": spec.host, "port": spec.port},
-                        fix="--host 127.0.0.1 (and an SSH tunnel), or add --api-key")]
+        return [
+            Finding(
+                code="launch.bind",
+                severity="warning",
+                title=f"binds {spec.host} without --api-key: anyone on the network can use the server",
+                evidence={"host": spec.host, "port": spec.port},
+                fix="--host 127.0.0.1 (and an SSH tunnel), or add --api-key",
+            )
+        ]
     return []
 
 
 def trust_findings(spec) -> list[Finding]:
     if spec.trust_remote_code:
-        return [Finding(code="launch.trust_remote_code", severity="warning",
-                        title="--trust-remote-code runs Python shipped with the model repository",
-                        evidence={"model_path": spec.model_path},
-                        fix="keep it only for a model you have read (Kimi-K2.5 needs it); pin the revision")]
+        return [
+            Finding(
+                code="launch.trust_remote_code",
+                severity="warning",
+                title="--trust-remote-code runs Python shipped with the model repository",
+                evidence={"model_path": spec.model_path},
+                fix="keep it only for a model you have read (Kimi-K2.5 needs it); pin the revision",
+            )
+        ]
     return []
 
 
-def _weights_bytes(path: Optional[str]) -> Optional[int]:
+def _weights_bytes(path: str | None) -> int | None:
     if not path or not Path(path).is_dir():
         return None
     from kit.checkpoint.safetensors_io import read_checkpoint
@@ -133,7 +183,7 @@ def _weights_bytes(path: Optional[str]) -> Optional[int]:
     return ck.total_bytes or None
 
 
-def detect_gpu_memory_gib() -> Optional[float]:
+def detect_gpu_memory_gib() -> float | None:
     try:
         import pynvml
 
@@ -144,10 +194,10 @@ def detect_gpu_memory_gib() -> Optional[float]:
         return None
 
 
-def mem_findings(spec, gpu_memory_gib: Optional[float]) -> list[Finding]:
+def mem_findings(spec, gpu_memory_gib: float | None) -> list[Finding]:
     model = spec.model_path
     if model == "embedded":
-        from kit.models import embedded_dir, cache_dir, EMBEDDED_NAME
+        from kit.models import EMBEDDED_NAME, cache_dir
 
         model = str(cache_dir() / EMBEDDED_NAME)
     tb, db = _weights_bytes(model), _weights_bytes(spec.speculative_draft_model_path)
@@ -155,25 +205,46 @@ def mem_findings(spec, gpu_memory_gib: Optional[float]) -> list[Finding]:
         return []
     tp = spec.tp_size or 1
     per_gpu = (tb + (db or 0)) / tp
-    ev: dict[str, Any] = {"target_bytes": tb, "draft_bytes": db, "tp_size": tp,
-                          "weights_per_gpu_gib": round(per_gpu / 2**30, 3)}
+    ev: dict[str, Any] = {
+        "target_bytes": tb,
+        "draft_bytes": db,
+        "tp_size": tp,
+        "weights_per_gpu_gib": round(per_gpu / 2**30, 3),
+    }
     gpu = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib()
     frac = spec.mem_fraction_static
     if gpu is None or frac is None:
-        return [Finding(code="launch.mem", severity="info",
-                        title=f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
-                        evidence={**ev, "gpu_memory_gib": gpu, "mem_fraction_static": frac},
-                        fix="mem-fraction-static x GPU memory must exceed this, with room for the KV cache")]
+        return [
+            Finding(
+                code="launch.mem",
+                severity="info",
+                title=f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
+                evidence={**ev, "gpu_memory_gib": gpu, "mem_fraction_static": frac},
+                fix="mem-fraction-static x GPU memory must exceed this, with room for the KV cache",
+            )
+        ]
     pool = frac * gpu * 2**30
     ev.update(gpu_memory_gib=round(gpu, 2), mem_fraction_static=frac, static_pool_gib=round(pool / 2**30, 2))
     if per_gpu >= pool:
-        return [Finding(code="launch.mem", severity="error",
-                        title="weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
-                        evidence=ev, fix="raise --mem-fraction-static, use more GPUs (--tp-size) or a smaller quant")]
+        return [
+            Finding(
+                code="launch.mem",
+                severity="error",
+                title="weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
+                evidence=ev,
+                fix="raise --mem-fraction-static, use more GPUs (--tp-size) or a smaller quant",
+            )
+        ]
     if per_gpu > 0.9 * pool:
-        return [Finding(code="launch.mem", severity="warning",
-                        title=f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
-                        evidence=ev, fix="raise --mem-fraction-static a little or add GPUs")]
+        return [
+            Finding(
+                code="launch.mem",
+                severity="warning",
+                title=f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
+                evidence=ev,
+                fix="raise --mem-fraction-static a little or add GPUs",
+            )
+        ]
     return []
 
 
@@ -186,23 +257,50 @@ def backend_findings(spec, params) -> list[Finding]:
     out = []
     v2 = str(spec.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true", "yes", "on")
     if v2 and topk != 1:
-        out.append(Finding(code="launch.backend", severity="error",
-                           title=f"SGLANG_ENABLE_SPEC_V2 supports only topk 1 (topk resolves to {topk})",
-                           evidence={"topk": topk}, fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2"))
+        out.append(
+            Finding(
+                code="launch.backend",
+                severity="error",
+                title=f"SGLANG_ENABLE_SPEC_V2 supports only topk 1 (topk resolves to {topk})",
+                evidence={"topk": topk},
+                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2",
+            )
+        )
     if "trtllm_mha" in backends and topk > 1:
-        out.append(Finding(code="launch.backend", severity="error",
-                           title=f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
-                           evidence={"backends": sorted(backends), "topk": topk},
-                           fix="--speculative-eagle-topk 1, or --attention-backend flashinfer"))
-    if (spec.page_size or 1) > 1 and topk > 1 and spec.attention_backend and spec.attention_backend not in PAGE_TREE_BACKENDS:
-        out.append(Finding(code="launch.backend", severity="error",
-                           title=f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
-                           evidence={"attention_backend": spec.attention_backend, "page_size": spec.page_size},
-                           fix="--page-size 1 or --attention-backend flashinfer"))
+        out.append(
+            Finding(
+                code="launch.backend",
+                severity="error",
+                title=f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
+                evidence={"backends": sorted(backends), "topk": topk},
+                fix="--speculative-eagle-topk 1, or --attention-backend flashinfer",
+            )
+        )
+    if (
+        (spec.page_size or 1) > 1
+        and topk > 1
+        and spec.attention_backend
+        and spec.attention_backend not in PAGE_TREE_BACKENDS
+    ):
+        out.append(
+            Finding(
+                code="launch.backend",
+                severity="error",
+                title=f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
+                evidence={"attention_backend": spec.attention_backend, "page_size": spec.page_size},
+                fix="--page-size 1 or --attention-backend flashinfer",
+            )
+        )
     if "fa4" in backends:
-        out.append(Finding(code="launch.backend", severity="warning",
-                           title="fa4 has no speculative-decoding support",
-                           evidence={"backends": sorted(backends)}, fix="use flashinfer (or fa3 on Hopper)"))
+        out.append(
+            Finding(
+                code="launch.backend",
+                severity="warning",
+                title="fa4 has no speculative-decoding support",
+                evidence={"backends": sorted(backends)},
+                fix="use flashinfer (or fa3 on Hopper)",
+            )
+        )
     return out
 
 
@@ -214,9 +312,15 @@ def engine_findings(spec, engine: str) -> list[Finding]:
     dropped = [a for a in spec.flags() if a.startswith("--") and a[2:].replace("-", "_") not in REFERENCE_FIELDS]
     if not dropped:
         return []
-    return [Finding(code="launch.engine", severity="info",
-                    title=f"the CPU reference server ignores {len(dropped)} SGLang flag(s)",
-                    evidence={"ignored": dropped}, fix="")]
+    return [
+        Finding(
+            code="launch.engine",
+            severity="info",
+            title=f"the CPU reference server ignores {len(dropped)} SGLang flag(s)",
+            evidence={"ignored": dropped},
+            fix="",
+        )
+    ]
 
 
 def nccl_findings(env: dict[str, str]) -> list[Finding]:
@@ -225,9 +329,16 @@ def nccl_findings(env: dict[str, str]) -> list[Finding]:
     return list(rules(env))
 
 
-def lint(spec, target_config: Optional[dict] = None, draft_config: Optional[dict] = None,
-         sglang_python: Optional[str] = None, parse_flags: bool = True, build_venv: Optional[bool] = None,
-         gpu_memory_gib: Optional[float] = None, engine: str = "sglang") -> Report:
+def lint(
+    spec,
+    target_config: dict | None = None,
+    draft_config: dict | None = None,
+    sglang_python: str | None = None,
+    parse_flags: bool = True,
+    build_venv: bool | None = None,
+    gpu_memory_gib: float | None = None,
+    engine: str = "sglang",
+) -> Report:
     target_config = target_config or _local_config(spec.model_path)
     draft_config = draft_config or _local_config(spec.speculative_draft_model_path)
     arch = _arch(target_config)
@@ -238,9 +349,15 @@ def lint(spec, target_config: Optional[dict] = None, draft_config: Optional[dict
     r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
-        r.add(Finding(code="launch.spec_params", severity="error",
-                      title=f"{alg} without --speculative-draft-model-path: SGLang loads the target as the draft and fails",
-                      evidence={"target_arch": arch}, fix="--speculative-draft-model-path DRAFT_DIR"))
+        r.add(
+            Finding(
+                code="launch.spec_params",
+                severity="error",
+                title=f"{alg} without --speculative-draft-model-path: SGLang loads the target as the draft and fails",
+                evidence={"target_arch": arch},
+                fix="--speculative-draft-model-path DRAFT_DIR",
+            )
+        )
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
     r.extend(mem_findings(spec, gpu_memory_gib))
@@ -248,8 +365,9 @@ def lint(spec, target_config: Optional[dict] = None, draft_config: Optional[dict
     r.extend(backend_findings(spec, params))
     r.extend(engine_findings(spec, engine))
     r.extend(nccl_findings(spec.env))
-    r.facts.update(effective_params=params.label() if params else None, target_arch=arch,
-                   draft_arch=_arch(draft_config))
+    r.facts.update(
+        effective_params=params.label() if params else None, target_arch=arch, draft_arch=_arch(draft_config)
+    )
     return r
 
 

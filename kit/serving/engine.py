@@ -11,6 +11,7 @@ It keeps SGLang's counters and prints SGLang-format decode lines every `--decode
 verify/decode forwards (`kit.serving.logs` parses them), and renders `/metrics` with SGLang's metric
 names. Requests run one at a time (kit.reference.speculate holds one lock around the shared target).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from kit.findings import KitInputError
 
@@ -36,8 +37,7 @@ def wiring_for(spec, draft_config: dict, target_config: dict):
     EAGLE/NEXTN => no aux capture => fc bypassed; EAGLE3 => the draft's capture points)."""
     from kit.wiring.plan import wiring_from_launch
 
-    return wiring_from_launch(spec.argv(), draft_config, target_config,
-                              draft_dir=spec.speculative_draft_model_path)
+    return wiring_from_launch(spec.argv(), draft_config, target_config, draft_dir=spec.speculative_draft_model_path)
 
 
 @dataclass
@@ -57,8 +57,8 @@ class Outcome:
 
 class ReferenceEngine:
     def __init__(self, spec, device: str = "cpu", dtype: str = "float32"):
-        from kit.models import load_target, resolve_target
         from kit.checkpoint.hf_config import read_config
+        from kit.models import load_target, resolve_target
 
         self.spec = spec
         self.model_dir = resolve_target(spec.model_path)
@@ -76,8 +76,9 @@ class ReferenceEngine:
             if not spec.speculative_draft_model_path:
                 raise KitInputError(f"--speculative-algorithm {alg} needs --speculative-draft-model-path")
             self.params = spec.spec_params().resolved(self.algorithm, arch)
-            self.draft = load_draft(spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(
-                __import__("torch"), dtype)).to(device)
+            self.draft = load_draft(
+                spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(__import__("torch"), dtype)
+            ).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
             self.wiring = wiring_for(spec, dcfg, self.target_config)
         self.device = device
@@ -92,13 +93,18 @@ class ReferenceEngine:
         self.total_accept = self.total_forward = 0
         self.iv_time = 0.0
         self.gauges = {"spec_accept_length": 0.0, "spec_accept_rate": 0.0, "gen_throughput": 0.0}
-        self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0,
-                         "spec_verify_calls_total": 0, "num_requests_total": 0}
+        self.counters = {
+            "prompt_tokens_total": 0,
+            "generation_tokens_total": 0,
+            "spec_verify_calls_total": 0,
+            "num_requests_total": 0,
+        }
         self.waiting = 0  # requests inside generate(): one runs, the rest queue on kit.reference.speculate's lock
 
     # -- generation -----------------------------------------------------------------------------
-    def generate(self, input_ids: list[int], max_new_tokens: int = 128, stop_token_ids=(),
-                 ignore_eos: bool = False) -> Outcome:
+    def generate(
+        self, input_ids: list[int], max_new_tokens: int = 128, stop_token_ids=(), ignore_eos: bool = False
+    ) -> Outcome:
         import torch
 
         from kit.reference.speculate import greedy_generate, speculative_generate
@@ -112,19 +118,31 @@ class ReferenceEngine:
             # whatever the decode loop builds without naming a device lands next to the weights
             with torch.device(self.device):
                 if self.draft is not None:
-                    r = speculative_generate(self.target, self.draft, list(input_ids), max_new_tokens,
-                                             self.params, self.wiring, eos_token_id=eos)
+                    r = speculative_generate(
+                        self.target,
+                        self.draft,
+                        list(input_ids),
+                        max_new_tokens,
+                        self.params,
+                        self.wiring,
+                        eos_token_id=eos,
+                    )
                 else:
                     r = greedy_generate(self.target, list(input_ids), max_new_tokens, eos_token_id=eos)
         finally:
             with self.lock:
                 self.waiting -= 1
         last = r.tokens[-1] if r.tokens else None
-        finish = ({"type": "stop", "matched": last} if last in eos else {"type": "length", "length": max_new_tokens})
-        out = Outcome(tokens=list(r.tokens), prompt_tokens=len(input_ids), finish_reason=finish,
-                      accept_lengths=list(r.accept_lengths), accepted_drafts=list(r.accepted_drafts),
-                      e2e_latency=time.perf_counter() - t0,
-                      decode_time=r.draft_time_s + r.verify_time_s)
+        finish = {"type": "stop", "matched": last} if last in eos else {"type": "length", "length": max_new_tokens}
+        out = Outcome(
+            tokens=list(r.tokens),
+            prompt_tokens=len(input_ids),
+            finish_reason=finish,
+            accept_lengths=list(r.accept_lengths),
+            accepted_drafts=list(r.accepted_drafts),
+            e2e_latency=time.perf_counter() - t0,
+            decode_time=r.draft_time_s + r.verify_time_s,
+        )
         self._account(out)
         return out
 
@@ -138,8 +156,11 @@ class ReferenceEngine:
             self.counters["prompt_tokens_total"] += o.prompt_tokens
             self.counters["generation_tokens_total"] += len(o.tokens)
             self.counters["spec_verify_calls_total"] += o.verify_ct
-            steps = (list(zip(o.accept_lengths, o.accepted_drafts)) if self.draft is not None
-                     else [(1, 0)] * max(0, len(o.tokens) - 1))
+            steps = (
+                list(zip(o.accept_lengths, o.accepted_drafts))
+                if self.draft is not None
+                else [(1, 0)] * max(0, len(o.tokens) - 1)
+            )
             dt = o.decode_time / len(steps) if steps else 0.0
             kv = o.prompt_tokens + 1
             for acc, correct in steps:
@@ -166,8 +187,10 @@ class ReferenceEngine:
             msg += f"accept len: {al:.2f}, accept rate: {ar:.2f}, "
         self.iv_accept = self.iv_correct = self.iv_forward = 0
         self.gauges["gen_throughput"] = thr
-        log(msg + f"cpu graph: False, gen throughput (token/s): {thr:.2f}, #queue-req: {max(self.waiting - 1, 0)}",
-            rank=True)
+        log(
+            msg + f"cpu graph: False, gen throughput (token/s): {thr:.2f}, #queue-req: {max(self.waiting - 1, 0)}",
+            rank=True,
+        )
 
     # -- reporting ------------------------------------------------------------------------------
     def spec_meta(self, o: Outcome) -> dict:
@@ -180,39 +203,63 @@ class ReferenceEngine:
         for c in o.accepted_drafts:
             hist += [0] * (c + 1 - len(hist))
             hist[c] += 1
-        return {"spec_accept_rate": correct / proposed, "spec_accept_length": len(o.tokens) / o.verify_ct,
-                "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
-                "spec_verify_ct": o.verify_ct, "spec_correct_drafts_histogram": hist}
+        return {
+            "spec_accept_rate": correct / proposed,
+            "spec_accept_length": len(o.tokens) / o.verify_ct,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": o.verify_ct,
+            "spec_correct_drafts_histogram": hist,
+        }
 
     def server_args(self) -> dict[str, Any]:
         from kit.serving.launch import FIELDS
 
         d = {n: getattr(self.spec, n) for n in FIELDS}
         if self.params is not None:
-            d.update(speculative_algorithm=self.algorithm, speculative_num_steps=self.params.speculative_num_steps,
-                     speculative_eagle_topk=self.params.speculative_eagle_topk,
-                     speculative_num_draft_tokens=self.params.speculative_num_draft_tokens)
-        d.update(host=self.spec.host or "127.0.0.1", port=self.spec.port or 30000,
-                 decode_log_interval=self.interval, api_key=None if self.spec.api_key is None else "<set>")
+            d.update(
+                speculative_algorithm=self.algorithm,
+                speculative_num_steps=self.params.speculative_num_steps,
+                speculative_eagle_topk=self.params.speculative_eagle_topk,
+                speculative_num_draft_tokens=self.params.speculative_num_draft_tokens,
+            )
+        d.update(
+            host=self.spec.host or "127.0.0.1",
+            port=self.spec.port or 30000,
+            decode_log_interval=self.interval,
+            api_key=None if self.spec.api_key is None else "<set>",
+        )
         return d
 
     def server_info(self) -> dict[str, Any]:
         state: dict[str, Any] = {"last_gen_throughput": self.gauges["gen_throughput"]}
         if self.draft is not None and self.total_forward > 0:
             state["avg_spec_accept_length"] = self.total_accept / self.total_forward
-        return {**self.server_args(), "version": VERSION, "frontend": "python",
-                "launch_command": " ".join(sys.argv), "internal_states": [state],
-                "wiring": self.wiring.describe() if self.wiring is not None else None}
+        return {
+            **self.server_args(),
+            "version": VERSION,
+            "frontend": "python",
+            "launch_command": " ".join(sys.argv),
+            "internal_states": [state],
+            "wiring": self.wiring.describe() if self.wiring is not None else None,
+        }
 
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
-        g = {"sglang:num_running_reqs": min(self.waiting, 1), "sglang:num_queue_reqs": max(self.waiting - 1, 0),
-             "sglang:gen_throughput": self.gauges["gen_throughput"]}
+        g = {
+            "sglang:num_running_reqs": min(self.waiting, 1),
+            "sglang:num_queue_reqs": max(self.waiting - 1, 0),
+            "sglang:gen_throughput": self.gauges["gen_throughput"],
+        }
         if self.draft is not None:
-            g.update({"sglang:spec_accept_length": self.gauges["spec_accept_length"],
-                      "sglang:spec_accept_rate": self.gauges["spec_accept_rate"],
-                      "sglang:spec_num_steps": self.params.speculative_num_steps,
-                      "sglang:spec_num_draft_tokens": self.params.speculative_num_draft_tokens})
+            g.update(
+                {
+                    "sglang:spec_accept_length": self.gauges["spec_accept_length"],
+                    "sglang:spec_accept_rate": self.gauges["spec_accept_rate"],
+                    "sglang:spec_num_steps": self.params.speculative_num_steps,
+                    "sglang:spec_num_draft_tokens": self.params.speculative_num_draft_tokens,
+                }
+            )
         lines = []
         for name, v in g.items():
             lines += [f"# HELP {name} {name.split(':')[1]}", f"# TYPE {name} gauge", f"{name}{{{lab}}} {float(v)}"]
@@ -224,5 +271,11 @@ class ReferenceEngine:
 
     def model_card(self) -> dict:
         ctx = self.target_config.get("max_position_embeddings")
-        return {"id": self.model_name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-                "root": self.spec.model_path, "max_model_len": ctx}
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": self.spec.model_path,
+            "max_model_len": ctx,
+        }

@@ -17,31 +17,46 @@ server, which takes SGLang's flag names and semantics.
 
 `--dry-run` starts nothing; with `--json` the last line is {"argv": [...], "env": {...}, "findings": [...]}.
 """
+
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
-from kit.findings import EXIT_CANNOT_RUN, Finding, KitInputError, Report
+from kit.findings import KitInputError, Report
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
 
 SGLANG_MODULE = "sglang.launch_server"
 # not SGLang flags: the interpreter, environment, unparsed extras and the kit's log file
 KIT_ONLY = {"python", "env", "extra_args", "log_file"}
 # SGLang aliases (arg_groups/fields/*.py `aliases=`) for the fields the spec types
-ALIASES = {"--model": "model_path", "--speculative-draft-model": "speculative_draft_model_path",
-           "--tensor-parallel-size": "tp_size"}
+ALIASES = {
+    "--model": "model_path",
+    "--speculative-draft-model": "speculative_draft_model_path",
+    "--tensor-parallel-size": "tp_size",
+}
 # what the CPU reference server implements; other SGLang flags are dropped for it
-REFERENCE_FIELDS = {"model_path", "speculative_algorithm", "speculative_draft_model_path",
-                    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-                    "host", "port", "api_key", "served_model_name", "decode_log_interval",
-                    "enable_metrics", "max_running_requests", "log_level", "trust_remote_code"}
+REFERENCE_FIELDS = {
+    "model_path",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "host",
+    "port",
+    "api_key",
+    "served_model_name",
+    "decode_log_interval",
+    "enable_metrics",
+    "max_running_requests",
+    "log_level",
+    "trust_remote_code",
+}
 
 
 def _f(help_: str, default: Any = None, **meta) -> Any:
@@ -53,32 +68,32 @@ class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
     model_path: str = _f("target model: local dir, hub id, or 'embedded' (SmolLM2)", "embedded")
-    speculative_algorithm: Optional[str] = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
-    speculative_draft_model_path: Optional[str] = _f("draft checkpoint dir")
-    speculative_num_steps: Optional[int] = _f("draft steps per verify (set steps/topk/draft tokens together)")
-    speculative_eagle_topk: Optional[int] = _f("branching factor per step (1 = chain)")
-    speculative_num_draft_tokens: Optional[int] = _f("tokens verified per step, root included")
-    tp_size: Optional[int] = _f("tensor parallel size")
-    mem_fraction_static: Optional[float] = _f("fraction of GPU memory for weights + KV cache")
-    host: Optional[str] = _f("bind address (SGLang default 127.0.0.1)")
-    port: Optional[int] = _f("HTTP port (SGLang default 30000)")
-    api_key: Optional[str] = _f("API key the server requires")
-    served_model_name: Optional[str] = _f("model name reported by /v1/models")
+    speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
+    speculative_draft_model_path: str | None = _f("draft checkpoint dir")
+    speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
+    speculative_eagle_topk: int | None = _f("branching factor per step (1 = chain)")
+    speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")
+    tp_size: int | None = _f("tensor parallel size")
+    mem_fraction_static: float | None = _f("fraction of GPU memory for weights + KV cache")
+    host: str | None = _f("bind address (SGLang default 127.0.0.1)")
+    port: int | None = _f("HTTP port (SGLang default 30000)")
+    api_key: str | None = _f("API key the server requires")
+    served_model_name: str | None = _f("model name reported by /v1/models")
     trust_remote_code: bool = _f("run the model repo's Python code", False)
-    attention_backend: Optional[str] = _f("attention backend (flashinfer, triton, fa3, trtllm_mha, ...)")
-    speculative_draft_attention_backend: Optional[str] = _f("draft attention backend")
-    page_size: Optional[int] = _f("KV cache page size")
-    max_running_requests: Optional[int] = _f("max concurrent requests")
-    decode_log_interval: Optional[int] = _f("decode forwards between 'Decode batch' log lines (default 40)")
+    attention_backend: str | None = _f("attention backend (flashinfer, triton, fa3, trtllm_mha, ...)")
+    speculative_draft_attention_backend: str | None = _f("draft attention backend")
+    page_size: int | None = _f("KV cache page size")
+    max_running_requests: int | None = _f("max concurrent requests")
+    decode_log_interval: int | None = _f("decode forwards between 'Decode batch' log lines (default 40)")
     enable_metrics: bool = _f("serve Prometheus /metrics", False)
-    log_level: Optional[str] = _f("log level")
+    log_level: str | None = _f("log level")
     python: str = _f("interpreter that runs SGLang", "python3")
-    log_file: Optional[str] = _f("file the kit streams the server log to")
+    log_file: str | None = _f("file the kit streams the server log to")
     extra_args: list = field(default_factory=list, metadata={"cli": False})
     env: dict = field(default_factory=dict, metadata={"cli": False})
 
     # -- spec -> argv -------------------------------------------------------------------------
-    def flags(self, only: Optional[set] = None) -> list[str]:
+    def flags(self, only: set | None = None) -> list[str]:
         """SGLang flags for every field that is set, in field order, then the extras."""
         out: list[str] = []
         for f in dataclasses.fields(self):
@@ -107,7 +122,7 @@ class LaunchSpec:
         """The three speculative values as given on the command line (None = not given)."""
         return SpecParams(self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
 
-    def resolved_params(self, target_arch: Optional[str] = None) -> Optional[SpecParams]:
+    def resolved_params(self, target_arch: str | None = None) -> SpecParams | None:
         """What SGLang runs for this launch (`kit.sglang.params.resolve`); None without speculation
         or when SGLang would refuse the values."""
         alg = (self.speculative_algorithm or "").upper()
@@ -115,7 +130,7 @@ class LaunchSpec:
             return None
         return resolve(self.spec_params(), alg, target_arch).params
 
-    def replace(self, **changes) -> "LaunchSpec":
+    def replace(self, **changes) -> LaunchSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +151,7 @@ def _scalar_type(name: str):
 
 
 # -- argv -> spec ---------------------------------------------------------------------------------
-def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None) -> LaunchSpec:
+def spec_from_argv(argv: list[str], env: dict[str, str] | None = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
     Flags the spec types become fields; everything else (unknown flags with their values,
@@ -146,7 +161,7 @@ def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None) -> Lau
     python, rest = "python3", argv
     if "-m" in argv[:3] and argv.index("-m") + 1 < len(argv):
         i = argv.index("-m")
-        python, mod, rest = (argv[0] if i else "python3"), argv[i + 1], argv[i + 2:]
+        python, mod, rest = (argv[0] if i else "python3"), argv[i + 1], argv[i + 2 :]
         if mod == "kit" and rest[:1] == ["serve"]:
             rest = rest[1:]
         elif mod != SGLANG_MODULE:
@@ -154,8 +169,10 @@ def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None) -> Lau
     elif argv[:2] == ["sglang", "serve"] or (argv[:1] and argv[0].endswith("/sglang") and argv[1:2] == ["serve"]):
         python, rest = "python3", argv[2:]
     elif argv and not argv[0].startswith("-"):
-        raise KitInputError(f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
-                            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)")
+        raise KitInputError(
+            f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
+            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)"
+        )
     values: dict[str, Any] = {}
     extra: list[str] = []
     i = 0
@@ -206,7 +223,7 @@ def engine_of(argv: list[str]) -> str:
 
 
 # -- notebook helpers -----------------------------------------------------------------------------
-def spec_frame(spec: LaunchSpec, other: Optional[LaunchSpec] = None):
+def spec_frame(spec: LaunchSpec, other: LaunchSpec | None = None):
     """The set fields as a table (flag, value[, other value]) — the launch line, readable."""
     import pandas as pd
 
@@ -237,8 +254,14 @@ def apply_fixes(spec: LaunchSpec, report: Report) -> LaunchSpec:
     return spec.replace(**changes)
 
 
-def localize(spec: LaunchSpec, engine: str, target: str = "embedded", draft: Optional[str] = None,
-             port: Optional[int] = None, decode_log_interval: Optional[int] = None) -> LaunchSpec:
+def localize(
+    spec: LaunchSpec,
+    engine: str,
+    target: str = "embedded",
+    draft: str | None = None,
+    port: int | None = None,
+    decode_log_interval: int | None = None,
+) -> LaunchSpec:
     """The same launch on this machine: local target/draft paths, loopback host, a free port.
 
     For the reference engine the GPU-only flags stay in the spec (the server ignores them)."""
@@ -263,24 +286,39 @@ def localize(spec: LaunchSpec, engine: str, target: str = "embedded", draft: Opt
     return spec.replace(**changes)
 
 
-def ask(base_url: str, prompts: list[str], max_tokens: int = 64, api_key: Optional[str] = None):
+def ask(base_url: str, prompts: list[str], max_tokens: int = 64, api_key: str | None = None):
     """Send chat requests one by one; a DataFrame of tokens, verify steps and accept length per prompt."""
     import time
 
     import pandas as pd
+
     from kit.serving.process import http_json
 
     rows = []
     for p in prompts:
         t0 = time.perf_counter()
-        status, r = http_json(base_url + "/v1/chat/completions", api_key, timeout=600,
-                              data={"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens,
-                                    "temperature": 0, "return_spec_tokens_details": True})
+        status, r = http_json(
+            base_url + "/v1/chat/completions",
+            api_key,
+            timeout=600,
+            data={
+                "messages": [{"role": "user", "content": p}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "return_spec_tokens_details": True,
+            },
+        )
         if status != 200:
             raise KitInputError(f"{base_url}: /v1/chat/completions answered {status}: {str(r)[:200]}")
         d = (r.get("sglext") or {}).get("spec_tokens_details") or {}
-        rows.append({"prompt": p[:40], "completion_tokens": r["usage"]["completion_tokens"],
-                     "spec_verify_ct": d.get("spec_verify_ct"), "spec_accept_length": d.get("spec_accept_length"),
-                     "latency_s": round(time.perf_counter() - t0, 3),
-                     "text": r["choices"][0]["message"]["content"][:60]})
+        rows.append(
+            {
+                "prompt": p[:40],
+                "completion_tokens": r["usage"]["completion_tokens"],
+                "spec_verify_ct": d.get("spec_verify_ct"),
+                "spec_accept_length": d.get("spec_accept_length"),
+                "latency_s": round(time.perf_counter() - t0, 3),
+                "text": r["choices"][0]["message"]["content"][:60],
+            }
+        )
     return pd.DataFrame(rows)

@@ -13,7 +13,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
@@ -25,13 +24,22 @@ HELP = "build, lint (SGLang's own parser), start and watch an SGLang or referenc
 
 @dataclass
 class LaunchConfig:
-    engine: str = field(default="sglang", metadata={"help": "sglang, or the kit's CPU reference server",
-                                                     "choices": ["sglang", "reference"]})
+    engine: str = field(
+        default="sglang",
+        metadata={"help": "sglang, or the kit's CPU reference server", "choices": ["sglang", "reference"]},
+    )
     dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
     json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
-    sglang_python: Optional[str] = field(default=None, metadata={"help": "interpreter with sglang for the flag lint (default: in-process, $KIT_SGLANG_PYTHON, or the kit's side venv)"})
+    sglang_python: str | None = field(
+        default=None,
+        metadata={
+            "help": "interpreter with sglang for the flag lint (default: in-process, $KIT_SGLANG_PYTHON, or the kit's side venv)"
+        },
+    )
     ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for /health"})
-    gpu_memory_gib: Optional[float] = field(default=None, metadata={"help": "memory per GPU for launch.mem (default: detected)"})
+    gpu_memory_gib: float | None = field(
+        default=None, metadata={"help": "memory per GPU for launch.mem (default: detected)"}
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,8 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if a.dest in FIELDS or a.dest in ("python", "log_file"):
             a.default = argparse.SUPPRESS
     p.add_argument("--from", dest="from_command", default=None, help="an existing launch command to start from")
-    p.add_argument("--env", dest="env_assign", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment variable for the server (repeatable)")
+    p.add_argument(
+        "--env",
+        dest="env_assign",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the server (repeatable)",
+    )
     p.add_argument("--extra-args", dest="extra_args_str", default=None, help="further SGLang flags, one shell string")
     kconfig.add_arguments(p, LaunchConfig)
 
@@ -65,13 +79,22 @@ def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(LaunchConfig, args)
     spec = spec_from_namespace(args)
-    report = lint(spec, sglang_python=cfg.sglang_python, gpu_memory_gib=cfg.gpu_memory_gib,
-                  engine=cfg.engine)
+    report = lint(spec, sglang_python=cfg.sglang_python, gpu_memory_gib=cfg.gpu_memory_gib, engine=cfg.engine)
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:
         if cfg.json:
-            print(json.dumps({"argv": argv, "env": spec.env, "findings": [f.to_dict() for f in report.findings],
-                              "summary": report.summary()}, default=str, separators=(",", ":")))
+            print(
+                json.dumps(
+                    {
+                        "argv": argv,
+                        "env": spec.env,
+                        "findings": [f.to_dict() for f in report.findings],
+                        "summary": report.summary(),
+                    },
+                    default=str,
+                    separators=(",", ":"),
+                )
+            )
         else:
             print(report.render_text())
             print("\n" + spec.command(cfg.engine))
@@ -86,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with server:
             info = server.wait_ready(cfg.ready_timeout)
-            print(f"kit launch: ready at {server.base_url} ({info.get('model', '')}); Ctrl-C stops it",
-                  file=sys.stderr)
+            print(f"kit launch: ready at {server.base_url} ({info.get('model', '')}); Ctrl-C stops it", file=sys.stderr)
             server.wait()
     except KeyboardInterrupt:
         return 0

@@ -18,21 +18,31 @@ unexpected weight", "not found in params_dict"), architecture errors ("Model arc
     df = parse_log("server.log")            # pandas DataFrame, one row per recognised line
     w = LogWatcher(); ServerProcess(..., on_line=w)   # w.frame(), w.ready, w.accept_len()
 """
+
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional, Union
 
 _PREFIX = re.compile(r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?P<rank>(?: [A-Z]+\d+)*)\] (?P<msg>.*)$")
 _BATCH = re.compile(r"^(?P<kind>Decode|Prefill) batch(?: \[(?P<iter>\d+)\])?[.,] (?P<rest>.*)$")
 _PAIR = re.compile(r"^(?P<key>[#A-Za-z][^:]*?): (?P<val>\S+?),?$")
-KEYS = {"#running-req": "running_req", "#token": "tokens", "token usage": "token_usage",
-        "accept len": "accept_len", "accept rate": "accept_rate",
-        "gen throughput (token/s)": "gen_throughput", "#queue-req": "queue_req",
-        "#new-seq": "new_seq", "#new-token": "new_token", "#cached-token": "cached_token",
-        "cap len": "cap_len", "block accept len": "block_accept_len"}
+KEYS = {
+    "#running-req": "running_req",
+    "#token": "tokens",
+    "token usage": "token_usage",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "gen throughput (token/s)": "gen_throughput",
+    "#queue-req": "queue_req",
+    "#new-seq": "new_seq",
+    "#new-token": "new_token",
+    "#cached-token": "cached_token",
+    "cap len": "cap_len",
+    "block accept len": "block_accept_len",
+}
 _GRAPH = re.compile(r"^(cuda|cpu|npu|musa) graph$")
 EVENTS = [
     ("ready", re.compile(r"The server is fired up and ready to roll")),
@@ -41,8 +51,23 @@ EVENTS = [
     ("error", re.compile(r"^(Traceback \(most recent call last\)|[A-Za-z_.]*(Error|Exception): )")),
     ("accept_summary", re.compile(r"avg_spec_accept_length=")),
 ]
-COLUMNS = ["line_no", "time", "rank", "kind", "running_req", "tokens", "token_usage", "accept_len",
-           "accept_rate", "graph", "graph_device", "gen_throughput", "queue_req", "new_token", "message"]
+COLUMNS = [
+    "line_no",
+    "time",
+    "rank",
+    "kind",
+    "running_req",
+    "tokens",
+    "token_usage",
+    "accept_len",
+    "accept_rate",
+    "graph",
+    "graph_device",
+    "gen_throughput",
+    "queue_req",
+    "new_token",
+    "message",
+]
 
 
 def _num(v: str):
@@ -57,7 +82,7 @@ def _num(v: str):
             return v
 
 
-def parse_line(line: str) -> Optional[dict]:
+def parse_line(line: str) -> dict | None:
     """One log line -> a row dict (kind = decode/prefill/ready/load_warning/arch_error/error/...), or None."""
     line = line.rstrip("\n")
     m = _PREFIX.match(line)
@@ -101,7 +126,7 @@ def to_frame(rows: list[dict]):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def parse_log(source: Union[str, Path, Iterable[str]]):
+def parse_log(source: str | Path | Iterable[str]):
     """A log file path, a whole log text, or an iterable of lines -> DataFrame (COLUMNS)."""
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).is_file()):
         lines = Path(source).read_text(errors="replace").splitlines()
@@ -118,12 +143,15 @@ def summarize(rows: list[dict]) -> dict:
     al = [r["accept_len"] for r in dec if isinstance(r.get("accept_len"), (int, float))]
     ar = [r["accept_rate"] for r in dec if isinstance(r.get("accept_rate"), (int, float))]
     tp = [r["gen_throughput"] for r in dec if isinstance(r.get("gen_throughput"), (int, float))]
-    return {"decode_lines": len(dec), "accept_len_mean": sum(al) / len(al) if al else None,
-            "accept_rate_mean": sum(ar) / len(ar) if ar else None,
-            "gen_throughput_last": tp[-1] if tp else None,
-            "ready": any(r["kind"] == "ready" for r in rows),
-            "load_warnings": sum(r["kind"] == "load_warning" for r in rows),
-            "errors": sum(r["kind"] in ("error", "arch_error") for r in rows)}
+    return {
+        "decode_lines": len(dec),
+        "accept_len_mean": sum(al) / len(al) if al else None,
+        "accept_rate_mean": sum(ar) / len(ar) if ar else None,
+        "gen_throughput_last": tp[-1] if tp else None,
+        "ready": any(r["kind"] == "ready" for r in rows),
+        "load_warnings": sum(r["kind"] == "load_warning" for r in rows),
+        "errors": sum(r["kind"] in ("error", "arch_error") for r in rows),
+    }
 
 
 class LogWatcher:

@@ -12,6 +12,7 @@ parent dies (prctl PR_SET_PDEATHSIG, Linux) and also polls its parent pid. When 
 gone — even SIGKILLed — the supervisor terminates the group (SIGTERM, then SIGKILL after GRACE).
 The supervisor exits with the server's exit code. A port in use is reported before launching.
 """
+
 from __future__ import annotations
 
 import collections
@@ -25,8 +26,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from kit.findings import KitInputError
 
@@ -52,10 +53,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def http_json(url: str, api_key: Optional[str] = None, timeout: float = 60.0, data: Optional[dict] = None):
+def http_json(url: str, api_key: str | None = None, timeout: float = 60.0, data: dict | None = None):
     """(status, parsed body or text) for GET (or POST when data is given); status 0 if unreachable."""
-    req = urllib.request.Request(url, data=None if data is None else json.dumps(data).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=None if data is None else json.dumps(data).encode(), headers={"Content-Type": "application/json"}
+    )
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
@@ -73,18 +75,27 @@ def http_json(url: str, api_key: Optional[str] = None, timeout: float = 60.0, da
 
 
 class ServerProcess:
-    def __init__(self, argv: list[str], env: Optional[dict[str, str]] = None, host: str = "127.0.0.1",
-                 port: int = 30000, api_key: Optional[str] = None, log_file: Optional[str] = None,
-                 on_line: Optional[Callable[[str], None]] = None, grace: float = 10.0,
-                 tail_lines: int = 200, cwd: Optional[str] = None):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 30000,
+        api_key: str | None = None,
+        log_file: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        grace: float = 10.0,
+        tail_lines: int = 200,
+        cwd: str | None = None,
+    ):
         self.argv, self.env, self.host, self.port = list(argv), dict(env or {}), host, int(port)
         self.api_key, self.log_file, self.on_line, self.grace, self.cwd = api_key, log_file, on_line, grace, cwd
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
-        self.proc: Optional[subprocess.Popen] = None
-        self._reader: Optional[threading.Thread] = None
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
 
     @classmethod
-    def from_spec(cls, spec, engine: str = "sglang", **kw) -> "ServerProcess":
+    def from_spec(cls, spec, engine: str = "sglang", **kw) -> ServerProcess:
         """A process for a `kit.serving.launch.LaunchSpec`: argv, env, host/port, api key and log file from it."""
         host = spec.host or "127.0.0.1"
         port = spec.port or 30000
@@ -97,33 +108,52 @@ class ServerProcess:
         return f"http://{h}:{self.port}"
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
     @property
-    def pgid(self) -> Optional[int]:
+    def pgid(self) -> int | None:
         return self.proc.pid if self.proc else None  # the supervisor leads its own group
 
     @property
-    def returncode(self) -> Optional[int]:
+    def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     # -- start ----------------------------------------------------------------------------------
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         if self.proc is not None:
             raise KitInputError("server already started")
         bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
         if port_in_use(bind_host, self.port):
-            raise KitInputError(f"port {self.port} on {self.host} is already in use; stop that server "
-                                f"or choose another --port (kit.serving.process.free_port() gives a free one)")
-        cmd = [sys.executable, "-m", "kit.serving.process", "--supervise", str(os.getpid()), str(self.grace),
-               "--", *self.argv]
+            raise KitInputError(
+                f"port {self.port} on {self.host} is already in use; stop that server "
+                f"or choose another --port (kit.serving.process.free_port() gives a free one)"
+            )
+        cmd = [
+            sys.executable,
+            "-m",
+            "kit.serving.process",
+            "--supervise",
+            str(os.getpid()),
+            str(self.grace),
+            "--",
+            *self.argv,
+        ]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(cmd, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, text=True, errors="replace", bufsize=1)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         self._reader = threading.Thread(target=self._pump, name="kit-server-log", daemon=True)
         self._reader.start()
         return self
@@ -159,8 +189,9 @@ class ServerProcess:
             rc = self.proc.poll()
             if rc is not None:
                 self._join_reader()
-                raise ServerExited(f"server exited with code {rc} before it was ready; last log lines:\n"
-                                   + "\n".join(self.tail(20)))
+                raise ServerExited(
+                    f"server exited with code {rc} before it was ready; last log lines:\n" + "\n".join(self.tail(20))
+                )
             status, _ = http_json(self.base_url + READY_PATHS[0], self.api_key, timeout=poll + 2)
             if status == 200:
                 break
@@ -186,7 +217,7 @@ class ServerProcess:
         if self._reader:
             self._reader.join(timeout=2)
 
-    def stop(self, grace: Optional[float] = None) -> Optional[int]:
+    def stop(self, grace: float | None = None) -> int | None:
         """SIGTERM the whole group, SIGKILL it after `grace` s; returns the exit code."""
         if self.proc is None:
             return None
@@ -205,10 +236,10 @@ class ServerProcess:
         self._join_reader()
         return self.proc.returncode
 
-    def wait(self) -> Optional[int]:
+    def wait(self) -> int | None:
         return None if self.proc is None else self.proc.wait()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         if self.proc is None:
             self.start()
         return self

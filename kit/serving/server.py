@@ -20,6 +20,7 @@ spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (s
 step (SGLang with --stream-interval 1), after the request has been decoded. Greedy only:
 temperature/top_p are accepted and ignored (logged once).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,6 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
 
 from kit import config as kconfig
 from kit.serving.engine import ReferenceEngine, log
@@ -51,7 +51,7 @@ class ServeConfig:
 class State:
     def __init__(self, spec, cfg: ServeConfig):
         self.spec, self.cfg = spec, cfg
-        self.engine: Optional[ReferenceEngine] = None
+        self.engine: ReferenceEngine | None = None
         self.warned_sampling = False
 
 
@@ -68,8 +68,11 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _send(self, status: int, payload, ctype: str = "application/json") -> None:
-        data = payload if isinstance(payload, bytes) else (
-            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        data = (
+            payload
+            if isinstance(payload, bytes)
+            else (payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        )
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -131,10 +134,17 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [eng.model_card()]})
             if path == "/model_info":
-                return self._send(200, {"model_path": eng.spec.model_path, "tokenizer_path": eng.spec.model_path,
-                                        "is_generation": True, "weight_version": "default",
-                                        "architectures": eng.target_config.get("architectures"),
-                                        "model_type": eng.target_config.get("model_type")})
+                return self._send(
+                    200,
+                    {
+                        "model_path": eng.spec.model_path,
+                        "tokenizer_path": eng.spec.model_path,
+                        "is_generation": True,
+                        "weight_version": "default",
+                        "architectures": eng.target_config.get("architectures"),
+                        "model_type": eng.target_config.get("model_type"),
+                    },
+                )
             if path == "/metrics" and eng.spec.enable_metrics:
                 return self._send(200, eng.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
             if path == "/flush_cache":
@@ -159,8 +169,7 @@ class Handler(BaseHTTPRequestHandler):
         n = self.state.cfg.default_max_tokens if n is None else int(n)
         if n < 1:
             raise BadRequest("max_new_tokens must be >= 1")
-        out = eng.generate(ids, n, stop_token_ids=sp.get("stop_token_ids") or (),
-                           ignore_eos=bool(sp.get("ignore_eos")))
+        out = eng.generate(ids, n, stop_token_ids=sp.get("stop_token_ids") or (), ignore_eos=bool(sp.get("ignore_eos")))
         stops = sp.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
         tok = eng.tok
@@ -186,16 +195,23 @@ class Handler(BaseHTTPRequestHandler):
             sizes.append(left)
         return sizes
 
-    def _text(self, ids: list[int], finish: Optional[dict] = None) -> str:
+    def _text(self, ids: list[int], finish: dict | None = None) -> str:
         text = self.state.engine.tok.decode(ids, skip_special_tokens=True)
         if finish and finish.get("type") == "stop" and isinstance(finish.get("matched"), str):
             text = text[: text.find(finish["matched"])] if finish["matched"] in text else text
         return text
 
     def _meta(self, rid: str, out, done: int, finished: bool) -> dict:
-        m = {"id": rid, "finish_reason": out.finish_reason if finished else None,
-             "prompt_tokens": out.prompt_tokens, "weight_version": "default", "num_retractions": 0,
-             "reasoning_tokens": 0, "completion_tokens": done, "cached_tokens": 0}
+        m = {
+            "id": rid,
+            "finish_reason": out.finish_reason if finished else None,
+            "prompt_tokens": out.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": done,
+            "cached_tokens": 0,
+        }
         if finished:
             m["e2e_latency"] = out.e2e_latency
             m.update(self.state.engine.spec_meta(out))
@@ -226,15 +242,27 @@ class Handler(BaseHTTPRequestHandler):
             for i, k in enumerate(sizes):
                 done += k
                 last = i == len(sizes) - 1
-                self._chunk(_sse({"text": self._text(out.tokens[:done], out.finish_reason if last else None),
-                                  "output_ids": out.tokens[:done], "meta_info": self._meta(rid, out, done, last)}))
+                self._chunk(
+                    _sse(
+                        {
+                            "text": self._text(out.tokens[:done], out.finish_reason if last else None),
+                            "output_ids": out.tokens[:done],
+                            "meta_info": self._meta(rid, out, done, last),
+                        }
+                    )
+                )
             return self._end_stream()
         res = []
         for ids in prompts:
             out = self._run(ids, sp)
             rid = body.get("rid") or uuid.uuid4().hex
-            res.append({"text": self._text(out.tokens, out.finish_reason), "output_ids": out.tokens,
-                        "meta_info": self._meta(rid, out, len(out.tokens), True)})
+            res.append(
+                {
+                    "text": self._text(out.tokens, out.finish_reason),
+                    "output_ids": out.tokens,
+                    "meta_info": self._meta(rid, out, len(out.tokens), True),
+                }
+            )
         self._send(200, res if batch else res[0])
 
     # -- OpenAI -----------------------------------------------------------------------------------
@@ -254,40 +282,68 @@ class Handler(BaseHTTPRequestHandler):
                 prompt = prompt[0]
             ids = prompt if isinstance(prompt, list) else eng.tok.encode(prompt or "")
         n = body.get("max_completion_tokens") or body.get("max_tokens")
-        sp = {"max_new_tokens": n if n is not None else (None if chat else 16),
-              "temperature": body.get("temperature"), "stop": body.get("stop"),
-              "stop_token_ids": body.get("stop_token_ids"), "ignore_eos": body.get("ignore_eos")}
+        sp = {
+            "max_new_tokens": n if n is not None else (None if chat else 16),
+            "temperature": body.get("temperature"),
+            "stop": body.get("stop"),
+            "stop_token_ids": body.get("stop_token_ids"),
+            "ignore_eos": body.get("ignore_eos"),
+        }
         out = self._run(ids, sp)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created, model = int(time.time()), body.get("model") or eng.model_name
         reason = "stop" if out.finish_reason["type"] == "stop" else "length"
         matched = out.finish_reason.get("matched") if reason == "stop" else None
-        usage = {"prompt_tokens": out.prompt_tokens, "completion_tokens": len(out.tokens),
-                 "total_tokens": out.prompt_tokens + len(out.tokens), "reasoning_tokens": 0,
-                 "prompt_tokens_details": None}
+        usage = {
+            "prompt_tokens": out.prompt_tokens,
+            "completion_tokens": len(out.tokens),
+            "total_tokens": out.prompt_tokens + len(out.tokens),
+            "reasoning_tokens": 0,
+            "prompt_tokens_details": None,
+        }
         spec = eng.spec_meta(out)
-        ext = ({"sglext": {"spec_tokens_details": spec}} if spec and body.get("return_spec_tokens_details") else {})
+        ext = {"sglext": {"spec_tokens_details": spec}} if spec and body.get("return_spec_tokens_details") else {}
         obj = "chat.completion" if chat else "text_completion"
         if not body.get("stream"):
             choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
             text = self._text(out.tokens, out.finish_reason)
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
-            return self._send(200, {"id": rid, "object": obj, "created": created, "model": model,
-                                    "choices": [choice], "usage": usage, **ext})
+            return self._send(
+                200,
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model,
+                    "choices": [choice],
+                    "usage": usage,
+                    **ext,
+                },
+            )
         self._start_stream()
         head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
         if chat:
-            self._chunk(_sse({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                   "finish_reason": None}]}))
+            self._chunk(
+                _sse(
+                    {
+                        **head,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                    }
+                )
+            )
         done, prev = 0, ""
         sizes = self._chunks(out)
         for i, k in enumerate(sizes):
             done += k
             last = i == len(sizes) - 1
             text = self._text(out.tokens[:done], out.finish_reason if last else None)
-            delta, prev = text[len(prev):], text
-            ch = {"index": 0, "logprobs": None, "finish_reason": reason if last else None,
-                  "matched_stop": matched if last else None}
+            delta, prev = text[len(prev) :], text
+            ch = {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": reason if last else None,
+                "matched_stop": matched if last else None,
+            }
             ch.update({"delta": {"content": delta}} if chat else {"text": delta})
             self._chunk(_sse({**head, "choices": [ch], **(ext if last else {})}))
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -299,7 +355,7 @@ class BadRequest(Exception):
     pass
 
 
-def make_server(spec, cfg: Optional[ServeConfig] = None) -> tuple[ThreadingHTTPServer, State]:
+def make_server(spec, cfg: ServeConfig | None = None) -> tuple[ThreadingHTTPServer, State]:
     """Bind (fails fast if the port is taken) and return (server, state); the engine loads later."""
     state = State(spec, cfg or ServeConfig())
     handler = type("BoundHandler", (Handler,), {"state": state})
@@ -319,8 +375,10 @@ def load_engine(state: State) -> None:
     state.engine = eng = ReferenceEngine(spec, device=state.cfg.device, dtype=state.cfg.dtype)
     w = eng.wiring.describe() if eng.wiring is not None else "no speculation"
     p = eng.params.label() if eng.params is not None else "-"
-    log(f"Load weight end. target={eng.model_dir} algorithm={eng.algorithm} params={p} wiring: {w} "
-        f"({time.perf_counter() - t0:.1f} s)")
+    log(
+        f"Load weight end. target={eng.model_dir} algorithm={eng.algorithm} params={p} wiring: {w} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,6 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
@@ -42,9 +41,19 @@ HELP = "build an offline SGLang bundle (tar.xz + manifest) for a release, GPU ar
 MANIFEST_MEMBER = "kit_bundle_manifest.json"
 ARCHES = ("sm90", "sm100")
 # platforms pip may pick a binary wheel for (pip matches manylinux_2_N exactly, so list the ones releases use)
-PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64", "manylinux_2_26_x86_64", "manylinux_2_27_x86_64",
-             "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64",
-             "manylinux1_x86_64", "any")
+PLATFORMS = (
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_31_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_35_x86_64",
+    "manylinux1_x86_64",
+    "any",
+)
 # the patch: sgl_kernel routes bf16 rmsnorm and top-k/top-p renorm to flashinfer's JIT kernels when flashinfer
 # imports; the bundle drops flashinfer's JIT sources (flashinfer/data), so every request would fail with
 # "ninja: error: .../flashinfer/data/csrc/norm.cu missing". Forcing the flag off keeps sgl_kernel's own kernels.
@@ -53,10 +62,12 @@ PATCH_LINE = "_has_flashinfer = False  # kit bundle: flashinfer's JIT sources ar
 # sglang/utils.py imports `from IPython.display import HTML, display` at import time; these two names suffice
 IPYTHON_STUB = {
     "IPython/__init__.py": '"""Stub carried by the kit\'s SGLang bundle: only IPython.display is imported."""\n',
-    "IPython/display.py": ('"""Stub: the two names sglang/utils.py imports."""\n\n\n'
-                           "class HTML:\n    def __init__(self, data=None, *args, **kwargs):\n"
-                           "        self.data = data\n\n\n"
-                           "def display(*objs, **kwargs):\n    for o in objs:\n        print(getattr(o, 'data', o))\n"),
+    "IPython/display.py": (
+        '"""Stub: the two names sglang/utils.py imports."""\n\n\n'
+        "class HTML:\n    def __init__(self, data=None, *args, **kwargs):\n"
+        "        self.data = data\n\n\n"
+        "def display(*objs, **kwargs):\n    for o in objs:\n        print(getattr(o, 'data', o))\n"
+    ),
 }
 
 
@@ -73,7 +84,7 @@ class WheelRule:
     drop: tuple[tuple[str, str], ...] = ()  # (glob, why)
     keep: tuple[str, ...] = ()
     patch: tuple[str, ...] = ()
-    arch_dir: Optional[str] = None  # glob that must match a member for the chosen arch (else: arch not built)
+    arch_dir: str | None = None  # glob that must match a member for the chosen arch (else: arch not built)
 
 
 @dataclass(frozen=True)
@@ -97,41 +108,96 @@ RELEASE_0_5_17 = Release(
     sglang_version="0.5.17",
     python="3.12",
     wheels=(
-        WheelRule("sglang", "0.5.17", drop=(
-            ("sglang/srt/server/_core*.so", "opt-in compiled server path (13 MB); the Python server is used"),
-            ("sglang/srt/grpc/_core*.so", "opt-in compiled gRPC path"),
-            ("sglang/srt/multimodal/_core*.so", "opt-in compiled multimodal path"),
-            ("sglang/multimodal_gen/*", "diffusion/video generation runtime, not used to serve LLMs"),
-        )),
-        WheelRule("sglang-kernel", "0.4.5", drop=(
-            ("sgl_kernel/flash_ops*.so", "FlashAttention-3 (1.1 GB unpacked): launch with --attention-backend triton"),
-            ("sgl_kernel/flashmla_ops*.so", "FlashMLA kernels (MLA models only)"),
-            ("sgl_kernel/infllm_ops*.so", "InfLLM sparse attention kernels"),
-            ("sgl_kernel/sm*/*", "common_ops built for another GPU arch"),
-        ), keep=("sgl_kernel/{arch}/*",), patch=("sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"),
-            arch_dir="sgl_kernel/{arch}/common_ops*.so"),
-        WheelRule("flashinfer-python", "0.6.15.post1", drop=(
-            ("flashinfer/data/*", "JIT build sources (67 MB): sgl_kernel is patched not to route to them"),
-        )),
-        WheelRule("xgrammar", "0.2.1", drop=(
-            ("xgrammar/lib/*.a", "static library (65 MB) for C++ linking, not loaded by Python"),
-        )),
+        WheelRule(
+            "sglang",
+            "0.5.17",
+            drop=(
+                ("sglang/srt/server/_core*.so", "opt-in compiled server path (13 MB); the Python server is used"),
+                ("sglang/srt/grpc/_core*.so", "opt-in compiled gRPC path"),
+                ("sglang/srt/multimodal/_core*.so", "opt-in compiled multimodal path"),
+                ("sglang/multimodal_gen/*", "diffusion/video generation runtime, not used to serve LLMs"),
+            ),
+        ),
+        WheelRule(
+            "sglang-kernel",
+            "0.4.5",
+            drop=(
+                (
+                    "sgl_kernel/flash_ops*.so",
+                    "FlashAttention-3 (1.1 GB unpacked): launch with --attention-backend triton",
+                ),
+                ("sgl_kernel/flashmla_ops*.so", "FlashMLA kernels (MLA models only)"),
+                ("sgl_kernel/infllm_ops*.so", "InfLLM sparse attention kernels"),
+                ("sgl_kernel/sm*/*", "common_ops built for another GPU arch"),
+            ),
+            keep=("sgl_kernel/{arch}/*",),
+            patch=("sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"),
+            arch_dir="sgl_kernel/{arch}/common_ops*.so",
+        ),
+        WheelRule(
+            "flashinfer-python",
+            "0.6.15.post1",
+            drop=(("flashinfer/data/*", "JIT build sources (67 MB): sgl_kernel is patched not to route to them"),),
+        ),
+        WheelRule(
+            "xgrammar",
+            "0.2.1",
+            drop=(("xgrammar/lib/*.a", "static library (65 MB) for C++ linking, not loaded by Python"),),
+        ),
         WheelRule("sgl-deep-gemm", "0.1.5.post1"),  # EAGLE3 CUDA-graph capture imports deep_gemm
         WheelRule("transformers", "5.12.1"),  # 0.5.17's pin; the image's 5.17 rejects a config sglang registers
-        *_small("tokenizers==0.22.2", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
-                "typing-inspection==0.4.5", "fastapi==0.165.0", "starlette==1.10.0", "uvicorn==0.54.0",
-                "python-multipart==0.0.34", "openai==2.6.1", "jiter==0.19.0", "distro==1.9.0", "sniffio==1.3.1",
-                "orjson==3.13.0", "pybase64==1.5.1", "msgspec==0.23.0", "pyzmq==27.3.0", "setproctitle==1.3.8",
-                "dill==0.4.1", "gguf==0.19.0", "partial-json-parser==0.2.1.1.post7", "jsonschema==4.26.0",
-                "jsonschema-specifications==2025.9.1", "referencing==0.37.0", "rpds-py==2026.9.1",
-                "soundfile==0.13.1", "cffi==2.1.1", "pycparser==3.12", "compressed-tensors==0.20.1",
-                "loguru==0.7.3", "opentelemetry-api==1.45.2", "apache-tvm-ffi==0.1.11"),
+        *_small(
+            "tokenizers==0.22.2",
+            "pydantic==2.14.4",
+            "pydantic-core==2.50.5",
+            "annotated-types==0.8.0",
+            "typing-inspection==0.4.5",
+            "fastapi==0.165.0",
+            "starlette==1.10.0",
+            "uvicorn==0.54.0",
+            "python-multipart==0.0.34",
+            "openai==2.6.1",
+            "jiter==0.19.0",
+            "distro==1.9.0",
+            "sniffio==1.3.1",
+            "orjson==3.13.0",
+            "pybase64==1.5.1",
+            "msgspec==0.23.0",
+            "pyzmq==27.3.0",
+            "setproctitle==1.3.8",
+            "dill==0.4.1",
+            "gguf==0.19.0",
+            "partial-json-parser==0.2.1.1.post7",
+            "jsonschema==4.26.0",
+            "jsonschema-specifications==2025.9.1",
+            "referencing==0.37.0",
+            "rpds-py==2026.9.1",
+            "soundfile==0.13.1",
+            "cffi==2.1.1",
+            "pycparser==3.12",
+            "compressed-tensors==0.20.1",
+            "loguru==0.7.3",
+            "opentelemetry-api==1.45.2",
+            "apache-tvm-ffi==0.1.11",
+        ),
     ),
-    launch_flags=("--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none",
-                  "--skip-server-warmup", "--dtype", "bfloat16"),
-    not_carried=(("helion", "logged as ignored"), ("openai-harmony", "logged as ignored"),
-                 ("flash-attn (FA3)", "--attention-backend fa3 is unavailable; use triton"),
-                 ("flashinfer JIT sources", "--attention-backend flashinfer and flashinfer sampling unavailable")),
+    launch_flags=(
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--grammar-backend",
+        "none",
+        "--skip-server-warmup",
+        "--dtype",
+        "bfloat16",
+    ),
+    not_carried=(
+        ("helion", "logged as ignored"),
+        ("openai-harmony", "logged as ignored"),
+        ("flash-attn (FA3)", "--attention-backend fa3 is unavailable; use triton"),
+        ("flashinfer JIT sources", "--attention-backend flashinfer and flashinfer sampling unavailable"),
+    ),
 )
 RELEASES = {r.sglang_version: r for r in (RELEASE_0_5_17,)}
 
@@ -139,12 +205,15 @@ RELEASES = {r.sglang_version: r for r in (RELEASE_0_5_17,)}
 @dataclass
 class BuildConfig:
     sglang_version: str = field(default="0.5.17", metadata={"help": "SGLang release (one of RELEASES)"})
-    arch: str = field(default="sm90", metadata={"help": "GPU arch: sm90 (H100/H200) or sm100 (B200/GB200)",
-                                                "choices": list(ARCHES)})
+    arch: str = field(
+        default="sm90", metadata={"help": "GPU arch: sm90 (H100/H200) or sm100 (B200/GB200)", "choices": list(ARCHES)}
+    )
     python: str = field(default="3.12", metadata={"help": "Python version of the GPU host (major.minor)"})
     out: str = field(default=".", metadata={"help": "folder for the .tar.xz and .manifest.json"})
-    wheels: Optional[str] = field(default=None, metadata={
-        "help": "folder of already-downloaded wheels (no network); default: pip download into OUT/wheels"})
+    wheels: str | None = field(
+        default=None,
+        metadata={"help": "folder of already-downloaded wheels (no network); default: pip download into OUT/wheels"},
+    )
     deep_gemm: bool = field(default=True, metadata={"help": "carry sgl-deep-gemm (needed for EAGLE3 + CUDA graphs)"})
     xz_preset: int = field(default=6, metadata={"help": "xz compression preset 0-9"})
 
@@ -163,7 +232,7 @@ def _subst(glob: str, arch: str) -> str:
     return glob.replace("{arch}", arch)
 
 
-def install_path(member: str) -> Optional[str]:
+def install_path(member: str) -> str | None:
     """Where a wheel member lands in site-packages: `X.data/purelib|platlib/p` -> p; other .data parts -> None."""
     parts = member.split("/")
     if parts[0].endswith(".data") and len(parts) > 2:
@@ -174,8 +243,9 @@ def install_path(member: str) -> Optional[str]:
 def select_members(members: list[str], rule: WheelRule, arch: str) -> tuple[list[str], list[dict]]:
     """Split a wheel's member names into (kept, dropped). dropped: [{"member", "why"}]. Pure; no I/O."""
     if rule.arch_dir and not any(fnmatch.fnmatchcase(m, _subst(rule.arch_dir, arch)) for m in members):
-        raise KitInputError(f"{rule.project} {rule.version} has no {_subst(rule.arch_dir, arch)}: "
-                            f"it was not built for {arch}")
+        raise KitInputError(
+            f"{rule.project} {rule.version} has no {_subst(rule.arch_dir, arch)}: it was not built for {arch}"
+        )
     keep = [_subst(g, arch) for g in rule.keep]
     kept, dropped = [], []
     for m in members:
@@ -196,8 +266,10 @@ def patch_source(text: str, member: str) -> str:
     """Force `_has_flashinfer = False` in one sgl_kernel module; exactly one `= True` assignment must exist."""
     hits = FLASHINFER_FLAG.findall(text)
     if len(hits) != 1:
-        raise KitInputError(f"{member}: expected one `_has_flashinfer = True`, found {len(hits)}; "
-                            "this sglang-kernel release needs a new patch rule")
+        raise KitInputError(
+            f"{member}: expected one `_has_flashinfer = True`, found {len(hits)}; "
+            "this sglang-kernel release needs a new patch rule"
+        )
     return FLASHINFER_FLAG.sub(lambda m: m.group("indent") + PATCH_LINE, text)
 
 
@@ -213,8 +285,11 @@ def parse_pins(metadata: str) -> dict[str, str]:
 
 def check_pins(pins: dict[str, str], release: Release) -> list[str]:
     """Rows of the table whose version differs from the sglang wheel's own `==` pin (empty: consistent)."""
-    return [f"{w.project}: table has {w.version}, sglang {release.sglang_version} pins {pins[normalize(w.project)]}"
-            for w in release.wheels if normalize(w.project) in pins and pins[normalize(w.project)] != w.version]
+    return [
+        f"{w.project}: table has {w.version}, sglang {release.sglang_version} pins {pins[normalize(w.project)]}"
+        for w in release.wheels
+        if normalize(w.project) in pins and pins[normalize(w.project)] != w.version
+    ]
 
 
 def release_for(version: str) -> Release:
@@ -233,8 +308,11 @@ def wheel_rules(release: Release, deep_gemm: bool) -> list[WheelRule]:
 
 def find_wheel(wheel_dir: Path, rule: WheelRule) -> Path:
     stem = normalize(rule.project).replace("-", "_")
-    hits = [p for p in wheel_dir.glob("*.whl")
-            if normalize(p.name.split("-")[0]).replace("-", "_") == stem and p.name.split("-")[1] == rule.version]
+    hits = [
+        p
+        for p in wheel_dir.glob("*.whl")
+        if normalize(p.name.split("-")[0]).replace("-", "_") == stem and p.name.split("-")[1] == rule.version
+    ]
     if len(hits) != 1:
         raise KitInputError(f"{wheel_dir}: expected one wheel of {rule.project}=={rule.version}, found {len(hits)}")
     return hits[0]
@@ -244,8 +322,26 @@ def download(rules: list[WheelRule], python: str, dest: Path) -> None:
     """pip download each pinned wheel (binary only, no deps: the table is the whole list)."""
     dest.mkdir(parents=True, exist_ok=True)
     tag = python.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", python,
-           "--implementation", "cp", "--abi", f"cp{tag}", "--abi", "abi3", "--abi", "none", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{tag}",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "-d",
+        str(dest),
+    ]
     for p in PLATFORMS:
         cmd += ["--platform", p]
     todo = []
@@ -269,12 +365,14 @@ def _add(tar: tarfile.TarFile, path: str, data: bytes, files: list[dict]) -> Non
     files.append({"path": path, "size": len(data), "sha256": _sha(data)})
 
 
-def build_bundle(cfg: BuildConfig, release: Optional[Release] = None, log=print) -> Path:
+def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) -> Path:
     """Write OUT/<name>.tar.xz and OUT/<name>.manifest.json; return the tarball's path."""
     release = release or release_for(cfg.sglang_version)
     if cfg.python != release.python:
-        raise KitInputError(f"--python {cfg.python}: SGLang {release.sglang_version} is bundled for "
-                            f"Python {release.python} (the GPU image's)")
+        raise KitInputError(
+            f"--python {cfg.python}: SGLang {release.sglang_version} is bundled for "
+            f"Python {release.python} (the GPU image's)"
+        )
     if cfg.arch not in ARCHES:
         raise KitInputError(f"--arch {cfg.arch}: one of {', '.join(ARCHES)}")
     out = Path(cfg.out)
@@ -313,22 +411,40 @@ def build_bundle(cfg: BuildConfig, release: Optional[Release] = None, log=print)
                     missing = set(rule.patch) - set(patched)
                     if missing:
                         raise KitInputError(f"{whl.name}: has no {', '.join(sorted(missing))} to patch")
-                report.append({"project": rule.project, "version": rule.version, "wheel": whl.name,
-                               "wheel_sha256": _sha(whl.read_bytes()), "kept_files": len(kept),
-                               "kept_bytes": sum(sizes[m] for m in kept), "patched": patched,
-                               "dropped_bytes": sum(sizes[d["member"]] for d in dropped),
-                               "dropped": [dict(d, size=sizes[d["member"]]) for d in dropped]})
-                log(f"{whl.name}: kept {len(kept)} files, dropped {len(dropped)}"
-                    f" ({report[-1]['dropped_bytes'] / 1e6:.1f} MB)")
+                report.append(
+                    {
+                        "project": rule.project,
+                        "version": rule.version,
+                        "wheel": whl.name,
+                        "wheel_sha256": _sha(whl.read_bytes()),
+                        "kept_files": len(kept),
+                        "kept_bytes": sum(sizes[m] for m in kept),
+                        "patched": patched,
+                        "dropped_bytes": sum(sizes[d["member"]] for d in dropped),
+                        "dropped": [dict(d, size=sizes[d["member"]]) for d in dropped],
+                    }
+                )
+                log(
+                    f"{whl.name}: kept {len(kept)} files, dropped {len(dropped)}"
+                    f" ({report[-1]['dropped_bytes'] / 1e6:.1f} MB)"
+                )
             if release.ipython_stub:
                 for path, text in IPYTHON_STUB.items():
                     _add(tar, path, text.encode(), files)
-            manifest = {"name": name, "sglang_version": release.sglang_version, "arch": cfg.arch,
-                        "python": cfg.python, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "ipython_stub": release.ipython_stub, "launch_flags": list(release.launch_flags),
-                        "not_carried": [{"package": p, "cost": c} for p, c in release.not_carried],
-                        "patch": PATCH_LINE, "wheels": report,
-                        "unpacked_bytes": sum(f["size"] for f in files), "files": files}
+            manifest = {
+                "name": name,
+                "sglang_version": release.sglang_version,
+                "arch": cfg.arch,
+                "python": cfg.python,
+                "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "ipython_stub": release.ipython_stub,
+                "launch_flags": list(release.launch_flags),
+                "not_carried": [{"package": p, "cost": c} for p, c in release.not_carried],
+                "patch": PATCH_LINE,
+                "wheels": report,
+                "unpacked_bytes": sum(f["size"] for f in files),
+                "files": files,
+            }
             _add(tar, MANIFEST_MEMBER, json.dumps(manifest, indent=1).encode(), [])
         tmp.rename(tar_path)
     finally:
@@ -336,8 +452,10 @@ def build_bundle(cfg: BuildConfig, release: Optional[Release] = None, log=print)
     manifest["bundle_bytes"] = tar_path.stat().st_size
     manifest["bundle_sha256"] = _sha(tar_path.read_bytes())
     man_path.write_text(json.dumps(manifest, indent=1))
-    log(f"{tar_path}: {manifest['bundle_bytes'] / 2**20:.1f} MiB ({manifest['unpacked_bytes'] / 2**20:.0f} MiB "
-        f"unpacked, {len(files)} files) in {time.time() - t0:.0f} s; manifest {man_path}")
+    log(
+        f"{tar_path}: {manifest['bundle_bytes'] / 2**20:.1f} MiB ({manifest['unpacked_bytes'] / 2**20:.0f} MiB "
+        f"unpacked, {len(files)} files) in {time.time() - t0:.0f} s; manifest {man_path}"
+    )
     return tar_path
 
 
@@ -352,7 +470,7 @@ def install_bundle(cfg: InstallConfig, log=print) -> Path:
         with tarfile.open(src, "r:xz") as tar:
             tar.extractall(target, filter="data")
     except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
-        raise KitInputError(f"{src}: not a readable bundle ({e})")
+        raise KitInputError(f"{src}: not a readable bundle ({e})") from None
     man = target / MANIFEST_MEMBER
     if not man.exists():
         raise KitInputError(f"{src}: no {MANIFEST_MEMBER} inside: not a kit bundle")
@@ -360,8 +478,10 @@ def install_bundle(cfg: InstallConfig, log=print) -> Path:
     bad = [f["path"] for f in manifest["files"] if _sha((target / f["path"]).read_bytes()) != f["sha256"]]
     if bad:
         raise KitInputError(f"{src}: {len(bad)} files differ from the manifest (first: {bad[0]})")
-    log(f"installed {manifest['name']} ({len(manifest['files'])} files) into {target}; "
-        f"use: export PYTHONPATH={target.resolve()}:$PYTHONPATH")
+    log(
+        f"installed {manifest['name']} ({len(manifest['files'])} files) into {target}; "
+        f"use: export PYTHONPATH={target.resolve()}:$PYTHONPATH"
+    )
     return target
 
 
@@ -383,7 +503,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kit.sglang.bundle", description=HELP)
     add_arguments(p)
     return run(p.parse_args(argv))

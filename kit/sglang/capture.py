@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions
 
@@ -32,11 +32,11 @@ def known_versions() -> list[str]:
     return sort_versions(table()["versions"])
 
 
-def recorded_release(version: Optional[str]) -> RecordedRelease:
+def recorded_release(version: str | None) -> RecordedRelease:
     return pick_recorded(version, known_versions())
 
 
-def capture_rule(arch: Optional[str], version: Optional[str] = None) -> Optional[dict[str, Any]]:
+def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any] | None:
     """{"default", "explicit", "version", "exact", "delegates"?} for a target class; None if it cannot capture."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
@@ -55,7 +55,7 @@ def default_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def capture_points(ids: Optional[list[int]], num_layers: int, rule: dict[str, Any]) -> list[int]:
+def capture_points(ids: list[int] | None, num_layers: int, rule: dict[str, Any]) -> list[int]:
     """Apply a recorded rule: the layer ids -> `layers_to_capture` (capture points)."""
     dflt = default_ids(num_layers)
     if ids is None or rule["explicit"] == "ignored":
@@ -70,7 +70,7 @@ def capture_points(ids: Optional[list[int]], num_layers: int, rule: dict[str, An
     return list(ids)
 
 
-def ids_for_points(points: list[int], num_layers: int, rule: dict[str, Any]) -> Optional[list[int]]:
+def ids_for_points(points: list[int], num_layers: int, rule: dict[str, Any]) -> list[int] | None:
     """The layer ids that make this rule capture exactly `points` (None if no ids do)."""
     for cand in ([p - 1 for p in points], list(points)):
         if min(cand) >= 0 and capture_points(cand, num_layers, rule) == list(points):

@@ -16,6 +16,7 @@ table by hand goes stale; instead this module
 `python -m kit.sglang.capture_scan --write [VERSION ...]` regenerates kit/sglang/capture_rules.json (the recorded
 table kit.wiring.aux uses offline); kit/tests/test_aux.py re-derives versions and compares.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,7 +25,6 @@ import re
 import sys
 import textwrap
 import types
-from pathlib import Path
 from typing import Any, Optional
 
 from kit.sglang.versions import DEFAULT_RELEASE
@@ -70,7 +70,7 @@ class _Rec:
         return iter(())
 
     def __len__(self):
-        return _PROBE["L"]          # e.g. `len(self.model.layers)` used as the layer count
+        return _PROBE["L"]  # e.g. `len(self.model.layers)` used as the layer count
 
     def __bool__(self):
         return True
@@ -87,7 +87,7 @@ def run_method(func_src: str, layer_ids, L: int = PROBE_L) -> dict[str, Any]:
     """Execute one `set_eagle3_layers_to_capture` source on a recorder; return what it did."""
     code = compile(textwrap.dedent(func_src), "<sglang>", "exec")
     g: dict[str, Any] = {"List": list, "Optional": Optional, "Dict": dict, "Tuple": tuple, "Any": Any}
-    for _ in range(30):   # unknown module-level names (logger, torch...) become recorders
+    for _ in range(30):  # unknown module-level names (logger, torch...) become recorders
         try:
             ns: dict[str, Any] = {}
             exec(code, g, ns)
@@ -99,7 +99,7 @@ def run_method(func_src: str, layer_ids, L: int = PROBE_L) -> dict[str, Any]:
             nargs = fn.__code__.co_argcount
             if nargs >= 2:
                 fn(me, None if layer_ids is None else list(layer_ids))
-            else:                   # old releases: set_eagle3_layers_to_capture(self) takes no ids
+            else:  # old releases: set_eagle3_layers_to_capture(self) takes no ids
                 fn(me)
             sets = [e for e in log if e[0] == "set"]
             dele = [e for e in log if e[0] == "delegate"]
@@ -130,14 +130,26 @@ def classify(results: dict[str, dict], L: int = PROBE_L) -> dict[str, str]:
         return {"rule": "delegates", "to": d["delegates"].replace("self.", "", 1)}
     if "layers_to_capture" not in d:
         return {"rule": "unknown", "detail": json.dumps(d)}
-    out["default"] = ("2,L//2,L-3" if d["layers_to_capture"] == dflt else
-                      "+1 of 2,L//2,L-3" if d["layers_to_capture"] == [x + 1 for x in dflt] else
-                      "other:" + json.dumps(d["layers_to_capture"]))
+    out["default"] = (
+        "2,L//2,L-3"
+        if d["layers_to_capture"] == dflt
+        else "+1 of 2,L//2,L-3"
+        if d["layers_to_capture"] == [x + 1 for x in dflt]
+        else "other:" + json.dumps(d["layers_to_capture"])
+    )
 
     def kind(name):
         r = results[name].get("layers_to_capture")
         ids = PROBES[name]
-        return "plus1" if r == [x + 1 for x in ids] else "as_is" if r == ids else "ignored" if r == d["layers_to_capture"] else "other"
+        return (
+            "plus1"
+            if r == [x + 1 for x in ids]
+            else "as_is"
+            if r == ids
+            else "ignored"
+            if r == d["layers_to_capture"]
+            else "other"
+        )
 
     k = {n: kind(n) for n in ("first_is_1", "first_is_2", "max_is_L")}
     if len(set(k.values())) == 1:
@@ -182,7 +194,7 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
                     imp[a.asname or a.name] = (mod, a.name)
         entries += [(n, rel) for n in _entry_names(tree)]
 
-    def lookup(name: str, rel: str) -> Optional[tuple[str, ast.ClassDef]]:
+    def lookup(name: str, rel: str) -> tuple[str, ast.ClassDef] | None:
         """A class as seen from file `rel`: defined there, imported, or (last resort) anywhere."""
         if name in by_file.get(rel, {}):
             return rel, by_file[rel][name]
@@ -193,7 +205,7 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         hits = [(r, c[name]) for r, c in sorted(by_file.items()) if name in c]
         return hits[0] if hits else None
 
-    def find_method(name: str, rel: str, seen=()) -> Optional[tuple[str, str, str]]:
+    def find_method(name: str, rel: str, seen=()) -> tuple[str, str, str] | None:
         hit = lookup(name, rel)
         if hit is None or (hit[0], name) in seen:
             return None
@@ -208,7 +220,7 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
                 return found
         return None
 
-    def inner_class(name: str, rel: str, attr: str) -> Optional[tuple[str, str]]:
+    def inner_class(name: str, rel: str, attr: str) -> tuple[str, str] | None:
         """(class, file) assigned to self.<attr> in __init__ (what a delegating wrapper forwards to)."""
         hit = lookup(name, rel)
         if hit is None:
@@ -232,8 +244,13 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
             row["inner"] = inner[0] if inner else None
             ih = find_method(*inner) if inner else None
             if ih:
-                row.update({k: v for k, v in classify({k: run_method(ih[2], v) for k, v in PROBES.items()}).items()
-                            if k in ("default", "explicit")})
+                row.update(
+                    {
+                        k: v
+                        for k, v in classify({k: run_method(ih[2], v) for k, v in PROBES.items()}).items()
+                        if k in ("default", "explicit")
+                    }
+                )
                 row["silent_noop_if_inner_lacks"] = bool(re.search(rf"hasattr\(\s*self\.{attr},\s*[\"']{METHOD}", src))
             else:
                 row["capture"] = "unknown" if inner is None else False
@@ -257,8 +274,12 @@ def scan_id_source(files: dict[str, str]) -> dict[str, Any]:
         top += _hits(text, rel, r"getattr\(\s*[\w.]*hf_config,\s*[\"']eagle_aux_hidden_state_layer_ids")
         if nested and nested[-1][0] == rel:
             gate += _hits(text, rel, r"if [\w.]*(spec_algorithm|speculative_algorithm)[\w.]*\.is_eagle3\(\)")
-    return {"nested": nested[:3], "top_level_for_capture": top[:3], "eagle3_gate": gate[:3],
-            "reads": "nested_only" if nested and not top else "top_level_too" if top else "none_found"}
+    return {
+        "nested": nested[:3],
+        "top_level_for_capture": top[:3],
+        "eagle3_gate": gate[:3],
+        "reads": "nested_only" if nested and not top else "top_level_too" if top else "none_found",
+    }
 
 
 def derive(version: str, download: bool = True) -> dict[str, Any]:
@@ -273,17 +294,27 @@ def derive(version: str, download: bool = True) -> dict[str, Any]:
             continue
         rules.setdefault(f"{r.get('default')}|{r.get('explicit')}", []).append(a)
         if r.get("rule") == "delegates":
-            delegates[a] = {"to": r.get("to"), "inner": r.get("inner"),
-                            "silent_noop_if_inner_lacks": r.get("silent_noop_if_inner_lacks", False)}
-    return {"rules": rules, "delegates": delegates,
-            "without_capture_count": sum(r.get("capture") is not True for r in archs.values()),
-            "id_source": scan_id_source(source_files(version, "srt/model_executor", download))}
+            delegates[a] = {
+                "to": r.get("to"),
+                "inner": r.get("inner"),
+                "silent_noop_if_inner_lacks": r.get("silent_noop_if_inner_lacks", False),
+            }
+    return {
+        "rules": rules,
+        "delegates": delegates,
+        "without_capture_count": sum(r.get("capture") is not True for r in archs.values()),
+        "id_source": scan_id_source(source_files(version, "srt/model_executor", download)),
+    }
 
 
 def build_table(versions: list[str]) -> dict[str, Any]:
-    return {"_doc": "generated by `python -m kit.sglang.capture_scan --write` from real sglang wheels (method bodies executed "
-                    "on probe ids, L=61); checked by kit/tests/test_aux.py",
-            "probe_L": PROBE_L, "probes": PROBES, "versions": {v: derive(v) for v in versions}}
+    return {
+        "_doc": "generated by `python -m kit.sglang.capture_scan --write` from real sglang wheels (method bodies executed "
+        "on probe ids, L=61); checked by kit/tests/test_aux.py",
+        "probe_L": PROBE_L,
+        "probes": PROBES,
+        "versions": {v: derive(v) for v in versions},
+    }
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The seed's launch line is `NCCL_PROTO=LL ... SGLANG_X=1 /venv/bin/python3 -m sgl
 both the NCCL rules and the launch linter need its env and argv apart. Handles `env` and
 `export`-free prefixes, backslash-newline continuations and quoting (shlex, POSIX rules).
 """
+
 from __future__ import annotations
 
 import re

@@ -10,12 +10,12 @@ source is in the kit cache (`kit.sglang.source`, never downloaded here), each va
 looked up in it: declared type from `srt/environ.py`, or any mention anywhere in the package.
 `attention_backend_findings` judges `--attention-backend` against the GPU family (blackwell.md §3.4).
 """
+
 from __future__ import annotations
 
 import json
 import re
 from functools import lru_cache
-from typing import Optional
 
 from kit.findings import Finding, KitInputError
 from kit.sglang.cmdline import flag_value
@@ -28,27 +28,35 @@ EXPLAIN = {
         "max_position_embeddings. Positions beyond what the draft saw in training get extrapolated RoPE, so "
         "acceptance can fall on long prompts",
         "prefer writing the target's context length into the draft's config.json; keep the variable only as a "
-        "conscious override"),
+        "conscious override",
+    ),
     "SGLANG_ENABLE_SPEC_V2": (
         "the overlap-scheduled speculative worker (spec v2); supports only --speculative-eagle-topk 1",
-        "use with topk 1; releases that no longer read it make it a no-op"),
+        "use with topk 1; releases that no longer read it make it a no-op",
+    ),
     "SGLANG_ENABLE_JIT_DEEPGEMM": (
         "DeepGEMM JIT kernels for FP8 GEMMs; DeepGEMM needs WGMMA (sm_90) or tcgen05 (sm_100/103), not sm_120",
-        "set 0 on sm_120 with block-FP8 models (use the triton or flashinfer_cutlass FP8 backend)"),
+        "set 0 on sm_120 with block-FP8 models (use the triton or flashinfer_cutlass FP8 backend)",
+    ),
     "SGLANG_SKIP_P2P_CHECK": (
         "custom all-reduce trusts torch.cuda.can_device_access_peer instead of running its own P2P test",
-        "only where the P2P test itself is the problem"),
+        "only where the P2P test itself is the problem",
+    ),
     "SGLANG_RECORD_STEP_TIME": ("records per-step times (bench_speculative sets it)", ""),
     "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH": (
-        "no CUDA graph for the draft-extend step (memory kill switch, e.g. B200 DeepSeek-V4 OOM)", ""),
+        "no CUDA graph for the draft-extend step (memory kill switch, e.g. B200 DeepSeek-V4 OOM)",
+        "",
+    ),
     "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": (
-        "skips SGLang's sgl-kernel version check, hiding a kernel/sglang mismatch", "install the matching sgl-kernel"),
+        "skips SGLang's sgl-kernel version check, hiding a kernel/sglang mismatch",
+        "install the matching sgl-kernel",
+    ),
 }
 BOOL_WORDS = {"true", "1", "yes", "y", "false", "0", "no", "n"}  # EnvBool.parse, srt/environ.py
 
 
 @lru_cache(maxsize=8)
-def source_vars(version: str) -> Optional[dict[str, str]]:
+def source_vars(version: str) -> dict[str, str] | None:
     """{name: declared type or 'referenced'} for every SGLANG_* token in that release; None if not cached."""
     from kit.sglang.source import source_root
 
@@ -73,7 +81,7 @@ def source_vars(version: str) -> Optional[dict[str, str]]:
     return names
 
 
-def sglang_findings(env: dict[str, str], version: Optional[str] = None, source: str = "environment") -> list[Finding]:
+def sglang_findings(env: dict[str, str], version: str | None = None, source: str = "environment") -> list[Finding]:
     """One `env.sglang_var` finding per SGLANG_* variable: what it does, and whether that release reads it."""
     known = source_vars(version) if version else None
     out = []
@@ -102,9 +110,7 @@ MLA_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kim
 ONLY_ON = {"trtllm_mha": (10,), "trtllm_mla": (10,), "fa3": (9,), "flashmla": (9, 10)}
 
 
-
-
-def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: Optional[int]) -> str:
+def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: int | None) -> str:
     """SGLang's get_default_attn_backend, as recorded in blackwell.md §3.4 (recent releases)."""
     if mla:
         return "fa3" if cc[0] == 9 else "flashinfer" if cc[0] == 10 else "triton"
@@ -115,8 +121,9 @@ def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: Optional[i
     return "flashinfer"
 
 
-def attention_backend_findings(cc: Optional[tuple[int, int]], argv: list[str],
-                               target_config: Optional[dict] = None) -> list[Finding]:
+def attention_backend_findings(
+    cc: tuple[int, int] | None, argv: list[str], target_config: dict | None = None
+) -> list[Finding]:
     """`env.attn_backend`: a forced backend the GPU cannot run (error), FA4 with speculation, or the default."""
     if cc is None or not argv:
         return []
@@ -130,37 +137,78 @@ def attention_backend_findings(cc: Optional[tuple[int, int]], argv: list[str],
     topk = flag_value(argv, "--speculative-eagle-topk")
     topk = int(topk) if topk and topk.isdigit() else None
     forced = flag_value(argv, "--attention-backend") or flag_value(argv, "--decode-attention-backend")
-    ev = {"cc": f"{cc[0]}.{cc[1]}", "model_type": mtype or None, "mla": mla, "mla_guessed_from_path": guessed,
-          "forced": forced, "topk": topk}
+    ev = {
+        "cc": f"{cc[0]}.{cc[1]}",
+        "model_type": mtype or None,
+        "mla": mla,
+        "mla_guessed_from_path": guessed,
+        "forced": forced,
+        "topk": topk,
+    }
     if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
-        return [Finding(code="env.attn_backend", severity="error",
-                        title=f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
-                              f"(built for sm_{'/'.join(str(m) + '0' for m in ONLY_ON[forced])} only)",
-                        evidence=ev, fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)")]
+        return [
+            Finding(
+                code="env.attn_backend",
+                severity="error",
+                title=f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
+                f"(built for sm_{'/'.join(str(m) + '0' for m in ONLY_ON[forced])} only)",
+                evidence=ev,
+                fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)",
+            )
+        ]
     if forced == "trtllm_mha" and spec and (topk or 1) > 1:
-        return [Finding(code="env.attn_backend", severity="error", title="trtllm_mha supports speculative "
-                        "decoding with --speculative-eagle-topk 1 only", evidence=ev, fix="topk 1 or flashinfer")]
+        return [
+            Finding(
+                code="env.attn_backend",
+                severity="error",
+                title="trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only",
+                evidence=ev,
+                fix="topk 1 or flashinfer",
+            )
+        ]
     if forced == "fa4" and spec:
-        return [Finding(code="env.attn_backend", severity="warning", title="fa4 is prefill-only in SGLang and "
-                        "has no speculative-decoding support", evidence=ev, fix="use flashinfer for decode")]
+        return [
+            Finding(
+                code="env.attn_backend",
+                severity="warning",
+                title="fa4 is prefill-only in SGLang and has no speculative-decoding support",
+                evidence=ev,
+                fix="use flashinfer for decode",
+            )
+        ]
     d = default_backend(cc, mla, spec, topk)
     note = " (Kimi/DeepSeek MLA target)" if mla else ""
-    return [Finding(code="env.attn_backend", severity="info",
-                    title=f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
-                    evidence={**ev, "default": d}, fix="")]
+    return [
+        Finding(
+            code="env.attn_backend",
+            severity="info",
+            title=f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
+            evidence={**ev, "default": d},
+            fix="",
+        )
+    ]
 
 
-def fp8_findings(cc: Optional[tuple[int, int]], env: dict[str, str], target_config: Optional[dict]) -> list[Finding]:
+def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config: dict | None) -> list[Finding]:
     """`env.deepgemm`: a block-FP8 target on sm_12x with DeepGEMM left on (DeepGEMM needs WGMMA/tcgen05)."""
     q = (target_config or {}).get("quantization_config") or {}
     if cc is None or cc[0] != 12 or q.get("quant_method") != "fp8":
         return []
     off = ("0", "false", "no", "n")
-    on = [k for k, default in (("SGLANG_ENABLE_JIT_DEEPGEMM", "1"), ("SGLANG_ENABLE_DEEP_GEMM", "0"))
-          if env.get(k, default).strip().lower() not in off]  # JIT DeepGEMM defaults on (srt/environ.py)
+    on = [
+        k
+        for k, default in (("SGLANG_ENABLE_JIT_DEEPGEMM", "1"), ("SGLANG_ENABLE_DEEP_GEMM", "0"))
+        if env.get(k, default).strip().lower() not in off
+    ]  # JIT DeepGEMM defaults on (srt/environ.py)
     if not on:
         return []
-    return [Finding(code="env.deepgemm", severity="warning", evidence={"on": on, "quantization": q.get("quant_method")},
-                    title=f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
-                          "('Assertion error (kernel_runtime.hpp:45)')",
-                    fix="SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)")]
+    return [
+        Finding(
+            code="env.deepgemm",
+            severity="warning",
+            evidence={"on": on, "quantization": q.get("quant_method")},
+            title=f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
+            "('Assertion error (kernel_runtime.hpp:45)')",
+            fix="SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)",
+        )
+    ]

@@ -18,6 +18,7 @@ which optional norms exist. This module:
 Aux-layer-id / capture rules live in kit.sglang.capture, not here.
 How to run: `python -m kit.sglang.loader [VERSION]` prints the derived features.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,15 +28,20 @@ import sys
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit.sglang.versions import DEFAULT_RELEASE, pick_recorded, sort_versions
 
 TABLE_PATH = Path(__file__).with_name("loader_rules.json")
 EAGLE_FILE = "srt/models/llama_eagle3.py"
 LLAMA_FILE = "srt/models/llama.py"
-STACKED = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
-           (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1)]
+STACKED = [
+    (".qkv_proj", ".q_proj", "q"),
+    (".qkv_proj", ".k_proj", "k"),
+    (".qkv_proj", ".v_proj", "v"),
+    (".gate_up_proj", ".gate_proj", 0),
+    (".gate_up_proj", ".up_proj", 1),
+]
 
 # feature -> (file, regex whose first match is the evidence); absence means False
 MARKERS: dict[str, tuple[str, str]] = {
@@ -53,7 +59,10 @@ MARKERS: dict[str, tuple[str, str]] = {
     "tied_lm_head_is_embed": (EAGLE_FILE, r"self\.lm_head\s*=\s*self\.model\.embed_tokens"),
     "later_layers_prenorm_is_hidden_norm": (EAGLE_FILE, r"self\.hidden_norm\(hidden_states, residual\)"),
     "d2t_sets_hot_token_id": (EAGLE_FILE, r"self\.hot_token_id\s*=\s*loaded_weight \+ torch\.arange"),
-    "set_embed_skips_if_target_hidden_differs": (LLAMA_FILE, r"self\.config\.target_hidden_size != self\.config\.hidden_size"),
+    "set_embed_skips_if_target_hidden_differs": (
+        LLAMA_FILE,
+        r"self\.config\.target_hidden_size != self\.config\.hidden_size",
+    ),
     "llama_loader_keyerror_on_unknown_stacked": (LLAMA_FILE, r"^\s+param = params_dict\[name\]\s*$"),
     "llama_loader_warns_unknown": (LLAMA_FILE, r"not found in params_dict"),
 }
@@ -61,9 +70,9 @@ MARKERS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class Rules:
-    version: str               # the release asked about
-    checked: str               # the release whose source these features come from
-    exact: bool                # True when `version` itself was checked
+    version: str  # the release asked about
+    checked: str  # the release whose source these features come from
+    exact: bool  # True when `version` itself was checked
     features: dict[str, Any]
     evidence: dict[str, list]  # feature -> [file, line number, line text]
 
@@ -91,8 +100,11 @@ def derive_features(version: str, download: bool = True) -> tuple[dict[str, Any]
 
 def _legacy_map(text: str) -> dict[str, str]:
     for node in ast.walk(ast.parse(text)):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "legacy_name_map" for t in node.targets)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict)
+            and any(isinstance(t, ast.Name) and t.id == "legacy_name_map" for t in node.targets)
+        ):
             return ast.literal_eval(node.value)
     return {}
 
@@ -120,7 +132,9 @@ def scan_registered(version: str, download: bool = True) -> set[str]:
                     if a.asname:
                         aliases[a.asname] = a.name
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
+            ):
                 vals = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
                 for v in vals:
                     if isinstance(v, ast.Name):
@@ -138,14 +152,14 @@ def known_versions() -> list[str]:
     return sort_versions(_table()["versions"])
 
 
-def rules_for(version: Optional[str] = None) -> Rules:
+def rules_for(version: str | None = None) -> Rules:
     """Rules of `version`: its own recorded row, else the newest checked release not after it."""
     rel = pick_recorded(version, known_versions())
     row = _table()["versions"][rel.checked]
     return Rules(rel.requested, rel.checked, rel.exact, row["features"], row["evidence"])
 
 
-def registered_architectures(version: Optional[str] = None) -> set[str]:
+def registered_architectures(version: str | None = None) -> set[str]:
     """Architectures (`EntryClass` names) that release registers, from the recorded table."""
     r = rules_for(version)
     names: set[str] = set()
@@ -157,21 +171,26 @@ def registered_architectures(version: Optional[str] = None) -> set[str]:
     return names
 
 
-def eagle3_draft_architectures(version: Optional[str] = None) -> set[str]:
+def eagle3_draft_architectures(version: str | None = None) -> set[str]:
     """Registered classes that are EAGLE-3 drafts (their name says Eagle3)."""
     return {a for a in registered_architectures(version) if "Eagle3" in a}
 
 
 def build_table(versions: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"_doc": "generated by `python -m kit.sglang.loader --write V...` from real "
-                                   "sglang wheels; checked by kit/tests/test_sglang_rules.py",
-                           "versions": {}}
+    out: dict[str, Any] = {
+        "_doc": "generated by `python -m kit.sglang.loader --write V...` from real "
+        "sglang wheels; checked by kit/tests/test_sglang_rules.py",
+        "versions": {},
+    }
     prev: set[str] = set()
     for v in sort_versions(versions):
         feats, ev = derive_features(v)
         reg = scan_registered(v)
-        out["versions"][v] = {"features": feats, "evidence": ev,
-                              "registered_delta": {"added": sorted(reg - prev), "removed": sorted(prev - reg)}}
+        out["versions"][v] = {
+            "features": feats,
+            "evidence": ev,
+            "registered_delta": {"added": sorted(reg - prev), "removed": sorted(prev - reg)},
+        }
         prev = reg
     return out
 
@@ -181,11 +200,11 @@ def build_table(versions: list[str]) -> dict[str, Any]:
 class KeyOutcome:
     key: str
     shape: tuple
-    status: str              # loaded | dropped | vocab_map | fails
-    param: Optional[str] = None
-    renamed: bool = False    # loaded under a name other than the key (+ "model." prefix aside)
+    status: str  # loaded | dropped | vocab_map | fails
+    param: str | None = None
+    renamed: bool = False  # loaded under a name other than the key (+ "model." prefix aside)
     reason: str = ""
-    loud: bool = False       # SGLang itself logs or raises for it
+    loud: bool = False  # SGLang itself logs or raises for it
 
 
 @dataclass
@@ -193,35 +212,59 @@ class LoadSimulation:
     version: str
     checked: str
     exact: bool
-    architecture: Optional[str]
-    arch_status: str                     # eagle3 | registered_not_eagle3 | not_registered | missing
+    architecture: str | None
+    arch_status: str  # eagle3 | registered_not_eagle3 | not_registered | missing
     build_errors: list[str] = field(default_factory=list)
     keys: list[KeyOutcome] = field(default_factory=list)
-    params_missing: list[dict] = field(default_factory=list)   # param, shape, reason, critical
-    runtime: list[str] = field(default_factory=list)           # what the serving runtime replaces
-    unused_loaded: list[str] = field(default_factory=list)     # loaded into params forward never reads
+    params_missing: list[dict] = field(default_factory=list)  # param, shape, reason, critical
+    runtime: list[str] = field(default_factory=list)  # what the serving runtime replaces
+    unused_loaded: list[str] = field(default_factory=list)  # loaded into params forward never reads
 
     def by_status(self, status: str) -> list[KeyOutcome]:
         return [k for k in self.keys if k.status == status]
 
     @property
     def ok(self) -> bool:
-        return (self.arch_status == "eagle3" and not self.build_errors and not self.by_status("fails")
-                and not any(m["critical"] for m in self.params_missing))
+        return (
+            self.arch_status == "eagle3"
+            and not self.build_errors
+            and not self.by_status("fails")
+            and not any(m["critical"] for m in self.params_missing)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per checkpoint key and per never-filled parameter (for a table)."""
-        out = [{"key": k.key, "shape": list(k.shape), "status": k.status, "param": k.param,
-                "renamed": k.renamed, "reason": k.reason} for k in self.keys]
-        out += [{"key": None, "shape": list(m["shape"]), "status": "never_filled", "param": m["param"],
-                 "renamed": False, "reason": m["reason"]} for m in self.params_missing]
+        out = [
+            {
+                "key": k.key,
+                "shape": list(k.shape),
+                "status": k.status,
+                "param": k.param,
+                "renamed": k.renamed,
+                "reason": k.reason,
+            }
+            for k in self.keys
+        ]
+        out += [
+            {
+                "key": None,
+                "shape": list(m["shape"]),
+                "status": "never_filled",
+                "param": m["param"],
+                "renamed": False,
+                "reason": m["reason"],
+            }
+            for m in self.params_missing
+        ]
         return out
 
 
-def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> tuple[dict[str, tuple], dict[str, dict], dict]:
+def _param_shapes(
+    cfg: dict[str, Any], f: dict[str, Any], errors: list[str]
+) -> tuple[dict[str, tuple], dict[str, dict], dict]:
     """Parameters the release builds for `cfg`: {name: shape}, stacked shard shapes, facts."""
     H, V = cfg.get("hidden_size"), cfg.get("vocab_size")
     nh = cfg.get("num_attention_heads")
@@ -229,15 +272,19 @@ def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> 
     L = cfg.get("num_hidden_layers", 1)
     I_ = cfg.get("intermediate_size")
     if not all(isinstance(x, int) for x in (H, V, nh, nkv, L, I_)):
-        errors.append("config lacks integer hidden_size/vocab_size/num_attention_heads/num_hidden_layers/"
-                      "intermediate_size: the draft model cannot be built")
+        errors.append(
+            "config lacks integer hidden_size/vocab_size/num_attention_heads/num_hidden_layers/"
+            "intermediate_size: the draft model cannot be built"
+        )
         return {}, {}, {}
     hd = cfg.get("head_dim") or H // nh
     if "target_hidden_size" in cfg:  # SGLang tests hasattr(): a null value is used as-is
         Ht = cfg["target_hidden_size"]
         if Ht is None:
-            errors.append("config has target_hidden_size: null; SGLang's hasattr() check uses None as the fc "
-                          "input width (TypeError at build) — drop the key or set an integer")
+            errors.append(
+                "config has target_hidden_size: null; SGLang's hasattr() check uses None as the fc "
+                "input width (TypeError at build) — drop the key or set an integer"
+            )
             Ht = H
     else:
         Ht = H
@@ -252,17 +299,25 @@ def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> 
     Vd = cfg.get("draft_vocab_size", "<missing>")
     if not tie:
         if Vd == "<missing>":
-            errors.append("config has no draft_vocab_size: SGLang reads config.draft_vocab_size (AttributeError); "
-                          "write null to take the target's lm_head, or the draft vocab size")
+            errors.append(
+                "config has no draft_vocab_size: SGLang reads config.draft_vocab_size (AttributeError); "
+                "write null to take the target's lm_head, or the draft vocab size"
+            )
             Vd = V
         elif Vd is None:
             if f.get("null_draft_vocab_uses_target_head"):
                 head_from_target, Vd = True, V
             else:
-                errors.append("draft_vocab_size is null: this SGLang builds ParallelLMHead(None, H) (TypeError); "
-                              "set the draft vocab size")
+                errors.append(
+                    "draft_vocab_size is null: this SGLang builds ParallelLMHead(None, H) (TypeError); "
+                    "set the draft vocab size"
+                )
                 Vd = V
-    P: dict[str, tuple] = {"model.embed_tokens.weight": (V, H), "model.fc.weight": (H, k * Ht), "model.norm.weight": (H,)}
+    P: dict[str, tuple] = {
+        "model.embed_tokens.weight": (V, H),
+        "model.fc.weight": (H, k * Ht),
+        "model.norm.weight": (H,),
+    }
     if (f.get("fc_bias_from_config") and cfg.get("bias")) or f.get("fc_default_bias"):
         # 0.4.5-0.4.8 build nn.Linear(3*Ht, H) with torch's default bias=True
         P["model.fc.bias"] = (H,)
@@ -277,7 +332,11 @@ def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> 
     for i, pre in enumerate(layers):
         w_in = 2 * H if i == 0 else H
         P[f"{pre}.self_attn.qkv_proj.weight"] = ((nh + 2 * nkv) * hd, w_in)
-        shards[f"{pre}.self_attn.qkv_proj.weight"] = {"q": (nh * hd, w_in), "k": (nkv * hd, w_in), "v": (nkv * hd, w_in)}
+        shards[f"{pre}.self_attn.qkv_proj.weight"] = {
+            "q": (nh * hd, w_in),
+            "k": (nkv * hd, w_in),
+            "v": (nkv * hd, w_in),
+        }
         P[f"{pre}.self_attn.o_proj.weight"] = (H, nh * hd)
         if bias:
             P[f"{pre}.self_attn.o_proj.bias"] = (H,)
@@ -288,12 +347,20 @@ def _param_shapes(cfg: dict[str, Any], f: dict[str, Any], errors: list[str]) -> 
             P[f"{pre}.{n}.weight"] = (H,)
     if not tie:
         P["lm_head.weight"] = (Vd, H)
-    facts = {"H": H, "Ht": Ht, "k": k, "V": V, "Vd": Vd, "tie": tie, "head_from_target": head_from_target,
-             "layers": layers}
+    facts = {
+        "H": H,
+        "Ht": Ht,
+        "k": k,
+        "V": V,
+        "Vd": Vd,
+        "tie": tie,
+        "head_from_target": head_from_target,
+        "layers": layers,
+    }
     return P, shards, facts
 
 
-def _load_own(name: str, f: dict, P: dict) -> tuple[Optional[str], Any, str]:
+def _load_own(name: str, f: dict, P: dict) -> tuple[str | None, Any, str]:
     """Replay the 0.4.9+ loop: returns (param or None, shard id, why-dropped)."""
     for param, weight, shard in STACKED:
         if weight in name:
@@ -304,23 +371,33 @@ def _load_own(name: str, f: dict, P: dict) -> tuple[Optional[str], Any, str]:
     return (pn, None, "") if pn in P else (None, None, f"no parameter {pn!r} in this release")
 
 
-def simulate_load(ckpt_shapes: dict[str, Any], draft_config: dict[str, Any],
-                  version: Optional[str] = None) -> LoadSimulation:
+def simulate_load(
+    ckpt_shapes: dict[str, Any], draft_config: dict[str, Any], version: str | None = None
+) -> LoadSimulation:
     """Replay `version`'s EAGLE-3 loader on checkpoint names/shapes and the draft config.json."""
     r = rules_for(version)
     f = r.features
     archs = draft_config.get("architectures") or []
     arch = archs[0] if archs else None
     reg = registered_architectures(r.version)
-    status = ("missing" if arch is None else "eagle3" if arch in reg and "Eagle3" in arch
-              else "registered_not_eagle3" if arch in reg else "not_registered")
+    status = (
+        "missing"
+        if arch is None
+        else "eagle3"
+        if arch in reg and "Eagle3" in arch
+        else "registered_not_eagle3"
+        if arch in reg
+        else "not_registered"
+    )
     sim = LoadSimulation(r.version, r.checked, r.exact, arch, status)
     if not f.get("has_eagle3"):
         sim.build_errors.append(f"sglang {r.version} has no {EAGLE_FILE}: EAGLE-3 drafts are not supported")
         sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason="no EAGLE-3 loader") for k, s in ckpt_shapes.items()]
         return sim
     if arch and arch != "LlamaForCausalLMEagle3" and status == "eagle3":
-        sim.runtime.append(f"{arch} has its own loader (e.g. kimi_k25_eagle3.py); simulated with the Llama EAGLE-3 rules")
+        sim.runtime.append(
+            f"{arch} has its own loader (e.g. kimi_k25_eagle3.py); simulated with the Llama EAGLE-3 rules"
+        )
     P, shards, facts = _param_shapes(draft_config, f, sim.build_errors)
     filled: dict[str, set] = {}
     legacy = f.get("legacy_name_map") or {}
@@ -380,13 +457,15 @@ def _load_delegate(name: str, f: dict, P: dict, facts: dict, o: KeyOutcome):
     return None, None, f"no parameter {n!r}; logged 'Parameter {n} not found in params_dict'"
 
 
-def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: dict,
-                  filled: dict, cfg: dict) -> None:
+def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: dict, filled: dict, cfg: dict) -> None:
     if not P:
         return
-    H, Ht = facts["H"], facts["Ht"]
-    embed_from_target = not (f.get("set_embed_skips_if_target_hidden_differs") and "target_hidden_size" in cfg
-                             and cfg.get("target_hidden_size") != H)
+    H, _Ht = facts["H"], facts["Ht"]
+    embed_from_target = not (
+        f.get("set_embed_skips_if_target_hidden_differs")
+        and "target_hidden_size" in cfg
+        and cfg.get("target_hidden_size") != H
+    )
     if facts["head_from_target"]:
         sim.runtime.append("draft_vocab_size is null: embed_tokens and lm_head are both taken from the target")
         embed_from_target = True
@@ -401,8 +480,10 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
         if facts["tie"]:
             sim.runtime.append("tie_word_embeddings: lm_head is the (target's) embed_tokens")
     else:
-        sim.runtime.append(f"target_hidden_size={cfg.get('target_hidden_size')} != hidden_size={H}: the draft keeps "
-                           "its own embed_tokens (must be in the checkpoint)")
+        sim.runtime.append(
+            f"target_hidden_size={cfg.get('target_hidden_size')} != hidden_size={H}: the draft keeps "
+            "its own embed_tokens (must be in the checkpoint)"
+        )
     later_hidden = f.get("later_layers_prenorm_is_hidden_norm")
     for pn, shape in P.items():
         got = filled.get(pn)
@@ -415,7 +496,11 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
         if got is not None and need <= got:
             continue
         part = f" (shards {sorted(map(str, need - got))} missing)" if got else ""
-        crit = pn in ("lm_head.weight", "model.embed_tokens.weight", "model.fc.weight") or ".self_attn." in pn or ".mlp." in pn
+        crit = (
+            pn in ("lm_head.weight", "model.embed_tokens.weight", "model.fc.weight")
+            or ".self_attn." in pn
+            or ".mlp." in pn
+        )
         init = "ones" if pn.endswith("norm.weight") or ".fc_norm." in pn else "its random/empty initialization"
         why = f"never filled{part}: stays {init}"
         if pn == "lm_head.weight":

@@ -23,7 +23,7 @@ are SGLang's own `ServerArgs` names, from the CLI flag to the innermost function
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kit.findings import KitInputError
 
@@ -39,11 +39,11 @@ AUTO_CHAIN = (3, 1, 4)
 class SpecParams:
     """One launch's speculative parameters; None = not given on the command line."""
 
-    speculative_num_steps: Optional[int] = None
-    speculative_eagle_topk: Optional[int] = None
-    speculative_num_draft_tokens: Optional[int] = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
 
-    def given(self) -> dict[str, Optional[int]]:
+    def given(self) -> dict[str, int | None]:
         return {
             "speculative_num_steps": self.speculative_num_steps,
             "speculative_eagle_topk": self.speculative_eagle_topk,
@@ -56,7 +56,7 @@ class SpecParams:
     def label(self) -> str:
         return "-".join("auto" if v is None else str(v) for v in self.given().values())
 
-    def resolved(self, algorithm: str = "EAGLE3", target_arch: Optional[str] = None) -> "SpecParams":
+    def resolved(self, algorithm: str = "EAGLE3", target_arch: str | None = None) -> SpecParams:
         """The parameters SGLang runs; a launch SGLang would refuse raises KitInputError."""
         res = resolve(self, algorithm, target_arch)
         if res.params is None:
@@ -74,7 +74,7 @@ class Issue:
 
 @dataclass(frozen=True)
 class Resolution:
-    params: Optional[SpecParams]  # what SGLang runs; None when it would not start
+    params: SpecParams | None  # what SGLang runs; None when it would not start
     auto: bool = False  # chosen by `_auto_choose_speculative_params`
     issues: tuple[Issue, ...] = ()
 
@@ -88,14 +88,14 @@ def max_draft_tokens(speculative_num_steps: int, speculative_eagle_topk: int) ->
     return k + (speculative_num_steps - 1) * k * k + 1
 
 
-def auto_params(algorithm: Optional[str], target_arch: Optional[str]) -> SpecParams:
+def auto_params(algorithm: str | None, target_arch: str | None) -> SpecParams:
     """`_auto_choose_speculative_params`: what SGLang picks when none of the three is given."""
     if (algorithm or "").upper() == "STANDALONE":
         return SpecParams(*AUTO_CHAIN)
     return SpecParams(*(AUTO_TREE if target_arch in AUTO_TREE_TARGETS else AUTO_CHAIN))
 
 
-def resolve(given: SpecParams, algorithm: Optional[str] = "EAGLE3", target_arch: Optional[str] = None) -> Resolution:
+def resolve(given: SpecParams, algorithm: str | None = "EAGLE3", target_arch: str | None = None) -> Resolution:
     """SGLang's resolution of the three parameters, with every refusal and silent change it makes."""
     s, k, n = given.speculative_num_steps, given.speculative_eagle_topk, given.speculative_num_draft_tokens
     ev = given.given()

@@ -16,6 +16,7 @@ Several argvs are parsed in one call (importing SGLang takes ~8 s). Each result 
 
 Run `python -m kit.sglang.parser --model-path m --tp 8` to see one result.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,7 +25,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 from kit.findings import KitInputError
 
@@ -33,7 +33,7 @@ VENV = "sglang-0.5.23"
 # Runs inside the interpreter that has sglang; reads a JSON list of argvs on stdin and prints a
 # JSON list of results as its last stdout line. Built exactly like `prepare_server_args` (prog,
 # abbreviations allowed), except that errors raise instead of exiting.
-_WORKER = r'''
+_WORKER = r"""
 import argparse, json, sys
 from sglang.srt.server_args import ServerArgs
 
@@ -59,7 +59,7 @@ def parse_many(argvs):
 if __name__ == "__main__":
     res = parse_many(json.loads(sys.stdin.read()))
     sys.stdout.write("\n" + json.dumps(res, default=str) + "\n")
-'''
+"""
 
 
 def _in_process_available() -> bool:
@@ -69,7 +69,7 @@ def _in_process_available() -> bool:
         return False
 
 
-def parser_python(python: Optional[str] = None, build: Optional[bool] = None) -> Optional[str]:
+def parser_python(python: str | None = None, build: bool | None = None) -> str | None:
     """Interpreter to run the parser in; None means in-process. Raises KitInputError if none."""
     if python:
         return python
@@ -89,8 +89,9 @@ def parser_python(python: Optional[str] = None, build: Optional[bool] = None) ->
 _CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
 
 
-def parse_argvs(argvs: list[list[str]], python: Optional[str] = None,
-                build: Optional[bool] = None, timeout: float = 300) -> list[dict]:
+def parse_argvs(
+    argvs: list[list[str]], python: str | None = None, build: bool | None = None, timeout: float = 300
+) -> list[dict]:
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build)
     todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
@@ -100,7 +101,7 @@ def parse_argvs(argvs: list[list[str]], python: Optional[str] = None,
     return [_CACHE[(py, tuple(a))] for a in argvs]
 
 
-def _parse(argvs: list[list[str]], py: Optional[str], timeout: float) -> list[dict]:
+def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]:
     if py is None:
         ns: dict = {}
         exec(compile(_WORKER.replace('if __name__ == "__main__":', "if False:"), "sglang_parser_worker", "exec"), ns)
@@ -110,8 +111,15 @@ def _parse(argvs: list[list[str]], py: Optional[str], timeout: float) -> list[di
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        r = subprocess.run([py, "-c", _WORKER], input=json.dumps(argvs), capture_output=True,
-                           text=True, timeout=timeout, env=env, cwd="/")
+        r = subprocess.run(
+            [py, "-c", _WORKER],
+            input=json.dumps(argvs),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd="/",
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
     if r.returncode != 0:

@@ -12,6 +12,7 @@ change in SGLang breaks our test rather than our users.
 
 Cache: $KIT_CACHE_DIR/sglang-src/<version>/sglang/... ; offline use works once cached.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,9 +38,21 @@ def source_root(version: str, download: bool = True) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{version}-"))
     try:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                            f"sglang=={version}", "-d", str(tmp / "whl")],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                f"sglang=={version}",
+                "-d",
+                str(tmp / "whl"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         wheels = list((tmp / "whl").glob("sglang-*.whl")) if r.returncode == 0 else []
         if not wheels:
             last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
@@ -65,8 +78,7 @@ def source_text(version: str, relpath: str, download: bool = True) -> str | None
 def source_files(version: str, subdir: str, download: bool = True) -> dict[str, str]:
     """All `.py` files under `sglang/<subdir>` as {relative path: text}."""
     base = source_root(version, download) / "sglang"
-    return {str(p.relative_to(base)): p.read_text()
-            for p in sorted((base / subdir).rglob("*.py"))}
+    return {str(p.relative_to(base)): p.read_text() for p in sorted((base / subdir).rglob("*.py"))}
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import total_ordering
-from typing import Iterable, Optional
 
 # the newest release whose source every table in kit/sglang/ was derived from
 DEFAULT_RELEASE = "0.5.23"
@@ -33,7 +33,7 @@ class Version:
     key: tuple
 
     @classmethod
-    def parse(cls, text: str) -> "Version":
+    def parse(cls, text: str) -> Version:
         parts = re.findall(r"\d+|[a-z]+", text.lower().lstrip("v"))
         if not parts or not parts[0].isdigit():
             raise ValueError(f"not a version: {text!r}")
@@ -43,7 +43,7 @@ class Version:
             key = key[:-1]
         return cls(text, key)
 
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self.key < other.key
 
     def __eq__(self, other: object) -> bool:
@@ -74,14 +74,14 @@ class RecordedRelease:
     checked: str  # the recorded release whose rules answer for it
     exact: bool  # True when `requested` itself was recorded
 
-    def note(self) -> Optional[str]:
+    def note(self) -> str | None:
         """A one-line warning when another release's rules stand in for the requested one."""
         if self.exact:
             return None
         return f"SGLang {self.requested} is not in the kit's recorded releases; using the rules of {self.checked}"
 
 
-def pick_recorded(requested: Optional[str], recorded: Iterable[str]) -> RecordedRelease:
+def pick_recorded(requested: str | None, recorded: Iterable[str]) -> RecordedRelease:
     """The newest recorded release not after `requested` (the oldest one for a release before them all)."""
     vs = sort_versions(recorded)
     requested = requested or default_release()
@@ -91,7 +91,7 @@ def pick_recorded(requested: Optional[str], recorded: Iterable[str]) -> Recorded
     return RecordedRelease(requested, checked, Version.parse(checked) == want)
 
 
-def installed_version() -> Optional[str]:
+def installed_version() -> str | None:
     """Version of an sglang distribution installed in this interpreter, without importing it."""
     try:
         return importlib.metadata.version("sglang")

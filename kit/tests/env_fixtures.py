@@ -1,4 +1,5 @@
 """Shared by the environment tests: the recorded machines and the seed's launch command."""
+
 import json
 from pathlib import Path
 
@@ -24,4 +25,5 @@ def facts(name: str) -> dict:
 
 def seed_env_argv():
     from kit.sglang.cmdline import split_command
+
     return split_command(SEED_LAUNCH)

@@ -20,6 +20,7 @@ bench/bench_client.py uses it as the near-zero-work endpoint:
 
     python -m kit.tests.sglang_stub --port 30000 [--accept 3 2 1] [--no-spec] [--step-delay 0.001]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,29 +29,28 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass
 class StubConfig:
-    spec: bool = True                       # speculative decoding on (spec fields reported)
+    spec: bool = True  # speculative decoding on (spec fields reported)
     accept_pattern: list[int] = field(default_factory=lambda: [3, 2, 1, 4])
     speculative_num_draft_tokens: int = 4
-    step_delay: float = 0.0                 # seconds per decode/verify step
+    step_delay: float = 0.0  # seconds per decode/verify step
     prefill_delay: float = 0.0
-    metrics: bool = True                    # serve /metrics (SGLang needs --enable-metrics)
+    metrics: bool = True  # serve /metrics (SGLang needs --enable-metrics)
     has_flush: bool = True
-    metrics_scale: float = 1.0              # fault injection: inflate generation_tokens_total
-    fail_every: int = 0                     # fault injection: every n-th /generate returns 500
-    log_path: Optional[str] = None          # append SGLang-format decode log lines here
-    chunk_openai_tokens: bool = False       # OpenAI streams: one chunk per verify step (like SGLang)
+    metrics_scale: float = 1.0  # fault injection: inflate generation_tokens_total
+    fail_every: int = 0  # fault injection: every n-th /generate returns 500
+    log_path: str | None = None  # append SGLang-format decode log lines here
+    chunk_openai_tokens: bool = False  # OpenAI streams: one chunk per verify step (like SGLang)
 
 
 class StubState:
     def __init__(self, cfg: StubConfig):
         self.cfg = cfg
         self.gen_tokens = 0
-        self.decode_tokens = 0                  # tokens from verify steps (not prefill)
+        self.decode_tokens = 0  # tokens from verify steps (not prefill)
         self.verify_calls = 0
         self.requests = 0
         self.flushes = 0
@@ -79,13 +79,18 @@ def _spec_meta(cfg: StubConfig, steps: list[int]) -> dict:
         hist[min(k - 1, cfg.speculative_num_draft_tokens - 1)] += 1
     correct = sum(k - 1 for k in steps[1:])
     proposed = ver * (cfg.speculative_num_draft_tokens - 1)
-    return {"spec_verify_ct": ver, "spec_num_correct_drafts": correct,
-            "spec_num_proposed_drafts": proposed, "spec_accept_rate": correct / proposed,
-            "spec_accept_length": sum(steps) / ver, "spec_correct_drafts_histogram": hist}
+    return {
+        "spec_verify_ct": ver,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_accept_rate": correct / proposed,
+        "spec_accept_length": sum(steps) / ver,
+        "spec_correct_drafts_histogram": hist,
+    }
 
 
 class Stub:
-    def __init__(self, cfg: Optional[StubConfig] = None):
+    def __init__(self, cfg: StubConfig | None = None):
         self.cfg = cfg or StubConfig()
         self.state = StubState(self.cfg)
 
@@ -96,8 +101,7 @@ class Stub:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in
-                           (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
                 n = int(headers.get("content-length", 0))
                 body = json.loads(await reader.readexactly(n)) if n else {}
                 await self.route(method, path.split("?")[0], body, writer)
@@ -110,10 +114,14 @@ class Stub:
 
     @staticmethod
     def _send(writer, status: int, payload, ctype="application/json"):
-        data = payload if isinstance(payload, bytes) else (
-            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
-        writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: {ctype}\r\ncontent-length: {len(data)}\r\n\r\n"
-                     .encode() + data)
+        data = (
+            payload
+            if isinstance(payload, bytes)
+            else (payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        )
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: {ctype}\r\ncontent-length: {len(data)}\r\n\r\n".encode() + data
+        )
 
     @staticmethod
     def _chunk(writer, text: str):
@@ -129,15 +137,24 @@ class Stub:
         elif path in ("/server_info", "/get_server_info"):
             # SGLang accumulates this from verify steps only (decode-log intervals): no prefill token
             avg = st.decode_tokens / st.verify_calls if st.verify_calls else 0.0
-            self._send(writer, 200, {"version": "stub", "speculative_algorithm": "EAGLE3" if cfg.spec else None,
-                                     "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
-                                     "internal_states": [{"avg_spec_accept_length": avg}]})
+            self._send(
+                writer,
+                200,
+                {
+                    "version": "stub",
+                    "speculative_algorithm": "EAGLE3" if cfg.spec else None,
+                    "speculative_num_draft_tokens": cfg.speculative_num_draft_tokens,
+                    "internal_states": [{"avg_spec_accept_length": avg}],
+                },
+            )
         elif path == "/v1/models":
             self._send(writer, 200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
         elif path == "/metrics" and cfg.metrics:
-            txt = ("# HELP sglang:generation_tokens_total x\n# TYPE sglang:generation_tokens_total counter\n"
-                   f'sglang:generation_tokens_total{{model_name="stub"}} {st.gen_tokens * cfg.metrics_scale}\n'
-                   f'sglang:spec_verify_calls_total{{model_name="stub"}} {float(st.verify_calls)}\n')
+            txt = (
+                "# HELP sglang:generation_tokens_total x\n# TYPE sglang:generation_tokens_total counter\n"
+                f'sglang:generation_tokens_total{{model_name="stub"}} {st.gen_tokens * cfg.metrics_scale}\n'
+                f'sglang:spec_verify_calls_total{{model_name="stub"}} {float(st.verify_calls)}\n'
+            )
             self._send(writer, 200, txt, "text/plain; version=0.0.4")
         elif path == "/health":
             self._send(writer, 200, b"")
@@ -170,8 +187,13 @@ class Stub:
             await asyncio.sleep(cfg.prefill_delay)
 
         def meta(done: int, finished: bool) -> dict:
-            m = {"id": f"req{nreq}", "prompt_tokens": ptoks, "completion_tokens": done, "cached_tokens": 0,
-                 "finish_reason": {"type": "length", "length": n} if finished else None}
+            m = {
+                "id": f"req{nreq}",
+                "prompt_tokens": ptoks,
+                "completion_tokens": done,
+                "cached_tokens": 0,
+                "finish_reason": {"type": "length", "length": n} if finished else None,
+            }
             if finished:
                 m.update(spec, e2e_latency=time.perf_counter() - t0)
             return m
@@ -188,7 +210,9 @@ class Stub:
             if not stream:
                 continue
             if path == "/generate":
-                self._chunk(writer, "data: " + json.dumps({"text": "tok " * done, "meta_info": meta(done, last)}) + "\n\n")
+                self._chunk(
+                    writer, "data: " + json.dumps({"text": "tok " * done, "meta_info": meta(done, last)}) + "\n\n"
+                )
             else:
                 pieces = [k] if cfg.chunk_openai_tokens else [1] * k
                 for j, cnt in enumerate(pieces):
@@ -197,8 +221,11 @@ class Stub:
             await writer.drain()
         self._account(steps, spec)
         usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
-        ext = {"sglext": {"spec_tokens_details": {k: v for k, v in spec.items()}}} \
-            if spec and body.get("return_spec_tokens_details") else {}
+        ext = (
+            {"sglext": {"spec_tokens_details": {k: v for k, v in spec.items()}}}
+            if spec and body.get("return_spec_tokens_details")
+            else {}
+        )
         if stream:
             if path != "/generate":
                 final = {"id": f"req{nreq}", "choices": [], "usage": usage, **ext}
@@ -209,8 +236,9 @@ class Stub:
             self._send(writer, 200, {"text": "tok " * n, "meta_info": meta(n, True)})
         else:
             choice = {"index": 0, "finish_reason": "length"}
-            choice.update({"message": {"role": "assistant", "content": "tok " * n}} if "chat" in path
-                          else {"text": "tok " * n})
+            choice.update(
+                {"message": {"role": "assistant", "content": "tok " * n}} if "chat" in path else {"text": "tok " * n}
+            )
             self._send(writer, 200, {"id": f"req{nreq}", "choices": [choice], "usage": usage, **ext})
 
     @staticmethod
@@ -228,9 +256,11 @@ class Stub:
         if cfg.log_path and spec:
             dec = sum(steps[1:]) / spec["spec_verify_ct"]
             with open(cfg.log_path, "a") as f:
-                f.write(f"[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: {sum(steps)}, "
-                        f"token usage: 0.00, accept len: {dec:.2f}, accept rate: {spec['spec_accept_rate']:.2f}, "
-                        f"cuda graph: False, gen throughput (token/s): 1.00, #queue-req: 0\n")
+                f.write(
+                    f"[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: {sum(steps)}, "
+                    f"token usage: 0.00, accept len: {dec:.2f}, accept rate: {spec['spec_accept_rate']:.2f}, "
+                    f"cuda graph: False, gen throughput (token/s): 1.00, #queue-req: 0\n"
+                )
 
     # -- running -----------------------------------------------------------------------------
     async def serve(self, host="127.0.0.1", port=0):
@@ -242,7 +272,7 @@ class Stub:
 class StubThread:
     """Run a Stub on a background event loop; `with StubThread(cfg) as s: s.url`."""
 
-    def __init__(self, cfg: Optional[StubConfig] = None):
+    def __init__(self, cfg: StubConfig | None = None):
         self.stub = Stub(cfg)
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -295,6 +325,7 @@ def main(argv=None):
         print(f"stub listening on http://127.0.0.1:{stub.port}", flush=True)
         async with srv:
             await srv.serve_forever()
+
     asyncio.run(run())
 
 

@@ -1,4 +1,5 @@
 """CLI dispatch and exit codes. Run: python -m pytest kit/tests/test_cli.py"""
+
 import json
 import subprocess
 import sys

@@ -1,4 +1,5 @@
 """Every finding code used in kit/ is documented in docs/findings.md, and vice versa."""
+
 import re
 from pathlib import Path
 

@@ -1,7 +1,7 @@
 """Dataclass <-> argparse mapping. Run: python -m pytest kit/tests/test_config.py"""
+
 import argparse
 from dataclasses import dataclass, field
-from typing import Optional
 
 from kit.config import add_arguments, from_namespace
 
@@ -9,9 +9,9 @@ from kit.config import add_arguments, from_namespace
 @dataclass
 class Cfg:
     num_steps: int = field(default=3, metadata={"help": "steps"})
-    name: Optional[str] = None
+    name: str | None = None
     verbose: bool = False
-    sizes: Optional[list[int]] = None
+    sizes: list[int] | None = None
     path: str = field(default="", metadata={"positional": True})
 
 

@@ -1,4 +1,5 @@
 """Findings, reports and their three renderings. Run: python -m pytest kit/tests/test_findings.py"""
+
 import json
 
 import pytest
@@ -7,10 +8,12 @@ from kit.findings import EXIT_ERRORS, EXIT_OK, Finding, Report
 
 
 def _report():
-    return Report([
-        Finding(code="x.warn", severity="warning", title="a warning", evidence={"file": "a.json"}, fix="do b"),
-        Finding(code="x.err", severity="error", title="an error", evidence={"key": "fc.weight"}, fix="do c"),
-    ])
+    return Report(
+        [
+            Finding(code="x.warn", severity="warning", title="a warning", evidence={"file": "a.json"}, fix="do b"),
+            Finding(code="x.err", severity="error", title="an error", evidence={"key": "fc.weight"}, fix="do c"),
+        ]
+    )
 
 
 def test_severity_validated():

@@ -1,4 +1,5 @@
 """kit.prompts: built-in prompt sets and JSONL reading."""
+
 import pytest
 
 from kit.findings import KitInputError
@@ -11,19 +12,25 @@ def test_builtin_sets():
     assert len(builtin_prompts("code")) == 8
     train = builtin_prompts("train")
     assert len(train) >= 250 and len({r["prompt"] for r in train}) == len(train)
-    assert not {r["prompt"] for r in ev} & {r["prompt"] for r in train}      # held-out evaluation
+    assert not {r["prompt"] for r in ev} & {r["prompt"] for r in train}  # held-out evaluation
     with pytest.raises(KitInputError):
         builtin_prompts("poetry")
 
 
 def test_jsonl(tmp_path):
     p = tmp_path / "p.jsonl"
-    p.write_text('{"prompt": "hi", "id": "a"}\n\n{"text": "yo"}\n'
-                 '{"messages": [{"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}]}\n')
+    p.write_text(
+        '{"prompt": "hi", "id": "a"}\n\n{"text": "yo"}\n'
+        '{"messages": [{"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}]}\n'
+    )
     rows = load_prompts_jsonl(p)
     assert [r["prompt"] for r in rows] == ["hi", "yo", "q2"] and rows[0]["id"] == "a" and rows[1]["id"] == "line-3"
-    for bad, msg in [("{oops\n", ":1: invalid JSON"), ('[1]\n', ":1: expected a JSON object"),
-                     ('{"prompt": ""}\n', ":1: no non-empty"), ("", "no prompts")]:
+    for bad, msg in [
+        ("{oops\n", ":1: invalid JSON"),
+        ("[1]\n", ":1: expected a JSON object"),
+        ('{"prompt": ""}\n', ":1: no non-empty"),
+        ("", "no prompts"),
+    ]:
         p.write_text(bad)
         with pytest.raises(KitInputError, match=msg):
             load_prompts_jsonl(p)

@@ -1,4 +1,5 @@
 """Tiny random target / draft pairs for hermetic unit tests (no files, < 1 s to build)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,19 +12,38 @@ def tiny_target(seed: int = 0, layers: int = 6, hidden: int = 32, vocab: int = 9
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=512, tie_word_embeddings=True, initializer_range=0.25)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        initializer_range=0.25,
+    )
     cfg._attn_implementation = "sdpa"
     m = LlamaForCausalLM(cfg).to(dtype).eval()
     return m
 
 
 def tiny_spec(hidden: int = 32, vocab: int = 96, draft_vocab=None, ids=(0, 2, 3), **kw) -> DraftSpec:
-    return DraftSpec(hidden_size=hidden, target_hidden_size=hidden, num_aux=len(ids), num_layers=1,
-                     num_heads=4, num_kv_heads=2, head_dim=hidden // 4, intermediate_size=2 * hidden,
-                     vocab_size=vocab, draft_vocab_size=draft_vocab, aux_layer_ids=list(ids),
-                     has_target_hidden_size=True, **kw)
+    return DraftSpec(
+        hidden_size=hidden,
+        target_hidden_size=hidden,
+        num_aux=len(ids),
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=hidden // 4,
+        intermediate_size=2 * hidden,
+        vocab_size=vocab,
+        draft_vocab_size=draft_vocab,
+        aux_layer_ids=list(ids),
+        has_target_hidden_size=True,
+        **kw,
+    )
 
 
 def tiny_draft(target=None, seed: int = 1, dtype=torch.float64, **kw) -> Eagle3Draft:
@@ -49,7 +69,7 @@ class CopyDraft(torch.nn.Module):
     def forward(self, input_ids, hidden, positions, past_kv=None, mask=None):
         B, T = input_ids.shape
         hist = past_kv[0][0][:, 0, :, 0].long() if past_kv else input_ids[:, :0]
-        if mask is not None and mask.dim() == 4:   # per-row visibility (the oracle's batched trees)
+        if mask is not None and mask.dim() == 4:  # per-row visibility (the oracle's batched trees)
             vis = mask[:, 0, -1, : hist.shape[1]]
             rows = [torch.cat([torch.tensor([self.first]), hist[b][vis[b]], input_ids[b]]) for b in range(B)]
             logits = torch.cat([self.target(input_ids=r[None]).logits[:, -T:] for r in rows]).float() * self.sharp

@@ -5,12 +5,15 @@ For server/launch tests that need real model directories, built in code in ~1 s:
 vocab 260 = 256 bytes + 4 specials); the draft is an SGLang-layout EAGLE-3 head (random weights,
 so accept lengths are low; tests check protocol, wiring and greedy equality, not quality).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<pad>", "<unk>"]
 VOCAB = 260
 
@@ -26,8 +29,14 @@ def byte_tokenizer():
     t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     t.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                  pad_token="<pad>", unk_token="<unk>", additional_special_tokens=SPECIALS[:2])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=t,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=SPECIALS[:2],
+    )
     tok.chat_template = CHAT
     return tok
 
@@ -38,10 +47,20 @@ def build_target(out: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tok = byte_tokenizer()
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=True, initializer_range=0.25,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        initializer_range=0.25,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     m = LlamaForCausalLM(cfg).eval()
     m.config.architectures = ["LlamaForCausalLM"]
     m.save_pretrained(out)
@@ -51,14 +70,24 @@ def build_target(out: Path, seed: int = 0) -> Path:
 
 def build_draft(out: Path, seed: int = 1) -> Path:
     import torch
-    from kit.reference.draft import Eagle3Draft, DraftSpec
+
+    from kit.reference.draft import DraftSpec, Eagle3Draft
     from kit.reference.draft_io import save_draft, sglang_config
 
     torch.manual_seed(seed)
-    kw = dict(hidden_size=32, target_hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-              head_dim=8, intermediate_size=64, vocab_size=VOCAB, draft_vocab_size=None,
-              rms_norm_eps=1e-6, max_position_embeddings=512,
-              eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]})
+    kw = dict(
+        hidden_size=32,
+        target_hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        vocab_size=VOCAB,
+        draft_vocab_size=None,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=512,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]},
+    )
     cfg = sglang_config(kw)
     d = Eagle3Draft(DraftSpec.from_config(cfg)).eval()
     for p in d.parameters():  # larger random weights so draft predictions are not all one token

@@ -14,28 +14,36 @@ The checks over these facts are in kit.wiring.checks; the Wiring a launch gives 
 
     python -m kit doctor --target T --draft D --launch "python -m sglang.launch_server ..."
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit.checkpoint.hf_config import text_config
-from kit.sglang.cmdline import flag_value
 from kit.sglang.capture import capture_points as sglang_capture_points
 from kit.sglang.capture import capture_rule, default_ids
+from kit.sglang.cmdline import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
 KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_config.json"
 KIMI_DRAFT_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_eagle3_config.json"
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
-CONVENTION_OF = {"speculators": "speculators", "vllm": "vllm", "sglang": "sglang", "specforge": "specforge",
-                 "specforge-hf": "specforge-hf", "eagle": "eagle", "kit": "sglang"}
+CONVENTION_OF = {
+    "speculators": "speculators",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "specforge": "specforge",
+    "specforge-hf": "specforge-hf",
+    "eagle": "eagle",
+    "kit": "sglang",
+}
 
 
 # -- per stack -------------------------------------------------------------------------------
-def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[Optional[list[int]], str]:
+def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
     """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
     nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -50,37 +58,47 @@ def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[Optional[list[int]], str]
     return None, "not read (official EAGLE has no ids)"
 
 
-def capture_points(stack: str, ids: Optional[list[int]], L: int, arch: Optional[str] = None,
-                   version: Optional[str] = None) -> list[int]:
+def capture_points(
+    stack: str, ids: list[int] | None, L: int, arch: str | None = None, version: str | None = None
+) -> list[int]:
     """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
     dflt = default_ids(L)
     if stack in ("vllm", "speculators"):
-        return list(ids) if ids else dflt            # id = point (vLLM captures before layer idx)
+        return list(ids) if ids else dflt  # id = point (vLLM captures before layer idx)
     if stack == "eagle":
         return dflt
-    if stack == "specforge-hf":                       # hooks on layers[x] output
+    if stack == "specforge-hf":  # hooks on layers[x] output
         return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
-    if stack == "specforge":                          # 0.2.0 hands its ids to the SGLang target class
+    if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class
         ids = ids or [1, L // 2 - 1, L - 4]
     rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
     return sglang_capture_points(ids, L, rule)
 
 
-def stack_table(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str] = None) -> list[dict]:
+def stack_table(draft_cfg: dict[str, Any], L: int, arch: str | None, version: str | None = None) -> list[dict]:
     """One row per stack: ids as that stack reads them and the points they become (notebook 03)."""
     rows = []
     for st in STACKS:
         ids, where = read_ids(st, draft_cfg)
-        rows.append({"stack": st, "ids_read": ids, "read_from": where,
-                     "capture_points": capture_points(st, ids, L, arch, version)})
+        rows.append(
+            {
+                "stack": st,
+                "ids_read": ids,
+                "read_from": where,
+                "capture_points": capture_points(st, ids, L, arch, version),
+            }
+        )
     return rows
 
 
 # -- facts from the files --------------------------------------------------------------------
 def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
     archs = " ".join(cfg.get("architectures") or [])
-    return "eagle3" in archs.lower() or cfg.get("speculators_model_type") == "eagle3" or \
-        "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
+    return (
+        "eagle3" in archs.lower()
+        or cfg.get("speculators_model_type") == "eagle3"
+        or "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
+    )
 
 
 def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -95,19 +113,20 @@ def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     tc = text_config(cfg)
-    return {"arch": (cfg.get("architectures") or [None])[0], "L": tc.get("num_hidden_layers"),
-            "hidden": tc.get("hidden_size")}
+    return {
+        "arch": (cfg.get("architectures") or [None])[0],
+        "L": tc.get("num_hidden_layers"),
+        "hidden": tc.get("hidden_size"),
+    }
 
 
-
-
-def launch_algorithm(argv: Optional[list[str]]) -> Optional[str]:
+def launch_algorithm(argv: list[str] | None) -> str | None:
     alg = flag_value(argv or [], "--speculative-algorithm")
     alg = alg.upper() if alg else None
     return "EAGLE" if alg == "NEXTN" else alg
 
 
-def provenance(draft_dir: Optional[Path]) -> Optional[dict[str, Any]]:
+def provenance(draft_dir: Path | None) -> dict[str, Any] | None:
     p = Path(draft_dir) / "kit_provenance.json" if draft_dir else None
     if p is None or not p.exists():
         return None
@@ -117,8 +136,14 @@ def provenance(draft_dir: Optional[Path]) -> Optional[dict[str, Any]]:
         return None
 
 
-def training_points(draft_cfg: dict[str, Any], L: int, arch: Optional[str], version: Optional[str],
-                    draft_dir=None, trained_with: Optional[str] = None) -> Optional[tuple[list[int], str]]:
+def training_points(
+    draft_cfg: dict[str, Any],
+    L: int,
+    arch: str | None,
+    version: str | None,
+    draft_dir=None,
+    trained_with: str | None = None,
+) -> tuple[list[int], str] | None:
     """(points the draft was trained on, how we know) or None when the convention is unknown."""
     prov = provenance(draft_dir)
     if prov and prov.get("capture_points"):
@@ -127,8 +152,9 @@ def training_points(draft_cfg: dict[str, Any], L: int, arch: Optional[str], vers
         conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov["aux_convention"])
         if conv:
             ids = prov.get("aux_layer_ids")
-            return capture_points(conv, ids, L, arch, prov.get("sglang_version") or version), \
-                f"kit_provenance.json: {conv} convention, ids {ids}"
+            return capture_points(
+                conv, ids, L, arch, prov.get("sglang_version") or version
+            ), f"kit_provenance.json: {conv} convention, ids {ids}"
     if draft_cfg.get("speculators_model_type"):
         ids, _ = read_ids("speculators", draft_cfg)
         return capture_points("speculators", ids, L), "speculators config (ids = points, vLLM hidden states)"
@@ -141,7 +167,7 @@ def training_points(draft_cfg: dict[str, Any], L: int, arch: Optional[str], vers
     return None
 
 
-def fc_in_features(draft_dir) -> Optional[int]:
+def fc_in_features(draft_dir) -> int | None:
     """fc.weight's input width from the safetensors header (no torch)."""
     if not draft_dir:
         return None

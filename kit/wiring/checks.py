@@ -7,9 +7,10 @@ aux.hidden_width, aux.target_capture. Used by `kit doctor` (provider "kit.wiring
     from kit.wiring.checks import wiring_checks
     findings = wiring_checks(target_cfg, draft_cfg, argv, version="0.5.23", draft_dir=None)
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from kit.findings import Finding
 from kit.sglang.capture import capture_points as sglang_capture_points
@@ -27,8 +28,14 @@ from kit.wiring.aux import (
 from kit.wiring.plan import serving_points
 
 
-def wiring_checks(target_cfg: Optional[dict[str, Any]], draft_cfg: dict[str, Any], argv: Optional[list[str]] = None,
-                  version: Optional[str] = None, draft_dir=None, trained_with: Optional[str] = None) -> list[Finding]:
+def wiring_checks(
+    target_cfg: dict[str, Any] | None,
+    draft_cfg: dict[str, Any],
+    argv: list[str] | None = None,
+    version: str | None = None,
+    draft_dir=None,
+    trained_with: str | None = None,
+) -> list[Finding]:
     out: list[Finding] = []
     if not is_eagle3_draft(draft_cfg):
         return out
@@ -37,18 +44,31 @@ def wiring_checks(target_cfg: Optional[dict[str, Any]], draft_cfg: dict[str, Any
     ec = draft_cfg.get("eagle_config") or {}
     fed = dims["k"] * dims["Ht"] if dims["Ht"] and dims["k"] else None
     if alg in ("EAGLE",):
-        out.append(Finding(
-            code="aux.algorithm", severity="error",
-            title=f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(argv)}: fc is skipped, accept length 1.00",
-            evidence={"algorithm": alg, "draft_architecture": (draft_cfg.get("architectures") or [None])[0],
-                      "state_fed": dims["Ht"], "fc_expects": fed, "embed_width": dims["H"]},
-            fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)"))
+        out.append(
+            Finding(
+                code="aux.algorithm",
+                severity="error",
+                title=f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(argv)}: fc is skipped, accept length 1.00",
+                evidence={
+                    "algorithm": alg,
+                    "draft_architecture": (draft_cfg.get("architectures") or [None])[0],
+                    "state_fed": dims["Ht"],
+                    "fc_expects": fed,
+                    "embed_width": dims["H"],
+                },
+                fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)",
+            )
+        )
     elif alg == "EAGLE3" and ec.get("use_aux_hidden_state") is False:
-        out.append(Finding(
-            code="aux.algorithm", severity="error",
-            title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
-            evidence={"use_aux_hidden_state": False, "fc_expects": fed, "embed_width": dims["H"]},
-            fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft"))
+        out.append(
+            Finding(
+                code="aux.algorithm",
+                severity="error",
+                title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
+                evidence={"use_aux_hidden_state": False, "fc_expects": fed, "embed_width": dims["H"]},
+                fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft",
+            )
+        )
     tf = target_facts(target_cfg) if target_cfg else {"arch": None, "L": None, "hidden": None}
     L = tf["L"]
     nested, _ = read_ids("sglang", draft_cfg)
@@ -58,71 +78,126 @@ def wiring_checks(target_cfg: Optional[dict[str, Any]], draft_cfg: dict[str, Any
         intended = capture_points("speculators", top, L) if L else None
         default = sglang_capture_points(None, L, rule) if (L and rule) else None
         sev = "warning" if intended is not None and intended == default else "error"
-        out.append(Finding(
-            code="aux.layer_ids_ignored", severity=sev,
-            title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default",
-            evidence={"top_level_ids": top, "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
-                      "sglang_default_points": default, "points_meant_by_ids": intended},
-            fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
-                "(python -m kit convert does this)"))
+        out.append(
+            Finding(
+                code="aux.layer_ids_ignored",
+                severity=sev,
+                title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default",
+                evidence={
+                    "top_level_ids": top,
+                    "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
+                    "sglang_default_points": default,
+                    "points_meant_by_ids": intended,
+                },
+                fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
+                "(python -m kit convert does this)",
+            )
+        )
     if L and srv is not None:
         trained = training_points(draft_cfg, L, tf["arch"], version, draft_dir, trained_with)
         if trained and list(trained[0]) != list(srv):
             ok_ids = ids_for_points(trained[0], L, rule)
-            out.append(Finding(
-                code="aux.layer_shift", severity="error",
-                title=f"SGLang captures points {srv}, the draft was trained on {list(trained[0])}",
-                evidence={"serving_points": srv, "training_points": list(trained[0]), "known_from": trained[1],
-                          "target_class": tf["arch"], "sglang_rule": f"{rule['default']}; {rule['explicit']}",
-                          "rule_from_sglang": rule["version"], "ids_in_eagle_config": nested},
-                fix=(f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}" if ok_ids else
-                     "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture")))
+            out.append(
+                Finding(
+                    code="aux.layer_shift",
+                    severity="error",
+                    title=f"SGLang captures points {srv}, the draft was trained on {list(trained[0])}",
+                    evidence={
+                        "serving_points": srv,
+                        "training_points": list(trained[0]),
+                        "known_from": trained[1],
+                        "target_class": tf["arch"],
+                        "sglang_rule": f"{rule['default']}; {rule['explicit']}",
+                        "rule_from_sglang": rule["version"],
+                        "ids_in_eagle_config": nested,
+                    },
+                    fix=(
+                        f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}"
+                        if ok_ids
+                        else "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture"
+                    ),
+                )
+            )
     if L and srv is not None:
         bad = [p for p in srv if p < 0 or p > L or (p == L and rule.get("explicit") != "as_is_if_max_is_L")]
         if bad:
-            out.append(Finding(
-                code="aux.target_capture", severity="error",
-                title=f"capture points {bad} are never produced by {tf['arch']} ({L} layers)",
-                evidence={"serving_points": srv, "num_layers": L},
-                fix="use ids inside the target's layers (the final state is reachable only on GptOss)"))
+            out.append(
+                Finding(
+                    code="aux.target_capture",
+                    severity="error",
+                    title=f"capture points {bad} are never produced by {tf['arch']} ({L} layers)",
+                    evidence={"serving_points": srv, "num_layers": L},
+                    fix="use ids inside the target's layers (the final state is reachable only on GptOss)",
+                )
+            )
     if target_cfg and alg in (None, "EAGLE3") and tf["arch"] and capture_rule(tf["arch"], version) is None:
         v = recorded_release(version).checked
-        out.append(Finding(
-            code="aux.target_capture", severity="error",
-            title=f"{tf['arch']} cannot capture aux hidden states in SGLang {v}",
-            evidence={"target_architecture": tf["arch"], "sglang_version": v,
-                      "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)"},
-            fix="serve this target with an SGLang release whose model class implements set_eagle3_layers_to_capture"))
+        out.append(
+            Finding(
+                code="aux.target_capture",
+                severity="error",
+                title=f"{tf['arch']} cannot capture aux hidden states in SGLang {v}",
+                evidence={
+                    "target_architecture": tf["arch"],
+                    "sglang_version": v,
+                    "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)",
+                },
+                fix="serve this target with an SGLang release whose model class implements set_eagle3_layers_to_capture",
+            )
+        )
     fc_in = fc_in_features(draft_dir)
     k_ids = len(nested) if nested else None
     if fc_in is not None and fed is not None and fc_in != fed:
-        out.append(Finding(code="aux.fc_width", severity="error",
-                           title=f"fc input width {fc_in} != k x target hidden = {dims['k']} x {dims['Ht']}",
-                           evidence={"fc_in_features": fc_in, "k": dims["k"], "target_hidden_size": dims["Ht"]},
-                           fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight"))
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="error",
+                title=f"fc input width {fc_in} != k x target hidden = {dims['k']} x {dims['Ht']}",
+                evidence={"fc_in_features": fc_in, "k": dims["k"], "target_hidden_size": dims["Ht"]},
+                fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
+            )
+        )
     if draft_cfg.get("num_aux_hidden_states") and k_ids and draft_cfg["num_aux_hidden_states"] != k_ids:
-        out.append(Finding(code="aux.fc_width", severity="error",
-                           title=f"num_aux_hidden_states {draft_cfg['num_aux_hidden_states']} != {k_ids} layer ids",
-                           evidence={"num_aux_hidden_states": draft_cfg["num_aux_hidden_states"], "ids": nested},
-                           fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)"))
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="error",
+                title=f"num_aux_hidden_states {draft_cfg['num_aux_hidden_states']} != {k_ids} layer ids",
+                evidence={"num_aux_hidden_states": draft_cfg["num_aux_hidden_states"], "ids": nested},
+                fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)",
+            )
+        )
     if fed is not None and dims["H"] and fed == dims["H"]:
-        out.append(Finding(code="aux.fc_width", severity="warning",
-                           title=f"k x target hidden = {fed} equals the draft hidden size: SGLang's fc gate never fires",
-                           evidence={"k": dims["k"], "target_hidden_size": dims["Ht"], "hidden_size": dims["H"]},
-                           fix="SGLang applies fc only when the incoming width differs from H; change k or H"))
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="warning",
+                title=f"k x target hidden = {fed} equals the draft hidden size: SGLang's fc gate never fires",
+                evidence={"k": dims["k"], "target_hidden_size": dims["Ht"], "hidden_size": dims["H"]},
+                fix="SGLang applies fc only when the incoming width differs from H; change k or H",
+            )
+        )
     if tf["hidden"] and dims["Ht"] and tf["hidden"] != dims["Ht"]:
-        out.append(Finding(code="aux.hidden_width", severity="error",
-                           title=f"target hidden size {tf['hidden']} != draft target_hidden_size {dims['Ht']}",
-                           evidence={"target_hidden_size_of_target": tf["hidden"], "draft_target_hidden_size": dims["Ht"],
-                                     "draft_hidden_size": dims["H"]},
-                           fix="this draft was built for another target; set target_hidden_size or use the right target"))
+        out.append(
+            Finding(
+                code="aux.hidden_width",
+                severity="error",
+                title=f"target hidden size {tf['hidden']} != draft target_hidden_size {dims['Ht']}",
+                evidence={
+                    "target_hidden_size_of_target": tf["hidden"],
+                    "draft_target_hidden_size": dims["Ht"],
+                    "draft_hidden_size": dims["H"],
+                },
+                fix="this draft was built for another target; set target_hidden_size or use the right target",
+            )
+        )
     return out
 
 
 def _flag_text(argv) -> str:
     from kit.sglang.cmdline import flag_value
 
-    return (flag_value(argv or [], "--speculative-algorithm") or "?")
+    return flag_value(argv or [], "--speculative-algorithm") or "?"
 
 
 def doctor_checks(ctx) -> list[Finding]:
@@ -130,5 +205,6 @@ def doctor_checks(ctx) -> list[Finding]:
     if ctx.draft_config is None:
         return []
     argv = ctx.launch_env_argv[1] if ctx.launch_env_argv else None
-    return wiring_checks(ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version,
-                         ctx.draft_dir, ctx.cfg.trained_with)
+    return wiring_checks(
+        ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
+    )

@@ -9,7 +9,7 @@ oracle; the static checks (kit.wiring.checks) import it, never the reverse.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from kit.checkpoint.inspect import dropped_keys
 from kit.sglang.capture import capture_points as sglang_capture_points
@@ -17,7 +17,7 @@ from kit.sglang.capture import capture_rule
 from kit.wiring.aux import launch_algorithm, read_ids, target_facts
 
 
-def serving_points(draft_cfg: dict[str, Any], tf: dict[str, Any], version: Optional[str]):
+def serving_points(draft_cfg: dict[str, Any], tf: dict[str, Any], version: str | None):
     """(points SGLang captures, rule) for this draft on this target; (None, None) if it cannot."""
     rule = capture_rule(tf["arch"], version)
     if rule is None or not tf["L"]:
@@ -26,8 +26,13 @@ def serving_points(draft_cfg: dict[str, Any], tf: dict[str, Any], version: Optio
     return sglang_capture_points(ids, tf["L"], rule), rule
 
 
-def wiring_from_launch(argv: list[str], draft_config: dict[str, Any], target_config: dict[str, Any],
-                       version: Optional[str] = None, draft_dir=None):
+def wiring_from_launch(
+    argv: list[str],
+    draft_config: dict[str, Any],
+    target_config: dict[str, Any],
+    version: str | None = None,
+    draft_dir=None,
+):
     """The Wiring SGLang would give the draft: algorithm, aux capture on/off, physical points,
     and (with draft_dir and kit.sglang.loader) the checkpoint keys its loader drops."""
     from kit.reference.speculate import Wiring
@@ -43,5 +48,10 @@ def wiring_from_launch(argv: list[str], draft_config: dict[str, Any], target_con
     dropped: tuple = ()
     if draft_dir is not None and rule is not None:
         dropped = dropped_keys(draft_dir, rule["version"])
-    return Wiring(aux_capture=aux_on, capture_points=tuple(pts) if (aux_on and pts) else None,
-                  dropped_keys=dropped, algorithm=alg if alg in ("EAGLE", "EAGLE3") else alg, notes=tuple(notes))
+    return Wiring(
+        aux_capture=aux_on,
+        capture_points=tuple(pts) if (aux_on and pts) else None,
+        dropped_keys=dropped,
+        algorithm=alg if alg in ("EAGLE", "EAGLE3") else alg,
+        notes=tuple(notes),
+    )

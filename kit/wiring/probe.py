@@ -12,13 +12,14 @@ k·Ht fused states or one Ht state, and whether SGLang's fc gate
     python -m kit probe --target DIR --draft DIR --launch "python -m sglang.launch_server ..."
     python -m kit probe --target kimi/config.json --draft D --config-only --json
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
@@ -28,11 +29,17 @@ HELP = "probe capture-point shapes on a real or meta-device target; fused vs sin
 
 @dataclass
 class ProbeConfig:
-    target: str = field(default="embedded", metadata={"help": "'embedded', a local HF model dir, or a config.json (with --config-only)"})
-    draft: Optional[str] = field(default=None, metadata={"help": "draft dir or config.json (default: the kit's quick demo draft)"})
-    launch: Optional[str] = field(default=None, metadata={"help": "SGLang launch command to judge (default: --speculative-algorithm EAGLE3)"})
-    algorithm: Optional[str] = field(default=None, metadata={"help": "shortcut for the launch's --speculative-algorithm"})
-    sglang_version: Optional[str] = field(default=None, metadata={"help": "SGLang version whose capture rules apply"})
+    target: str = field(
+        default="embedded", metadata={"help": "'embedded', a local HF model dir, or a config.json (with --config-only)"}
+    )
+    draft: str | None = field(
+        default=None, metadata={"help": "draft dir or config.json (default: the kit's quick demo draft)"}
+    )
+    launch: str | None = field(
+        default=None, metadata={"help": "SGLang launch command to judge (default: --speculative-algorithm EAGLE3)"}
+    )
+    algorithm: str | None = field(default=None, metadata={"help": "shortcut for the launch's --speculative-algorithm"})
+    sglang_version: str | None = field(default=None, metadata={"help": "SGLang version whose capture rules apply"})
     config_only: bool = field(default=False, metadata={"help": "no weights: build the target on the meta device"})
     tokens: int = field(default=8, metadata={"help": "probe input length"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
@@ -41,6 +48,7 @@ class ProbeConfig:
 def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") -> dict[str, Any]:
     """Shapes at each capture point plus the final post-norm state, from one forward pass."""
     import torch
+
     from kit.reference.target import TargetCapture
 
     ids = torch.zeros(1, tokens, dtype=torch.long, device=device)
@@ -60,6 +68,7 @@ def meta_model(cfg: dict[str, Any]):
     """Build the target on the meta device from its config dict; (model, how)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+
     from kit.checkpoint.hf_config import text_config
 
     tc = dict(text_config(cfg))
@@ -70,16 +79,19 @@ def meta_model(cfg: dict[str, Any]):
             return AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16), f"transformers {type(hf).__name__}"
     except Exception as e:  # noqa: BLE001 — unknown / remote-code model types: a residual-stream skeleton
         why = f"{type(e).__name__}"
-    sk = LlamaConfig(hidden_size=tc["hidden_size"], num_hidden_layers=tc["num_hidden_layers"],
-                     num_attention_heads=tc.get("num_attention_heads", 8) or 8,
-                     num_key_value_heads=tc.get("num_key_value_heads") or tc.get("num_attention_heads", 8),
-                     intermediate_size=tc.get("intermediate_size") or 4 * tc["hidden_size"],
-                     vocab_size=tc.get("vocab_size", 32000))
+    sk = LlamaConfig(
+        hidden_size=tc["hidden_size"],
+        num_hidden_layers=tc["num_hidden_layers"],
+        num_attention_heads=tc.get("num_attention_heads", 8) or 8,
+        num_key_value_heads=tc.get("num_key_value_heads") or tc.get("num_attention_heads", 8),
+        intermediate_size=tc.get("intermediate_size") or 4 * tc["hidden_size"],
+        vocab_size=tc.get("vocab_size", 32000),
+    )
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(sk, dtype=torch.bfloat16), f"Llama skeleton ({mt} not buildable: {why})"
 
 
-def verdict(shapes: dict[str, Any], draft_cfg: Optional[dict[str, Any]], wiring, fc_in: Optional[int]) -> dict[str, Any]:
+def verdict(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
     """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
     from kit.wiring.aux import draft_dims
 
@@ -97,10 +109,10 @@ def verdict(shapes: dict[str, Any], draft_cfg: Optional[dict[str, Any]], wiring,
 def probe(cfg: ProbeConfig) -> dict[str, Any]:
     from pathlib import Path
 
+    from kit.checkpoint.hf_config import read_config
+    from kit.sglang.cmdline import split_command
     from kit.wiring.aux import fc_in_features, stack_table, target_facts
     from kit.wiring.plan import wiring_from_launch
-    from kit.sglang.cmdline import split_command
-    from kit.checkpoint.hf_config import read_config
 
     t0 = time.perf_counter()
     if cfg.draft is None:
@@ -132,11 +144,20 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
     pts = [p for p in pts if 0 <= p <= tf["L"]]
     t1 = time.perf_counter()
     shapes = hook_shapes(model, pts, cfg.tokens, device)
-    return {"target": str(cfg.target), "target_class": tf["arch"], "num_layers": tf["L"], "built_as": how,
-            "draft": str(draft_path), "wiring": wiring.describe(), "capture_points": pts, "shapes": shapes,
-            "verdict": verdict(shapes, dcfg, wiring, fc_in_features(ddir)),
-            "stacks": stack_table(dcfg, tf["L"], tf["arch"], cfg.sglang_version),
-            "build_s": round(t1 - t0, 2), "forward_s": round(time.perf_counter() - t1, 2)}
+    return {
+        "target": str(cfg.target),
+        "target_class": tf["arch"],
+        "num_layers": tf["L"],
+        "built_as": how,
+        "draft": str(draft_path),
+        "wiring": wiring.describe(),
+        "capture_points": pts,
+        "shapes": shapes,
+        "verdict": verdict(shapes, dcfg, wiring, fc_in_features(ddir)),
+        "stacks": stack_table(dcfg, tf["L"], tf["arch"], cfg.sglang_version),
+        "build_s": round(t1 - t0, 2),
+        "forward_s": round(time.perf_counter() - t1, 2),
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,18 +1,28 @@
 """`kit inspect` and the doctor provider on tiny drafts written in each layout."""
+
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from kit.checkpoint.inspect import doctor_checks, inspect
-from kit.cli import main
 from kit.checkpoint.random_draft import write_random_draft
+from kit.cli import main
 
-TINY = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
-        "intermediate_size": 24, "vocab_size": 64, "num_hidden_layers": 8, "rms_norm_eps": 1e-6,
-        "hidden_act": "silu", "max_position_embeddings": 128, "architectures": ["LlamaForCausalLM"]}
+TINY = {
+    "hidden_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 8,
+    "intermediate_size": 24,
+    "vocab_size": 64,
+    "num_hidden_layers": 8,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "max_position_embeddings": 128,
+    "architectures": ["LlamaForCausalLM"],
+}
 
 
 def draft(tmp_path, layout="speculators", name="d", **kw):
@@ -69,6 +79,7 @@ def test_d2t_problem_reported(tmp_path):
     d = draft(tmp_path, "sglang")
     ck = read_checkpoint(d)
     from kit.checkpoint.safetensors_io import load_tensor
+
     state = {k: load_tensor(t) for k, t in ck.tensors.items()}
     state.pop("d2t")
     write_safetensors(d / "model.safetensors", state)
@@ -89,8 +100,10 @@ def test_corrupt_exit_2_no_traceback(tmp_path, content):
 
 def test_inspect_never_imports_torch(tmp_path):
     d = draft(tmp_path)
-    code = ("import sys; from kit.cli import main; main(['inspect', sys.argv[1], '--json']); "
-            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys; from kit.cli import main; main(['inspect', sys.argv[1], '--json']); "
+        "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, 'heavy import'"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -1,17 +1,19 @@
 """`kit convert`: layouts round-trip byte-exactly, strictness refuses, safety rules hold, fuzzed inputs fail cleanly."""
+
 import hashlib
 import json
 import shutil
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from kit.checkpoint.inspect import inspect
-from kit.cli import main
 from kit.checkpoint.convert import convert, convert_in_memory
-from kit.findings import KitInputError
+from kit.checkpoint.inspect import inspect
 from kit.checkpoint.safetensors_io import load_tensor, read_checkpoint, sha256_of, write_safetensors
+from kit.cli import main
+from kit.findings import KitInputError
 from kit.tests.test_checkpoint import TINY, draft
 
 
@@ -32,7 +34,9 @@ def test_speculators_to_sglang_and_back(tmp_path):
     assert prov["source_layout"] == "speculators" and prov["source_aux_layer_id_convention"] == "speculators"
     assert prov["aux_layer_ids"] == [2, 4, 5] and prov["kit_version"]
     cfg = json.loads((tmp_path / "sg" / "config.json").read_text())
-    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"
+    ] == [2, 4, 5]
     for v in ("0.5.8", "0.5.23"):
         assert inspect(tmp_path / "sg", v).simulation.ok
     old = inspect(tmp_path / "sg", "0.4.6.post5").simulation
@@ -47,7 +51,11 @@ def test_speculators_to_sglang_and_back(tmp_path):
     assert set(b.tensors) == set(s.tensors)
     assert all(sha256_of(b.tensors[k]) == sha256_of(s.tensors[k]) for k in s.tensors)
     cfgb = json.loads((tmp_path / "back" / "config.json").read_text())
-    assert cfgb["transformer_layer_config"]["hidden_size"] == 16 and cfgb["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert cfgb["transformer_layer_config"]["hidden_size"] == 16 and cfgb["eagle_aux_hidden_state_layer_ids"] == [
+        2,
+        4,
+        5,
+    ]
     assert cfgb["speculators_config"]["verifier"]["name_or_path"] == str((tmp_path / "target").resolve())
 
 
@@ -63,7 +71,9 @@ def test_to_eagle_and_multilayer(tmp_path):
     convert(two, tmp_path / "two_sg", "sglang", sglang_version="0.5.23")
     ck = read_checkpoint(tmp_path / "two_sg")
     src = read_checkpoint(two)
-    assert sha256_of(ck.tensors["layers.1.hidden_norm.weight"]) == sha256_of(src.tensors["layers.1.input_layernorm.weight"])
+    assert sha256_of(ck.tensors["layers.1.hidden_norm.weight"]) == sha256_of(
+        src.tensors["layers.1.input_layernorm.weight"]
+    )
     assert "layers.1.input_layernorm.weight" not in ck.tensors
     assert inspect(tmp_path / "two_sg", "0.5.23").simulation.ok
 
@@ -72,8 +82,13 @@ def tiny_target(tmp_path):
     t = tmp_path / "target"
     t.mkdir()
     g = torch.Generator().manual_seed(3)
-    write_safetensors(t / "model.safetensors", {"model.embed_tokens.weight": torch.randn(64, 16, generator=g),
-                                                "lm_head.weight": torch.randn(64, 16, generator=g)})
+    write_safetensors(
+        t / "model.safetensors",
+        {
+            "model.embed_tokens.weight": torch.randn(64, 16, generator=g),
+            "lm_head.weight": torch.randn(64, 16, generator=g),
+        },
+    )
     (t / "config.json").write_text(json.dumps(TINY))
     return t
 
@@ -94,7 +109,9 @@ def test_missing_tensors_need_target(tmp_path):
     convert(src, tmp_path / "o", "speculators", target=str(tgt))
     out = read_checkpoint(tmp_path / "o")
     t = read_checkpoint(tgt)
-    assert torch.equal(load_tensor(out.tensors["embed_tokens.weight"]), load_tensor(t.tensors["model.embed_tokens.weight"]))
+    assert torch.equal(
+        load_tensor(out.tensors["embed_tokens.weight"]), load_tensor(t.tensors["model.embed_tokens.weight"])
+    )
     kept = load_tensor(out.tensors["d2t"]) + torch.arange(32)
     assert torch.equal(load_tensor(out.tensors["lm_head.weight"]), load_tensor(t.tensors["lm_head.weight"])[kept])
 
@@ -132,7 +149,9 @@ def test_convert_in_memory(tmp_path):
 ALL_KEYS = None
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(drop=st.sets(st.integers(0, 15), max_size=4), to=st.sampled_from(["sglang", "speculators", "eagle"]))
 def test_fuzz_dropped_keys_never_crash(tmp_path_factory, drop, to):
     base = tmp_path_factory.mktemp("fz")

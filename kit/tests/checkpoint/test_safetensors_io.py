@@ -1,14 +1,24 @@
 """Header reader and streaming writer: valid files round-trip; every malformed header is one CheckpointError."""
+
 import json
 import struct
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from kit.checkpoint.safetensors_io import (
+    CheckpointError,
+    WriteEntry,
+    parse_header,
+    read_checkpoint,
+    read_header,
+    sha256_of,
+    write_safetensors,
+    write_stream,
+)
 from kit.findings import KitInputError
-from kit.checkpoint.safetensors_io import (CheckpointError, WriteEntry, parse_header, read_checkpoint, read_header, sha256_of,
-                                write_safetensors, write_stream)
 
 
 def raw_file(path, header: dict, data_len: int, hlen=None):
@@ -21,8 +31,13 @@ def test_roundtrip_with_safetensors_library(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    ts = {"a": torch.randn(3, 4), "b": torch.arange(5), "m": torch.tensor([True, False]),
-          "h": torch.randn(2, 2).to(torch.bfloat16), "e": torch.empty(0, 3)}
+    ts = {
+        "a": torch.randn(3, 4),
+        "b": torch.arange(5),
+        "m": torch.tensor([True, False]),
+        "h": torch.randn(2, 2).to(torch.bfloat16),
+        "e": torch.empty(0, 3),
+    }
     hashes = write_safetensors(tmp_path / "x.safetensors", ts, {"k": "v"})
     back = load_file(tmp_path / "x.safetensors")
     assert set(back) == set(ts)
@@ -44,19 +59,29 @@ def test_reads_files_written_by_safetensors(tmp_path):
     assert ck.tensors["w"].shape == (7, 3) and ck.total_bytes == 42 and ck.total_params == 21
 
 
-@pytest.mark.parametrize("header,data_len,hlen,msg", [
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 4, None, "past the end"),
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 8, 10**12, "runs past the end of the file"),
-    ({"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}, 8, None, "unknown dtype"),
-    ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, 8, None, "needs 12 bytes"),
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12, None, "overlap"),
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12, None, "gap"),
-    ({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, 8, None, "non-negative"),
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, 8, None, "begin <= end"),
-    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 20, None, "trailing bytes"),
-    ({"a": [1, 2]}, 0, None, "not an object"),
-])
+@pytest.mark.parametrize(
+    "header,data_len,hlen,msg",
+    [
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 4, None, "past the end"),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 8, 10**12, "runs past the end of the file"),
+        ({"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}, 8, None, "unknown dtype"),
+        ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, 8, None, "needs 12 bytes"),
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+            },
+            12,
+            None,
+            "overlap",
+        ),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12, None, "gap"),
+        ({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, 8, None, "non-negative"),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, 8, None, "begin <= end"),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 20, None, "trailing bytes"),
+        ({"a": [1, 2]}, 0, None, "not an object"),
+    ],
+)
 def test_malformed_headers(tmp_path, header, data_len, hlen, msg):
     f = raw_file(tmp_path / "bad.safetensors", header, data_len, hlen)
     with pytest.raises(CheckpointError, match=msg):
@@ -75,8 +100,9 @@ def test_invalid_json_and_truncated(tmp_path):
 
 def test_huge_declared_sizes_allocate_nothing(tmp_path):
     """A header declaring exabytes must fail on arithmetic, not by allocating (peak stays small)."""
-    f = raw_file(tmp_path / "huge.safetensors",
-                 {"a": {"dtype": "F64", "shape": [2**40, 2**40], "data_offsets": [0, 2**83]}}, 0)
+    f = raw_file(
+        tmp_path / "huge.safetensors", {"a": {"dtype": "F64", "shape": [2**40, 2**40], "data_offsets": [0, 2**83]}}, 0
+    )
     tracemalloc.start()
     with pytest.raises(CheckpointError):
         read_header(f)
@@ -96,7 +122,9 @@ def test_sharded_index_and_pickles(tmp_path):
     ck = read_checkpoint(tmp_path)
     assert set(ck.tensors) == {"a", "b"} and len(ck.files) == 2
     assert ck.pickle_files and ck.pickle_files[0].endswith(".bin")
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s2.safetensors", "b": "s2.safetensors"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s2.safetensors", "b": "s2.safetensors"}})
+    )
     with pytest.raises(CheckpointError, match="does not hold it"):
         read_checkpoint(tmp_path)
     write_safetensors(tmp_path / "s9.safetensors", {"z": torch.zeros(1), "y": torch.zeros(1)})
@@ -137,11 +165,20 @@ def test_fuzz_parse_header_only_raises_checkpoint_error(raw, data_len):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.text(max_size=5), st.fixed_dictionaries({
-    "dtype": st.sampled_from(["F32", "I64", "BOOL", "F4", "XX"]),
-    "shape": st.lists(st.integers(-1, 5), max_size=3),
-    "data_offsets": st.lists(st.integers(-1, 64), min_size=0, max_size=3)}), max_size=4),
-    st.integers(0, 200))
+@given(
+    st.dictionaries(
+        st.text(max_size=5),
+        st.fixed_dictionaries(
+            {
+                "dtype": st.sampled_from(["F32", "I64", "BOOL", "F4", "XX"]),
+                "shape": st.lists(st.integers(-1, 5), max_size=3),
+                "data_offsets": st.lists(st.integers(-1, 64), min_size=0, max_size=3),
+            }
+        ),
+        max_size=4,
+    ),
+    st.integers(0, 200),
+)
 def test_fuzz_structured_headers(doc, data_len):
     try:
         meta, entries = parse_header(json.dumps(doc).encode(), data_len)

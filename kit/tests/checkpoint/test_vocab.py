@@ -1,4 +1,5 @@
 """d2t/t2d checks on values and on real safetensors tensors."""
+
 import torch
 
 from kit.checkpoint.safetensors_io import read_checkpoint, write_safetensors

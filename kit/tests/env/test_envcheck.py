@@ -5,6 +5,7 @@ the CPU machine's probe and the CLI run for real.
 
     python -m pytest kit/tests/test_envcheck.py -q
 """
+
 import json
 import subprocess
 import sys
@@ -12,9 +13,9 @@ import sys
 import pytest
 
 from kit.env.check import check, facts_rows, load_facts
-from kit.findings import KitInputError
 from kit.env.gpu_arch import arch_cover, family
 from kit.env.probe import _collect, gpu_list, parse_smi_query, parse_topo, probe
+from kit.findings import KitInputError
 from kit.tests.env_fixtures import FACTS_DIR, MACHINES, SEED_LAUNCH, SEED_NCCL_VARS, facts, seed_env_argv
 
 
@@ -30,10 +31,17 @@ def one(rep, code):
 
 
 # -- knowledge ------------------------------------------------------------------------------
-@pytest.mark.parametrize("cc,fam,sm", [((9, 0), "Hopper", "sm_90"), ((10, 0), "Blackwell datacenter", "sm_100"),
-                                       ((10, 3), "Blackwell datacenter", "sm_103"), ((11, 0), "Blackwell Thor", "sm_110"),
-                                       ((12, 0), "Blackwell workstation/consumer", "sm_120"),
-                                       ((12, 1), "Blackwell workstation/consumer", "sm_121")])
+@pytest.mark.parametrize(
+    "cc,fam,sm",
+    [
+        ((9, 0), "Hopper", "sm_90"),
+        ((10, 0), "Blackwell datacenter", "sm_100"),
+        ((10, 3), "Blackwell datacenter", "sm_103"),
+        ((11, 0), "Blackwell Thor", "sm_110"),
+        ((12, 0), "Blackwell workstation/consumer", "sm_120"),
+        ((12, 1), "Blackwell workstation/consumer", "sm_121"),
+    ],
+)
 def test_families(cc, fam, sm):
     assert family(cc)["family"] == fam and family(cc)["sm"] == sm
 
@@ -41,9 +49,9 @@ def test_families(cc, fam, sm):
 def test_arch_cover_same_major_and_ptx_rules():
     assert arch_cover((12, 0), ["sm_90", "sm_120"]) == ("exact", "sm_120")
     assert arch_cover((10, 3), ["sm_90", "sm_100"]) == ("same_major", "sm_100")
-    assert arch_cover((12, 0), ["sm_90", "sm_100"]) == ("none", None)      # different major: no cubin runs
+    assert arch_cover((12, 0), ["sm_90", "sm_100"]) == ("none", None)  # different major: no cubin runs
     assert arch_cover((12, 0), ["sm_80", "compute_90"]) == ("ptx", "compute_90")
-    assert arch_cover((12, 0), ["sm_121"])[0] == "none"                    # higher minor does not run
+    assert arch_cover((12, 0), ["sm_121"])[0] == "none"  # higher minor does not run
 
 
 # -- the four machines ----------------------------------------------------------------------
@@ -53,7 +61,7 @@ def test_seed_machine_verdicts():
     assert "8x" in g.title and "sm_120" in g.title and "Blackwell workstation/consumer" in g.title
     assert g.evidence["memory_mib"] == 97887
     assert one(rep, "env.torch_arch").severity == "info"
-    assert one(rep, "env.nccl_version").severity == "info"            # 2.27.5 >= 2.26.2
+    assert one(rep, "env.nccl_version").severity == "info"  # 2.27.5 >= 2.26.2
     car = one(rep, "env.custom_allreduce")
     assert car.severity == "info" and "disables custom all-reduce by itself" in car.title
     assert "only silences" in car.title
@@ -90,9 +98,9 @@ def test_seed_machine_with_old_nccl_and_wrong_wheel():
 def test_b200_verdicts():
     rep = run_seed("b200_8x_nvlink")
     assert "sm_100 (Blackwell datacenter)" in one(rep, "env.gpu").title
-    assert one(rep, "env.custom_allreduce").severity == "warning"          # the flag turns off a faster path
+    assert one(rep, "env.custom_allreduce").severity == "warning"  # the flag turns off a faster path
     assert one(rep, "env.topology").severity == "info"
-    assert not rep.by_code("env.iommu")                                    # NVLink: not the PCIe P2P risk
+    assert not rep.by_code("env.iommu")  # NVLink: not the PCIe P2P risk
     ncc = {f.evidence["var"]: f for f in rep.by_code("env.nccl_var")}
     assert ncc["NCCL_P2P_LEVEL"].severity == "info" and "NVLink" in ncc["NCCL_P2P_LEVEL"].title
     assert one(rep, "env.attn_backend").evidence["default"] == "flashinfer"  # MLA on sm_100
@@ -101,12 +109,12 @@ def test_b200_verdicts():
 def test_h200_verdicts():
     rep = run_seed("h200_1x")
     assert "sm_90 (Hopper)" in one(rep, "env.gpu").title
-    assert one(rep, "env.gpu_count").severity == "error"                   # --tp-size 8 on one GPU
+    assert one(rep, "env.gpu_count").severity == "error"  # --tp-size 8 on one GPU
     assert not rep.by_code("env.custom_allreduce") and not rep.by_code("env.topology")
-    assert one(rep, "env.attn_backend").evidence["default"] == "fa3"       # MLA on Hopper
+    assert one(rep, "env.attn_backend").evidence["default"] == "fa3"  # MLA on Hopper
     assert one(rep, "env.driver").severity == "info"
     rep2 = check(facts("h200_1x"), {}, ["--tp-size", "1", "--attention-backend", "trtllm_mha"])
-    assert one(rep2, "env.attn_backend").severity == "error"               # sm_100-only kernel on sm_90
+    assert one(rep2, "env.attn_backend").severity == "error"  # sm_100-only kernel on sm_90
 
 
 def test_cpu_machine_still_checks_packages_and_variables():
@@ -132,14 +140,14 @@ def test_thor_and_gb10_rules():
         (fx[part]["devices"] if part != "smi" else fx[part]["gpus"])[0]["cc"] = [12, 1]
     fx["torch"]["arch_list"], fx["torch"]["cuda"] = ["sm_90", "sm_120"], "12.8"
     rep = check(fx)
-    assert one(rep, "env.torch_arch").severity == "warning"                # sm_120 cubin on 12.1: same major
+    assert one(rep, "env.torch_arch").severity == "warning"  # sm_120 cubin on 12.1: same major
     assert any(f.severity == "warning" for f in rep.by_code("env.torch_cuda"))
 
 
 def test_driver_rules():
     fx = facts("rtxpro6000_8x_pcie")
     fx["nvml"]["driver"], fx["nvml"]["cuda_driver"] = "570.20", "12.8"
-    assert one(check(fx), "env.driver").severity == "error"                # below 570.26 for CUDA 12.8
+    assert one(check(fx), "env.driver").severity == "error"  # below 570.26 for CUDA 12.8
     fx["nvml"]["driver"], fx["torch"]["cuda"] = "575.51.03", "13.0"
     fx["nvml"]["cuda_driver"] = "12.9"
     assert "supports CUDA 12.9" in one(check(fx), "env.driver").title
@@ -172,7 +180,8 @@ TOPO_SAMPLE = (
     "GPU0\t X \tNODE\tSYS\tNODE\t0-63,128-191\t0\t\tN/A\n"
     "GPU1\tNODE\t X \tSYS\tNODE\t0-63,128-191\t0\t\tN/A\n"
     "GPU2\tSYS\tSYS\t X \tSYS\t64-127,192-255\t1\t\tN/A\n"
-    "NIC0\tNODE\tNODE\tSYS\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    "NIC0\tNODE\tNODE\tSYS\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+)
 
 
 def test_parse_topo_and_smi_query():
@@ -193,7 +202,7 @@ def test_recorded_topo_text_parses_to_recorded_matrix():
 def test_probe_on_this_machine_never_crashes():
     f = probe(timeout=60)
     assert f["schema"] == "kit.env.facts/1"
-    assert f["torch"] is not None and f["torch"]["version"]                # CPU torch is installed here
+    assert f["torch"] is not None and f["torch"]["version"]  # CPU torch is installed here
     assert isinstance(gpu_list(f), list)
     json.dumps(f)  # recordable
     assert dict(facts_rows(f))["torch"] == f["torch"]["version"]
@@ -201,8 +210,13 @@ def test_probe_on_this_machine_never_crashes():
 
 def test_probe_child_timeout_becomes_unknown():
     errors = {}
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert _collect(p, 0.5, "torch", errors) is None
     assert "timed out" in errors["torch"] and p.poll() is not None
     rep = check({"schema": "kit.env.facts/1", "torch": None, "nvml": None, "errors": errors})
@@ -274,15 +288,25 @@ def test_sglang_vars_checked_against_that_releases_source(tmp_path, monkeypatch)
     root = tmp_path / "sglang-src" / "9.9.9" / "sglang"
     (root / "srt").mkdir(parents=True)
     (root / "__init__.py").write_text("")
-    (root / "srt" / "environ.py").write_text("class Envs:\n    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = EnvBool(False)\n")
+    (root / "srt" / "environ.py").write_text(
+        "class Envs:\n    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = EnvBool(False)\n"
+    )
     (root / "srt" / "comm.py").write_text('X = os.getenv("SGLANG_SKIP_P2P_CHECK", "0")\n')
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     from kit.sglang.env_vars import sglang_findings, source_vars
+
     source_vars.cache_clear()
-    env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "on", "SGLANG_SKIP_P2P_CHECK": "1", "SGLANG_ENABLE_SPEC_V2": "1"}
+    env = {
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "on",
+        "SGLANG_SKIP_P2P_CHECK": "1",
+        "SGLANG_ENABLE_SPEC_V2": "1",
+    }
     v = {f.evidence["var"]: f for f in sglang_findings(env, "9.9.9")}
-    assert v["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"].severity == "warning"   # EnvBool rejects "on"
-    assert v["SGLANG_SKIP_P2P_CHECK"].severity == "info" and v["SGLANG_SKIP_P2P_CHECK"].evidence["declared"] == "referenced"
+    assert v["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"].severity == "warning"  # EnvBool rejects "on"
+    assert (
+        v["SGLANG_SKIP_P2P_CHECK"].severity == "info"
+        and v["SGLANG_SKIP_P2P_CHECK"].evidence["declared"] == "referenced"
+    )
     assert v["SGLANG_ENABLE_SPEC_V2"].severity == "warning" and "not read" in v["SGLANG_ENABLE_SPEC_V2"].title
     assert sglang_findings(env, "0.0.0-not-cached")[0].evidence.get("declared") is None  # unknown release: explain only
     source_vars.cache_clear()

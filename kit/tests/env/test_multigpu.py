@@ -6,10 +6,19 @@ test feeds a constructed result because no NCCL log can be produced on this mach
 
     python -m pytest kit/tests/test_multigpu.py -q
 """
+
 import pytest
 
-from kit.env.multigpu import (allreduce_findings, allreduce_smoke, custom_allreduce_findings, iommu_findings,
-                          multi_gpu_findings, p2p_findings, smoke_env, topology_findings)
+from kit.env.multigpu import (
+    allreduce_findings,
+    allreduce_smoke,
+    custom_allreduce_findings,
+    iommu_findings,
+    multi_gpu_findings,
+    p2p_findings,
+    smoke_env,
+    topology_findings,
+)
 from kit.tests.env_fixtures import facts
 
 
@@ -71,8 +80,9 @@ def test_smoke_env_keeps_multicast_off():
 
 
 def test_allreduce_smoke_gloo_runs_and_checks_sums():
-    res = allreduce_smoke(nprocs=2, backend="gloo", sizes=(4096, 1 << 20), iters=2, timeout_s=90,
-                          launch_env={"NCCL_PROTO": "LL"})
+    res = allreduce_smoke(
+        nprocs=2, backend="gloo", sizes=(4096, 1 << 20), iters=2, timeout_s=90, launch_env={"NCCL_PROTO": "LL"}
+    )
     assert res["status"] == "ok", res.get("log_tail")
     assert [r["bytes"] for r in res["sizes"]] == [4096, 1 << 20]
     assert all(r["ok"] and r["busbw_gbs"] > 0 for r in res["sizes"])
@@ -102,6 +112,7 @@ def test_shm_only_transport_warns():
 def _cuda_count():
     try:
         import torch
+
         return torch.cuda.device_count()
     except Exception:
         return 0

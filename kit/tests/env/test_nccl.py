@@ -1,7 +1,8 @@
 """NCCL variable rules (kit.env.nccl) against NCCL 2.30.7's parsing, on the recorded machines.
 
-    python -m pytest kit/tests/test_nccl.py -q
+python -m pytest kit/tests/test_nccl.py -q
 """
+
 import pytest
 
 from kit.env.nccl import AUTO, NcclParseError, nccl_findings, parse_list, strtoll
@@ -26,12 +27,15 @@ def test_parse_list_grammar():
     assert parse_list("", PROTOS)["AllReduce"]["LL128"] == AUTO  # empty: defaults kept
 
 
-@pytest.mark.parametrize("value,msg", [
-    ("LL, Simple", 'Unrecognized element token " Simple"'),       # a space is part of the token
-    ("LL;Simple", "All entries except the first must have a prefix"),
-    ("allgatherv:LL", 'Unrecognized prefix token "allgatherv"'),
-    ("LL;allreduce:Fast", 'Unrecognized element token "Fast"'),
-])
+@pytest.mark.parametrize(
+    "value,msg",
+    [
+        ("LL, Simple", 'Unrecognized element token " Simple"'),  # a space is part of the token
+        ("LL;Simple", "All entries except the first must have a prefix"),
+        ("allgatherv:LL", 'Unrecognized prefix token "allgatherv"'),
+        ("LL;allreduce:Fast", 'Unrecognized element token "Fast"'),
+    ],
+)
 def test_parse_list_rejects_like_nccl(value, msg):
     with pytest.raises(NcclParseError, match=msg):
         parse_list(value, PROTOS)
@@ -50,8 +54,19 @@ def test_strtoll_matches_c():
 
 
 def test_known_variable_list_is_from_source():
-    assert {"PROTO", "ALGO", "P2P_LEVEL", "P2P_DISABLE", "NTHREADS", "BUFFSIZE", "MAX_NCHANNELS",
-            "GRAPH_FILE", "IB_DISABLE", "NVLS_ENABLE", "DEBUG"} <= KNOWN
+    assert {
+        "PROTO",
+        "ALGO",
+        "P2P_LEVEL",
+        "P2P_DISABLE",
+        "NTHREADS",
+        "BUFFSIZE",
+        "MAX_NCHANNELS",
+        "GRAPH_FILE",
+        "IB_DISABLE",
+        "NVLS_ENABLE",
+        "DEBUG",
+    } <= KNOWN
     assert len(KNOWN) > 200
 
 
@@ -65,7 +80,10 @@ def test_seed_one_verdict_per_variable_without_facts():
     assert v["NCCL_PROTO"].severity == "info" and "LL only" in v["NCCL_PROTO"].title
     assert v["NCCL_ALGO"].severity == "info"
     assert v["NCCL_MAX_NCHANNELS"].severity == "info"
-    assert v["NCCL_BUFFSIZE"].severity == "info" and "unused by collectives while NCCL_PROTO=LL" in v["NCCL_BUFFSIZE"].title
+    assert (
+        v["NCCL_BUFFSIZE"].severity == "info"
+        and "unused by collectives while NCCL_PROTO=LL" in v["NCCL_BUFFSIZE"].title
+    )
     assert "no-op with NCCL_PROTO=LL" in v["NCCL_NTHREADS"].title
     # topology unknown: still a warning, for the right reason
     assert v["NCCL_P2P_LEVEL"].severity == "warning" and "host bridges" in v["NCCL_P2P_LEVEL"].title
@@ -98,33 +116,36 @@ def test_p2p_level_amd_two_gpus_default_is_sys():
 
 
 # -- single-variable rules -----------------------------------------------------------------
-@pytest.mark.parametrize("var,value,severity,needle", [
-    ("NCCL_PROTO", "LL,LL129", "error", "ncclInvalidUsage"),
-    ("NCCL_ALGO", "ring,bogus", "error", "ncclInvalidUsage"),
-    ("NCCL_P2P_LEVEL", "sys", "warning", "case-sensitively"),
-    ("NCCL_P2P_LEVEL", "3", "warning", "reads it as PHB"),
-    ("NCCL_P2P_LEVEL", "9", "warning", "reads it as SYS"),
-    ("NCCL_P2P_LEVEL", "FAR", "warning", "not a level name"),
-    ("NCCL_NTHREADS", "100", "warning", "replaces it with 512"),
-    ("NCCL_NTHREADS", "1024", "warning", "clamps it to 512"),
-    ("NCCL_NTHREADS", "32", "warning", "clamps it to 64"),
-    ("NCCL_NTHREADS", "256", "info", "valid"),
-    ("NCCL_LL128_NTHREADS", "640", "info", "160..640"),
-    ("NCCL_BUFFSIZE", "16M", "warning", "NCCL reads 16"),
-    ("NCCL_BUFFSIZE", "0", "error", "0 bytes"),
-    ("NCCL_MAX_NCHANNELS", "0", "warning", "clamps it to 1"),
-    ("NCCL_MAX_NCHANNELS", "128", "warning", "clamps it to 64"),
-    ("NCCL_MIN_NCHANNELS", "8", "info", "valid"),
-    ("NCCL_MAX_NRINGS", "8", "info", "legacy name"),
-    ("NCCL_DEBUG", "info", "info", "verbose"),
-    ("NCCL_DEBUG", "LOUD", "warning", "not a level"),
-    ("NCCL_GRAPH_FILE", "", "error", "set but empty"),
-    ("NCCL_P2P_DISABLE", "1", "warning", "P2P off"),
-    ("NCCL_P2P_DISABLE", "true", "warning", "reads it as 0"),
-    ("NCCL_IB_DISABLE", "1", "info", "single-node"),
-    ("NCCL_P2P_LEVL", "SYS", "warning", "did you mean NCCL_P2P_LEVEL"),
-    ("NCCL_CUMEM_ENABLE", "0", "info", "does not validate"),
-])
+@pytest.mark.parametrize(
+    "var,value,severity,needle",
+    [
+        ("NCCL_PROTO", "LL,LL129", "error", "ncclInvalidUsage"),
+        ("NCCL_ALGO", "ring,bogus", "error", "ncclInvalidUsage"),
+        ("NCCL_P2P_LEVEL", "sys", "warning", "case-sensitively"),
+        ("NCCL_P2P_LEVEL", "3", "warning", "reads it as PHB"),
+        ("NCCL_P2P_LEVEL", "9", "warning", "reads it as SYS"),
+        ("NCCL_P2P_LEVEL", "FAR", "warning", "not a level name"),
+        ("NCCL_NTHREADS", "100", "warning", "replaces it with 512"),
+        ("NCCL_NTHREADS", "1024", "warning", "clamps it to 512"),
+        ("NCCL_NTHREADS", "32", "warning", "clamps it to 64"),
+        ("NCCL_NTHREADS", "256", "info", "valid"),
+        ("NCCL_LL128_NTHREADS", "640", "info", "160..640"),
+        ("NCCL_BUFFSIZE", "16M", "warning", "NCCL reads 16"),
+        ("NCCL_BUFFSIZE", "0", "error", "0 bytes"),
+        ("NCCL_MAX_NCHANNELS", "0", "warning", "clamps it to 1"),
+        ("NCCL_MAX_NCHANNELS", "128", "warning", "clamps it to 64"),
+        ("NCCL_MIN_NCHANNELS", "8", "info", "valid"),
+        ("NCCL_MAX_NRINGS", "8", "info", "legacy name"),
+        ("NCCL_DEBUG", "info", "info", "verbose"),
+        ("NCCL_DEBUG", "LOUD", "warning", "not a level"),
+        ("NCCL_GRAPH_FILE", "", "error", "set but empty"),
+        ("NCCL_P2P_DISABLE", "1", "warning", "P2P off"),
+        ("NCCL_P2P_DISABLE", "true", "warning", "reads it as 0"),
+        ("NCCL_IB_DISABLE", "1", "info", "single-node"),
+        ("NCCL_P2P_LEVL", "SYS", "warning", "did you mean NCCL_P2P_LEVEL"),
+        ("NCCL_CUMEM_ENABLE", "0", "info", "does not validate"),
+    ],
+)
 def test_variable_verdicts(var, value, severity, needle):
     fs = [f for f in nccl_findings({var: value}) if f.code == "env.nccl_var"]
     assert len(fs) == 1
@@ -150,11 +171,14 @@ def test_version_gates():
     assert by_var(nccl_findings({"NCCL_PROTO": "^LL128;allreduce:LL"}, fx))["NCCL_PROTO"].severity == "info"
 
 
-@pytest.mark.parametrize("env", [
-    {"NCCL_ALGO": "PAT"},                                  # PAT serves AllGather/ReduceScatter only
-    {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "LL"},            # NVLS is Simple-only
-    {"NCCL_ALGO": "CollNetDirect,NVLSTree"},               # need several nodes
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NCCL_ALGO": "PAT"},  # PAT serves AllGather/ReduceScatter only
+        {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "LL"},  # NVLS is Simple-only
+        {"NCCL_ALGO": "CollNetDirect,NVLSTree"},  # need several nodes
+    ],
+)
 def test_allreduce_left_without_a_path(env):
     combo = [f for f in nccl_findings(env, facts("b200_8x_nvlink")) if f.code == "env.nccl_combo"]
     assert combo and combo[0].severity == "error"
@@ -166,8 +190,9 @@ def test_nvls_alone_fails_on_pcie_but_not_on_nvlink():
 
 
 def test_combined_channel_and_transport_warnings():
-    fs = nccl_findings({"NCCL_MIN_NCHANNELS": "32", "NCCL_MAX_NCHANNELS": "16", "NCCL_P2P_DISABLE": "1",
-                        "NCCL_SHM_DISABLE": "1"})
+    fs = nccl_findings(
+        {"NCCL_MIN_NCHANNELS": "32", "NCCL_MAX_NCHANNELS": "16", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+    )
     titles = [f.title for f in fs if f.code == "env.nccl_combo"]
     assert any("maximum wins" in t for t in titles) and any("network transport" in t for t in titles)
 

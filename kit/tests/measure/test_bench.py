@@ -5,12 +5,13 @@ milliseconds; the real-server tests are tests/test_llamacpp_server.py (llama-cpp
 OpenAI server) and the reference-server tests. The stub's accept pattern [3, 2, 1, 4] on 32
 tokens gives 13 verify steps, so the expected accept length is 32/13 exactly.
 """
+
 import json
 
 import pytest
 
-from kit.measure.bench import BenchConfig, RecordLog, load_result, request_list, run_bench
 from kit.findings import KitInputError
+from kit.measure.bench import BenchConfig, RecordLog, load_result, request_list, run_bench
 from kit.tests.sglang_stub import StubConfig, StubThread
 
 PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"say something about {i}"} for i in range(3)]
@@ -18,13 +19,15 @@ AL_32 = 32 / 13
 
 
 def _cfg(tmp_path, url, **kw):
-    base = dict(url=url, num_prompts=6, max_new_tokens=32, concurrency=3, warmup=2,
-                out_dir=str(tmp_path / "b"), progress=False)
+    base = dict(
+        url=url, num_prompts=6, max_new_tokens=32, concurrency=3, warmup=2, out_dir=str(tmp_path / "b"), progress=False
+    )
     return BenchConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("api,stream", [("sglang", True), ("sglang", False), ("completions", True),
-                                        ("chat", True), ("chat", False)])
+@pytest.mark.parametrize(
+    "api,stream", [("sglang", True), ("sglang", False), ("completions", True), ("chat", True), ("chat", False)]
+)
 def test_every_api_counts_tokens_and_acceptance(tmp_path, api, stream):
     with StubThread() as s:
         res = run_bench(_cfg(tmp_path, s.url, api=api, stream=stream), prompts=PROMPTS)
@@ -40,11 +43,11 @@ def test_every_api_counts_tokens_and_acceptance(tmp_path, api, stream):
 def test_warmup_excluded_and_flush_called(tmp_path):
     with StubThread() as s:
         res = run_bench(_cfg(tmp_path, s.url, warmup=3), prompts=PROMPTS)
-        assert s.state.requests == 6 + 3          # warmup requests were sent ...
-        assert s.state.flushes == 2               # before warmup and before the measured run
+        assert s.state.requests == 6 + 3  # warmup requests were sent ...
+        assert s.state.flushes == 2  # before warmup and before the measured run
     recs = res.records
     assert sum(r.get("warmup", False) for r in recs) == 3
-    assert res.summary["labels"]["spec"]["requests"] == 6   # ... but not counted
+    assert res.summary["labels"]["spec"]["requests"] == 6  # ... but not counted
 
 
 def test_records_written_as_they_complete_and_resume_skips_done(tmp_path):
@@ -58,29 +61,30 @@ def test_records_written_as_they_complete_and_resume_skips_done(tmp_path):
     assert len(lines) == 6 and all(json.loads(x)["rid"] for x in lines)
     failed = [json.loads(x) for x in lines if not json.loads(x)["ok"]]
     assert failed
-    with StubThread() as s2:                       # rerun: only the failed ids are sent again
+    with StubThread() as s2:  # rerun: only the failed ids are sent again
         cfg.url = s2.url
         res2 = run_bench(cfg, prompts=PROMPTS)
         assert s2.state.requests == len(failed)
     assert first == 6
     assert res2.summary["labels"]["spec"]["requests"] == 6
-    assert not res2.report.by_code("bench.request_errors") or \
-        res2.summary["labels"]["spec"]["failed"] == len(failed)   # old failures stay on record
+    assert not res2.report.by_code("bench.request_errors") or res2.summary["labels"]["spec"]["failed"] == len(
+        failed
+    )  # old failures stay on record
 
 
 def test_truncated_last_line_is_ignored(tmp_path):
     log = RecordLog(tmp_path / "r.jsonl")
     log.append({"a": 1})
     with open(log.path, "a") as f:
-        f.write('{"a": 2, "cut')                  # a crash mid-write
+        f.write('{"a": 2, "cut')  # a crash mid-write
     assert log.read() == [{"a": 1}]
 
 
 def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
-    with StubThread(StubConfig(step_delay=0.002)) as s, \
-            StubThread(StubConfig(spec=False, step_delay=0.002)) as b:
-        res = run_bench(_cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24,
-                             warmup=1), prompts=PROMPTS)
+    with StubThread(StubConfig(step_delay=0.002)) as s, StubThread(StubConfig(spec=False, step_delay=0.002)) as b:
+        res = run_bench(
+            _cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24, warmup=1), prompts=PROMPTS
+        )
     order = [(r["label"], r["repeat"]) for r in res.runs]
     assert order == [("baseline", 0), ("spec", 0), ("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)]
     ci = res.summary["speedup"]["spec"]
@@ -138,7 +142,22 @@ def test_cli_json_exit_codes(tmp_path, capsys):
 
     with StubThread() as s:
         (tmp_path / "p.jsonl").write_text("")
-        rc = main(["bench", "--url", s.url, "--out-dir", str(tmp_path / "c"), "--num-prompts", "2",
-                   "--max-new-tokens", "8", "--no-progress", "--json", "--prompts", "/nonexistent.jsonl"])
-    assert rc == 2   # unreadable prompts file: one-line error, no traceback
+        rc = main(
+            [
+                "bench",
+                "--url",
+                s.url,
+                "--out-dir",
+                str(tmp_path / "c"),
+                "--num-prompts",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--no-progress",
+                "--json",
+                "--prompts",
+                "/nonexistent.jsonl",
+            ]
+        )
+    assert rc == 2  # unreadable prompts file: one-line error, no traceback
     assert "error" in capsys.readouterr().err

@@ -1,15 +1,31 @@
 """kit.measure.metrics on hand-built records: exact expected numbers, no server."""
+
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kit.measure import metrics as km
+
+
 def rec(t0, e2e, chunks, toks, spec=None, **kw):
-    return {"ok": True, "label": "spec", "repeat": 0, "api": "sglang", "t_start": t0, "e2e": e2e,
-            "ttft": chunks[0], "chunk_t": chunks, "chunk_tok": toks, "completion_tokens": sum(toks),
-            "client_tokens": sum(toks), "spec": spec or {}, **kw}
+    return {
+        "ok": True,
+        "label": "spec",
+        "repeat": 0,
+        "api": "sglang",
+        "t_start": t0,
+        "e2e": e2e,
+        "ttft": chunks[0],
+        "chunk_t": chunks,
+        "chunk_tok": toks,
+        "completion_tokens": sum(toks),
+        "client_tokens": sum(toks),
+        "spec": spec or {},
+        **kw,
+    }
 
 
 def test_summary_throughput_latency_and_acceptance():
@@ -20,7 +36,7 @@ def test_summary_throughput_latency_and_acceptance():
     bad = {"ok": False, "label": "spec", "repeat": 0, "error": "x"}
     s = km.summarize([r1, r2, warm, bad])
     assert s["requests"] == 2 and s["failed"] == 1 and s["output_tokens"] == 14
-    assert s["duration_s"] == pytest.approx(1.5)                 # union of [100,101] and [100.5,101.5]
+    assert s["duration_s"] == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
     assert s["output_tok_s"] == pytest.approx(14 / 1.5)
     assert s["ttft_p50_s"] == pytest.approx(0.15)
     assert s["accept_length"] == pytest.approx(14 / 6)
@@ -45,22 +61,26 @@ def test_spec_field_aliases_old_and_new():
 
 
 def test_prometheus_and_metrics_delta():
-    text = ('# HELP x\nsglang:generation_tokens_total{model_name="a"} 100\n'
-            'sglang:generation_tokens_total{model_name="b"} 20\nsglang:spec_verify_calls_total 40\n'
-            'sglang:spec_accept_length{model_name="a"} 2.5\n')
+    text = (
+        '# HELP x\nsglang:generation_tokens_total{model_name="a"} 100\n'
+        'sglang:generation_tokens_total{model_name="b"} 20\nsglang:spec_verify_calls_total 40\n'
+        'sglang:spec_accept_length{model_name="a"} 2.5\n'
+    )
     m = km.parse_prometheus(text)
     assert m["sglang:generation_tokens_total"] == 120 and m["sglang:spec_accept_length"] == 2.5
     after = {"sglang:generation_tokens_total": 220.0, "sglang:spec_verify_calls_total": 80.0}
     assert km.metrics_delta_accept_length(m, after) == pytest.approx(100 / 40)
-    assert km.metrics_delta_accept_length(m, m) is None        # no verify calls in between
+    assert km.metrics_delta_accept_length(m, m) is None  # no verify calls in between
 
 
 def test_reconcile_flags_only_disagreeing_sources():
     recs = [rec(0, 1, [0.1, 0.3, 0.5, 0.7, 0.9], [1, 2, 3, 2, 2], {"verify_ct": 4, "accept_length": 2.5})]
-    info = {"metrics_before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
-            "metrics_after": {"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
-            "server_info_after": {"internal_states": [{"avg_spec_accept_length": 4.0}]},
-            "log_accept_lengths": [2.2, 2.3]}
+    info = {
+        "metrics_before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
+        "metrics_after": {"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
+        "server_info_after": {"internal_states": [{"avg_spec_accept_length": 4.0}]},
+        "log_accept_lengths": [2.2, 2.3],
+    }
     src = km.acceptance_sources(recs, info)
     assert src["meta"]["value"] == 2.5 and src["metrics_delta"]["value"] == 2.5
     assert src["meta_decode"]["value"] == src["stream"]["value"] == pytest.approx(9 / 4)

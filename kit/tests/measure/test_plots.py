@@ -1,17 +1,33 @@
 """kit.measure.plots: every figure is saved as PNG + SVG and draws the numbers it is given."""
+
 import pytest
 
 from kit.measure import plots
+
+
 def _rec(label, hist, e2e=1.0, verify=4, toks=10):
-    return {"ok": True, "label": label, "repeat": 0, "api": "sglang", "t_start": 0.0, "e2e": e2e,
-            "ttft": 0.1, "chunk_t": [0.1, 0.4, 0.7, 1.0], "chunk_tok": [1, 3, 3, 3], "completion_tokens": toks,
-            "client_tokens": toks, "spec": {"verify_ct": verify, "histogram": hist} if hist else {}}
+    return {
+        "ok": True,
+        "label": label,
+        "repeat": 0,
+        "api": "sglang",
+        "t_start": 0.0,
+        "e2e": e2e,
+        "ttft": 0.1,
+        "chunk_t": [0.1, 0.4, 0.7, 1.0],
+        "chunk_tok": [1, 3, 3, 3],
+        "completion_tokens": toks,
+        "client_tokens": toks,
+        "spec": {"verify_ct": verify, "histogram": hist} if hist else {},
+    }
 
 
 RECORDS = [_rec("baseline", None), _rec("3-1-4", [4, 3, 2, 1]), _rec("3-1-4", [0, 0, 0, 0])]
-SUMMARY = {"runs": [{"label": "baseline", "repeat": i, "output_tok_s": 10.0 + i} for i in range(2)]
-           + [{"label": "3-1-4", "repeat": i, "output_tok_s": 20.0 + i} for i in range(2)],
-           "speedup": {"3-1-4": {"speedup": 1.95, "t_low": 1.8, "t_high": 2.1}}}
+SUMMARY = {
+    "runs": [{"label": "baseline", "repeat": i, "output_tok_s": 10.0 + i} for i in range(2)]
+    + [{"label": "3-1-4", "repeat": i, "output_tok_s": 20.0 + i} for i in range(2)],
+    "speedup": {"3-1-4": {"speedup": 1.95, "t_low": 1.8, "t_high": 2.1}},
+}
 
 
 def _saved(tmp_path, name):
@@ -34,14 +50,37 @@ def test_acceptance_figures(tmp_path):
 def test_throughput_latency_sweep_expected(tmp_path):
     plots.throughput_speedup(SUMMARY, tmp_path)
     plots.latency_cdfs(RECORDS, tmp_path)
-    rows = [{"speculative_num_steps": s, "speculative_eagle_topk": k, "speculative_num_draft_tokens": s * k + 1, "concurrency": 1,
-             "output_tok_s": 10.0 * s + k, "accept_length": 1 + 0.3 * s} for s in (1, 3) for k in (1, 4)]
-    fig = plots.sweep_heatmaps(rows + [{"speculative_num_steps": 0, "speculative_eagle_topk": 0, "speculative_num_draft_tokens": 0, "concurrency": 1,
-                                        "output_tok_s": 5.0, "accept_length": None}], tmp_path)
+    rows = [
+        {
+            "speculative_num_steps": s,
+            "speculative_eagle_topk": k,
+            "speculative_num_draft_tokens": s * k + 1,
+            "concurrency": 1,
+            "output_tok_s": 10.0 * s + k,
+            "accept_length": 1 + 0.3 * s,
+        }
+        for s in (1, 3)
+        for k in (1, 4)
+    ]
+    fig = plots.sweep_heatmaps(
+        rows
+        + [
+            {
+                "speculative_num_steps": 0,
+                "speculative_eagle_topk": 0,
+                "speculative_num_draft_tokens": 0,
+                "concurrency": 1,
+                "output_tok_s": 5.0,
+                "accept_length": None,
+            }
+        ],
+        tmp_path,
+    )
     texts = {t.get_text() for t in fig.axes[0].texts}
     assert {"11", "14", "31", "34"} <= texts
-    fig = plots.expected_vs_observed([{"label": "3-1-4", "expected_accept_length": 2.4,
-                                       "observed_accept_length": 1.0}], tmp_path)
+    fig = plots.expected_vs_observed(
+        [{"label": "3-1-4", "expected_accept_length": 2.4, "observed_accept_length": 1.0}], tmp_path
+    )
     assert fig.axes[0].collections[0].get_offsets().tolist() == [[2.4, 1.0]]
     for name in ("throughput_speedup", "latency_cdfs", "sweep_heatmaps", "expected_vs_observed"):
         _saved(tmp_path, name)

@@ -6,13 +6,23 @@ the real launcher path (kit.serving.launch + kit.serving.process) is exercised w
 tests/. The fake server accepts min(speculative_num_draft_tokens, 3) tokens per verify step and sleeps
 per step, so more draft tokens -> higher accept length -> fewer steps -> faster.
 """
+
 import contextlib
 
 import pytest
 
+from kit.measure.sweep import (
+    Point,
+    SweepConfig,
+    grid,
+    load_rows,
+    panel,
+    point_fields,
+    point_label,
+    run_sweep,
+    sweep_findings,
+)
 from kit.sglang.params import max_draft_tokens
-
-from kit.measure.sweep import Point, SweepConfig, point_fields, point_label, grid, load_rows, panel, run_sweep, sweep_findings
 from kit.tests.sglang_stub import StubConfig, StubThread
 
 PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"prompt {i}"} for i in range(2)]
@@ -25,8 +35,12 @@ class FakeLauncher:
     @contextlib.contextmanager
     def __call__(self, point: Point):
         self.launched.append(point_label(point))
-        cfg = StubConfig(spec=point is not None, accept_pattern=[min(point_fields(point)["speculative_num_draft_tokens"], 3) or 1],
-                         speculative_num_draft_tokens=max(point_fields(point)["speculative_num_draft_tokens"], 2), step_delay=0.002)
+        cfg = StubConfig(
+            spec=point is not None,
+            accept_pattern=[min(point_fields(point)["speculative_num_draft_tokens"], 3) or 1],
+            speculative_num_draft_tokens=max(point_fields(point)["speculative_num_draft_tokens"], 2),
+            step_delay=0.002,
+        )
         with StubThread(cfg) as s:
             yield s.url
 
@@ -37,8 +51,10 @@ def test_grid_follows_sglang_rules():
     assert labels[0] == "baseline"
     assert "3-1-4" in labels and "1-1-2" in labels  # topk 1 -> steps + 1
     assert "3-4-37" in labels and "3-4-4" in labels and "3-4-20" in labels  # 0 -> 4 + 2 * 16 + 1
-    assert not any(p.speculative_num_draft_tokens > max_draft_tokens(p.speculative_num_steps, p.speculative_eagle_topk)
-                   for p in pts[1:])
+    assert not any(
+        p.speculative_num_draft_tokens > max_draft_tokens(p.speculative_num_steps, p.speculative_eagle_topk)
+        for p in pts[1:]
+    )
     # SGLang serves 2-2-6 and 2-2-7 (2 + 1 * 4 candidates + the root), but not 2-2-8
     assert [point_label(p) for p in grid([2], [2], [6, 7, 8], baseline=False)] == ["2-2-6", "2-2-7"]
     assert len(labels) == len(set(labels))
@@ -46,12 +62,20 @@ def test_grid_follows_sglang_rules():
 
 
 def test_sweep_runs_resumes_and_joins(tmp_path):
-    cfg = SweepConfig(speculative_num_steps=[1, 3], speculative_eagle_topk=[1], concurrency=[1, 2], num_prompts=2, max_new_tokens=16,
-                      warmup=0, out_dir=str(tmp_path), progress=False)
+    cfg = SweepConfig(
+        speculative_num_steps=[1, 3],
+        speculative_eagle_topk=[1],
+        concurrency=[1, 2],
+        num_prompts=2,
+        max_new_tokens=16,
+        warmup=0,
+        out_dir=str(tmp_path),
+        progress=False,
+    )
     fl = FakeLauncher()
     seen = []
     rows = run_sweep(cfg, fl, expected=lambda p: 2.5, prompts=PROMPTS, on_row=lambda n, t, r: seen.append((n, t)))
-    assert fl.launched == ["baseline", "1-1-2", "3-1-4"]     # one launch per point, not per concurrency
+    assert fl.launched == ["baseline", "1-1-2", "3-1-4"]  # one launch per point, not per concurrency
     assert len(rows) == 6 and seen[-1] == (6, 6)
     by = {(r["label"], r["concurrency"]): r for r in load_rows(tmp_path)}
     assert by[("3-1-4", 1)]["accept_length"] > by[("1-1-2", 1)]["accept_length"] > 1.0
@@ -71,11 +95,15 @@ def test_sweep_runs_resumes_and_joins(tmp_path):
 def test_panel_is_inert_until_clicked(tmp_path):
     pytest.importorskip("ipywidgets")
     fl = FakeLauncher()
-    box = panel(fl, tmp_path, SweepConfig(speculative_num_steps=[1], concurrency=[1], num_prompts=1, max_new_tokens=4,
-                                          warmup=0), prompts=PROMPTS)
+    box = panel(
+        fl,
+        tmp_path,
+        SweepConfig(speculative_num_steps=[1], concurrency=[1], num_prompts=1, max_new_tokens=4, warmup=0),
+        prompts=PROMPTS,
+    )
     assert fl.launched == [] and not (tmp_path / "results.jsonl").exists()
     btn = box.children[0].children[1].children[0]
-    btn.click()                                            # what a user does in Jupyter
+    btn.click()  # what a user does in Jupyter
     assert fl.launched == ["baseline", "1-1-2"]
     assert (tmp_path / "results.csv").exists()
     assert (tmp_path / "sweep_heatmaps.png").exists()

@@ -1,11 +1,14 @@
 """kit.measure.verdict: the three stories (wiring fault, weak draft, healthy) and the join with the oracle."""
+
 import pytest
 
 from kit.findings import Finding
 from kit.measure.verdict import join_expected, verdict, verdict_table
 
-STATIC = [Finding(code="launch.eagle_not_eagle3", severity="error", title="EAGLE with an EAGLE-3 draft"),
-          Finding(code="env.no_gpu", severity="info", title="no GPU")]
+STATIC = [
+    Finding(code="launch.eagle_not_eagle3", severity="error", title="EAGLE with an EAGLE-3 draft"),
+    Finding(code="env.no_gpu", severity="info", title="no GPU"),
+]
 
 
 def test_wiring_fault_names_static_causes():
@@ -16,25 +19,57 @@ def test_wiring_fault_names_static_causes():
     assert any("EAGLE3" in c for c in f.evidence["probable_causes_generic"])
 
 
-@pytest.mark.parametrize("obs,exp,code", [
-    (1.05, 2.0, "verdict.wiring_fault"),
-    (1.15, 1.2, "verdict.weak_draft"),
-    (1.6, 2.6, "verdict.below_expected"),
-    (2.4, 2.5, "verdict.healthy"),
-    (2.9, 2.5, "verdict.healthy"),
-    (None, 2.5, "verdict.no_data"),
-    (float("nan"), 2.5, "verdict.no_data"),
-])
+@pytest.mark.parametrize(
+    "obs,exp,code",
+    [
+        (1.05, 2.0, "verdict.wiring_fault"),
+        (1.15, 1.2, "verdict.weak_draft"),
+        (1.6, 2.6, "verdict.below_expected"),
+        (2.4, 2.5, "verdict.healthy"),
+        (2.9, 2.5, "verdict.healthy"),
+        (None, 2.5, "verdict.no_data"),
+        (float("nan"), 2.5, "verdict.no_data"),
+    ],
+)
 def test_verdict_classes(obs, exp, code):
     assert [f.code for f in verdict(obs, exp)] == [code]
 
 
 def test_join_and_table():
-    observed = [{"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "accept_length": 1.0},
-                {"speculative_num_steps": 5, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6, "accept_length": 2.9},
-                {"speculative_num_steps": 7, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 8, "accept_length": 3.0}]
-    expected = [{"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "expected_accept_length": 2.4},
-                {"speculative_num_steps": 5, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6, "expected_accept_length": 3.0}]
+    observed = [
+        {
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+            "accept_length": 1.0,
+        },
+        {
+            "speculative_num_steps": 5,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 6,
+            "accept_length": 2.9,
+        },
+        {
+            "speculative_num_steps": 7,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 8,
+            "accept_length": 3.0,
+        },
+    ]
+    expected = [
+        {
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+            "expected_accept_length": 2.4,
+        },
+        {
+            "speculative_num_steps": 5,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 6,
+            "expected_accept_length": 3.0,
+        },
+    ]
     j = join_expected(observed, expected)
     assert [r["expected_accept_length"] for r in j] == [2.4, 3.0, None]
     codes = [f.code for f in verdict_table(j, STATIC)]

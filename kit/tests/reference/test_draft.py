@@ -1,21 +1,25 @@
 """kit.reference.draft: SGLang 0.5.23 EAGLE-3 numerics on tiny random drafts (hermetic)."""
+
 import json
 
 import pytest
 import torch
 
+from kit.findings import KitInputError
 from kit.reference.draft import DraftSpec, Eagle3Draft
 from kit.reference.draft_io import load_draft, normalize_key, save_draft
-from kit.findings import KitInputError
-from kit.tests.tinymodels import tiny_draft, tiny_spec, tiny_target, one_thread  # noqa: F401 (autouse fixture)
+from kit.tests.tinymodels import one_thread, tiny_draft, tiny_spec, tiny_target  # noqa: F401 (autouse fixture)
 
 H = 32
 
 
 def _inputs(T=5, width=3 * H, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 96, (1, T), generator=g), torch.randn(1, T, width, generator=g, dtype=torch.float64),
-            torch.arange(T)[None])
+    return (
+        torch.randint(0, 96, (1, T), generator=g),
+        torch.randn(1, T, width, generator=g, dtype=torch.float64),
+        torch.arange(T)[None],
+    )
 
 
 def test_fc_gate_runs_only_when_width_differs():
@@ -25,7 +29,7 @@ def test_fc_gate_runs_only_when_width_differs():
     ids, hid, pos = _inputs()
     d(ids, hid, pos)
     assert calls == [1]
-    d(ids, hid[..., :H], pos)          # single-layer state: the gate is false, fc silently skipped
+    d(ids, hid[..., :H], pos)  # single-layer state: the gate is false, fc silently skipped
     assert calls == [1]
     h.remove()
 
@@ -42,7 +46,7 @@ def test_layer0_input_is_cat_embed_then_hidden_and_residual_is_unnormalized():
         fc = d.fc(hid)
         want = torch.cat([d.layers[0].input_layernorm(d.embed_tokens(ids)), d.layers[0].hidden_norm(fc)], -1)
     assert torch.allclose(seen["x"], want)
-    assert torch.allclose(aux, fc)                                   # residual = un-normalized fc output
+    assert torch.allclose(aux, fc)  # residual = un-normalized fc output
     assert torch.allclose(logits, d.norm(fc) @ d.lm_head.weight.t())
 
 
@@ -50,7 +54,9 @@ def test_norm_output_feeds_normalized_state_forward():
     d = tiny_draft(norm_output=True)
     ids, hid, pos = _inputs()
     _, aux, _ = d(ids, hid, pos)
-    assert torch.allclose(aux.pow(2).mean(-1).sqrt() / d.norm.weight.abs().mean(), torch.ones(1, 5, dtype=aux.dtype), atol=0.5)
+    assert torch.allclose(
+        aux.pow(2).mean(-1).sqrt() / d.norm.weight.abs().mean(), torch.ones(1, 5, dtype=aux.dtype), atol=0.5
+    )
 
 
 def test_fc_norm_and_input_norm_modules():
@@ -73,7 +79,7 @@ def test_multi_layer_uses_hidden_norm_as_prenorm():
     d = Eagle3Draft(spec).double()
     ids, hid, pos = _inputs()
     with torch.no_grad():
-        d.layers[1].input_layernorm.weight.mul_(5)   # unused for i >= 1 in SGLang
+        d.layers[1].input_layernorm.weight.mul_(5)  # unused for i >= 1 in SGLang
         a, _, _ = d(ids, hid, pos)
         d.layers[1].input_layernorm.weight.mul_(0.2)
         b, _, _ = d(ids, hid, pos)
@@ -85,12 +91,22 @@ def test_d2t_maps_to_target_ids_and_roundtrip(tmp_path):
     d = tiny_draft(draft_vocab=40)
     hot = torch.sort(torch.randperm(96)[:40]).values
     d.hot_token_id = hot
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "target_hidden_size": H,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 2 * H,
-           "vocab_size": 96, "draft_vocab_size": 40, "num_hidden_layers": 1,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": H,
+        "target_hidden_size": H,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 2 * H,
+        "vocab_size": 96,
+        "draft_vocab_size": 40,
+        "num_hidden_layers": 1,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]},
+    }
     out = save_draft(d, tmp_path / "d", cfg)
     from safetensors import safe_open
+
     with safe_open(out / "model.safetensors", "pt") as f:
         keys = set(f.keys())
     assert "midlayer.self_attn.q_proj.weight" in keys and "d2t" in keys and "t2d" in keys
@@ -100,7 +116,7 @@ def test_d2t_maps_to_target_ids_and_roundtrip(tmp_path):
     ids, hid, pos = _inputs()
     d.attach_target(t)
     assert torch.allclose(back(ids, hid, pos)[0], d(ids, hid, pos)[0])
-    assert back.embed_tokens.weight is t.get_input_embeddings().weight     # set_embed: target's embedding
+    assert back.embed_tokens.weight is t.get_input_embeddings().weight  # set_embed: target's embedding
     assert back.load_report["dropped"] == []
     dropped = load_draft(out, target_model=t, dtype=torch.float64, drop_keys=("midlayer.hidden_norm.weight",))
     assert torch.equal(dropped.layers[0].hidden_norm.weight, torch.ones(H, dtype=torch.float64))
@@ -108,23 +124,28 @@ def test_d2t_maps_to_target_ids_and_roundtrip(tmp_path):
 
 def test_target_head_rules():
     t = tiny_target()
-    d = Eagle3Draft(tiny_spec(draft_vocab=None)).double().attach_target(t)        # draft_vocab_size: null
+    d = Eagle3Draft(tiny_spec(draft_vocab=None)).double().attach_target(t)  # draft_vocab_size: null
     assert d.lm_head.weight is t.get_output_embeddings().weight
     own = Eagle3Draft(tiny_spec(hidden=32, draft_vocab=50)).double()
-    own.spec.target_hidden_size = 64                                             # Ht != H: keeps own embedding
+    own.spec.target_hidden_size = 64  # Ht != H: keeps own embedding
     e = own.embed_tokens.weight
     own.attach_target(t)
     assert own.embed_tokens.weight is e
     ea = tiny_draft(draft_vocab=50)
-    ea.attach_target(t, algorithm="EAGLE")        # EAGLE worker path: target head, first Vd columns
+    ea.attach_target(t, algorithm="EAGLE")  # EAGLE worker path: target head, first Vd columns
     ids, hid, pos = _inputs()
     assert ea(ids, hid[..., :H], pos)[0].shape[-1] == 50 and ea.lm_head.weight is t.get_output_embeddings().weight
 
 
 def test_config_reading_follows_sglang():
     base = {"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100, "draft_vocab_size": 10}
-    s = DraftSpec.from_config({**base, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]},
-                               "eagle_aux_hidden_state_layer_ids": [9]})
+    s = DraftSpec.from_config(
+        {
+            **base,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]},
+            "eagle_aux_hidden_state_layer_ids": [9],
+        }
+    )
     assert s.num_aux == 4 and s.aux_layer_ids == [1, 2, 3, 4]
     assert DraftSpec.from_config(base).num_aux == 3
     with pytest.raises(KitInputError):
@@ -137,10 +158,20 @@ def test_config_reading_follows_sglang():
 
 def test_shape_mismatch_is_loud(tmp_path):
     from safetensors.torch import save_file
+
     d = tmp_path / "bad"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32,
-                                               "num_attention_heads": 4, "vocab_size": 96, "draft_vocab_size": 96}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "hidden_size": 32,
+                "num_attention_heads": 4,
+                "vocab_size": 96,
+                "draft_vocab_size": 96,
+            }
+        )
+    )
     save_file({"fc.weight": torch.zeros(32, 64)}, str(d / "model.safetensors"))
     with pytest.raises(KitInputError, match="fc.weight"):
         load_draft(d)

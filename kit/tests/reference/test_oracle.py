@@ -1,11 +1,12 @@
 """kit.reference.oracle on tiny random models: the offline walk equals real speculative decoding (hermetic)."""
+
 import pytest
 import torch
 
 from kit.reference.oracle import accepted, evaluate
-from kit.sglang.params import SpecParams
 from kit.reference.speculate import Wiring, greedy_generate, speculative_generate
-from kit.tests.tinymodels import CopyDraft, tiny_draft, tiny_target, one_thread  # noqa: F401 (autouse fixture)
+from kit.sglang.params import SpecParams
+from kit.tests.tinymodels import CopyDraft, one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
 
 PROMPTS = [[1, 5, 7, 9, 11, 3, 17], [2, 4, 6, 8, 10]]
 
@@ -21,7 +22,7 @@ def setup():
 def test_walk_equals_speculative_generate(setup, p):
     t, seqs = setup
     d = tiny_draft(t, draft_vocab=96, seed=3)
-    with torch.no_grad():   # make the random draft agree with the target now and then
+    with torch.no_grad():  # make the random draft agree with the target now and then
         d.lm_head.weight.copy_(t.get_output_embeddings().weight)
     res = evaluate(t, d, seqs[:1], p)
     sg = speculative_generate(t, d, seqs[0][0], len(seqs[0][1]), p, Wiring())
@@ -41,8 +42,12 @@ def test_copy_draft_reaches_the_maximum(setup):
 def test_fault_switches_run_and_report(setup):
     t, seqs = setup
     d = tiny_draft(t, draft_vocab=96)
-    for w in (Wiring(aux_capture=False), Wiring(layer_shift=1), Wiring(algorithm="EAGLE"),
-              Wiring(dropped_keys=("midlayer.self_attn.q_proj.weight",))):
+    for w in (
+        Wiring(aux_capture=False),
+        Wiring(layer_shift=1),
+        Wiring(algorithm="EAGLE"),
+        Wiring(dropped_keys=("midlayer.self_attn.q_proj.weight",)),
+    ):
         r = evaluate(t, d, seqs, SpecParams(3, 1, 4), w)
         assert r.verify_steps == len(r.accept_lengths) and 1.0 <= r.accept_length <= 4.0
         assert r.target_tokens == sum(len(a) + len(b) for a, b in seqs)
@@ -53,18 +58,27 @@ def test_accepted_counts_along_tree():
     toks, pars = [5, 6, 7, 8], [-1, -1, 0, 2]
     assert accepted(toks, pars, [5, 7, 8]) == 3
     assert accepted(toks, pars, [6, 7]) == 1
-    assert accepted(toks, pars, [5, 7]) == 2        # truth shorter than the tree: capped
+    assert accepted(toks, pars, [5, 7]) == 2  # truth shorter than the tree: capped
     assert accepted(toks, pars, [9]) == 0
 
 
 def test_dropped_keys_for_old_sglang(tmp_path):
     """The seed: speculators-named keys (layers.0.*) met a midlayer-era SGLang and were dropped."""
-    from kit.reference.draft_io import save_draft
     from kit.checkpoint.inspect import dropped_keys
+    from kit.reference.draft_io import save_draft
+
     d = tiny_draft(draft_vocab=96)
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64, "vocab_size": 96,
-           "draft_vocab_size": 96, "num_hidden_layers": 1}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 64,
+        "vocab_size": 96,
+        "draft_vocab_size": 96,
+        "num_hidden_layers": 1,
+    }
     out = save_draft(d, tmp_path / "d", cfg)
     old = dropped_keys(out, "0.4.10", "speculators")
     assert "midlayer.self_attn.q_proj.weight" in old and "fc.weight" not in old

@@ -1,14 +1,21 @@
 """kit.reference.speculate: chain/tree drafting + greedy verification on tiny random models (hermetic)."""
+
 import pytest
 import torch
 
 from kit.findings import KitInputError
-from kit.sglang.params import SpecParams
 from kit.reference.speculate import Wiring, draft_tree, greedy_accept, greedy_generate, speculative_generate
-from kit.tests.tinymodels import CopyDraft, tiny_draft, tiny_target, one_thread  # noqa: F401 (autouse fixture)
+from kit.sglang.params import SpecParams
+from kit.tests.tinymodels import CopyDraft, one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
 
-PARAMS = [SpecParams(3, 1, 4), SpecParams(5, 1, 6), SpecParams(3, 2, 6), SpecParams(4, 3, 8),
-          SpecParams(1, 4, 4), SpecParams(2, 4, 10)]
+PARAMS = [
+    SpecParams(3, 1, 4),
+    SpecParams(5, 1, 6),
+    SpecParams(3, 2, 6),
+    SpecParams(4, 3, 8),
+    SpecParams(1, 4, 4),
+    SpecParams(2, 4, 10),
+]
 PROMPT = [1, 5, 7, 9, 11, 3, 17]
 
 
@@ -29,17 +36,25 @@ def test_tokens_equal_greedy(pair, p):
     assert all(1 <= a <= p.speculative_num_steps + 1 for a in r.accept_lengths)
 
 
-@pytest.mark.parametrize("wiring", [Wiring(aux_capture=False), Wiring(layer_shift=1),
-                                    Wiring(dropped_keys=("midlayer.mlp.down_proj.weight",)),
-                                    Wiring(algorithm="EAGLE")], ids=str)
+@pytest.mark.parametrize(
+    "wiring",
+    [
+        Wiring(aux_capture=False),
+        Wiring(layer_shift=1),
+        Wiring(dropped_keys=("midlayer.mlp.down_proj.weight",)),
+        Wiring(algorithm="EAGLE"),
+    ],
+    ids=str,
+)
 def test_faulted_wiring_still_exact(pair, wiring):
     t, d = pair
     g = greedy_generate(t, PROMPT, 16)
     assert speculative_generate(t, d, PROMPT, 16, SpecParams(3, 2, 5), wiring).tokens == g.tokens
 
 
-@pytest.mark.parametrize("p", [SpecParams(3, 1, 4), SpecParams(5, 1, 6), SpecParams(3, 2, 6),
-                               SpecParams(4, 3, 8)], ids=lambda p: p.label())
+@pytest.mark.parametrize(
+    "p", [SpecParams(3, 1, 4), SpecParams(5, 1, 6), SpecParams(3, 2, 6), SpecParams(4, 3, 8)], ids=lambda p: p.label()
+)
 def test_copy_draft_gets_max_accept_length(p):
     t = tiny_target()
     d = CopyDraft(t, PROMPT[0])
@@ -54,14 +69,16 @@ def test_eos_and_max_new_tokens(pair):
     eos = g.tokens[6]
     stop = g.tokens.index(eos)
     r = speculative_generate(t, d, PROMPT, 20, SpecParams(3, 1, 4), Wiring(), eos_token_id=eos)
-    assert r.tokens == g.tokens[:stop + 1]
+    assert r.tokens == g.tokens[: stop + 1]
     assert greedy_generate(t, PROMPT, 20, eos_token_id=eos).tokens == r.tokens
     assert len(speculative_generate(t, d, PROMPT, 1, SpecParams(), Wiring()).tokens) == 1
 
 
 def test_resolution_rules():
-    assert SpecParams(3, 1, 8).resolved().speculative_num_draft_tokens == 4   # SGLang forces steps+1 for speculative_eagle_topk 1
-    assert SpecParams(2, 2, 7).resolved().speculative_num_draft_tokens == 7   # 2 + 1*4 = 6 candidates
+    assert (
+        SpecParams(3, 1, 8).resolved().speculative_num_draft_tokens == 4
+    )  # SGLang forces steps+1 for speculative_eagle_topk 1
+    assert SpecParams(2, 2, 7).resolved().speculative_num_draft_tokens == 7  # 2 + 1*4 = 6 candidates
     with pytest.raises(KitInputError):
         SpecParams(2, 2, 8).resolved()
 
@@ -75,11 +92,11 @@ def test_tree_shape_and_scores(pair):
     toks, pars, scores = draft_tree(d, logits, aux, kv, 4, SpecParams(3, 2, 6).resolved())
     assert len(toks) == 5
     for j, pa in enumerate(pars):
-        assert pa < j                                  # parents precede children
+        assert pa < j  # parents precede children
         if pa >= 0:
-            assert scores[j] <= scores[pa] + 1e-12     # cumulative score never grows down a path
+            assert scores[j] <= scores[pa] + 1e-12  # cumulative score never grows down a path
     top2 = torch.topk(torch.softmax(logits, -1), 2).indices.tolist()
-    assert {tk for tk, pa in zip(toks, pars) if pa == -1} == set(top2)   # step 0 = top-k of the logits
+    assert {tk for tk, pa in zip(toks, pars) if pa == -1} == set(top2)  # step 0 = top-k of the logits
 
 
 def test_greedy_accept_walks_matching_children():

@@ -1,19 +1,20 @@
 """kit.reference.train: the TTT loss, vocabulary and cache key on tiny models (hermetic; the real run is in tests/)."""
+
 import torch
 
 from kit.reference.train import TrainConfig, capture_ids, draft_vocab, ttt_loss
-from kit.tests.tinymodels import tiny_draft, one_thread  # noqa: F401 (autouse fixture)
+from kit.tests.tinymodels import one_thread, tiny_draft  # noqa: F401 (autouse fixture)
 
 
 def test_capture_ids_give_sglang_default_points():
-    assert capture_ids(30) == [1, 14, 26]              # +1 in SGLang's Llama class -> [2, 15, 27]
+    assert capture_ids(30) == [1, 14, 26]  # +1 in SGLang's Llama class -> [2, 15, 27]
     assert [x + 1 for x in capture_ids(61)] == [2, 30, 58]
 
 
 def test_cache_key_tracks_settings():
     a, b = TrainConfig(), TrainConfig(epochs=3)
     assert a.key("t") == TrainConfig().key("t") != b.key("t") and a.key("t") != a.key("u")
-    assert TrainConfig(json=True, out="x").key("t") == a.key("t")      # output flags do not retrain
+    assert TrainConfig(json=True, out="x").key("t") == a.key("t")  # output flags do not retrain
     q = TrainConfig(quick=True).preset()
     assert q.num_prompts < a.num_prompts and q.gen_tokens < a.gen_tokens
 
@@ -29,7 +30,7 @@ def test_ttt_loss_trains_and_uses_unrolled_steps():
     d = tiny_draft(draft_vocab=96, dtype=torch.float32)
     B, N = 4, 24
     ids = torch.randint(0, 96, (B, N))
-    labels = torch.roll(ids, -1, 1)                  # a fixed random sequence: memorizable
+    labels = torch.roll(ids, -1, 1)  # a fixed random sequence: memorizable
     feats = torch.randn(B, N, 96)
     mask = torch.ones(B, N, dtype=torch.bool)
     t2d = torch.arange(96)

@@ -4,14 +4,15 @@ SGLang's real parser is exercised in tests/test_sglang_parser.py (interop); here
 off (`parse_flags=False`) or made unavailable, so these tests stay hermetic and fast.
 Run: python -m pytest kit/tests/test_launch.py -q
 """
+
 import json
 from pathlib import Path
 
 import pytest
 
 from kit.findings import KitInputError
-from kit.serving.launch import LaunchSpec, spec_from_argv, spec_from_command
 from kit.serving.checks import lint
+from kit.serving.launch import LaunchSpec, spec_from_argv, spec_from_command
 
 SEED = (Path(__file__).parent / "data" / "seed_launch.sh").read_text()
 
@@ -27,8 +28,12 @@ def test_seed_parses_into_typed_fields():
     assert len(s.env) == 7
     assert (s.model_path, s.tp_size, s.mem_fraction_static) == ("/shared/kimi-k2.5-int4", 8, 0.85)
     assert (s.host, s.port, s.trust_remote_code) == ("0.0.0.0", 8000, True)
-    assert (s.speculative_algorithm, s.speculative_num_steps, s.speculative_eagle_topk,
-            s.speculative_num_draft_tokens) == ("EAGLE", 3, 4, 5)
+    assert (
+        s.speculative_algorithm,
+        s.speculative_num_steps,
+        s.speculative_eagle_topk,
+        s.speculative_num_draft_tokens,
+    ) == ("EAGLE", 3, 4, 5)
     assert s.extra_args == ["--num-continuous-decode-steps", "4", "--disable-custom-all-reduce"]
 
 
@@ -42,8 +47,21 @@ def test_round_trip_command_and_argv():
 
 
 def test_argv_forms_aliases_and_bad_values():
-    s = spec_from_argv(["sglang", "serve", "--model=m", "--speculative-draft-model", "d", "--tp-size", "x",
-                        "--port", "--weird", "1", "2"])
+    s = spec_from_argv(
+        [
+            "sglang",
+            "serve",
+            "--model=m",
+            "--speculative-draft-model",
+            "d",
+            "--tp-size",
+            "x",
+            "--port",
+            "--weird",
+            "1",
+            "2",
+        ]
+    )
     assert s.model_path == "m" and s.speculative_draft_model_path == "d"
     assert s.tp_size is None and s.port is None
     assert s.extra_args == ["--tp-size", "x", "--port", "--weird", "1", "2"]  # left for SGLang's parser
@@ -55,18 +73,27 @@ def test_argv_forms_aliases_and_bad_values():
         spec_from_command("ls -l")
 
 
-@pytest.mark.parametrize("steps,topk,ndt,code_sev", [
-    (None, None, None, "info"),          # auto-chosen
-    (None, 4, 5, "error"),               # SGLang assert
-    (3, None, 4, "error"),               # None > 1 crash
-    (3, 1, 6, "warning"),                # overridden to 4
-    (3, 4, 5, None),                     # the seed's choice is legal
-    (2, 2, 8, "error"),                  # max 1 + 2 + 1*4 = 7
-    (3, 1, 4, None),
-])
+@pytest.mark.parametrize(
+    "steps,topk,ndt,code_sev",
+    [
+        (None, None, None, "info"),  # auto-chosen
+        (None, 4, 5, "error"),  # SGLang assert
+        (3, None, 4, "error"),  # None > 1 crash
+        (3, 1, 6, "warning"),  # overridden to 4
+        (3, 4, 5, None),  # the seed's choice is legal
+        (2, 2, 8, "error"),  # max 1 + 2 + 1*4 = 7
+        (3, 1, 4, None),
+    ],
+)
 def test_spec_params(steps, topk, ndt, code_sev):
-    s = LaunchSpec(model_path="m", speculative_algorithm="EAGLE3", speculative_draft_model_path="d",
-                   speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=ndt)
+    s = LaunchSpec(
+        model_path="m",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="d",
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=ndt,
+    )
     found = [f for f in lint(s, parse_flags=False).findings if f.code == "launch.spec_params"]
     assert [f.severity for f in found] == ([code_sev] if code_sev else [])
 
@@ -82,8 +109,14 @@ def test_algorithm_with_eagle3_draft(tmp_path):
     d = tmp_path / "draft"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
-    s = LaunchSpec(model_path="m", speculative_algorithm="EAGLE", speculative_draft_model_path=str(d),
-                   speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    s = LaunchSpec(
+        model_path="m",
+        speculative_algorithm="EAGLE",
+        speculative_draft_model_path=str(d),
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    )
     assert "aux.algorithm" in codes(lint(s, parse_flags=False), "error")
     assert "aux.algorithm" not in codes(lint(s.replace(speculative_algorithm="EAGLE3"), parse_flags=False))
     # the seed: draft not on this machine, but its path says eagle3 -> a warning, not silence
@@ -95,9 +128,16 @@ def test_bind_trust_backend_and_missing_draft():
     assert {"launch.bind", "launch.trust_remote_code"} <= codes(r, "warning")
     assert any(f.code == "env.nccl_var" and "NCCL_P2P_LEVEL" in f.title for f in r.findings)  # kit.env.nccl's rules
     assert "launch.bind" not in codes(lint(spec_from_command(SEED + " --api-key k"), parse_flags=False))
-    s = LaunchSpec(model_path="m", speculative_algorithm="EAGLE3", speculative_draft_model_path="d",
-                   speculative_num_steps=3, speculative_eagle_topk=4, speculative_num_draft_tokens=8,
-                   attention_backend="trtllm_mha", env={"SGLANG_ENABLE_SPEC_V2": "1"})
+    s = LaunchSpec(
+        model_path="m",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="d",
+        speculative_num_steps=3,
+        speculative_eagle_topk=4,
+        speculative_num_draft_tokens=8,
+        attention_backend="trtllm_mha",
+        env={"SGLANG_ENABLE_SPEC_V2": "1"},
+    )
     assert [f.severity for f in lint(s, parse_flags=False).by_code("launch.backend")] == ["error", "error"]
     nodraft = LaunchSpec(model_path="m", speculative_algorithm="EAGLE3")
     assert "launch.spec_params" in codes(lint(nodraft, parse_flags=False), "error")
@@ -131,8 +171,21 @@ def test_verb_dry_run_json(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
     monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
-    rc = main(["launch", "--from", SEED, "--speculative-algorithm", "EAGLE3", "--host", "127.0.0.1",
-               "--env", "NCCL_DEBUG=INFO", "--dry-run", "--json"])
+    rc = main(
+        [
+            "launch",
+            "--from",
+            SEED,
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--host",
+            "127.0.0.1",
+            "--env",
+            "NCCL_DEBUG=INFO",
+            "--dry-run",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0
     assert doc["argv"][:3] == ["/root/ml-env/bin/python3", "-m", "sglang.launch_server"]
@@ -149,6 +202,7 @@ def test_doctor_provider():
 
     assert doctor_checks(DoctorContext(DoctorConfig(probe_env=False))) == []
     import kit.serving.checks as lc
+
     orig = lc.flag_findings
     lc.flag_findings = lambda *a, **k: []  # hermetic: SGLang's parser is tested in tests/
     try:

@@ -5,19 +5,41 @@ The f-strings that build "Decode batch ..." are pulled out of each release's sou
 values back. If SGLang changes its line format, these tests break instead of users' dashboards.
 Run: python -m pytest kit/tests/test_logs.py -q
 """
+
 import re
 
 import pytest
 
-from kit.serving.logs import LogWatcher, parse_line, parse_log, summarize, parse_lines
+from kit.serving.logs import LogWatcher, parse_line, parse_lines, parse_log, summarize
 
-VALUES = {"num_running_reqs": 3, "spec_accept_length": 2.3456, "spec_accept_rate": 0.4444,
-          "self.last_gen_throughput": 91.234, "len(self.scheduler.waiting_queue)": 2,
-          "len(self.waiting_queue)": 2, "can_run_cuda_graph": True, "self._graph_backend_label": "cuda graph",
-          "iter_msg": "", "token_usage_msg": "#token: 88, token usage: 0.01, ", "num_used": 88,
-          "num_used / self.max_total_num_tokens": 0.0123}
-SKIP = ("pre-allocated", "prealloc", "transfer-req", "retracted", "waiting-image", "host-receive",
-        "cap len", "block accept", "TFLOPS", "read BW", "write BW", "estimate_suffix")
+VALUES = {
+    "num_running_reqs": 3,
+    "spec_accept_length": 2.3456,
+    "spec_accept_rate": 0.4444,
+    "self.last_gen_throughput": 91.234,
+    "len(self.scheduler.waiting_queue)": 2,
+    "len(self.waiting_queue)": 2,
+    "can_run_cuda_graph": True,
+    "self._graph_backend_label": "cuda graph",
+    "iter_msg": "",
+    "token_usage_msg": "#token: 88, token usage: 0.01, ",
+    "num_used": 88,
+    "num_used / self.max_total_num_tokens": 0.0123,
+}
+SKIP = (
+    "pre-allocated",
+    "prealloc",
+    "transfer-req",
+    "retracted",
+    "waiting-image",
+    "host-receive",
+    "cap len",
+    "block accept",
+    "TFLOPS",
+    "read BW",
+    "write BW",
+    "estimate_suffix",
+)
 
 
 def source(version, rel):
@@ -37,11 +59,12 @@ def render(fstrings):
         expr = m.group(1)
         v = VALUES[expr]
         return format(v, m.group(2)[1:]) if m.group(2) else str(v)
+
     return "".join(re.sub(r"\{([^{}:]+)(:[^{}]*)?\}", sub, f) for f in fstrings)
 
 
 def decode_fstrings(text, start, end):
-    body = text[text.index(start):]
+    body = text[text.index(start) :]
     body = body[: body.index(end)]
     return [f for f in re.findall(r'f"([^"]*)"', body) if not any(s in f for s in SKIP)]
 
@@ -71,29 +94,43 @@ def test_sglang_0_4_6_decode_line_has_no_accept_rate():
 
 @pytest.mark.interop
 def test_event_lines_from_source():
-    ready = re.search(r'logger\.info\("(The server is fired up[^"]*)"\)',
-                      source("0.5.23", "srt/entrypoints/http_server.py"))[1]
-    warn = re.search(r'"(Eagle3 MLA: skipping unexpected weight) %s"', source("0.5.23", "srt/models/kimi_k25_eagle3.py"))[1]
-    arch = re.search(r'f"Model architectures \{architectures\} (are not supported for now)\. "',
-                     source("0.5.23", "srt/models/registry.py"))[1]
-    rows = parse_lines([f"[2026-05-01 12:00:01] {ready}", f"[2026-05-01 12:00:00 TP0] {warn} fc.weight",
-                        f"ValueError: Model architectures ['Eagle3Speculator'] {arch}. Supported: ..."])
+    ready = re.search(
+        r'logger\.info\("(The server is fired up[^"]*)"\)', source("0.5.23", "srt/entrypoints/http_server.py")
+    )[1]
+    warn = re.search(
+        r'"(Eagle3 MLA: skipping unexpected weight) %s"', source("0.5.23", "srt/models/kimi_k25_eagle3.py")
+    )[1]
+    arch = re.search(
+        r'f"Model architectures \{architectures\} (are not supported for now)\. "',
+        source("0.5.23", "srt/models/registry.py"),
+    )[1]
+    rows = parse_lines(
+        [
+            f"[2026-05-01 12:00:01] {ready}",
+            f"[2026-05-01 12:00:00 TP0] {warn} fc.weight",
+            f"ValueError: Model architectures ['Eagle3Speculator'] {arch}. Supported: ...",
+        ]
+    )
     assert [r["kind"] for r in rows] == ["ready", "load_warning", "arch_error"]
 
 
 def test_variants_and_frame(tmp_path):
     log = tmp_path / "s.log"
-    log.write_text("\n".join([
-        "noise",
-        "[2026-05-01 12:00:00.123 DP0 TP3] Decode batch [12], #running-req: 2, #full token: 5, full token usage: 0.01, "
-        "accept len: 3.10, accept rate: 0.70, cpu graph: False, gen throughput (token/s): 5.00, #queue-req: 0, "
-        "est. decode TFLOPS/s (per GPU): 1.00",
-        "[2026-05-01 12:00:01 TP0] Decode batch, #running-req: 1, #token: 9, token usage: 0.00, accept len: 1.00, "
-        "accept rate: 0.00, cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 1,",
-        "[2026-05-01 12:00:02 TP0] Prefill batch, #new-seq: 1, #new-token: 35, #cached-token: 0, token usage: 0.00, "
-        "#running-req: 0, #queue-req: 0",
-        "Traceback (most recent call last):",
-    ]))
+    log.write_text(
+        "\n".join(
+            [
+                "noise",
+                "[2026-05-01 12:00:00.123 DP0 TP3] Decode batch [12], #running-req: 2, #full token: 5, full token usage: 0.01, "
+                "accept len: 3.10, accept rate: 0.70, cpu graph: False, gen throughput (token/s): 5.00, #queue-req: 0, "
+                "est. decode TFLOPS/s (per GPU): 1.00",
+                "[2026-05-01 12:00:01 TP0] Decode batch, #running-req: 1, #token: 9, token usage: 0.00, accept len: 1.00, "
+                "accept rate: 0.00, cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 1,",
+                "[2026-05-01 12:00:02 TP0] Prefill batch, #new-seq: 1, #new-token: 35, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0",
+                "Traceback (most recent call last):",
+            ]
+        )
+    )
     df = parse_log(str(log))
     assert list(df["kind"]) == ["decode", "decode", "prefill", "error"]
     assert df["accept_len"].tolist()[:2] == [3.1, 1.0] and df["graph_device"].tolist()[:2] == ["cpu", "cuda"]

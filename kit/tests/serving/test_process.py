@@ -3,6 +3,7 @@
 A tiny stdlib HTTP server stands in for SGLang (the lifecycle code does not care what serves).
 Run: python -m pytest kit/tests/test_process.py -q
 """
+
 import os
 import signal
 import socket
@@ -54,8 +55,9 @@ def test_ready_log_and_group_stop(tmp_path):
     port = free_port()
     lines = []
     log = tmp_path / "logs" / "server.log"
-    srv = ServerProcess([sys.executable, "-c", FAKE, str(port)], port=port, log_file=str(log),
-                        on_line=lines.append, grace=1)
+    srv = ServerProcess(
+        [sys.executable, "-c", FAKE, str(port)], port=port, log_file=str(log), on_line=lines.append, grace=1
+    )
     with srv:
         info = srv.wait_ready(timeout=30, poll=0.1)
         assert info["model"] == "fake"
@@ -66,8 +68,9 @@ def test_ready_log_and_group_stop(tmp_path):
 
 
 def test_early_exit_reports_code_and_tail():
-    srv = ServerProcess([sys.executable, "-c", "print('loading'); print('ValueError: boom'); raise SystemExit(3)"],
-                        port=free_port())
+    srv = ServerProcess(
+        [sys.executable, "-c", "print('loading'); print('ValueError: boom'); raise SystemExit(3)"], port=free_port()
+    )
     with pytest.raises(ServerExited) as e:
         with srv:
             srv.wait_ready(timeout=30, poll=0.1)

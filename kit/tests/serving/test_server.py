@@ -4,6 +4,7 @@ One server runs in-process (EAGLE3, tree drafting 3-2-4, metrics, API key); one 
 `python -m kit serve` under kit.serving.process (EAGLE: the seed's launch), whose log is parsed by kit.logs.
 Run: python -m pytest kit/tests/test_server.py -q
 """
+
 import json
 import threading
 
@@ -34,10 +35,18 @@ def target(pair):
 def srv3(pair):
     from kit.serving.server import load_engine, make_server
 
-    spec = LaunchSpec(model_path=str(pair[0]), speculative_algorithm="EAGLE3",
-                      speculative_draft_model_path=str(pair[1]), speculative_num_steps=3,
-                      speculative_eagle_topk=2, speculative_num_draft_tokens=4, port=free_port(),
-                      api_key=KEY, enable_metrics=True, decode_log_interval=4)
+    spec = LaunchSpec(
+        model_path=str(pair[0]),
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=str(pair[1]),
+        speculative_num_steps=3,
+        speculative_eagle_topk=2,
+        speculative_num_draft_tokens=4,
+        port=free_port(),
+        api_key=KEY,
+        enable_metrics=True,
+        decode_log_interval=4,
+    )
     srv, state = make_server(spec)
     load_engine(state)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -93,8 +102,10 @@ def test_generate_stream_is_cumulative(srv3):
 
 def test_openai_endpoints(srv3):
     url, _ = srv3
-    c = post(url + "/v1/completions", {"prompt": "abc", "max_tokens": 8, "return_spec_tokens_details": True,
-                                       "ignore_eos": True})
+    c = post(
+        url + "/v1/completions",
+        {"prompt": "abc", "max_tokens": 8, "return_spec_tokens_details": True, "ignore_eos": True},
+    )
     assert c["object"] == "text_completion" and c["usage"]["completion_tokens"] == 8
     assert c["sglext"]["spec_tokens_details"]["spec_verify_ct"] > 0
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
@@ -114,7 +125,11 @@ def test_info_metrics_auth_and_batch(srv3):
     res = post(url + "/generate", {"text": ["a", "bb"], "sampling_params": {"max_new_tokens": 9, "ignore_eos": True}})
     assert isinstance(res, list) and [r["meta_info"]["completion_tokens"] for r in res] == [9, 9]
     info = httpx.get(url + "/get_server_info", headers=AUTH).json()
-    assert (info["speculative_algorithm"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == ("EAGLE3", 2, 4)
+    assert (info["speculative_algorithm"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (
+        "EAGLE3",
+        2,
+        4,
+    )
     assert info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
     assert httpx.get(url + "/v1/models", headers=AUTH).json()["data"][0]["id"] == eng.model_name
     m = httpx.get(url + "/metrics", headers=AUTH).text
@@ -129,15 +144,26 @@ def test_seed_launch_as_subprocess_reproduces_eagle_wiring(pair):
     """`--speculative-algorithm EAGLE` with an EAGLE-3 draft: no aux capture, fc bypassed (the seed)."""
     from kit.serving.logs import LogWatcher
 
-    spec = LaunchSpec(model_path=str(pair[0]), speculative_algorithm="EAGLE", speculative_draft_model_path=str(pair[1]),
-                      speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
-                      port=free_port(), decode_log_interval=5, tp_size=8)
+    spec = LaunchSpec(
+        model_path=str(pair[0]),
+        speculative_algorithm="EAGLE",
+        speculative_draft_model_path=str(pair[1]),
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+        port=free_port(),
+        decode_log_interval=5,
+        tp_size=8,
+    )
     w = LogWatcher()
     with ServerProcess.from_spec(spec, engine="reference", on_line=w, grace=2) as s:
         info = s.wait_ready(timeout=120, poll=0.2)
         assert "fc bypassed" in info["server_info"]["wiring"]
-        r = httpx.post(s.base_url + "/generate", json={"input_ids": [7, 8, 9], "sampling_params":
-                                                       {"max_new_tokens": 30, "ignore_eos": True}}, timeout=120).json()
+        r = httpx.post(
+            s.base_url + "/generate",
+            json={"input_ids": [7, 8, 9], "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}},
+            timeout=120,
+        ).json()
         assert r["meta_info"]["completion_tokens"] == 30
         with pytest.raises(Exception, match="in use"):
             ServerProcess.from_spec(spec, engine="reference").start()
@@ -157,9 +183,26 @@ def test_launch_verb_starts_watches_and_stops(pair, tmp_path):
 
     port = free_port()
     env = {**os.environ, "KIT_VENV_DIR": str(tmp_path), "KIT_NO_VENV_BUILD": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "kit", "launch", "--engine", "reference", "--model-path", str(pair[0]),
-                          "--port", str(port), "--log-file", str(tmp_path / "s.log")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kit",
+            "launch",
+            "--engine",
+            "reference",
+            "--model-path",
+            str(pair[0]),
+            "--port",
+            str(port),
+            "--log-file",
+            str(tmp_path / "s.log"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not _up(port):

@@ -47,7 +47,9 @@ RELEASE = B.Release(
     sglang_version="1.0",
     python="3.12",
     wheels=(
-        B.WheelRule("sglang", "1.0", drop=(("sglang/srt/server/_core*.so", "opt-in"), ("sglang/multimodal_gen/*", "mm"))),
+        B.WheelRule(
+            "sglang", "1.0", drop=(("sglang/srt/server/_core*.so", "opt-in"), ("sglang/multimodal_gen/*", "mm"))
+        ),
         KERNEL_RULE,
     ),
     launch_flags=("--attention-backend", "triton"),

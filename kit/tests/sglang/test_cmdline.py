@@ -1,8 +1,9 @@
 """Shell command splitting. Run: python -m pytest kit/tests/test_cmdline.py"""
+
 import pytest
 
-from kit.sglang.cmdline import join_command, split_command
 from kit.findings import KitInputError
+from kit.sglang.cmdline import join_command, split_command
 
 
 def test_env_prefix_and_continuations():

@@ -3,10 +3,11 @@
 `test_table_matches_real_source` downloads (pip download --no-deps, cached) the releases on
 each side of every loader boundary and re-derives the features from their source text.
 """
+
 import pytest
 
-from kit.sglang import loader as sr
 from kit.findings import KitInputError
+from kit.sglang import loader as sr
 
 BOUNDARIES = ["0.4.4", "0.4.5", "0.4.8", "0.4.9", "0.5.1", "0.5.2", "0.5.11", "0.5.12", "0.5.16", "0.5.17", "0.5.23"]
 
@@ -14,9 +15,17 @@ H, V, VD = 8, 40, 16
 
 
 def cfg(**kw):
-    c = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "num_attention_heads": 2,
-         "num_key_value_heads": 1, "intermediate_size": 12, "vocab_size": V, "num_hidden_layers": 1,
-         "draft_vocab_size": VD, "tie_word_embeddings": False}
+    c = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": H,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 12,
+        "vocab_size": V,
+        "num_hidden_layers": 1,
+        "draft_vocab_size": VD,
+        "tie_word_embeddings": False,
+    }
     c.update(kw)
     return c
 
@@ -30,11 +39,19 @@ def keys(prefix="layers.0", layers=1, lm_head=True, embed=True):
     for i in range(layers):
         p = prefix if i == 0 else f"layers.{i}"
         w = 2 * H if i == 0 else H
-        k.update({f"{p}.self_attn.q_proj.weight": (8, w), f"{p}.self_attn.k_proj.weight": (4, w),
-                  f"{p}.self_attn.v_proj.weight": (4, w), f"{p}.self_attn.o_proj.weight": (H, 8),
-                  f"{p}.mlp.gate_proj.weight": (12, H), f"{p}.mlp.up_proj.weight": (12, H),
-                  f"{p}.mlp.down_proj.weight": (H, 12), f"{p}.input_layernorm.weight": (H,),
-                  f"{p}.post_attention_layernorm.weight": (H,)})
+        k.update(
+            {
+                f"{p}.self_attn.q_proj.weight": (8, w),
+                f"{p}.self_attn.k_proj.weight": (4, w),
+                f"{p}.self_attn.v_proj.weight": (4, w),
+                f"{p}.self_attn.o_proj.weight": (H, 8),
+                f"{p}.mlp.gate_proj.weight": (12, H),
+                f"{p}.mlp.up_proj.weight": (12, H),
+                f"{p}.mlp.down_proj.weight": (H, 12),
+                f"{p}.input_layernorm.weight": (H,),
+                f"{p}.post_attention_layernorm.weight": (H,),
+            }
+        )
         if i == 0:
             k[f"{p}.hidden_norm.weight"] = (H,)
     return k
@@ -144,6 +161,9 @@ def test_optional_norms_and_shapes():
 
 def test_architecture_status():
     assert sr.simulate_load(keys(), cfg(architectures=["Eagle3DraftModel"]), "0.5.23").arch_status == "not_registered"
-    assert sr.simulate_load(keys(), cfg(architectures=["LlamaForCausalLM"]), "0.5.23").arch_status == "registered_not_eagle3"
+    assert (
+        sr.simulate_load(keys(), cfg(architectures=["LlamaForCausalLM"]), "0.5.23").arch_status
+        == "registered_not_eagle3"
+    )
     sim = sr.simulate_load(keys(), cfg(), "0.4.4")
     assert sim.build_errors and sim.arch_status == "not_registered"

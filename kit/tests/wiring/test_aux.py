@@ -4,16 +4,17 @@ Static checks run on config dicts only (a Kimi-K2.5-sized config ships in kit/te
 rule table is re-derived from real SGLang wheels when they can be fetched (cached by
 kit.sglang.source); offline, those tests skip.
 """
+
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from kit.sglang.capture_scan import classify, run_method
 from kit.wiring import aux
 from kit.wiring.checks import wiring_checks
 from kit.wiring.plan import wiring_from_launch
-from kit.sglang.capture_scan import classify, run_method
 
 DATA = Path(__file__).parent / "data"
 KIMI_PATH = Path(__file__).parents[2] / "examples" / "kimi_k25_config.json"
@@ -23,8 +24,14 @@ EAGLE3 = ["--speculative-algorithm", "EAGLE3"]
 
 
 def sgl_draft(ids=None, H=7168, **kw):
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": H, "num_attention_heads": 64,
-           "draft_vocab_size": 32000, "vocab_size": 163840, **kw}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": H,
+        "num_attention_heads": 64,
+        "draft_vocab_size": 32000,
+        "vocab_size": 163840,
+        **kw,
+    }
     if ids is not None:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
     return cfg
@@ -46,11 +53,14 @@ def test_capture_points_per_stack():
     assert aux.capture_points("specforge-hf", [1, 14, 26], L) == [2, 15, 27]
 
 
-@pytest.mark.parametrize("version,ids,points", [
-    ("0.5.23", [1, 29, 57], [2, 30, 58]),   # PR #25454: first id 1 -> +1
-    ("0.5.23", [2, 30, 58], [2, 30, 58]),   # first id 2 -> as-is
-    ("0.5.12", [2, 30, 58], [3, 31, 59]),   # before #25454: unconditional +1
-])
+@pytest.mark.parametrize(
+    "version,ids,points",
+    [
+        ("0.5.23", [1, 29, 57], [2, 30, 58]),  # PR #25454: first id 1 -> +1
+        ("0.5.23", [2, 30, 58], [2, 30, 58]),  # first id 2 -> as-is
+        ("0.5.12", [2, 30, 58], [3, 31, 59]),  # before #25454: unconditional +1
+    ],
+)
 def test_kimi_conditional_shift_by_version(version, ids, points):
     assert aux.capture_points("sglang", ids, 61, "KimiK25ForConditionalGeneration", version) == points
 
@@ -63,7 +73,7 @@ def test_gptoss_and_minimax_rules():
 
 def test_read_ids_where_each_stack_reads():
     cfg = {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
-    assert aux.read_ids("sglang", cfg) == (None, "absent")           # top level is not read
+    assert aux.read_ids("sglang", cfg) == (None, "absent")  # top level is not read
     assert aux.read_ids("speculators", cfg)[0] == [2, 15, 27]
     assert aux.read_ids("vllm", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}})[0] == [1]
 
@@ -71,12 +81,12 @@ def test_read_ids_where_each_stack_reads():
 def test_version_resolution_picks_older_recorded_release():
     v, exact = aux.resolve_version("0.5.24")
     assert (v, exact) == ("0.5.23", False)
-    assert aux.sglang_rule("KimiK25ForConditionalGeneration", "0.5.8") is None   # added later
+    assert aux.sglang_rule("KimiK25ForConditionalGeneration", "0.5.8") is None  # added later
     assert aux.sglang_rule("LlamaForCausalLM", "0.4.6")["explicit"] == "ignored"  # took no ids
 
 
 # -- rules derived by executing real method bodies -----------------------------------------
-PLUS1 = '''
+PLUS1 = """
 def set_eagle3_layers_to_capture(self, layer_ids=None):
     if not self.pp_group.is_last_rank:
         return
@@ -85,35 +95,47 @@ def set_eagle3_layers_to_capture(self, layer_ids=None):
         self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
     else:
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
-'''
-DEEPSEEK = PLUS1.replace("[val + 1 for val in layer_ids]",
-                         "[val + 1 for val in layer_ids] if layer_ids[0] == 1 else list(layer_ids)")
+"""
+DEEPSEEK = PLUS1.replace(
+    "[val + 1 for val in layer_ids]", "[val + 1 for val in layer_ids] if layer_ids[0] == 1 else list(layer_ids)"
+)
 
 
 def test_classify_executes_method_bodies():
     from kit.sglang.capture_scan import PROBES
+
     assert classify({k: run_method(PLUS1, v) for k, v in PROBES.items()})["explicit"] == "plus1"
     assert classify({k: run_method(DEEPSEEK, v) for k, v in PROBES.items()})["explicit"] == "plus1_if_first_is_1"
-    r = classify({k: run_method("def set_eagle3_layers_to_capture(self, layer_ids=None):\n"
-                                "    self.language_model.set_eagle3_layers_to_capture(layer_ids)\n", v)
-                  for k, v in PROBES.items()})
+    r = classify(
+        {
+            k: run_method(
+                "def set_eagle3_layers_to_capture(self, layer_ids=None):\n"
+                "    self.language_model.set_eagle3_layers_to_capture(layer_ids)\n",
+                v,
+            )
+            for k, v in PROBES.items()
+        }
+    )
     assert r["rule"] == "delegates" and r["to"] == "language_model"
 
 
 def _wheel_or_skip(version):
     from kit.findings import KitInputError
     from kit.sglang.source import source_root
+
     try:
         source_root(version)
     except KitInputError as e:
         pytest.skip(f"sglang {version} source unavailable offline: {e}")
 
 
-@pytest.mark.parametrize("version", ["0.5.23", pytest.param("0.5.12", marks=pytest.mark.slow),
-                                     pytest.param("0.4.6", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "version", ["0.5.23", pytest.param("0.5.12", marks=pytest.mark.slow), pytest.param("0.4.6", marks=pytest.mark.slow)]
+)
 def test_recorded_table_matches_real_sglang_source(version):
     _wheel_or_skip(version)
     from kit.sglang.capture_scan import derive
+
     recorded = aux._table()["versions"][version]
     assert derive(version) == recorded
 
@@ -121,7 +143,7 @@ def test_recorded_table_matches_real_sglang_source(version):
 def test_table_agrees_with_formats_doc_for_0_5_23():
     rec = aux._table()["versions"]["0.5.23"]
     n = sum(len(a) for a in rec["rules"].values())
-    assert n == 71                                   # formats.md §4.3: "this list of 71 is complete"
+    assert n == 71  # formats.md §4.3: "this list of 71 is complete"
     assert "KimiK25ForConditionalGeneration" in rec["rules"]["2,L//2,L-3|plus1_if_first_is_1"]
     assert rec["id_source"]["reads"] == "nested_only"
 
@@ -129,6 +151,7 @@ def test_table_agrees_with_formats_doc_for_0_5_23():
 # -- static wiring findings ----------------------------------------------------------------
 def test_seed_launch_algorithm_eagle():
     from kit.sglang.cmdline import split_command
+
     env, argv = split_command((DATA / "seed_launch.sh").read_text())
     f = wiring_checks(KIMI, sgl_draft([2, 30, 58]), argv, "0.5.23")
     assert codes(f) == ["aux.algorithm"]
@@ -139,7 +162,7 @@ def test_top_level_ids_ignored():
     d = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[1, 29, 57])
     f = wiring_checks(KIMI, d, EAGLE3, "0.5.23")
     assert codes(f) == ["aux.layer_ids_ignored"] and f[0].severity == "error"
-    d2 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[2, 30, 58])   # equals SGLang's default
+    d2 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[2, 30, 58])  # equals SGLang's default
     assert wiring_checks(KIMI, d2, EAGLE3, "0.5.23")[0].severity == "warning"
 
 
@@ -157,8 +180,15 @@ def test_layer_shift_unrepresentable_on_kimi_0_5_23():
 
 def test_layer_shift_from_provenance(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(sgl_draft([2, 15, 27], H=576)))
-    (tmp_path / "kit_provenance.json").write_text(json.dumps(
-        {"source_layout": "speculators", "source_aux_layer_id_convention": "speculators", "aux_layer_ids": [2, 15, 27]}))
+    (tmp_path / "kit_provenance.json").write_text(
+        json.dumps(
+            {
+                "source_layout": "speculators",
+                "source_aux_layer_id_convention": "speculators",
+                "aux_layer_ids": [2, 15, 27],
+            }
+        )
+    )
     f = wiring_checks(LLAMA_T, sgl_draft([2, 15, 27], H=576), EAGLE3, "0.5.23", draft_dir=tmp_path)
     assert codes(f) == ["aux.layer_shift"] and f[0].evidence["training_points"] == [2, 15, 27]
 
@@ -173,13 +203,15 @@ def test_widths_and_target_capture():
     mixtral = {"architectures": ["MixtralForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096}
     f = wiring_checks(mixtral, sgl_draft([1, 15, 28], H=4096), EAGLE3, "0.5.23")
     assert codes(f) == ["aux.target_capture"]
-    f = wiring_checks(LLAMA_T, sgl_draft([1, 14, 29], H=576), EAGLE3, "0.5.23")   # p = 30 = L on llama
+    f = wiring_checks(LLAMA_T, sgl_draft([1, 14, 29], H=576), EAGLE3, "0.5.23")  # p = 30 = L on llama
     assert codes(f) == ["aux.target_capture"]
 
 
 def test_fc_width_from_safetensors_header(tmp_path):
-    from kit.checkpoint.safetensors_io import write_safetensors
     import torch
+
+    from kit.checkpoint.safetensors_io import write_safetensors
+
     write_safetensors(tmp_path / "model.safetensors", {"fc.weight": torch.zeros(576, 1152)})
     f = wiring_checks(LLAMA_T, sgl_draft([1, 14, 26], H=576), EAGLE3, "0.5.23", draft_dir=tmp_path)
     assert codes(f) == ["aux.fc_width"] and f[0].evidence["fc_in_features"] == 1152
@@ -199,21 +231,38 @@ def test_doctor_cli_on_kimi_config(tmp_path, capsys, monkeypatch):
     """Through `kit doctor` (other providers switched off: they have their own tests)."""
     from kit import doctor
     from kit.cli import main
+
     assert "kit.wiring.aux" in doctor.PROVIDERS
     monkeypatch.setattr(doctor, "PROVIDERS", ["kit.wiring.aux"])
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "config.json").write_text(json.dumps(sgl_draft([2, 30, 58])))
-    rc = main(["doctor", "--target", str(KIMI_PATH), "--draft", str(tmp_path / "draft"),
-               "--launch-file", str(DATA / "seed_launch.sh"), "--sglang-version", "0.5.23", "--no-probe-env", "--json"])
+    rc = main(
+        [
+            "doctor",
+            "--target",
+            str(KIMI_PATH),
+            "--draft",
+            str(tmp_path / "draft"),
+            "--launch-file",
+            str(DATA / "seed_launch.sh"),
+            "--sglang-version",
+            "0.5.23",
+            "--no-probe-env",
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1 and "aux.algorithm" in {f["code"] for f in doc["findings"]}
 
 
 def test_no_torch_import_for_static_checks():
     import subprocess
-    code = ("import sys, json; from kit.wiring.aux import wiring_checks; "
-            "wiring_checks({'architectures':['LlamaForCausalLM'],'num_hidden_layers':30,'hidden_size':576},"
-            "{'architectures':['LlamaForCausalLMEagle3'],'hidden_size':576}, ['--speculative-algorithm','EAGLE']); "
-            "print('torch' in sys.modules)")
+
+    code = (
+        "import sys, json; from kit.wiring.aux import wiring_checks; "
+        "wiring_checks({'architectures':['LlamaForCausalLM'],'num_hidden_layers':30,'hidden_size':576},"
+        "{'architectures':['LlamaForCausalLMEagle3'],'hidden_size':576}, ['--speculative-algorithm','EAGLE']); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -1,10 +1,11 @@
 """kit.wiring.probe: hook shapes on a tiny target and on the meta device from a Kimi-K2.5-sized config.json."""
+
 import json
 from pathlib import Path
 
-from kit.wiring.probe import ProbeConfig, hook_shapes, meta_model, probe, verdict
 from kit.reference.speculate import Wiring
-from kit.tests.tinymodels import tiny_target, one_thread  # noqa: F401 (autouse fixture)
+from kit.tests.tinymodels import one_thread, tiny_target  # noqa: F401 (autouse fixture)
+from kit.wiring.probe import ProbeConfig, hook_shapes, meta_model, probe, verdict
 
 DATA = Path(__file__).parent / "data"
 KIMI_PATH = Path(__file__).parents[2] / "examples" / "kimi_k25_config.json"
@@ -23,18 +24,40 @@ def test_hook_shapes_and_verdict():
 
 def test_config_only_probe_kimi(tmp_path):
     """61 layers x 7168 on the meta device: no weights, no memory."""
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "num_attention_heads": 64,
-        "draft_vocab_size": 32000, "vocab_size": 163840,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}))
-    doc = probe(ProbeConfig(target=str(KIMI_PATH), draft=str(tmp_path), config_only=True,
-                            sglang_version="0.5.23", launch="python -m sglang.launch_server --speculative-algorithm EAGLE"))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "hidden_size": 7168,
+                "num_attention_heads": 64,
+                "draft_vocab_size": 32000,
+                "vocab_size": 163840,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]},
+            }
+        )
+    )
+    doc = probe(
+        ProbeConfig(
+            target=str(KIMI_PATH),
+            draft=str(tmp_path),
+            config_only=True,
+            sglang_version="0.5.23",
+            launch="python -m sglang.launch_server --speculative-algorithm EAGLE",
+        )
+    )
     assert doc["num_layers"] == 61 and doc["capture_points"] == [2, 30, 58]
     assert doc["shapes"]["fused"][-1] == 21504 and doc["shapes"]["single"][-1] == 7168
-    assert doc["verdict"]["fed"] == "single Ht" and doc["verdict"]["fc"] == "bypassed"   # the seed
+    assert doc["verdict"]["fed"] == "single Ht" and doc["verdict"]["fc"] == "bypassed"  # the seed
 
 
 def test_meta_skeleton_for_unknown_model_type():
-    m, how = meta_model({"model_type": "no_such_model", "hidden_size": 64, "num_hidden_layers": 3,
-                         "num_attention_heads": 4, "vocab_size": 100})
+    m, how = meta_model(
+        {
+            "model_type": "no_such_model",
+            "hidden_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+        }
+    )
     assert "skeleton" in how and len(m.model.layers) == 3
