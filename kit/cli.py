@@ -1,80 +1,201 @@
-"""`python -m kit <verb> ...` — the headless twin of every notebook step.
+"""`kit <verb> ...` (also `python -m kit <verb> ...`) — the headless twin of every notebook step.
+
+    kit --help                   one line per verb, in notebook order
+    kit doctor --help            a verb's flags, their defaults and an example
+    kit doctor --target DIR --draft DIR --launch-file launch.sh
 
 Each verb lives in its own module, imported only when that verb runs (so `kit inspect` never
-imports torch). A verb module exposes:
+imports torch; the top-level help reads each module's HELP line from its source). A verb module
+exposes:
 
-    HELP: str                                   one line for `python -m kit --help`
+    HELP: str                                   one line for `kit --help`
     def add_arguments(parser) -> None           its flags (usually kit.config.add_arguments)
     def run(args: argparse.Namespace) -> int    exit code: 0 ok, 1 error findings, 2 cannot run
 
-A `KitInputError` raised anywhere becomes a one-line message on stderr and exit status 2.
+One error style for every verb: a `KitInputError` (or an unreadable file the user named) becomes
+one line `kit VERB: error: ...` on stderr and exit status 2; a bad flag prints the verb's own usage
+line and the error; a closed pipe (`kit doctor ... | head -1`) ends the verb quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import importlib
+import importlib.util
+import os
 import sys
 
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
 
-# verb -> module; order is the order of the walk-through (notebooks 01..05, then the demo)
-VERBS: dict[str, str] = {
-    "env": "kit.env.check",
-    "doctor": "kit.doctor",
-    "inspect": "kit.checkpoint.inspect",
-    "convert": "kit.checkpoint.convert",
-    "probe": "kit.wiring.probe",
-    "oracle": "kit.reference.oracle",
-    "train-draft": "kit.reference.train",
-    "launch": "kit.serving.launch_verb",
-    "serve": "kit.serving.server",
-    "bench": "kit.measure.bench",
-    "sweep": "kit.measure.sweep",
-    "demo": "kit.demo",
+PROG = "kit"
+
+# verb -> (module, one example); order is the walk-through (notebooks 01..05, then the demo)
+VERBS: dict[str, tuple[str, str]] = {
+    "env": ("kit.env.check", "kit env --launch-file launch.sh"),
+    "doctor": (
+        "kit.doctor",
+        "kit doctor --target ~/models/Llama-3.1-8B-Instruct --draft ~/drafts/eagle3 --launch-file launch.sh",
+    ),
+    "inspect": ("kit.checkpoint.inspect", "kit inspect ~/drafts/eagle3 --sglang-version 0.5.23"),
+    "convert": ("kit.checkpoint.convert", "kit convert ~/drafts/eagle3 ~/drafts/eagle3-sglang --to sglang"),
+    "probe": (
+        "kit.wiring.probe",
+        "kit probe --target ~/models/Llama-3.1-8B-Instruct/config.json --config-only --draft ~/drafts/eagle3",
+    ),
+    "oracle": ("kit.reference.oracle", "kit oracle --quick --compare"),
+    "train-draft": ("kit.reference.train", "kit train-draft --quick --out drafts/smoke"),
+    "launch": ("kit.serving.launch_verb", 'kit launch --from "$(cat launch.sh)" --dry-run'),
+    "serve": (
+        "kit.serving.server",
+        "kit serve --speculative-algorithm EAGLE3 --speculative-draft-model-path ~/drafts/eagle3 --port 30000",
+    ),
+    "bench": (
+        "kit.measure.bench",
+        "kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 --repeats 3",
+    ),
+    "sweep": ("kit.measure.sweep", 'kit sweep --launch "$(cat launch.sh)" --speculative-num-steps 1 3 5'),
+    "bundle": ("kit.sglang.bundle", "kit bundle build --sglang-version 0.5.17 --arch sm90 --python 3.12 --out dist"),
+    "demo": ("kit.demo", "kit demo --quick"),
 }
 
 
-def _available() -> dict[str, object]:
-    mods = {}
-    for verb, modname in VERBS.items():
-        try:
-            spec = importlib.util.find_spec(modname)
-        except ModuleNotFoundError:
-            spec = None
-        if spec is not None:
-            mods[verb] = modname
-    return mods
+def verb_help(module: str) -> str:
+    """A verb module's HELP line, read from its source without importing it (so `kit --help` stays fast)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return ""
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "HELP" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return ""
+
+
+def top_help() -> str:
+    width = max(len(v) for v in VERBS)
+    lines = [
+        f"usage: {PROG} VERB [flags]   (or: python -m kit VERB [flags])",
+        "",
+        (__doc__ or "").splitlines()[0].split(" — ")[-1].strip(),
+        "",
+        "verbs, in notebook order:",
+    ]
+    lines += [f"  {verb:<{width}}  {verb_help(mod)}" for verb, (mod, _) in VERBS.items()]
+    lines += ["", f"`{PROG} VERB --help` shows a verb's flags, their defaults and an example."]
+    return "\n".join(lines)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every flag's help ends with its default (when it has one worth showing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = action.help or ""
+        d = action.default
+        if "%(default)" in h or d in (None, False, argparse.SUPPRESS) or d == [] or action.option_strings == []:
+            return h
+        return h + " (default: %(default)s)"
+
+
+class VerbParser(argparse.ArgumentParser):
+    """argparse, with a bad flag answered by this verb's usage line, the error and a close match."""
+
+    def error(self, message: str):
+        if "unrecognized arguments:" in message:
+            known = [s for a in self._actions for s in a.option_strings]
+            hints = []
+            for bad in message.split(":", 1)[1].split():
+                if bad.startswith("--"):
+                    close = difflib.get_close_matches(bad.split("=")[0], known, n=1)
+                    if close:
+                        hints.append(f"{bad.split('=')[0]} -> {close[0]}?")
+            if hints:
+                message += " (did you mean: " + ", ".join(hints) + ")"
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_CANNOT_RUN, f"{self.prog}: error: {message}\n")
+
+
+def verb_parser(verb: str, mod) -> VerbParser:
+    doc = (mod.__doc__ or "").strip().split("\n\n")[0]
+    example = VERBS[verb][1]
+    p = VerbParser(
+        prog=f"{PROG} {verb}",
+        description=f"{getattr(mod, 'HELP', '')}\n\n{doc}",
+        epilog=f"example:\n  {example}",
+        formatter_class=HelpFormatter,
+    )
+    mod.add_arguments(p)
+    return p
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`| head -1`): point stdout at /dev/null so the exit flush cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + 13  # what a shell reports for a command ended by SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    available = _available()
-    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        # the top-level help lists verbs without importing every module
-        for verb in available:
-            sub.add_parser(verb)
-        parser.print_help()
-        print("\nverbs: " + ", ".join(available))
+        print(top_help(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else EXIT_CANNOT_RUN
     verb = argv[0]
-    if verb not in available:
-        print(f"kit: unknown verb {verb!r}; choose from: {', '.join(available)}", file=sys.stderr)
+    if verb not in VERBS:
+        close = difflib.get_close_matches(verb, VERBS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"{PROG}: error: unknown verb {verb!r}{hint}; `{PROG} --help` lists them", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    mod = importlib.import_module(available[verb])
-    p = sub.add_parser(verb, help=getattr(mod, "HELP", ""), description=(mod.__doc__ or "").split("\n\n")[0])
-    mod.add_arguments(p)
+    mod = importlib.import_module(VERBS[verb][0])
+    parser = verb_parser(verb, mod)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse already printed a one-line usage error
-        return EXIT_CANNOT_RUN if e.code else 0
+        args = parser.parse_args(argv[1:])
+    except SystemExit as e:  # --help (0) or a bad flag (2, usage already printed)
+        return int(e.code or 0)
     try:
-        return int(mod.run(args) or 0)
+        _check_release(verb, args)
+        rc = int(mod.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, inside the handler, not at interpreter exit
+        return rc
     except KitInputError as e:
-        print(f"kit {verb}: error: {e}", file=sys.stderr)
+        print(f"{PROG} {verb}: error: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
+        if e.filename is None:
+            raise
+        # a file the user named could not be opened: the same one line as a KitInputError
+        print(f"{PROG} {verb}: error: {e.filename}: {e.strerror}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     except KeyboardInterrupt:
-        print(f"kit {verb}: interrupted", file=sys.stderr)
+        print(f"{PROG} {verb}: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_release(verb: str, args: argparse.Namespace) -> None:
+    """`--sglang-version X`: a version, else exit 2; a release the kit has not read is a warning naming
+    the release whose rules stand in for it (every verb that takes the flag judges with those)."""
+    requested = getattr(args, "sglang_version", None)
+    if not requested:
+        return
+    from kit.sglang.loader import known_versions
+    from kit.sglang.versions import is_version, pick_recorded
+
+    if not is_version(requested):
+        raise KitInputError(f"--sglang-version {requested!r}: not a version (e.g. 0.5.23)")
+    note = pick_recorded(requested, known_versions()).note()
+    if note:
+        print(f"{PROG} {verb}: warning: {note}", file=sys.stderr)
+
+
+def entry() -> None:
+    """The `kit` console script."""
+    sys.exit(main())

@@ -11,15 +11,26 @@ same field names, so `Cls(**params)` is the notebook twin of the command line.
 
 Field types understood: bool (store_true / --no-x), int, float, str, Optional[...] of those,
 and list[...] of those (nargs="+"). A field with metadata {"positional": True} is positional.
+`add_arguments(p, Cls, only=..., notes=...)` registers a subset of fields (a flag the verb would
+ignore is then refused by argparse) and appends a note to some flags' help.
+
+Paths a user names are checked here, before any slow work: `local_path(value, "--target")`
+returns the path or raises a one-line `KitInputError`; a Hugging Face hub id gets the offline
+explanation instead of "no such file".
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
+
+from kit.findings import KitInputError
 
 T = TypeVar("T")
 
@@ -35,13 +46,38 @@ def _base_type(tp):
     return tp, False
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentParser:
+class _Refused(argparse.Action):
+    """A flag this verb knows but does not implement: a one-line error naming it, never a silent no-op."""
+
+    def __init__(self, option_strings, dest, why: str = "", **kw):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kw)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string}: {self.why}")
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    only: Collection[str] | None = None,
+    notes: Mapping[str, str] | None = None,
+    refuse: str | None = None,
+) -> argparse.ArgumentParser:
+    """One flag per field of `cls`. With `only`, the other fields' flags are refused when given, with
+    the reason `refuse` (hidden from --help). `notes[field]` is appended to that flag's help in brackets."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.metadata.get("cli") is False:
             continue
+        if only is not None and f.name not in only:
+            if refuse and not f.metadata.get("positional"):
+                parser.add_argument("--" + f.name.replace("_", "-"), action=_Refused, why=refuse, default=None)
+            continue
         tp, is_list = _base_type(hints[f.name])
         help_ = f.metadata.get("help", "")
+        if notes and f.name in notes:
+            help_ = f"{help_} [{notes[f.name]}]"
         default = (
             f.default
             if f.default is not dataclasses.MISSING
@@ -70,3 +106,26 @@ def from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
 
 def to_dict(cfg) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+
+
+# owner/name, as the Hugging Face hub spells a repository id
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def missing_path(value: str, flag: str | None = None, what: str = "a local directory or file") -> str:
+    """The one-line message for a path that does not exist; a hub id is told it cannot be resolved offline."""
+    head = f"{flag} {value}" if flag else str(value)
+    if _HUB_ID.match(str(value)) and not Path(value).parent.exists():
+        return (
+            f"{head}: a Hugging Face hub id cannot be resolved offline; download it where there is network "
+            f"(huggingface-cli download {value} --local-dir DIR), copy DIR here and pass {flag or 'the path'} DIR"
+        )
+    return f"{head}: no such file or directory (expected {what})"
+
+
+def local_path(value: str, flag: str | None = None, what: str = "a local directory or file") -> Path:
+    """`value` as an existing local path, or a one-line KitInputError naming the flag (see `missing_path`)."""
+    p = Path(value).expanduser()
+    if not p.exists():
+        raise KitInputError(missing_path(value, flag, what))
+    return p

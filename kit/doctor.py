@@ -1,10 +1,14 @@
 """`python -m kit doctor`: every static check its inputs allow, in one report.
 
-    python -m kit doctor [--target PATH] [--draft PATH] [--launch "COMMAND" | --launch-file FILE]
-                         [--sglang-version X] [--trained-with STACK] [--json]
+    kit doctor [--target PATH] [--draft PATH] [--launch "COMMAND" | --launch-file FILE]
+               [--probe-env] [--sglang-version X] [--verbose] [--json]
 
 `--target`/`--draft` take a model directory or a lone config.json: no weights are needed,
-so a Kimi-K2.5-sized target is checked on a laptop. Each check module exposes
+so a Kimi-K2.5-sized target is checked on a laptop (a hub id is refused: the kit is offline).
+This machine's GPUs, driver, torch and NCCL are probed only with `--probe-env` (the launch will
+run here; a few seconds, imports torch); without it, the launch command's own variables and flags
+are still judged. Info findings are folded under a count unless `--verbose`; every fix is written
+with the paths given here, ready to paste. Each check module exposes
 `doctor_checks(ctx: DoctorContext) -> list[Finding]` and is listed in `PROVIDERS`; a provider
 looks at what the context holds and returns nothing when its inputs are absent.
 
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
-from kit.findings import KitInputError, Report, emit
+from kit.findings import KitInputError, Report, emit, fill_placeholders
 
 HELP = "run every static check (environment, checkpoint, wiring, launch command)"
 
@@ -50,9 +54,12 @@ class DoctorConfig:
         default=None, metadata={"help": "training stack of the draft: speculators, specforge, eagle, sglang"}
     )
     probe_env: bool = field(
-        default=True,
-        metadata={"help": "probe this machine's GPUs/packages (--no-probe-env to judge only the given files)"},
+        default=False,
+        metadata={
+            "help": "also probe this machine's GPUs, driver, torch, NCCL (the launch will run here; imports torch)"
+        },
     )
+    verbose: bool = field(default=False, metadata={"help": "show info findings too (folded under a count otherwise)"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
@@ -101,7 +108,32 @@ class DoctorContext:
         return p if p is not None and p.is_dir() else None
 
 
+def validate(cfg: DoctorConfig) -> None:
+    """One-line errors before any check runs: something to check, and every named path exists."""
+    if not (cfg.target or cfg.draft or cfg.launch or cfg.launch_file or cfg.probe_env):
+        raise KitInputError(
+            "nothing to check: give --target, --draft, --launch or --launch-file (and --probe-env for this machine)"
+        )
+    for flag, value, what in (
+        ("--target", cfg.target, "a model directory or a config.json"),
+        ("--draft", cfg.draft, "a draft directory or its config.json"),
+        ("--launch-file", cfg.launch_file, "a file holding the launch command"),
+    ):
+        if value:
+            kconfig.local_path(value, flag, what)
+
+
+def fix_values(cfg: DoctorConfig) -> dict[str, str | None]:
+    """The user's paths for the placeholders in fixes (SRC, DST, DRAFT_DIR, TARGET_DIR, PATH)."""
+    draft = Path(cfg.draft) if cfg.draft else None
+    if draft is not None and draft.is_file():
+        draft = draft.parent  # a lone config.json: the draft is the directory around it
+    d = str(draft).rstrip("/") if draft is not None else None
+    return {"SRC": d, "DRAFT_DIR": d, "DST": f"{d}-sglang" if d else None, "TARGET_DIR": cfg.target, "PATH": cfg.target}
+
+
 def diagnose(cfg: DoctorConfig) -> Report:
+    validate(cfg)
     ctx = DoctorContext(cfg)
     # touch the inputs first so an unreadable file fails before any check runs
     _ = ctx.launch_env_argv, ctx.target_config, ctx.draft_config
@@ -114,6 +146,7 @@ def diagnose(cfg: DoctorConfig) -> Report:
             if key not in seen:
                 seen.add(key)
                 report.add(f)
+    report.findings = fill_placeholders(report.findings, fix_values(cfg))
     return report
 
 
@@ -123,4 +156,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(DoctorConfig, args)
-    return emit(diagnose(cfg), cfg.json)
+    return emit(diagnose(cfg), cfg.json, verbose=cfg.verbose)

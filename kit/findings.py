@@ -3,8 +3,10 @@
 A check looks at facts (a config, a safetensors header, a launch command, the GPU) and
 returns `Finding`s — a stable `code` (documented in docs/findings.md), a `severity`, a
 one-line `title`, the `evidence` it saw and the `fix`. A `Report` collects them and renders
-the same content three ways: a terminal table, a pandas DataFrame / HTML table for
-notebooks, and JSON (one document, printed as the last line of stdout by `--json`).
+the same content four ways: plain text wrapped to the terminal (what a pipe or a log gets), a
+`rich` table with colours on a terminal, an HTML table / pandas DataFrame for notebooks, and
+JSON (one document, printed as the last line of stdout by `--json`). Text, table and HTML show
+errors and warnings in full and fold info findings under a count unless asked for (`verbose`).
 
 Exit codes (shared by every verb):
     0  ran, no error findings
@@ -18,11 +20,14 @@ Exit codes (shared by every verb):
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
+import sys
 import textwrap
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 SEVERITIES = ("error", "warning", "info")
@@ -103,37 +108,170 @@ class Report:
         rows = [{**f.to_dict(), "evidence": _evidence_text(f.evidence)} for f in self.findings]
         return pd.DataFrame(rows, columns=["severity", "code", "title", "evidence", "fix"])
 
-    def _repr_html_(self) -> str:
-        if not self.findings:
-            return "<p>No findings.</p>"
-        return self.to_frame().to_html(index=False, escape=True)
-
-    def render_text(self, width: int | None = None) -> str:
-        width = width or max(80, shutil.get_terminal_size((120, 20)).columns)
+    def _ordered(self) -> list[Finding]:
         order = {s: i for i, s in enumerate(SEVERITIES)}
-        lines = []
-        mark = {"error": "ERROR", "warning": "WARN ", "info": "info "}
-        for f in sorted(self.findings, key=lambda f: order[f.severity]):
-            lines.append(f"{mark[f.severity]} {f.code:<24} {f.title}")
-            ind = " " * 31
+        return sorted(self.findings, key=lambda f: order[f.severity])
+
+    def _shown_and_folded(self, verbose: bool) -> tuple[list[Finding], list[Finding]]:
+        ordered = self._ordered()
+        if verbose:
+            return ordered, []
+        return [f for f in ordered if f.severity != "info"], [f for f in ordered if f.severity == "info"]
+
+    def summary_line(self) -> str:
+        s = self.summary()
+        return f"{_count(s['error'], 'error')}, {_count(s['warning'], 'warning')}, {s['info']} info"
+
+    def _folded_line(self, folded: list[Finding]) -> str:
+        codes = ", ".join(dict.fromkeys(f.code for f in folded))
+        return f"+ {_count(len(folded), 'info finding')} not shown ({codes}); --verbose shows them"
+
+    def render_text(self, width: int | None = None, verbose: bool = False) -> str:
+        """Plain text wrapped to `width` (default: the terminal's, 80 when piped); info folded unless verbose."""
+        width = width or shutil.get_terminal_size((80, 24)).columns
+        shown, folded = self._shown_and_folded(verbose)
+        lines: list[str] = []
+        ind = " " * 6
+        for f in shown:
+            lines += textwrap.wrap(f"{_MARK[f.severity]} {f.code}: {f.title}", width, subsequent_indent=ind)
             if f.evidence:
                 lines += textwrap.wrap(
                     "evidence: " + _evidence_text(f.evidence), width, initial_indent=ind, subsequent_indent=ind + "  "
                 )
             if f.fix:
-                lines += textwrap.wrap("fix: " + f.fix, width, initial_indent=ind, subsequent_indent=ind + "  ")
-        s = self.summary()
-        lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
+                lines += _fix_lines(f.fix, width, ind)
+        if folded:
+            lines += textwrap.wrap(self._folded_line(folded), width, subsequent_indent="  ")
+        lines.append(self.summary_line())
         return "\n".join(lines)
+
+    def render_rich(self, console=None, verbose: bool = False) -> None:
+        """A table on a terminal (colours, wrapped to its width); `rich` decides colour from the TTY."""
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        console = console or Console()
+        shown, folded = self._shown_and_folded(verbose)
+        if shown:
+            t = Table(show_header=True, header_style="bold", expand=False, box=None, pad_edge=False)
+            t.add_column("", no_wrap=True)
+            t.add_column("code", no_wrap=True, style="bold")
+            t.add_column("finding", overflow="fold")
+            for f in shown:
+                cell = Text(f.title)
+                if f.evidence:
+                    cell.append("\nevidence: " + _evidence_text(f.evidence), style="dim")
+                if f.fix:
+                    cell.append("\nfix: ", style="green").append(f.fix)
+                t.add_row(Text(_MARK[f.severity].strip(), style=_STYLE[f.severity]), f.code, cell)
+            console.print(t)
+        if folded:
+            console.print(Text(self._folded_line(folded), style="dim"))
+        s = self.summary()
+        console.print(Text(self.summary_line(), style="bold red" if s["error"] else "bold green"))
+
+    def _repr_html_(self) -> str:
+        """The notebook twin of the terminal table: errors and warnings shown, info folded under a count."""
+        shown, folded = self._shown_and_folded(verbose=False)
+
+        def rows(items):
+            out = []
+            for f in items:
+                ev = (
+                    f"<br><small style='opacity:.7'>evidence: {html.escape(_evidence_text(f.evidence))}</small>"
+                    if f.evidence
+                    else ""
+                )
+                fix = f"<br><b style='color:#1a7f37'>fix:</b> <code>{html.escape(f.fix)}</code>" if f.fix else ""
+                out.append(
+                    f"<tr><td style='color:{_HTML_COLOR[f.severity]};font-weight:bold'>"
+                    f"{f.severity}</td><td><code>{html.escape(f.code)}</code></td>"
+                    f"<td style='text-align:left'>{html.escape(f.title)}{ev}{fix}</td></tr>"
+                )
+            return "".join(out)
+
+        head = "<tr><th></th><th>code</th><th style='text-align:left'>finding</th></tr>"
+        parts = []
+        if shown:
+            parts.append(f"<table>{head}{rows(shown)}</table>")
+        if folded:
+            parts.append(
+                f"<details><summary>{html.escape(self._folded_line(folded).split(' not shown')[0])} "
+                f"(click to show)</summary><table>{head}{rows(folded)}</table></details>"
+            )
+        parts.append(f"<p><b>{html.escape(self.summary_line())}</b></p>")
+        return "".join(parts)
 
     def __str__(self) -> str:
         return self.render_text()
 
 
-def emit(report: Report, as_json: bool) -> int:
-    """Print a report the way every verb does and return its exit code."""
+# a fix that starts like this is a command: wrapped with shell continuations so it still pastes
+_COMMAND_PREFIXES = ("python ", "python3 ", "kit ", "--", "export ")
+
+
+def _fix_lines(fix: str, width: int, ind: str) -> list[str]:
+    """A prose fix wraps like prose; a command is wrapped with shell continuations, and a trailing
+    "(explanation)" becomes a `#` comment line, so the lines paste into a shell as they are."""
+    if not fix.startswith(_COMMAND_PREFIXES) or len(ind) + 5 + len(fix) <= width:
+        return textwrap.wrap(
+            "fix: " + fix,
+            width,
+            initial_indent=ind,
+            subsequent_indent=ind + "  ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    cmd, note = fix, ""
+    m = re.match(r"^(.*?)\s+\(([^()]*)\)$", fix)
+    if m:
+        cmd, note = m.group(1), m.group(2)
+    body = textwrap.wrap(cmd, max(20, width - len(ind) - 4), break_on_hyphens=False, break_long_words=False)
+    out = [ind + "fix:"]
+    if note:
+        out += textwrap.wrap(note, width, initial_indent=ind + "  # ", subsequent_indent=ind + "  # ")
+    return out + [ind + "  " + b + (" \\" if i < len(body) - 1 else "") for i, b in enumerate(body)]
+
+
+_MARK = {"error": "ERROR", "warning": "WARN ", "info": "info "}
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_HTML_COLOR = {"error": "#cf222e", "warning": "#9a6700", "info": "#0969da"}
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def fill_placeholders(findings: Iterable[Finding], values: dict[str, str | None]) -> list[Finding]:
+    """Fixes written with the user's own paths: each whole-word placeholder (SRC, DST, DRAFT_DIR, ...)
+    in a fix becomes its value, shell-quoted, so the fix can be pasted as it is."""
+    import shlex
+
+    subs = {k: shlex.quote(v) for k, v in values.items() if v}
+    if not subs:
+        return list(findings)
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, subs)) + r")\b")
+    return [replace(f, fix=pat.sub(lambda m: subs[m.group(1)], f.fix)) if f.fix else f for f in findings]
+
+
+def _use_rich() -> bool:
+    """Tables and colours on a terminal; plain text when piped (or when `rich` is not installed)."""
+    if not sys.stdout.isatty():
+        return False
+    try:
+        import rich  # noqa: F401  (optional third-party renderer)
+    except ImportError:
+        return False
+    return True
+
+
+def emit(report: Report, as_json: bool, verbose: bool = True) -> int:
+    """Print a report the way every verb does and return its exit code (`verbose=False` folds info)."""
     if as_json:
         print(report.to_json())
+    elif _use_rich():
+        report.render_rich(verbose=verbose)
     else:
-        print(report.render_text())
+        print(report.render_text(verbose=verbose))
     return report.exit_code()

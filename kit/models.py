@@ -106,7 +106,11 @@ def resolve_target(target: str | os.PathLike | None) -> Path:
     """'embedded'/None -> the cached SmolLM2 directory; anything else must be a local HF dir."""
     if target in (None, "", DEFAULT_TARGET):
         return embedded_dir()
-    p = Path(target)
+    p = Path(target).expanduser()
+    if not p.exists():
+        from kit.config import missing_path
+
+        raise KitInputError(missing_path(str(target), what="a model directory or 'embedded'"))
     if not (p / "config.json").exists():
         raise KitInputError(f"{p}: not a model directory (no config.json)")
     return p

@@ -2,107 +2,161 @@
 
 SGLang pins a CUDA torch and GPU kernels; speculators pins transformers<=5.19 and pulls CUDA
 torchvision. Neither belongs in the notebook environment. Their *pure-Python* parts still run
-on a CPU, so we build small virtual environments that see this interpreter's packages
-(`--system-site-packages`: the CPU torch is shared, nothing CUDA is installed) and add the
-third-party package with `--no-deps` plus the light packages it really imports:
+on a CPU, so we build small virtual environments that see the packages of the interpreter running
+the kit (the CPU torch is shared, nothing CUDA is installed) and add the third-party package with
+`--no-deps` plus the light packages it really imports:
 
-    sglang-0.5.23   SGLang's own argument parser (ServerArgs.add_cli_args) and sources
-    speculators     speculators 0.9.0 + SpecForge 0.2.0 draft classes (genuine checkpoints)
+    sglang-<version>  that release's own argument parser (ServerArgs.add_cli_args) and sources
+    speculators       speculators 0.9.0 + SpecForge 0.2.0 draft classes (genuine checkpoints)
+
+How a side environment sees the kit's packages: `python -m venv` without system site-packages,
+plus a `kit-parent.pth` whose line runs `site.addsitedir(...)` for every site-packages directory of
+the *current* interpreter (a virtualenv's own, a conda env's, the system's and the user site),
+so it works when the kit runs in a venv (whose base interpreter lacks torch), in conda or in
+system Python. Packages installed in the side environment come first on its sys.path. Each
+environment is built once per (recipe, parent interpreter), checked by importing what it is for,
+and marked complete only then; a failed build is remembered for an hour with its reason.
 
     from kit.venvs import ensure_venv
     py = ensure_venv("sglang-0.5.23")      # path of that venv's python; built once, cached
     subprocess.run([py, "-c", "import sglang"])
 
-Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME` builds one.
-A point of care: a venv is marked complete only after every install step succeeded.
+Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME...` builds them.
 """
-
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
+import re
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
+import time
 from pathlib import Path
 
 from kit.findings import KitInputError
 from kit.models import cache_dir
 
-# name -> list of pip install steps (each a list of args after `pip install`)
-SPECS: dict[str, list[list[str]]] = {
-    "sglang-0.5.23": [
-        ["--no-deps", "sglang==0.5.23"],
-        [
-            "transformers==5.19.0",
-            "msgspec",
-            "pydantic",
-            "fastapi",
-            "orjson",
-            "requests",
-            "psutil",
-            "pybase64",
-            "pillow",
-            "pyzmq",
-            "IPython",
-            "aiohttp",
-            "uvloop",
-            "setproctitle",
-            "numpy",
-            "einops",
-            "packaging",
-            "triton==3.9.0",
-        ],
-    ],
-    "speculators": [
-        ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
-        [
-            "transformers==5.19.0",
-            "datasets>=4.0.0,<=5.1.0",
-            "pydantic",
-            "pydantic-settings",
-            "loguru",
-            "pyyaml",
-            "safetensors",
-            "huggingface-hub",
-            "typer",
-            "rich",
-            "tqdm",
-        ],
-    ],
-}
+# the light packages SGLang's `srt/server_args.py` imports (beyond torch/numpy of the kit itself)
+SGLANG_LIGHT = ["msgspec", "pydantic", "fastapi", "orjson", "requests", "psutil", "pybase64", "pillow", "pyzmq",
+                "IPython", "aiohttp", "uvloop", "setproctitle", "numpy", "einops", "packaging"]
+SPECULATORS = [
+    ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
+    ["transformers==5.19.0", "datasets>=4.0.0,<=5.1.0", "pydantic", "pydantic-settings", "loguru", "pyyaml",
+     "safetensors", "huggingface-hub", "typer", "rich", "tqdm"],
+]
+_SGLANG = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:\.post\d+|rc\d+)?)$")
+FAILED_TTL_S = 3600
+
+
+def recipe(name: str) -> tuple[list[list[str]], str]:
+    """(pip install steps, import check) of a side environment."""
+    m = _SGLANG.match(name)
+    if m:
+        return [["--no-deps", f"sglang=={m.group(1)}"], SGLANG_LIGHT], "import sglang.srt.server_args"
+    if name == "speculators":
+        return SPECULATORS, "import speculators.models.eagle3, specforge.modeling.auto"
+    raise KitInputError(f"unknown side environment {name!r}; known: sglang-<version>, speculators")
+
+
+def parent_site_dirs() -> list[str]:
+    """Every site-packages directory of the interpreter running the kit, in its sys.path order."""
+    cands = list(site.getsitepackages()) + [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+    if site.ENABLE_USER_SITE:
+        cands.append(site.getusersitepackages())
+    out: list[str] = []
+    for p in sys.path + cands:
+        if p in cands and p not in out and Path(p).is_dir():
+            out.append(p)
+    return out
 
 
 def venv_root() -> Path:
     return Path(os.environ.get("KIT_VENV_DIR", cache_dir() / "venvs"))
 
 
+def venv_dir(name: str) -> Path:
+    """`<root>/<name>-<tag>`: one per parent interpreter, so two kit installs never share one."""
+    tag = hashlib.sha1(f"{sys.prefix}|{sys.version}".encode()).hexdigest()[:8]
+    return venv_root() / f"{name}-{tag}"
+
+
 def venv_python(name: str) -> Path:
-    return venv_root() / name / "bin" / "python"
+    return venv_dir(name) / "bin" / "python"
+
+
+def _stamp(name: str) -> dict:
+    steps, check = recipe(name)
+    return {"recipe": steps, "check": check, "parent": parent_site_dirs(), "python": sys.version.split()[0]}
+
+
+def is_built(name: str) -> bool:
+    done = venv_dir(name) / ".kit-complete"
+    try:
+        return json.loads(done.read_text()) == _stamp(name)
+    except (OSError, ValueError):
+        return False
 
 
 def ensure_venv(name: str, quiet: bool = True) -> Path:
-    if name not in SPECS:
-        raise KitInputError(f"unknown side environment {name!r}; known: {', '.join(SPECS)}")
-    d = venv_root() / name
-    done = d / ".kit-complete"
-    if done.exists():
+    """Path of that side environment's python; builds it when missing or stale. KitInputError if it cannot be."""
+    stamp = _stamp(name)
+    d = venv_dir(name)
+    if is_built(name):
         return venv_python(name)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with open(d.parent / f".{d.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build of the same env waits, then reuses it
+        if is_built(name):
+            return venv_python(name)
+        failed = d.parent / f".{d.name}.failed"
+        if failed.exists() and time.time() - failed.stat().st_mtime < FAILED_TTL_S:
+            rec = json.loads(failed.read_text())
+            if rec.get("stamp") == stamp:
+                raise KitInputError(rec["reason"] + f" (cached; delete {failed} to retry now)")
+        try:
+            _build(name, d, stamp, quiet)
+        except KitInputError as e:
+            failed.write_text(json.dumps({"stamp": stamp, "reason": str(e)}))
+            raise
+        failed.unlink(missing_ok=True)
+    return venv_python(name)
+
+
+def _build(name: str, d: Path, stamp: dict, quiet: bool) -> None:
     if d.exists():
         shutil.rmtree(d)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(d)], check=True)
-    py = venv_python(name)
-    for step in SPECS[name]:
-        cmd = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
+    r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(d)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise KitInputError(f"side environment {name}: `python -m venv` failed ({_tail(r.stderr)})")
+    py = d / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    lines = [f"import site; site.addsitedir({p!r})" for p in stamp["parent"]]
+    Path(purelib, "kit-parent.pth").write_text("\n".join(lines) + "\n")
+    for step in stamp["recipe"]:
+        cmd = [sys.executable, "-m", "pip", "--python", str(py), "install", "--disable-pip-version-check"]
         cmd += (["--quiet"] if quiet else []) + step
         r = subprocess.run(cmd, capture_output=quiet, text=True)
         if r.returncode != 0:
-            tail = (r.stderr or "").strip().splitlines()[-1:] if quiet else []
-            raise KitInputError(f"side environment {name}: `pip install {' '.join(step)}` failed {tail}")
-    done.write_text(" ; ".join(" ".join(s) for s in SPECS[name]))
-    return py
+            raise KitInputError(f"side environment {name}: `pip install {' '.join(step)}` failed "
+                                f"({_tail(r.stderr) if quiet else 'see above'})")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    r = subprocess.run([str(py), "-c", stamp["check"]], capture_output=True, text=True, env=env, cwd="/")
+    if r.returncode != 0:
+        raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({_tail(r.stderr)})")
+    (d / ".kit-complete").write_text(json.dumps(stamp))
+
+
+def _tail(text: str) -> str:
+    return (text or "").strip().splitlines()[-1] if (text or "").strip() else "no output"
 
 
 if __name__ == "__main__":
-    for n in sys.argv[1:] or list(SPECS):
+    for n in sys.argv[1:] or ["speculators"]:
         print(n, ensure_venv(n, quiet=False))

@@ -15,6 +15,14 @@ fc_norm in an SGLang without it...). Safe: never touches SRC, refuses DST inside
 inside DST) and a non-empty DST without `--force`; streams tensor by tensor into a temporary
 directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
 `kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
+
+Aux layer ids: the same integers name different target layers in each stack (kit.wiring.aux), so the
+converter translates them through capture points: the source's ids in its stack's convention -> the
+points the draft was trained on -> the ids that make the destination capture those points on the target
+(`--target`: a model directory or its config.json; SGLang's rule per target class and release is
+kit.sglang.capture). When the meaning depends on the target and none is given, it refuses. The output's
+config.json itself records the source's ids, their convention and the points under `kit_aux_source`, so a
+copied config keeps the fact that `kit doctor` judges the wiring by.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ from kit.findings import Finding, KitInputError, Report, emit
 HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
 DESTS = ("sglang", "speculators", "eagle")
 PROVENANCE = "kit_provenance.json"
+# the output config's record of the source's aux ids, their convention and the points they name
+AUX_SOURCE_KEY = "kit_aux_source"
 # whose integers the source's aux layer ids are (kit/aux.py turns this into a shift check)
 AUX_CONVENTION = {"speculators": "speculators", "sglang": "sglang", "specforge": "specforge", "eagle": "eagle"}
 TARGET_EMBED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
@@ -133,8 +143,79 @@ def _target_tensors(target: str) -> tuple[TensorInfo | None, TensorInfo | None, 
     return emb, head, tcfg
 
 
-def plan_conversion(src: str | Path, to: str, target: str | None = None, sglang_version: str | None = None) -> Plan:
-    """Decide every output tensor and the output config; raise KitInputError when strictness forbids."""
+def _target_config(target: str) -> dict[str, Any]:
+    """The target's config.json: `target` is a model directory, its config.json, or 'embedded'."""
+    from kit.checkpoint.hf_config import read_config
+    from kit.models import resolve_target
+
+    p = Path(target).expanduser()
+    return read_config(p if p.is_file() else resolve_target(target))[0]
+
+
+def plan_aux(cfg: dict[str, Any], layout: str, to: str, target: str | None, sglang_version: str | None,
+             require_target: bool = True) -> dict[str, Any]:
+    """{"ids": ids for the destination (None: keep none), "record": the AUX_SOURCE_KEY record}.
+
+    Points come from the source's record when the kit wrote it, else from the source's ids in its
+    stack's convention on the target; the destination ids are the ones that capture those points.
+    """
+    from kit.sglang.capture import capture_rule, default_ids, ids_for_points
+    from kit.wiring.aux import capture_points, read_ids, target_facts
+
+    conv = AUX_CONVENTION.get(layout, layout)
+    src_ids, _ = read_ids(conv, cfg)
+    prior = cfg.get(AUX_SOURCE_KEY) or {}
+    tf = target_facts(_target_config(target)) if target else None
+    L, arch = (tf["L"], tf["arch"]) if tf else (prior.get("num_layers"), prior.get("target_class"))
+    points = None
+    if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
+        points = list(prior["capture_points"])
+    elif conv == "speculators" and src_ids:
+        points = list(src_ids)  # speculators/vLLM ids are capture points on every target
+    needs_target = points is None or to != "speculators"
+    record = {"layout": layout, "convention": conv, "aux_layer_ids": src_ids, "capture_points": points,
+              "target_class": arch, "num_layers": L, "sglang_version": None}
+    if needs_target and tf is None:
+        if not require_target:
+            return {"ids": src_ids, "record": dict(record, translated=False)}
+        raise KitInputError(
+            f"--target: the aux layer ids {src_ids or '(default)'} of this {layout} draft name different target "
+            f"layers in {to}'s convention depending on the target; give --target TARGET_DIR (or its config.json)"
+        )
+    if not L:
+        raise KitInputError(f"--target {target}: no num_hidden_layers in its config")
+    if points is None:
+        points = capture_points(conv, src_ids, L, arch, sglang_version)
+    record.update(capture_points=points, translated=True)
+    if to == "speculators":
+        return {"ids": list(points), "record": record}
+    if to == "eagle":
+        if points != default_ids(L):
+            raise KitInputError(
+                f"--to eagle: official EAGLE captures points {default_ids(L)} on this {L}-layer target; the draft "
+                f"was trained on {points}: convert to sglang or speculators instead"
+            )
+        return {"ids": None, "record": record}
+    rule = capture_rule(arch, sglang_version)
+    if rule is None:
+        raise KitInputError(f"--target: {arch} cannot capture aux hidden states in the SGLang release checked")
+    ids = ids_for_points(points, L, rule)
+    record["sglang_version"] = rule["version"]
+    if ids is None:
+        raise KitInputError(
+            f"--to sglang: no eagle_aux_hidden_state_layer_ids make {arch} capture points {points} in sglang "
+            f"{rule['version']} (rule {rule['default']}; {rule['explicit']})"
+        )
+    return {"ids": ids, "record": record}
+
+
+def plan_conversion(
+    src: str | Path, to: str, target: str | None = None, sglang_version: str | None = None, require_target: bool = True
+) -> Plan:
+    """Decide every output tensor and the output config; raise KitInputError when strictness forbids.
+
+    `require_target=False` (in-memory loading) keeps untranslatable aux ids as they are, recorded as such.
+    """
     from kit.checkpoint.hf_config import read_config
     from kit.checkpoint.vocab import _bools, _ints
 
@@ -151,6 +232,7 @@ def plan_conversion(src: str | Path, to: str, target: str | None = None, sglang_
         )
     if to not in DESTS:
         raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
+    aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
     d = config_dims(cfg, lay.name)
     H, V, Vd, Ht, k, L = (
         d.get(x)
@@ -353,6 +435,7 @@ def plan_conversion(src: str | Path, to: str, target: str | None = None, sglang_
         plan.config = sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
     else:
         plan.config = sglang_to_eagle_config(scfg)
+    _write_aux(plan.config, to, aux)
     ids = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )
@@ -371,6 +454,21 @@ def plan_conversion(src: str | Path, to: str, target: str | None = None, sglang_
         }
     )
     return plan
+
+
+def _write_aux(config: dict[str, Any], to: str, aux: dict[str, Any]) -> None:
+    """Put the destination's aux ids where its stack reads them, and the source record beside them."""
+    ids = aux["ids"]
+    if to == "speculators":
+        config["eagle_aux_hidden_state_layer_ids"] = ids
+    elif to == "sglang":
+        ec = config.setdefault("eagle_config", {"use_aux_hidden_state": True})
+        if ids:
+            ec["eagle_aux_hidden_state_layer_ids"] = list(ids)
+        else:
+            ec.pop("eagle_aux_hidden_state_layer_ids", None)
+        config.pop("eagle_aux_hidden_state_layer_ids", None)
+    config[AUX_SOURCE_KEY] = aux["record"]
 
 
 def _safe_paths(src: Path, dst: Path, force: bool) -> None:
@@ -451,7 +549,7 @@ def convert_in_memory(src: str | Path, sglang_version: str | None = None) -> tup
 
     from kit.checkpoint.safetensors_io import TORCH_DTYPES
 
-    plan = plan_conversion(src, "sglang", None, sglang_version)
+    plan = plan_conversion(src, "sglang", None, sglang_version, require_target=False)
     state = {}
     for n, s in plan.tensors.items():
         buf = bytearray(b"".join(s.chunks()))

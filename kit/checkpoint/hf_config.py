@@ -20,7 +20,11 @@ def config_path(path: str | Path) -> Path:
     if p.is_dir():
         p = p / "config.json"
     if not p.exists():
-        raise KitInputError(f"{p}: no such file (expected a model directory or a config.json)")
+        from kit.config import missing_path
+
+        if Path(path).is_dir():
+            raise KitInputError(f"{p}: no such file (a model directory holds its config.json)")
+        raise KitInputError(missing_path(str(path), what="a model directory or a config.json"))
     return p
 
 

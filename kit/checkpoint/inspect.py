@@ -71,51 +71,23 @@ def find_config(path: Path) -> Path | None:
 
 def config_dims(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
     """Architecture numbers a draft config declares, whatever its layout (speculators nests them)."""
+    from kit.checkpoint.draft_config import read_draft_config
     from kit.checkpoint.hf_config import text_config
 
-    if layout == "speculators" or "transformer_layer_config" in cfg:
-        tl = cfg.get("transformer_layer_config") or {}
-        ids = cfg.get("eagle_aux_hidden_state_layer_ids")
-        H = tl.get("hidden_size")
-        d = {
-            "hidden_size": H,
-            "num_attention_heads": tl.get("num_attention_heads"),
-            "num_key_value_heads": tl.get("num_key_value_heads") or tl.get("num_attention_heads"),
-            "head_dim": tl.get("head_dim"),
-            "intermediate_size": tl.get("intermediate_size"),
-            "vocab_size": tl.get("vocab_size"),
-            "num_hidden_layers": tl.get("num_hidden_layers"),
-            "draft_vocab_size": cfg.get("draft_vocab_size"),
-            "target_hidden_size": cfg.get("target_hidden_size") or H,
-            "num_aux": len(ids) if ids else 3,
-            "model_type": tl.get("model_type"),
-        }
-    else:
-        c = text_config(cfg)
-        eg = c.get("eagle_config") or {}
-        ids = eg.get("eagle_aux_hidden_state_layer_ids")
-        H = c.get("hidden_size")
-        d = {
-            k: c.get(k)
-            for k in (
-                "hidden_size",
-                "num_attention_heads",
-                "head_dim",
-                "intermediate_size",
-                "vocab_size",
-                "num_hidden_layers",
-                "model_type",
-            )
-        }
-        d["num_key_value_heads"] = c.get("num_key_value_heads") or c.get("num_attention_heads")
-        d["draft_vocab_size"] = c.get("draft_vocab_size", c.get("vocab_size"))
-        d["target_hidden_size"] = c.get("target_hidden_size") or H
-        d["num_aux"] = c.get("num_aux_hidden_states") or (len(ids) if ids else 3)
-    if d.get("draft_vocab_size") is None:
-        d["draft_vocab_size"] = d.get("vocab_size")
-    if not d.get("head_dim") and isinstance(H, int) and isinstance(d.get("num_attention_heads"), int):
-        d["head_dim"] = H // d["num_attention_heads"]
-    return d
+    c = read_draft_config(cfg if layout == "speculators" or "transformer_layer_config" in cfg else text_config(cfg))
+    return {
+        "hidden_size": c.hidden_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim_or_default,
+        "intermediate_size": c.intermediate_size,
+        "vocab_size": c.vocab_size,
+        "num_hidden_layers": c.num_hidden_layers,
+        "draft_vocab_size": c.draft_vocab_or_target,
+        "target_hidden_size": c.effective_target_hidden_size,
+        "num_aux": len(c.top_level_aux_layer_ids or ()) or 3 if c.layout == "speculators" else c.num_aux,
+        "model_type": c.model_type,
+    }
 
 
 def sglang_view(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
@@ -151,11 +123,15 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
     L = d.get("num_hidden_layers") or 1
     for i in range(max(L, 1)):
         w = 2 * H if i == 0 else H
-        for n, s in {
+        # MLA attention (kimi_mla) has other tensors and widths: the loader replay checks them
+        attn = {} if layout.name == "kimi_mla" else {
             "self_attn.q_proj.weight": (nh * hd, w),
             "self_attn.k_proj.weight": (nkv * hd, w),
             "self_attn.v_proj.weight": (nkv * hd, w),
             "self_attn.o_proj.weight": (H, nh * hd),
+        }
+        for n, s in {
+            **attn,
             "mlp.gate_proj.weight": (I_, H),
             "mlp.up_proj.weight": (I_, H),
             "mlp.down_proj.weight": (H, I_),

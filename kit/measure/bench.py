@@ -8,9 +8,14 @@ sends `warmup` requests that are recorded but excluded from every total, flushes
 snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency`
 in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike.
 
-Files in `out_dir` (every line is appended and flushed as soon as it exists, so a crash loses
-only requests in flight; rerunning the same command resumes and skips completed request ids):
+Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
+`runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
+(`config.json`) are kept, a flag that contradicts them is refused, completed request ids are not
+sent again, and a line on stderr says what was reused. Before anything is sent, each server is
+checked (one-line error, exit 2, when none answers). Files in the run directory (every line is
+appended and flushed as soon as it exists, so a crash loses only requests in flight):
 
+    config.json     the settings of the run (what --resume keeps)
     records.jsonl   one line per request: label, repeat, rid, ok, t_start (unix s), ttft, e2e,
                     chunk_t/chunk_tok (arrival time and token count of every streamed chunk),
                     completion_tokens (server), client_tokens (counted here), spec (normalised
@@ -20,11 +25,15 @@ only requests in flight; rerunning the same command resumes and skips completed 
     summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
                     findings (written atomically at the end)
 
-    python -m kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 \\
-        --repeats 3 --num-prompts 16 --concurrency 4 --out-dir runs/bench
-    python -m kit bench --url http://127.0.0.1:8000 --api completions   # any OpenAI server
+    kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 \\
+        --repeats 3 --num-prompts 16 --concurrency 4
+    kit bench --resume runs/bench/20261130-141500-baseline-vs-spec     # finish an interrupted run
+    kit bench --url http://127.0.0.1:8000 --api completions   # any OpenAI server
 
-Python: `result = run_bench(BenchConfig(url=..., ...))`; `result.report`, `result.table()`.
+The printed summary is one block per arm in the shape of `python -m sglang.bench_serving` (same
+metric names, milliseconds), each followed by its acceptance sources, then the speedup.
+
+Python: `result = run_bench(BenchConfig(url=..., ...))`; `result.report`, `result.table()`, `result.block()`.
 Exit status: 0 ok, 1 error findings (failed requests, wiring fault), 2 cannot run.
 """
 
@@ -38,17 +47,26 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.measure import metrics as km
-from kit.measure.client import flush_cache, get_json, log_accept_lengths, probe_server, send_one, snapshot_metrics
+from kit.measure.client import (
+    API_PATHS,
+    check_server,
+    flush_cache,
+    get_json,
+    log_accept_lengths,
+    probe_server,
+    send_one,
+    snapshot_metrics,
+)
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
-APIS = ("sglang", "completions", "chat")
+APIS = tuple(API_PATHS)
 
 
 @dataclass
@@ -97,8 +115,15 @@ class BenchConfig:
         default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"}
     )
     timeout_s: float = field(default=600.0, metadata={"help": "per-request timeout"})
-    out_dir: str = field(
-        default="runs/bench", metadata={"help": "directory for records.jsonl, runs.jsonl, summary.json"}
+    out_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "new directory for this run, must not exist or be empty (default: runs/bench/<time>-<labels>)"
+        },
+    )
+    resume: str | None = field(
+        default=None,
+        metadata={"help": "continue the run in this directory: its settings and completed requests are kept"},
     )
     progress: bool = field(default=True, metadata={"help": "tqdm progress bars"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
@@ -119,6 +144,87 @@ class BenchConfig:
         if not arms:
             raise KitInputError("give --url (and optionally --baseline-url)")
         return [(lab, u.rstrip("/")) for lab, u in arms]
+
+
+# ---------------------------------------------------------------------------------------------
+# the run directory: fresh per run, or resumed on request
+# ---------------------------------------------------------------------------------------------
+
+RUNS_ROOT = Path("runs") / "bench"
+RUN_CONFIG = "config.json"
+# what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
+MEASURED_SETTINGS = (
+    "api", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
+    "repeats", "stream", "flush_cache", "chat_template", "model", "label", "baseline_label",
+)  # fmt: skip
+# not stored: where the run lives and how it is shown
+_NOT_STORED = ("out_dir", "resume", "progress", "json")
+
+
+def default_run_dir(cfg: BenchConfig, root: Path = RUNS_ROOT) -> Path:
+    """runs/bench/<UTC time>-<labels>, e.g. runs/bench/20261130-141500-baseline-vs-spec (never an existing one)."""
+    name = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + "-vs-".join(lab for lab, _ in cfg.arms())
+    out, n = root / name, 2
+    while out.exists():
+        out, n = root / f"{name}-{n}", n + 1
+    return out
+
+
+def open_run(cfg: BenchConfig) -> tuple[BenchConfig, Path, bool]:
+    """(the settings to run with, the run directory, resumed?) — checked, nothing created yet."""
+    if cfg.resume:
+        d = Path(cfg.resume)
+        if cfg.out_dir and Path(cfg.out_dir) != d:
+            raise KitInputError(f"--out-dir {cfg.out_dir} and --resume {d}: give one of them")
+        try:
+            stored = json.loads((d / RUN_CONFIG).read_text())
+        except (OSError, json.JSONDecodeError):
+            raise KitInputError(f"--resume {d}: not a kit bench run directory (no readable {RUN_CONFIG})")
+        return _resumed_config(cfg, stored, d), d, True
+    if cfg.out_dir:
+        d = Path(cfg.out_dir)
+        if d.exists() and (not d.is_dir() or any(d.iterdir())):
+            raise KitInputError(
+                f"--out-dir {d}: exists and is not empty; choose a new directory, or --resume {d} to continue that run"
+            )
+        cfg.arms()  # no arm is a user error too, before anything is created
+        return cfg, d, False
+    return cfg, default_run_dir(cfg), False
+
+
+def _resumed_config(cfg: BenchConfig, stored: dict[str, Any], d: Path) -> BenchConfig:
+    """The stored settings, with the flags given now: a measured setting may not change."""
+    defaults = BenchConfig()
+    merged, conflicts = {}, []
+    for f in fields(BenchConfig):
+        if f.name in _NOT_STORED or f.name not in stored:
+            continue
+        now, then = getattr(cfg, f.name), stored[f.name]
+        if now == getattr(defaults, f.name):
+            merged[f.name] = then
+        elif f.name in MEASURED_SETTINGS and now != then:
+            conflicts.append(f"--{f.name.replace('_', '-')} {now} (the run used {then})")
+    if conflicts:
+        raise KitInputError(
+            f"--resume {d}: " + "; ".join(conflicts) + ": a resumed run keeps its settings; start a new run instead"
+        )
+    return replace(cfg, **merged, out_dir=None, resume=str(d))
+
+
+def _store_config(cfg: BenchConfig, out: Path) -> None:
+    doc = {k: v for k, v in asdict(cfg).items() if k not in _NOT_STORED}
+    (out / RUN_CONFIG).write_text(json.dumps(doc, indent=2))
+
+
+def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
+    """What a resumed run reuses and what it still sends, in one line."""
+    total = len(reqs) * cfg.repeats * len(cfg.arms())
+    reused = sum(len(v) for v in done.values())
+    parts = [f"{lab}#{rep} {len(ids)}/{len(reqs)}" for (lab, rep), ids in done.items() if ids]
+    head = f"resuming {out}: reusing {reused} of {total} completed request(s)"
+    if parts:
+        head += " (" + ", ".join(parts) + ")"
+    return head + (f"; sending {total - reused}" if total > reused else "; nothing left to send, re-scoring")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,20 +435,16 @@ def _run_sync(coro):
     return box["v"]
 
 
-async def _bench(cfg: BenchConfig, out: Path, prompts: list[dict] | None = None) -> None:
+async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple[str, int], set[str]]) -> None:
     import httpx
 
-    reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
     render = _chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
     log, runs = RecordLog(out / "records.jsonl"), RecordLog(out / "runs.jsonl")
-    existing = log.read()
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
         for repeat in range(cfg.repeats):
             for label, base in cfg.arms():
-                await run_arm(
-                    client, label, base, repeat, reqs, cfg, log, runs, completed_ids(existing, label, repeat), render
-                )
+                await run_arm(client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,12 +459,51 @@ class BenchResult:
     runs: list[dict]
     summary: dict[str, Any]
     report: Report
+    config: dict[str, Any] = field(default_factory=dict)  # the run's stored settings (config.json)
 
     def table(self):
         """One row per label x repeat (pandas DataFrame)."""
         import pandas as pd
 
         return pd.DataFrame(self.summary["runs"])
+
+    def block(self) -> str:
+        """The printed summary: per arm, sglang.bench_serving's block (ms) and the acceptance sources;
+        then the speedup of each arm over the baseline."""
+        apis = {r.get("api") for r in self.records if r.get("api")}
+        backend = ", ".join(f"{a} ({API_PATHS.get(a, a)})" for a in sorted(apis)) or "n/a"
+        lines: list[str] = []
+        for label, agg in self.summary["labels"].items():
+            sources = (self.summary.get("accept_sources") or {}).get(label)
+            lines += km.serving_block(agg, label, backend, self.config.get("concurrency"), sources)
+            lines.append("")
+        for lab, ci in (self.summary.get("speedup") or {}).items():
+            lines.append(
+                f"Speedup {lab} vs {self.config.get('baseline_label', 'baseline')}: {ci['speedup']:.3f}x  "
+                f"95% t-interval [{ci['t_low']:.3f}, {ci['t_high']:.3f}]  "
+                f"bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]  "
+                f"({ci['n_baseline']} vs {ci['n_spec']} runs)"
+            )
+        return "\n".join(lines).rstrip()
+
+    def describe(self) -> str:
+        """Which data, in one line (figure titles): model, prompts, settings."""
+        c = self.config
+        models = sorted({str(r["model"]) for r in self.runs if r.get("model")})
+        n = c.get("num_prompts")
+        return ", ".join(
+            x
+            for x in (
+                f"model {', '.join(models)}" if models else "",
+                f"prompts {c['prompts']}" + (f" x{n}" if n else "") if c.get("prompts") else "",
+                f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else "",
+                f"temperature {c['temperature']}" if c.get("temperature") is not None else "",
+                f"concurrency {c['concurrency']}" if c.get("concurrency") else "",
+                f"{c['repeats']} repeat(s)" if c.get("repeats") else "",
+                f"api {c['api']}" if c.get("api") else "",
+            )
+            if x
+        )
 
 
 def analyze(
@@ -375,7 +516,7 @@ def analyze(
     """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
     report = Report()
     labels = list(dict.fromkeys(r["label"] for r in records if "label" in r))
-    rows, per_label = [], {}
+    rows, per_label, source_detail = [], {}, {}
     for label in labels:
         lrec = [r for r in records if r.get("label") == label]
         for rep in sorted({r["repeat"] for r in lrec}):
@@ -390,6 +531,7 @@ def analyze(
             report.extend(km.reconcile_acceptance(src, f"{label}#{info['repeat']}"))
             sources = src  # the last session's sources are shown; each one was reconciled
         agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
+        source_detail[label] = sources
         per_label[label] = agg
         failed = [r for r in lrec if not r.get("ok") and not r.get("warmup")]
         if failed:
@@ -450,7 +592,7 @@ def analyze(
                     "return_spec_tokens_details; check the server runs with speculation",
                 )
             )
-    summary: dict[str, Any] = {"runs": rows, "labels": per_label}
+    summary: dict[str, Any] = {"runs": rows, "labels": per_label, "accept_sources": source_detail}
     if baseline_label in per_label:
         for label in labels:
             if label == baseline_label:
@@ -478,15 +620,35 @@ def analyze(
     return summary, report
 
 
-def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None = None) -> BenchResult:
-    """Run every arm x repeat (resuming what `out_dir` already holds) and score it.
+def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None = None, note=None) -> BenchResult:
+    """Run every arm x repeat into a fresh run directory (or the one `cfg.resume` names) and score it.
 
     `prompts` ([{"id", "kind", "text"}]) overrides `cfg.prompts`; `static_findings` (kit doctor's)
-    feed the verdict's probable causes when `cfg.expected_accept_length` is set."""
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _run_sync(_bench(cfg, out, prompts))
-    return load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
+    feed the verdict's probable causes when `cfg.expected_accept_length` is set; `note(line)` hears
+    what a resumed run reused (default: stderr). Every input is checked, and every server that still
+    has requests to answer, before the directory is created or anything is sent."""
+    import sys
+
+    note = note or (lambda line: print(f"kit bench: {line}", file=sys.stderr))
+    cfg, out, resumed = open_run(cfg)
+    reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
+    existing = RecordLog(out / "records.jsonl").read() if resumed else []
+    done = {(lab, rep): completed_ids(existing, lab, rep) for rep in range(cfg.repeats) for lab, _ in cfg.arms()}
+    ids = {r["rid"] for r in reqs}
+    flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
+    for lab, base in cfg.arms():
+        if any(ids - done[(lab, rep)] for rep in range(cfg.repeats)):
+            check_server(base, flags.get(lab, "--url"))
+    if resumed:
+        note(resume_note(out, reqs, cfg, done))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        _store_config(cfg, out)
+    _run_sync(_bench(cfg, out, reqs, done))
+    res = load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
+    if resumed:
+        res.summary["resumed"] = {"reused": sum(len(v & ids) for v in done.values())}
+    return res
 
 
 def load_result(
@@ -502,7 +664,9 @@ def load_result(
     tmp = out / ".summary.json.tmp"
     tmp.write_text(json.dumps(jsonable(doc), indent=2, default=str))
     tmp.replace(out / "summary.json")
-    return BenchResult(out, records, runs, summary, report)
+    stored = out / RUN_CONFIG
+    config = json.loads(stored.read_text()) if stored.exists() else {}
+    return BenchResult(out, records, runs, summary, report, config)
 
 
 def jsonable(v: Any) -> Any:
@@ -524,25 +688,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(BenchConfig, args)
     res = run_bench(cfg)
     if not cfg.json:
-        cols = [
-            "label",
-            "repeat",
-            "requests",
-            "failed",
-            "output_tok_s",
-            "req_s",
-            "ttft_p50_s",
-            "itl_p50_s",
-            "itl_p99_s",
-            "e2e_p50_s",
-            "accept_length",
-            "accept_rate",
-        ]
-        t = res.table()
-        print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        for lab, ci in res.summary.get("speedup", {}).items():
-            print(
-                f"speedup {lab}: {ci['speedup']:.3f}x  t-CI [{ci['t_low']:.3f}, {ci['t_high']:.3f}]"
-                f"  bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]"
-            )
+        print(res.block())
+        print(f"\nrun directory: {res.out_dir}  (records.jsonl, runs.jsonl, summary.json)\n")
     return emit(res.report, cfg.json)

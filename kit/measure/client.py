@@ -23,6 +23,9 @@ from typing import Any
 
 from kit.measure import metrics as km
 
+# endpoint of each API a benchmark can speak
+API_PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
 # ---------------------------------------------------------------------------------------------
 # one request
 # ---------------------------------------------------------------------------------------------
@@ -33,7 +36,7 @@ def build_payload(api: str, text: str, cfg: Any, model: str | None) -> tuple[str
         sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
         if cfg.ignore_eos:
             sp["ignore_eos"] = True
-        return "/generate", {"text": text, "sampling_params": sp, "stream": cfg.stream}
+        return API_PATHS["sglang"], {"text": text, "sampling_params": sp, "stream": cfg.stream}
     body: dict[str, Any] = {
         "model": model or "default",
         "max_tokens": cfg.max_new_tokens,
@@ -46,9 +49,9 @@ def build_payload(api: str, text: str, cfg: Any, model: str | None) -> tuple[str
         body["ignore_eos"] = True
     if api == "chat":
         body["messages"] = [{"role": "user", "content": text}]
-        return "/v1/chat/completions", body
+        return API_PATHS["chat"], body
     body["prompt"] = text
-    return "/v1/completions", body
+    return API_PATHS["completions"], body
 
 
 def _openai_piece(obj: dict, api: str) -> str:
@@ -93,7 +96,10 @@ async def send_one(
         else:
             r = await client.post(base + path, json=body)
             r.raise_for_status()
-            _absorb_final(r.json(), api, rec)
+            obj = r.json()
+            _absorb_final(obj, api, rec)
+            if api == "sglang" and obj.get("output_ids") is not None:
+                rec["output_ids"] = obj["output_ids"]  # the generated token ids (whole, unstreamed)
             n = rec["completion_tokens"] or 0
             rec["chunk_t"], rec["chunk_tok"] = [time.perf_counter() - t0], [n]
             rec["client_tokens"] = n
@@ -157,6 +163,27 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) 
 # ---------------------------------------------------------------------------------------------
 # server probing and snapshots
 # ---------------------------------------------------------------------------------------------
+
+
+def check_server(base: str, flag: str = "--url", timeout_s: float = 5.0) -> None:
+    """Is a server answering at `base`? A one-line KitInputError naming the flag when not, before any
+    request is sent: no connection, or /health answering 503 (SGLang while it loads its weights).
+    Any other HTTP answer counts as alive (OpenAI-compatible servers may have no /health)."""
+    import httpx
+
+    from kit.findings import KitInputError
+
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as c:
+            r = c.get(base + "/health")
+    except httpx.HTTPError as e:
+        why = type(e).__name__ if not str(e) else str(e)
+        raise KitInputError(
+            f"{flag} {base}: no server answers ({why}); start it first (kit launch, or python -m "
+            f"sglang.launch_server ...) or correct the URL"
+        )
+    if r.status_code == 503:
+        raise KitInputError(f"{flag} {base}: /health answers 503 (still loading?); wait until the server is ready")
 
 
 async def get_json(client, url: str) -> dict | None:

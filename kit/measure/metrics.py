@@ -156,19 +156,25 @@ def summarize(records: Iterable[dict]) -> dict[str, Any]:
         for r in recs
         if r.get("ttft") is not None and output_tokens(r) > 1
     ]
+    ptoks = sum(int(r.get("prompt_tokens") or 0) for r in recs)
     out: dict[str, Any] = {
         "requests": len(recs),
         "failed": len(failed),
         "output_tokens": sum(toks),
-        "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in recs),
+        "prompt_tokens": ptoks,
         "duration_s": dur,
         "output_tok_s": sum(toks) / dur if dur > 0 else math.nan,
+        "input_tok_s": ptoks / dur if dur > 0 else math.nan,
+        "total_tok_s": (ptoks + sum(toks)) / dur if dur > 0 else math.nan,
         "req_s": len(recs) / dur if dur > 0 else math.nan,
+        # sglang.bench_serving's "Concurrency": requests in flight on average
+        "concurrency": sum(e2e) / dur if dur > 0 else math.nan,
     }
     for name, xs in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e)):
         out[f"{name}_mean_s"] = _mean(xs)
-        for q in (50, 90, 99):
+        for q in (50, 90, 95, 99):
             out[f"{name}_p{q}_s"] = percentile(xs, q)
+    out["itl_max_s"] = max(itl) if itl else math.nan
     acc = acceptance_from_records(recs)
     out.update({f"accept_{k}": v for k, v in acc.items() if k != "histogram"})
     out["accept_histogram"] = acc.get("histogram")
@@ -341,10 +347,67 @@ def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) ->
 TOLERANCE = {"meta_field": 0.02, "metrics_delta": 0.05, "server_info": 0.15, "log": 0.15, "stream": 0.15}
 
 
+def explain_mismatch(name: str, value: float, reference: float) -> tuple[str, str, str]:
+    """(short reason, why, fix) for an acceptance source that disagrees with the per-request value."""
+    trust = "trust meta (completion_tokens / spec_verify_ct of these requests) for this run"
+    if name == "stream":
+        if abs(value - 1.0) < 0.02 and reference > 1.05:
+            return (
+                "every streamed chunk carried one token",
+                "the server streams token by token rather than one chunk per verify step, so chunk sizes "
+                "cannot show how many tokens a verify step accepted",
+                f"{trust}; the stream source measures acceptance only where a chunk is one verify step "
+                "(SGLang with --stream-interval 1)",
+            )
+        if value > reference:
+            return (
+                "chunks held several verify steps",
+                "chunks carried more tokens than one verify step emits: the server batched steps into one "
+                "chunk (--stream-interval > 1) or the client read slower than the server wrote",
+                f"{trust}; for a stream figure launch with --stream-interval 1 and use a lower --concurrency",
+            )
+        return (
+            "verify steps were split across chunks",
+            "chunks carried fewer tokens than a verify step emits: the server split steps across chunks "
+            "(e.g. the detokenizer held back an incomplete character)",
+            trust,
+        )
+    if name == "server_info":
+        return (
+            "server_info is a lifetime average",
+            "avg_spec_accept_length covers the server's lifetime (warmup, earlier runs and other clients "
+            "included); it is the 'Accept length' sglang.bench_serving prints",
+            f"{trust}; restart the server per configuration when server_info should match one run",
+        )
+    if name == "log":
+        return (
+            "decode-log lines sample batch means",
+            "decode log lines average only the decode batches inside --decode-log-interval windows, one "
+            "batch mean per line, not a per-token mean over these requests",
+            f"{trust}; a lower --decode-log-interval or longer outputs give the log more lines",
+        )
+    if name == "metrics_delta":
+        return (
+            "the /metrics counters saw other traffic",
+            "the Prometheus counters count every request the server ran between the two snapshots "
+            "(other clients, retries, warmup still finishing)",
+            f"{trust}; measure on a server no one else is using",
+        )
+    if name == "meta_field":
+        return (
+            "the server defines accept length differently",
+            "the server's own per-request spec_accept_length differs from completion_tokens / spec_verify_ct "
+            "of the same requests: it counts differently (e.g. without the bonus token)",
+            trust,
+        )
+    return ("a different scope", f"{name} measures a different scope than the per-request value", trust)
+
+
 def reconcile_acceptance(
     sources: dict[str, dict], label: str = "", tolerance: dict[str, float] | None = None
 ) -> list[Finding]:
-    """`bench.accept_mismatch` for each source that disagrees with the per-request value."""
+    """`bench.accept_mismatch` for each source that disagrees with the per-request value; the
+    finding says why that source can differ (`explain_mismatch`) and which value to trust."""
     tol = {**TOLERANCE, **(tolerance or {})}
     out = []
     for name, s in sources.items():
@@ -354,27 +417,93 @@ def reconcile_acceptance(
         a, b = s["value"], sources[ref]["value"]
         rel = abs(a - b) / max(abs(b), 1e-9)
         if rel > tol.get(name, 0.1):
+            short, why, fix = explain_mismatch(name, a, b)
             out.append(
                 Finding(
                     code="bench.accept_mismatch",
                     severity="warning",
                     title=f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
-                    f"with {ref} ({b:.3f}) by {rel:.0%}",
+                    f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
                     evidence={
                         "source": name,
                         "scope": s["scope"],
                         "value": round(a, 4),
                         "reference": ref,
                         "reference_value": round(b, 4),
+                        "why": why,
                         "all_sources": {k: round(v["value"], 4) for k, v in sources.items()},
                     },
-                    fix="trust the per-request meta_info value for this run; cumulative sources "
-                    "(server_info, gauges) need a fresh server per configuration, log lines need "
-                    "enough decode steps (--decode-log-interval), and a stream source assumes "
-                    "--stream-interval 1",
+                    fix=fix,
                 )
             )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the result block, in the shape of `python -m sglang.bench_serving`
+# ---------------------------------------------------------------------------------------------
+
+# bench_serving's sections: (heading, summary key, metric name in its lines)
+_LATENCY_SECTIONS = (
+    ("End-to-End Latency", "e2e", "E2E Latency"),
+    ("Time to First Token", "ttft", "TTFT"),
+    ("Time per Output Token (excl. 1st token)", "tpot", "TPOT"),
+    ("Inter-Token Latency", "itl", "ITL"),
+)
+
+
+def _line(name: str, value: Any) -> str:
+    if isinstance(value, float):
+        value = "n/a" if math.isnan(value) else f"{value:.2f}"
+    return "{:<40} {:<10}".format(name, "n/a" if value is None else value)
+
+
+def serving_block(
+    s: dict[str, Any], title: str, backend: str, max_concurrency: int | None, sources: dict[str, dict] | None = None
+) -> list[str]:
+    """One result block from a `summarize` dict: the metric names, order, units (ms) and format of
+    `python -m sglang.bench_serving`, then an acceptance block with every source of this run.
+
+    Lines bench_serving prints that the kit does not measure (retokenized counts, goodput) are
+    left out; 'Failed requests' is added; 'Accept length' is the per-request value (meta), not the
+    server-lifetime figure bench_serving reads from /server_info (that one is listed below it)."""
+    ms = 1000.0
+    lines = [
+        "{s:{c}^{n}}".format(s=f" Serving Benchmark Result: {title} ", n=50, c="="),
+        _line("Backend:", backend),
+        _line("Max request concurrency:", max_concurrency or "not set"),
+        _line("Successful requests:", s["requests"]),
+        _line("Failed requests:", s["failed"]),
+        _line("Benchmark duration (s):", s["duration_s"]),
+        _line("Total input tokens:", s["prompt_tokens"]),
+        _line("Total generated tokens:", s["output_tokens"]),
+        _line("Request throughput (req/s):", s["req_s"]),
+        _line("Input token throughput (tok/s):", s["input_tok_s"]),
+        _line("Output token throughput (tok/s):", s["output_tok_s"]),
+        _line("Total token throughput (tok/s):", s["total_tok_s"]),
+        _line("Concurrency:", s["concurrency"]),
+    ]
+    if s.get("accept_length") is not None:
+        lines.append(_line("Accept length:", s["accept_length"]))
+    for heading, key, name in _LATENCY_SECTIONS:
+        lines.append("{s:{c}^{n}}".format(s=heading, n=50, c="-"))
+        lines.append(_line(f"Mean {name} (ms):", s[f"{key}_mean_s"] * ms))
+        for q in (50, 90, 95, 99):
+            lines.append(_line(f"{'Median' if q == 50 else f'P{q}'} {name} (ms):", s[f"{key}_p{q}_s"] * ms))
+        if key == "itl":
+            lines.append(_line("Max ITL (ms):", s["itl_max_s"] * ms))
+    if sources:
+        lines += acceptance_block(sources)
+    lines.append("=" * 50)
+    return lines
+
+
+def acceptance_block(sources: dict[str, dict]) -> list[str]:
+    """Every acceptance source of one run, with its scope; the first (meta) is the one to trust."""
+    lines = ["{s:{c}^{n}}".format(s="Acceptance (tokens per verify step)", n=50, c="-")]
+    for name, src in sources.items():
+        lines.append(_line(f"Accept length, {name}:", src["value"]) + f" {src['scope']}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

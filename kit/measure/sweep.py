@@ -31,18 +31,18 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError, Report, emit
-from kit.measure.bench import BenchConfig, RecordLog, jsonable, run_bench
+from kit.measure.bench import RUN_CONFIG, BenchConfig, RecordLog, jsonable, run_bench
 from kit.sglang.params import SpecParams, max_draft_tokens, resolve
 
 HELP = "sweep steps x topk x draft tokens x concurrency, relaunching the server per point"
 
 
 # a sweep point: the speculative parameters of one launch; None = the baseline (no speculation)
-Point = Optional[SpecParams]  # noqa: UP045 (a runtime alias; `X | None` needs 3.10 objects here)
+Point = SpecParams | None
 
 
 def point_label(point: Point) -> str:
@@ -222,6 +222,9 @@ def run_sweep(
             with launcher(point) as server:
                 url, log_file = url_of(server)
                 for conc in todo:
+                    # a point cut short by a crash resumes in its own directory
+                    pdir = out / "points" / f"{point_label(point)}_c{conc}"
+                    again = (pdir / RUN_CONFIG).exists()
                     bcfg = BenchConfig(
                         url=url,
                         label=point_label(point),
@@ -235,7 +238,8 @@ def run_sweep(
                         log_path=log_file,
                         progress=False,
                         chat_template=cfg.chat_template,
-                        out_dir=str(out / "points" / f"{point_label(point)}_c{conc}"),
+                        out_dir=None if again else str(pdir),
+                        resume=str(pdir) if again else None,
                     )
                     res = run_bench(bcfg, prompts=prompts)
                     exp = expected(point) if expected and point is not None else None

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kit.checkpoint.draft_config import ABSENT, read_draft_config
 from kit.findings import KitInputError
 
 # legacy substring renames SGLang 0.5.23 applies to every checkpoint key (llama_eagle3.load_weights)
@@ -70,52 +71,44 @@ class DraftSpec:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], source: str = "config.json") -> DraftSpec:
-        try:
-            H = int(cfg["hidden_size"])
-            nh = int(cfg["num_attention_heads"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise KitInputError(f"{source}: not an EAGLE-3 draft config (missing/invalid {e})")
-        if "draft_vocab_size" not in cfg:
+        """Validate and type a flat (SGLang-layout) draft config, as SGLang's model constructor would."""
+        c = read_draft_config(cfg)
+        if c.hidden_size is None or c.num_attention_heads is None:
             raise KitInputError(
-                f"{source}: no draft_vocab_size (SGLang 0.5.23 raises AttributeError; "
-                "write null to take the target's lm_head)"
+                f"{source}: not an EAGLE-3 draft config (missing/invalid hidden_size or num_attention_heads)"
             )
-        has_ths = "target_hidden_size" in cfg
-        Ht = cfg.get("target_hidden_size", H)
-        if has_ths and Ht is None:
+        if c.vocab_size is None:
+            raise KitInputError(f"{source}: not an EAGLE-3 draft config (missing/invalid vocab_size)")
+        if c.draft_vocab_size is ABSENT:
+            raise KitInputError(
+                f"{source}: no draft_vocab_size (SGLang raises AttributeError; write null to take the target's lm_head)"
+            )
+        if c.target_hidden_size is None:
             raise KitInputError(f"{source}: target_hidden_size is null (SGLang fails building fc)")
-        ec = cfg.get("eagle_config") or {}
-        ids = ec.get("eagle_aux_hidden_state_layer_ids")
-        k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
-        rp = cfg.get("rope_parameters")
-        theta = (rp or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)) if rp else cfg.get("rope_theta", 10000.0)
-        scaling = rp if rp is not None else cfg.get("rope_scaling")
-        inter = (
-            cfg.get("intermediate_size_mlp") if cfg.get("model_type") == "llama4_text" else cfg.get("intermediate_size")
-        )
+        H = c.hidden_size
         return cls(
             hidden_size=H,
-            target_hidden_size=int(Ht),
-            num_aux=int(k),
-            num_layers=int(cfg.get("num_hidden_layers", 1)),
-            num_heads=nh,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or nh),
-            head_dim=int(cfg.get("head_dim") or H // nh),
-            intermediate_size=int(inter or 4 * H),
-            vocab_size=int(cfg["vocab_size"]),
-            draft_vocab_size=cfg["draft_vocab_size"],
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            hidden_act=cfg.get("hidden_act", "silu"),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            norm_before_fc=bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
-            fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm", False)),
-            norm_output=bool(cfg.get("norm_output", False)),
-            fc_bias=bool(cfg.get("bias", False)),
-            attention_bias=bool(cfg.get("attention_bias", False) or cfg.get("bias", False)),
-            rope_theta=float(theta),
-            rope_scaling=scaling,
-            has_target_hidden_size=has_ths,
-            aux_layer_ids=list(ids) if ids else None,
+            target_hidden_size=int(c.effective_target_hidden_size),
+            num_aux=c.num_aux,
+            num_layers=c.num_hidden_layers or 1,
+            num_heads=c.num_attention_heads,
+            num_kv_heads=c.num_key_value_heads,
+            head_dim=c.head_dim_or_default,
+            intermediate_size=c.intermediate_size or 4 * H,
+            vocab_size=c.vocab_size,
+            draft_vocab_size=c.draft_vocab_size,
+            rms_norm_eps=c.rms_norm_eps,
+            hidden_act=c.hidden_act,
+            tie_word_embeddings=c.tie_word_embeddings,
+            norm_before_fc=c.norm_before_fc,
+            fc_norm=c.fc_norm,
+            norm_output=c.norm_output,
+            fc_bias=c.bias,
+            attention_bias=c.attention_bias,
+            rope_theta=c.rope_theta,
+            rope_scaling=c.rope_scaling,
+            has_target_hidden_size=c.target_hidden_size is not ABSENT,
+            aux_layer_ids=c.aux_layer_ids,
             raw=cfg,
         )
 

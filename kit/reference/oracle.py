@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from kit import config as kconfig
 from kit.checkpoint.inspect import dropped_keys
 from kit.findings import KitInputError
-from kit.reference.speculate import Wiring
+from kit.reference.speculate import Wiring, walk_tree
 from kit.sglang.params import SpecParams
 
 HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree rules, fault switches)"
@@ -129,13 +129,7 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
 
 def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:
     """Draft tokens accepted by greedy verification when the target's next tokens are `truth`."""
-    n, cur = 0, -1
-    while n < len(truth):
-        nxt = next((j for j, (t, pa) in enumerate(zip(tokens, parents)) if pa == cur and t == truth[n]), None)
-        if nxt is None:
-            break
-        n, cur = n + 1, nxt
-    return n
+    return len(walk_tree(tokens, parents, lambda node, depth: truth[depth] if depth < len(truth) else None))
 
 
 def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring()) -> OracleResult:
@@ -159,7 +153,7 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
             continue
         t0 = time.perf_counter()
         with torch.inference_mode():
-            _, feats, _ = target_forward(target, S, None, points)
+            feats = target_forward(target, S, points)
         t1 = time.perf_counter()
         with torch.inference_mode():
             dev = feats.device

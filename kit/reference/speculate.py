@@ -1,40 +1,41 @@
-"""Speculative decoding as SGLang's EAGLE worker does it — one implementation, CPU, batch 1.
+"""Speculative decoding as SGLang's EAGLE worker does it — one implementation, batched, any device.
 
-Used by the offline oracle (kit.reference.oracle) and by the CPU reference server (kit.serving.server).
+Used by the CPU reference server (kit.serving.engine), the oracle (kit.reference.oracle: draft
+trees and the acceptance walk) and the benchmarks.
 
-* Drafting (`draft_tree`): SGLang 0.5.23 `eagle_worker_v2.draft_forward` +
+* Drafting (`draft_trees`): SGLang 0.5.23 `eagle_worker_v2.draft_forward` +
   `spec_utils.select_top_k_tokens` + `eagle_utils.organize_draft_results`. Step 0 takes the
   top-k of the draft's last extend logits; each later step expands every lane, scores
   children by cumulative probability (parent score x softmax prob) and keeps the top-k lanes;
   finally the `speculative_num_draft_tokens - 1` best nodes by cumulative score form the tree. Draft
   attention in a tree step is per lane (prefix + that lane's own earlier steps), like SGLang's
   `generate_draft_decode_kv_indices`. topk 1 is a chain (kit.sglang.params resolves the parameters as SGLang does).
-* Verification (`speculative_generate`): the target scores root + tree in one pass with a tree
-  attention mask; greedy acceptance walks from the root to the child whose token equals the
-  target's argmax, then emits the target's bonus token. The draft then extends over the accepted
-  tokens with the target's hidden states at those positions (SGLang's draft-extend-after-decode).
+* Verification (`BatchDecoder.step`): the target scores root + tree of every running sequence in
+  one ragged forward (kit.reference.target.RaggedTarget) with a tree attention mask; greedy
+  acceptance (`walk_tree`) goes from the root to the child whose token equals the target's
+  argmax, then emits the target's bonus token. The draft then extends over the accepted tokens
+  with the target's hidden states at those positions (SGLang's draft-extend-after-decode).
+  Each sequence keeps its own target and draft KV caches, so sequences join and leave between
+  steps (continuous batching); prefill of new sequences shares the step with the others' verify.
 * Aux wiring (`Wiring`): which target states the draft receives — the fused capture points
   (EAGLE3), the final post-norm state (aux capture off: `EAGLE` launch), shifted points, or a
   draft whose checkpoint keys were dropped at load.
 
     res = speculative_generate(target, draft, ids, 64, SpecParams(3, 1, 4), Wiring())
-    res.tokens == greedy_generate(target, ids, 64).tokens   # always (greedy verification)
+    res.tokens == reference_greedy(target, ids, 64)      # greedy verification (kit.reference.target)
 
-Target = an HF causal LM (Llama-family module layout; hooks and cache handling in kit.reference.target),
-draft = kit.reference.draft.Eagle3Draft.
+Target = an HF causal LM with the Llama module layout, draft = kit.reference.draft.Eagle3Draft.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from kit.reference.target import Piece, RaggedTarget, default_points
 from kit.sglang.params import SpecParams
-
-_LOCK = threading.Lock()  # hooks are attached to the shared target module: one request at a time
 
 
 @dataclass
@@ -82,17 +83,6 @@ class SpecResult:
         return len(self.tokens) / self.verify_steps if self.verify_steps else 0.0
 
 
-from kit.reference.target import (  # noqa: E402,F401
-    TargetCapture,
-    _cache_keep,
-    _cache_len,
-    batch_greedy,
-    call_target,
-    default_points,  # TargetCapture/batch_greedy re-exported
-    target_forward,
-)
-
-
 def capture_points_for(draft, target, wiring: Wiring) -> list[int] | None:
     """Physical capture points the draft receives under `wiring` (None = single final state)."""
     if not wiring.aux_capture or wiring.algorithm.upper() not in ("EAGLE3",):
@@ -108,29 +98,6 @@ def capture_points_for(draft, target, wiring: Wiring) -> list[int] | None:
 
 
 # -- draft side ----------------------------------------------------------------------------
-class DraftState:
-    """The draft's KV cache over verified positions (SGLang's draft req_to_token entries)."""
-
-    def __init__(self, draft):
-        self.draft = draft
-        self.kv = None  # per-layer (k, v) [1, nkv, S, hd]
-        self.logits = None  # [Vd] at the last extended position
-        self.aux = None  # [H] next-step hidden at the last extended position
-        self.pos = -1  # position of the last extended token
-
-    def extend(self, tokens: list[int], feats: torch.Tensor, start: int):
-        """Draft extend: tokens[i] (the token after position start+i) with target feats[i]."""
-        ids = torch.tensor([tokens], dtype=torch.long, device=feats.device)
-        pos = torch.arange(start, start + len(tokens), device=feats.device)[None]
-        logits, aux, new = self.draft(ids, feats[None], pos, past_kv=self.kv)
-        self.kv = (
-            new
-            if self.kv is None
-            else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(self.kv, new)]
-        )
-        self.logits, self.aux, self.pos = logits[0, -1], aux[0, -1], start + len(tokens) - 1
-
-
 def _topk(x: torch.Tensor, k: int):
     # SGLang's fast_topk: max for k=1, torch.topk otherwise
     return x.max(-1, keepdim=True) if k == 1 else torch.topk(x, k, dim=-1)
@@ -143,10 +110,10 @@ def draft_trees(
     """SGLang's draft tree for R roots at once (the oracle batches every position of a sequence).
 
     logits [R, Vd] / aux [R, H]: the draft's extend output at the last verified position of each
-    root; kv: the draft's per-layer (k, v) [1, nkv, S, hd]; root r sees its first prefix_len[r]
-    entries; pos[r]: position of that last extend output. Returns per root (tokens, parents,
-    scores) with node order = SGLang's sorted candidate index (parents precede children,
-    parent -1 = the root token).
+    root; kv: the draft's per-layer (k, v) [1 or R, nkv, S, hd] (one cache all roots share, or one
+    per root, right-padded); root r sees its first prefix_len[r] entries; pos[r]: position of that
+    last extend output. Returns per root (tokens, parents, scores) with node order = SGLang's
+    sorted candidate index (parents precede children, parent -1 = the root token).
     """
     k, R, dev = p.speculative_eagle_topk, logits.shape[0], logits.device
     topk_p, topk_i = _topk(torch.softmax(logits.float(), -1), k)  # [R, k]
@@ -165,7 +132,10 @@ def draft_trees(
     for i in range(1, p.speculative_num_steps):
         past = []
         for li, (pk, pv) in enumerate(kv):
-            ek, ev = pk.expand(R * k, -1, -1, -1), pv.expand(R * k, -1, -1, -1)
+            if pk.shape[0] == 1:
+                ek, ev = pk.expand(R * k, -1, -1, -1), pv.expand(R * k, -1, -1, -1)
+            else:
+                ek, ev = pk.repeat_interleave(k, 0), pv.repeat_interleave(k, 0)
             if lane_kv is not None:  # per-lane history, as generate_draft_decode_kv_indices lays it out
                 ek, ev = torch.cat([ek, lane_kv[li][0]], 2), torch.cat([ev, lane_kv[li][1]], 2)
             past.append((ek, ev))
@@ -206,13 +176,21 @@ def draft_tree(draft, logits: torch.Tensor, aux: torch.Tensor, prefix_kv, pos: i
     return draft_trees(draft, logits[None], aux[None], prefix_kv, [S], [pos], p)[0]
 
 
-def greedy_accept(tokens: list[int], parents: list[int], predict: list[int]) -> list[int]:
-    """Greedy tree verification. predict[0] is the target's argmax after the root, predict[1+j]
-    after node j. Returns the accepted node indices along the path (root excluded)."""
+def walk_tree(tokens: list[int], parents: list[int], want) -> list[int]:
+    """Greedy acceptance: from the root, step to the child whose token is the one the target emits next.
+
+    want(node, depth) -> that token after `node` (-1 = the root) at `depth` accepted tokens, or None to
+    stop. Returns the accepted node indices along the path (root excluded). Serving passes the
+    verify forward's argmax (`lambda node, depth: pred[node + 1]`); the oracle the target's own
+    continuation (`lambda node, depth: truth[depth]`)."""
     path, cur = [], -1
     while True:
-        want = predict[0 if cur < 0 else 1 + cur]
-        nxt = next((j for j, (t, pa) in enumerate(zip(tokens, parents)) if pa == cur and t == want), None)
+        t = want(cur, len(path))
+        nxt = (
+            None
+            if t is None
+            else next((j for j, (tk, pa) in enumerate(zip(tokens, parents)) if pa == cur and tk == t), None)
+        )
         if nxt is None:
             return path
         path.append(nxt)
@@ -250,7 +228,187 @@ def _deep_except_embed(draft):
     return copy.deepcopy(draft, memo)
 
 
-@torch.inference_mode()
+# -- decoding --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Sequence:
+    """One request's decoding state: its tokens, its target and draft caches, its acceptance record."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    eos: frozenset = frozenset()
+    tokens: list[int] = field(default_factory=list)  # new tokens, the prefill token first
+    accept_lengths: list[int] = field(default_factory=list)  # tokens kept per verify step, bonus included
+    accepted_drafts: list[int] = field(default_factory=list)  # draft tokens accepted per verify step
+    done: bool = False
+    kv: object = None  # kit.reference.target.SeqKV
+    draft_kv: list | None = None  # per draft layer (k, v) [1, nkv, S, hd] over verified positions
+    draft_logits: torch.Tensor | None = None  # [Vd] at the last extended position
+    draft_hidden: torch.Tensor | None = None  # [H] next-step hidden at the last extended position
+    draft_pos: int = -1  # position of the last extended token
+
+    def take(self, emitted: list[int]) -> list[int]:
+        """Append what a step produced, cut at max_new_tokens or after an EOS (the scheduler's finish check)."""
+        kept = []
+        for t in emitted:
+            if len(self.tokens) + len(kept) >= self.max_new_tokens:
+                break
+            kept.append(t)
+            if t in self.eos:
+                break
+        self.tokens += kept
+        if len(self.tokens) >= self.max_new_tokens or (kept and kept[-1] in self.eos):
+            self.done = True
+        return kept
+
+
+class BatchDecoder:
+    """One decoding step at a time over any set of sequences: greedy without a draft, speculative with one.
+
+    `step(seqs)` prefills the sequences seen for the first time and advances the others by one
+    decode (greedy) or one draft + verify (speculative) step, all in one target forward; it
+    returns the tokens each sequence gained. `times` accumulates seconds per phase (draft tree,
+    target forward, host-side acceptance, draft extend); `steps` counts decode/verify steps."""
+
+    def __init__(self, target, draft=None, params: SpecParams | None = None, wiring: Wiring | None = None):
+        self.draft = self.params = None
+        points = None
+        if draft is not None:
+            wiring = wiring or Wiring()
+            self.params = (params or SpecParams(3, 1, 4)).resolved()
+            self.draft = prepare_draft(draft, target, wiring)
+            points = capture_points_for(self.draft, target, wiring)
+        self.runner = RaggedTarget(target, points)
+        self.times = {"draft": 0.0, "target": 0.0, "accept": 0.0, "extend": 0.0}
+        self.steps = 0
+
+    @torch.inference_mode()
+    def step(self, seqs: list[Sequence]) -> list[list[int]]:
+        t0 = time.perf_counter()
+        live = [s for s in seqs if s.kv is not None]
+        trees = dict(zip(map(id, live), self._draft_trees(live))) if self.draft is not None and live else {}
+        t1 = time.perf_counter()
+        pieces = []
+        for s in seqs:
+            if s.kv is None:
+                s.kv = self.runner.new_kv(len(s.prompt) + s.max_new_tokens + 8)
+                pieces.append(Piece(s.kv, list(s.prompt), logits="last"))
+            elif self.draft is None:
+                pieces.append(Piece(s.kv, [s.tokens[-1]]))
+            else:
+                toks, pars = trees[id(s)]
+                chain = all(pa == j - 1 for j, pa in enumerate(pars))
+                pieces.append(Piece(s.kv, [s.tokens[-1]] + toks, None if chain else [-1] + [pa + 1 for pa in pars]))
+        starts = [pc.kv.len for pc in pieces]
+        res = self.runner.forward(pieces)
+        t2 = time.perf_counter()
+        emitted, extend = [], []
+        for s, pc, (pred, feats), P in zip(seqs, pieces, res, starts):
+            if pc.logits == "last":  # prefill: the first token; the draft extends over the whole prompt
+                emitted.append(s.take(pred))
+                if self.draft is not None and not s.done:
+                    extend.append((s, list(s.prompt[1:]) + pred, feats, 0))
+                continue
+            self.steps += 1
+            if self.draft is None:
+                emitted.append(s.take(pred))
+                continue
+            toks, pars = trees[id(s)]
+            path = walk_tree(toks, pars, lambda node, depth, pred=pred: pred[node + 1])
+            new = [toks[j] for j in path]
+            keep = [0] + [1 + j for j in path]
+            s.kv.keep(P, keep)
+            emitted.append(s.take(new + [pred[keep[-1]]]))
+            s.accept_lengths.append(len(emitted[-1]))
+            s.accepted_drafts.append(len(new))
+            if not s.done:
+                extend.append((s, new + [pred[keep[-1]]], feats[keep], s.draft_pos + 1))
+        t3 = time.perf_counter()
+        for e in extend:  # prefills one by one: no padding of short extends to a long prompt
+            if e[0].draft_kv is None:
+                self._extend([e])
+        if any(e[0].draft_kv is not None for e in extend):
+            self._extend([e for e in extend if e[0].draft_kv is not None])
+        t4 = time.perf_counter()
+        for k, dt in zip(self.times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            self.times[k] += dt
+        return emitted
+
+    # -- draft side ------------------------------------------------------------------------
+    def _draft_trees(self, seqs: list[Sequence]) -> list[tuple[list[int], list[int]]]:
+        kv, lens = self._draft_cache(seqs)
+        out = draft_trees(
+            self.draft,
+            torch.stack([s.draft_logits for s in seqs]),
+            torch.stack([s.draft_hidden for s in seqs]),
+            kv,
+            prefix_len=lens,
+            pos=[s.draft_pos for s in seqs],
+            p=self.params,
+        )
+        return [(t, p) for t, p, _ in out]
+
+    @staticmethod
+    def _draft_cache(seqs: list[Sequence]):
+        """The sequences' draft caches as one right-padded batch [R, nkv, S, hd] (as is for one sequence)."""
+        lens = [s.draft_kv[0][0].shape[2] for s in seqs]
+        if len(seqs) == 1:
+            return seqs[0].draft_kv, lens
+        S, kv = max(lens), []
+        for li in range(len(seqs[0].draft_kv)):
+            k0 = seqs[0].draft_kv[li][0]
+            K = k0.new_zeros(len(seqs), k0.shape[1], S, k0.shape[3])
+            V = torch.zeros_like(K)
+            for r, s in enumerate(seqs):
+                K[r, :, : lens[r]] = s.draft_kv[li][0][0]
+                V[r, :, : lens[r]] = s.draft_kv[li][1][0]
+            kv.append((K, V))
+        return kv, lens
+
+    def _extend(self, items) -> None:
+        """Draft extend of (sequence, tokens, target features, first position) items in one padded batch.
+
+        Token i is the token after position start + i, fed with the target's features there."""
+        seqs = [it[0] for it in items]
+        dev = items[0][2].device
+        T = max(len(it[1]) for it in items)
+        R = len(items)
+        ids = torch.zeros(R, T, dtype=torch.long, device=dev)
+        hid = items[0][2].new_zeros(R, T, items[0][2].shape[-1])
+        pos = torch.zeros(R, T, dtype=torch.long, device=dev)
+        for r, (_, toks, feats, start) in enumerate(items):
+            ids[r, : len(toks)] = torch.tensor(toks, device=dev)
+            hid[r, : len(toks)] = feats
+            pos[r] = torch.arange(start, start + T, device=dev)
+        kv = mask = None
+        if seqs[0].draft_kv is not None:
+            kv, lens = self._draft_cache(seqs)
+            if R > 1:  # past entries beyond each sequence's length are padding; new tokens causal
+                S = kv[0][0].shape[2]
+                mask = torch.zeros(R, 1, T, S + T, dtype=torch.bool, device=dev)
+                for r in range(R):
+                    mask[r, 0, :, : lens[r]] = True
+                mask[:, 0, :, S:] = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        logits, hidden, new = self.draft(ids, hid, pos, past_kv=kv, mask=mask)
+        for r, (s, toks, _, start) in enumerate(items):
+            n = len(toks)
+            add = [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in new]
+            s.draft_kv = (
+                add
+                if s.draft_kv is None
+                else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(s.draft_kv, add)]
+            )
+            s.draft_logits, s.draft_hidden, s.draft_pos = logits[r, n - 1], hidden[r, n - 1], start + n - 1
+
+
+def decode_one(decoder: BatchDecoder, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> Sequence:
+    """Run one sequence to its end through `decoder` (eos_token_id: an int, a list of ints, or None)."""
+    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    s = Sequence(list(input_ids), max_new_tokens, frozenset(eos))
+    while not s.done:
+        decoder.step([s])
+    return s
+
+
 def speculative_generate(
     target,
     draft,
@@ -260,85 +418,26 @@ def speculative_generate(
     wiring: Wiring = Wiring(),
     eos_token_id: int | None = None,
 ) -> SpecResult:
-    """Greedy speculative decoding of one request, as SGLang runs EAGLE-3 (batch 1).
+    """Greedy speculative decoding of one request, as SGLang runs EAGLE-3.
 
     Returns the new tokens (prefill token first, truncated at max_new_tokens / after EOS) and
-    per verify step the number of tokens kept (accepted drafts + bonus).
-    """
-    from transformers import DynamicCache
-
-    p = params.resolved()
-    d = prepare_draft(draft, target, wiring)
-    points = capture_points_for(d, target, wiring)
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
-    with _LOCK:
-        t0 = time.perf_counter()
-        cache = DynamicCache()
-        pred, feats, cache = target_forward(target, list(input_ids), cache, points)
-        root = int(pred[-1])
-        out = [root]
-        st = DraftState(d)
-        st.extend(list(input_ids[1:]) + [root], feats, 0)
-        res = SpecResult(tokens=out, accept_lengths=[], verify_steps=0)
-        res.prefill_time_s = time.perf_counter() - t0
-        while len(out) < max_new_tokens and root not in eos:
-            t1 = time.perf_counter()
-            toks, pars, _ = draft_tree(d, st.logits, st.aux, st.kv, st.pos, p)
-            t2 = time.perf_counter()
-            P = _cache_len(cache)
-            chain = all(pa == j - 1 for j, pa in enumerate(pars))
-            pred, feats, cache = target_forward(
-                target, [root] + toks, cache, points, None if chain else [-1] + [pa + 1 for pa in pars]
-            )
-            pred = pred.tolist()
-            path = greedy_accept(toks, pars, pred)
-            new = [toks[j] for j in path]
-            bonus = pred[0 if not path else 1 + path[-1]]
-            keep = [0] + [1 + j for j in path]
-            _cache_keep(cache, P, keep)
-            emitted = new + [bonus]
-            # stop at EOS / max_new_tokens exactly like the scheduler's finish check
-            kept = []
-            for t in emitted:
-                if len(out) + len(kept) >= max_new_tokens:
-                    break
-                kept.append(t)
-                if t in eos:
-                    break
-            st.extend(emitted, feats[keep], st.pos + 1)
-            root = kept[-1] if kept else bonus
-            out.extend(kept)
-            res.verify_steps += 1
-            res.accept_lengths.append(len(kept))
-            res.accepted_drafts.append(len(new))
-            t3 = time.perf_counter()
-            res.draft_time_s += (t2 - t1) + 0.0
-            res.verify_time_s += t3 - t2
-            if kept and kept[-1] in eos:
-                break
-    return res
+    per verify step the number of tokens kept (accepted drafts + bonus)."""
+    dec = BatchDecoder(target, draft, params, wiring)
+    s = decode_one(dec, input_ids, max_new_tokens, eos_token_id)
+    return SpecResult(
+        tokens=s.tokens,
+        accept_lengths=s.accept_lengths,
+        verify_steps=len(s.accept_lengths),
+        draft_time_s=dec.times["draft"] + dec.times["extend"],
+        verify_time_s=dec.times["target"] + dec.times["accept"],
+        accepted_drafts=s.accepted_drafts,
+    )
 
 
-@torch.inference_mode()
 def greedy_generate(target, input_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> SpecResult:
-    """Plain greedy decoding with a KV cache (the no-speculation baseline).
+    """Plain greedy decoding through the same batched engine (the no-speculation baseline).
 
-    Returns a SpecResult with verify_steps 0 and empty accept_lengths; verify_time_s is the
-    decode time after prefill."""
-    from transformers import DynamicCache
-
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
-    with _LOCK:
-        t0 = time.perf_counter()
-        cache = DynamicCache()
-        dev = next(target.parameters()).device
-        o = call_target(target, torch.tensor([list(input_ids)], device=dev), cache)
-        tok = int(o.logits[0, -1].argmax())
-        out = [tok]
-        t1 = time.perf_counter()
-        while len(out) < max_new_tokens and tok not in eos:
-            o = call_target(target, torch.tensor([[tok]], device=dev), cache)
-            tok = int(o.logits[0, -1].argmax())
-            out.append(tok)
-        t2 = time.perf_counter()
-    return SpecResult(tokens=out, accept_lengths=[], verify_steps=0, verify_time_s=t2 - t1, prefill_time_s=t1 - t0)
+    Returns a SpecResult with verify_steps 0 and empty accept_lengths; verify_time_s is the decode time."""
+    dec = BatchDecoder(target)
+    s = decode_one(dec, input_ids, max_new_tokens, eos_token_id)
+    return SpecResult(tokens=s.tokens, accept_lengths=[], verify_steps=0, verify_time_s=sum(dec.times.values()))

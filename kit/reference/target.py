@@ -1,11 +1,12 @@
-"""Running an HF target the way the EAGLE-3 oracle and reference server need it (CPU, batch 1).
+"""Running an HF target the way the EAGLE-3 oracle, the trainer and the reference server need it.
 
 * `TargetCapture`: forward hooks recording the residual stream at capture points p (p = output
   of layer p-1, p = 0 the embeddings, p = L the final pre-norm state), or the final post-norm
   state SGLang hands the draft when aux capture is off;
-* `target_forward`: one pass over new tokens appended to a DynamicCache, optionally with a tree
-  attention mask (each tree node sees the prefix and its ancestors, at position prefix + depth);
-* `cache_keep`: keep the accepted path's KV entries after a tree verify;
+* `target_forward`: one full-sequence forward returning those features (the oracle's pass);
+* `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
+* `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
+  with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`);
 * `batch_greedy`: many greedy continuations at once (left-padded `generate`).
 
     with TargetCapture(model, [2, 15, 27]) as cap:
@@ -15,7 +16,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
 
 from kit.findings import KitInputError
 
@@ -71,64 +75,199 @@ class TargetCapture:
         return torch.cat([self.store[p] for p in self.points], dim=-1)
 
 
-def call_target(model, input_ids, cache, **kw):
-    """model(...) with a DynamicCache, under whichever keyword this transformers uses (cache= in 5.24+)."""
-    import inspect
+def tree_layout(parents: list[int], prefix: int) -> tuple[list[int], torch.Tensor]:
+    """Depths and visibility [T, prefix + T] (bool, True = attend) of a draft tree appended to a prefix.
 
-    sig = model.__dict__.get("_kit_cache_kw")
-    if sig is None:
-        sig = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        model.__dict__["_kit_cache_kw"] = sig
-    return model(input_ids=input_ids, use_cache=True, **{sig: cache}, **kw)
-
-
-def _cache_len(cache) -> int:
-    return 0 if cache is None else cache.get_seq_length()
-
-
-def _cache_keep(cache, prefix: int, keep: list[int]) -> None:
-    """Keep the first `prefix` entries plus block entries `keep` (offsets after prefix)."""
-    idx = torch.tensor(list(range(prefix)) + [prefix + k for k in keep], dtype=torch.long)
-    layers = getattr(cache, "layers", None)
-    dev = (layers[0].keys if layers else cache.key_cache[0]).device
-    idx = idx.to(dev)
-    if layers is not None:
-        for lay in layers:
-            lay.keys = lay.keys.index_select(2, idx)
-            lay.values = lay.values.index_select(2, idx)
-    else:  # older transformers DynamicCache
-        for i in range(len(cache.key_cache)):
-            cache.key_cache[i] = cache.key_cache[i].index_select(2, idx)
-            cache.value_cache[i] = cache.value_cache[i].index_select(2, idx)
+    Node j (parent parents[j], -1 = none) sees the whole prefix, itself and its ancestors, and sits
+    at position prefix + depth(j), as in SGLang's tree verify."""
+    T = len(parents)
+    depth = [0] * T
+    vis = torch.zeros(T, prefix + T, dtype=torch.bool)  # built on the host, moved by the caller
+    vis[:, :prefix] = True
+    for j in range(T):
+        a = j
+        while a >= 0:
+            vis[j, prefix + a] = True
+            a = parents[a]
+        depth[j] = 0 if parents[j] < 0 else depth[parents[j]] + 1
+    return depth, vis
 
 
-def target_forward(model, ids: list[int], cache, points, parents: list[int] | None = None):
-    """Run the target over `ids` appended to `cache`. With `parents` (tree verify), token j
-    attends to the prefix and its ancestors only, at position prefix + depth(j).
-    Returns (argmax ids [T], features [T, W])."""
-    P = _cache_len(cache)
+def target_forward(model, ids: list[int], points) -> torch.Tensor:
+    """Features [T, W] at `points` (None: the final post-norm state) of one full-sequence HF forward.
+
+    The oracle's teacher-forced pass: any HF causal LM, through forward hooks (TargetCapture)."""
     dev = next(model.parameters()).device
-    x = torch.tensor([ids], dtype=torch.long, device=dev)
-    kw = {}
-    if parents is not None:
-        T = len(ids)
-        depth = [0] * T
-        vis = torch.zeros(T, P + T, dtype=torch.bool, device="cpu")  # built on the host, then moved
-        vis[:, :P] = True
-        for j in range(T):
-            a = j
-            while a >= 0:
-                vis[j, P + a] = True
-                a = parents[a]
-            depth[j] = 0 if parents[j] < 0 else depth[parents[j]] + 1
-        dt = next(model.parameters()).dtype
-        mask = torch.zeros(1, 1, T, P + T, dtype=dt, device="cpu").masked_fill(~vis, torch.finfo(dt).min).to(dev)
-        kw = dict(attention_mask=mask, position_ids=torch.tensor([[P + d for d in depth]], device=dev))
-    else:
-        kw = dict(position_ids=torch.arange(P, P + len(ids), device=dev)[None])
     with TargetCapture(model, points) as cap:
-        out = call_target(model, x, cache, **kw)
-    return out.logits[0].argmax(-1), cap.features()[0], cache
+        decoder_of(model)(input_ids=torch.tensor([ids], dtype=torch.long, device=dev), use_cache=False)
+    return cap.features()[0]
+
+
+def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
+    """The target's plain greedy continuation (HF `generate`, batch 1, no padding): the ground truth that
+    every decoding path of the kit must reproduce. Stops after the first EOS (int or list of ints)."""
+    dev = next(model.parameters()).device
+    x = torch.tensor([list(input_ids)], device=dev)
+    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    with torch.inference_mode():
+        out = model.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos or None,
+            pad_token_id=eos[0] if eos else 0,
+        )
+    row = out[0, x.shape[1] :].tolist()
+    for i, t in enumerate(row):
+        if t in eos:
+            return row[: i + 1]
+    return row
+
+
+# -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------
+class SeqKV:
+    """One sequence's target KV cache, [layers, 2 (k, v), kv heads, capacity, head dim], grown by doubling."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int):
+        self.buf = torch.empty(layers, 2, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.len = 0
+
+    def reserve(self, n: int) -> None:
+        cap = self.buf.shape[3]
+        if n <= cap:
+            return
+        while cap < n:
+            cap *= 2
+        new = self.buf.new_empty(*self.buf.shape[:3], cap, self.buf.shape[4])
+        new[:, :, :, : self.len] = self.buf[:, :, :, : self.len]
+        self.buf = new
+
+    def keep(self, start: int, offsets: list[int]) -> None:
+        """After a verify that wrote entries start.., keep start+offsets (ascending) as start, start+1, ..."""
+        if offsets != list(range(len(offsets))):
+            idx = torch.tensor([start + o for o in offsets], device=self.buf.device)
+            self.buf[:, :, :, start : start + len(offsets)] = self.buf.index_select(3, idx)
+        self.len = start + len(offsets)
+
+
+@dataclass(eq=False)
+class Piece:
+    """One sequence's new tokens in a batched forward."""
+
+    kv: SeqKV
+    ids: list[int]
+    parents: list[int] | None = None  # a draft tree: node j sees the prefix and its ancestors (tree_layout)
+    logits: str = "all"  # "all": argmax at every new token; "last": at the last one only (a prefill)
+
+
+# model types whose decoder layers have the Llama layout RaggedTarget runs (q/k/v/o, gate/up/down, two RMSNorms)
+RAGGED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class RaggedTarget:
+    """A Llama-layout HF target run over many sequences at once, each with its own KV cache.
+
+    The new tokens of all sequences are concatenated into one [N, hidden] batch, so every weight
+    is read once per step whatever the number of requests (what makes batching pay on a
+    bandwidth-bound CPU); attention runs per sequence over its own cache, causal or with a tree
+    mask. The HF modules themselves compute norms, projections, rotary tables and MLPs, so the
+    numerics are the model's own; capture points are read off the residual stream between layers
+    (p = 0 the embeddings, p = output of layer p - 1), or the final post-norm state (points None).
+    """
+
+    def __init__(self, model, points: list[int] | None):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        cfg = model.config.get_text_config()
+        if cfg.model_type not in RAGGED_MODEL_TYPES:
+            raise KitInputError(
+                f"target model_type {cfg.model_type!r}: the reference engine runs Llama-layout targets "
+                f"({', '.join(RAGGED_MODEL_TYPES)})"
+            )
+        self.model, self.dec = model, decoder_of(model)
+        self.layers = list(self.dec.layers)
+        L = len(self.layers)
+        for p in points or []:
+            if not 0 <= p <= L:
+                raise KitInputError(f"capture point {p} outside 0..{L} for a {L}-layer target")
+        self.points = points
+        self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
+        self.scale = self.layers[0].self_attn.scaling
+        self.rope = apply_rotary_pos_emb
+        w = next(model.parameters())
+        self.dtype, self.device = w.dtype, w.device
+
+    def new_kv(self, capacity: int) -> SeqKV:
+        return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))
+
+    @torch.inference_mode()
+    def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:
+        """One forward over every piece's new tokens, appended to its cache.
+
+        Returns per piece (argmax ids: every token or the last, features [T, W])."""
+        dev, n = self.device, 0
+        ids, pos, spans, masks = [], [], [], []
+        for pc in pieces:
+            P, T = pc.kv.len, len(pc.ids)
+            pc.kv.reserve(P + T)
+            ids += pc.ids
+            if pc.parents is not None:
+                depth, vis = tree_layout(pc.parents, P)
+                pos += [P + d for d in depth]
+                masks.append(vis.to(dev))
+            else:
+                pos += range(P, P + T)
+                # one token sees everything; a fresh prefill is plain causal; tokens after a prefix need a mask
+                masks.append(torch.ones(T, P + T, dtype=torch.bool, device=dev).tril(P) if T > 1 and P > 0 else None)
+            spans.append((n, n + T, P))
+            n += T
+        x = self.dec.embed_tokens(torch.tensor(ids, device=dev))  # [N, H]
+        cos, sin = self.dec.rotary_emb(x[None], torch.tensor([pos], device=dev))
+        want = set(self.points or ())
+        store = {0: x} if 0 in want else {}
+        rep = self.nh // self.nkv
+        for li, layer in enumerate(self.layers):
+            at = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = at.q_proj(h).view(n, self.nh, self.hd).transpose(0, 1)[None]
+            k = at.k_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+            v = at.v_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+            if getattr(at, "q_norm", None) is not None:  # qwen3
+                q, k = at.q_norm(q), at.k_norm(k)
+            q, k = self.rope(q, k, cos, sin)
+            outs = []
+            for (a, b, P), pc, m in zip(spans, pieces, masks):
+                T = b - a
+                kb = pc.kv.buf[li]
+                kb[0, :, P : P + T] = k[0, :, a:b]
+                kb[1, :, P : P + T] = v[0, :, a:b]
+                K, V = kb[0, :, : P + T][None], kb[1, :, : P + T][None]
+                if rep > 1:  # HF's repeat_kv
+                    K, V = K.repeat_interleave(rep, 1), V.repeat_interleave(rep, 1)
+                o = F.scaled_dot_product_attention(
+                    q[:, :, a:b], K, V, attn_mask=m, scale=self.scale, is_causal=m is None and T > 1
+                )
+                outs.append(o[0].transpose(0, 1).reshape(T, self.nh * self.hd))
+            x = x + at.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs, 0))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            if li + 1 in want:
+                store[li + 1] = x
+        normed = self.dec.norm(x)
+        rows = []
+        for (a, b, _), pc in zip(spans, pieces):
+            rows += range(a, b) if pc.logits == "all" else [b - 1]
+        head_in = normed if len(rows) == n else normed[torch.tensor(rows, device=dev)]
+        am = self.model.lm_head(head_in).argmax(-1).tolist()
+        feats = torch.cat([store[p] for p in self.points], -1) if self.points else normed
+        out, r = [], 0
+        for (a, b, P), pc in zip(spans, pieces):
+            pc.kv.len = P + b - a
+            c = b - a if pc.logits == "all" else 1
+            out.append((am[r : r + c], feats[a:b]))
+            r += c
+        return out
 
 
 @torch.inference_mode()

@@ -27,21 +27,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit import config as kconfig
-from kit.findings import KitInputError, Report
+from kit.findings import Finding, KitInputError, Report
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
 
 SGLANG_MODULE = "sglang.launch_server"
 # not SGLang flags: the interpreter, environment, unparsed extras and the kit's log file
 KIT_ONLY = {"python", "env", "extra_args", "log_file"}
-# SGLang aliases (arg_groups/fields/*.py `aliases=`) for the fields the spec types
-ALIASES = {
-    "--model": "model_path",
-    "--speculative-draft-model": "speculative_draft_model_path",
-    "--tensor-parallel-size": "tp_size",
-}
 # what the CPU reference server implements; other SGLang flags are dropped for it
 REFERENCE_FIELDS = {
     "model_path",
+    "context_length",
     "speculative_algorithm",
     "speculative_draft_model_path",
     "speculative_num_steps",
@@ -67,7 +62,11 @@ def _f(help_: str, default: Any = None, **meta) -> Any:
 class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
-    model_path: str = _f("target model: local dir, hub id, or 'embedded' (SmolLM2)", "embedded")
+    model_path: str = _f(
+        "target model: a local dir or 'embedded' (SmolLM2); a hub id is passed to SGLang unchecked "
+        "(the kit itself cannot resolve hub ids offline)",
+        "embedded",
+    )
     speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
     speculative_draft_model_path: str | None = _f("draft checkpoint dir")
     speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
@@ -75,6 +74,7 @@ class LaunchSpec:
     speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")
     tp_size: int | None = _f("tensor parallel size")
     mem_fraction_static: float | None = _f("fraction of GPU memory for weights + KV cache")
+    context_length: int | None = _f("most tokens per request, prompt + output (default: the model's config)")
     host: str | None = _f("bind address (SGLang default 127.0.0.1)")
     port: int | None = _f("HTTP port (SGLang default 30000)")
     api_key: str | None = _f("API key the server requires")
@@ -143,7 +143,6 @@ def _fmt(v: Any) -> str:
 
 _HINTS = typing.get_type_hints(LaunchSpec)
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchSpec) if f.name not in KIT_ONLY}
-FLAG_TO_FIELD = {"--" + n.replace("_", "-"): n for n in FIELDS} | ALIASES
 
 
 def _scalar_type(name: str):
@@ -151,71 +150,91 @@ def _scalar_type(name: str):
 
 
 # -- argv -> spec ---------------------------------------------------------------------------------
-def spec_from_argv(argv: list[str], env: dict[str, str] | None = None) -> LaunchSpec:
+def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None,
+                   sglang_version: Optional[str] = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
-    Flags the spec types become fields; everything else (unknown flags with their values,
-    values that do not convert) is kept verbatim in `extra_args` for SGLang's parser to judge.
+    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve`: prefixes,
+    `--flag=value`, aliases, last repeat wins, types, choices). Flags the spec types become fields;
+    every other flag goes to `extra_args` in its full spelling; unknown flags and values SGLang would
+    reject are kept there verbatim, for SGLang's parser (and `launch.flag`) to judge.
     """
+    from kit.sglang.cmdline import sglang_launch_test
+    from kit.sglang.flags import resolve as resolve_flags
+    from kit.sglang.flags import server_flags
+
     argv = list(argv)
-    python, rest = "python3", argv
-    if "-m" in argv[:3] and argv.index("-m") + 1 < len(argv):
-        i = argv.index("-m")
-        python, mod, rest = (argv[0] if i else "python3"), argv[i + 1], argv[i + 2 :]
-        if mod == "kit" and rest[:1] == ["serve"]:
-            rest = rest[1:]
-        elif mod != SGLANG_MODULE:
-            raise KitInputError(f"launch command: runs module {mod!r}, expected {SGLANG_MODULE}")
-    elif argv[:2] == ["sglang", "serve"] or (argv[:1] and argv[0].endswith("/sglang") and argv[1:2] == ["serve"]):
-        python, rest = "python3", argv[2:]
-    elif argv and not argv[0].startswith("-"):
-        raise KitInputError(
-            f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
-            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)"
-        )
+    hit = sglang_launch_test(sglang_version)(argv) if argv else None
+    if hit is None and argv and not argv[0].startswith("-"):
+        raise KitInputError(f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
+                            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)")
+    entry = hit[0] if hit else ""
+    python = argv[0] if entry.startswith("python") else "python3"
+    flags = argv[hit[1]:] if entry == "python -m kit serve" else server_flags(argv, sglang_version)[0]
+    res = resolve_flags(flags, sglang_version)
     values: dict[str, Any] = {}
-    extra: list[str] = []
-    i = 0
-    while i < len(rest):
-        tok = rest[i]
-        flag, inline = (tok.split("=", 1) + [None])[:2] if tok.startswith("--") and "=" in tok else (tok, None)
-        name = FLAG_TO_FIELD.get(flag)
-        if name is None:  # unknown to the kit: keep the flag and its values in order
-            j = i + 1
-            while j < len(rest) and not rest[j].startswith("--"):
-                j += 1
-            extra += rest[i:j]
-            i = j
+    for name in FIELDS:
+        if name not in res.values:
             continue
-        tp = _scalar_type(name)
-        if tp is bool:
-            if inline is not None:
-                extra.append(tok)
-            else:
-                values[name] = True
-            i += 1
-            continue
-        if inline is None and (i + 1 >= len(rest) or rest[i + 1].startswith("--")):
-            extra.append(tok)  # flag without a value: SGLang's parser reports it
-            i += 1
-            continue
-        raw = inline if inline is not None else rest[i + 1]
+        v, tp = res.values[name], _scalar_type(name)
         try:
-            values[name] = tp(raw)
-        except ValueError:
-            extra += [flag, raw]
-        i += 1 if inline is not None else 2
+            values[name] = v if tp is bool or isinstance(v, tp) else tp(v)
+        except (TypeError, ValueError):
+            continue
+    extra = res.canonical_args(skip=set(values))
+    extra += [t for e in res.errors for t in e["tokens"]] + res.unknown
     return LaunchSpec(python=python, env=dict(env or {}), extra_args=extra, **values)
 
 
-def spec_from_command(cmd: str) -> LaunchSpec:
-    """A whole shell command line (env assignments, continuations, quoting) -> LaunchSpec."""
-    from kit.sglang.cmdline import split_command
+def launch_from_text(text: str, sglang_version: Optional[str] = None,
+                     source: str = "launch command") -> tuple[LaunchSpec, list[Finding]]:
+    """A launch as people write it (a script, `&&` chains, exports, docker run, ...) -> (spec, findings).
 
-    env, argv = split_command(cmd)
-    if not argv:
-        raise KitInputError("launch command: no program to run")
-    return spec_from_argv(argv, env)
+    The findings say what the kit could not attribute (`launch.unparsed`) and which variables the
+    server would not see as written (`launch.env_scope`); the spec's env holds every variable the
+    text meant for the server. KitInputError (exit 2) only when the text holds no SGLang launch."""
+    from kit.sglang.cmdline import find_launch
+    from kit.sglang.flags import server_flags
+
+    found = find_launch(text, source=source, version=sglang_version)
+    if found is None:
+        first = " ".join(text.strip().split()[:4]) or "(empty)"
+        raise KitInputError(f"{source}: no SGLang launch found in {first!r}... (expected `python -m "
+                            f"{SGLANG_MODULE} ...` or `sglang serve ...`, alone or in a script)")
+    spec = spec_from_argv(found.argv, found.env, sglang_version)
+    out: list[Finding] = []
+    unread = [n for n in found.notes if n["kind"] != "command"]
+    others = [n["text"] for n in found.notes if n["kind"] == "command"]
+    _, own = server_flags(found.argv, sglang_version)
+    config = spec.extra_args[spec.extra_args.index("--config") + 1:][:1] if "--config" in spec.extra_args else []
+    if unread or config:
+        items = [f"{n['text']} ({n['why']})" for n in unread] + [f"--config {c} (its flags were not read)"
+                                                                 for c in config]
+        out.append(Finding(code="launch.unparsed", severity="warning",
+                           title=f"{len(items)} part(s) of the launch text could not be attributed; the "
+                                 "checks below do not include them: " + "; ".join(items)[:300],
+                           evidence={"items": unread + [{"kind": "config", "text": c} for c in config],
+                                     "entry": found.entry, "wrappers": found.wrappers},
+                           fix="write the values out in the command (no $(...), env files or config files) "
+                               "to have them checked"))
+    if others or own:
+        out.append(Finding(code="launch.unparsed", severity="info",
+                           title="not part of the SGLang launch, not checked: " + "; ".join(others + own)[:300],
+                           evidence={"commands": others, "entry_point_args": own, "entry": found.entry},
+                           fix=""))
+    if found.unseen:
+        out.append(Finding(code="launch.env_scope", severity="warning",
+                           title="the server does not see " + ", ".join(sorted(found.unseen)) + " as written: "
+                                 + next(iter(found.unseen.values())),
+                           evidence={"unseen": found.unseen, "forms": found.env_forms},
+                           fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
+                               "the kit's own command line (`kit launch --from`) passes them"))
+    return spec, out
+
+
+def spec_from_command(cmd: str, sglang_version: Optional[str] = None) -> LaunchSpec:
+    """A whole shell text (env assignments, chains, exports, continuations, quoting) -> LaunchSpec."""
+    return launch_from_text(cmd, sglang_version)[0]
 
 
 def engine_of(argv: list[str]) -> str:

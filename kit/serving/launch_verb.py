@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
 from kit.serving.checks import lint
-from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
+from kit.serving.launch import FIELDS, REFERENCE_FIELDS, LaunchSpec, spec_from_command
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -43,7 +43,8 @@ class LaunchConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    kconfig.add_arguments(p, LaunchSpec)
+    sglang_only = {n: "SGLang only: dropped with --engine reference" for n in FIELDS if n not in REFERENCE_FIELDS}
+    kconfig.add_arguments(p, LaunchSpec, notes=sglang_only)
     # spec flags override `--from`: only the ones given on the command line may appear
     for a in p._actions:
         if a.dest in FIELDS or a.dest in ("python", "log_file"):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kit import config as kconfig
+from kit.findings import KitInputError
 from kit.serving.engine import ReferenceEngine, log
 
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
@@ -169,6 +170,16 @@ class Handler(BaseHTTPRequestHandler):
         n = self.state.cfg.default_max_tokens if n is None else int(n)
         if n < 1:
             raise BadRequest("max_new_tokens must be >= 1")
+        ctx = self.state.spec.context_length
+        if ctx and len(ids) >= ctx:  # SGLang's tokenizer manager refuses it with these words
+            raise BadRequest(f"The input ({len(ids)} tokens) is longer than the model's context length ({ctx} tokens).")
+        if ctx and n + len(ids) > ctx:
+            raise BadRequest(
+                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested "
+                f"a total of {n + len(ids)} tokens: {len(ids)} tokens from the input messages and {n} tokens for "
+                "the completion. Please reduce the number of tokens in the input messages or the completion to "
+                "fit within the limit."
+            )
         out = eng.generate(ids, n, stop_token_ids=sp.get("stop_token_ids") or (), ignore_eos=bool(sp.get("ignore_eos")))
         stops = sp.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
@@ -382,10 +393,24 @@ def load_engine(state: State) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from kit.serving.launch import LaunchSpec
+    from kit.serving.launch import REFERENCE_FIELDS, LaunchSpec
 
-    kconfig.add_arguments(p, LaunchSpec)
+    # the SGLang flags this server implements; the others (--tp-size, --attention-backend, ...) are refused
+    kconfig.add_arguments(
+        p, LaunchSpec, only=REFERENCE_FIELDS,
+        refuse="an SGLang flag the CPU reference server does not implement; drop it, or serve with SGLang (kit launch)",
+    )  # fmt: skip
     kconfig.add_arguments(p, ServeConfig)
+
+
+def check_paths(spec) -> None:
+    """The model and draft paths exist (one-line error naming the flag) before anything loads."""
+    from kit.models import DEFAULT_TARGET
+
+    if spec.model_path not in (None, "", DEFAULT_TARGET):
+        kconfig.local_path(spec.model_path, "--model-path", "a model directory or 'embedded'")
+    if spec.speculative_draft_model_path:
+        kconfig.local_path(spec.speculative_draft_model_path, "--speculative-draft-model-path", "a draft directory")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -393,12 +418,16 @@ def run(args: argparse.Namespace) -> int:
 
     spec = kconfig.from_namespace(LaunchSpec, args)
     cfg = kconfig.from_namespace(ServeConfig, args)
+    check_paths(spec)
     srv, state = make_server(spec, cfg)  # OSError (port in use) surfaces before any model loads
     host, port = srv.server_address[:2]
 
     def loader():
         try:
             load_engine(state)
+        except KitInputError as e:  # a user error found while loading: one line, exit 2
+            log(f"kit serve: error: {e}")
+            os._exit(2)
         except Exception as e:  # the starter sees the exit code and these lines
             traceback.print_exc()
             log(f"kit serve: error: {e}")

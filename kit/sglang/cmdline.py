@@ -1,30 +1,574 @@
-"""Split a shell command line into (environment assignments, argv).
+"""Shell text -> the one command that launches SGLang, with the environment it really gets; flag lookup.
 
-The seed's launch line is `NCCL_PROTO=LL ... SGLANG_X=1 /venv/bin/python3 -m sglang.launch_server ...`;
-both the NCCL rules and the launch linter need its env and argv apart. Handles `env` and
-`export`-free prefixes, backslash-newline continuations and quoting (shlex, POSIX rules).
+Launch lines arrive as people write them: `A=1 && B=2 && python -m sglang.launch_server ...`,
+`export` lines, `env VAR=...`, backslash continuations, comments, `nohup ... &`, `bash -c "..."`,
+`docker run -e VAR=... image python3 -m ...`. This module reads such text the way a POSIX shell
+would (quotes, escapes, `$VAR` / `${VAR:-x}` expansion from the script's own assignments,
+`&&`/`||`/`;`/`|`/`&`/newline lists, redirections), unwraps launcher prefixes (env, nohup, exec,
+time, sudo, nice, taskset, numactl, timeout, stdbuf, uv/conda/poetry/pixi run, docker/podman run,
+apptainer/singularity exec, `bash -c`) and hands each resulting argv to a predicate that knows
+which programs are launches (by default: SGLang's entry points of that release, `kit.sglang.flags`,
+and the kit's own `python -m kit serve`). It also records what the launched process does *not*
+see: a plain `VAR=1` command is a shell variable, not exported, and host variables do not cross
+into a container unless `-e` passes them.
+
+    from kit.sglang.cmdline import find_launch, split_command, flag_value
+    shell = find_launch(text)                   # ShellLaunch: env, argv, flags_at, notes; None if no launch
+    env, argv = split_command("A=1 && python3 -m sglang.launch_server --tp 8")
+    flag_value(argv, "--tp-size")               # "8": prefixes, `=` and repeats as SGLang's argparse reads them
+
+No subprocess is run and nothing is evaluated: command substitutions `$(...)` stay literal and
+are reported as not understood.
 """
-
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
 
 from kit.findings import KitInputError
 
-_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_OPS = ("&&", "||", ";;", ";", "|&", "|", "&", "(", ")")
+
+# commands that neither launch nor change the launch's environment
+HARMLESS = {"cd", "pushd", "popd", "echo", "printf", "sleep", "mkdir", "wait", "true", "false", ":", "trap",
+            "ulimit", "shift", "exit", "tee", "cat", "tail", "head", "grep", "ls", "rm", "cp", "mv", "ln",
+            "touch", "chmod", "kill", "pkill", "nvidia-smi", "git", "curl", "wget", "pip", "pip3", "uv",
+            "huggingface-cli", "hf", "date", "which", "clear", "set", "shopt", "disown", "tmux", "screen"}
+# commands after which the launch's environment is unknown to us
+OPAQUE = {"source", ".", "eval", "conda", "mamba", "micromamba", "module", "ml", "spack", "direnv"}
 
 
-def split_command(command: str, source: str = "launch command") -> tuple[dict[str, str], list[str]]:
+@dataclass
+class Word:
+    text: str
+    quoted: bool = False       # any part quoted (an empty quoted word is still a word)
+    opaque: list[str] = field(default_factory=list)  # `$X`, `$(...)` left unexpanded
+
+
+@dataclass
+class ShellLaunch:
+    """The launch found in a shell text."""
+
+    argv: list[str]                      # the launched program and its arguments
+    flags_at: int                        # argv[flags_at:] are the server's flags
+    entry: str                           # what the predicate called the entry point
+    env: dict[str, str]                  # every assignment the script meant for the server
+    env_forms: dict[str, str]            # var -> how it was set (inline, export, env, docker -e, ...)
+    unseen: dict[str, str] = field(default_factory=dict)   # var -> why the server does not see it
+    notes: list[dict] = field(default_factory=list)         # what the kit could not attribute
+    wrappers: list[str] = field(default_factory=list)       # launcher prefixes unwrapped, outermost first
+
+
+# -- lexing -----------------------------------------------------------------------------------
+def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str, object]]:
+    """Yield ('word', Word) | ('op', str) | ('redir', str). Expansion reads `variables` lazily,
+    so assignments the consumer records between commands apply to the next command."""
+    i, n = 0, len(text)
+    buf: list[str] = []
+    started = False
+    quoted = False
+    opaque: list[str] = []
+
+    def flush():
+        nonlocal buf, started, quoted, opaque
+        w = Word("".join(buf), quoted, opaque) if (buf or started) else None
+        buf, started, quoted, opaque = [], False, False, []
+        return w
+
+    def expand(j: int, in_dq: bool) -> tuple[int, Optional[str], str]:
+        """At text[j] == '$': (next index, value or None, literal source)."""
+        if text.startswith("$((", j) or text.startswith("$(", j):
+            depth, k = 0, j + 1
+            while k < n:
+                depth += text[k] == "("
+                depth -= text[k] == ")"
+                k += 1
+                if depth == 0:
+                    break
+            return k, None, text[j:k]
+        if text.startswith("${", j):
+            k = text.find("}", j)
+            k = n - 1 if k < 0 else k
+            body = text[j + 2:k]
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", body, re.S)
+            if not m:
+                return k + 1, None, text[j:k + 1]
+            name, op, default = m.groups()
+            used.add(name)
+            if name in variables and (variables[name] or not op):
+                return k + 1, variables[name], text[j:k + 1]
+            if op:
+                return k + 1, default, text[j:k + 1]
+            return k + 1, None, text[j:k + 1]
+        m = _NAME.match(text, j + 1)
+        if m:
+            name = m.group(0)
+            used.add(name)
+            return m.end(), variables.get(name), text[j:m.end()]
+        return j + 1, "$", "$"
+
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            if text[i + 1] == "\n":
+                i += 2
+                continue
+            if text.startswith("\r\n", i + 1):
+                i += 3
+                continue
+            buf.append(text[i + 1])
+            started = True
+            i += 2
+            continue
+        if c == "'":
+            k = text.find("'", i + 1)
+            if k < 0:
+                raise ValueError("no closing quotation")
+            buf.append(text[i + 1:k])
+            started = quoted = True
+            i = k + 1
+            continue
+        if c == '"':
+            started = quoted = True
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError("no closing quotation")
+                c = text[i]
+                if c == '"':
+                    i += 1
+                    break
+                if c == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+                    if text[i + 1] != "\n":
+                        buf.append(text[i + 1])
+                    i += 2
+                    continue
+                if c == "$":
+                    i, val, src = expand(i, True)
+                    if val is None:
+                        opaque.append(src)
+                        val = src
+                    buf.append(val)
+                    continue
+                buf.append(c)
+                i += 1
+            continue
+        if c == "`":
+            k = text.find("`", i + 1)
+            k = n - 1 if k < 0 else k
+            opaque.append(text[i:k + 1])
+            buf.append(text[i:k + 1])
+            started = True
+            i = k + 1
+            continue
+        if c == "$":
+            i, val, src = expand(i, False)
+            if val is None:
+                opaque.append(src)
+                buf.append(src)
+                started = True
+                continue
+            # unquoted expansion: split on whitespace like the shell's field splitting
+            parts = re.split(r"[ \t\n]+", val)
+            for pi, part in enumerate(parts):
+                if pi:
+                    w = flush()
+                    if w is not None:
+                        yield "word", w
+                buf.append(part)
+                started = started or bool(part)
+            continue
+        if c in " \t\r":
+            w = flush()
+            if w is not None:
+                yield "word", w
+            i += 1
+            continue
+        if c == "\n":
+            w = flush()
+            if w is not None:
+                yield "word", w
+            yield "op", "\n"
+            i += 1
+            continue
+        if c == "#" and not buf and not started:
+            k = text.find("\n", i)
+            i = n if k < 0 else k
+            continue
+        if c in "<>" or (c == "&" and text.startswith("&>", i)):
+            # a redirection; a preceding all-digit word is its file descriptor
+            fd = "".join(buf) if buf and "".join(buf).isdigit() and not quoted else ""
+            if not fd:
+                w = flush()
+                if w is not None:
+                    yield "word", w
+            else:
+                buf, started, quoted, opaque = [], False, False, []
+            m = re.match(r"&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<", text[i:])
+            yield "redir", fd + m.group(0)
+            i += len(m.group(0))
+            continue
+        op = next((o for o in _OPS if text.startswith(o, i)), None)
+        if op:
+            w = flush()
+            if w is not None:
+                yield "word", w
+            yield "op", op
+            i += len(op)
+            continue
+        buf.append(c)
+        started = True
+        i += 1
+    w = flush()
+    if w is not None:
+        yield "word", w
+    yield "op", "\n"
+
+
+# -- commands ---------------------------------------------------------------------------------
+@dataclass
+class _State:
+    variables: dict[str, str] = field(default_factory=dict)   # shell variables (expansion)
+    exported: dict[str, str] = field(default_factory=dict)    # what a child process inherits
+    forms: dict[str, str] = field(default_factory=dict)
+    unexported: dict[str, str] = field(default_factory=dict)  # plain `VAR=1` commands
+    marked: set = field(default_factory=set)                  # `export K` before K is set
+    used: set = field(default_factory=set)                    # names read by `$K` expansions
+    allexport: bool = False
+    notes: list[dict] = field(default_factory=list)
+    launches: list[ShellLaunch] = field(default_factory=list)
+
+
+def _commands(text: str, st: _State) -> Iterator[list[Word]]:
+    words: list[Word] = []
+    pending_redirect = False
+    for kind, tok in _lex(text, st.variables, st.used):
+        if kind == "word":
+            if pending_redirect:
+                pending_redirect = False
+                continue
+            words.append(tok)
+        elif kind == "redir":
+            pending_redirect = True  # its target word is not part of the command
+        else:
+            pending_redirect = False
+            if words:
+                yield words
+                words = []
+
+
+LaunchTest = Callable[[list[str]], Optional[tuple[str, int]]]
+
+
+def _note(st: _State, kind: str, text: str, why: str) -> None:
+    st.notes.append({"kind": kind, "text": text, "why": why})
+
+
+def _strip_prompt(words: list[Word]) -> list[Word]:
+    if words and not words[0].quoted and words[0].text in ("$", "%", ">>>"):
+        words = words[1:]
+    if words and not words[0].quoted and words[0].text.startswith("!") and len(words[0].text) > 1:
+        words = [Word(words[0].text[1:])] + words[1:]  # a notebook `!python -m ...` cell
+    return words
+
+
+def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
+    words = _strip_prompt(words)
+    if not words:
+        return
+    prefix: dict[str, str] = {}
+    i = 0
+    while i < len(words) and not words[i].quoted and _ASSIGN.match(words[i].text):
+        k, v = words[i].text.split("=", 1)
+        prefix[k] = v
+        st.variables[k] = v  # later words of this command expand with it (bash does the same)
+        i += 1
+    rest = words[i:]
+    if not rest:  # `VAR=value` on its own: a shell variable, exported only if marked so
+        for k, v in prefix.items():
+            if k in st.exported or k in st.marked or st.allexport:
+                st.forms.setdefault(k, "set -a" if st.allexport else "export")
+                st.exported[k] = v
+                st.unexported.pop(k, None)
+            else:
+                st.unexported[k] = v
+        return
+    argv = [w.text for w in rest]
+    opaque = [o for w in rest for o in w.opaque]
+    prog = os.path.basename(argv[0])
+    if prog in ("export", "declare", "typeset", "local", "readonly"):
+        exporting = prog == "export" or any(a.startswith("-") and "x" in a for a in argv[1:])
+        for a in argv[1:]:
+            if a.startswith("-"):
+                continue
+            m = _ASSIGN.match(a)
+            k, v = (m.group(1), m.group(2)) if m else (a, st.variables.get(a))
+            if m:
+                st.variables[k] = v
+            if exporting and v is not None:
+                st.exported[k] = v
+                st.forms[k] = prog
+                st.unexported.pop(k, None)
+            elif exporting:
+                st.marked.add(k)  # exported before being set: a later `K=v` exports
+            elif m:
+                st.unexported[k] = v
+        return
+    if prog == "unset":
+        for a in argv[1:]:
+            for d in (st.variables, st.exported, st.unexported):
+                d.pop(a, None)
+        return
+    if prog == "set" and any(a in ("-a", "-o") for a in argv[1:]):
+        if "-a" in argv[1:] or argv[1:3] == ["-o", "allexport"]:
+            st.allexport = True
+        return
+    if prog == "set" and "+a" in argv[1:]:
+        st.allexport = False
+        return
+    env = dict(st.exported)
+    forms = {k: st.forms.get(k, "export") for k in env}
+    for k, v in prefix.items():
+        env[k], forms[k] = v, "inline"
+    _unwrap(argv, env, forms, st, is_launch, [], opaque)
+
+
+def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: LaunchTest,
+            wrappers: list[str], opaque: list[str], unseen: Optional[dict] = None) -> Optional[ShellLaunch]:
+    """Peel launcher prefixes off argv until a launch (recorded in st) or a plain command."""
+    unseen = dict(unseen or {})
+    while argv:
+        prog = os.path.basename(argv[0])
+        hit = is_launch(argv)
+        if hit is not None:
+            entry, flags_at = hit
+            for k, v in st.unexported.items():
+                if k not in env and k not in st.used:  # a variable the script itself reads is no env
+                    unseen.setdefault(k, "assigned as a shell variable (`K=v` on its own, or before `&&`/`;`), "
+                                         "never exported: the server does not see it")
+            full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
+            full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
+            sl = ShellLaunch(argv=list(argv), flags_at=flags_at, entry=entry, env=full_env, env_forms=full_forms,
+                             unseen=unseen, wrappers=list(wrappers))
+            for o in opaque:
+                sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
+            st.launches.append(sl)
+            return sl
+        if prog == "env":
+            j = 1
+            while j < len(argv):
+                a = argv[j]
+                if a in ("-i", "--ignore-environment", "-"):
+                    env, forms = {}, {}
+                elif a in ("-u", "--unset") and j + 1 < len(argv):
+                    env.pop(argv[j + 1], None)
+                    j += 1
+                elif a.startswith("--unset="):
+                    env.pop(a.split("=", 1)[1], None)
+                elif a.startswith("-"):
+                    pass
+                elif _ASSIGN.match(a):
+                    k, v = a.split("=", 1)
+                    env[k], forms[k] = v, "env"
+                else:
+                    break
+                j += 1
+            argv, wrappers = argv[j:], wrappers + ["env"]
+            continue
+        if prog in ("nohup", "exec", "command", "builtin", "time", "stdbuf", "nice", "ionice", "chrt",
+                    "taskset", "numactl", "timeout", "sudo", "srun", "xargs", "setsid", "unbuffer"):
+            j = _skip_options(argv, prog)
+            if prog == "sudo":
+                while j < len(argv) and _ASSIGN.match(argv[j]):
+                    k, v = argv[j].split("=", 1)
+                    env[k], forms[k] = v, "sudo"
+                    j += 1
+                if "-E" not in argv[1:j] and "--preserve-env" not in argv[1:j]:
+                    for k in [k for k, f in forms.items() if f not in ("sudo",)]:
+                        unseen.setdefault(k, "sudo resets the environment (no -E): the server does not see it")
+            argv, wrappers = argv[j:], wrappers + [prog]
+            continue
+        if prog in ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye") \
+                and argv[1:2] == ["run"]:
+            j = 2
+            while j < len(argv) and argv[j].startswith("-"):
+                j += 1 + (argv[j] in ("-n", "--name", "-p", "--prefix", "--with", "--python", "-e",
+                                      "--environment", "--env-file", "--project", "--directory", "--extra",
+                                      "--group", "--index", "--index-url", "--from"))
+            argv, wrappers = argv[j:], wrappers + [f"{prog} run"]
+            continue
+        if prog in ("docker", "podman", "nvidia-docker") and argv[1:2] in (["run"], ["create"], ["exec"]):
+            res = _container(argv, env, forms, st, unseen, wrappers)
+            if res is None:
+                return None
+            argv, env, forms, unseen, wrappers = res
+            continue
+        if prog in ("apptainer", "singularity") and argv[1:2] in (["exec"], ["run"]):
+            j, cenv = 2, dict(env)
+            for k in list(env):
+                if k.startswith(("APPTAINERENV_", "SINGULARITYENV_")):
+                    cenv[k.split("_", 1)[1]] = env[k]
+            while j < len(argv) and argv[j].startswith("-"):
+                a = argv[j]
+                if a in ("--env", "--env-file") and j + 1 < len(argv):
+                    if a == "--env":
+                        for kv in argv[j + 1].split(","):
+                            if "=" in kv:
+                                k, v = kv.split("=", 1)
+                                cenv[k], forms[k] = v, f"{prog} --env"
+                    else:
+                        _note(st, "env-file", argv[j + 1], "variables in an env file were not read")
+                    j += 2
+                    continue
+                j += 1 + (a in ("-B", "--bind", "--home", "-H", "--overlay", "-W", "--workdir", "--pwd",
+                                "--app", "--security", "--network", "--hostname"))
+            argv, env, wrappers = argv[j + 1:], cenv, wrappers + [prog]
+            continue
+        if prog in ("bash", "sh", "zsh", "dash") and len(argv) >= 3 and argv[1].startswith("-") \
+                and "c" in argv[1]:
+            inner = _State(variables=dict(env), exported=dict(env), forms=dict(forms))
+            inner.unexported = {k: v for k, v in st.unexported.items() if k not in env}
+            for words in _commands(argv[2], inner):
+                _run_command(words, inner, is_launch)
+            st.notes.extend(inner.notes)
+            for sl in inner.launches:
+                sl.wrappers = wrappers + [f"{prog} -c"] + sl.wrappers
+                sl.unseen = {**unseen, **sl.unseen}
+                st.launches.append(sl)
+            return inner.launches[0] if inner.launches else None
+        break
+    if not argv:
+        return None
+    prog = os.path.basename(argv[0])
+    if prog in OPAQUE and not (argv[-1].endswith("activate") or argv[1:2] in (["activate"], ["deactivate"])):
+        _note(st, "opaque", " ".join(argv), "may change the environment; its effect is unknown here")
+    elif prog not in HARMLESS and prog not in OPAQUE:
+        _note(st, "command", " ".join(argv), "not a server launch; not checked")
+    return None
+
+
+# docker/podman run options that take no value; every other option takes one
+_DOCKER_BOOL = {"-d", "--detach", "-i", "--interactive", "-t", "--tty", "--rm", "--privileged", "--init",
+                "--read-only", "-P", "--publish-all", "--no-healthcheck", "--oom-kill-disable", "-q", "--quiet",
+                "--sig-proxy", "--help", "--replace", "--tls-verify", "--disable-content-trust"}
+
+
+def _container(argv, env, forms, st: _State, unseen, wrappers):
+    prog = os.path.basename(argv[0])
+    sub = argv[1]
+    cenv: dict[str, str] = {}
+    cforms: dict[str, str] = {}
+    j = 2
+    while j < len(argv) and argv[j].startswith("-") and argv[j] != "-":
+        a = argv[j]
+        name, inline = (a.split("=", 1) + [None])[:2] if a.startswith("--") else (a, None)
+        if not a.startswith("--") and len(a) > 2:  # -it, -eVAR=1
+            if a[:2] == "-e":
+                name, inline = "-e", a[2:]
+            elif all(f"-{ch}" in _DOCKER_BOOL for ch in a[1:]):
+                j += 1
+                continue
+        takes = name not in _DOCKER_BOOL
+        val = inline if inline is not None else (argv[j + 1] if takes and j + 1 < len(argv) else None)
+        if name in ("-e", "--env") and val is not None:
+            if "=" in val:
+                k, v = val.split("=", 1)
+                cenv[k], cforms[k] = v, f"{prog} -e"
+            elif val in env:
+                cenv[val], cforms[val] = env[val], f"{prog} -e (from the host)"
+            else:
+                _note(st, "env", f"-e {val}", "passes a host variable the text does not set")
+        elif name == "--env-file" and val is not None:
+            _note(st, "env-file", val, "variables in an env file were not read")
+        j += 1 if (inline is not None or not takes) else 2
+    if sub != "exec" and j < len(argv):
+        j += 1  # the image
+    elif sub == "exec" and j < len(argv):
+        j += 1  # the container name
+    rest = argv[j:]
+    for k in env:
+        if k not in cenv:
+            unseen.setdefault(k, f"set on the host; `{prog} {sub}` does not pass it into the container "
+                                 f"(add -e {k})")
+    st_env = {**{k: v for k, v in env.items() if k in unseen}, **cenv}
+    st_forms = {**{k: forms.get(k, "host") for k in env if k in unseen}, **cforms}
+    # host-only variables stay in the record (what the user meant), marked unseen
+    return rest, st_env, st_forms, unseen, wrappers + [f"{prog} {sub}"]
+
+
+def _skip_options(argv: list[str], prog: str) -> int:
+    """Index of the wrapped command after `prog`'s own options."""
+    valued = {"nice": {"-n", "--adjustment"}, "ionice": {"-c", "-n", "-p", "-t"},
+              "stdbuf": {"-i", "-o", "-e"}, "taskset": set(), "numactl": {"-C", "-N", "-m", "-p", "-i"},
+              "timeout": {"-s", "--signal", "-k", "--kill-after"}, "sudo": {"-u", "-g", "-C", "-h", "-p", "-U"},
+              "srun": {"-n", "-N", "-c", "-p", "-t", "-J", "-w", "-G", "-A", "-q"}, "chrt": set(),
+              "time": {"-f", "-o"}}.get(prog, set())
+    j = 1
+    while j < len(argv) and argv[j].startswith("-") and argv[j] != "--":
+        j += 1 + (argv[j] in valued)
+    if j < len(argv) and argv[j] == "--":
+        j += 1
+    if prog == "taskset" and j < len(argv):
+        j += 1  # the mask / cpu list
+    if prog == "timeout" and j < len(argv):
+        j += 1  # the duration
+    if prog == "chrt" and j < len(argv) and argv[j].isdigit():
+        j += 1
+    return j
+
+
+# -- public -----------------------------------------------------------------------------------
+def sglang_launch_test(version: Optional[str] = None) -> LaunchTest:
+    """SGLang's entry points of that release, plus `python -m kit serve` (the kit's server takes SGLang's flags)."""
+    from kit.sglang.flags import PYTHON_PROG, launch_entry
+
+    def test(argv: list[str]) -> Optional[tuple[str, int]]:
+        if len(argv) >= 4 and PYTHON_PROG.match(os.path.basename(argv[0])) and argv[1:4] == ["-m", "kit", "serve"]:
+            return ("python -m kit serve", 4)
+        return launch_entry(argv, version)
+
+    return test
+
+
+def find_launch(text: str, is_launch: Optional[LaunchTest] = None, source: str = "launch command",
+                version: Optional[str] = None) -> Optional[ShellLaunch]:
+    """The first launch in a shell text (None if there is none); its notes list what was not attributed."""
+    is_launch = is_launch or sglang_launch_test(version)
+    st = _State()
+    try:
+        for words in _commands(text, st):
+            _run_command(words, st, is_launch)
+    except ValueError as e:
+        raise KitInputError(f"{source}: cannot parse shell words ({e})")
+    if not st.launches:
+        return None
+    first = st.launches[0]
+    first.notes = st.notes + first.notes
+    for other in st.launches[1:]:
+        first.notes.append({"kind": "launch", "text": " ".join(other.argv), "why": "a further launch; only the "
+                            "first is checked"})
+    return first
+
+
+def split_command(command: str, source: str = "launch command",
+                  version: Optional[str] = None) -> tuple[dict[str, str], list[str]]:
+    """(environment, argv) of the launch in a shell text (`find_launch`); for a text without one, the
+    leading `VAR=value` words (and an `env` prefix) and the rest of a single command."""
+    found = find_launch(command, source=source, version=version)
+    if found is not None:
+        return dict(found.env), list(found.argv)
     text = command.replace("\\\r\n", " ").replace("\\\n", " ").strip()
     try:
         words = shlex.split(text, comments=True)
     except ValueError as e:
         raise KitInputError(f"{source}: cannot parse shell words ({e})")
     env: dict[str, str] = {}
-    i = 0
-    if words[:1] == ["env"]:
-        i = 1
+    i = 1 if words[:1] == ["env"] else 0
     while i < len(words) and _ASSIGN.match(words[i]):
         k, v = words[i].split("=", 1)
         env[k] = v
@@ -37,11 +581,9 @@ def join_command(env: dict[str, str], argv: list[str]) -> str:
     return " ".join(parts)
 
 
-def flag_value(argv: list[str], name: str) -> str | None:
-    """Value of the first `--name V` or `--name=V` in argv, or None."""
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
+def flag_value(argv: list[str], name: str, version: Optional[str] = None) -> Optional[str]:
+    """The value SGLang reads for flag `name` from a launch argv or bare flags, or None when not given
+    (`kit.sglang.flags.flag_value`: prefixes, `--flag=value` and repeated flags resolved)."""
+    from kit.sglang.flags import flag_value as resolved
+
+    return resolved(argv, name, version)

@@ -33,15 +33,12 @@ from typing import Any
 from kit.sglang.versions import DEFAULT_RELEASE, pick_recorded, sort_versions
 
 TABLE_PATH = Path(__file__).with_name("loader_rules.json")
+LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
+MLA_EAGLE3 = "Eagle3DeepseekV2ForCausalLM"
 EAGLE_FILE = "srt/models/llama_eagle3.py"
 LLAMA_FILE = "srt/models/llama.py"
-STACKED = [
-    (".qkv_proj", ".q_proj", "q"),
-    (".qkv_proj", ".k_proj", "k"),
-    (".qkv_proj", ".v_proj", "v"),
-    (".gate_up_proj", ".gate_proj", 0),
-    (".gate_up_proj", ".up_proj", 1),
-]
+MLA_FILE = "srt/models/kimi_k25_eagle3.py"
+MODEL_CONFIG_FILE = "srt/configs/model_config.py"
 
 # feature -> (file, regex whose first match is the evidence); absence means False
 MARKERS: dict[str, tuple[str, str]] = {
@@ -67,6 +64,76 @@ MARKERS: dict[str, tuple[str, str]] = {
     "llama_loader_warns_unknown": (LLAMA_FILE, r"not found in params_dict"),
 }
 
+# Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py): one MLA decoder layer, its own load_weights
+MLA_MARKERS: dict[str, tuple[str, str]] = {
+    "single_layer_only": (MLA_FILE, r"only supports 1 layer"),
+    "requires_q_lora_rank": (MLA_FILE, r"requires q_lora_rank"),
+    "decoder_is_midlayer": (MLA_FILE, r"self\.midlayer\s*=\s*Eagle3MLADecoderLayer"),
+    "fused_a_proj_input_2h": (MLA_FILE, r"^\s*2 \* config\.hidden_size,\s*$"),
+    "fc_bias_from_config": (MLA_FILE, r"bias=getattr\(config, \"bias\""),
+    "fc_norm": (MLA_FILE, r"getattr\(\s*config, \"fc_norm\""),
+    "norm_output": (MLA_FILE, r"self\.norm_output\s*=\s*getattr"),
+    "num_aux_from_layer_ids": (MLA_FILE, r"def _get_eagle_aux_layer_count"),
+    "null_target_hidden_falls_back": (
+        MLA_FILE,
+        r"getattr\(config, \"target_hidden_size\", None\) or config\.hidden_size",
+    ),
+    "missing_draft_vocab_uses_target_head": (MLA_FILE, r"self\.load_lm_head_from_target = True"),
+    "tied_lm_head_is_embed": (MLA_FILE, r"self\.lm_head\s*=\s*self\.model\.embed_tokens"),
+    "d2t_sets_hot_token_id": (MLA_FILE, r"self\.hot_token_id\s*=\s*loaded_weight \+ torch\.arange"),
+    "set_embed_skips_if_target_hidden_differs": (
+        MLA_FILE,
+        r"self\.config\.target_hidden_size != self\.config\.hidden_size",
+    ),
+    "model_prefix_except_lm_head": (MLA_FILE, r"if not mapped_name\.startswith\(\"lm_head\.\"\)"),
+    "unknown_key_warns": (MLA_FILE, r"logger\.warning\(\"Eagle3 MLA: skipping unexpected weight"),
+    "kv_b_proj_split_after_load": (MLA_FILE, r"w = self_attn\.kv_b_proj\.weight"),
+}
+
+# EAGLE-3 draft classes: class -> (file with its load_weights, markers, class whose stacked mapping
+# applies when load_weights delegates to super())
+DRAFT_CLASSES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    LLAMA_EAGLE3: (EAGLE_FILE, MARKERS),
+    MLA_EAGLE3: (MLA_FILE, MLA_MARKERS),
+}
+
+# release-wide rules for any draft: feature -> (files searched in order, regex)
+_RUNNER_FILES = (
+    "srt/model_executor/model_runner.py",
+    "srt/model_executor/model_runner_components/layer_setup.py",
+)
+_SPEC_WORKER_FILES = (
+    "srt/speculative/eagle_worker.py",
+    "srt/speculative/draft_worker_common.py",
+    "srt/speculative/eagle_worker_v2.py",
+)
+RUNTIME_MARKERS: dict[str, tuple[tuple[str, ...], str]] = {
+    # `num_nextn_predict_layers: 0` in a draft config takes the MTP branch: the draft KV pool gets
+    # zero layers and the first draft forward raises IndexError (fixed by testing `> 0`)
+    "nnpl_zero_sizes_draft_kv_at_zero": (
+        _RUNNER_FILES,
+        r"model_has_mtp_layers = self\.model_config\.num_nextn_predict_layers is not None\s*$",
+    ),
+    "nnpl_zero_treated_as_absent": (_RUNNER_FILES, r"model_has_mtp_layers = _nnpl is not None and _nnpl > 0"),
+    # the draft's ModelConfig is built with the target's context length
+    "draft_context_is_target_context": (
+        _SPEC_WORKER_FILES,
+        r"context_length\s*=\s*target\w*(\.model_runner\.model_config)?\.context_len",
+    ),
+    # a context length above the model's derived one raises unless the env var allows it
+    "longer_context_raises": ((MODEL_CONFIG_FILE,), r"To allow overriding this maximum"),
+    "longer_context_allowed_by_default": (
+        (MODEL_CONFIG_FILE,),
+        r"\"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN\", default=\"True\"",
+    ),
+    "draft_context_override_rewrites_draft": (
+        (MODEL_CONFIG_FILE,),
+        r"Overriding the draft model's max_position_embeddings",
+    ),
+    # the MLA draft class gets an MLA KV pool sized from its own kv_lora_rank/qk_rope_head_dim
+    "mla_draft_kv_cache": ((MODEL_CONFIG_FILE,), r"\"Eagle3DeepseekV2ForCausalLM\" in self\.hf_config\.architectures"),
+}
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -75,27 +142,184 @@ class Rules:
     exact: bool  # True when `version` itself was checked
     features: dict[str, Any]
     evidence: dict[str, list]  # feature -> [file, line number, line text]
+    architecture: str = LLAMA_EAGLE3  # the draft class these rules describe ("runtime": release-wide)
 
 
 # -- deriving from real source ----------------------------------------------------------------
-def derive_features(version: str, download: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
-    """Feature flags + evidence for one release, read from its wheel's source text."""
+def _first_match(texts: dict[str, str | None], files, rx: str) -> list | None:
+    for f in files:
+        for i, line in enumerate((texts.get(f) or "").splitlines(), 1):
+            if re.search(rx, line):
+                return [f, i, line.strip()]
+    return None
+
+
+def derive_features(
+    version: str, download: bool = True, architecture: str = LLAMA_EAGLE3
+) -> tuple[dict[str, Any], dict[str, list]]:
+    """Feature flags + evidence of one EAGLE-3 draft class in one release, read from its wheel's source."""
     from kit.sglang.source import source_text
 
-    texts = {f: source_text(version, f, download=download) for f in (EAGLE_FILE, LLAMA_FILE)}
-    feats: dict[str, Any] = {"has_eagle3": texts[EAGLE_FILE] is not None}
+    cls_file, markers = DRAFT_CLASSES[architecture]
+    files = sorted({cls_file, *(f for f, _ in markers.values())})
+    texts = {f: source_text(version, f, download=download) for f in files}
+    feats: dict[str, Any] = {"has_eagle3": texts[cls_file] is not None}
     ev: dict[str, list] = {}
-    if texts[EAGLE_FILE] is None:
+    if texts[cls_file] is None:
         return feats, ev
-    for feat, (f, rx) in MARKERS.items():
-        feats[feat] = False
-        for i, line in enumerate((texts[f] or "").splitlines(), 1):
-            if re.search(rx, line):
-                feats[feat] = True
-                ev[feat] = [f, i, line.strip()]
-                break
-    feats["legacy_name_map"] = _legacy_map(texts[EAGLE_FILE]) if feats["legacy_name_map"] else {}
+    for feat, (f, rx) in markers.items():
+        hit = _first_match(texts, (f,), rx)
+        feats[feat] = hit is not None
+        if hit:
+            ev[feat] = hit
+    if architecture == LLAMA_EAGLE3:
+        feats["legacy_name_map"] = _legacy_map(texts[EAGLE_FILE]) if feats["legacy_name_map"] else {}
+    feats.update(load_weights_structure(texts[cls_file], architecture))
+    if not feats["stacked"] and feats.get("delegates_to_llama_loader"):
+        # 0.4.5-0.4.8: load_weights hands every name to LlamaForCausalLM.load_weights
+        feats["stacked"] = load_weights_structure(texts[LLAMA_FILE] or "", "LlamaForCausalLM")["stacked"]
     return feats, ev
+
+
+def load_weights_structure(src: str, cls: str) -> dict[str, list]:
+    """What `cls.load_weights` does with names, read from its AST: the stacked mapping
+    (`stacked_params_mapping`), `re.sub` renames, and fused projections (two checkpoint tensors
+    concatenated into one parameter, e.g. q_a_proj + kv_a_proj_with_mqa -> fused_qkv_a_proj_with_mqa)."""
+    out: dict[str, list] = {"stacked": [], "renames": [], "fused": []}
+    tree = ast.parse(src)
+    fn = next(
+        (
+            f
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and node.name == cls
+            for f in node.body
+            if isinstance(f, ast.FunctionDef) and f.name == "load_weights"
+        ),
+        None,
+    )
+    if fn is None:
+        return out
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.List)
+            and any(isinstance(t, ast.Name) and t.id == "stacked_params_mapping" for t in node.targets)
+        ):
+            out["stacked"] = [list(ast.literal_eval(e)) for e in node.value.elts]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "sub"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "re"
+            and len(node.args) >= 2
+            and all(isinstance(a, ast.Constant) for a in node.args[:2])
+        ):
+            out["renames"].append([node.args[0].value, node.args[1].value])
+    seg = ast.get_source_segment(src, fn) or ""
+    # `if "<a>" in mapped_name or "<b>" in mapped_name:` caches both parts; `.replace("<a>", "fused_...")`
+    # names the parameter; `torch.cat([cached[a], cached[b]])` fuses them in that order
+    pair = re.search(r'if "(\w+)" in mapped_name or "(\w+)" in mapped_name', seg)
+    fused = re.search(r'\.replace\("(\w+)", "(fused_\w+)"\)', seg)
+    if pair and fused and "torch.cat(" in seg:
+        parts = [pair.group(1), pair.group(2)]
+        if fused.group(1) != parts[0]:
+            parts.reverse()
+        out["fused"].append({"param": fused.group(2), "parts": parts})
+    return out
+
+
+def derive_runtime(version: str, download: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
+    """Release-wide rules for any draft (KV sizing, context length, draft architecture rewrites)."""
+    from kit.sglang.source import source_text
+
+    files = sorted({f for fs, _ in RUNTIME_MARKERS.values() for f in fs})
+    texts = {f: source_text(version, f, download=download) for f in files}
+    feats: dict[str, Any] = {}
+    ev: dict[str, list] = {}
+    for feat, (fs, rx) in RUNTIME_MARKERS.items():
+        hit = _first_match(texts, fs, rx)
+        feats[feat] = hit is not None
+        if hit:
+            ev[feat] = hit
+    feats["draft_arch_rewrites"] = draft_arch_rewrites(texts[MODEL_CONFIG_FILE] or "")
+    for f in _CONTEXT_FILES:  # get_context_length moved between releases
+        text = source_text(version, f, download=download)
+        keys = _list_constant(text or "", "CONTEXT_LENGTH_KEYS")
+        if keys:
+            feats["context_length_keys"] = keys
+            ev["context_length_keys"] = _first_match({f: text}, (f,), r"^CONTEXT_LENGTH_KEYS\s*=")
+            break
+    return feats, ev
+
+
+_CONTEXT_FILES = (
+    "srt/utils/hf_transformers/common.py",
+    "srt/utils/hf_transformers_utils.py",
+    "srt/hf_transformers_utils.py",
+)
+
+
+def _list_constant(src: str, name: str) -> list | None:
+    for node in ast.parse(src).body if src else ():
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, (ast.List, ast.Tuple))
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        ):
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def derived_context_length(text_config: dict[str, Any], version: str | None = None) -> int:
+    """SGLang's get_context_length: the first of CONTEXT_LENGTH_KEYS present, times rope_scaling.factor
+    unless rope_scaling names original_max_position_embeddings or is llama3; 2048 when none is set."""
+    keys = runtime_rules(version).features.get("context_length_keys") or ["max_position_embeddings"]
+    rs = text_config.get("rope_scaling") or {}
+    factor = rs.get("factor", 1) if rs else 1
+    if "original_max_position_embeddings" in rs or rs.get("rope_type") == "llama3":
+        factor = 1
+    for k in keys:
+        if text_config.get(k) is not None:
+            return int(factor * text_config[k])
+    return 2048
+
+
+def draft_arch_rewrites(src: str) -> dict[str, str]:
+    """ModelConfig's draft-only architecture rewrites (`if is_draft_model and architectures[0] == X:
+    architectures[0] = Y`), e.g. DeepseekV3ForCausalLM -> DeepseekV3ForCausalLMNextN (an MTP class)."""
+
+    def arch0(n) -> bool:
+        return (
+            isinstance(n, ast.Subscript)
+            and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "architectures"
+            and isinstance(n.slice, ast.Constant)
+            and n.slice.value == 0
+        )
+
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(src)):
+        if not isinstance(node, ast.If) or not any(
+            getattr(n, "id", getattr(n, "attr", None)) == "is_draft_model" for n in ast.walk(node.test)
+        ):
+            continue
+        froms: list[str] = []
+        for c in ast.walk(node.test):
+            if isinstance(c, ast.Compare) and arch0(c.left) and len(c.ops) == 1:
+                r = c.comparators[0]
+                if isinstance(c.ops[0], ast.Eq) and isinstance(r, ast.Constant):
+                    froms.append(r.value)
+                elif isinstance(c.ops[0], ast.In) and isinstance(r, (ast.List, ast.Tuple)):
+                    froms += [e.value for e in r.elts if isinstance(e, ast.Constant)]
+        to = [
+            st.value.value
+            for st in node.body
+            if isinstance(st, ast.Assign) and any(arch0(t) for t in st.targets) and isinstance(st.value, ast.Constant)
+        ]
+        for f in froms if to else ():
+            out[f] = to[-1]
+    return out
 
 
 def _legacy_map(text: str) -> dict[str, str]:
@@ -152,11 +376,18 @@ def known_versions() -> list[str]:
     return sort_versions(_table()["versions"])
 
 
-def rules_for(version: str | None = None) -> Rules:
-    """Rules of `version`: its own recorded row, else the newest checked release not after it."""
+def rules_for(version: str | None = None, architecture: str = LLAMA_EAGLE3) -> Rules:
+    """Rules of one draft class in `version`: its own recorded row, else the newest checked release
+    not after it. architecture="runtime" gives the release-wide rules (derive_runtime)."""
     rel = pick_recorded(version, known_versions())
     row = _table()["versions"][rel.checked]
-    return Rules(rel.requested, rel.checked, rel.exact, row["features"], row["evidence"])
+    part = row["runtime"] if architecture == "runtime" else row["classes"].get(architecture)
+    part = part or {"features": {"has_eagle3": False}, "evidence": {}}
+    return Rules(rel.requested, rel.checked, rel.exact, part["features"], part["evidence"], architecture)
+
+
+def runtime_rules(version: str | None = None) -> Rules:
+    return rules_for(version, "runtime")
 
 
 def registered_architectures(version: str | None = None) -> set[str]:
@@ -172,23 +403,44 @@ def registered_architectures(version: str | None = None) -> set[str]:
 
 
 def eagle3_draft_architectures(version: str | None = None) -> set[str]:
-    """Registered classes that are EAGLE-3 drafts (their name says Eagle3)."""
-    return {a for a in registered_architectures(version) if "Eagle3" in a}
+    """Registered classes that are EAGLE-3 drafts with a recorded loader table in that release."""
+    reg = registered_architectures(version)
+    return {a for a in DRAFT_CLASSES if a in reg and rules_for(version, a).features.get("has_eagle3")}
+
+
+def resolve_draft_class(draft_config: dict[str, Any], version: str | None = None) -> tuple[str | None, str]:
+    """The class SGLang instantiates for this draft config, and its status (eagle3 |
+    registered_not_eagle3 | not_registered | missing). Mirrors ModelConfig's draft rewrites of
+    architectures[0], then ModelRegistry.resolve_model_cls: the first architecture if registered,
+    else the first registered one in the list, else the Transformers fallback (no EAGLE-3 loader)."""
+    archs = list(draft_config.get("architectures") or [])
+    if not archs:
+        return None, "missing"
+    archs[0] = runtime_rules(version).features.get("draft_arch_rewrites", {}).get(archs[0], archs[0])
+    reg = registered_architectures(version)
+    arch = next((a for a in archs if a in reg), None)
+    if arch is None:
+        return None, "not_registered"
+    return arch, "eagle3" if arch in eagle3_draft_architectures(version) else "registered_not_eagle3"
 
 
 def build_table(versions: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "_doc": "generated by `python -m kit.sglang.loader --write V...` from real "
-        "sglang wheels; checked by kit/tests/test_sglang_rules.py",
+        "sglang wheels; checked by kit/tests/sglang/test_sglang_rules.py",
         "versions": {},
     }
     prev: set[str] = set()
     for v in sort_versions(versions):
-        feats, ev = derive_features(v)
+        classes = {}
+        for cls in DRAFT_CLASSES:
+            feats, ev = derive_features(v, architecture=cls)
+            classes[cls] = {"features": feats, "evidence": ev}
+        rt, rt_ev = derive_runtime(v)
         reg = scan_registered(v)
         out["versions"][v] = {
-            "features": feats,
-            "evidence": ev,
+            "classes": classes,
+            "runtime": {"features": rt, "evidence": rt_ev},
             "registered_delta": {"added": sorted(reg - prev), "removed": sorted(prev - reg)},
         }
         prev = reg
@@ -214,6 +466,7 @@ class LoadSimulation:
     exact: bool
     architecture: str | None
     arch_status: str  # eagle3 | registered_not_eagle3 | not_registered | missing
+    draft_class: str | None = None  # the class whose loader was replayed (after SGLang's dispatch)
     build_errors: list[str] = field(default_factory=list)
     keys: list[KeyOutcome] = field(default_factory=list)
     params_missing: list[dict] = field(default_factory=list)  # param, shape, reason, critical
@@ -356,13 +609,92 @@ def _param_shapes(
         "tie": tie,
         "head_from_target": head_from_target,
         "layers": layers,
+        # LlamaForCausalLM.set_embed tests hasattr(config, "target_hidden_size") and inequality
+        "own_embed": bool(f.get("set_embed_skips_if_target_hidden_differs"))
+        and "target_hidden_size" in cfg
+        and cfg.get("target_hidden_size") != H,
+    }
+    return P, shards, facts
+
+
+def _mla_param_shapes(
+    cfg: dict[str, Any], f: dict[str, Any], errors: list[str]
+) -> tuple[dict[str, tuple], dict[str, dict], dict]:
+    """Parameters Eagle3DeepseekV2ForCausalLM builds for `cfg` (kimi_k25_eagle3.py + DeepseekV2AttentionMLA)."""
+    need = ("hidden_size", "vocab_size", "num_attention_heads", "intermediate_size", "kv_lora_rank")
+    need += ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    H, V, nh, I_, kv, nope, rope, vd = (cfg.get(x) for x in need)
+    if not all(isinstance(x, int) for x in (H, V, nh, I_, kv, nope, rope, vd)):
+        missing = [x for x in need if not isinstance(cfg.get(x), int)]
+        errors.append(f"config lacks integer {'/'.join(missing)}: the MLA draft layer cannot be built")
+        return {}, {}, {}
+    qr = cfg.get("q_lora_rank")
+    if not isinstance(qr, int):
+        if f.get("requires_q_lora_rank"):
+            errors.append(
+                f"q_lora_rank={qr!r}: this SGLang raises 'Eagle3 MLA layer requires q_lora_rank in the draft config'"
+            )
+        qr = 0
+    L = cfg.get("num_hidden_layers", 1)
+    if f.get("single_layer_only") and L != 1:
+        errors.append(f"num_hidden_layers={L}: this SGLang raises 'EAGLE3 currently only supports 1 layer'")
+    Ht_cfg = cfg.get("target_hidden_size")
+    Ht = Ht_cfg or H if f.get("null_target_hidden_falls_back") else Ht_cfg if "target_hidden_size" in cfg else H
+    eagle = cfg.get("eagle_config") or {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    ids = ids if ids is not None else cfg.get("eagle_aux_hidden_state_layer_ids")
+    k = len(ids) if ids is not None else 3  # _get_eagle_aux_layer_count: no num_aux_hidden_states here
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    Vd = cfg.get("draft_vocab_size")
+    head_from_target = not tie and Vd is None and bool(f.get("missing_draft_vocab_uses_target_head"))
+    Vd = Vd or V
+    pre = "model.midlayer"
+    a_in = 2 * H if f.get("fused_a_proj_input_2h") else H
+    P: dict[str, tuple] = {
+        "model.embed_tokens.weight": (V, H),
+        "model.fc.weight": (H, k * Ht),
+        "model.norm.weight": (H,),
+        f"{pre}.self_attn.q_a_layernorm.weight": (qr,),
+        f"{pre}.self_attn.q_b_proj.weight": (nh * (nope + rope), qr),
+        f"{pre}.self_attn.kv_a_layernorm.weight": (kv,),
+        f"{pre}.self_attn.kv_b_proj.weight": (nh * (nope + vd), kv),
+        f"{pre}.self_attn.o_proj.weight": (H, nh * vd),
+        f"{pre}.mlp.gate_up_proj.weight": (2 * I_, H),
+        f"{pre}.mlp.down_proj.weight": (H, I_),
+    }
+    shards: dict[str, dict] = {f"{pre}.mlp.gate_up_proj.weight": {0: (I_, H), 1: (I_, H)}}
+    part_rows = {"q_a_proj": qr, "kv_a_proj_with_mqa": kv + rope}
+    for fu in f.get("fused") or []:
+        name = f"{pre}.self_attn.{fu['param']}.weight"
+        P[name] = (qr + kv + rope, a_in)
+        shards[name] = {part: (part_rows.get(part, 0), a_in) for part in fu["parts"]}
+    for n in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+        P[f"{pre}.{n}.weight"] = (H,)
+    if f.get("fc_bias_from_config") and cfg.get("bias"):
+        P["model.fc.bias"] = (H,)
+    if f.get("fc_norm") and (cfg.get("fc_norm") or cfg.get("use_aux_norm")):
+        for j in range(k):
+            P[f"model.fc_norm.{j}.weight"] = (Ht,)
+    if not tie:
+        P["lm_head.weight"] = (Vd, H)
+    facts = {
+        "H": H,
+        "Ht": Ht,
+        "k": k,
+        "V": V,
+        "Vd": Vd,
+        "tie": tie,
+        "head_from_target": head_from_target,
+        "layers": [pre],
+        # Eagle3DeepseekV2ForCausalLM.set_embed: skips only for a non-null, different target_hidden_size
+        "own_embed": bool(f.get("set_embed_skips_if_target_hidden_differs")) and Ht_cfg is not None and Ht_cfg != H,
     }
     return P, shards, facts
 
 
 def _load_own(name: str, f: dict, P: dict) -> tuple[str | None, Any, str]:
     """Replay the 0.4.9+ loop: returns (param or None, shard id, why-dropped)."""
-    for param, weight, shard in STACKED:
+    for param, weight, shard in f["stacked"]:
         if weight in name:
             n2 = name.replace(weight, param)
             pn = n2 if n2 in P else f"model.{n2}"
@@ -371,41 +703,102 @@ def _load_own(name: str, f: dict, P: dict) -> tuple[str | None, Any, str]:
     return (pn, None, "") if pn in P else (None, None, f"no parameter {pn!r} in this release")
 
 
+def _mla_name(key: str, f: dict) -> str:
+    """kimi_k25_eagle3 load_weights: the derived `re.sub` renames, then `model.` unless lm_head."""
+    name = key
+    for pat, repl in f.get("renames") or []:
+        name = re.sub(pat, repl, name)
+    if f.get("model_prefix_except_lm_head") and not name.startswith("lm_head."):
+        name = f"model.{name}"
+    return name
+
+
+def _load_mla(name: str, f: dict, P: dict, pending: dict, o: "KeyOutcome") -> tuple[str | None, Any, str]:
+    """Replay Eagle3DeepseekV2ForCausalLM.load_weights for one mapped name: stacked gate/up, then the
+    fused pair (cached until both halves arrive), then a direct parameter, else a logged skip."""
+    for param, weight, shard in f["stacked"]:
+        if weight in name and name.replace(weight, param) in P:
+            return name.replace(weight, param), shard, ""
+    for fu in f.get("fused") or []:
+        a, b = fu["parts"]
+        if a in name or b in name:
+            part = a if a in name else b
+            fused = (name if part == a else name.replace(b, a)).replace(a, fu["param"])
+            pending.setdefault(fused, {})[part] = o
+            return None, None, "pending"
+    if name in P:
+        return name, None, ""
+    o.loud = bool(f.get("unknown_key_warns"))
+    return None, None, f"no parameter {name!r}: logged 'Eagle3 MLA: skipping unexpected weight' and skipped"
+
+
+def _settle_fused(pending: dict, f: dict, P: dict, shards: dict, filled: dict) -> None:
+    """Halves of a fused projection: both present -> cat -> one weight_loader call (shape assertion);
+    one missing -> the other stays cached and is never loaded (SGLang logs nothing)."""
+    parts_of = {fu["param"]: fu["parts"] for fu in f.get("fused") or []}
+    for fused, got in pending.items():
+        fp = next((p for p in parts_of if p in fused), None)
+        parts = parts_of.get(fp, [])
+        lacking = [p for p in parts if p not in got]
+        for part, o in got.items():
+            if lacking:
+                o.reason = (
+                    f"cached for {fused}, which also needs {lacking[0]}: the checkpoint lacks it, so this key is "
+                    "never loaded (no log)"
+                )
+                continue
+            if fused not in P:
+                o.reason = f"no parameter {fused!r}: the fused weight is skipped without a log"
+                continue
+            want = shards[fused][part]
+            o.param, o.renamed = fused, True
+            if tuple(want) != o.shape:
+                o.status, o.loud = "fails", True
+                o.reason = f"shape {list(o.shape)} != {part} rows of {fused} {list(want)}: weight loader assertion"
+                continue
+            o.status = "loaded"
+            filled.setdefault(fused, set()).add(part)
+
+
+def _looks_mla(ckpt_shapes: dict[str, Any]) -> bool:
+    return any("kv_a_proj_with_mqa" in k or "q_a_proj" in k for k in ckpt_shapes)
+
+
 def simulate_load(
     ckpt_shapes: dict[str, Any], draft_config: dict[str, Any], version: str | None = None
 ) -> LoadSimulation:
-    """Replay `version`'s EAGLE-3 loader on checkpoint names/shapes and the draft config.json."""
-    r = rules_for(version)
-    f = r.features
+    """Replay `version`'s EAGLE-3 loader on checkpoint names/shapes and the draft config.json.
+
+    The class is the one SGLang's dispatch picks from `architectures` (resolve_draft_class); when that is
+    no EAGLE-3 class, the keys are replayed with the class they look like, so the report also says what
+    the checkpoint would do once its architecture is fixed."""
     archs = draft_config.get("architectures") or []
-    arch = archs[0] if archs else None
-    reg = registered_architectures(r.version)
-    status = (
-        "missing"
-        if arch is None
-        else "eagle3"
-        if arch in reg and "Eagle3" in arch
-        else "registered_not_eagle3"
-        if arch in reg
-        else "not_registered"
-    )
-    sim = LoadSimulation(r.version, r.checked, r.exact, arch, status)
+    written = archs[0] if archs else None
+    cls, status = resolve_draft_class(draft_config, version)
+    if status != "eagle3":
+        cls = MLA_EAGLE3 if _looks_mla(ckpt_shapes) else LLAMA_EAGLE3
+    r = rules_for(version, cls)
+    f = r.features
+    sim = LoadSimulation(r.version, r.checked, r.exact, written, status, cls)
     if not f.get("has_eagle3"):
-        sim.build_errors.append(f"sglang {r.version} has no {EAGLE_FILE}: EAGLE-3 drafts are not supported")
-        sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason="no EAGLE-3 loader") for k, s in ckpt_shapes.items()]
+        src = DRAFT_CLASSES[cls][0]
+        sim.build_errors.append(f"sglang {r.version} has no {src} ({cls}): it cannot load this draft")
+        sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason=f"no {cls} loader") for k, s in ckpt_shapes.items()]
         return sim
-    if arch and arch != "LlamaForCausalLMEagle3" and status == "eagle3":
-        sim.runtime.append(
-            f"{arch} has its own loader (e.g. kimi_k25_eagle3.py); simulated with the Llama EAGLE-3 rules"
-        )
-    P, shards, facts = _param_shapes(draft_config, f, sim.build_errors)
+    if status == "eagle3" and written != cls:
+        sim.runtime.append(f"architectures[0]={written!r} is dispatched to {cls}")
+    elif status != "eagle3":
+        sim.runtime.append(f"keys replayed with the {cls} loader (what they would do under that architecture)")
+    mla = cls == MLA_EAGLE3
+    P, shards, facts = (_mla_param_shapes if mla else _param_shapes)(draft_config, f, sim.build_errors)
     filled: dict[str, set] = {}
+    pending: dict[str, dict] = {}
     legacy = f.get("legacy_name_map") or {}
     for key, shape in ckpt_shapes.items():
         shape = tuple(shape)
         o = KeyOutcome(key, shape, "dropped")
         sim.keys.append(o)
-        name = key
+        name = _mla_name(key, f) if mla else key
         for old, new in legacy.items():
             if old in name:
                 name = name.replace(old, new)
@@ -415,7 +808,11 @@ def simulate_load(
         if "t2d" in name:
             o.reason = "t2d is skipped by design"
             continue
-        if f.get("delegates_to_llama_loader"):
+        if mla:
+            pn, shard, why = _load_mla(name, f, P, pending, o)
+            if why == "pending":
+                continue
+        elif f.get("delegates_to_llama_loader"):
             pn, shard, why = _load_delegate(name, f, P, facts, o)
         else:
             pn, shard, why = _load_own(name, f, P)
@@ -423,13 +820,14 @@ def simulate_load(
             o.reason = o.reason or why
             continue
         want = shards.get(pn, {}).get(shard) if shard is not None else P[pn]
-        o.param, o.renamed = pn, name != key
+        o.param, o.renamed = pn, name.removeprefix("model.") != key.removeprefix("model.")
         if want is not None and tuple(want) != shape:
             o.status, o.loud = "fails", True
             o.reason = f"shape {list(shape)} != parameter {list(want)}: weight loader assertion at startup"
             continue
         o.status = "loaded"
         filled.setdefault(pn, set()).add(shard)
+    _settle_fused(pending, f, P, shards, filled)
     _runtime_fill(sim, f, P, shards, facts, filled, draft_config)
     return sim
 
@@ -441,7 +839,7 @@ def _load_delegate(name: str, f: dict, P: dict, facts: dict, o: KeyOutcome):
         return None, None, "rotary/projector tensors are skipped"
     if facts.get("tie") and "lm_head.weight" in n:
         return None, None, "tie_word_embeddings: lm_head.weight is skipped"
-    for param, weight, shard in STACKED:
+    for param, weight, shard in f["stacked"]:
         if weight in n:
             n2 = n.replace(weight, param)
             if n2 in P:
@@ -460,14 +858,10 @@ def _load_delegate(name: str, f: dict, P: dict, facts: dict, o: KeyOutcome):
 def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: dict, filled: dict, cfg: dict) -> None:
     if not P:
         return
-    H, _Ht = facts["H"], facts["Ht"]
-    embed_from_target = not (
-        f.get("set_embed_skips_if_target_hidden_differs")
-        and "target_hidden_size" in cfg
-        and cfg.get("target_hidden_size") != H
-    )
+    H = facts["H"]
+    embed_from_target = not facts["own_embed"]
     if facts["head_from_target"]:
-        sim.runtime.append("draft_vocab_size is null: embed_tokens and lm_head are both taken from the target")
+        sim.runtime.append("no draft vocab size: embed_tokens and lm_head are both taken from the target")
         embed_from_target = True
         for n in ("model.embed_tokens.weight", "lm_head.weight"):
             if n in filled:
@@ -500,7 +894,7 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
             pn in ("lm_head.weight", "model.embed_tokens.weight", "model.fc.weight")
             or ".self_attn." in pn
             or ".mlp." in pn
-        )
+        ) and not pn.endswith("layernorm.weight")
         init = "ones" if pn.endswith("norm.weight") or ".fc_norm." in pn else "its random/empty initialization"
         why = f"never filled{part}: stays {init}"
         if pn == "lm_head.weight":

@@ -1,18 +1,22 @@
-"""Parse launch argv with SGLang's REAL argument parser (`ServerArgs.add_cli_args`).
+"""Parse launch flags with SGLang's REAL argument parser (`ServerArgs.add_cli_args`) of the requested release.
 
-The kit's own flag table can only be a guess at what SGLang accepts; SGLang's parser is the
-truth, and it imports on a CPU. Where it runs:
+SGLang's parser is the truth about its flags, and it imports on a CPU. For release V it runs:
 
-1. in this interpreter, when `sglang` is importable (a GPU host with SGLang installed);
-2. else the interpreter named by `python=` / $KIT_SGLANG_PYTHON;
-3. else the kit's side venv `sglang-0.5.23` (`kit.venvs.ensure_venv`, built on first use unless
-   $KIT_NO_VENV_BUILD=1).
+1. in this interpreter, when the sglang installed here is V (a GPU host with SGLang installed);
+2. else in the interpreter named by `python=` / $KIT_SGLANG_PYTHON;
+3. else in the kit's side environment `sglang-V` (`kit.venvs.ensure_venv`: sglang==V `--no-deps` over
+   this interpreter's packages; built on first use unless $KIT_NO_VENV_BUILD=1).
 
 Several argvs are parsed in one call (importing SGLang takes ~8 s). Each result is
 {"ok": bool, "unknown": [...], "error": str|None, "args": {dest: value}|None}.
 
-    from kit.sglang.parser import parse_argvs
-    [res] = parse_argvs([["--model-path", "m", "--tp-size", "8"]])
+`flag_findings(flags, version)` turns one parse into findings. When the real parser cannot run,
+`launch.parser` is a warning naming the checks skipped, and the release's recorded flag table
+(`kit.sglang.flags`, derived from the same parser) still applies argparse's prefix, `=`, type and
+choice rules, so a bad value is never silently accepted.
+
+    from kit.sglang.parser import parse_argvs, flag_findings
+    [res] = parse_argvs([["--model-path", "m", "--tp-size", "8"]], version="0.5.17")
 
 Run `python -m kit.sglang.parser --model-path m --tp 8` to see one result.
 """
@@ -26,9 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.findings import KitInputError
-
-VENV = "sglang-0.5.23"
+from kit.findings import Finding, KitInputError
+from kit.sglang.versions import default_release, installed_version
 
 # Runs inside the interpreter that has sglang; reads a JSON list of argvs on stdin and prints a
 # JSON list of results as its last stdout line. Built exactly like `prepare_server_args` (prog,
@@ -62,38 +65,47 @@ if __name__ == "__main__":
 """
 
 
-def _in_process_available() -> bool:
+def _in_process_version() -> str | None:
+    """The sglang release importable in this interpreter, or None."""
     try:
-        return importlib.util.find_spec("sglang") is not None
+        if importlib.util.find_spec("sglang") is None:
+            return None
     except (ImportError, ValueError):
-        return False
+        return None
+    return installed_version()
 
 
-def parser_python(python: str | None = None, build: bool | None = None) -> str | None:
-    """Interpreter to run the parser in; None means in-process. Raises KitInputError if none."""
+def venv_name(version: str) -> str:
+    return f"sglang-{version}"
+
+
+def parser_python(python: str | None = None, build: bool | None = None, version: str | None = None) -> str | None:
+    """Interpreter to run release `version`'s parser in; None means in-process. KitInputError if none."""
+    version = version or default_release()
     if python:
         return python
-    if _in_process_available():
+    if _in_process_version() == version:
         return None
     if os.environ.get("KIT_SGLANG_PYTHON"):
         return os.environ["KIT_SGLANG_PYTHON"]
-    from kit.venvs import ensure_venv, venv_root
+    from kit.venvs import ensure_venv, is_built
 
     if build is None:
         build = os.environ.get("KIT_NO_VENV_BUILD") != "1"
-    if not build and not (venv_root() / VENV / ".kit-complete").exists():
-        raise KitInputError(f"SGLang's parser is unavailable: no sglang here and side venv {VENV} not built")
-    return str(ensure_venv(VENV))
+    name = venv_name(version)
+    if not build and not is_built(name):
+        raise KitInputError(f"no sglang {version} in this interpreter and side environment {name} not built "
+                            "($KIT_NO_VENV_BUILD=1)")
+    return str(ensure_venv(name))
 
 
 _CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
 
 
-def parse_argvs(
-    argvs: list[list[str]], python: str | None = None, build: bool | None = None, timeout: float = 300
-) -> list[dict]:
+def parse_argvs(argvs: list[list[str]], python: str | None = None, build: bool | None = None, timeout: float = 300,
+                version: str | None = None) -> list[dict]:
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
-    py = parser_python(python, build)
+    py = parser_python(python, build, version)
     todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
     if todo:
         for a, res in zip(todo, _parse(todo, py, timeout)):
@@ -111,21 +123,64 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        r = subprocess.run(
-            [py, "-c", _WORKER],
-            input=json.dumps(argvs),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd="/",
-        )
+        r = subprocess.run([py, "-c", _WORKER], input=json.dumps(argvs), capture_output=True, text=True,
+                           timeout=timeout, env=env, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise KitInputError(f"{py}: SGLang's parser did not run ({tail})")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# what SGLang's own parser checks beyond the recorded table
+SKIPPED_WITHOUT_PARSER = ("value parsers the table does not name (JSON and list values are read as text)",
+                          "choices computed at import time (reasoning/tool-call parsers, plugins' additions)",
+                          "the parser of the exact release when its table is another release's")
+
+
+def flag_findings(flags: list[str], version: str | None = None, python: str | None = None,
+                  build: bool | None = None) -> list[Finding]:
+    """`launch.flag` findings for server flags: the real parser's verdict, else the recorded table's
+    (with `launch.parser` saying what was skipped); an info line for flags given as prefixes."""
+    from kit.sglang.flags import resolve
+
+    version = version or default_release()
+    table = resolve(flags, version)
+    out: list[Finding] = []
+    try:
+        [res] = parse_argvs([flags], python=python, build=build, version=version)
+        unknown, errors, judge = res["unknown"], [res["error"]] if res["error"] else [], f"SGLang {version}'s parser"
+    except KitInputError as e:
+        skipped = list(SKIPPED_WITHOUT_PARSER[:2]) + ([SKIPPED_WITHOUT_PARSER[2]] if not table.exact else [])
+        if table.unchecked:
+            skipped[0] += f": {', '.join('--' + d.replace('_', '-') for d in table.unchecked)}"
+        out.append(Finding(
+            code="launch.parser", severity="warning",
+            title=f"SGLang {version}'s own parser could not be run; flags were checked against the kit's "
+                  f"recorded table of SGLang {table.checked} (prefixes, types, choices)",
+            evidence={"reason": str(e), "table": table.checked, "exact": table.exact, "skipped": skipped},
+            fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side environment build "
+                f"(python -m kit.venvs {venv_name(version)})"))
+        unknown = table.unknown
+        errors = [err["message"] for err in table.errors]
+        judge = f"SGLang {table.checked}'s flag table"
+    for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
+        out.append(Finding(code="launch.flag", severity="error",
+                           title=f"SGLang does not accept {flag!r}: the server would exit at startup",
+                           evidence={"unknown": unknown, "judge": judge},
+                           fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)"))
+    for msg in errors:
+        out.append(Finding(code="launch.flag", severity="error", title=f"SGLang's parser rejects the command: {msg}",
+                           evidence={"error": msg, "judge": judge}, fix="fix the flag value"))
+    abbrev = table.abbreviated()
+    if abbrev:
+        out.append(Finding(code="launch.flag", severity="info",
+                           title="flags given as prefixes, read as: "
+                                 + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),
+                           evidence={"abbreviated": [list(x) for x in abbrev]},
+                           fix="spell flags out: a later release adding a flag with the same prefix makes it ambiguous"))
+    return out
 
 
 if __name__ == "__main__":

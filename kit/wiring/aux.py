@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kit.checkpoint.draft_config import read_draft_config
 from kit.checkpoint.hf_config import text_config
 from kit.sglang.capture import capture_points as sglang_capture_points
 from kit.sglang.capture import capture_rule, default_ids
@@ -103,12 +104,8 @@ def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
 
 def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
     """H, Ht, k as SGLang computes them (speculators configs: the nested layer config)."""
-    tl = cfg.get("transformer_layer_config") or {}
-    H = cfg.get("hidden_size", tl.get("hidden_size"))
-    Ht = cfg["target_hidden_size"] if cfg.get("target_hidden_size") is not None else H
-    ids, _ = read_ids("sglang", cfg)
-    k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)
-    return {"H": H, "Ht": Ht, "k": k}
+    c = read_draft_config(cfg)
+    return {"H": c.hidden_size, "Ht": c.effective_target_hidden_size, "k": c.num_aux}
 
 
 def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:

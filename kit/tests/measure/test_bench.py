@@ -7,6 +7,7 @@ tokens gives 13 verify steps, so the expected accept length is 32/13 exactly.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -61,15 +62,107 @@ def test_records_written_as_they_complete_and_resume_skips_done(tmp_path):
     assert len(lines) == 6 and all(json.loads(x)["rid"] for x in lines)
     failed = [json.loads(x) for x in lines if not json.loads(x)["ok"]]
     assert failed
-    with StubThread() as s2:  # rerun: only the failed ids are sent again
-        cfg.url = s2.url
-        res2 = run_bench(cfg, prompts=PROMPTS)
+    notes = []
+    with StubThread() as s2:  # --resume: only the failed ids are sent again, to the new URL
+        res2 = run_bench(
+            BenchConfig(url=s2.url, resume=str(tmp_path / "b"), progress=False), prompts=PROMPTS, note=notes.append
+        )
         assert s2.state.requests == len(failed)
     assert first == 6
     assert res2.summary["labels"]["spec"]["requests"] == 6
+    assert res2.summary["resumed"]["reused"] == 6 - len(failed)
+    assert len(notes) == 1 and f"reusing {6 - len(failed)} of 6" in notes[0] and f"sending {len(failed)}" in notes[0]
     assert not res2.report.by_code("bench.request_errors") or res2.summary["labels"]["spec"]["failed"] == len(
         failed
     )  # old failures stay on record
+
+
+def test_every_run_gets_a_fresh_named_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with StubThread() as s:
+        a = run_bench(
+            BenchConfig(url=s.url, num_prompts=2, max_new_tokens=4, warmup=0, progress=False), prompts=PROMPTS
+        )
+        b = run_bench(
+            BenchConfig(url=s.url, num_prompts=2, max_new_tokens=4, warmup=0, progress=False), prompts=PROMPTS
+        )
+    assert a.out_dir != b.out_dir
+    for r in (a, b):
+        assert r.out_dir.parent == Path("runs/bench") and r.out_dir.name.endswith("-spec")
+        assert json.loads((r.out_dir / "config.json").read_text())["max_new_tokens"] == 4
+        assert r.summary["labels"]["spec"]["requests"] == 2  # nothing carried over
+
+
+def test_existing_out_dir_is_refused_before_anything_is_sent(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "records.jsonl").write_text("{}\n")
+    with StubThread() as s:
+        with pytest.raises(KitInputError, match=r"--out-dir .*exists and is not empty.*--resume"):
+            run_bench(_cfg(tmp_path, s.url), prompts=PROMPTS)
+        assert s.state.requests == 0
+
+
+def test_resume_refuses_a_changed_setting_and_a_non_run_directory(tmp_path):
+    with StubThread() as s:
+        run_bench(_cfg(tmp_path, s.url, warmup=0), prompts=PROMPTS)
+        with pytest.raises(KitInputError, match=r"--max-new-tokens 16 \(the run used 32\)"):
+            run_bench(BenchConfig(url=s.url, resume=str(tmp_path / "b"), max_new_tokens=16), prompts=PROMPTS)
+        with pytest.raises(KitInputError, match="not a kit bench run directory"):
+            run_bench(BenchConfig(url=s.url, resume=str(tmp_path)), prompts=PROMPTS)
+
+
+def test_dead_url_is_one_error_before_any_directory(tmp_path, capsys):
+    from kit.cli import main
+
+    out = tmp_path / "never"
+    rc = main(["bench", "--url", "http://127.0.0.1:9", "--out-dir", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith("kit bench: error: --url http://127.0.0.1:9: no server answers")
+    assert not out.exists()
+
+
+def test_cli_prints_the_bench_serving_block(tmp_path, capsys):
+    from kit.cli import main
+
+    with StubThread() as s:
+        rc = main(
+            [
+                "bench",
+                "--url",
+                s.url,
+                "--out-dir",
+                str(tmp_path / "c"),
+                "--num-prompts",
+                "3",
+                "--max-new-tokens",
+                "8",
+                "--warmup",
+                "0",
+                "--no-progress",
+            ]
+        )
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    for name in (
+        "Serving Benchmark Result",
+        "Successful requests:",
+        "Benchmark duration (s):",
+        "Request throughput (req/s):",
+        "Output token throughput (tok/s):",
+        "Mean TTFT (ms):",
+        "Median TTFT (ms):",
+        "P99 TTFT (ms):",
+        "Mean ITL (ms):",
+        "P99 ITL (ms):",
+        "Median E2E Latency (ms):",
+        "Accept length:",
+        "Accept length, meta:",
+    ):
+        assert name in out, name
+    line = next(x for x in out.splitlines() if x.startswith("Successful requests:"))
+    assert line.split() == ["Successful", "requests:", "3"]
+    assert "e-0" not in out  # milliseconds with two decimals, never scientific notation
 
 
 def test_truncated_last_line_is_ignored(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from kit.findings import KitInputError
 from kit.sglang import loader as sr
 
-BOUNDARIES = ["0.4.4", "0.4.5", "0.4.8", "0.4.9", "0.5.1", "0.5.2", "0.5.11", "0.5.12", "0.5.16", "0.5.17", "0.5.23"]
+BOUNDARIES = ["0.4.4", "0.4.5", "0.4.8", "0.4.9", "0.4.10", "0.5.1", "0.5.2", "0.5.11", "0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.23"]
 
 H, V, VD = 8, 40, 16
 
@@ -60,13 +60,16 @@ def keys(prefix="layers.0", layers=1, lm_head=True, embed=True):
 @pytest.mark.parametrize("version", BOUNDARIES)
 def test_table_matches_real_source(version):
     try:
-        feats, ev = sr.derive_features(version)
+        derived = {cls: sr.derive_features(version, architecture=cls) for cls in sr.DRAFT_CLASSES}
+        runtime = sr.derive_runtime(version)
         reg = sr.scan_registered(version)
     except KitInputError as e:
         pytest.skip(f"sglang {version} source unavailable offline: {e}")
     row = sr._table()["versions"][version]
-    assert feats == row["features"], f"sglang {version} changed: re-run python -m kit.sglang.loader --write"
-    assert ev == row["evidence"]
+    for cls, (feats, ev) in derived.items():
+        assert feats == row["classes"][cls]["features"], f"sglang {version} {cls} changed: re-run --write"
+        assert ev == row["classes"][cls]["evidence"]
+    assert list(runtime) == [row["runtime"]["features"], row["runtime"]["evidence"]]
     assert reg == sr.registered_architectures(version)
 
 

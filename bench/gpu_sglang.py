@@ -1,0 +1,700 @@
+"""Real SGLang on a GPU host: the ground-truth matrix, `kit bench` vs `sglang.bench_serving`, CUDA graphs.
+
+Runs on the GPU host with the offline bundle installed (`python -m kit.sglang.bundle install`) and the
+repository on PYTHONPATH. Every server goes through the kit's own lifecycle (`kit.serving.launch.LaunchSpec`
+-> `kit.serving.checks.lint` with SGLang's real parser -> `kit.serving.process.ServerProcess`), every request
+through the kit's client (`kit.measure.client.send_one`), every log through `kit.serving.logs`.
+
+    python bench/gpu_sglang.py setup  --carry .devcarry --work /tmp/w        # GGUF parts -> target dir, drafts
+    python bench/gpu_sglang.py matrix --work /tmp/w --out OUT/matrix --gpus 0 1
+    python bench/gpu_sglang.py bench  --work /tmp/w --out OUT/bench --gpu 0   # kit bench vs bench_serving
+    python bench/gpu_sglang.py graphs --work /tmp/w --out OUT/graphs --gpu 1  # CUDA graphs, baseline vs EAGLE3
+
+`--engine reference` runs the same code against the kit's CPU reference server (a dry run without a GPU).
+The row table (`ROWS`) and the draft variants (`make_variants`) are shared with the CPU-side scoring
+(`bench/score_matrix.py`). Each command prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kit.findings import KitInputError  # noqa: E402
+
+# NVLink multicast stays off in every process on a shared multi-GPU host (NCCL, torch symmetric memory, NVSHMEM)
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+GGUF_MD5 = "a1231443440b107ff29f02bdb38c9d0a"
+# flags the trimmed 0.5.17 bundle needs (its manifest's launch_flags), plus a bounded KV pool so that
+# several servers can share one GPU (mem-fraction-static is then only an upper bound)
+BASE_EXTRA = [
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--skip-server-warmup",
+    "--dtype",
+    "bfloat16",
+    "--max-total-tokens",
+    "32768",
+]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    draft: str | None  # variant name (make_variants) or None
+    algorithm: str | None = "EAGLE3"
+    params: tuple[int, int, int] | None = (3, 1, 4)  # steps, topk, draft tokens
+    what: str = ""
+
+
+ROWS = (
+    Row("baseline", None, None, None, "no speculation"),
+    Row("eagle3_chain_3-1-4", "sglang", what="demo draft, EAGLE3 chain"),
+    Row("eagle3_tree_3-4-8", "sglang", params=(3, 4, 8), what="demo draft, EAGLE3 tree"),
+    Row("eagle_seed_3-1-4", "sglang", "EAGLE", what="the seed's --speculative-algorithm EAGLE"),
+    Row("aux_ids_shifted", "aux_shift", what="eagle_aux_hidden_state_layer_ids shifted by +1"),
+    Row("speculators_layout", "speculators", what="draft in speculators layout handed to SGLang directly"),
+    Row("lm_head_missing", "no_lm_head", what="lm_head.weight removed"),
+    Row("embed_tokens_missing", "no_embed", what="embed_tokens.weight removed"),
+    Row("other_target_width", "other_width", what="draft for a 1024-wide target (random weights)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# draft variants: deterministic, built the same way here and on the CPU machine
+# ---------------------------------------------------------------------------------------------
+def _rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), config_edit=None) -> Path:
+    from kit.checkpoint.safetensors_io import load_tensor, read_checkpoint, write_safetensors
+
+    dst.mkdir(parents=True, exist_ok=True)
+    ck = read_checkpoint(src)
+    tensors = {t.name: load_tensor(t) for t in ck.tensors if not any(t.name.endswith(d) for d in drop)}
+    write_safetensors(dst / "model.safetensors", tensors)
+    cfg = json.loads((src / "config.json").read_text())
+    if config_edit:
+        config_edit(cfg)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
+
+
+def _shift_aux(cfg: dict) -> None:
+    ec = cfg.setdefault("eagle_config", {})
+    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    if not ids:
+        raise KitInputError("draft config has no eagle_config.eagle_aux_hidden_state_layer_ids to shift")
+    ec["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in ids]
+
+
+def make_variants(base: Path, out: Path) -> dict[str, Path]:
+    """The matrix's drafts from the demo draft `base` (SGLang layout); rebuilt only when missing."""
+    from kit.checkpoint.convert import ConvertConfig, convert
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+
+    out.mkdir(parents=True, exist_ok=True)
+    v = {"sglang": base}
+    from kit.checkpoint.safetensors_io import read_header
+
+    embed = any(t.name.endswith("embed_tokens.weight") for t in read_header(base / "model.safetensors")[1])
+    builders = {
+        "aux_shift": lambda d: _rewrite(base, d, config_edit=_shift_aux),
+        "no_lm_head": lambda d: _rewrite(base, d, drop=("lm_head.weight",)),
+        "no_embed": lambda d: _rewrite(base, d, drop=("embed_tokens.weight",)),
+        "speculators": lambda d: convert(ConvertConfig(src=str(base), dst=str(d), to="speculators", force=True)),
+        "other_width": lambda d: write_random_draft(
+            d,
+            layout="sglang",
+            target_config={**SMOLLM2, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4},
+            seed=1,
+        ),
+    }
+    for name, build in builders.items():
+        d = out / name
+        if not (d / "config.json").exists():
+            if d.exists():
+                shutil.rmtree(d)
+            build(d)
+        v[name] = d
+    v["_base_has_embed"] = embed  # type: ignore[assignment]
+    return v
+
+
+def draft_digest(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.glob("*")):
+        if p.is_file():
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# setup on the GPU host
+# ---------------------------------------------------------------------------------------------
+def setup(carry: Path, work: Path) -> dict:
+    """Join the GGUF parts, check its md5, convert it to an HF dir (kit.models), unpack drafts, build variants."""
+    work.mkdir(parents=True, exist_ok=True)
+    gguf = work / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    parts = sorted(work.glob("gguf.part*")) or sorted(carry.glob("**/gguf.part*"))
+    if not gguf.exists():
+        with open(gguf, "wb") as f:
+            for p in parts:
+                f.write(p.read_bytes())
+    md5 = hashlib.md5(gguf.read_bytes()).hexdigest()
+    if md5 != GGUF_MD5:
+        raise KitInputError(f"{gguf}: md5 {md5} != {GGUF_MD5} (parts: {[p.name for p in parts]})")
+    os.environ["KIT_SMOLLM2_GGUF"] = str(gguf)
+    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
+    from kit.models import embedded_dir
+
+    t0 = time.time()
+    target = embedded_dir()
+    res = {"gguf_md5": md5, "target": str(target), "convert_s": round(time.time() - t0, 1)}
+    drafts = work / "drafts"
+    for tgz in sorted(carry.glob("**/*.tar.gz")):
+        subprocess.run(["tar", "xzf", str(tgz), "-C", str(work)], check=True)
+    base = drafts / "demo"
+    if base.exists():
+        v = make_variants(base, drafts)
+        res["drafts"] = {k: (draft_digest(p) if isinstance(p, Path) else p) for k, p in v.items()}
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# one server: launch (kit lifecycle), requests (kit client), sources of acceptance
+# ---------------------------------------------------------------------------------------------
+def gpu_mem(gpu: str) -> tuple[float, float]:
+    """(used, total) MiB of one GPU from nvidia-smi."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits", "-i", gpu],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    used, total = (float(x) for x in out.strip().split(","))
+    return used, total
+
+
+def make_spec(
+    row: Row, target: str, drafts: dict, port: int, log_file: Path, gpu: str | None, extra=(), engine="sglang"
+):
+    from kit.serving.launch import LaunchSpec
+
+    env = dict(MULTICAST_OFF)
+    frac = None
+    if engine == "sglang":
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+            used, total = gpu_mem(gpu.split(",")[0])
+            frac = round(min(0.9, used / total + 0.12), 3)  # what the servers already there use, plus room
+    kw = {}
+    if row.algorithm:
+        s, k, n = row.params
+        kw = dict(
+            speculative_algorithm=row.algorithm,
+            speculative_draft_model_path=str(drafts[row.draft]),
+            speculative_num_steps=s,
+            speculative_eagle_topk=k,
+            speculative_num_draft_tokens=n,
+        )
+    return LaunchSpec(
+        model_path=target,
+        port=port,
+        host="127.0.0.1",
+        attention_backend="triton" if engine == "sglang" else None,
+        mem_fraction_static=frac,
+        decode_log_interval=20,
+        python=sys.executable,
+        log_file=str(log_file),
+        extra_args=(list(BASE_EXTRA) if engine == "sglang" else []) + list(extra),
+        env=env,
+        **kw,
+    )
+
+
+def lint_findings(spec, engine: str) -> list[dict]:
+    from kit.serving.checks import lint
+
+    try:
+        rep = lint(spec, engine=engine)
+        return [f.to_dict() for f in rep.findings]
+    except Exception as e:  # the lint itself failing is a result too
+        return [{"code": "lint.crashed", "severity": "error", "title": f"{type(e).__name__}: {e}"}]
+
+
+class Opts:
+    def __init__(self, max_new_tokens: int, stream: bool = False, ignore_eos: bool = False):
+        self.max_new_tokens, self.temperature, self.ignore_eos, self.stream = max_new_tokens, 0.0, ignore_eos, stream
+
+
+async def _send_all(base: str, texts: list[str], opts: Opts, concurrency: int) -> list[dict]:
+    import httpx
+
+    from kit.measure.client import send_one
+
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600) as c:
+
+        async def one(t):
+            async with sem:
+                return await send_one(c, base, "sglang", t, opts, None)
+
+        return await asyncio.gather(*(one(t) for t in texts))
+
+
+def prompt_texts(n: int) -> list[dict]:
+    """The first n built-in eval prompts (chat/code/math interleaved), chat template applied."""
+    from kit.measure.bench import _chat_renderer, load_prompts
+
+    render = _chat_renderer("embedded")
+    return [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")[:n]]
+
+
+def acceptance(records: list[dict], info: dict | None, log_lines: list[str]) -> dict:
+    from kit.measure.client import log_accept_lengths
+    from kit.measure.metrics import server_info_accept_length
+
+    ok = [r for r in records if r.get("ok")]
+    spec = [r["spec"] for r in ok if r.get("spec")]
+    comp = sum(r.get("completion_tokens") or 0 for r in ok)
+    ver = sum(s.get("verify_ct") or 0 for s in spec)
+    per = [s["accept_length"] for s in spec if s.get("accept_length") is not None]
+    logs = log_accept_lengths("\n".join(log_lines)) or []
+    return {
+        "pooled_completion_over_verify": round(comp / ver, 4) if ver else None,
+        "mean_spec_accept_length": round(sum(per) / len(per), 4) if per else None,
+        "server_info_avg": server_info_accept_length(info),
+        "log_accept_len_mean": round(sum(logs) / len(logs), 4) if logs else None,
+        "log_lines": len(logs),
+        "completion_tokens": comp,
+        "verify_ct": ver,
+    }
+
+
+def run_server(
+    row: Row,
+    target: str,
+    drafts: dict,
+    gpu: str | None,
+    port: int,
+    out: Path,
+    engine: str = "sglang",
+    extra=(),
+    ready_timeout: float = 420.0,
+):
+    """Start one server (returns a handle with .ready(): wait, .measure(...), .stop())."""
+    from kit.serving.process import ServerProcess
+
+    log_file = out / f"{row.name}.log"
+    if log_file.exists():
+        log_file.unlink()
+    spec = make_spec(row, target, drafts, port, log_file, gpu, extra, engine)
+    h = {"row": row, "spec": spec, "t_launch": time.time(), "lint": lint_findings(spec, engine)}
+    h["server"] = ServerProcess.from_spec(spec, engine=engine, grace=15).start()
+    return h
+
+
+def wait(h: dict, timeout: float = 420.0) -> bool:
+    from kit.serving.process import ServerExited
+
+    try:
+        h["ready_info"] = h["server"].wait_ready(timeout)
+        h["startup_s"] = round(time.time() - h["t_launch"], 1)
+        return True
+    except ServerExited as e:
+        h["error"] = str(e)[:4000]
+        return False
+
+
+def server_info(base: str) -> tuple[str | None, dict | None]:
+    from kit.serving.process import http_json
+
+    for path in ("/server_info", "/get_server_info"):
+        st, body = http_json(base + path, timeout=30)
+        if st == 200 and isinstance(body, dict):
+            return path, body
+    return None, None
+
+
+def measure(h: dict, texts: list[str], max_new_tokens: int, concurrency: int) -> dict:
+    srv = h["server"]
+    t0 = time.time()
+    warm = asyncio.run(_send_all(srv.base_url, texts[:1], Opts(8), 1))  # compile kernels outside the measurement
+    t1 = time.time()
+    recs = asyncio.run(_send_all(srv.base_url, texts, Opts(max_new_tokens), concurrency))
+    t2 = time.time()
+    path, info = server_info(srv.base_url)
+    lines = Path(srv.log_file).read_text(errors="replace").splitlines() if srv.log_file else list(srv.lines)
+    return {
+        "warmup_s": round(t1 - t0, 1),
+        "warmup_ok": bool(warm and warm[0].get("ok")),
+        "wall_s": round(t2 - t1, 2),
+        "records": recs,
+        "server_info_path": path,
+        "server_info_avg_spec_accept_length": ((info or {}).get("internal_states") or [{}])[0].get(
+            "avg_spec_accept_length"
+        ),
+        "acceptance": acceptance(recs, info, lines),
+        "output_tok_per_s": round(sum(r.get("completion_tokens") or 0 for r in recs) / max(t2 - t1, 1e-9), 1),
+    }
+
+
+def stop(h: dict) -> dict:
+    srv = h["server"]
+    rc = srv.stop()
+    orphans = None
+    if srv.pgid:
+        try:
+            os.killpg(srv.pgid, 0)
+            orphans = True
+        except ProcessLookupError:
+            orphans = False
+        except PermissionError:
+            orphans = True
+    return {"returncode": rc, "orphans": orphans}
+
+
+def log_events(log_file: str) -> dict:
+    from kit.serving.logs import parse_lines
+
+    lines = Path(log_file).read_text(errors="replace").splitlines() if Path(log_file).exists() else []
+    rows = parse_lines(lines)
+    ev = {}
+    for r in rows:
+        if r["kind"] not in ("decode", "prefill"):
+            ev.setdefault(r["kind"], []).append(r.get("text") or r.get("msg") or "")
+    errs = [ln for ln in lines if "Error" in ln or "error" in ln.lower()[:40]]
+    return {
+        "events": {k: v[:5] for k, v in ev.items()},
+        "error_lines": errs[-6:],
+        "tail": lines[-25:],
+        "n_lines": len(lines),
+    }
+
+
+def _row_result(h: dict, started: bool, meas: dict | None, stopped: dict) -> dict:
+    row, spec = h["row"], h["spec"]
+    res = {
+        "row": row.name,
+        "what": row.what,
+        "algorithm": row.algorithm,
+        "params": row.params,
+        "draft": row.draft,
+        "command": spec.command(),
+        "lint_real_parser": h["lint"],
+        "started": started,
+        "startup_s": h.get("startup_s"),
+        "start_error": h.get("error"),
+        "stop": stopped,
+        "log": log_events(spec.log_file),
+    }
+    if meas:
+        res.update({k: v for k, v in meas.items()})
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# the matrix: rows spread over GPUs; on each GPU the next server starts while the current one measures
+# ---------------------------------------------------------------------------------------------
+def gpu_worker(gpu, rows: queue.Queue, ctx: dict, results: list, port0: int, engine: str):
+    port = port0
+    cur = None
+    while True:
+        if cur is None:
+            try:
+                row = rows.get_nowait()
+            except queue.Empty:
+                return
+            cur = run_server(row, ctx["target"], ctx["drafts"], gpu, port, ctx["out"], engine, ctx["extra"])
+            port += 1
+        ok = wait(cur)
+        nxt = None
+        try:
+            row = rows.get_nowait()
+            if ok:  # pipeline only while the current server holds its memory
+                nxt = run_server(row, ctx["target"], ctx["drafts"], gpu, port, ctx["out"], engine, ctx["extra"])
+                port += 1
+            else:
+                rows.put(row)
+        except queue.Empty:
+            pass
+        meas = None
+        if ok:
+            try:
+                meas = measure(cur, ctx["texts"], ctx["max_new_tokens"], ctx["concurrency"])
+            except Exception as e:
+                cur["error"] = f"measure failed: {type(e).__name__}: {e}"
+        stopped = stop(cur)
+        res = _row_result(cur, ok, meas, stopped)
+        res["gpu"] = gpu
+        results.append(res)
+        (ctx["out"] / f"{cur['row'].name}.json").write_text(json.dumps(res, indent=1, default=str))
+        print(f"[gpu {gpu}] {cur['row'].name}: started={ok} acc={(meas or {}).get('acceptance')}", flush=True)
+        cur = nxt
+
+
+def matrix(args) -> dict:
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
+    os.environ.update(MULTICAST_OFF)
+    from kit.models import resolve_target
+
+    target = str(resolve_target("embedded"))
+    drafts = make_variants(work / "drafts" / "demo", work / "drafts")
+    prompts = prompt_texts(args.num_prompts)
+    (out / "prompts.json").write_text(json.dumps(prompts, indent=1))
+    ctx = {
+        "target": target,
+        "drafts": drafts,
+        "out": out,
+        "texts": [p["rendered"] for p in prompts],
+        "max_new_tokens": args.max_new_tokens,
+        "concurrency": args.concurrency,
+        "extra": ["--disable-cuda-graph"] if args.engine == "sglang" else [],
+    }
+    q: queue.Queue = queue.Queue()
+    for r in ROWS:
+        if not args.rows or r.name in args.rows:
+            q.put(r)
+    results: list = []
+    gpus = args.gpus if args.engine == "sglang" else [None]
+    threads = [
+        threading.Thread(target=gpu_worker, args=(g, q, ctx, results, args.port + 100 * i, args.engine))
+        for i, g in enumerate(gpus)
+    ]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    summary = {
+        r["row"]: {
+            "started": r["started"],
+            "startup_s": r.get("startup_s"),
+            "acceptance": r.get("acceptance"),
+            "tok_s": r.get("output_tok_per_s"),
+            "server_info_path": r.get("server_info_path"),
+            "error": (r.get("log") or {}).get("error_lines", [])[-2:] if not r["started"] else None,
+        }
+        for r in results
+    }
+    doc = {"matrix": summary, "elapsed_s": round(time.time() - t0, 1)}
+    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# kit bench vs sglang.bench_serving on one server; CUDA graphs baseline vs EAGLE3
+# ---------------------------------------------------------------------------------------------
+def sharegpt_file(prompts: list[dict], path: Path) -> Path:
+    """The same prompts as a ShareGPT-format file for bench_serving (--dataset-name sharegpt)."""
+    path.write_text(
+        json.dumps(
+            [
+                {"id": p["id"], "conversations": [{"from": "human", "value": p["text"]}, {"from": "gpt", "value": "x"}]}
+                for p in prompts
+            ]
+        )
+    )
+    return path
+
+
+def kit_bench(base: str, out: Path, conc: int, n: int, max_new_tokens: int, label: str, log_path=None) -> dict:
+    from kit.measure.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(
+        url=base,
+        num_prompts=n,
+        max_new_tokens=max_new_tokens,
+        ignore_eos=True,
+        concurrency=conc,
+        warmup=2,
+        repeats=1,
+        chat_template="embedded",
+        out_dir=str(out),
+        progress=False,
+        label=label,
+        log_path=log_path,
+    )
+    res = run_bench(cfg)
+    return json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {"res": str(res)}
+
+
+def bench_serving(base_port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(base_port),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(ds),
+        "--tokenizer",
+        target,
+        "--num-prompts",
+        str(n),
+        "--sharegpt-output-len",
+        str(max_new_tokens),
+        "--apply-chat-template",
+        "--max-concurrency",
+        str(conc),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "0",
+        "--output-file",
+        str(out),
+        "--warmup-requests",
+        "2",
+    ]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, **MULTICAST_OFF})
+    res = {
+        "rc": p.returncode,
+        "wall_s": round(time.time() - t0, 1),
+        "stdout_tail": p.stdout[-3000:],
+        "stderr_tail": p.stderr[-2000:],
+    }
+    if out.exists():
+        lines = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+        if lines:
+            last = lines[-1]
+            res["result"] = {k: v for k, v in last.items() if not isinstance(v, list)}
+    return res
+
+
+def bench_compare(args) -> dict:
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
+    os.environ.update(MULTICAST_OFF)
+    from kit.models import resolve_target
+
+    target = str(resolve_target("embedded"))
+    drafts = make_variants(work / "drafts" / "demo", work / "drafts")
+    from kit.measure.bench import load_prompts
+
+    prompts = load_prompts("builtin")[: args.num_prompts]
+    ds = sharegpt_file(prompts, out / "sharegpt_prompts.json")
+    row = next(r for r in ROWS if r.name == args.row)
+    h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=args.server_extra)
+    doc: dict = {"row": row.name, "runs": {}}
+    if not wait(h):
+        doc["error"] = h.get("error")
+        doc["stop"] = stop(h)
+        return doc
+    doc["startup_s"] = h.get("startup_s")
+    try:
+        for conc in args.concurrency_list:
+            n = max(args.num_prompts, conc * 2)
+            kb = kit_bench(h["server"].base_url, out / f"kit_c{conc}", conc, n, args.max_new_tokens, row.name)
+            bs = bench_serving(
+                args.port, target, ds, out / f"bench_serving_c{conc}.jsonl", conc, n, args.max_new_tokens
+            )
+            doc["runs"][str(conc)] = {"kit_bench": kb, "bench_serving": bs}
+            print(f"[bench] c={conc} done", flush=True)
+    finally:
+        doc["stop"] = stop(h)
+        doc["log"] = log_events(h["spec"].log_file)
+    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+def graphs(args) -> dict:
+    """Baseline and EAGLE3 3-1-4 with CUDA graphs (deep_gemm carried), kit bench at each concurrency."""
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
+    os.environ.update(MULTICAST_OFF)
+    from kit.models import resolve_target
+
+    target = str(resolve_target("embedded"))
+    drafts = make_variants(work / "drafts" / "demo", work / "drafts")
+    doc: dict = {}
+    for name in ("baseline", "eagle3_chain_3-1-4"):
+        row = next(r for r in ROWS if r.name == name)
+        extra = ["--cuda-graph-max-bs", str(max(args.concurrency_list))]
+        h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=extra)
+        d: dict = {"runs": {}}
+        if wait(h):
+            d["startup_s"] = h.get("startup_s")
+            try:
+                for conc in args.concurrency_list:
+                    n = max(args.num_prompts, conc * 3)
+                    d["runs"][str(conc)] = kit_bench(
+                        h["server"].base_url,
+                        out / f"{name}_c{conc}",
+                        conc,
+                        n,
+                        args.max_new_tokens,
+                        name,
+                        log_path=h["spec"].log_file,
+                    )
+            except Exception as e:
+                d["error"] = f"{type(e).__name__}: {e}"
+        else:
+            d["error"] = h.get("error")
+        d["stop"] = stop(h)
+        d["log"] = log_events(h["spec"].log_file)
+        doc[name] = d
+        args.port += 1
+    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("setup")
+    s.add_argument("--carry", default=".devcarry")
+    s.add_argument("--work", default="/tmp/w")
+    for name in ("matrix", "bench", "graphs"):
+        m = sub.add_parser(name)
+        m.add_argument("--work", default="/tmp/w")
+        m.add_argument("--out", required=True)
+        m.add_argument("--engine", default="sglang", choices=["sglang", "reference"])
+        m.add_argument("--num-prompts", type=int, default=24)
+        m.add_argument("--max-new-tokens", type=int, default=128)
+        m.add_argument("--port", type=int, default=31000)
+    sub.choices["matrix"].add_argument("--gpus", nargs="+", default=["0", "1"])
+    sub.choices["matrix"].add_argument("--rows", nargs="*", default=[])
+    sub.choices["matrix"].add_argument("--concurrency", type=int, default=4)
+    for name in ("bench", "graphs"):
+        sub.choices[name].add_argument("--gpu", default="0")
+        sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 4, 16])
+    sub.choices["bench"].add_argument("--row", default="eagle3_chain_3-1-4")
+    sub.choices["bench"].add_argument("--server-extra", nargs="*", default=["--disable-cuda-graph"])
+    a = p.parse_args(argv)
+    fn = {
+        "setup": lambda: setup(Path(a.carry), Path(a.work)),
+        "matrix": lambda: matrix(a),
+        "bench": lambda: bench_compare(a),
+        "graphs": lambda: graphs(a),
+    }[a.cmd]
+    doc = fn()
+    print(json.dumps(doc, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""One typed reader of an EAGLE-3 draft's config.json, whatever wrote it (no torch).
+
+SGLang reads a flat config (`LlamaForCausalLMEagle3`: `hidden_size`, `target_hidden_size`, the ids
+under `eagle_config`); speculators nests the decoder's numbers under `transformer_layer_config` and
+keeps the ids at top level. Every consumer (the reference draft, `kit inspect`, the loader simulation,
+the wiring checks) reads the file through `read_draft_config`, which keeps what was *declared*
+apart from what SGLang *derives* (`num_aux`, `fed_width`), so each rule can ask the question it needs
+("was target_hidden_size given, and was it null?").
+
+    cfg = read_draft_config(json.load(open("draft/config.json")))
+    cfg.hidden_size, cfg.target_hidden_size, cfg.num_aux, cfg.aux_layer_ids
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ABSENT = object()  # a key not present in the file (distinct from an explicit null)
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    layout: str  # "sglang" (flat) or "speculators" (nested transformer_layer_config)
+    architectures: tuple[str, ...]
+    model_type: str | None
+    hidden_size: int | None
+    num_attention_heads: int | None
+    num_key_value_heads: int | None
+    head_dim: int | None  # as declared; `head_dim_or_default` derives H // heads
+    intermediate_size: int | None
+    vocab_size: int | None
+    num_hidden_layers: int | None
+    # declared value or ABSENT; None = an explicit null
+    draft_vocab_size: Any
+    target_hidden_size: Any
+    num_aux_hidden_states: int | None
+    aux_layer_ids: list[int] | None  # eagle_config.eagle_aux_hidden_state_layer_ids (the only ids SGLang reads)
+    top_level_aux_layer_ids: list[int] | None  # speculators / vLLM place
+    rms_norm_eps: float
+    hidden_act: str
+    tie_word_embeddings: bool
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool
+    bias: bool
+    attention_bias: bool
+    rope_theta: float
+    rope_scaling: dict | None
+    max_position_embeddings: int | None
+    raw: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def num_aux(self) -> int:
+        """How many aux states SGLang concatenates into fc: declared count, else the id count, else 3."""
+        ids = self.aux_layer_ids
+        return self.num_aux_hidden_states or (len(ids) if ids else 3)
+
+    @property
+    def effective_target_hidden_size(self) -> int | None:
+        """The target width fc expects: target_hidden_size when given (and not null), else hidden_size."""
+        if self.target_hidden_size is ABSENT or self.target_hidden_size is None:
+            return self.hidden_size
+        return self.target_hidden_size
+
+    @property
+    def fed_width(self) -> int | None:
+        """fc's input width: num_aux x target width."""
+        ht = self.effective_target_hidden_size
+        return self.num_aux * ht if isinstance(ht, int) else None
+
+    @property
+    def head_dim_or_default(self) -> int | None:
+        if self.head_dim:
+            return self.head_dim
+        H, nh = self.hidden_size, self.num_attention_heads
+        return H // nh if isinstance(H, int) and isinstance(nh, int) and nh else None
+
+    @property
+    def draft_vocab_or_target(self) -> int | None:
+        """The draft head's row count: draft_vocab_size, or the target vocab when absent/null."""
+        dv = self.draft_vocab_size
+        return self.vocab_size if dv is ABSENT or dv is None else dv
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def read_draft_config(cfg: dict[str, Any]) -> DraftConfig:
+    """Read a draft config of any layout; never raises (absent fields are None / ABSENT)."""
+    nested = "transformer_layer_config" in cfg or "speculators_model_type" in cfg
+    tl = (cfg.get("transformer_layer_config") or {}) if nested else cfg
+    ec = cfg.get("eagle_config") or {}
+    inter = tl.get("intermediate_size_mlp") if tl.get("model_type") == "llama4_text" else tl.get("intermediate_size")
+    rp = tl.get("rope_parameters")
+    theta = (rp or {}).get("rope_theta", tl.get("rope_theta", 10000.0)) if rp else tl.get("rope_theta", 10000.0)
+    top_ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    nh = _int(tl.get("num_attention_heads"))
+    return DraftConfig(
+        layout="speculators" if nested else "sglang",
+        architectures=tuple(cfg.get("architectures") or ()),
+        model_type=tl.get("model_type"),
+        hidden_size=_int(tl.get("hidden_size")),
+        num_attention_heads=nh,
+        num_key_value_heads=_int(tl.get("num_key_value_heads")) or nh,
+        head_dim=_int(tl.get("head_dim")),
+        intermediate_size=_int(inter),
+        vocab_size=_int(tl.get("vocab_size")),
+        num_hidden_layers=_int(tl.get("num_hidden_layers")),
+        draft_vocab_size=cfg.get("draft_vocab_size", ABSENT),
+        target_hidden_size=cfg.get("target_hidden_size", ABSENT),
+        num_aux_hidden_states=_int(cfg.get("num_aux_hidden_states")),
+        aux_layer_ids=list(ec["eagle_aux_hidden_state_layer_ids"])
+        if ec.get("eagle_aux_hidden_state_layer_ids")
+        else None,
+        top_level_aux_layer_ids=list(top_ids) if top_ids else None,
+        rms_norm_eps=float(tl.get("rms_norm_eps", 1e-6)),
+        hidden_act=tl.get("hidden_act", "silu"),
+        tie_word_embeddings=bool(tl.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+        norm_before_fc=bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
+        fc_norm=bool(cfg.get("fc_norm") or cfg.get("use_aux_norm", False)),
+        norm_output=bool(cfg.get("norm_output", False)),
+        bias=bool(cfg.get("bias", False)),
+        attention_bias=bool(tl.get("attention_bias", False) or cfg.get("bias", False)),
+        rope_theta=float(theta),
+        rope_scaling=rp if rp is not None else tl.get("rope_scaling"),
+        max_position_embeddings=_int(tl.get("max_position_embeddings")),
+        raw=cfg,
+    )

@@ -1,0 +1,127 @@
+"""Derive SGLang's flag table per release by running the release's real parser once (never imported here).
+
+`ServerArgs.add_cli_args` is built in the release's side environment (`kit.sglang.parser`'s
+interpreter: sglang installed `--no-deps` over this interpreter's CPU torch); every argparse action
+is written out with its option strings, dest, action kind, nargs, value parser, choices, default
+and const. The release's launch entry points come from its installed metadata (console scripts of
+entry_points.txt) and its source (`python -m` modules whose `__main__` block starts a server).
+The result goes to kit/sglang/server_flags.json, which `kit.sglang.flags` uses whenever the real
+parser cannot run; kit/tests/sglang/test_flags.py re-derives a release and compares.
+
+    python -m kit.sglang.flag_scan 0.5.23            # print the derived table's summary
+    python -m kit.sglang.flag_scan --write 0.5.17 0.5.23
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+# Runs inside the release's interpreter; prints one JSON document as its last stdout line.
+_WORKER = r'''
+import argparse, importlib.metadata as md, json, pathlib, re, sys
+import sglang
+from sglang.srt.server_args import ServerArgs
+
+BUILTIN = {argparse._StoreAction: "store", argparse._StoreConstAction: "store_const",
+           argparse._StoreTrueAction: "store_true", argparse._StoreFalseAction: "store_false",
+           argparse._AppendAction: "append", argparse._AppendConstAction: "append_const",
+           argparse._CountAction: "count", argparse._HelpAction: "help", argparse._VersionAction: "version"}
+if hasattr(argparse, "_ExtendAction"):
+    BUILTIN[argparse._ExtendAction] = "extend"
+
+def jsonable(v):
+    try:
+        json.dumps(v)
+        return v
+    except (TypeError, ValueError):
+        return {"repr": repr(v)}
+
+def type_name(t):
+    if t is None:
+        return None
+    mod = getattr(t, "__module__", None) or "?"
+    return f"{mod}.{getattr(t, '__qualname__', getattr(t, '__name__', repr(t)))}"
+
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+actions = []
+for a in parser._actions:
+    if not a.option_strings:
+        continue
+    kind = BUILTIN.get(type(a)) or "custom:" + type(a).__name__
+    actions.append({"option_strings": list(a.option_strings), "dest": a.dest, "kind": kind,
+                    "nargs": a.nargs, "type": type_name(a.type),
+                    "choices": None if a.choices is None else [jsonable(c) for c in a.choices],
+                    "default": jsonable(a.default), "const": jsonable(a.const), "required": bool(a.required)})
+positionals = [a.dest for a in parser._actions if not a.option_strings]
+
+dist = md.distribution("sglang")
+scripts = {}
+for ep in dist.entry_points:
+    if ep.group == "console_scripts":
+        scripts[ep.name] = ep.value
+root = pathlib.Path(sglang.__file__).parent
+launch_modules, server_arg_modules = [], []
+for p in sorted(root.rglob("*.py")):
+    text = p.read_text(errors="ignore")
+    m = re.search(r'^if __name__ == "__main__":\n(.*)', text, re.S | re.M)
+    if not m or "test" in p.parts:
+        continue
+    mod = ".".join(p.relative_to(root.parent).with_suffix("").parts)
+    main = m.group(1)
+    if "prepare_server_args(" in main:
+        server_arg_modules.append(mod)
+        if re.search(r"\b(run_server|launch_server)\(", main):
+            launch_modules.append(mod)
+cli = root / "cli"
+serve_text = (cli / "serve.py").read_text() if (cli / "serve.py").exists() else ""
+main_text = (cli / "main.py").read_text() if (cli / "main.py").exists() else ""
+console = {}
+for name, target in scripts.items():
+    if target == "sglang.cli.main:main" and '"serve"' in main_text:
+        console[name] = "serve"
+entry = {"console_scripts": console, "all_console_scripts": scripts, "launch_modules": launch_modules,
+         "server_arg_modules": server_arg_modules,
+         "serve_strips": ["--model-type"] if '"--model-type"' in serve_text else [],
+         "serve_positional": "_normalize_positional_model_path" in serve_text}
+print()
+print(json.dumps({"version": dist.version, "python": sys.version.split()[0], "actions": actions,
+                  "positionals": positionals, "entry": entry}))
+'''
+
+
+def derive(version: str, python: str | None = None) -> dict[str, Any]:
+    """The flag table of one release, from its real parser in its side environment."""
+    from kit.findings import KitInputError
+    from kit.sglang.parser import parser_python
+
+    py = python or parser_python(version=version)
+    if py is None:
+        py = sys.executable
+    r = subprocess.run([py, "-c", _WORKER], capture_output=True, text=True, timeout=600, cwd="/")
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise KitInputError(f"sglang {version}: the flag scan did not run in {py} ({tail})")
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    if doc["version"] != version:
+        raise KitInputError(f"{py} has sglang {doc['version']}, not {version}")
+    return doc
+
+
+if __name__ == "__main__":
+    from kit.sglang.flags import TABLE_PATH
+
+    args = [a for a in sys.argv[1:] if a != "--write"]
+    if "--write" in sys.argv:
+        old = json.loads(TABLE_PATH.read_text())["versions"] if TABLE_PATH.exists() else {}
+        for v in args:
+            old[v] = derive(v)
+        TABLE_PATH.write_text(json.dumps({"_doc": "generated by `python -m kit.sglang.flag_scan --write V...` "
+                                          "from each release's real parser; checked by kit/tests/sglang/test_flags.py",
+                                          "versions": dict(sorted(old.items()))}, indent=None, sort_keys=True) + "\n")
+        print(f"wrote {TABLE_PATH} ({', '.join(args)})")
+    else:
+        d = derive(args[0] if args else "0.5.23")
+        print(f"sglang {d['version']} (python {d['python']}): {len(d['actions'])} flags; entry points {d['entry']}")

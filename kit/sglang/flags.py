@@ -1,0 +1,364 @@
+"""SGLang's command-line flags per release, and launch argv resolved exactly as SGLang's argparse does.
+
+SGLang parses its flags with `argparse` (`ServerArgs.add_cli_args` in `srt/server_args.py`,
+`prepare_server_args`): any unambiguous prefix of a long option is accepted (`--speculative-algo
+EAGLE` is `--speculative-algorithm EAGLE`), `--flag=value` works, a repeated flag's last value
+wins, values go through `type=` and `choices=`, store_true flags take no value. The kit needs the
+same reading everywhere (LaunchSpec fields, wiring checks, environment checks) even where SGLang
+cannot be imported, so:
+
+* `kit/sglang/server_flags.json` records, per release, every action of the real parser (option
+  strings, dest, action kind, nargs, type, choices, default, const) and the release's launch entry
+  points (console scripts from the wheel's entry_points.txt, `python -m` modules). It is derived by
+  running the real parser once: `python -m kit.sglang.flag_scan --write VERSION...`.
+* `resolve(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse
+  itself apply the prefix, `=`, repetition, type and choice rules; every flag occurrence is recorded
+  with the option as written and its canonical spelling. Faults do not stop the reading: each bad
+  occurrence becomes an error entry (the same message SGLang's parser prints) and the rest is read.
+* `launch_entry(argv, version)` says whether an argv runs an SGLang server, and where its flags start.
+
+    from kit.sglang.flags import resolve, flag_value
+    r = resolve(["--speculative-algo", "EAGLE", "--tp", "8"], "0.5.23")
+    r.values["speculative_algorithm"], r.errors          # 'EAGLE', []
+
+Python's own argparse does the matching, so results follow the rules of the Python running the
+kit; SGLang's servers run Python 3.10-3.12, whose prefix/`=` rules for long options agree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.findings import KitInputError
+from kit.sglang.versions import default_release, pick_recorded, sort_versions
+
+TABLE_PATH = Path(__file__).with_name("server_flags.json")
+# value parsers the table names (module.qualname) -> what they do; others are read as strings
+KNOWN_TYPES = {"builtins.int": int, "builtins.float": float, "builtins.str": str, "json.loads": json.loads}
+PYTHON_PROG = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?[dmtw]?$")  # python, python3, python3.11, pythonw
+
+
+@lru_cache(maxsize=1)
+def _all_tables() -> dict:
+    return json.loads(TABLE_PATH.read_text())["versions"]
+
+
+def known_versions() -> list[str]:
+    """Releases whose real parser the table was derived from."""
+    return sort_versions(_all_tables())
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    version: str          # the release asked about
+    checked: str          # the release whose parser the table was derived from
+    exact: bool
+    actions: tuple        # dicts: option_strings, dest, kind, nargs, type, choices, default, const, required
+    entry: dict           # console_scripts, serve_subcommand, launch_modules, serve_strips, serve_positional
+
+    def by_option(self) -> dict[str, dict]:
+        return {o: a for a in self.actions for o in a["option_strings"]}
+
+    def by_dest(self) -> dict[str, dict]:
+        return {a["dest"]: a for a in self.actions}
+
+
+@lru_cache(maxsize=16)
+def table_for(version: Optional[str] = None) -> FlagTable:
+    """The flag table of that release, else of the nearest older release that has one (exact=False)."""
+    rec = pick_recorded(version or default_release(), _all_tables())
+    t = _all_tables()[rec.checked]
+    return FlagTable(rec.requested, rec.checked, rec.exact, tuple(t["actions"]), t["entry"])
+
+
+# -- entry points -------------------------------------------------------------------------------
+def launch_entry(argv: list[str], version: Optional[str] = None) -> Optional[tuple[str, int]]:
+    """(entry point, index where the server flags start) when argv launches an SGLang server."""
+    if not argv:
+        return None
+    ent = table_for(version).entry
+    prog = os.path.basename(argv[0])
+    if PYTHON_PROG.match(prog):
+        j = 1
+        while j < len(argv):
+            a = argv[j]
+            if a == "-m" or (a.startswith("-m") and len(a) > 2):
+                mod, k = (argv[j + 1] if j + 1 < len(argv) else "", j + 2) if a == "-m" else (a[2:], j + 1)
+                return (f"python -m {mod}", k) if mod in ent["launch_modules"] else None
+            if a in ("-c", "-"):
+                return None
+            if a in ("-W", "-X", "-Q"):
+                j += 2
+                continue
+            if a.startswith("-"):
+                j += 1
+                continue
+            path = a.replace("\\", "/")
+            mods = [m for m in ent["launch_modules"] if path.endswith(m.replace(".", "/") + ".py")]
+            return (f"python {mods[0].replace('.', '/')}.py", j + 1) if mods else None
+        return None
+    if prog in ent["console_scripts"]:
+        sub = ent["console_scripts"][prog]
+        if sub is None:
+            return (prog, 1)
+        if argv[1:2] == [sub]:
+            return (f"{prog} {sub}", 2)
+    return None
+
+
+def server_flags(argv: list[str], version: Optional[str] = None) -> tuple[list[str], list[str]]:
+    """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv.
+
+    `sglang serve` removes `--model-type X` and turns a leading positional into `--model-path`
+    (cli/serve.py); the router's launcher keeps its `--router-*` flags."""
+    hit = launch_entry(argv, version)
+    if hit is None:
+        return list(argv), []
+    entry, k = hit
+    flags, own = list(argv[k:]), []
+    ent = table_for(version).entry
+    if entry.endswith(" serve"):
+        out: list[str] = []
+        i = 0
+        while i < len(flags):
+            a = flags[i]
+            if a in ent.get("serve_strips", []) and i + 1 < len(flags):
+                own += flags[i:i + 2]
+                i += 2
+                continue
+            if any(a.startswith(s + "=") for s in ent.get("serve_strips", [])):
+                own.append(a)
+                i += 1
+                continue
+            out.append(a)
+            i += 1
+        flags = out
+        if ent.get("serve_positional") and flags and not flags[0].startswith("-"):
+            flags = ["--model-path"] + flags
+    if "sglang_router" in entry:
+        out = []
+        i = 0
+        while i < len(flags):
+            a = flags[i]
+            if a.startswith("--router-"):
+                j = i + 1
+                while "=" not in a and j < len(flags) and not flags[j].startswith("-"):
+                    j += 1
+                own += flags[i:j]
+                i = j
+                continue
+            out.append(a)
+            i += 1
+        flags = out
+    return flags, own
+
+
+# -- resolution ---------------------------------------------------------------------------------
+@dataclass
+class Occurrence:
+    dest: str
+    written: str          # the option as the user wrote it (prefix, alias or full)
+    canonical: str        # the option's first spelling in SGLang's parser
+    raws: list[str]       # the value strings it consumed
+
+
+@dataclass
+class Resolution:
+    version: str
+    checked: str
+    exact: bool
+    values: dict[str, Any] = field(default_factory=dict)       # dest -> value SGLang ends with (given flags only)
+    occurrences: list[Occurrence] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)           # tokens no flag takes
+    errors: list[dict] = field(default_factory=list)           # {"option", "message", "tokens"}
+    unchecked: list[str] = field(default_factory=list)         # dests whose value parser the kit does not have
+
+    def raw(self, dest: str) -> Optional[str]:
+        """The value string of the last occurrence of dest (what `--flag V` said), or None."""
+        for o in reversed(self.occurrences):
+            if o.dest == dest:
+                return " ".join(o.raws) if o.raws else None
+        return None
+
+    def canonical_args(self, skip: set = frozenset()) -> list[str]:
+        """Every occurrence outside `skip`, spelled canonically, in order."""
+        out: list[str] = []
+        for o in self.occurrences:
+            if o.dest not in skip:
+                out += [o.canonical] + o.raws
+        return out
+
+    def abbreviated(self) -> list[tuple[str, str]]:
+        """(as written, full option) for every flag given as a prefix of its name."""
+        opts = table_for(self.version).by_dest()
+        return [(o.written, o.canonical) for o in self.occurrences
+                if o.written not in opts[o.dest]["option_strings"]]
+
+
+class _Stop(Exception):
+    def __init__(self, message: str, argument: Optional[str] = None):
+        super().__init__(message)
+        self.message, self.argument = message, argument
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Stop(message)
+
+
+_KINDS = {"store": argparse._StoreAction, "store_const": argparse._StoreConstAction,
+          "store_true": argparse._StoreTrueAction, "store_false": argparse._StoreFalseAction,
+          "append": argparse._AppendAction, "append_const": argparse._AppendConstAction,
+          "count": argparse._CountAction, "extend": getattr(argparse, "_ExtendAction", argparse._AppendAction)}
+
+
+def _recording(base):
+    class Recording(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            raws = list(parser.kit_raws)
+            parser.kit_raws.clear()
+            parser.kit_seen.append(Occurrence(self.dest, option_string or "", self.option_strings[0], raws))
+            super().__call__(parser, namespace, values, option_string)
+    Recording.__name__ = base.__name__
+    return Recording
+
+
+def _value_parser(name: Optional[str], parser: _Parser):
+    fn = KNOWN_TYPES.get(name or "builtins.str", str)
+
+    def conv(s: str):
+        parser.kit_raws.append(s)
+        return fn(s)
+    conv.__name__ = getattr(fn, "__name__", "str")  # argparse names the type in its messages
+    return conv
+
+
+@lru_cache(maxsize=8)
+def _parser(version: str) -> _Parser:
+    t = table_for(version)
+    p = _Parser(prog="sglang serve", add_help=False, exit_on_error=False, argument_default=argparse.SUPPRESS)
+    p.kit_raws, p.kit_seen = [], []
+    for a in t.actions:
+        kind = a["kind"]
+        kw: dict[str, Any] = {"dest": a["dest"]}
+        if kind in ("help", "version"):
+            kind = "store_true"
+        if kind not in _KINDS:  # a custom Action class: behaves as a store (or a flag when nargs == 0)
+            kind = "store_const" if a["nargs"] == 0 else "store"
+            if kind == "store_const":
+                kw["const"] = a.get("const", True)
+        base = _KINDS[kind]
+        if kind in ("store", "append", "extend"):
+            if a["nargs"] is not None:
+                kw["nargs"] = a["nargs"]
+            if a["nargs"] == "?":
+                kw["const"] = a.get("const")
+            kw["type"] = _value_parser(a.get("type"), p)
+            if a.get("choices") is not None:
+                kw["choices"] = a["choices"]
+        elif kind in ("store_const", "append_const"):
+            kw["const"] = a.get("const")
+        p.add_argument(*a["option_strings"], action=_recording(base), **kw)
+    return p
+
+
+def _matches(token: str, action: dict, options: dict[str, dict]) -> bool:
+    opt = token.split("=", 1)[0]
+    if opt in options:
+        return options[opt] is action
+    cands = {id(a): a for o, a in options.items() if o.startswith(opt) and opt.startswith("--")}
+    return len(cands) == 1 and next(iter(cands.values())) is action
+
+
+def _span(argv: list[str], i: int, action: Optional[dict]) -> int:
+    """End of the occurrence starting at argv[i]: the option and the values it would take."""
+    j = i + 1
+    if "=" in argv[i] or (action is not None and action["nargs"] == 0):
+        return j
+    limit = {None: 1, "?": 1}.get(action["nargs"] if action else "*", None)
+    if action is not None and isinstance(action["nargs"], int):
+        limit = action["nargs"]
+    while j < len(argv) and not (argv[j].startswith("-") and not _NUM.match(argv[j])) \
+            and (limit is None or j - i - 1 < limit):
+        j += 1
+    return j
+
+
+_NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def resolve(flags: list[str], version: Optional[str] = None) -> Resolution:
+    """Read server flags as SGLang's argparse does; faults become `errors`, the rest is still read."""
+    t = table_for(version)
+    p = _parser(t.version)
+    res = Resolution(t.version, t.checked, t.exact)
+    options = t.by_option()
+    rest = list(flags)
+    for _ in range(len(flags) + 1):
+        p.kit_raws.clear()
+        p.kit_seen = []
+        try:
+            ns, unknown = p.parse_known_args(rest)
+        except (argparse.ArgumentError, _Stop) as e:
+            msg = str(e) if isinstance(e, argparse.ArgumentError) else e.message
+            name = getattr(e, "argument_name", None)
+            cut = _culprit(rest, name, msg, options, p)
+            if cut is None:  # cannot locate: report and keep the flags unread
+                res.errors.append({"option": name, "message": msg, "tokens": list(rest)})
+                res.unknown += rest
+                return res
+            i, j = cut
+            res.errors.append({"option": name or rest[i].split("=", 1)[0], "message": msg, "tokens": rest[i:j]})
+            rest = rest[:i] + rest[j:]
+            continue
+        res.values = vars(ns)
+        res.occurrences = list(p.kit_seen)
+        res.unknown += unknown
+        break
+    res.unchecked = sorted({o.dest for o in res.occurrences
+                            if (t.by_dest()[o.dest].get("type") or "builtins.str") not in KNOWN_TYPES})
+    return res
+
+
+def _culprit(rest: list[str], name: Optional[str], msg: str, options: dict, p: _Parser) -> Optional[tuple[int, int]]:
+    """(start, end) of the occurrence in `rest` that raised, or None."""
+    if name:
+        action = next((a for o, a in options.items() if o in name.split("/")), None)
+        for i, tok in enumerate(rest):
+            if tok.startswith("-") and action is not None and _matches(tok, action, options):
+                j = _span(rest, i, action)
+                try:
+                    p.kit_raws.clear()
+                    p.parse_known_args(rest[i:j])
+                except (argparse.ArgumentError, _Stop):
+                    return i, j
+        return None
+    m = re.match(r"ambiguous option: (\S+) could match", msg)
+    if m and m.group(1) in rest:
+        i = rest.index(m.group(1))
+        return i, _span(rest, i, None)
+    return None
+
+
+def flag_value(argv: list[str], name: str, version: Optional[str] = None) -> Optional[str]:
+    """The value string SGLang reads for `name` (e.g. "--speculative-algorithm") from a launch argv or
+    bare flags — prefixes, `=` forms and repetition resolved — or None when not given."""
+    t = table_for(version)
+    a = t.by_option().get(name)
+    if a is None:
+        raise KitInputError(f"{name}: not a flag of SGLang {t.checked}")
+    flags, _ = server_flags(argv, version)
+    r = resolve(flags, version)
+    if a["dest"] not in r.values:
+        return None
+    raw = r.raw(a["dest"])
+    if raw is None:  # a store_true/const flag
+        v = r.values[a["dest"]]
+        return str(v)
+    return raw

@@ -1,0 +1,153 @@
+"""The package's shape, checked: one-way dependencies, no import cycles, no silent guards, a true map, ruff clean.
+
+Layers, lowest first (a module may import its own layer or lower ones, never higher):
+    base (kit.findings, kit.config, kit.models, kit.prompts, kit.venvs)
+    kit.sglang -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.measure
+    top (kit.cli, kit.doctor, kit.demo, kit.summary, kit.__main__)
+
+Run: python -m pytest tests/test_architecture.py
+"""
+
+import ast
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "measure"]
+BASE = {"kit", "kit.findings", "kit.config", "kit.models", "kit.prompts", "kit.venvs"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted((ROOT / "kit").rglob("*.py")):
+        rel = f.relative_to(ROOT)
+        if "tests" in rel.parts:
+            continue
+        name = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        out[name] = f
+    return out
+
+
+def kit_imports(path: Path, mods: dict[str, Path]) -> set[str]:
+    """Every kit module `path` imports, at module level or inside functions."""
+    out = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("kit") and n.level == 0:
+            if n.module in mods and n.module != "kit":
+                out.add(n.module)
+            out |= {f"{n.module}.{a.name}" for a in n.names if f"{n.module}.{a.name}" in mods}
+        elif isinstance(n, ast.Import):
+            out |= {a.name for a in n.names if a.name in mods}
+    return out
+
+
+def layer(name: str) -> int:
+    parts = name.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return -1 if name in BASE else len(LAYERS)
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: kit_imports(p, mods) - {m} for m, p in mods.items()}
+
+
+def test_dependencies_point_one_way():
+    bad = [f"{m} -> {d}" for m, ds in graph().items() for d in ds if layer(d) > layer(m)]
+    assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    g, state, stack, cycles = graph(), {}, [], []
+
+    def visit(u):
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(g.get(u, ())):
+            if state.get(v) == 1:
+                cycles.append(" -> ".join(stack[stack.index(v) :] + [v]))
+            elif v not in state:
+                visit(v)
+        stack.pop()
+        state[u] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_runtime_never_imports_checks():
+    """Checks (`*.checks`, doctor) judge runtime facts; runtime modules must not depend on them."""
+    verbs = {"kit.serving.launch_verb", "kit.doctor", "kit.demo", "kit.cli"}
+    bad = [
+        f"{m} -> {d}"
+        for m, ds in graph().items()
+        for d in ds
+        if d.endswith(".checks") and not m.endswith(".checks") and m not in verbs and not m.startswith("kit.measure")
+    ]
+    assert not bad, "runtime code importing checks:\n" + "\n".join(bad)
+
+
+def test_no_silent_guard_around_kit_imports():
+    """An ImportError inside the kit is a bug: no try/except around `import kit...`."""
+    bad = []
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Try):
+                continue
+            guarded = [
+                n
+                for stmt in node.body
+                for n in ast.walk(stmt)
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+                and (getattr(n, "module", None) or "").startswith("kit")
+                or isinstance(n, ast.Import)
+                and any(a.name.startswith("kit") for a in n.names)
+            ]
+            catches_import = any(
+                h.type is None or "ImportError" in ast.unparse(h.type) or "Exception" in ast.unparse(h.type)
+                for h in node.handlers
+            )
+            if guarded and catches_import:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "kit imports inside try/except:\n" + "\n".join(bad)
+
+
+def test_every_module_has_a_docstring():
+    missing = [str(p.relative_to(ROOT)) for p in modules().values() if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not missing, f"modules without a docstring: {missing}"
+
+
+def test_architecture_doc_names_every_module():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`(kit(?:\.\w+)+)`", doc))
+    missing = [m for m in modules() if m != "kit" and m not in named]
+    assert not missing, f"docs/architecture.md does not name: {missing}"
+    # a name may be a module or an attribute of one (`kit.sglang.params.resolve`)
+    stale = [n for n in named if n not in modules() and n.rsplit(".", 1)[0] not in modules()]
+    assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
+
+
+def test_default_release_written_once():
+    """The default SGLang release is one constant (kit.sglang.versions.DEFAULT_RELEASE), not a literal."""
+    hits = []
+    for name, path in modules().items():
+        if name == "kit.sglang.versions":
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Constant) and n.value == "0.5.23":
+                hits.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    assert not hits, "the default release written as a literal:\n" + "\n".join(hits)
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed (requirements.txt pins it)")
+def test_ruff_clean():
+    for cmd in (["ruff", "check", "kit", "tests", "bench"], ["ruff", "format", "--check", "kit", "tests", "bench"]):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0, f"{' '.join(cmd)}:\n{r.stdout[-3000:]}{r.stderr[-1000:]}"
