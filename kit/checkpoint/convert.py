@@ -78,7 +78,11 @@ class ConvertConfig:
     dst: str = field(default="", metadata={"positional": True, "help": "output directory (created)"})
     to: str = field(default="sglang", metadata={"help": "destination layout", "choices": list(DESTS)})
     target: str | None = field(
-        default=None, metadata={"help": "target model dir: source of embed_tokens/lm_head when the draft lacks them"}
+        default=None,
+        metadata={
+            "help": "target model dir (or its config.json): gives the aux layer-id translation, and "
+            "embed_tokens/lm_head when the draft lacks them"
+        },
     )
     sglang_version: str | None = field(
         default=None,
@@ -152,20 +156,32 @@ def _target_config(target: str) -> dict[str, Any]:
     return read_config(p if p.is_file() else resolve_target(target))[0]
 
 
-def plan_aux(cfg: dict[str, Any], layout: str, to: str, target: str | None, sglang_version: str | None,
-             require_target: bool = True) -> dict[str, Any]:
+def plan_aux(
+    cfg: dict[str, Any],
+    layout: str,
+    to: str,
+    target: str | None,
+    sglang_version: str | None,
+    require_target: bool = True,
+) -> dict[str, Any]:
     """{"ids": ids for the destination (None: keep none), "record": the AUX_SOURCE_KEY record}.
 
     Points come from the source's record when the kit wrote it, else from the source's ids in its
     stack's convention on the target; the destination ids are the ones that capture those points.
     """
+    from kit.checkpoint.aux_ids import capture_points, read_ids
+    from kit.checkpoint.hf_config import text_config
     from kit.sglang.capture import capture_rule, default_ids, ids_for_points
-    from kit.wiring.aux import capture_points, read_ids, target_facts
 
     conv = AUX_CONVENTION.get(layout, layout)
     src_ids, _ = read_ids(conv, cfg)
     prior = cfg.get(AUX_SOURCE_KEY) or {}
-    tf = target_facts(_target_config(target)) if target else None
+    tcfg = _target_config(target) if target else None
+    tf = (
+        {"L": text_config(tcfg).get("num_hidden_layers"), "arch": (tcfg.get("architectures") or [None])[0]}
+        if tcfg
+        else None
+    )
     L, arch = (tf["L"], tf["arch"]) if tf else (prior.get("num_layers"), prior.get("target_class"))
     points = None
     if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
@@ -173,8 +189,15 @@ def plan_aux(cfg: dict[str, Any], layout: str, to: str, target: str | None, sgla
     elif conv == "speculators" and src_ids:
         points = list(src_ids)  # speculators/vLLM ids are capture points on every target
     needs_target = points is None or to != "speculators"
-    record = {"layout": layout, "convention": conv, "aux_layer_ids": src_ids, "capture_points": points,
-              "target_class": arch, "num_layers": L, "sglang_version": None}
+    record = {
+        "layout": layout,
+        "convention": conv,
+        "aux_layer_ids": src_ids,
+        "capture_points": points,
+        "target_class": arch,
+        "num_layers": L,
+        "sglang_version": None,
+    }
     if needs_target and tf is None:
         if not require_target:
             return {"ids": src_ids, "record": dict(record, translated=False)}

@@ -1,16 +1,22 @@
-"""Benchmark and sweep figures (seaborn), each saved as PNG and SVG next to the results.
+"""Benchmark, sweep and oracle figures (seaborn), each saved as PNG and SVG next to the results.
 
-Every function takes plain records / rows (what kit.measure.bench and kit.measure.sweep write), draws on a
-`matplotlib.figure.Figure` (no pyplot state, so nothing leaks between calls and it works
+Every function takes plain records / rows (what kit.measure.bench and kit.measure.sweep write),
+draws on a `matplotlib.figure.Figure` (no pyplot state, so nothing leaks between calls and it works
 headless with the Agg canvas and inline in Jupyter, where the returned figure displays), saves
 `<out_dir>/<name>.png` and `.svg`, and returns the figure.
 
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
     throughput_speedup(summary, out_dir)      output tok/s per run and speedup with its CI
-    latency_cdfs(records, out_dir)            TTFT / ITL / E2E empirical CDFs
+    latency_cdfs(records, out_dir)            TTFT / ITL / E2E empirical CDFs (ms)
     sweep_heatmaps(rows, out_dir)             steps x topk -> tok/s and accept length
-    expected_vs_observed(rows, out_dir)       oracle vs server accept length, y = x reference
+    expected_vs_observed(rows, out_dir)       oracle vs server accept length, side by side and y = x
+    oracle_wiring(results, out_dir)           the oracle's accept length per wiring (notebook 03)
+    decode_accept_len(frame, out_dir)         decode-log accept length per launch (notebook 04)
+
+Every figure reads without the code: a title says what is shown and `data` (a line built by
+`describe(...)`: model, draft, prompts, settings) says on what; axes are labelled with units,
+bars carry their values, long tick labels wrap.
 
 Figures answer "is speculation paying off and where": histograms and per-position curves
 show *how* a draft fails (position 1 already rejected = wiring; decaying tail = capacity).
@@ -19,11 +25,17 @@ show *how* a draft fails (position 1 already rejected = wiring; decaying tail = 
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kit.measure import metrics as km
+
+
+def describe(**facts: Any) -> str:
+    """One 'which data' line for a figure title: `describe(model="SmolLM2", prompts="builtin x8")`."""
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in facts.items() if v not in (None, ""))
 
 
 def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
@@ -34,6 +46,32 @@ def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
     fig = Figure(figsize=(width * ncols, height), layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     return fig, axes
+
+
+def _title(fig, what: str, data: str = "") -> None:
+    """Figure title: what is shown (bold), then on which data, wrapped to the figure's width."""
+    width = int(fig.get_figwidth() * 11)  # characters that fit at the subtitle's font size
+    sub = "\n".join(textwrap.wrap(data, width)) if data else ""
+    fig.suptitle(what + ("\n" + sub if sub else ""), fontsize=10, fontweight="bold" if not sub else None)
+
+
+def _fit_ticks(ax, width: int = 14) -> None:
+    """Wrap long x tick labels so they neither overlap nor run off the figure."""
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    if any(len(t) > width for t in labels):
+        ax.set_xticks(ax.get_xticks())
+        ax.set_xticklabels(["\n".join(textwrap.wrap(t, width)) or t for t in labels], fontsize=8)
+
+
+def _label_bars(ax, fmt: str = "{:.2f}") -> None:
+    for c in ax.containers:
+        if hasattr(c, "patches"):
+            ax.bar_label(
+                c,
+                labels=[fmt.format(p.get_height()) if p.get_height() == p.get_height() else "" for p in c.patches],
+                fontsize=8,
+                padding=2,
+            )
 
 
 def save(fig, out_dir: str | os.PathLike, name: str) -> list[Path]:
@@ -58,7 +96,7 @@ def _by_label(records: Sequence[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_length_hist"):
+def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_length_hist", data: str = ""):
     """Share of verify steps that emitted 1, 2, ... tokens (from spec_correct_drafts_histogram);
     without histograms, the distribution of per-request accept lengths."""
     import pandas as pd
@@ -79,7 +117,10 @@ def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_len
         ]
     if rows:
         sns.barplot(pd.DataFrame(rows), x="tokens per verify step", y="share", hue="config", ax=ax)
-        ax.set_title("accepted tokens per verify step (bonus included)")
+        ax.set_xlabel("tokens emitted per verify step (bonus token included)")
+        ax.set_ylabel("share of verify steps")
+        _label_bars(ax)
+        _title(fig, "Tokens emitted per verify step", data)
     elif per_req:
         sns.histplot(
             pd.DataFrame(per_req),
@@ -90,14 +131,17 @@ def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_len
             stat="probability",
             common_norm=False,
         )
-        ax.set_title("per-request accept length")
+        ax.set_xlabel("accept length of one request (tokens per verify step)")
+        ax.set_ylabel("share of requests")
+        _title(fig, "Per-request accept length", data)
     else:
         _empty(ax, "no acceptance reported")
+        _title(fig, "Tokens emitted per verify step", data)
     save(fig, out_dir, name)
     return fig
 
 
-def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_position_acceptance"):
+def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_position_acceptance", data: str = ""):
     import pandas as pd
     import seaborn as sns
 
@@ -112,14 +156,17 @@ def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_p
     if rows:
         sns.lineplot(pd.DataFrame(rows), x="draft position", y="P(accepted)", hue="config", marker="o", ax=ax)
         ax.set_ylim(0, 1.02)
-        ax.set_title("per-position acceptance")
+        ax.set_xlabel("draft position (1 = first drafted token)")
+        ax.set_ylabel("P(position accepted)")
+        ax.set_xticks(sorted({r["draft position"] for r in rows}))
     else:
         _empty(ax, "no acceptance histogram reported")
+    _title(fig, "Per-position acceptance (position 1 near 0 = wiring fault)", data)
     save(fig, out_dir, name)
     return fig
 
 
-def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput_speedup"):
+def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput_speedup", data: str = ""):
     """Left: output tok/s of every run per configuration. Right: speedup vs baseline with t-CI."""
     import pandas as pd
     import seaborn as sns
@@ -128,8 +175,11 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
     runs = pd.DataFrame(summary.get("runs") or [])
     if len(runs):
         sns.barplot(runs, x="label", y="output_tok_s", ax=ax1, errorbar=None, alpha=0.6)
+        _label_bars(ax1, "{:.1f}")
         sns.stripplot(runs, x="label", y="output_tok_s", ax=ax1, color="black", size=5)
-        ax1.set_title("output tokens/s (dots: repeats)")
+        ax1.set_xlabel("configuration")
+        ax1.set_ylabel("output tokens/s (mean; dots: repeats)")
+        _fit_ticks(ax1)
     else:
         _empty(ax1, "no runs")
     sp = summary.get("speedup") or {}
@@ -138,17 +188,20 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
         vals = [sp[k]["speedup"] for k in labels]
         lo = [sp[k]["speedup"] - sp[k]["t_low"] if sp[k]["t_low"] == sp[k]["t_low"] else 0 for k in labels]
         hi = [sp[k]["t_high"] - sp[k]["speedup"] if sp[k]["t_high"] == sp[k]["t_high"] else 0 for k in labels]
-        ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
+        bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
+        ax2.bar_label(bars, labels=[f"{v:.2f}x" for v in vals], fontsize=8, padding=2, label_type="center")
         ax2.axhline(1.0, color="gray", ls="--")
-        ax2.set_ylabel("speedup vs baseline")
-        ax2.set_title("speedup (95% t-interval over repeats)")
+        ax2.set_xlabel("configuration")
+        ax2.set_ylabel("speedup vs baseline (95% t-interval)")
+        _fit_ticks(ax2)
     else:
         _empty(ax2, "no baseline arm")
+    _title(fig, "Output throughput and speedup over the baseline", data)
     save(fig, out_dir, name)
     return fig
 
 
-def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs"):
+def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs", data: str = ""):
     import pandas as pd
     import seaborn as sns
 
@@ -157,22 +210,26 @@ def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs"):
     for label, recs in _by_label(records).items():
         for r in recs:
             if r.get("ttft") is not None:
-                rows.append({"config": label, "metric": "TTFT (s)", "value": r["ttft"]})
-            rows.append({"config": label, "metric": "E2E latency (s)", "value": r["e2e"]})
-            rows += [{"config": label, "metric": "ITL (s)", "value": x} for x in km.itls(r)]
+                rows.append({"config": label, "metric": "TTFT (ms)", "value": r["ttft"] * 1000})
+            rows.append({"config": label, "metric": "E2E latency (ms)", "value": r["e2e"] * 1000})
+            rows += [{"config": label, "metric": "ITL (ms)", "value": x * 1000} for x in km.itls(r)]
     df = pd.DataFrame(rows)
-    for ax, metric in zip(axes, ("TTFT (s)", "ITL (s)", "E2E latency (s)")):
+    for ax, metric in zip(axes, ("TTFT (ms)", "ITL (ms)", "E2E latency (ms)")):
         sub = df[df["metric"] == metric] if len(df) else df
         if len(sub):
             sns.ecdfplot(sub, x="value", hue="config", ax=ax)
             ax.set_xlabel(metric)
+            ax.set_ylabel("share of requests at or below" if metric != "ITL (ms)" else "share of tokens at or below")
         else:
             _empty(ax, f"no {metric}")
+    _title(fig, "Latency distributions (time to first token, inter-token, end to end)", data)
     save(fig, out_dir, name)
     return fig
 
 
-def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps", concurrency: int | None = None):
+def sweep_heatmaps(
+    rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps", concurrency: int | None = None, data: str = ""
+):
     """steps x topk heatmaps of output tok/s and accept length (best draft-token count per cell)."""
     import pandas as pd
     import seaborn as sns
@@ -189,53 +246,117 @@ def sweep_heatmaps(rows: Sequence[dict], out_dir, name: str = "sweep_heatmaps", 
         _empty(ax1, "no sweep points")
         _empty(ax2, "no sweep points")
     else:
-        for ax, col, fmt in ((ax1, "output_tok_s", ".0f"), (ax2, "accept_length", ".2f")):
+        for ax, col, fmt, what in (
+            (ax1, "output_tok_s", ".0f", "output tokens/s"),
+            (ax2, "accept_length", ".2f", "accept length"),
+        ):
             piv = df.pivot_table(
                 index="speculative_num_steps", columns="speculative_eagle_topk", values=col, aggfunc="max"
             )
             if piv.notna().any().any():
                 sns.heatmap(piv, annot=True, fmt=fmt, cmap="viridis", ax=ax, cbar=False)
-                ax.set_title(f"{col} (concurrency {concurrency})")
+                ax.set_title(what + " (best --speculative-num-draft-tokens)", fontsize=9)
+                ax.set_xlabel("--speculative-eagle-topk")
+                ax.set_ylabel("--speculative-num-steps")
             else:
-                _empty(ax, f"no {col}")
+                _empty(ax, f"no {what}")
+    conc = f"concurrency {concurrency}" if concurrency is not None else ""
+    _title(fig, "Speculative parameter sweep", ", ".join(x for x in (data, conc) if x))
     save(fig, out_dir, name)
     return fig
 
 
-def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs_observed"):
-    """Oracle's expected accept length vs the server's observed one; wiring faults sit on y = 1."""
-    fig, (ax,) = _figure(width=4.6, height=4.2)
+def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs_observed", data: str = ""):
+    """Oracle's expected accept length beside the server's observed one (left), and the same pairs
+    against observed = expected (right); wiring faults sit on y = 1."""
+    import seaborn as sns
+
+    fig, (ax1, ax) = _figure(2, width=4.6, height=4.2)
     pts = [
         r for r in rows if r.get("expected_accept_length") is not None and r.get("observed_accept_length") is not None
     ]
     if not pts:
+        _empty(ax1, "no expected/observed pairs")
         _empty(ax, "no expected/observed pairs")
     else:
+        names = [str(r.get("label") or r.get("config") or i) for i, r in enumerate(pts)]
         xs = [r["expected_accept_length"] for r in pts]
         ys = [r["observed_accept_length"] for r in pts]
+        pos = list(range(len(pts)))
+        pal = sns.color_palette()
+        b1 = ax1.bar([p - 0.2 for p in pos], xs, width=0.4, label="expected (oracle)", color=pal[0])
+        b2 = ax1.bar([p + 0.2 for p in pos], ys, width=0.4, label="observed (server)", color=pal[1])
+        for b in (b1, b2):
+            ax1.bar_label(b, fmt="%.2f", fontsize=8, padding=2)
+        ax1.axhline(1.0, color="red", lw=0.8, ls=":")
+        ax1.set_xticks(pos)
+        ax1.set_xticklabels(names)
+        _fit_ticks(ax1)
+        ax1.set_xlabel("configuration")
+        ax1.set_ylabel("accept length (tokens per verify step)")
+        ax1.set_ylim(0, max(xs + ys) * 1.2)
+        ax1.legend(loc="upper right", fontsize=8)
         top = max(xs + ys) * 1.1
         ax.plot([1, top], [1, top], ls="--", color="gray", label="observed = expected")
         ax.axhline(1.0, color="red", lw=0.8, ls=":", label="no draft token accepted")
         ax.scatter(xs, ys, s=40, zorder=3)
-        for r, x, y in zip(pts, xs, ys):
-            ax.annotate(
-                str(r.get("label") or r.get("config") or ""),
-                (x, y),
-                fontsize=8,
-                xytext=(4, 4),
-                textcoords="offset points",
-            )
+        for n, x, y in zip(names, xs, ys):
+            ax.annotate(n, (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
         ax.set_xlim(0.9, top)
         ax.set_ylim(0.9, top)
         ax.set_xlabel("expected accept length (oracle)")
         ax.set_ylabel("observed accept length (server)")
         ax.legend(loc="upper left", fontsize=8)
+    _title(fig, "Expected (offline oracle) vs observed (server) accept length", data)
     save(fig, out_dir, name)
     return fig
 
 
-def bench_figures(result, out_dir) -> list[Path]:
-    """All figures of one kit.measure.bench result; returns the PNG paths."""
+def oracle_wiring(results: dict[str, dict], out_dir, name: str = "03_oracle_wiring", data: str = ""):
+    """The oracle's accept length for each wiring it replayed ({wiring label: {"accept_length", ...}}):
+    the correct EAGLE-3 wiring beside the seed's faults."""
+    import seaborn as sns
+
+    fig, (ax,) = _figure(width=max(5.0, 1.3 * len(results) + 2), height=3.8)
+    if not results:
+        _empty(ax, "no oracle results")
+    else:
+        names = list(results)
+        vals = [float(results[n]["accept_length"]) for n in names]
+        bars = ax.bar(names, vals, color=sns.color_palette()[: len(names)])
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+        ax.axhline(1.0, color="grey", linestyle="--", label="1.0 = no draft token accepted")
+        ax.set_xlabel("wiring replayed by the oracle")
+        ax.set_ylabel("accept length (bonus included)")
+        ax.set_ylim(0, max(vals) * 1.2)
+        ax.legend(loc="upper right", fontsize=8)
+        _fit_ticks(ax)
+    _title(fig, "Offline oracle: accept length per wiring", data)
+    save(fig, out_dir, name)
+    return fig
+
+
+def decode_accept_len(frame, out_dir, name: str = "04_accept_len", data: str = ""):
+    """Accept length of each decode-log interval, one line per launch (columns interval, launch, accept_len)."""
+    fig, (ax,) = _figure(width=7.0, height=3.6)
+    if frame is None or not len(frame):
+        _empty(ax, "no decode log lines")
+    else:
+        for launch, sub in frame.groupby("launch", sort=False):
+            ax.plot(sub["interval"], sub["accept_len"], marker="o", label=str(launch))
+        ax.axhline(1.0, color="grey", linestyle="--", lw=0.8)
+        ax.set_xlabel("decode-log interval (one 'Decode batch' line each)")
+        ax.set_ylabel("accept len (decode log)")
+        ax.legend(fontsize=8)
+    _title(fig, "Decode-log acceptance per launch", data)
+    save(fig, out_dir, name)
+    return fig
+
+
+def bench_figures(result, out_dir, data: str | None = None) -> list[Path]:
+    """All figures of one kit.measure.bench result; returns the PNG paths. `data` defaults to the
+    run's own description (`result.describe()`)."""
+    data = result.describe() if data is None else data
     out = []
     for fn, arg in (
         (accept_length_hist, result.records),
@@ -243,6 +364,6 @@ def bench_figures(result, out_dir) -> list[Path]:
         (throughput_speedup, result.summary),
         (latency_cdfs, result.records),
     ):
-        fn(arg, out_dir)
+        fn(arg, out_dir, data=data)
         out.append(Path(out_dir) / f"{fn.__name__}.png")
     return out

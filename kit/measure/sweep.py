@@ -36,6 +36,7 @@ from typing import Any
 from kit import config as kconfig
 from kit.findings import KitInputError, Report, emit
 from kit.measure.bench import RUN_CONFIG, BenchConfig, RecordLog, jsonable, run_bench
+from kit.serving.engines import ENGINES
 from kit.sglang.params import SpecParams, max_draft_tokens, resolve
 
 HELP = "sweep steps x topk x draft tokens x concurrency, relaunching the server per point"
@@ -62,7 +63,7 @@ class SweepConfig:
     )
     engine: str = field(
         default="sglang",
-        metadata={"help": "sglang, or the kit's CPU reference server", "choices": ["sglang", "reference"]},
+        metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
     )
     speculative_num_steps: list[int] = field(default_factory=lambda: [1, 3], metadata={"help": "speculative num steps"})
     speculative_eagle_topk: list[int] = field(default_factory=lambda: [1], metadata={"help": "eagle topk"})

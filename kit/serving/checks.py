@@ -305,18 +305,16 @@ def backend_findings(spec, params) -> list[Finding]:
 
 
 def engine_findings(spec, engine: str) -> list[Finding]:
-    if engine != "reference":
-        return []
-    from kit.serving.launch import REFERENCE_FIELDS
+    from kit.serving.engines import get_engine
 
-    dropped = [a for a in spec.flags() if a.startswith("--") and a[2:].replace("-", "_") not in REFERENCE_FIELDS]
+    dropped = get_engine(engine).ignored_flags(spec)
     if not dropped:
         return []
     return [
         Finding(
             code="launch.engine",
             severity="info",
-            title=f"the CPU reference server ignores {len(dropped)} SGLang flag(s)",
+            title=f"the {engine} engine ignores {len(dropped)} SGLang flag(s)",
             evidence={"ignored": dropped},
             fix="",
         )

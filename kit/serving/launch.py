@@ -28,30 +28,11 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import Finding, KitInputError, Report
+from kit.serving.engines import SGLANG_MODULE, get_engine
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
 
-SGLANG_MODULE = "sglang.launch_server"
 # not SGLang flags: the interpreter, environment, unparsed extras and the kit's log file
 KIT_ONLY = {"python", "env", "extra_args", "log_file"}
-# what the CPU reference server implements; other SGLang flags are dropped for it
-REFERENCE_FIELDS = {
-    "model_path",
-    "context_length",
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "host",
-    "port",
-    "api_key",
-    "served_model_name",
-    "decode_log_interval",
-    "enable_metrics",
-    "max_running_requests",
-    "log_level",
-    "trust_remote_code",
-}
 
 
 def _f(help_: str, default: Any = None, **meta) -> Any:
@@ -107,11 +88,8 @@ class LaunchSpec:
         return out + ([] if only is not None else list(self.extra_args))
 
     def argv(self, engine: str = "sglang") -> list[str]:
-        if engine == "sglang":
-            return [self.python, "-m", SGLANG_MODULE] + self.flags()
-        if engine == "reference":
-            return [sys.executable, "-m", "kit", "serve"] + self.flags(REFERENCE_FIELDS)
-        raise KitInputError(f"unknown engine {engine!r}; choose sglang or reference")
+        """The process argv for that serving engine (`kit.serving.engines`)."""
+        return get_engine(engine).argv(self)
 
     def command(self, engine: str = "sglang") -> str:
         from kit.sglang.cmdline import join_command
@@ -150,8 +128,9 @@ def _scalar_type(name: str):
 
 
 # -- argv -> spec ---------------------------------------------------------------------------------
-def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None,
-                   sglang_version: Optional[str] = None) -> LaunchSpec:
+def spec_from_argv(
+    argv: list[str], env: Optional[dict[str, str]] = None, sglang_version: Optional[str] = None
+) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
     Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve`: prefixes,
@@ -166,11 +145,13 @@ def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None,
     argv = list(argv)
     hit = sglang_launch_test(sglang_version)(argv) if argv else None
     if hit is None and argv and not argv[0].startswith("-"):
-        raise KitInputError(f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
-                            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)")
+        raise KitInputError(
+            f"launch command: {' '.join(argv[:3])!r} is not an SGLang launch "
+            f"(expected `python -m {SGLANG_MODULE} ...` or `sglang serve ...`)"
+        )
     entry = hit[0] if hit else ""
     python = argv[0] if entry.startswith("python") else "python3"
-    flags = argv[hit[1]:] if entry == "python -m kit serve" else server_flags(argv, sglang_version)[0]
+    flags = argv[hit[1] :] if entry == "python -m kit serve" else server_flags(argv, sglang_version)[0]
     res = resolve_flags(flags, sglang_version)
     values: dict[str, Any] = {}
     for name in FIELDS:
@@ -186,8 +167,9 @@ def spec_from_argv(argv: list[str], env: Optional[dict[str, str]] = None,
     return LaunchSpec(python=python, env=dict(env or {}), extra_args=extra, **values)
 
 
-def launch_from_text(text: str, sglang_version: Optional[str] = None,
-                     source: str = "launch command") -> tuple[LaunchSpec, list[Finding]]:
+def launch_from_text(
+    text: str, sglang_version: Optional[str] = None, source: str = "launch command"
+) -> tuple[LaunchSpec, list[Finding]]:
     """A launch as people write it (a script, `&&` chains, exports, docker run, ...) -> (spec, findings).
 
     The findings say what the kit could not attribute (`launch.unparsed`) and which variables the
@@ -199,46 +181,64 @@ def launch_from_text(text: str, sglang_version: Optional[str] = None,
     found = find_launch(text, source=source, version=sglang_version)
     if found is None:
         first = " ".join(text.strip().split()[:4]) or "(empty)"
-        raise KitInputError(f"{source}: no SGLang launch found in {first!r}... (expected `python -m "
-                            f"{SGLANG_MODULE} ...` or `sglang serve ...`, alone or in a script)")
+        raise KitInputError(
+            f"{source}: no SGLang launch found in {first!r}... (expected `python -m "
+            f"{SGLANG_MODULE} ...` or `sglang serve ...`, alone or in a script)"
+        )
     spec = spec_from_argv(found.argv, found.env, sglang_version)
     out: list[Finding] = []
     unread = [n for n in found.notes if n["kind"] != "command"]
     others = [n["text"] for n in found.notes if n["kind"] == "command"]
     _, own = server_flags(found.argv, sglang_version)
-    config = spec.extra_args[spec.extra_args.index("--config") + 1:][:1] if "--config" in spec.extra_args else []
+    config = spec.extra_args[spec.extra_args.index("--config") + 1 :][:1] if "--config" in spec.extra_args else []
     if unread or config:
-        items = [f"{n['text']} ({n['why']})" for n in unread] + [f"--config {c} (its flags were not read)"
-                                                                 for c in config]
-        out.append(Finding(code="launch.unparsed", severity="warning",
-                           title=f"{len(items)} part(s) of the launch text could not be attributed; the "
-                                 "checks below do not include them: " + "; ".join(items)[:300],
-                           evidence={"items": unread + [{"kind": "config", "text": c} for c in config],
-                                     "entry": found.entry, "wrappers": found.wrappers},
-                           fix="write the values out in the command (no $(...), env files or config files) "
-                               "to have them checked"))
+        items = [f"{n['text']} ({n['why']})" for n in unread] + [
+            f"--config {c} (its flags were not read)" for c in config
+        ]
+        out.append(
+            Finding(
+                code="launch.unparsed",
+                severity="warning",
+                title=f"{len(items)} part(s) of the launch text could not be attributed; the "
+                "checks below do not include them: " + "; ".join(items)[:300],
+                evidence={
+                    "items": unread + [{"kind": "config", "text": c} for c in config],
+                    "entry": found.entry,
+                    "wrappers": found.wrappers,
+                },
+                fix="write the values out in the command (no $(...), env files or config files) to have them checked",
+            )
+        )
     if others or own:
-        out.append(Finding(code="launch.unparsed", severity="info",
-                           title="not part of the SGLang launch, not checked: " + "; ".join(others + own)[:300],
-                           evidence={"commands": others, "entry_point_args": own, "entry": found.entry},
-                           fix=""))
+        out.append(
+            Finding(
+                code="launch.unparsed",
+                severity="info",
+                title="not part of the SGLang launch, not checked: " + "; ".join(others + own)[:300],
+                evidence={"commands": others, "entry_point_args": own, "entry": found.entry},
+                fix="",
+            )
+        )
     if found.unseen:
-        out.append(Finding(code="launch.env_scope", severity="warning",
-                           title="the server does not see " + ", ".join(sorted(found.unseen)) + " as written: "
-                                 + next(iter(found.unseen.values())),
-                           evidence={"unseen": found.unseen, "forms": found.env_forms},
-                           fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
-                               "the kit's own command line (`kit launch --from`) passes them"))
+        out.append(
+            Finding(
+                code="launch.env_scope",
+                severity="warning",
+                title="the server does not see "
+                + ", ".join(sorted(found.unseen))
+                + " as written: "
+                + next(iter(found.unseen.values())),
+                evidence={"unseen": found.unseen, "forms": found.env_forms},
+                fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
+                "the kit's own command line (`kit launch --from`) passes them",
+            )
+        )
     return spec, out
 
 
 def spec_from_command(cmd: str, sglang_version: Optional[str] = None) -> LaunchSpec:
     """A whole shell text (env assignments, chains, exports, continuations, quoting) -> LaunchSpec."""
     return launch_from_text(cmd, sglang_version)[0]
-
-
-def engine_of(argv: list[str]) -> str:
-    return "reference" if argv[1:4] == ["-m", "kit", "serve"] else "sglang"
 
 
 # -- notebook helpers -----------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
 from kit.serving.checks import lint
-from kit.serving.launch import FIELDS, REFERENCE_FIELDS, LaunchSpec, spec_from_command
+from kit.serving.engines import ENGINES, REFERENCE_FIELDS, get_engine
+from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -26,7 +27,7 @@ HELP = "build, lint (SGLang's own parser), start and watch an SGLang or referenc
 class LaunchConfig:
     engine: str = field(
         default="sglang",
-        metadata={"help": "sglang, or the kit's CPU reference server", "choices": ["sglang", "reference"]},
+        metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
     )
     dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
     json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + spec.command(cfg.engine))
         return report.exit_code()
     print(report.render_text(), file=sys.stderr)
-    if report.errors and cfg.engine == "sglang":
+    if report.errors and not get_engine(cfg.engine).start_despite_errors:
         print("kit launch: not starting: fix the errors above (or use --dry-run to see the command)", file=sys.stderr)
         return report.exit_code()
     from kit.serving.process import ServerProcess

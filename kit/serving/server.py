@@ -376,7 +376,8 @@ def make_server(spec, cfg: ServeConfig | None = None) -> tuple[ThreadingHTTPServ
 
 
 def load_engine(state: State) -> None:
-    from kit.serving.launch import FIELDS, REFERENCE_FIELDS
+    from kit.serving.engines import REFERENCE_FIELDS
+    from kit.serving.launch import FIELDS
 
     spec = state.spec
     ignored = [n for n in FIELDS if n not in REFERENCE_FIELDS and getattr(spec, n) not in (None, False)]
@@ -393,7 +394,8 @@ def load_engine(state: State) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from kit.serving.launch import REFERENCE_FIELDS, LaunchSpec
+    from kit.serving.engines import REFERENCE_FIELDS
+    from kit.serving.launch import LaunchSpec
 
     # the SGLang flags this server implements; the others (--tp-size, --attention-backend, ...) are refused
     kconfig.add_arguments(

@@ -498,7 +498,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             install_bundle(kconfig.from_namespace(InstallConfig, args))
     except KitInputError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"kit bundle: error: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     return 0
 

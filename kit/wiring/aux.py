@@ -4,10 +4,8 @@ The same integers name different target layers in different stacks (formats.md Â
 in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
 final pre-norm state) â€” HF `output_hidden_states[p]` for p < L.
 
-* `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
-  `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
-* `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per
-  target class and release is `kit.sglang.capture`.
+* `read_ids(stack, cfg)` / `capture_points(stack, ids, L, arch, version)`: each stack's id convention,
+  kit.checkpoint.aux_ids (the converter translates through it too).
 * facts read from the files: draft dims, target facts, training provenance, fc width.
 
 The checks over these facts are in kit.wiring.checks; the Wiring a launch gives is kit.wiring.plan.
@@ -21,59 +19,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
 from kit.checkpoint.draft_config import read_draft_config
 from kit.checkpoint.hf_config import text_config
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule, default_ids
 from kit.sglang.cmdline import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
 KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_config.json"
 KIMI_DRAFT_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_eagle3_config.json"
-STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
-# which stack's id convention a training provenance / --trained-with value implies
-CONVENTION_OF = {
-    "speculators": "speculators",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "specforge": "specforge",
-    "specforge-hf": "specforge-hf",
-    "eagle": "eagle",
-    "kit": "sglang",
-}
-
-
-# -- per stack -------------------------------------------------------------------------------
-def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
-    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
-    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if stack == "sglang":
-        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
-    if stack in ("speculators",):
-        return (list(top), "eagle_aux_hidden_state_layer_ids") if top else (None, "absent")
-    if stack in ("vllm", "specforge", "specforge-hf"):
-        if top:
-            return list(top), "eagle_aux_hidden_state_layer_ids"
-        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
-    return None, "not read (official EAGLE has no ids)"
-
-
-def capture_points(
-    stack: str, ids: list[int] | None, L: int, arch: str | None = None, version: str | None = None
-) -> list[int]:
-    """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
-    dflt = default_ids(L)
-    if stack in ("vllm", "speculators"):
-        return list(ids) if ids else dflt  # id = point (vLLM captures before layer idx)
-    if stack == "eagle":
-        return dflt
-    if stack == "specforge-hf":  # hooks on layers[x] output
-        return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
-    if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class
-        ids = ids or [1, L // 2 - 1, L - 4]
-    rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
-    return sglang_capture_points(ids, L, rule)
 
 
 def stack_table(draft_cfg: dict[str, Any], L: int, arch: str | None, version: str | None = None) -> list[dict]:
@@ -142,6 +95,11 @@ def training_points(
     trained_with: str | None = None,
 ) -> tuple[list[int], str] | None:
     """(points the draft was trained on, how we know) or None when the convention is unknown."""
+    rec = draft_cfg.get("kit_aux_source") or {}  # written into config.json by kit convert
+    if rec.get("capture_points") and rec.get("num_layers") in (None, L):
+        return list(
+            rec["capture_points"]
+        ), f"config.json kit_aux_source: {rec.get('convention')} ids {rec.get('aux_layer_ids')}"
     prov = provenance(draft_dir)
     if prov and prov.get("capture_points"):
         return list(prov["capture_points"]), "kit_provenance.json capture_points"

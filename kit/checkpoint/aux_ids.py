@@ -1,0 +1,67 @@
+"""Each training/serving stack's aux layer-id convention: where it reads the ids, which target layers they name.
+
+The same integers name different target layers in different stacks (formats.md §4). We speak in *capture
+points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state).
+
+* `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
+  `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
+* `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per target class
+  and release is `kit.sglang.capture`.
+
+Used by `kit convert` (translation between layouts) and kit.wiring (the shift checks).
+
+    capture_points("speculators", [2, 4, 5], 8)                        # -> [2, 4, 5]
+    capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", "0.5.23")  # -> [3, 5, 6]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kit.sglang.capture import capture_points as sglang_capture_points
+from kit.sglang.capture import capture_rule, default_ids
+
+STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
+# which stack's id convention a training provenance / --trained-with value implies
+CONVENTION_OF = {
+    "speculators": "speculators",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "specforge": "specforge",
+    "specforge-hf": "specforge-hf",
+    "eagle": "eagle",
+    "kit": "sglang",
+}
+
+
+# -- per stack -------------------------------------------------------------------------------
+def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
+    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
+    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if stack == "sglang":
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    if stack in ("speculators",):
+        return (list(top), "eagle_aux_hidden_state_layer_ids") if top else (None, "absent")
+    if stack in ("vllm", "specforge", "specforge-hf"):
+        if top:
+            return list(top), "eagle_aux_hidden_state_layer_ids"
+        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
+    return None, "not read (official EAGLE has no ids)"
+
+
+def capture_points(
+    stack: str, ids: list[int] | None, L: int, arch: str | None = None, version: str | None = None
+) -> list[int]:
+    """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
+    dflt = default_ids(L)
+    if stack in ("vllm", "speculators"):
+        return list(ids) if ids else dflt  # id = point (vLLM captures before layer idx)
+    if stack == "eagle":
+        return dflt
+    if stack == "specforge-hf":  # hooks on layers[x] output
+        return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
+    if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class
+        ids = ids or [1, L // 2 - 1, L - 4]
+    rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
+    return sglang_capture_points(ids, L, rule)

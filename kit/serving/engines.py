@@ -1,0 +1,90 @@
+"""Serving engines behind one seam: real SGLang, and the kit's CPU reference server.
+
+A launch spec (`kit.serving.launch.LaunchSpec`) is engine-neutral: SGLang's own flag names. An `Engine`
+says how that spec becomes a process and what the engine does with each flag, so the launcher, the
+checks, the sweeps and the process lifecycle never branch on an engine's name. Another engine (vLLM, a
+remote SGLang behind a job scheduler) is one more `Engine` in `ENGINES`.
+
+    engine = get_engine("reference")
+    argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
+    engine.ignored_flags(spec)          # SGLang flags this engine would drop
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kit.findings import KitInputError
+
+SGLANG_MODULE = "sglang.launch_server"
+# the LaunchSpec fields the CPU reference server implements; other SGLang flags are dropped for it
+REFERENCE_FIELDS = frozenset(
+    {
+        "model_path",
+        "speculative_algorithm",
+        "speculative_draft_model_path",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "host",
+        "port",
+        "api_key",
+        "served_model_name",
+        "decode_log_interval",
+        "enable_metrics",
+        "max_running_requests",
+        "log_level",
+        "trust_remote_code",
+        "context_length",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    description: str
+    command: Callable[[object], list[str]]  # spec -> program argv before the flags
+    fields: frozenset[str] | None  # LaunchSpec fields it implements; None: every SGLang flag
+    start_despite_errors: bool  # True: error findings do not stop `kit launch` (the engine ignores them)
+
+    def argv(self, spec) -> list[str]:
+        flags = spec.flags() if self.fields is None else spec.flags(set(self.fields))
+        return self.command(spec) + flags
+
+    def ignored_flags(self, spec) -> list[str]:
+        if self.fields is None:
+            return []
+        return [a for a in spec.flags() if a.startswith("--") and a[2:].replace("-", "_") not in self.fields]
+
+
+ENGINES: dict[str, Engine] = {
+    "sglang": Engine(
+        name="sglang",
+        description="real SGLang (`python -m sglang.launch_server`), on a GPU host",
+        command=lambda spec: [spec.python, "-m", SGLANG_MODULE],
+        fields=None,
+        start_despite_errors=False,
+    ),
+    "reference": Engine(
+        name="reference",
+        description="the kit's CPU reference server (`python -m kit serve`), SGLang's HTTP API and flag semantics",
+        command=lambda spec: [sys.executable, "-m", "kit", "serve"],
+        fields=REFERENCE_FIELDS,
+        start_despite_errors=True,
+    ),
+}
+
+
+def get_engine(name: str) -> Engine:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise KitInputError(f"--engine {name!r}: unknown serving engine; choose from {', '.join(ENGINES)}")
+
+
+def engine_of(argv: list[str]) -> str:
+    """The engine a launch argv runs: the reference server's `-m kit serve`, else SGLang."""
+    return "reference" if argv[1:4] == ["-m", "kit", "serve"] else "sglang"
