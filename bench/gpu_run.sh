@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-host side of the real-SGLang runs, one step per device call (the 64 MiB transfer limit splits the
 # bundle, the SmolLM2 GGUF and the draft over three calls; /tmp persists while the machine stays warm).
-#   bash bench/gpu_run.sh c1   # install the bundle, check imports, kit env + NCCL smoke + TP=2 launches
+#   bash bench/gpu_run.sh c1   # install the bundle, check imports, kit env + NCCL smoke (TP=2 launches: c1tp)
 #   bash bench/gpu_run.sh c2   # second GGUF part
 #   bash bench/gpu_run.sh c3   # last GGUF part + draft; target conversion; the ground-truth matrix
 #   bash bench/gpu_run.sh c4   # kit bench vs sglang.bench_serving (GPU 0) and CUDA graphs (GPU 1)
@@ -26,18 +26,21 @@ c1)
   echo "install_s=$(($(date +%s) - t0))"
   python3 -c "import sglang, sgl_kernel, deep_gemm, transformers, torch; print('versions', sglang.__version__, transformers.__version__, torch.__version__, torch.cuda.device_count())" 2>&1 | tail -3
   nvidia-smi > "$R/nvidia-smi.txt"; nvidia-smi topo -m > "$R/topo.txt" 2>&1; cat "$R/topo.txt"
-  timeout 500 python3 bench/gpu_two_gpus.py --tokenizer .devcarry/c1/tok --work $W --out "$R" 2>&1 | tail -40
+  timeout 400 python3 bench/gpu_two_gpus.py --tokenizer .devcarry/c1/tok --work $W --out "$R" --launches 2>&1 | tail -5
+  ;;
+c1tp)
+  python3 -m kit.sglang.bundle install .devcarry/c1/sglang-*.tar.xz --target /tmp/site 2>&1 | tail -2
+  timeout 500 python3 bench/gpu_two_gpus.py --tokenizer .devcarry/c1/tok --work $W --out "$R" --skip-env 2>&1 | tail -5
   ;;
 c2)
   ls -la $W
   ;;
 c3)
-  timeout 120 python3 bench/gpu_sglang.py setup --carry .devcarry/c3 --work $W 2>&1 | tail -3
-  timeout 480 python3 bench/gpu_sglang.py matrix --work $W --out "$R/matrix" --gpus 0 1 2>&1 | grep -v "^\[gpu" | tail -5
-  grep -h "started=" "$R"/matrix/*.log 2>/dev/null | head -0
+  timeout 90 python3 bench/gpu_sglang.py setup --carry .devcarry/c3 --work $W 2>&1 | tail -1 | cut -c1-600
+  timeout 490 python3 bench/gpu_sglang.py matrix --work $W --out "$R/matrix" --gpus 0 1 2>&1 | grep -E "^\[gpu|^\{" | cut -c1-400
   ;;
 c4)
-  timeout 560 python3 bench/gpu_sglang.py bench --work $W --out "$R/bench" --gpu 0 --num-prompts 32 > "$R/bench.txt" 2>&1 &
+  timeout 560 python3 bench/gpu_sglang.py bench --work $W --out "$R/bench" --gpu 0 --num-prompts 16 > "$R/bench.txt" 2>&1 &
   timeout 560 python3 bench/gpu_sglang.py graphs --work $W --out "$R/graphs" --gpu 1 --num-prompts 16 --concurrency-list 1 8 > "$R/graphs.txt" 2>&1 &
   wait
   tail -c 1500 "$R/bench.txt"; tail -c 1500 "$R/graphs.txt"

@@ -33,10 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kit.env.multigpu import MULTICAST_OFF  # noqa: E402  (NVLink multicast off in every process)
 from kit.findings import KitInputError  # noqa: E402
 
-# NVLink multicast stays off in every process on a shared multi-GPU host (NCCL, torch symmetric memory, NVSHMEM)
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 GGUF_MD5 = "a1231443440b107ff29f02bdb38c9d0a"
 # flags the trimmed 0.5.17 bundle needs (its manifest's launch_flags), plus a bounded KV pool so that
 # several servers can share one GPU (mem-fraction-static is then only an upper bound)
@@ -83,7 +82,7 @@ def _rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), config_edit=None)
 
     dst.mkdir(parents=True, exist_ok=True)
     ck = read_checkpoint(src)
-    tensors = {t.name: load_tensor(t) for t in ck.tensors if not any(t.name.endswith(d) for d in drop)}
+    tensors = {n: load_tensor(t) for n, t in ck.tensors.items() if not any(n.endswith(d) for d in drop)}
     write_safetensors(dst / "model.safetensors", tensors)
     cfg = json.loads((src / "config.json").read_text())
     if config_edit:
@@ -101,9 +100,11 @@ def _shift_aux(cfg: dict) -> None:
 
 
 def make_variants(base: Path, out: Path) -> dict[str, Path]:
-    """The matrix's drafts from the demo draft `base` (SGLang layout); rebuilt only when missing."""
-    from kit.checkpoint.convert import ConvertConfig, convert
+    """The matrix's drafts from the demo draft `base` (SGLang layout); rebuilt only when missing.
+    The speculators copy names the embedded target (kit.models) as its verifier."""
+    from kit.checkpoint.convert import convert
     from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.models import resolve_target
 
     out.mkdir(parents=True, exist_ok=True)
     v = {"sglang": base}
@@ -114,7 +115,9 @@ def make_variants(base: Path, out: Path) -> dict[str, Path]:
         "aux_shift": lambda d: _rewrite(base, d, config_edit=_shift_aux),
         "no_lm_head": lambda d: _rewrite(base, d, drop=("lm_head.weight",)),
         "no_embed": lambda d: _rewrite(base, d, drop=("embed_tokens.weight",)),
-        "speculators": lambda d: convert(ConvertConfig(src=str(base), dst=str(d), to="speculators", force=True)),
+        "speculators": lambda d: convert(
+            base, d, to="speculators", target=str(resolve_target("embedded")), sglang_version="0.5.17", force=True
+        ),
         "other_width": lambda d: write_random_draft(
             d,
             layout="sglang",
@@ -141,6 +144,35 @@ def draft_digest(d: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def pack_draft(src: Path, tgz: Path, name: str = "demo") -> Path:
+    """bf16 copy of a draft (what SGLang's --dtype bfloat16 loads anyway: same rounding, half the bytes),
+    packed as drafts/<name>/ for the transfer. Integer tensors (d2t, t2d) stay as they are."""
+    import tarfile
+    import tempfile
+
+    import torch
+
+    from kit.checkpoint.safetensors_io import load_tensor, read_checkpoint, write_safetensors
+
+    ck = read_checkpoint(src)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "drafts" / name
+        d.mkdir(parents=True)
+        ts = {n: load_tensor(t) for n, t in ck.tensors.items()}
+        ts = {n: (t.to(torch.bfloat16) if t.is_floating_point() else t) for n, t in ts.items()}
+        write_safetensors(d / "model.safetensors", ts)
+        cfg = json.loads((src / "config.json").read_text())
+        cfg["torch_dtype"] = "bfloat16"
+        (d / "config.json").write_text(json.dumps(cfg, indent=2))
+        for extra in src.glob("*.json"):
+            if extra.name != "config.json":
+                shutil.copy(extra, d / extra.name)
+        tgz.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tgz, "w:gz") as t:
+            t.add(d.parent, arcname="drafts")
+    return tgz
+
+
 # ---------------------------------------------------------------------------------------------
 # setup on the GPU host
 # ---------------------------------------------------------------------------------------------
@@ -148,14 +180,18 @@ def setup(carry: Path, work: Path) -> dict:
     """Join the GGUF parts, check its md5, convert it to an HF dir (kit.models), unpack drafts, build variants."""
     work.mkdir(parents=True, exist_ok=True)
     gguf = work / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    parts = sorted(work.glob("gguf.part*")) or sorted(carry.glob("**/gguf.part*"))
+    parts = {p.name: p for p in [*carry.glob("**/gguf.part*"), *work.glob("gguf.part*")]}
     if not gguf.exists():
-        with open(gguf, "wb") as f:
-            for p in parts:
-                f.write(p.read_bytes())
+        tmp = gguf.with_suffix(".part-joined")
+        with open(tmp, "wb") as f:
+            for name in sorted(parts):
+                f.write(parts[name].read_bytes())
+        md5 = hashlib.md5(tmp.read_bytes()).hexdigest()
+        if md5 != GGUF_MD5:
+            tmp.unlink()
+            raise KitInputError(f"{gguf}: md5 {md5} != {GGUF_MD5} (parts: {sorted(parts)})")
+        tmp.rename(gguf)
     md5 = hashlib.md5(gguf.read_bytes()).hexdigest()
-    if md5 != GGUF_MD5:
-        raise KitInputError(f"{gguf}: md5 {md5} != {GGUF_MD5} (parts: {[p.name for p in parts]})")
     os.environ["KIT_SMOLLM2_GGUF"] = str(gguf)
     os.environ["KIT_CACHE_DIR"] = str(work / "cache")
     from kit.models import embedded_dir
@@ -320,9 +356,9 @@ def wait(h: dict, timeout: float = 420.0) -> bool:
 
 
 def server_info(base: str) -> tuple[str | None, dict | None]:
-    from kit.serving.process import http_json
+    from kit.serving.process import SERVER_INFO_PATHS, http_json
 
-    for path in ("/server_info", "/get_server_info"):
+    for path in SERVER_INFO_PATHS:
         st, body = http_json(base + path, timeout=30)
         if st == 200 and isinstance(body, dict):
             return path, body
@@ -353,18 +389,20 @@ def measure(h: dict, texts: list[str], max_new_tokens: int, concurrency: int) ->
 
 
 def stop(h: dict) -> dict:
+    """Stop through the kit (SIGTERM to the group, SIGKILL after the grace); then check the group is gone."""
     srv = h["server"]
+    t0 = time.time()
     rc = srv.stop()
-    orphans = None
-    if srv.pgid:
+    stop_s = round(time.time() - t0, 1)
+    alive = bool(srv.pgid)
+    for _ in range(20):  # members exit asynchronously after SIGKILL
         try:
             os.killpg(srv.pgid, 0)
-            orphans = True
-        except ProcessLookupError:
-            orphans = False
-        except PermissionError:
-            orphans = True
-    return {"returncode": rc, "orphans": orphans}
+        except (ProcessLookupError, TypeError):
+            alive = False
+            break
+        time.sleep(0.25)
+    return {"returncode": rc, "stop_s": stop_s, "group_alive_after_5s": alive}
 
 
 def log_events(log_file: str) -> dict:
@@ -502,100 +540,84 @@ def matrix(args) -> dict:
 # ---------------------------------------------------------------------------------------------
 def sharegpt_file(prompts: list[dict], path: Path) -> Path:
     """The same prompts as a ShareGPT-format file for bench_serving (--dataset-name sharegpt)."""
-    path.write_text(
-        json.dumps(
-            [
-                {"id": p["id"], "conversations": [{"from": "human", "value": p["text"]}, {"from": "gpt", "value": "x"}]}
-                for p in prompts
-            ]
-        )
-    )
+    rows = [
+        {"id": p["rid"], "conversations": [{"from": "human", "value": p["text"]}, {"from": "gpt", "value": "x"}]}
+        for p in prompts
+    ]
+    path.write_text(json.dumps(rows))
     return path
 
 
-def kit_bench(base: str, out: Path, conc: int, n: int, max_new_tokens: int, label: str, log_path=None) -> dict:
+def n_requests(conc: int, num_prompts: int) -> int:
+    """Requests per run: enough to fill the concurrency twice, at least num_prompts."""
+    return max(num_prompts, 2 * conc) if conc > 1 else num_prompts
+
+
+def kit_bench(
+    url: str, out: Path, conc: int, n: int, max_new_tokens: int, label: str, baseline_url=None, repeats=1, log_path=None
+) -> dict:
     from kit.measure.bench import BenchConfig, run_bench
 
     cfg = BenchConfig(
-        url=base,
+        url=url,
+        baseline_url=baseline_url,
         num_prompts=n,
         max_new_tokens=max_new_tokens,
         ignore_eos=True,
         concurrency=conc,
         warmup=2,
-        repeats=1,
+        repeats=repeats,
         chat_template="embedded",
         out_dir=str(out),
         progress=False,
         label=label,
         log_path=log_path,
     )
-    res = run_bench(cfg)
-    return json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {"res": str(res)}
+    t0 = time.time()
+    run_bench(cfg)
+    doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    doc["wall_s"] = round(time.time() - t0, 1)
+    return doc
 
 
-def bench_serving(base_port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang.bench_serving",
-        "--backend",
-        "sglang",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(base_port),
-        "--dataset-name",
-        "sharegpt",
-        "--dataset-path",
-        str(ds),
-        "--tokenizer",
-        target,
-        "--num-prompts",
-        str(n),
-        "--sharegpt-output-len",
-        str(max_new_tokens),
-        "--apply-chat-template",
-        "--max-concurrency",
-        str(conc),
-        "--request-rate",
-        "inf",
-        "--seed",
-        "0",
-        "--output-file",
-        str(out),
-        "--warmup-requests",
-        "2",
-    ]
+def bench_serving(port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int) -> dict:
+    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1"]
+    cmd += ["--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(ds), "--tokenizer", target]
+    cmd += ["--num-prompts", str(n), "--sharegpt-output-len", str(max_new_tokens), "--apply-chat-template"]
+    cmd += ["--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "0", "--output-file", str(out)]
+    cmd += ["--warmup-requests", "2", "--flush-cache"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, **MULTICAST_OFF})
     res = {
         "rc": p.returncode,
         "wall_s": round(time.time() - t0, 1),
-        "stdout_tail": p.stdout[-3000:],
-        "stderr_tail": p.stderr[-2000:],
+        "stdout_tail": p.stdout[-2500:],
+        "stderr_tail": p.stderr[-1500:],
     }
     if out.exists():
         lines = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
         if lines:
-            last = lines[-1]
-            res["result"] = {k: v for k, v in last.items() if not isinstance(v, list)}
+            res["result"] = {k: v for k, v in lines[-1].items() if not isinstance(v, list)}
     return res
 
 
-def bench_compare(args) -> dict:
+def _setup_ctx(args):
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ["KIT_CACHE_DIR"] = str(work / "cache")
     os.environ.update(MULTICAST_OFF)
     from kit.models import resolve_target
 
-    target = str(resolve_target("embedded"))
-    drafts = make_variants(work / "drafts" / "demo", work / "drafts")
-    from kit.measure.bench import load_prompts
+    return work, out, str(resolve_target("embedded")), make_variants(work / "drafts" / "demo", work / "drafts")
 
-    prompts = load_prompts("builtin")[: args.num_prompts]
-    ds = sharegpt_file(prompts, out / "sharegpt_prompts.json")
+
+def bench_compare(args) -> dict:
+    """`kit bench` and `python -m sglang.bench_serving` on one server, same prompts (same multiset), same
+    concurrency, fixed output length (ignore_eos), streamed `/generate` in both."""
+    from kit.measure.bench import load_prompts, request_list
+
+    work, out, target, drafts = _setup_ctx(args)
+    prompts = load_prompts("builtin")
     row = next(r for r in ROWS if r.name == args.row)
     h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=args.server_extra)
     doc: dict = {"row": row.name, "runs": {}}
@@ -606,12 +628,14 @@ def bench_compare(args) -> dict:
     doc["startup_s"] = h.get("startup_s")
     try:
         for conc in args.concurrency_list:
-            n = max(args.num_prompts, conc * 2)
+            n = n_requests(conc, args.num_prompts)
+            ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
             kb = kit_bench(h["server"].base_url, out / f"kit_c{conc}", conc, n, args.max_new_tokens, row.name)
             bs = bench_serving(
                 args.port, target, ds, out / f"bench_serving_c{conc}.jsonl", conc, n, args.max_new_tokens
             )
-            doc["runs"][str(conc)] = {"kit_bench": kb, "bench_serving": bs}
+            doc["runs"][str(conc)] = {"n": n, "kit_bench": kb, "bench_serving": bs}
+            (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
             print(f"[bench] c={conc} done", flush=True)
     finally:
         doc["stop"] = stop(h)
@@ -621,50 +645,51 @@ def bench_compare(args) -> dict:
 
 
 def graphs(args) -> dict:
-    """Baseline and EAGLE3 3-1-4 with CUDA graphs (deep_gemm carried), kit bench at each concurrency."""
-    work, out = Path(args.work), Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
-    os.environ.update(MULTICAST_OFF)
-    from kit.models import resolve_target
-
-    target = str(resolve_target("embedded"))
-    drafts = make_variants(work / "drafts" / "demo", work / "drafts")
-    doc: dict = {}
-    for name in ("baseline", "eagle3_chain_3-1-4"):
-        row = next(r for r in ROWS if r.name == name)
-        extra = ["--cuda-graph-max-bs", str(max(args.concurrency_list))]
-        h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=extra)
-        d: dict = {"runs": {}}
-        if wait(h):
-            d["startup_s"] = h.get("startup_s")
-            try:
-                for conc in args.concurrency_list:
-                    n = max(args.num_prompts, conc * 3)
-                    d["runs"][str(conc)] = kit_bench(
-                        h["server"].base_url,
-                        out / f"{name}_c{conc}",
-                        conc,
-                        n,
-                        args.max_new_tokens,
-                        name,
-                        log_path=h["spec"].log_file,
-                    )
-            except Exception as e:
-                d["error"] = f"{type(e).__name__}: {e}"
-        else:
-            d["error"] = h.get("error")
-        d["stop"] = stop(h)
-        d["log"] = log_events(h["spec"].log_file)
-        doc[name] = d
-        args.port += 1
-    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    """Baseline and EAGLE3 3-1-4 servers WITH CUDA graphs (deep_gemm carried) side by side on one GPU;
+    `kit bench --baseline-url --url` with repeats at each concurrency gives the speedup and its interval."""
+    work, out, target, drafts = _setup_ctx(args)
+    doc: dict = {"runs": {}}
+    extra = ["--cuda-graph-max-bs", str(max(args.concurrency_list))]
+    hs = {}
+    try:
+        for i, name in enumerate(("baseline", "eagle3_chain_3-1-4")):
+            row = next(r for r in ROWS if r.name == name)
+            hs[name] = run_server(row, target, drafts, args.gpu, args.port + i, out, args.engine, extra=extra)
+            ok = wait(hs[name])  # one at a time: the second sizes its memory after the first holds its own
+            doc[name] = {"started": ok, "startup_s": hs[name].get("startup_s"), "error": hs[name].get("error")}
+            if not ok:
+                return doc
+        for conc in args.concurrency_list:
+            n = n_requests(conc, args.num_prompts)
+            doc["runs"][str(conc)] = kit_bench(
+                hs["eagle3_chain_3-1-4"]["server"].base_url,
+                out / f"graphs_c{conc}",
+                conc,
+                n,
+                args.max_new_tokens,
+                "eagle3",
+                baseline_url=hs["baseline"]["server"].base_url,
+                repeats=args.repeats,
+                log_path=hs["eagle3_chain_3-1-4"]["spec"].log_file,
+            )
+            (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+            print(f"[graphs] c={conc} done", flush=True)
+    except Exception as e:
+        doc["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        for name, h in hs.items():
+            doc[name]["stop"] = stop(h)
+            doc[name]["log"] = log_events(h["spec"].log_file)
+        (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    pk = sub.add_parser("pack-draft")
+    pk.add_argument("src")
+    pk.add_argument("tgz")
     s = sub.add_parser("setup")
     s.add_argument("--carry", default=".devcarry")
     s.add_argument("--work", default="/tmp/w")
@@ -683,10 +708,12 @@ def main(argv=None) -> int:
         sub.choices[name].add_argument("--gpu", default="0")
         sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 4, 16])
     sub.choices["bench"].add_argument("--row", default="eagle3_chain_3-1-4")
+    sub.choices["graphs"].add_argument("--repeats", type=int, default=2)
     sub.choices["bench"].add_argument("--server-extra", nargs="*", default=["--disable-cuda-graph"])
     a = p.parse_args(argv)
     fn = {
         "setup": lambda: setup(Path(a.carry), Path(a.work)),
+        "pack-draft": lambda: str(pack_draft(Path(a.src), Path(a.tgz))),
         "matrix": lambda: matrix(a),
         "bench": lambda: bench_compare(a),
         "graphs": lambda: graphs(a),

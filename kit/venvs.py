@@ -23,6 +23,7 @@ and marked complete only then; a failed build is remembered for an hour with its
 
 Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME...` builds them.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -41,13 +42,37 @@ from pathlib import Path
 from kit.findings import KitInputError
 from kit.models import cache_dir
 
-# the light packages SGLang's `srt/server_args.py` imports (beyond torch/numpy of the kit itself)
-SGLANG_LIGHT = ["msgspec", "pydantic", "fastapi", "orjson", "requests", "psutil", "pybase64", "pillow", "pyzmq",
-                "IPython", "aiohttp", "uvloop", "setproctitle", "numpy", "einops", "packaging"]
+# An SGLang side environment gets sglang itself `--no-deps`, then the requirements its wheel declares except
+# the GPU/kernel/media stacks (SGLANG_SKIP), with the release's own pins (transformers==5.12.1 for 0.5.17,
+# 5.19.0 for 0.5.23, ...); compiled helpers whose own requirements would pull a CUDA torch go in `--no-deps`.
+# triton is imported at module level by SGLang's kernels (the CPU torch does not bring it), dill by its
+# sampling code (a dependency of a skipped package).
+SGLANG_SKIP = re.compile(
+    r"^(torch|torchvision|torchaudio|torchao|torchcodec|torch[-_]memory[-_]saver|triton|flashinfer|cuda|nvidia|sgl|"
+    r"sglang|tilelang|flash[-_]attn|flash[-_]mla|quack|humming|numba|decord|av|soundfile|timm|kernels|llguidance|"
+    r"outlines|tokenspeed|helion|smg|py[-_]spy|ninja|build|scipy|datasets|modelscope|mistral[-_]common|gguf|"
+    r"compressed[-_]tensors|deepseek|tml|nvshmem|deep[-_]ep|deep[-_]gemm)",
+    re.I,
+)
+SGLANG_NO_DEPS = {"xgrammar", "apache-tvm-ffi"}
+SGLANG_EXTRA = ["triton==3.9.0", "dill"]
+# modules SGLang imports on the way to its parser that no CPU build exists for (see kit/sglang/stand_ins.py)
+STAND_INS_FILE = Path(__file__).parent / "sglang" / "stand_ins.py"
 SPECULATORS = [
     ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
-    ["transformers==5.19.0", "datasets>=4.0.0,<=5.1.0", "pydantic", "pydantic-settings", "loguru", "pyyaml",
-     "safetensors", "huggingface-hub", "typer", "rich", "tqdm"],
+    [
+        "transformers==5.19.0",
+        "datasets>=4.0.0,<=5.1.0",
+        "pydantic",
+        "pydantic-settings",
+        "loguru",
+        "pyyaml",
+        "safetensors",
+        "huggingface-hub",
+        "typer",
+        "rich",
+        "tqdm",
+    ],
 ]
 _SGLANG = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:\.post\d+|rc\d+)?)$")
 FAILED_TTL_S = 3600
@@ -57,7 +82,12 @@ def recipe(name: str) -> tuple[list[list[str]], str]:
     """(pip install steps, import check) of a side environment."""
     m = _SGLANG.match(name)
     if m:
-        return [["--no-deps", f"sglang=={m.group(1)}"], SGLANG_LIGHT], "import sglang.srt.server_args"
+        steps = [
+            ["--no-deps", f"sglang=={m.group(1)}"],
+            ["@requires:sglang"] + SGLANG_EXTRA,
+            ["--no-deps", "@requires-no-deps:sglang"],
+        ]
+        return steps, "import sglang.srt.server_args"
     if name == "speculators":
         return SPECULATORS, "import speculators.models.eagle3, specforge.modeling.auto"
     raise KitInputError(f"unknown side environment {name!r}; known: sglang-<version>, speculators")
@@ -134,23 +164,61 @@ def _build(name: str, d: Path, stamp: dict, quiet: bool) -> None:
     if r.returncode != 0:
         raise KitInputError(f"side environment {name}: `python -m venv` failed ({_tail(r.stderr)})")
     py = d / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     lines = [f"import site; site.addsitedir({p!r})" for p in stamp["parent"]]
     Path(purelib, "kit-parent.pth").write_text("\n".join(lines) + "\n")
+    if _SGLANG.match(name):
+        shutil.copy(STAND_INS_FILE, Path(purelib, "kit_stand_ins.py"))
+        Path(purelib, "kit-stand-ins.pth").write_text("import kit_stand_ins; kit_stand_ins.install()\n")
     for step in stamp["recipe"]:
+        step = _expand(step, py)
+        if not [a for a in step if not a.startswith("-")]:
+            continue
         cmd = [sys.executable, "-m", "pip", "--python", str(py), "install", "--disable-pip-version-check"]
         cmd += (["--quiet"] if quiet else []) + step
         r = subprocess.run(cmd, capture_output=quiet, text=True)
         if r.returncode != 0:
-            raise KitInputError(f"side environment {name}: `pip install {' '.join(step)}` failed "
-                                f"({_tail(r.stderr) if quiet else 'see above'})")
+            raise KitInputError(
+                f"side environment {name}: `pip install {' '.join(step)}` failed "
+                f"({_tail(r.stderr) if quiet else 'see above'})"
+            )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
     r = subprocess.run([str(py), "-c", stamp["check"]], capture_output=True, text=True, env=env, cwd="/")
     if r.returncode != 0:
         raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({_tail(r.stderr)})")
     (d / ".kit-complete").write_text(json.dumps(stamp))
+
+
+def _expand(step: list[str], py: Path) -> list[str]:
+    """`@requires:DIST` -> DIST's declared requirements minus SGLANG_SKIP and SGLANG_NO_DEPS (read in the side
+    environment after DIST is installed); `@requires-no-deps:DIST` -> its SGLANG_NO_DEPS requirements."""
+    out: list[str] = []
+    for a in step:
+        if not a.startswith("@requires"):
+            out.append(a)
+            continue
+        kind, dist = a[1:].split(":", 1)
+        code = f"import importlib.metadata as m, json; print(json.dumps(m.requires({dist!r}) or []))"
+        reqs = json.loads(subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout)
+        from packaging.requirements import Requirement
+
+        for text in reqs:
+            r = Requirement(text)
+            if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+                continue
+            name = r.name.lower().replace("_", "-")
+            if kind == "requires-no-deps":
+                if name in SGLANG_NO_DEPS:
+                    out.append(f"{r.name}{r.specifier}")
+            elif name not in SGLANG_NO_DEPS and not SGLANG_SKIP.match(name):
+                out.append(f"{r.name}{r.specifier}")
+    return out
 
 
 def _tail(text: str) -> str:

@@ -1,8 +1,10 @@
 """A corpus of real public EAGLE-3 deployments, each run through `kit doctor` against the truth its source states.
 
 Every case in `tests/corpus/cases.json` names a draft config, a target config and a launch command taken from a
-public source (SGLang, SpecForge, EAGLE, AngelSlim pull requests, issues and docs; provenance per config file in
-`tests/corpus/provenance.json`) and the truth that source states: healthy, or which fault (a finding code).
+public source (SGLang, SpecForge, EAGLE, AngelSlim pull requests, issues and docs) and the truth that source
+states: healthy, or which fault (a finding code). `tests/corpus/configs.json` holds every config with its own
+provenance (repository, path, commit and URL for verbatim files; for reconstructed ones, which fields the
+source states).
 Draft weights are not needed: the draft directory gets a safetensors file whose header carries the key names and
 shapes that draft's exporter writes (`WEIGHT_LAYOUTS`, computed from its config) over a sparse file, so a 7168-wide
 Kimi draft costs a few kilobytes on disk.
@@ -72,6 +74,12 @@ def load_cases() -> list[dict[str, Any]]:
     return json.loads((CORPUS / "cases.json").read_text())
 
 
+@lru_cache(maxsize=1)
+def load_configs() -> dict[str, dict[str, Any]]:
+    """{name: {"provenance": ..., "config": ...}}"""
+    return json.loads((CORPUS / "configs.json").read_text())
+
+
 def _dims(cfg: dict[str, Any]) -> dict[str, int]:
     H = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
@@ -79,13 +87,30 @@ def _dims(cfg: dict[str, Any]) -> dict[str, int]:
     ec = cfg.get("eagle_config") or {}
     k = cfg.get("num_aux_hidden_states") or len(ec.get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
     Ht = cfg.get("target_hidden_size") or H
-    d = {"H": H, "2H": 2 * H, "nh*hd": nh * hd, "nkv*hd": cfg.get("num_key_value_heads", nh) * hd,
-         "I": cfg["intermediate_size"], "k*Ht": k * Ht, "Ht": Ht, "3Ht": 3 * Ht,
-         "V": cfg["vocab_size"], "Vd": cfg.get("draft_vocab_size") or cfg["vocab_size"]}
+    d = {
+        "H": H,
+        "2H": 2 * H,
+        "nh*hd": nh * hd,
+        "nkv*hd": cfg.get("num_key_value_heads", nh) * hd,
+        "I": cfg["intermediate_size"],
+        "k*Ht": k * Ht,
+        "Ht": Ht,
+        "3Ht": 3 * Ht,
+        "V": cfg["vocab_size"],
+        "Vd": cfg.get("draft_vocab_size") or cfg["vocab_size"],
+    }
     if "kv_lora_rank" in cfg:
         nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
-        d.update({"qr": cfg["q_lora_rank"], "kvr": cfg["kv_lora_rank"], "kvr+rope": cfg["kv_lora_rank"] + rope,
-                  "nh*(nope+rope)": nh * (nope + rope), "nh*(nope+v)": nh * (nope + v), "nh*v": nh * v})
+        d.update(
+            {
+                "qr": cfg["q_lora_rank"],
+                "kvr": cfg["kv_lora_rank"],
+                "kvr+rope": cfg["kv_lora_rank"] + rope,
+                "nh*(nope+rope)": nh * (nope + rope),
+                "nh*(nope+v)": nh * (nope + v),
+                "nh*v": nh * v,
+            }
+        )
     return d
 
 
@@ -94,9 +119,15 @@ def weight_spec(cfg: dict[str, Any], layout: str) -> dict[str, tuple[str, tuple[
     prefix, layer = WEIGHT_LAYOUTS[layout]
     d = _dims(cfg)
     spec = {prefix + name: ("BF16", tuple(d[s] for s in shape)) for name, shape in layer}
-    spec.update({"fc.weight": ("BF16", (d["H"], d["k*Ht"])), "norm.weight": ("BF16", (d["H"],)),
-                 "lm_head.weight": ("BF16", (d["Vd"], d["H"])),
-                 "d2t": ("I64", (d["Vd"],)), "t2d": ("BOOL", (d["V"],))})
+    spec.update(
+        {
+            "fc.weight": ("BF16", (d["H"], d["k*Ht"])),
+            "norm.weight": ("BF16", (d["H"],)),
+            "lm_head.weight": ("BF16", (d["Vd"], d["H"])),
+            "d2t": ("I64", (d["Vd"],)),
+            "t2d": ("BOOL", (d["V"],)),
+        }
+    )
     if cfg.get("fc_norm"):
         spec.update({f"fc_norm.{i}.weight": ("BF16", (d["Ht"],)) for i in range(d["k*Ht"] // d["Ht"])})
     if cfg.get("norm_before_fc") or (cfg.get("eagle_config") or {}).get("norm_before_fc"):
@@ -132,16 +163,15 @@ def build_case(case: dict[str, Any], root: Path) -> dict[str, Any]:
     args: dict[str, Any] = {"sglang_version": case.get("sglang_version")}
     tdir = root / "target"
     tdir.mkdir()
-    (tdir / "config.json").write_text((CORPUS / "configs" / case["target"]).read_text())
+    (tdir / "config.json").write_text(json.dumps(load_configs()[case["target"]]["config"], indent=2))
     args["target"] = str(tdir)
     draft = case.get("draft")
     if draft:
         ddir = root / "draft"
         ddir.mkdir()
-        text = (CORPUS / "configs" / draft["config"]).read_text()
-        (ddir / "config.json").write_text(text)
+        cfg = load_configs()[draft["config"]]["config"]
+        (ddir / "config.json").write_text(json.dumps(cfg, indent=2))
         if draft.get("weights"):
-            cfg = json.loads(text)
             write_sparse_safetensors(ddir / "model.safetensors", weight_spec(cfg, draft["weights"]), cfg)
         args["draft"] = str(ddir)
     if case.get("launch"):
@@ -190,7 +220,7 @@ def render_doc(results: dict[str, dict[str, Any]]) -> str:
         "Generated by `python tests/test_corpus.py --write-doc` (checked by `tests/test_corpus.py`); do not edit by hand.",
         "Each case is a draft config, a target config and a launch command from a public source, with the truth that",
         "source states (a maintainer's root cause, a merged fix, a documented command). Provenance per config file:",
-        "`tests/corpus/provenance.json` (verbatim files carry repository, path and commit; reconstructed ones say which",
+        "`tests/corpus/configs.json` (verbatim files carry repository, path and commit; reconstructed ones say which",
         "fields the source states). Draft weights are sparse safetensors with the exporter's key names and shapes.",
         "",
         "## Confusion table",
@@ -214,10 +244,16 @@ def render_doc(results: dict[str, dict[str, Any]]) -> str:
         r = results[c["id"]]
         truth = c["truth"]["verdict"] if c["truth"]["verdict"] == "healthy" else ", ".join(c["truth"]["codes"])
         xf = " (expected to fail: see cases.json)" if c.get("xfail") else ""
-        lines.append(f"| `{c['id']}` | {truth} | {', '.join(r['errors']) or '—'} | {r['outcome']}{xf} | "
-                     f"{' '.join(f'<{u}>' for u in c['sources'][:1])} |")
-    lines += ["", "Launch lines marked `launch_verbatim: false` in cases.json were assembled from the values the source",
-              "states (its `note_launch` says how); all others are copied as published, shell syntax included.", ""]
+        lines.append(
+            f"| `{c['id']}` | {truth} | {', '.join(r['errors']) or '—'} | {r['outcome']}{xf} | "
+            f"{' '.join(f'<{u}>' for u in c['sources'][:1])} |"
+        )
+    lines += [
+        "",
+        "Launch lines marked `launch_verbatim: false` in cases.json were assembled from the values the source",
+        "states (its `note_launch` says how); all others are copied as published, shell syntax included.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -234,8 +270,8 @@ def test_case_matches_truth(case, request):
 
 
 def test_corpus_has_real_cases_with_provenance():
-    prov = json.loads((CORPUS / "provenance.json").read_text())
-    assert len(CASES) >= 20
+    prov = {name: c["provenance"] for name, c in load_configs().items()}
+    assert len(CASES) >= 20 and all(p.get("url") and p.get("fidelity") for p in prov.values())
     for c in CASES:
         assert c["sources"] and all(u.startswith("https://") for u in c["sources"])
         assert c["truth"]["verdict"] in ("healthy", "fault") and c["truth"]["stated"]
@@ -246,7 +282,7 @@ def test_corpus_has_real_cases_with_provenance():
 def test_sparse_header_round_trips_through_the_kit_reader(tmp_path):
     from kit.checkpoint.safetensors_io import read_checkpoint
 
-    cfg = json.loads((CORPUS / "configs" / "draft" / "specforge-kimi-k25-eagle3.json").read_text())
+    cfg = load_configs()["draft/specforge-kimi-k25-eagle3.json"]["config"]
     spec = weight_spec(cfg, "midlayer")
     write_sparse_safetensors(tmp_path / "model.safetensors", spec, cfg)
     ck = read_checkpoint(tmp_path / "model.safetensors")

@@ -143,7 +143,7 @@ def test_inspect_genuine_checkpoints(work):
 
 def test_convert_and_load_in_the_other_library(work):
     py, w = work
-    convert(w / "spec", w / "spec_sg", "sglang", sglang_version="0.5.8")
+    convert(w / "spec", w / "spec_sg", "sglang", target=str(w / "verifier"), sglang_version="0.5.8")
     convert(w / "sf", w / "sf_sp", "speculators", target=str(w / "verifier"))
     assert inspect(w / "spec_sg", "0.5.8").simulation.ok and inspect(w / "spec_sg", "0.5.23").simulation.ok
     a, b = read_checkpoint(w / "spec"), read_checkpoint(w / "spec_sg")

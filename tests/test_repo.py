@@ -1,10 +1,12 @@
-"""Repository hygiene a fresh clone depends on: README tree, notebook form, import weight.
+"""Repository hygiene a fresh clone depends on: the file list in docs/layout.md, the README's commands,
+notebook form, import weight.
 
 Run: python -m pytest tests/test_repo.py
 """
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,11 +27,56 @@ def tracked_files() -> list[str]:
     return sorted(set(out.split()))
 
 
-def test_readme_tree_lists_every_file():
+def layout_entries() -> list[str]:
+    """The paths listed in docs/layout.md's block, one per line, in file order."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    block = text.split("```\n", 1)[1].rsplit("```", 1)[0]
+    return [line.split()[0] for line in block.splitlines() if line.strip()]
+
+
+def _suggested_line(path: str) -> str:
+    """What a missing line could read: the path and its module docstring's first line."""
+    p, desc = ROOT / path, "WHAT IT IS"
+    if path.endswith(".py") and p.exists():
+        doc = ast.get_docstring(ast.parse(p.read_text()))
+        desc = " ".join(doc.split("\n\n")[0].split()) if doc else desc
+    return f"{path}  {desc}"
+
+
+def test_layout_lists_every_file_once():
+    """docs/layout.md names every tracked file on a line of its own, and nothing that is not there."""
+    listed, files = layout_entries(), [f for f in tracked_files() if (ROOT / f).exists()]
+    dupes = sorted({p for p in listed if listed.count(p) > 1})
+    missing = [f for f in files if f not in listed]
+    stale = [p for p in listed if p not in files]
+    assert not dupes, f"docs/layout.md lists these more than once: {dupes}"
+    assert not missing, "docs/layout.md lacks (paste and edit):\n" + "\n".join(map(_suggested_line, missing))
+    assert not stale, f"docs/layout.md lists files that do not exist: {stale}"
+
+
+def test_readme_commands_and_short_map():
+    """The README opens with one setup, one main-job and one test command, keeps a short package map
+    (the file list lives in docs/layout.md), and every kit verb it shows exists."""
+    from kit.cli import VERBS
+
     readme = (ROOT / "README.md").read_text()
-    tree = readme[readme.index("## File tree") :]
-    missing = [f for f in tracked_files() if f"{Path(f).name}" not in tree]
-    assert not missing, f"README file tree lacks: {missing}"
+    head = readme[readme.index("## Setup") : readme.index("## Check your deployment")]
+    commands = [line.strip() for line in head.splitlines() if line.startswith("    ")]
+    assert commands[:3] == ["pip install -r requirements.txt", "kit demo", "python -m pytest"], commands
+    assert "## File tree" not in readme and "docs/layout.md" in readme
+    assert len(readme.splitlines()) < 170
+    for pkg in (
+        "kit/sglang/",
+        "kit/env/",
+        "kit/checkpoint/",
+        "kit/wiring/",
+        "kit/reference/",
+        "kit/serving/",
+        "kit/measure/",
+    ):
+        assert pkg in readme, pkg
+    shown = set(re.findall(r"^\s+kit ([a-z-]+)", readme, flags=re.M))
+    assert shown and shown <= set(VERBS), shown - set(VERBS)
 
 
 @pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)

@@ -255,7 +255,6 @@ def plan_conversion(
         )
     if to not in DESTS:
         raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
-    aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
     d = config_dims(cfg, lay.name)
     H, V, Vd, Ht, k, L = (
         d.get(x)
@@ -309,6 +308,7 @@ def plan_conversion(
         refuse.append("speculators needs the verifier (target) model path in its config: pass --target TARGET_DIR")
     if refuse:
         raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
+    aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
 
     # vocab maps: derive the missing one of d2t/t2d from the other (they determine each other)
     d2t_t, t2d_t = canon.pop("d2t", None), canon.pop("t2d", None)

@@ -128,3 +128,45 @@ def read_draft_config(cfg: dict[str, Any]) -> DraftConfig:
         max_position_embeddings=_int(tl.get("max_position_embeddings")),
         raw=cfg,
     )
+
+
+def llama_draft_shapes(
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+    target_hidden_size: int,
+    num_aux: int,
+    num_hidden_layers: int = 1,
+) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Canonical tensor name -> (shape, required) of a Llama-class EAGLE-3 draft (`LlamaForCausalLMEagle3`).
+
+    Layer 0 attends over cat(embeds, hidden) (width 2H); later layers over H. Optional tensors (the
+    pre-fc `input_norm`, later layers' `hidden_norm`) are listed with required=False."""
+    H, hd = hidden_size, head_dim
+    s: dict[str, tuple[tuple[int, ...], bool]] = {
+        "embed_tokens.weight": ((vocab_size, H), True),
+        "fc.weight": ((H, num_aux * target_hidden_size), True),
+        "norm.weight": ((H,), True),
+        "lm_head.weight": ((draft_vocab_size, H), True),
+        "input_norm.weight": ((num_aux * target_hidden_size,), False),
+    }
+    for i in range(max(num_hidden_layers, 1)):
+        win = 2 * H if i == 0 else H
+        for name, shape in {
+            "self_attn.q_proj.weight": (num_attention_heads * hd, win),
+            "self_attn.k_proj.weight": (num_key_value_heads * hd, win),
+            "self_attn.v_proj.weight": (num_key_value_heads * hd, win),
+            "self_attn.o_proj.weight": (H, num_attention_heads * hd),
+            "mlp.gate_proj.weight": (intermediate_size, H),
+            "mlp.up_proj.weight": (intermediate_size, H),
+            "mlp.down_proj.weight": (H, intermediate_size),
+            "input_layernorm.weight": (H,),
+            "post_attention_layernorm.weight": (H,),
+        }.items():
+            s[f"layers.{i}.{name}"] = (shape, True)
+        s[f"layers.{i}.hidden_norm.weight"] = ((H,), i == 0)
+    return s

@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from kit import config as kconfig
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
-from kit.findings import Finding, KitInputError, Report, emit
+from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -123,13 +124,14 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
     L = d.get("num_hidden_layers") or 1
     for i in range(max(L, 1)):
         w = 2 * H if i == 0 else H
-        # MLA attention (kimi_mla) has other tensors and widths: the loader replay checks them
-        attn = {} if layout.name == "kimi_mla" else {
+        attn = {
             "self_attn.q_proj.weight": (nh * hd, w),
             "self_attn.k_proj.weight": (nkv * hd, w),
             "self_attn.v_proj.weight": (nkv * hd, w),
             "self_attn.o_proj.weight": (H, nh * hd),
         }
+        if layout.name == "kimi_mla":  # MLA attention has other tensors and widths: the loader replay checks them
+            attn = {}
         for n, s in {
             **attn,
             "mlp.gate_proj.weight": (I_, H),
@@ -242,7 +244,8 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
             Finding(
                 code="draft.keys_dropped",
                 severity="error" if weights else "warning",
-                title=f"{ver} silently drops {len(dropped)} checkpoint key(s), e.g. {dropped[0].key}",
+                title=f"{ver} {'drops' if any(k.loud for k in dropped) else 'silently drops'} {len(dropped)} "
+                f"checkpoint key(s), e.g. {dropped[0].key}",
                 evidence={"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)},
                 fix="python -m kit convert SRC DST --to sglang --sglang-version "
                 f"{sim.version} (renames keys for that release, refuses what cannot load)",
@@ -434,20 +437,22 @@ def doctor_checks(ctx) -> list[Finding]:
         any(d.glob("*.safetensors")) or (d / "model.safetensors.index.json").exists() or any(d.glob("*.bin"))
     ):
         # a lone config: architecture and config-level checks only
-        from kit.sglang.loader import eagle3_draft_architectures, rules_for
+        from kit.sglang.loader import resolve_draft_class, rules_for
 
         cfg = ctx.draft_config or {}
         lay = detect_layout([], cfg)
         r = rules_for(ctx.cfg.sglang_version)
         arch = (cfg.get("architectures") or [None])[0]
         out = config_findings(cfg, lay)
-        if arch not in eagle3_draft_architectures(r.version):
+        dispatched, status = resolve_draft_class(cfg, r.version)
+        if status != "eagle3":
             out.append(
                 Finding(
                     code="draft.arch",
                     severity="error",
-                    title=f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}",
-                    evidence={"architecture": arch, "layout": lay.name},
+                    title=f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}"
+                    + (f" (loaded as {dispatched})" if dispatched and dispatched != arch else ""),
+                    evidence={"architecture": arch, "dispatched_to": dispatched, "layout": lay.name},
                     fix="python -m kit convert SRC DST --to sglang",
                 )
             )
@@ -497,14 +502,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(InspectConfig, args)
     if not cfg.path:
         raise KitInputError("give a checkpoint file or directory")
+    kconfig.local_path(cfg.path, None, "a checkpoint file, directory or index")
     try:
         ins = inspect(cfg.path, cfg.sglang_version)
     except CheckpointError as e:
         rep = corrupt_report(e)
         if cfg.json:
             print(rep.to_json())
-        else:
-            print(f"kit inspect: error: {e}")
+        print(f"kit inspect: error: {e}", file=sys.stderr)  # one line on stderr, like every user error
         return 2
     rep = ins.report
     pt = prefix_totals(ins.checkpoint)
@@ -527,4 +532,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, default=str, separators=(",", ":")))
         return rep.exit_code()
     print(render_text(ins))
+    src = str(Path(cfg.path).parent if Path(cfg.path).is_file() else Path(cfg.path)).rstrip("/")
+    rep.findings = fill_placeholders(rep.findings, {"SRC": src, "DST": f"{src}-sglang"})
     return emit(rep, False)

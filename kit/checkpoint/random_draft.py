@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kit.checkpoint.draft_config import llama_draft_shapes
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
 
 SMOLLM2 = {
@@ -56,32 +57,13 @@ def draft_state(
     Vd = draft_vocab_size or V
     dt = getattr(torch, dtype)
 
-    def w(*shape):
-        return (torch.randn(*shape, generator=g) * 0.02).to(dt)
-
-    s = {
-        "embed_tokens.weight": w(V, H),
-        "fc.weight": w(H, num_aux * H),
-        "norm.weight": torch.ones(H, dtype=dt),
-        "lm_head.weight": w(Vd, H),
-    }
-    for i in range(num_layers):
-        win = 2 * H if i == 0 else H
-        s.update(
-            {
-                f"layers.{i}.self_attn.q_proj.weight": w(nh * hd, win),
-                f"layers.{i}.self_attn.k_proj.weight": w(nkv * hd, win),
-                f"layers.{i}.self_attn.v_proj.weight": w(nkv * hd, win),
-                f"layers.{i}.self_attn.o_proj.weight": w(H, nh * hd),
-                f"layers.{i}.mlp.gate_proj.weight": w(I_, H),
-                f"layers.{i}.mlp.up_proj.weight": w(I_, H),
-                f"layers.{i}.mlp.down_proj.weight": w(H, I_),
-                f"layers.{i}.input_layernorm.weight": torch.ones(H, dtype=dt),
-                f"layers.{i}.post_attention_layernorm.weight": torch.ones(H, dtype=dt),
-            }
-        )
-        if i == 0:
-            s["layers.0.hidden_norm.weight"] = torch.ones(H, dtype=dt)
+    shapes = llama_draft_shapes(H, nh, nkv, hd, I_, V, Vd, H, num_aux, num_layers)
+    s = {}
+    for name, (shape, required) in shapes.items():
+        if not required:
+            continue
+        # norms start at one (as trained models do); matrices small and random
+        s[name] = torch.ones(shape, dtype=dt) if len(shape) == 1 else (torch.randn(*shape, generator=g) * 0.02).to(dt)
     if Vd < V:
         kept = torch.sort(torch.randperm(V, generator=g)[:Vd]).values
         s["d2t"] = kept - torch.arange(Vd)

@@ -529,7 +529,7 @@ def check(
     from kit.sglang.env_vars import attention_backend_findings, fp8_findings, sglang_findings
 
     argv = argv or []
-    tp = flag_value(argv, "--tp-size") or flag_value(argv, "--tp")
+    tp = flag_value(argv, "--tp-size")  # resolves the prefixes SGLang accepts (--tp, --tp-s, ...)
     tp = int(tp) if tp and tp.isdigit() else None
     rep = Report(facts=facts)
     if "torch" in facts or "nvml" in facts:  # probed (live or recorded); else judge only env and argv

@@ -34,6 +34,9 @@ from kit.env.probe import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
 from kit.findings import Finding
 
 SIZES = (4 << 10, 1 << 20, 16 << 20, 64 << 20)
+# NVLink multicast off in NCCL, torch symmetric memory and NVSHMEM: on shared multi-GPU hosts a program
+# that uses it can take the host's GPUs out of service; every smoke test and launched server gets these
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 SGLANG_CAR_WORLD_SIZES = (2, 4, 6, 8)  # custom_all_reduce.py _SUPPORTED_WORLD_SIZES
 
 
@@ -253,9 +256,9 @@ def _worker(rank: int, world: int, port: int, backend: str, sizes: list[int], it
 
 def smoke_env(launch_env: dict[str, str] | None = None) -> dict[str, str]:
     """The variables the smoke test applies on top of os.environ: the launch's NCCL_*/CUDA_VISIBLE_DEVICES,
-    NCCL_DEBUG=INFO (to read the transport) and NCCL_NVLS_ENABLE=0 (multicast stays off)."""
+    NCCL_DEBUG=INFO (to read the transport) and MULTICAST_OFF (NVLink multicast stays off)."""
     env = {k: v for k, v in (launch_env or {}).items() if k.startswith("NCCL_") or k == "CUDA_VISIBLE_DEVICES"}
-    env.update(NCCL_DEBUG="INFO", NCCL_NVLS_ENABLE="0")
+    env.update(NCCL_DEBUG="INFO", **MULTICAST_OFF)
     return env
 
 

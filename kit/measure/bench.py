@@ -170,6 +170,13 @@ def default_run_dir(cfg: BenchConfig, root: Path = RUNS_ROOT) -> Path:
     return out
 
 
+def resumable(path: str | os.PathLike) -> dict[str, str | None]:
+    """`out_dir`/`resume` for a directory the caller names itself (a sweep point, a notebook's folder):
+    a fresh run the first time, resumed (and said so) once it holds a run. `BenchConfig(..., **resumable(p))`."""
+    p = Path(path)
+    return {"out_dir": None, "resume": str(p)} if (p / RUN_CONFIG).exists() else {"out_dir": str(p), "resume": None}
+
+
 def open_run(cfg: BenchConfig) -> tuple[BenchConfig, Path, bool]:
     """(the settings to run with, the run directory, resumed?) — checked, nothing created yet."""
     if cfg.resume:
@@ -219,8 +226,9 @@ def _store_config(cfg: BenchConfig, out: Path) -> None:
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
     total = len(reqs) * cfg.repeats * len(cfg.arms())
-    reused = sum(len(v) for v in done.values())
-    parts = [f"{lab}#{rep} {len(ids)}/{len(reqs)}" for (lab, rep), ids in done.items() if ids]
+    want = {r["rid"] for r in reqs}
+    reused = sum(len(v & want) for v in done.values())
+    parts = [f"{lab}#{rep} {len(ids & want)}/{len(reqs)}" for (lab, rep), ids in done.items() if ids & want]
     head = f"resuming {out}: reusing {reused} of {total} completed request(s)"
     if parts:
         head += " (" + ", ".join(parts) + ")"

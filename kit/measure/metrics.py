@@ -19,10 +19,15 @@ SGLang definition. SGLang exposes it several ways and they do NOT measure the sa
                                               (one chunk per verify step when --stream-interval 1)
 
 `reconcile_acceptance` compares each source with the meta value of the same scope and returns
-`bench.accept_mismatch` findings when they disagree beyond a tolerance — the seed's team had
-three numbers and no way to know which to trust; this says which ones agree.
+`bench.accept_mismatch` findings when they disagree beyond a tolerance, each saying why that
+source can differ (`explain_mismatch`) — the seed's team had three numbers and no way to know
+which to trust; this says which ones agree, and why the others do not.
 
-    from kit.measure.metrics import summarize, acceptance_sources, reconcile_acceptance, speedup_ci
+`serving_block` prints one arm's summary the way `python -m sglang.bench_serving` does (its metric
+names, order, milliseconds, two decimals), followed by `acceptance_block`: every source, its scope,
+and whether it agrees.
+
+    from kit.measure.metrics import summarize, acceptance_sources, reconcile_acceptance, serving_block, speedup_ci
 """
 
 from __future__ import annotations
@@ -321,8 +326,8 @@ def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) ->
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             src[name] = {"value": float(value), "scope": scope, "compare_to": compare_to}
 
-    put("meta", acc.get("length"), "run, completion_tokens/spec_verify_ct (token-weighted)", None)
-    put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct", None)
+    put("meta", acc.get("length"), "run, completion_tokens/spec_verify_ct (prefill token included)", None)
+    put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct (decode only)", None)
     put("meta_req_mean", acc.get("length_req_mean"), "run, mean per request", None)
     put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
     put(
@@ -498,11 +503,23 @@ def serving_block(
     return lines
 
 
-def acceptance_block(sources: dict[str, dict]) -> list[str]:
-    """Every acceptance source of one run, with its scope; the first (meta) is the one to trust."""
+def acceptance_block(sources: dict[str, dict], tolerance: dict[str, float] | None = None) -> list[str]:
+    """Every acceptance source of one run: its value, what it counts, and whether it agrees with the
+    per-request value of the same scope (and if not, why not, in a few words)."""
+    tol = {**TOLERANCE, **(tolerance or {})}
     lines = ["{s:{c}^{n}}".format(s="Acceptance (tokens per verify step)", n=50, c="-")]
     for name, src in sources.items():
-        lines.append(_line(f"Accept length, {name}:", src["value"]) + f" {src['scope']}")
+        note = src["scope"]
+        ref = src.get("compare_to")
+        if ref in sources:
+            a, b = src["value"], sources[ref]["value"]
+            rel = abs(a - b) / max(abs(b), 1e-9)
+            note += (
+                f"; agrees with {ref}"
+                if rel <= tol.get(name, 0.1)
+                else (f"; {rel:.0%} off {ref}: {explain_mismatch(name, a, b)[0]}")
+            )
+        lines.append(_line(f"Accept length, {name}:", src["value"]) + f" {note}")
     return lines
 
 

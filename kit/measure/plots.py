@@ -42,7 +42,7 @@ def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
     import seaborn as sns
     from matplotlib.figure import Figure
 
-    sns.set_theme(style="whitegrid", context="notebook")
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)
     fig = Figure(figsize=(width * ncols, height), layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     return fig, axes
@@ -50,9 +50,9 @@ def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
 
 def _title(fig, what: str, data: str = "") -> None:
     """Figure title: what is shown (bold), then on which data, wrapped to the figure's width."""
-    width = int(fig.get_figwidth() * 11)  # characters that fit at the subtitle's font size
+    width = int(fig.get_figwidth() * 14)  # characters that fit at the title's font size
     sub = "\n".join(textwrap.wrap(data, width)) if data else ""
-    fig.suptitle(what + ("\n" + sub if sub else ""), fontsize=10, fontweight="bold" if not sub else None)
+    fig.suptitle(what + ("\n" + sub if sub else ""), fontsize=10)
 
 
 def _fit_ticks(ax, width: int = 14) -> None:
@@ -175,10 +175,11 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
     runs = pd.DataFrame(summary.get("runs") or [])
     if len(runs):
         sns.barplot(runs, x="label", y="output_tok_s", ax=ax1, errorbar=None, alpha=0.6)
-        _label_bars(ax1, "{:.1f}")
+        for c in ax1.containers:
+            ax1.bar_label(c, fmt="%.1f", fontsize=8, label_type="center")
         sns.stripplot(runs, x="label", y="output_tok_s", ax=ax1, color="black", size=5)
         ax1.set_xlabel("configuration")
-        ax1.set_ylabel("output tokens/s (mean; dots: repeats)")
+        ax1.set_ylabel("output tok/s (dots: repeats)")
         _fit_ticks(ax1)
     else:
         _empty(ax1, "no runs")
@@ -189,10 +190,16 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
         lo = [sp[k]["speedup"] - sp[k]["t_low"] if sp[k]["t_low"] == sp[k]["t_low"] else 0 for k in labels]
         hi = [sp[k]["t_high"] - sp[k]["speedup"] if sp[k]["t_high"] == sp[k]["t_high"] else 0 for k in labels]
         bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
-        ax2.bar_label(bars, labels=[f"{v:.2f}x" for v in vals], fontsize=8, padding=2, label_type="center")
+        ax2.bar_label(
+            bars,
+            labels=[f"{v:.2f}x" for v in vals],
+            fontsize=9,
+            label_type="center",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
         ax2.axhline(1.0, color="gray", ls="--")
         ax2.set_xlabel("configuration")
-        ax2.set_ylabel("speedup vs baseline (95% t-interval)")
+        ax2.set_ylabel("speedup (bars: 95% t-interval)")
         _fit_ticks(ax2)
     else:
         _empty(ax2, "no baseline arm")

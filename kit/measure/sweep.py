@@ -35,7 +35,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError, Report, emit
-from kit.measure.bench import RUN_CONFIG, BenchConfig, RecordLog, jsonable, run_bench
+from kit.measure.bench import BenchConfig, RecordLog, jsonable, resumable, run_bench
 from kit.serving.engines import ENGINES
 from kit.sglang.params import SpecParams, max_draft_tokens, resolve
 
@@ -223,9 +223,6 @@ def run_sweep(
             with launcher(point) as server:
                 url, log_file = url_of(server)
                 for conc in todo:
-                    # a point cut short by a crash resumes in its own directory
-                    pdir = out / "points" / f"{point_label(point)}_c{conc}"
-                    again = (pdir / RUN_CONFIG).exists()
                     bcfg = BenchConfig(
                         url=url,
                         label=point_label(point),
@@ -239,8 +236,8 @@ def run_sweep(
                         log_path=log_file,
                         progress=False,
                         chat_template=cfg.chat_template,
-                        out_dir=None if again else str(pdir),
-                        resume=str(pdir) if again else None,
+                        # a point cut short by a crash resumes in its own directory
+                        **resumable(out / "points" / f"{point_label(point)}_c{conc}"),
                     )
                     res = run_bench(bcfg, prompts=prompts)
                     exp = expected(point) if expected and point is not None else None
@@ -290,16 +287,16 @@ def load_rows(out_dir) -> list[dict]:
     return with_speedup(RecordLog(Path(out_dir) / "results.jsonl").read())
 
 
-def sweep_findings(rows: list[dict], static_findings=()) -> Report:
-    """Verdicts for every point with an expected accept length."""
+def sweep_findings(rows: list[dict], static_findings=(), training=None) -> Report:
+    """Verdicts for every point with an expected accept length (the oracle's, else from `training` accuracies)."""
     from kit.measure.verdict import verdict_table
 
     joined = [
         {**r, "observed_accept_length": r.get("accept_length")}
         for r in rows
-        if r["speculative_num_steps"] and r.get("expected_accept_length") is not None
+        if r["speculative_num_steps"] and (r.get("expected_accept_length") is not None or training is not None)
     ]
-    return Report().extend(verdict_table(joined, static_findings))
+    return Report().extend(verdict_table(joined, static_findings, training=training))
 
 
 # ---------------------------------------------------------------------------------------------

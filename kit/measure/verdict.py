@@ -14,6 +14,10 @@ possible stories:
   both low                                   -> verdict.weak_draft    (warning): train more
   observed ~ expected                        -> verdict.healthy       (info)
 
+When no oracle number exists (a 1T target cannot run the oracle on a laptop), the expected accept length
+comes from the draft's training accuracies (`kit.reference.expect`, `kit expect`): pass `training=` to
+`verdict_table`/`sweep_findings`; each finding's evidence says which source (`expected_from`) it used.
+
 Accept lengths here include the bonus token (SGLang's completion_tokens / spec_verify_ct), so
 "no draft token ever accepted" is AL = 1.0.
 
@@ -65,10 +69,15 @@ def verdict(
     one_tol: float = ONE_TOL,
     well_above: float = WELL_ABOVE,
     rel_tol: float = REL_TOL,
+    expected_from: str = "oracle",
 ) -> list[Finding]:
-    """One verdict finding for an (observed, expected) accept-length pair."""
+    """One verdict finding for an (observed, expected) accept-length pair; `expected_from` names its source."""
     pre = f"{label}: " if label else ""
-    ev: dict[str, Any] = {"observed_accept_length": observed, "expected_accept_length": expected}
+    ev: dict[str, Any] = {
+        "observed_accept_length": observed,
+        "expected_accept_length": expected,
+        "expected_from": expected_from,
+    }
     if params:
         ev["params"] = params
     if (
@@ -206,10 +215,24 @@ def join_expected(
     return out
 
 
+def training_expected(training, row: dict) -> float | None:
+    """Expected accept length of a row's speculative params from training accuracies (kit.reference.expect)."""
+    from kit.reference.expect import expected_accept_length
+    from kit.sglang.params import SpecParams
+
+    names = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if training is None or any(r not in row or row[r] is None for r in names):
+        return None
+    return round(expected_accept_length(training, SpecParams(*(row[n] for n in names))), 3)
+
+
 def verdict_table(
-    joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS
+    joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS, training=None
 ) -> list[Finding]:
-    """A verdict per joined row, labelled by its speculative params."""
+    """A verdict per joined row, labelled by its speculative params.
+
+    `training` (a kit.reference.expect.Accuracies) supplies the expected accept length of rows the
+    oracle did not cover."""
     static = list(static_findings or ())
     out = []
     for r in joined:
@@ -219,7 +242,10 @@ def verdict_table(
             for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
             if k in r
         )
+        expected, source = r.get("expected_accept_length"), "oracle"
+        if expected is None and training is not None:
+            expected, source = training_expected(training, r), f"training accuracies ({training.source})"
         out += verdict(
-            r.get("observed_accept_length"), r.get("expected_accept_length"), static, label=label, params=params
+            r.get("observed_accept_length"), expected, static, label=label, params=params, expected_from=source
         )
     return out

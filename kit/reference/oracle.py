@@ -254,6 +254,10 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
         cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
     params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
     params.resolved()  # bad parameters fail before any model work
+    if cfg.target not in (None, "", "embedded"):  # and so do paths that do not exist
+        kconfig.local_path(cfg.target, "--target", "a model directory or 'embedded'")
+    if cfg.draft is not None:
+        kconfig.local_path(cfg.draft, "--draft", "a draft directory")
     texts = prompt_texts(cfg)
     if cfg.draft is None:
         from kit.reference.train import ensure_demo_draft

@@ -58,43 +58,13 @@ def _arch(cfg: dict | None) -> str | None:
 
 
 # -- the rules ------------------------------------------------------------------------------------
-def flag_findings(spec, python: str | None = None, build: bool | None = None) -> list[Finding]:
-    from kit.sglang.parser import parse_argvs
+def flag_findings(
+    spec, python: str | None = None, build: bool | None = None, sglang_version: str | None = None
+) -> list[Finding]:
+    """`launch.flag` / `launch.parser`: the flags judged by that release's parser (`kit.sglang.parser`)."""
+    from kit.sglang.parser import flag_findings as parser_flag_findings
 
-    try:
-        [res] = parse_argvs([spec.flags()], python=python, build=build)
-    except KitInputError as e:
-        return [
-            Finding(
-                code="launch.parser",
-                severity="info",
-                title="SGLang's argument parser could not be run; flags were not checked",
-                evidence={"reason": str(e)},
-                fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side venv build",
-            )
-        ]
-    out = []
-    for flag in [u for u in res["unknown"] if u.startswith("-")] or res["unknown"][:1]:
-        out.append(
-            Finding(
-                code="launch.flag",
-                severity="error",
-                title=f"SGLang does not accept {flag!r}: the server would exit at startup",
-                evidence={"unknown": res["unknown"]},
-                fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
-            )
-        )
-    if res["error"]:
-        out.append(
-            Finding(
-                code="launch.flag",
-                severity="error",
-                title=f"SGLang's parser rejects the command: {res['error']}",
-                evidence={"error": res["error"]},
-                fix="fix the flag value",
-            )
-        )
-    return out
+    return parser_flag_findings(spec.flags(), sglang_version, python, build)
 
 
 def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
@@ -336,13 +306,14 @@ def lint(
     build_venv: bool | None = None,
     gpu_memory_gib: float | None = None,
     engine: str = "sglang",
+    sglang_version: str | None = None,
 ) -> Report:
     target_config = target_config or _local_config(spec.model_path)
     draft_config = draft_config or _local_config(spec.speculative_draft_model_path)
     arch = _arch(target_config)
     r = Report()
     if parse_flags:
-        r.extend(flag_findings(spec, sglang_python, build_venv))
+        r.extend(flag_findings(spec, sglang_python, build_venv, sglang_version))
     r.extend(spec_param_findings(spec, arch))
     r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
@@ -376,10 +347,13 @@ def doctor_checks(ctx) -> list[Finding]:
     providers of `kit doctor`, which judge the same facts."""
     if ctx.launch_env_argv is None:
         return []
-    from kit.serving.launch import spec_from_argv
+    from kit.serving.launch import launch_from_text
 
-    env, argv = ctx.launch_env_argv
-    spec = spec_from_argv(argv, env)
-    found = lint(spec, target_config=ctx.target_config, draft_config=ctx.draft_config).findings
+    version = ctx.cfg.sglang_version
+    spec, shell = launch_from_text(ctx.launch_command, version, source=ctx.cfg.launch_file or "--launch")
+    found = (
+        shell
+        + lint(spec, target_config=ctx.target_config, draft_config=ctx.draft_config, sglang_version=version).findings
+    )
     skip = {"env.nccl_var"} | ({"aux.algorithm"} if ctx.draft_config is not None else set())
     return [f for f in found if f.code not in skip]

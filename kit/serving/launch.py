@@ -128,9 +128,7 @@ def _scalar_type(name: str):
 
 
 # -- argv -> spec ---------------------------------------------------------------------------------
-def spec_from_argv(
-    argv: list[str], env: Optional[dict[str, str]] = None, sglang_version: Optional[str] = None
-) -> LaunchSpec:
+def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_version: str | None = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
     Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve`: prefixes,
@@ -168,7 +166,7 @@ def spec_from_argv(
 
 
 def launch_from_text(
-    text: str, sglang_version: Optional[str] = None, source: str = "launch command"
+    text: str, sglang_version: str | None = None, source: str = "launch command"
 ) -> tuple[LaunchSpec, list[Finding]]:
     """A launch as people write it (a script, `&&` chains, exports, docker run, ...) -> (spec, findings).
 
@@ -236,7 +234,7 @@ def launch_from_text(
     return spec, out
 
 
-def spec_from_command(cmd: str, sglang_version: Optional[str] = None) -> LaunchSpec:
+def spec_from_command(cmd: str, sglang_version: str | None = None) -> LaunchSpec:
     """A whole shell text (env assignments, chains, exports, continuations, quoting) -> LaunchSpec."""
     return launch_from_text(cmd, sglang_version)[0]
 

@@ -18,7 +18,7 @@ from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
 from kit.serving.checks import lint
 from kit.serving.engines import ENGINES, REFERENCE_FIELDS, get_engine
-from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
+from kit.serving.launch import FIELDS, LaunchSpec, launch_from_text, spec_from_command
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -40,6 +40,12 @@ class LaunchConfig:
     ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for /health"})
     gpu_memory_gib: float | None = field(
         default=None, metadata={"help": "memory per GPU for launch.mem (default: detected)"}
+    )
+    sglang_version: str | None = field(
+        default=None,
+        metadata={
+            "help": "SGLang release whose parser and flag table judge the flags (default: installed, else newest known)"
+        },
     )
 
 
@@ -66,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
     import shlex
 
-    spec = spec_from_command(ns.from_command) if ns.from_command else LaunchSpec()
+    spec = spec_from_command(ns.from_command, getattr(ns, "sglang_version", None)) if ns.from_command else LaunchSpec()
     given = {k: v for k, v in vars(ns).items() if k in FIELDS or k in ("python", "log_file")}
     env = dict(spec.env)
     for kv in ns.env_assign:
@@ -81,7 +87,19 @@ def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(LaunchConfig, args)
     spec = spec_from_namespace(args)
-    report = lint(spec, sglang_python=cfg.sglang_python, gpu_memory_gib=cfg.gpu_memory_gib, engine=cfg.engine)
+    if cfg.engine == "reference" and not cfg.dry_run:
+        from kit.serving.server import check_paths
+
+        check_paths(spec)  # the reference server runs here: its paths must exist before it starts
+    report = lint(
+        spec,
+        sglang_python=cfg.sglang_python,
+        gpu_memory_gib=cfg.gpu_memory_gib,
+        engine=cfg.engine,
+        sglang_version=cfg.sglang_version,
+    )
+    if args.from_command:  # what the shell text holds besides the launch (launch.unparsed, launch.env_scope)
+        report.extend(launch_from_text(args.from_command, cfg.sglang_version, source="--from")[1])
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:
         if cfg.json:

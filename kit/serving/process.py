@@ -2,7 +2,7 @@
 
     from kit.serving.process import ServerProcess
     with ServerProcess(argv, env=env, port=30000, log_file="server.log", on_line=print) as srv:
-        info = srv.wait_ready(timeout=600)     # /health, then /get_server_info and /v1/models
+        info = srv.wait_ready(timeout=600)     # /health, then /server_info and /v1/models
         ...                                    # srv.base_url, srv.tail(20), srv.lines
     # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
 
@@ -29,9 +29,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from kit.env.multigpu import MULTICAST_OFF
 from kit.findings import KitInputError
 
-READY_PATHS = ("/health", "/get_server_info", "/v1/models")
+READY_PATHS = ("/health", "/server_info", "/v1/models")
+# /server_info is what current releases serve (0.5.17 still answers /get_server_info, logging a deprecation
+# warning per call); older releases serve only /get_server_info
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
 
 class ServerExited(KitInputError):
@@ -139,7 +143,8 @@ class ServerProcess:
             "--",
             *self.argv,
         ]
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        # multicast off unless the launch itself says otherwise (kit.env.multigpu.MULTICAST_OFF)
+        env = {**os.environ, **MULTICAST_OFF, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
@@ -200,7 +205,11 @@ class ServerProcess:
                 self.stop()
                 raise ServerExited(f"server not ready after {timeout:.0f}s (stopped); last log lines:\n{tail}")
             time.sleep(poll)
-        _, info = http_json(self.base_url + READY_PATHS[1], self.api_key)
+        info = None
+        for path in SERVER_INFO_PATHS:
+            status, info = http_json(self.base_url + path, self.api_key)
+            if status == 200:
+                break
         _, models = http_json(self.base_url + READY_PATHS[2], self.api_key)
         model = ((models or {}).get("data") or [{}])[0].get("id") if isinstance(models, dict) else None
         return {"server_info": info, "models": models, "model": model}

@@ -400,7 +400,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # the SGLang flags this server implements; the others (--tp-size, --attention-backend, ...) are refused
     kconfig.add_arguments(
         p, LaunchSpec, only=REFERENCE_FIELDS,
-        refuse="an SGLang flag the CPU reference server does not implement; drop it, or serve with SGLang (kit launch)",
+        refuse="the CPU reference server does not implement this SGLang flag; drop it, or serve with SGLang (kit launch)",
     )  # fmt: skip
     kconfig.add_arguments(p, ServeConfig)
 

@@ -20,13 +20,14 @@ into a container unless `-e` passes them.
 No subprocess is run and nothing is evaluated: command substitutions `$(...)` stay literal and
 are reported as not understood.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
 
 from kit.findings import KitInputError
 
@@ -35,10 +36,54 @@ _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _OPS = ("&&", "||", ";;", ";", "|&", "|", "&", "(", ")")
 
 # commands that neither launch nor change the launch's environment
-HARMLESS = {"cd", "pushd", "popd", "echo", "printf", "sleep", "mkdir", "wait", "true", "false", ":", "trap",
-            "ulimit", "shift", "exit", "tee", "cat", "tail", "head", "grep", "ls", "rm", "cp", "mv", "ln",
-            "touch", "chmod", "kill", "pkill", "nvidia-smi", "git", "curl", "wget", "pip", "pip3", "uv",
-            "huggingface-cli", "hf", "date", "which", "clear", "set", "shopt", "disown", "tmux", "screen"}
+HARMLESS = {
+    "cd",
+    "pushd",
+    "popd",
+    "echo",
+    "printf",
+    "sleep",
+    "mkdir",
+    "wait",
+    "true",
+    "false",
+    ":",
+    "trap",
+    "ulimit",
+    "shift",
+    "exit",
+    "tee",
+    "cat",
+    "tail",
+    "head",
+    "grep",
+    "ls",
+    "rm",
+    "cp",
+    "mv",
+    "ln",
+    "touch",
+    "chmod",
+    "kill",
+    "pkill",
+    "nvidia-smi",
+    "git",
+    "curl",
+    "wget",
+    "pip",
+    "pip3",
+    "uv",
+    "huggingface-cli",
+    "hf",
+    "date",
+    "which",
+    "clear",
+    "set",
+    "shopt",
+    "disown",
+    "tmux",
+    "screen",
+}
 # commands after which the launch's environment is unknown to us
 OPAQUE = {"source", ".", "eval", "conda", "mamba", "micromamba", "module", "ml", "spack", "direnv"}
 
@@ -46,7 +91,8 @@ OPAQUE = {"source", ".", "eval", "conda", "mamba", "micromamba", "module", "ml",
 @dataclass
 class Word:
     text: str
-    quoted: bool = False       # any part quoted (an empty quoted word is still a word)
+    quoted: bool = False  # any part quoted (an empty quoted word is still a word)
+    plain: int = -1  # length of the leading unquoted, unexpanded text (-1: all of it)
     opaque: list[str] = field(default_factory=list)  # `$X`, `$(...)` left unexpanded
 
 
@@ -54,14 +100,14 @@ class Word:
 class ShellLaunch:
     """The launch found in a shell text."""
 
-    argv: list[str]                      # the launched program and its arguments
-    flags_at: int                        # argv[flags_at:] are the server's flags
-    entry: str                           # what the predicate called the entry point
-    env: dict[str, str]                  # every assignment the script meant for the server
-    env_forms: dict[str, str]            # var -> how it was set (inline, export, env, docker -e, ...)
-    unseen: dict[str, str] = field(default_factory=dict)   # var -> why the server does not see it
-    notes: list[dict] = field(default_factory=list)         # what the kit could not attribute
-    wrappers: list[str] = field(default_factory=list)       # launcher prefixes unwrapped, outermost first
+    argv: list[str]  # the launched program and its arguments
+    flags_at: int  # argv[flags_at:] are the server's flags
+    entry: str  # what the predicate called the entry point
+    env: dict[str, str]  # every assignment the script meant for the server
+    env_forms: dict[str, str]  # var -> how it was set (inline, export, env, docker -e, ...)
+    unseen: dict[str, str] = field(default_factory=dict)  # var -> why the server does not see it
+    notes: list[dict] = field(default_factory=list)  # what the kit could not attribute
+    wrappers: list[str] = field(default_factory=list)  # launcher prefixes unwrapped, outermost first
 
 
 # -- lexing -----------------------------------------------------------------------------------
@@ -72,15 +118,21 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
     buf: list[str] = []
     started = False
     quoted = False
+    plain = -1
     opaque: list[str] = []
 
     def flush():
-        nonlocal buf, started, quoted, opaque
-        w = Word("".join(buf), quoted, opaque) if (buf or started) else None
-        buf, started, quoted, opaque = [], False, False, []
+        nonlocal buf, started, quoted, opaque, plain
+        w = Word("".join(buf), quoted, plain, opaque) if (buf or started) else None
+        buf, started, quoted, opaque, plain = [], False, False, [], -1
         return w
 
-    def expand(j: int, in_dq: bool) -> tuple[int, Optional[str], str]:
+    def unplain():
+        nonlocal plain
+        if plain < 0:
+            plain = len("".join(buf))
+
+    def expand(j: int, in_dq: bool) -> tuple[int, str | None, str]:
         """At text[j] == '$': (next index, value or None, literal source)."""
         if text.startswith("$((", j) or text.startswith("$(", j):
             depth, k = 0, j + 1
@@ -94,22 +146,22 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
         if text.startswith("${", j):
             k = text.find("}", j)
             k = n - 1 if k < 0 else k
-            body = text[j + 2:k]
+            body = text[j + 2 : k]
             m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", body, re.S)
             if not m:
-                return k + 1, None, text[j:k + 1]
+                return k + 1, None, text[j : k + 1]
             name, op, default = m.groups()
             used.add(name)
             if name in variables and (variables[name] or not op):
-                return k + 1, variables[name], text[j:k + 1]
+                return k + 1, variables[name], text[j : k + 1]
             if op:
-                return k + 1, default, text[j:k + 1]
-            return k + 1, None, text[j:k + 1]
+                return k + 1, default, text[j : k + 1]
+            return k + 1, None, text[j : k + 1]
         m = _NAME.match(text, j + 1)
         if m:
             name = m.group(0)
             used.add(name)
-            return m.end(), variables.get(name), text[j:m.end()]
+            return m.end(), variables.get(name), text[j : m.end()]
         return j + 1, "$", "$"
 
     while i < n:
@@ -121,19 +173,22 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
             if text.startswith("\r\n", i + 1):
                 i += 3
                 continue
+            unplain()
             buf.append(text[i + 1])
             started = True
             i += 2
             continue
         if c == "'":
+            unplain()
             k = text.find("'", i + 1)
             if k < 0:
                 raise ValueError("no closing quotation")
-            buf.append(text[i + 1:k])
+            buf.append(text[i + 1 : k])
             started = quoted = True
             i = k + 1
             continue
         if c == '"':
+            unplain()
             started = quoted = True
             i += 1
             while True:
@@ -159,14 +214,16 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
                 i += 1
             continue
         if c == "`":
+            unplain()
             k = text.find("`", i + 1)
             k = n - 1 if k < 0 else k
-            opaque.append(text[i:k + 1])
-            buf.append(text[i:k + 1])
+            opaque.append(text[i : k + 1])
+            buf.append(text[i : k + 1])
             started = True
             i = k + 1
             continue
         if c == "$":
+            unplain()
             i, val, src = expand(i, False)
             if val is None:
                 opaque.append(src)
@@ -208,7 +265,7 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
                 if w is not None:
                     yield "word", w
             else:
-                buf, started, quoted, opaque = [], False, False, []
+                buf, started, quoted, opaque, plain = [], False, False, [], -1
             m = re.match(r"&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<", text[i:])
             yield "redir", fd + m.group(0)
             i += len(m.group(0))
@@ -233,12 +290,12 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
 # -- commands ---------------------------------------------------------------------------------
 @dataclass
 class _State:
-    variables: dict[str, str] = field(default_factory=dict)   # shell variables (expansion)
-    exported: dict[str, str] = field(default_factory=dict)    # what a child process inherits
+    variables: dict[str, str] = field(default_factory=dict)  # shell variables (expansion)
+    exported: dict[str, str] = field(default_factory=dict)  # what a child process inherits
     forms: dict[str, str] = field(default_factory=dict)
     unexported: dict[str, str] = field(default_factory=dict)  # plain `VAR=1` commands
-    marked: set = field(default_factory=set)                  # `export K` before K is set
-    used: set = field(default_factory=set)                    # names read by `$K` expansions
+    marked: set = field(default_factory=set)  # `export K` before K is set
+    used: set = field(default_factory=set)  # names read by `$K` expansions
     allexport: bool = False
     notes: list[dict] = field(default_factory=list)
     launches: list[ShellLaunch] = field(default_factory=list)
@@ -262,11 +319,16 @@ def _commands(text: str, st: _State) -> Iterator[list[Word]]:
                 words = []
 
 
-LaunchTest = Callable[[list[str]], Optional[tuple[str, int]]]
+LaunchTest = Callable[[list[str]], tuple[str, int] | None]
 
 
 def _note(st: _State, kind: str, text: str, why: str) -> None:
     st.notes.append({"kind": kind, "text": text, "why": why})
+
+
+def _is_assignment(w: Word) -> bool:
+    """`NAME=value` with NAME= written plainly (`A="x y"` is one; `"A=x"` is a word)."""
+    return bool(_ASSIGN.match(w.text)) and (w.plain < 0 or w.text.index("=") < w.plain)
 
 
 def _strip_prompt(words: list[Word]) -> list[Word]:
@@ -283,7 +345,7 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
         return
     prefix: dict[str, str] = {}
     i = 0
-    while i < len(words) and not words[i].quoted and _ASSIGN.match(words[i].text):
+    while i < len(words) and _is_assignment(words[i]):
         k, v = words[i].text.split("=", 1)
         prefix[k] = v
         st.variables[k] = v  # later words of this command expand with it (bash does the same)
@@ -338,8 +400,16 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
     _unwrap(argv, env, forms, st, is_launch, [], opaque)
 
 
-def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: LaunchTest,
-            wrappers: list[str], opaque: list[str], unseen: Optional[dict] = None) -> Optional[ShellLaunch]:
+def _unwrap(
+    argv: list[str],
+    env: dict,
+    forms: dict,
+    st: _State,
+    is_launch: LaunchTest,
+    wrappers: list[str],
+    opaque: list[str],
+    unseen: dict | None = None,
+) -> ShellLaunch | None:
     """Peel launcher prefixes off argv until a launch (recorded in st) or a plain command."""
     unseen = dict(unseen or {})
     while argv:
@@ -347,14 +417,24 @@ def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: Laun
         hit = is_launch(argv)
         if hit is not None:
             entry, flags_at = hit
-            for k, v in st.unexported.items():
+            for k in st.unexported:
                 if k not in env and k not in st.used:  # a variable the script itself reads is no env
-                    unseen.setdefault(k, "assigned as a shell variable (`K=v` on its own, or before `&&`/`;`), "
-                                         "never exported: the server does not see it")
+                    unseen.setdefault(
+                        k,
+                        "assigned as a shell variable (`K=v` on its own, or before `&&`/`;`), "
+                        "never exported: the server does not see it",
+                    )
             full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
             full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
-            sl = ShellLaunch(argv=list(argv), flags_at=flags_at, entry=entry, env=full_env, env_forms=full_forms,
-                             unseen=unseen, wrappers=list(wrappers))
+            sl = ShellLaunch(
+                argv=list(argv),
+                flags_at=flags_at,
+                entry=entry,
+                env=full_env,
+                env_forms=full_forms,
+                unseen=unseen,
+                wrappers=list(wrappers),
+            )
             for o in opaque:
                 sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
             st.launches.append(sl)
@@ -380,8 +460,25 @@ def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: Laun
                 j += 1
             argv, wrappers = argv[j:], wrappers + ["env"]
             continue
-        if prog in ("nohup", "exec", "command", "builtin", "time", "stdbuf", "nice", "ionice", "chrt",
-                    "taskset", "numactl", "timeout", "sudo", "srun", "xargs", "setsid", "unbuffer"):
+        if prog in (
+            "nohup",
+            "exec",
+            "command",
+            "builtin",
+            "time",
+            "stdbuf",
+            "nice",
+            "ionice",
+            "chrt",
+            "taskset",
+            "numactl",
+            "timeout",
+            "sudo",
+            "srun",
+            "xargs",
+            "setsid",
+            "unbuffer",
+        ):
             j = _skip_options(argv, prog)
             if prog == "sudo":
                 while j < len(argv) and _ASSIGN.match(argv[j]):
@@ -393,13 +490,32 @@ def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: Laun
                         unseen.setdefault(k, "sudo resets the environment (no -E): the server does not see it")
             argv, wrappers = argv[j:], wrappers + [prog]
             continue
-        if prog in ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye") \
-                and argv[1:2] == ["run"]:
+        if prog in ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye") and argv[1:2] == [
+            "run"
+        ]:
             j = 2
             while j < len(argv) and argv[j].startswith("-"):
-                j += 1 + (argv[j] in ("-n", "--name", "-p", "--prefix", "--with", "--python", "-e",
-                                      "--environment", "--env-file", "--project", "--directory", "--extra",
-                                      "--group", "--index", "--index-url", "--from"))
+                j += 1 + (
+                    argv[j]
+                    in (
+                        "-n",
+                        "--name",
+                        "-p",
+                        "--prefix",
+                        "--with",
+                        "--python",
+                        "-e",
+                        "--environment",
+                        "--env-file",
+                        "--project",
+                        "--directory",
+                        "--extra",
+                        "--group",
+                        "--index",
+                        "--index-url",
+                        "--from",
+                    )
+                )
             argv, wrappers = argv[j:], wrappers + [f"{prog} run"]
             continue
         if prog in ("docker", "podman", "nvidia-docker") and argv[1:2] in (["run"], ["create"], ["exec"]):
@@ -425,12 +541,26 @@ def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: Laun
                         _note(st, "env-file", argv[j + 1], "variables in an env file were not read")
                     j += 2
                     continue
-                j += 1 + (a in ("-B", "--bind", "--home", "-H", "--overlay", "-W", "--workdir", "--pwd",
-                                "--app", "--security", "--network", "--hostname"))
-            argv, env, wrappers = argv[j + 1:], cenv, wrappers + [prog]
+                j += 1 + (
+                    a
+                    in (
+                        "-B",
+                        "--bind",
+                        "--home",
+                        "-H",
+                        "--overlay",
+                        "-W",
+                        "--workdir",
+                        "--pwd",
+                        "--app",
+                        "--security",
+                        "--network",
+                        "--hostname",
+                    )
+                )
+            argv, env, wrappers = argv[j + 1 :], cenv, wrappers + [prog]
             continue
-        if prog in ("bash", "sh", "zsh", "dash") and len(argv) >= 3 and argv[1].startswith("-") \
-                and "c" in argv[1]:
+        if prog in ("bash", "sh", "zsh", "dash") and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
             inner = _State(variables=dict(env), exported=dict(env), forms=dict(forms))
             inner.unexported = {k: v for k, v in st.unexported.items() if k not in env}
             for words in _commands(argv[2], inner):
@@ -453,9 +583,29 @@ def _unwrap(argv: list[str], env: dict, forms: dict, st: _State, is_launch: Laun
 
 
 # docker/podman run options that take no value; every other option takes one
-_DOCKER_BOOL = {"-d", "--detach", "-i", "--interactive", "-t", "--tty", "--rm", "--privileged", "--init",
-                "--read-only", "-P", "--publish-all", "--no-healthcheck", "--oom-kill-disable", "-q", "--quiet",
-                "--sig-proxy", "--help", "--replace", "--tls-verify", "--disable-content-trust"}
+_DOCKER_BOOL = {
+    "-d",
+    "--detach",
+    "-i",
+    "--interactive",
+    "-t",
+    "--tty",
+    "--rm",
+    "--privileged",
+    "--init",
+    "--read-only",
+    "-P",
+    "--publish-all",
+    "--no-healthcheck",
+    "--oom-kill-disable",
+    "-q",
+    "--quiet",
+    "--sig-proxy",
+    "--help",
+    "--replace",
+    "--tls-verify",
+    "--disable-content-trust",
+}
 
 
 def _container(argv, env, forms, st: _State, unseen, wrappers):
@@ -493,8 +643,7 @@ def _container(argv, env, forms, st: _State, unseen, wrappers):
     rest = argv[j:]
     for k in env:
         if k not in cenv:
-            unseen.setdefault(k, f"set on the host; `{prog} {sub}` does not pass it into the container "
-                                 f"(add -e {k})")
+            unseen.setdefault(k, f"set on the host; `{prog} {sub}` does not pass it into the container (add -e {k})")
     st_env = {**{k: v for k, v in env.items() if k in unseen}, **cenv}
     st_forms = {**{k: forms.get(k, "host") for k in env if k in unseen}, **cforms}
     # host-only variables stay in the record (what the user meant), marked unseen
@@ -503,11 +652,18 @@ def _container(argv, env, forms, st: _State, unseen, wrappers):
 
 def _skip_options(argv: list[str], prog: str) -> int:
     """Index of the wrapped command after `prog`'s own options."""
-    valued = {"nice": {"-n", "--adjustment"}, "ionice": {"-c", "-n", "-p", "-t"},
-              "stdbuf": {"-i", "-o", "-e"}, "taskset": set(), "numactl": {"-C", "-N", "-m", "-p", "-i"},
-              "timeout": {"-s", "--signal", "-k", "--kill-after"}, "sudo": {"-u", "-g", "-C", "-h", "-p", "-U"},
-              "srun": {"-n", "-N", "-c", "-p", "-t", "-J", "-w", "-G", "-A", "-q"}, "chrt": set(),
-              "time": {"-f", "-o"}}.get(prog, set())
+    valued = {
+        "nice": {"-n", "--adjustment"},
+        "ionice": {"-c", "-n", "-p", "-t"},
+        "stdbuf": {"-i", "-o", "-e"},
+        "taskset": set(),
+        "numactl": {"-C", "-N", "-m", "-p", "-i"},
+        "timeout": {"-s", "--signal", "-k", "--kill-after"},
+        "sudo": {"-u", "-g", "-C", "-h", "-p", "-U"},
+        "srun": {"-n", "-N", "-c", "-p", "-t", "-J", "-w", "-G", "-A", "-q"},
+        "chrt": set(),
+        "time": {"-f", "-o"},
+    }.get(prog, set())
     j = 1
     while j < len(argv) and argv[j].startswith("-") and argv[j] != "--":
         j += 1 + (argv[j] in valued)
@@ -523,11 +679,11 @@ def _skip_options(argv: list[str], prog: str) -> int:
 
 
 # -- public -----------------------------------------------------------------------------------
-def sglang_launch_test(version: Optional[str] = None) -> LaunchTest:
+def sglang_launch_test(version: str | None = None) -> LaunchTest:
     """SGLang's entry points of that release, plus `python -m kit serve` (the kit's server takes SGLang's flags)."""
     from kit.sglang.flags import PYTHON_PROG, launch_entry
 
-    def test(argv: list[str]) -> Optional[tuple[str, int]]:
+    def test(argv: list[str]) -> tuple[str, int] | None:
         if len(argv) >= 4 and PYTHON_PROG.match(os.path.basename(argv[0])) and argv[1:4] == ["-m", "kit", "serve"]:
             return ("python -m kit serve", 4)
         return launch_entry(argv, version)
@@ -535,8 +691,9 @@ def sglang_launch_test(version: Optional[str] = None) -> LaunchTest:
     return test
 
 
-def find_launch(text: str, is_launch: Optional[LaunchTest] = None, source: str = "launch command",
-                version: Optional[str] = None) -> Optional[ShellLaunch]:
+def find_launch(
+    text: str, is_launch: LaunchTest | None = None, source: str = "launch command", version: str | None = None
+) -> ShellLaunch | None:
     """The first launch in a shell text (None if there is none); its notes list what was not attributed."""
     is_launch = is_launch or sglang_launch_test(version)
     st = _State()
@@ -550,13 +707,15 @@ def find_launch(text: str, is_launch: Optional[LaunchTest] = None, source: str =
     first = st.launches[0]
     first.notes = st.notes + first.notes
     for other in st.launches[1:]:
-        first.notes.append({"kind": "launch", "text": " ".join(other.argv), "why": "a further launch; only the "
-                            "first is checked"})
+        first.notes.append(
+            {"kind": "launch", "text": " ".join(other.argv), "why": "a further launch; only the first is checked"}
+        )
     return first
 
 
-def split_command(command: str, source: str = "launch command",
-                  version: Optional[str] = None) -> tuple[dict[str, str], list[str]]:
+def split_command(
+    command: str, source: str = "launch command", version: str | None = None
+) -> tuple[dict[str, str], list[str]]:
     """(environment, argv) of the launch in a shell text (`find_launch`); for a text without one, the
     leading `VAR=value` words (and an `env` prefix) and the rest of a single command."""
     found = find_launch(command, source=source, version=version)
@@ -581,7 +740,7 @@ def join_command(env: dict[str, str], argv: list[str]) -> str:
     return " ".join(parts)
 
 
-def flag_value(argv: list[str], name: str, version: Optional[str] = None) -> Optional[str]:
+def flag_value(argv: list[str], name: str, version: str | None = None) -> str | None:
     """The value SGLang reads for flag `name` from a launch argv or bare flags, or None when not given
     (`kit.sglang.flags.flag_value`: prefixes, `--flag=value` and repeated flags resolved)."""
     from kit.sglang.flags import flag_value as resolved

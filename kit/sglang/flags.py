@@ -24,6 +24,7 @@ cannot be imported, so:
 Python's own argparse does the matching, so results follow the rules of the Python running the
 kit; SGLang's servers run Python 3.10-3.12, whose prefix/`=` rules for long options agree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from kit.findings import KitInputError
 from kit.sglang.versions import default_release, pick_recorded, sort_versions
 
 TABLE_PATH = Path(__file__).with_name("server_flags.json")
@@ -56,11 +56,11 @@ def known_versions() -> list[str]:
 
 @dataclass(frozen=True)
 class FlagTable:
-    version: str          # the release asked about
-    checked: str          # the release whose parser the table was derived from
+    version: str  # the release asked about
+    checked: str  # the release whose parser the table was derived from
     exact: bool
-    actions: tuple        # dicts: option_strings, dest, kind, nargs, type, choices, default, const, required
-    entry: dict           # console_scripts, serve_subcommand, launch_modules, serve_strips, serve_positional
+    actions: tuple  # dicts: option_strings, dest, kind, nargs, type, choices, default, const, required
+    entry: dict  # console_scripts, serve_subcommand, launch_modules, serve_strips, serve_positional
 
     def by_option(self) -> dict[str, dict]:
         return {o: a for a in self.actions for o in a["option_strings"]}
@@ -70,7 +70,7 @@ class FlagTable:
 
 
 @lru_cache(maxsize=16)
-def table_for(version: Optional[str] = None) -> FlagTable:
+def table_for(version: str | None = None) -> FlagTable:
     """The flag table of that release, else of the nearest older release that has one (exact=False)."""
     rec = pick_recorded(version or default_release(), _all_tables())
     t = _all_tables()[rec.checked]
@@ -78,7 +78,7 @@ def table_for(version: Optional[str] = None) -> FlagTable:
 
 
 # -- entry points -------------------------------------------------------------------------------
-def launch_entry(argv: list[str], version: Optional[str] = None) -> Optional[tuple[str, int]]:
+def launch_entry(argv: list[str], version: str | None = None) -> tuple[str, int] | None:
     """(entry point, index where the server flags start) when argv launches an SGLang server."""
     if not argv:
         return None
@@ -112,7 +112,7 @@ def launch_entry(argv: list[str], version: Optional[str] = None) -> Optional[tup
     return None
 
 
-def server_flags(argv: list[str], version: Optional[str] = None) -> tuple[list[str], list[str]]:
+def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str], list[str]]:
     """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv.
 
     `sglang serve` removes `--model-type X` and turns a leading positional into `--model-path`
@@ -129,7 +129,7 @@ def server_flags(argv: list[str], version: Optional[str] = None) -> tuple[list[s
         while i < len(flags):
             a = flags[i]
             if a in ent.get("serve_strips", []) and i + 1 < len(flags):
-                own += flags[i:i + 2]
+                own += flags[i : i + 2]
                 i += 2
                 continue
             if any(a.startswith(s + "=") for s in ent.get("serve_strips", [])):
@@ -163,9 +163,9 @@ def server_flags(argv: list[str], version: Optional[str] = None) -> tuple[list[s
 @dataclass
 class Occurrence:
     dest: str
-    written: str          # the option as the user wrote it (prefix, alias or full)
-    canonical: str        # the option's first spelling in SGLang's parser
-    raws: list[str]       # the value strings it consumed
+    written: str  # the option string argparse matched (an alias or the full name; prefixes are expanded)
+    canonical: str  # the option's first spelling in SGLang's parser
+    raws: list[str]  # the value strings it consumed
 
 
 @dataclass
@@ -173,13 +173,14 @@ class Resolution:
     version: str
     checked: str
     exact: bool
-    values: dict[str, Any] = field(default_factory=dict)       # dest -> value SGLang ends with (given flags only)
+    values: dict[str, Any] = field(default_factory=dict)  # dest -> value SGLang ends with (given flags only)
     occurrences: list[Occurrence] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)           # tokens no flag takes
-    errors: list[dict] = field(default_factory=list)           # {"option", "message", "tokens"}
-    unchecked: list[str] = field(default_factory=list)         # dests whose value parser the kit does not have
+    unknown: list[str] = field(default_factory=list)  # tokens no flag takes
+    errors: list[dict] = field(default_factory=list)  # {"option", "message", "tokens"}
+    flags: list[str] = field(default_factory=list)  # what was read
+    unchecked: list[str] = field(default_factory=list)  # dests whose value parser the kit does not have
 
-    def raw(self, dest: str) -> Optional[str]:
+    def raw(self, dest: str) -> str | None:
         """The value string of the last occurrence of dest (what `--flag V` said), or None."""
         for o in reversed(self.occurrences):
             if o.dest == dest:
@@ -195,14 +196,21 @@ class Resolution:
         return out
 
     def abbreviated(self) -> list[tuple[str, str]]:
-        """(as written, full option) for every flag given as a prefix of its name."""
-        opts = table_for(self.version).by_dest()
-        return [(o.written, o.canonical) for o in self.occurrences
-                if o.written not in opts[o.dest]["option_strings"]]
+        """(as written, full option) for every flag given as an unambiguous prefix of its name."""
+        opts = table_for(self.version).by_option()
+        out = []
+        for tok in self.flags:
+            opt = tok.split("=", 1)[0]
+            if not opt.startswith("--") or opt in opts:
+                continue
+            hits = {id(a): o for o, a in opts.items() if o.startswith(opt)}
+            if len(hits) == 1:
+                out.append((opt, opts[next(iter(hits.values()))]["option_strings"][0]))
+        return out
 
 
 class _Stop(Exception):
-    def __init__(self, message: str, argument: Optional[str] = None):
+    def __init__(self, message: str, argument: str | None = None):
         super().__init__(message)
         self.message, self.argument = message, argument
 
@@ -212,10 +220,24 @@ class _Parser(argparse.ArgumentParser):
         raise _Stop(message)
 
 
-_KINDS = {"store": argparse._StoreAction, "store_const": argparse._StoreConstAction,
-          "store_true": argparse._StoreTrueAction, "store_false": argparse._StoreFalseAction,
-          "append": argparse._AppendAction, "append_const": argparse._AppendConstAction,
-          "count": argparse._CountAction, "extend": getattr(argparse, "_ExtendAction", argparse._AppendAction)}
+_KINDS = {
+    "store": argparse._StoreAction,
+    "store_const": argparse._StoreConstAction,
+    "store_true": argparse._StoreTrueAction,
+    "store_false": argparse._StoreFalseAction,
+    "append": argparse._AppendAction,
+    "append_const": argparse._AppendConstAction,
+    "count": argparse._CountAction,
+    "extend": getattr(argparse, "_ExtendAction", argparse._AppendAction),
+    "boolean_optional": argparse.BooleanOptionalAction,
+}
+
+
+class _NoStore(argparse.Action):
+    """A flag whose action stores nothing (SGLang's `DeprecatedAction`: a warning only)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        pass
 
 
 def _recording(base):
@@ -225,36 +247,44 @@ def _recording(base):
             parser.kit_raws.clear()
             parser.kit_seen.append(Occurrence(self.dest, option_string or "", self.option_strings[0], raws))
             super().__call__(parser, namespace, values, option_string)
+
     Recording.__name__ = base.__name__
     return Recording
 
 
-def _value_parser(name: Optional[str], parser: _Parser):
+def _value_parser(name: str | None, parser: _Parser):
     fn = KNOWN_TYPES.get(name or "builtins.str", str)
 
     def conv(s: str):
         parser.kit_raws.append(s)
         return fn(s)
+
     conv.__name__ = getattr(fn, "__name__", "str")  # argparse names the type in its messages
     return conv
 
 
 @lru_cache(maxsize=8)
-def _parser(version: str) -> _Parser:
-    t = table_for(version)
+def _parser(checked: str) -> _Parser:
+    """argparse rebuilt from the table: same option strings, dests, kinds, nargs, types and choices.
+    Defaults are suppressed (only given flags appear) and nothing is required (checked after parsing)."""
+    t = table_for(checked)
     p = _Parser(prog="sglang serve", add_help=False, exit_on_error=False, argument_default=argparse.SUPPRESS)
     p.kit_raws, p.kit_seen = [], []
     for a in t.actions:
-        kind = a["kind"]
+        kind, opts = a["kind"], list(a["option_strings"])
         kw: dict[str, Any] = {"dest": a["dest"]}
         if kind in ("help", "version"):
             kind = "store_true"
-        if kind not in _KINDS:  # a custom Action class: behaves as a store (or a flag when nargs == 0)
+        if kind == "custom:DeprecatedAction":
+            p.add_argument(*opts, action=_recording(_NoStore), nargs=0, **kw)
+            continue
+        if kind not in _KINDS:  # another custom Action class: a store, or a constant when it takes no value
             kind = "store_const" if a["nargs"] == 0 else "store"
             if kind == "store_const":
-                kw["const"] = a.get("const", True)
-        base = _KINDS[kind]
-        if kind in ("store", "append", "extend"):
+                kw["const"] = True if a.get("const") is None else a["const"]
+        if kind == "boolean_optional":  # argparse adds the --no- spellings itself
+            opts = [o for o in opts if not (o.startswith("--no-") and "--" + o[5:] in opts)]
+        elif kind in ("store", "append", "extend"):
             if a["nargs"] is not None:
                 kw["nargs"] = a["nargs"]
             if a["nargs"] == "?":
@@ -264,7 +294,7 @@ def _parser(version: str) -> _Parser:
                 kw["choices"] = a["choices"]
         elif kind in ("store_const", "append_const"):
             kw["const"] = a.get("const")
-        p.add_argument(*a["option_strings"], action=_recording(base), **kw)
+        p.add_argument(*opts, action=_recording(_KINDS[kind]), **kw)
     return p
 
 
@@ -276,7 +306,7 @@ def _matches(token: str, action: dict, options: dict[str, dict]) -> bool:
     return len(cands) == 1 and next(iter(cands.values())) is action
 
 
-def _span(argv: list[str], i: int, action: Optional[dict]) -> int:
+def _span(argv: list[str], i: int, action: dict | None) -> int:
     """End of the occurrence starting at argv[i]: the option and the values it would take."""
     j = i + 1
     if "=" in argv[i] or (action is not None and action["nargs"] == 0):
@@ -284,8 +314,11 @@ def _span(argv: list[str], i: int, action: Optional[dict]) -> int:
     limit = {None: 1, "?": 1}.get(action["nargs"] if action else "*", None)
     if action is not None and isinstance(action["nargs"], int):
         limit = action["nargs"]
-    while j < len(argv) and not (argv[j].startswith("-") and not _NUM.match(argv[j])) \
-            and (limit is None or j - i - 1 < limit):
+    while (
+        j < len(argv)
+        and not (argv[j].startswith("-") and not _NUM.match(argv[j]))
+        and (limit is None or j - i - 1 < limit)
+    ):
         j += 1
     return j
 
@@ -293,11 +326,11 @@ def _span(argv: list[str], i: int, action: Optional[dict]) -> int:
 _NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-def resolve(flags: list[str], version: Optional[str] = None) -> Resolution:
+def resolve(flags: list[str], version: str | None = None) -> Resolution:
     """Read server flags as SGLang's argparse does; faults become `errors`, the rest is still read."""
     t = table_for(version)
-    p = _parser(t.version)
-    res = Resolution(t.version, t.checked, t.exact)
+    p = _parser(t.checked)
+    res = Resolution(t.version, t.checked, t.exact, flags=list(flags))
     options = t.by_option()
     rest = list(flags)
     for _ in range(len(flags) + 1):
@@ -321,12 +354,23 @@ def resolve(flags: list[str], version: Optional[str] = None) -> Resolution:
         res.occurrences = list(p.kit_seen)
         res.unknown += unknown
         break
-    res.unchecked = sorted({o.dest for o in res.occurrences
-                            if (t.by_dest()[o.dest].get("type") or "builtins.str") not in KNOWN_TYPES})
+    missing = [a for a in t.actions if a["required"] and a["dest"] not in res.values]
+    if missing:  # argparse's own wording, raised after everything else was read
+        names = ", ".join("/".join(a["option_strings"]) for a in missing)
+        res.errors.append(
+            {
+                "option": missing[0]["option_strings"][0],
+                "tokens": [],
+                "message": f"the following arguments are required: {names}",
+            }
+        )
+    res.unchecked = sorted(
+        {o.dest for o in res.occurrences if (t.by_dest()[o.dest].get("type") or "builtins.str") not in KNOWN_TYPES}
+    )
     return res
 
 
-def _culprit(rest: list[str], name: Optional[str], msg: str, options: dict, p: _Parser) -> Optional[tuple[int, int]]:
+def _culprit(rest: list[str], name: str | None, msg: str, options: dict, p: _Parser) -> tuple[int, int] | None:
     """(start, end) of the occurrence in `rest` that raised, or None."""
     if name:
         action = next((a for o, a in options.items() if o in name.split("/")), None)
@@ -346,13 +390,13 @@ def _culprit(rest: list[str], name: Optional[str], msg: str, options: dict, p: _
     return None
 
 
-def flag_value(argv: list[str], name: str, version: Optional[str] = None) -> Optional[str]:
+def flag_value(argv: list[str], name: str, version: str | None = None) -> str | None:
     """The value string SGLang reads for `name` (e.g. "--speculative-algorithm") from a launch argv or
     bare flags — prefixes, `=` forms and repetition resolved — or None when not given."""
     t = table_for(version)
     a = t.by_option().get(name)
-    if a is None:
-        raise KitInputError(f"{name}: not a flag of SGLang {t.checked}")
+    if a is None:  # not a flag of that release: SGLang could not have read it
+        return None
     flags, _ = server_flags(argv, version)
     r = resolve(flags, version)
     if a["dest"] not in r.values:

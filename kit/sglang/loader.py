@@ -1,22 +1,32 @@
-"""What each SGLang release does with an EAGLE-3 draft checkpoint — derived from its real source.
+"""What each SGLang release does with an EAGLE-3 draft checkpoint, per draft class — derived from its real source.
 
-SGLang's `LlamaForCausalLMEagle3.load_weights` changed across releases: which decoder name it
-builds (`midlayer` vs `layers.N`), whether it renames legacy keys, whether unknown keys are
-dropped silently (0.4.9+) or delegated to the Llama loader (0.4.5-0.4.8: KeyError / warning),
-which optional norms exist. This module:
+SGLang registers two EAGLE-3 draft classes (an `EntryClass` scan of 28 releases, 0.4.4-0.5.23):
+`LlamaForCausalLMEagle3` (0.4.5+; also the class of Qwen, GptOss and Llama-4 EAGLE-3 drafts, e.g.
+nvidia/Llama-4-Maverick-17B-128E-Eagle3 in weight_utils.py) and `Eagle3DeepseekV2ForCausalLM` (0.5.12+,
+`kimi_k25_eagle3.py`: one DeepSeek-V2 MLA layer for Kimi/DeepSeek targets). The Mistral classes
+(`mistral_eagle.py`, `mistral_large_3_eagle.py`) are EAGLE-1/2 drafts (fc over 2H), not EAGLE-3.
+Each has its own `load_weights`, and both changed across releases: the Llama class's decoder name
+(`midlayer` vs `layers.N`), legacy renames, silent drops (0.4.9+) or delegation to the Llama loader
+(0.4.5-0.4.8: KeyError / warning); the MLA class's `layers.0.` -> `midlayer.` rename, gate/up stacking, the
+`q_a_proj` + `kv_a_proj_with_mqa` -> `fused_qkv_a_proj_with_mqa` fusion, logged skips, `fc_norm` (0.5.13+).
+This module:
 
-* `derive_features(version)` reads `srt/models/llama_eagle3.py` (+ `llama.py`) of a real
-  release (via `kit.sglang.source`, wheel text, never imported) and returns feature flags, each
-  with its evidence line; `scan_registered(version)` lists every `EntryClass` architecture;
-* `kit/sglang/loader_rules.json` records those results for the releases we checked (regenerate with
-  `python -m kit.sglang.loader --write`); `kit/tests/sglang/test_sglang_rules.py` re-derives them from
-  the real wheels, so an SGLang change breaks our test, not our users;
-* `simulate_load(ckpt_shapes, draft_config, version)` replays that version's loader on names
-  and shapes only: for every key loaded (into which parameter) / renamed / dropped (why), and
-  every parameter left at its initial value after the runtime's embed/head sharing.
+* `derive_features(version, architecture=...)` reads the class's file (+ `llama.py` for the Llama class) of a
+  real release (via `kit.sglang.source`, wheel text, never imported): feature flags, each with its evidence
+  line, and from the AST of its `load_weights` the stacked mapping, `re.sub` renames and fused pairs;
+  `derive_runtime(version)` the release-wide rules any draft meets (`num_nextn_predict_layers: 0` KV sizing,
+  the draft's context length, ModelConfig's draft architecture rewrites, `CONTEXT_LENGTH_KEYS`);
+  `scan_registered(version)` lists every `EntryClass` architecture;
+* `kit/sglang/loader_rules.json` records one table per class per release, plus the runtime rules (regenerate
+  with `python -m kit.sglang.loader --write V...`); `kit/tests/sglang/test_sglang_rules.py` re-derives them
+  from the real wheels, so an SGLang change breaks our test, not our users;
+* `resolve_draft_class(config, version)` is SGLang's dispatch from `architectures`;
+  `simulate_load(ckpt_shapes, draft_config, version)` replays that class's loader on names and shapes only:
+  for every key loaded (into which parameter) / renamed / dropped (why), and every parameter left at its
+  initial value after the runtime's embed/head sharing.
 
 Aux-layer-id / capture rules live in kit.sglang.capture, not here.
-How to run: `python -m kit.sglang.loader [VERSION]` prints the derived features.
+How to run: `python -m kit.sglang.loader [VERSION [CLASS]]` prints the derived features.
 """
 
 from __future__ import annotations
@@ -713,7 +723,7 @@ def _mla_name(key: str, f: dict) -> str:
     return name
 
 
-def _load_mla(name: str, f: dict, P: dict, pending: dict, o: "KeyOutcome") -> tuple[str | None, Any, str]:
+def _load_mla(name: str, f: dict, P: dict, pending: dict, o: KeyOutcome) -> tuple[str | None, Any, str]:
     """Replay Eagle3DeepseekV2ForCausalLM.load_weights for one mapped name: stacked gate/up, then the
     fused pair (cached until both halves arrive), then a direct parameter, else a logged skip."""
     for param, weight, shard in f["stacked"]:
@@ -785,6 +795,9 @@ def simulate_load(
         sim.build_errors.append(f"sglang {r.version} has no {src} ({cls}): it cannot load this draft")
         sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason=f"no {cls} loader") for k, s in ckpt_shapes.items()]
         return sim
+    rewritten = runtime_rules(version).features.get("draft_arch_rewrites", {}).get(written)
+    if rewritten:
+        sim.runtime.append(f"architectures[0]={written!r} is rewritten to {rewritten!r} for a draft (ModelConfig)")
     if status == "eagle3" and written != cls:
         sim.runtime.append(f"architectures[0]={written!r} is dispatched to {cls}")
     elif status != "eagle3":
@@ -908,4 +921,5 @@ if __name__ == "__main__":
         print(f"wrote {TABLE_PATH}")
     else:
         v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
-        print(json.dumps(derive_features(v), indent=1))
+        cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3
+        print(json.dumps(derive_runtime(v) if cls == "runtime" else derive_features(v, architecture=cls), indent=1))

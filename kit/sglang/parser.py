@@ -94,16 +94,22 @@ def parser_python(python: str | None = None, build: bool | None = None, version:
         build = os.environ.get("KIT_NO_VENV_BUILD") != "1"
     name = venv_name(version)
     if not build and not is_built(name):
-        raise KitInputError(f"no sglang {version} in this interpreter and side environment {name} not built "
-                            "($KIT_NO_VENV_BUILD=1)")
+        raise KitInputError(
+            f"no sglang {version} in this interpreter and side environment {name} not built ($KIT_NO_VENV_BUILD=1)"
+        )
     return str(ensure_venv(name))
 
 
 _CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
 
 
-def parse_argvs(argvs: list[list[str]], python: str | None = None, build: bool | None = None, timeout: float = 300,
-                version: str | None = None) -> list[dict]:
+def parse_argvs(
+    argvs: list[list[str]],
+    python: str | None = None,
+    build: bool | None = None,
+    timeout: float = 300,
+    version: str | None = None,
+) -> list[dict]:
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build, version)
     todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
@@ -123,8 +129,15 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        r = subprocess.run([py, "-c", _WORKER], input=json.dumps(argvs), capture_output=True, text=True,
-                           timeout=timeout, env=env, cwd="/")
+        r = subprocess.run(
+            [py, "-c", _WORKER],
+            input=json.dumps(argvs),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd="/",
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
     if r.returncode != 0:
@@ -134,13 +147,16 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
 
 
 # what SGLang's own parser checks beyond the recorded table
-SKIPPED_WITHOUT_PARSER = ("value parsers the table does not name (JSON and list values are read as text)",
-                          "choices computed at import time (reasoning/tool-call parsers, plugins' additions)",
-                          "the parser of the exact release when its table is another release's")
+SKIPPED_WITHOUT_PARSER = (
+    "value parsers the table does not name (JSON and list values are read as text)",
+    "choices computed at import time (reasoning/tool-call parsers, plugins' additions)",
+    "the parser of the exact release when its table is another release's",
+)
 
 
-def flag_findings(flags: list[str], version: str | None = None, python: str | None = None,
-                  build: bool | None = None) -> list[Finding]:
+def flag_findings(
+    flags: list[str], version: str | None = None, python: str | None = None, build: bool | None = None
+) -> list[Finding]:
     """`launch.flag` findings for server flags: the real parser's verdict, else the recorded table's
     (with `launch.parser` saying what was skipped); an info line for flags given as prefixes."""
     from kit.sglang.flags import resolve
@@ -155,31 +171,52 @@ def flag_findings(flags: list[str], version: str | None = None, python: str | No
         skipped = list(SKIPPED_WITHOUT_PARSER[:2]) + ([SKIPPED_WITHOUT_PARSER[2]] if not table.exact else [])
         if table.unchecked:
             skipped[0] += f": {', '.join('--' + d.replace('_', '-') for d in table.unchecked)}"
-        out.append(Finding(
-            code="launch.parser", severity="warning",
-            title=f"SGLang {version}'s own parser could not be run; flags were checked against the kit's "
-                  f"recorded table of SGLang {table.checked} (prefixes, types, choices)",
-            evidence={"reason": str(e), "table": table.checked, "exact": table.exact, "skipped": skipped},
-            fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side environment build "
-                f"(python -m kit.venvs {venv_name(version)})"))
+        out.append(
+            Finding(
+                code="launch.parser",
+                severity="warning",
+                title=f"SGLang {version}'s own parser could not be run; flags were checked against the kit's "
+                f"recorded table of SGLang {table.checked} (prefixes, types, choices)",
+                evidence={"reason": str(e), "table": table.checked, "exact": table.exact, "skipped": skipped},
+                fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side environment build "
+                f"(python -m kit.venvs {venv_name(version)})",
+            )
+        )
         unknown = table.unknown
         errors = [err["message"] for err in table.errors]
         judge = f"SGLang {table.checked}'s flag table"
     for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
-        out.append(Finding(code="launch.flag", severity="error",
-                           title=f"SGLang does not accept {flag!r}: the server would exit at startup",
-                           evidence={"unknown": unknown, "judge": judge},
-                           fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)"))
+        out.append(
+            Finding(
+                code="launch.flag",
+                severity="error",
+                title=f"SGLang does not accept {flag!r}: the server would exit at startup",
+                evidence={"unknown": unknown, "judge": judge},
+                fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
+            )
+        )
     for msg in errors:
-        out.append(Finding(code="launch.flag", severity="error", title=f"SGLang's parser rejects the command: {msg}",
-                           evidence={"error": msg, "judge": judge}, fix="fix the flag value"))
+        out.append(
+            Finding(
+                code="launch.flag",
+                severity="error",
+                title=f"SGLang's parser rejects the command: {msg}",
+                evidence={"error": msg, "judge": judge},
+                fix="fix the flag value",
+            )
+        )
     abbrev = table.abbreviated()
     if abbrev:
-        out.append(Finding(code="launch.flag", severity="info",
-                           title="flags given as prefixes, read as: "
-                                 + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),
-                           evidence={"abbreviated": [list(x) for x in abbrev]},
-                           fix="spell flags out: a later release adding a flag with the same prefix makes it ambiguous"))
+        out.append(
+            Finding(
+                code="launch.flag",
+                severity="info",
+                title="flags given as prefixes, read as: "
+                + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),
+                evidence={"abbreviated": [list(x) for x in abbrev]},
+                fix="spell flags out: a later release adding a flag with the same prefix makes it ambiguous",
+            )
+        )
     return out
 
 

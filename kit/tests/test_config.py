@@ -3,7 +3,10 @@
 import argparse
 from dataclasses import dataclass, field
 
-from kit.config import add_arguments, from_namespace
+import pytest
+
+from kit.config import add_arguments, from_namespace, local_path, missing_path
+from kit.findings import KitInputError
 
 
 @dataclass
@@ -21,3 +24,32 @@ def test_flags_map_one_to_one():
     assert cfg == Cfg(num_steps=5, name=None, verbose=True, sizes=[1, 2], path="x")
     assert from_namespace(Cfg, p.parse_args(["y"])) == Cfg(path="y")
     assert from_namespace(Cfg, p.parse_args(["y", "--no-verbose"])).verbose is False
+
+
+@dataclass
+class Spec:
+    model_path: str = field(default="embedded", metadata={"help": "target"})
+    tp_size: int | None = field(default=None, metadata={"help": "tensor parallel size"})
+    port: int | None = field(default=None, metadata={"help": "port"})
+
+
+def test_only_refuses_the_other_flags_and_notes_mark_help(capsys):
+    p = add_arguments(argparse.ArgumentParser(prog="kit serve"), Spec, only={"model_path", "port"}, refuse="not here")
+    assert from_namespace(Spec, p.parse_args(["--port", "1"])) == Spec(port=1)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--tp-size", "2"])
+    assert "--tp-size: not here" in capsys.readouterr().err
+    assert "--tp-size" not in p.format_help()
+    q = add_arguments(argparse.ArgumentParser(), Spec, notes={"tp_size": "SGLang only"})
+    assert "tensor parallel size [SGLang only]" in " ".join(q.format_help().split())
+
+
+def test_local_path_explains_hub_ids(tmp_path):
+    assert local_path(str(tmp_path), "--target") == tmp_path
+    with pytest.raises(KitInputError, match=r"^--draft /nonexistent/d: no such file or directory \(expected"):
+        local_path("/nonexistent/d", "--draft")
+    with pytest.raises(KitInputError, match="a Hugging Face hub id cannot be resolved offline") as e:
+        local_path("meta-llama/Llama-3.1-8B-Instruct", "--target")
+    assert "huggingface-cli download meta-llama/Llama-3.1-8B-Instruct --local-dir DIR" in str(e.value)
+    assert "pass --target DIR" in str(e.value)
+    assert "hub id" not in missing_path("./relative/dir", "--target")  # a relative path is not a hub id

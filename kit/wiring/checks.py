@@ -1,7 +1,9 @@
 """Static EAGLE-3 wiring checks: configs + a launch command -> findings (no weights, no torch).
 
 Codes (docs/findings.md): aux.algorithm, aux.layer_ids_ignored, aux.layer_shift, aux.fc_width,
-aux.hidden_width, aux.target_capture. Used by `kit doctor` (provider "kit.wiring.aux") and notebook 03.
+aux.hidden_width, aux.target_capture; and, from `draft_target_checks` (draft config against the target and
+the served context, by the rules of kit.sglang.loader): draft.nextn_zero, draft.context_short,
+draft.mla_geometry, draft.rope. Used by `kit doctor` (provider "kit.wiring.aux") and notebook 03.
 `kit.wiring.plan.wiring_from_launch` turns the same facts into the `Wiring` SGLang would give the draft.
 
     from kit.wiring.checks import wiring_checks
@@ -200,11 +202,155 @@ def _flag_text(argv) -> str:
     return flag_value(argv or [], "--speculative-algorithm") or "?"
 
 
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+ROPE_FIELDS = ("factor", "original_max_position_embeddings", "mscale", "mscale_all_dim", "beta_fast", "beta_slow")
+
+
+def _rope(c: dict[str, Any]) -> dict[str, Any]:
+    """The rope an MLA layer gets from a config, as Eagle3MLADecoderLayer reads it: `rope_parameters`
+    (transformers v5) when set, its rope_type "default" meaning no scaling; else rope_theta/rope_scaling."""
+    rp = c.get("rope_parameters")
+    if rp:
+        theta, rs = rp.get("rope_theta", 10000), (rp if rp.get("rope_type") != "default" else {})
+    else:
+        theta, rs = c.get("rope_theta"), c.get("rope_scaling") or {}
+    out = {"rope_theta": theta, "rope_type": rs.get("rope_type") or rs.get("type")}
+    out.update({k: rs.get(k) for k in ROPE_FIELDS})
+    return out
+
+
+def _truthy(value: str | None) -> bool:
+    # SGLang's get_bool_env_var / envs bool: "1" or "true", any case
+    return (value or "").strip().lower() in ("1", "true")
+
+
+def draft_target_checks(
+    target_cfg: dict[str, Any] | None,
+    draft_cfg: dict[str, Any],
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    version: str | None = None,
+) -> list[Finding]:
+    """Draft config fields that SGLang reads at startup, against the target and the served context."""
+    from kit.checkpoint.hf_config import text_config
+    from kit.sglang.cmdline import flag_value
+    from kit.sglang.loader import MLA_EAGLE3, derived_context_length, resolve_draft_class, runtime_rules
+
+    out: list[Finding] = []
+    rt = runtime_rules(version)
+    f, ev = rt.features, rt.evidence
+    ver = f"sglang {rt.version}" + ("" if rt.exact else f" (rules of {rt.checked})")
+    cls, _ = resolve_draft_class(draft_cfg, version)
+    d = text_config(draft_cfg)
+    t = text_config(target_cfg) if target_cfg else None
+
+    nnpl = d.get("num_nextn_predict_layers")
+    if nnpl == 0 and f.get("nnpl_zero_sizes_draft_kv_at_zero"):
+        out.append(
+            Finding(
+                code="draft.nextn_zero",
+                severity="error",
+                title=f"num_nextn_predict_layers: 0 in the draft config: {ver} sizes the draft KV cache at zero "
+                "layers and the first draft forward raises IndexError",
+                evidence={
+                    "num_nextn_predict_layers": 0,
+                    "sglang": ver,
+                    "source": ev["nnpl_zero_sizes_draft_kv_at_zero"],
+                },
+                fix="delete num_nextn_predict_layers from the draft config.json (or use sglang >= 0.5.13, which "
+                "treats 0 as absent)",
+            )
+        )
+
+    env = env or {}
+    flag = flag_value(argv or [], "--context-length", version) if argv else None
+    served, origin = None, None
+    if flag is not None and str(flag).isdigit():
+        served, origin = int(flag), "--context-length"
+    elif t is not None and f.get("draft_context_is_target_context"):
+        served, origin = derived_context_length(t, version), "the target's derived context length"
+    if served is not None and f.get("draft_context_is_target_context"):
+        drafted = derived_context_length(d, version)
+        if served > drafted:
+            allowed = f.get("longer_context_allowed_by_default") or _truthy(
+                env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+            )
+            evidence = {
+                "served_context": served,
+                "from": origin,
+                "draft_context": drafted,
+                "draft_max_position_embeddings": d.get("max_position_embeddings"),
+                "sglang": ver,
+            }
+            if not allowed and f.get("longer_context_raises"):
+                sev = "error"
+                title = (
+                    f"served context {served} > the draft's {drafted}: {ver} raises ValueError at startup "
+                    "(the draft's ModelConfig gets the target's context length)"
+                )
+                evidence["source"] = ev.get("longer_context_raises")
+            elif f.get("draft_context_override_rewrites_draft"):
+                sev = "warning"
+                title = (
+                    f"served context {served} > the draft's {drafted}: SGLang overrides the draft's "
+                    f"max_position_embeddings; past position {drafted} the draft runs outside its training and "
+                    "acceptance drops"
+                )
+                evidence["source"] = ev.get("draft_context_override_rewrites_draft")
+            else:
+                sev = "error"
+                title = (
+                    f"served context {served} > the draft's {drafted}: {ver} keeps the draft's rotary cache at "
+                    f"{drafted} positions; longer requests fault in the draft (illegal memory access)"
+                )
+            out.append(
+                Finding(
+                    code="draft.context_short",
+                    severity=sev,
+                    title=title,
+                    evidence=evidence,
+                    fix=f"serve with --context-length {drafted} or less, or use a draft trained for the longer "
+                    "context (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 only silences the check)",
+                )
+            )
+
+    # an MLA draft for a non-MLA target is a design (TorchSpec's qwen3_8b_eagle3_mla): nothing to compare
+    if cls == MLA_EAGLE3 and t is not None and t.get("kv_lora_rank") is not None:
+        diff = {k: [d.get(k), t.get(k)] for k in MLA_FIELDS if d.get(k) != t.get(k)}
+        if diff:
+            out.append(
+                Finding(
+                    code="draft.mla_geometry",
+                    severity="warning",
+                    title=f"MLA draft geometry differs from the target's ({', '.join(diff)}): SGLang builds the "
+                    "draft's own MLA cache from the draft config, so it loads, but the draft config was not "
+                    "taken from this target",
+                    evidence={"draft_vs_target": diff, "sglang": ver, "source": ev.get("mla_draft_kv_cache")},
+                    fix="check that the draft was trained for this target and that config.json matches its weights",
+                )
+            )
+        dr, tr = _rope(d), _rope(t)
+        rdiff = {k: [dr[k], tr[k]] for k in dr if dr[k] != tr[k]}
+        if rdiff:
+            out.append(
+                Finding(
+                    code="draft.rope",
+                    severity="warning",
+                    title=f"MLA draft RoPE differs from the target's ({', '.join(rdiff)}): SGLang applies the "
+                    "draft config's rope (YaRN mscale also rescales its attention softmax)",
+                    evidence={"draft_vs_target": rdiff, "sglang": ver},
+                    fix="give the draft config the rope_theta/rope_scaling it was trained with (usually the target's)",
+                )
+            )
+    return out
+
+
 def doctor_checks(ctx) -> list[Finding]:
     """kit doctor provider: needs at least a draft config."""
     if ctx.draft_config is None:
         return []
-    argv = ctx.launch_env_argv[1] if ctx.launch_env_argv else None
-    return wiring_checks(
+    env, argv = ctx.launch_env_argv if ctx.launch_env_argv else ({}, None)
+    out = wiring_checks(
         ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
     )
+    return out + draft_target_checks(ctx.target_config, ctx.draft_config, env, argv, ctx.cfg.sglang_version)

@@ -166,6 +166,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(ProbeConfig, args)
+    # named paths first: a typo must not wait for the demo draft or the target to load
+    if cfg.target != "embedded":
+        kconfig.local_path(cfg.target, "--target", "a model directory or a config.json")
+    if cfg.draft:
+        kconfig.local_path(cfg.draft, "--draft", "a draft directory or its config.json")
     doc = probe(cfg)
     if cfg.json:
         print(json.dumps(doc))

@@ -14,7 +14,7 @@ from kit.checkpoint.inspect import inspect
 from kit.checkpoint.safetensors_io import load_tensor, read_checkpoint, sha256_of, write_safetensors
 from kit.cli import main
 from kit.findings import KitInputError
-from kit.tests.test_checkpoint import TINY, draft
+from kit.tests.checkpoint.test_checkpoint import TINY, draft
 
 
 def tree_hash(d):
@@ -24,7 +24,8 @@ def tree_hash(d):
 def test_speculators_to_sglang_and_back(tmp_path):
     src = draft(tmp_path)
     before = tree_hash(src)
-    rep = convert(src, tmp_path / "sg", "sglang", sglang_version="0.5.8")
+    tgt = str(tiny_target(tmp_path))
+    rep = convert(src, tmp_path / "sg", "sglang", target=tgt, sglang_version="0.5.8")
     assert not rep.errors and tree_hash(src) == before
     out = read_checkpoint(tmp_path / "sg")
     s = read_checkpoint(src)
@@ -34,19 +35,21 @@ def test_speculators_to_sglang_and_back(tmp_path):
     assert prov["source_layout"] == "speculators" and prov["source_aux_layer_id_convention"] == "speculators"
     assert prov["aux_layer_ids"] == [2, 4, 5] and prov["kit_version"]
     cfg = json.loads((tmp_path / "sg" / "config.json").read_text())
+    # speculators ids are capture points; SGLang's Llama rule adds 1, so the ids are translated
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"][
         "eagle_aux_hidden_state_layer_ids"
-    ] == [2, 4, 5]
+    ] == [1, 3, 4]
+    assert cfg["kit_aux_source"]["aux_layer_ids"] == [2, 4, 5] and cfg["kit_aux_source"]["capture_points"] == [2, 4, 5]
     for v in ("0.5.8", "0.5.23"):
         assert inspect(tmp_path / "sg", v).simulation.ok
     old = inspect(tmp_path / "sg", "0.4.6.post5").simulation
     assert [m["param"] for m in old.params_missing] == ["model.fc.bias"] and old.ok  # random default bias there
-    convert(src, tmp_path / "sg046", "sglang", sglang_version="0.4.6.post5")
+    convert(src, tmp_path / "sg046", "sglang", target=tgt, sglang_version="0.4.6.post5")
     sim = inspect(tmp_path / "sg046", "0.4.6.post5").simulation
     assert sim.ok and not sim.params_missing and "fc.bias" in read_checkpoint(tmp_path / "sg046").tensors
     with pytest.raises(KitInputError, match="--target"):
         convert(tmp_path / "sg", tmp_path / "back", "speculators")
-    convert(tmp_path / "sg", tmp_path / "back", "speculators", target=str(tiny_target(tmp_path)))
+    convert(tmp_path / "sg", tmp_path / "back", "speculators", target=tgt)
     b = read_checkpoint(tmp_path / "back")
     assert set(b.tensors) == set(s.tensors)
     assert all(sha256_of(b.tensors[k]) == sha256_of(s.tensors[k]) for k in s.tensors)
@@ -60,15 +63,16 @@ def test_speculators_to_sglang_and_back(tmp_path):
 
 
 def test_to_eagle_and_multilayer(tmp_path):
-    convert(draft(tmp_path), tmp_path / "e", "eagle")
+    tgt = str(tiny_target(tmp_path))
+    convert(draft(tmp_path), tmp_path / "e", "eagle", target=tgt)
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"] and "midlayer.fc" not in read_checkpoint(tmp_path / "e").tensors
     two = draft(tmp_path, name="two", num_layers=2)
     with pytest.raises(KitInputError, match="single-layer"):
-        convert(two, tmp_path / "x", "sglang", sglang_version="0.5.8")
+        convert(two, tmp_path / "x", "sglang", target=tgt, sglang_version="0.5.8")
     with pytest.raises(KitInputError, match="one layer"):
-        convert(two, tmp_path / "x", "eagle")
-    convert(two, tmp_path / "two_sg", "sglang", sglang_version="0.5.23")
+        convert(two, tmp_path / "x", "eagle", target=tgt)
+    convert(two, tmp_path / "two_sg", "sglang", target=tgt, sglang_version="0.5.23")
     ck = read_checkpoint(tmp_path / "two_sg")
     src = read_checkpoint(two)
     assert sha256_of(ck.tensors["layers.1.hidden_norm.weight"]) == sha256_of(
@@ -126,7 +130,8 @@ def test_refusals_and_safety(tmp_path, capsys):
     (tmp_path / "busy" / "f").write_text("x")
     assert main(["convert", str(src), str(tmp_path / "busy"), "--to", "sglang"]) == 2
     assert "not empty" in capsys.readouterr().err
-    assert main(["convert", str(src), str(tmp_path / "busy"), "--to", "sglang", "--force"]) == 0
+    tgt = str(tiny_target(tmp_path))
+    assert main(["convert", str(src), str(tmp_path / "busy"), "--to", "sglang", "--target", tgt, "--force"]) == 0
     assert not (tmp_path / "busy" / "f").exists() and (tmp_path / "busy" / "kit_provenance.json").exists()
     q = draft(tmp_path, name="qwen")
     ck = read_checkpoint(q)
@@ -134,7 +139,7 @@ def test_refusals_and_safety(tmp_path, capsys):
     state["layers.0.self_attn.q_norm.weight"] = torch.ones(8)
     write_safetensors(q / "model.safetensors", state)
     with pytest.raises(KitInputError, match="q/k norms"):
-        convert(q, tmp_path / "q2", "sglang")
+        convert(q, tmp_path / "q2", "sglang", target=tgt)
     (src / "model.safetensors").write_bytes(b"\0\0\0")
     assert main(["convert", str(src), str(tmp_path / "c"), "--to", "sglang"]) == 2
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.kit-*"))

@@ -250,7 +250,7 @@ def test_doctor_provider_reports_each_seed_nccl_variable():
     from kit.doctor import DoctorConfig, DoctorContext
     from kit.env.check import doctor_checks
 
-    fs = doctor_checks(DoctorContext(DoctorConfig(launch=SEED_LAUNCH)))
+    fs = doctor_checks(DoctorContext(DoctorConfig(launch=SEED_LAUNCH, probe_env=True)))
     verdicts = {f.evidence["var"]: f.severity for f in fs if f.code == "env.nccl_var"}
     assert sorted(verdicts) == sorted(SEED_NCCL_VARS)  # exactly one verdict per variable
     assert verdicts["NCCL_PROTO"] == "info" and verdicts["NCCL_P2P_LEVEL"] == "warning"

@@ -89,6 +89,75 @@ def test_reconcile_flags_only_disagreeing_sources():
     assert found[0].code == "bench.accept_mismatch" and "x:" in found[0].title
 
 
+def test_stream_of_one_token_chunks_is_explained_in_the_finding():
+    # a server that streams token by token: chunks say 1.0 while 3 verify steps emitted 7 decode tokens
+    recs = [rec(0, 1, [0.1 * i for i in range(1, 9)], [1] * 8, {"verify_ct": 3})]
+    src = km.acceptance_sources(recs)
+    assert src["stream"]["value"] == 1.0 and src["meta_decode"]["value"] == pytest.approx(7 / 3)
+    (f,) = km.reconcile_acceptance(src, "spec#0")
+    assert f.evidence["source"] == "stream" and f.title.endswith("every streamed chunk carried one token")
+    assert "token by token" in f.evidence["why"] and "--stream-interval 1" in f.fix
+    assert f.fix.startswith("trust meta")
+
+
+def test_acceptance_block_says_which_sources_agree_and_why_not():
+    # the reference server's case: meta 8/7 counts the prefill token, meta_decode and stream do not (1.0)
+    recs = [rec(0, 1, [0.1 * i for i in range(1, 9)], [1] * 8, {"verify_ct": 7})]
+    lines = km.acceptance_block(km.acceptance_sources(recs))
+    meta = next(x for x in lines if x.startswith("Accept length, meta:"))
+    stream = next(x for x in lines if x.startswith("Accept length, stream:"))
+    assert "1.14" in meta and "prefill token included" in meta
+    assert "1.00" in stream and "agrees with meta_decode" in stream
+    bad = [rec(0, 1, [0.1 * i for i in range(1, 9)], [1] * 8, {"verify_ct": 3})]
+    stream = next(x for x in km.acceptance_block(km.acceptance_sources(bad)) if x.startswith("Accept length, stream:"))
+    assert "57% off meta_decode: every streamed chunk carried one token" in stream
+
+
+def test_every_source_has_its_own_explanation():
+    whys = {
+        n: km.explain_mismatch(n, 2.0, 1.5)[1] for n in ("stream", "server_info", "log", "metrics_delta", "meta_field")
+    }
+    assert len(set(whys.values())) == len(whys)
+    assert "sglang.bench_serving" in whys["server_info"]
+
+
+def test_serving_block_has_bench_serving_names_in_ms():
+    spec = {"verify_ct": 3, "histogram": [1, 1, 1, 0]}
+    r1 = rec(100.0, 1.0, [0.2, 0.4, 0.6, 1.0], [1, 2, 1, 3], spec, prompt_tokens=10)
+    r2 = rec(100.5, 1.0, [0.1, 0.5, 0.7, 0.9], [1, 3, 2, 1], spec, prompt_tokens=12)
+    s = km.summarize([r1, r2])
+    lines = km.serving_block(s, "spec", "sglang (/generate)", 4, km.acceptance_sources([r1, r2]))
+    assert lines[0] == "{:=^50}".format(" Serving Benchmark Result: spec ")
+    rows = {x[:40].strip(): x[41:].split()[0] for x in lines if len(x) > 41 and x[40] == " " and ":" in x[:40]}
+    assert rows["Successful requests:"] == "2" and rows["Max request concurrency:"] == "4"
+    assert rows["Benchmark duration (s):"] == "1.50"
+    assert rows["Total input tokens:"] == "22" and rows["Total generated tokens:"] == "14"
+    assert rows["Output token throughput (tok/s):"] == f"{14 / 1.5:.2f}"
+    assert rows["Median TTFT (ms):"] == "150.00" and rows["Mean E2E Latency (ms):"] == "1000.00"
+    assert rows["Concurrency:"] == f"{2 / 1.5:.2f}"
+    assert rows["Accept length:"] == f"{14 / 6:.2f}" and rows["Accept length, meta:"] == f"{14 / 6:.2f}"
+    for name in (
+        "P99 TTFT (ms):",
+        "Mean ITL (ms):",
+        "Median ITL (ms):",
+        "P95 ITL (ms):",
+        "P99 ITL (ms):",
+        "Max ITL (ms):",
+        "Mean TPOT (ms):",
+        "P99 E2E Latency (ms):",
+        "Request throughput (req/s):",
+    ):
+        assert name in rows, name
+    assert rows["Max ITL (ms):"] == "200.00"  # a 0.2 s gap carrying one token
+
+
+def test_serving_block_of_no_successful_request_says_n_a():
+    s = km.summarize([{"ok": False, "label": "spec", "repeat": 0, "error": "x"}])
+    text = "\n".join(km.serving_block(s, "spec", "sglang", None))
+    assert "nan" not in text and "Mean TTFT (ms):                          n/a" in text
+    assert "Failed requests:                         1" in text
+
+
 def test_speedup_ci_covers_truth_and_single_run_is_flagged():
     ci = km.speedup_ci([100, 102, 98], [200, 204, 196])
     assert ci["speedup"] == pytest.approx(2.0)

@@ -81,7 +81,10 @@ def test_throughput_latency_sweep_expected(tmp_path):
     fig = plots.expected_vs_observed(
         [{"label": "3-1-4", "expected_accept_length": 2.4, "observed_accept_length": 1.0}], tmp_path
     )
-    assert fig.axes[0].collections[0].get_offsets().tolist() == [[2.4, 1.0]]
+    assert fig.axes[1].collections[0].get_offsets().tolist() == [[2.4, 1.0]]
+    # expected and observed side by side, each bar labelled with its value
+    assert sorted(round(p.get_height(), 2) for p in fig.axes[0].patches) == [1.0, 2.4]
+    assert {"2.40", "1.00"} <= {t.get_text() for t in fig.axes[0].texts}
     for name in ("throughput_speedup", "latency_cdfs", "sweep_heatmaps", "expected_vs_observed"):
         _saved(tmp_path, name)
 
@@ -93,3 +96,67 @@ def test_empty_inputs_still_save(tmp_path):
     plots.throughput_speedup({}, tmp_path)
     for name in ("per_position_acceptance", "sweep_heatmaps", "expected_vs_observed", "throughput_speedup"):
         _saved(tmp_path, name)
+
+
+DATA = "model SmolLM2-135M, prompts builtin x8, 32 new tokens, concurrency 2"
+
+
+def _labels_read(fig):
+    for ax in fig.axes:
+        if len(ax.get_xticks()):  # an empty panel hides its axes
+            assert ax.get_xlabel() not in ("", "None") and ax.get_ylabel() not in ("", "None"), ax
+
+
+def test_every_figure_says_what_and_on_which_data(tmp_path):
+    rows = [
+        {
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "concurrency": 1,
+            "output_tok_s": 12.0,
+            "accept_length": 2.1,
+        }
+    ]
+    figs = {
+        "hist": plots.accept_length_hist(RECORDS, tmp_path, data=DATA),
+        "pos": plots.per_position_acceptance(RECORDS, tmp_path, data=DATA),
+        "tput": plots.throughput_speedup(SUMMARY, tmp_path, data=DATA),
+        "lat": plots.latency_cdfs(RECORDS, tmp_path, data=DATA),
+        "sweep": plots.sweep_heatmaps(rows, tmp_path, data=DATA),
+        "eo": plots.expected_vs_observed(
+            [{"label": "3-1-4", "expected_accept_length": 2.4, "observed_accept_length": 1.0}], tmp_path, data=DATA
+        ),
+    }
+    for name, fig in figs.items():
+        title = fig._suptitle.get_text()
+        assert title.split("\n")[0] and DATA.split(",")[0] in title, name
+        _labels_read(fig)
+    assert figs["lat"].axes[0].get_xlabel() == "TTFT (ms)"
+    speed_texts = {t.get_text() for t in figs["tput"].axes[1].texts}
+    assert "1.95x" in speed_texts  # the value is written on its bar
+
+
+def test_oracle_wiring_figure_names_its_axis_and_values(tmp_path):
+    res = {
+        "EAGLE3 (correct)": {"accept_length": 2.31},
+        "EAGLE (seed: no aux capture)": {"accept_length": 1.02},
+        "layers shifted by one": {"accept_length": 1.4},
+    }
+    fig = plots.oracle_wiring(res, tmp_path, data="target embedded, draft demo")
+    _saved(tmp_path, "03_oracle_wiring")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "wiring replayed by the oracle"
+    assert {"2.31", "1.02", "1.40"} <= {t.get_text() for t in ax.texts}
+    assert all(len(line) <= 14 for t in ax.get_xticklabels() for line in t.get_text().split("\n"))
+    assert "Offline oracle" in fig._suptitle.get_text() and "draft demo" in fig._suptitle.get_text()
+
+
+def test_decode_accept_len_figure(tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"interval": [0, 1, 0, 1], "launch": ["seed", "seed", "fixed", "fixed"], "accept_len": [1.0, 1.0, 2.2, 2.4]}
+    )
+    fig = plots.decode_accept_len(frame, tmp_path, data="engine reference")
+    _saved(tmp_path, "04_accept_len")
+    assert len(fig.axes[0].lines) >= 2 and fig.axes[0].get_xlabel().startswith("decode-log interval")

@@ -2,7 +2,7 @@
 
 SGLang's real parser is exercised in tests/test_sglang_parser.py (interop); here it is switched
 off (`parse_flags=False`) or made unavailable, so these tests stay hermetic and fast.
-Run: python -m pytest kit/tests/test_launch.py -q
+Run: python -m pytest kit/tests/serving/test_launch.py -q
 """
 
 import json
@@ -12,9 +12,9 @@ import pytest
 
 from kit.findings import KitInputError
 from kit.serving.checks import lint
-from kit.serving.launch import LaunchSpec, spec_from_argv, spec_from_command
+from kit.serving.launch import LaunchSpec, launch_from_text, spec_from_argv, spec_from_command
 
-SEED = (Path(__file__).parent / "data" / "seed_launch.sh").read_text()
+SEED = (Path(__file__).parents[1] / "data" / "seed_launch.sh").read_text()
 
 
 def codes(report, sev=None):
@@ -127,7 +127,7 @@ def test_bind_trust_backend_and_missing_draft():
     r = lint(spec_from_command(SEED), parse_flags=False)
     assert {"launch.bind", "launch.trust_remote_code"} <= codes(r, "warning")
     assert any(f.code == "env.nccl_var" and "NCCL_P2P_LEVEL" in f.title for f in r.findings)  # kit.env.nccl's rules
-    assert "launch.bind" not in codes(lint(spec_from_command(SEED + " --api-key k"), parse_flags=False))
+    assert "launch.bind" not in codes(lint(spec_from_command(SEED.rstrip() + " --api-key k"), parse_flags=False))
     s = LaunchSpec(
         model_path="m",
         speculative_algorithm="EAGLE3",
@@ -158,12 +158,44 @@ def test_mem_from_checkpoint_headers(tmp_path):
     assert info[0].severity == "info" and info[0].evidence["target_bytes"] == 1 << 20
 
 
-def test_parser_unavailable_is_info(monkeypatch, tmp_path):
+def test_parser_unavailable_is_a_warning_and_the_table_still_checks(monkeypatch, tmp_path):
+    """No side environment: `launch.parser` warns what was skipped, the recorded table still rejects `abc`."""
     monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
     monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
     monkeypatch.delenv("KIT_SGLANG_PYTHON", raising=False)
-    r = lint(LaunchSpec(model_path="m"))
-    assert codes(r) >= {"launch.parser"} and not r.errors
+    r = lint(LaunchSpec(model_path="m"), sglang_version="0.5.17")
+    [p] = r.by_code("launch.parser")
+    assert p.severity == "warning" and p.evidence["table"] == "0.5.17" and p.evidence["skipped"]
+    assert not r.errors
+    bad = spec_from_command("python -m sglang.launch_server --model-path m --speculative-num-steps abc")
+    errs = lint(bad, sglang_version="0.5.17").by_code("launch.flag")
+    assert [f.severity for f in errs] == ["error"] and "invalid int value: 'abc'" in errs[0].title
+    assert errs[0].evidence["judge"] == "SGLang 0.5.17's flag table"
+    later = lint(LaunchSpec(model_path="m"), sglang_version="0.5.99").by_code("launch.parser")[0]
+    assert not later.evidence["exact"] and later.evidence["table"] != "0.5.99"
+
+
+def test_launch_lines_as_people_write_them():
+    """The line from an SGLang PR: variables chained with `&&`, a prefix of --speculative-algorithm."""
+    text = (
+        "SGLANG_ENABLE_SPEC_V2=1 && SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 && python -m sglang.launch_server "
+        "--model-path X --speculative-algo EAGLE --speculative-draft-model-path d --speculative-num-steps 3 "
+        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --tp 8"
+    )
+    spec, found = launch_from_text(text)
+    assert (spec.speculative_algorithm, spec.tp_size, spec.speculative_num_steps) == ("EAGLE", 8, 3)
+    assert spec.env == {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    assert [(f.code, f.severity) for f in found] == [("launch.env_scope", "warning")]
+    r = lint(spec, parse_flags=False)
+    assert "speculation is off" not in " ".join(f.title for f in r.findings)
+    assert "--speculative-algorithm EAGLE " in spec.command() + " "  # the kit's command spells it out
+    spec, found = launch_from_text("source env.sh; cd /w && python prep.py && sglang serve org/m --config c.yaml")
+    assert spec.model_path == "org/m" and spec.extra_args == ["--config", "c.yaml"]
+    unparsed = {f.severity: f for f in found if f.code == "launch.unparsed"}
+    assert "source env.sh" in unparsed["warning"].title and "--config c.yaml" in unparsed["warning"].title
+    assert unparsed["info"].evidence["commands"] == ["python prep.py"]
+    with pytest.raises(KitInputError, match="no SGLang launch"):
+        launch_from_text("export A=1 && python train.py")
 
 
 def test_verb_dry_run_json(monkeypatch, tmp_path, capsys):

@@ -108,3 +108,12 @@ def test_no_orphans_when_starter_is_sigkilled(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_launched_server_env_keeps_nvlink_multicast_off():
+    code = "import os; print('ENV', os.environ['NCCL_NVLS_ENABLE'], os.environ['TORCH_SYMM_MEM_DISABLE_MULTICAST'],"
+    code += " os.environ['NVSHMEM_DISABLE_NVLS'], os.environ['NCCL_PROTO'])"
+    srv = ServerProcess([sys.executable, "-c", code], env={"NCCL_PROTO": "LL"}, port=free_port()).start()
+    assert srv.wait() == 0
+    srv.stop()
+    assert "ENV 0 1 1 LL" in srv.tail(5)

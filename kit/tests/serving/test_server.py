@@ -223,3 +223,23 @@ def _up(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_context_length_is_enforced_with_sglangs_words(pair):
+    from kit.serving.server import load_engine, make_server
+
+    spec = LaunchSpec(model_path=str(pair[0]), port=free_port(), context_length=12)
+    srv, state = make_server(spec)
+    load_engine(state)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{spec.port}/generate"
+    try:
+        ok = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 8}}, timeout=60)
+        assert ok.status_code == 200
+        long = httpx.post(url, json={"input_ids": [5] * 12, "sampling_params": {"max_new_tokens": 1}}, timeout=60)
+        assert long.status_code == 400 and "longer than the model's context length (12 tokens)" in long.text
+        over = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 9}}, timeout=60)
+        assert over.status_code == 400 and "maximum context length of 12 tokens" in over.text
+    finally:
+        srv.shutdown()
+        srv.server_close()

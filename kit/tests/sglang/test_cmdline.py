@@ -30,22 +30,26 @@ def test_seed_launch_with_comment_line():
     sl = find_launch(SEED)
     assert sl.entry == "python -m sglang.launch_server" and sl.argv[0] == "/root/ml-env/bin/python3"
     assert len(sl.env) == 7 and set(sl.env_forms.values()) == {"inline"} and not sl.unseen and not sl.notes
-    assert sl.argv[sl.flags_at:][:2] == ["--model-path", "/shared/kimi-k2.5-int4"]
+    assert sl.argv[sl.flags_at :][:2] == ["--model-path", "/shared/kimi-k2.5-int4"]
 
 
 def test_and_chain_of_assignments_is_found_and_flagged_unexported():
     """The line from an SGLang PR: `A=1 && B=1 && python -m ...`; in a shell A and B are not exported."""
-    text = ("SGLANG_ENABLE_SPEC_V2=1 && SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 && "
-            "python -m sglang.launch_server --model-path X --speculative-algo EAGLE3")
+    text = (
+        "SGLANG_ENABLE_SPEC_V2=1 && SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 && "
+        "python -m sglang.launch_server --model-path X --speculative-algo EAGLE3"
+    )
     sl = find_launch(text)
     assert sl.argv[:3] == LAUNCH and sl.argv[-2:] == ["--speculative-algo", "EAGLE3"]
     assert sl.env == {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
     assert set(sl.unseen) == set(sl.env) and "not see" in sl.unseen["SGLANG_ENABLE_SPEC_V2"]
     # the same with `;`, exported, or under `set -a`: seen
-    for exported in ("export SGLANG_ENABLE_SPEC_V2=1; export SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n",
-                     "set -a; SGLANG_ENABLE_SPEC_V2=1; SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n",
-                     "export SGLANG_ENABLE_SPEC_V2 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN\n"
-                     "SGLANG_ENABLE_SPEC_V2=1 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n"):
+    for exported in (
+        "export SGLANG_ENABLE_SPEC_V2=1; export SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n",
+        "set -a; SGLANG_ENABLE_SPEC_V2=1; SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n",
+        "export SGLANG_ENABLE_SPEC_V2 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN\n"
+        "SGLANG_ENABLE_SPEC_V2=1 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n",
+    ):
         sl = find_launch(exported + "python -m sglang.launch_server --model-path X")
         assert sl.env == {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
         assert not sl.unseen, exported
@@ -64,28 +68,37 @@ sleep 30 && curl localhost:30001/health
 """
     sl = find_launch(text)
     assert sl.argv[:4] == ["python3", "-u", "-m", "sglang.launch_server"] and sl.wrappers == ["nohup"]
-    assert sl.argv[sl.flags_at:] == ["--model-path", "/models/llama", "--port", "30001", "--host", "127.0.0.1",
-                                     "--tp", "2"]
+    assert sl.argv[sl.flags_at :] == [
+        "--model-path",
+        "/models/llama",
+        "--port",
+        "30001",
+        "--host",
+        "127.0.0.1",
+        "--tp",
+        "2",
+    ]
     assert sl.env == {"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1"}
     assert not sl.unseen and not sl.notes  # MODEL/PORT are read by the script, not meant for the server
 
 
 def test_unquoted_variable_splits_into_flags():
     sl = find_launch('ARGS="--tp 8 --port 30000"\nsglang serve org/model $ARGS')
-    assert sl.entry == "sglang serve" and sl.argv[sl.flags_at:] == ["org/model", "--tp", "8", "--port", "30000"]
+    assert sl.entry == "sglang serve" and sl.argv[sl.flags_at :] == ["org/model", "--tp", "8", "--port", "30000"]
 
 
 def test_env_prefix_command_and_docker():
     sl = find_launch("env -u HOME CUDA_VISIBLE_DEVICES=3 python3 -m sglang.launch_server --model-path m")
     assert sl.env == {"CUDA_VISIBLE_DEVICES": "3"} and sl.env_forms["CUDA_VISIBLE_DEVICES"] == "env"
-    text = ("export HF_TOKEN=hf_x NCCL_DEBUG=INFO\n"
-            "docker run --gpus all --shm-size 32g -p 30000:30000 -v ~/.cache:/root/.cache --ipc=host -it \\\n"
-            "  -e SGLANG_ENABLE_SPEC_V2=1 --env HF_TOKEN --env=NCCL_P2P_LEVEL=NVL \\\n"
-            "  lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path m --host 0.0.0.0")
+    text = (
+        "export HF_TOKEN=hf_x NCCL_DEBUG=INFO\n"
+        "docker run --gpus all --shm-size 32g -p 30000:30000 -v ~/.cache:/root/.cache --ipc=host -it \\\n"
+        "  -e SGLANG_ENABLE_SPEC_V2=1 --env HF_TOKEN --env=NCCL_P2P_LEVEL=NVL \\\n"
+        "  lmsysorg/sglang:latest python3 -m sglang.launch_server --model-path m --host 0.0.0.0"
+    )
     sl = find_launch(text)
     assert sl.wrappers == ["docker run"] and sl.argv[:3] == ["python3", "-m", "sglang.launch_server"]
-    assert sl.env == {"SGLANG_ENABLE_SPEC_V2": "1", "HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "NVL",
-                      "NCCL_DEBUG": "INFO"}
+    assert sl.env == {"SGLANG_ENABLE_SPEC_V2": "1", "HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "NVL", "NCCL_DEBUG": "INFO"}
     assert set(sl.unseen) == {"NCCL_DEBUG"} and "-e NCCL_DEBUG" in sl.unseen["NCCL_DEBUG"]
 
 
@@ -97,8 +110,10 @@ def test_bash_c_inside_a_container_and_sglang_serve():
 
 
 def test_what_cannot_be_attributed_is_noted():
-    text = ("source ./env.sh && cd /work && python convert.py && "
-            "python -m sglang.launch_server --model-path $(cat path.txt) --served-model-name $NAME")
+    text = (
+        "source ./env.sh && cd /work && python convert.py && "
+        "python -m sglang.launch_server --model-path $(cat path.txt) --served-model-name $NAME"
+    )
     sl = find_launch(text)
     kinds = {(n["kind"], n["text"]) for n in sl.notes}
     assert ("opaque", "source ./env.sh") in kinds and ("command", "python convert.py") in kinds

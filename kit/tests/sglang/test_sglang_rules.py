@@ -9,7 +9,21 @@ import pytest
 from kit.findings import KitInputError
 from kit.sglang import loader as sr
 
-BOUNDARIES = ["0.4.4", "0.4.5", "0.4.8", "0.4.9", "0.4.10", "0.5.1", "0.5.2", "0.5.11", "0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.23"]
+BOUNDARIES = [
+    "0.4.4",
+    "0.4.5",
+    "0.4.8",
+    "0.4.9",
+    "0.4.10",
+    "0.5.1",
+    "0.5.2",
+    "0.5.11",
+    "0.5.12",
+    "0.5.13",
+    "0.5.16",
+    "0.5.17",
+    "0.5.23",
+]
 
 H, V, VD = 8, 40, 16
 
@@ -170,3 +184,107 @@ def test_architecture_status():
     )
     sim = sr.simulate_load(keys(), cfg(), "0.4.4")
     assert sim.build_errors and sim.arch_status == "not_registered"
+
+
+# -- the MLA class and the release-wide rules ---------------------------------------------------------
+MLA = "Eagle3DeepseekV2ForCausalLM"
+
+
+def test_mla_class_rules_per_release():
+    assert not sr.rules_for("0.5.11", MLA).features["has_eagle3"]
+    f12, f23 = sr.rules_for("0.5.12", MLA).features, sr.rules_for("0.5.23", MLA).features
+    assert (
+        f12["has_eagle3"] and not f12["fc_norm"] and f23["fc_norm"] and sr.rules_for("0.5.13", MLA).features["fc_norm"]
+    )
+    for f in (f12, f23):  # load_weights read from the AST, unchanged 0.5.12-0.5.23
+        assert f["renames"] == [["^layers\\.0\\.", "midlayer."]]
+        assert f["fused"] == [{"param": "fused_qkv_a_proj_with_mqa", "parts": ["q_a_proj", "kv_a_proj_with_mqa"]}]
+        assert f["stacked"] == [[".gate_up_proj", ".gate_proj", 0], [".gate_up_proj", ".up_proj", 1]]
+    ev = sr.rules_for("0.5.23", MLA).evidence["unknown_key_warns"]
+    assert ev[0] == "srt/models/kimi_k25_eagle3.py" and "skipping unexpected weight" in ev[2]
+    # the Llama class's stacked mapping: its own from 0.4.9, LlamaForCausalLM's while it delegates
+    assert sr.rules_for("0.4.5").features["stacked"] == sr.rules_for("0.5.23").features["stacked"]
+    assert sr.eagle3_draft_architectures("0.5.23") == {"LlamaForCausalLMEagle3", MLA}
+    assert sr.eagle3_draft_architectures("0.5.11") == {"LlamaForCausalLMEagle3"}
+
+
+def test_runtime_rules_per_release():
+    rt = lambda v: sr.runtime_rules(v).features  # noqa: E731
+    assert rt("0.5.12")["nnpl_zero_sizes_draft_kv_at_zero"] and not rt("0.5.13")["nnpl_zero_sizes_draft_kv_at_zero"]
+    assert rt("0.5.13")["nnpl_zero_treated_as_absent"] and rt("0.5.23")["nnpl_zero_treated_as_absent"]
+    assert rt("0.4.9")["longer_context_allowed_by_default"] and not rt("0.5.2")["longer_context_allowed_by_default"]
+    assert all(rt(v)["draft_context_is_target_context"] for v in ("0.4.5", "0.5.12", "0.5.23"))
+    assert rt("0.5.23")["context_length_keys"][-1] == "max_position_embeddings"
+    assert rt("0.5.23")["draft_arch_rewrites"]["DeepseekV3ForCausalLM"] == "DeepseekV3ForCausalLMNextN"
+
+
+def test_dispatch_follows_sglang():
+    # first registered name wins; ModelConfig rewrites DeepseekV3ForCausalLM to its MTP class for a draft
+    assert sr.resolve_draft_class({"architectures": [MLA]}, "0.5.23") == (MLA, "eagle3")
+    assert sr.resolve_draft_class({"architectures": ["Foo", MLA]}, "0.5.23") == (MLA, "eagle3")
+    assert sr.resolve_draft_class({"architectures": ["DeepseekV3ForCausalLM"]}, "0.5.23") == (
+        "DeepseekV3ForCausalLMNextN",
+        "registered_not_eagle3",
+    )
+    assert sr.resolve_draft_class({"architectures": ["DeepseekV3ForCausalLMEagle3"]}, "0.5.23") == (
+        None,
+        "not_registered",
+    )
+    assert sr.resolve_draft_class({}, "0.5.23") == (None, "missing")
+
+
+def mla_cfg(**kw):
+    c = dict(cfg(architectures=[MLA]), q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2)
+    c.update(v_head_dim=2, num_key_value_heads=2)
+    del c["draft_vocab_size"]
+    c.update(kw)
+    return c
+
+
+def mla_keys(prefix="layers.0", **drop):
+    k = {"fc.weight": (H, 3 * H), "norm.weight": (H,), "lm_head.weight": (V, H)}
+    p = prefix
+    k.update(
+        {
+            f"{p}.self_attn.q_a_proj.weight": (6, 2 * H),
+            f"{p}.self_attn.q_a_layernorm.weight": (6,),
+            f"{p}.self_attn.q_b_proj.weight": (8, 6),
+            f"{p}.self_attn.kv_a_proj_with_mqa.weight": (6, 2 * H),
+            f"{p}.self_attn.kv_a_layernorm.weight": (4,),
+            f"{p}.self_attn.kv_b_proj.weight": (8, 4),
+            f"{p}.self_attn.o_proj.weight": (H, 4),
+            f"{p}.mlp.gate_proj.weight": (12, H),
+            f"{p}.mlp.up_proj.weight": (12, H),
+            f"{p}.mlp.down_proj.weight": (H, 12),
+            f"{p}.input_layernorm.weight": (H,),
+            f"{p}.hidden_norm.weight": (H,),
+            f"{p}.post_attention_layernorm.weight": (H,),
+        }
+    )
+    return k
+
+
+def test_simulate_mla_loader():
+    for prefix in ("layers.0", "midlayer"):  # both spellings reach model.midlayer
+        sim = sr.simulate_load(mla_keys(prefix), mla_cfg(), "0.5.23")
+        assert sim.ok and sim.draft_class == MLA and not sim.by_status("dropped") and not sim.params_missing
+    # no draft_vocab_size: the MLA class takes embed and head from the target (the Llama class raises)
+    assert any("taken from the target" in r for r in sim.runtime)
+    # layers.1: not renamed, becomes model.layers.1.* and is logged and skipped; 2 layers refused at build
+    k = mla_keys()
+    k["layers.1.mlp.down_proj.weight"] = (H, 12)
+    sim = sr.simulate_load(k, mla_cfg(num_hidden_layers=2), "0.5.23")
+    (d,) = sim.by_status("dropped")
+    assert d.loud and "skipping unexpected weight" in d.reason
+    assert sim.build_errors == ["num_hidden_layers=2: this SGLang raises 'EAGLE3 currently only supports 1 layer'"]
+    # aux count: the MLA class reads only eagle_aux_hidden_state_layer_ids, never num_aux_hidden_states
+    sim = sr.simulate_load({**mla_keys(), "fc.weight": (H, 2 * H)}, mla_cfg(num_aux_hidden_states=2), "0.5.23")
+    assert [k.key for k in sim.by_status("fails")] == ["fc.weight"]
+    ids = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}
+    assert sr.simulate_load({**mla_keys(), "fc.weight": (H, 2 * H)}, mla_cfg(**ids), "0.5.23").ok
+    # fc_norm exists from 0.5.13
+    k = {**mla_keys(), **{f"fc_norm.{j}.weight": (H,) for j in range(3)}}
+    assert sr.simulate_load(k, mla_cfg(fc_norm=True), "0.5.23").ok
+    assert len(sr.simulate_load(k, mla_cfg(fc_norm=True), "0.5.12").by_status("dropped")) == 3
+    # target_hidden_size: null falls back to hidden_size here (a TypeError for the Llama class)
+    assert sr.simulate_load(mla_keys(), mla_cfg(target_hidden_size=None), "0.5.23").ok

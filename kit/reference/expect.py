@@ -1,0 +1,263 @@
+"""`python -m kit expect`: the accept length a draft should reach, from its training accuracies alone.
+
+A 1T-parameter target cannot run the oracle (kit.reference.oracle) on a laptop, but every EAGLE-3 trainer
+logs per-position (TTT step) accuracies. This turns them into the accept length SGLang would report
+(bonus token included) for a chain (`--speculative-eagle-topk 1`) or a tree (topk, num_draft_tokens).
+
+Sources it reads (the last value logged per position; eval before train unless `--split`):
+* SpecForge logs: `train/acc_0 ... train/acc_6` (and `eval/acc_k`, `ploss_k` beside them). SpecForge
+  computes acc_k over all positions with the true tokens as input (test-time training); its own
+  `simulated_acc_len` multiplies them, i.e. reads them as *conditional* accuracies.
+* speculators logs: `full_acc_k` (all of steps 0..k correct: *cumulative*) and `cond_acc_k` (step k
+  correct given 0..k-1 correct: *conditional*); cond_acc is preferred.
+* the kit's own trainer: `kit_provenance.json` of a draft (`epochs[-1].step_acc`, SpecForge's definition).
+* typed by hand: `--acc 0.745 0.62 0.55` (`--accuracy-kind` says which kind; default conditional).
+
+Model (assumptions, printed with every answer):
+1. Position k accepts with the conditional probability c_k; a chain of s steps reaches
+   AL = 1 + sum_k prod_{j<=k} c_j (SpecForge's simulated_acc_len plus SGLang's bonus token).
+2. Positions beyond the logged ones repeat the last logged accuracy.
+3. Trees: at depth j the true token is the draft's rank-r candidate with probability c_j for r = 1 and
+   (1 - c_j) q (1 - q)^(r-2) for r >= 2 (`--second-choice-share` q: the share of top-1 misses caught by the
+   next candidate, geometric after it); the draft's scores are calibrated, so SGLang's selection of the
+   num_draft_tokens - 1 best-scored nodes (topk beams per depth) keeps the nodes most likely to be on the
+   true path, and AL = 1 + the sum of the kept nodes' path probabilities.
+
+    python -m kit expect --acc 0.745                               # the seed's step-0 accuracy
+    python -m kit expect --log train.log --speculative-eagle-topk 8 --speculative-num-draft-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+from kit.sglang.params import SpecParams
+
+HELP = "expected accept length from training accuracies (SpecForge/speculators logs or --acc), no target needed"
+KINDS = ("conditional", "cumulative")
+DEFAULT_SECOND_CHOICE_SHARE = 0.25
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+# SpecForge: train/acc_3, eval/acc_3 (not full_acc_/cond_acc_, which are speculators')
+_SPECFORGE = re.compile(r"(?:(train|eval)/)?(?<![A-Za-z_])acc_(\d+)['\"]?\s*[:=]\s*" + _NUM)
+_SPECULATORS = re.compile(r"(?:(train|val|eval)[/_.])?(full|cond)_acc_(\d+)['\"]?\s*[:=]\s*" + _NUM)
+_SPLIT_NAME = {"train": "train", "val": "eval", "eval": "eval"}
+_SPECULATORS_SPLIT = re.compile(r"['\"](train|val|eval)['\"]\s*:\s*\{")
+
+
+@dataclass
+class ExpectConfig:
+    log: str | None = field(
+        default=None, metadata={"help": "training log (SpecForge or speculators) or a draft's kit_provenance.json"}
+    )
+    acc: list[float] | None = field(default=None, metadata={"help": "per-position accuracies typed by hand"})
+    accuracy_kind: str = field(
+        default="auto",
+        metadata={"help": "how to read the accuracies (auto: by source)", "choices": ["auto", *KINDS]},
+    )
+    split: str = field(
+        default="auto", metadata={"help": "which logged split to use", "choices": ["auto", "train", "eval"]}
+    )
+    speculative_num_steps: int = field(default=3, metadata={"help": "--speculative-num-steps"})
+    speculative_eagle_topk: int = field(default=1, metadata={"help": "--speculative-eagle-topk"})
+    speculative_num_draft_tokens: int = field(default=4, metadata={"help": "--speculative-num-draft-tokens"})
+    second_choice_share: float = field(
+        default=DEFAULT_SECOND_CHOICE_SHARE,
+        metadata={"help": "share of top-1 misses the next-ranked candidate catches (trees only)"},
+    )
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+
+@dataclass
+class Accuracies:
+    values: list[float]
+    kind: str  # conditional | cumulative
+    source: str  # where they came from, for the report
+
+    def conditional(self) -> list[float]:
+        if self.kind == "conditional":
+            return list(self.values)
+        out, prev = [], 1.0
+        for u in self.values:
+            out.append(u / prev if prev > 0 else 0.0)
+            prev = u
+        return out
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _last_per_index(hits: list[tuple[str, int, float]], split: str) -> tuple[list[float], str] | None:
+    """Values by position index, the last logged one per index, for the chosen split."""
+    splits = {s for s, _, _ in hits}
+    if split == "auto":
+        split = "eval" if "eval" in splits else ("train" if "train" in splits else "")
+    pick: dict[int, float] = {}
+    for s, i, v in hits:
+        if s == split or (not s and split in ("", "train")):
+            pick[i] = v
+    if not pick:
+        return None
+    n = max(pick) + 1
+    if set(pick) != set(range(n)):
+        raise KitInputError(f"positions {sorted(set(range(n)) - set(pick))} missing from the log")
+    return [pick[i] for i in range(n)], split or "unlabelled"
+
+
+def parse_log(text: str, split: str = "auto", source: str = "log") -> Accuracies:
+    """Per-position accuracies from a SpecForge or speculators training log (text or JSON lines)."""
+    spec = []
+    split_now = ""
+    for line in text.splitlines():
+        m = _SPECULATORS_SPLIT.search(line)
+        split_now = _SPLIT_NAME[m.group(1)] if m else split_now
+        for m in _SPECULATORS.finditer(line):
+            sp = _SPLIT_NAME[m.group(1)] if m.group(1) else split_now
+            spec.append((m.group(2), sp, int(m.group(3)), float(m.group(4))))
+    if spec:
+        for kind, name in (("cond", "conditional"), ("full", "cumulative")):
+            got = _last_per_index([(s, i, v) for k, s, i, v in spec if k == kind], split)
+            if got:
+                return Accuracies(got[0], name, f"{source}: speculators {kind}_acc_k ({got[1]})")
+    hits = [(m.group(1) or "", int(m.group(2)), float(m.group(3))) for m in _SPECFORGE.finditer(text)]
+    got = _last_per_index(hits, split)
+    if got:
+        return Accuracies(got[0], "conditional", f"{source}: SpecForge acc_k ({got[1]})")
+    raise KitInputError(f"{source}: no per-position accuracies (acc_k, full_acc_k or cond_acc_k) found")
+
+
+def read_accuracies(path: str | Path, split: str = "auto") -> Accuracies:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "kit_provenance.json"
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise KitInputError(f"{p}: cannot read ({e.strerror})")
+    if p.suffix == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and doc.get("epochs") and doc["epochs"][-1].get("step_acc"):
+            return Accuracies(list(doc["epochs"][-1]["step_acc"]), "conditional", f"{p}: kit train step_acc")
+    return parse_log(text, split, str(p))
+
+
+# -- the model -----------------------------------------------------------------------------------
+def extend(cond: list[float], steps: int) -> list[float]:
+    """Positions 1..steps: the logged ones, then the last logged one repeated (assumption 2)."""
+    if not cond:
+        raise KitInputError("no accuracies given")
+    bad = [a for a in cond if not 0.0 <= a <= 1.0]
+    if bad:
+        raise KitInputError(f"accuracy {bad[0]} outside [0, 1] (give fractions, e.g. 0.745)")
+    return (list(cond) + [cond[-1]] * steps)[:steps]
+
+
+def chain_accept_length(cond: list[float], steps: int) -> float:
+    """Assumption 1: AL = 1 + sum_k prod_{j<=k} c_j."""
+    total, run = 1.0, 1.0
+    for c in extend(cond, steps):
+        run *= c
+        total += run
+    return total
+
+
+def rank_probs(c: float, topk: int, q: float) -> list[float]:
+    """P(the true token is the draft's rank-r candidate), r = 1..topk (assumption 3)."""
+    return [c] + [(1 - c) * q * (1 - q) ** (r - 2) for r in range(2, topk + 1)]
+
+
+def tree_accept_length(cond: list[float], steps: int, topk: int, num_draft_tokens: int, q: float) -> float:
+    """SGLang's tree: topk beams per depth, the num_draft_tokens - 1 best-scored nodes verified."""
+    cs = extend(cond, steps)
+    candidates: list[float] = []
+    beams = [1.0]
+    for c in cs:
+        probs = rank_probs(c, topk, q)
+        children = [b * p for b in beams for p in probs]
+        candidates += children
+        beams = heapq.nlargest(topk, children)
+    return 1.0 + sum(heapq.nlargest(max(num_draft_tokens - 1, 0), candidates))
+
+
+def expected_accept_length(acc: Accuracies, params: SpecParams, q: float = DEFAULT_SECOND_CHOICE_SHARE) -> float:
+    p = params.resolved()
+    cond = acc.conditional()
+    if p.speculative_eagle_topk == 1:
+        return chain_accept_length(cond, min(p.speculative_num_steps, p.speculative_num_draft_tokens - 1))
+    return tree_accept_length(
+        cond, p.speculative_num_steps, p.speculative_eagle_topk, p.speculative_num_draft_tokens, q
+    )
+
+
+def assumptions(acc: Accuracies, steps: int, q: float, tree: bool) -> list[str]:
+    out = [
+        f"accuracies read as {acc.kind} per-position acceptance"
+        + (" (converted to conditional: c_k = u_k / u_(k-1))" if acc.kind == "cumulative" else "")
+        + "; greedy verification, the same data distribution as training",
+        "AL = 1 + sum over depth of the chance all draft tokens up to it are accepted (bonus token included)",
+    ]
+    if len(acc.values) < steps:
+        out.append(f"positions {len(acc.values) + 1}..{steps} repeat the last logged accuracy ({acc.values[-1]:.3f})")
+    if tree:
+        out.append(
+            f"top-k coverage approximated from top-1 accuracy: rank r >= 2 catches (1-c) q (1-q)^(r-2), q = {q}; "
+            "draft scores calibrated, so SGLang's best-scored nodes are the likeliest"
+        )
+    return out
+
+
+def expect(cfg: ExpectConfig) -> dict:
+    if (cfg.log is None) == (cfg.acc is None):
+        raise KitInputError("give --log FILE or --acc A0 [A1 ...] (one of them)")
+    if cfg.acc is not None:
+        kind = "conditional" if cfg.accuracy_kind == "auto" else cfg.accuracy_kind
+        acc = Accuracies(list(cfg.acc), kind, "--acc")
+    else:
+        acc = read_accuracies(cfg.log, cfg.split)
+        if cfg.accuracy_kind != "auto":
+            acc = Accuracies(acc.values, cfg.accuracy_kind, acc.source)
+    if not 0.0 <= cfg.second_choice_share <= 1.0:
+        raise KitInputError(f"--second-choice-share {cfg.second_choice_share}: give a fraction in [0, 1]")
+    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
+    requested = expected_accept_length(acc, params, cfg.second_choice_share)
+    steps = params.resolved().speculative_num_steps
+    chain = {s: round(chain_accept_length(acc.conditional(), s), 3) for s in range(1, max(steps, 7) + 1)}
+    return {
+        "source": acc.source,
+        "accuracies": acc.values,
+        "accuracy_kind": acc.kind,
+        "conditional": [round(c, 4) for c in acc.conditional()],
+        "params": params.resolved().label(),
+        "expected_accept_length": round(requested, 3),
+        "chain_by_steps": chain,
+        "assumptions": assumptions(acc, max(steps, 7), cfg.second_choice_share, params.speculative_eagle_topk > 1),
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, ExpectConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(ExpectConfig, args)
+    doc = expect(cfg)
+    if cfg.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"accuracies ({doc['source']}, {doc['accuracy_kind']}): {doc['accuracies']}")
+    print(f"expected accept length at {doc['params']}: {doc['expected_accept_length']:.2f}")
+    print(
+        "chain (topk 1), by --speculative-num-steps: "
+        + ", ".join(f"{s}: {v:.2f}" for s, v in doc["chain_by_steps"].items())
+    )
+    print("assumptions:")
+    for a in doc["assumptions"]:
+        print(f"  - {a}")
+    return 0

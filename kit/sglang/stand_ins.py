@@ -1,0 +1,66 @@
+"""Stand-ins for modules SGLang imports on the way to its argument parser that cannot be installed on a CPU.
+
+No CPU build of torchvision exists for the kit's CPU torch (PyPI and the PyTorch CPU index both ship CUDA
+builds, which fail to load: "operator torchvision::nms does not exist"), yet SGLang 0.5.17 imports it at
+module level (`srt/utils/common.py`: `decode_jpeg`; `multimodal/internvl_utils.py`: transforms), for image
+helpers the parser never calls. `kit.venvs` copies this file into every SGLang side environment as
+`kit_stand_ins.py`, with a `.pth` line that calls `install()`; the kit itself never imports it. Each name in
+STAND_INS that is *not* installed then imports as an inert module tree whose attributes are inert classes.
+This is a mock, used only because nothing real can run here; a real torchvision, when present, wins.
+"""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+STAND_INS = ("torchvision",)
+
+
+class _Inert(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(name, (), {})
+
+    def __call__(cls, *args, **kwargs):
+        return cls
+
+    def __iter__(cls):
+        return iter(())
+
+    def __or__(cls, other):
+        return cls
+
+
+class _InertModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(name, (), {})
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots):
+        self.roots = set(roots)
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.roots:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        m = _InertModule(spec.name)
+        m.__path__ = []
+        m.__version__ = "0.0+kit.stand.in"
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+def install():
+    missing = [m for m in STAND_INS if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.meta_path.append(_Finder(missing))

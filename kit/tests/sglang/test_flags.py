@@ -1,0 +1,95 @@
+"""SGLang's flags read as its argparse reads them, from the recorded per-release table (no sglang needed).
+
+The table itself is re-derived from the real parser in tests/test_sglang_parser.py (interop).
+Run: python -m pytest kit/tests/sglang/test_flags.py -q
+"""
+
+import argparse
+
+import pytest
+
+from kit.sglang.flags import flag_value, known_versions, launch_entry, resolve, server_flags, table_for
+
+
+def test_tables_recorded_for_the_releases_the_kit_names():
+    assert {"0.5.17", "0.5.23"} <= set(known_versions())
+    t = table_for("0.5.23")
+    assert t.exact and t.checked == "0.5.23"
+    opts = t.by_option()
+    assert opts["--speculative-algorithm"]["dest"] == "speculative_algorithm"
+    assert opts["--tp-size"]["dest"] == opts["--tensor-parallel-size"]["dest"] == "tp_size"
+    assert "--tp" not in opts  # `--tp 8` works as a prefix of --tp-size, not as a flag of its own
+    assert opts["--trust-remote-code"]["kind"] == "store_true"
+    assert opts["--speculative-num-steps"]["type"] == "builtins.int"
+    later = table_for("0.5.24")
+    assert not later.exact and later.checked == known_versions()[-1]
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_prefix_equals_repeat_and_aliases(version):
+    r = resolve(
+        ["--speculative-algo", "EAGLE", "--tp=8", "--port", "1", "--port", "2", "--trust-remote", "--model", "m"],
+        version,
+    )
+    assert r.errors == [] and r.unknown == []
+    assert r.values["speculative_algorithm"] == "EAGLE" and r.values["tp_size"] == 8
+    assert r.values["port"] == 2 and r.values["trust_remote_code"] is True and r.values["model_path"] == "m"
+    assert ("--speculative-algo", "--speculative-algorithm") in r.abbreviated()
+    assert ("--trust-remote", "--trust-remote-code") in r.abbreviated()
+    assert ("--tp", "--tp-size") in r.abbreviated() and ("--model", "--model-path") not in r.abbreviated()
+    assert r.canonical_args(skip={"speculative_algorithm", "tp_size", "model_path"})[:2] == ["--port", "1"]
+
+
+def test_types_choices_and_values_match_argparse_messages():
+    r = resolve(["--model-path", "m", "--speculative-num-steps", "abc", "--speculative-eagle-topk", "4"])
+    assert [e["message"] for e in r.errors] == ["argument --speculative-num-steps: invalid int value: 'abc'"]
+    assert r.errors[0]["tokens"] == ["--speculative-num-steps", "abc"]
+    assert r.values["speculative_eagle_topk"] == 4 and "speculative_num_steps" not in r.values  # the rest is read
+    r = resolve(["--model-path", "m", "--mem-fraction-static", "x"])
+    assert "invalid float value: 'x'" in r.errors[0]["message"]
+    r = resolve(["--model-path", "m", "--dtype", "fp64"])
+    assert "argument --dtype: invalid choice: 'fp64'" in r.errors[0]["message"]
+    assert resolve(["--model-path", "m", "--speculative-algorithm", "EAGLE4"]).errors == []  # no parser choices
+    r = resolve(["--tp-size", "2"])
+    assert r.errors[0]["message"] == "the following arguments are required: --model-path/--model"
+    r = resolve(["--model-path", "m", "--trust-remote-code=yes"])
+    assert "ignored explicit argument 'yes'" in r.errors[0]["message"]
+    r = resolve(["--model-path", "m", "--tp-size"])
+    assert "expected one argument" in r.errors[0]["message"]
+
+
+def test_ambiguous_and_unknown():
+    r = resolve(["--speculative", "x", "--model-path", "m"])
+    assert r.errors and r.errors[0]["message"].startswith("ambiguous option: --speculative could match")
+    assert r.values["model_path"] == "m"
+    r = resolve(["--speculative-num-stepz", "3", "--tp", "2"])
+    assert r.unknown == ["--speculative-num-stepz", "3"] and r.values["tp_size"] == 2
+
+
+def test_reconstructed_parser_agrees_with_argparse_on_a_toy_table():
+    """The mechanism (argparse rebuilt from a table) gives argparse's own answers for the same actions."""
+    real = argparse.ArgumentParser(exit_on_error=False)
+    real.add_argument("--speculative-num-steps", type=int)
+    real.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3"])
+    ns = real.parse_args(["--speculative-algo", "EAGLE3", "--speculative-num-s=3"])
+    r = resolve(["--speculative-algo", "EAGLE3", "--speculative-num-s=3"])
+    assert (r.values["speculative_algorithm"], r.values["speculative_num_steps"]) == (ns.speculative_algorithm, 3)
+
+
+def test_entry_points_of_each_release():
+    assert launch_entry(["python3", "-m", "sglang.launch_server", "--tp", "2"]) == ("python -m sglang.launch_server", 3)
+    assert launch_entry(["/venv/bin/python3.11", "-u", "-W", "ignore", "-m", "sglang.launch_server"])[1] == 6
+    assert launch_entry(["/usr/bin/sglang", "serve", "m"]) == ("sglang serve", 2)
+    assert launch_entry(["python", "-c", "import sglang"]) is None
+    assert launch_entry(["python", "-m", "sglang.bench_serving"]) is None
+    assert launch_entry(["sglang", "version"]) is None
+    flags, own = server_flags(["sglang", "serve", "org/m", "--model-type", "llm", "--tp", "2"], "0.5.23")
+    assert flags == ["--model-path", "org/m", "--tp", "2"] and own == ["--model-type", "llm"]
+
+
+def test_flag_value_resolves_like_sglang():
+    argv = ["python", "-m", "sglang.launch_server", "--speculative-algo", "EAGLE", "--speculative-algorithm=EAGLE3"]
+    assert flag_value(argv, "--speculative-algorithm") == "EAGLE3"
+    assert flag_value(["sglang", "serve", "m", "--tp", "4"], "--tp-size") == "4"
+    assert flag_value(["sglang", "serve", "m"], "--model-path") == "m"
+    assert flag_value(argv, "--port") is None
