@@ -3,7 +3,9 @@
 # bundle, the SmolLM2 GGUF and the draft over three calls; /tmp persists while the machine stays warm).
 #   bash bench/gpu_run.sh c1   # install the bundle, check imports, kit env + NCCL smoke (TP=2 launches: c1tp)
 #   bash bench/gpu_run.sh c2   # second GGUF part
-#   bash bench/gpu_run.sh c3   # last GGUF part + draft; target conversion; the ground-truth matrix
+#   bash bench/gpu_run.sh c3   # last GGUF part (+ a carried draft); target conversion; else train the demo draft
+#                              # there (kit train-draft) and send it back in 15 MiB parts
+#   bash bench/gpu_run.sh c4m  # the ground-truth matrix
 #   bash bench/gpu_run.sh c4   # kit bench vs sglang.bench_serving (GPU 0) and CUDA graphs (GPU 1)
 # Carried files live in .devcarry/<step>/ (ignored by git, named in the call's `carry`). Results: $OUT/<step>.tgz
 set -u
@@ -37,7 +39,18 @@ c2)
   ;;
 c3)
   timeout 90 python3 bench/gpu_sglang.py setup --carry .devcarry/c3 --work $W 2>&1 | tail -1 | cut -c1-600
-  timeout 490 python3 bench/gpu_sglang.py matrix --work $W --out "$R/matrix" --gpus 0 1 2>&1 | grep -E "^\[gpu|^\{" | cut -c1-400
+  if [ ! -f $W/drafts/demo/config.json ]; then
+    t0=$(date +%s)
+    timeout 420 python3 -m kit train-draft --threads 30 > "$R/train.log" 2>&1
+    echo "train rc=$? s=$(($(date +%s) - t0))"; tail -4 "$R/train.log"
+    D=$(ls -d $KIT_CACHE_DIR/drafts/eagle3-demo-* | head -1)
+    mkdir -p $W/drafts && cp -r "$D" $W/drafts/demo && cp $W/drafts/demo/*.json "$R"/
+    split -b 15M -d $W/drafts/demo/model.safetensors "$OUT/draft.safetensors.part"
+    md5sum $W/drafts/demo/model.safetensors
+  fi
+  ;;
+c4m)
+  timeout 560 python3 bench/gpu_sglang.py matrix --work $W --out "$R/matrix" --gpus 0 1 2>&1 | grep -E "^\[gpu|^\{" | cut -c1-400
   ;;
 c4)
   timeout 560 python3 bench/gpu_sglang.py bench --work $W --out "$R/bench" --gpu 0 --num-prompts 16 > "$R/bench.txt" 2>&1 &

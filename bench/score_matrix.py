@@ -8,6 +8,7 @@ For every row that `bench/gpu_sglang.py matrix` ran on the GPU host (its JSON un
   kit predicts for that launch (`kit.wiring.plan.wiring_from_launch`, 0.5.17 rules);
 * puts SGLang's observed accept lengths (meta_info pooled and mean, /server_info, log) beside it.
 
+    python bench/score_matrix.py predict --base-draft DRAFT_DIR --out PREDICTIONS.json   # before launch
     python bench/score_matrix.py --results docs/results/h200_matrix --base-draft DRAFT_DIR --out FILE.json
 
 Prints one JSON line last.
@@ -67,7 +68,39 @@ def doctor(target: str, draft: str | None, cmd: str) -> dict:
     }
 
 
+def predict(base: Path, out: Path) -> dict:
+    """Before launch: `kit doctor` on every row's draft files and the launch command the GPU host will run."""
+    from gpu_sglang import make_spec
+
+    from kit.models import resolve_target
+
+    drafts = make_variants(base, base.parent)
+    target_dir = str(resolve_target("embedded"))
+    res = {}
+    for row in ROWS:
+        spec = make_spec(row, target_dir, drafts, 31000, Path("/tmp/x.log"), None)
+        cmd = local_command(spec.command(), target_dir, str(drafts[row.draft]) if row.draft else None, None)
+        t0 = time.time()
+        res[row.name] = {
+            "command": cmd,
+            "doctor": doctor(target_dir, str(drafts[row.draft]) if row.draft else None, cmd),
+        }
+        res[row.name]["doctor_s"] = round(time.time() - t0, 1)
+        print(row.name, json.dumps(res[row.name]["doctor"])[:400], flush=True)
+        out.write_text(json.dumps(res, indent=1))
+    return res
+
+
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "predict":
+        q = argparse.ArgumentParser()
+        q.add_argument("--base-draft", required=True)
+        q.add_argument("--out", required=True)
+        b = q.parse_args(argv[1:])
+        predict(Path(b.base_draft), Path(b.out))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True)
     p.add_argument("--base-draft", required=True, help="the demo draft (bf16, as carried) in SGLang layout")

@@ -13,4 +13,12 @@ happen inside the functions that need them. Run `python -m kit --help` for the v
 
 __version__ = "0.1.0"
 
+import os as _os  # noqa: E402
+
+# torch's OpenMP threads spin while they wait for each other; on a small or shared machine a spinning
+# thread starves the one it waits for, and a 2-thread forward ran 10x slower than a 1-thread one on a
+# busy 2-core box. Waiting passively (libgomp reads this once, when torch loads) keeps 2 threads at
+# least as fast as 1; a value the user set wins.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from kit.findings import Finding, KitInputError, Report  # noqa: E402,F401

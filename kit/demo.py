@@ -74,7 +74,38 @@ def declared_parameters(nb_path: Path) -> set[str]:
     raise KitInputError(f"{nb_path}: no cell tagged 'parameters'")
 
 
-def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int = 1800) -> Path:
+class _CellEcho:
+    """Where a running cell's stdout goes: the terminal, indented under the step line, so a long step
+    (training the draft, the oracle, the benchmark) shows its own progress while it runs."""
+
+    def __init__(self, stream=None):
+        self.stream, self.at_line_start = stream or sys.stdout, True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            if self.at_line_start and piece.strip():
+                self.stream.write("      ")
+            self.stream.write(piece)
+            self.at_line_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _ipc_kernel_manager():
+    """A kernel manager that talks to the kernel over Unix sockets: local, and without ipykernel's warning
+    that a TCP kernel runs unencrypted (the warning is true of the default transport)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw):
+            super().__init__(transport="ipc", **kw)
+
+    return IPCKernelManager
+
+
+def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int = 1800, echo=None) -> Path:
     import logging
 
     import papermill as pm
@@ -90,9 +121,11 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
         cwd=str(out_dir),
         kernel_name="python3",
         parameters={k: v for k, v in params.items() if k in declared},
-        progress_bar=sys.stderr.isatty(),
+        progress_bar=False,
         request_save_on_cell_execute=True,
         execution_timeout=timeout_s,
+        stdout_file=echo,
+        kernel_manager_class=_ipc_kernel_manager(),
     )
     return out_nb
 
@@ -115,7 +148,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         t0 = time.perf_counter()
         print(f"[{i}/{len(nbs)}] {nb.name} ...", flush=True)
         try:
-            execute_notebook(nb, run_dir, params)
+            execute_notebook(nb, run_dir, params, echo=_CellEcho())
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             msg = str(e).strip().splitlines()
             print(

@@ -6,7 +6,13 @@ on a CPU, so we build small virtual environments that see the packages of the in
 the kit (the CPU torch is shared, nothing CUDA is installed) and add the third-party package with
 `--no-deps` plus the light packages it really imports:
 
-    sglang-<version>  that release's own argument parser (ServerArgs.add_cli_args) and sources
+    sglang-<version>  that release's own argument parser (ServerArgs.add_cli_args) and sources: sglang
+                      `--no-deps`, then, for a release with a recorded flag table, exactly the distributions
+                      its parser imported when the table was derived (`closure` in kit/sglang/server_flags.json,
+                      e.g. transformers 5.12.1 for 0.5.17, 5.19.0 for 0.5.23, triton), `--no-deps`, no resolver
+                      run; for any other release the requirements its wheel declares minus the GPU/kernel/media
+                      stacks, at its own pins. Plus stand-ins for modules with no CPU build
+                      (kit/sglang/stand_ins.py: torchvision)
     speculators       speculators 0.9.0 + SpecForge 0.2.0 draft classes (genuine checkpoints)
 
 How a side environment sees the kit's packages: `python -m venv` without system site-packages,
@@ -14,8 +20,11 @@ plus a `kit-parent.pth` whose line runs `site.addsitedir(...)` for every site-pa
 the *current* interpreter (a virtualenv's own, a conda env's, the system's and the user site),
 so it works when the kit runs in a venv (whose base interpreter lacks torch), in conda or in
 system Python. Packages installed in the side environment come first on its sys.path. Each
-environment is built once per (recipe, parent interpreter), checked by importing what it is for,
-and marked complete only then; a failed build is remembered for an hour with its reason.
+environment is built once per (recipe, parent interpreter) under `<name>-<hash of the parent's
+prefix>`, checked by importing what it is for, and marked complete only then; a failed build is
+remembered for an hour with its reason (then retried). Builds of the same environment by two
+processes are serialised by a file lock. Measured on the 2-core CI machine: sglang-0.5.23 ~4 min,
+sglang-0.5.17 ~4 min, speculators ~2 min (downloads dominate; pip's cache makes rebuilds faster).
 
     from kit.venvs import ensure_venv
     py = ensure_venv("sglang-0.5.23")      # path of that venv's python; built once, cached
@@ -82,6 +91,12 @@ def recipe(name: str) -> tuple[list[list[str]], str]:
     """(pip install steps, import check) of a side environment."""
     m = _SGLANG.match(name)
     if m:
+        from kit.sglang.flags import recorded_closure
+
+        closure = recorded_closure(m.group(1))
+        if closure:  # exactly what that release's parser imported when its table was derived: no resolver run
+            pins = [f"{d}=={v}" for d, v in sorted(closure.items())]
+            return [["--no-deps", f"sglang=={m.group(1)}"], ["--no-deps", *pins]], "import sglang.srt.server_args"
         steps = [
             ["--no-deps", f"sglang=={m.group(1)}"],
             ["@requires:sglang"] + SGLANG_EXTRA,

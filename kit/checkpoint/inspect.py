@@ -211,7 +211,7 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
                 severity="error",
                 title=f"{what} in {ver}",
                 evidence={"architecture": sim.architecture, "layout": layout.name},
-                fix="python -m kit convert SRC DST --to sglang (writes LlamaForCausalLMEagle3)",
+                fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes LlamaForCausalLMEagle3)",
             )
         )
     for e in sim.build_errors:

@@ -323,11 +323,12 @@ class BatchDecoder:
             if not s.done:
                 extend.append((s, new + [pred[keep[-1]]], feats[keep], s.draft_pos + 1))
         t3 = time.perf_counter()
+        decoding = [e for e in extend if e[0].draft_kv is not None]
         for e in extend:  # prefills one by one: no padding of short extends to a long prompt
             if e[0].draft_kv is None:
                 self._extend([e])
-        if any(e[0].draft_kv is not None for e in extend):
-            self._extend([e for e in extend if e[0].draft_kv is not None])
+        if decoding:
+            self._extend(decoding)
         t4 = time.perf_counter()
         for k, dt in zip(self.times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             self.times[k] += dt

@@ -1,29 +1,37 @@
-"""The CPU reference server's engine: models, SGLang's flag semantics, generation, statistics.
+"""The CPU reference server's engine: models, SGLang's flag semantics, one batched decode loop, statistics.
 
 `ReferenceEngine(spec)` loads the target (`--model-path`, 'embedded' = SmolLM2) and, for an
-EAGLE-family `--speculative-algorithm`, the draft, then generates with `kit.reference.speculate` exactly as
-SGLang 0.5.23 would run that launch: the algorithm maps to a `Wiring` (EAGLE/NEXTN with an EAGLE-3
-draft => no aux capture => `fc` bypassed, the seed's fault), steps/speculative_eagle_topk/draft tokens resolve as in
-`_handle_eagle_family` (all unset => auto-chosen from the target architecture; speculative_eagle_topk 1 => draft
-tokens = steps + 1). Greedy verification, so output == the target's plain greedy output.
+EAGLE-family `--speculative-algorithm`, the draft, and runs them as SGLang 0.5.23 would run that
+launch: the algorithm maps to a `Wiring` (EAGLE/NEXTN with an EAGLE-3 draft => no aux capture =>
+`fc` bypassed, the seed's fault) and steps/topk/draft tokens resolve with `kit.sglang.params`.
+
+Scheduling is SGLang's continuous batching, on one worker thread: every step admits waiting
+requests (up to `--max-running-requests`, default 16), runs one batched step of
+`kit.reference.speculate.BatchDecoder` over all running requests (prefill of the new ones, draft +
+verify of the others, each with its own KV caches and speculative state) and hands each request
+the tokens that step accepted, at once, so streams carry them as they are verified. Greedy
+verification, so every request's output == the target's plain greedy output, alone or batched.
 
 It keeps SGLang's counters and prints SGLang-format decode lines every `--decode-log-interval`
-verify/decode forwards (`kit.serving.logs` parses them), and renders `/metrics` with SGLang's metric
-names. Requests run one at a time (kit.reference.speculate holds one lock around the shared target).
+decode forwards (`kit.serving.logs` parses them), and renders `/metrics` with SGLang's metric names.
+
+    eng = ReferenceEngine(LaunchSpec(model_path="embedded"))
+    out = eng.generate([1, 2, 3], max_new_tokens=32)       # blocking; eng.submit(...) streams
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
 
-VERSION = "kit-reference-0.1"
+VERSION = "kit-reference-0.2"
+DEFAULT_MAX_RUNNING = 16
 
 
 def log(msg: str, rank: bool = False) -> None:
@@ -55,10 +63,29 @@ class Outcome:
         return len(self.accept_lengths)
 
 
+# on_update(tokens accepted by this step, Outcome when finished | None | the Exception that failed the step)
+Update = Callable[[list, Any], None]
+
+
+@dataclass(eq=False)
+class Request:
+    seq: Any  # kit.reference.speculate.Sequence
+    max_new_tokens: int
+    on_update: Update | None
+    t0: float = field(default_factory=time.perf_counter)
+    t_first: float = 0.0
+    cancelled: bool = False
+    outcome: Outcome | None = None
+
+
 class ReferenceEngine:
     def __init__(self, spec, device: str = "cpu", dtype: str = "float32"):
+        import torch
+
         from kit.checkpoint.hf_config import read_config
         from kit.models import load_target, resolve_target
+        from kit.reference.speculate import BatchDecoder
+        from kit.sglang.params import EAGLE_FAMILY
 
         self.spec = spec
         self.model_dir = resolve_target(spec.model_path)
@@ -70,23 +97,23 @@ class ReferenceEngine:
         if self.algorithm and self.algorithm not in ("EAGLE", "EAGLE3"):
             raise KitInputError(f"--speculative-algorithm {alg}: the reference server implements EAGLE and EAGLE3")
         self.draft = self.params = self.wiring = None
-        if self.algorithm:
+        if self.algorithm in EAGLE_FAMILY:
             from kit.reference.draft_io import load_draft
 
             if not spec.speculative_draft_model_path:
                 raise KitInputError(f"--speculative-algorithm {alg} needs --speculative-draft-model-path")
             self.params = spec.spec_params().resolved(self.algorithm, arch)
             self.draft = load_draft(
-                spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(__import__("torch"), dtype)
+                spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(torch, dtype)
             ).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
             self.wiring = wiring_for(spec, dcfg, self.target_config)
+        self.decoder = BatchDecoder(self.target, self.draft, self.params, self.wiring)
         self.device = device
         self.eos = self.tok.eos_token_id
         self.model_name = spec.served_model_name or spec.model_path
         self.interval = spec.decode_log_interval or 40
-        self.lock = threading.Lock()
-        self.rid = itertools.count(1)
+        self.max_running = spec.max_running_requests or DEFAULT_MAX_RUNNING
         # SGLang's scheduler counters (metrics_reporter) and tokenizer-side totals
         self.forward_ct = 0
         self.iv_accept = self.iv_correct = self.iv_forward = self.iv_tokens = 0
@@ -99,85 +126,158 @@ class ReferenceEngine:
             "spec_verify_calls_total": 0,
             "num_requests_total": 0,
         }
-        self.waiting = 0  # requests inside generate(): one runs, the rest queue on kit.reference.speculate's lock
+        self.cv = threading.Condition()
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name="kit-decode", daemon=True)
+        self.thread.start()
 
-    # -- generation -----------------------------------------------------------------------------
+    # -- requests -------------------------------------------------------------------------------
+    def submit(
+        self,
+        input_ids: list[int],
+        max_new_tokens: int = 128,
+        stop_token_ids=(),
+        ignore_eos: bool = False,
+        on_update: Update | None = None,
+    ) -> Request:
+        """Queue a request; `on_update` is called on the decode thread after every step that touched it."""
+        from kit.reference.speculate import Sequence
+
+        if not input_ids:
+            raise KitInputError("empty prompt: give at least one input token")
+        eos = ([] if ignore_eos or self.eos is None else [self.eos]) + list(stop_token_ids or [])
+        r = Request(Sequence(list(input_ids), max_new_tokens, frozenset(eos)), max_new_tokens, on_update)
+        with self.cv:
+            self.waiting.append(r)
+            self.cv.notify()
+        return r
+
+    def cancel(self, r: Request) -> None:
+        """Stop decoding `r` (client gone); the loop drops it before its next step."""
+        r.cancelled = True
+
+    def finish(self, r: Request, tokens: list[int], finish_reason: dict) -> Outcome:
+        """End `r` early with `tokens` (a stop string matched): the Outcome as SGLang reports it."""
+        r.cancelled = True
+        out = self._outcome(r, tokens, finish_reason)
+        self._account_finished(out)
+        return out
+
     def generate(
         self, input_ids: list[int], max_new_tokens: int = 128, stop_token_ids=(), ignore_eos: bool = False
     ) -> Outcome:
+        """Blocking generation (joins the running batch)."""
+        done = threading.Event()
+        box: list = []
+
+        def on_update(_tokens, outcome):
+            if outcome is not None:
+                box.append(outcome)
+                done.set()
+
+        self.submit(input_ids, max_new_tokens, stop_token_ids, ignore_eos, on_update)
+        done.wait()
+        if isinstance(box[0], Exception):
+            raise box[0]
+        return box[0]
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify()
+
+    # -- the decode loop ------------------------------------------------------------------------
+    def _loop(self) -> None:
         import torch
 
-        from kit.reference.speculate import greedy_generate, speculative_generate
+        while True:
+            with self.cv:
+                while not self.stopping and not self.waiting and not self.running:
+                    self.cv.wait()
+                if self.stopping:
+                    return
+                self.running = [r for r in self.running if not r.cancelled]
+                while self.waiting and len(self.running) < self.max_running:
+                    r = self.waiting.pop(0)
+                    if not r.cancelled:
+                        self.running.append(r)
+            if not self.running:
+                continue
+            batch = list(self.running)
+            decoding = [r for r in batch if r.t_first]
+            t0 = time.perf_counter()
+            try:
+                # torch's default device is per thread: what the step builds without naming one
+                # lands next to the weights
+                with torch.device(self.device):
+                    emitted = self.decoder.step([r.seq for r in batch])
+            except Exception as e:  # a failing step fails its requests, never the loop
+                log(f"decode step failed: {type(e).__name__}: {e}")
+                for r in batch:
+                    if r.on_update is not None:
+                        r.on_update([], e)
+                self.running = []
+                continue
+            now = time.perf_counter()
+            for r, toks in zip(batch, emitted):
+                r.t_first = r.t_first or now
+                if r.seq.done and not r.cancelled:
+                    r.outcome = self._outcome(r, r.seq.tokens, None)
+                    self._account_finished(r.outcome)
+                if r.on_update is not None:
+                    r.on_update(toks, r.outcome)
+            if decoding:
+                self._account_step(decoding, now - t0)
+            self.running = [r for r in batch if not r.seq.done and not r.cancelled]
 
-        eos = ([] if ignore_eos or self.eos is None else [self.eos]) + list(stop_token_ids or [])
-        t0 = time.perf_counter()
-        with self.lock:
-            self.waiting += 1
-        try:
-            # requests run on the HTTP server's threads and torch's default device is per thread:
-            # whatever the decode loop builds without naming a device lands next to the weights
-            with torch.device(self.device):
-                if self.draft is not None:
-                    r = speculative_generate(
-                        self.target,
-                        self.draft,
-                        list(input_ids),
-                        max_new_tokens,
-                        self.params,
-                        self.wiring,
-                        eos_token_id=eos,
-                    )
-                else:
-                    r = greedy_generate(self.target, list(input_ids), max_new_tokens, eos_token_id=eos)
-        finally:
-            with self.lock:
-                self.waiting -= 1
-        last = r.tokens[-1] if r.tokens else None
-        finish = {"type": "stop", "matched": last} if last in eos else {"type": "length", "length": max_new_tokens}
-        out = Outcome(
-            tokens=list(r.tokens),
-            prompt_tokens=len(input_ids),
-            finish_reason=finish,
-            accept_lengths=list(r.accept_lengths),
-            accepted_drafts=list(r.accepted_drafts),
-            e2e_latency=time.perf_counter() - t0,
-            decode_time=r.draft_time_s + r.verify_time_s,
+    def _outcome(self, r: Request, tokens: list[int], finish_reason: dict | None) -> Outcome:
+        if finish_reason is None:
+            last = tokens[-1] if tokens else None
+            finish_reason = (
+                {"type": "stop", "matched": last}
+                if last in r.seq.eos
+                else {"type": "length", "length": r.max_new_tokens}
+            )
+        now = time.perf_counter()
+        return Outcome(
+            tokens=list(tokens),
+            prompt_tokens=len(r.seq.prompt),
+            finish_reason=finish_reason,
+            accept_lengths=list(r.seq.accept_lengths),
+            accepted_drafts=list(r.seq.accepted_drafts),
+            e2e_latency=now - r.t0,
+            decode_time=now - (r.t_first or now),
         )
-        self._account(out)
-        return out
 
-    def _account(self, o: Outcome) -> None:
-        """Advance the forward counter step by step and log at every interval boundary, as SGLang does.
-
-        Lines are printed when the request finishes; each step is charged its share of the
-        request's decode time, so `gen throughput` is tokens / decode time of the interval."""
-        with self.lock:
+    # -- SGLang's counters ------------------------------------------------------------------------
+    def _account_finished(self, o: Outcome) -> None:
+        with self.cv:
             self.counters["num_requests_total"] += 1
             self.counters["prompt_tokens_total"] += o.prompt_tokens
             self.counters["generation_tokens_total"] += len(o.tokens)
             self.counters["spec_verify_calls_total"] += o.verify_ct
-            steps = (
-                list(zip(o.accept_lengths, o.accepted_drafts))
-                if self.draft is not None
-                else [(1, 0)] * max(0, len(o.tokens) - 1)
-            )
-            dt = o.decode_time / len(steps) if steps else 0.0
-            kv = o.prompt_tokens + 1
-            for acc, correct in steps:
-                kv += acc
-                self.forward_ct += 1
-                self.iv_forward += 1
-                self.iv_accept += acc
-                self.iv_correct += correct
-                self.iv_tokens += acc
-                self.iv_time += dt
-                if self.forward_ct % self.interval == 0:
-                    self._log_decode(kv)
 
-    def _log_decode(self, kv_tokens: int) -> None:
+    def _account_step(self, decoding: list[Request], dt: float) -> None:
+        """One decode forward over `decoding` (SGLang counts accept length per request and step)."""
+        self.forward_ct += 1
+        self.iv_time += dt
+        for r in decoding:
+            s = r.seq
+            acc = s.accept_lengths[-1] if self.draft is not None and s.accept_lengths else 1
+            self.iv_forward += 1
+            self.iv_accept += acc
+            self.iv_correct += s.accepted_drafts[-1] if self.draft is not None and s.accepted_drafts else 0
+            self.iv_tokens += acc
+        if self.forward_ct % self.interval == 0:
+            kv = sum(len(r.seq.prompt) + len(r.seq.tokens) for r in self.running)
+            self._log_decode(len(decoding), kv)
+
+    def _log_decode(self, running: int, kv_tokens: int) -> None:
         thr = self.iv_tokens / max(self.iv_time, 1e-9)
         self.iv_tokens, self.iv_time = 0, 0.0
-        msg = f"Decode batch, #running-req: 1, #token: {kv_tokens}, token usage: 0.00, "
+        msg = f"Decode batch, #running-req: {running}, #token: {kv_tokens}, token usage: 0.00, "
         if self.draft is not None:
             al = self.iv_accept / self.iv_forward
             ar = self.iv_correct / (self.iv_forward * (self.params.speculative_num_draft_tokens - 1))
@@ -187,10 +287,7 @@ class ReferenceEngine:
             msg += f"accept len: {al:.2f}, accept rate: {ar:.2f}, "
         self.iv_accept = self.iv_correct = self.iv_forward = 0
         self.gauges["gen_throughput"] = thr
-        log(
-            msg + f"cpu graph: False, gen throughput (token/s): {thr:.2f}, #queue-req: {max(self.waiting - 1, 0)}",
-            rank=True,
-        )
+        log(msg + f"cpu graph: False, gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}", rank=True)
 
     # -- reporting ------------------------------------------------------------------------------
     def spec_meta(self, o: Outcome) -> dict:
@@ -247,8 +344,8 @@ class ReferenceEngine:
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
         g = {
-            "sglang:num_running_reqs": min(self.waiting, 1),
-            "sglang:num_queue_reqs": max(self.waiting - 1, 0),
+            "sglang:num_running_reqs": len(self.running),
+            "sglang:num_queue_reqs": len(self.waiting),
             "sglang:gen_throughput": self.gauges["gen_throughput"],
         }
         if self.draft is not None:

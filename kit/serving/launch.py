@@ -174,7 +174,6 @@ def launch_from_text(
     server would not see as written (`launch.env_scope`); the spec's env holds every variable the
     text meant for the server. KitInputError (exit 2) only when the text holds no SGLang launch."""
     from kit.sglang.cmdline import find_launch
-    from kit.sglang.flags import server_flags
 
     found = find_launch(text, source=source, version=sglang_version)
     if found is None:
@@ -187,7 +186,6 @@ def launch_from_text(
     out: list[Finding] = []
     unread = [n for n in found.notes if n["kind"] != "command"]
     others = [n["text"] for n in found.notes if n["kind"] == "command"]
-    _, own = server_flags(found.argv, sglang_version)
     config = spec.extra_args[spec.extra_args.index("--config") + 1 :][:1] if "--config" in spec.extra_args else []
     if unread or config:
         items = [f"{n['text']} ({n['why']})" for n in unread] + [
@@ -207,13 +205,13 @@ def launch_from_text(
                 fix="write the values out in the command (no $(...), env files or config files) to have them checked",
             )
         )
-    if others or own:
+    if others:
         out.append(
             Finding(
                 code="launch.unparsed",
                 severity="info",
-                title="not part of the SGLang launch, not checked: " + "; ".join(others + own)[:300],
-                evidence={"commands": others, "entry_point_args": own, "entry": found.entry},
+                title="not part of the SGLang launch, not checked: " + "; ".join(others)[:300],
+                evidence={"commands": others, "entry": found.entry},
                 fix="",
             )
         )
@@ -223,9 +221,7 @@ def launch_from_text(
                 code="launch.env_scope",
                 severity="warning",
                 title="the server does not see "
-                + ", ".join(sorted(found.unseen))
-                + " as written: "
-                + next(iter(found.unseen.values())),
+                + "; ".join(f"{k} ({why})" for k, why in sorted(found.unseen.items()))[:300],
                 evidence={"unseen": found.unseen, "forms": found.env_forms},
                 fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
                 "the kit's own command line (`kit launch --from`) passes them",

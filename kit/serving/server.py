@@ -1,13 +1,14 @@
-"""`python -m kit serve`: the CPU reference server, speaking SGLang 0.5.23's HTTP API.
+"""`python -m kit serve`: the CPU reference server, speaking SGLang 0.5.23's HTTP API on FastAPI + uvicorn.
 
     python -m kit serve --model-path embedded --speculative-algorithm EAGLE3 \
         --speculative-draft-model-path DRAFT --speculative-num-steps 3 --speculative-eagle-topk 1 \
         --speculative-num-draft-tokens 4 [--host 127.0.0.1] [--port 30000] [--api-key K] [--enable-metrics]
 
-Takes SGLang's flag names and semantics (the same `kit.serving.launch.LaunchSpec`; flags it cannot honour,
-like --tp-size, are logged and ignored), so `--speculative-algorithm EAGLE` with an EAGLE-3 draft
-runs without aux capture exactly as SGLang does and the seed's accept length ~1 reproduces on a
-laptop. Decoding is real (kit.reference.speculate, greedy verification: output == plain greedy target output).
+Takes SGLang's flag names and semantics (the same `kit.serving.launch.LaunchSpec`; flags it cannot
+honour, like --tp-size, are logged and ignored), so `--speculative-algorithm EAGLE` with an EAGLE-3
+draft runs without aux capture exactly as SGLang does and the seed's accept length ~1 reproduces on a
+laptop. Decoding is real and batched (kit.serving.engine: one decode loop, continuous batching, greedy
+verification, so each request's output == the target's plain greedy output).
 
 Endpoints: GET /health, /health_generate (503 while loading), /get_server_info and /server_info
 (resolved args + internal_states[0].avg_spec_accept_length), /v1/models, /model_info, /metrics
@@ -16,30 +17,31 @@ Endpoints: GET /health, /health_generate (503 while loading), /get_server_info a
 meta_info has completion_tokens, e2e_latency and spec_verify_ct, spec_accept_length,
 spec_accept_rate, spec_num_correct_drafts, spec_num_proposed_drafts,
 spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (stream or not;
-`return_spec_tokens_details` -> sglext.spec_tokens_details). Streams send one chunk per verify
-step (SGLang with --stream-interval 1), after the request has been decoded. Greedy only:
-temperature/top_p are accepted and ignored (logged once).
+`return_spec_tokens_details` -> sglext.spec_tokens_details). A stream sends one chunk per scheduler
+output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
+--stream-interval 1). Greedy only: temperature/top_p are accepted and ignored (logged once).
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime
 import argparse
+import asyncio
 import json
 import os
-import signal
 import threading
 import time
 import traceback
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.serving.engine import ReferenceEngine, log
+from kit.serving.engine import Outcome, ReferenceEngine, log
 
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
 IGNORED_NOTE = "the CPU reference server ignores"
+UNAUTHENTICATED = ("/health", "/health_generate")
 
 
 @dataclass
@@ -56,121 +58,42 @@ class State:
         self.warned_sampling = False
 
 
+class BadRequest(Exception):
+    pass
+
+
 def _sse(obj) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    state: State  # set on the subclass built by make_server
+def cut_at_stop(tok, tokens: list[int], stops: list[str]) -> tuple[int, str] | None:
+    """(token count, matched string) of the first token whose decoded text completes a stop string."""
+    if not stops:
+        return None
+    for i in range(1, len(tokens) + 1):
+        text = tok.decode(tokens[:i], skip_special_tokens=True)
+        hit = next((s for s in stops if s and s in text), None)
+        if hit:
+            return i, hit
+    return None
 
-    def log_message(self, fmt, *args):  # SGLang logs requests only at debug level
-        pass
 
-    # -- plumbing ---------------------------------------------------------------------------------
-    def _send(self, status: int, payload, ctype: str = "application/json") -> None:
-        data = (
-            payload
-            if isinstance(payload, bytes)
-            else (payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
-        )
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+class Generation:
+    """One request inside the engine, seen from the event loop: an async stream of token updates.
 
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+    The engine's decode thread hands each step's tokens over with `call_soon_threadsafe`; stop
+    strings are applied here, on the text, and end the request inside the engine too."""
 
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def _end_stream(self) -> None:
-        self._chunk(_sse(b"[DONE]"))
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _body(self) -> dict:
-        n = int(self.headers.get("Content-Length") or 0)
-        if not n:
-            return {}
-        return json.loads(self.rfile.read(n))
-
-    def _authorized(self) -> bool:
-        key = self.state.spec.api_key
-        path = self.path.split("?")[0]
-        if not key or path in ("/health", "/health_generate"):
-            return True
-        return self.headers.get("Authorization", "") == f"Bearer {key}"
-
-    # -- routing ----------------------------------------------------------------------------------
-    def do_GET(self):
-        self._route("GET")
-
-    def do_POST(self):
-        self._route("POST")
-
-    def _route(self, method: str) -> None:
-        path = self.path.split("?")[0]
-        try:
-            body = self._body() if method == "POST" else {}
-        except ValueError:
-            return self._send(400, {"error": {"message": "invalid JSON body"}})
-        if not self._authorized():
-            return self._send(401, {"error": "Unauthorized"})
-        eng = self.state.engine
-        if path in ("/health", "/health_generate"):
-            return self._send(200 if eng else 503, b"")
-        if eng is None:
-            return self._send(503, {"error": {"message": "server is starting"}})
-        try:
-            if path in ("/get_server_info", "/server_info"):
-                return self._send(200, eng.server_info())
-            if path == "/v1/models":
-                return self._send(200, {"object": "list", "data": [eng.model_card()]})
-            if path == "/model_info":
-                return self._send(
-                    200,
-                    {
-                        "model_path": eng.spec.model_path,
-                        "tokenizer_path": eng.spec.model_path,
-                        "is_generation": True,
-                        "weight_version": "default",
-                        "architectures": eng.target_config.get("architectures"),
-                        "model_type": eng.target_config.get("model_type"),
-                    },
-                )
-            if path == "/metrics" and eng.spec.enable_metrics:
-                return self._send(200, eng.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
-            if path == "/flush_cache":
-                return self._send(200, "Cache flushed.\n", "text/plain")
-            if method == "POST" and path == "/generate":
-                return self._generate(body)
-            if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-                return self._openai(body, chat=path.endswith("chat/completions"))
-        except BadRequest as e:
-            return self._send(400, {"error": {"message": str(e), "type": "BadRequestError"}})
-        except (BrokenPipeError, ConnectionResetError):
-            return None
-        return self._send(404, {"detail": "Not Found"})
-
-    # -- generation helpers -----------------------------------------------------------------------
-    def _run(self, ids: list[int], sp: dict):
-        eng = self.state.engine
-        if not self.state.warned_sampling and float(sp.get("temperature") or 0) > 0:
-            self.state.warned_sampling = True
+    def __init__(self, state: State, ids: list[int], sp: dict):
+        eng = state.engine
+        if not state.warned_sampling and float(sp.get("temperature") or 0) > 0:
+            state.warned_sampling = True
             log("reference server: greedy decoding only; temperature/top_p are ignored")
         n = sp.get("max_new_tokens")
-        n = self.state.cfg.default_max_tokens if n is None else int(n)
+        n = state.cfg.default_max_tokens if n is None else int(n)
         if n < 1:
             raise BadRequest("max_new_tokens must be >= 1")
-        ctx = self.state.spec.context_length
+        ctx = state.spec.context_length
         if ctx and len(ids) >= ctx:  # SGLang's tokenizer manager refuses it with these words
             raise BadRequest(f"The input ({len(ids)} tokens) is longer than the model's context length ({ctx} tokens).")
         if ctx and n + len(ids) > ctx:
@@ -180,43 +103,63 @@ class Handler(BaseHTTPRequestHandler):
                 "the completion. Please reduce the number of tokens in the input messages or the completion to "
                 "fit within the limit."
             )
-        out = eng.generate(ids, n, stop_token_ids=sp.get("stop_token_ids") or (), ignore_eos=bool(sp.get("ignore_eos")))
         stops = sp.get("stop") or []
-        stops = [stops] if isinstance(stops, str) else list(stops)
-        tok = eng.tok
-        if stops:  # stop strings: cut at the first token whose text completes a stop string
-            for i in range(1, len(out.tokens) + 1):
-                text = tok.decode(out.tokens[:i], skip_special_tokens=True)
-                hit = next((s for s in stops if s and s in text), None)
-                if hit:
-                    out.tokens, out.finish_reason = out.tokens[:i], {"type": "stop", "matched": hit}
-                    break
-        return out
+        self.stops = [stops] if isinstance(stops, str) else list(stops)
+        self.eng, self.ids = eng, list(ids)
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.tokens: list[int] = []
+        self.outcome: Outcome | None = None
+        self.matched: str | None = None
+        self.req = eng.submit(
+            self.ids,
+            n,
+            stop_token_ids=sp.get("stop_token_ids") or (),
+            ignore_eos=bool(sp.get("ignore_eos")),
+            on_update=self._from_engine,
+        )
 
-    def _chunks(self, out) -> list[int]:
-        """Token counts emitted per scheduler output: prefill token, then each verify step's tokens."""
-        sizes, left = [], len(out.tokens)
-        steps = [1] + (out.accept_lengths or [1] * max(0, len(out.tokens) - 1))
-        for s in steps:
-            if left <= 0:
-                break
-            sizes.append(min(s, left))
-            left -= sizes[-1]
-        if left > 0:
-            sizes.append(left)
-        return sizes
+    def _from_engine(self, tokens: list[int], outcome: Outcome | None) -> None:  # decode thread
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (tokens, outcome))
 
-    def _text(self, ids: list[int], finish: dict | None = None) -> str:
-        text = self.state.engine.tok.decode(ids, skip_special_tokens=True)
-        if finish and finish.get("type") == "stop" and isinstance(finish.get("matched"), str):
-            text = text[: text.find(finish["matched"])] if finish["matched"] in text else text
+    async def updates(self) -> AsyncIterator[tuple[int, bool]]:
+        """Yields (tokens so far, finished) once per engine step; cancels the request if abandoned."""
+        try:
+            while True:
+                tokens, outcome = await self.queue.get()
+                if isinstance(outcome, Exception):
+                    raise outcome
+                self.tokens += tokens
+                cut = cut_at_stop(self.eng.tok, self.tokens, self.stops) if self.stops else None
+                if cut:
+                    self.tokens, self.matched = self.tokens[: cut[0]], cut[1]
+                    self.outcome = self.eng.finish(self.req, self.tokens, {"type": "stop", "matched": cut[1]})
+                elif outcome is not None:
+                    self.outcome = outcome
+                yield len(self.tokens), self.outcome is not None
+                if self.outcome is not None:
+                    return
+        finally:
+            if self.outcome is None:
+                self.eng.cancel(self.req)
+
+    async def result(self) -> Outcome:
+        async for _ in self.updates():
+            pass
+        return self.outcome
+
+    def text(self, upto: int | None = None) -> str:
+        text = self.eng.tok.decode(self.tokens[:upto], skip_special_tokens=True)
+        if self.matched and self.matched in text:
+            text = text[: text.find(self.matched)]
         return text
 
-    def _meta(self, rid: str, out, done: int, finished: bool) -> dict:
+    def meta(self, rid: str, done: int, finished: bool) -> dict:
+        o = self.outcome
         m = {
             "id": rid,
-            "finish_reason": out.finish_reason if finished else None,
-            "prompt_tokens": out.prompt_tokens,
+            "finish_reason": o.finish_reason if finished else None,
+            "prompt_tokens": len(self.ids),
             "weight_version": "default",
             "num_retractions": 0,
             "reasoning_tokens": 0,
@@ -224,13 +167,86 @@ class Handler(BaseHTTPRequestHandler):
             "cached_tokens": 0,
         }
         if finished:
-            m["e2e_latency"] = out.e2e_latency
-            m.update(self.state.engine.spec_meta(out))
+            m["e2e_latency"] = o.e2e_latency
+            m.update(self.eng.spec_meta(o))
         return m
 
-    # -- /generate ---------------------------------------------------------------------------------
-    def _generate(self, body: dict) -> None:
-        eng = self.state.engine
+
+def create_app(state: State):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+    app = FastAPI(title="kit reference server", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.middleware("http")
+    async def api_key(request: Request, call_next):
+        key = state.spec.api_key
+        if key and request.url.path not in UNAUTHENTICATED:
+            if request.headers.get("authorization", "") != f"Bearer {key}":
+                return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        if state.engine is None and request.url.path not in UNAUTHENTICATED:
+            return JSONResponse({"error": {"message": "server is starting"}}, status_code=503)
+        return await call_next(request)
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_request: Request, e: BadRequest):
+        return JSONResponse({"error": {"message": str(e), "type": "BadRequestError"}}, status_code=400)
+
+    async def body_of(request: Request) -> dict:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise BadRequest("invalid JSON body")
+        if not isinstance(body, dict):
+            raise BadRequest("the JSON body must be an object")
+        return body
+
+    def stream(chunks: AsyncIterator[bytes]) -> StreamingResponse:
+        return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health():
+        return Response(status_code=200 if state.engine else 503)
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def server_info():
+        return state.engine.server_info()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [state.engine.model_card()]}
+
+    @app.get("/model_info")
+    async def model_info():
+        eng = state.engine
+        return {
+            "model_path": eng.spec.model_path,
+            "tokenizer_path": eng.spec.model_path,
+            "is_generation": True,
+            "weight_version": "default",
+            "architectures": eng.target_config.get("architectures"),
+            "model_type": eng.target_config.get("model_type"),
+        }
+
+    @app.get("/metrics")
+    async def metrics():
+        if not state.engine.spec.enable_metrics:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return PlainTextResponse(state.engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        return PlainTextResponse("Cache flushed.\n")
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        body = await body_of(request)
+        eng = state.engine
         sp = dict(body.get("sampling_params") or {})
         if body.get("input_ids") is not None:
             prompts = body["input_ids"]
@@ -245,40 +261,40 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             if batch:
                 raise BadRequest("streaming supports one prompt per request")
+            g = Generation(state, prompts[0], sp)
             rid = body.get("rid") or uuid.uuid4().hex
-            out = self._run(prompts[0], sp)
-            self._start_stream()
-            done = 0
-            sizes = self._chunks(out)
-            for i, k in enumerate(sizes):
-                done += k
-                last = i == len(sizes) - 1
-                self._chunk(
-                    _sse(
-                        {
-                            "text": self._text(out.tokens[:done], out.finish_reason if last else None),
-                            "output_ids": out.tokens[:done],
-                            "meta_info": self._meta(rid, out, done, last),
-                        }
+
+            async def chunks():
+                async for done, finished in g.updates():
+                    yield _sse(
+                        {"text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rid, done, finished)}
                     )
-                )
-            return self._end_stream()
+                yield _sse(b"[DONE]")
+
+            return stream(chunks())
+        gens = [Generation(state, ids, sp) for ids in prompts]  # submitted together: batched in the engine
         res = []
-        for ids in prompts:
-            out = self._run(ids, sp)
-            rid = body.get("rid") or uuid.uuid4().hex
+        for g in gens:
+            await g.result()
             res.append(
                 {
-                    "text": self._text(out.tokens, out.finish_reason),
-                    "output_ids": out.tokens,
-                    "meta_info": self._meta(rid, out, len(out.tokens), True),
+                    "text": g.text(),
+                    "output_ids": g.tokens,
+                    "meta_info": g.meta(body.get("rid") or uuid.uuid4().hex, len(g.tokens), True),
                 }
             )
-        self._send(200, res if batch else res[0])
+        return res if batch else res[0]
 
-    # -- OpenAI -----------------------------------------------------------------------------------
-    def _openai(self, body: dict, chat: bool) -> None:
-        eng = self.state.engine
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await openai(await body_of(request), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await openai(await body_of(request), chat=True)
+
+    async def openai(body: dict, chat: bool):
+        eng = state.engine
         if chat:
             msgs = body.get("messages") or []
             if not msgs:
@@ -300,79 +316,68 @@ class Handler(BaseHTTPRequestHandler):
             "stop_token_ids": body.get("stop_token_ids"),
             "ignore_eos": body.get("ignore_eos"),
         }
-        out = self._run(ids, sp)
+        g = Generation(state, ids, sp)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created, model = int(time.time()), body.get("model") or eng.model_name
-        reason = "stop" if out.finish_reason["type"] == "stop" else "length"
-        matched = out.finish_reason.get("matched") if reason == "stop" else None
-        usage = {
-            "prompt_tokens": out.prompt_tokens,
-            "completion_tokens": len(out.tokens),
-            "total_tokens": out.prompt_tokens + len(out.tokens),
-            "reasoning_tokens": 0,
-            "prompt_tokens_details": None,
-        }
-        spec = eng.spec_meta(out)
-        ext = {"sglext": {"spec_tokens_details": spec}} if spec and body.get("return_spec_tokens_details") else {}
         obj = "chat.completion" if chat else "text_completion"
+
+        def closing() -> tuple[str, str | None, dict, dict]:
+            o = g.outcome
+            reason = "stop" if o.finish_reason["type"] == "stop" else "length"
+            matched = o.finish_reason.get("matched") if reason == "stop" else None
+            usage = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(g.tokens),
+                "total_tokens": len(ids) + len(g.tokens),
+                "reasoning_tokens": 0,
+                "prompt_tokens_details": None,
+            }
+            spec = eng.spec_meta(o)
+            ext = {"sglext": {"spec_tokens_details": spec}} if spec and body.get("return_spec_tokens_details") else {}
+            return reason, matched, usage, ext
+
         if not body.get("stream"):
+            await g.result()
+            reason, matched, usage, ext = closing()
             choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-            text = self._text(out.tokens, out.finish_reason)
-            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
-            return self._send(
-                200,
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    "usage": usage,
-                    **ext,
-                },
-            )
-        self._start_stream()
+            choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
+            return {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+                **ext,
+            }
         head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
-        if chat:
-            self._chunk(
-                _sse(
+
+        async def chunks():
+            if chat:
+                yield _sse(
                     {
                         **head,
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
                     }
                 )
-            )
-        done, prev = 0, ""
-        sizes = self._chunks(out)
-        for i, k in enumerate(sizes):
-            done += k
-            last = i == len(sizes) - 1
-            text = self._text(out.tokens[:done], out.finish_reason if last else None)
-            delta, prev = text[len(prev) :], text
-            ch = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": reason if last else None,
-                "matched_stop": matched if last else None,
-            }
-            ch.update({"delta": {"content": delta}} if chat else {"text": delta})
-            self._chunk(_sse({**head, "choices": [ch], **(ext if last else {})}))
-        if (body.get("stream_options") or {}).get("include_usage"):
-            self._chunk(_sse({**head, "choices": [], "usage": usage}))
-        self._end_stream()
+            prev = ""
+            async for done, finished in g.updates():
+                text = g.text(done)
+                delta, prev = text[len(prev) :], text
+                ch: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": None, "matched_stop": None}
+                ext: dict = {}
+                if finished:
+                    reason, matched, usage, ext = closing()
+                    ch.update(finish_reason=reason, matched_stop=matched)
+                ch.update({"delta": {"content": delta}} if chat else {"text": delta})
+                yield _sse({**head, "choices": [ch], **ext})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield _sse({**head, "choices": [], "usage": closing()[2]})
+            yield _sse(b"[DONE]")
 
+        return stream(chunks())
 
-class BadRequest(Exception):
-    pass
-
-
-def make_server(spec, cfg: ServeConfig | None = None) -> tuple[ThreadingHTTPServer, State]:
-    """Bind (fails fast if the port is taken) and return (server, state); the engine loads later."""
-    state = State(spec, cfg or ServeConfig())
-    handler = type("BoundHandler", (Handler,), {"state": state})
-    srv = ThreadingHTTPServer((spec.host or "127.0.0.1", spec.port or 30000), handler)
-    srv.daemon_threads = True
-    return srv, state
+    return app
 
 
 def load_engine(state: State) -> None:
@@ -391,6 +396,22 @@ def load_engine(state: State) -> None:
         f"Load weight end. target={eng.model_dir} algorithm={eng.algorithm} params={p} wiring: {w} "
         f"({time.perf_counter() - t0:.1f} s)"
     )
+
+
+def make_server(spec, cfg: ServeConfig | None = None):
+    """(uvicorn.Server, State): the app is served as soon as the server runs; the engine loads later."""
+    import uvicorn
+
+    state = State(spec, cfg or ServeConfig())
+    config = uvicorn.Config(
+        create_app(state),
+        host=spec.host or "127.0.0.1",
+        port=spec.port or 30000,
+        log_level=(spec.log_level or "info").lower(),
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    return uvicorn.Server(config), state
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -421,10 +442,13 @@ def run(args: argparse.Namespace) -> int:
     spec = kconfig.from_namespace(LaunchSpec, args)
     cfg = kconfig.from_namespace(ServeConfig, args)
     check_paths(spec)
-    srv, state = make_server(spec, cfg)  # OSError (port in use) surfaces before any model loads
-    host, port = srv.server_address[:2]
+    server, state = make_server(spec, cfg)
 
     def loader():
+        while not server.started:  # uvicorn binds first: a taken port fails before any model loads
+            if server.should_exit:
+                return
+            time.sleep(0.05)
         try:
             load_engine(state)
         except KitInputError as e:  # a user error found while loading: one line, exit 2
@@ -436,12 +460,8 @@ def run(args: argparse.Namespace) -> int:
             os._exit(1)
         log("The server is fired up and ready to roll!")
 
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown, daemon=True).start())
-    log(f"Uvicorn running on http://{host}:{port} (kit reference server; /health is 503 until loaded)")
     threading.Thread(target=loader, name="kit-load", daemon=True).start()
-    try:
-        srv.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    srv.server_close()
-    return 0
+    server.run()
+    if state.engine is not None:
+        state.engine.stop()
+    return 0 if server.started else 1

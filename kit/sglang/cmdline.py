@@ -347,12 +347,12 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
     i = 0
     while i < len(words) and _is_assignment(words[i]):
         k, v = words[i].text.split("=", 1)
-        prefix[k] = v
-        st.variables[k] = v  # later words of this command expand with it (bash does the same)
+        prefix[k] = v  # for this command's environment only; the shell's own variables are unchanged
         i += 1
     rest = words[i:]
     if not rest:  # `VAR=value` on its own: a shell variable, exported only if marked so
         for k, v in prefix.items():
+            st.variables[k] = v
             if k in st.exported or k in st.marked or st.allexport:
                 st.forms.setdefault(k, "set -a" if st.allexport else "export")
                 st.exported[k] = v
@@ -421,8 +421,7 @@ def _unwrap(
                 if k not in env and k not in st.used:  # a variable the script itself reads is no env
                     unseen.setdefault(
                         k,
-                        "assigned as a shell variable (`K=v` on its own, or before `&&`/`;`), "
-                        "never exported: the server does not see it",
+                        "a shell variable (`K=v` on its own or before `&&`/`;`), never exported",
                     )
             full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
             full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
@@ -487,7 +486,7 @@ def _unwrap(
                     j += 1
                 if "-E" not in argv[1:j] and "--preserve-env" not in argv[1:j]:
                     for k in [k for k, f in forms.items() if f not in ("sudo",)]:
-                        unseen.setdefault(k, "sudo resets the environment (no -E): the server does not see it")
+                        unseen.setdefault(k, "sudo resets the environment (no -E)")
             argv, wrappers = argv[j:], wrappers + [prog]
             continue
         if prog in ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye") and argv[1:2] == [
@@ -643,7 +642,7 @@ def _container(argv, env, forms, st: _State, unseen, wrappers):
     rest = argv[j:]
     for k in env:
         if k not in cenv:
-            unseen.setdefault(k, f"set on the host; `{prog} {sub}` does not pass it into the container (add -e {k})")
+            unseen.setdefault(k, f"set on the host; `{prog} {sub}` passes only -e variables into the container")
     st_env = {**{k: v for k, v in env.items() if k in unseen}, **cenv}
     st_forms = {**{k: forms.get(k, "host") for k in env if k in unseen}, **cforms}
     # host-only variables stay in the record (what the user meant), marked unseen

@@ -46,6 +46,12 @@ def type_name(t):
     mod = getattr(t, "__module__", None) or "?"
     return f"{mod}.{getattr(t, '__qualname__', getattr(t, '__name__', repr(t)))}"
 
+def choices_of(a):
+    if a.choices is None:
+        return None
+    seq = sorted(a.choices) if isinstance(a.choices, (set, frozenset)) else a.choices  # a set: a stable order
+    return [jsonable(c) for c in seq]
+
 parser = argparse.ArgumentParser(prog="sglang serve")
 ServerArgs.add_cli_args(parser)
 actions = []
@@ -55,7 +61,7 @@ for a in parser._actions:
     kind = BUILTIN.get(type(a)) or "custom:" + type(a).__name__
     actions.append({"option_strings": list(a.option_strings), "dest": a.dest, "kind": kind,
                     "nargs": a.nargs, "type": type_name(a.type),
-                    "choices": None if a.choices is None else [jsonable(c) for c in a.choices],
+                    "choices": choices_of(a),
                     "default": jsonable(a.default), "const": jsonable(getattr(a, "const_value", a.const)),
                     "required": bool(a.required), "new_flag": getattr(a, "new_flag", None)})
 positionals = [a.dest for a in parser._actions if not a.option_strings]
@@ -89,8 +95,19 @@ entry = {"console_scripts": console, "all_console_scripts": scripts, "launch_mod
          "server_arg_modules": server_arg_modules,
          "serve_strips": ["--model-type"] if '"--model-type"' in serve_text else [],
          "serve_positional": "_normalize_positional_model_path" in serve_text}
+parser.parse_known_args(["--model-path", "m"])
+# the third-party distributions this needed that the side environment itself holds (not the parent's)
+import sysconfig
+own = pathlib.Path(sysconfig.get_paths()["purelib"]).resolve()
+names = md.packages_distributions()
+closure = {}
+for top in sorted({m.split(".")[0] for m in list(sys.modules)}):
+    for dname in names.get(top, []):
+        d = md.distribution(dname)
+        if pathlib.Path(d.locate_file("")).resolve() == own and d.metadata["Name"].lower() != "sglang":
+            closure[d.metadata["Name"]] = d.version
 print()
-print(json.dumps({"version": dist.version, "python": sys.version.split()[0], "actions": actions,
+print(json.dumps({"version": dist.version, "closure": closure, "python": sys.version.split()[0], "actions": actions,
                   "positionals": positionals, "entry": entry}))
 """
 
@@ -98,11 +115,10 @@ print(json.dumps({"version": dist.version, "python": sys.version.split()[0], "ac
 def derive(version: str, python: str | None = None) -> dict[str, Any]:
     """The flag table of one release, from its real parser in its side environment."""
     from kit.findings import KitInputError
-    from kit.sglang.parser import parser_python
+    from kit.sglang.parser import in_process_version, venv_name
+    from kit.venvs import ensure_venv
 
-    py = python or parser_python(version=version)
-    if py is None:
-        py = sys.executable
+    py = python or (sys.executable if in_process_version() == version else str(ensure_venv(venv_name(version))))
     r = subprocess.run([py, "-c", _WORKER], capture_output=True, text=True, timeout=600, cwd="/")
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]

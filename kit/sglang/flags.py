@@ -54,6 +54,13 @@ def known_versions() -> list[str]:
     return sort_versions(_all_tables())
 
 
+def recorded_closure(version: str) -> dict[str, str] | None:
+    """{distribution: version} the release's parser imported in its side environment when its table was
+    derived (beyond the kit's own packages), or None for a release without a table."""
+    t = _all_tables().get(version)
+    return dict(t["closure"]) if t and "closure" in t else None
+
+
 @dataclass(frozen=True)
 class FlagTable:
     version: str  # the release asked about
@@ -116,7 +123,7 @@ def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str]
     """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv.
 
     `sglang serve` removes `--model-type X` and turns a leading positional into `--model-path`
-    (cli/serve.py); the router's launcher keeps its `--router-*` flags."""
+    (cli/serve.py), as recorded for the release."""
     hit = launch_entry(argv, version)
     if hit is None:
         return list(argv), []
@@ -141,21 +148,6 @@ def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str]
         flags = out
         if ent.get("serve_positional") and flags and not flags[0].startswith("-"):
             flags = ["--model-path"] + flags
-    if "sglang_router" in entry:
-        out = []
-        i = 0
-        while i < len(flags):
-            a = flags[i]
-            if a.startswith("--router-"):
-                j = i + 1
-                while "=" not in a and j < len(flags) and not flags[j].startswith("-"):
-                    j += 1
-                own += flags[i:j]
-                i = j
-                continue
-            out.append(a)
-            i += 1
-        flags = out
     return flags, own
 
 

@@ -281,10 +281,15 @@ def _list_constant(src: str, name: str) -> list | None:
     return None
 
 
+def context_keys(version: str | None = None) -> list[str]:
+    """CONTEXT_LENGTH_KEYS of that release: the config fields SGLang reads a context length from, in order."""
+    return runtime_rules(version).features.get("context_length_keys") or ["max_position_embeddings"]
+
+
 def derived_context_length(text_config: dict[str, Any], version: str | None = None) -> int:
     """SGLang's get_context_length: the first of CONTEXT_LENGTH_KEYS present, times rope_scaling.factor
     unless rope_scaling names original_max_position_embeddings or is llama3; 2048 when none is set."""
-    keys = runtime_rules(version).features.get("context_length_keys") or ["max_position_embeddings"]
+    keys = context_keys(version)
     rs = text_config.get("rope_scaling") or {}
     factor = rs.get("factor", 1) if rs else 1
     if "original_max_position_embeddings" in rs or rs.get("rope_type") == "llama3":

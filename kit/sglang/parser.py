@@ -5,7 +5,8 @@ SGLang's parser is the truth about its flags, and it imports on a CPU. For relea
 1. in this interpreter, when the sglang installed here is V (a GPU host with SGLang installed);
 2. else in the interpreter named by `python=` / $KIT_SGLANG_PYTHON;
 3. else in the kit's side environment `sglang-V` (`kit.venvs.ensure_venv`: sglang==V `--no-deps` over
-   this interpreter's packages; built on first use unless $KIT_NO_VENV_BUILD=1).
+   this interpreter's packages). Built on first use for the releases with a recorded flag table
+   (unless $KIT_NO_VENV_BUILD=1); for any other release on request: `python -m kit.venvs sglang-V`.
 
 Several argvs are parsed in one call (importing SGLang takes ~8 s). Each result is
 {"ok": bool, "unknown": [...], "error": str|None, "args": {dest: value}|None}.
@@ -65,7 +66,7 @@ if __name__ == "__main__":
 """
 
 
-def _in_process_version() -> str | None:
+def in_process_version() -> str | None:
     """The sglang release importable in this interpreter, or None."""
     try:
         if importlib.util.find_spec("sglang") is None:
@@ -84,7 +85,7 @@ def parser_python(python: str | None = None, build: bool | None = None, version:
     version = version or default_release()
     if python:
         return python
-    if _in_process_version() == version:
+    if in_process_version() == version:
         return None
     if os.environ.get("KIT_SGLANG_PYTHON"):
         return os.environ["KIT_SGLANG_PYTHON"]
@@ -93,10 +94,18 @@ def parser_python(python: str | None = None, build: bool | None = None, version:
     if build is None:
         build = os.environ.get("KIT_NO_VENV_BUILD") != "1"
     name = venv_name(version)
-    if not build and not is_built(name):
-        raise KitInputError(
-            f"no sglang {version} in this interpreter and side environment {name} not built ($KIT_NO_VENV_BUILD=1)"
-        )
+    if not is_built(name):
+        if not build:
+            raise KitInputError(
+                f"no sglang {version} in this interpreter and side environment {name} not built ($KIT_NO_VENV_BUILD=1)"
+            )
+        from kit.sglang.flags import known_versions
+
+        if version not in known_versions():  # a build takes minutes: automatic only for the recorded releases
+            raise KitInputError(
+                f"no sglang {version} in this interpreter; its side environment is built on request "
+                f"(python -m kit.venvs {name})"
+            )
     return str(ensure_venv(name))
 
 

@@ -211,7 +211,8 @@ def test_doctor_fixes_use_the_users_paths(tmp_path, capsys):
 
 def test_closed_pipe_ends_quietly():
     # the reader leaves before reading: every write of the verb hits a closed pipe
-    for args in ("serve --help", f"doctor --launch-file {SEED_LAUNCH} --verbose"):
+    configs = f"--target {EXAMPLES / 'kimi_k25_config.json'} --draft {EXAMPLES / 'kimi_k25_eagle3_config.json'}"
+    for args in ("serve --help", f"doctor {configs} --verbose"):
         cmd = f"{sys.executable} -m kit {args} | true"
         for _ in range(3):
             r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
@@ -226,7 +227,7 @@ def test_console_script_is_declared():
 
 
 def test_doctor_json_last_line_in_subprocess():
-    r = _kit("doctor", "--launch-file", str(SEED_LAUNCH), "--json")
+    r = _kit("doctor", "--target", str(EXAMPLES / "kimi_k25_config.json"), "--json")
     assert r.returncode in (0, 1), r.stderr
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     assert "findings" in doc and "summary" in doc

@@ -8,7 +8,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def used_codes() -> set[str]:
     codes = set()
-    for p in (ROOT / "kit").glob("*.py"):
+    for p in (ROOT / "kit").rglob("*.py"):
+        if "tests" in p.relative_to(ROOT / "kit").parts:
+            continue
         codes |= set(re.findall(r'code\s*=\s*"([a-z_]+\.[a-z0-9_.]+)"', p.read_text()))
     return codes
 

@@ -57,5 +57,10 @@ def test_failed_build_names_the_step_and_is_remembered(root, monkeypatch):
 def test_recipes_per_release():
     steps, check = venvs.recipe("sglang-0.5.17")
     assert steps[0] == ["--no-deps", "sglang==0.5.17"] and check == "import sglang.srt.server_args"
+    # a recorded release installs the closure its parser imported, at that release's pins, without a resolver run
+    assert steps[1][0] == "--no-deps" and "transformers==5.12.1" in steps[1] and "triton==3.9.0" in steps[1]
+    assert "transformers==5.19.0" in venvs.recipe("sglang-0.5.23")[0][1]
+    other, _ = venvs.recipe("sglang-0.5.20")  # no table: the wheel's own requirements, read after installing it
+    assert other[1][0] == "@requires:sglang"
     with pytest.raises(KitInputError, match="unknown side environment"):
         venvs.recipe("sglang")

@@ -234,7 +234,7 @@ def draft_target_checks(
     """Draft config fields that SGLang reads at startup, against the target and the served context."""
     from kit.checkpoint.hf_config import text_config
     from kit.sglang.cmdline import flag_value
-    from kit.sglang.loader import MLA_EAGLE3, derived_context_length, resolve_draft_class, runtime_rules
+    from kit.sglang.loader import MLA_EAGLE3, context_keys, derived_context_length, resolve_draft_class, runtime_rules
 
     out: list[Finding] = []
     rt = runtime_rules(version)
@@ -267,7 +267,8 @@ def draft_target_checks(
     served, origin = None, None
     if flag is not None and str(flag).isdigit():
         served, origin = int(flag), "--context-length"
-    elif t is not None and f.get("draft_context_is_target_context"):
+    elif t is not None and f.get("draft_context_is_target_context") and any(t.get(k) for k in context_keys(version)):
+        # (a target config that names no context length is taken as partial: SGLang's 2048 default is not assumed)
         served, origin = derived_context_length(t, version), "the target's derived context length"
     if served is not None and f.get("draft_context_is_target_context"):
         drafted = derived_context_length(d, version)

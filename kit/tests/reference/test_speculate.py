@@ -4,7 +4,16 @@ import pytest
 import torch
 
 from kit.findings import KitInputError
-from kit.reference.speculate import Wiring, draft_tree, greedy_accept, greedy_generate, speculative_generate
+from kit.reference.speculate import (
+    BatchDecoder,
+    Sequence,
+    Wiring,
+    draft_tree,
+    greedy_generate,
+    speculative_generate,
+    walk_tree,
+)
+from kit.reference.target import reference_greedy
 from kit.sglang.params import SpecParams
 from kit.tests.tinymodels import CopyDraft, one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
 
@@ -30,7 +39,7 @@ def test_tokens_equal_greedy(pair, p):
     t, d = pair
     g = greedy_generate(t, PROMPT, 24)
     r = speculative_generate(t, d, PROMPT, 24, p, Wiring())
-    assert r.tokens == g.tokens
+    assert r.tokens == g.tokens == reference_greedy(t, PROMPT, 24)
     assert r.verify_steps == len(r.accept_lengths)
     assert sum(r.accept_lengths) + 1 == len(r.tokens)  # + the prefill token
     assert all(1 <= a <= p.speculative_num_steps + 1 for a in r.accept_lengths)
@@ -99,8 +108,31 @@ def test_tree_shape_and_scores(pair):
     assert {tk for tk, pa in zip(toks, pars) if pa == -1} == set(top2)  # step 0 = top-k of the logits
 
 
-def test_greedy_accept_walks_matching_children():
+def test_walk_tree_follows_matching_children():
     toks, pars = [5, 6, 7, 8], [-1, -1, 0, 2]
-    assert greedy_accept(toks, pars, [6, 0, 9, 0, 0]) == [1]
-    assert greedy_accept(toks, pars, [5, 7, 0, 8, 4]) == [0, 2, 3]
-    assert greedy_accept(toks, pars, [4, 0, 0, 0, 0]) == []
+    verify = lambda pred: lambda node, depth: pred[node + 1]  # serving: the verify forward's argmax
+    assert walk_tree(toks, pars, verify([6, 0, 9, 0, 0])) == [1]
+    assert walk_tree(toks, pars, verify([5, 7, 0, 8, 4])) == [0, 2, 3]
+    assert walk_tree(toks, pars, verify([4, 0, 0, 0, 0])) == []
+    truth = [5, 7]  # the oracle: the target's continuation, cut at its length
+    assert walk_tree(toks, pars, lambda node, depth: truth[depth] if depth < len(truth) else None) == [0, 2]
+
+
+@pytest.mark.parametrize("p", [None, SpecParams(3, 1, 4), SpecParams(3, 2, 6)], ids=lambda p: p and p.label())
+def test_batched_sequences_joining_late_equal_plain_greedy(pair, p):
+    """Continuous batching: sequences of different lengths join at different steps and leave when done;
+    each one's output is the target's plain greedy output, as if it ran alone."""
+    t, d = pair
+    dec = BatchDecoder(t) if p is None else BatchDecoder(t, d, p, Wiring())
+    prompts = [PROMPT, [3, 4], PROMPT[:5] * 3, [9] * 11]
+    lengths = [20, 13, 26, 7]
+    seqs = [Sequence(list(x), n) for x, n in zip(prompts, lengths)]
+    running, step = [], 0
+    while any(not s.done for s in seqs):
+        if step < len(seqs):
+            running.append(seqs[step])  # one more joins every step
+        out = dec.step([s for s in running if not s.done])
+        assert all(len(o) >= 1 for o in out)
+        step += 1
+    for s, x, n in zip(seqs, prompts, lengths):
+        assert s.tokens == reference_greedy(t, x, n)

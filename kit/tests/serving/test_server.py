@@ -7,6 +7,7 @@ Run: python -m pytest kit/tests/test_server.py -q
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -47,13 +48,16 @@ def srv3(pair):
         enable_metrics=True,
         decode_log_interval=4,
     )
-    srv, state = make_server(spec)
+    server, state = make_server(spec)
     load_engine(state)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t = threading.Thread(target=server.run, daemon=True)
     t.start()
+    while not server.started:
+        time.sleep(0.02)
     yield f"http://127.0.0.1:{spec.port}", state.engine
-    srv.shutdown()
-    srv.server_close()
+    server.should_exit = True
+    t.join(timeout=30)
+    state.engine.stop()
 
 
 def post(url, body, **kw):
@@ -64,20 +68,21 @@ def post(url, body, **kw):
 
 def sse(url, body):
     with httpx.stream("POST", url, json=body, headers=AUTH, timeout=120) as r:
-        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["server"] == "uvicorn"
         data = [l[6:] for l in r.iter_lines() if l.startswith("data: ")]
     assert data[-1] == "[DONE]"
     return [json.loads(d) for d in data[:-1]]
 
 
 def test_generate_equals_plain_greedy_and_meta(srv3, target):
-    from kit.reference.speculate import greedy_generate
+    from kit.reference.target import reference_greedy
 
     url, eng = srv3
     model, _ = target
     for ids in ([5, 9, 77, 3, 100], [42] * 7):
         res = post(url + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}})
-        assert res["output_ids"] == greedy_generate(model, ids, 24).tokens
+        assert res["output_ids"] == reference_greedy(model, ids, 24)
         m = res["meta_info"]
         assert m["completion_tokens"] == 24 and m["prompt_tokens"] == len(ids) and m["e2e_latency"] > 0
         assert m["finish_reason"] == {"type": "length", "length": 24}
@@ -229,9 +234,11 @@ def test_context_length_is_enforced_with_sglangs_words(pair):
     from kit.serving.server import load_engine, make_server
 
     spec = LaunchSpec(model_path=str(pair[0]), port=free_port(), context_length=12)
-    srv, state = make_server(spec)
+    server, state = make_server(spec)
     load_engine(state)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
     url = f"http://127.0.0.1:{spec.port}/generate"
     try:
         ok = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 8}}, timeout=60)
@@ -241,5 +248,46 @@ def test_context_length_is_enforced_with_sglangs_words(pair):
         over = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 9}}, timeout=60)
         assert over.status_code == 400 and "maximum context length of 12 tokens" in over.text
     finally:
-        srv.shutdown()
-        srv.server_close()
+        server.should_exit = True
+        state.engine.stop()
+
+
+def test_concurrent_requests_share_decode_steps_and_equal_plain_greedy(srv3, target):
+    """Four requests at once: each output == the target's plain greedy output, decoded in shared steps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kit.reference.target import reference_greedy
+
+    url, eng = srv3
+    model, _ = target
+    prompts = [[5, 9, 77, 3, 100], [42] * 7, [1, 2, 3], [200, 17, 64, 9, 9, 31]]
+    seen = []
+    step = eng.decoder.step
+    eng.decoder.step = lambda seqs: seen.append(len(seqs)) or step(seqs)
+    try:
+        body = lambda ids: {"input_ids": ids, "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        with ThreadPoolExecutor(4) as ex:
+            outs = list(ex.map(lambda ids: post(url + "/generate", body(ids)), prompts))
+    finally:
+        eng.decoder.step = step
+    for ids, res in zip(prompts, outs):
+        assert res["output_ids"] == reference_greedy(model, ids, 40)
+    assert max(seen) > 1  # requests were batched into one step, not queued one after another
+
+
+def test_engine_hands_out_each_verify_steps_tokens_at_once(srv3):
+    """The stream's source: one update per step (prefill token, then accepted drafts + bonus), before the end."""
+    _, eng = srv3
+    updates, done = [], threading.Event()
+
+    def on_update(tokens, outcome):
+        updates.append((list(tokens), outcome))
+        if outcome is not None:
+            done.set()
+
+    eng.submit([7, 8, 9, 10], 30, ignore_eos=True, on_update=on_update)
+    assert done.wait(60)
+    *early, (last_tokens, out) = updates
+    assert all(o is None for _, o in early) and len(updates) == out.verify_ct + 1
+    assert [len(t) for t, _ in updates] == [1] + out.accept_lengths
+    assert sum((t for t, _ in updates), []) == out.tokens

@@ -16,7 +16,7 @@ from kit.wiring import aux
 from kit.wiring.checks import wiring_checks
 from kit.wiring.plan import wiring_from_launch
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 KIMI_PATH = Path(__file__).parents[2] / "examples" / "kimi_k25_config.json"
 KIMI = json.loads((KIMI_PATH).read_text())
 LLAMA_T = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30, "hidden_size": 576}
@@ -79,10 +79,12 @@ def test_read_ids_where_each_stack_reads():
 
 
 def test_version_resolution_picks_older_recorded_release():
-    v, exact = aux.resolve_version("0.5.24")
-    assert (v, exact) == ("0.5.23", False)
-    assert aux.sglang_rule("KimiK25ForConditionalGeneration", "0.5.8") is None  # added later
-    assert aux.sglang_rule("LlamaForCausalLM", "0.4.6")["explicit"] == "ignored"  # took no ids
+    from kit.sglang.capture import capture_rule, recorded_release
+
+    rel = recorded_release("0.5.24")
+    assert (rel.checked, rel.exact) == ("0.5.23", False)
+    assert capture_rule("KimiK25ForConditionalGeneration", "0.5.8") is None  # added later
+    assert capture_rule("LlamaForCausalLM", "0.4.6")["explicit"] == "ignored"  # took no ids
 
 
 # -- rules derived by executing real method bodies -----------------------------------------
@@ -134,14 +136,17 @@ def _wheel_or_skip(version):
 )
 def test_recorded_table_matches_real_sglang_source(version):
     _wheel_or_skip(version)
+    from kit.sglang.capture import table
     from kit.sglang.capture_scan import derive
 
-    recorded = aux._table()["versions"][version]
+    recorded = table()["versions"][version]
     assert derive(version) == recorded
 
 
 def test_table_agrees_with_formats_doc_for_0_5_23():
-    rec = aux._table()["versions"]["0.5.23"]
+    from kit.sglang.capture import table
+
+    rec = table()["versions"]["0.5.23"]
     n = sum(len(a) for a in rec["rules"].values())
     assert n == 71  # formats.md §4.3: "this list of 71 is complete"
     assert "KimiK25ForConditionalGeneration" in rec["rules"]["2,L//2,L-3|plus1_if_first_is_1"]
@@ -232,8 +237,8 @@ def test_doctor_cli_on_kimi_config(tmp_path, capsys, monkeypatch):
     from kit import doctor
     from kit.cli import main
 
-    assert "kit.wiring.aux" in doctor.PROVIDERS
-    monkeypatch.setattr(doctor, "PROVIDERS", ["kit.wiring.aux"])
+    assert "kit.wiring.checks" in doctor.PROVIDERS
+    monkeypatch.setattr(doctor, "PROVIDERS", ["kit.wiring.checks"])
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "config.json").write_text(json.dumps(sgl_draft([2, 30, 58])))
     rc = main(
@@ -259,7 +264,7 @@ def test_no_torch_import_for_static_checks():
     import subprocess
 
     code = (
-        "import sys, json; from kit.wiring.aux import wiring_checks; "
+        "import sys, json; from kit.wiring.checks import wiring_checks; "
         "wiring_checks({'architectures':['LlamaForCausalLM'],'num_hidden_layers':30,'hidden_size':576},"
         "{'architectures':['LlamaForCausalLMEagle3'],'hidden_size':576}, ['--speculative-algorithm','EAGLE']); "
         "print('torch' in sys.modules)"

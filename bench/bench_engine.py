@@ -1,0 +1,254 @@
+"""Benchmark: the reference engine's decoding against its peers, and speculative against its own greedy.
+
+Same machine, same model (the embedded SmolLM2-135M-Instruct), same prompts (the kit's built-in
+evaluation prompts, chat-templated), greedy decoding, a fixed number of new tokens (EOS ignored):
+
+  peers        per-request output tok/s (prefill included) of the engine's greedy decode, of HF
+               `model.generate` (do_sample=False, KV cache), and of llama.cpp's server
+               (`python -m llama_cpp.server`, llama-cpp-python) on the GGUF the target is made from
+               (skipped, with a note, when llama-cpp-python is not installed). The engine is fp32 like
+               HF; llama.cpp runs the file's Q4_1 weights, so it reads ~6x fewer bytes per token.
+  speculative  the engine with the demo draft (EAGLE3, --speculative-num-steps 3, topk 1) against
+               the engine greedy, repeats interleaved per prompt (greedy, speculative, speculative,
+               greedy, ...) so both arms see the same machine load; speedup = median over requests
+               of the per-request tok/s ratio, with a 95% interval (t on the log ratios, paired by
+               prompt); when it is wider than +-20% the JSON says how many requests would narrow it.
+               Every speculative output is checked equal to the greedy output.
+  concurrency  total output tok/s of the engine's decode loop with 1, 4 and 8 requests at once.
+  profile      where a step's time goes (draft tree, target forward, host-side walk, draft extend).
+
+    python bench/bench_engine.py [--prompts 12] [--max-new-tokens 64] [--repeats 2] [--quick] [--no-llamacpp]
+    python bench/bench_engine.py --device cuda      # the same on a GPU (no llama.cpp there)
+
+Prints one JSON document (last line). Other processes on the machine add noise: the JSON records
+the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+
+def tps(n: int, s: float) -> float:
+    return n / s if s > 0 else float("nan")
+
+
+def paired_ratio_ci(ratios: list[float], level: float = 0.95) -> dict:
+    """Median and mean of per-request ratios, with a t interval on their logs."""
+    from kit.measure.metrics import _t_quantile
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    m = statistics.fmean(logs)
+    se = statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
+    t = _t_quantile(0.5 + level / 2, n - 1) if n > 1 else float("nan")
+    lo, hi = math.exp(m - t * se), math.exp(m + t * se)
+    half = (hi - lo) / 2 / math.exp(m)
+    out = {
+        "n": n,
+        "median": statistics.median(ratios),
+        "geomean": math.exp(m),
+        "low": lo,
+        "high": hi,
+        "half_width_rel": half,
+    }
+    if half > 0.2:  # the half width shrinks as 1/sqrt(n)
+        out["note"] = (
+            f"interval wider than +-20%: about {math.ceil(n * (half / 0.2) ** 2)} requests "
+            f"({math.ceil(n * (half / 0.2) ** 2) - n} more) would narrow it to +-20%"
+        )
+    return out
+
+
+def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
+    """Per-request output tok/s of llama-cpp-python's OpenAI server on the same prompts (completions API)."""
+    import httpx
+
+    from kit.models import gguf_path
+    from kit.serving.process import free_port
+
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf_path()),
+        "--n_threads",
+        str(threads),
+        "--n_ctx",
+        "2048",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+    ]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline or p.poll() is not None:
+                return {"skipped": "llama.cpp server did not start"}
+            time.sleep(0.3)
+        rates = []
+        body = {"max_tokens": max_new, "temperature": 0.0, "ignore_eos": True}
+        httpx.post(url + "/v1/completions", json={**body, "prompt": texts[0]}, timeout=300)  # warm-up
+        for t in texts:
+            s = time.perf_counter()
+            r = httpx.post(url + "/v1/completions", json={**body, "prompt": t}, timeout=300).json()
+            rates.append(tps(r["usage"]["completion_tokens"], time.perf_counter() - s))
+        return {"tok_s_median": statistics.median(rates), "requests": len(rates), "weights": "Q4_1 GGUF"}
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats per prompt and arm")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--draft", default=None, help="draft dir (default: the demo draft)")
+    ap.add_argument("--quick", action="store_true", help="the quick demo draft (trains in about a minute)")
+    ap.add_argument("--no-llamacpp", action="store_true")
+    a = ap.parse_args()
+
+    import torch
+
+    from kit.models import chat_ids, load_target
+    from kit.prompts import builtin_prompts, interleave_kinds
+    from kit.reference.draft_io import load_draft
+    from kit.reference.speculate import BatchDecoder, Sequence, Wiring, decode_one
+    from kit.reference.train import ensure_demo_draft
+    from kit.sglang.params import SpecParams
+
+    doc: dict = {
+        "bench": "engine",
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "device": a.device,
+            "loadavg_before": os.getloadavg(),
+        },
+    }
+    target, tok = load_target(device=a.device)
+    draft_dir = a.draft or ensure_demo_draft(quick=a.quick)
+    draft = load_draft(draft_dir, target_model=target).to(a.device)
+    texts = [r["prompt"] for r in interleave_kinds(builtin_prompts())][: a.prompts]
+    rows = [chat_ids(tok, t) for t in texts]
+    M = a.max_new_tokens
+    params = SpecParams(3, 1, 4).resolved()
+    greedy = BatchDecoder(target)
+    spec = BatchDecoder(target, draft, params, Wiring())
+
+    def engine(dec, ids):
+        s = time.perf_counter()
+        seq = decode_one(dec, ids, M)
+        return seq, tps(len(seq.tokens), time.perf_counter() - s)
+
+    def hf(ids):
+        x = torch.tensor([ids], device=a.device)
+        s = time.perf_counter()
+        with torch.inference_mode():
+            out = target.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=M,
+                min_new_tokens=M,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id or 0,
+            )
+        return out[0, len(ids) :].tolist(), tps(out.shape[1] - len(ids), time.perf_counter() - s)
+
+    with torch.device(a.device):
+        engine(greedy, rows[0]), engine(spec, rows[0]), hf(rows[0])  # warm-up
+        for dec in (greedy, spec):  # count the measured requests only
+            dec.times = dict.fromkeys(dec.times, 0.0)
+            dec.steps = 0
+        g_rates, s_rates, h_rates, ratios, accepts = [], [], [], [], []
+        equal = True
+        for rep in range(a.repeats):
+            for i, ids in enumerate(rows):
+                order = (0, 1) if (i + rep) % 2 == 0 else (1, 0)
+                res = {}
+                for arm in order:
+                    res[arm] = engine(greedy if arm == 0 else spec, ids)
+                (gs, gr), (ss, sr) = res[0], res[1]
+                equal &= gs.tokens == ss.tokens
+                g_rates.append(gr)
+                s_rates.append(sr)
+                ratios.append(sr / gr)
+                accepts.append(len(ss.tokens) / max(len(ss.accept_lengths), 1))
+                if rep == 0:
+                    htoks, hr = hf(ids)
+                    h_rates.append(hr)
+                    equal &= htoks == gs.tokens
+        steps_g, steps_s = max(greedy.steps, 1), max(spec.steps, 1)
+        doc["peers"] = {
+            "prompts": len(rows),
+            "max_new_tokens": M,
+            "engine_greedy_tok_s_median": statistics.median(g_rates),
+            "hf_generate_tok_s_median": statistics.median(h_rates),
+            "engine_over_hf": statistics.median(g_rates) / statistics.median(h_rates),
+            "outputs_equal_hf_greedy": equal,
+        }
+        doc["speculative"] = {
+            "params": params.label(),
+            "draft": str(draft_dir),
+            "requests": len(ratios),
+            "engine_greedy_tok_s_median": statistics.median(g_rates),
+            "speculative_tok_s_median": statistics.median(s_rates),
+            "accept_length_mean": statistics.fmean(accepts),
+            "speedup": paired_ratio_ci(ratios),
+            "target": "speedup >= 1.0 with the 95% interval above 0.9",
+        }
+        doc["speculative"]["pass"] = (
+            doc["speculative"]["speedup"]["median"] >= 1.0 and doc["speculative"]["speedup"]["low"] > 0.9
+        )
+        doc["profile"] = {
+            "greedy_ms_per_decode_step": {k: round(1e3 * v / steps_g, 2) for k, v in greedy.times.items()},
+            "speculative_ms_per_verify_step": {k: round(1e3 * v / steps_s, 2) for k, v in spec.times.items()},
+        }
+        conc = {}  # total output tok/s of one decode loop holding c requests (prefill included)
+        for dec_name, dec in (("greedy", greedy), ("speculative", spec)):
+            for c in (1, 4, 8):
+                seqs = [Sequence(list(rows[j % len(rows)]), M) for j in range(c)]
+                s = time.perf_counter()
+                while not all(q.done for q in seqs):
+                    live = [q for q in seqs if not q.done]
+                    dec.step(live)
+                conc[f"{dec_name}_c{c}_tok_s"] = tps(sum(len(q.tokens) for q in seqs), time.perf_counter() - s)
+        doc["concurrency"] = conc
+    if a.no_llamacpp or a.device != "cpu":
+        doc["peers"]["llamacpp"] = {"skipped": "--no-llamacpp" if a.no_llamacpp else "CPU only"}
+    else:
+        try:
+            import llama_cpp  # noqa: F401  (optional third-party peer)
+
+            doc["peers"]["llamacpp"] = llamacpp_peer([tok.decode(r) for r in rows], M, torch.get_num_threads())
+        except ImportError:
+            doc["peers"]["llamacpp"] = {
+                "skipped": "llama-cpp-python is not installed (pip install -r requirements-peers.txt)"
+            }
+    doc["machine"]["loadavg_after"] = os.getloadavg()
+    print(json.dumps(doc))
+
+
+if __name__ == "__main__":
+    main()
