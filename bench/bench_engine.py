@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -39,33 +38,6 @@ import time
 
 def tps(n: int, s: float) -> float:
     return n / s if s > 0 else float("nan")
-
-
-def paired_ratio_ci(ratios: list[float], level: float = 0.95) -> dict:
-    """Median and mean of per-request ratios, with a t interval on their logs."""
-    from kit.measure.metrics import _t_quantile
-
-    logs = [math.log(r) for r in ratios]
-    n = len(logs)
-    m = statistics.fmean(logs)
-    se = statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
-    t = _t_quantile(0.5 + level / 2, n - 1) if n > 1 else float("nan")
-    lo, hi = math.exp(m - t * se), math.exp(m + t * se)
-    half = (hi - lo) / 2 / math.exp(m)
-    out = {
-        "n": n,
-        "median": statistics.median(ratios),
-        "geomean": math.exp(m),
-        "low": lo,
-        "high": hi,
-        "half_width_rel": half,
-    }
-    if half > 0.2:  # the half width shrinks as 1/sqrt(n)
-        out["note"] = (
-            f"interval wider than +-20%: about {math.ceil(n * (half / 0.2) ** 2)} requests "
-            f"({math.ceil(n * (half / 0.2) ** 2) - n} more) would narrow it to +-20%"
-        )
-    return out
 
 
 def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
@@ -130,6 +102,7 @@ def main() -> None:
 
     import torch
 
+    from kit.measure.metrics import paired_speedup
     from kit.models import chat_ids, load_target
     from kit.prompts import builtin_prompts, interleave_kinds
     from kit.reference.draft_io import load_draft
@@ -215,7 +188,7 @@ def main() -> None:
             "engine_greedy_tok_s_median": statistics.median(g_rates),
             "speculative_tok_s_median": statistics.median(s_rates),
             "accept_length_mean": statistics.fmean(accepts),
-            "speedup": paired_ratio_ci(ratios),
+            "speedup": paired_speedup(ratios),
             "target": "speedup >= 1.0 with the 95% interval above 0.9",
         }
         doc["speculative"]["pass"] = (

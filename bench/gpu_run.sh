@@ -58,4 +58,16 @@ c4)
   wait
   tail -c 1500 "$R/bench.txt"; tail -c 1500 "$R/graphs.txt"
   ;;
+c6)
+  # kit bench vs sglang.bench_serving on a small random-weight Llama (client comparison; CUDA graphs on);
+  # bench_serving imports HF `datasets` at start: carried as wheels in .devcarry/c6
+  python3 -m kit.sglang.bundle install .devcarry/c1/sglang-*.tar.xz --target /tmp/site 2>&1 | tail -1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site2 .devcarry/c6/*.whl 2>&1 | tail -2
+  export PYTHONPATH=/tmp/site:/tmp/site2:$PWD
+  python3 -c "import datasets; print('datasets', datasets.__version__)" 2>&1 | tail -1
+  python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_two_gpus import build_target; build_target(Path('.devcarry/c1/tok'), Path('$W/tp_target'))" 2>&1 | tail -1
+  timeout 420 python3 bench/gpu_sglang.py bench --work $W --out "$R/bench" --gpu 0 --num-prompts 16 --row baseline \
+    --target $W/tp_target --server-extra=--cuda-graph-max-bs=16 > "$R/bench.txt" 2>&1
+  tail -c 800 "$R/bench.txt"
+  ;;
 esac

@@ -554,7 +554,16 @@ def n_requests(conc: int, num_prompts: int) -> int:
 
 
 def kit_bench(
-    url: str, out: Path, conc: int, n: int, max_new_tokens: int, label: str, baseline_url=None, repeats=1, log_path=None
+    url: str,
+    out: Path,
+    conc: int,
+    n: int,
+    max_new_tokens: int,
+    label: str,
+    baseline_url=None,
+    repeats=1,
+    log_path=None,
+    chat_template="embedded",
 ) -> dict:
     from kit.measure.bench import BenchConfig, run_bench
 
@@ -567,7 +576,7 @@ def kit_bench(
         concurrency=conc,
         warmup=2,
         repeats=repeats,
-        chat_template="embedded",
+        chat_template=chat_template,
         out_dir=str(out),
         progress=False,
         label=label,
@@ -608,7 +617,9 @@ def _setup_ctx(args):
     os.environ.update(MULTICAST_OFF)
     from kit.models import resolve_target
 
-    return work, out, str(resolve_target("embedded")), make_variants(work / "drafts" / "demo", work / "drafts")
+    target = str(resolve_target(getattr(args, "target", None) or "embedded"))
+    base = work / "drafts" / "demo"
+    return work, out, target, (make_variants(base, work / "drafts") if base.exists() else {})
 
 
 def bench_compare(args) -> dict:
@@ -630,7 +641,9 @@ def bench_compare(args) -> dict:
         for conc in args.concurrency_list:
             n = n_requests(conc, args.num_prompts)
             ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
-            kb = kit_bench(h["server"].base_url, out / f"kit_c{conc}", conc, n, args.max_new_tokens, row.name)
+            kb = kit_bench(
+                h["server"].base_url, out / f"kit_c{conc}", conc, n, args.max_new_tokens, row.name, chat_template=target
+            )
             bs = bench_serving(
                 args.port, target, ds, out / f"bench_serving_c{conc}.jsonl", conc, n, args.max_new_tokens
             )
@@ -708,6 +721,7 @@ def main(argv=None) -> int:
         sub.choices[name].add_argument("--gpu", default="0")
         sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 4, 16])
     sub.choices["bench"].add_argument("--row", default="eagle3_chain_3-1-4")
+    sub.choices["bench"].add_argument("--target", default=None, help="target dir (default: the embedded SmolLM2)")
     sub.choices["graphs"].add_argument("--repeats", type=int, default=2)
     sub.choices["bench"].add_argument("--server-extra", nargs="*", default=["--disable-cuda-graph"])
     a = p.parse_args(argv)

@@ -72,7 +72,9 @@ def add_arguments(
             continue
         if only is not None and f.name not in only:
             if refuse and not f.metadata.get("positional"):
-                parser.add_argument("--" + f.name.replace("_", "-"), action=_Refused, why=refuse, default=argparse.SUPPRESS)
+                parser.add_argument(
+                    "--" + f.name.replace("_", "-"), action=_Refused, why=refuse, default=argparse.SUPPRESS
+                )
             continue
         tp, is_list = _base_type(hints[f.name])
         help_ = f.metadata.get("help", "")

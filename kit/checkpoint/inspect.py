@@ -72,8 +72,8 @@ def find_config(path: Path) -> Path | None:
 
 def config_dims(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
     """Architecture numbers a draft config declares, whatever its layout (speculators nests them)."""
-    from kit.checkpoint.draft_config import read_draft_config
     from kit.checkpoint.hf_config import text_config
+    from kit.sglang.draft_config import read_draft_config
 
     c = read_draft_config(cfg if layout == "speculators" or "transformer_layer_config" in cfg else text_config(cfg))
     return {

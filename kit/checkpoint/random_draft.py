@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kit.checkpoint.draft_config import llama_draft_shapes
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
+from kit.sglang.draft_config import llama_draft_shapes
 
 SMOLLM2 = {
     "hidden_size": 576,

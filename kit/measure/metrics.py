@@ -607,3 +607,31 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
             )
         ]
     return []
+
+
+def paired_speedup(ratios: Sequence[float], level: float = 0.95, target_half_width: float = 0.2) -> dict[str, Any]:
+    """Speedup from per-request ratios of one prompt under both arms (spec tok/s over baseline tok/s,
+    the arms interleaved so both see the same machine load): median, geometric mean and a t interval
+    on the log ratios. Pairing removes the prompt-to-prompt spread that dominates unpaired intervals.
+
+    When the interval's half width exceeds `target_half_width` (relative), `note` says so and how many
+    requests would narrow it (the half width shrinks as 1/sqrt(n))."""
+    logs = [math.log(r) for r in ratios if r and r > 0]
+    n = len(logs)
+    out: dict[str, Any] = {"n": n, "level": level, "median": statistics.median(ratios) if ratios else math.nan,
+                           "geomean": math.exp(_mean(logs)) if logs else math.nan, "low": math.nan,
+                           "high": math.nan, "half_width_rel": math.nan}  # fmt: skip
+    if n < 2:
+        out["note"] = "one request: no interval; repeat the pair"
+        return out
+    m, se = _mean(logs), statistics.stdev(logs) / math.sqrt(n)
+    t = _t_quantile(0.5 + level / 2, n - 1)
+    out["low"], out["high"] = math.exp(m - t * se), math.exp(m + t * se)
+    out["half_width_rel"] = (out["high"] - out["low"]) / 2 / math.exp(m)
+    if out["half_width_rel"] > target_half_width:
+        need = math.ceil(n * (out["half_width_rel"] / target_half_width) ** 2)
+        out["note"] = (
+            f"the {level:.0%} interval is wider than +-{target_half_width:.0%}: about {need} paired requests "
+            f"({need - n} more) would narrow it to +-{target_half_width:.0%}"
+        )
+    return out

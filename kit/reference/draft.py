@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.checkpoint.draft_config import ABSENT, read_draft_config
 from kit.findings import KitInputError
+from kit.sglang.draft_config import ABSENT, read_draft_config
 
 # legacy substring renames SGLang 0.5.23 applies to every checkpoint key (llama_eagle3.load_weights)
 LEGACY_NAME_MAP = {

@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.versions import DEFAULT_RELEASE, pick_recorded, sort_versions
 
 TABLE_PATH = Path(__file__).with_name("loader_rules.json")
@@ -534,39 +535,32 @@ def _param_shapes(
     cfg: dict[str, Any], f: dict[str, Any], errors: list[str]
 ) -> tuple[dict[str, tuple], dict[str, dict], dict]:
     """Parameters the release builds for `cfg`: {name: shape}, stacked shard shapes, facts."""
-    H, V = cfg.get("hidden_size"), cfg.get("vocab_size")
-    nh = cfg.get("num_attention_heads")
-    nkv = cfg.get("num_key_value_heads") or nh
-    L = cfg.get("num_hidden_layers", 1)
-    I_ = cfg.get("intermediate_size")
+    c = read_draft_config(cfg)
+    H, V, nh, nkv, I_ = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size
+    L = c.num_hidden_layers if c.num_hidden_layers is not None else 1
     if not all(isinstance(x, int) for x in (H, V, nh, nkv, L, I_)):
         errors.append(
             "config lacks integer hidden_size/vocab_size/num_attention_heads/num_hidden_layers/"
             "intermediate_size: the draft model cannot be built"
         )
         return {}, {}, {}
-    hd = cfg.get("head_dim") or H // nh
-    if "target_hidden_size" in cfg:  # SGLang tests hasattr(): a null value is used as-is
-        Ht = cfg["target_hidden_size"]
-        if Ht is None:
-            errors.append(
-                "config has target_hidden_size: null; SGLang's hasattr() check uses None as the fc "
-                "input width (TypeError at build) — drop the key or set an integer"
-            )
-            Ht = H
-    else:
-        Ht = H
-    eagle = cfg.get("eagle_config") or {}
-    k = 3
-    if f.get("num_aux_configurable"):
-        k = cfg.get("num_aux_hidden_states") or len(eagle.get("eagle_aux_hidden_state_layer_ids") or []) or 3
+    hd = c.head_dim_or_default
+    Ht = H
+    if c.target_hidden_size is None:  # SGLang tests hasattr(): a null value is used as-is
+        errors.append(
+            "config has target_hidden_size: null; SGLang's hasattr() check uses None as the fc "
+            "input width (TypeError at build) — drop the key or set an integer"
+        )
+    elif c.target_hidden_size is not ABSENT:
+        Ht = c.target_hidden_size
+    k = c.num_aux if f.get("num_aux_configurable") else 3
     if f.get("single_layer_only") and L != 1:
         errors.append(f"num_hidden_layers={L}: this SGLang raises 'EAGLE3 currently only supports 1 layer'")
-    tie = bool(cfg.get("tie_word_embeddings", False))
+    tie = c.tie_word_embeddings
     head_from_target = False
-    Vd = cfg.get("draft_vocab_size", "<missing>")
+    Vd = c.draft_vocab_size
     if not tie:
-        if Vd == "<missing>":
+        if Vd is ABSENT:
             errors.append(
                 "config has no draft_vocab_size: SGLang reads config.draft_vocab_size (AttributeError); "
                 "write null to take the target's lm_head, or the draft vocab size"
@@ -586,16 +580,16 @@ def _param_shapes(
         "model.fc.weight": (H, k * Ht),
         "model.norm.weight": (H,),
     }
-    if (f.get("fc_bias_from_config") and cfg.get("bias")) or f.get("fc_default_bias"):
+    if (f.get("fc_bias_from_config") and c.bias) or f.get("fc_default_bias"):
         # 0.4.5-0.4.8 build nn.Linear(3*Ht, H) with torch's default bias=True
         P["model.fc.bias"] = (H,)
-    if f.get("norm_before_fc") and eagle.get("norm_before_fc", cfg.get("norm_before_fc", False)):
+    if f.get("norm_before_fc") and c.norm_before_fc:
         P["model.input_norm.weight"] = (k * Ht,)
-    if f.get("fc_norm") and (cfg.get("fc_norm") or cfg.get("use_aux_norm")):
+    if f.get("fc_norm") and c.fc_norm:
         for j in range(k):
             P[f"model.fc_norm.{j}.weight"] = (Ht,)
     shards: dict[str, dict] = {}
-    bias = bool(cfg.get("attention_bias", cfg.get("bias", False)))
+    bias = c.attention_bias
     layers = ["model.midlayer"] if f.get("decoder_is_midlayer") else [f"model.layers.{i}" for i in range(L)]
     for i, pre in enumerate(layers):
         w_in = 2 * H if i == 0 else H
@@ -626,8 +620,8 @@ def _param_shapes(
         "layers": layers,
         # LlamaForCausalLM.set_embed tests hasattr(config, "target_hidden_size") and inequality
         "own_embed": bool(f.get("set_embed_skips_if_target_hidden_differs"))
-        and "target_hidden_size" in cfg
-        and cfg.get("target_hidden_size") != H,
+        and c.target_hidden_size is not ABSENT
+        and c.target_hidden_size != H,
     }
     return P, shards, facts
 
@@ -636,31 +630,42 @@ def _mla_param_shapes(
     cfg: dict[str, Any], f: dict[str, Any], errors: list[str]
 ) -> tuple[dict[str, tuple], dict[str, dict], dict]:
     """Parameters Eagle3DeepseekV2ForCausalLM builds for `cfg` (kimi_k25_eagle3.py + DeepseekV2AttentionMLA)."""
-    need = ("hidden_size", "vocab_size", "num_attention_heads", "intermediate_size", "kv_lora_rank")
-    need += ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    H, V, nh, I_, kv, nope, rope, vd = (cfg.get(x) for x in need)
-    if not all(isinstance(x, int) for x in (H, V, nh, I_, kv, nope, rope, vd)):
-        missing = [x for x in need if not isinstance(cfg.get(x), int)]
+    c = read_draft_config(cfg)
+    dims = {
+        "hidden_size": c.hidden_size,
+        "vocab_size": c.vocab_size,
+        "num_attention_heads": c.num_attention_heads,
+        "intermediate_size": c.intermediate_size,
+        "kv_lora_rank": c.kv_lora_rank,
+        "qk_nope_head_dim": c.qk_nope_head_dim,
+        "qk_rope_head_dim": c.qk_rope_head_dim,
+        "v_head_dim": c.v_head_dim,
+    }
+    missing = [name for name, v in dims.items() if not isinstance(v, int)]
+    if missing:
         errors.append(f"config lacks integer {'/'.join(missing)}: the MLA draft layer cannot be built")
         return {}, {}, {}
-    qr = cfg.get("q_lora_rank")
-    if not isinstance(qr, int):
+    H, V, nh, I_, kv, nope, rope, vd = dims.values()
+    qr = c.q_lora_rank
+    if not isinstance(qr, int) or isinstance(qr, bool):
         if f.get("requires_q_lora_rank"):
+            shown = None if qr is ABSENT else qr
             errors.append(
-                f"q_lora_rank={qr!r}: this SGLang raises 'Eagle3 MLA layer requires q_lora_rank in the draft config'"
+                f"q_lora_rank={shown!r}: this SGLang raises 'Eagle3 MLA layer requires q_lora_rank in the draft config'"
             )
         qr = 0
-    L = cfg.get("num_hidden_layers", 1)
+    L = c.num_hidden_layers if c.num_hidden_layers is not None else 1
     if f.get("single_layer_only") and L != 1:
         errors.append(f"num_hidden_layers={L}: this SGLang raises 'EAGLE3 currently only supports 1 layer'")
-    Ht_cfg = cfg.get("target_hidden_size")
-    Ht = Ht_cfg or H if f.get("null_target_hidden_falls_back") else Ht_cfg if "target_hidden_size" in cfg else H
-    eagle = cfg.get("eagle_config") or {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    ids = ids if ids is not None else cfg.get("eagle_aux_hidden_state_layer_ids")
+    Ht_cfg = None if c.target_hidden_size is ABSENT else c.target_hidden_size
+    if f.get("null_target_hidden_falls_back"):
+        Ht = Ht_cfg or H
+    else:
+        Ht = c.target_hidden_size if c.target_hidden_size is not ABSENT else H
+    ids = c.aux_layer_ids if c.aux_layer_ids is not None else c.top_level_aux_layer_ids
     k = len(ids) if ids is not None else 3  # _get_eagle_aux_layer_count: no num_aux_hidden_states here
-    tie = bool(cfg.get("tie_word_embeddings", False))
-    Vd = cfg.get("draft_vocab_size")
+    tie = c.tie_word_embeddings
+    Vd = None if c.draft_vocab_size is ABSENT else c.draft_vocab_size
     head_from_target = not tie and Vd is None and bool(f.get("missing_draft_vocab_uses_target_head"))
     Vd = Vd or V
     pre = "model.midlayer"
@@ -685,9 +690,9 @@ def _mla_param_shapes(
         shards[name] = {part: (part_rows.get(part, 0), a_in) for part in fu["parts"]}
     for n in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
         P[f"{pre}.{n}.weight"] = (H,)
-    if f.get("fc_bias_from_config") and cfg.get("bias"):
+    if f.get("fc_bias_from_config") and c.bias:
         P["model.fc.bias"] = (H,)
-    if f.get("fc_norm") and (cfg.get("fc_norm") or cfg.get("use_aux_norm")):
+    if f.get("fc_norm") and c.fc_norm:
         for j in range(k):
             P[f"model.fc_norm.{j}.weight"] = (Ht,)
     if not tie:

@@ -13,6 +13,8 @@ import random
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kit.checkpoint.convert import AUX_SOURCE_KEY, convert
 from kit.checkpoint.layouts import from_canonical
@@ -207,3 +209,27 @@ def test_untranslatable_points_are_refused(tmp_path):
     convert(src, tmp_path / "sg", "sglang", target=str(tgt), sglang_version=VERSION)
     out = json.loads((tmp_path / "sg" / "config.json").read_text())
     assert out["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    points=st.lists(st.integers(1, L - 1), min_size=3, max_size=3, unique=True).map(sorted),
+    family=st.sampled_from(sorted(TARGETS)),
+)
+def test_any_trained_points_convert_exactly_or_are_refused(tmp_path_factory, points, family):
+    """Whatever points a speculators draft was trained on: SGLang captures exactly them after conversion, or the
+    converter refuses (no ids express them for that class); converting back restores the ids."""
+    base = tmp_path_factory.mktemp("pts")
+    src = write_draft(base / "spec", "speculators")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = points
+    (src / "config.json").write_text(json.dumps(cfg))
+    tgt = write_target(base / "t", family)
+    try:
+        convert(src, base / "sg", "sglang", target=str(tgt), sglang_version=VERSION)
+    except KitInputError as e:
+        assert "no eagle_aux_hidden_state_layer_ids make" in str(e) and not (base / "sg").exists()
+        return
+    assert not [e for e in doctor_errors(base / "sg", tgt) if e.startswith("aux.")]
+    convert(base / "sg", base / "back", "speculators", target=str(tgt), sglang_version=VERSION)
+    assert json.loads((base / "back" / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == points

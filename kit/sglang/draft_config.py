@@ -48,6 +48,13 @@ class DraftConfig:
     rope_theta: float
     rope_scaling: dict | None
     max_position_embeddings: int | None
+    # MLA (DeepSeek/Kimi-style attention) drafts
+    kv_lora_rank: int | None = None
+    q_lora_rank: Any = ABSENT
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_nextn_predict_layers: Any = ABSENT
     raw: dict = field(repr=False, default_factory=dict)
 
     @property
@@ -126,6 +133,12 @@ def read_draft_config(cfg: dict[str, Any]) -> DraftConfig:
         rope_theta=float(theta),
         rope_scaling=rp if rp is not None else tl.get("rope_scaling"),
         max_position_embeddings=_int(tl.get("max_position_embeddings")),
+        kv_lora_rank=_int(tl.get("kv_lora_rank")),
+        q_lora_rank=tl.get("q_lora_rank", ABSENT),
+        qk_nope_head_dim=_int(tl.get("qk_nope_head_dim")),
+        qk_rope_head_dim=_int(tl.get("qk_rope_head_dim")),
+        v_head_dim=_int(tl.get("v_head_dim")),
+        num_nextn_predict_layers=tl.get("num_nextn_predict_layers", ABSENT),
         raw=cfg,
     )
 
