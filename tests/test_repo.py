@@ -34,9 +34,12 @@ def layout_entries() -> list[str]:
     return [line.split()[0] for line in block.splitlines() if line.strip()]
 
 
+PLACEHOLDER = "(describe me)"
+
+
 def _suggested_line(path: str) -> str:
     """What a missing line could read: the path and its module docstring's first line."""
-    p, desc = ROOT / path, "WHAT IT IS"
+    p, desc = ROOT / path, PLACEHOLDER
     if path.endswith(".py") and p.exists():
         doc = ast.get_docstring(ast.parse(p.read_text()))
         desc = " ".join(doc.split("\n\n")[0].split()) if doc else desc
@@ -52,6 +55,7 @@ def test_layout_lists_every_file_once():
     assert not dupes, f"docs/layout.md lists these more than once: {dupes}"
     assert not missing, "docs/layout.md lacks (paste and edit):\n" + "\n".join(map(_suggested_line, missing))
     assert not stale, f"docs/layout.md lists files that do not exist: {stale}"
+    assert PLACEHOLDER not in (ROOT / "docs" / "layout.md").read_text(), "docs/layout.md: describe every file"
 
 
 def test_readme_commands_and_short_map():
@@ -106,3 +110,18 @@ def test_import_kit_is_light():
 def test_every_module_has_a_docstring():
     for p in sorted((ROOT / "kit").glob("*.py")):
         assert ast.get_docstring(ast.parse(p.read_text())), f"{p.name} has no module docstring"
+
+
+if __name__ == "__main__":
+    # `python tests/test_repo.py`: rewrite docs/layout.md for the files there are now, keeping every
+    # description already written; new modules get their docstring's first line, other new files a
+    # placeholder the test refuses until it is replaced
+    layout = ROOT / "docs" / "layout.md"
+    head, rest = layout.read_text().split("```\n", 1)
+    known = dict(line.split(None, 1) for line in rest.rsplit("```", 1)[0].splitlines() if line.strip())
+    files = [f for f in tracked_files() if (ROOT / f).exists()]
+    rows = [(f, known[f].strip() if f in known else _suggested_line(f).split("  ", 1)[1]) for f in files]
+    w = max(len(f) for f, _ in rows) + 2
+    layout.write_text(head + "```\n" + "\n".join(f"{f:<{w}}{d}" for f, d in rows) + "\n```\n")
+    print(f"{layout}: {len(rows)} files, {sum(f not in known for f in files)} new, "
+          f"{sum(k not in files for k in known)} removed")

@@ -31,6 +31,7 @@ from kit import config as kconfig
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
 from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
+from kit.sglang.draft_config import llama_draft_shapes
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -115,32 +116,11 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
     out: list[Finding] = []
     if not all(isinstance(x, int) for x in (H, nh, nkv, hd, I_)):
         return out
-    want: dict[str, tuple] = {
-        "embed_tokens.weight": (V, H),
-        "norm.weight": (H,),
-        "lm_head.weight": (Vd, H),
-        "input_norm.weight": (k * Ht,),
-    }
     L = d.get("num_hidden_layers") or 1
-    for i in range(max(L, 1)):
-        w = 2 * H if i == 0 else H
-        attn = {
-            "self_attn.q_proj.weight": (nh * hd, w),
-            "self_attn.k_proj.weight": (nkv * hd, w),
-            "self_attn.v_proj.weight": (nkv * hd, w),
-            "self_attn.o_proj.weight": (H, nh * hd),
-        }
-        if layout.name == "kimi_mla":  # MLA attention has other tensors and widths: the loader replay checks them
-            attn = {}
-        for n, s in {
-            **attn,
-            "mlp.gate_proj.weight": (I_, H),
-            "mlp.up_proj.weight": (I_, H),
-            "mlp.down_proj.weight": (H, I_),
-        }.items():
-            want[f"layers.{i}.{n}"] = s
-        for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
-            want[f"layers.{i}.{n}.weight"] = (H,)
+    want = {name: shape for name, (shape, _) in llama_draft_shapes(H, nh, nkv, hd, I_, V, Vd, Ht, k, L).items()}
+    want.pop("fc.weight")  # judged below, with the aux count it implies
+    if layout.name == "kimi_mla":  # MLA attention has other tensors and widths: the loader replay checks them
+        want = {n: s for n, s in want.items() if ".self_attn." not in n}
     bad = [(n, list(canon[n]), list(s)) for n, s in want.items() if n in canon and tuple(canon[n]) != s]
     fc = canon.get("fc.weight")
     if fc is not None and len(fc) == 2:
