@@ -16,6 +16,9 @@ evaluation prompts, chat-templated), greedy decoding, a fixed number of new toke
                Every speculative output is checked equal to the greedy output.
   concurrency  total output tok/s of the engine's decode loop with 1, 4 and 8 requests at once.
   profile      where a step's time goes (draft tree, target forward, host-side walk, draft extend).
+  server       `python -m kit serve` over HTTP, greedy and speculative: a streamed answer's chunk
+               arrival times (they spread over the decode), and 4 / 8 concurrent requests against one
+               (target: 4 at once finish in less than 2x the time of one).
 
     python bench/bench_engine.py [--prompts 12] [--max-new-tokens 64] [--repeats 2] [--quick] [--no-llamacpp]
     python bench/bench_engine.py --device cuda      # the same on a GPU (no llama.cpp there)
@@ -89,6 +92,53 @@ def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
         p.wait(timeout=30)
 
 
+def server_concurrency(texts: list[str], max_new: int, draft_dir: str | None) -> dict:
+    """`python -m kit serve` over HTTP: one streamed request's chunk arrival times, then wall time of one
+    request against 4 and 8 sent at once (one decode loop batches them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from kit.serving.launch import LaunchSpec
+    from kit.serving.process import ServerProcess, free_port
+
+    spec = LaunchSpec(port=free_port(), max_running_requests=8)
+    if draft_dir:
+        spec = LaunchSpec(port=spec.port, max_running_requests=8, speculative_algorithm="EAGLE3",
+                          speculative_draft_model_path=str(draft_dir), speculative_num_steps=3,
+                          speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+    body = lambda t: {"text": t, "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}}
+    with ServerProcess.from_spec(spec, engine="reference") as srv:
+        srv.wait_ready(600)
+        url = srv.base_url + "/generate"
+        httpx.post(url, json=body(texts[0]), timeout=600)  # warm-up
+        t0, arrivals = time.perf_counter(), []
+        with httpx.stream("POST", url, json={**body(texts[0]), "stream": True}, timeout=600) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    arrivals.append(round(time.perf_counter() - t0, 3))
+
+        def one(t):
+            s = time.perf_counter()
+            httpx.post(url, json=body(t), timeout=600)
+            return time.perf_counter() - s
+
+        out = {"stream_chunk_arrival_s": arrivals, "stream_chunks": len(arrivals)}
+        single = statistics.median(one(texts[i % len(texts)]) for i in range(3))
+        out["one_request_s"] = single
+        for c in (4, 8):
+            s = time.perf_counter()
+            with ThreadPoolExecutor(c) as ex:
+                list(ex.map(one, [texts[i % len(texts)] for i in range(c)]))
+            wall = time.perf_counter() - s
+            out[f"c{c}_wall_s"], out[f"c{c}_over_one"] = wall, wall / single
+            out[f"c{c}_total_tok_s"] = c * max_new / wall
+        out["c1_total_tok_s"] = max_new / single
+        out["target"] = "4 concurrent requests finish in less than 2x the time of one"
+        out["pass"] = out["c4_over_one"] < 2.0
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=12)
@@ -98,6 +148,7 @@ def main() -> None:
     ap.add_argument("--draft", default=None, help="draft dir (default: the demo draft)")
     ap.add_argument("--quick", action="store_true", help="the quick demo draft (trains in about a minute)")
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--no-server", action="store_true", help="skip the HTTP section (kit serve)")
     a = ap.parse_args()
 
     import torch
@@ -219,6 +270,11 @@ def main() -> None:
             doc["peers"]["llamacpp"] = {
                 "skipped": "llama-cpp-python is not installed (pip install -r requirements-peers.txt)"
             }
+    if not a.no_server and a.device == "cpu":
+        doc["server"] = {
+            "greedy": server_concurrency(texts, M, None),
+            "speculative": server_concurrency(texts, M, str(draft_dir)),
+        }
     doc["machine"]["loadavg_after"] = os.getloadavg()
     print(json.dumps(doc))
 

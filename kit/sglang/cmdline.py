@@ -18,7 +18,7 @@ into a container unless `-e` passes them.
     flag_value(argv, "--tp-size")               # "8": prefixes, `=` and repeats as SGLang's argparse reads them
 
 No subprocess is run and nothing is evaluated: command substitutions `$(...)` stay literal and
-are reported as not understood.
+are reported as not understood. Run `python -m kit.sglang.cmdline < launch.sh` to see what is found.
 """
 
 from __future__ import annotations
@@ -745,3 +745,12 @@ def flag_value(argv: list[str], name: str, version: str | None = None) -> str | 
     from kit.sglang.flags import flag_value as resolved
 
     return resolved(argv, name, version)
+
+
+if __name__ == "__main__":
+    import dataclasses
+    import json
+    import sys
+
+    found = find_launch(sys.stdin.read(), source="stdin")
+    print(json.dumps(dataclasses.asdict(found) if found else None, indent=1))

@@ -7,6 +7,7 @@ tokens gives 13 verify steps, so the expected accept length is 32/13 exactly.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,9 +89,11 @@ def test_every_run_gets_a_fresh_named_directory(tmp_path, monkeypatch):
         )
     assert a.out_dir != b.out_dir
     for r in (a, b):
-        assert r.out_dir.parent == Path("runs/bench") and r.out_dir.name.endswith("-spec")
+        assert r.out_dir.parent == Path("runs/bench") and re.fullmatch(r"\d{8}-\d{6}-spec(-\d+)?", r.out_dir.name)
         assert json.loads((r.out_dir / "config.json").read_text())["max_new_tokens"] == 4
         assert r.summary["labels"]["spec"]["requests"] == 2  # nothing carried over
+    # what the run measured, in one line, for figure titles
+    assert a.describe().startswith("model stub-model, prompts builtin x2, 4 new tokens, temperature 0.0, concurrency 4")
 
 
 def test_existing_out_dir_is_refused_before_anything_is_sent(tmp_path):
