@@ -176,6 +176,8 @@ def flag_findings(
     try:
         [res] = parse_argvs([flags], python=python, build=build, version=version)
         unknown, errors, judge = res["unknown"], [res["error"]] if res["error"] else [], f"SGLang {version}'s parser"
+        if res["error"] and not unknown:  # it stops at the first error; the table still names the unknown flags
+            unknown = table.unknown
     except KitInputError as e:
         skipped = list(SKIPPED_WITHOUT_PARSER[:2]) + ([SKIPPED_WITHOUT_PARSER[2]] if not table.exact else [])
         if table.unchecked:
