@@ -88,6 +88,9 @@ def _rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), config_edit=None)
     if config_edit:
         config_edit(cfg)
     (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    for extra in src.glob("*.json"):  # kit_provenance.json stays, as when a user edits a draft in place
+        if extra.name != "config.json":
+            shutil.copy(extra, dst / extra.name)
     return dst
 
 

@@ -1,7 +1,7 @@
-"""Figure of the real-SGLang matrix: observed accept length (every source SGLang offers) beside the kit's
-expected value (oracle scored on SGLang's own text), one group per row; rows SGLang refused are marked.
+"""Figure and table of the real-SGLang matrix: observed accept length (every source SGLang offers) beside the
+kit's expected value (oracle scored on SGLang's own text), one group per row; rows SGLang refused are marked.
 
-    python bench/plot_h200.py docs/results/h200_matrix_scored.json docs/h200_matrix.png
+    python bench/plot_h200.py docs/results/h200_matrix_scored.json docs/h200_matrix.png   # prints the markdown table
 """
 
 from __future__ import annotations
@@ -47,7 +47,39 @@ def main(argv=None) -> int:
     ax.set_title("Real SGLang 0.5.17 on one H200 (bf16, 24 prompts x 128 tokens) vs the kit's prediction", fontsize=10)
     fig.tight_layout()
     fig.savefig(dst, dpi=120)
+    print(table(rows))
     return 0
+
+
+def _f(x, nd=3):
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def table(rows: dict) -> str:
+    """Markdown: doctor's static verdict, SGLang's start, observed sources, expected, gap (pooled vs meta)."""
+    out = [
+        "| row | `kit doctor` before launch (errors) | SGLang 0.5.17 | completion/verify | mean spec_accept_length "
+        "| /server_info | log | kit expected (meta / walk) | gap |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        d = r.get("doctor") or {}
+        doc = "; ".join(e.split(": ", 1)[0] for e in d.get("errors", [])) or "no error"
+        if d.get("warnings"):
+            doc += " (warn: " + "; ".join(w.split(": ", 1)[0] for w in d["warnings"]) + ")"
+        o, e = r.get("observed") or {}, r.get("expected") or {}
+        if not r.get("started"):
+            err = (r.get("start_error") or ["?"])[-1].strip().replace("`", "'")
+            out.append(f"| {name} | {doc} | **did not start**: `{err[:110]}` | – | – | – | – | – | – |")
+            continue
+        pooled, meta = o.get("pooled_completion_over_verify"), e.get("meta_accept_length")
+        gap = f"{100 * (pooled - meta) / meta:+.1f}%" if pooled and meta else "–"
+        out.append(
+            f"| {name} | {doc} | served | {_f(pooled)} | {_f(o.get('mean_spec_accept_length'))} | "
+            f"{_f(o.get('server_info_avg'))} | {_f(o.get('log_accept_len_mean'))} | "
+            f"{_f(meta)} / {_f(e.get('accept_length'))} | {gap} |"
+        )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,10 @@ def p2p_findings(facts: dict) -> list[Finding]:
     bad = []
     if t:
         bad = [(i, j) for i in range(len(t)) for j in range(len(t)) if i < j and not (t[i][j] and t[j][i])]
-    nv_bad = {cap: sorted({c for row in nv[cap] for c in row} - {"X", "OK"}) for cap in ("read", "write") if cap in nv}
+    # NVML answers UNKNOWN for some capabilities over NVLink (H200: read UNKNOWN, write OK, while NCCL runs
+    # P2P/IPC on every channel): only a definite status (NOT_SUPPORTED, DISABLED_BY_REGKEY, ...) is a negative
+    no = {"X", "OK", "UNKNOWN"}
+    nv_bad = {cap: sorted({c for row in nv[cap] for c in row} - no) for cap in ("read", "write") if cap in nv}
     nv_bad = {k: v for k, v in nv_bad.items() if v}
     n = len(t or nv.get("read") or [])
     ev = {"pairs_without_p2p": bad[:16], "n_pairs_without": len(bad), "nvml_read_write": nv_bad or "OK"}

@@ -95,6 +95,8 @@ class Release:
     launch_flags: tuple[str, ...]
     not_carried: tuple[tuple[str, str], ...]  # (package, what that costs)
     ipython_stub: bool = True
+    # wheels only `python -m sglang.bench_serving` needs (it imports HF `datasets` at start); --bench-serving
+    bench_wheels: tuple[WheelRule, ...] = ()
 
 
 def _small(*specs: str) -> tuple[WheelRule, ...]:
@@ -181,6 +183,7 @@ RELEASE_0_5_17 = Release(
             "apache-tvm-ffi==0.1.11",
         ),
     ),
+    bench_wheels=_small("datasets==5.2.0", "multiprocess==0.70.19"),
     launch_flags=(
         "--attention-backend",
         "triton",
@@ -215,6 +218,9 @@ class BuildConfig:
         metadata={"help": "folder of already-downloaded wheels (no network); default: pip download into OUT/wheels"},
     )
     deep_gemm: bool = field(default=True, metadata={"help": "carry sgl-deep-gemm (needed for EAGLE3 + CUDA graphs)"})
+    bench_serving: bool = field(
+        default=False, metadata={"help": "also carry what `python -m sglang.bench_serving` imports (HF datasets)"}
+    )
     xz_preset: int = field(default=6, metadata={"help": "xz compression preset 0-9"})
 
 
@@ -302,8 +308,9 @@ def bundle_name(release: Release, arch: str, python: str) -> str:
     return f"sglang-{release.sglang_version}-{arch}-cp{python.replace('.', '')}"
 
 
-def wheel_rules(release: Release, deep_gemm: bool) -> list[WheelRule]:
-    return [w for w in release.wheels if deep_gemm or normalize(w.project) != "sgl-deep-gemm"]
+def wheel_rules(release: Release, deep_gemm: bool, bench_serving: bool = False) -> list[WheelRule]:
+    rules = [w for w in release.wheels if deep_gemm or normalize(w.project) != "sgl-deep-gemm"]
+    return rules + list(release.bench_wheels if bench_serving else ())
 
 
 def find_wheel(wheel_dir: Path, rule: WheelRule) -> Path:
@@ -376,7 +383,7 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
     if cfg.arch not in ARCHES:
         raise KitInputError(f"--arch {cfg.arch}: one of {', '.join(ARCHES)}")
     out = Path(cfg.out)
-    rules = wheel_rules(release, cfg.deep_gemm)
+    rules = wheel_rules(release, cfg.deep_gemm, cfg.bench_serving)
     wheel_dir = Path(cfg.wheels) if cfg.wheels else out / "wheels"
     if not cfg.wheels:
         download(rules, cfg.python, wheel_dir)

@@ -213,7 +213,7 @@ def flag_findings(
                 severity="error",
                 title=f"SGLang's parser rejects the command: {msg}",
                 evidence={"error": msg, "judge": judge},
-                fix="fix the flag value",
+                fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
             )
         )
     abbrev = table.abbreviated()

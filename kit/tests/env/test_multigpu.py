@@ -66,6 +66,18 @@ def test_nvlink_and_single_gpu_machines():
     assert multi_gpu_findings(facts("cpu_only"), None, []) == []
 
 
+def test_two_h200_nvlink_recorded():
+    # recorded on the lent 2x H200 (NV18): NVML says read UNKNOWN / write OK while NCCL ran P2P/IPC on every channel
+    fx = facts("h200_2x_nvlink")
+    f = codes(multi_gpu_findings(fx, 2, []))
+    assert f["env.p2p"].severity == "info" and f["env.topology"].severity == "info"
+    assert "env.custom_allreduce" not in f  # on, as SGLang 0.5.17 logged ("All Reduce config: ... multicast = False")
+    off = custom_allreduce_findings(fx, 2, ["--disable-custom-all-reduce"])
+    assert off and off[0].severity == "warning"
+    fx["nvml"]["p2p"]["read"][0][1] = "NOT_SUPPORTED"
+    assert p2p_findings(fx)[0].severity == "warning"
+
+
 def test_iommu_passthrough_is_fine():
     fx = facts("rtxpro6000_8x_pcie")
     fx["system"]["cmdline"] += " amd_iommu=on iommu=pt"

@@ -119,6 +119,8 @@ def test_release_0_5_17_table_is_consistent():
     assert len({B.normalize(w.project) for w in r.wheels}) == len(r.wheels)  # one version of each
     with pytest.raises(KitInputError, match="no bundle table"):
         B.release_for("0.0.1")
+    names = {B.normalize(w.project) for w in B.wheel_rules(r, deep_gemm=False, bench_serving=True)}
+    assert "sgl-deep-gemm" not in names and {"datasets", "multiprocess"} <= names
 
 
 def test_build_and_install_roundtrip(tmp_path):
