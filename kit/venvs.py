@@ -23,8 +23,8 @@ system Python. Packages installed in the side environment come first on its sys.
 environment is built once per (recipe, parent interpreter) under `<name>-<hash of the parent's
 prefix>`, checked by importing what it is for, and marked complete only then; a failed build is
 remembered for an hour with its reason (then retried). Builds of the same environment by two
-processes are serialised by a file lock. Measured on the 2-core CI machine: sglang-0.5.23 ~4 min,
-sglang-0.5.17 ~4 min, speculators ~2 min (downloads dominate; pip's cache makes rebuilds faster).
+processes are serialised by a file lock. Build times measured on the shared 2-core
+machine under load ~10 (2026-11-30): sglang-0.5.23 180 s, sglang-0.5.17 233 s, speculators 222 s.
 
     from kit.venvs import ensure_venv
     py = ensure_venv("sglang-0.5.23")      # path of that venv's python; built once, cached

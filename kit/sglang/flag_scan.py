@@ -19,6 +19,8 @@ import subprocess
 import sys
 from typing import Any
 
+from kit.sglang.versions import DEFAULT_RELEASE
+
 # Runs inside the release's interpreter; prints one JSON document as its last stdout line.
 _WORKER = r"""
 import argparse, importlib.metadata as md, json, pathlib, re, sys
@@ -151,5 +153,5 @@ if __name__ == "__main__":
         )
         print(f"wrote {TABLE_PATH} ({', '.join(args)})")
     else:
-        d = derive(args[0] if args else "0.5.23")
+        d = derive(args[0] if args else DEFAULT_RELEASE)
         print(f"sglang {d['version']} (python {d['python']}): {len(d['actions'])} flags; entry points {d['entry']}")
