@@ -269,6 +269,19 @@ def config_findings(cfg: dict | None, layout: Layout) -> list[Finding]:
             )
         ]
     out = []
+    if not cfg.get("model_type"):
+        # SGLang builds the draft's ModelConfig through transformers' AutoConfig, which needs model_type
+        # (seen on real SGLang 0.5.17: "Unrecognized model in ... Should have a `model_type` key")
+        out.append(
+            Finding(
+                code="draft.config",
+                severity="error",
+                title="SGLang will not start: config.json has no model_type, so transformers' AutoConfig raises "
+                "'Unrecognized model' before SGLang reads architectures",
+                evidence={"layout": layout.name, "keys": sorted(cfg)[:20]},
+                fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes a flat llama config)",
+            )
+        )
     if cfg.get("norm_before_residual"):
         out.append(
             Finding(

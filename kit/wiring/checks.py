@@ -184,7 +184,8 @@ def wiring_checks(
             Finding(
                 code="aux.hidden_width",
                 severity="error",
-                title=f"target hidden size {tf['hidden']} != draft target_hidden_size {dims['Ht']}",
+                title=f"SGLang will not start: target hidden size {tf['hidden']} != draft target_hidden_size "
+                f"{dims['Ht']} (fc's matmul fails in the first draft forward)",
                 evidence={
                     "target_hidden_size_of_target": tf["hidden"],
                     "draft_target_hidden_size": dims["Ht"],

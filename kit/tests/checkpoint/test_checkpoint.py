@@ -118,7 +118,9 @@ def test_doctor_provider(tmp_path):
     lone.mkdir()
     (lone / "config.json").write_text((d / "config.json").read_text())
     fs = doctor_checks(DoctorContext(DoctorConfig(draft=str(lone / "config.json"))))
-    assert [f.code for f in fs if f.severity == "error"] == ["draft.arch"]
+    # a speculators config has no model_type: AutoConfig refuses it before SGLang reads architectures
+    assert [f.code for f in fs if f.severity == "error"] == ["draft.config", "draft.arch"]
+    assert "will not start" in fs[0].title
     assert doctor_checks(DoctorContext(DoctorConfig())) == []
     (d / "model.safetensors").write_bytes(b"\0" * 3)
     fs = doctor_checks(DoctorContext(DoctorConfig(draft=str(d))))
