@@ -313,6 +313,32 @@ def test_sparse_header_round_trips_through_the_kit_reader(tmp_path):
     assert (tmp_path / "model.safetensors").stat().st_blocks * 512 < 1 << 20  # sparse: holes cost no disk
 
 
+def test_a_release_without_flag_table_is_not_convicted_by_another_releases_table():
+    """`--speculative-draft` is unambiguous in 0.4.x/0.5.1 (one --speculative-draft* flag) and ambiguous in the
+    recorded 0.5.17 table: for a release without a table that is a warning naming the table, never an error."""
+    from kit.serving.checks import lint
+    from kit.serving.launch import spec_from_argv
+
+    argv = "python3 -m sglang.launch_server --model m --speculative-algo EAGLE --speculative-draft d".split()
+    with _no_side_env_builds():
+        old = lint(spec_from_argv(argv, sglang_version="0.4.1"), sglang_version="0.4.1").findings
+        new = lint(spec_from_argv(argv, sglang_version="0.5.17"), sglang_version="0.5.17").findings
+    flagged = {f.code: f for f in old if f.code in ("launch.flag", "launch.spec_params") and f.severity != "info"}
+    assert {f.severity for f in flagged.values()} == {"warning"}
+    assert "0.5.17" in flagged["launch.flag"].title and "0.4.1" in flagged["launch.flag"].title
+    assert {f.code for f in new if f.severity == "error"} >= {"launch.flag", "launch.spec_params"}
+
+
+def test_only_variables_the_server_sees_allow_a_longer_context():
+    """pr9573's launch with the variable given as `VAR=1 && python` (a shell variable, never exported): SGLang 0.5.1
+    does not see it, so the draft's ModelConfig raises at startup instead of running with a 2048-row rope cache."""
+    case = next(c for c in CASES if c["id"] == "sglang-pr9573-llama31-prefix-flags")
+    exported = run_case(case)
+    unexported = run_case({**case, "launch": case["launch"].replace("LEN=1 python", "LEN=1 && python", 1)})
+    assert "draft.context_short" in exported["errors"] and "rotary cache" in exported["detail"]
+    assert "draft.context_short" in unexported["errors"] and "raises ValueError at startup" in unexported["detail"]
+
+
 def test_doc_is_generated_from_this_run():
     assert DOC.read_text() == render_doc(run_all()), "docs/corpus.md is stale: python tests/test_corpus.py --write-doc"
 

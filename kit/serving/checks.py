@@ -297,6 +297,32 @@ def nccl_findings(env: dict[str, str]) -> list[Finding]:
     return list(rules(env))
 
 
+def _missing_draft_path(spec, alg: str, arch: str | None, sglang_version: str | None) -> Finding:
+    """No draft path read: an error, unless a flag left unresolved by another release's table (no table is
+    recorded for this release) is a prefix of --speculative-draft-model-path, which this release may accept."""
+    from kit.sglang.flags import table_for
+
+    flag = "--speculative-draft-model-path"
+    table = table_for(sglang_version)
+    maybe = [t for t in spec.extra_args if t.startswith("--") and flag.startswith(t.split("=", 1)[0])]
+    if maybe and not table.exact:
+        return Finding(
+            code="launch.spec_params",
+            severity="warning",
+            title=f"{alg}: the draft path is given as {maybe[0]!r}, which SGLang {table.checked}'s flag table cannot "
+            f"resolve; no table is recorded for SGLang {table.version}, whose parser may read it as {flag}",
+            evidence={"target_arch": arch, "unresolved": maybe, "table": table.checked},
+            fix=f"spell the flag out: {flag} DRAFT_DIR",
+        )
+    return Finding(
+        code="launch.spec_params",
+        severity="error",
+        title=f"{alg} without {flag}: SGLang loads the target as the draft and fails",
+        evidence={"target_arch": arch},
+        fix=f"{flag} DRAFT_DIR",
+    )
+
+
 def lint(
     spec,
     target_config: dict | None = None,
@@ -318,15 +344,7 @@ def lint(
     r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
-        r.add(
-            Finding(
-                code="launch.spec_params",
-                severity="error",
-                title=f"{alg} without --speculative-draft-model-path: SGLang loads the target as the draft and fails",
-                evidence={"target_arch": arch},
-                fix="--speculative-draft-model-path DRAFT_DIR",
-            )
-        )
+        r.add(_missing_draft_path(spec, alg, arch, sglang_version))
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
     r.extend(mem_findings(spec, gpu_memory_gib))

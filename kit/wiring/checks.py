@@ -352,6 +352,11 @@ def doctor_checks(ctx) -> list[Finding]:
     if ctx.draft_config is None:
         return []
     env, argv = ctx.launch_env_argv if ctx.launch_env_argv else ({}, None)
+    if env:  # SGLang reads its own process environment: a `VAR=1 && python ...` shell variable never reaches it
+        from kit.sglang.cmdline import find_launch
+
+        found = find_launch(ctx.launch_command, version=ctx.cfg.sglang_version)
+        env = {k: v for k, v in env.items() if k not in (found.unseen if found else {})}
     out = wiring_checks(
         ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
     )
