@@ -81,6 +81,8 @@ SPECULATORS = [
         "typer",
         "rich",
         "tqdm",
+        # speculators.models imports its training data helpers, which import the OpenAI client
+        "openai",
     ],
 ]
 _SGLANG = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:\.post\d+|rc\d+)?)$")
