@@ -118,23 +118,12 @@ def overhead(n: int, tmp: Path) -> dict:
 
 def llamacpp_agreement(tmp: Path) -> dict:
     from kit.models import gguf_path
+    from kit.serving.engines import llama_cpp_server_argv
 
     port = free_port()
     lines: list[str] = []
     srv = ServerProcess(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(gguf_path()),
-            "--n_threads",
-            "2",
-            "--n_ctx",
-            "1024",
-            "--port",
-            str(port),
-        ],
+        llama_cpp_server_argv(gguf_path(), port),
         port=port,
         on_line=lines.append,
     )

@@ -35,7 +35,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 
 
@@ -48,24 +47,11 @@ def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
     import httpx
 
     from kit.models import gguf_path
+    from kit.serving.engines import llama_cpp_server_argv
     from kit.serving.process import free_port
 
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(gguf_path()),
-        "--n_threads",
-        str(threads),
-        "--n_ctx",
-        "2048",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-    ]
+    cmd = llama_cpp_server_argv(gguf_path(), port, n_threads=threads, n_ctx=2048)
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -35,21 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kit.env.multigpu import MULTICAST_OFF  # noqa: E402  (NVLink multicast off in every process)
 from kit.findings import KitInputError  # noqa: E402
+from kit.sglang.bundle import RELEASES  # noqa: E402
 
 GGUF_MD5 = "a1231443440b107ff29f02bdb38c9d0a"
-# flags the trimmed 0.5.17 bundle needs (its manifest's launch_flags), plus a bounded KV pool so that
-# several servers can share one GPU (mem-fraction-static is then only an upper bound)
-BASE_EXTRA = [
-    "--sampling-backend",
-    "pytorch",
-    "--grammar-backend",
-    "none",
-    "--skip-server-warmup",
-    "--dtype",
-    "bfloat16",
-    "--max-total-tokens",
-    "32768",
-]
+# flags the trimmed 0.5.17 bundle needs (its manifest's launch_flags; the attention backend is a spec field
+# here), plus a bounded KV pool so that several servers can share one GPU
+_BUNDLE_FLAGS = list(RELEASES["0.5.17"].launch_flags)
+_i = _BUNDLE_FLAGS.index("--attention-backend")
+BASE_EXTRA = _BUNDLE_FLAGS[:_i] + _BUNDLE_FLAGS[_i + 2 :] + ["--max-total-tokens", "32768"]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ llama-cpp-python streams one token per chunk and has no /flush_cache, /server_in
 so this also checks the client degrades cleanly on a non-SGLang server.
 """
 
-import sys
 import time
 
 import pytest
@@ -33,23 +32,12 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def server():
     from kit.models import gguf_path
+    from kit.serving.engines import llama_cpp_server_argv
 
     port = free_port()
     lines: list[str] = []
     srv = ServerProcess(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(gguf_path()),
-            "--n_threads",
-            "2",
-            "--n_ctx",
-            "1024",
-            "--port",
-            str(port),
-        ],
+        llama_cpp_server_argv(gguf_path(), port),
         port=port,
         on_line=lines.append,
         tail_lines=10,

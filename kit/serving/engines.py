@@ -88,3 +88,23 @@ def get_engine(name: str) -> Engine:
 def engine_of(argv: list[str]) -> str:
     """The engine a launch argv runs: the reference server's `-m kit serve`, else SGLang."""
     return "reference" if argv[1:4] == ["-m", "kit", "serve"] else "sglang"
+
+
+def llama_cpp_server_argv(model: str, port: int, n_threads: int = 2, n_ctx: int = 1024) -> list[str]:
+    """llama.cpp's OpenAI-compatible server (llama-cpp-python, `requirements-peers.txt`) on a GGUF file: the
+    real third-party peer the client tests and the engine benchmark run against (not a serving engine of ours)."""
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--n_threads",
+        str(n_threads),
+        "--n_ctx",
+        str(n_ctx),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
