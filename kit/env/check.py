@@ -37,7 +37,7 @@ from kit.env.gpu_arch import (
 )
 from kit.env.probe import driver_version, gpu_list
 from kit.findings import Finding, KitInputError, Report, emit
-from kit.sglang.cmdline import flag_value
+from kit.sglang.flags import flag_value
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
 SHM_MIN = 1 << 30  # a guess (blackwell.md §6 row 17 says so); NCCL's SHM transport needs room in containers

@@ -12,10 +12,10 @@ and the kit's own `python -m kit serve`). It also records what the launched proc
 see: a plain `VAR=1` command is a shell variable, not exported, and host variables do not cross
 into a container unless `-e` passes them.
 
-    from kit.sglang.cmdline import find_launch, split_command, flag_value
+    from kit.sglang.cmdline import find_launch, split_command
     shell = find_launch(text)                   # ShellLaunch: env, argv, flags_at, notes; None if no launch
     env, argv = split_command("A=1 && python3 -m sglang.launch_server --tp 8")
-    flag_value(argv, "--tp-size")               # "8": prefixes, `=` and repeats as SGLang's argparse reads them
+    kit.sglang.flags.flag_value(argv, "--tp-size")   # "8": prefixes, `=`, repeats as SGLang's argparse reads them
 
 No subprocess is run and nothing is evaluated: command substitutions `$(...)` stay literal and
 are reported as not understood. Run `python -m kit.sglang.cmdline < launch.sh` to see what is found.
@@ -737,14 +737,6 @@ def split_command(
 def join_command(env: dict[str, str], argv: list[str]) -> str:
     parts = [f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.quote(a) for a in argv]
     return " ".join(parts)
-
-
-def flag_value(argv: list[str], name: str, version: str | None = None) -> str | None:
-    """The value SGLang reads for flag `name` from a launch argv or bare flags, or None when not given
-    (`kit.sglang.flags.flag_value`: prefixes, `--flag=value` and repeated flags resolved)."""
-    from kit.sglang.flags import flag_value as resolved
-
-    return resolved(argv, name, version)
 
 
 if __name__ == "__main__":

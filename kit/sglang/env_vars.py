@@ -18,7 +18,7 @@ import re
 from functools import lru_cache
 
 from kit.findings import Finding, KitInputError
-from kit.sglang.cmdline import flag_value
+from kit.sglang.flags import flag_value
 
 EXPLAIN = {
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": (

@@ -21,8 +21,8 @@ from typing import Any
 
 from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
 from kit.checkpoint.hf_config import text_config
-from kit.sglang.cmdline import flag_value
 from kit.sglang.draft_config import read_draft_config
+from kit.sglang.flags import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
 KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_config.json"

@@ -198,7 +198,7 @@ def wiring_checks(
 
 
 def _flag_text(argv) -> str:
-    from kit.sglang.cmdline import flag_value
+    from kit.sglang.flags import flag_value
 
     return flag_value(argv or [], "--speculative-algorithm") or "?"
 
@@ -234,7 +234,7 @@ def draft_target_checks(
 ) -> list[Finding]:
     """Draft config fields that SGLang reads at startup, against the target and the served context."""
     from kit.checkpoint.hf_config import text_config
-    from kit.sglang.cmdline import flag_value
+    from kit.sglang.flags import flag_value
     from kit.sglang.loader import MLA_EAGLE3, context_keys, derived_context_length, resolve_draft_class, runtime_rules
 
     out: list[Finding] = []
