@@ -2,7 +2,8 @@
 
 * `TargetCapture`: forward hooks recording the residual stream at capture points p (p = output
   of layer p-1, p = 0 the embeddings, p = L the final pre-norm state), or the final post-norm
-  state SGLang hands the draft when aux capture is off;
+  state SGLang hands the draft when aux capture is off (over one forward, or every forward of a
+  KV-cached `generate` with accumulate=True);
 * `target_forward`: one full-sequence forward returning those features (the oracle's pass);
 * `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
 * `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
@@ -38,8 +39,8 @@ def default_points(L: int) -> list[int]:
 class TargetCapture:
     """Forward hooks that record the residual stream at capture points during a target forward."""
 
-    def __init__(self, model, points: list[int] | None):
-        self.model, self.points = model, points
+    def __init__(self, model, points: list[int] | None, accumulate: bool = False):
+        self.model, self.points, self.accumulate = model, points, accumulate
         self.store: dict = {}
         self.handles = []
 
@@ -49,7 +50,11 @@ class TargetCapture:
 
         def hook(key):
             def fn(_m, _i, out):
-                self.store[key] = out[0] if isinstance(out, tuple) else out
+                h = out[0] if isinstance(out, tuple) else out
+                if self.accumulate:  # KV-cached decoding: one forward per new token, kept in order
+                    self.store.setdefault(key, []).append(h)
+                else:
+                    self.store[key] = h
 
             return fn
 
@@ -69,10 +74,12 @@ class TargetCapture:
         self.handles = []
 
     def features(self) -> torch.Tensor:
-        """[B, T, W]: the captured states concatenated in capture order (k*Ht), or the final one (Ht)."""
+        """[B, T, W]: the captured states concatenated in capture order (k*Ht), or the final one (Ht);
+        with `accumulate`, T spans every forward run inside the block (prefill, then each decode step)."""
+        get = (lambda k: torch.cat(self.store[k], 1)) if self.accumulate else self.store.__getitem__
         if self.points is None:
-            return self.store["final"]
-        return torch.cat([self.store[p] for p in self.points], dim=-1)
+            return get("final")
+        return torch.cat([get(p) for p in self.points], dim=-1)
 
 
 def tree_layout(parents: list[int], prefix: int) -> tuple[list[int], torch.Tensor]:

@@ -7,9 +7,10 @@ accept length 1 under your serving wiring, a 3-day head will not either.
 How (the recipe measured in shared/docs/stack-notes.md, last section):
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
    prompts) greedily, in batches — the draft learns the target's own outputs;
-2. one teacher-forced target pass per batch captures the aux states at the SGLang capture
-   points p = [2, L//2, L-3] (ids [1, L//2-1, L-4] in SGLang's "+1" convention, written to
-   `eagle_config`) and the target's greedy next tokens (the labels);
+2. capture hooks stay on during that generation, so the prefill and every KV-cached decode step
+   record the aux states at the SGLang capture points p = [2, L//2, L-3] (ids [1, L//2-1, L-4] in
+   SGLang's "+1" convention, written to `eagle_config`); the labels are the target's greedy next
+   tokens (no second, teacher-forced pass);
 3. the head (SGLang `LlamaForCausalLMEagle3` structure, kit.reference.draft) trains with 3 unrolled
    test-time-training steps that feed back its own hidden state, AdamW, seeded; the draft
    vocabulary = every id the target predicts in the data + ids below `vocab_floor`;
@@ -34,7 +35,7 @@ from kit import config as kconfig
 from kit.findings import KitInputError
 
 HELP = "train a 1-layer EAGLE-3 smoke head on the target's own outputs (CPU, minutes, cached)"
-RECIPE_VERSION = 2  # bump when the training code changes what a given config produces
+RECIPE_VERSION = 3  # bump when the training code changes what a given config produces
 
 
 @dataclass
@@ -44,7 +45,7 @@ class TrainConfig:
     quick: bool = field(default=False, metadata={"help": "the < 1 minute preset used by tests and notebooks"})
     num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
     gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
-    gen_batch: int = field(default=32, metadata={"help": "generation batch size"})
+    gen_batch: int = field(default=96, metadata={"help": "generation batch size (prompts continued at once)"})
     epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
     ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
@@ -86,42 +87,47 @@ def capture_ids(L: int) -> list[int]:
 
 
 # -- data ----------------------------------------------------------------------------------
-def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, points: list[int]):
-    """Greedy continuations (batched) + a teacher-forced pass per sequence capturing aux states.
-
-    Returns per sequence: ids [N], feats [N, k*Ht] (bf16), labels [N] (the target's argmax at
-    each position), start (first position whose label is a generated token).
-    """
-    import torch
-
+def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, points: list[int], log=print):
+    """The target's greedy continuations of the chat-templated prompts, with their training features
+    (`continue_with_features`)."""
     from kit.models import chat_ids
-    from kit.reference.target import TargetCapture, batch_greedy
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     rows = [chat_ids(tok, p) for p in prompts]
-    conts = batch_greedy(model, rows, gen_tokens, pad, tok.eos_token_id, batch)
-    out = []
-    seqs = [r + c for r, c in zip(rows, conts)]
-    with torch.inference_mode():
-        fb = min(batch, 16)  # logits of 16 x ~130 tokens x 49k vocab: ~400 MB
-        for b0 in range(0, len(seqs), fb):
-            chunk = seqs[b0 : b0 + fb]
-            N = max(map(len, chunk))
-            # right padding needs no mask: causal attention never lets a real token see a pad
-            x = torch.tensor([s + [pad] * (N - len(s)) for s in chunk])
-            with TargetCapture(model, points) as cap:
-                lo = model(input_ids=x).logits
-            feats = cap.features()
-            for i, s in enumerate(chunk):
-                n = len(s)
-                out.append(
-                    {
-                        "ids": x[i, :n].clone(),
-                        "feats": feats[i, :n].to(torch.bfloat16),
-                        "labels": lo[i, :n].argmax(-1),
-                        "start": max(len(rows[b0 + i]) - 1, 0),
-                    }
-                )
+    return continue_with_features(model, rows, gen_tokens, batch, points, pad, tok.eos_token_id, log)
+
+
+def continue_with_features(model, rows, gen_tokens: int, batch: int, points: list[int], pad: int, eos, log=print):
+    """Greedy continuations (batched, left-padded) with the aux states of every position, in one pass.
+
+    Capture hooks stay on during `generate` (TargetCapture accumulate=True): the prefill yields the
+    prompt's states and each KV-cached decode step the state of the token it fed, so no second,
+    teacher-forced pass is needed. Returns per sequence: ids [N] (the fed tokens: the prompt and all
+    but the last new token), feats [N, k*Ht] (bf16), labels [N] (the target's greedy token after each
+    position; prompt positions before `start` are never scored), start (first position whose label is
+    a generated token).
+    """
+    import torch
+
+    from kit.reference.target import TargetCapture, batch_greedy
+
+    out, t0 = [], time.perf_counter()
+    for b0 in range(0, len(rows), batch):
+        chunk = rows[b0 : b0 + batch]
+        with TargetCapture(model, points, accumulate=True) as cap:
+            conts = batch_greedy(model, chunk, gen_tokens, pad, eos, batch)
+        feats, W = cap.features(), max(map(len, chunk))  # left-padded to W
+        for r, c, f in zip(chunk, conts, feats):
+            n = len(r) + len(c) - 1  # the last new token is never fed: it is only a label
+            out.append(
+                {
+                    "ids": torch.tensor((r + c)[:n]),
+                    "feats": f[W - len(r) : W - len(r) + n].to(torch.bfloat16),
+                    "labels": torch.tensor([0] * (len(r) - 1) + c),
+                    "start": len(r) - 1,
+                }
+            )
+        log(f"generating: {len(out)}/{len(rows)} prompts continued ({time.perf_counter() - t0:.0f} s)")
     return out
 
 
@@ -313,8 +319,8 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         raise KitInputError(f"--num-prompts {cfg.num_prompts}: only {len(prompts)} built-in training prompts")
     prompts = prompts[: cfg.num_prompts]
     t1 = time.perf_counter()
-    data = generate_data(model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points)
-    n_gen = sum(len(d["ids"]) - d["start"] - 2 for d in data)
+    data = generate_data(model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points, log)
+    n_gen = sum(len(d["ids"]) - d["start"] for d in data)
     t2 = time.perf_counter()
     log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
     draft, config, stats = train_head(model, data, cfg, points, log)

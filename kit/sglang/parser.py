@@ -121,11 +121,38 @@ def parse_argvs(
 ) -> list[dict]:
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build, version)
+    store = _disk_cache(py)
+    for a in argvs:
+        f = store / _argv_key(a) if store is not None else None
+        if (py, tuple(a)) not in _CACHE and f is not None and f.exists():
+            _CACHE[(py, tuple(a))] = json.loads(f.read_text())
     todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
     if todo:
         for a, res in zip(todo, _parse(todo, py, timeout)):
             _CACHE[(py, tuple(a))] = res
+            if store is not None:
+                store.mkdir(exist_ok=True)
+                tmp = store / f".{_argv_key(a)}.{os.getpid()}"
+                tmp.write_text(json.dumps(res))
+                tmp.rename(store / _argv_key(a))
     return [_CACHE[(py, tuple(a))] for a in argvs]
+
+
+def _disk_cache(py: str | None) -> Path | None:
+    """Where a kit side environment keeps its parses: beside it, since a built environment never changes
+    (its directory name carries its recipe). None for this interpreter or a user-named one."""
+    from kit.venvs import venv_root
+
+    if py is None:
+        return None
+    env = Path(py).parent.parent
+    return env / "kit-parse-cache" if venv_root().resolve() in env.resolve().parents else None
+
+
+def _argv_key(argv: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:20] + ".json"
 
 
 def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]:

@@ -2,8 +2,9 @@
 
 import torch
 
-from kit.reference.train import TrainConfig, capture_ids, draft_vocab, ttt_loss
-from kit.tests.tinymodels import one_thread, tiny_draft  # noqa: F401 (autouse fixture)
+from kit.reference.target import TargetCapture
+from kit.reference.train import TrainConfig, capture_ids, continue_with_features, draft_vocab, ttt_loss
+from kit.tests.tinymodels import one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
 
 
 def test_capture_ids_give_sglang_default_points():
@@ -44,3 +45,20 @@ def test_ttt_loss_trains_and_uses_unrolled_steps():
         opt.step()
     assert len(accs) == 3 and float(loss.detach()) < 0.5 * first
     assert accs[0] > 0.5
+
+
+def test_features_captured_while_generating_equal_a_teacher_forced_pass():
+    """One pass (hooks on during KV-cached generate, left padding) gives the teacher-forced states and labels."""
+    m = tiny_target(layers=4, dtype=torch.float64)
+    rows = [[5, 7, 9, 11, 2], [3, 4], [8, 8, 1]]  # different lengths: left padding in one batch
+    data = continue_with_features(m, rows, gen_tokens=6, batch=3, points=[1, 2, 4], pad=0, eos=None, log=lambda *_: 0)
+    assert [int(d["start"]) for d in data] == [4, 1, 2]
+    for r, d in zip(rows, data):
+        ids = d["ids"]
+        assert ids[: len(r)].tolist() == r and len(ids) == len(r) + 5  # 6 new tokens, the last only a label
+        with TargetCapture(m, [1, 2, 4]) as cap:
+            logits = m(input_ids=ids[None]).logits[0]
+        ref = cap.features()[0]
+        assert torch.allclose(d["feats"].double(), ref, rtol=1e-2, atol=1e-2)  # stored in bf16
+        assert d["labels"][d["start"] :].tolist() == logits.argmax(-1)[d["start"] :].tolist()
+        assert d["labels"][d["start"] : -1].tolist() == ids[d["start"] + 1 :].tolist()  # label = next fed token

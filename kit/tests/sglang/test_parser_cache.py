@@ -1,0 +1,44 @@
+"""kit.sglang.parser keeps a side environment's parses beside it, and only a kit side environment's.
+
+A stand-in interpreter (a shell script, no SGLang) plays the side environment, so the test says
+nothing about SGLang's parser itself (tests/test_sglang_parser.py runs the real one); it checks that
+a second lint of the same line, in a fresh process, does not start the ~10 s parser again.
+Run: python -m pytest kit/tests/sglang/test_parser_cache.py -q
+"""
+
+import json
+
+from kit.sglang import parser
+
+
+def _fake_env(root, name="sglang-9.9.9-abc"):
+    py = root / name / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    calls = root / "calls"
+    answer = json.dumps([{"ok": True, "unknown": [], "error": None, "args": {"tp_size": 8}}])
+    py.write_text(f"#!/bin/sh\ncat > /dev/null\necho run >> {calls}\necho '{answer}'\n")
+    py.chmod(0o755)
+    return str(py), calls
+
+
+def test_parses_are_kept_beside_a_kit_side_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
+    py, calls = _fake_env(tmp_path)
+    argv = ["--model-path", "m", "--tp-size", "8"]
+    monkeypatch.setattr(parser, "_CACHE", {})
+    assert parser.parse_argvs([argv], python=py)[0]["args"] == {"tp_size": 8}
+    monkeypatch.setattr(parser, "_CACHE", {})  # a new process: only the disk remains
+    assert parser.parse_argvs([argv], python=py)[0]["args"] == {"tp_size": 8}
+    assert calls.read_text().splitlines() == ["run"]
+    parser.parse_argvs([argv + ["--port", "1"]], python=py)  # another line runs the parser again
+    assert len(calls.read_text().splitlines()) == 2
+
+
+def test_a_user_named_interpreter_is_never_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path / "venvs"))
+    py, calls = _fake_env(tmp_path / "elsewhere")
+    for _ in range(2):
+        monkeypatch.setattr(parser, "_CACHE", {})
+        parser.parse_argvs([["--tp-size", "8"]], python=py)
+    assert len(calls.read_text().splitlines()) == 2
+    assert not list(tmp_path.rglob("kit-parse-cache"))
