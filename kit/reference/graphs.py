@@ -88,14 +88,7 @@ class StaticTarget:
         store = {0: x} if 0 in want else {}
         rep = rt.nh // rt.nkv
         for li, layer in enumerate(rt.layers):
-            at = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = at.q_proj(h).view(T, rt.nh, rt.hd).transpose(0, 1)[None]
-            k = at.k_proj(h).view(T, rt.nkv, rt.hd).transpose(0, 1)[None]
-            v = at.v_proj(h).view(T, rt.nkv, rt.hd).transpose(0, 1)[None]
-            if getattr(at, "q_norm", None) is not None:  # qwen3
-                q, k = at.q_norm(q), at.k_norm(k)
-            q, k = rt.rope(q, k, cos, sin)
+            q, k, v = rt.qkv(layer, x, cos, sin)
             kb = self.kv[li]
             kb[0].index_copy_(1, pos, k[0])
             kb[1].index_copy_(1, pos, v[0])
@@ -103,8 +96,7 @@ class StaticTarget:
             if rep > 1:  # HF's repeat_kv
                 K, V = K.repeat_interleave(rep, 1), V.repeat_interleave(rep, 1)
             o = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, scale=rt.scale)
-            x = x + at.o_proj(o[0].transpose(0, 1).reshape(T, rt.nh * rt.hd))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = rt.finish(layer, x, o[0].transpose(0, 1).reshape(T, rt.nh * rt.hd))
             if li + 1 in want:
                 store[li + 1] = x
         normed = rt.dec.norm(x)

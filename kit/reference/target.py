@@ -209,6 +209,24 @@ class RaggedTarget:
     def new_kv(self, capacity: int) -> SeqKV:
         return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))
 
+    def qkv(self, layer, x: torch.Tensor, cos, sin):
+        """A decoder layer's q [1, heads, N, hd] and rotated k, v [1, kv heads, N, hd] for x [N, H]."""
+        at, n = layer.self_attn, x.shape[0]
+        h = layer.input_layernorm(x)
+        q = at.q_proj(h).view(n, self.nh, self.hd).transpose(0, 1)[None]
+        k = at.k_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+        v = at.v_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+        if getattr(at, "q_norm", None) is not None:  # qwen3
+            q, k = at.q_norm(q), at.k_norm(k)
+        q, k = self.rope(q, k, cos, sin)
+        return q, k, v
+
+    @staticmethod
+    def finish(layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The residual stream after a decoder layer, from its input x and attention output [N, heads * hd]."""
+        x = x + layer.self_attn.o_proj(attn)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
     @torch.inference_mode()
     def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:
         """One forward over every piece's new tokens, appended to its cache.
@@ -236,14 +254,7 @@ class RaggedTarget:
         store = {0: x} if 0 in want else {}
         rep = self.nh // self.nkv
         for li, layer in enumerate(self.layers):
-            at = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = at.q_proj(h).view(n, self.nh, self.hd).transpose(0, 1)[None]
-            k = at.k_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
-            v = at.v_proj(h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
-            if getattr(at, "q_norm", None) is not None:  # qwen3
-                q, k = at.q_norm(q), at.k_norm(k)
-            q, k = self.rope(q, k, cos, sin)
+            q, k, v = self.qkv(layer, x, cos, sin)
             outs = []
             for (a, b, P), pc, m in zip(spans, pieces, masks):
                 T = b - a
@@ -257,8 +268,7 @@ class RaggedTarget:
                     q[:, :, a:b], K, V, attn_mask=m, scale=self.scale, is_causal=m is None and T > 1
                 )
                 outs.append(o[0].transpose(0, 1).reshape(T, self.nh * self.hd))
-            x = x + at.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs, 0))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = self.finish(layer, x, outs[0] if len(outs) == 1 else torch.cat(outs, 0))
             if li + 1 in want:
                 store[li + 1] = x
         normed = self.dec.norm(x)
