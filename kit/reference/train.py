@@ -46,6 +46,21 @@ class TrainConfig:
     num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
     gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
     gen_batch: int = field(default=96, metadata={"help": "generation batch size (prompts continued at once)"})
+    data_dtype: str = field(
+        default="bfloat16",
+        metadata={
+            "help": "target dtype while generating the training data (bf16: ~3x faster matmuls on CPUs with "
+            "AMX/AVX512-BF16; the served target stays fp32)",
+            "choices": ["float32", "bfloat16"],
+        },
+    )
+    train_dtype: str = field(
+        default="bfloat16",
+        metadata={
+            "help": "compute dtype of the head's training matmuls (bfloat16: autocast)",
+            "choices": ["float32", "bfloat16"],
+        },
+    )
     epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
     ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
@@ -262,7 +277,9 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
                 n = len(r["ids"])
                 ids[i, :n], lab[i, :n], feats[i, :n] = r["ids"], r["labels"], r["feats"].float()
                 mask[i, r["start"] : n] = True
-            loss, acc = ttt_loss(draft, ids, feats, lab, mask, cfg.ttt_steps, t2d)
+            # bf16 autocast: matmuls on the CPU's bf16 units, weights, grads and the loss stay fp32
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.train_dtype == "bfloat16"):
+                loss, acc = ttt_loss(draft, ids, feats, lab, mask, cfg.ttt_steps, t2d)
             if loss is None:
                 continue
             opt.zero_grad()
@@ -319,7 +336,11 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         raise KitInputError(f"--num-prompts {cfg.num_prompts}: only {len(prompts)} built-in training prompts")
     prompts = prompts[: cfg.num_prompts]
     t1 = time.perf_counter()
-    data = generate_data(model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points, log)
+    # the data pass may run the target in bf16 (the CPU's AMX / AVX512-BF16 units): only the training
+    # text and features come from it; the head's init reads the fp32 target, and serving stays fp32
+    gen_model = model if cfg.data_dtype == "float32" else load_target(cfg.target, dtype=cfg.data_dtype)[0]
+    data = generate_data(gen_model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points, log)
+    del gen_model
     n_gen = sum(len(d["ids"]) - d["start"] for d in data)
     t2 = time.perf_counter()
     log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
