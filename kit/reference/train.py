@@ -384,9 +384,9 @@ def _copy_out(src: Path, out: str | None) -> Path:
     return o
 
 
-def ensure_demo_draft(quick: bool = False, log=None) -> Path:
-    """The demo draft for the embedded target (trained once, then cached). quick: < ~1 minute."""
-    return train_draft(TrainConfig(quick=quick), log=log or (lambda *_: None))
+def ensure_demo_draft(quick: bool = False, log=print) -> Path:
+    """The demo draft for the embedded target (trained once, then cached; progress lines go to `log`)."""
+    return train_draft(TrainConfig(quick=quick), log=log)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -118,7 +118,7 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
     if cfg.draft is None:
         from kit.reference.train import ensure_demo_draft
 
-        draft_path = ensure_demo_draft(quick=True)
+        draft_path = ensure_demo_draft(quick=True, log=lambda *_: None)  # stdout may carry --json
     else:
         draft_path = Path(cfg.draft)
     dcfg, ddir = read_config(draft_path)
