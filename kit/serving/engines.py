@@ -90,13 +90,31 @@ def engine_of(argv: list[str]) -> str:
     return "reference" if argv[1:4] == ["-m", "kit", "serve"] else "sglang"
 
 
+# llama.cpp's CPU backend repacks Q4 weights into "extra buffer types" for AMX/AVX512 kernels; on some CPUs with
+# AMX that path segfaults mid-completion (seen on a Xeon with amx_bf16/amx_int8). llama.cpp's own server has
+# --no-repack for it; llama-cpp-python's does not, so the launcher clears the same model parameter
+# (`use_extra_bufts`) before starting the unmodified server module.
+_NO_REPACK_SERVER = """
+import runpy
+import llama_cpp.llama_cpp as c
+default = c.llama_model_default_params
+def no_repack():
+    p = default()
+    p.use_extra_bufts = False
+    return p
+c.llama_model_default_params = no_repack
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
+
+
 def llama_cpp_server_argv(model: str, port: int, n_threads: int = 2, n_ctx: int = 1024) -> list[str]:
     """llama.cpp's OpenAI-compatible server (llama-cpp-python, `requirements-peers.txt`) on a GGUF file: the
-    real third-party peer the client tests and the engine benchmark run against (not a serving engine of ours)."""
+    real third-party peer the client tests and the engine benchmark run against (not a serving engine of ours),
+    started without weight repacking (see `_NO_REPACK_SERVER`)."""
     return [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        _NO_REPACK_SERVER,
         "--model",
         str(model),
         "--n_threads",
