@@ -207,6 +207,9 @@ def test_launch_verb_starts_watches_and_stops(pair, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # a shell's background job (CI run with `&`) ignores SIGINT and its children inherit that: Ctrl-C
+        # is what this test plays, so the verb starts with the default disposition a terminal gives it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.time() + 120
