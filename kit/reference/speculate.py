@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kit.reference.target import Piece, RaggedTarget, default_points
+from kit.reference.target import Piece, RaggedTarget, default_points, eos_ids
 from kit.sglang.params import SpecParams
 
 
@@ -403,8 +403,7 @@ class BatchDecoder:
 
 def decode_one(decoder: BatchDecoder, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> Sequence:
     """Run one sequence to its end through `decoder` (eos_token_id: an int, a list of ints, or None)."""
-    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    s = Sequence(list(input_ids), max_new_tokens, frozenset(eos))
+    s = Sequence(list(input_ids), max_new_tokens, frozenset(eos_ids(eos_token_id)))
     while not s.done:
         decoder.step([s])
     return s

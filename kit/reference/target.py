@@ -110,12 +110,17 @@ def target_forward(model, ids: list[int], points) -> torch.Tensor:
     return cap.features()[0]
 
 
+def eos_ids(eos_token_id) -> list[int]:
+    """An EOS given as an int, a list of ints or None, as a list."""
+    return [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+
+
 def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
     """The target's plain greedy continuation (HF `generate`, batch 1, no padding): the ground truth that
     every decoding path of the kit must reproduce. Stops after the first EOS (int or list of ints)."""
     dev = next(model.parameters()).device
     x = torch.tensor([list(input_ids)], device=dev)
-    eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    eos = eos_ids(eos_token_id)
     with torch.inference_mode():
         out = model.generate(
             x,

@@ -122,19 +122,18 @@ def parse_argvs(
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build, version)
     store = _disk_cache(py)
-    for a in argvs:
-        f = store / _argv_key(a) if store is not None else None
-        if (py, tuple(a)) not in _CACHE and f is not None and f.exists():
+    for a in argvs if store is not None else ():
+        f = store / _argv_key(a)
+        if (py, tuple(a)) not in _CACHE and f.exists():
             _CACHE[(py, tuple(a))] = json.loads(f.read_text())
     todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
     if todo:
+        from kit.models import write_cache_json
+
         for a, res in zip(todo, _parse(todo, py, timeout)):
             _CACHE[(py, tuple(a))] = res
             if store is not None:
-                store.mkdir(exist_ok=True)
-                tmp = store / f".{_argv_key(a)}.{os.getpid()}"
-                tmp.write_text(json.dumps(res))
-                tmp.rename(store / _argv_key(a))
+                write_cache_json(store / _argv_key(a), res)
     return [_CACHE[(py, tuple(a))] for a in argvs]
 
 
