@@ -608,6 +608,9 @@ def analyze(
             ci = km.speedup_ci(per_label[baseline_label]["output_tok_s_runs"], per_label[label]["output_tok_s_runs"])
             summary.setdefault("speedup", {})[label] = ci
             report.extend(km.speedup_findings(ci, label))
+            ratios = km.paired_ratios(records, baseline_label, label)
+            if ratios:  # the same request under both arms: per-request ratios, median + bootstrap interval
+                summary.setdefault("paired_speedup", {})[label] = km.paired_speedup(ratios)
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
     if expected_accept_length is not None and spec_labels:
         from kit.measure.verdict import verdict
@@ -657,6 +660,18 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     if resumed:
         res.summary["resumed"] = {"reused": sum(len(v & ids) for v in done.values())}
     return res
+
+
+def payoff(records: list[dict], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
+    """Speedup over the baseline arm per named arm (`{name: its label}`), from the same requests under
+    both (`kit.measure.metrics.paired_ratios` -> `paired_speedup`: median, bootstrap interval), with the
+    per-request ratios kept for the figure; None for an arm without paired requests. `records` may join
+    several runs that share request ids and repeats (a second launch benched after the first)."""
+    out: dict[str, dict | None] = {}
+    for name, label in labels.items():
+        ratios = km.paired_ratios(records, baseline_label, label) if label else []
+        out[name] = {**km.paired_speedup(ratios), "label": label, "ratios": ratios} if ratios else None
+    return out
 
 
 def load_result(

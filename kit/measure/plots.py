@@ -8,6 +8,7 @@ headless with the Agg canvas and inline in Jupyter, where the returned figure di
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
     throughput_speedup(summary, out_dir)      output tok/s per run and speedup with its CI
+    payoff(speedups, out_dir)                 per-launch speedup over no speculation: per-request ratios, median, CI
     latency_cdfs(records, out_dir)            TTFT / ITL / E2E empirical CDFs (ms)
     sweep_heatmaps(rows, out_dir)             steps x topk -> tok/s and accept length
     expected_vs_observed(rows, out_dir)       oracle vs server accept length, side by side and y = x
@@ -204,6 +205,41 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
     else:
         _empty(ax2, "no baseline arm")
     _title(fig, "Output throughput and speedup over the baseline", data)
+    save(fig, out_dir, name)
+    return fig
+
+
+def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data: str = ""):
+    """Speedup over the no-speculation baseline per launch (`kit.measure.bench.payoff`): each request's
+    paired ratio as a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
+    import seaborn as sns
+
+    fig, (ax,) = _figure(1, width=6.0)
+    names = [k for k, v in speedups.items() if v]
+    if names:
+        pretty = [f"{k.replace('_', ' ')}\n({speedups[k]['label']})" for k in names]
+        med = [speedups[k]["median"] for k in names]
+        lo = [max(0.0, m - speedups[k]["median_low"]) for k, m in zip(names, med)]
+        hi = [max(0.0, speedups[k]["median_high"] - m) for k, m in zip(names, med)]
+        colors = [sns.color_palette()[2] if m >= 1.0 else sns.color_palette()[3] for m in med]
+        bars = ax.barh(pretty, med, xerr=[lo, hi], capsize=6, color=colors, alpha=0.7)
+        for i, k in enumerate(names):
+            ax.scatter(speedups[k]["ratios"], [i] * len(speedups[k]["ratios"]), color="black", s=12, zorder=3)
+        ax.bar_label(
+            bars,
+            labels=[
+                f"{m:.2f}x [{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
+                for k, m in zip(names, med)
+            ],
+            fontsize=9,
+            label_type="center",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
+        ax.axvline(1.0, color="gray", ls="--")
+        ax.set_xlabel("speedup over no speculation (dots: requests; bar: median, 95% interval)")
+    else:
+        _empty(ax, "no launch was benched against a baseline")
+    _title(fig, "Does speculation pay? Per-request speedup over the same server without it", data)
     save(fig, out_dir, name)
     return fig
 
