@@ -41,7 +41,10 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
 # the files of the shipped draft and their SHA-256; replacing the draft means updating these
-SHIPPED_DRAFT_SHA256 = {}
+SHIPPED_DRAFT_SHA256 = {
+    "model.safetensors": "beebfbf0dd5434c0dbfa285ae68b32d1772a03d36e89b1460dc6b1f9bd53af2d",
+    "config.json": "86c0381625ec2402488a1ba9b84550e33e5bc1f14e599824e1893cc71944250d",
+}
 
 
 def cache_dir() -> Path:
