@@ -607,10 +607,11 @@ def analyze(
                 continue
             ci = km.speedup_ci(per_label[baseline_label]["output_tok_s_runs"], per_label[label]["output_tok_s_runs"])
             summary.setdefault("speedup", {})[label] = ci
-            report.extend(km.speedup_findings(ci, label))
             ratios = km.paired_ratios(records, baseline_label, label)
             if ratios:  # the same request under both arms: per-request ratios, median + bootstrap interval
                 summary.setdefault("paired_speedup", {})[label] = km.paired_speedup(ratios)
+            if len(ratios) < 2:  # with paired requests their interval is the evidence, not the runs'
+                report.extend(km.speedup_findings(ci, label))
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
     if expected_accept_length is not None and spec_labels:
         from kit.measure.verdict import verdict
