@@ -6,7 +6,8 @@
 
 Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value),
 `launch.parser` (the parser could not be run), `launch.spec_params` (steps/topk/draft tokens,
-`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `aux.algorithm` (EAGLE with an
+`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang starts
+with and crashes on at the first verify, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
 EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.mem` (weights vs
 mem-fraction-static), `launch.backend` (attention backend vs topk/page size, blackwell.md §6
 rows 18-19), `launch.engine` (flags the reference server ignores), `env.nccl_var` (kit.env.nccl).
@@ -67,8 +68,9 @@ def flag_findings(
     return parser_flag_findings(spec.flags(), sglang_version, python, build)
 
 
-def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
-    """`launch.spec_params`: what `kit.sglang.params.resolve` says SGLang does with the three values."""
+def spec_param_findings(spec, target_arch: str | None, sglang_version: str | None = None) -> list[Finding]:
+    """`launch.spec_params` / `launch.spec_verify`: what `kit.sglang.params.resolve` says that release does
+    with the three values (refuses, changes, or starts and crashes at the first verify)."""
     alg = (spec.speculative_algorithm or "").upper()
     given = spec.spec_params()
     if not alg:
@@ -85,10 +87,9 @@ def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
         return []
     if alg not in EAGLE_FAMILY:
         return []
-    res = resolve(given, alg, target_arch)
+    res = resolve(given, alg, target_arch, sglang_version)
     return [
-        Finding(code="launch.spec_params", severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix)
-        for i in res.issues
+        Finding(code=i.code, severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix) for i in res.issues
     ]
 
 
@@ -340,7 +341,7 @@ def lint(
     r = Report()
     if parse_flags:
         r.extend(flag_findings(spec, sglang_python, build_venv, sglang_version))
-    r.extend(spec_param_findings(spec, arch))
+    r.extend(spec_param_findings(spec, arch, sglang_version))
     r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
@@ -348,7 +349,7 @@ def lint(
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
     r.extend(mem_findings(spec, gpu_memory_gib))
-    params = spec.resolved_params(arch)
+    params = spec.resolved_params(arch, sglang_version)
     r.extend(backend_findings(spec, params))
     r.extend(engine_findings(spec, engine))
     r.extend(nccl_findings(spec.env))

@@ -100,13 +100,13 @@ class LaunchSpec:
         """The three speculative values as given on the command line (None = not given)."""
         return SpecParams(self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
 
-    def resolved_params(self, target_arch: str | None = None) -> SpecParams | None:
+    def resolved_params(self, target_arch: str | None = None, sglang_version: str | None = None) -> SpecParams | None:
         """What SGLang runs for this launch (`kit.sglang.params.resolve`); None without speculation
-        or when SGLang would refuse the values."""
+        or when that release would refuse (or crash on) the values."""
         alg = (self.speculative_algorithm or "").upper()
         if alg not in EAGLE_FAMILY:
             return None
-        return resolve(self.spec_params(), alg, target_arch).params
+        return resolve(self.spec_params(), alg, target_arch, sglang_version).params
 
     def replace(self, **changes) -> LaunchSpec:
         return dataclasses.replace(self, **changes)
