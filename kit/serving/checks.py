@@ -360,7 +360,8 @@ def lint(
 
 
 def doctor_checks(ctx) -> list[Finding]:
-    """`kit doctor --launch`: the launch findings, with --target/--draft configs when given.
+    """`kit doctor --launch` (and `kit launch`, through `kit.serving.preflight`): the launch findings, with
+    --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory).
 
     `aux.algorithm` (with a draft config) and `env.nccl_var` are left to the wiring and environment
     providers of `kit doctor`, which judge the same facts."""
@@ -372,7 +373,13 @@ def doctor_checks(ctx) -> list[Finding]:
     spec, shell = launch_from_text(ctx.launch_command, version, source=ctx.cfg.launch_file or "--launch")
     found = (
         shell
-        + lint(spec, target_config=ctx.target_config, draft_config=ctx.draft_config, sglang_version=version).findings
+        + lint(
+            spec,
+            target_config=ctx.target_config,
+            draft_config=ctx.draft_config,
+            sglang_version=version,
+            **ctx.lint_options,
+        ).findings
     )
     skip = {"env.nccl_var"} | ({"aux.algorithm"} if ctx.draft_config is not None else set())
     return [f for f in found if f.code not in skip]
