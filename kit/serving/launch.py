@@ -44,8 +44,8 @@ class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
     model_path: str = _f(
-        "target model: a local dir or 'embedded' (SmolLM2, its cached dir for SGLang); a hub id is passed to SGLang unchecked "
-        "(the kit itself cannot resolve hub ids offline)",
+        "target model: a local dir or 'embedded' (SmolLM2, its cached dir for SGLang); a hub id is passed to "
+        "SGLang unchecked (the kit itself cannot resolve hub ids offline)",
         "embedded",
     )
     speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
