@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Finding, KitInputError, Report
-from kit.sglang.params import EAGLE_FAMILY, resolve
+from kit.sglang.params import EAGLE_FAMILY, SPEC_V2_TOPK_REFUSED, resolve, spec_v2_refuses_tree
+from kit.sglang.versions import default_release
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
 MTP_TARGETS = {
@@ -219,7 +220,7 @@ def mem_findings(spec, gpu_memory_gib: float | None) -> list[Finding]:
     return []
 
 
-def backend_findings(spec, params) -> list[Finding]:
+def backend_findings(spec, params, sglang_version: str | None = None) -> list[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if alg not in EAGLE_FAMILY or params is None:
         return []
@@ -227,14 +228,15 @@ def backend_findings(spec, params) -> list[Finding]:
     backends = {b for b in (spec.attention_backend, spec.speculative_draft_attention_backend) if b}
     out = []
     v2 = str(spec.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true", "yes", "on")
-    if v2 and topk != 1:
+    if v2 and spec_v2_refuses_tree(topk, sglang_version):
         out.append(
             Finding(
                 code="launch.backend",
                 severity="error",
-                title=f"SGLANG_ENABLE_SPEC_V2 supports only topk 1 (topk resolves to {topk})",
-                evidence={"topk": topk},
-                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2",
+                title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {sglang_version or default_release()} "
+                "refuses it at startup (ValueError: 'Spec v2 currently only supports topk = 1')",
+                evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
+                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 (SGLang >= 0.5.13 runs trees on v2)",
             )
         )
     if "trtllm_mha" in backends and topk > 1:
@@ -350,7 +352,7 @@ def lint(
     r.extend(trust_findings(spec))
     r.extend(mem_findings(spec, gpu_memory_gib))
     params = spec.resolved_params(arch, sglang_version)
-    r.extend(backend_findings(spec, params))
+    r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))
     r.extend(nccl_findings(spec.env))
     r.facts.update(

@@ -138,7 +138,14 @@ def test_bind_trust_backend_and_missing_draft():
         attention_backend="trtllm_mha",
         env={"SGLANG_ENABLE_SPEC_V2": "1"},
     )
-    assert [f.severity for f in lint(s, parse_flags=False).by_code("launch.backend")] == ["error", "error"]
+    # trtllm_mha refuses trees everywhere; SGLANG_ENABLE_SPEC_V2 refuses them only in 0.5.8-0.5.10
+    assert [f.severity for f in lint(s, parse_flags=False, sglang_version="0.5.9").by_code("launch.backend")] == [
+        "error",
+        "error",
+    ]
+    for v in ("0.5.11", "0.5.17", "0.5.23"):
+        (f,) = lint(s, parse_flags=False, sglang_version=v).by_code("launch.backend")
+        assert "trtllm_mha" in f.title
     nodraft = LaunchSpec(model_path="m", speculative_algorithm="EAGLE3")
     assert "launch.spec_params" in codes(lint(nodraft, parse_flags=False), "error")
 
