@@ -34,6 +34,10 @@ class LaunchConfig:
     )
     dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
     force: bool = field(default=False, metadata={"help": "start even when the checks find errors (still printed)"})
+    probe_env: bool = field(
+        default=False,
+        metadata={"help": "also check this machine's GPUs, driver, torch, NCCL, as `kit doctor --probe-env` does"},
+    )
     json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
     sglang_python: str | None = field(
         default=None,
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_paths(spec)  # the reference server runs here: its paths must exist before it starts
     report = launch_report(
-        spec, cfg.engine, cfg.sglang_version, cfg.sglang_python, cfg.gpu_memory_gib, args.from_command
+        spec, cfg.engine, cfg.sglang_version, cfg.sglang_python, cfg.gpu_memory_gib, args.from_command, cfg.probe_env
     )
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:

@@ -184,9 +184,10 @@ def launch_report(
     sglang_python: str | None = None,
     gpu_memory_gib: float | None = None,
     from_command: str | None = None,
+    probe_env: bool = False,
 ) -> Report:
-    """`kit doctor --target MODEL --draft DRAFT --launch COMMAND` for the launch `spec` describes, plus its
-    paths (`launch.path`) and, with `from_command`, what the `--from` text holds besides the launch."""
+    """`kit doctor --target MODEL --draft DRAFT --launch COMMAND [--probe-env]` for the launch `spec` describes,
+    plus its paths (`launch.path`) and, with `from_command`, what the `--from` text holds besides the launch."""
     from kit.models import DEFAULT_TARGET, resolve_target
     from kit.serving.launch import launch_from_text
 
@@ -205,7 +206,7 @@ def launch_report(
     target = str(resolve_target(target)) if target == DEFAULT_TARGET else target
     draft = spec.speculative_draft_model_path if spec.speculative_draft_model_path not in unread else None
     cfg = DoctorConfig(
-        target=target, draft=draft, launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=False
+        target=target, draft=draft, launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env
     )
     report = diagnose(cfg, dict(engine=engine, sglang_python=sglang_python, gpu_memory_gib=gpu_memory_gib))
     report.findings = paths + report.findings

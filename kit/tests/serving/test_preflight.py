@@ -16,6 +16,7 @@ from kit.serving.launch import LaunchSpec
 from kit.serving.preflight import DoctorConfig, diagnose, launch_report
 from kit.tests.checkpoint.test_checkpoint import TINY
 
+SHORT = {"max_position_embeddings": 64}  # the target serves 128 positions
 PARAMS = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
 
@@ -158,4 +159,9 @@ def test_embedded_and_demo_resolve_as_the_notebooks_do(target, tmp_path, capsys,
     assert "draft.context_short" in errors(doc) and doc["argv"][doc["argv"].index("--model-path") + 1] == "embedded"
 
 
-SHORT = {"max_position_embeddings": 64}
+def test_probe_env_as_doctor_probes_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["launch", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"]
+    probed = {f["code"] for f in dry_run(capsys, argv + ["--probe-env"])[1]["findings"]}
+    assert probed & {"env.gpu", "env.no_gpu"} and "env.torch" in probed
+    assert not {c for c in (f["code"] for f in dry_run(capsys, argv)[1]["findings"]) if c in ("env.gpu", "env.no_gpu")}
