@@ -20,8 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Finding, KitInputError, Report
-from kit.sglang.params import EAGLE_FAMILY, SPEC_V2_TOPK_REFUSED, resolve, spec_v2_refuses_tree
-from kit.sglang.versions import default_release
+from kit.sglang.params import (
+    EAGLE_FAMILY,
+    SPEC_V2_TOPK_REFUSED,
+    SPEC_V2_TOPK_STARTUP_ERROR,
+    resolve,
+    spec_v2_refuses_tree,
+)
+from kit.sglang.versions import Version, default_release
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
 MTP_TARGETS = {
@@ -229,12 +235,17 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
     out = []
     v2 = str(spec.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true", "yes", "on")
     if v2 and spec_v2_refuses_tree(topk, sglang_version):
+        version = sglang_version or default_release()
+        how = (
+            "refuses it at startup (ValueError: 'Spec v2 currently only supports topk = 1')"
+            if Version.parse(version) >= Version.parse(SPEC_V2_TOPK_STARTUP_ERROR)
+            else "starts, then fails on tensor sizes at the first decode (sglang #13352, #14077)"
+        )
         out.append(
             Finding(
                 code="launch.backend",
                 severity="error",
-                title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {sglang_version or default_release()} "
-                "refuses it at startup (ValueError: 'Spec v2 currently only supports topk = 1')",
+                title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
                 evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
                 fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 (SGLang >= 0.5.13 runs trees on v2)",
             )

@@ -64,14 +64,17 @@ VERIFY_SHAPE = {
 
 # SGLANG_ENABLE_SPEC_V2 (the overlap-scheduled worker) with a tree (topk > 1), per release, as
 # `ServerArgs._handle_speculative_decoding` (srt/server_args.py) decides it:
-#   0.5.8-0.5.10  the variable defaults to False; set, with topk > 1 it raises ValueError("Spec v2 currently
-#                 only supports topk = 1 for speculative decoding.") at startup
+#   0.5.5-0.5.6   the variable (default False) turns the overlap worker on and nothing stops topk > 1: the
+#                 server starts and the first decode fails on tensor sizes (sglang issues #13352, #14077)
+#   0.5.7-0.5.10  set, with topk > 1 it raises ValueError("Spec v2 currently only supports topk = 1 for
+#                 speculative decoding.") at startup
 #   0.5.11-0.5.12 it defaults to True; topk > 1 falls back to the v1 worker ("Spec v2 is used ... because spec
 #                 v2 currently only supports topk = 1" is the reason logged), no error
 #   0.5.13-0.5.16 the v2 worker is the only one and runs trees (see VERIFY_SHAPE for its shape rule)
 #   0.5.17-0.5.23 the variable is no longer read (`speculative_hook.py` logs "SGLANG_ENABLE_SPEC_V2 has been
 #                 removed")
-SPEC_V2_TOPK_REFUSED = ("0.5.8", "0.5.10")  # first and last recorded release that refuses it
+SPEC_V2_TOPK_REFUSED = ("0.5.5", "0.5.10")  # first and last release where it fails
+SPEC_V2_TOPK_STARTUP_ERROR = "0.5.7"  # from here on it fails at startup, not at the first decode
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def verify_shape_issue(
 
 
 def spec_v2_refuses_tree(speculative_eagle_topk: int | None, sglang_version: str | None) -> bool:
-    """Does that release refuse SGLANG_ENABLE_SPEC_V2 with this topk at startup? (SPEC_V2_TOPK_REFUSED)"""
+    """Does that release fail with SGLANG_ENABLE_SPEC_V2 and this topk? (SPEC_V2_TOPK_REFUSED)"""
     v = Version.parse(sglang_version or default_release())
     first, last = (Version.parse(x) for x in SPEC_V2_TOPK_REFUSED)
     return (speculative_eagle_topk or 1) > 1 and first <= v <= last

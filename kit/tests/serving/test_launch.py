@@ -138,11 +138,15 @@ def test_bind_trust_backend_and_missing_draft():
         attention_backend="trtllm_mha",
         env={"SGLANG_ENABLE_SPEC_V2": "1"},
     )
-    # trtllm_mha refuses trees everywhere; SGLANG_ENABLE_SPEC_V2 refuses them only in 0.5.8-0.5.10
+    # trtllm_mha refuses trees everywhere; SGLANG_ENABLE_SPEC_V2 fails with them only in 0.5.5-0.5.10
     assert [f.severity for f in lint(s, parse_flags=False, sglang_version="0.5.9").by_code("launch.backend")] == [
         "error",
         "error",
     ]
+    (early,) = [
+        f for f in lint(s, parse_flags=False, sglang_version="0.5.5").by_code("launch.backend") if "V2" in f.title
+    ]
+    assert "first decode" in early.title  # 0.5.5-0.5.6 start, then fail (sglang #13352, #14077)
     for v in ("0.5.11", "0.5.17", "0.5.23"):
         (f,) = lint(s, parse_flags=False, sglang_version=v).by_code("launch.backend")
         assert "trtllm_mha" in f.title
