@@ -214,29 +214,33 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
     paired ratio as a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
     import seaborn as sns
 
-    fig, (ax,) = _figure(1, width=6.0)
+    fig, (ax,) = _figure(1, width=6.0, height=4.2)
     names = [k for k, v in speedups.items() if v]
     if names:
-        pretty = [f"{k.replace('_', ' ')}\n({speedups[k]['label']})" for k in names]
+        pretty = [f"{k.replace('_', ' ')} ({speedups[k]['label']})" for k in names]
         med = [speedups[k]["median"] for k in names]
         lo = [max(0.0, m - speedups[k]["median_low"]) for k, m in zip(names, med)]
         hi = [max(0.0, speedups[k]["median_high"] - m) for k, m in zip(names, med)]
         colors = [sns.color_palette()[2] if m >= 1.0 else sns.color_palette()[3] for m in med]
-        bars = ax.barh(pretty, med, xerr=[lo, hi], capsize=6, color=colors, alpha=0.7)
+        bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=8, color=colors, alpha=0.6, width=0.5)
         for i, k in enumerate(names):
-            ax.scatter(speedups[k]["ratios"], [i] * len(speedups[k]["ratios"]), color="black", s=12, zorder=3)
+            rs = speedups[k]["ratios"]
+            ax.scatter([i + 0.3] * len(rs), rs, color="black", s=14, zorder=3)
         ax.bar_label(
             bars,
             labels=[
-                f"{m:.2f}x [{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
+                f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
                 for k, m in zip(names, med)
             ],
             fontsize=9,
             label_type="center",
             bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
         )
-        ax.axvline(1.0, color="gray", ls="--")
-        ax.set_xlabel("speedup over no speculation (dots: requests; bar: median, 95% interval)")
+        ax.set_xticks(range(len(names)), pretty)
+        ax.axhline(1.0, color="gray", ls="--")
+        ax.set_ylabel("speedup over no speculation")
+        ax.set_xlabel("bars: median with its 95% interval; dots: each request")
+        _fit_ticks(ax, width=22)
     else:
         _empty(ax, "no launch was benched against a baseline")
     _title(fig, "Does speculation pay? Per-request speedup over the same server without it", data)
