@@ -6,7 +6,9 @@ typically `baseline` = no speculation and `spec` = EAGLE-3, same prompts, same c
 each repeat it: flushes the server's cache (SGLang `/flush_cache`, when the server has one),
 sends `warmup` requests that are recorded but excluded from every total, flushes again,
 snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency`
-in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike.
+in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike; with `--interleave`
+they take turns every `concurrency` requests, so a request and its twin on the other arm run seconds apart
+(the per-request paired speedup, `summary["paired_speedup"]`, then holds on a shared, loaded machine).
 
 Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
 `runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
@@ -93,6 +95,13 @@ class BenchConfig:
     warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
     repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
     stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
+    interleave: bool = field(
+        default=False,
+        metadata={
+            "help": "arms take turns every `concurrency` requests instead of every run: a request and its twin "
+            "on the other arm see the same machine load (paired speedups on a shared machine)"
+        },
+    )
     flush_cache: bool = field(
         default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"}
     )
@@ -155,7 +164,7 @@ RUN_CONFIG = "config.json"
 # what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
 MEASURED_SETTINGS = (
     "api", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
-    "repeats", "stream", "flush_cache", "chat_template", "model", "label", "baseline_label",
+    "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
 _NOT_STORED = ("out_dir", "resume", "progress", "json")
@@ -354,22 +363,9 @@ async def _run_requests(
     return out
 
 
-async def run_arm(
-    client,
-    label: str,
-    base: str,
-    repeat: int,
-    reqs: list[dict],
-    cfg: BenchConfig,
-    log: RecordLog,
-    runs: RecordLog,
-    done: set[str],
-    render=None,
-) -> dict | None:
-    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record."""
-    todo = [r for r in reqs if r["rid"] not in done]
-    if not todo:
-        return None
+async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
+                   render=None) -> dict:  # fmt: skip
+    """Before an arm's measured requests: probe, flush, warm up, flush, snapshot. Returns the arm's state."""
     session = uuid.uuid4().hex[:8]
     probe = await probe_server(client, base)
     model = cfg.model or probe["model"]
@@ -396,29 +392,78 @@ async def run_arm(
     flushed = await flush_cache(client, base) if cfg.flush_cache else False
     log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
     m0 = await snapshot_metrics(client, base)
-    t0 = time.time()
-    await _run_requests(client, base, api, todo, cfg, model, log, tags, f"{label}#{repeat}", render, extra)
+    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags,
+            "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
+
+
+async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> dict:
+    """After an arm's measured requests: snapshot, read the log lines written meanwhile, record the run."""
     info = {
-        **tags,
-        "url": base,
-        "api": api,
-        "model": model,
-        "t_start": t0,
+        **arm["tags"],
+        "url": arm["base"],
+        "api": arm["api"],
+        "model": arm["model"],
+        "t_start": arm["t0"],
         "t_end": time.time(),
-        "requests": len(todo),
-        "resumed": bool(done),
-        "flushed": flushed,
-        "sglang": probe["sglang"],
-        "metrics_before": m0,
-        "metrics_after": await snapshot_metrics(client, base),
-        "server_info_after": (await get_json(client, base + "/server_info")) if probe["sglang"] else None,
+        "requests": arm["sent"],
+        "resumed": resumed,
+        "flushed": arm["flushed"],
+        "sglang": arm["probe"]["sglang"],
+        "metrics_before": arm["m0"],
+        "metrics_after": await snapshot_metrics(client, arm["base"]),
+        "server_info_after": (await get_json(client, arm["base"] + "/server_info")) if arm["probe"]["sglang"] else None,
     }
-    if log_off is not None:
+    if arm["log_off"] is not None:
         with open(cfg.log_path, "rb") as f:
-            f.seek(log_off)
+            f.seek(arm["log_off"])
             info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"))
     runs.append(info)
     return info
+
+
+async def run_arm(
+    client,
+    label: str,
+    base: str,
+    repeat: int,
+    reqs: list[dict],
+    cfg: BenchConfig,
+    log: RecordLog,
+    runs: RecordLog,
+    done: set[str],
+    render=None,
+) -> dict | None:
+    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record."""
+    todo = [r for r in reqs if r["rid"] not in done]
+    if not todo:
+        return None
+    arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render)
+    await _run_requests(
+        client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"], f"{label}#{repeat}", render, arm["extra"]
+    )
+    arm["sent"] = len(todo)
+    return await close_arm(client, arm, cfg, runs, bool(done))
+
+
+async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
+                          log: RecordLog, runs: RecordLog, done: dict, render=None) -> None:  # fmt: skip
+    """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm
+    in order, then the next `concurrency`; each arm's run is recorded at the end. A request and its twins
+    on the other arms run seconds apart, under the same machine load (what paired ratios need)."""
+    todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
+    open_ = [(lab, base) for lab, base in arms if todo[lab]]
+    state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render) for lab, base in open_}
+    for i in range(0, len(reqs), cfg.concurrency):
+        group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
+        for lab, base in open_:
+            batch = [r for r in todo[lab] if r["rid"] in group]
+            if batch:
+                a = state[lab]
+                await _run_requests(client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
+                                    f"{lab}#{repeat}", render, a["extra"])  # fmt: skip
+                a["sent"] += len(batch)
+    for lab, _ in open_:
+        await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
 
 def _run_sync(coro):
@@ -451,6 +496,9 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
         for repeat in range(cfg.repeats):
+            if cfg.interleave:
+                await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render)
+                continue
             for label, base in cfg.arms():
                 await run_arm(client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render)
 
