@@ -52,7 +52,7 @@ class GpuPlan:
 
     num_prompts: int = 24
     max_new_tokens: int = 128
-    repeats: int = 3
+    repeats: int = 4
     concurrency: int = 1
     # the one-GPU point of both speculative launches: the demo draft's chain (the seed's 3-4-5 is a tree
     # sized for a 1T target on 8 GPUs; the kit's graphed engine runs chains only, so both engines share it)
@@ -160,7 +160,8 @@ def start_oracle(plan: GpuPlan, target: str, draft: str, out: Path) -> subproces
     argv += ["--speculative-num-steps", str(plan.speculative_num_steps)]
     argv += ["--speculative-eagle-topk", str(plan.speculative_eagle_topk)]
     argv += ["--speculative-num-draft-tokens", str(plan.speculative_num_draft_tokens)]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # CPU only, and few threads: the servers being benched share this host's cores
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4"}
     return subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env)
 
 
@@ -254,16 +255,17 @@ def reference_graphed(plan: GpuPlan, target: str, draft: str) -> dict[str, Any]:
     out: dict[str, Any] = {"dtype": "bfloat16", "params": params.resolved().label(), "prompts": len(rows)}
     for name, dec in arms.items():
         dec.generate(rows[0], 8, eos)  # first-use kernel selection outside the timing
-        toks = steps = 0
+        toks = steps = kept = 0
         wall = 0.0
         for r in rows:
             res = dec.generate(r, plan.max_new_tokens, eos)
-            toks += len(res.tokens)
+            toks += len(res.tokens)  # new tokens, the prefill's first
             steps += res.verify_steps
-            wall += res.verify_time_s
+            kept += sum(res.accept_lengths)
+            wall += res.verify_time_s  # the request's wall time, prefill included
         out[name] = {
             "tok_s": round(toks / wall, 1),
-            "accept_length": round(toks / steps, 4) if steps else None,
+            "accept_length": round(kept / steps, 4) if steps else None,
             "tokens": toks,
             "wall_s": round(wall, 2),
         }
@@ -336,7 +338,7 @@ def run_gpu_demo(cfg) -> Path:
     started: dict[str, Any] = {}
     for n in LAUNCHES:
         try:
-            servers[n].wait_ready(plan.ready_timeout_s - (time.perf_counter() - t0))
+            servers[n].wait_ready(max(30.0, plan.ready_timeout_s - (time.perf_counter() - t0)))
             started[n] = {"ok": True, "ready_s": round(time.perf_counter() - t0, 1)}
         except ServerExited as e:
             started[n] = {"ok": False, "error": startup_error(specs[n].log_file) or str(e).splitlines()[0]}
@@ -372,7 +374,10 @@ def run_gpu_demo(cfg) -> Path:
         step("servers_stopped", t0)
 
     t0 = time.perf_counter()
-    reference = reference_graphed(plan, target, draft)
+    try:
+        reference = reference_graphed(plan, target, draft)
+    except Exception as e:  # the SGLang figures stand without it; say why it is missing
+        reference = {"error": f"{type(e).__name__}: {e}"[:400]}
     step("reference_graphed", t0)
     t0 = time.perf_counter()
     oracle = oracle_result(oracle_proc, run_dir / "oracle.log")
@@ -451,10 +456,11 @@ def run_gpu_demo(cfg) -> Path:
     )
     a = summary["accept_length"]
     sp = {k: round(v["median"], 3) for k, v in speedup.items()}
+    ref = {n: (reference.get(n) or {}).get("speedup") for n in ("seed", "fixed")}
     print(
         f"kit demo --gpu: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
-        f"oracle={a['oracle']}; speedup over no speculation {sp}; kit engine (graphed) "
-        f"seed {reference['seed']['speedup']}x fixed {reference['fixed']['speedup']}x; {timings['total']} s"
+        f"oracle={a['oracle']}; SGLang speedup over no speculation {sp}; the kit's graphed engine {ref}; "
+        f"{timings['total']} s"
     )
     print(f"kit demo --gpu: summary -> {run_dir / 'summary.md'}")
     return run_dir
