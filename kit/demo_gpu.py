@@ -165,11 +165,15 @@ def start_oracle(plan: GpuPlan, target: str, draft: str, out: Path) -> subproces
     return subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env)
 
 
-def oracle_result(proc: subprocess.Popen, out: Path, timeout: float = 600.0) -> dict[str, Any]:
-    proc.wait(timeout)
-    lines = [x for x in out.read_text().splitlines() if x.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"error": f"kit oracle exited {proc.returncode}: " + "".join(out.read_text().splitlines()[-1:])}
+def oracle_result(out: Path, proc: subprocess.Popen | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """The oracle's expected accept lengths from its output file (waiting for its process when given)."""
+    if proc is not None:
+        proc.wait(timeout)
+    text = out.read_text() if out.exists() else ""
+    lines = [x for x in text.splitlines() if x.startswith("{")]
+    if not lines:
+        rc = proc.returncode if proc is not None else None
+        return {"error": f"kit oracle exited {rc}: " + "".join(text.splitlines()[-1:])}
     doc = json.loads(lines[-1])
     res = doc["results"]
     return {
@@ -301,13 +305,11 @@ def _stop_all(servers: dict) -> None:
 
 
 def run_gpu_demo(cfg) -> Path:
-    """The GPU demo for a `kit.demo.DemoConfig` (its target, draft, runs_dir and quick); returns the run dir."""
-    from kit.measure import plots
-    from kit.measure.verdict import verdict
+    """The GPU demo for a `kit.demo.DemoConfig` (its target, draft, runs_dir and quick); returns the run dir.
+    Serving and benching write `serving.json` and the bench directories; `finish` scores them."""
     from kit.models import resolve_target
     from kit.reference.train import ensure_demo_draft
     from kit.serving.process import ServerExited, ServerProcess
-    from kit.summary import collect, record
 
     t_all = time.perf_counter()
     facts = preflight()
@@ -345,48 +347,86 @@ def run_gpu_demo(cfg) -> Path:
         print(f"  {n}: {started[n]}", flush=True)
     step("servers_ready", t0)
 
-    benches: dict[str, Any] = {}
     try:
         if not started["baseline"]["ok"]:
             raise KitInputError(f"the baseline server did not start: {started['baseline']['error']}")
         for n in ("seed", "fixed"):
-            if not started[n]["ok"]:
-                continue
-            t0 = time.perf_counter()
-            label = f"{n} ({specs[n].speculative_algorithm} {plan.speculative_num_steps}-"
-            label += f"{plan.speculative_eagle_topk}-{plan.speculative_num_draft_tokens})"
-            benches[n] = (
-                label,
-                bench_pair(
-                    plan,
-                    servers["baseline"].base_url,
-                    servers[n].base_url,
-                    label,
-                    target,
-                    specs[n].log_file,
-                    run_dir / f"bench_{n}",
-                ),
-            )
-            step(f"bench_{n}", t0)
+            if started[n]["ok"]:
+                t0 = time.perf_counter()
+                bench_pair(plan, servers["baseline"].base_url, servers[n].base_url, bench_label(n, specs[n], plan),
+                           target, specs[n].log_file, run_dir / f"bench_{n}")  # fmt: skip
+                step(f"bench_{n}", t0)
     finally:
         t0 = time.perf_counter()
         _stop_all(servers)
         step("servers_stopped", t0)
+    serving = {
+        "machine": facts,
+        "plan": asdict(plan),
+        "target": target,
+        "draft": draft,
+        "launches": {
+            n: {
+                "command": specs[n].command(),
+                **started[n],
+                "lint": lints[n].to_dict()["findings"] if n in lints else [],
+            }
+            for n in LAUNCHES
+        },
+        "timings_s": timings,
+    }
+    (run_dir / "serving.json").write_text(json.dumps(serving, indent=1, default=str))
+    t0 = time.perf_counter()
+    oracle_proc.wait(600)
+    step("oracle_wait", t0)
+    return finish(run_dir, t_start=t_all)
 
+
+def launch_findings(launch: dict, version: str | None) -> list[dict]:
+    """A served launch's lint findings: as recorded, else its command linted again (SGLang's real parser)."""
+    if launch.get("lint") is not None:
+        return launch["lint"]
+    from kit.serving import launch as kl
+    from kit.serving.checks import lint
+
+    launch["lint"] = lint(kl.spec_from_command(launch["command"]), sglang_version=version).to_dict()["findings"]
+    return launch["lint"]
+
+
+def bench_label(name: str, spec, plan: GpuPlan) -> str:
+    p = f"{plan.speculative_num_steps}-{plan.speculative_eagle_topk}-{plan.speculative_num_draft_tokens}"
+    return f"{name} ({spec.speculative_algorithm} {p})"
+
+
+def finish(run_dir: Path, t_start: float | None = None) -> Path:
+    """Score a served run directory: the kit's graphed engine on this GPU, the oracle's numbers, verdicts,
+    figures, `summary.json` and `summary.md`. Also `python -m kit.demo_gpu finish RUN_DIR` for a run whose
+    scoring did not complete (its `serving.json`, `oracle.log` and `bench_*` directories are all it reads)."""
+    from kit.measure import plots
+    from kit.measure.bench import load_result
+    from kit.measure.verdict import verdict
+    from kit.summary import collect, record
+
+    run_dir = Path(run_dir)
+    t_finish = time.perf_counter()
+    serving = json.loads((run_dir / "serving.json").read_text())
+    plan, facts, timings = GpuPlan(**serving["plan"]), serving["machine"], serving["timings_s"]
     t0 = time.perf_counter()
     try:
-        reference = reference_graphed(plan, target, draft)
+        reference = reference_graphed(plan, serving["target"], serving["draft"])
     except Exception as e:  # the SGLang figures stand without it; say why it is missing
         reference = {"error": f"{type(e).__name__}: {e}"[:400]}
-    step("reference_graphed", t0)
-    t0 = time.perf_counter()
-    oracle = oracle_result(oracle_proc, run_dir / "oracle.log")
-    step("oracle_wait", t0)
+    timings["reference_graphed"] = round(time.perf_counter() - t0, 1)
+    oracle = oracle_result(run_dir / "oracle.log")
 
     # scores: observed (SGLang, pooled completion/verify), expected (oracle), speedups, verdicts
     observed, tok_s, speedup, sources = {}, {}, {}, {}
     findings = Report()
-    for n, (label, res) in benches.items():
+    for n in ("seed", "fixed"):
+        if not (run_dir / f"bench_{n}" / "summary.json").exists():
+            continue
+        res = load_result(run_dir / f"bench_{n}")
+        label = next(lab for lab in res.summary["labels"] if lab != "baseline")
         labels = res.summary["labels"]
         observed[f"{n}_launch"] = labels[label].get("accept_length")
         sources[f"{n}_launch"] = labels[label].get("accept_sources")
@@ -394,11 +434,13 @@ def run_gpu_demo(cfg) -> Path:
         tok_s.setdefault("baseline", labels["baseline"].get("output_tok_s"))
         speedup[f"{n}_launch"] = paired(res, label)
         findings.extend(res.report.findings)
-        findings.extend(
-            verdict(observed[f"{n}_launch"], oracle.get(f"{n}_launch"), lints[n].findings, label=f"{n} launch")
-        )
+        static = launch_findings(serving["launches"][n], facts.get("sglang"))
+        # both launches against what the draft reaches when wired right (the oracle's fixed-launch figure);
+        # the oracle replaying the seed's own wiring is kept beside it (accept_length_expected)
+        findings.extend(verdict(observed[f"{n}_launch"], oracle.get("fixed_launch"), static, label=f"{n} launch"))
+        plots.throughput_speedup(res.summary, run_dir, name=f"throughput_speedup_{n}", data=res.describe())
     pairs = [
-        {"label": f"{n} launch", "expected_accept_length": oracle.get(f"{n}_launch"), "observed_accept_length": v}
+        {"label": f"{n} launch", "expected_accept_length": oracle.get("fixed_launch"), "observed_accept_length": v}
         for n, v in ((k.removesuffix("_launch"), v) for k, v in observed.items())
     ]
     data = plots.describe(
@@ -407,14 +449,13 @@ def run_gpu_demo(cfg) -> Path:
         prompts=f"{plan.num_prompts} built-in x {plan.max_new_tokens} tokens",
         concurrency=plan.concurrency,
     )
-    figs = [plots.expected_vs_observed(pairs, run_dir, data=data)]
-    figs.append(plots.engine_comparison(engine_rows(tok_s, speedup, reference), run_dir, data=data))
-    for n, (_, res) in benches.items():
-        plots.throughput_speedup(res.summary, run_dir, name=f"throughput_speedup_{n}", data=res.describe())
-    figures = sorted(str(p.name) for p in run_dir.glob("*.png"))
-    del figs
+    plots.expected_vs_observed(pairs, run_dir, data=data)
+    plots.engine_comparison(engine_rows(tok_s, speedup, reference), run_dir, data=data)
+    figures = sorted(p.name for p in run_dir.glob("*.png"))
 
-    timings["total"] = round(time.perf_counter() - t_all, 1)
+    timings["finish"] = round(time.perf_counter() - t_finish, 1)
+    if t_start is not None:
+        timings["total"] = round(time.perf_counter() - t_start, 1)
     headline = {
         "seed_launch": observed.get("seed_launch"),
         "fixed_launch": observed.get("fixed_launch"),
@@ -433,7 +474,7 @@ def run_gpu_demo(cfg) -> Path:
         {
             "engine": "sglang",
             "machine": facts,
-            "plan": asdict(plan),
+            "plan": serving["plan"],
             "accept_length_expected": {
                 "fixed_launch": oracle.get("fixed_launch"),
                 "seed_launch": oracle.get("seed_launch"),
@@ -444,13 +485,10 @@ def run_gpu_demo(cfg) -> Path:
             "reference_engine_graphed": reference,
             "oracle": oracle,
             "launches": {
-                n: {
-                    "command": specs[n].command(),
-                    **started[n],
-                    "lint_errors": [f.code for f in lints[n].findings if f.severity == "error"] if n in lints else [],
-                }
-                for n in LAUNCHES
-            },
+                n: {k: v for k, v in d.items() if k != "lint"}
+                | {"lint_errors": [f["code"] for f in d.get("lint") or [] if f.get("severity") == "error"]}
+                for n, d in serving["launches"].items()
+            },  # fmt: skip
             "timings_s": timings,
         },
     )
@@ -460,7 +498,24 @@ def run_gpu_demo(cfg) -> Path:
     print(
         f"kit demo --gpu: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
         f"oracle={a['oracle']}; SGLang speedup over no speculation {sp}; the kit's graphed engine {ref}; "
-        f"{timings['total']} s"
+        f"timings {timings}"
     )
     print(f"kit demo --gpu: summary -> {run_dir / 'summary.md'}")
     return run_dir
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kit.demo_gpu", description="score a served `kit demo --gpu` run")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench_*)").add_argument("run_dir")
+    a = p.parse_args(argv)
+    if not (Path(a.run_dir) / "serving.json").exists():
+        raise SystemExit(f"python -m kit.demo_gpu: error: {a.run_dir}: no serving.json (not a served GPU demo run)")
+    finish(Path(a.run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
