@@ -4,7 +4,7 @@ The CPU demo (`kit demo`) replays the seed on the kit's reference server; this o
 draft with real SGLang and measures them the way `kit bench` does:
 
 1. the target: the embedded SmolLM2, dequantized from its GGUF into an HF directory SGLang loads
-   (`kit.models.embedded_dir`); the draft: the demo draft (`--draft` to use another);
+   (`kit.models.embedded_dir`); the draft: the shipped demo draft (`kit.models.shipped_draft`; `--draft` for another);
 2. three launches built from the seed's command line (`SEED_LAUNCH`, 8 GPUs) adapted to one GPU
    (`one_gpu`): the seed's own (`--speculative-algorithm EAGLE`), the kit's fix of it (`apply_fixes` of
    its lint: `EAGLE3`) and the same line without speculation (the baseline). They start together on the
@@ -307,8 +307,7 @@ def _stop_all(servers: dict) -> None:
 def run_gpu_demo(cfg) -> Path:
     """The GPU demo for a `kit.demo.DemoConfig` (its target, draft, runs_dir and quick); returns the run dir.
     Serving and benching write `serving.json` and the bench directories; `finish` scores them."""
-    from kit.models import resolve_target
-    from kit.reference.train import ensure_demo_draft
+    from kit.models import resolve_target, shipped_draft
     from kit.serving.process import ServerExited, ServerProcess
 
     t_all = time.perf_counter()
@@ -327,7 +326,7 @@ def run_gpu_demo(cfg) -> Path:
     print(f"kit demo --gpu: SGLang {facts['sglang']} on {facts['gpu']} -> {run_dir}", flush=True)
     t0 = time.perf_counter()
     target = str(resolve_target(cfg.target))
-    draft = str(cfg.draft or ensure_demo_draft(quick=cfg.quick))
+    draft = str(cfg.draft or shipped_draft())
     step("target_and_draft", t0)
 
     t0 = time.perf_counter()
