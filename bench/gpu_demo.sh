@@ -23,7 +23,6 @@ s1)
   echo "install_s=$(($(date +%s) - t0))"
   # a bundle built before the stub answered IPython.version_info: write this kit's stub over it
   python3 -c "from pathlib import Path; from kit.sglang.bundle import IPYTHON_STUB as S; [Path('/root/site', k).write_text(v) for k, v in S.items()]"
-  python3 -c "import sglang, sgl_kernel, deep_gemm, aiohttp, orjson, datasets, torch; print('ok', sglang.__version__, torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tail -2
   ;;
 s2)
   ls -la "$S"
@@ -48,7 +47,7 @@ finish)
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
 parity)
-  timeout 570 python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
+  timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
     --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$OUT/parity.log"
   tar czf "$OUT/parity.tgz" -C "$S" parity
   ;;
