@@ -13,7 +13,8 @@ How (the recipe measured in shared/docs/stack-notes.md, last section):
    tokens (no second, teacher-forced pass);
 3. the head (SGLang `LlamaForCausalLMEagle3` structure, kit.reference.draft) trains with 3 unrolled
    test-time-training steps that feed back its own hidden state, AdamW, seeded; the draft
-   vocabulary = every id the target predicts in the data + ids below `vocab_floor`;
+   vocabulary = every id the target predicts in the data + ids below `vocab_floor` (with
+   `--max-draft-vocab N`, the N most frequent of those); batches hold sequences of similar length;
 4. saved in SGLang layout (`midlayer.*`, `d2t`, `t2d`) with `kit_provenance.json` (settings, the
    one command that repeats the run, data size, times, losses), cached under
    $KIT_CACHE_DIR/drafts/<key> keyed by the settings; a second call returns the cached path.
@@ -45,7 +46,7 @@ from kit import config as kconfig
 from kit.findings import KitInputError
 
 HELP = "train a 1-layer EAGLE-3 head on the target's own outputs (CPU smoke run in minutes, or --device cuda; cached)"
-RECIPE_VERSION = 3  # bump when the training code changes what a given config produces
+RECIPE_VERSION = 4  # bump when the training code changes what a given config produces
 DTYPES = ["auto", "float32", "bfloat16"]
 
 
