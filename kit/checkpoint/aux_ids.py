@@ -1,6 +1,6 @@
 """Each training/serving stack's aux layer-id convention: where it reads the ids, which target layers they name.
 
-The same integers name different target layers in different stacks (formats.md §4). We speak in *capture
+The same integers name different target layers in different stacks. We speak in *capture
 points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state).
 
 * `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only

@@ -1,6 +1,6 @@
 """`python -m kit convert SRC DST --to sglang|speculators|eagle [--target PATH] [--sglang-version X] [--force]`
 
-Rewrites an EAGLE-3 draft into the layout another stack loads (formats.md §1-2):
+Rewrites an EAGLE-3 draft into the layout another stack loads (`kit.checkpoint.layouts`):
 
 * speculators -> SGLang: `midlayer.*` (one layer; loads in every SGLang era) or `layers.N.*`
   with `hidden_norm` as SGLang's pre-attention norm for N >= 1, and a flat

@@ -1,6 +1,6 @@
 """Which training stack wrote a draft checkpoint, and the key maps between the layouts.
 
-The same EAGLE-3 draft is spelled differently by each stack (formats.md §1):
+The same EAGLE-3 draft is spelled differently by each stack:
 
     sglang       midlayer.* (or layers.N.*), config LlamaForCausalLMEagle3 — also what
                  SpecForge `export --to sglang/hf` and its save_pretrained write

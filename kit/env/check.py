@@ -1,7 +1,7 @@
 """`python -m kit env`: is this machine (and this launch command's environment) fit to serve EAGLE-3 with SGLang?
 
 Facts come from `kit.env.probe` (live, or `--facts FILE` recorded on another machine); the rules
-here are pure functions facts -> findings, following the checklist of blackwell.md §6: GPUs and
+here are pure functions facts -> findings, in this order: GPUs and
 their family (Hopper sm_90, Blackwell datacenter sm_100/103, Thor sm_110, Blackwell
 workstation/consumer sm_120/121), torch's arch list and CUDA build, driver, NCCL version and
 variables (kit.env.nccl), Triton, packages (sglang, sgl-kernel, flashinfer, flash-attn, transformers,
@@ -40,7 +40,7 @@ from kit.findings import Finding, KitInputError, Report, emit
 from kit.sglang.flags import flag_value
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
-SHM_MIN = 1 << 30  # a guess (blackwell.md §6 row 17 says so); NCCL's SHM transport needs room in containers
+SHM_MIN = 1 << 30  # a guess, not a documented floor; NCCL's SHM transport needs room in containers
 
 
 @dataclass

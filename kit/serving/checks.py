@@ -8,8 +8,8 @@ Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value
 `launch.parser` (the parser could not be run), `launch.spec_params` (steps/topk/draft tokens,
 `_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `aux.algorithm` (EAGLE with an
 EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.mem` (weights vs
-mem-fraction-static), `launch.backend` (attention backend vs topk/page size, blackwell.md §6
-rows 18-19), `launch.engine` (flags the reference server ignores), `env.nccl_var` (kit.env.nccl).
+mem-fraction-static), `launch.backend` (attention backend vs topk/page size), `launch.engine`
+(flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
 """
 

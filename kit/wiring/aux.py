@@ -1,6 +1,6 @@
 """Aux hidden-state layer ids: what each stack means by them, and the facts the wiring checks read.
 
-The same integers name different target layers in different stacks (formats.md §4). We speak
+The same integers name different target layers in different stacks (`kit.checkpoint.aux_ids`). We speak
 in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
 final pre-norm state) — HF `output_hidden_states[p]` for p < L.
 
