@@ -1,4 +1,4 @@
-"""The CPU reference server's engine: models, SGLang's flag semantics, one batched decode loop, statistics.
+"""The CPU reference server's decoder: models, SGLang's flag semantics, one batched decode loop, statistics.
 
 `ReferenceEngine(spec)` loads the target (`--model-path`, 'embedded' = SmolLM2) and, for an
 EAGLE-family `--speculative-algorithm`, the draft, and runs them as SGLang 0.5.23 would run that

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from kit.serving.logs import LogWatcher, parse_line, parse_lines, parse_log, summarize
+from kit.serving.logs import LogWatcher, parse_lines, parse_log, summarize
+from kit.sglang.log_format import parse_line
 
 VALUES = {
     "num_running_reqs": 3,
