@@ -33,7 +33,7 @@ PROG = "kit"
 
 # verb -> (module, one example); order is the walk-through (notebooks 01..05, then the demo)
 VERBS: dict[str, tuple[str, str]] = {
-    "env": ("kit.env.check", "kit env --launch-file launch.sh"),
+    "env": ("kit.env.checks", "kit env --launch-file launch.sh"),
     "doctor": (
         "kit.doctor",
         "kit doctor --target ~/models/Llama-3.1-8B-Instruct --draft ~/drafts/eagle3 --launch-file launch.sh",

@@ -32,7 +32,7 @@ HELP = "run every static check (environment, checkpoint, wiring, launch command)
 
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
-    "kit.env.check",
+    "kit.env.checks",
     "kit.checkpoint.inspect",
     "kit.serving.checks",
     "kit.wiring.checks",

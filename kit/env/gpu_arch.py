@@ -1,6 +1,6 @@
 """What each NVIDIA architecture needs: family names, minimum CUDA / NCCL / Triton, binary compatibility.
 
-Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.check`.
+Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.checks`.
 Sources: NVIDIA's CUDA GPU list and
 Blackwell compatibility guide, the CUDA 12.9/13.0 feature notes, PyTorch's `torch/cuda/__init__.py`
 (`_check_cubins` same-major rule), NCCL release notes (2.25.1 Blackwell, 2.26.2 sm_120 shared-memory fix).

@@ -2,7 +2,7 @@
 
 Why separate from the rules: the facts are one plain JSON-able dict, so a run on the GPU host can be
 recorded (`python -m kit env --record facts.json`) and judged anywhere, and the rules in
-`kit.env.check` / `kit.env.nccl` / `kit.env.multigpu` are tested on recorded machines (kit/tests/facts/).
+`kit.env.checks` / `kit.env.nccl` / `kit.env.multigpu` are tested on recorded machines (kit/tests/facts/).
 
 How it reads the machine, each part wrapped so a missing tool or field becomes `None` plus an
 entry in `facts["errors"]`, never a crash:
