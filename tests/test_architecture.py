@@ -148,6 +148,23 @@ def test_default_release_written_once():
     assert not hits, "the default release written as a literal:\n" + "\n".join(hits)
 
 
+def test_release_numbers_only_in_kit_sglang():
+    """What a release does is knowledge of `kit.sglang` (versioned there); no other package names a release:
+    neither a 0.4.x/0.5.x literal nor any release the recorded tables hold (kit.sglang.loader.known_versions)."""
+    from kit.sglang.loader import known_versions
+
+    recorded = "|".join(re.escape(v) for v in sorted(known_versions(), key=len, reverse=True))
+    release = re.compile(rf"(?<![\w.])(?:0\.[45]\.\d+(?:\.post\d+)?|{recorded})(?![\w.]*\d)")
+    hits = [
+        f"{path.relative_to(ROOT)}:{i}: {line.strip()[:100]}"
+        for name, path in modules().items()
+        if not name.startswith("kit.sglang")
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if release.search(line)
+    ]
+    assert not hits, "SGLang release numbers outside kit/sglang (move the fact there):\n" + "\n".join(hits)
+
+
 def test_ruff_clean():
     """ruff is pinned in requirements.txt (the README's setup installs it): missing, this fails, never skips."""
     assert importlib.util.find_spec("ruff"), "ruff is not installed: pip install -r requirements.txt pins it"

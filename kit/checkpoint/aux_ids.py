@@ -11,7 +11,7 @@ points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L 
 Used by `kit convert` (translation between layouts) and kit.wiring (the shift checks).
 
     capture_points("speculators", [2, 4, 5], 8)                        # -> [2, 4, 5]
-    capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", "0.5.23")  # -> [3, 5, 6]
+    capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", DEFAULT_RELEASE)  # -> [3, 5, 6]
 """
 
 from __future__ import annotations

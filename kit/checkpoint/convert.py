@@ -283,7 +283,7 @@ def plan_conversion(
     if bias and to in ("sglang",):
         refuse.append(f"{bias[0]}: SGLang's qkv_proj has no bias")
     if to == "sglang":
-        from kit.sglang.loader import rules_for
+        from kit.sglang.loader import first_release, rules_for
 
         r = rules_for(sglang_version)
         f = r.features
@@ -291,11 +291,15 @@ def plan_conversion(
         if not f.get("has_eagle3"):
             refuse.append(f"sglang {r.version} has no EAGLE-3 support")
         if f.get("single_layer_only") and L != 1:
-            refuse.append(f"{L} layers: sglang {r.version} loads single-layer drafts only (0.5.12+ loads more)")
+            refuse.append(
+                f"{L} layers: sglang {r.version} loads single-layer drafts only ({first_release('single_layer_only', False)}+ loads more)"
+            )
         if any(c.startswith("fc_norm.") for c in canon) and not f.get("fc_norm"):
-            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm (0.5.12+)")
+            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm ({first_release('fc_norm')}+)")
         if "input_norm.weight" in canon and not f.get("norm_before_fc"):
-            refuse.append(f"input_norm.weight (norm_before_fc): sglang {r.version} has none (0.5.17+)")
+            refuse.append(
+                f"input_norm.weight (norm_before_fc): sglang {r.version} has none ({first_release('norm_before_fc')}+)"
+            )
         if k != 3 and not f.get("num_aux_configurable"):
             refuse.append(f"{k} aux states: sglang {r.version} hard-codes 3")
     if to == "eagle":
@@ -427,7 +431,7 @@ def plan_conversion(
         from kit.sglang.loader import rules_for
 
         if rules_for(sglang_version).features.get("fc_default_bias"):
-            # 0.4.5-0.4.8 give fc torch's default (random) bias; zeros reproduce a bias-free fc
+            # those releases give fc torch's default (random) bias; zeros reproduce a bias-free fc
             nb = DTYPE_BITS[fc.dtype] * fc.shape[0] // 8
             plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
     # config

@@ -271,7 +271,7 @@ def config_findings(cfg: dict | None, layout: Layout) -> list[Finding]:
     out = []
     if not cfg.get("model_type"):
         # SGLang builds the draft's ModelConfig through transformers' AutoConfig, which needs model_type
-        # (seen on real SGLang 0.5.17: "Unrecognized model in ... Should have a `model_type` key")
+        # (seen on real SGLang: "Unrecognized model in ... Should have a `model_type` key")
         out.append(
             Finding(
                 code="draft.config",

@@ -38,6 +38,7 @@ from kit.env.gpu_arch import (
 from kit.env.probe import driver_version, gpu_list
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.sglang.flags import flag_value
+from kit.sglang.versions import LAST_CUDA12_RELEASE
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
 SHM_MIN = 1 << 30  # a guess, not a documented floor; NCCL's SHM transport needs room in containers
@@ -218,13 +219,13 @@ def torch_findings(facts: dict) -> list[Finding]:
                 )
             )
     sg = vtuple((facts.get("packages") or {}).get("sglang"))
-    if sg and sg > (0, 5, 19) and vtuple(cuda, 1) == (12,):
+    if sg and sg > vtuple(LAST_CUDA12_RELEASE) and vtuple(cuda, 1) == (12,):
         out.append(
             Finding(
                 code="env.torch_cuda",
                 severity="warning",
                 title=f"sglang {'.'.join(map(str, sg))} ships "
-                f"for CUDA 13 only (0.5.19 was the last CUDA 12 lane), torch is CUDA {cuda}",
+                f"for CUDA 13 only ({LAST_CUDA12_RELEASE} was the last CUDA 12 lane), torch is CUDA {cuda}",
                 evidence={"torch_cuda": cuda},
                 fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image",
             )

@@ -1,4 +1,4 @@
-"""Launch-spec findings: SGLang's real parser plus the semantic rules of SGLang 0.5.23.
+"""Launch-spec findings: SGLang's real parser plus the semantic rules of the SGLang release it judges.
 
     from kit.serving.launch import spec_from_command
     from kit.serving.checks import lint

@@ -1,4 +1,4 @@
-"""`python -m kit serve`: the CPU reference server, speaking SGLang 0.5.23's HTTP API on FastAPI + uvicorn.
+"""`python -m kit serve`: the CPU reference server, speaking SGLang's HTTP API on FastAPI + uvicorn.
 
     python -m kit serve --model-path embedded --speculative-algorithm EAGLE3 \
         --speculative-draft-model-path DRAFT --speculative-num-steps 3 --speculative-eagle-topk 1 \

@@ -7,7 +7,7 @@ draft.mla_geometry, draft.rope. Used by `kit doctor` (provider "kit.wiring.aux")
 `kit.wiring.plan.wiring_from_launch` turns the same facts into the `Wiring` SGLang would give the draft.
 
     from kit.wiring.checks import wiring_checks
-    findings = wiring_checks(target_cfg, draft_cfg, argv, version="0.5.23", draft_dir=None)
+    findings = wiring_checks(target_cfg, draft_cfg, argv, version=None, draft_dir=None)  # None: the default release
 """
 
 from __future__ import annotations
@@ -235,7 +235,14 @@ def draft_target_checks(
     """Draft config fields that SGLang reads at startup, against the target and the served context."""
     from kit.checkpoint.hf_config import text_config
     from kit.sglang.flags import flag_value
-    from kit.sglang.loader import MLA_EAGLE3, context_keys, derived_context_length, resolve_draft_class, runtime_rules
+    from kit.sglang.loader import (
+        MLA_EAGLE3,
+        context_keys,
+        derived_context_length,
+        first_release,
+        resolve_draft_class,
+        runtime_rules,
+    )
 
     out: list[Finding] = []
     rt = runtime_rules(version)
@@ -247,6 +254,7 @@ def draft_target_checks(
 
     nnpl = d.get("num_nextn_predict_layers")
     if nnpl == 0 and f.get("nnpl_zero_sizes_draft_kv_at_zero"):
+        fixed = first_release("nnpl_zero_sizes_draft_kv_at_zero", False, "runtime", after=rt.checked)
         out.append(
             Finding(
                 code="draft.nextn_zero",
@@ -258,8 +266,8 @@ def draft_target_checks(
                     "sglang": ver,
                     "source": ev["nnpl_zero_sizes_draft_kv_at_zero"],
                 },
-                fix="delete num_nextn_predict_layers from the draft config.json (or use sglang >= 0.5.13, which "
-                "treats 0 as absent)",
+                fix="delete num_nextn_predict_layers from the draft config.json"
+                + (f" (or use sglang >= {fixed}, which treats 0 as absent)" if fixed else ""),
             )
         )
 
