@@ -40,7 +40,8 @@ from typing import Any
 
 from kit import __version__
 from kit import config as kconfig
-from kit.checkpoint.inspect import config_dims, corrupt_report, find_config
+from kit.checkpoint.hf_config import declared_draft
+from kit.checkpoint.inspect import corrupt_report, find_config
 from kit.checkpoint.layouts import (
     detect_layout,
     from_canonical,
@@ -170,19 +171,15 @@ def plan_aux(
     stack's convention on the target; the destination ids are the ones that capture those points.
     """
     from kit.checkpoint.aux_ids import capture_points, read_ids
-    from kit.checkpoint.hf_config import text_config
+    from kit.checkpoint.hf_config import target_facts
     from kit.sglang.capture import capture_rule, default_ids, ids_for_points
 
     conv = AUX_CONVENTION.get(layout, layout)
     src_ids, _ = read_ids(conv, cfg)
     prior = cfg.get(AUX_SOURCE_KEY) or {}
     tcfg = _target_config(target) if target else None
-    tf = (
-        {"L": text_config(tcfg).get("num_hidden_layers"), "arch": (tcfg.get("architectures") or [None])[0]}
-        if tcfg
-        else None
-    )
-    L, arch = (tf["L"], tf["arch"]) if tf else (prior.get("num_layers"), prior.get("target_class"))
+    tf = target_facts(tcfg) if tcfg else None
+    L, arch = (tf.num_layers, tf.architecture) if tf else (prior.get("num_layers"), prior.get("target_class"))
     points = None
     if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
         points = list(prior["capture_points"])
@@ -255,11 +252,9 @@ def plan_conversion(
         )
     if to not in DESTS:
         raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
-    d = config_dims(cfg, lay.name)
-    H, V, Vd, Ht, k, L = (
-        d.get(x)
-        for x in ("hidden_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux", "num_hidden_layers")
-    )
+    d = declared_draft(cfg)
+    H, V, Vd, Ht = d.hidden_size, d.vocab_size, d.draft_vocab_or_target, d.effective_target_hidden_size
+    k, L = d.trained_num_aux, d.num_hidden_layers
     canon: dict[str, TensorInfo] = {}
     plan = Plan(to, {})
     for key, t in ck.tensors.items():

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from kit import config as kconfig
-from kit.checkpoint.inspect import dropped_keys
+from kit.checkpoint.load_sim import dropped_keys
 from kit.findings import KitInputError
 from kit.reference.speculate import Wiring, walk_tree
 from kit.sglang.loader import DROPS_SPECULATORS_KEYS
