@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule, default_ids
+from kit.sglang.capture import capture_rule, default_ids, sglang_points
 
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
@@ -64,4 +63,4 @@ def capture_points(
     if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class
         ids = ids or [1, L // 2 - 1, L - 4]
     rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
-    return sglang_capture_points(ids, L, rule)
+    return sglang_points(ids, L, rule)

@@ -133,14 +133,13 @@ def _scalar_type(name: str):
 def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_version: str | None = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
-    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve`: prefixes,
+    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve_flags`: prefixes,
     `--flag=value`, aliases, last repeat wins, types, choices). Flags the spec types become fields;
     every other flag goes to `extra_args` in its full spelling; unknown flags and values SGLang would
     reject are kept there verbatim, for SGLang's parser (and `launch.flag`) to judge.
     """
     from kit.sglang.cmdline import sglang_launch_test
-    from kit.sglang.flags import resolve as resolve_flags
-    from kit.sglang.flags import server_flags
+    from kit.sglang.flags import resolve_flags, server_flags
 
     argv = list(argv)
     hit = sglang_launch_test(sglang_version)(argv) if argv else None

@@ -16,8 +16,7 @@ from typing import Any
 
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule, ids_for_points, recorded_release
+from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
 from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
     capture_points,
@@ -79,7 +78,7 @@ def wiring_checks(
     srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
     if top and not nested:
         intended = capture_points("speculators", top, L) if L else None
-        default = sglang_capture_points(None, L, rule) if (L and rule) else None
+        default = sglang_points(None, L, rule) if (L and rule) else None
         sev = "warning" if intended is not None and intended == default else "error"
         out.append(
             Finding(

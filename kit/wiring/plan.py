@@ -13,8 +13,7 @@ from typing import Any
 
 from kit.checkpoint.hf_config import TargetFacts, target_facts
 from kit.checkpoint.load_sim import dropped_keys
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule
+from kit.sglang.capture import capture_rule, sglang_points
 from kit.wiring.aux import launch_algorithm, read_ids
 
 
@@ -24,7 +23,7 @@ def serving_points(draft_cfg: dict[str, Any], tf: TargetFacts, version: str | No
     if rule is None or not tf.num_layers:
         return None, rule
     ids, _ = read_ids("sglang", draft_cfg)
-    return sglang_capture_points(ids, tf.num_layers, rule), rule
+    return sglang_points(ids, tf.num_layers, rule), rule
 
 
 def wiring_from_launch(

@@ -91,7 +91,7 @@ def meta_model(cfg: dict[str, Any]):
         return AutoModelForCausalLM.from_config(sk, dtype=torch.bfloat16), f"Llama skeleton ({mt} not buildable: {why})"
 
 
-def verdict(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
+def fc_gate(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
     """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
     from kit.sglang.draft_config import read_draft_config
 
@@ -154,7 +154,7 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
         "wiring": wiring.describe(),
         "capture_points": pts,
         "shapes": shapes,
-        "verdict": verdict(shapes, dcfg, wiring, fc_in_features(ddir)),
+        "verdict": fc_gate(shapes, dcfg, wiring, fc_in_features(ddir)),
         "stacks": stack_table(dcfg, L, tf.architecture, cfg.sglang_version),
         "build_s": round(t1 - t0, 2),
         "forward_s": round(time.perf_counter() - t1, 2),

@@ -14,7 +14,7 @@ import pytest
 
 from kit.env.checks import check, facts_rows, load_facts
 from kit.env.gpu_arch import arch_cover, family
-from kit.env.probe import _collect, gpu_list, parse_smi_query, parse_topo, probe
+from kit.env.machine import _collect, gpu_list, parse_smi_query, parse_topo, probe_machine
 from kit.findings import KitInputError
 from kit.tests.env_fixtures import FACTS_DIR, MACHINES, SEED_LAUNCH, SEED_NCCL_VARS, facts, seed_env_argv
 
@@ -200,7 +200,7 @@ def test_recorded_topo_text_parses_to_recorded_matrix():
 
 
 def test_probe_on_this_machine_never_crashes():
-    f = probe(timeout=60)
+    f = probe_machine(timeout=60)
     assert f["schema"] == "kit.env.facts/1"
     assert f["torch"] is not None and f["torch"]["version"]  # CPU torch is installed here
     assert isinstance(gpu_list(f), list)
