@@ -44,12 +44,12 @@ class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
     model_path: str = _f(
-        "target model: a local dir or 'embedded' (SmolLM2); a hub id is passed to SGLang unchecked "
-        "(the kit itself cannot resolve hub ids offline)",
+        "target model: a local dir or 'embedded' (SmolLM2, its cached dir for SGLang); a hub id is passed to "
+        "SGLang unchecked (the kit itself cannot resolve hub ids offline)",
         "embedded",
     )
     speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
-    speculative_draft_model_path: str | None = _f("draft checkpoint dir")
+    speculative_draft_model_path: str | None = _f("draft checkpoint dir (`kit launch`: 'demo' = the kit's demo draft)")
     speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
     speculative_eagle_topk: int | None = _f("branching factor per step (1 = chain)")
     speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")
@@ -102,13 +102,13 @@ class LaunchSpec:
         """The three speculative values as given on the command line (None = not given)."""
         return SpecParams(self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
 
-    def resolved_params(self, target_arch: str | None = None) -> SpecParams | None:
+    def resolved_params(self, target_arch: str | None = None, sglang_version: str | None = None) -> SpecParams | None:
         """What SGLang runs for this launch (`kit.sglang.params.resolve`); None without speculation
-        or when SGLang would refuse the values."""
+        or when that release would refuse (or crash on) the values."""
         alg = (self.speculative_algorithm or "").upper()
         if alg not in EAGLE_FAMILY:
             return None
-        return resolve(self.spec_params(), alg, target_arch).params
+        return resolve(self.spec_params(), alg, target_arch, sglang_version).params
 
     def replace(self, **changes) -> LaunchSpec:
         return dataclasses.replace(self, **changes)
@@ -268,6 +268,29 @@ def apply_fixes(spec: LaunchSpec, report: Report) -> LaunchSpec:
     return spec.replace(**changes)
 
 
+# `--speculative-draft-model-path demo`: the kit's demo draft for the embedded target (notebooks 03-05's default)
+DEMO_DRAFT = "demo"
+
+
+def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
+    """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
+    directory for SGLang (which cannot read the name; the reference server resolves it itself), and
+    `--speculative-draft-model-path demo` -> the demo draft (`ensure_demo_draft`: trained once, then cached;
+    progress lines go to `log`)."""
+    from kit.models import DEFAULT_TARGET
+
+    changes: dict[str, Any] = {}
+    if not get_engine(engine).resolves_kit_names and spec.model_path == DEFAULT_TARGET:
+        from kit.models import embedded_dir
+
+        changes["model_path"] = str(embedded_dir())
+    if spec.speculative_draft_model_path == DEMO_DRAFT:
+        from kit.reference.train import ensure_demo_draft
+
+        changes["speculative_draft_model_path"] = str(ensure_demo_draft(log=log))
+    return spec.replace(**changes)
+
+
 def localize(
     spec: LaunchSpec,
     engine: str,
@@ -288,7 +311,7 @@ def localize(
         changes["speculative_draft_model_path"] = str(draft)
     if decode_log_interval is not None:
         changes["decode_log_interval"] = decode_log_interval
-    return spec.replace(**changes)
+    return resolve_local(spec.replace(**changes), engine)
 
 
 def ask(

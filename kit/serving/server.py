@@ -436,12 +436,23 @@ def check_paths(spec) -> None:
         kconfig.local_path(spec.speculative_draft_model_path, "--speculative-draft-model-path", "a draft directory")
 
 
+def check_params(spec) -> None:
+    """Steps/topk/draft tokens SGLang refuses or crashes on (`kit.sglang.params.resolve`, the rule the
+    launch checks report): the same one-line message, before anything binds or loads."""
+    from kit.sglang.params import EAGLE_FAMILY
+
+    alg = (spec.speculative_algorithm or "").upper()
+    if alg in EAGLE_FAMILY:
+        spec.spec_params().resolved(alg)
+
+
 def run(args: argparse.Namespace) -> int:
     from kit.serving.launch import LaunchSpec
 
     spec = kconfig.from_namespace(LaunchSpec, args)
     cfg = kconfig.from_namespace(ServeConfig, args)
     check_paths(spec)
+    check_params(spec)
     server, state = make_server(spec, cfg)
 
     def loader():

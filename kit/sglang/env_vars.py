@@ -31,8 +31,9 @@ EXPLAIN = {
         "conscious override",
     ),
     "SGLANG_ENABLE_SPEC_V2": (
-        "the overlap-scheduled speculative worker (spec v2); supports only --speculative-eagle-topk 1",
-        "use with topk 1; releases that no longer read it make it a no-op",
+        "the overlap-scheduled speculative worker (spec v2): 0.5.5-0.5.10 fail with it and topk > 1, "
+        "0.5.11-0.5.12 run topk > 1 on the v1 worker instead, 0.5.13+ run every EAGLE launch on v2",
+        "with 0.5.5-0.5.10 use it with topk 1; releases that no longer read it make it a no-op",
     ),
     "SGLANG_ENABLE_JIT_DEEPGEMM": (
         "DeepGEMM JIT kernels for FP8 GEMMs; DeepGEMM needs WGMMA (sm_90) or tcgen05 (sm_100/103), not sm_120",

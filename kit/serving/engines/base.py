@@ -49,6 +49,8 @@ class Engine:
     start_despite_errors: bool = False  # True: error findings do not stop `kit launch` (the engine ignores them)
     runs_here: bool = False  # the kit starts it on this machine: its model/draft paths must exist here
     passes_extra_args: bool = False  # unparsed SGLang flags (LaunchSpec.extra_args) go on its command line
+    resolves_kit_names: bool = False  # it reads the kit's `--model-path embedded` itself (else: a directory)
+    accepts_hub_ids: bool = False  # a model path that is a hub id is downloaded by the engine itself
     # HTTP
     ready_path: str = "/health"
     server_info_paths: tuple[str, ...] = ()

@@ -42,6 +42,8 @@ class ReferenceServer(SGLang):
     start_despite_errors = True
     runs_here = True
     passes_extra_args = False
+    resolves_kit_names = True  # 'embedded' is resolved by the server itself
+    accepts_hub_ids = False
 
     def command(self, spec) -> list[str]:
         return [sys.executable, "-m", "kit", "serve"]
@@ -50,4 +52,4 @@ class ReferenceServer(SGLang):
         return super().flag(name) if name in REFERENCE_FIELDS else None
 
     def localize(self, spec, target: str) -> dict[str, Any]:
-        return {"model_path": target}  # 'embedded' is resolved by the server itself
+        return {"model_path": target}

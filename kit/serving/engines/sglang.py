@@ -26,6 +26,7 @@ class SGLang(Engine):
     name = "sglang"
     description = "real SGLang (`python -m sglang.launch_server`), on a GPU host"
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
+    accepts_hub_ids = True
 
     def __init__(self, version: str | None = None):
         self.version = version  # None: the installed release, else the default one
@@ -51,10 +52,6 @@ class SGLang(Engine):
         import importlib.util
 
         changes: dict[str, Any] = {} if target == "embedded" else {"model_path": target}
-        if changes.get("model_path", spec.model_path) == "embedded":  # SGLang needs a directory
-            from kit.models import embedded_dir
-
-            changes["model_path"] = str(embedded_dir())
         if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
             changes["python"] = sys.executable
         return changes
