@@ -4,7 +4,7 @@ Why: the notebooks need a real draft for the embedded SmolLM2 target, and a user
 smoke test for their own target before a long training run: if a 3-minute head does not beat
 accept length 1 under your serving wiring, a 3-day head will not either.
 
-How (the recipe measured in shared/docs/stack-notes.md, last section):
+How:
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
    prompts) greedily, in batches — the draft learns the target's own outputs;
 2. capture hooks stay on during that generation, so the prefill and every KV-cached decode step
