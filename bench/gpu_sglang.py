@@ -289,9 +289,10 @@ async def _send_all(base: str, texts: list[str], opts: Opts, concurrency: int) -
 
 def prompt_texts(n: int) -> list[dict]:
     """The first n built-in eval prompts (chat/code/math interleaved), chat template applied."""
-    from kit.measure.bench import _chat_renderer, load_prompts
+    from kit.measure.bench import load_prompts
+    from kit.models import chat_renderer
 
-    render = _chat_renderer("embedded")
+    render = chat_renderer("embedded")
     return [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")[:n]]
 
 
@@ -352,9 +353,10 @@ def wait(h: dict, timeout: float = 420.0) -> bool:
 
 
 def server_info(base: str) -> tuple[str | None, dict | None]:
-    from kit.serving.process import SERVER_INFO_PATHS, http_json
+    from kit.serving.engines import get_engine
+    from kit.serving.process import http_json
 
-    for path in SERVER_INFO_PATHS:
+    for path in get_engine("sglang").server_info_paths:
         st, body = http_json(base + path, timeout=30)
         if st == 200 and isinstance(body, dict):
             return path, body
@@ -642,10 +644,11 @@ def bench_compare(args) -> dict:
     fixed output length (ignore_eos), streamed `/generate` in both. The request count per concurrency comes
     from a short kit pilot so that each client's run lasts at least --min-seconds; SGLang's /metrics counts
     the prompt tokens each client sent."""
-    from kit.measure.bench import _chat_renderer, load_prompts, request_list
+    from kit.measure.bench import load_prompts, request_list
+    from kit.models import chat_renderer
 
     work, out, target, drafts = _setup_ctx(args)
-    render = _chat_renderer(target)
+    render = chat_renderer(target)
     prompts = [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")]
     row = next(r for r in ROWS if r.name == args.row)
     h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=args.server_extra)

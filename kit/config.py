@@ -137,10 +137,16 @@ def to_argv(cfg, skip: Collection[str] = ()) -> list[str]:
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def is_hub_id(value: str) -> bool:
+    """Does `value` read as a Hugging Face hub id (owner/name) rather than a local path? (`drafts/x` with a
+    local `drafts/` is a path.)"""
+    return bool(_HUB_ID.match(str(value))) and not Path(value).parent.exists()
+
+
 def missing_path(value: str, flag: str | None = None, what: str = "a local directory or file") -> str:
     """The one-line message for a path that does not exist; a hub id is told it cannot be resolved offline."""
     head = f"{flag} {value}" if flag else str(value)
-    if _HUB_ID.match(str(value)) and not Path(value).parent.exists():
+    if is_hub_id(value):
         return (
             f"{head}: a Hugging Face hub id cannot be resolved offline; download it where there is network "
             f"(huggingface-cli download {value} --local-dir DIR), copy DIR here and pass {flag or 'the path'} DIR"

@@ -16,7 +16,7 @@ draft with real SGLang and measures them the way `kit bench` does:
    (`kit.reference.graphs`: greedy, the seed's wiring, the fixed wiring), for its figures beside SGLang's;
 5. verdicts (`kit.measure.verdict`), figures and `runs/<time>/summary.json` + `summary.md`.
 
-    kit bundle install sglang-0.5.17-sm90-cp312.tar.xz --target /opt/sglang-site
+    kit bundle install sglang-<release>-<arch>-<python>.tar.xz --target /opt/sglang-site
     PYTHONPATH=/opt/sglang-site kit demo --gpu
 """
 
@@ -125,9 +125,10 @@ def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: P
 
 
 def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str | None) -> tuple[dict, dict]:
-    """{name: LaunchSpec} for baseline, seed and fixed, and {name: lint Report} (SGLang's real parser)."""
+    """{name: LaunchSpec} for baseline, seed and fixed, and {name: Report}: the checks `kit launch` runs before a
+    start (`kit.serving.preflight.launch_report`: kit doctor's, SGLang's real parser among them)."""
     from kit.serving import launch as kl
-    from kit.serving.checks import lint
+    from kit.serving.preflight import launch_report
     from kit.serving.process import free_port
 
     ports: list[int] = []
@@ -137,7 +138,7 @@ def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str
     port = dict(zip(LAUNCHES, ports))
     log = {n: log_dir / f"server_{n}.log" for n in LAUNCHES}
     seed = one_gpu(kl.spec_from_command(SEED_LAUNCH), plan, target, draft, port["seed"], log["seed"])
-    seed_report = lint(seed, sglang_version=version)
+    seed_report = launch_report(seed, sglang_version=version)
     fixed = kl.apply_fixes(seed, seed_report).replace(port=port["fixed"], log_file=str(log["fixed"]))
     base = seed.replace(
         speculative_algorithm=None,
@@ -149,7 +150,7 @@ def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str
         log_file=str(log["baseline"]),
     )
     specs = {"baseline": base, "seed": seed, "fixed": fixed}
-    reports = {"seed": seed_report, "fixed": lint(fixed, sglang_version=version)}
+    reports = {"seed": seed_report, "fixed": launch_report(fixed, sglang_version=version)}
     return specs, reports
 
 
@@ -382,13 +383,14 @@ def run_gpu_demo(cfg) -> Path:
 
 
 def launch_findings(launch: dict, version: str | None) -> list[dict]:
-    """A served launch's lint findings: as recorded, else its command linted again (SGLang's real parser)."""
+    """A served launch's findings before its start: as recorded, else its command checked again."""
     if launch.get("lint") is not None:
         return launch["lint"]
     from kit.serving import launch as kl
-    from kit.serving.checks import lint
+    from kit.serving.preflight import launch_report
 
-    launch["lint"] = lint(kl.spec_from_command(launch["command"]), sglang_version=version).to_dict()["findings"]
+    spec = kl.spec_from_command(launch["command"])
+    launch["lint"] = launch_report(spec, sglang_version=version).to_dict()["findings"]
     return launch["lint"]
 
 
