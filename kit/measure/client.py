@@ -138,9 +138,10 @@ def _absorb_final(obj: dict, api: str, rec: dict, engine: Engine) -> None:
 def stream_session(concurrency: int, timeout_s: float):
     """An aiohttp session for streamed requests, or None when aiohttp is not installed (httpx streams then).
 
-    Per streamed chunk, httpx (h11 + httpcore + anyio, pure Python) costs ~2.5x the CPU of aiohttp's C
-    parser (`bench/bench_client.py`); with 16 streams on one event loop that cost queues every chunk
-    behind the others and shows up as TTFT and ITL. aiohttp is also what `sglang.bench_serving` uses.
+    Per streamed chunk, httpx (h11 + httpcore + anyio, pure Python) costs ~2.5x the client CPU of aiohttp's
+    C parser (110-140 vs 45-50 us at 16 streams from a local SSE server, 2-core machine); with many streams
+    on one event loop that cost queues every chunk behind the others and shows up as TTFT and ITL. aiohttp
+    is also what `sglang.bench_serving` uses.
     Connections are kept alive and reused (bench_serving opens one per request)."""
     try:
         import aiohttp
@@ -186,7 +187,7 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float, 
     """Read a server-sent-event stream as raw bytes: events are split on newlines here and parsed from
     bytes, each network read is stamped once on arrival (before any parsing), and for `/generate` (whose
     meta_info is cumulative) only the last event is absorbed in full. The client's own cost per chunk is
-    what inflates TTFT and ITL once many streams share one event loop (bench/bench_client.py measures it)."""
+    what inflates TTFT and ITL once many streams share one event loop."""
     prev_tokens = 0
     last = None
     buf = b""
