@@ -110,6 +110,29 @@ def to_dict(cfg) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def to_argv(cfg, skip: Collection[str] = ()) -> list[str]:
+    """The flags that rebuild `cfg` from its class's defaults (the inverse of `add_arguments` +
+    `from_namespace`), for recording a run as the one command that repeats it."""
+    hints = typing.get_type_hints(type(cfg))
+    out: list[str] = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.name in skip or v == default or f.metadata.get("cli") is False:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        tp, is_list = _base_type(hints[f.name])
+        if tp is bool:
+            out.append(flag if v else "--no-" + f.name.replace("_", "-"))
+        elif is_list:
+            out += [flag, *map(str, v)]
+        elif f.metadata.get("positional"):
+            out.append(str(v))
+        else:
+            out += [flag, str(v)]
+    return out
+
+
 # owner/name, as the Hugging Face hub spells a repository id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

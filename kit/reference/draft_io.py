@@ -125,9 +125,15 @@ def load_draft(
 
 
 def save_draft(
-    model: Eagle3Draft, out_dir, config: dict, extra_files: dict[str, Any] | None = None, include_embed: bool = False
+    model: Eagle3Draft,
+    out_dir,
+    config: dict,
+    extra_files: dict[str, Any] | None = None,
+    include_embed: bool = False,
+    dtype=torch.float32,
 ) -> Path:
-    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang).
+    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang), weights
+    in `dtype` (d2t/t2d keep their integer/bool types).
 
     Atomic: written to a temp dir, then renamed. `extra_files` are JSON-dumped next to it.
     """
@@ -146,7 +152,7 @@ def save_draft(
             continue
         if model.spec.num_layers == 1:
             n = n.replace("layers.0.", "midlayer.")
-        state[n] = p.detach().to(torch.float32).contiguous().clone()
+        state[n] = p.detach().to(dtype).contiguous().clone()
     if model.hot_token_id is not None:
         hot = model.hot_token_id.long()
         state["d2t"] = hot - torch.arange(hot.shape[0])
