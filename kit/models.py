@@ -144,6 +144,19 @@ def resolve_target(target: str | os.PathLike | None) -> Path:
     return p
 
 
+def chat_renderer(tok_dir: str | os.PathLike | None):
+    """text -> that tokenizer's chat template around one user message (None when no tokenizer is named):
+    what `/generate` and `/v1/completions` need to see the prompt a chat endpoint would build."""
+    if not tok_dir:
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
+    return lambda text: tok.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
 def load_target(
     target: str | os.PathLike | None = None, dtype: str = "float32", device: str = "cpu"
 ) -> tuple[Any, Any]:

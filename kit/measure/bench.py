@@ -60,12 +60,15 @@ from kit.measure.client import (
     API_PATHS,
     check_server,
     flush_cache,
-    get_json,
     log_accept_lengths,
     probe_server,
     send_one,
+    server_info,
     snapshot_metrics,
+    stream_session,
 )
+from kit.models import chat_renderer
+from kit.serving.engines import ENGINES, get_engine
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = tuple(API_PATHS)
@@ -79,6 +82,14 @@ class BenchConfig:
     )
     api: str = field(
         default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS}
+    )
+    engine: str = field(
+        default="sglang",
+        metadata={
+            "help": "serving engine behind the URLs: its paths, speculative fields and metric names "
+            "(the reference server speaks SGLang's)",
+            "choices": list(ENGINES),
+        },
     )
     prompts: str = field(
         default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"}
@@ -140,6 +151,7 @@ class BenchConfig:
     def __post_init__(self):
         if self.api not in APIS:
             raise KitInputError(f"--api {self.api!r}: choose one of {', '.join(APIS)}")
+        get_engine(self.engine)  # an unknown engine is a one-line error naming --engine
         for name in ("concurrency", "max_new_tokens", "repeats"):
             if getattr(self, name) < 1:
                 raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
@@ -163,7 +175,7 @@ RUNS_ROOT = Path("runs") / "bench"
 RUN_CONFIG = "config.json"
 # what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
 MEASURED_SETTINGS = (
-    "api", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
+    "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
     "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
@@ -281,19 +293,6 @@ def request_list(prompts: list[dict], n: int) -> list[dict]:
     ]
 
 
-def _chat_renderer(tok_dir: str | None):
-    if not tok_dir:
-        return None
-    from transformers import AutoTokenizer
-
-    from kit.models import resolve_target
-
-    tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
-    return lambda text: tok.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # records file (append-only, resumable)
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +349,7 @@ async def _run_requests(
     async def one(req):
         async with sem:
             text = render(req["text"]) if render else req["text"]
-            rec = await send_one(client, base, api, text, cfg, model, extra)
+            rec = await send_one(client, base, api, text, cfg, model, extra, cfg.engine)
         rec.update(tags, rid=req["rid"], kind=req.get("kind"))
         log.append(rec)  # written as soon as it completes
         out.append(rec)
@@ -364,20 +363,21 @@ async def _run_requests(
 
 
 async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
-                   render=None) -> dict:  # fmt: skip
+                   render=None, transport=None) -> dict:  # fmt: skip
     """Before an arm's measured requests: probe, flush, warm up, flush, snapshot. Returns the arm's state."""
     session = uuid.uuid4().hex[:8]
-    probe = await probe_server(client, base)
+    engine = get_engine(cfg.engine)
+    probe = await probe_server(client, base, engine)
     model = cfg.model or probe["model"]
     api = cfg.api
-    extra = {"return_spec_tokens_details": True} if probe["sglang"] and api != "sglang" else None
+    extra = engine.request_extra(api) if probe["sglang"] else None
     tags = {"label": label, "repeat": repeat, "session": session}
     if cfg.flush_cache:
-        await flush_cache(client, base)
+        await flush_cache(client, base, engine)
     if cfg.warmup:
         warm = [{**reqs[i % len(reqs)], "rid": f"warmup{i}"} for i in range(cfg.warmup)]
         await _run_requests(
-            client,
+            transport or client,
             base,
             api,
             warm,
@@ -389,18 +389,19 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
             render,
             extra,
         )
-    flushed = await flush_cache(client, base) if cfg.flush_cache else False
+    flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
-    m0 = await snapshot_metrics(client, base)
-    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags,
+    m0 = await snapshot_metrics(client, base, engine)
+    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags, "engine": engine,
             "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
 
 
 async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> dict:
     """After an arm's measured requests: snapshot, read the log lines written meanwhile, record the run."""
+    engine, base = arm["engine"], arm["base"]
     info = {
         **arm["tags"],
-        "url": arm["base"],
+        "url": base,
         "api": arm["api"],
         "model": arm["model"],
         "t_start": arm["t0"],
@@ -409,14 +410,15 @@ async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resume
         "resumed": resumed,
         "flushed": arm["flushed"],
         "sglang": arm["probe"]["sglang"],
+        "engine": engine.name,
         "metrics_before": arm["m0"],
-        "metrics_after": await snapshot_metrics(client, arm["base"]),
-        "server_info_after": (await get_json(client, arm["base"] + "/server_info")) if arm["probe"]["sglang"] else None,
+        "metrics_after": await snapshot_metrics(client, base, engine),
+        "server_info_after": (await server_info(client, base, engine)) if arm["probe"]["sglang"] else None,
     }
     if arm["log_off"] is not None:
         with open(cfg.log_path, "rb") as f:
             f.seek(arm["log_off"])
-            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"))
+            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
     runs.append(info)
     return info
 
@@ -432,34 +434,35 @@ async def run_arm(
     runs: RecordLog,
     done: set[str],
     render=None,
+    transport=None,
 ) -> dict | None:
-    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record."""
+    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
+    `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
     todo = [r for r in reqs if r["rid"] not in done]
     if not todo:
         return None
-    arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render)
-    await _run_requests(
-        client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"], f"{label}#{repeat}", render, arm["extra"]
-    )
+    arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
+    await _run_requests(transport or client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"],
+                        f"{label}#{repeat}", render, arm["extra"])  # fmt: skip
     arm["sent"] = len(todo)
     return await close_arm(client, arm, cfg, runs, bool(done))
 
 
 async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
-                          log: RecordLog, runs: RecordLog, done: dict, render=None) -> None:  # fmt: skip
+                          log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
     """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm
     in order, then the next `concurrency`; each arm's run is recorded at the end. A request and its twins
     on the other arms run seconds apart, under the same machine load (what paired ratios need)."""
     todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
     open_ = [(lab, base) for lab, base in arms if todo[lab]]
-    state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render) for lab, base in open_}
+    state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in open_}
     for i in range(0, len(reqs), cfg.concurrency):
         group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
         for lab, base in open_:
             batch = [r for r in todo[lab] if r["rid"] in group]
             if batch:
                 a = state[lab]
-                await _run_requests(client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
+                await _run_requests(transport or client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
                                     f"{lab}#{repeat}", render, a["extra"])  # fmt: skip
                 a["sent"] += len(batch)
     for lab, _ in open_:
@@ -491,16 +494,26 @@ def _run_sync(coro):
 async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple[str, int], set[str]]) -> None:
     import httpx
 
-    render = _chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
+    render = chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
+    if render:  # rendered once before anything is in flight: a chat template costs the event loop ~1 ms
+        rendered = {r["text"]: render(r["text"]) for r in reqs}
+        render = rendered.__getitem__
     log, runs = RecordLog(out / "records.jsonl"), RecordLog(out / "runs.jsonl")
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
-    async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
-        for repeat in range(cfg.repeats):
-            if cfg.interleave:
-                await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render)
-                continue
-            for label, base in cfg.arms():
-                await run_arm(client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render)
+    transport = stream_session(cfg.concurrency, cfg.timeout_s) if cfg.stream else None
+    try:
+        async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
+            for repeat in range(cfg.repeats):
+                if cfg.interleave:
+                    await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
+                    continue
+                for label, base in cfg.arms():
+                    await run_arm(
+                        client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render, transport
+                    )
+    finally:
+        if transport is not None:
+            await transport.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -698,7 +711,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
     for lab, base in cfg.arms():
         if any(ids - done[(lab, rep)] for rep in range(cfg.repeats)):
-            check_server(base, flags.get(lab, "--url"))
+            check_server(base, flags.get(lab, "--url"), engine=cfg.engine)
     if resumed:
         note(resume_note(out, reqs, cfg, done))
     else:

@@ -1,4 +1,4 @@
-"""EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang 0.5.23 loads them.
+"""EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang's default release loads them.
 
 Loading follows `LlamaForCausalLMEagle3.load_weights`: legacy renames (`midlayer` -> `layers.0`,
 `aux_norm_*` -> `fc_norm.*`), `model.` prefix fallback, `d2t` -> `hot_token_id`, `t2d` skipped,
@@ -23,7 +23,7 @@ from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 
 
 def normalize_key(name: str) -> str:
-    """Checkpoint key -> our parameter name, following SGLang 0.5.23's renames and `model.` fallback."""
+    """Checkpoint key -> our parameter name, following SGLang's renames (`kit.sglang.loader`) and `model.` fallback."""
     for legacy, new in LEGACY_NAME_MAP.items():
         if legacy in name:
             name = name.replace(legacy, new)
@@ -31,7 +31,7 @@ def normalize_key(name: str) -> str:
 
 
 def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple = ()) -> dict[str, list[str]]:
-    """Load like SGLang 0.5.23: unmatched keys are dropped (reported here), missing params keep init."""
+    """Load like SGLang: unmatched keys are dropped (reported here), missing params keep init."""
     params = dict(model.named_parameters())
     used, dropped = set(), []
     for key, t in state.items():
@@ -174,7 +174,7 @@ def save_draft(
 
 
 def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A config.json SGLang 0.5.23 loads as LlamaForCausalLMEagle3 (keys it reads, §2.1)."""
+    """A config.json SGLang loads as LlamaForCausalLMEagle3 (the keys it reads)."""
     cfg = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",

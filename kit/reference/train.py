@@ -4,7 +4,7 @@ Why: the notebooks need a real draft for the embedded SmolLM2 target, and a user
 smoke test for their own target before a long training run: if a 3-minute head does not beat
 accept length 1 under your serving wiring, a 3-day head will not either.
 
-How (the recipe measured in shared/docs/stack-notes.md, last section):
+How:
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
    prompts) greedily, in batches — the draft learns the target's own outputs;
 2. capture hooks stay on during that generation, so the prefill and every KV-cached decode step
@@ -13,7 +13,8 @@ How (the recipe measured in shared/docs/stack-notes.md, last section):
    tokens (no second, teacher-forced pass);
 3. the head (SGLang `LlamaForCausalLMEagle3` structure, kit.reference.draft) trains with 3 unrolled
    test-time-training steps that feed back its own hidden state, AdamW, seeded; the draft
-   vocabulary = every id the target predicts in the data + ids below `vocab_floor`;
+   vocabulary = every id the target predicts in the data + ids below `vocab_floor` (with
+   `--max-draft-vocab N`, the N most frequent of those); batches hold sequences of similar length;
 4. saved in SGLang layout (`midlayer.*`, `d2t`, `t2d`) with `kit_provenance.json` (settings, the
    one command that repeats the run, data size, times, losses), cached under
    $KIT_CACHE_DIR/drafts/<key> keyed by the settings; a second call returns the cached path.
@@ -45,7 +46,7 @@ from kit import config as kconfig
 from kit.findings import KitInputError
 
 HELP = "train a 1-layer EAGLE-3 head on the target's own outputs (CPU smoke run in minutes, or --device cuda; cached)"
-RECIPE_VERSION = 3  # bump when the training code changes what a given config produces
+RECIPE_VERSION = 4  # bump when the training code changes what a given config produces
 DTYPES = ["auto", "float32", "bfloat16"]
 
 

@@ -1,4 +1,4 @@
-"""Launch-spec findings: SGLang's real parser plus the semantic rules of SGLang 0.5.23.
+"""Launch-spec findings: SGLang's real parser plus the semantic rules of the SGLang release it judges.
 
     from kit.serving.launch import spec_from_command
     from kit.serving.checks import lint
@@ -9,8 +9,8 @@ Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value
 `_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang starts
 with and crashes on at the first verify, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
 EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.mem` (weights vs
-mem-fraction-static), `launch.backend` (attention backend vs topk/page size, blackwell.md §6
-rows 18-19), `launch.engine` (flags the reference server ignores), `env.nccl_var` (kit.env.nccl).
+mem-fraction-static), `launch.backend` (attention backend vs topk/page size), `launch.engine`
+(flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from kit.findings import Finding, KitInputError, Report
 from kit.sglang.params import (
     EAGLE_FAMILY,
+    SPEC_V2_RUNS_TREES,
     SPEC_V2_TOPK_REFUSED,
     SPEC_V2_TOPK_STARTUP_ERROR,
     resolve,
@@ -247,7 +248,8 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
                 severity="error",
                 title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
                 evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
-                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 (SGLang >= 0.5.13 runs trees on v2)",
+                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 "
+                f"(SGLang >= {SPEC_V2_RUNS_TREES} runs trees on v2)",
             )
         )
     if "trtllm_mha" in backends and topk > 1:

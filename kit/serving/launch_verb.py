@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
-from kit.serving.engines import ENGINES, REFERENCE_FIELDS, get_engine
+from kit.serving.engines import ENGINES, get_engine
 from kit.serving.launch import FIELDS, LaunchSpec, resolve_local, spec_from_command
 from kit.serving.preflight import launch_report
 
@@ -58,7 +58,8 @@ class LaunchConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sglang_only = {n: "SGLang only: dropped with --engine reference" for n in FIELDS if n not in REFERENCE_FIELDS}
+    dropped_by = {n: [e.name for e in ENGINES.values() if e.flag(n) is None] for n in FIELDS}
+    sglang_only = {n: f"SGLang only: dropped with --engine {'/'.join(es)}" for n, es in dropped_by.items() if es}
     kconfig.add_arguments(p, LaunchSpec, notes=sglang_only)
     # spec flags override `--from`: only the ones given on the command line may appear
     for a in p._actions:
@@ -95,10 +96,10 @@ def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(LaunchConfig, args)
     spec = resolve_local(spec_from_namespace(args), cfg.engine, log=lambda *a: print(*a, file=sys.stderr))
-    if cfg.engine == "reference" and not cfg.dry_run:
+    if get_engine(cfg.engine).runs_here and not cfg.dry_run:
         from kit.serving.server import check_paths
 
-        check_paths(spec)  # the reference server runs here: its paths must exist before it starts
+        check_paths(spec)  # the engine runs here: its paths must exist before it starts
     report = launch_report(
         spec, cfg.engine, cfg.sglang_version, cfg.sglang_python, cfg.gpu_memory_gib, args.from_command, cfg.probe_env
     )

@@ -27,7 +27,7 @@ from kit.findings import Finding, KitInputError, Report, fill_placeholders
 
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
-    "kit.env.check",
+    "kit.env.checks",
     "kit.checkpoint.inspect",
     "kit.serving.checks",
     "kit.wiring.checks",
@@ -159,7 +159,9 @@ def _path_finding(flag: str, value: str, engine: str, what: str) -> Finding | No
     """`launch.path`: the path a launch names, as this machine sees it (None: it exists)."""
     if Path(value).expanduser().exists():
         return None
-    if kconfig.is_hub_id(value) and engine == "sglang":
+    from kit.serving.engines import get_engine
+
+    if kconfig.is_hub_id(value) and get_engine(engine).accepts_hub_ids:
         return Finding(
             code="launch.path",
             severity="info",

@@ -75,6 +75,7 @@ VERIFY_SHAPE = {
 #                 removed")
 SPEC_V2_TOPK_REFUSED = ("0.5.5", "0.5.10")  # first and last release where it fails
 SPEC_V2_TOPK_STARTUP_ERROR = "0.5.7"  # from here on it fails at startup, not at the first decode
+SPEC_V2_RUNS_TREES = "0.5.13"  # from here on the v2 worker runs trees
 
 
 @dataclass(frozen=True)
