@@ -297,8 +297,10 @@ class Eagle3Draft(nn.Module):
         return self.logits(at), (normed if self.spec.norm_output else pre), new_kv
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
-        out = normed @ self.head_weight().t()
-        return out if self.head_rows is None else out[..., : self.head_rows]
+        # only the kept rows of the head are multiplied: the same logits as slicing the full product, without
+        # reading the rest of a target-sized head (the EAGLE worker path) on every draft step
+        w = self.head_weight()
+        return normed @ (w if self.head_rows is None else w[: self.head_rows]).t()
 
     # -- SGLang worker behaviour ------------------------------------------------------------
     def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:
