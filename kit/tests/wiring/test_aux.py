@@ -168,7 +168,21 @@ def test_top_level_ids_ignored():
     f = wiring_checks(KIMI, d, EAGLE3, "0.5.23")
     assert codes(f) == ["aux.layer_ids_ignored"] and f[0].severity == "error"
     d2 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[2, 30, 58])  # equals SGLang's default
-    assert wiring_checks(KIMI, d2, EAGLE3, "0.5.23")[0].severity == "warning"
+    f2 = wiring_checks(KIMI, d2, EAGLE3, "0.5.23")
+    assert codes(f2) == ["aux.layer_ids_ignored"] and f2[0].severity == "info" and "harmless" in f2[0].title
+
+
+def test_ignored_ids_equal_to_sglang_default_ids_are_info_on_a_plus1_target():
+    """A Llama target (SGLang adds 1 to every id): top-level ids [2, 15, 27] are SGLang's own default ids, so the
+    ignored ids and the default capture the same points [3, 16, 28]; read as speculators points they would differ,
+    which used to be an error although SGLang serves this draft exactly like the nested one."""
+    top = sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[2, 15, 27])
+    nested = sgl_draft([2, 15, 27], H=576)
+    f = wiring_checks(LLAMA_T, top, EAGLE3, "0.5.23")
+    assert [(x.code, x.severity) for x in f] == [("aux.layer_ids_ignored", "info")]
+    assert not [x for x in wiring_checks(LLAMA_T, nested, EAGLE3, "0.5.23") if x.severity != "info"]
+    off = wiring_checks(LLAMA_T, sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[1, 14, 26]), EAGLE3, "0.5.23")
+    assert [(x.code, x.severity) for x in off] == [("aux.layer_ids_ignored", "error")]
 
 
 def test_layer_shift_from_trained_with_and_fix():
