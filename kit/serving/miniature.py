@@ -359,10 +359,16 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
     return record
 
 
-def write_miniature_target(target_config: dict[str, Any], out_dir: str | Path, mini: MiniTarget) -> Path:
-    """config.json of the miniature target in out_dir (dummy-loaded: no weights). Other small files SGLang reads
-    with the config (generation_config.json) are not needed with --skip-tokenizer-init."""
+def write_miniature_target(
+    target_config: dict[str, Any], out_dir: str | Path, mini: MiniTarget, source_dir: str | Path | None = None
+) -> Path:
+    """config.json of the miniature target in out_dir (dummy-loaded: no weights), plus the target directory's own
+    Python files (`auto_map` configuration code that --trust-remote-code loads) and generation_config.json."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(mini.config, indent=2) + "\n")
+    if source_dir is not None and Path(source_dir).is_dir():
+        for f in sorted(Path(source_dir).iterdir()):
+            if f.is_file() and (f.suffix == ".py" or f.name == "generation_config.json"):
+                shutil.copyfile(f, out / f.name)
     return out
