@@ -38,9 +38,7 @@ def static_verdict(cfg: RehearsalConfig):
     from kit.doctor import DoctorConfig, diagnose
 
     return diagnose(
-        DoctorConfig(
-            target=cfg.target, draft=cfg.draft, launch_file=cfg.launch_file, sglang_version=cfg.sglang_version
-        )
+        DoctorConfig(target=cfg.target, draft=cfg.draft, launch_file=cfg.launch_file, sglang_version=cfg.sglang_version)
     ).findings
 
 
@@ -53,7 +51,9 @@ def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
     plan = plan_rehearsal(cfg)
     report: dict = {"plan": plan.to_dict(), "rendered_plan": plan.render()}
     static = static_verdict(cfg)
-    report["doctor"] = [{"code": f.code, "severity": f.severity, "title": f.title} for f in static if f.severity != "info"]
+    report["doctor"] = [
+        {"code": f.code, "severity": f.severity, "title": f.title} for f in static if f.severity != "info"
+    ]
     if not cfg.dry_run:
         result = run_rehearsal(plan, on_line=on_line)
         observed = observed_findings(result)
@@ -81,7 +81,9 @@ def render(report: dict) -> str:
             "  (random weights: acceptance is not measured)",
             "doctor vs rehearsal:",
         ]
-        lines += [f"  {r['verdict']:<13} {r['code']:<22} doctor={r['doctor']}  saw={r['rehearsal']}" for r in report["table"]]
+        lines += [
+            f"  {r['verdict']:<13} {r['code']:<22} doctor={r['doctor']}  saw={r['rehearsal']}" for r in report["table"]
+        ]
     return "\n".join(lines)
 
 
@@ -96,5 +98,9 @@ def run(args: argparse.Namespace) -> int:
     if cfg.json:
         print(json.dumps(report, default=str))
     bad = [r for r in report.get("table", []) if r["verdict"] in ("refuted", "new")]
-    failed = "facts" in report and not report["facts"]["started"] and not any(r["verdict"] == "confirmed" for r in report["table"])
+    failed = (
+        "facts" in report
+        and not report["facts"]["started"]
+        and not any(r["verdict"] == "confirmed" for r in report["table"])
+    )
     return 1 if bad or failed else 0

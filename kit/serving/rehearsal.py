@@ -63,7 +63,9 @@ class RehearsalConfig:
     gpus: int | None = _f("GPUs this host has (default: counted with nvidia-smi)")
     hidden: int = _f("goal hidden size of the miniature target", 256)
     mem_fraction: float = _f("--mem-fraction-static of the rehearsal", 0.3)
-    shrink_head_dims: bool = _f("also shrink MLA kv_lora_rank/rope/nope/v head dims (SGLang's kernels may refuse)", False)
+    shrink_head_dims: bool = _f(
+        "also shrink MLA kv_lora_rank/rope/nope/v head dims (SGLang's kernels may refuse)", False
+    )
     requests: int = _f("requests sent by input_ids once it is up", 3)
     max_new_tokens: int = _f("tokens generated per request", 32)
     timeout: float = _f("seconds to wait for the server to be ready", 300.0)
@@ -97,7 +99,10 @@ class RehearsalPlan:
     def render(self) -> str:
         from kit.sglang.cmdline import join_command
 
-        lines = [f"rehearsal of SGLang {self.version}: TP{self.tp}" + ("" if self.tp == self.user_tp else f" (the launch asks TP{self.user_tp})")]
+        lines = [
+            f"rehearsal of SGLang {self.version}: TP{self.tp}"
+            + ("" if self.tp == self.user_tp else f" (the launch asks TP{self.user_tp})")
+        ]
         lines += [f"  miniature target: {self.target_dir}", f"  miniature draft:  {self.draft_dir}", "changes:"]
         lines += [f"  {c.flag}: {c.original!r} -> {c.new!r}  ({c.reason})" for c in self.changes]
         lines += ["notes:"] + [f"  {n}" for n in self.notes]
@@ -195,7 +200,9 @@ def adjust_launch(
     out = list(argv[:k]) if entry.startswith("python") else list(argv[:k])
     if entry.startswith("python") and os.path.basename(argv[0]) != os.path.basename(sys.executable):
         out[0] = sys.executable
-        changes.append(Change("python", argv[0], sys.executable, "the interpreter running the kit (SGLang or its bundle)"))
+        changes.append(
+            Change("python", argv[0], sys.executable, "the interpreter running the kit (SGLang or its bundle)")
+        )
     elif entry.startswith("python"):
         out[0] = sys.executable
     skip = set(want) | {"tokenizer_path"}
@@ -280,13 +287,19 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     env, argv, changes, notes = adjust_launch(
         found.env, found.argv, version, str(tdir), str(ddir), tp, port, cfg.mem_fraction, str(site), str(record)
     )
-    notes = mini.notes + notes + [
-        f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}",
-        "random weights: the rehearsal says whether the deployment runs as configured, never how well it accepts",
-    ]
+    notes = (
+        mini.notes
+        + notes
+        + [
+            f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}",
+            "random weights: the rehearsal says whether the deployment runs as configured, never how well it accepts",
+        ]
+    )
     notes += [f"not seen by the server in the user's shell: {k} ({why})" for k, why in found.unseen.items()]
     blocked = next((n for n in notes if "not built by the kit yet" in n), None)
-    plan = RehearsalPlan(cfg, version, env, argv, changes, notes, str(tdir), str(ddir), str(record), port, tp, user_tp, blocked)
+    plan = RehearsalPlan(
+        cfg, version, env, argv, changes, notes, str(tdir), str(ddir), str(record), port, tp, user_tp, blocked
+    )
     (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
     return plan
 
@@ -346,7 +359,12 @@ def _settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] |
     deadline = time.monotonic() + wait
     while True:
         now = gpu_memory_used()
-        if now is None or before is None or all(a <= b + 64 for a, b in zip(now, before)) or time.monotonic() > deadline:
+        if (
+            now is None
+            or before is None
+            or all(a <= b + 64 for a, b in zip(now, before))
+            or time.monotonic() > deadline
+        ):
             return now
         time.sleep(1)
 
@@ -478,9 +496,12 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
         "capture_ids": cap.get("layer_ids"),
         "draft_input_width": [o.get("width") for o in rec.get("draft_input", [])][:1],
         "speculative": {k: args.get(k) for k in args if k.startswith("speculative_")},
-        "dtypes": {("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])},
+        "dtypes": {
+            ("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])
+        },
         "quantization": {
-            ("draft" if m.get("is_draft_model") else "target"): m.get("quantization") for m in rec.get("model_config", [])
+            ("draft" if m.get("is_draft_model") else "target"): m.get("quantization")
+            for m in rec.get("model_config", [])
         },
         "spec_verify_ct": [r.get("spec_verify_ct") for r in result.get("requests", [])],
         "gpu_memory_returned": result.get("gpu_memory_returned"),

@@ -283,7 +283,8 @@ def _draft_input(model, a, k) -> None:
         draft_model=key,
         width=int(hs.shape[-1]),
         draft_hidden=getattr(getattr(model, "config", None), "hidden_size", None),
-        fc_in=getattr(fc, "in_features", None) or (fc.weight.shape[-1] if getattr(fc, "weight", None) is not None else None),
+        fc_in=getattr(fc, "in_features", None)
+        or (fc.weight.shape[-1] if getattr(fc, "weight", None) is not None else None),
         dtype=str(getattr(hs, "dtype", "")),
     )
 

@@ -87,7 +87,7 @@ def run_parse(text: str, hf_quant_config: dict | None) -> dict | None:
     import logging
     import math
     import os
-    from typing import Callable, Dict, List, Optional, Union
+    import typing
 
     top, meths = _functions(text)
     if "_parse_quant_hf_config" not in meths:
@@ -100,14 +100,14 @@ def run_parse(text: str, hf_quant_config: dict | None) -> dict | None:
         "logging": logging,
         "logger": logging.getLogger("kit.sglang.quant.probe"),
         "Path": Path,
-        "Optional": Optional,
-        "List": List,
-        "Dict": Dict,
+        "Optional": typing.Optional,
+        "List": list,
+        "Dict": dict,
         "Any": Any,
-        "Union": Union,
-        "Callable": Callable,
+        "Union": typing.Union,
+        "Callable": typing.Callable,
     }
-    for name, src in top.items():  # helpers such as unwrap_modelopt_quantization_config
+    for src in top.values():  # helpers such as unwrap_modelopt_quantization_config
         try:
             exec(compile(textwrap.dedent(src), SRC, "exec"), g)
         except Exception:  # noqa: BLE001 — a helper the probe never calls may need what we do not provide

@@ -178,7 +178,15 @@ def _target_module(marks_only: bool):
             self.layers_to_capture = []
 
         def forward(self, h):
-            aux = [h + i for i in range(8) if (getattr(self.layers[i], "_is_layer_to_capture", False) if marks_only else i in self.layers_to_capture)]
+            aux = [
+                h + i
+                for i in range(8)
+                if (
+                    getattr(self.layers[i], "_is_layer_to_capture", False)
+                    if marks_only
+                    else i in self.layers_to_capture
+                )
+            ]
             return (h, aux) if aux else h
 
     class Target:
@@ -266,7 +274,11 @@ def _f(code, severity="error"):
 def test_a_startup_unpack_crash_confirms_the_bare_forward_finding():
     result = {
         "started": False,
-        "record": {"exception": [{"traceback": "File minimax_m3.py, in forward\nValueError: too many values to unpack (expected 2)"}]},
+        "record": {
+            "exception": [
+                {"traceback": "File minimax_m3.py, in forward\nValueError: too many values to unpack (expected 2)"}
+            ]
+        },
     }
     obs = observed_findings(result)
     assert [f.code for f in obs] == ["aux.target_capture"] and "unpack" in obs[0].title
