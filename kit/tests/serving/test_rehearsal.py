@@ -336,3 +336,43 @@ def test_read_record_tolerates_a_torn_line(tmp_path):
     p.write_text(json.dumps({"kind": "process", "pid": 1}) + "\n{torn\n")
     got = read_record(p)
     assert got["bad_lines"] == 1 and got["process"][0]["pid"] == 1
+
+
+# -- the verb, dry run (CPU) --------------------------------------------------------------------------------
+def test_rehearse_dry_run_writes_the_miniatures_and_the_plan(tmp_path, monkeypatch):
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.checkpoint.safetensors_io import read_checkpoint
+    from kit.rehearse import rehearse
+    from kit.serving.rehearsal import RehearsalConfig
+
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    monkeypatch.setenv("KIT_SGLANG_PYTHON", sys.executable)
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    launch = tmp_path / "launch.sh"
+    launch.write_text(
+        "NCCL_ALGO=Ring python3 -m sglang.launch_server --model-path /m/t --tp 2 --speculative-algo EAGLE3 "
+        "--speculative-draft-model-path /m/d --mem-fraction-static 0.85\n"
+    )
+    out = tmp_path / "out"
+    cfg = RehearsalConfig(
+        target=str(target),
+        draft=str(draft),
+        launch_file=str(launch),
+        out=str(out),
+        dry_run=True,
+        gpus=1,
+        sglang_version="0.5.17",
+    )
+    report = rehearse(cfg)
+    assert {p.name for p in out.iterdir()} >= {"target", "draft", "site", "plan.json", "report.json"}
+    assert (out / "site" / "sitecustomize.py").read_text() == Path(hooks.__file__).read_text()
+    mini = json.loads((out / "target" / "config.json").read_text())
+    assert mini["num_hidden_layers"] == 30 and mini["architectures"] == ["LlamaForCausalLM"]
+    assert list(read_checkpoint(out / "draft").tensors) == list(read_checkpoint(draft).tensors)
+    plan = report["plan"]
+    assert plan["tp"] == 1 and plan["user_tp"] == 2 and plan["env"]["NCCL_ALGO"] == "Ring"
+    assert "TP1" in report["rendered_plan"] and "table" not in report  # nothing was run
