@@ -69,6 +69,7 @@ class RehearsalConfig:
     requests: int = _f("requests sent by input_ids once it is up", 3)
     max_new_tokens: int = _f("tokens generated per request", 32)
     timeout: float = _f("seconds to wait for the server to be ready", 300.0)
+    bundle: bool = _f("SGLang comes from the kit's bundle: add the flags its release needs (kit.sglang.bundle)", False)
     json: bool = _f("print one JSON document as the last line", False)
 
 
@@ -163,8 +164,10 @@ def adjust_launch(
     mem_fraction: float,
     site_dir: str,
     record: str,
+    bundle_flags: tuple[str, ...] = (),
 ) -> tuple[dict[str, str], list[str], list[Change], list[str]]:
-    """The user's launch with the rehearsal's changes; (env, argv, changes, notes)."""
+    """The user's launch with the rehearsal's changes; (env, argv, changes, notes). `bundle_flags`: flags the
+    kit's SGLang bundle needs (it carries one attention/sampling backend), set over the user's."""
     from kit.sglang.flags import launch_entry, resolve, server_flags, table_for
 
     hit = launch_entry(argv, version)
@@ -205,8 +208,12 @@ def adjust_launch(
         )
     elif entry.startswith("python"):
         out[0] = sys.executable
-    skip = set(want) | {"tokenizer_path"}
-    kept = res.canonical_args(skip=skip)
+    extra = resolve(list(bundle_flags), version) if bundle_flags else None
+    for o in extra.occurrences if extra else ():
+        if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
+            changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
+    skip = set(want) | {"tokenizer_path"} | {o.dest for o in (extra.occurrences if extra else ())}
+    kept = res.canonical_args(skip=skip) + (extra.canonical_args() if extra else [])
     for dest in ("dp_size", "ep_size", "pp_size"):
         v = res.values.get(dest)
         if v and int(v) > 1 and tp < user_tp:
@@ -284,8 +291,25 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
     record = out / RECORD_NAME
     port = port or free_port()
+    bundle_flags: tuple[str, ...] = ()
+    if cfg.bundle:
+        from kit.sglang.bundle import RELEASES
+
+        if version not in RELEASES:
+            raise KitInputError(f"--bundle: the kit has no bundle of SGLang {version} ({', '.join(RELEASES)})")
+        bundle_flags = tuple(RELEASES[version].launch_flags)
     env, argv, changes, notes = adjust_launch(
-        found.env, found.argv, version, str(tdir), str(ddir), tp, port, cfg.mem_fraction, str(site), str(record)
+        found.env,
+        found.argv,
+        version,
+        str(tdir),
+        str(ddir),
+        tp,
+        port,
+        cfg.mem_fraction,
+        str(site),
+        str(record),
+        bundle_flags,
     )
     notes = (
         mini.notes

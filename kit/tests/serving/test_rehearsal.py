@@ -376,3 +376,17 @@ def test_rehearse_dry_run_writes_the_miniatures_and_the_plan(tmp_path, monkeypat
     plan = report["plan"]
     assert plan["tp"] == 1 and plan["user_tp"] == 2 and plan["env"]["NCCL_ALGO"] == "Ring"
     assert "TP1" in report["rendered_plan"] and "table" not in report  # nothing was run
+
+
+def test_the_bundles_flags_go_over_the_users_with_a_reason():
+    from kit.sglang.bundle import RELEASES
+
+    env, argv = _seed()
+    argv = argv + ["--attention-backend", "fa3"]
+    flags = tuple(RELEASES["0.5.17"].launch_flags)
+    _, new_argv, changes, _ = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r", flags)
+    from kit.sglang.flags import resolve
+
+    v = resolve(new_argv[3:], "0.5.17").values
+    assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
+    assert any(c.flag == "--attention-backend" and c.original == "fa3" for c in changes)
