@@ -167,34 +167,49 @@ def wrap_load_weights(cls, module) -> None:
 
     @functools.wraps(orig)
     def load_weights(self, weights):
-        given: list[tuple[str, int]] = []
+        import torch
+
+        given: list[tuple[str, object]] = []  # strong references: ids stay unique while we compare them
         consumed: set[int] = set()
         filled: set[str] = set()
-        restore = _instrument_loaders(self, module, consumed, filled)
+        derived: dict[int, tuple] = {}  # id(fused tensor) -> (fused tensor, ids of the tensors it was made of)
+        restore = _instrument_loaders(self, module, consumed, filled, derived)
+        cat = torch.cat
+
+        def tracking_cat(tensors, *a, **k):  # the MLA loader fuses q_a_proj + kv_a_proj_with_mqa with torch.cat
+            out = cat(tensors, *a, **k)
+            derived[id(out)] = (out, tuple(id(t) for t in tensors))
+            return out
 
         def tap():
             for name, tensor in weights:
-                given.append((name, id(tensor)))
+                given.append((name, tensor))
                 yield name, tensor
 
+        torch.cat = tracking_cat
         try:
             return orig(self, tap())
         finally:
+            torch.cat = cat
             restore()
-            _after_load(self, given, consumed, filled)
+            _after_load(self, [(n, id(t)) for n, t in given], consumed, filled)
 
     load_weights._kit_wrapped = True
     cls.load_weights = load_weights
 
 
-def _instrument_loaders(model, module, consumed: set, filled: set):
+def _instrument_loaders(model, module, consumed: set, filled: set, derived: dict):
     """Wrap every parameter's weight_loader and the module's default_weight_loader to note what they load."""
     undo = []
+
+    def consume(t) -> None:
+        consumed.add(id(t))
+        consumed.update(derived.get(id(t), (None, ()))[1])
 
     def note(name, fn):
         @functools.wraps(fn)
         def loader(param, loaded_weight, *a, **k):
-            consumed.add(id(loaded_weight))
+            consume(loaded_weight)
             filled.add(name)
             return fn(param, loaded_weight, *a, **k)
 
@@ -217,7 +232,7 @@ def _instrument_loaders(model, module, consumed: set, filled: set):
 
         @functools.wraps(default)
         def default_loader(param, loaded_weight, *a, **k):
-            consumed.add(id(loaded_weight))
+            consume(loaded_weight)
             filled.add(names.get(id(param), "?"))
             return default(param, loaded_weight, *a, **k)
 

@@ -390,3 +390,46 @@ def test_the_bundles_flags_go_over_the_users_with_a_reason():
     v = resolve(new_argv[3:], "0.5.17").values
     assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
     assert any(c.flag == "--attention-backend" and c.original == "fa3" for c in changes)
+
+
+def test_fused_pairs_count_as_loaded(rec):
+    """0.5.17 kimi_k25_eagle3.py fuses q_a_proj and kv_a_proj_with_mqa with torch.cat before loading: neither
+    checkpoint name is skipped."""
+    import torch
+
+    mod = types.ModuleType("sglang.srt.models.kimi_k25_eagle3")
+    mod.default_weight_loader = lambda param, w: param.data.copy_(w)
+
+    class Eagle3DeepseekV2ForCausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fused_qkv_a_proj_with_mqa = torch.nn.Parameter(torch.zeros(6, 4))
+
+        def load_weights(self, weights):
+            cache = {}
+            for name, w in weights:
+                cache[name] = w
+                if len(cache) == 2:
+                    fused = torch.cat(
+                        [
+                            cache["layers.0.self_attn.q_a_proj.weight"],
+                            cache["layers.0.self_attn.kv_a_proj_with_mqa.weight"],
+                        ]
+                    )
+                    mod.default_weight_loader(self.fused_qkv_a_proj_with_mqa, fused)
+
+    Eagle3DeepseekV2ForCausalLM.__module__ = mod.__name__
+    mod.Eagle3DeepseekV2ForCausalLM = Eagle3DeepseekV2ForCausalLM
+    hooks.patch_module(mod)
+    m = mod.Eagle3DeepseekV2ForCausalLM()
+    m.load_weights(
+        iter(
+            [
+                ("layers.0.self_attn.q_a_proj.weight", torch.ones(2, 4)),
+                ("layers.0.self_attn.kv_a_proj_with_mqa.weight", torch.ones(4, 4)),
+            ]
+        )
+    )
+    [obs] = read_record(rec)["load_weights"]
+    assert obs["skipped"] == [] and obs["unfilled"] == [] and torch.equal(m.fused_qkv_a_proj_with_mqa, torch.ones(6, 4))
+    assert torch.cat is not None and torch.cat.__name__ == "cat"
