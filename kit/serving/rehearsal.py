@@ -451,7 +451,8 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     if not result.get("started"):
         text = _startup_text(result)
-        code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), "rehearse.startup")
+        code = "rehearse.startup"  # unless one of the kit's codes names the exception
+        code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), code)
         last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
         out.append(
             Finding(

@@ -262,17 +262,20 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
                 return (m.group(1), crel) if m and lookup(m.group(1), crel) else None
         return None
 
-    def bare_forward(arch: str, rel: str, probe: dict) -> dict | None:
+    def bare_forward(arch: str, rel: str, probe: dict, setter_src: str) -> dict | None:
         """Why the setter's capture never reaches the forward (a bare tensor where (hidden, aux) is unpacked)."""
         m = re.fullmatch(r"self\.(\w+)\.layers_to_capture", probe.get("writes") or "")
-        if not m:
+        if not m or "_is_layer_to_capture" in setter_src:  # a setter that marks the layers itself is read
             return None
         holder = built_class(arch, rel, m.group(1))
         fwd = method_src(*holder, "forward") if holder else None
         outer = method_src(arch, rel, "forward")
         if not fwd or not outer or "capture_aux_hidden_states" not in outer[1]:
             return None
-        if "layers_to_capture" in fwd[1] or "_is_layer_to_capture" not in fwd[1]:
+        per_layer = [
+            v for v in re.findall(r"(\S+)\s+in\s+self\.layers_to_capture", fwd[1]) if not v.startswith("self.")
+        ]
+        if per_layer or "_is_layer_to_capture" not in fwd[1]:  # the forward tests each layer against the list
             return None
         return {
             "writes": probe["writes"].replace("self.", "", 1),
@@ -291,7 +294,7 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         res = {k: run_method(src, v) for k, v in PROBES.items()}
         rule = classify(res)
         row = {"file": rel, "capture": True, "method_in": f"{owner} ({mrel})", **rule}
-        bare = bare_forward(arch, rel, res["default"])
+        bare = bare_forward(arch, rel, res["default"], src)
         if bare:
             row["bare_forward"] = bare
         if rule["rule"] == "delegates":

@@ -326,9 +326,9 @@ def test_doctor_names_the_bare_forward_crash_of_minimax_m3_in_0_5_17():
 
     rule = capture_rule("MiniMaxM3SparseForCausalLM", "0.5.17")
     assert rule["bare_forward"]["model_class"] == "MiniMaxM3Model"
-    assert "bare_forward" not in capture_rule("MiniMaxM3SparseForCausalLM", "0.5.23")
+    assert "bare_forward" not in capture_rule("MiniMaxM3SparseForCausalLM", "0.5.18")
     target = {"architectures": ["MiniMaxM3SparseForCausalLM"], "num_hidden_layers": 62, "hidden_size": 3072}
     f = wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.17")
     assert [(x.code, x.severity) for x in f] == [("aux.target_capture", "error")]
     assert "bare tensor" in f[0].title and "MiniMaxM3Model" in f[0].title
-    assert not wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.23")
+    assert not wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.18")
