@@ -145,6 +145,27 @@ def _smi(args: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
+def importable_sglang_version() -> str | None:
+    """The version of the SGLang this interpreter would import (installed, or a bundle on PYTHONPATH without
+    package metadata: its sglang/version.py), without importing it."""
+    import importlib.util
+
+    from kit.sglang.versions import installed_version
+
+    v = installed_version()
+    if v:
+        return v
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return None
+    for name in ("_version.py", "version.py"):  # setuptools-scm writes _version.py; version.py re-exports it
+        f = Path(spec.origin).with_name(name)
+        m = re.search(r"__version__[^=\n]*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", f.read_text()) if f.exists() else None
+        if m:
+            return m.group(1)
+    return None
+
+
 # -- the plan -----------------------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> dict:
     try:
@@ -265,7 +286,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     from kit.sglang.flags import flag_value
     from kit.sglang.versions import default_release
 
-    version = cfg.sglang_version or default_release()
+    version = cfg.sglang_version or importable_sglang_version() or default_release()
     tpath = Path(cfg.target)
     tcfg = _read_json(tpath / "config.json" if tpath.is_dir() else tpath, "target config.json")
     dpath = Path(cfg.draft)

@@ -396,4 +396,18 @@ def install() -> None:
         record("process", argv=sys.argv[:3], executable=sys.executable)
 
 
+@_safe("chain")
+def chain_next_sitecustomize() -> None:
+    """Run the sitecustomize.py this one shadows (a distribution's or an environment's), as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in sys.path:
+        f = os.path.join(d or ".", "sitecustomize.py")
+        if os.path.abspath(d or ".") != here and os.path.isfile(f):
+            with open(f) as fh:
+                exec(compile(fh.read(), f, "exec"), {"__name__": "sitecustomize", "__file__": f})
+            return
+
+
 install()
+if __name__ == "sitecustomize":
+    chain_next_sitecustomize()

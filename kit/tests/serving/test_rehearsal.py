@@ -433,3 +433,15 @@ def test_fused_pairs_count_as_loaded(rec):
     [obs] = read_record(rec)["load_weights"]
     assert obs["skipped"] == [] and obs["unfilled"] == [] and torch.equal(m.fused_qkv_a_proj_with_mqa, torch.ones(6, 4))
     assert torch.cat is not None and torch.cat.__name__ == "cat"
+
+
+def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, monkeypatch):
+    from kit.serving import rehearsal
+
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_version.py").write_text("__version__ = version = '0.5.17'\n__version_tuple__ = (0, 5, 17)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: None)
+    assert rehearsal.importable_sglang_version() == "0.5.17"
