@@ -192,7 +192,14 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
         severity="warning",
         title=f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
         f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)",
-        evidence={"reason": str(reason), "sglang_version": version, "tables": known_versions(), "nearest": nearest},
+        evidence={
+            "reason": str(reason),
+            "sglang_version": version,
+            "table": nearest,
+            "exact": False,
+            "tables": known_versions(),
+            "checked": False,
+        },
         fix="install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
         f"(python -m kit.venvs {venv_name(version)}), or store its table (python -m kit.sglang.flag_scan --write "
         f"{version})",
