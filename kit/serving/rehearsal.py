@@ -189,14 +189,14 @@ def adjust_launch(
 ) -> tuple[dict[str, str], list[str], list[Change], list[str]]:
     """The user's launch with the rehearsal's changes; (env, argv, changes, notes). `bundle_flags`: flags the
     kit's SGLang bundle needs (it carries one attention/sampling backend), set over the user's."""
-    from kit.sglang.flags import launch_entry, resolve, server_flags, table_for
+    from kit.sglang.flags import launch_entry, resolve_flags, server_flags, table_for
 
     hit = launch_entry(argv, version)
     if hit is None:
         raise KitInputError(f"launch file: {' '.join(argv[:3])!r} does not start an SGLang server")
     entry, k = hit
     flags, _ = server_flags(argv, version)
-    res = resolve(flags, version)
+    res = resolve_flags(flags, version)
     table = table_for(version)
     has = table.by_dest()
     changes: list[Change] = []
@@ -229,7 +229,7 @@ def adjust_launch(
         )
     elif entry.startswith("python"):
         out[0] = sys.executable
-    extra = resolve(list(bundle_flags), version) if bundle_flags else None
+    extra = resolve_flags(list(bundle_flags), version) if bundle_flags else None
     for o in extra.occurrences if extra else ():
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))

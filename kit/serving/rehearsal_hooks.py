@@ -17,9 +17,10 @@ appends one JSON line per observation to `$KIT_REHEARSAL_RECORD`:
                   it), first few forwards;
 * `exception`     a scheduler's exception traceback (SGLang catches it and logs it; we copy it).
 
-Written against SGLang 0.5.17 (srt/server_args.py, srt/configs/model_config.py, srt/models/llama_eagle3.py,
-srt/models/kimi_k25_eagle3.py, srt/managers/scheduler.py). Every wrapper is fail-safe: a hook that does not
-find what it expects records `hook_error` and lets SGLang run unobserved. Standard library only (it runs before
+Written against the source of the release the kit bundles (`kit.sglang.bundle`): srt/server_args.py,
+srt/configs/model_config.py, srt/models/llama_eagle3.py, srt/models/kimi_k25_eagle3.py,
+srt/managers/scheduler.py. Every wrapper is fail-safe: a hook that does not find what it expects records
+`hook_error` and lets SGLang run unobserved. Standard library only (it runs before
 anything else in SGLang's interpreter; the kit need not be importable there).
 
     KIT_REHEARSAL_RECORD=/tmp/rec.jsonl PYTHONPATH=DIR_WITH_THIS_AS_sitecustomize python -m sglang.launch_server ...

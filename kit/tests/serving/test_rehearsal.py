@@ -45,7 +45,7 @@ def _adjust(tp, version="0.5.17"):
 def test_the_users_flags_and_environment_stay_and_every_change_has_a_reason():
     env, argv = _seed()
     new_env, new_argv, changes, _ = _adjust(tp=1)
-    from kit.sglang.flags import resolve
+    from kit.sglang.flags import resolve_flags as resolve
 
     r = resolve(new_argv[3:], "0.5.17")
     assert not r.errors and not r.unknown
@@ -385,7 +385,7 @@ def test_the_bundles_flags_go_over_the_users_with_a_reason():
     argv = argv + ["--attention-backend", "fa3"]
     flags = tuple(RELEASES["0.5.17"].launch_flags)
     _, new_argv, changes, _ = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r", flags)
-    from kit.sglang.flags import resolve
+    from kit.sglang.flags import resolve_flags as resolve
 
     v = resolve(new_argv[3:], "0.5.17").values
     assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
