@@ -295,6 +295,11 @@ def render_doc(results: dict[str, dict[str, Any]]) -> str:
         )
     lines += [
         "",
+        "Launch lines marked `launch_verbatim: false` in cases.json were assembled from the values the source",
+        "states (its `note_launch` says how); all others are copied as published, shell syntax included.",
+        "",
+    ]
+    lines += [
         "`rehearsable`: `kit rehearse` can build a miniature of the case's target and draft (the run itself needs a GPU",
         "host with SGLang; rehearsals run on the release of the kit's bundle, so compare with doctor at that release).",
         "",
@@ -312,12 +317,7 @@ def render_doc(results: dict[str, dict[str, Any]]) -> str:
             f"| `{c['id']}` | {c['class']} | {truth} | {', '.join(r['errors']) or '—'} | {r['outcome']} | "
             f"{rehearsable(c)} | <{c['basis'][0]}> |"
         )
-    lines += [
-        "",
-        "Launch lines marked `launch_verbatim: false` in cases.json were assembled from the values the source",
-        "states (its `note_launch` says how); all others are copied as published, shell syntax included.",
-        "",
-    ]
+    lines.append("")
     gaps = [c for c in cases if c.get("xfail")]
     if gaps:
         lines += ["## Open gaps (cases marked expected-to-fail, with the reason)", ""]
