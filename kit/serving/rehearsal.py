@@ -353,7 +353,9 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
 def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
     """Start SGLang on the plan, send requests by input_ids, stop it, check GPU memory; the raw result."""
     from kit.serving.process import ServerExited, ServerProcess, http_json
+    from kit.sglang.http_api import http_api
 
+    api = http_api(plan.version)
     if plan.blocked:
         raise KitInputError(f"rehearsal cannot run: {plan.blocked}")
     Path(plan.record).unlink(missing_ok=True)
@@ -372,13 +374,13 @@ def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
                     "input_ids": REQUEST_IDS[0][: 4 + 3 * i] if i else REQUEST_IDS[0],
                     "sampling_params": {"max_new_tokens": plan.config.max_new_tokens, "temperature": 0},
                 }
-                status, out = http_json(srv.base_url + "/generate", data=body, timeout=120)
+                status, out = http_json(srv.base_url + api.generate_path, data=body, timeout=120)
                 meta = out.get("meta_info", {}) if isinstance(out, dict) else {}
                 result["requests"].append(
                     {
                         "status": status,
                         "output_tokens": len(out.get("output_ids") or []) if isinstance(out, dict) else 0,
-                        "spec_verify_ct": meta.get("spec_verify_ct"),
+                        "spec": api.spec_fields(meta),
                         "error": None if status == 200 else str(out)[:500],
                     }
                 )
@@ -549,7 +551,7 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
             ("draft" if m.get("is_draft_model") else "target"): m.get("quantization")
             for m in rec.get("model_config", [])
         },
-        "spec_verify_ct": [r.get("spec_verify_ct") for r in result.get("requests", [])],
+        "spec_verify_ct": [(r.get("spec") or {}).get("verify_ct") for r in result.get("requests", [])],
         "gpu_memory_returned": result.get("gpu_memory_returned"),
     }
 

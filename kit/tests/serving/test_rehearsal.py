@@ -445,3 +445,68 @@ def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: None)
     assert rehearsal.importable_sglang_version() == "0.5.17"
+
+
+# -- the run, end to end on CPU: the kit's lifecycle around a stand-in server --------------------------------
+FAKE_SERVER = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--crash" in sys.argv:
+    print("Traceback (most recent call last):", flush=True)
+    print("ValueError: too many values to unpack (expected 2)", flush=True)
+    sys.exit(1)
+import sitecustomize  # the recorder is on PYTHONPATH: it already ran; record what a draft load would
+sitecustomize.record("load_weights", draft_class="LlamaForCausalLMEagle3", skipped=["midlayer.x"], unfilled=[])
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def _send(self, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self._send({})
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._send({"output_ids": [5, 6, 7], "meta_info": {"spec_verify_ct": 2}})
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def _fake_plan(tmp_path, crash: bool):
+    from kit.serving.process import free_port
+    from kit.serving.rehearsal import RehearsalConfig, RehearsalPlan
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(Path(hooks.__file__).read_text())
+    server = tmp_path / "fake_server.py"
+    server.write_text(FAKE_SERVER)
+    port = free_port()
+    rec = tmp_path / "record.jsonl"
+    argv = [sys.executable, str(server), "--port", str(port)] + (["--crash"] if crash else [])
+    env = {"PYTHONPATH": str(site), hooks.RECORD_ENV: str(rec)}
+    cfg = RehearsalConfig(target="t", draft="d", launch_file="l", out=str(tmp_path), requests=2, timeout=30)
+    return RehearsalPlan(cfg, "0.5.17", env, argv, [], [], "t", "d", str(rec), port, 1, 1)
+
+
+def test_run_starts_asks_by_input_ids_stops_and_maps_what_it_recorded(tmp_path):
+    from kit.serving.rehearsal import observed_facts, run_rehearsal
+
+    result = run_rehearsal(_fake_plan(tmp_path, crash=False))
+    assert result["started"] and [r["status"] for r in result["requests"]] == [200, 200]
+    assert observed_facts(result)["spec_verify_ct"] == [2, 2]
+    assert {f.code for f in observed_findings(result)} == {"draft.keys_dropped"}
+    assert result["record"]["process"] and result["exit_code"] is not None  # stopped
+
+
+def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
+    from kit.serving.rehearsal import run_rehearsal
+
+    result = run_rehearsal(_fake_plan(tmp_path, crash=True))
+    assert not result["started"] and "too many values to unpack" in result["exit"]
+    assert [f.code for f in observed_findings(result)] == ["aux.target_capture"]
