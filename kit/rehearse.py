@@ -67,7 +67,7 @@ def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
             result={k: v for k, v in result.items() if k != "record"},
             facts=observed_facts(result),
             observed=[{"code": f.code, "severity": f.severity, "title": f.title} for f in observed],
-            table=compare(static, observed),
+            table=compare(static, observed, started=bool(result.get("started"))),
         )
     Path(cfg.out, "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report

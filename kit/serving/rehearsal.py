@@ -465,7 +465,8 @@ RUNTIME_FILLED = ("embed_tokens", "lm_head")  # set from the target after load_w
 def _startup_text(result: dict[str, Any]) -> str:
     rec = result.get("record") or {}
     tb = "\n".join(o.get("traceback", "") for o in rec.get("exception", []))
-    return tb or result.get("exit") or "\n".join(result.get("log_tail") or [])
+    parts = (tb, result.get("exit") or "", "\n".join(result.get("log_tail") or []))
+    return "\n".join(p for p in parts if p)
 
 
 def observed_findings(result: dict[str, Any]) -> list[Finding]:
@@ -556,8 +557,9 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def compare(static: list[Finding], observed: list[Finding]) -> list[dict[str, Any]]:
-    """One row per code: doctor's severity, what the rehearsal saw, and confirmed / refuted / new / not rehearsed."""
+def compare(static: list[Finding], observed: list[Finding], started: bool = True) -> list[dict[str, Any]]:
+    """One row per code: doctor's severity, what the rehearsal saw, and confirmed / refuted / new / not rehearsed
+    / not reached (SGLang stopped at an earlier fault, before it could show this one)."""
     st: dict[str, str] = {}
     for f in static:
         if f.severity in ("error", "warning"):
@@ -567,8 +569,10 @@ def compare(static: list[Finding], observed: list[Finding]) -> list[dict[str, An
     for code in sorted(set(st) | set(ob)):
         if code in st and code in ob:
             verdict = "confirmed"
+        elif code in st and code in OBSERVABLE and st[code] == "error":
+            verdict = "refuted" if started else "not reached"
         elif code in st:
-            verdict = "refuted" if code in OBSERVABLE and st[code] == "error" else "not rehearsed"
+            verdict = "not rehearsed"
         else:
             verdict = "new"
         rows.append(

@@ -282,8 +282,8 @@ def test_a_startup_unpack_crash_confirms_the_bare_forward_finding():
     }
     obs = observed_findings(result)
     assert [f.code for f in obs] == ["aux.target_capture"] and "unpack" in obs[0].title
-    rows = {r["code"]: r["verdict"] for r in compare([_f("aux.target_capture")], obs)}
-    assert rows == {"aux.target_capture": "confirmed"}
+    rows = {r["code"]: r["verdict"] for r in compare([_f("aux.target_capture"), _f("draft.arch")], obs, started=False)}
+    assert rows == {"aux.target_capture": "confirmed", "draft.arch": "not reached"}
 
 
 def test_what_only_the_loader_shows_is_new_and_what_did_not_happen_is_refuted():
