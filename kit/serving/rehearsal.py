@@ -477,7 +477,9 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
         text = _startup_text(result)
         code = "rehearse.startup"  # unless one of the kit's codes names the exception
         code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), code)
-        last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        errs = [ln for ln in lines if re.search(r"\w+(Error|Exception)\b:?", ln)]
+        last = (errs or lines or [""])[-1]
         out.append(
             Finding(
                 code=code,
