@@ -235,6 +235,11 @@ def adjust_launch(
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
     skip = set(want) | {"tokenizer_path"} | {o.dest for o in (extra.occurrences if extra else ())}
     kept = res.canonical_args(skip=skip) + (extra.canonical_args() if extra else [])
+    # what the table could not read stays as written: SGLang's own parser is the judge of it
+    leftover = [t for e in res.errors for t in e["tokens"]]
+    leftover += [t for t in res.unknown if t not in leftover]
+    if leftover:
+        notes.append(f"kept as written for SGLang's parser to judge: {' '.join(leftover)}")
     for dest in ("dp_size", "ep_size", "pp_size"):
         v = res.values.get(dest)
         if v and int(v) > 1 and tp < user_tp:
@@ -254,6 +259,7 @@ def adjust_launch(
         if str(old) != str(new) and not (new is True and old is None and dest == "skip_tokenizer_init" and False):
             changes.append(Change(opt, old, new, reason))
         kept += [opt] if new is True else [opt, str(new)]
+    kept += leftover
     if res.values.get("tokenizer_path"):
         changes.append(Change("--tokenizer-path", res.raw("tokenizer_path"), None, OWN["tokenizer_path"]))
     new_env = dict(env)

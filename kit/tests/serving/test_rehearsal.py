@@ -510,3 +510,12 @@ def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
     result = run_rehearsal(_fake_plan(tmp_path, crash=True))
     assert not result["started"] and "too many values to unpack" in result["exit"]
     assert [f.code for f in observed_findings(result)] == ["aux.target_capture"]
+
+
+def test_flags_the_table_cannot_read_stay_for_sglang_to_judge():
+    env, argv = _seed()
+    argv = argv + ["--speculative-draft", "/x", "--no-such-flag"]
+    _, new_argv, _, notes = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r")
+    assert new_argv[-3:] == ["--speculative-draft", "/x", "--no-such-flag"] and any(
+        "kept as written" in n for n in notes
+    )
