@@ -198,12 +198,21 @@ def adjust_launch(
     flags, _ = server_flags(argv, version)
     res = resolve_flags(flags, version)
     table = table_for(version)
-    has = table.by_dest()
+    opts = table.by_option()
+
+    def dest(name: str) -> str | None:
+        """The release's argparse dest of ServerArgs field `name` (0.5.1 names --tp-size's tensor_parallel_size)."""
+        a = opts.get("--" + name.replace("_", "-"))
+        return a["dest"] if a else None
+
+    def option(name: str) -> str:
+        return opts["--" + name.replace("_", "-")]["option_strings"][0]
+
     changes: list[Change] = []
     notes: list[str] = []
     if not table.exact:
         notes.append(f"no flag table for SGLang {version}: flags located with {table.checked}'s")
-    user_tp = int(res.values.get("tp_size") or 1)
+    user_tp = int(res.values.get(dest("tp_size")) or 1)
     want = {
         "model_path": target_dir,
         "speculative_draft_model_path": draft_dir,
@@ -214,7 +223,7 @@ def adjust_launch(
         "tp_size": tp,
         "mem_fraction_static": mem_fraction,
     }
-    if "speculative_draft_load_format" in has:
+    if dest("speculative_draft_load_format"):
         want["speculative_draft_load_format"] = "auto"
     else:
         notes.append(
@@ -233,35 +242,35 @@ def adjust_launch(
     for o in extra.occurrences if extra else ():
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
-    skip = set(want) | {"tokenizer_path"} | {o.dest for o in (extra.occurrences if extra else ())}
+    skip = {dest(n) for n in [*want, "tokenizer_path"]} | {o.dest for o in (extra.occurrences if extra else ())}
     kept = res.canonical_args(skip=skip) + (extra.canonical_args() if extra else [])
     # what the table could not read stays as written: SGLang's own parser is the judge of it
     leftover = [t for e in res.errors for t in e["tokens"]]
     leftover += [t for t in res.unknown if t not in leftover]
     if leftover:
         notes.append(f"kept as written for SGLang's parser to judge: {' '.join(leftover)}")
-    for dest in ("dp_size", "ep_size", "pp_size"):
-        v = res.values.get(dest)
+    for name in ("dp_size", "ep_size", "pp_size"):
+        v = res.values.get(dest(name)) if dest(name) else None
         if v and int(v) > 1 and tp < user_tp:
-            kept = _drop(kept, has[dest]["option_strings"][0])
-            changes.append(Change(has[dest]["option_strings"][0], v, None, f"TP{tp} rehearsal: no room for {dest}={v}"))
-    for dest, new in want.items():
-        opt = has[dest]["option_strings"][0]
-        old = res.raw(dest) if any(o.dest == dest for o in res.occurrences) else None
-        if dest == "tp_size":
+            kept = _drop(kept, option(name))
+            changes.append(Change(option(name), v, None, f"TP{tp} rehearsal: no room for {name}={v}"))
+    for name, new in want.items():
+        opt = option(name)
+        old = res.raw(dest(name)) if any(o.dest == dest(name) for o in res.occurrences) else None
+        if name == "tp_size":
             reason = (
                 "the launch's TP: this host has the GPUs"
                 if tp == user_tp
                 else f"this host has fewer GPUs than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
             )
         else:
-            reason = OWN[dest]
-        if str(old) != str(new) and not (new is True and old is None and dest == "skip_tokenizer_init" and False):
+            reason = OWN[name]
+        if str(old) != str(new):
             changes.append(Change(opt, old, new, reason))
         kept += [opt] if new is True else [opt, str(new)]
     kept += leftover
-    if res.values.get("tokenizer_path"):
-        changes.append(Change("--tokenizer-path", res.raw("tokenizer_path"), None, OWN["tokenizer_path"]))
+    if dest("tokenizer_path") and res.values.get(dest("tokenizer_path")):
+        changes.append(Change("--tokenizer-path", res.raw(dest("tokenizer_path")), None, OWN["tokenizer_path"]))
     new_env = dict(env)
     pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
     new_env["PYTHONPATH"] = pp
