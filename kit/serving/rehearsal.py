@@ -201,7 +201,7 @@ def adjust_launch(
     opts = table.by_option()
 
     def dest(name: str) -> str | None:
-        """The release's argparse dest of ServerArgs field `name` (0.5.1 names --tp-size's tensor_parallel_size)."""
+        """The release's argparse dest of ServerArgs field `name` (older releases name --tp-size's dest tensor_parallel_size)."""
         a = opts.get("--" + name.replace("_", "-"))
         return a["dest"] if a else None
 
