@@ -39,7 +39,10 @@ class DemoConfig:
         default=None, metadata={"help": "draft checkpoint dir (default: the smoke-trained demo draft)"}
     )
     launch: str | None = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
-    runs_dir: str = field(default="runs", metadata={"help": "parent directory of the run folder"})
+    runs_dir: str | None = field(
+        default=None,
+        metadata={"help": "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"},
+    )
     quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
     only: list[str] | None = field(
         default=None, metadata={"help": "run only notebooks whose name contains one of these"}
@@ -131,7 +134,7 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
 
 
 def run_demo(cfg: DemoConfig) -> Path:
-    from kit.summary import collect
+    from kit.summary import collect, new_run_dir
 
     for p, label in ((cfg.target, "--target"), (cfg.draft, "--draft")):
         if p is not None and not Path(p).exists():
@@ -139,8 +142,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     nbs = notebook_paths(cfg.only)
     if not nbs:
         raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
-    run_dir = Path(cfg.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=False)
+    run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     params = notebook_parameters(cfg, run_dir.resolve())
     timings = {}
     print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)

@@ -101,6 +101,30 @@ def test_notebook_form(nb):
         assert len(src.splitlines()) <= 25, f"{nb.name}: cell longer than 25 lines"
 
 
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_parameters_cell_is_plain_literals(nb, caplog):
+    """The parameters cell holds one `name = literal` per line, which papermill reads without a warning
+    (it gives up on a line with a second `=`, e.g. a launch command's `NCCL_PROTO=LL`)."""
+    import logging
+
+    from papermill.inspection import inspect_notebook
+
+    cell = next(c for c in json.loads(nb.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
+    tree = ast.parse("".join(cell["source"]))
+    names = []
+    for node in tree.body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name), (
+            f"{nb.name}: line {node.lineno} is not `name = literal`"
+        )
+        assert node.lineno == node.end_lineno, f"{nb.name}: {node.targets[0].id} spans several lines"
+        ast.literal_eval(node.value)  # raises on anything but a literal
+        names.append(node.targets[0].id)
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        parsed = list(inspect_notebook(str(nb)))
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("papermill")]
+    assert parsed == names
+
+
 def test_import_kit_is_light():
     """`import kit` must not pull torch, transformers, pandas or sglang (CPU laptop, fast CLI)."""
     code = "import sys, kit, kit.cli, kit.doctor; print(sorted(m for m in ('torch','transformers','pandas','sglang') if m in sys.modules))"

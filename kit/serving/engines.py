@@ -8,10 +8,13 @@ remote SGLang behind a job scheduler) is one more `Engine` in `ENGINES`.
     engine = get_engine("reference")
     argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
     engine.ignored_flags(spec)          # SGLang flags this engine would drop
+    resolve_engine("auto")              # "sglang" with a visible GPU and SGLang importable, else "reference"
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +86,32 @@ def get_engine(name: str) -> Engine:
         return ENGINES[name]
     except KeyError:
         raise KitInputError(f"--engine {name!r}: unknown serving engine; choose from {', '.join(ENGINES)}")
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs a server started from here would see: CUDA_VISIBLE_DEVICES when set, else NVML's count
+    (0 without a driver). No torch import: the notebook's torch may be a CPU build beside SGLang's."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return len([d for d in cvd.split(",") if d.strip() and not d.strip().startswith("-")])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: no GPU to serve on
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def resolve_engine(name: str) -> str:
+    """`auto` becomes "sglang" when a GPU is visible and SGLang is importable, else "reference"; other names
+    are checked and returned."""
+    if name == "auto":
+        return "sglang" if visible_gpus() and importlib.util.find_spec("sglang") is not None else "reference"
+    return get_engine(name).name
 
 
 def engine_of(argv: list[str]) -> str:
