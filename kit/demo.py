@@ -41,7 +41,9 @@ class DemoConfig:
     launch: str | None = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
     runs_dir: str | None = field(
         default=None,
-        metadata={"help": "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"},
+        metadata={
+            "help": "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"
+        },
     )
     quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
     only: list[str] | None = field(

@@ -22,7 +22,6 @@ from typing import Any
 
 from kit.findings import Report
 
-
 RUNS_ENV = "KIT_RUNS_DIR"
 CHECKOUT = Path(__file__).resolve().parent.parent
 
