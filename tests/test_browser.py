@@ -84,6 +84,7 @@ class Lab:
 
     def __init__(self, base: Path):
         import nbformat
+        from papermill.iorw import load_notebook_node
         from papermill.parameterize import parameterize_notebook
 
         from kit.serving.process import free_port
@@ -94,7 +95,7 @@ class Lab:
         quick = notebook_parameters(DemoConfig(quick=True), self.runs)
         quick.pop("out_dir")  # the notebooks choose their own folder, under $KIT_RUNS_DIR
         for nb in notebook_paths():
-            node = nbformat.read(nb, as_version=4)
+            node = load_notebook_node(str(nb))
             params = {k: v for k, v in quick.items() if k in declared_parameters(nb)}
             if params:
                 node = parameterize_notebook(node, params)
@@ -219,14 +220,23 @@ class Page:
         self.driver.get(f"{lab.base}/lab/tree/{name}?reset&token={lab.token}")
         self.wait(f"{name} to open", lambda: self.js(f"return !!{self.PANEL}?.querySelector('.jp-CodeCell')"), 120)
         self.wait(f"{name}'s kernel", lambda: (lab.kernel_of(name) or {}).get("execution_state") == "idle", 120)
+        # the file browser folds away, as a person would to give the notebook the width
+        from selenium.webdriver.common.by import By
 
-    def menu(self, menu: str, command: str) -> None:
+        for tab in self.driver.find_elements(By.CSS_SELECTOR, ".jp-SideBar .lm-TabBar-tab.lm-mod-current"):
+            tab.click()
+
+    def menu(self, menu: str, item: str) -> None:
+        """Click a menu bar entry, then one of its items, by their labels."""
         from selenium.webdriver.common.by import By
 
         self.driver.find_element(
             By.XPATH, f"//div[contains(@class,'lm-MenuBar-itemLabel') and text()='{menu}']"
         ).click()
-        self.driver.find_element(By.CSS_SELECTOR, f"li[data-command='{command}']").click()
+        self.driver.find_element(
+            By.XPATH,
+            f"//li[contains(@class,'lm-Menu-item')][.//div[contains(@class,'lm-Menu-itemLabel') and text()='{item}']]",
+        ).click()
 
     def prompts(self) -> list[str]:
         """The execution prompts of the code cells, in order: '[3]:', '[*]:' (running or queued), '[ ]:'."""
@@ -237,7 +247,7 @@ class Page:
 
     def run_all(self, lab: Lab, name: str, timeout: float) -> float:
         t0 = time.monotonic()
-        self.menu("Run", "notebook:run-all-cells")
+        self.menu("Run", "Run All Cells")
         self.wait("the run to start", lambda: any("*" in p for p in self.prompts()), 30, every=0.2)
 
         def finished():
@@ -292,7 +302,7 @@ class Page:
         )
 
     def save(self) -> None:
-        self.menu("File", "docmanager:save")
+        self.menu("File", "Save Notebook")
 
     def screenshot(self, path: Path, full: bool = True) -> None:
         """The whole notebook in one picture: the window is made as tall as the notebook's content."""
@@ -303,6 +313,8 @@ class Page:
             {"width": 1280, "height": min(int(height), 16000), "deviceScaleFactor": 1, "mobile": False},
         )
         try:
+            time.sleep(1.0)
+            self.js(f"{scroller}.scrollTop = 0")
             time.sleep(1.0)
             path.write_bytes(self.driver.get_screenshot_as_png())
         finally:
