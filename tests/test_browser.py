@@ -416,14 +416,15 @@ def test_notebook_in_jupyterlab(lab_page, stem, tmp_path):
 def _panel_cell(page: Page) -> int:
     return page.js(
         f"return [...{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')]"
-        ".findIndex(c => c.querySelector('.widget-button') && c.innerText.includes('Run sweep'))"
+        ".findIndex(c => c.querySelector('.widget-button') && c.textContent.includes('Run sweep'))"
     )
 
 
 def _panel_text(page: Page, i: int) -> str:
+    """What the panel shows now (scrolled into view: JupyterLab does not draw cells off screen)."""
     return page.js(
-        f"return {page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]]"
-        ".querySelector('.jp-OutputArea').innerText",
+        f"const o = {page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]].querySelector('.jp-OutputArea');"
+        "o.scrollIntoView(); return o.innerText;",
         i,
     )
 
@@ -518,7 +519,7 @@ def reopened_without_kernel(lab: Lab, page: Page, stem: str) -> None:
         lambda: (lambda k: k if k >= 0 else None)(
             page.js(
                 f"return [...{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')]"
-                ".findIndex(c => c.innerText.includes('restore the panel'))"
+                ".findIndex(c => c.textContent.includes('restore the panel'))"
             )
         ),
         60,

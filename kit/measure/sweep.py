@@ -373,7 +373,7 @@ class SweepPanel:
         self._thread = None
         self._stop_requested = False
         self._hint_id = f"kit-sweep-hint-{uuid.uuid4().hex[:12]}"
-        label = {"style": {"description_width": "150px"}, "layout": w.Layout(width="330px")}
+        label = {"style": {"description_width": "190px"}, "layout": w.Layout(width="400px")}
         self.boxes = {
             name: w.Text(value=" ".join(map(str, getattr(self.base, name))), description=name, **label)
             for name in (
