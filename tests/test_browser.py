@@ -314,8 +314,9 @@ class Page:
         )
         try:
             time.sleep(1.0)
-            self.js(f"{scroller}.scrollTop = 0")
-            time.sleep(1.0)
+            if full:
+                self.js(f"{scroller}.scrollTop = 0")
+                time.sleep(1.0)
             path.write_bytes(self.driver.get_screenshot_as_png())
         finally:
             self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
@@ -396,6 +397,7 @@ def test_notebook_in_jupyterlab(lab_page, stem, tmp_path):
     show = check_notebook(lab, page, stem, tmp_path)
     if stem.startswith("05"):
         show = sweep_panel(lab, page, tmp_path)
+        page.screenshot(tmp_path / f"{stem}.png")  # the whole notebook again, with the panel after its runs
     if os.environ.get("KIT_UPDATE_SCREENSHOTS") == "1":
         _docs_screenshot(page, show, stem)
     if stem.startswith("05"):
@@ -495,6 +497,7 @@ def sweep_panel(lab: Lab, page: Page, out: Path) -> int:
         )
     ):
         page.look_at_image(i, j)
+    page.js(f"{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]].scrollIntoView()", i)
     page.screenshot(out / "05_sweep_panel.png", full=False)
     # Stop while a new point starts: the run ends before measuring, and its server is gone
     _set_box(page, i, "speculative_num_steps", "3")
