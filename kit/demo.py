@@ -79,6 +79,31 @@ def declared_parameters(nb_path: Path) -> set[str]:
     raise KitInputError(f"{nb_path}: no cell tagged 'parameters'")
 
 
+# notebook metadata JupyterLab adds on save that the committed notebooks do not carry
+_SAVED_ONLY_METADATA = ("language_info", "widgets")
+_SAVED_ONLY_CELL_METADATA = ("execution", "scrolled")
+
+
+def strip_saved_outputs(model: dict, path: str, contents_manager, **kwargs) -> None:
+    """Jupyter server pre-save hook (set by `jupyter_server_config.py` at the checkout's top, which the README's
+    `jupyter lab --config=jupyter_server_config.py notebooks/` reads): the kit's own notebooks under notebooks/ are written without outputs,
+    execution counts and the metadata a session adds, byte for byte as committed, so running them in
+    JupyterLab leaves `git status` clean. What they produced is in their run folder (`runs/<time>/`).
+    Any other notebook is saved as it is."""
+    if model.get("type") != "notebook":
+        return
+    if (Path(contents_manager.root_dir) / path).resolve().parent != NOTEBOOKS.resolve():
+        return
+    nb = model["content"]
+    for key in _SAVED_ONLY_METADATA:
+        nb["metadata"].pop(key, None)
+    for cell in nb["cells"]:
+        for key in _SAVED_ONLY_CELL_METADATA:
+            cell["metadata"].pop(key, None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+
+
 class _CellEcho:
     """Where a running cell's stdout goes: the terminal, indented under the step line, so a long step
     (training the draft, the oracle, the benchmark) shows its own progress while it runs."""

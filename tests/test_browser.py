@@ -58,6 +58,12 @@ CLOSING = {
     "04_launch_server": r"fixed",
     "05_acceptance_throughput": r"verdict\.|findings?",
 }
+# the README's screenshot of a notebook: scrolled to this heading (default: its last figure or widget)
+SHOWCASE = {
+    "01_environment": "2. Rules",
+    "02_checkpoint_keys": "4. Simulated load",
+    "04_launch_server": "7. Seed vs fix",
+}
 NOTEBOOKS = [p.stem for p in notebook_paths()]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -347,15 +353,28 @@ def _git_status() -> list[str]:
 
 
 def _docs_screenshot(page: Page, i: int, stem: str) -> None:
-    """A small PNG for the README: the window scrolled to the notebook's last figure or widget (else its
-    last cell), downscaled and reduced to a palette."""
+    """A small PNG for the README: a 1280 x 1300 window scrolled to the notebook's showcase (SHOWCASE's
+    heading, else cell i: its last figure or widget), downscaled and reduced to a palette."""
     from PIL import Image
 
-    page.js(f"{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]].scrollIntoView()", i)
-    time.sleep(1.0)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    raw = SHOTS / f"{stem}.raw.png"
-    raw.write_bytes(page.driver.get_screenshot_as_png())
+    if stem in SHOWCASE:
+        i = page.js(
+            f"return [...{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')]"
+            ".findIndex(c => c.textContent.trim().startsWith(arguments[0]))",
+            SHOWCASE[stem],
+        )
+    page.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 1300, "deviceScaleFactor": 1, "mobile": False}
+    )
+    try:
+        time.sleep(1.0)
+        page.js(f"{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')[arguments[0]].scrollIntoView()", i)
+        time.sleep(1.5)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        raw = SHOTS / f"{stem}.raw.png"
+        raw.write_bytes(page.driver.get_screenshot_as_png())
+    finally:
+        page.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     img = Image.open(raw).convert("RGB")
     img = img.resize((960, round(img.height * 960 / img.width)), Image.LANCZOS)
     img.quantize(colors=128).save(SHOTS / f"{stem}.png", optimize=True)

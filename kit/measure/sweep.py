@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import html
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -533,19 +534,23 @@ class SweepPanel:
         def on_row(n: int, total: int, row: dict) -> None:
             measured[0] += 1
             self.progress.value = measured[0]
+            al = row.get("accept_length")
             self._say(
-                f"&#10003; {row['label']} c={row['concurrency']}: {row.get('output_tok_s') or 0:.1f} tok/s,"
-                f" AL {row.get('accept_length') or float('nan'):.2f}"
+                f"&#10003; {row['label']} c={row['concurrency']}: {row.get('output_tok_s') or 0:.1f} tok/s, "
+                + (f"accept length {al:.2f}" if al is not None else "no speculation")
             )
             self._redraw(load_rows(self.out_dir))
             show("measured")
 
         def on_error(point: Point, exc: Exception) -> None:
-            first = (str(exc).strip().splitlines() or [""])[0]
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()] or [""]
+            first = lines[0].split("; last log lines")[0]
+            last = html.escape(lines[-1][-160:]) if len(lines) > 1 else ""
             failed.append(point_label(point))
             self._say(
-                f"<b style='color:#b00'>&#10007; {point_label(point)} failed: {type(exc).__name__}: {first}</b>"
-                f" &mdash; going on with the next point (log: {self.out_dir / 'logs'})"
+                f"<b style='color:#b00'>&#10007; {point_label(point)} failed: {type(exc).__name__}:"
+                f" {html.escape(first)}</b> &mdash; going on with the next point"
+                + (f"<br><small style='color:#666'>&nbsp;&nbsp;its log ends: {last}</small>" if last else "")
             )
 
         try:

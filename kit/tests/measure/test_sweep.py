@@ -105,7 +105,7 @@ class FailingLauncher(FakeLauncher):
     def __call__(self, point: Point):
         if point_label(point) == self.fail:
             self.launched.append(point_label(point))
-            raise RuntimeError("server exited with code 137 before it was ready")
+            raise RuntimeError("server exited with code 137 before it was ready; last log lines:\nKilled")
         with super().__call__(point) as url:
             yield url
 
@@ -128,7 +128,7 @@ def test_a_failed_point_is_reported_and_the_sweep_goes_on(tmp_path):
     rows = run_sweep(_cfg(tmp_path), fl, prompts=PROMPTS, on_error=lambda p, e: errors.append((point_label(p), str(e))))
     assert fl.launched == ["baseline", "1-1-2", "2-1-3"]
     assert [r["label"] for r in rows] == ["baseline", "2-1-3"]
-    assert errors == [("1-1-2", "server exited with code 137 before it was ready")]
+    assert errors == [("1-1-2", "server exited with code 137 before it was ready; last log lines:\nKilled")]
     with pytest.raises(RuntimeError, match="code 137"):  # without on_error the failure propagates
         run_sweep(_cfg(tmp_path), FailingLauncher("1-1-2"), prompts=PROMPTS)
 
@@ -151,7 +151,7 @@ def test_panel_runs_on_click_reports_failures_and_resumes(tmp_path):
     p.wait(60)
     assert fl.launched == ["baseline", "1-1-2", "2-1-3"]
     assert "1-1-2 failed: RuntimeError: server exited with code 137" in p.log.value
-    assert "going on with the next point" in p.log.value
+    assert "going on with the next point" in p.log.value and "its log ends: Killed" in p.log.value
     assert p.status.value.startswith("done in") and "failed: 1-1-2" in p.status.value
     assert p.table.value.count("<tr") == 3  # header + two measured rows
     assert p.heatmap.value[:4] == b"\x89PNG" and (tmp_path / "sweep_heatmaps.png").exists()
