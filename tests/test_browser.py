@@ -358,11 +358,13 @@ def _docs_screenshot(page: Page, i: int, stem: str) -> None:
     from PIL import Image
 
     if stem in SHOWCASE:
-        i = page.js(
+        found = page.js(
             f"return [...{page.PANEL}.querySelectorAll('.jp-Notebook .jp-Cell')]"
-            ".findIndex(c => c.textContent.trim().startsWith(arguments[0]))",
+            ".findIndex(c => (c.querySelector('h1, h2, h3')?.textContent || '').includes(arguments[0]))",
             SHOWCASE[stem],
         )
+        assert found >= 0, f"{stem}: no heading {SHOWCASE[stem]!r}"
+        i = found
     page.driver.execute_cdp_cmd(
         "Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 1300, "deviceScaleFactor": 1, "mobile": False}
     )
