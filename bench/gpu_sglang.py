@@ -289,9 +289,10 @@ async def _send_all(base: str, texts: list[str], opts: Opts, concurrency: int) -
 
 def prompt_texts(n: int) -> list[dict]:
     """The first n built-in eval prompts (chat/code/math interleaved), chat template applied."""
-    from kit.measure.bench import _chat_renderer, load_prompts
+    from kit.measure.bench import load_prompts
+    from kit.models import chat_renderer
 
-    render = _chat_renderer("embedded")
+    render = chat_renderer("embedded")
     return [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")[:n]]
 
 
@@ -352,9 +353,10 @@ def wait(h: dict, timeout: float = 420.0) -> bool:
 
 
 def server_info(base: str) -> tuple[str | None, dict | None]:
-    from kit.serving.process import SERVER_INFO_PATHS, http_json
+    from kit.serving.engines import get_engine
+    from kit.serving.process import http_json
 
-    for path in SERVER_INFO_PATHS:
+    for path in get_engine("sglang").server_info_paths:
         st, body = http_json(base + path, timeout=30)
         if st == 200 and isinstance(body, dict):
             return path, body

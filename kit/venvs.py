@@ -9,7 +9,7 @@ the kit (the CPU torch is shared, nothing CUDA is installed) and add the third-p
     sglang-<version>  that release's own argument parser (ServerArgs.add_cli_args) and sources: sglang
                       `--no-deps`, then, for a release with a recorded flag table, exactly the distributions
                       its parser imported when the table was derived (`closure` in kit/sglang/server_flags.json,
-                      e.g. transformers 5.12.1 for 0.5.17, 5.19.0 for 0.5.23, triton), `--no-deps`, no resolver
+                      e.g. the transformers and triton each release pins), `--no-deps`, no resolver
                       run; for any other release the requirements its wheel declares minus the GPU/kernel/media
                       stacks, at its own pins. Plus stand-ins for modules with no CPU build
                       (kit/sglang/stand_ins.py: torchvision)
@@ -24,10 +24,10 @@ environment is built once per (recipe, parent interpreter) under `<name>-<hash o
 prefix>`, checked by importing what it is for, and marked complete only then; a failed build is
 remembered for an hour with its reason (then retried). Builds of the same environment by two
 processes are serialised by a file lock. Build times measured on the shared 2-core
-machine under load ~10 (2026-11-30): sglang-0.5.23 180 s, sglang-0.5.17 233 s, speculators 222 s.
+machine under load ~10 (2026-11-30): 180-233 s per SGLang release, speculators 222 s.
 
     from kit.venvs import ensure_venv
-    py = ensure_venv("sglang-0.5.23")      # path of that venv's python; built once, cached
+    py = ensure_venv("sglang-" + DEFAULT_RELEASE)   # path of that venv's python; built once, cached
     subprocess.run([py, "-c", "import sglang"])
 
 Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME...` builds them.
@@ -52,8 +52,8 @@ from kit.findings import KitInputError
 from kit.models import cache_dir
 
 # An SGLang side environment gets sglang itself `--no-deps`, then the requirements its wheel declares except
-# the GPU/kernel/media stacks (SGLANG_SKIP), with the release's own pins (transformers==5.12.1 for 0.5.17,
-# 5.19.0 for 0.5.23, ...); compiled helpers whose own requirements would pull a CUDA torch go in `--no-deps`.
+# the GPU/kernel/media stacks (SGLANG_SKIP), with the release's own pins (each release's
+# transformers pin, ...); compiled helpers whose own requirements would pull a CUDA torch go in `--no-deps`.
 # triton is imported at module level by SGLang's kernels (the CPU torch does not bring it), dill by its
 # sampling code (a dependency of a skipped package).
 SGLANG_SKIP = re.compile(

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_env_probe_reads_the_real_gpu(tmp_path):
-    from kit.env.probe import gpu_list
+    from kit.env.machine import gpu_list
 
     rec = tmp_path / "facts.json"
     r = subprocess.run(

@@ -16,7 +16,7 @@ import pytest
 from kit.serving.checks import lint
 from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
 from kit.sglang.flag_scan import derive
-from kit.sglang.flags import TABLE_PATH, resolve
+from kit.sglang.flags import TABLE_PATH, resolve_flags
 from kit.sglang.parser import parse_argvs
 
 pytestmark = pytest.mark.interop
@@ -59,7 +59,7 @@ CASES = [
 def test_table_resolution_agrees_with_the_real_parser(release):
     version, py = release
     for argv, real in zip(CASES, parse_argvs(CASES, python=py, version=version)):
-        mine = resolve(argv, version)
+        mine = resolve_flags(argv, version)
         assert real["unknown"] == mine.unknown, argv
         assert real["error"] == (mine.errors[0]["message"] if mine.errors else None), argv
         if real["args"] is not None:

@@ -1,6 +1,6 @@
 """Each training/serving stack's aux layer-id convention: where it reads the ids, which target layers they name.
 
-The same integers name different target layers in different stacks (formats.md §4). We speak in *capture
+The same integers name different target layers in different stacks. We speak in *capture
 points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state).
 
 * `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
@@ -11,15 +11,14 @@ points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L 
 Used by `kit convert` (translation between layouts) and kit.wiring (the shift checks).
 
     capture_points("speculators", [2, 4, 5], 8)                        # -> [2, 4, 5]
-    capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", "0.5.23")  # -> [3, 5, 6]
+    capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", DEFAULT_RELEASE)  # -> [3, 5, 6]
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule, default_ids
+from kit.sglang.capture import capture_rule, default_ids, sglang_points
 
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
@@ -64,4 +63,4 @@ def capture_points(
     if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class
         ids = ids or [1, L // 2 - 1, L - 4]
     rule = capture_rule(arch, version) or capture_rule("LlamaForCausalLM", version)
-    return sglang_capture_points(ids, L, rule)
+    return sglang_points(ids, L, rule)

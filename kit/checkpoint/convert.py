@@ -1,6 +1,6 @@
 """`python -m kit convert SRC DST --to sglang|speculators|eagle [--target PATH] [--sglang-version X] [--force]`
 
-Rewrites an EAGLE-3 draft into the layout another stack loads (formats.md §1-2):
+Rewrites an EAGLE-3 draft into the layout another stack loads (`kit.checkpoint.layouts`):
 
 * speculators -> SGLang: `midlayer.*` (one layer; loads in every SGLang era) or `layers.N.*`
   with `hidden_norm` as SGLang's pre-attention norm for N >= 1, and a flat
@@ -40,7 +40,8 @@ from typing import Any
 
 from kit import __version__
 from kit import config as kconfig
-from kit.checkpoint.inspect import config_dims, corrupt_report, find_config
+from kit.checkpoint.hf_config import declared_draft
+from kit.checkpoint.inspect import corrupt_report, find_config
 from kit.checkpoint.layouts import (
     detect_layout,
     from_canonical,
@@ -170,19 +171,15 @@ def plan_aux(
     stack's convention on the target; the destination ids are the ones that capture those points.
     """
     from kit.checkpoint.aux_ids import capture_points, read_ids
-    from kit.checkpoint.hf_config import text_config
+    from kit.checkpoint.hf_config import target_facts
     from kit.sglang.capture import capture_rule, default_ids, ids_for_points
 
     conv = AUX_CONVENTION.get(layout, layout)
     src_ids, _ = read_ids(conv, cfg)
     prior = cfg.get(AUX_SOURCE_KEY) or {}
     tcfg = _target_config(target) if target else None
-    tf = (
-        {"L": text_config(tcfg).get("num_hidden_layers"), "arch": (tcfg.get("architectures") or [None])[0]}
-        if tcfg
-        else None
-    )
-    L, arch = (tf["L"], tf["arch"]) if tf else (prior.get("num_layers"), prior.get("target_class"))
+    tf = target_facts(tcfg) if tcfg else None
+    L, arch = (tf.num_layers, tf.architecture) if tf else (prior.get("num_layers"), prior.get("target_class"))
     points = None
     if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
         points = list(prior["capture_points"])
@@ -238,11 +235,39 @@ def plan_conversion(
     """Decide every output tensor and the output config; raise KitInputError when strictness forbids.
 
     `require_target=False` (in-memory loading) keeps untranslatable aux ids as they are, recorded as such.
+    Steps: read the source, name its tensors canonically, refuse what the destination cannot hold, plan the
+    aux ids, the vocab maps, embed/lm_head, the weights, fc's bias, the config and the provenance.
     """
-    from kit.checkpoint.hf_config import read_config
-    from kit.checkpoint.vocab import _bools, _ints
-
     src = Path(src)
+    ck, cfg, lay = _read_source(src, to)
+    d = declared_draft(cfg)
+    plan = Plan(to, {})
+    canon = _canonical_tensors(src, ck, lay, plan)
+    fc = canon.get("fc.weight")
+    if fc is None:
+        raise KitInputError(f"{src}: no fc.weight — not an EAGLE-3 draft (or a partial checkpoint)")
+    Ht = d.effective_target_hidden_size
+    k = fc.shape[1] // Ht if Ht and fc.shape[1] % Ht == 0 else d.trained_num_aux  # the trained fc decides
+    refuse = _refusals(canon, to, target, sglang_version, plan, d, k)
+    if refuse:
+        raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
+    aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
+    hot = _plan_vocab_maps(src, canon, plan, d)
+    head_from_target = _plan_embed_and_head(src, cfg, canon, plan, target, d, hot)
+    _check_required(src, canon, d.num_hidden_layers)
+    _plan_weights(canon, plan, d.num_hidden_layers, head_from_target)
+    if to == "sglang" and plan.provenance.get("sglang_version") and "fc.bias" not in canon:
+        _plan_fc_bias(fc, plan, sglang_version)
+    plan.config = _output_config(cfg, lay, plan, target, k, d.hidden_size)
+    _write_aux(plan.config, to, aux)
+    _record_provenance(plan, cfg, src, lay, target)
+    return plan
+
+
+def _read_source(src: Path, to: str) -> tuple[Any, dict[str, Any], Any]:
+    """(checkpoint headers, config, layout) of a convertible source, and a known destination."""
+    from kit.checkpoint.hf_config import read_config
+
     ck = read_checkpoint(src)
     cp = find_config(src)
     if cp is None:
@@ -255,13 +280,12 @@ def plan_conversion(
         )
     if to not in DESTS:
         raise KitInputError(f"--to {to}: choose from {', '.join(DESTS)}")
-    d = config_dims(cfg, lay.name)
-    H, V, Vd, Ht, k, L = (
-        d.get(x)
-        for x in ("hidden_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux", "num_hidden_layers")
-    )
+    return ck, cfg, lay
+
+
+def _canonical_tensors(src: Path, ck, lay, plan: Plan) -> dict[str, TensorInfo]:
+    """Canonical name -> tensor; keys that are no draft weight go to `plan.dropped`."""
     canon: dict[str, TensorInfo] = {}
-    plan = Plan(to, {})
     for key, t in ck.tensors.items():
         c = to_canonical(key, lay)
         if c is None:
@@ -270,11 +294,12 @@ def plan_conversion(
             raise KitInputError(f"{src}: keys {canon[c].name!r} and {key!r} both map to {c!r}")
         else:
             canon[c] = t
-    fc = canon.get("fc.weight")
-    if fc is None:
-        raise KitInputError(f"{src}: no fc.weight — not an EAGLE-3 draft (or a partial checkpoint)")
-    if Ht and fc.shape[1] % Ht == 0:
-        k = fc.shape[1] // Ht
+    return canon
+
+
+def _refusals(canon: dict[str, TensorInfo], to: str, target, sglang_version, plan: Plan, d, k: int) -> list[str]:
+    """What the destination cannot hold (strict: one reason each); records the SGLang release judged."""
+    H, Ht, L = d.hidden_size, d.effective_target_hidden_size, d.num_hidden_layers
     qk = sorted(c for c in canon if c.endswith(("q_norm.weight", "k_norm.weight")))
     bias = sorted(c for c in canon if c.endswith((".q_proj.bias", ".k_proj.bias", ".v_proj.bias")))
     refuse: list[str] = []
@@ -283,7 +308,7 @@ def plan_conversion(
     if bias and to in ("sglang",):
         refuse.append(f"{bias[0]}: SGLang's qkv_proj has no bias")
     if to == "sglang":
-        from kit.sglang.loader import rules_for
+        from kit.sglang.loader import first_release, rules_for
 
         r = rules_for(sglang_version)
         f = r.features
@@ -291,11 +316,15 @@ def plan_conversion(
         if not f.get("has_eagle3"):
             refuse.append(f"sglang {r.version} has no EAGLE-3 support")
         if f.get("single_layer_only") and L != 1:
-            refuse.append(f"{L} layers: sglang {r.version} loads single-layer drafts only (0.5.12+ loads more)")
+            refuse.append(
+                f"{L} layers: sglang {r.version} loads single-layer drafts only ({first_release('single_layer_only', False)}+ loads more)"
+            )
         if any(c.startswith("fc_norm.") for c in canon) and not f.get("fc_norm"):
-            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm (0.5.12+)")
+            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm ({first_release('fc_norm')}+)")
         if "input_norm.weight" in canon and not f.get("norm_before_fc"):
-            refuse.append(f"input_norm.weight (norm_before_fc): sglang {r.version} has none (0.5.17+)")
+            refuse.append(
+                f"input_norm.weight (norm_before_fc): sglang {r.version} has none ({first_release('norm_before_fc')}+)"
+            )
         if k != 3 and not f.get("num_aux_configurable"):
             refuse.append(f"{k} aux states: sglang {r.version} hard-codes 3")
     if to == "eagle":
@@ -304,13 +333,16 @@ def plan_conversion(
     if to == "speculators" and Ht not in (None, H):
         refuse.append(f"target_hidden_size {Ht} != hidden_size {H}: speculators sizes fc by the draft hidden size")
     if to == "speculators" and not target:
-        # Eagle3DraftModel.from_pretrained (0.9.0) always reads the verifier's config: a null path fails
+        # Eagle3DraftModel.from_pretrained always reads the verifier's config: a null path fails
         refuse.append("speculators needs the verifier (target) model path in its config: pass --target TARGET_DIR")
-    if refuse:
-        raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
-    aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
+    return refuse
 
-    # vocab maps: derive the missing one of d2t/t2d from the other (they determine each other)
+
+def _plan_vocab_maps(src: Path, canon: dict[str, TensorInfo], plan: Plan, d) -> list[int] | None:
+    """d2t/t2d: derive the missing one from the other (they determine each other); the kept target ids."""
+    from kit.checkpoint.vocab import _bools, _ints
+
+    V, Vd, to = d.vocab_size, d.draft_vocab_or_target, plan.to
     d2t_t, t2d_t = canon.pop("d2t", None), canon.pop("t2d", None)
     hot: list[int] | None = None
     if d2t_t is not None:
@@ -342,8 +374,15 @@ def plan_conversion(
         plan.dropped += [
             (t.name, "identity map: speculators stores none when Vd == V") for t in (d2t_t, t2d_t) if t is not None
         ]
+    return hot
 
-    # embed / lm_head: required per destination; --target may supply them
+
+def _plan_embed_and_head(
+    src: Path, cfg: dict[str, Any], canon: dict[str, TensorInfo], plan: Plan, target, d, hot: list[int] | None
+) -> bool:
+    """embed_tokens / lm_head, required per destination; --target may supply them. Returns whether SGLang takes
+    the target's lm_head (`draft_vocab_size: null`)."""
+    H, Ht, V, to = d.hidden_size, d.effective_target_hidden_size, d.vocab_size, plan.to
     head_from_target = to == "sglang" and "draft_vocab_size" in cfg and cfg.get("draft_vocab_size") is None
     need_embed = to == "speculators" or (to == "sglang" and Ht not in (None, H))
     need_head = not head_from_target
@@ -385,28 +424,37 @@ def plan_conversion(
                 title=f"lm_head built from target {thead.name} ({len(rows)} kept rows)",
             )
         )
+    return head_from_target
+
+
+# the tensors every layer of a Llama-class EAGLE-3 draft has
+_LAYER_TENSORS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+
+
+def _check_required(src: Path, canon: dict[str, TensorInfo], L: int | None) -> None:
     required = (
         ["fc.weight", "norm.weight"]
-        + [
-            f"layers.{i}.{n}"
-            for i in range(L or 1)
-            for n in (
-                "self_attn.q_proj.weight",
-                "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight",
-                "self_attn.o_proj.weight",
-                "mlp.gate_proj.weight",
-                "mlp.up_proj.weight",
-                "mlp.down_proj.weight",
-                "input_layernorm.weight",
-                "post_attention_layernorm.weight",
-            )
-        ]
+        + [f"layers.{i}.{n}" for i in range(L or 1) for n in _LAYER_TENSORS]
         + ["layers.0.hidden_norm.weight"]
     )
     missing = [n for n in required if n not in canon]
     if missing:
         raise KitInputError(f"{src}: missing {len(missing)} required tensor(s), e.g. {missing[0]}")
+
+
+def _plan_weights(canon: dict[str, TensorInfo], plan: Plan, L: int | None, head_from_target: bool) -> None:
+    """Every remaining canonical tensor under the destination's name (or dropped, with the reason)."""
+    to = plan.to
     if head_from_target and "lm_head.weight" in canon:
         plan.dropped.append(
             (canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head")
@@ -423,14 +471,19 @@ def plan_conversion(
             continue
         plan.tensors[from_canonical(c, to, L or 1)] = _from_tensor(t, t.name)
 
-    if to == "sglang" and plan.provenance.get("sglang_version") and "fc.bias" not in canon:
-        from kit.sglang.loader import rules_for
 
-        if rules_for(sglang_version).features.get("fc_default_bias"):
-            # 0.4.5-0.4.8 give fc torch's default (random) bias; zeros reproduce a bias-free fc
-            nb = DTYPE_BITS[fc.dtype] * fc.shape[0] // 8
-            plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
-    # config
+def _plan_fc_bias(fc: TensorInfo, plan: Plan, sglang_version: str | None) -> None:
+    from kit.sglang.loader import rules_for
+
+    if rules_for(sglang_version).features.get("fc_default_bias"):
+        # those releases give fc torch's default (random) bias; zeros reproduce a bias-free fc
+        nb = DTYPE_BITS[fc.dtype] * fc.shape[0] // 8
+        plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
+
+
+def _output_config(cfg: dict[str, Any], lay, plan: Plan, target, k: int, H: int | None) -> dict[str, Any]:
+    """The destination's config.json: through SGLang's flat form, then into the destination's."""
+    to = plan.to
     if lay.name == "speculators":
         scfg = speculators_to_sglang_config(cfg, k)
         if cfg.get("norm_before_residual"):
@@ -449,16 +502,17 @@ def plan_conversion(
         if "target_hidden_size" in scfg and scfg["target_hidden_size"] in (None, H):
             scfg.pop("target_hidden_size")
     if to == "sglang":
-        plan.config = scfg
-    elif to == "speculators":
+        return scfg
+    if to == "speculators":
         from kit.models import resolve_target
 
         tdir = resolve_target(target)
         tarch = json.loads((tdir / "config.json").read_text()).get("architectures") or ["LlamaForCausalLM"]
-        plan.config = sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
-    else:
-        plan.config = sglang_to_eagle_config(scfg)
-    _write_aux(plan.config, to, aux)
+        return sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
+    return sglang_to_eagle_config(scfg)
+
+
+def _record_provenance(plan: Plan, cfg: dict[str, Any], src: Path, lay, target) -> None:
     ids = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )
@@ -470,13 +524,12 @@ def plan_conversion(
             "source_layout_evidence": lay.evidence,
             "source_aux_layer_id_convention": AUX_CONVENTION.get(lay.name),
             "aux_layer_ids": ids,
-            "destination_layout": to,
+            "destination_layout": plan.to,
             "target": target,
             "dropped": plan.dropped,
             "created_unix": int(time.time()),
         }
     )
-    return plan
 
 
 def _write_aux(config: dict[str, Any], to: str, aux: dict[str, Any]) -> None:

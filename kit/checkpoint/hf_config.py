@@ -4,11 +4,13 @@ A 1T-parameter target must be checkable on a laptop, so every static check takes
 architecture facts from here. Errors are `KitInputError`s naming the file and the problem.
 
     cfg, model_dir = read_config("path/to/model_or_config.json")
+    facts = target_facts(cfg)       # TargetFacts(architecture, num_layers, hidden_size)
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,28 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(cfg.get(key), dict):
             return cfg[key]
     return cfg
+
+
+def declared_draft(cfg: dict[str, Any]):
+    """A draft config as its writing stack declares it (`kit.sglang.draft_config.DraftConfig`): a speculators
+    config's nested layer config, else the language-model part of the config."""
+    from kit.sglang.draft_config import read_draft_config
+
+    nested = "transformer_layer_config" in cfg or "speculators_model_type" in cfg
+    return read_draft_config(cfg if nested else text_config(cfg))
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What the wiring rules read from a target's config.json (None: not declared, or no target)."""
+
+    architecture: str | None  # architectures[0]: the class SGLang's capture rule is looked up by
+    num_layers: int | None  # the language model's num_hidden_layers (L: capture point L = final state)
+    hidden_size: int | None  # the width a captured hidden state has
+
+
+def target_facts(cfg: dict[str, Any] | None) -> TargetFacts:
+    if not cfg:
+        return TargetFacts(None, None, None)
+    tc = text_config(cfg)
+    return TargetFacts((cfg.get("architectures") or [None])[0], tc.get("num_hidden_layers"), tc.get("hidden_size"))

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
+from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
 from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
-from kit.sglang.draft_config import llama_draft_shapes
+from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -53,7 +54,7 @@ class Inspection:
     config: dict[str, Any] | None
     config_path: str | None
     layout: Layout
-    dims: dict[str, Any]
+    draft_config: DraftConfig | None  # as declared (`kit.checkpoint.hf_config.declared_draft`); None: no config.json
     simulation: Any = None  # kit.sglang.loader.LoadSimulation, when the layout is a draft
     report: Report = field(default_factory=Report)
 
@@ -71,27 +72,6 @@ def find_config(path: Path) -> Path | None:
     return d / "config.json" if (d / "config.json").is_file() else None
 
 
-def config_dims(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
-    """Architecture numbers a draft config declares, whatever its layout (speculators nests them)."""
-    from kit.checkpoint.hf_config import text_config
-    from kit.sglang.draft_config import read_draft_config
-
-    c = read_draft_config(cfg if layout == "speculators" or "transformer_layer_config" in cfg else text_config(cfg))
-    return {
-        "hidden_size": c.hidden_size,
-        "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads,
-        "head_dim": c.head_dim_or_default,
-        "intermediate_size": c.intermediate_size,
-        "vocab_size": c.vocab_size,
-        "num_hidden_layers": c.num_hidden_layers,
-        "draft_vocab_size": c.draft_vocab_or_target,
-        "target_hidden_size": c.effective_target_hidden_size,
-        "num_aux": len(c.top_level_aux_layer_ids or ()) or 3 if c.layout == "speculators" else c.num_aux,
-        "model_type": c.model_type,
-    }
-
-
 def sglang_view(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
     """The config SGLang would see after `kit convert --to sglang` (for simulating a non-SGLang draft)."""
     if layout != "speculators":
@@ -102,7 +82,7 @@ def sglang_view(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
 
 
 # -- checks -----------------------------------------------------------------------------------
-def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Finding]:
+def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding]:
     """draft.shape / draft.layers: config numbers vs tensor shapes (canonical names)."""
     canon = {}
     for k, t in ck.tensors.items():
@@ -110,13 +90,17 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
         if c:
             canon[c] = t.shape
     H, nh, nkv, hd, I_ = (
-        d.get(x) for x in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+        d.hidden_size,
+        d.num_attention_heads,
+        d.num_key_value_heads,
+        d.head_dim_or_default,
+        d.intermediate_size,
     )
-    V, Vd, Ht, k = d.get("vocab_size"), d.get("draft_vocab_size"), d.get("target_hidden_size"), d.get("num_aux")
+    V, Vd, Ht, k = d.vocab_size, d.draft_vocab_or_target, d.effective_target_hidden_size, d.trained_num_aux
     out: list[Finding] = []
     if not all(isinstance(x, int) for x in (H, nh, nkv, hd, I_)):
         return out
-    L = d.get("num_hidden_layers") or 1
+    L = d.num_hidden_layers or 1
     want = {name: shape for name, (shape, _) in llama_draft_shapes(H, nh, nkv, hd, I_, V, Vd, Ht, k, L).items()}
     want.pop("fc.weight")  # judged below, with the aux count it implies
     if layout.name == "kimi_mla":  # MLA attention has other tensors and widths: the loader replay checks them
@@ -147,16 +131,13 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: dict[str, Any]) -> list[Find
                 evidence={
                     "mismatches": bad[:20],
                     "config": {
-                        k2: d.get(k2)
-                        for k2 in (
-                            "hidden_size",
-                            "num_attention_heads",
-                            "num_key_value_heads",
-                            "head_dim",
-                            "intermediate_size",
-                            "vocab_size",
-                            "draft_vocab_size",
-                        )
+                        "hidden_size": H,
+                        "num_attention_heads": nh,
+                        "num_key_value_heads": nkv,
+                        "head_dim": hd,
+                        "intermediate_size": I_,
+                        "vocab_size": V,
+                        "draft_vocab_size": Vd,
                     },
                 },
                 fix="the config.json does not describe these weights: use the training run's config",
@@ -271,7 +252,7 @@ def config_findings(cfg: dict | None, layout: Layout) -> list[Finding]:
     out = []
     if not cfg.get("model_type"):
         # SGLang builds the draft's ModelConfig through transformers' AutoConfig, which needs model_type
-        # (seen on real SGLang 0.5.17: "Unrecognized model in ... Should have a `model_type` key")
+        # (seen on real SGLang: "Unrecognized model in ... Should have a `model_type` key")
         out.append(
             Finding(
                 code="draft.config",
@@ -306,7 +287,7 @@ def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
 
         cfg = read_config(cp)[0]
     lay = detect_layout(ck.tensors, cfg)
-    dims = config_dims(cfg, lay.name) if cfg else {}
+    dc = declared_draft(cfg) if cfg else None
     rep = Report()
     rep.add(
         Finding(
@@ -326,12 +307,12 @@ def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
                 fix="delete them or re-save as safetensors; pickle can run code when loaded",
             )
         )
-    ins = Inspection(ck, cfg, str(cp) if cp else None, lay, dims, report=rep)
+    ins = Inspection(ck, cfg, str(cp) if cp else None, lay, dc, report=rep)
     if lay.name in ("unknown",) and not any(k.startswith(("midlayer.", "fc.")) for k in ck.tensors):
         return ins  # not an EAGLE-3 draft (e.g. a target): listing only
     rep.extend(config_findings(cfg, lay))
     if cfg:
-        rep.extend(shape_checks(ck, lay, dims))
+        rep.extend(shape_checks(ck, lay, dc))
         from kit.checkpoint.vocab import check_vocab
         from kit.sglang.loader import simulate_load
 
@@ -357,34 +338,14 @@ def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
         rep.extend(
             check_vocab(
                 ck,
-                dims.get("vocab_size"),
-                dims.get("draft_vocab_size"),
+                dc.vocab_size,
+                dc.draft_vocab_or_target,
                 lm_head=names.get("lm_head.weight"),
                 d2t_name=names.get("d2t", "d2t"),
                 t2d_name=names.get("t2d", "t2d"),
             )
         )
     return ins
-
-
-def dropped_keys(draft_dir, version: str, layout: str = "sglang") -> tuple[str, ...]:
-    """Checkpoint keys SGLang `version` drops silently for this draft, from the safetensors headers.
-
-    layout "speculators" renames the single decoder layer `midlayer.*` -> `layers.0.*` first: the
-    seed's checkpoint came from speculators and met a `midlayer`-era SGLang."""
-    from kit.checkpoint.hf_config import read_config
-    from kit.sglang.loader import simulate_load
-
-    cfg, d = read_config(draft_dir)
-    shapes = read_checkpoint(d).shapes()
-    if layout == "speculators":
-        shapes = {k.replace("midlayer.", "layers.0."): v for k, v in shapes.items()}
-    sim = simulate_load(shapes, cfg, version)
-    return tuple(
-        k.key.replace("layers.0.", "midlayer.") if layout == "speculators" else k.key
-        for k in sim.by_status("dropped")
-        if "t2d" not in k.key
-    )
 
 
 def prefix_totals(ck: Checkpoint) -> dict[str, dict[str, int]]:

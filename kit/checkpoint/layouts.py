@@ -1,6 +1,6 @@
 """Which training stack wrote a draft checkpoint, and the key maps between the layouts.
 
-The same EAGLE-3 draft is spelled differently by each stack (formats.md §1):
+The same EAGLE-3 draft is spelled differently by each stack:
 
     sglang       midlayer.* (or layers.N.*), config LlamaForCausalLMEagle3 — also what
                  SpecForge `export --to sglang/hf` and its save_pretrained write
@@ -168,7 +168,7 @@ _LAYER_FIELDS = (
 
 
 def _rope_top_level(out: dict[str, Any]) -> None:
-    # SGLang before 0.5.12 reads top-level rope_theta/rope_scaling only; newer ones read rope_parameters
+    # older SGLang releases read top-level rope_theta/rope_scaling only; newer ones read rope_parameters
     rp = out.get("rope_parameters")
     if isinstance(rp, dict):
         out.setdefault("rope_theta", rp.get("rope_theta", 10000.0))

@@ -3,7 +3,7 @@
 Notebook 02 needs a draft before a trained one exists: this writes one shaped for the embedded
 SmolLM2-135M target (hidden 576, 9/3 heads, intermediate 1536, vocab 49152) in the layout a
 given stack saves (speculators 0.9.0 `Eagle3DraftModel` by default, keys and config.json as
-stack-notes.md §4.5 records them), with a sorted random draft vocabulary and matching d2t/t2d.
+that release writes them), with a sorted random draft vocabulary and matching d2t/t2d.
 
     from kit.checkpoint.random_draft import write_random_draft
     path = write_random_draft("runs/draft", layout="speculators")

@@ -1,4 +1,4 @@
-"""Draft-vocabulary maps `d2t` / `t2d`: are they what SGLang needs? (formats.md §3)
+"""Draft-vocabulary maps `d2t` / `t2d`: are they what SGLang needs?
 
 `d2t[i]` is an offset: draft id i means target id `i + d2t[i]`; SGLang turns it into
 `hot_token_id = d2t + arange(Vd)` and ignores `t2d`. Every trainer builds them from the sorted

@@ -1,7 +1,7 @@
 """What each NVIDIA architecture needs: family names, minimum CUDA / NCCL / Triton, binary compatibility.
 
-Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.check`.
-Sources are the ones collected in docs (blackwell.md §1-§2, §5.2): NVIDIA's CUDA GPU list and
+Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.checks`.
+Sources: NVIDIA's CUDA GPU list and
 Blackwell compatibility guide, the CUDA 12.9/13.0 feature notes, PyTorch's `torch/cuda/__init__.py`
 (`_check_cubins` same-major rule), NCCL release notes (2.25.1 Blackwell, 2.26.2 sm_120 shared-memory fix).
 
@@ -48,7 +48,7 @@ FAMILIES = {
 }
 # a binary built for the lower minor of the same major still runs (cubin forward compat within a major)
 CUDA_NATIVE_FLOOR_SEVERITY = {(10, 3): "warning", (12, 1): "warning"}
-# driver floors per CUDA runtime major.minor (Linux); 12.8 figure is second-hand (blackwell.md §2.2)
+# driver floors per CUDA runtime major.minor (Linux); 12.8 figure is second-hand (not from NVIDIA's table)
 DRIVER_FLOOR = {(13, 0): (580, 0), (12, 8): (570, 26)}
 TRITON_BLACKWELL = (3, 3)  # PyTorch 2.7 blog: Triton 3.3 adds Blackwell
 FLASH_ATTN_BLACKWELL = (2, 7, 3)  # first tag with sm_100/sm_120 gencode (PR #1436)

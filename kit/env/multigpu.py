@@ -3,7 +3,7 @@
 Why: on PCIe-only rigs (8x RTX PRO 6000: NODE/SYS topology, no NVLink) tensor parallelism lives or
 dies by NCCL's transport choice; a P2P path through an IOMMU/ACS-enabled root complex hangs the
 first all-reduce with GPUs at 100% and no progress. These rules read the probe's facts
-(kit.env.probe); the smoke test runs the real thing with a time limit, so a bad combination of
+(kit.env.machine); the smoke test runs the real thing with a time limit, so a bad combination of
 NCCL variables shows up as a failed or slow run, not a hang.
 
 Smoke test: one process per GPU (torch.multiprocessing.spawn in a child `python -m kit.env.multigpu`
@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any
 
-from kit.env.probe import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
+from kit.env.machine import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
 from kit.findings import Finding
 
 SIZES = (4 << 10, 1 << 20, 16 << 20, 64 << 20)
@@ -276,9 +276,9 @@ def allreduce_smoke(
     """Run the all-reduce in a killable child; returns {"status": ok|failed|timeout|skipped, ...}."""
     applied = smoke_env(launch_env)
     if nprocs is None:
-        from kit.env.probe import probe
+        from kit.env.machine import probe_machine
 
-        nprocs = len(gpu_list(probe(timeout=min(timeout_s, 60))))
+        nprocs = len(gpu_list(probe_machine(timeout=min(timeout_s, 60))))
     if nprocs < 2:
         return {"status": "skipped", "nprocs": nprocs, "reason": f"{nprocs} GPU(s): needs 2 or more"}
     env = {**os.environ, **applied}

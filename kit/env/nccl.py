@@ -11,7 +11,7 @@ src/graph/connect.cc, src/misc/param.cc, src/debug.cc), with the version gates t
     from kit.env.nccl import nccl_findings
     nccl_findings({"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}, facts)   # -> [Finding, Finding]
 
-`facts` (from kit.env.probe, live or recorded) adds what the machine makes of a value: whether the
+`facts` (from kit.env.machine, live or recorded) adds what the machine makes of a value: whether the
 GPUs are NVLink-connected, which pairs a P2P level newly opens, the NCCL version.
 """
 
@@ -109,7 +109,7 @@ class Machine:
 def machine_from_facts(facts: dict | None) -> Machine:
     if not facts:
         return Machine()
-    from kit.env.probe import full_nvlink, gpu_list, topo_pairs
+    from kit.env.machine import full_nvlink, gpu_list, topo_pairs
 
     t = facts.get("torch") or {}
     pk = facts.get("packages") or {}
@@ -262,7 +262,7 @@ def _p2p_level(v: str, m: Machine, env: dict) -> Verdict:
             return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect, every GPU pair is NVLink-connected", "")
         opened = {}
         for cls, prs in m.pairs.items():
-            from kit.env.probe import SMI_TO_NCCL_PATH
+            from kit.env.machine import SMI_TO_NCCL_PATH
 
             path = SMI_TO_NCCL_PATH.get(cls)
             if path and P2P_LEVELS.index(default) < P2P_LEVELS.index(path) <= rank:

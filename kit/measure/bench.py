@@ -58,12 +58,14 @@ from kit.measure.client import (
     API_PATHS,
     check_server,
     flush_cache,
-    get_json,
     log_accept_lengths,
     probe_server,
     send_one,
+    server_info,
     snapshot_metrics,
 )
+from kit.models import chat_renderer
+from kit.serving.engines import ENGINES, get_engine
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = tuple(API_PATHS)
@@ -77,6 +79,14 @@ class BenchConfig:
     )
     api: str = field(
         default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS}
+    )
+    engine: str = field(
+        default="sglang",
+        metadata={
+            "help": "serving engine behind the URLs: its paths, speculative fields and metric names "
+            "(the reference server speaks SGLang's)",
+            "choices": list(ENGINES),
+        },
     )
     prompts: str = field(
         default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"}
@@ -131,6 +141,7 @@ class BenchConfig:
     def __post_init__(self):
         if self.api not in APIS:
             raise KitInputError(f"--api {self.api!r}: choose one of {', '.join(APIS)}")
+        get_engine(self.engine)  # an unknown engine is a one-line error naming --engine
         for name in ("concurrency", "max_new_tokens", "repeats"):
             if getattr(self, name) < 1:
                 raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
@@ -154,7 +165,7 @@ RUNS_ROOT = Path("runs") / "bench"
 RUN_CONFIG = "config.json"
 # what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
 MEASURED_SETTINGS = (
-    "api", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
+    "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
     "repeats", "stream", "flush_cache", "chat_template", "model", "label", "baseline_label",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
@@ -272,19 +283,6 @@ def request_list(prompts: list[dict], n: int) -> list[dict]:
     ]
 
 
-def _chat_renderer(tok_dir: str | None):
-    if not tok_dir:
-        return None
-    from transformers import AutoTokenizer
-
-    from kit.models import resolve_target
-
-    tok = AutoTokenizer.from_pretrained(resolve_target(tok_dir))
-    return lambda text: tok.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # records file (append-only, resumable)
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +339,7 @@ async def _run_requests(
     async def one(req):
         async with sem:
             text = render(req["text"]) if render else req["text"]
-            rec = await send_one(client, base, api, text, cfg, model, extra)
+            rec = await send_one(client, base, api, text, cfg, model, extra, cfg.engine)
         rec.update(tags, rid=req["rid"], kind=req.get("kind"))
         log.append(rec)  # written as soon as it completes
         out.append(rec)
@@ -371,13 +369,14 @@ async def run_arm(
     if not todo:
         return None
     session = uuid.uuid4().hex[:8]
-    probe = await probe_server(client, base)
+    engine = get_engine(cfg.engine)
+    probe = await probe_server(client, base, engine)
     model = cfg.model or probe["model"]
     api = cfg.api
-    extra = {"return_spec_tokens_details": True} if probe["sglang"] and api != "sglang" else None
+    extra = engine.request_extra(api) if probe["sglang"] else None
     tags = {"label": label, "repeat": repeat, "session": session}
     if cfg.flush_cache:
-        await flush_cache(client, base)
+        await flush_cache(client, base, engine)
     if cfg.warmup:
         warm = [{**reqs[i % len(reqs)], "rid": f"warmup{i}"} for i in range(cfg.warmup)]
         await _run_requests(
@@ -393,9 +392,9 @@ async def run_arm(
             render,
             extra,
         )
-    flushed = await flush_cache(client, base) if cfg.flush_cache else False
+    flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
-    m0 = await snapshot_metrics(client, base)
+    m0 = await snapshot_metrics(client, base, engine)
     t0 = time.time()
     await _run_requests(client, base, api, todo, cfg, model, log, tags, f"{label}#{repeat}", render, extra)
     info = {
@@ -409,14 +408,15 @@ async def run_arm(
         "resumed": bool(done),
         "flushed": flushed,
         "sglang": probe["sglang"],
+        "engine": engine.name,
         "metrics_before": m0,
-        "metrics_after": await snapshot_metrics(client, base),
-        "server_info_after": (await get_json(client, base + "/server_info")) if probe["sglang"] else None,
+        "metrics_after": await snapshot_metrics(client, base, engine),
+        "server_info_after": (await server_info(client, base, engine)) if probe["sglang"] else None,
     }
     if log_off is not None:
         with open(cfg.log_path, "rb") as f:
             f.seek(log_off)
-            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"))
+            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
     runs.append(info)
     return info
 
@@ -446,7 +446,7 @@ def _run_sync(coro):
 async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple[str, int], set[str]]) -> None:
     import httpx
 
-    render = _chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
+    render = chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
     log, runs = RecordLog(out / "records.jsonl"), RecordLog(out / "runs.jsonl")
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
@@ -646,7 +646,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
     for lab, base in cfg.arms():
         if any(ids - done[(lab, rep)] for rep in range(cfg.repeats)):
-            check_server(base, flags.get(lab, "--url"))
+            check_server(base, flags.get(lab, "--url"), engine=cfg.engine)
     if resumed:
         note(resume_note(out, reqs, cfg, done))
     else:

@@ -3,7 +3,8 @@
 
 `send_one` turns one request into one record: arrival time and token count of every streamed
 chunk (`chunk_t`, `chunk_tok`), TTFT, end-to-end latency, the server's token counts and its
-speculative fields normalised by `kit.measure.metrics.spec_fields`. It never raises for server or network
+speculative fields as the serving engine names them (`kit.serving.engines`: `Engine.spec_fields`, default
+SGLang, whose field names per release are `kit.sglang.http_api`). It never raises for server or network
 errors: a failed request is a record with `ok: false` and the error, so one bad request cannot
 end a run. Token counts per chunk are exact for `/generate` (the cumulative
 `meta_info.completion_tokens`); OpenAI streams carry none, so a content chunk counts as one token
@@ -11,6 +12,8 @@ and the server's `usage` (when sent) is kept beside it.
 
     async with httpx.AsyncClient() as c:
         rec = await send_one(c, "http://127.0.0.1:30000", "sglang", "Hello", opts, model=None)
+
+The paths the probes use (readiness, server info, /metrics, cache flush) are the engine's too.
 
 `opts` is anything with max_new_tokens, temperature, ignore_eos, stream (kit.measure.bench.BenchConfig).
 """
@@ -22,8 +25,9 @@ import time
 from typing import Any
 
 from kit.measure import metrics as km
+from kit.serving.engines import Engine, get_engine
 
-# endpoint of each API a benchmark can speak
+# endpoint of each API a benchmark can speak: the engine's native one (SGLang's /generate), and OpenAI's
 API_PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 # ---------------------------------------------------------------------------------------------
@@ -31,12 +35,13 @@ API_PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/
 # ---------------------------------------------------------------------------------------------
 
 
-def build_payload(api: str, text: str, cfg: Any, model: str | None) -> tuple[str, dict]:
+def build_payload(
+    api: str, text: str, cfg: Any, model: str | None, engine: str | Engine | None = None
+) -> tuple[str, dict]:
     if api == "sglang":
-        sp = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
-        if cfg.ignore_eos:
-            sp["ignore_eos"] = True
-        return API_PATHS["sglang"], {"text": text, "sampling_params": sp, "stream": cfg.stream}
+        return get_engine(engine).generate_request(
+            text, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos, stream=cfg.stream
+        )
     body: dict[str, Any] = {
         "model": model or "default",
         "max_tokens": cfg.max_new_tokens,
@@ -61,18 +66,19 @@ def _openai_piece(obj: dict, api: str) -> str:
     return ch.get("text") or ""
 
 
-def _openai_spec(obj: dict) -> dict:
-    det = (obj.get("sglext") or {}).get("spec_tokens_details")
-    if isinstance(det, list):
-        det = det[0] if det else None
-    return km.spec_fields(det)
-
-
 async def send_one(
-    client, base: str, api: str, text: str, cfg: Any, model: str | None, extra: dict | None = None
+    client,
+    base: str,
+    api: str,
+    text: str,
+    cfg: Any,
+    model: str | None,
+    extra: dict | None = None,
+    engine: str | Engine | None = None,
 ) -> dict:
     """Send one request; return its record (never raises for server/network errors)."""
-    path, body = build_payload(api, text, cfg, model)
+    engine = get_engine(engine)
+    path, body = build_payload(api, text, cfg, model, engine)
     if extra:
         body.update(extra)
     rec: dict[str, Any] = {
@@ -92,12 +98,12 @@ async def send_one(
     t0 = time.perf_counter()
     try:
         if cfg.stream:
-            await _stream(client, base + path, body, api, rec, t0)
+            await _stream(client, base + path, body, api, rec, t0, engine)
         else:
             r = await client.post(base + path, json=body)
             r.raise_for_status()
             obj = r.json()
-            _absorb_final(obj, api, rec)
+            _absorb_final(obj, api, rec, engine)
             if api == "sglang" and obj.get("output_ids") is not None:
                 rec["output_ids"] = obj["output_ids"]  # the generated token ids (whole, unstreamed)
             n = rec["completion_tokens"] or 0
@@ -110,14 +116,14 @@ async def send_one(
     return rec
 
 
-def _absorb_final(obj: dict, api: str, rec: dict) -> None:
+def _absorb_final(obj: dict, api: str, rec: dict, engine: Engine) -> None:
+    rec["spec"] = engine.spec_fields(obj, api) or rec["spec"]
     if api == "sglang":
         meta = obj.get("meta_info") or {}
         rec["completion_tokens"] = meta.get("completion_tokens")
         rec["prompt_tokens"] = meta.get("prompt_tokens")
         fr = meta.get("finish_reason")
         rec["finish_reason"] = fr.get("type") if isinstance(fr, dict) else fr
-        rec["spec"] = km.spec_fields(meta) or rec["spec"]
         return
     usage = obj.get("usage") or {}
     if usage.get("completion_tokens") is not None:
@@ -126,10 +132,9 @@ def _absorb_final(obj: dict, api: str, rec: dict) -> None:
     ch = obj.get("choices") or [{}]
     if ch and ch[0].get("finish_reason"):
         rec["finish_reason"] = ch[0]["finish_reason"]
-    rec["spec"] = _openai_spec(obj) or rec["spec"]
 
 
-async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) -> None:
+async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float, engine: Engine) -> None:
     prev_tokens = 0
     async with client.stream("POST", url, json=body) as resp:
         if resp.status_code >= 400:
@@ -151,7 +156,7 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) 
                 prev_tokens = max(prev_tokens, total)
             else:
                 k = 1 if _openai_piece(obj, api) else 0  # OpenAI streams carry no token counts
-            _absorb_final(obj, api, rec)
+            _absorb_final(obj, api, rec, engine)
             if k > 0:
                 if rec["ttft"] is None:
                     rec["ttft"] = now
@@ -165,17 +170,18 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float) 
 # ---------------------------------------------------------------------------------------------
 
 
-def check_server(base: str, flag: str = "--url", timeout_s: float = 5.0) -> None:
+def check_server(base: str, flag: str = "--url", timeout_s: float = 5.0, engine: str | Engine | None = None) -> None:
     """Is a server answering at `base`? A one-line KitInputError naming the flag when not, before any
-    request is sent: no connection, or /health answering 503 (SGLang while it loads its weights).
-    Any other HTTP answer counts as alive (OpenAI-compatible servers may have no /health)."""
+    request is sent: no connection, or the engine's ready path answering 503 (SGLang while it loads its
+    weights). Any other HTTP answer counts as alive (OpenAI-compatible servers may have no /health)."""
     import httpx
 
     from kit.findings import KitInputError
 
+    ready = get_engine(engine).ready_path
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False) as c:
-            r = c.get(base + "/health")
+            r = c.get(base + ready)
     except httpx.HTTPError as e:
         why = type(e).__name__ if not str(e) else str(e)
         raise KitInputError(
@@ -183,7 +189,7 @@ def check_server(base: str, flag: str = "--url", timeout_s: float = 5.0) -> None
             f"sglang.launch_server ...) or correct the URL"
         )
     if r.status_code == 503:
-        raise KitInputError(f"{flag} {base}: /health answers 503 (still loading?); wait until the server is ready")
+        raise KitInputError(f"{flag} {base}: {ready} answers 503 (still loading?); wait until the server is ready")
 
 
 async def get_json(client, url: str) -> dict | None:
@@ -194,10 +200,20 @@ async def get_json(client, url: str) -> dict | None:
         return None
 
 
-async def probe_server(client, base: str) -> dict[str, Any]:
-    """What this server offers: SGLang /server_info (or older /get_server_info), /metrics, model id."""
-    info = await get_json(client, base + "/server_info") or await get_json(client, base + "/get_server_info")
-    models = await get_json(client, base + "/v1/models")
+async def server_info(client, base: str, engine: str | Engine | None = None) -> dict | None:
+    """The engine's server info (the first of its server-info paths that answers), or None."""
+    for path in get_engine(engine).server_info_paths:
+        info = await get_json(client, base + path)
+        if info is not None:
+            return info
+    return None
+
+
+async def probe_server(client, base: str, engine: str | Engine | None = None) -> dict[str, Any]:
+    """What this server offers: the engine's server info (`sglang`: it answers), /metrics, model id."""
+    engine = get_engine(engine)
+    info = await server_info(client, base, engine)
+    models = await get_json(client, base + engine.models_path)
     model = None
     if models and models.get("data"):
         model = models["data"][0].get("id")
@@ -205,13 +221,16 @@ async def probe_server(client, base: str) -> dict[str, Any]:
         "sglang": info is not None,
         "server_info": info,
         "model": model,
-        "metrics": await snapshot_metrics(client, base) is not None,
+        "metrics": await snapshot_metrics(client, base, engine) is not None,
     }
 
 
-async def snapshot_metrics(client, base: str) -> dict[str, float] | None:
+async def snapshot_metrics(client, base: str, engine: str | Engine | None = None) -> dict[str, float] | None:
+    path = get_engine(engine).metrics_path
+    if path is None:
+        return None
     try:
-        r = await client.get(base + "/metrics")
+        r = await client.get(base + path)
     except Exception:  # no /metrics (not launched with --enable-metrics)
         return None
     if r.status_code != 200 or "text" not in r.headers.get("content-type", "text"):
@@ -219,10 +238,13 @@ async def snapshot_metrics(client, base: str) -> dict[str, float] | None:
     return km.parse_prometheus(r.text)
 
 
-async def flush_cache(client, base: str) -> bool:
+async def flush_cache(client, base: str, engine: str | Engine | None = None) -> bool:
+    path = get_engine(engine).flush_path
+    if path is None:
+        return False
     for method in ("POST", "GET"):
         try:
-            r = await client.request(method, base + "/flush_cache")
+            r = await client.request(method, base + path)
             if r.status_code == 200:
                 return True
             if r.status_code not in (404, 405):
@@ -232,9 +254,9 @@ async def flush_cache(client, base: str) -> bool:
     return False
 
 
-def log_accept_lengths(text: str) -> list[float] | None:
-    """Accept lengths of the SGLang decode log lines in `text`, parsed by kit.serving.logs (None if absent)."""
+def log_accept_lengths(text: str, engine: str | Engine | None = None) -> list[float] | None:
+    """Accept lengths of the decode log lines in `text`, read by the engine's log parser (kit.serving.logs)."""
     from kit.serving import logs
 
-    rows = logs.parse_lines(text.splitlines())
+    rows = logs.parse_lines(text.splitlines(), get_engine(engine))
     return [r["accept_len"] for r in rows if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]

@@ -2,7 +2,9 @@
 
 Pure functions over the per-request records that `kit.measure.bench` writes (one JSON object per
 request, see `kit.measure.bench` for the fields) — no HTTP, no pandas at import time, so the same code
-scores a live run, a resumed JSONL file or a record set built by hand in a test.
+scores a live run, a resumed JSONL file or a record set built by hand in a test. What a server-side
+snapshot means (/metrics counter names, the server-info field) is the serving engine's
+(`kit.serving.engines`; a run record names its engine, default SGLang).
 
 Acceptance length (AL) is "tokens emitted per target verify step, bonus token included", the
 SGLang definition. SGLang exposes it several ways and they do NOT measure the same thing:
@@ -40,36 +42,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kit.findings import Finding
-
-# ---------------------------------------------------------------------------------------------
-# spec fields: every name SGLang has used for them, normalised
-# ---------------------------------------------------------------------------------------------
-
-# new (0.5.23 meta_info / sglext.spec_tokens_details) name -> older tokenizer_manager names
-_SPEC_ALIASES = {
-    "verify_ct": ("spec_verify_ct",),
-    "accept_length": ("spec_accept_length",),
-    "accept_rate": ("spec_accept_rate",),
-    "num_correct": ("spec_num_correct_drafts", "spec_accept_token_num"),
-    "num_proposed": ("spec_num_proposed_drafts", "spec_draft_token_num"),
-    "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
-}
-
-
-def spec_fields(meta: dict | None) -> dict[str, Any]:
-    """Normalise the speculative fields of a `meta_info` / `spec_tokens_details` dict.
-
-    Returns {} when the server reported none (no speculation, or an endpoint that drops them)."""
-    if not meta:
-        return {}
-    out = {}
-    for key, names in _SPEC_ALIASES.items():
-        for n in names:
-            if meta.get(n) is not None:
-                out[key] = meta[n]
-                break
-    return out
-
+from kit.serving.engines import Engine, get_engine
 
 # ---------------------------------------------------------------------------------------------
 # basic statistics
@@ -265,29 +238,21 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def metrics_delta_accept_length(before: dict | None, after: dict | None) -> float | None:
-    """AL over one run from SGLang's lifetime counters (generation tokens / verify calls)."""
-    if not before or not after:
+def metrics_delta_accept_length(
+    before: dict | None, after: dict | None, engine: str | Engine | None = None
+) -> float | None:
+    """AL over one run from the server's lifetime counters (generated tokens / verify steps), as the
+    engine names them (`Engine.accept_counters`)."""
+    eng = get_engine(engine)
+    c0, c1 = eng.accept_counters(before), eng.accept_counters(after)
+    if c0 is None or c1 is None or c1[1] - c0[1] <= 0:
         return None
-
-    def get(d, base):
-        return d.get(base + "_total", d.get(base))
-
-    g0, g1 = get(before, "sglang:generation_tokens"), get(after, "sglang:generation_tokens")
-    v0, v1 = get(before, "sglang:spec_verify_calls"), get(after, "sglang:spec_verify_calls")
-    if None in (g0, g1, v0, v1) or v1 - v0 <= 0:
-        return None
-    return (g1 - g0) / (v1 - v0)
+    return (c1[0] - c0[0]) / (c1[1] - c0[1])
 
 
-def server_info_accept_length(info: dict | None) -> float | None:
-    """`avg_spec_accept_length` of /server_info (lifetime, accumulated at decode-log intervals)."""
-    if not info:
-        return None
-    states = info.get("internal_states") or []
-    vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-    vals = [v for v in vals if v]  # 0 until the first decode-log interval has been accumulated
-    return _mean(vals) if vals else None
+def server_info_accept_length(info: dict | None, engine: str | Engine | None = None) -> float | None:
+    """The server-lifetime accept length of its server info (SGLang: `avg_spec_accept_length`)."""
+    return get_engine(engine).server_info_accept_length(info)
 
 
 _LLAMA_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms /\s+(\d+) tokens")
@@ -316,10 +281,12 @@ def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) ->
     """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
-    (`metrics_before`, `metrics_after`, `server_info_after`) and parsed `log_accept_lengths`."""
+    (`metrics_before`, `metrics_after`, `server_info_after`), parsed `log_accept_lengths`, and the
+    `engine` that reads the snapshots (default SGLang)."""
     recs = measured(records)
     acc = acceptance_from_records(recs)
     run_info = run_info or {}
+    eng = get_engine(run_info.get("engine"))
     src: dict[str, dict] = {}
 
     def put(name, value, scope, compare_to):
@@ -332,13 +299,13 @@ def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) ->
     put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
     put(
         "metrics_delta",
-        metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after")),
+        metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after"), eng),
         "run, /metrics counter deltas",
         "meta",
     )
     put(
         "server_info",
-        server_info_accept_length(run_info.get("server_info_after")),
+        server_info_accept_length(run_info.get("server_info_after"), eng),
         "server lifetime (includes warmup and earlier runs)",
         "meta_decode",
     )

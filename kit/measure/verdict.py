@@ -37,7 +37,7 @@ ONE_TOL = 0.1  # observed AL within this of 1.0 counts as "never accepts"
 WELL_ABOVE = 1.3  # an expected AL at or above this means the draft is worth wiring
 REL_TOL = 0.2  # observed within this fraction of expected counts as matching
 
-# what produced AL ~ 1.0 in the field (failure-modes.md §1-2), in the order worth checking
+# what produced AL ~ 1.0 in the field (public issues), in the order worth checking
 GENERIC_CAUSES = [
     "--speculative-algorithm EAGLE instead of EAGLE3: the target passes one layer's hidden state, fc is skipped (sglang PR #21272)",
     "draft weights not loaded: checkpoint keys (layers.0.* vs midlayer.*) silently dropped by the loader",

@@ -1,4 +1,4 @@
-"""Reference EAGLE-3 draft in plain PyTorch, with SGLang 0.5.23's numerics.
+"""Reference EAGLE-3 draft in plain PyTorch, with the numerics of SGLang's default release.
 
 Why: the oracle, the CPU reference server and the smoke trainer need a draft that computes
 exactly what SGLang's `LlamaForCausalLMEagle3` computes (`srt/models/llama_eagle3.py`):
@@ -31,19 +31,17 @@ from torch import nn
 
 from kit.findings import KitInputError
 from kit.sglang.draft_config import ABSENT, read_draft_config
+from kit.sglang.loader import rules_for
+from kit.sglang.versions import DEFAULT_RELEASE
 
-# legacy substring renames SGLang 0.5.23 applies to every checkpoint key (llama_eagle3.load_weights)
-LEGACY_NAME_MAP = {
-    "midlayer": "layers.0",
-    "aux_norm_low": "fc_norm.0",
-    "aux_norm_mid": "fc_norm.1",
-    "aux_norm_high": "fc_norm.2",
-}
+# legacy substring renames SGLang applies to every checkpoint key (llama_eagle3.load_weights), per the
+# default release's loader rules
+LEGACY_NAME_MAP: dict[str, str] = rules_for(DEFAULT_RELEASE).features["legacy_name_map"]
 
 
 @dataclass
 class DraftSpec:
-    """The architecture facts SGLang 0.5.23 reads from an EAGLE-3 draft config.json."""
+    """The architecture facts SGLang reads from an EAGLE-3 draft config.json."""
 
     hidden_size: int
     target_hidden_size: int

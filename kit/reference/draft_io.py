@@ -1,4 +1,4 @@
-"""EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang 0.5.23 loads them.
+"""EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang's default release loads them.
 
 Loading follows `LlamaForCausalLMEagle3.load_weights`: legacy renames (`midlayer` -> `layers.0`,
 `aux_norm_*` -> `fc_norm.*`), `model.` prefix fallback, `d2t` -> `hot_token_id`, `t2d` skipped,
@@ -23,7 +23,7 @@ from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 
 
 def normalize_key(name: str) -> str:
-    """Checkpoint key -> our parameter name, following SGLang 0.5.23's renames and `model.` fallback."""
+    """Checkpoint key -> our parameter name, following SGLang's renames (`kit.sglang.loader`) and `model.` fallback."""
     for legacy, new in LEGACY_NAME_MAP.items():
         if legacy in name:
             name = name.replace(legacy, new)
@@ -31,7 +31,7 @@ def normalize_key(name: str) -> str:
 
 
 def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple = ()) -> dict[str, list[str]]:
-    """Load like SGLang 0.5.23: unmatched keys are dropped (reported here), missing params keep init."""
+    """Load like SGLang: unmatched keys are dropped (reported here), missing params keep init."""
     params = dict(model.named_parameters())
     used, dropped = set(), []
     for key, t in state.items():
@@ -125,9 +125,15 @@ def load_draft(
 
 
 def save_draft(
-    model: Eagle3Draft, out_dir, config: dict, extra_files: dict[str, Any] | None = None, include_embed: bool = False
+    model: Eagle3Draft,
+    out_dir,
+    config: dict,
+    extra_files: dict[str, Any] | None = None,
+    include_embed: bool = False,
+    dtype=torch.float32,
 ) -> Path:
-    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang).
+    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang), weights
+    in `dtype` (d2t/t2d keep their integer/bool types).
 
     Atomic: written to a temp dir, then renamed. `extra_files` are JSON-dumped next to it.
     """
@@ -146,7 +152,7 @@ def save_draft(
             continue
         if model.spec.num_layers == 1:
             n = n.replace("layers.0.", "midlayer.")
-        state[n] = p.detach().to(torch.float32).contiguous().clone()
+        state[n] = p.detach().to(dtype).contiguous().clone()
     if model.hot_token_id is not None:
         hot = model.hot_token_id.long()
         state["d2t"] = hot - torch.arange(hot.shape[0])
@@ -168,7 +174,7 @@ def save_draft(
 
 
 def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A config.json SGLang 0.5.23 loads as LlamaForCausalLMEagle3 (keys it reads, §2.1)."""
+    """A config.json SGLang loads as LlamaForCausalLMEagle3 (the keys it reads)."""
     cfg = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",

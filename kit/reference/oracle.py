@@ -16,8 +16,8 @@ Reported (SGLang's definitions, bonus token included):
 
 Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc bypassed),
 `--algorithm EAGLE` (the seed's launch: aux off + target head), `--layer-shift 1`,
-`--drop-keys-version 0.4.10 [--drop-keys-layout speculators]` (keys that SGLang version's loader
-drops silently, via kit.sglang.loader.simulate_load).
+`--drop-keys-version V [--drop-keys-layout speculators]` (keys that SGLang release's loader drops
+silently, via kit.sglang.loader.simulate_load; `kit.sglang.loader.DROPS_SPECULATORS_KEYS` is one).
 
     python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
 """
@@ -30,9 +30,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from kit import config as kconfig
-from kit.checkpoint.inspect import dropped_keys
+from kit.checkpoint.load_sim import dropped_keys
 from kit.findings import KitInputError
 from kit.reference.speculate import Wiring, walk_tree
+from kit.sglang.loader import DROPS_SPECULATORS_KEYS
 from kit.sglang.params import SpecParams
 
 HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree rules, fault switches)"
@@ -222,8 +223,8 @@ def seed_faults(draft_dir) -> dict[str, Wiring]:
         "launched as EAGLE": Wiring(algorithm="EAGLE"),
     }
     try:
-        out["keys dropped (0.4.10, speculators names)"] = Wiring(
-            dropped_keys=dropped_keys(draft_dir, "0.4.10", "speculators")
+        out[f"keys dropped ({DROPS_SPECULATORS_KEYS}, speculators names)"] = Wiring(
+            dropped_keys=dropped_keys(draft_dir, DROPS_SPECULATORS_KEYS, "speculators")
         )
     except KitInputError:
         pass

@@ -1,9 +1,9 @@
 """Speculative decoding as SGLang's EAGLE worker does it — one implementation, batched, any device.
 
-Used by the CPU reference server (kit.serving.engine), the oracle (kit.reference.oracle: draft
+Used by the CPU reference server (kit.serving.decoder), the oracle (kit.reference.oracle: draft
 trees and the acceptance walk) and the benchmarks.
 
-* Drafting (`draft_trees`): SGLang 0.5.23 `eagle_worker_v2.draft_forward` +
+* Drafting (`draft_trees`): SGLang's `eagle_worker_v2.draft_forward` +
   `spec_utils.select_top_k_tokens` + `eagle_utils.organize_draft_results`. Step 0 takes the
   top-k of the draft's last extend logits; each later step expands every lane, scores
   children by cumulative probability (parent score x softmax prob) and keeps the top-k lanes;

@@ -1,10 +1,10 @@
-"""`python -m kit train-draft`: a CPU smoke trainer for a 1-layer EAGLE-3 head.
+"""`python -m kit train-draft`: a trainer for a 1-layer EAGLE-3 head (CPU smoke run, or a real run on a GPU).
 
 Why: the notebooks need a real draft for the embedded SmolLM2 target, and a user gets a wiring
 smoke test for their own target before a long training run: if a 3-minute head does not beat
 accept length 1 under your serving wiring, a 3-day head will not either.
 
-How (the recipe measured in shared/docs/stack-notes.md, last section):
+How:
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
    prompts) greedily, in batches — the draft learns the target's own outputs;
 2. capture hooks stay on during that generation, so the prefill and every KV-cached decode step
@@ -13,11 +13,22 @@ How (the recipe measured in shared/docs/stack-notes.md, last section):
    tokens (no second, teacher-forced pass);
 3. the head (SGLang `LlamaForCausalLMEagle3` structure, kit.reference.draft) trains with 3 unrolled
    test-time-training steps that feed back its own hidden state, AdamW, seeded; the draft
-   vocabulary = every id the target predicts in the data + ids below `vocab_floor`;
-4. saved in SGLang layout (`midlayer.*`, `d2t`, `t2d`) with `kit_provenance.json`, cached under
+   vocabulary = every id the target predicts in the data + ids below `vocab_floor` (with
+   `--max-draft-vocab N`, the N most frequent of those); batches hold sequences of similar length;
+4. saved in SGLang layout (`midlayer.*`, `d2t`, `t2d`) with `kit_provenance.json` (settings, the
+   one command that repeats the run, data size, times, losses), cached under
    $KIT_CACHE_DIR/drafts/<key> keyed by the settings; a second call returns the cached path.
 
-    python -m kit train-draft [--quick] [--out DIR] [--epochs N] ...
+Precision and threads: `--data-dtype`/`--train-dtype auto` (the default) take bf16 only where the
+device does it natively (kit.models.pick_dtype: CUDA, or a CPU with amx_bf16/avx512_bf16 where a
+measured matmul confirms it), fp32 elsewhere; `--threads 0` takes one thread per physical core
+(kit.models.pick_threads). The progress lines say what was chosen and why.
+
+`--device cuda` runs the data pass and the training on a GPU: the kit's shipped demo draft
+(kit/assets/demo_draft, its command in `training.json` there) was trained that way, with thousands
+of the built-in training prompts (kit.prompts, disjoint from the evaluation prompts).
+
+    python -m kit train-draft [--quick] [--out DIR] [--epochs N] [--device cuda] ...
     from kit.reference.train import ensure_demo_draft; path = ensure_demo_draft(quick=True)
 """
 
@@ -34,8 +45,9 @@ from pathlib import Path
 from kit import config as kconfig
 from kit.findings import KitInputError
 
-HELP = "train a 1-layer EAGLE-3 smoke head on the target's own outputs (CPU, minutes, cached)"
-RECIPE_VERSION = 3  # bump when the training code changes what a given config produces
+HELP = "train a 1-layer EAGLE-3 head on the target's own outputs (CPU smoke run in minutes, or --device cuda; cached)"
+RECIPE_VERSION = 4  # bump when the training code changes what a given config produces
+DTYPES = ["auto", "float32", "bfloat16"]
 
 
 @dataclass
@@ -46,20 +58,30 @@ class TrainConfig:
     num_prompts: int = field(default=192, metadata={"help": "training prompts continued by the target"})
     gen_tokens: int = field(default=96, metadata={"help": "new tokens generated per training prompt"})
     gen_batch: int = field(default=96, metadata={"help": "generation batch size (prompts continued at once)"})
+    device: str = field(
+        default="cpu", metadata={"help": "where the data pass and the training run", "choices": ["cpu", "cuda"]}
+    )
     data_dtype: str = field(
-        default="bfloat16",
+        default="auto",
         metadata={
-            "help": "target dtype while generating the training data (bf16: ~3x faster matmuls on CPUs with "
-            "AMX/AVX512-BF16; the served target stays fp32)",
-            "choices": ["float32", "bfloat16"],
+            "help": "target dtype while generating the training data (auto: bf16 where the device has native "
+            "bf16 matmul, measured; fp32 elsewhere; the served target stays fp32)",
+            "choices": DTYPES,
         },
     )
     train_dtype: str = field(
-        default="bfloat16",
+        default="auto",
         metadata={
-            "help": "compute dtype of the head's training matmuls (bfloat16: autocast)",
-            "choices": ["float32", "bfloat16"],
+            "help": "compute dtype of the head's training matmuls (bfloat16: autocast; auto: as --data-dtype)",
+            "choices": DTYPES,
         },
+    )
+    max_draft_vocab: int = field(
+        default=0, metadata={"help": "keep at most this many draft-vocabulary ids, the most frequent labels (0: all)"}
+    )
+    save_dtype: str = field(
+        default="float32",
+        metadata={"help": "dtype of the saved weights", "choices": ["float32", "bfloat16"]},
     )
     epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
     ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
@@ -74,7 +96,7 @@ class TrainConfig:
             "choices": ["lens", "random"],
         },
     )
-    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: leave as is)"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: one per physical core)"})
     force: bool = field(default=False, metadata={"help": "retrain even if cached"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
@@ -146,15 +168,25 @@ def continue_with_features(model, rows, gen_tokens: int, batch: int, points: lis
     return out
 
 
-def draft_vocab(data, V: int, floor: int):
+def draft_vocab(data, V: int, floor: int, cap: int = 0):
+    """Sorted target ids the draft can propose: ids below `floor`, every label and fed id in the data;
+    with `cap` > 0, the `cap` most frequent labels (then fed ids, then low ids) of those."""
     import torch
 
     used = torch.zeros(V, dtype=torch.bool)
     used[: min(floor, V)] = True
+    counts = torch.zeros(V, dtype=torch.float64)
     for d in data:
-        used[d["labels"]] = True
-        used[d["ids"]] = True
-    return torch.nonzero(used)[:, 0]
+        lab, ids = d["labels"][d.get("start", 0) :].cpu(), d["ids"].cpu()
+        used[lab] = True
+        used[ids] = True
+        counts += torch.bincount(lab, minlength=V)
+        counts += 1e-3 * torch.bincount(ids, minlength=V)  # fed-only ids rank below any label
+    hot = torch.nonzero(used)[:, 0]
+    if cap and hot.numel() > cap:
+        score = counts[hot] - 1e-9 * hot  # ties: lower ids first
+        hot = hot[score.argsort(descending=True)[:cap]].sort().values
+    return hot
 
 
 # -- training ------------------------------------------------------------------------------
@@ -171,7 +203,8 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
     T = N - 1 - steps  # anchors with all steps inside the sequence
     if T <= 0:
         return None, []
-    pos0 = torch.arange(T)[None].expand(B, -1)
+    dev = ids.device
+    pos0 = torch.arange(T, device=dev)[None].expand(B, -1)
     keys, vals = [[] for _ in draft.layers], [[] for _ in draft.layers]
     h = feats[:, :T].float()
     losses, accs = [], []
@@ -185,7 +218,7 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
             q, k, v = layer.self_attn.qkv(x, pos0 + j, draft.inv_freq)
             keys[li].append(k)
             vals[li].append(v)
-            blocks = [causal_mask(T, 0)] + [torch.eye(T, dtype=torch.bool)] * j
+            blocks = [causal_mask(T, 0, device=dev)] + [torch.eye(T, dtype=torch.bool, device=dev)] * j
             m = torch.cat(blocks, 1)
             a = layer.self_attn.attend(q, torch.cat(keys[li], 2), torch.cat(vals[li], 2), m)
             h, residual = layer.post_attention(a, residual)
@@ -198,13 +231,13 @@ def ttt_loss(draft, ids, feats, labels, mask, steps: int, t2d):
         ok = t >= 0
         ce = F.cross_entropy(logits, t.clamp(min=0), reduction="none")
         losses.append((ce * ok).sum() / max(int(lm.sum()), 1) * (0.8**j))
-        accs.append(((logits.argmax(-1) == t) & ok).sum().item() / max(int(lm.sum()), 1))
+        accs.append(((logits.argmax(-1) == t) & ok).sum() / lm.sum().clamp(min=1))
         h = normed if draft.spec.norm_output else pre
-    return sum(losses), accs
+    return sum(losses), accs  # accuracies stay tensors: no device sync per step
 
 
-def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
-    """Build and train the head; returns (draft, stats)."""
+def train_head(target, data, cfg: TrainConfig, points: list[int], log=print, train_dtype: str = "float32"):
+    """Build and train the head on `cfg.device` (autocast to `train_dtype`); returns (draft, config, stats)."""
     import torch
     from torch import nn
 
@@ -212,7 +245,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
 
     tc = target.config.get_text_config()
     H, V = tc.hidden_size, tc.vocab_size
-    hot = draft_vocab(data, V, cfg.vocab_floor)
+    hot = draft_vocab(data, V, cfg.vocab_floor, cfg.max_draft_vocab)
     rp = getattr(tc, "rope_parameters", None) or {}
     theta = rp.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
     config = {
@@ -232,7 +265,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
         "max_position_embeddings": tc.max_position_embeddings,
         "rope_theta": theta,
         "tie_word_embeddings": False,
-        "torch_dtype": "float32",
+        "torch_dtype": cfg.save_dtype,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points], "use_aux_hidden_state": True},
     }
     torch.manual_seed(cfg.seed)
@@ -250,9 +283,11 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
                 layer.self_attn.o_proj.weight.zero_()
                 layer.mlp.down_proj.weight.zero_()
     draft.embed_tokens.weight = nn.Parameter(target.get_input_embeddings().weight.detach(), requires_grad=False)
-    draft.hot_token_id = hot
-    t2d = torch.full((V,), -1, dtype=torch.long)
-    t2d[hot] = torch.arange(hot.numel())
+    dev = torch.device(cfg.device)
+    draft.to(dev)
+    draft.hot_token_id = hot.to(dev)
+    t2d = torch.full((V,), -1, dtype=torch.long, device=dev)
+    t2d[hot.to(dev)] = torch.arange(hot.numel(), device=dev)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     n_batches = (len(data) + cfg.batch_size - 1) // cfg.batch_size
@@ -263,22 +298,25 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
     stats = {"epochs": []}
     t0 = time.perf_counter()
     draft.train()
+    # sequences of similar length share a batch (less padding); the batches' order is shuffled per epoch
+    by_len = sorted(range(len(data)), key=lambda i: (len(data[i]["ids"]), i))
+    batches = [by_len[i : i + cfg.batch_size] for i in range(0, len(by_len), cfg.batch_size)]
     for ep in range(cfg.epochs):
-        order = torch.randperm(len(data), generator=g).tolist()
-        tot, accs = 0.0, []
-        for b in range(n_batches):
-            rows = [data[i] for i in order[b * cfg.batch_size : (b + 1) * cfg.batch_size]]
+        tot, accs = torch.zeros((), device=dev), []
+        for b in torch.randperm(len(batches), generator=g).tolist():
+            rows = [data[i] for i in batches[b]]
             N = max(len(r["ids"]) for r in rows)
             ids = torch.zeros(len(rows), N, dtype=torch.long)
             lab = torch.zeros(len(rows), N, dtype=torch.long)
-            feats = torch.zeros(len(rows), N, rows[0]["feats"].shape[-1])
+            feats = torch.zeros(len(rows), N, rows[0]["feats"].shape[-1], device=dev)
             mask = torch.zeros(len(rows), N, dtype=torch.bool)
             for i, r in enumerate(rows):  # right-pad; positions start at 0 like the real prompt
                 n = len(r["ids"])
                 ids[i, :n], lab[i, :n], feats[i, :n] = r["ids"], r["labels"], r["feats"].float()
                 mask[i, r["start"] : n] = True
-            # bf16 autocast: matmuls on the CPU's bf16 units, weights, grads and the loss stay fp32
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.train_dtype == "bfloat16"):
+            ids, lab, mask = ids.to(dev), lab.to(dev), mask.to(dev)
+            # bf16 autocast: matmuls on the device's bf16 units, weights, grads and the loss stay fp32
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=train_dtype == "bfloat16"):
                 loss, acc = ttt_loss(draft, ids, feats, lab, mask, cfg.ttt_steps, t2d)
             if loss is None:
                 continue
@@ -287,13 +325,17 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print):
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             sched.step()
-            tot += float(loss.detach())
-            accs.append(acc)
-        mean_acc = [round(sum(a[j] for a in accs) / max(len(accs), 1), 3) for j in range(cfg.ttt_steps)]
+            tot += loss.detach()
+            accs.append(torch.stack(acc))
+        acc_t = torch.stack(accs).mean(0).tolist() if accs else [0.0] * cfg.ttt_steps
+        mean_acc = [round(a, 3) for a in acc_t]
+        tot = float(tot)
         stats["epochs"].append({"loss": round(tot / max(n_batches, 1), 4), "step_acc": mean_acc})
         log(f"epoch {ep + 1}/{cfg.epochs}: loss {tot / max(n_batches, 1):.3f}, train step accuracy {mean_acc}")
     stats["train_time_s"] = round(time.perf_counter() - t0, 1)
     draft.eval()
+    draft.to("cpu")
+    draft.hot_token_id = hot  # a plain attribute: .to() does not move it
     return draft, config, stats
 
 
@@ -317,15 +359,26 @@ def train_draft(cfg: TrainConfig, log=print) -> Path:
         return _train_locked(cfg, tdir, dest, log)
 
 
+def command_line(cfg: TrainConfig) -> str:
+    """The one command that repeats this training run."""
+    return " ".join(["kit train-draft", *kconfig.to_argv(cfg, skip=("out", "force", "json"))])
+
+
 def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     import torch
 
-    from kit.models import load_target
+    from kit.models import load_target, pick_dtype, pick_threads
     from kit.prompts import builtin_prompts
     from kit.reference.draft_io import save_draft
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise KitInputError("--device cuda: torch sees no CUDA device here")
+    threads, why_threads = pick_threads(cfg.threads)
+    torch.set_num_threads(threads)
+    data_dtype, why_data = pick_dtype(cfg.data_dtype, cfg.device)
+    train_dtype, why_train = pick_dtype(cfg.train_dtype, cfg.device)
+    log(f"device: {cfg.device}; threads: {threads} ({why_threads})")
+    log(f"data pass: {data_dtype} ({why_data}); training: {train_dtype} ({why_train})")
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model, tok = load_target(cfg.target)
@@ -336,15 +389,16 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         raise KitInputError(f"--num-prompts {cfg.num_prompts}: only {len(prompts)} built-in training prompts")
     prompts = prompts[: cfg.num_prompts]
     t1 = time.perf_counter()
-    # the data pass may run the target in bf16 (the CPU's AMX / AVX512-BF16 units): only the training
-    # text and features come from it; the head's init reads the fp32 target, and serving stays fp32
-    gen_model = model if cfg.data_dtype == "float32" else load_target(cfg.target, dtype=cfg.data_dtype)[0]
+    # the data pass may run the target in bf16 (the CPU's AMX / AVX512-BF16 units, or a GPU): only the
+    # training text and features come from it; the head's init reads the fp32 target, and serving stays fp32
+    same = data_dtype == "float32" and cfg.device == "cpu"
+    gen_model = model if same else load_target(cfg.target, dtype=data_dtype, device=cfg.device)[0]
     data = generate_data(gen_model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points, log)
     del gen_model
     n_gen = sum(len(d["ids"]) - d["start"] for d in data)
     t2 = time.perf_counter()
     log(f"data: {len(data)} sequences, {n_gen} generated tokens in {t2 - t1:.1f} s")
-    draft, config, stats = train_head(model, data, cfg, points, log)
+    draft, config, stats = train_head(model, data, cfg, points, log, train_dtype=train_dtype)
     prov = {
         "source_layout": "sglang",
         "aux_convention": "sglang",
@@ -357,16 +411,34 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         "target_architecture": (model.config.architectures or [type(model).__name__])[0],
         "target_num_layers": L,
         "settings": asdict(cfg),
+        "command": command_line(cfg),
         "recipe_version": RECIPE_VERSION,
+        "device": torch.cuda.get_device_name() if cfg.device == "cuda" else _cpu_name(),
+        "threads": threads,
+        "data_dtype": {"chosen": data_dtype, "why": why_data},
+        "train_dtype": {"chosen": train_dtype, "why": why_train},
+        "sequences": len(data),
         "generated_tokens": n_gen,
         "data_time_s": round(t2 - t1, 1),
         "load_time_s": round(t1 - t0, 1),
         **stats,
         "total_time_s": round(time.perf_counter() - t0, 1),
     }
-    save_draft(draft, dest, config, extra_files={"kit_provenance.json": prov})
+    save_draft(draft, dest, config, extra_files={"kit_provenance.json": prov}, dtype=getattr(torch, cfg.save_dtype))
     log(f"saved {dest} ({prov['total_time_s']} s total)")
     return _copy_out(dest, cfg.out)
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _copy_out(src: Path, out: str | None) -> Path:

@@ -1,4 +1,4 @@
-"""Launch-spec findings: SGLang's real parser plus the semantic rules of SGLang 0.5.23.
+"""Launch-spec findings: SGLang's real parser plus the semantic rules of the SGLang release it judges.
 
     from kit.serving.launch import spec_from_command
     from kit.serving.checks import lint
@@ -6,10 +6,11 @@
 
 Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value),
 `launch.parser` (the parser could not be run), `launch.spec_params` (steps/topk/draft tokens,
-`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `aux.algorithm` (EAGLE with an
+`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang starts
+with and crashes on at the first verify, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
 EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.mem` (weights vs
-mem-fraction-static), `launch.backend` (attention backend vs topk/page size, blackwell.md §6
-rows 18-19), `launch.engine` (flags the reference server ignores), `env.nccl_var` (kit.env.nccl).
+mem-fraction-static), `launch.backend` (attention backend vs topk/page size), `launch.engine`
+(flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
 """
 
@@ -19,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Finding, KitInputError, Report
-from kit.sglang.params import EAGLE_FAMILY, resolve
+from kit.sglang.params import (
+    EAGLE_FAMILY,
+    SPEC_V2_RUNS_TREES,
+    SPEC_V2_TOPK_REFUSED,
+    SPEC_V2_TOPK_STARTUP_ERROR,
+    resolve,
+    spec_v2_refuses_tree,
+)
+from kit.sglang.versions import Version, default_release
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
 MTP_TARGETS = {
@@ -67,8 +76,9 @@ def flag_findings(
     return parser_flag_findings(spec.flags(), sglang_version, python, build)
 
 
-def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
-    """`launch.spec_params`: what `kit.sglang.params.resolve` says SGLang does with the three values."""
+def spec_param_findings(spec, target_arch: str | None, sglang_version: str | None = None) -> list[Finding]:
+    """`launch.spec_params` / `launch.spec_verify`: what `kit.sglang.params.resolve` says that release does
+    with the three values (refuses, changes, or starts and crashes at the first verify)."""
     alg = (spec.speculative_algorithm or "").upper()
     given = spec.spec_params()
     if not alg:
@@ -85,10 +95,9 @@ def spec_param_findings(spec, target_arch: str | None) -> list[Finding]:
         return []
     if alg not in EAGLE_FAMILY:
         return []
-    res = resolve(given, alg, target_arch)
+    res = resolve(given, alg, target_arch, sglang_version)
     return [
-        Finding(code="launch.spec_params", severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix)
-        for i in res.issues
+        Finding(code=i.code, severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix) for i in res.issues
     ]
 
 
@@ -218,7 +227,7 @@ def mem_findings(spec, gpu_memory_gib: float | None) -> list[Finding]:
     return []
 
 
-def backend_findings(spec, params) -> list[Finding]:
+def backend_findings(spec, params, sglang_version: str | None = None) -> list[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if alg not in EAGLE_FAMILY or params is None:
         return []
@@ -226,14 +235,21 @@ def backend_findings(spec, params) -> list[Finding]:
     backends = {b for b in (spec.attention_backend, spec.speculative_draft_attention_backend) if b}
     out = []
     v2 = str(spec.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true", "yes", "on")
-    if v2 and topk != 1:
+    if v2 and spec_v2_refuses_tree(topk, sglang_version):
+        version = sglang_version or default_release()
+        how = (
+            "refuses it at startup (ValueError: 'Spec v2 currently only supports topk = 1')"
+            if Version.parse(version) >= Version.parse(SPEC_V2_TOPK_STARTUP_ERROR)
+            else "starts, then fails on tensor sizes at the first decode (sglang #13352, #14077)"
+        )
         out.append(
             Finding(
                 code="launch.backend",
                 severity="error",
-                title=f"SGLANG_ENABLE_SPEC_V2 supports only topk 1 (topk resolves to {topk})",
-                evidence={"topk": topk},
-                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2",
+                title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
+                evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
+                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 "
+                f"(SGLang >= {SPEC_V2_RUNS_TREES} runs trees on v2)",
             )
         )
     if "trtllm_mha" in backends and topk > 1:
@@ -340,7 +356,7 @@ def lint(
     r = Report()
     if parse_flags:
         r.extend(flag_findings(spec, sglang_python, build_venv, sglang_version))
-    r.extend(spec_param_findings(spec, arch))
+    r.extend(spec_param_findings(spec, arch, sglang_version))
     r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
@@ -348,8 +364,8 @@ def lint(
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
     r.extend(mem_findings(spec, gpu_memory_gib))
-    params = spec.resolved_params(arch)
-    r.extend(backend_findings(spec, params))
+    params = spec.resolved_params(arch, sglang_version)
+    r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))
     r.extend(nccl_findings(spec.env))
     r.facts.update(
@@ -359,7 +375,8 @@ def lint(
 
 
 def doctor_checks(ctx) -> list[Finding]:
-    """`kit doctor --launch`: the launch findings, with --target/--draft configs when given.
+    """`kit doctor --launch` (and `kit launch`, through `kit.serving.preflight`): the launch findings, with
+    --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory).
 
     `aux.algorithm` (with a draft config) and `env.nccl_var` are left to the wiring and environment
     providers of `kit doctor`, which judge the same facts."""
@@ -371,7 +388,13 @@ def doctor_checks(ctx) -> list[Finding]:
     spec, shell = launch_from_text(ctx.launch_command, version, source=ctx.cfg.launch_file or "--launch")
     found = (
         shell
-        + lint(spec, target_config=ctx.target_config, draft_config=ctx.draft_config, sglang_version=version).findings
+        + lint(
+            spec,
+            target_config=ctx.target_config,
+            draft_config=ctx.draft_config,
+            sglang_version=version,
+            **ctx.lint_options,
+        ).findings
     )
     skip = {"env.nccl_var"} | ({"aux.algorithm"} if ctx.draft_config is not None else set())
     return [f for f in found if f.code not in skip]

@@ -21,8 +21,8 @@ server, which takes SGLang's flag names and semantics.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,12 +44,12 @@ class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
     model_path: str = _f(
-        "target model: a local dir or 'embedded' (SmolLM2); a hub id is passed to SGLang unchecked "
-        "(the kit itself cannot resolve hub ids offline)",
+        "target model: a local dir or 'embedded' (SmolLM2, its cached dir for SGLang); a hub id is passed to "
+        "SGLang unchecked (the kit itself cannot resolve hub ids offline)",
         "embedded",
     )
     speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
-    speculative_draft_model_path: str | None = _f("draft checkpoint dir")
+    speculative_draft_model_path: str | None = _f("draft checkpoint dir (`kit launch`: 'demo' = the kit's demo draft)")
     speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
     speculative_eagle_topk: int | None = _f("branching factor per step (1 = chain)")
     speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")
@@ -74,18 +74,20 @@ class LaunchSpec:
     env: dict = field(default_factory=dict, metadata={"cli": False})
 
     # -- spec -> argv -------------------------------------------------------------------------
-    def flags(self, only: set | None = None) -> list[str]:
-        """SGLang flags for every field that is set, in field order, then the extras."""
+    def items(self) -> list[tuple[str, Any]]:
+        """(field, value) for every SGLang field that is set, in field order."""
+        values = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in KIT_ONLY]
+        return [(n, v) for n, v in values if v is not None and v is not False]
+
+    def flags(self, flag: Callable[[str], str | None] | None = None) -> list[str]:
+        """SGLang flags for every field that is set, in field order, then the extras. With `flag` (a serving
+        engine's field -> flag name, None = not taken: `kit.serving.engines`), its flags and no extras."""
         out: list[str] = []
-        for f in dataclasses.fields(self):
-            if f.name in KIT_ONLY or (only is not None and f.name not in only):
-                continue
-            v = getattr(self, f.name)
-            flag = "--" + f.name.replace("_", "-")
-            if v is None or v is False:
-                continue
-            out += [flag] if v is True else [flag, _fmt(v)]
-        return out + ([] if only is not None else list(self.extra_args))
+        for name, v in self.items():
+            f = "--" + name.replace("_", "-") if flag is None else flag(name)
+            if f is not None:
+                out += [f] if v is True else [f, _fmt(v)]
+        return out + (list(self.extra_args) if flag is None else [])
 
     def argv(self, engine: str = "sglang") -> list[str]:
         """The process argv for that serving engine (`kit.serving.engines`)."""
@@ -100,13 +102,13 @@ class LaunchSpec:
         """The three speculative values as given on the command line (None = not given)."""
         return SpecParams(self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
 
-    def resolved_params(self, target_arch: str | None = None) -> SpecParams | None:
+    def resolved_params(self, target_arch: str | None = None, sglang_version: str | None = None) -> SpecParams | None:
         """What SGLang runs for this launch (`kit.sglang.params.resolve`); None without speculation
-        or when SGLang would refuse the values."""
+        or when that release would refuse (or crash on) the values."""
         alg = (self.speculative_algorithm or "").upper()
         if alg not in EAGLE_FAMILY:
             return None
-        return resolve(self.spec_params(), alg, target_arch).params
+        return resolve(self.spec_params(), alg, target_arch, sglang_version).params
 
     def replace(self, **changes) -> LaunchSpec:
         return dataclasses.replace(self, **changes)
@@ -131,14 +133,13 @@ def _scalar_type(name: str):
 def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_version: str | None = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
 
-    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve`: prefixes,
+    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve_flags`: prefixes,
     `--flag=value`, aliases, last repeat wins, types, choices). Flags the spec types become fields;
     every other flag goes to `extra_args` in its full spelling; unknown flags and values SGLang would
     reject are kept there verbatim, for SGLang's parser (and `launch.flag`) to judge.
     """
     from kit.sglang.cmdline import sglang_launch_test
-    from kit.sglang.flags import resolve as resolve_flags
-    from kit.sglang.flags import server_flags
+    from kit.sglang.flags import resolve_flags, server_flags
 
     argv = list(argv)
     hit = sglang_launch_test(sglang_version)(argv) if argv else None
@@ -267,6 +268,29 @@ def apply_fixes(spec: LaunchSpec, report: Report) -> LaunchSpec:
     return spec.replace(**changes)
 
 
+# `--speculative-draft-model-path demo`: the kit's demo draft for the embedded target (notebooks 03-05's default)
+DEMO_DRAFT = "demo"
+
+
+def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
+    """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
+    directory for SGLang (which cannot read the name; the reference server resolves it itself), and
+    `--speculative-draft-model-path demo` -> the demo draft (`ensure_demo_draft`: trained once, then cached;
+    progress lines go to `log`)."""
+    from kit.models import DEFAULT_TARGET
+
+    changes: dict[str, Any] = {}
+    if not get_engine(engine).resolves_kit_names and spec.model_path == DEFAULT_TARGET:
+        from kit.models import embedded_dir
+
+        changes["model_path"] = str(embedded_dir())
+    if spec.speculative_draft_model_path == DEMO_DRAFT:
+        from kit.reference.train import ensure_demo_draft
+
+        changes["speculative_draft_model_path"] = str(ensure_demo_draft(log=log))
+    return spec.replace(**changes)
+
+
 def localize(
     spec: LaunchSpec,
     engine: str,
@@ -279,66 +303,94 @@ def localize(
     """The same launch on this machine: local target/draft paths, loopback host, a free port, and
     `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one).
 
-    For the reference engine the GPU-only flags stay in the spec (the server ignores them)."""
+    What the target becomes is the engine's (`Engine.localize`); for the reference engine the GPU-only
+    flags stay in the spec (the server ignores them)."""
     from kit.serving.process import free_port
 
     changes: dict[str, Any] = dict(host="127.0.0.1", port=port or free_port())
-    if engine == "reference" or target != "embedded":
-        changes["model_path"] = target
-    if engine == "sglang" and changes.get("model_path", spec.model_path) == "embedded":
-        from kit.models import embedded_dir
-
-        changes["model_path"] = str(embedded_dir())
-    if engine == "sglang":
-        import importlib.util
-
-        if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
-            changes["python"] = sys.executable
+    changes.update(get_engine(engine).localize(spec, target))
     if draft is not None:
         changes["speculative_draft_model_path"] = str(draft)
     if decode_log_interval is not None:
         changes["decode_log_interval"] = decode_log_interval
     if tp_size is not None:
         changes["tp_size"] = tp_size
-    return spec.replace(**changes)
+    return resolve_local(spec.replace(**changes), engine)
 
 
-def ask(base_url: str, prompts: list[str], max_tokens: int = 64, api_key: str | None = None):
+def ask(
+    base_url: str,
+    prompts: list[str],
+    max_tokens: int = 64,
+    api_key: str | None = None,
+    engine: str = "sglang",
+    chat_template: str | None = None,
+):
     """Send chat requests all at once (the server batches them); a DataFrame of tokens, verify steps and
-    accept length per prompt, in prompt order (latency_s: seconds from the first send to that answer)."""
+    accept length per prompt, in prompt order (latency_s: seconds from the first send to that answer).
+
+    Per-request acceptance comes from the source every release serves: the native `/generate` and its
+    `meta_info` (field names: the engine's `spec_fields`), with the prompt rendered by the chat template
+    of `chat_template` (a tokenizer dir or 'embedded'; default: the server's own tokenizer path when it is
+    a local directory). Without a local tokenizer the OpenAI chat endpoint answers instead, and its
+    acceptance columns stay empty on releases whose chat endpoint carries no speculative fields."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
     import pandas as pd
 
+    from kit.models import chat_renderer
     from kit.serving.process import http_json
 
+    eng = get_engine(engine)
+    render = chat_renderer(chat_template or _served_tokenizer(base_url, api_key, eng))
     t_start = time.perf_counter()
 
     def one(p: str) -> dict:
-        status, r = http_json(
-            base_url + "/v1/chat/completions",
-            api_key,
-            timeout=600,
-            data={
-                "messages": [{"role": "user", "content": p}],
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "return_spec_tokens_details": True,
-            },
-        )
+        if render is not None:
+            path, body = eng.generate_request(render(p), max_tokens)
+            api = "sglang"
+        else:
+            path, api = "/v1/chat/completions", "chat"
+            body = {"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens, "temperature": 0}
+            body.update(eng.request_extra(api) or {})
+        status, r = http_json(base_url + path, api_key, timeout=600, data=body)
         if status != 200:
-            raise KitInputError(f"{base_url}: /v1/chat/completions answered {status}: {str(r)[:200]}")
-        d = (r.get("sglext") or {}).get("spec_tokens_details") or {}
+            raise KitInputError(f"{base_url}: {path} answered {status}: {str(r)[:200]}")
+        spec = eng.spec_fields(r, api)
+        if api == "sglang":
+            tokens, text = (r.get("meta_info") or {}).get("completion_tokens"), r.get("text") or ""
+        else:
+            tokens, text = r["usage"]["completion_tokens"], r["choices"][0]["message"]["content"] or ""
         return {
             "prompt": p[:40],
-            "completion_tokens": r["usage"]["completion_tokens"],
-            "spec_verify_ct": d.get("spec_verify_ct"),
-            "spec_accept_length": d.get("spec_accept_length"),
+            "completion_tokens": tokens,
+            "spec_verify_ct": spec.get("verify_ct"),
+            # the server's own figure where it sends one, else tokens per verify step
+            "spec_accept_length": spec.get("accept_length")
+            or (tokens / spec["verify_ct"] if spec.get("verify_ct") else None),
             "latency_s": round(time.perf_counter() - t_start, 3),
-            "text": r["choices"][0]["message"]["content"][:60],
+            "text": text[:60],
         }
 
     with ThreadPoolExecutor(max(1, len(prompts))) as pool:
         rows = list(pool.map(one, prompts))
     return pd.DataFrame(rows)
+
+
+def _served_tokenizer(base_url: str, api_key: str | None, eng) -> str | None:
+    """The server's tokenizer (or model) path from its server info, when it is a local directory here."""
+    from pathlib import Path
+
+    from kit.models import DEFAULT_TARGET
+    from kit.serving.process import http_json
+
+    for path in eng.server_info_paths:
+        status, info = http_json(base_url + path, api_key)
+        if status == 200 and isinstance(info, dict):
+            for key in ("tokenizer_path", "model_path"):
+                p = info.get(key)
+                if p == DEFAULT_TARGET or (p and (Path(p) / "config.json").exists()):
+                    return p
+            return None
+    return None

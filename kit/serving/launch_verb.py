@@ -3,7 +3,10 @@
     python -m kit launch --from "python -m sglang.launch_server --model-path T ..." --dry-run
     python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
 
-The spec is `kit.serving.launch.LaunchSpec`, the findings `kit.serving.checks.lint`, the process
+The spec is `kit.serving.launch.LaunchSpec` (`embedded` and the `demo` draft resolved as the notebooks
+resolve them), the findings those of `kit doctor` for that target, draft and launch
+(`kit.serving.preflight.launch_report`, one gathering for both verbs) plus whether its paths exist here;
+an error finding stops the start (exit 1, the findings printed) unless `--force`. The process is
 `kit.serving.process.ServerProcess` (its own process group, no orphans).
 """
 
@@ -16,9 +19,9 @@ from dataclasses import dataclass, field
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
-from kit.serving.checks import lint
-from kit.serving.engines import ENGINES, REFERENCE_FIELDS, get_engine
-from kit.serving.launch import FIELDS, LaunchSpec, launch_from_text, spec_from_command
+from kit.serving.engines import ENGINES, get_engine
+from kit.serving.launch import FIELDS, LaunchSpec, resolve_local, spec_from_command
+from kit.serving.preflight import launch_report
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -30,6 +33,11 @@ class LaunchConfig:
         metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
     )
     dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
+    force: bool = field(default=False, metadata={"help": "start even when the checks find errors (still printed)"})
+    probe_env: bool = field(
+        default=False,
+        metadata={"help": "also check this machine's GPUs, driver, torch, NCCL, as `kit doctor --probe-env` does"},
+    )
     json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
     sglang_python: str | None = field(
         default=None,
@@ -50,7 +58,8 @@ class LaunchConfig:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sglang_only = {n: "SGLang only: dropped with --engine reference" for n in FIELDS if n not in REFERENCE_FIELDS}
+    dropped_by = {n: [e.name for e in ENGINES.values() if e.flag(n) is None] for n in FIELDS}
+    sglang_only = {n: f"SGLang only: dropped with --engine {'/'.join(es)}" for n, es in dropped_by.items() if es}
     kconfig.add_arguments(p, LaunchSpec, notes=sglang_only)
     # spec flags override `--from`: only the ones given on the command line may appear
     for a in p._actions:
@@ -86,20 +95,14 @@ def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
 
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(LaunchConfig, args)
-    spec = spec_from_namespace(args)
-    if cfg.engine == "reference" and not cfg.dry_run:
+    spec = resolve_local(spec_from_namespace(args), cfg.engine, log=lambda *a: print(*a, file=sys.stderr))
+    if get_engine(cfg.engine).runs_here and not cfg.dry_run:
         from kit.serving.server import check_paths
 
-        check_paths(spec)  # the reference server runs here: its paths must exist before it starts
-    report = lint(
-        spec,
-        sglang_python=cfg.sglang_python,
-        gpu_memory_gib=cfg.gpu_memory_gib,
-        engine=cfg.engine,
-        sglang_version=cfg.sglang_version,
+        check_paths(spec)  # the engine runs here: its paths must exist before it starts
+    report = launch_report(
+        spec, cfg.engine, cfg.sglang_version, cfg.sglang_python, cfg.gpu_memory_gib, args.from_command, cfg.probe_env
     )
-    if args.from_command:  # what the shell text holds besides the launch (launch.unparsed, launch.env_scope)
-        report.extend(launch_from_text(args.from_command, cfg.sglang_version, source="--from")[1])
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:
         if cfg.json:
@@ -120,8 +123,11 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + spec.command(cfg.engine))
         return report.exit_code()
     print(report.render_text(), file=sys.stderr)
-    if report.errors and not get_engine(cfg.engine).start_despite_errors:
-        print("kit launch: not starting: fix the errors above (or use --dry-run to see the command)", file=sys.stderr)
+    if report.errors and not (cfg.force or get_engine(cfg.engine).start_despite_errors):
+        print(
+            "kit launch: not starting: fix the errors above (--force starts anyway; --dry-run shows the command)",
+            file=sys.stderr,
+        )
         return report.exit_code()
     from kit.serving.process import ServerProcess
 

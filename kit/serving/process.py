@@ -2,7 +2,7 @@
 
     from kit.serving.process import ServerProcess
     with ServerProcess(argv, env=env, port=30000, log_file="server.log", on_line=print) as srv:
-        info = srv.wait_ready(timeout=600)     # /health, then /server_info and /v1/models
+        info = srv.wait_ready(timeout=600)     # the engine's ready path, then its server info and models
         ...                                    # srv.base_url, srv.tail(20), srv.lines
     # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
 
@@ -11,6 +11,10 @@ GRACE -- argv...`) that leads a new session/process group, asks the kernel for S
 parent dies (prctl PR_SET_PDEATHSIG, Linux) and also polls its parent pid. When the starter is
 gone — even SIGKILLed — the supervisor terminates the group (SIGTERM, then SIGKILL after GRACE).
 The supervisor exits with the server's exit code. A port in use is reported before launching.
+
+What is engine-specific (readiness and server-info paths, the log line that says startup failed, the
+stop signal and grace) is the serving engine's (`kit.serving.engines`, default SGLang): a startup that
+fails is reported with the server's own exception line as soon as the log says so, not at a timeout.
 """
 
 from __future__ import annotations
@@ -31,11 +35,8 @@ from pathlib import Path
 
 from kit.env.multigpu import MULTICAST_OFF
 from kit.findings import KitInputError
-
-READY_PATHS = ("/health", "/server_info", "/v1/models")
-# /server_info is what current releases serve (0.5.17 still answers /get_server_info, logging a deprecation
-# warning per call); older releases serve only /get_server_info
-SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+from kit.serving.engines import Engine, get_engine
+from kit.serving.engines.base import exception_line
 
 
 class ServerExited(KitInputError):
@@ -88,23 +89,29 @@ class ServerProcess:
         api_key: str | None = None,
         log_file: str | None = None,
         on_line: Callable[[str], None] | None = None,
-        grace: float = 10.0,
+        grace: float | None = None,
         tail_lines: int = 200,
         cwd: str | None = None,
+        engine: str | Engine = "sglang",
     ):
+        self.engine = get_engine(engine)
+        grace = self.engine.stop_grace_s if grace is None else grace
         self.argv, self.env, self.host, self.port = list(argv), dict(env or {}), host, int(port)
         self.api_key, self.log_file, self.on_line, self.grace, self.cwd = api_key, log_file, on_line, grace, cwd
+        self.ready = False
+        self.startup_failure: str | None = None  # the engine's reason, read from the log before ready
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
 
     @classmethod
-    def from_spec(cls, spec, engine: str = "sglang", **kw) -> ServerProcess:
+    def from_spec(cls, spec, engine: str | Engine = "sglang", **kw) -> ServerProcess:
         """A process for a `kit.serving.launch.LaunchSpec`: argv, env, host/port, api key and log file from it."""
         host = spec.host or "127.0.0.1"
         port = spec.port or 30000
         kw.setdefault("log_file", spec.log_file)
-        return cls(spec.argv(engine), env=spec.env, host=host, port=port, api_key=spec.api_key, **kw)
+        eng = get_engine(engine)
+        return cls(eng.argv(spec), env=spec.env, host=host, port=port, api_key=spec.api_key, engine=eng, **kw)
 
     @property
     def base_url(self) -> str:
@@ -169,6 +176,8 @@ class ServerProcess:
             for line in self.proc.stdout:
                 line = line.rstrip("\n")
                 self.lines.append(line)
+                if not self.ready and self.startup_failure is None:
+                    self.startup_failure = self.engine.startup_failure(line, list(self.lines))
                 if log:
                     log.write(line + "\n")
                     log.flush()
@@ -186,7 +195,10 @@ class ServerProcess:
 
     # -- readiness ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 600.0, poll: float = 0.5) -> dict:
-        """Block until /health answers 200; return {"server_info": ..., "models": ..., "model": id}."""
+        """Block until the engine's ready path answers 200; return {"server_info": ..., "models": ..., "model": id}.
+
+        ServerExited when the process ends first, when the log says startup failed (the server is stopped
+        at once; the message leads with the server's exception line), or after `timeout`."""
         if self.proc is None:
             self.start()
         deadline = time.monotonic() + timeout
@@ -194,11 +206,18 @@ class ServerProcess:
             rc = self.proc.poll()
             if rc is not None:
                 self._join_reader()
+                why = exception_line(self.tail(50))
                 raise ServerExited(
-                    f"server exited with code {rc} before it was ready; last log lines:\n" + "\n".join(self.tail(20))
+                    f"server exited with code {rc} before it was ready{': ' + why if why else ''}; last log lines:\n"
+                    + "\n".join(self.tail(20))
                 )
-            status, _ = http_json(self.base_url + READY_PATHS[0], self.api_key, timeout=poll + 2)
+            if self.startup_failure is not None:
+                tail = "\n".join(self.tail(20))
+                self.stop()
+                raise ServerExited(f"server failed to start: {self.startup_failure} (stopped); last log lines:\n{tail}")
+            status, _ = http_json(self.base_url + self.engine.ready_path, self.api_key, timeout=poll + 2)
             if status == 200:
+                self.ready = True
                 break
             if time.monotonic() > deadline:
                 tail = "\n".join(self.tail(20))
@@ -206,11 +225,12 @@ class ServerProcess:
                 raise ServerExited(f"server not ready after {timeout:.0f}s (stopped); last log lines:\n{tail}")
             time.sleep(poll)
         info = None
-        for path in SERVER_INFO_PATHS:
+        for path in self.engine.server_info_paths:
             status, info = http_json(self.base_url + path, self.api_key)
             if status == 200:
                 break
-        _, models = http_json(self.base_url + READY_PATHS[2], self.api_key)
+            info = None
+        _, models = http_json(self.base_url + self.engine.models_path, self.api_key)
         model = ((models or {}).get("data") or [{}])[0].get("id") if isinstance(models, dict) else None
         return {"server_info": info, "models": models, "model": model}
 
@@ -227,12 +247,12 @@ class ServerProcess:
             self._reader.join(timeout=2)
 
     def stop(self, grace: float | None = None) -> int | None:
-        """SIGTERM the whole group, SIGKILL it after `grace` s; returns the exit code."""
+        """The engine's stop signal (SIGTERM) to the whole group, SIGKILL after `grace` s; returns the exit code."""
         if self.proc is None:
             return None
         grace = self.grace if grace is None else grace
         if self.proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
+            self._signal_group(self.engine.stop_signal)
             try:
                 self.proc.wait(timeout=grace + 2)
             except subprocess.TimeoutExpired:

@@ -1,4 +1,4 @@
-"""`python -m kit serve`: the CPU reference server, speaking SGLang 0.5.23's HTTP API on FastAPI + uvicorn.
+"""`python -m kit serve`: the CPU reference server, speaking SGLang's HTTP API on FastAPI + uvicorn.
 
     python -m kit serve --model-path embedded --speculative-algorithm EAGLE3 \
         --speculative-draft-model-path DRAFT --speculative-num-steps 3 --speculative-eagle-topk 1 \
@@ -7,7 +7,7 @@
 Takes SGLang's flag names and semantics (the same `kit.serving.launch.LaunchSpec`; flags it cannot
 honour, like --tp-size, are logged and ignored), so `--speculative-algorithm EAGLE` with an EAGLE-3
 draft runs without aux capture exactly as SGLang does and the seed's accept length ~1 reproduces on a
-laptop. Decoding is real and batched (kit.serving.engine: one decode loop, continuous batching, greedy
+laptop. Decoding is real and batched (kit.serving.decoder: one decode loop, continuous batching, greedy
 verification, so each request's output == the target's plain greedy output).
 
 Endpoints: GET /health, /health_generate (503 while loading), /get_server_info and /server_info
@@ -37,7 +37,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.serving.engine import Outcome, ReferenceEngine, log
+from kit.serving.decoder import Outcome, ReferenceEngine, log
 
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
 IGNORED_NOTE = "the CPU reference server ignores"
@@ -436,12 +436,23 @@ def check_paths(spec) -> None:
         kconfig.local_path(spec.speculative_draft_model_path, "--speculative-draft-model-path", "a draft directory")
 
 
+def check_params(spec) -> None:
+    """Steps/topk/draft tokens SGLang refuses or crashes on (`kit.sglang.params.resolve`, the rule the
+    launch checks report): the same one-line message, before anything binds or loads."""
+    from kit.sglang.params import EAGLE_FAMILY
+
+    alg = (spec.speculative_algorithm or "").upper()
+    if alg in EAGLE_FAMILY:
+        spec.spec_params().resolved(alg)
+
+
 def run(args: argparse.Namespace) -> int:
     from kit.serving.launch import LaunchSpec
 
     spec = kconfig.from_namespace(LaunchSpec, args)
     cfg = kconfig.from_namespace(ServeConfig, args)
     check_paths(spec)
+    check_params(spec)
     server, state = make_server(spec, cfg)
 
     def loader():

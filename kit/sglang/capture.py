@@ -8,7 +8,7 @@ release is recorded in `capture_rules.json`, derived from real SGLang source by
 tests against the real wheels.
 
     rule = capture_rule("LlamaForCausalLM", "0.5.17")   # None: the class cannot capture
-    capture_points(ids=[2, 4, 5], num_layers=8, rule=rule)  # -> [3, 5, 6]
+    sglang_points(ids=[2, 4, 5], num_layers=8, rule=rule)  # -> [3, 5, 6]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def default_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
-def capture_points(ids: list[int] | None, num_layers: int, rule: dict[str, Any]) -> list[int]:
+def sglang_points(ids: list[int] | None, num_layers: int, rule: dict[str, Any]) -> list[int]:
     """Apply a recorded rule: the layer ids -> `layers_to_capture` (capture points)."""
     dflt = default_ids(num_layers)
     if ids is None or rule["explicit"] == "ignored":
@@ -73,6 +73,6 @@ def capture_points(ids: list[int] | None, num_layers: int, rule: dict[str, Any])
 def ids_for_points(points: list[int], num_layers: int, rule: dict[str, Any]) -> list[int] | None:
     """The layer ids that make this rule capture exactly `points` (None if no ids do)."""
     for cand in ([p - 1 for p in points], list(points)):
-        if min(cand) >= 0 and capture_points(cand, num_layers, rule) == list(points):
+        if min(cand) >= 0 and sglang_points(cand, num_layers, rule) == list(points):
             return cand
     return None

@@ -64,6 +64,14 @@ class DraftConfig:
         return self.num_aux_hidden_states or (len(ids) if ids else 3)
 
     @property
+    def trained_num_aux(self) -> int:
+        """How many aux states the writing stack built fc for: speculators' top-level id count (else 3) for a
+        speculators config (SGLang would read none of them), `num_aux` otherwise."""
+        if self.layout == "speculators":
+            return len(self.top_level_aux_layer_ids or ()) or 3
+        return self.num_aux
+
+    @property
     def effective_target_hidden_size(self) -> int | None:
         """The target width fc expects: target_hidden_size when given (and not null), else hidden_size."""
         if self.target_hidden_size is ABSENT or self.target_hidden_size is None:

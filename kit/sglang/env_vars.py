@@ -8,7 +8,7 @@ given `on` logs a Python warning and falls back to its default. The seed launche
 How: a short table explains the variables that matter for EAGLE-3 serving; when that release's
 source is in the kit cache (`kit.sglang.source`, never downloaded here), each variable is also
 looked up in it: declared type from `srt/environ.py`, or any mention anywhere in the package.
-`attention_backend_findings` judges `--attention-backend` against the GPU family (blackwell.md §3.4).
+`attention_backend_findings` judges `--attention-backend` against the GPU family (`default_backend`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ EXPLAIN = {
         "conscious override",
     ),
     "SGLANG_ENABLE_SPEC_V2": (
-        "the overlap-scheduled speculative worker (spec v2); supports only --speculative-eagle-topk 1",
-        "use with topk 1; releases that no longer read it make it a no-op",
+        "the overlap-scheduled speculative worker (spec v2): 0.5.5-0.5.10 fail with it and topk > 1, "
+        "0.5.11-0.5.12 run topk > 1 on the v1 worker instead, 0.5.13+ run every EAGLE launch on v2",
+        "with 0.5.5-0.5.10 use it with topk 1; releases that no longer read it make it a no-op",
     ),
     "SGLANG_ENABLE_JIT_DEEPGEMM": (
         "DeepGEMM JIT kernels for FP8 GEMMs; DeepGEMM needs WGMMA (sm_90) or tcgen05 (sm_100/103), not sm_120",
@@ -111,7 +112,7 @@ ONLY_ON = {"trtllm_mha": (10,), "trtllm_mla": (10,), "fa3": (9,), "flashmla": (9
 
 
 def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: int | None) -> str:
-    """SGLang's get_default_attn_backend, as recorded in blackwell.md §3.4 (recent releases)."""
+    """SGLang's default attention-backend choice (`get_default_attn_backend`, recent releases)."""
     if mla:
         return "fa3" if cc[0] == 9 else "flashinfer" if cc[0] == 10 else "triton"
     if cc[0] == 9 and (not spec or topk == 1):

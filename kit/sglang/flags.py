@@ -11,14 +11,14 @@ cannot be imported, so:
   strings, dest, action kind, nargs, type, choices, default, const) and the release's launch entry
   points (console scripts from the wheel's entry_points.txt, `python -m` modules). It is derived by
   running the real parser once: `python -m kit.sglang.flag_scan --write VERSION...`.
-* `resolve(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse
+* `resolve_flags(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse
   itself apply the prefix, `=`, repetition, type and choice rules; every flag occurrence is recorded
   with the option as written and its canonical spelling. Faults do not stop the reading: each bad
   occurrence becomes an error entry (the same message SGLang's parser prints) and the rest is read.
 * `launch_entry(argv, version)` says whether an argv runs an SGLang server, and where its flags start.
 
-    from kit.sglang.flags import resolve, flag_value
-    r = resolve(["--speculative-algo", "EAGLE", "--tp", "8"], "0.5.23")
+    from kit.sglang.flags import resolve_flags, flag_value
+    r = resolve_flags(["--speculative-algo", "EAGLE", "--tp", "8"], "0.5.23")
     r.values["speculative_algorithm"], r.errors          # 'EAGLE', []
 
 Python's own argparse does the matching, so results follow the rules of the Python running the
@@ -161,7 +161,7 @@ class Occurrence:
 
 
 @dataclass
-class Resolution:
+class FlagResolution:
     version: str
     checked: str
     exact: bool
@@ -318,11 +318,11 @@ def _span(argv: list[str], i: int, action: dict | None) -> int:
 _NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-def resolve(flags: list[str], version: str | None = None) -> Resolution:
+def resolve_flags(flags: list[str], version: str | None = None) -> FlagResolution:
     """Read server flags as SGLang's argparse does; faults become `errors`, the rest is still read."""
     t = table_for(version)
     p = _parser(t.checked)
-    res = Resolution(t.version, t.checked, t.exact, flags=list(flags))
+    res = FlagResolution(t.version, t.checked, t.exact, flags=list(flags))
     options = t.by_option()
     rest = list(flags)
     for _ in range(len(flags) + 1):
@@ -390,7 +390,7 @@ def flag_value(argv: list[str], name: str, version: str | None = None) -> str | 
     if a is None:  # not a flag of that release: SGLang could not have read it
         return None
     flags, _ = server_flags(argv, version)
-    r = resolve(flags, version)
+    r = resolve_flags(flags, version)
     if a["dest"] not in r.values:
         return None
     raw = r.raw(a["dest"])

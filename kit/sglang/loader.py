@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.sglang.draft_config import ABSENT, read_draft_config
-from kit.sglang.versions import DEFAULT_RELEASE, pick_recorded, sort_versions
+from kit.sglang.versions import DEFAULT_RELEASE, Version, pick_recorded, sort_versions
 
 TABLE_PATH = Path(__file__).with_name("loader_rules.json")
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
@@ -404,6 +404,27 @@ def rules_for(version: str | None = None, architecture: str = LLAMA_EAGLE3) -> R
 
 def runtime_rules(version: str | None = None) -> Rules:
     return rules_for(version, "runtime")
+
+
+# a release whose loader silently drops a speculators-layout checkpoint's layer keys (the 0.4.9-0.5.11 era,
+# docs/sglang-versions.md): the oracle's "keys dropped" fault and the notebooks replay it
+DROPS_SPECULATORS_KEYS = "0.4.10"
+
+
+def first_release(
+    feature: str, value: Any = True, architecture: str = LLAMA_EAGLE3, after: str | None = None
+) -> str | None:
+    """The oldest recorded release (after `after`) whose rules (of that draft class, or "runtime") have
+    `feature` == value (class rows: only releases with EAGLE-3 support), for "sglang X+ loads it" messages."""
+    for v in known_versions():
+        if after is not None and Version.parse(v) <= Version.parse(after):
+            continue
+        r = rules_for(v, architecture)
+        if architecture != "runtime" and not r.features.get("has_eagle3"):
+            continue
+        if feature in r.features and r.features[feature] == value:
+            return v
+    return None
 
 
 def registered_architectures(version: str | None = None) -> set[str]:

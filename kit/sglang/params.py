@@ -9,7 +9,9 @@ really runs:
 * steps set, topk unset: the server crashes comparing `None > 1`;
 * topk 1 (a chain): draft tokens are replaced by steps + 1, with a warning;
 * topk > 1 (a tree): `organize_draft_results` takes `torch.topk` of the `num_draft_tokens - 1` best of
-  `topk + (steps - 1) * topk**2` candidates, so draft tokens must lie in 2 .. that + 1.
+  `topk + (steps - 1) * topk**2` candidates, so draft tokens must lie in 2 .. that + 1;
+* topk > 1, from 0.5.13: the server starts, then the first verify crashes unless draft tokens >= steps + 1
+  (`VERIFY_SHAPE`, derived from each release's source by `kit.sglang.verify_scan`).
 
 The oracle, the reference server, the launch checks and the sweeps all call `resolve`; the field names
 are SGLang's own `ServerArgs` names, from the CLI flag to the innermost function.
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
+from kit.sglang.versions import Version, default_release
 
 # speculative algorithms that run an EAGLE-style draft worker (NEXTN is SGLang's alias of EAGLE)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
@@ -33,6 +36,46 @@ EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 AUTO_TREE_TARGETS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 AUTO_TREE = (5, 4, 8)
 AUTO_CHAIN = (3, 1, 4)
+
+# The verify step's shape assumption for trees (topk > 1), per release. `_compact_accept_to_front`
+# moves each request's accepted path, `accept_index` rows `EagleVerifyInput.max_tree_depth` =
+# spec_steps + 1 wide, to the front of its block of num_draft_tokens nodes:
+# `out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)` raises "The expanded size of the tensor (nd) must
+# match the existing size (s1)" whenever nd < steps + 1. It runs under `topk > 1` at every verify, so a
+# launch SGLang accepts at startup dies on its first request. Where it lives:
+#   0.5.13-0.5.15  srt/speculative/eagle_worker_v2.py, method EAGLEWorkerV2._compact_accept_to_front,
+#                  called by EAGLEWorkerV2._finalize_accept_tree_path from verify()
+#   0.5.16-0.5.23  srt/speculative/eagle_worker_common.py, _compact_accept_to_front, called by
+#                  _finalize_accept_tree_path from run_eagle_verify (`finalize_tree_path and ... topk > 1`;
+#                  the EAGLE/EAGLE3/STANDALONE workers pass finalize_tree_path=True)
+# 0.5.12 and older have no such step: their topk > 1 launches run the v1 worker (eagle_worker.py;
+# server_args.py: "spec v2 currently only supports topk = 1"). `kit.sglang.verify_scan` runs the real
+# function body over a grid and finds exactly {topk > 1, draft tokens <= steps} in 0.5.13-0.5.23;
+# kit/tests/sglang/test_verify_scan.py re-derives it from the wheels.
+VERIFY_SHAPE = {
+    "since": "0.5.13",
+    "function": "_compact_accept_to_front",
+    "files": {
+        "0.5.13": "srt/speculative/eagle_worker_v2.py",
+        "0.5.16": "srt/speculative/eagle_worker_common.py",
+    },
+}
+
+
+# SGLANG_ENABLE_SPEC_V2 (the overlap-scheduled worker) with a tree (topk > 1), per release, as
+# `ServerArgs._handle_speculative_decoding` (srt/server_args.py) decides it:
+#   0.5.5-0.5.6   the variable (default False) turns the overlap worker on and nothing stops topk > 1: the
+#                 server starts and the first decode fails on tensor sizes (sglang issues #13352, #14077)
+#   0.5.7-0.5.10  set, with topk > 1 it raises ValueError("Spec v2 currently only supports topk = 1 for
+#                 speculative decoding.") at startup
+#   0.5.11-0.5.12 it defaults to True; topk > 1 falls back to the v1 worker ("Spec v2 is used ... because spec
+#                 v2 currently only supports topk = 1" is the reason logged), no error
+#   0.5.13-0.5.16 the v2 worker is the only one and runs trees (see VERIFY_SHAPE for its shape rule)
+#   0.5.17-0.5.23 the variable is no longer read (`speculative_hook.py` logs "SGLANG_ENABLE_SPEC_V2 has been
+#                 removed")
+SPEC_V2_TOPK_REFUSED = ("0.5.5", "0.5.10")  # first and last release where it fails
+SPEC_V2_TOPK_STARTUP_ERROR = "0.5.7"  # from here on it fails at startup, not at the first decode
+SPEC_V2_RUNS_TREES = "0.5.13"  # from here on the v2 worker runs trees
 
 
 @dataclass(frozen=True)
@@ -56,9 +99,11 @@ class SpecParams:
     def label(self) -> str:
         return "-".join("auto" if v is None else str(v) for v in self.given().values())
 
-    def resolved(self, algorithm: str = "EAGLE3", target_arch: str | None = None) -> SpecParams:
-        """The parameters SGLang runs; a launch SGLang would refuse raises KitInputError."""
-        res = resolve(self, algorithm, target_arch)
+    def resolved(
+        self, algorithm: str = "EAGLE3", target_arch: str | None = None, sglang_version: str | None = None
+    ) -> SpecParams:
+        """The parameters SGLang runs; a launch SGLang would refuse (or crash on) raises KitInputError."""
+        res = resolve(self, algorithm, target_arch, sglang_version)
         if res.params is None:
             raise KitInputError(f"speculative parameters {self.label()}: {res.errors()[0].title}")
         return res.params
@@ -70,6 +115,7 @@ class Issue:
     title: str
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    code: str = "launch.spec_params"  # the finding code a launch check reports it under
 
 
 @dataclass(frozen=True)
@@ -95,8 +141,59 @@ def auto_params(algorithm: str | None, target_arch: str | None) -> SpecParams:
     return SpecParams(*(AUTO_TREE if target_arch in AUTO_TREE_TARGETS else AUTO_CHAIN))
 
 
-def resolve(given: SpecParams, algorithm: str | None = "EAGLE3", target_arch: str | None = None) -> Resolution:
-    """SGLang's resolution of the three parameters, with every refusal and silent change it makes."""
+def _verify_file(version: str) -> str:
+    want = Version.parse(version)
+    return [
+        f
+        for v, f in sorted(VERIFY_SHAPE["files"].items(), key=lambda x: Version.parse(x[0]))
+        if Version.parse(v) <= want
+    ][-1]
+
+
+def verify_shape_issue(
+    speculative_num_steps: int,
+    speculative_eagle_topk: int,
+    speculative_num_draft_tokens: int,
+    sglang_version: str | None,
+) -> Issue | None:
+    """`launch.spec_verify`: a tree whose accepted path (up to steps + 1 tokens) does not fit in its draft
+    tokens crashes the first verify of SGLang >= VERIFY_SHAPE["since"] (see VERIFY_SHAPE)."""
+    s, k, n = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
+    version = sglang_version or default_release()
+    if k <= 1 or n >= s + 1 or Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]):
+        return None
+    return Issue(
+        "error",
+        f"steps={s}, topk={k}, num_draft_tokens={n}: SGLang {version} starts, then crashes at the first verify "
+        f"({VERIFY_SHAPE['function']}: the accepted path, steps+1={s + 1} wide, does not fit in {n} draft "
+        f"tokens: 'The expanded size of the tensor ({n}) must match the existing size ({s + 1})')",
+        f"--speculative-num-draft-tokens {s + 1} or more, or --speculative-num-steps {n - 1}",
+        {
+            "speculative_num_steps": s,
+            "speculative_eagle_topk": k,
+            "speculative_num_draft_tokens": n,
+            "sglang": version,
+            "source": f"{_verify_file(version)} {VERIFY_SHAPE['function']}",
+        },
+        code="launch.spec_verify",
+    )
+
+
+def spec_v2_refuses_tree(speculative_eagle_topk: int | None, sglang_version: str | None) -> bool:
+    """Does that release fail with SGLANG_ENABLE_SPEC_V2 and this topk? (SPEC_V2_TOPK_REFUSED)"""
+    v = Version.parse(sglang_version or default_release())
+    first, last = (Version.parse(x) for x in SPEC_V2_TOPK_REFUSED)
+    return (speculative_eagle_topk or 1) > 1 and first <= v <= last
+
+
+def resolve(
+    given: SpecParams,
+    algorithm: str | None = "EAGLE3",
+    target_arch: str | None = None,
+    sglang_version: str | None = None,
+) -> Resolution:
+    """SGLang's resolution of the three parameters, with every refusal, crash and silent change it makes
+    (`sglang_version`: the release whose verify path judges them; default: installed, else DEFAULT_RELEASE)."""
     s, k, n = given.speculative_num_steps, given.speculative_eagle_topk, given.speculative_num_draft_tokens
     ev = given.given()
     if given.is_unset():
@@ -173,4 +270,7 @@ def resolve(given: SpecParams, algorithm: str | None = "EAGLE3", target_arch: st
                 ),
             ),
         )
+    crash = verify_shape_issue(s, k, n, sglang_version)
+    if crash is not None:
+        return Resolution(None, issues=(crash,))
     return Resolution(SpecParams(s, k, n))

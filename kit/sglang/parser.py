@@ -194,10 +194,10 @@ def flag_findings(
 ) -> list[Finding]:
     """`launch.flag` findings for server flags: the real parser's verdict, else the recorded table's
     (with `launch.parser` saying what was skipped); an info line for flags given as prefixes."""
-    from kit.sglang.flags import resolve
+    from kit.sglang.flags import resolve_flags
 
     version = version or default_release()
-    table = resolve(flags, version)
+    table = resolve_flags(flags, version)
     out: list[Finding] = []
     try:
         [res] = parse_argvs([flags], python=python, build=build, version=version)

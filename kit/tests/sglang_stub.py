@@ -5,7 +5,7 @@ fields, /flush_cache, /metrics, /server_info, OpenAI endpoints, failures) in mil
 exact known answers. Real servers are tested elsewhere: the CPU reference server (kit.serving.server)
 and llama-cpp-python's OpenAI server (tests/test_llamacpp_server.py).
 
-It mimics SGLang 0.5.23 as documented in docs formats.md §5: `/generate` (SSE stream with a
+It mimics SGLang 0.5.23's HTTP API: `/generate` (SSE stream with a
 cumulative `meta_info.completion_tokens`, spec fields added only on the finished chunk),
 `/v1/completions` and `/v1/chat/completions` (+ `sglext.spec_tokens_details` when asked),
 `/flush_cache`, `/server_info` (`internal_states[0].avg_spec_accept_length`), `/metrics`

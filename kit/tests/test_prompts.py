@@ -17,6 +17,25 @@ def test_builtin_sets():
         builtin_prompts("poetry")
 
 
+def test_training_prompts_are_disjoint_from_evaluation_prompts():
+    """The shipped draft's ~6,000 training prompts (and every other) never repeat an evaluation prompt, even
+    up to case, spacing and punctuation; any prefix stays balanced across kinds."""
+    import json
+    from pathlib import Path
+
+    from kit.prompts import _normalized
+
+    train = [r["prompt"] for r in builtin_prompts("train")]
+    assert len(train) >= 9000 and len(set(map(_normalized, train))) == len(train)
+    evaluation = {_normalized(r["prompt"]) for r in builtin_prompts()}
+    assert not evaluation & {_normalized(t) for t in train}
+    rec = json.loads((Path(__file__).parents[1] / "assets" / "demo_draft" / "training.json").read_text())
+    assert rec["data"]["prompts"] <= len(train)  # the shipped draft's prompts are this list's prefix
+    head = train[:3000]
+    kinds = [sum(w in t for t in head) for w in ("Python", "What is", "Explain")]
+    assert min(kinds) > 100
+
+
 def test_jsonl(tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_text(

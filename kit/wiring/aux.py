@@ -1,6 +1,6 @@
 """Aux hidden-state layer ids: what each stack means by them, and the facts the wiring checks read.
 
-The same integers name different target layers in different stacks (formats.md §4). We speak
+The same integers name different target layers in different stacks (`kit.checkpoint.aux_ids`). We speak
 in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
 final pre-norm state) — HF `output_hidden_states[p]` for p < L.
 
@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
-from kit.checkpoint.hf_config import text_config
-from kit.sglang.draft_config import read_draft_config
 from kit.sglang.flags import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
@@ -53,21 +51,6 @@ def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
         or cfg.get("speculators_model_type") == "eagle3"
         or "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
     )
-
-
-def draft_dims(cfg: dict[str, Any]) -> dict[str, Any]:
-    """H, Ht, k as SGLang computes them (speculators configs: the nested layer config)."""
-    c = read_draft_config(cfg)
-    return {"H": c.hidden_size, "Ht": c.effective_target_hidden_size, "k": c.num_aux}
-
-
-def target_facts(cfg: dict[str, Any]) -> dict[str, Any]:
-    tc = text_config(cfg)
-    return {
-        "arch": (cfg.get("architectures") or [None])[0],
-        "L": tc.get("num_hidden_layers"),
-        "hidden": tc.get("hidden_size"),
-    }
 
 
 def launch_algorithm(argv: list[str] | None) -> str | None:

@@ -7,24 +7,23 @@ draft.mla_geometry, draft.rope. Used by `kit doctor` (provider "kit.wiring.aux")
 `kit.wiring.plan.wiring_from_launch` turns the same facts into the `Wiring` SGLang would give the draft.
 
     from kit.wiring.checks import wiring_checks
-    findings = wiring_checks(target_cfg, draft_cfg, argv, version="0.5.23", draft_dir=None)
+    findings = wiring_checks(target_cfg, draft_cfg, argv, version=None, draft_dir=None)  # None: the default release
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule, ids_for_points, recorded_release
+from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
+from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
     capture_points,
-    draft_dims,
     fc_in_features,
     is_eagle3_draft,
     launch_algorithm,
     read_ids,
-    target_facts,
     training_points,
 )
 from kit.wiring.plan import serving_points
@@ -41,10 +40,11 @@ def wiring_checks(
     out: list[Finding] = []
     if not is_eagle3_draft(draft_cfg):
         return out
-    dims = draft_dims(draft_cfg)
+    d = read_draft_config(draft_cfg)
+    H, Ht, k = d.hidden_size, d.effective_target_hidden_size, d.num_aux
     alg = launch_algorithm(argv)
     ec = draft_cfg.get("eagle_config") or {}
-    fed = dims["k"] * dims["Ht"] if dims["Ht"] and dims["k"] else None
+    fed = k * Ht if Ht and k else None
     if alg in ("EAGLE",):
         out.append(
             Finding(
@@ -54,9 +54,9 @@ def wiring_checks(
                 evidence={
                     "algorithm": alg,
                     "draft_architecture": (draft_cfg.get("architectures") or [None])[0],
-                    "state_fed": dims["Ht"],
+                    "state_fed": Ht,
                     "fc_expects": fed,
-                    "embed_width": dims["H"],
+                    "embed_width": H,
                 },
                 fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)",
             )
@@ -67,18 +67,18 @@ def wiring_checks(
                 code="aux.algorithm",
                 severity="error",
                 title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
-                evidence={"use_aux_hidden_state": False, "fc_expects": fed, "embed_width": dims["H"]},
+                evidence={"use_aux_hidden_state": False, "fc_expects": fed, "embed_width": H},
                 fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft",
             )
         )
-    tf = target_facts(target_cfg) if target_cfg else {"arch": None, "L": None, "hidden": None}
-    L = tf["L"]
+    tf = target_facts(target_cfg)
+    L = tf.num_layers
     nested, _ = read_ids("sglang", draft_cfg)
     top = draft_cfg.get("eagle_aux_hidden_state_layer_ids")
     srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
     if top and not nested:
         intended = capture_points("speculators", top, L) if L else None
-        default = sglang_capture_points(None, L, rule) if (L and rule) else None
+        default = sglang_points(None, L, rule) if (L and rule) else None
         sev = "warning" if intended is not None and intended == default else "error"
         out.append(
             Finding(
@@ -96,7 +96,7 @@ def wiring_checks(
             )
         )
     if L and srv is not None:
-        trained = training_points(draft_cfg, L, tf["arch"], version, draft_dir, trained_with)
+        trained = training_points(draft_cfg, L, tf.architecture, version, draft_dir, trained_with)
         if trained and list(trained[0]) != list(srv):
             ok_ids = ids_for_points(trained[0], L, rule)
             out.append(
@@ -108,7 +108,7 @@ def wiring_checks(
                         "serving_points": srv,
                         "training_points": list(trained[0]),
                         "known_from": trained[1],
-                        "target_class": tf["arch"],
+                        "target_class": tf.architecture,
                         "sglang_rule": f"{rule['default']}; {rule['explicit']}",
                         "rule_from_sglang": rule["version"],
                         "ids_in_eagle_config": nested,
@@ -127,20 +127,20 @@ def wiring_checks(
                 Finding(
                     code="aux.target_capture",
                     severity="error",
-                    title=f"capture points {bad} are never produced by {tf['arch']} ({L} layers)",
+                    title=f"capture points {bad} are never produced by {tf.architecture} ({L} layers)",
                     evidence={"serving_points": srv, "num_layers": L},
                     fix="use ids inside the target's layers (the final state is reachable only on GptOss)",
                 )
             )
-    if target_cfg and alg in (None, "EAGLE3") and tf["arch"] and capture_rule(tf["arch"], version) is None:
+    if target_cfg and alg in (None, "EAGLE3") and tf.architecture and capture_rule(tf.architecture, version) is None:
         v = recorded_release(version).checked
         out.append(
             Finding(
                 code="aux.target_capture",
                 severity="error",
-                title=f"{tf['arch']} cannot capture aux hidden states in SGLang {v}",
+                title=f"{tf.architecture} cannot capture aux hidden states in SGLang {v}",
                 evidence={
-                    "target_architecture": tf["arch"],
+                    "target_architecture": tf.architecture,
                     "sglang_version": v,
                     "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)",
                 },
@@ -154,8 +154,8 @@ def wiring_checks(
             Finding(
                 code="aux.fc_width",
                 severity="error",
-                title=f"fc input width {fc_in} != k x target hidden = {dims['k']} x {dims['Ht']}",
-                evidence={"fc_in_features": fc_in, "k": dims["k"], "target_hidden_size": dims["Ht"]},
+                title=f"fc input width {fc_in} != k x target hidden = {k} x {Ht}",
+                evidence={"fc_in_features": fc_in, "k": k, "target_hidden_size": Ht},
                 fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
             )
         )
@@ -169,27 +169,27 @@ def wiring_checks(
                 fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)",
             )
         )
-    if fed is not None and dims["H"] and fed == dims["H"]:
+    if fed is not None and H and fed == H:
         out.append(
             Finding(
                 code="aux.fc_width",
                 severity="warning",
                 title=f"k x target hidden = {fed} equals the draft hidden size: SGLang's fc gate never fires",
-                evidence={"k": dims["k"], "target_hidden_size": dims["Ht"], "hidden_size": dims["H"]},
+                evidence={"k": k, "target_hidden_size": Ht, "hidden_size": H},
                 fix="SGLang applies fc only when the incoming width differs from H; change k or H",
             )
         )
-    if tf["hidden"] and dims["Ht"] and tf["hidden"] != dims["Ht"]:
+    if tf.hidden_size and Ht and tf.hidden_size != Ht:
         out.append(
             Finding(
                 code="aux.hidden_width",
                 severity="error",
-                title=f"SGLang will not start: target hidden size {tf['hidden']} != draft target_hidden_size "
-                f"{dims['Ht']} (fc's matmul fails in the first draft forward)",
+                title=f"SGLang will not start: target hidden size {tf.hidden_size} != draft target_hidden_size "
+                f"{Ht} (fc's matmul fails in the first draft forward)",
                 evidence={
-                    "target_hidden_size_of_target": tf["hidden"],
-                    "draft_target_hidden_size": dims["Ht"],
-                    "draft_hidden_size": dims["H"],
+                    "target_hidden_size_of_target": tf.hidden_size,
+                    "draft_target_hidden_size": Ht,
+                    "draft_hidden_size": H,
                 },
                 fix="this draft was built for another target; set target_hidden_size or use the right target",
             )
@@ -235,7 +235,14 @@ def draft_target_checks(
     """Draft config fields that SGLang reads at startup, against the target and the served context."""
     from kit.checkpoint.hf_config import text_config
     from kit.sglang.flags import flag_value
-    from kit.sglang.loader import MLA_EAGLE3, context_keys, derived_context_length, resolve_draft_class, runtime_rules
+    from kit.sglang.loader import (
+        MLA_EAGLE3,
+        context_keys,
+        derived_context_length,
+        first_release,
+        resolve_draft_class,
+        runtime_rules,
+    )
 
     out: list[Finding] = []
     rt = runtime_rules(version)
@@ -247,6 +254,7 @@ def draft_target_checks(
 
     nnpl = d.get("num_nextn_predict_layers")
     if nnpl == 0 and f.get("nnpl_zero_sizes_draft_kv_at_zero"):
+        fixed = first_release("nnpl_zero_sizes_draft_kv_at_zero", False, "runtime", after=rt.checked)
         out.append(
             Finding(
                 code="draft.nextn_zero",
@@ -258,8 +266,8 @@ def draft_target_checks(
                     "sglang": ver,
                     "source": ev["nnpl_zero_sizes_draft_kv_at_zero"],
                 },
-                fix="delete num_nextn_predict_layers from the draft config.json (or use sglang >= 0.5.13, which "
-                "treats 0 as absent)",
+                fix="delete num_nextn_predict_layers from the draft config.json"
+                + (f" (or use sglang >= {fixed}, which treats 0 as absent)" if fixed else ""),
             )
         )
 

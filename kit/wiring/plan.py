@@ -1,6 +1,6 @@
 """The wiring SGLang gives a draft under a launch: algorithm, aux capture on/off, capture points, dropped keys.
 
-This is runtime knowledge, used by the CPU reference server (kit.serving.engine), the probe and the
+This is runtime knowledge, used by the CPU reference server (kit.serving.decoder), the probe and the
 oracle; the static checks (kit.wiring.checks) import it, never the reverse.
 
     from kit.wiring.plan import wiring_from_launch
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.checkpoint.inspect import dropped_keys
-from kit.sglang.capture import capture_points as sglang_capture_points
-from kit.sglang.capture import capture_rule
-from kit.wiring.aux import launch_algorithm, read_ids, target_facts
+from kit.checkpoint.hf_config import TargetFacts, target_facts
+from kit.checkpoint.load_sim import dropped_keys
+from kit.sglang.capture import capture_rule, sglang_points
+from kit.wiring.aux import launch_algorithm, read_ids
 
 
-def serving_points(draft_cfg: dict[str, Any], tf: dict[str, Any], version: str | None):
+def serving_points(draft_cfg: dict[str, Any], tf: TargetFacts, version: str | None):
     """(points SGLang captures, rule) for this draft on this target; (None, None) if it cannot."""
-    rule = capture_rule(tf["arch"], version)
-    if rule is None or not tf["L"]:
+    rule = capture_rule(tf.architecture, version)
+    if rule is None or not tf.num_layers:
         return None, rule
     ids, _ = read_ids("sglang", draft_cfg)
-    return sglang_capture_points(ids, tf["L"], rule), rule
+    return sglang_points(ids, tf.num_layers, rule), rule
 
 
 def wiring_from_launch(
@@ -44,7 +44,7 @@ def wiring_from_launch(
     pts, rule = serving_points(draft_config, tf, version)
     notes = []
     if rule is None and aux_on:
-        notes.append(f"{tf['arch']} cannot capture aux states: SGLang raises at startup")
+        notes.append(f"{tf.architecture} cannot capture aux states: SGLang raises at startup")
     dropped: tuple = ()
     if draft_dir is not None and rule is not None:
         dropped = dropped_keys(draft_dir, rule["version"])

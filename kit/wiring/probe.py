@@ -91,17 +91,17 @@ def meta_model(cfg: dict[str, Any]):
         return AutoModelForCausalLM.from_config(sk, dtype=torch.bfloat16), f"Llama skeleton ({mt} not buildable: {why})"
 
 
-def verdict(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
+def fc_gate(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
     """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
-    from kit.wiring.aux import draft_dims
+    from kit.sglang.draft_config import read_draft_config
 
     fed = shapes["fused"][-1] if wiring.aux_capture else shapes["single"][-1]
     out = {"fed": "fused k*Ht" if wiring.aux_capture else "single Ht", "fed_width": fed}
     if draft_cfg:
-        d = draft_dims(draft_cfg)
-        out.update({"embed_width": d["H"], "fc_in_features": fc_in or (d["k"] * d["Ht"] if d["Ht"] else None)})
-        out["fc"] = "runs" if fed != d["H"] else "bypassed"
-        if fed != d["H"] and out["fc_in_features"] and fed != out["fc_in_features"]:
+        d = read_draft_config(draft_cfg)
+        out.update({"embed_width": d.hidden_size, "fc_in_features": fc_in or d.fed_width})
+        out["fc"] = "runs" if fed != d.hidden_size else "bypassed"
+        if fed != d.hidden_size and out["fc_in_features"] and fed != out["fc_in_features"]:
             out["fc"] = f"shape error: fc expects {out['fc_in_features']}, gets {fed}"
     return out
 
@@ -109,9 +109,9 @@ def verdict(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc
 def probe(cfg: ProbeConfig) -> dict[str, Any]:
     from pathlib import Path
 
-    from kit.checkpoint.hf_config import read_config
+    from kit.checkpoint.hf_config import read_config, target_facts
     from kit.sglang.cmdline import split_command
-    from kit.wiring.aux import fc_in_features, stack_table, target_facts
+    from kit.wiring.aux import fc_in_features, stack_table
     from kit.wiring.plan import wiring_from_launch
 
     t0 = time.perf_counter()
@@ -135,26 +135,27 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
     argv = split_command(cfg.launch)[1] if cfg.launch else ["--speculative-algorithm", (cfg.algorithm or "EAGLE3")]
     wiring = wiring_from_launch(argv, dcfg, tcfg, cfg.sglang_version, draft_dir=None)
     tf = target_facts(tcfg)
-    if not tf["L"]:
+    if not tf.num_layers:
         raise KitInputError(f"{cfg.target}: config has no num_hidden_layers")
     serving = list(wiring.capture_points) if wiring.capture_points else None
     from kit.wiring.aux import capture_points, read_ids
 
-    pts = serving or capture_points("sglang", read_ids("sglang", dcfg)[0], tf["L"], tf["arch"], cfg.sglang_version)
-    pts = [p for p in pts if 0 <= p <= tf["L"]]
+    L = tf.num_layers
+    pts = serving or capture_points("sglang", read_ids("sglang", dcfg)[0], L, tf.architecture, cfg.sglang_version)
+    pts = [p for p in pts if 0 <= p <= L]
     t1 = time.perf_counter()
     shapes = hook_shapes(model, pts, cfg.tokens, device)
     return {
         "target": str(cfg.target),
-        "target_class": tf["arch"],
-        "num_layers": tf["L"],
+        "target_class": tf.architecture,
+        "num_layers": L,
         "built_as": how,
         "draft": str(draft_path),
         "wiring": wiring.describe(),
         "capture_points": pts,
         "shapes": shapes,
-        "verdict": verdict(shapes, dcfg, wiring, fc_in_features(ddir)),
-        "stacks": stack_table(dcfg, tf["L"], tf["arch"], cfg.sglang_version),
+        "verdict": fc_gate(shapes, dcfg, wiring, fc_in_features(ddir)),
+        "stacks": stack_table(dcfg, L, tf.architecture, cfg.sglang_version),
         "build_s": round(t1 - t0, 2),
         "forward_s": round(time.perf_counter() - t1, 2),
     }

@@ -1,4 +1,4 @@
-"""Environment rules (kit.env.check, kit.env.gpu_arch, kit.sglang.env_vars) on four recorded machines, the probe, the verb.
+"""Environment rules (kit.env.checks, kit.env.gpu_arch, kit.sglang.env_vars) on four recorded machines, the probe, the verb.
 
 The GPU machines are recordings in the probe's schema (kit/tests/facts/*.json; no GPU exists here);
 the CPU machine's probe and the CLI run for real.
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from kit.env.check import check, facts_rows, load_facts
+from kit.env.checks import check, facts_rows, load_facts
 from kit.env.gpu_arch import arch_cover, family
-from kit.env.probe import _collect, gpu_list, parse_smi_query, parse_topo, probe
+from kit.env.machine import _collect, gpu_list, parse_smi_query, parse_topo, probe_machine
 from kit.findings import KitInputError
 from kit.tests.env_fixtures import FACTS_DIR, MACHINES, SEED_LAUNCH, SEED_NCCL_VARS, facts, seed_env_argv
 
@@ -200,7 +200,7 @@ def test_recorded_topo_text_parses_to_recorded_matrix():
 
 
 def test_probe_on_this_machine_never_crashes():
-    f = probe(timeout=60)
+    f = probe_machine(timeout=60)
     assert f["schema"] == "kit.env.facts/1"
     assert f["torch"] is not None and f["torch"]["version"]  # CPU torch is installed here
     assert isinstance(gpu_list(f), list)
@@ -248,7 +248,7 @@ def test_cli_env_replay_record_and_bad_input(tmp_path):
 
 def test_doctor_provider_reports_each_seed_nccl_variable():
     from kit.doctor import DoctorConfig, DoctorContext
-    from kit.env.check import doctor_checks
+    from kit.env.checks import doctor_checks
 
     fs = doctor_checks(DoctorContext(DoctorConfig(launch=SEED_LAUNCH, probe_env=True)))
     verdicts = {f.evidence["var"]: f.severity for f in fs if f.code == "env.nccl_var"}

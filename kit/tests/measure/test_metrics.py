@@ -8,6 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.measure import metrics as km
+from kit.serving.engines import get_engine
+from kit.serving.engines.sglang import SGLang
+from kit.sglang.http_api import http_api
 
 
 def rec(t0, e2e, chunks, toks, spec=None, **kw):
@@ -54,10 +57,27 @@ def test_per_position_acceptance_from_histogram():
 
 
 def test_spec_field_aliases_old_and_new():
-    new = km.spec_fields({"spec_verify_ct": 4, "spec_num_correct_drafts": 3, "spec_correct_drafts_histogram": [1]})
-    old = km.spec_fields({"spec_verify_ct": 4, "spec_accept_token_num": 3, "spec_accept_histogram": [1]})
+    spec_fields = http_api().spec_fields
+    new = spec_fields({"spec_verify_ct": 4, "spec_num_correct_drafts": 3, "spec_correct_drafts_histogram": [1]})
+    old = spec_fields({"spec_verify_ct": 4, "spec_accept_token_num": 3, "spec_accept_histogram": [1]})
     assert new == old == {"verify_ct": 4, "num_correct": 3, "histogram": [1]}
-    assert km.spec_fields(None) == {} and km.spec_fields({"completion_tokens": 3}) == {}
+    assert spec_fields(None) == {} and spec_fields({"completion_tokens": 3}) == {}
+
+
+def test_sglang_engine_reads_spec_fields_where_each_api_puts_them():
+    sg = get_engine("sglang")
+    assert sg.spec_fields({"meta_info": {"spec_verify_ct": 4}}, "sglang") == {"verify_ct": 4}
+    chunk = {"sglext": {"spec_tokens_details": [{"spec_verify_ct": 5, "spec_accept_length": 2.0}]}}
+    assert sg.spec_fields(chunk, "chat") == {"verify_ct": 5, "accept_length": 2.0}
+    assert sg.spec_fields({"usage": {}}, "chat") == {}
+
+
+def test_openai_spec_details_per_release():
+    """0.5.17's OpenAI endpoints carry no speculative fields: the kit does not ask them for any."""
+    assert not http_api("0.5.17").openai_spec_details and http_api("0.5.23").openai_spec_details
+    assert SGLang("0.5.17").request_extra("chat") is None
+    assert SGLang("0.5.23").request_extra("chat") == {"return_spec_tokens_details": True}
+    assert SGLang("0.5.23").request_extra("sglang") is None  # /generate meta_info always has them
 
 
 def test_prometheus_and_metrics_delta():

@@ -64,7 +64,7 @@ def test_accepted_counts_along_tree():
 
 def test_dropped_keys_for_old_sglang(tmp_path):
     """The seed: speculators-named keys (layers.0.*) met a midlayer-era SGLang and were dropped."""
-    from kit.checkpoint.inspect import dropped_keys
+    from kit.checkpoint.load_sim import dropped_keys
     from kit.reference.draft_io import save_draft
 
     d = tiny_draft(draft_vocab=96)

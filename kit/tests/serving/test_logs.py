@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from kit.serving.logs import LogWatcher, parse_line, parse_lines, parse_log, summarize
+from kit.serving.logs import LogWatcher, parse_lines, parse_log, summarize
+from kit.sglang.log_format import parse_line
 
 VALUES = {
     "num_running_reqs": 3,
@@ -141,3 +142,21 @@ def test_variants_and_frame(tmp_path):
     for line in log.read_text().splitlines():
         w(line)
     assert len(w.frame()) == 4 and w.summary()["gen_throughput_last"] == 7.0 and not w.ready
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_startup_failure_lines_from_source(version):
+    """The parent's SIGQUIT lines, as each release writes them, end a startup (kit.sglang.log_format)."""
+    from kit.serving.engines import get_engine
+    from kit.sglang.log_format import STARTUP_FAILED
+
+    tm = re.search(r'f"(SIGQUIT received\. [^"]*)"', source(version, "srt/managers/tokenizer_manager.py"))[1]
+    eng = re.search(r'"(Received sigquit from a child process\.[^"]*)"', source(version, "srt/entrypoints/engine.py"))[
+        1
+    ]
+    line = tm.replace("{signum=}", "signum=None").replace("{frame=}", "frame=None")
+    assert STARTUP_FAILED.search(line) and STARTUP_FAILED.search(eng)
+    tail = ["Traceback (most recent call last):", "RuntimeError: shapes cannot be multiplied", "", line]
+    assert get_engine("sglang").startup_failure(line, tail) == "RuntimeError: shapes cannot be multiplied"
+    assert get_engine("sglang").startup_failure("[x] Load weight end.", tail) is None

@@ -77,6 +77,39 @@ def test_early_exit_reports_code_and_tail():
     assert "code 3" in str(e.value) and "ValueError: boom" in str(e.value)
 
 
+# SGLang 0.5.17's log when a scheduler dies during startup (docs/results/h200_matrix/other_target_width.json):
+# the child's traceback, then the parent's SIGQUIT line; the parent then sleeps before it kills its tree
+SGLANG_CHILD_FAILED = textwrap.dedent("""
+    import time
+    print('[2026-11-30 13:56:40] Load weight end.', flush=True)
+    print('Traceback (most recent call last):', flush=True)
+    print('  File "/tmp/site/sglang/srt/models/llama_eagle3.py", line 238, in forward', flush=True)
+    print('RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x1728 and 3072x1024)', flush=True)
+    print('', flush=True)
+    print('[2026-11-30 13:56:44] SIGQUIT received. signum=None, frame=None. It usually means one child failed.', flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sglang_startup_failure_reported_with_its_exception_line():
+    """The process is still alive after SGLang's SIGQUIT line: the log, not an exit or a timeout, ends the wait."""
+    srv = ServerProcess([sys.executable, "-c", SGLANG_CHILD_FAILED], port=free_port(), grace=1)
+    with pytest.raises(ServerExited) as e:
+        srv.wait_ready(timeout=300, poll=0.1)
+    msg = str(e.value)
+    assert msg.startswith("server failed to start: RuntimeError: mat1 and mat2 shapes cannot be multiplied"), msg
+    assert srv.returncode is not None  # stopped, not left sleeping
+
+
+def test_exit_message_leads_with_the_exception_line():
+    code = "print('Traceback (most recent call last):'); print('[x] KeyError: model.layers.0'); raise SystemExit(137)"
+    srv = ServerProcess([sys.executable, "-c", code], port=free_port())
+    with pytest.raises(
+        ServerExited, match=r"^server exited with code 137 before it was ready: KeyError: model\.layers\.0;"
+    ):
+        srv.wait_ready(timeout=30, poll=0.1)
+
+
 def test_port_in_use_reported_before_launch():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -294,3 +294,16 @@ def test_engine_hands_out_each_verify_steps_tokens_at_once(srv3):
     assert all(o is None for _, o in early) and len(updates) == out.verify_ct + 1
     assert [len(t) for t, _ in updates] == [1] + out.accept_lengths
     assert sum((t for t, _ in updates), []) == out.tokens
+
+
+def test_ask_takes_acceptance_from_generate_meta_info(srv3):
+    """`ask` renders the chat template itself (the server's tokenizer path is local) and reads per-request
+    acceptance from /generate meta_info, the source every release serves; its text is the chat endpoint's."""
+    from kit.serving.launch import ask
+
+    url, _ = srv3
+    df = ask(url, ["hi", "abc"], max_tokens=10, api_key=KEY)
+    assert (df["spec_verify_ct"] > 0).all() and df["spec_accept_length"].notna().all()
+    chat = post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10})
+    assert df["text"][0] == chat["choices"][0]["message"]["content"][:60]
+    assert df["completion_tokens"][0] == chat["usage"]["completion_tokens"]

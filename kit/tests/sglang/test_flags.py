@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from kit.sglang.flags import flag_value, known_versions, launch_entry, resolve, server_flags, table_for
+from kit.sglang.flags import flag_value, known_versions, launch_entry, resolve_flags, server_flags, table_for
 
 
 def test_tables_recorded_for_the_releases_the_kit_names():
@@ -27,7 +27,7 @@ def test_tables_recorded_for_the_releases_the_kit_names():
 
 @pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
 def test_prefix_equals_repeat_and_aliases(version):
-    r = resolve(
+    r = resolve_flags(
         ["--speculative-algo", "EAGLE", "--tp=8", "--port", "1", "--port", "2", "--trust-remote", "--model", "m"],
         version,
     )
@@ -41,28 +41,28 @@ def test_prefix_equals_repeat_and_aliases(version):
 
 
 def test_types_choices_and_values_match_argparse_messages():
-    r = resolve(["--model-path", "m", "--speculative-num-steps", "abc", "--speculative-eagle-topk", "4"])
+    r = resolve_flags(["--model-path", "m", "--speculative-num-steps", "abc", "--speculative-eagle-topk", "4"])
     assert [e["message"] for e in r.errors] == ["argument --speculative-num-steps: invalid int value: 'abc'"]
     assert r.errors[0]["tokens"] == ["--speculative-num-steps", "abc"]
     assert r.values["speculative_eagle_topk"] == 4 and "speculative_num_steps" not in r.values  # the rest is read
-    r = resolve(["--model-path", "m", "--mem-fraction-static", "x"])
+    r = resolve_flags(["--model-path", "m", "--mem-fraction-static", "x"])
     assert "invalid float value: 'x'" in r.errors[0]["message"]
-    r = resolve(["--model-path", "m", "--dtype", "fp64"])
+    r = resolve_flags(["--model-path", "m", "--dtype", "fp64"])
     assert "argument --dtype: invalid choice: 'fp64'" in r.errors[0]["message"]
-    assert resolve(["--model-path", "m", "--speculative-algorithm", "EAGLE4"]).errors == []  # no parser choices
-    r = resolve(["--tp-size", "2"])
+    assert resolve_flags(["--model-path", "m", "--speculative-algorithm", "EAGLE4"]).errors == []  # no parser choices
+    r = resolve_flags(["--tp-size", "2"])
     assert r.errors[0]["message"] == "the following arguments are required: --model-path/--model"
-    r = resolve(["--model-path", "m", "--trust-remote-code=yes"])
+    r = resolve_flags(["--model-path", "m", "--trust-remote-code=yes"])
     assert "ignored explicit argument 'yes'" in r.errors[0]["message"]
-    r = resolve(["--model-path", "m", "--tp-size"])
+    r = resolve_flags(["--model-path", "m", "--tp-size"])
     assert "expected one argument" in r.errors[0]["message"]
 
 
 def test_ambiguous_and_unknown():
-    r = resolve(["--speculative", "x", "--model-path", "m"])
+    r = resolve_flags(["--speculative", "x", "--model-path", "m"])
     assert r.errors and r.errors[0]["message"].startswith("ambiguous option: --speculative could match")
     assert r.values["model_path"] == "m"
-    r = resolve(["--speculative-num-stepz", "3", "--tp", "2"])
+    r = resolve_flags(["--speculative-num-stepz", "3", "--tp", "2"])
     assert r.unknown == ["--speculative-num-stepz", "3"] and r.values["tp_size"] == 2
 
 
@@ -72,7 +72,7 @@ def test_reconstructed_parser_agrees_with_argparse_on_a_toy_table():
     real.add_argument("--speculative-num-steps", type=int)
     real.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3"])
     ns = real.parse_args(["--speculative-algo", "EAGLE3", "--speculative-num-s=3"])
-    r = resolve(["--speculative-algo", "EAGLE3", "--speculative-num-s=3"])
+    r = resolve_flags(["--speculative-algo", "EAGLE3", "--speculative-num-s=3"])
     assert (r.values["speculative_algorithm"], r.values["speculative_num_steps"]) == (ns.speculative_algorithm, 3)
 
 

@@ -148,7 +148,7 @@ def test_table_agrees_with_formats_doc_for_0_5_23():
 
     rec = table()["versions"]["0.5.23"]
     n = sum(len(a) for a in rec["rules"].values())
-    assert n == 71  # formats.md §4.3: "this list of 71 is complete"
+    assert n == 71  # every class that sets aux capture in 0.5.23's source
     assert "KimiK25ForConditionalGeneration" in rec["rules"]["2,L//2,L-3|plus1_if_first_is_1"]
     assert rec["id_source"]["reads"] == "nested_only"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kit.reference.speculate import Wiring
 from kit.tests.tinymodels import one_thread, tiny_target  # noqa: F401 (autouse fixture)
-from kit.wiring.probe import ProbeConfig, hook_shapes, meta_model, probe, verdict
+from kit.wiring.probe import ProbeConfig, fc_gate, hook_shapes, meta_model, probe
 
 DATA = Path(__file__).parent / "data"
 KIMI_PATH = Path(__file__).parents[2] / "examples" / "kimi_k25_config.json"
@@ -17,9 +17,9 @@ def test_hook_shapes_and_verdict():
     assert s["points"] == {0: [1, 5, 32], 2: [1, 5, 32], 6: [1, 5, 32]}
     assert s["fused"] == [1, 5, 96] and s["single"] == [1, 5, 32]
     d = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32}
-    assert verdict(s, d, Wiring(), None)["fc"] == "runs"
-    assert verdict(s, d, Wiring(aux_capture=False), None)["fc"] == "bypassed"
-    assert verdict(s, d, Wiring(), 64)["fc"].startswith("shape error")
+    assert fc_gate(s, d, Wiring(), None)["fc"] == "runs"
+    assert fc_gate(s, d, Wiring(aux_capture=False), None)["fc"] == "bypassed"
+    assert fc_gate(s, d, Wiring(), 64)["fc"].startswith("shape error")
 
 
 def test_config_only_probe_kimi(tmp_path):

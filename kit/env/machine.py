@@ -2,12 +2,12 @@
 
 Why separate from the rules: the facts are one plain JSON-able dict, so a run on the GPU host can be
 recorded (`python -m kit env --record facts.json`) and judged anywhere, and the rules in
-`kit.env.check` / `kit.env.nccl` / `kit.env.multigpu` are tested on recorded machines (kit/tests/facts/).
+`kit.env.checks` / `kit.env.nccl` / `kit.env.multigpu` are tested on recorded machines (kit/tests/facts/).
 
 How it reads the machine, each part wrapped so a missing tool or field becomes `None` plus an
 entry in `facts["errors"]`, never a crash:
 
-* torch — in a child process (`python -m kit.env.probe torch`) with a timeout: CUDA init can fail,
+* torch — in a child process (`python -m kit.env.machine torch`) with a timeout: CUDA init can fail,
   wedge or print warnings, and must not take the parent down. Arch list, CUDA build, NCCL version,
   devices, the P2P matrix (`can_device_access_peer`) and a one-element smoke test per GPU.
 * NVML (nvidia-ml-py) — also in a child: driver, driver CUDA version, per-GPU name / compute
@@ -18,7 +18,7 @@ entry in `facts["errors"]`, never a crash:
 
 The children run concurrently, so `python -m kit env` stays at about one torch import (~2 s).
 
-    python -m kit.env.probe            # print this machine's facts as JSON
+    python -m kit.env.machine            # print this machine's facts as JSON
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ NVML_P2P_STATUS = {
 
 
 # ---------------------------------------------------------------------------------------------
-# children: run with `python -m kit.env.probe torch|nvml`, print one JSON document
+# children: run with `python -m kit.env.machine torch|nvml`, print one JSON document
 def _torch_child() -> dict[str, Any]:
     import warnings
 
@@ -299,7 +299,7 @@ def parse_smi_query(text: str) -> list[dict[str, Any]]:
 # the probe
 def _child(part: str, timeout: float) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "kit.env.probe", part],
+        [sys.executable, "-m", "kit.env.machine", part],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -388,7 +388,7 @@ def _system(errors: dict) -> dict[str, Any]:
     return s
 
 
-def probe(timeout: float = 60.0, label: str | None = None) -> dict[str, Any]:
+def probe_machine(timeout: float = 60.0, label: str | None = None) -> dict[str, Any]:
     """Read this machine. Never raises for a missing GPU/tool: unknowns are None, reasons in 'errors'."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
@@ -512,7 +512,7 @@ def _main(argv: list[str]) -> int:
     elif argv[:1] == ["nvml"]:
         print(json.dumps(_nvml_child()))
     else:
-        print(json.dumps(probe(), indent=1))
+        print(json.dumps(probe_machine(), indent=1))
     return 0
 
 

@@ -1,7 +1,7 @@
-"""The CPU reference server's engine: models, SGLang's flag semantics, one batched decode loop, statistics.
+"""The CPU reference server's decoder: models, SGLang's flag semantics, one batched decode loop, statistics.
 
 `ReferenceEngine(spec)` loads the target (`--model-path`, 'embedded' = SmolLM2) and, for an
-EAGLE-family `--speculative-algorithm`, the draft, and runs them as SGLang 0.5.23 would run that
+EAGLE-family `--speculative-algorithm`, the draft, and runs them as SGLang's default release would run that
 launch: the algorithm maps to a `Wiring` (EAGLE/NEXTN with an EAGLE-3 draft => no aux capture =>
 `fc` bypassed, the seed's fault) and steps/topk/draft tokens resolve with `kit.sglang.params`.
 

@@ -1,7 +1,7 @@
 """`python -m kit env`: is this machine (and this launch command's environment) fit to serve EAGLE-3 with SGLang?
 
-Facts come from `kit.env.probe` (live, or `--facts FILE` recorded on another machine); the rules
-here are pure functions facts -> findings, following the checklist of blackwell.md §6: GPUs and
+Facts come from `kit.env.machine` (live, or `--facts FILE` recorded on another machine); the rules
+here are pure functions facts -> findings, in this order: GPUs and
 their family (Hopper sm_90, Blackwell datacenter sm_100/103, Thor sm_110, Blackwell
 workstation/consumer sm_120/121), torch's arch list and CUDA build, driver, NCCL version and
 variables (kit.env.nccl), Triton, packages (sglang, sgl-kernel, flashinfer, flash-attn, transformers,
@@ -35,12 +35,13 @@ from kit.env.gpu_arch import (
     is_blackwell,
     vtuple,
 )
-from kit.env.probe import driver_version, gpu_list
+from kit.env.machine import driver_version, gpu_list
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.sglang.flags import flag_value
+from kit.sglang.versions import LAST_CUDA12_RELEASE
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
-SHM_MIN = 1 << 30  # a guess (blackwell.md §6 row 17 says so); NCCL's SHM transport needs room in containers
+SHM_MIN = 1 << 30  # a guess, not a documented floor; NCCL's SHM transport needs room in containers
 
 
 @dataclass
@@ -218,13 +219,13 @@ def torch_findings(facts: dict) -> list[Finding]:
                 )
             )
     sg = vtuple((facts.get("packages") or {}).get("sglang"))
-    if sg and sg > (0, 5, 19) and vtuple(cuda, 1) == (12,):
+    if sg and sg > vtuple(LAST_CUDA12_RELEASE) and vtuple(cuda, 1) == (12,):
         out.append(
             Finding(
                 code="env.torch_cuda",
                 severity="warning",
                 title=f"sglang {'.'.join(map(str, sg))} ships "
-                f"for CUDA 13 only (0.5.19 was the last CUDA 12 lane), torch is CUDA {cuda}",
+                f"for CUDA 13 only ({LAST_CUDA12_RELEASE} was the last CUDA 12 lane), torch is CUDA {cuda}",
                 evidence={"torch_cuda": cuda},
                 fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image",
             )
@@ -603,7 +604,7 @@ def facts_rows(facts: dict) -> list[tuple[str, Any]]:
     return rows
 
 
-def verdict(report: Report) -> str:
+def summary_line(report: Report) -> str:
     """One line for the run summary: counts and the GPUs judged."""
     s = report.summary()
     gpus = [f.title.split(":")[0] for f in report.by_code("env.gpu")] or ["no GPU"]
@@ -628,9 +629,9 @@ def load_facts(path: str) -> dict:
 
 def read_facts(path: str | None = None, timeout: float = 60.0) -> dict:
     """Recorded facts from `path`, or a live probe of this machine when no path is given."""
-    from kit.env.probe import probe
+    from kit.env.machine import probe_machine
 
-    return load_facts(path) if path else probe(timeout=timeout)
+    return load_facts(path) if path else probe_machine(timeout=timeout)
 
 
 def launch_parts(launch: str | None) -> tuple[dict[str, str], list[str]]:
@@ -641,7 +642,7 @@ def launch_parts(launch: str | None) -> tuple[dict[str, str], list[str]]:
 
 
 def run_env(cfg: EnvConfig) -> Report:
-    from kit.env.probe import write_facts
+    from kit.env.machine import write_facts
 
     env, argv = launch_parts(cfg.launch)
     facts = read_facts(cfg.facts, cfg.timeout)
@@ -657,10 +658,10 @@ def run_env(cfg: EnvConfig) -> Report:
 
 def doctor_checks(ctx) -> list[Finding]:
     """Doctor provider: probe (unless --no-probe-env), then judge with the launch command's env and flags."""
-    from kit.env.probe import probe
+    from kit.env.machine import probe_machine
 
     env, argv = ctx.launch_env_argv or ({}, [])
-    facts = probe() if ctx.cfg.probe_env else {"schema": "kit.env.facts/1", "label": "not probed"}
+    facts = probe_machine() if ctx.cfg.probe_env else {"schema": "kit.env.facts/1", "label": "not probed"}
     rep = check(facts, env, argv, target_config=ctx.target_config, sglang_version=ctx.cfg.sglang_version)
     return rep.findings
 

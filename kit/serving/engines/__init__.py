@@ -1,0 +1,56 @@
+"""Serving engines behind one seam: a registry of protocol objects (`kit.serving.engines.base.Engine`).
+
+The launcher, the process lifecycle, the log parser, the benchmark client and its metrics ask the engine
+object for everything engine-specific (flag names, readiness, server-info and metrics paths, log
+format, accept-length fields, stop behaviour); none of them branches on an engine's name.
+
+    engine = get_engine("reference")
+    argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
+    engine.ignored_flags(spec)          # SGLang flags this engine would drop
+    resolve_engine("auto")              # the first registered engine that serves here: SGLang on a GPU, else reference
+
+Registered here: `sglang` (`kit.serving.engines.sglang`, real SGLang on a GPU host) and `reference`
+(`kit.serving.engines.reference`, the kit's CPU reference server). Another engine is one module with an
+`Engine` subclass and one `register(...)` call (docs/architecture.md, "How to add a serving engine").
+"""
+
+from __future__ import annotations
+
+from kit.findings import KitInputError
+from kit.serving.engines.base import Engine
+from kit.serving.engines.reference import REFERENCE_FIELDS, ReferenceServer
+from kit.serving.engines.sglang import SGLANG_MODULE, SGLang
+
+__all__ = ["ENGINES", "Engine", "REFERENCE_FIELDS", "SGLANG_MODULE", "get_engine", "register", "resolve_engine"]
+
+ENGINES: dict[str, Engine] = {}
+
+
+def register(engine: Engine) -> Engine:
+    """Make `engine` answer to its name (`--engine NAME`, `get_engine(NAME)`); returns it."""
+    if not engine.name:
+        raise ValueError(f"{type(engine).__name__}: a serving engine needs a name")
+    ENGINES[engine.name] = engine
+    return engine
+
+
+register(SGLang())
+register(ReferenceServer())
+
+
+def get_engine(name: str | Engine | None = None) -> Engine:
+    """The registered engine of that name (an Engine passes through; None: SGLang)."""
+    if isinstance(name, Engine):
+        return name
+    try:
+        return ENGINES[name or "sglang"]
+    except KeyError:
+        raise KitInputError(f"--engine {name!r}: unknown serving engine; choose from {', '.join(ENGINES)}")
+
+
+def resolve_engine(name: str) -> str:
+    """`auto`: the first registered engine that serves on this machine (SGLang with a visible GPU, else the
+    reference server); any other name is checked and returned."""
+    if name == "auto":
+        return next(e.name for e in ENGINES.values() if e.serves_here())
+    return get_engine(name).name

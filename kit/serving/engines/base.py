@@ -1,0 +1,142 @@
+"""What the kit asks of a serving engine: one protocol object per engine, subclassing `Engine`.
+
+A launch spec (`kit.serving.launch.LaunchSpec`) is engine-neutral: its field names are SGLang's argument
+names. An `Engine` owns everything engine-specific the launcher, the process lifecycle, the client, the
+metrics and the benchmark need, so none of them branches on an engine's name:
+
+    argv         `command(spec)` + the spec's fields under this engine's flag names (`flag(name)`)
+    readiness    `ready_path` (200 = serving), `startup_failure(line)`: the log line that ends startup
+    server info  `server_info_paths` (tried in order), `models_path`, `metrics_path`, `flush_path`
+    logs         `parse_log_line(line)`: one line -> a row of `kit.serving.logs.COLUMNS`, or None
+    acceptance   `spec_fields(obj, api)` (per-request fields of one response, normalised),
+                 `request_extra(api)`, `accept_counters(metrics)`, `server_info_accept_length(info)`
+    stop         `stop_signal`, `stop_grace_s`
+
+How to add an engine: docs/architecture.md ("How to add a serving engine"); `kit/tests/serving/toy_engine.py`
+is one that is nothing like SGLang.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from typing import Any
+
+from kit.findings import KitInputError
+
+# the per-request fields `spec_fields` returns (any subset): verify steps, the server's accept length
+# and rate, accepted / proposed draft tokens, the accepted-drafts histogram
+SPEC_KEYS = ("verify_ct", "accept_length", "accept_rate", "num_correct", "num_proposed", "histogram")
+
+# a Python exception line, as a traceback ends: `RuntimeError: ...`, `torch.OutOfMemoryError: ...`
+_EXCEPTION = re.compile(r"^(?:\[[^\]]*\] )?(?P<line>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt): .*)$")
+
+
+def exception_line(lines: list[str]) -> str | None:
+    """The last Python exception line (`SomeError: message`) in `lines`, prefix stripped; None if none."""
+    for line in reversed(lines):
+        m = _EXCEPTION.match(line.strip())
+        if m:
+            return m["line"]
+    return None
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs a server started from here would see: CUDA_VISIBLE_DEVICES when set, else NVML's count
+    (0 without a driver). No torch import: the notebook's torch may be a CPU build beside SGLang's."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return len([d for d in cvd.split(",") if d.strip() and not d.strip().startswith("-")])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: no GPU to serve on
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+class Engine:
+    """A serving engine's protocol. Subclasses set the attributes and override the methods they differ in."""
+
+    name: str = ""
+    description: str = ""
+    start_despite_errors: bool = False  # True: error findings do not stop `kit launch` (the engine ignores them)
+    runs_here: bool = False  # the kit starts it on this machine: its model/draft paths must exist here
+    passes_extra_args: bool = False  # unparsed SGLang flags (LaunchSpec.extra_args) go on its command line
+    resolves_kit_names: bool = False  # it reads the kit's `--model-path embedded` itself (else: a directory)
+    accepts_hub_ids: bool = False  # a model path that is a hub id is downloaded by the engine itself
+    # HTTP
+    ready_path: str = "/health"
+    server_info_paths: tuple[str, ...] = ()
+    models_path: str = "/v1/models"
+    metrics_path: str | None = "/metrics"
+    flush_path: str | None = None
+    # stop: this signal to the process group, SIGKILL after the grace
+    stop_signal: int = signal.SIGTERM
+    stop_grace_s: float = 10.0
+
+    def serves_here(self) -> bool:
+        """Whether it can serve on this machine now (`engine="auto"` takes the first registered one that can)."""
+        return False
+
+    # -- argv ---------------------------------------------------------------------------------
+    def command(self, spec) -> list[str]:
+        """The program argv before the flags."""
+        raise NotImplementedError
+
+    def flag(self, name: str) -> str | None:
+        """This engine's flag for a LaunchSpec field (SGLang's argument name); None: not taken."""
+        return None
+
+    def argv(self, spec) -> list[str]:
+        return self.command(spec) + spec.flags(self.flag) + (list(spec.extra_args) if self.passes_extra_args else [])
+
+    def ignored_flags(self, spec) -> list[str]:
+        """The SGLang flags of `spec` this engine drops (set fields it takes no flag for, unpassed extras)."""
+        out = [
+            "--" + name.replace("_", "-") for name, _ in spec.items() if self.flag(name) is None
+        ]  # fields in field order
+        if not self.passes_extra_args:
+            out += [a for a in spec.extra_args if a.startswith("--")]
+        return out
+
+    def localize(self, spec, target: str) -> dict[str, Any]:
+        """Changes that run `spec` on this machine with the kit's `target` ('embedded' or a local dir)."""
+        return {} if target == "embedded" else {"model_path": target}
+
+    # -- logs ---------------------------------------------------------------------------------
+    def parse_log_line(self, line: str) -> dict | None:
+        return None
+
+    def startup_failure(self, line: str, tail: list[str]) -> str | None:
+        """When `line` says the server will not come up: the reason (its exception line); else None."""
+        return None
+
+    # -- requests -----------------------------------------------------------------------------
+    def generate_request(
+        self, text: str, max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = False, stream: bool = False
+    ) -> tuple[str, dict]:
+        """(path, body) of one request on the engine's native API, the one whose answer carries per-request
+        acceptance (the `api="sglang"` of `kit.measure.client`)."""
+        raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
+
+    # -- acceptance ---------------------------------------------------------------------------
+    def request_extra(self, api: str) -> dict | None:
+        """Fields a request on `api` adds to be answered with its speculative fields."""
+        return None
+
+    def spec_fields(self, obj: dict, api: str) -> dict[str, Any]:
+        """The per-request speculative fields of one response object (or stream chunk), SPEC_KEYS-named."""
+        return {}
+
+    def accept_counters(self, metrics: dict[str, float] | None) -> tuple[float, float] | None:
+        """(generated tokens, verify steps) from one /metrics snapshot; None when it has no such counters."""
+        return None
+
+    def server_info_accept_length(self, info: dict | None) -> float | None:
+        return None

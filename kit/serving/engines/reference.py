@@ -1,0 +1,58 @@
+"""The kit's CPU reference server as a serving engine: `python -m kit serve` (`kit.serving.server`).
+
+It speaks SGLang's HTTP API, log format and flag names, so it is the SGLang engine with three
+differences: it takes only the flags it implements (`REFERENCE_FIELDS`; the others are dropped, and
+`kit launch` says so), it runs on this machine (its paths must exist here), and a launch with error
+findings still starts (the server ignores the flags they are about).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kit.serving.engines.sglang import SGLang
+
+# the LaunchSpec fields the CPU reference server implements; other SGLang flags are dropped for it
+REFERENCE_FIELDS = frozenset(
+    {
+        "model_path",
+        "speculative_algorithm",
+        "speculative_draft_model_path",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "host",
+        "port",
+        "api_key",
+        "served_model_name",
+        "decode_log_interval",
+        "enable_metrics",
+        "max_running_requests",
+        "log_level",
+        "trust_remote_code",
+        "context_length",
+    }
+)
+
+
+class ReferenceServer(SGLang):
+    name = "reference"
+    description = "the kit's CPU reference server (`python -m kit serve`), SGLang's HTTP API and flag semantics"
+    start_despite_errors = True
+    runs_here = True
+    passes_extra_args = False
+    resolves_kit_names = True  # 'embedded' is resolved by the server itself
+    accepts_hub_ids = False
+
+    def serves_here(self) -> bool:
+        return True  # CPU only
+
+    def command(self, spec) -> list[str]:
+        return [sys.executable, "-m", "kit", "serve"]
+
+    def flag(self, name: str) -> str | None:
+        return super().flag(name) if name in REFERENCE_FIELDS else None
+
+    def localize(self, spec, target: str) -> dict[str, Any]:
+        return {"model_path": target}

@@ -1,0 +1,110 @@
+"""Real SGLang as a serving engine: `python -m sglang.launch_server`, on a GPU host.
+
+The protocol object; what it knows of a release (HTTP paths, the speculative fields of a response, the
+/metrics counters, log line formats) it reads from `kit.sglang.http_api` and `kit.sglang.log_format`,
+per release, so a new release touches `kit.sglang` only.
+
+    from kit.serving.engines import get_engine
+    sg = get_engine("sglang")
+    sg.argv(spec)                      # [python3, -m, sglang.launch_server, --model-path, ...]
+    sg.spec_fields(meta_info, "sglang")  # {"verify_ct": 12, "accept_length": 2.4, ...}
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kit.serving.engines.base import Engine, exception_line, visible_gpus
+from kit.sglang import log_format
+from kit.sglang.http_api import HttpApi, http_api
+
+SGLANG_MODULE = "sglang.launch_server"
+
+
+class SGLang(Engine):
+    name = "sglang"
+    description = "real SGLang (`python -m sglang.launch_server`), on a GPU host"
+    passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
+    accepts_hub_ids = True
+
+    def __init__(self, version: str | None = None):
+        self.version = version  # None: the installed release, else the default one
+
+    @property
+    def api(self) -> HttpApi:
+        return http_api(self.version)
+
+    # HTTP paths of the release
+    ready_path = property(lambda self: self.api.ready_path)
+    server_info_paths = property(lambda self: self.api.server_info_paths)
+    models_path = property(lambda self: self.api.models_path)
+    metrics_path = property(lambda self: self.api.metrics_path)
+    flush_path = property(lambda self: self.api.flush_path)
+
+    def serves_here(self) -> bool:
+        """A visible CUDA GPU and an importable SGLang."""
+        import importlib.util
+
+        return visible_gpus() > 0 and importlib.util.find_spec("sglang") is not None
+
+    def command(self, spec) -> list[str]:
+        return [spec.python, "-m", SGLANG_MODULE]
+
+    def flag(self, name: str) -> str | None:
+        return "--" + name.replace("_", "-")  # LaunchSpec fields are SGLang's argument names
+
+    def localize(self, spec, target: str) -> dict[str, Any]:
+        import importlib.util
+
+        changes: dict[str, Any] = {} if target == "embedded" else {"model_path": target}
+        if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
+            changes["python"] = sys.executable
+        return changes
+
+    def parse_log_line(self, line: str) -> dict | None:
+        return log_format.parse_line(line)
+
+    def startup_failure(self, line: str, tail: list[str]) -> str | None:
+        if not log_format.STARTUP_FAILED.search(line):
+            return None
+        return exception_line(tail) or line.strip()
+
+    def generate_request(
+        self, text: str, max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = False, stream: bool = False
+    ) -> tuple[str, dict]:
+        sp: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature}
+        if ignore_eos:
+            sp["ignore_eos"] = True
+        return self.api.generate_path, {"text": text, "sampling_params": sp, "stream": stream}
+
+    def request_extra(self, api: str) -> dict | None:
+        # the OpenAI endpoints answer with `sglext.spec_tokens_details` only when asked (releases that have it)
+        return {"return_spec_tokens_details": True} if api != "sglang" and self.api.openai_spec_details else None
+
+    def spec_fields(self, obj: dict, api: str) -> dict[str, Any]:
+        if api == "sglang":  # /generate: meta_info, per request
+            return self.api.spec_fields(obj.get("meta_info"))
+        det = (obj.get("sglext") or {}).get("spec_tokens_details")
+        if isinstance(det, list):
+            det = det[0] if det else None
+        return self.api.spec_fields(det)
+
+    def accept_counters(self, metrics: dict[str, float] | None) -> tuple[float, float] | None:
+        if not metrics:
+            return None
+
+        def get(base):
+            return metrics.get(base + "_total", metrics.get(base))
+
+        gen, ver = get(self.api.generation_tokens_metric), get(self.api.verify_calls_metric)
+        return None if gen is None or ver is None else (gen, ver)
+
+    def server_info_accept_length(self, info: dict | None) -> float | None:
+        """Lifetime accept length of /server_info (accumulated at decode-log intervals; 0 until the first)."""
+        if not info:
+            return None
+        states = info.get("internal_states") or []
+        vals = [s.get(self.api.server_info_accept_length) for s in states if isinstance(s, dict)]
+        vals = [v for v in vals if v]
+        return sum(vals) / len(vals) if vals else None

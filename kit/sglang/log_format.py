@@ -1,0 +1,97 @@
+"""SGLang's server log lines, per release: decode/prefill lines, events, and the lines that end a startup.
+
+SGLang 0.5.23 logs, every `--decode-log-interval` decode forwards (`metrics_reporter.py`
+`report_decode_stats`):
+
+    [2026-05-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 88, token usage: 0.00,
+        accept len: 2.35, accept rate: 0.45, cuda graph: True, gen throughput (token/s): 91.20, #queue-req: 0
+
+Older releases (e.g. 0.4.6) wrote `Decode batch. ` and only `accept len: x.xx, ` (no rate);
+`cuda graph` is `cpu graph`/`npu graph`/`musa graph` on other devices; `Decode batch [iter]`
+with SGLANG_LOG_FORWARD_ITERS=1; the line may end without a comma or carry MFU suffixes. So a
+line is parsed as its `key: value` pairs, not by one rigid regex; one parser reads every recorded
+release. Also recognised: prefill lines, readiness ("The server is fired up and ready to roll!"),
+load warnings ("skipping unexpected weight", "not found in params_dict"), architecture errors
+("Model architectures [...] are not supported for now") and exception lines.
+
+A startup that fails in a child process (scheduler, detokenizer) is announced by the parent's SIGQUIT
+handler (`tokenizer_manager.py`: "SIGQUIT received. ... It usually means one child failed.";
+`entrypoints/engine.py`: "Received sigquit from a child process. It usually means the child failed."),
+after the child's traceback; SGLang then sleeps 5 s for crash diagnostics before it kills its tree.
+`STARTUP_FAILED` matches those lines, so the starter reports the traceback's exception line at once.
+
+    from kit.sglang.log_format import parse_line
+    parse_line("[2026-05-01 12:00:00 TP0] Decode batch, ..., accept len: 2.35, ...")["accept_len"]
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIX = re.compile(r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?P<rank>(?: [A-Z]+\d+)*)\] (?P<msg>.*)$")
+_BATCH = re.compile(r"^(?P<kind>Decode|Prefill) batch(?: \[(?P<iter>\d+)\])?[.,] (?P<rest>.*)$")
+_PAIR = re.compile(r"^(?P<key>[#A-Za-z][^:]*?): (?P<val>\S+?),?$")
+KEYS = {
+    "#running-req": "running_req",
+    "#token": "tokens",
+    "token usage": "token_usage",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "gen throughput (token/s)": "gen_throughput",
+    "#queue-req": "queue_req",
+    "#new-seq": "new_seq",
+    "#new-token": "new_token",
+    "#cached-token": "cached_token",
+    "cap len": "cap_len",
+    "block accept len": "block_accept_len",
+}
+_GRAPH = re.compile(r"^(cuda|cpu|npu|musa) graph$")
+EVENTS = [
+    ("ready", re.compile(r"The server is fired up and ready to roll")),
+    ("load_warning", re.compile(r"skipping unexpected weight|not found in params_dict|unexpected weight", re.I)),
+    ("arch_error", re.compile(r"Model architectures .* (are not supported for now|failed to be inspected)")),
+    ("error", re.compile(r"^(Traceback \(most recent call last\)|[A-Za-z_.]*(Error|Exception): )")),
+    ("accept_summary", re.compile(r"avg_spec_accept_length=")),
+]
+# the parent's SIGQUIT handler after a child (scheduler, detokenizer) died: startup will not complete
+STARTUP_FAILED = re.compile(r"It usually means (?:one|the) child failed")
+
+
+def _num(v: str):
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return v
+
+
+def parse_line(line: str) -> dict | None:
+    """One log line -> a row dict (kind = decode/prefill/ready/load_warning/arch_error/error/...), or None."""
+    line = line.rstrip("\n")
+    m = _PREFIX.match(line)
+    time_, rank, msg = (m["time"], m["rank"].strip() or None, m["msg"]) if m else (None, None, line.strip())
+    b = _BATCH.match(msg)
+    if b:
+        row = {"time": time_, "rank": rank, "kind": b["kind"].lower(), "message": msg}
+        for part in b["rest"].split(", "):
+            p = _PAIR.match(part.strip())
+            if not p:
+                continue
+            key, val = p["key"].strip(), p["val"]
+            g = _GRAPH.match(key)
+            if g:
+                row["graph"], row["graph_device"] = _num(val), g[1]
+            elif key in KEYS:
+                row[KEYS[key]] = _num(val)
+        return row
+    for kind, rx in EVENTS:
+        if rx.search(msg):
+            row = {"time": time_, "rank": rank, "kind": kind, "message": msg}
+            if kind == "accept_summary":
+                row["accept_len"] = _num(msg.split("avg_spec_accept_length=", 1)[1].split()[0])
+            return row
+    return None
