@@ -254,7 +254,7 @@ class Page:
     def run_all(self, lab: Lab, name: str, timeout: float) -> float:
         t0 = time.monotonic()
         self.menu("Run", "Run All Cells")
-        self.wait("the run to start", lambda: any("*" in p for p in self.prompts()), 30, every=0.2)
+        self.wait("the run to start", lambda: any(re.search(r"\*|\d", p) for p in self.prompts()), 60, every=0.2)
 
         def finished():
             ps = self.prompts()
