@@ -148,6 +148,28 @@ def test_default_release_written_once():
     assert not hits, "the default release written as a literal:\n" + "\n".join(hits)
 
 
+def test_no_branching_on_engine_names():
+    """What differs between serving engines is asked of the engine object (`kit.serving.engines`): no module
+    compares an engine's name with a string (`engine == "reference"`)."""
+
+    def names_engine(node) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return name == "engine" or name.endswith("_engine")
+
+    hits = []
+    for name, path in modules().items():
+        if name.startswith("kit.serving.engines"):
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Compare):
+                sides = [n.left, *n.comparators]
+                if any(names_engine(s) for s in sides) and any(
+                    isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides
+                ):
+                    hits.append(f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)}")
+    assert not hits, "branching on engine names (ask the engine object instead):\n" + "\n".join(hits)
+
+
 def test_release_numbers_only_in_kit_sglang():
     """What a release does is knowledge of `kit.sglang` (versioned there); no other package names a release:
     neither a 0.4.x/0.5.x literal nor any release the recorded tables hold (kit.sglang.loader.known_versions)."""

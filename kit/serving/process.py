@@ -206,7 +206,7 @@ class ServerProcess:
             rc = self.proc.poll()
             if rc is not None:
                 self._join_reader()
-                why = exception_line(self.tail(50))
+                why = self.startup_failure or exception_line(self.tail(50))
                 raise ServerExited(
                     f"server exited with code {rc} before it was ready{': ' + why if why else ''}; last log lines:\n"
                     + "\n".join(self.tail(20))

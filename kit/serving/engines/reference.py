@@ -54,5 +54,10 @@ class ReferenceServer(SGLang):
     def flag(self, name: str) -> str | None:
         return super().flag(name) if name in REFERENCE_FIELDS else None
 
+    def startup_failure(self, line: str, tail: list[str]) -> str | None:
+        # `kit serve` ends a failed load with one line (then exits: 2 for a user error, 1 otherwise)
+        _, sep, why = line.partition("kit serve: error: ")
+        return why.strip() if sep else super().startup_failure(line, tail)
+
     def localize(self, spec, target: str) -> dict[str, Any]:
         return {"model_path": target}

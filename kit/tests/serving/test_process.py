@@ -150,3 +150,13 @@ def test_launched_server_env_keeps_nvlink_multicast_off():
     assert srv.wait() == 0
     srv.stop()
     assert "ENV 0 1 1 LL" in srv.tail(5)
+
+
+def test_exit_message_names_the_engines_own_reason():
+    """The reference server ends a failed load with one `kit serve: error:` line and exit 2 (no traceback)."""
+    code = "print('[2026-12-01 05:15:02] kit serve: error: fc.weight: shape (32, 96) != expected (32, 192)'); raise SystemExit(2)"
+    srv = ServerProcess([sys.executable, "-c", code], port=free_port(), engine="reference")
+    with pytest.raises(
+        ServerExited, match=r"^server (exited with code 2 before it was ready|failed to start): fc\.weight: shape"
+    ):
+        srv.wait_ready(timeout=30, poll=0.1)
