@@ -85,21 +85,21 @@ _SAVED_ONLY_CELL_METADATA = ("execution", "scrolled")
 
 
 def strip_saved_outputs(model: dict, path: str, contents_manager, **kwargs) -> None:
-    """Jupyter server pre-save hook (set by `jupyter_server_config.py` at the checkout's top, which the README's
-    `jupyter lab --config=jupyter_server_config.py notebooks/` reads): the kit's own notebooks under notebooks/ are written without outputs,
-    execution counts and the metadata a session adds, byte for byte as committed, so running them in
-    JupyterLab leaves `git status` clean. What they produced is in their run folder (`runs/<time>/`).
-    Any other notebook is saved as it is."""
+    """Jupyter server pre-save hook, set by `jupyter_server_config.py` (the README's
+    `jupyter lab --config=jupyter_server_config.py notebooks/`): the kit's own notebooks under notebooks/ are
+    written without outputs, execution counts and the metadata a session adds, byte for byte as committed,
+    so running them in JupyterLab leaves `git status` clean. What they produced is in their run folder
+    (`runs/<time>/`). Any other notebook is saved as it is."""
     if model.get("type") != "notebook":
         return
     if (Path(contents_manager.root_dir) / path).resolve().parent != NOTEBOOKS.resolve():
         return
     nb = model["content"]
     for key in _SAVED_ONLY_METADATA:
-        nb["metadata"].pop(key, None)
+        nb.get("metadata", {}).pop(key, None)
     for cell in nb["cells"]:
         for key in _SAVED_ONLY_CELL_METADATA:
-            cell["metadata"].pop(key, None)
+            cell.get("metadata", {}).pop(key, None)
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
 
