@@ -537,9 +537,12 @@ def matrix(args) -> dict:
 # kit bench vs sglang.bench_serving on one server; CUDA graphs baseline vs EAGLE3
 # ---------------------------------------------------------------------------------------------
 def sharegpt_file(prompts: list[dict], path: Path) -> Path:
-    """The same prompts as a ShareGPT-format file for bench_serving (--dataset-name sharegpt)."""
+    """The prompts as a ShareGPT-format file for bench_serving (--dataset-name sharegpt). Each human turn is
+    the text the kit sends (`rendered`: chat template applied, special tokens as the template writes them),
+    so bench_serving runs WITHOUT --apply-chat-template: with it, 0.5.17 renders the template itself and then
+    deletes every `tokenizer.bos_token` (`<|im_start|>` for SmolLM2, three per prompt) from the text."""
     rows = [
-        {"id": p["rid"], "conversations": [{"from": "human", "value": p["text"]}, {"from": "gpt", "value": "x"}]}
+        {"id": p["rid"], "conversations": [{"from": "human", "value": p["rendered"]}, {"from": "gpt", "value": "x"}]}
         for p in prompts
     ]
     path.write_text(json.dumps(rows))
@@ -562,6 +565,7 @@ def kit_bench(
     repeats=1,
     log_path=None,
     chat_template="embedded",
+    warmup=2,
 ) -> dict:
     from kit.measure.bench import BenchConfig, run_bench
 
@@ -572,7 +576,7 @@ def kit_bench(
         max_new_tokens=max_new_tokens,
         ignore_eos=True,
         concurrency=conc,
-        warmup=2,
+        warmup=warmup,
         repeats=repeats,
         chat_template=chat_template,
         out_dir=str(out),
@@ -590,9 +594,9 @@ def kit_bench(
 def bench_serving(port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int) -> dict:
     cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(ds), "--tokenizer", target]
-    cmd += ["--num-prompts", str(n), "--sharegpt-output-len", str(max_new_tokens), "--apply-chat-template"]
+    cmd += ["--num-prompts", str(n), "--sharegpt-output-len", str(max_new_tokens)]
     cmd += ["--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "0", "--output-file", str(out)]
-    cmd += ["--warmup-requests", "2", "--flush-cache"]
+    cmd += ["--warmup-requests", "2", "--flush-cache", "--disable-tqdm"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, **MULTICAST_OFF})
     res = {
@@ -608,6 +612,20 @@ def bench_serving(port: int, target: str, ds: Path, out: Path, conc: int, n: int
     return res
 
 
+def server_prompt_tokens(base: str) -> float | None:
+    """SGLang's own count of prompt tokens served so far (/metrics `sglang:prompt_tokens_total`)."""
+    import urllib.request
+
+    from kit.measure.metrics import parse_prometheus
+
+    try:
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+            m = parse_prometheus(r.read().decode())
+    except OSError:
+        return None
+    return next((v for k, v in m.items() if k.startswith("sglang:prompt_tokens_total")), None)
+
+
 def _setup_ctx(args):
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -621,38 +639,85 @@ def _setup_ctx(args):
 
 
 def bench_compare(args) -> dict:
-    """`kit bench` and `python -m sglang.bench_serving` on one server, same prompts (same multiset), same
-    concurrency, fixed output length (ignore_eos), streamed `/generate` in both."""
+    """`kit bench` and `python -m sglang.bench_serving` side by side on one server (baseline, CUDA graphs):
+    the same prompt texts (the kit's chat-templated prompts, cycled), the same request count, concurrency and
+    fixed output length (ignore_eos), streamed `/generate` in both. The request count per concurrency comes
+    from a short kit pilot so that each client's run lasts at least --min-seconds; SGLang's /metrics counts
+    the prompt tokens each client sent."""
     from kit.measure.bench import load_prompts, request_list
+    from kit.models import chat_renderer
 
     work, out, target, drafts = _setup_ctx(args)
-    prompts = load_prompts("builtin")
+    render = chat_renderer(target)
+    prompts = [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")]
     row = next(r for r in ROWS if r.name == args.row)
     h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=args.server_extra)
-    doc: dict = {"row": row.name, "runs": {}}
+    doc: dict = {"row": row.name, "server_extra": args.server_extra, "runs": {}}
     if not wait(h):
         doc["error"] = h.get("error")
         doc["stop"] = stop(h)
         return doc
     doc["startup_s"] = h.get("startup_s")
+    base = h["server"].base_url
     try:
         for conc in args.concurrency_list:
-            n = n_requests(conc, args.num_prompts)
-            ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
-            kb = kit_bench(
-                h["server"].base_url, out / f"kit_c{conc}", conc, n, args.max_new_tokens, row.name, chat_template=target
+            pilot_n = max(24, 8 * conc)
+            pilot = kit_bench(
+                base, out / f"pilot_c{conc}", conc, pilot_n, args.max_new_tokens, "pilot", chat_template=target
             )
+            # the pilot's rate ran ~25% under the steady one at c=1 on the H200 (50 s runs for a 60 s target): margin
+            rate = pilot["labels"]["pilot"]["req_s"]
+            n = max(pilot_n, int(args.min_seconds * rate * 1.3) + conc)
+            ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
+            p0 = server_prompt_tokens(base)
+            kb = kit_bench(base, out / f"kit_c{conc}", conc, n, args.max_new_tokens, "kit", chat_template=target)
+            p1 = server_prompt_tokens(base)
             bs = bench_serving(
                 args.port, target, ds, out / f"bench_serving_c{conc}.jsonl", conc, n, args.max_new_tokens
             )
-            doc["runs"][str(conc)] = {"n": n, "kit_bench": kb, "bench_serving": bs}
+            p2 = server_prompt_tokens(base)
+            doc["runs"][str(conc)] = {
+                "n": n,
+                "pilot_req_s": rate,
+                "server_prompt_tokens": {
+                    "kit": (p1 - p0) if None not in (p0, p1) else None,
+                    "bench_serving": (p2 - p1) if None not in (p1, p2) else None,
+                },
+                "kit_bench": kb,
+                "bench_serving": bs,
+            }
             (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
-            print(f"[bench] c={conc} done", flush=True)
+            print(f"[bench] c={conc} n={n} done", flush=True)
     finally:
         doc["stop"] = stop(h)
         doc["log"] = log_events(h["spec"].log_file)
+    doc["table"] = parity_table(doc)
     (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
+
+
+def parity_table(doc: dict) -> list[dict]:
+    """One row per concurrency: kit bench beside bench_serving (ms, tok/s, seconds, prompt tokens)."""
+    rows = []
+    for conc, r in doc.get("runs", {}).items():
+        k = (r["kit_bench"].get("labels") or {}).get("kit") or {}
+        b = (r["bench_serving"].get("result")) or {}
+        ms = lambda v: round(v * 1e3, 2) if v is not None else None  # noqa: E731
+        rows.append(
+            {
+                "concurrency": int(conc),
+                "requests": r["n"],
+                "ttft_p50_ms": [ms(k.get("ttft_p50_s")), b.get("median_ttft_ms")],
+                "ttft_mean_ms": [ms(k.get("ttft_mean_s")), b.get("mean_ttft_ms")],
+                "itl_p50_ms": [ms(k.get("itl_p50_s")), b.get("median_itl_ms")],
+                "e2e_p50_ms": [ms(k.get("e2e_p50_s")), b.get("median_e2e_latency_ms")],
+                "output_tok_s": [k.get("output_tok_s"), b.get("output_throughput")],
+                "duration_s": [k.get("duration_s"), b.get("duration")],
+                "prompt_tokens_server": [r["server_prompt_tokens"]["kit"], r["server_prompt_tokens"]["bench_serving"]],
+                "prompt_tokens_client": [k.get("prompt_tokens"), b.get("total_input_tokens")],
+            }
+        )
+    return rows
 
 
 def graphs(args) -> dict:
@@ -717,11 +782,14 @@ def main(argv=None) -> int:
     sub.choices["matrix"].add_argument("--concurrency", type=int, default=4)
     for name in ("bench", "graphs"):
         sub.choices[name].add_argument("--gpu", default="0")
-        sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 4, 16])
-    sub.choices["bench"].add_argument("--row", default="eagle3_chain_3-1-4")
+        sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 16])
+    sub.choices["bench"].add_argument("--row", default="baseline")
     sub.choices["bench"].add_argument("--target", default=None, help="target dir (default: the embedded SmolLM2)")
     sub.choices["graphs"].add_argument("--repeats", type=int, default=2)
-    sub.choices["bench"].add_argument("--server-extra", nargs="*", default=["--disable-cuda-graph"])
+    sub.choices["bench"].add_argument(
+        "--server-extra", nargs="*", default=["--cuda-graph-max-bs", "16", "--enable-metrics"]
+    )
+    sub.choices["bench"].add_argument("--min-seconds", type=float, default=60.0, help="least seconds per client run")
     a = p.parse_args(argv)
     fn = {
         "setup": lambda: setup(Path(a.carry), Path(a.work)),

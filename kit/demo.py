@@ -9,6 +9,7 @@ hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebook
     python -m kit demo                      # the seed replayed on the embedded default
     python -m kit demo --quick              # smaller settings (what the tests run)
     python -m kit demo --target T --draft D --launch "python -m sglang.launch_server ..."
+    python -m kit demo --gpu                # the same story on real SGLang (GPU host, bundle installed): kit/demo_gpu.py
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class DemoConfig:
     quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
     only: list[str] | None = field(
         default=None, metadata={"help": "run only notebooks whose name contains one of these"}
+    )
+    gpu: bool = field(
+        default=False, metadata={"help": "on a GPU host with the SGLang bundle: the seed's story on real SGLang"}
     )
 
 
@@ -205,5 +209,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    run_demo(kconfig.from_namespace(DemoConfig, args))
+    cfg = kconfig.from_namespace(DemoConfig, args)
+    if cfg.gpu:
+        from kit.demo_gpu import run_gpu_demo
+
+        run_gpu_demo(cfg)
+        return 0
+    run_demo(cfg)
     return 0

@@ -16,6 +16,7 @@ an ipywidgets `Image`.
     expected_vs_observed(rows, out_dir)       oracle vs server accept length, side by side and y = x
     oracle_wiring(results, out_dir)           the oracle's accept length per wiring (notebook 03)
     decode_accept_len(frame, out_dir)         decode-log accept length per launch (notebook 04)
+    engine_comparison(rows, out_dir)          tok/s and speedup per launch, one group per engine (GPU demo)
 
 Every figure reads without the code: a title says what is shown and `data` (a line built by
 `describe(...)`: model, draft, prompts, settings) says on what; axes are labelled with units,
@@ -342,6 +343,36 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
         ax.set_ylabel("observed accept length (server)")
         ax.legend(loc="upper left", fontsize=8)
     _title(fig, "Expected (offline oracle) vs observed (server) accept length", data)
+    save(fig, out_dir, name)
+    return fig
+
+
+def engine_comparison(rows: Sequence[dict], out_dir, name: str = "engine_comparison", data: str = ""):
+    """Rows {"engine", "launch", "tok_s", "speedup"} (speedup over that engine's own no-speculation arm):
+    output tok/s per launch (left) and the speedup (right), one bar group per engine."""
+    import pandas as pd
+    import seaborn as sns
+
+    fig, (ax1, ax2) = _figure(2, width=5.2, height=3.8)
+    df = pd.DataFrame([r for r in rows if r.get("tok_s") is not None])
+    if len(df):
+        sns.barplot(df, x="engine", y="tok_s", hue="launch", ax=ax1, errorbar=None)
+        _label_bars(ax1, "{:.0f}")
+        ax1.set_xlabel("engine")
+        ax1.set_ylabel("output tok/s")
+        sp = df.dropna(subset=["speedup"]) if "speedup" in df else df.iloc[0:0]
+        if len(sp):
+            sns.barplot(sp, x="engine", y="speedup", hue="launch", ax=ax2, errorbar=None)
+            _label_bars(ax2, "{:.2f}x")
+            ax2.axhline(1.0, color="gray", ls="--")
+            ax2.set_xlabel("engine")
+            ax2.set_ylabel("speedup over no speculation")
+        else:
+            _empty(ax2, "no speedups")
+    else:
+        _empty(ax1, "no throughput")
+        _empty(ax2, "no speedups")
+    _title(fig, "Speculation on real SGLang beside the kit's engine", data)
     save(fig, out_dir, name)
     return fig
 

@@ -61,7 +61,12 @@ FLASHINFER_FLAG = re.compile(r"^(?P<indent>[ \t]*)_has_flashinfer\s*=\s*True\s*$
 PATCH_LINE = "_has_flashinfer = False  # kit bundle: flashinfer's JIT sources are not carried"
 # sglang/utils.py imports `from IPython.display import HTML, display` at import time; these two names suffice
 IPYTHON_STUB = {
-    "IPython/__init__.py": '"""Stub carried by the kit\'s SGLang bundle: only IPython.display is imported."""\n',
+    # matplotlib reads `IPython.version_info` whenever IPython is imported (a GUI-backend shim it skips for
+    # IPython >= 8.24): the stub answers so that a process that imported sglang can still draw figures
+    "IPython/__init__.py": (
+        '"""Stub carried by the kit\'s SGLang bundle: only IPython.display is imported."""\n\n'
+        "version_info = (8, 24, 0, '')\n"
+    ),
     "IPython/display.py": (
         '"""Stub: the two names sglang/utils.py imports."""\n\n\n'
         "class HTML:\n    def __init__(self, data=None, *args, **kwargs):\n"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU-host side of `kit demo --gpu` and of the kit bench / sglang.bench_serving parity run. The 64 MiB transfer
+# limit splits the bundle (bundle.part*) and the SmolLM2 GGUF (gguf.part*) over several calls: each call carries
+# some parts in stage/ and they are kept in /root/stage while the machine stays warm (a staging call needs no code:
+# `mkdir -p /root/stage && cp stage/* /root/stage/`).
+#   bash bench/gpu_demo.sh install # join bundle.part* and install the bundle into /root/site
+#   bash bench/gpu_demo.sh demo    # join the GGUF (md5 checked), then `kit demo --gpu`
+#   bash bench/gpu_demo.sh finish  # score a served run carried as stage/demo_run.tgz (python -m kit.demo_gpu finish)
+#   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16, >= 60 s
+# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+S=/root/stage
+OUT=${OUT:-/tmp/out_local}
+mkdir -p "$S" "$OUT"
+export KIT_CACHE_DIR=$S/cache KIT_SMOLLM2_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf PYTHONPATH=/root/site:$PWD
+cp -r stage/. "$S"/ 2>/dev/null
+join_gguf() { [ -f "$KIT_SMOLLM2_GGUF" ] || cat "$S"/gguf.part* > "$KIT_SMOLLM2_GGUF"; md5sum "$KIT_SMOLLM2_GGUF"; }
+case $1 in
+install)
+  t0=$(date +%s)
+  cat "$S"/bundle.part* > "$S"/sglang-0.5.17-sm90-cp312.tar.xz
+  python3 -m kit.sglang.bundle install "$S"/sglang-0.5.17-sm90-cp312.tar.xz --target /root/site 2>&1 | tail -1
+  echo "install_s=$(($(date +%s) - t0))"
+  ;;
+demo)
+  join_gguf
+  D=""
+  [ -f stage/draft/config.json ] && D="--draft $PWD/stage/draft"
+  t0=$(date +%s)
+  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" $D 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
+  echo "demo_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/demo.log"
+  tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
+  ;;
+finish)
+  # score a served run carried as stage/demo_run.tgz (the GGUF joined as in `demo`)
+  join_gguf
+  mkdir -p "$S/runs" && tar xzf "$S"/demo_run.tgz -C "$S/runs"
+  R=$(ls -d "$S"/runs/2* | tail -1)
+  python3 -c "import kit.models as m; print(m.embedded_dir())" 2>&1 | tail -1
+  timeout 200 python3 -m kit.demo_gpu finish "$R" 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/finish.log"
+  tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
+  ;;
+parity)
+  timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
+    --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$OUT/parity.log"
+  tar czf "$OUT/parity.tgz" -C "$S" parity
+  ;;
+esac

@@ -1,0 +1,522 @@
+"""`python -m kit demo --gpu`: the seed's story on real SGLang, on a GPU host with the offline bundle installed.
+
+The CPU demo (`kit demo`) replays the seed on the kit's reference server; this one serves the same target and
+draft with real SGLang and measures them the way `kit bench` does:
+
+1. the target: the embedded SmolLM2, dequantized from its GGUF into an HF directory SGLang loads
+   (`kit.models.embedded_dir`); the draft: the shipped demo draft (`kit.models.shipped_draft`; `--draft` for another);
+2. three launches built from the seed's command line (`SEED_LAUNCH`, 8 GPUs) adapted to one GPU
+   (`one_gpu`): the seed's own (`--speculative-algorithm EAGLE`), the kit's fix of it (`apply_fixes` of
+   its lint: `EAGLE3`) and the same line without speculation (the baseline). They start together on the
+   one GPU (startup dominates: ~1 min each) and are benched one after the other;
+3. the oracle (`kit oracle --compare`, CPU) computes the expected accept length of both launches while
+   the servers start; `kit bench` measures baseline vs seed and baseline vs fixed (interleaved repeats,
+   batch 1, CUDA graphs), each with every acceptance source and the speedup's interval;
+4. after the servers stop, the kit's own engine decodes the same prompts in CUDA graphs
+   (`kit.reference.graphs`: greedy, the seed's wiring, the fixed wiring), for its figures beside SGLang's;
+5. verdicts (`kit.measure.verdict`), figures and `runs/<time>/summary.json` + `summary.md`.
+
+    kit bundle install sglang-<release>-<arch>-<python>.tar.xz --target /opt/sglang-site
+    PYTHONPATH=/opt/sglang-site kit demo --gpu
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.findings import KitInputError, Report
+
+# the seed's launch (its 8-GPU Kimi-K2.5 line, verbatim but for the interpreter path)
+SEED_LAUNCH = (
+    "NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_P2P_LEVEL=SYS NCCL_MAX_NCHANNELS=16 NCCL_BUFFSIZE=16777216 "
+    "NCCL_NTHREADS=512 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python3 -m sglang.launch_server "
+    "--model-path /shared/kimi-k2.5-int4 --trust-remote-code --tp-size 8 --mem-fraction-static 0.85 "
+    "--host 0.0.0.0 --port 8000 --num-continuous-decode-steps 4 --disable-custom-all-reduce --log-level info "
+    "--speculative-algorithm EAGLE --speculative-draft-model-path /data/eagle3/output_10k_sglang/4 "
+    "--speculative-num-draft-tokens 5 --speculative-eagle-topk 4 --speculative-num-steps 3"
+)
+LAUNCHES = ("baseline", "seed", "fixed")
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What the GPU demo measures (`quick` shrinks it)."""
+
+    num_prompts: int = 24
+    max_new_tokens: int = 128
+    repeats: int = 4
+    concurrency: int = 1
+    # the one-GPU point of both speculative launches: the demo draft's chain (the seed's 3-4-5 is a tree
+    # sized for a 1T target on 8 GPUs; the kit's graphed engine runs chains only, so both engines share it)
+    speculative_num_steps: int = 2
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int = 3
+    mem_fraction_static: float = 0.25  # three servers share the GPU; the KV pool is capped below
+    max_total_tokens: int = 32768
+    cuda_graph_max_bs: int = 4
+    ready_timeout_s: float = 480.0
+
+    @classmethod
+    def for_run(cls, quick: bool) -> GpuPlan:
+        return cls(num_prompts=6, max_new_tokens=32, repeats=2) if quick else cls()
+
+
+def preflight() -> dict[str, Any]:
+    """SGLang importable and a CUDA GPU visible, else one line saying how to get there."""
+    import importlib.util
+
+    from kit.sglang.versions import installed_version
+
+    if importlib.util.find_spec("sglang") is None:
+        raise KitInputError(
+            "kit demo --gpu: SGLang is not importable here; install the offline bundle "
+            "(kit bundle install sglang-<ver>-<arch>-<py>.tar.xz --target DIR) and put DIR on PYTHONPATH"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        raise KitInputError("kit demo --gpu: no CUDA GPU visible to torch (kit env says why)")
+    return {
+        "sglang": installed_version(),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
+def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: Path):
+    """The seed's launch on this one GPU: local target and draft, loopback and a free port (`localize`),
+    no tensor parallelism, a memory share and a capped KV pool so three servers fit, the demo's chain
+    point, the bundle's flags (`kit.sglang.bundle.RELEASES`) and CUDA graphs for batch 1..max_bs.
+    The seed's algorithm, NCCL variables and remaining flags stay."""
+    from kit.serving import launch as kl
+    from kit.sglang.bundle import RELEASES
+    from kit.sglang.versions import installed_version
+
+    release = RELEASES.get(installed_version() or "")
+    flags = list(release.launch_flags) if release else []
+    attention = None
+    if "--attention-backend" in flags:  # a spec field, not an extra flag
+        i = flags.index("--attention-backend")
+        attention = flags[i + 1]
+        del flags[i : i + 2]
+    extra = list(spec.extra_args) + flags
+    extra += ["--max-total-tokens", str(plan.max_total_tokens), "--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
+    local = kl.localize(spec, "sglang", target, draft, port=port, decode_log_interval=20)
+    return local.replace(
+        tp_size=None,
+        mem_fraction_static=plan.mem_fraction_static,
+        attention_backend=attention or local.attention_backend,
+        speculative_num_steps=plan.speculative_num_steps,
+        speculative_eagle_topk=plan.speculative_eagle_topk,
+        speculative_num_draft_tokens=plan.speculative_num_draft_tokens,
+        python=sys.executable,
+        log_file=str(log_file),
+        extra_args=extra,
+    )
+
+
+def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str | None) -> tuple[dict, dict]:
+    """{name: LaunchSpec} for baseline, seed and fixed, and {name: Report}: the checks `kit launch` runs before a
+    start (`kit.serving.preflight.launch_report`: kit doctor's, SGLang's real parser among them)."""
+    from kit.serving import launch as kl
+    from kit.serving.preflight import launch_report
+    from kit.serving.process import free_port
+
+    ports: list[int] = []
+    while len(ports) < len(LAUNCHES):  # three distinct free ports
+        p = free_port()
+        ports += [p] if p not in ports else []
+    port = dict(zip(LAUNCHES, ports))
+    log = {n: log_dir / f"server_{n}.log" for n in LAUNCHES}
+    seed = one_gpu(kl.spec_from_command(SEED_LAUNCH), plan, target, draft, port["seed"], log["seed"])
+    seed_report = launch_report(seed, sglang_version=version)
+    fixed = kl.apply_fixes(seed, seed_report).replace(port=port["fixed"], log_file=str(log["fixed"]))
+    base = seed.replace(
+        speculative_algorithm=None,
+        speculative_draft_model_path=None,
+        speculative_num_steps=None,
+        speculative_eagle_topk=None,
+        speculative_num_draft_tokens=None,
+        port=port["baseline"],
+        log_file=str(log["baseline"]),
+    )
+    specs = {"baseline": base, "seed": seed, "fixed": fixed}
+    reports = {"seed": seed_report, "fixed": launch_report(fixed, sglang_version=version)}
+    return specs, reports
+
+
+def start_oracle(plan: GpuPlan, target: str, draft: str, out: Path) -> subprocess.Popen:
+    """`kit oracle --compare` on the CPU (fp32) in a subprocess: correct wiring and the seed's EAGLE path."""
+    argv = [sys.executable, "-m", "kit", "oracle", "--compare", "--json", "--target", target, "--draft", draft]
+    argv += ["--num-prompts", str(plan.num_prompts), "--max-new-tokens", str(plan.max_new_tokens)]
+    argv += ["--speculative-num-steps", str(plan.speculative_num_steps)]
+    argv += ["--speculative-eagle-topk", str(plan.speculative_eagle_topk)]
+    argv += ["--speculative-num-draft-tokens", str(plan.speculative_num_draft_tokens)]
+    # CPU only, and few threads: the servers being benched share this host's cores
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4"}
+    return subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env)
+
+
+def oracle_result(out: Path, proc: subprocess.Popen | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """The oracle's expected accept lengths from its output file (waiting for its process when given)."""
+    if proc is not None:
+        proc.wait(timeout)
+    text = out.read_text() if out.exists() else ""
+    lines = [x for x in text.splitlines() if x.startswith("{")]
+    if not lines:
+        rc = proc.returncode if proc is not None else None
+        return {"error": f"kit oracle exited {rc}: " + "".join(text.splitlines()[-1:])}
+    doc = json.loads(lines[-1])
+    res = doc["results"]
+    return {
+        "fixed_launch": res["correct"]["meta_accept_length"],
+        "seed_launch": res["launched as EAGLE"]["meta_accept_length"],
+        "params": doc["params"],
+        "results": {k: {kk: v[kk] for kk in ("meta_accept_length", "accept_length", "wiring")} for k, v in res.items()},
+    }
+
+
+def startup_error(log_file: str | None) -> str | None:
+    """SGLang's own exception line from a server log (the last line that names an Error)."""
+    if not log_file or not Path(log_file).exists():
+        return None
+    hits = [ln.strip() for ln in Path(log_file).read_text(errors="replace").splitlines() if "Error" in ln]
+    return hits[-1][:400] if hits else None
+
+
+def bench_pair(plan: GpuPlan, base_url: str, url: str, label: str, target: str, log_file: str, out: Path):
+    from kit.measure.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(
+        url=url,
+        baseline_url=base_url,
+        label=label,
+        num_prompts=plan.num_prompts,
+        max_new_tokens=plan.max_new_tokens,
+        concurrency=plan.concurrency,
+        repeats=plan.repeats,
+        warmup=2,
+        chat_template=target,
+        log_path=log_file,
+        out_dir=str(out),
+        progress=False,
+    )
+    return run_bench(cfg)
+
+
+def paired(result, label: str) -> dict[str, Any]:
+    """Speedup of `label` over the baseline from the interleaved repeats: per-repeat ratios of output tok/s
+    (median, t interval over the log ratios: `kit.measure.metrics.paired_speedup`) and the unpaired one."""
+    from kit.measure import metrics as km
+
+    runs = result.summary["runs"]
+    base = {r["repeat"]: r["output_tok_s"] for r in runs if r["label"] == "baseline"}
+    spec = {r["repeat"]: r["output_tok_s"] for r in runs if r["label"] == label}
+    ratios = [spec[k] / base[k] for k in sorted(base) if k in spec and base[k]]
+    p = km.paired_speedup(ratios)
+    ci = (result.summary.get("speedup") or {}).get(label, {})
+    return {
+        "median": p["median"],
+        "ci95": [p["low"], p["high"]],
+        "ratios": ratios,
+        "unpaired": {k: ci.get(k) for k in ("speedup", "t_low", "t_high", "boot_low", "boot_high")},
+    }
+
+
+def reference_graphed(plan: GpuPlan, target: str, draft: str) -> dict[str, Any]:
+    """The kit's engine on this GPU, bf16, batch 1, CUDA graphs (`kit.reference.graphs`): greedy, the seed's
+    wiring (EAGLE: one final hidden state) and the fixed wiring (EAGLE3), on the same prompts and lengths."""
+    import torch
+
+    from kit.models import chat_ids, load_target
+    from kit.prompts import builtin_prompts, interleave_kinds
+    from kit.reference.draft_io import load_draft
+    from kit.reference.graphs import GraphedChainDecoder, GraphedGreedy
+    from kit.reference.speculate import Wiring
+    from kit.sglang.params import SpecParams
+
+    model, tok = load_target(target, dtype="bfloat16", device="cuda")
+    d = load_draft(draft, target_model=model, dtype=torch.bfloat16).to("cuda")
+    if d.hot_token_id is not None:  # a plain attribute, not moved by .to()
+        d.hot_token_id = d.hot_token_id.cuda()
+    rows = [chat_ids(tok, r["prompt"]) for r in interleave_kinds(builtin_prompts())][: plan.num_prompts]
+    eos = model.generation_config.eos_token_id
+    params = SpecParams(plan.speculative_num_steps, plan.speculative_eagle_topk, plan.speculative_num_draft_tokens)
+    cap = max(len(r) for r in rows) + plan.max_new_tokens + 16
+    arms = {
+        "greedy": GraphedGreedy(model, capacity=cap),
+        "seed": GraphedChainDecoder(model, d, params, Wiring(algorithm="EAGLE"), capacity=cap),
+        "fixed": GraphedChainDecoder(model, d, params, Wiring(), capacity=cap),
+    }
+    out: dict[str, Any] = {"dtype": "bfloat16", "params": params.resolved().label(), "prompts": len(rows)}
+    for name, dec in arms.items():
+        dec.generate(rows[0], 8, eos)  # first-use kernel selection outside the timing
+        toks = steps = kept = 0
+        wall = 0.0
+        for r in rows:
+            res = dec.generate(r, plan.max_new_tokens, eos)
+            toks += len(res.tokens)  # new tokens, the prefill's first
+            steps += res.verify_steps
+            kept += sum(res.accept_lengths)
+            wall += res.verify_time_s  # the request's wall time, prefill included
+        out[name] = {
+            "tok_s": round(toks / wall, 1),
+            "accept_length": round(kept / steps, 4) if steps else None,
+            "tokens": toks,
+            "wall_s": round(wall, 2),
+        }
+    for name in ("seed", "fixed"):
+        out[name]["speedup"] = round(out[name]["tok_s"] / out["greedy"]["tok_s"], 3)
+    del arms, model, d
+    torch.cuda.empty_cache()
+    return out
+
+
+def engine_rows(tok_s: dict, speedup: dict, reference: dict) -> list[dict]:
+    """SGLang's and the kit engine's tok/s and speedups as rows for `kit.measure.plots.engine_comparison`."""
+    rows = [{"engine": "SGLang", "launch": "no speculation", "tok_s": tok_s.get("baseline"), "speedup": 1.0}]
+    for n in ("seed", "fixed"):
+        sp = (speedup.get(f"{n}_launch") or {}).get("median")
+        rows.append({"engine": "SGLang", "launch": n, "tok_s": tok_s.get(f"{n}_launch"), "speedup": sp})
+    g = reference.get("greedy") or {}
+    rows.append({"engine": "kit engine (graphs)", "launch": "no speculation", "tok_s": g.get("tok_s"), "speedup": 1.0})
+    for n in ("seed", "fixed"):
+        r = reference.get(n) or {}
+        rows.append(
+            {"engine": "kit engine (graphs)", "launch": n, "tok_s": r.get("tok_s"), "speedup": r.get("speedup")}
+        )
+    return rows
+
+
+def _stop_all(servers: dict) -> None:
+    threads = [threading.Thread(target=s.stop) for s in servers.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run_gpu_demo(cfg) -> Path:
+    """The GPU demo for a `kit.demo.DemoConfig` (its target, draft, runs_dir and quick); returns the run dir.
+    Serving and benching write `serving.json` and the bench directories; `finish` scores them."""
+    from kit.models import resolve_target, shipped_draft
+    from kit.serving.process import ServerExited, ServerProcess
+
+    t_all = time.perf_counter()
+    facts = preflight()
+    if cfg.launch:
+        raise KitInputError("kit demo --gpu: --launch is not used on the GPU demo (it serves the seed's launch)")
+    plan = GpuPlan.for_run(cfg.quick)
+    run_dir = Path(cfg.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=False)
+    timings: dict[str, float] = {}
+
+    def step(name: str, t0: float) -> None:
+        timings[name] = round(time.perf_counter() - t0, 1)
+        print(f"kit demo --gpu: {name} done in {timings[name]} s", flush=True)
+
+    print(f"kit demo --gpu: SGLang {facts['sglang']} on {facts['gpu']} -> {run_dir}", flush=True)
+    t0 = time.perf_counter()
+    target = str(resolve_target(cfg.target))
+    draft = str(cfg.draft or shipped_draft())
+    step("target_and_draft", t0)
+
+    t0 = time.perf_counter()
+    specs, lints = launches(plan, target, draft, run_dir, facts["sglang"])
+    oracle_proc = start_oracle(plan, target, draft, run_dir / "oracle.log")
+    servers = {n: ServerProcess.from_spec(specs[n], engine="sglang", grace=10) for n in LAUNCHES}
+    for n in LAUNCHES:
+        print(f"  {n}: {specs[n].command()}", flush=True)
+        servers[n].start()
+    started: dict[str, Any] = {}
+    for n in LAUNCHES:
+        try:
+            servers[n].wait_ready(max(30.0, plan.ready_timeout_s - (time.perf_counter() - t0)))
+            started[n] = {"ok": True, "ready_s": round(time.perf_counter() - t0, 1)}
+        except ServerExited as e:
+            started[n] = {"ok": False, "error": startup_error(specs[n].log_file) or str(e).splitlines()[0]}
+        print(f"  {n}: {started[n]}", flush=True)
+    step("servers_ready", t0)
+
+    try:
+        if not started["baseline"]["ok"]:
+            raise KitInputError(f"the baseline server did not start: {started['baseline']['error']}")
+        for n in ("seed", "fixed"):
+            if started[n]["ok"]:
+                t0 = time.perf_counter()
+                bench_pair(plan, servers["baseline"].base_url, servers[n].base_url, bench_label(n, specs[n], plan),
+                           target, specs[n].log_file, run_dir / f"bench_{n}")  # fmt: skip
+                step(f"bench_{n}", t0)
+    finally:
+        t0 = time.perf_counter()
+        _stop_all(servers)
+        step("servers_stopped", t0)
+    serving = {
+        "machine": facts,
+        "plan": asdict(plan),
+        "target": target,
+        "draft": draft,
+        "launches": {
+            n: {
+                "command": specs[n].command(),
+                **started[n],
+                "lint": lints[n].to_dict()["findings"] if n in lints else [],
+            }
+            for n in LAUNCHES
+        },
+        "timings_s": timings,
+    }
+    (run_dir / "serving.json").write_text(json.dumps(serving, indent=1, default=str))
+    t0 = time.perf_counter()
+    oracle_proc.wait(600)
+    step("oracle_wait", t0)
+    return finish(run_dir, t_start=t_all)
+
+
+def launch_findings(launch: dict, version: str | None) -> list[dict]:
+    """A served launch's findings before its start: as recorded, else its command checked again."""
+    if launch.get("lint") is not None:
+        return launch["lint"]
+    from kit.serving import launch as kl
+    from kit.serving.preflight import launch_report
+
+    spec = kl.spec_from_command(launch["command"])
+    launch["lint"] = launch_report(spec, sglang_version=version).to_dict()["findings"]
+    return launch["lint"]
+
+
+def bench_label(name: str, spec, plan: GpuPlan) -> str:
+    p = f"{plan.speculative_num_steps}-{plan.speculative_eagle_topk}-{plan.speculative_num_draft_tokens}"
+    return f"{name} ({spec.speculative_algorithm} {p})"
+
+
+def finish(run_dir: Path, t_start: float | None = None) -> Path:
+    """Score a served run directory: the kit's graphed engine on this GPU, the oracle's numbers, verdicts,
+    figures, `summary.json` and `summary.md`. Also `python -m kit.demo_gpu finish RUN_DIR` for a run whose
+    scoring did not complete (its `serving.json`, `oracle.log` and `bench_*` directories are all it reads)."""
+    from kit.measure import plots
+    from kit.measure.bench import load_result
+    from kit.measure.verdict import verdict
+    from kit.summary import collect, record
+
+    run_dir = Path(run_dir)
+    t_finish = time.perf_counter()
+    serving = json.loads((run_dir / "serving.json").read_text())
+    plan, facts, timings = GpuPlan(**serving["plan"]), serving["machine"], serving["timings_s"]
+    t0 = time.perf_counter()
+    try:
+        reference = reference_graphed(plan, serving["target"], serving["draft"])
+    except Exception as e:  # the SGLang figures stand without it; say why it is missing
+        reference = {"error": f"{type(e).__name__}: {e}"[:400]}
+    timings["reference_graphed"] = round(time.perf_counter() - t0, 1)
+    oracle = oracle_result(run_dir / "oracle.log")
+
+    # scores: observed (SGLang, pooled completion/verify), expected (oracle), speedups, verdicts
+    observed, tok_s, speedup, sources = {}, {}, {}, {}
+    findings = Report()
+    for n in ("seed", "fixed"):
+        if not (run_dir / f"bench_{n}" / "summary.json").exists():
+            continue
+        res = load_result(run_dir / f"bench_{n}")
+        label = next(lab for lab in res.summary["labels"] if lab != "baseline")
+        labels = res.summary["labels"]
+        observed[f"{n}_launch"] = labels[label].get("accept_length")
+        sources[f"{n}_launch"] = labels[label].get("accept_sources")
+        tok_s[f"{n}_launch"] = labels[label].get("output_tok_s")
+        tok_s.setdefault("baseline", labels["baseline"].get("output_tok_s"))
+        speedup[f"{n}_launch"] = paired(res, label)
+        findings.extend(res.report.findings)
+        static = launch_findings(serving["launches"][n], facts.get("sglang"))
+        # both launches against what the draft reaches when wired right (the oracle's fixed-launch figure);
+        # the oracle replaying the seed's own wiring is kept beside it (accept_length_expected)
+        findings.extend(verdict(observed[f"{n}_launch"], oracle.get("fixed_launch"), static, label=f"{n} launch"))
+        plots.throughput_speedup(res.summary, run_dir, name=f"throughput_speedup_{n}", data=res.describe())
+    pairs = [
+        {"label": f"{n} launch", "expected_accept_length": oracle.get("fixed_launch"), "observed_accept_length": v}
+        for n, v in ((k.removesuffix("_launch"), v) for k, v in observed.items())
+    ]
+    data = plots.describe(
+        engine=f"SGLang {facts['sglang']}",
+        gpu=facts["gpu"],
+        prompts=f"{plan.num_prompts} built-in x {plan.max_new_tokens} tokens",
+        concurrency=plan.concurrency,
+    )
+    plots.expected_vs_observed(pairs, run_dir, data=data)
+    plots.engine_comparison(engine_rows(tok_s, speedup, reference), run_dir, data=data)
+    figures = sorted(p.name for p in run_dir.glob("*.png"))
+
+    timings["finish"] = round(time.perf_counter() - t_finish, 1)
+    if t_start is not None:
+        timings["total"] = round(time.perf_counter() - t_start, 1)
+    headline = {
+        "seed_launch": observed.get("seed_launch"),
+        "fixed_launch": observed.get("fixed_launch"),
+        "oracle": oracle.get("fixed_launch"),
+    }
+    record(
+        run_dir,
+        "gpu_demo",
+        verdict=next((f.title for f in findings.findings if f.code.startswith("verdict.")), None),
+        findings=findings,
+        accept_length=headline,
+        figures=figures,
+    )
+    summary = collect(
+        run_dir,
+        {
+            "engine": "sglang",
+            "machine": facts,
+            "plan": serving["plan"],
+            "accept_length_expected": {
+                "fixed_launch": oracle.get("fixed_launch"),
+                "seed_launch": oracle.get("seed_launch"),
+            },
+            "accept_sources": sources,
+            "tok_s": tok_s,
+            "speedup": speedup,
+            "reference_engine_graphed": reference,
+            "oracle": oracle,
+            "launches": {
+                n: {k: v for k, v in d.items() if k != "lint"}
+                | {"lint_errors": [f["code"] for f in d.get("lint") or [] if f.get("severity") == "error"]}
+                for n, d in serving["launches"].items()
+            },  # fmt: skip
+            "timings_s": timings,
+        },
+    )
+    a = summary["accept_length"]
+    sp = {k: round(v["median"], 3) for k, v in speedup.items()}
+    ref = {n: (reference.get(n) or {}).get("speedup") for n in ("seed", "fixed")}
+    print(
+        f"kit demo --gpu: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
+        f"oracle={a['oracle']}; SGLang speedup over no speculation {sp}; the kit's graphed engine {ref}; "
+        f"timings {timings}"
+    )
+    print(f"kit demo --gpu: summary -> {run_dir / 'summary.md'}")
+    return run_dir
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kit.demo_gpu", description="score a served `kit demo --gpu` run")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench_*)").add_argument("run_dir")
+    a = p.parse_args(argv)
+    if not (Path(a.run_dir) / "serving.json").exists():
+        raise SystemExit(f"python -m kit.demo_gpu: error: {a.run_dir}: no serving.json (not a served GPU demo run)")
+    finish(Path(a.run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""`kit demo --gpu` (kit/demo_gpu.py) without a GPU: its preflight, the seed's launch adapted to one GPU, and the
+scoring of a served run directory whose benches ran against STUBS of SGLang's HTTP API (kit/tests/sglang_stub.py).
+
+The serving half needs real SGLang on a GPU (bench/gpu_demo.sh runs it on the lent H200).
+Run: python -m pytest tests/test_demo_gpu.py
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+
+from kit import demo_gpu
+from kit.measure.bench import BenchConfig, run_bench
+from kit.serving import launch as kl
+from kit.tests.sglang_stub import StubConfig, StubThread
+
+PROMPTS = [{"id": f"p{i}", "kind": "chat", "text": f"prompt {i}"} for i in range(4)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+def test_without_sglang_the_gpu_demo_says_how_to_install_it(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "kit", "demo", "--gpu", "--runs-dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert r.returncode == 2
+    assert "kit bundle install" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: "0.5.17")
+    plan = demo_gpu.GpuPlan()
+    spec = demo_gpu.one_gpu(kl.spec_from_command(demo_gpu.SEED_LAUNCH), plan, "/t", "/d", 31001, tmp_path / "s.log")
+    assert (spec.tp_size, spec.host, spec.port, spec.model_path) == (None, "127.0.0.1", 31001, "/t")
+    assert spec.speculative_algorithm == "EAGLE" and spec.speculative_draft_model_path == "/d"
+    assert spec.spec_params().label() == "2-1-3"
+    assert spec.env["NCCL_PROTO"] == "LL"  # the seed's variables stay
+    argv = spec.argv()
+    assert argv[argv.index("--attention-backend") + 1] == "triton"  # the bundle's flags (kit.sglang.bundle)
+    assert "--max-total-tokens" in argv and "--num-continuous-decode-steps" in argv
+
+
+def _served_run(tmp_path):
+    """A run directory as the serving half leaves it, the benches run against stubs (16 tokens a request: the
+    seed stub accepts nothing, AL = 16 / 15 verify steps after the prefill token)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    plan = demo_gpu.GpuPlan(num_prompts=4, max_new_tokens=16, repeats=2)
+    with StubThread(StubConfig(spec=False)) as base:
+        for name, pattern in (("seed", [1]), ("fixed", [3, 2])):
+            with StubThread(StubConfig(accept_pattern=pattern)) as spec:
+                cfg = BenchConfig(url=spec.url, baseline_url=base.url, label=f"{name} (X 2-1-3)", num_prompts=4,
+                                  max_new_tokens=16, concurrency=1, repeats=2, warmup=0, progress=False,
+                                  out_dir=str(run / f"bench_{name}"))  # fmt: skip
+                run_bench(cfg, prompts=PROMPTS)
+    oracle = {"params": "2-1-3", "results": {
+        "correct": {"meta_accept_length": 2.4, "accept_length": 2.3, "wiring": "EAGLE3"},
+        "launched as EAGLE": {"meta_accept_length": 1.02, "accept_length": 1.01, "wiring": "EAGLE"}}}  # fmt: skip
+    (run / "oracle.log").write_text("progress line\n" + json.dumps(oracle) + "\n")
+    serving = {
+        "machine": {"sglang": "0.5.17", "gpu": "a stub", "torch": "x", "python": "3"},
+        "plan": asdict(plan),
+        "target": str(tmp_path / "no-target"),
+        "draft": str(tmp_path / "no-draft"),
+        "launches": {
+            n: {"command": f"python -m sglang.launch_server # {n}", "ok": True, "ready_s": 1.0, "lint": []}
+            for n in demo_gpu.LAUNCHES
+        },  # fmt: skip
+        "timings_s": {"servers_ready": 1.0},
+    }
+    (run / "serving.json").write_text(json.dumps(serving))
+    return run
+
+
+def test_finish_scores_a_served_run(tmp_path):
+    run = demo_gpu.finish(_served_run(tmp_path))
+    s = json.loads((run / "summary.json").read_text())
+    a = s["accept_length"]
+    assert a["seed_launch"] == pytest.approx(16 / 15) and a["fixed_launch"] > 2.0 and a["oracle"] == 2.4
+    assert s["accept_length_expected"] == {"fixed_launch": 2.4, "seed_launch": 1.02}
+    assert set(s["speedup"]) == {"seed_launch", "fixed_launch"}
+    assert len(s["speedup"]["fixed_launch"]["ratios"]) == 2
+    assert "error" in s["reference_engine_graphed"]  # no model here: said, not fatal
+    codes = [f["code"] for f in s["steps"]["gpu_demo"]["findings"]["findings"]]
+    assert "verdict.wiring_fault" in codes  # the seed's EAGLE launch against the correctly wired oracle
+    for fig in ("engine_comparison", "expected_vs_observed", "throughput_speedup_seed", "throughput_speedup_fixed"):
+        assert (run / f"{fig}.png").exists()
+
+
+def test_finish_refuses_a_directory_that_was_not_served(tmp_path):
+    with pytest.raises(SystemExit, match="no serving.json"):
+        demo_gpu.main(["finish", str(tmp_path)])
