@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "measure"]
-BASE = {"kit", "kit.findings", "kit.config", "kit.models", "kit.prompts"}
+BASE = {"kit", "kit.findings", "kit.config", "kit.hf", "kit.models", "kit.prompts"}
 # side environments are built from the SGLang release tables: they share the kit.sglang layer
 SAME_AS = {"kit.venvs": "kit.sglang"}
 
@@ -168,6 +168,31 @@ def test_no_branching_on_engine_names():
                 ):
                     hits.append(f"{path.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)}")
     assert not hits, "branching on engine names (ask the engine object instead):\n" + "\n".join(hits)
+
+
+# a parameter named like a parsed config.json (config, cfg, conf, raw, hf, target_config, draft_cfg...)
+CONFIG_PARAM = re.compile(r"^(?:config|cfg|conf|raw|hf|\w+_config|\w+_cfg)$")
+# a dict in an annotation: dict, dict[...], Mapping[...]
+UNTYPED = re.compile(r"\b(?:dict|Dict|Mapping|MutableMapping)\b")
+
+
+def test_configs_travel_typed():
+    """No public function takes a parsed config.json as a dict: it takes `kit.hf.HFConfig` (the parsed file
+    and its path) or the typed facts read from it (`DraftConfig`, `TargetFacts`). `HFConfig.of`, the one
+    place a dict becomes an HFConfig, is the exception."""
+    hits = []
+    for name, path in modules().items():
+        for n in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or n.name.startswith("_"):
+                continue
+            if name == "kit.hf" and n.name == "of":
+                continue
+            a = n.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                ann = ast.unparse(arg.annotation) if arg.annotation else ""
+                if CONFIG_PARAM.match(arg.arg) and UNTYPED.search(ann):
+                    hits.append(f"{path.relative_to(ROOT)}:{n.lineno}: {n.name}({arg.arg}: {ann})")
+    assert not hits, "configs passed as dicts (take kit.hf.HFConfig or DraftConfig/TargetFacts):\n" + "\n".join(hits)
 
 
 def test_release_numbers_only_in_kit_sglang():

@@ -16,8 +16,7 @@ Used by `kit convert` (translation between layouts) and kit.wiring (the shift ch
 
 from __future__ import annotations
 
-from typing import Any
-
+from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, default_ids, sglang_points
 
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
@@ -34,7 +33,7 @@ CONVENTION_OF = {
 
 
 # -- per stack -------------------------------------------------------------------------------
-def read_ids(stack: str, cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
+def read_ids(stack: str, cfg: HFConfig) -> tuple[list[int] | None, str]:
     """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
     nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     top = cfg.get("eagle_aux_hidden_state_layer_ids")

@@ -62,6 +62,7 @@ from kit.checkpoint.safetensors_io import (
     write_stream,
 )
 from kit.findings import Finding, KitInputError, Report, emit
+from kit.hf import HFConfig
 
 HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
 DESTS = ("sglang", "speculators", "eagle")
@@ -148,7 +149,7 @@ def _target_tensors(target: str) -> tuple[TensorInfo | None, TensorInfo | None, 
     return emb, head, tcfg
 
 
-def _target_config(target: str) -> dict[str, Any]:
+def _target_config(target: str) -> HFConfig:
     """The target's config.json: `target` is a model directory, its config.json, or 'embedded'."""
     from kit.checkpoint.hf_config import read_config
     from kit.models import resolve_target
@@ -158,7 +159,7 @@ def _target_config(target: str) -> dict[str, Any]:
 
 
 def plan_aux(
-    cfg: dict[str, Any],
+    cfg: HFConfig,
     layout: str,
     to: str,
     target: str | None,
@@ -264,7 +265,7 @@ def plan_conversion(
     return plan
 
 
-def _read_source(src: Path, to: str) -> tuple[Any, dict[str, Any], Any]:
+def _read_source(src: Path, to: str) -> tuple[Any, HFConfig, Any]:
     """(checkpoint headers, config, layout) of a convertible source, and a known destination."""
     from kit.checkpoint.hf_config import read_config
 
@@ -378,7 +379,7 @@ def _plan_vocab_maps(src: Path, canon: dict[str, TensorInfo], plan: Plan, d) -> 
 
 
 def _plan_embed_and_head(
-    src: Path, cfg: dict[str, Any], canon: dict[str, TensorInfo], plan: Plan, target, d, hot: list[int] | None
+    src: Path, cfg: HFConfig, canon: dict[str, TensorInfo], plan: Plan, target, d, hot: list[int] | None
 ) -> bool:
     """embed_tokens / lm_head, required per destination; --target may supply them. Returns whether SGLang takes
     the target's lm_head (`draft_vocab_size: null`)."""
@@ -481,7 +482,7 @@ def _plan_fc_bias(fc: TensorInfo, plan: Plan, sglang_version: str | None) -> Non
         plan.tensors["fc.bias"] = Source(fc.dtype, (fc.shape[0],), lambda n=nb: [bytes(n)], "zeros (bias-free fc)")
 
 
-def _output_config(cfg: dict[str, Any], lay, plan: Plan, target, k: int, H: int | None) -> dict[str, Any]:
+def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None) -> dict[str, Any]:
     """The destination's config.json: through SGLang's flat form, then into the destination's."""
     to = plan.to
     if lay.name == "speculators":
@@ -508,11 +509,11 @@ def _output_config(cfg: dict[str, Any], lay, plan: Plan, target, k: int, H: int 
 
         tdir = resolve_target(target)
         tarch = json.loads((tdir / "config.json").read_text()).get("architectures") or ["LlamaForCausalLM"]
-        return sglang_to_speculators_config(scfg, str(tdir.resolve()), tarch)
-    return sglang_to_eagle_config(scfg)
+        return sglang_to_speculators_config(HFConfig.of(scfg), str(tdir.resolve()), tarch)
+    return sglang_to_eagle_config(HFConfig.of(scfg))
 
 
-def _record_provenance(plan: Plan, cfg: dict[str, Any], src: Path, lay, target) -> None:
+def _record_provenance(plan: Plan, cfg: HFConfig, src: Path, lay, target) -> None:
     ids = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )

@@ -3,7 +3,7 @@
 A 1T-parameter target must be checkable on a laptop, so every static check takes its
 architecture facts from here. Errors are `KitInputError`s naming the file and the problem.
 
-    cfg, model_dir = read_config("path/to/model_or_config.json")
+    cfg, model_dir = read_config("path/to/model_or_config.json")   # cfg: kit.hf.HFConfig
     facts = target_facts(cfg)       # TargetFacts(architecture, num_layers, hidden_size)
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 
 
 def config_path(path: str | Path) -> Path:
@@ -30,8 +30,8 @@ def config_path(path: str | Path) -> Path:
     return p
 
 
-def read_config(path: str | Path) -> tuple[dict[str, Any], Path | None]:
-    """Return (config dict, model directory or None when given a lone config file)."""
+def read_config(path: str | Path) -> tuple[HFConfig, Path | None]:
+    """Return (the parsed config, model directory or None when given a lone config file)."""
     src = Path(path)
     p = config_path(src)
     try:
@@ -42,24 +42,21 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], Path | None]:
         raise KitInputError(f"{p}: invalid JSON ({e.msg} at line {e.lineno})")
     if not isinstance(cfg, dict):
         raise KitInputError(f"{p}: expected a JSON object at the top level")
-    return cfg, (src if src.is_dir() else None)
+    return HFConfig(cfg, p), (src if src.is_dir() else None)
 
 
-def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def text_config(cfg: HFConfig) -> HFConfig:
     """The language-model part of a config: multimodal wrappers (Kimi-K2.5, Llava...) nest it."""
-    for key in ("text_config", "language_config", "llm_config"):
-        if isinstance(cfg.get(key), dict):
-            return cfg[key]
-    return cfg
+    return HFConfig.of(cfg).text
 
 
-def declared_draft(cfg: dict[str, Any]):
+def declared_draft(cfg: HFConfig):
     """A draft config as its writing stack declares it (`kit.sglang.draft_config.DraftConfig`): a speculators
     config's nested layer config, else the language-model part of the config."""
     from kit.sglang.draft_config import read_draft_config
 
-    nested = "transformer_layer_config" in cfg or "speculators_model_type" in cfg
-    return read_draft_config(cfg if nested else text_config(cfg))
+    cfg = HFConfig.of(cfg)
+    return read_draft_config(cfg if cfg.is_speculators else cfg.text)
 
 
 @dataclass(frozen=True)
@@ -71,8 +68,9 @@ class TargetFacts:
     hidden_size: int | None  # the width a captured hidden state has
 
 
-def target_facts(cfg: dict[str, Any] | None) -> TargetFacts:
+def target_facts(cfg: HFConfig | None) -> TargetFacts:
     if not cfg:
         return TargetFacts(None, None, None)
-    tc = text_config(cfg)
-    return TargetFacts((cfg.get("architectures") or [None])[0], tc.get("num_hidden_layers"), tc.get("hidden_size"))
+    cfg = HFConfig.of(cfg)
+    tc = cfg.text
+    return TargetFacts(cfg.architecture, tc.get("num_hidden_layers"), tc.get("hidden_size"))

@@ -32,6 +32,7 @@ from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
 from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
+from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
 from kit.sglang.versions import sort_versions
 
@@ -73,7 +74,7 @@ def find_config(path: Path) -> Path | None:
     return d / "config.json" if (d / "config.json").is_file() else None
 
 
-def sglang_view(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
+def sglang_view(cfg: HFConfig, layout: str) -> dict[str, Any]:
     """The config SGLang would see after `kit convert --to sglang` (for simulating a non-SGLang draft)."""
     if layout != "speculators":
         return cfg
@@ -240,7 +241,7 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
     return out
 
 
-def config_findings(cfg: dict | None, layout: Layout) -> list[Finding]:
+def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
     if cfg is None:
         return [
             Finding(

@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.hf import HFConfig
+
 LAYOUTS = ("sglang", "eagle", "speculators", "specforge", "kimi_mla", "unknown")
 SPECULATORS_ARCHS = ("Eagle3DraftModel", "Eagle3Speculator")
 MLA_MARKERS = ("q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj", "q_b_proj", "kv_a_layernorm", "q_a_layernorm")
@@ -61,7 +63,7 @@ def layer_indices(keys: Iterable[str], prefix: str = "") -> set[int]:
     return out
 
 
-def detect_layout(keys: Iterable[str], config: dict[str, Any] | None = None) -> Layout:
+def detect_layout(keys: Iterable[str], config: HFConfig | None = None) -> Layout:
     """Name the layout of a checkpoint from its key names and config.json, with evidence."""
     keys = list(keys)
     cfg = config or {}
@@ -176,7 +178,7 @@ def _rope_top_level(out: dict[str, Any]) -> None:
             out.setdefault("rope_scaling", dict(rp))
 
 
-def speculators_to_sglang_config(cfg: dict[str, Any], num_aux: int | None) -> dict[str, Any]:
+def speculators_to_sglang_config(cfg: HFConfig, num_aux: int | None) -> dict[str, Any]:
     """Flatten an Eagle3SpeculatorConfig into the LlamaForCausalLMEagle3 config SGLang reads (§2.1).
 
     Aux layer ids are copied unchanged under `eagle_config` (their convention is recorded in
@@ -211,7 +213,7 @@ def speculators_to_sglang_config(cfg: dict[str, Any], num_aux: int | None) -> di
 
 
 def sglang_to_speculators_config(
-    cfg: dict[str, Any], verifier: str | None = None, verifier_archs: list | None = None
+    cfg: HFConfig, verifier: str | None = None, verifier_archs: list | None = None
 ) -> dict[str, Any]:
     """An Eagle3SpeculatorConfig (speculators 0.9.0 `Eagle3DraftModel`) for an SGLang/EAGLE config."""
     tl = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
@@ -255,7 +257,7 @@ def sglang_to_speculators_config(
     }
 
 
-def sglang_to_eagle_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def sglang_to_eagle_config(cfg: HFConfig) -> dict[str, Any]:
     """The official EAGLE-3 config: plain LlamaConfig + draft_vocab_size (+ target_hidden_size)."""
     out = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
     out.update(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
+from kit.hf import HFConfig
 from kit.sglang.draft_config import llama_draft_shapes
 
 SMOLLM2 = {
@@ -76,7 +77,7 @@ def draft_state(
 def write_random_draft(
     out_dir: str | Path,
     layout: str = "speculators",
-    target_config: dict | None = None,
+    target_config: HFConfig | None = None,
     draft_vocab_size: int | None = 8192,
     num_layers: int = 1,
     aux_layer_ids: list[int] | None = None,

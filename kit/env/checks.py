@@ -37,6 +37,7 @@ from kit.env.gpu_arch import (
 )
 from kit.env.machine import driver_version, gpu_list
 from kit.findings import Finding, KitInputError, Report, emit
+from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
 from kit.sglang.versions import LAST_CUDA12_RELEASE
 
@@ -519,7 +520,7 @@ def check(
     env: dict[str, str] | None = None,
     argv: list[str] | None = None,
     source: str = "launch",
-    target_config: dict | None = None,
+    target_config: HFConfig | None = None,
     sglang_version: str | None = None,
     allreduce: dict | None = None,
 ) -> Report:

@@ -23,13 +23,13 @@ Checkpoint I/O (SGLang's key renames, layouts, saving) is kit.reference.draft_io
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.loader import rules_for
 from kit.sglang.versions import DEFAULT_RELEASE
@@ -68,7 +68,7 @@ class DraftSpec:
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], source: str = "config.json") -> DraftSpec:
+    def from_config(cls, cfg: HFConfig, source: str = "config.json") -> DraftSpec:
         """Validate and type a flat (SGLang-layout) draft config, as SGLang's model constructor would."""
         c = read_draft_config(cfg)
         if c.hidden_size is None or c.num_attention_heads is None:

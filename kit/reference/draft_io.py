@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 
 
@@ -87,11 +88,12 @@ def read_state_dict(d: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _to_sglang_layout(d: Path, cfg: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+def _to_sglang_layout(d: Path, cfg: HFConfig) -> tuple[HFConfig, dict[str, torch.Tensor]]:
     """Non-SGLang layouts (speculators) go through the converter (kit.checkpoint.convert) in memory."""
     from kit.checkpoint.convert import convert_in_memory
 
-    return convert_in_memory(d)
+    config, state = convert_in_memory(d)
+    return HFConfig.of(config, d / "config.json"), state
 
 
 def load_draft(
@@ -127,7 +129,7 @@ def load_draft(
 def save_draft(
     model: Eagle3Draft,
     out_dir,
-    config: dict,
+    config: HFConfig,
     extra_files: dict[str, Any] | None = None,
     include_embed: bool = False,
     dtype=torch.float32,
@@ -162,7 +164,7 @@ def save_draft(
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
         for name, obj in (extra_files or {}).items():
             (tmp / name).write_text(json.dumps(obj, indent=2))
         if out.exists():

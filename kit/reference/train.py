@@ -44,6 +44,7 @@ from pathlib import Path
 
 from kit import config as kconfig
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 
 HELP = "train a 1-layer EAGLE-3 head on the target's own outputs (CPU smoke run in minutes, or --device cuda; cached)"
 RECIPE_VERSION = 4  # bump when the training code changes what a given config produces
@@ -248,26 +249,28 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print, tra
     hot = draft_vocab(data, V, cfg.vocab_floor, cfg.max_draft_vocab)
     rp = getattr(tc, "rope_parameters", None) or {}
     theta = rp.get("rope_theta", getattr(tc, "rope_theta", 10000.0))
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "num_hidden_layers": 1,
-        "hidden_size": H,
-        "target_hidden_size": H,
-        "intermediate_size": tc.intermediate_size,
-        "num_attention_heads": tc.num_attention_heads,
-        "num_key_value_heads": tc.num_key_value_heads,
-        "head_dim": getattr(tc, "head_dim", None) or H // tc.num_attention_heads,
-        "hidden_act": "silu",
-        "rms_norm_eps": tc.rms_norm_eps,
-        "vocab_size": V,
-        "draft_vocab_size": int(hot.numel()),
-        "max_position_embeddings": tc.max_position_embeddings,
-        "rope_theta": theta,
-        "tie_word_embeddings": False,
-        "torch_dtype": cfg.save_dtype,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points], "use_aux_hidden_state": True},
-    }
+    config = HFConfig.of(
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "hidden_size": H,
+            "target_hidden_size": H,
+            "intermediate_size": tc.intermediate_size,
+            "num_attention_heads": tc.num_attention_heads,
+            "num_key_value_heads": tc.num_key_value_heads,
+            "head_dim": getattr(tc, "head_dim", None) or H // tc.num_attention_heads,
+            "hidden_act": "silu",
+            "rms_norm_eps": tc.rms_norm_eps,
+            "vocab_size": V,
+            "draft_vocab_size": int(hot.numel()),
+            "max_position_embeddings": tc.max_position_embeddings,
+            "rope_theta": theta,
+            "tie_word_embeddings": False,
+            "torch_dtype": cfg.save_dtype,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points], "use_aux_hidden_state": True},
+        }
+    )
     torch.manual_seed(cfg.seed)
     draft = Eagle3Draft(DraftSpec.from_config(config))
     with torch.no_grad():

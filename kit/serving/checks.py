@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Finding, KitInputError, Report
+from kit.hf import HFConfig
 from kit.sglang.params import (
     EAGLE_FAMILY,
     SPEC_V2_RUNS_TREES,
@@ -50,7 +51,7 @@ MTP_TARGETS = {
 PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
-def _local_config(path: str | None) -> dict | None:
+def _local_config(path: str | None) -> HFConfig | None:
     if not path or not (Path(path) / "config.json").is_file():
         return None
     from kit.checkpoint.hf_config import read_config
@@ -101,7 +102,7 @@ def spec_param_findings(spec, target_arch: str | None, sglang_version: str | Non
     ]
 
 
-def aux_findings(spec, draft_config: dict | None, target_config: dict | None = None) -> list[Finding]:
+def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | None = None) -> list[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if draft_config is not None:  # the wiring rules decide (one rule for doctor, notebook 03 and here)
         from kit.wiring.checks import wiring_checks
@@ -341,8 +342,8 @@ def _missing_draft_path(spec, alg: str, arch: str | None, sglang_version: str | 
 
 def lint(
     spec,
-    target_config: dict | None = None,
-    draft_config: dict | None = None,
+    target_config: HFConfig | None = None,
+    draft_config: HFConfig | None = None,
     sglang_python: str | None = None,
     parse_flags: bool = True,
     build_venv: bool | None = None,

@@ -21,6 +21,7 @@ decode forwards (`kit.serving.logs` parses them), and renders `/metrics` with SG
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -29,9 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
+from kit.hf import HFConfig
+from kit.serving.engines import get_engine
 
 VERSION = "kit-reference-0.2"
 DEFAULT_MAX_RUNNING = 16
+# the protocol this server speaks (its /metrics names, /server_info fields, failed-load line): the engine object
+# the measuring side reads it back through
+PROTOCOL = get_engine("reference")
+metric_name = functools.cache(PROTOCOL.metric_name)  # per scrape: the names are fixed for the process
 
 
 def log(msg: str, rank: bool = False) -> None:
@@ -40,7 +47,7 @@ def log(msg: str, rank: bool = False) -> None:
     print(f"[{ts}{' TP0' if rank else ''}] {msg}", flush=True)
 
 
-def wiring_for(spec, draft_config: dict, target_config: dict):
+def wiring_for(spec, draft_config: HFConfig, target_config: HFConfig):
     """The Wiring SGLang would give the draft for this launch (`kit.wiring.plan.wiring_from_launch`:
     EAGLE/NEXTN => no aux capture => fc bypassed; EAGLE3 => the draft's capture points)."""
     from kit.wiring.plan import wiring_from_launch
@@ -331,7 +338,7 @@ class ReferenceEngine:
     def server_info(self) -> dict[str, Any]:
         state: dict[str, Any] = {"last_gen_throughput": self.gauges["gen_throughput"]}
         if self.draft is not None and self.total_forward > 0:
-            state["avg_spec_accept_length"] = self.total_accept / self.total_forward
+            state[PROTOCOL.api.server_info_accept_length] = self.total_accept / self.total_forward
         return {
             **self.server_args(),
             "version": VERSION,
@@ -344,24 +351,25 @@ class ReferenceEngine:
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
         g = {
-            "sglang:num_running_reqs": len(self.running),
-            "sglang:num_queue_reqs": len(self.waiting),
-            "sglang:gen_throughput": self.gauges["gen_throughput"],
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting),
+            "gen_throughput": self.gauges["gen_throughput"],
         }
         if self.draft is not None:
             g.update(
                 {
-                    "sglang:spec_accept_length": self.gauges["spec_accept_length"],
-                    "sglang:spec_accept_rate": self.gauges["spec_accept_rate"],
-                    "sglang:spec_num_steps": self.params.speculative_num_steps,
-                    "sglang:spec_num_draft_tokens": self.params.speculative_num_draft_tokens,
+                    "spec_accept_length": self.gauges["spec_accept_length"],
+                    "spec_accept_rate": self.gauges["spec_accept_rate"],
+                    "spec_num_steps": self.params.speculative_num_steps,
+                    "spec_num_draft_tokens": self.params.speculative_num_draft_tokens,
                 }
             )
         lines = []
-        for name, v in g.items():
-            lines += [f"# HELP {name} {name.split(':')[1]}", f"# TYPE {name} gauge", f"{name}{{{lab}}} {float(v)}"]
+        for key, v in g.items():
+            name = metric_name(key)
+            lines += [f"# HELP {name} {key}", f"# TYPE {name} gauge", f"{name}{{{lab}}} {float(v)}"]
         for key, v in self.counters.items():
-            name = "sglang:" + key
+            name = metric_name(key)
             extra = ',is_streaming="false"' if key in ("prompt_tokens_total", "generation_tokens_total") else ""
             lines += [f"# HELP {name} {key}", f"# TYPE {name} counter", f"{name}{{{lab}{extra}}} {float(v)}"]
         return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import Finding, KitInputError, Report, fill_placeholders
+from kit.hf import HFConfig
 
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
@@ -94,13 +95,13 @@ class DoctorContext:
         return split_command(cmd, source=self.cfg.launch_file or "--launch", version=self.cfg.sglang_version)
 
     @cached_property
-    def target_config(self) -> dict[str, Any] | None:
+    def target_config(self) -> HFConfig | None:
         from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.target)[0] if self.cfg.target else None
 
     @cached_property
-    def draft_config(self) -> dict[str, Any] | None:
+    def draft_config(self) -> HFConfig | None:
         from kit.checkpoint.hf_config import read_config
 
         return read_config(self.cfg.draft)[0] if self.cfg.draft else None

@@ -37,7 +37,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.serving.decoder import Outcome, ReferenceEngine, log
+from kit.serving.decoder import PROTOCOL, Outcome, ReferenceEngine, log
 
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
 IGNORED_NOTE = "the CPU reference server ignores"
@@ -463,11 +463,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             load_engine(state)
         except KitInputError as e:  # a user error found while loading: one line, exit 2
-            log(f"kit serve: error: {e}")
+            log(PROTOCOL.error_line(e))
             os._exit(2)
         except Exception as e:  # the starter sees the exit code and these lines
             traceback.print_exc()
-            log(f"kit serve: error: {e}")
+            log(PROTOCOL.error_line(e))
             os._exit(1)
         log("The server is fired up and ready to roll!")
 

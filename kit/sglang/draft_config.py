@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.hf import HFConfig
+
 ABSENT = object()  # a key not present in the file (distinct from an explicit null)
 
 
@@ -102,7 +104,7 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def read_draft_config(cfg: dict[str, Any]) -> DraftConfig:
+def read_draft_config(cfg: HFConfig) -> DraftConfig:
     """Read a draft config of any layout; never raises (absent fields are None / ABSENT)."""
     nested = "transformer_layer_config" in cfg or "speculators_model_type" in cfg
     tl = (cfg.get("transformer_layer_config") or {}) if nested else cfg

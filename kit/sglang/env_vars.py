@@ -18,6 +18,7 @@ import re
 from functools import lru_cache
 
 from kit.findings import Finding, KitInputError
+from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
 
 EXPLAIN = {
@@ -123,7 +124,7 @@ def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: int | None
 
 
 def attention_backend_findings(
-    cc: tuple[int, int] | None, argv: list[str], target_config: dict | None = None
+    cc: tuple[int, int] | None, argv: list[str], target_config: HFConfig | None = None
 ) -> list[Finding]:
     """`env.attn_backend`: a forced backend the GPU cannot run (error), FA4 with speculation, or the default."""
     if cc is None or not argv:
@@ -190,7 +191,7 @@ def attention_backend_findings(
     ]
 
 
-def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config: dict | None) -> list[Finding]:
+def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config: HFConfig | None) -> list[Finding]:
     """`env.deepgemm`: a block-FP8 target on sm_12x with DeepGEMM left on (DeepGEMM needs WGMMA/tcgen05)."""
     q = (target_config or {}).get("quantization_config") or {}
     if cc is None or cc[0] != 12 or q.get("quant_method") != "fp8":

@@ -55,7 +55,9 @@ class HttpApi:
     # (`return_spec_tokens_details`); before that, the OpenAI endpoints return no speculative field
     openai_spec_details: bool = True
     spec_field_names: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(SPEC_FIELD_NAMES))
-    # /metrics counters whose deltas give a run's accept length (generation tokens / verify calls)
+    # /metrics: every metric's name prefix, and the counters whose deltas give a run's accept length
+    # (generation tokens / verify calls)
+    metric_prefix: str = "sglang:"
     generation_tokens_metric: str = "sglang:generation_tokens"
     verify_calls_metric: str = "sglang:spec_verify_calls"
     # /server_info: internal_states[i][this] is the lifetime accept length

@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kit.hf import HFConfig
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.versions import DEFAULT_RELEASE, Version, pick_recorded, sort_versions
 
@@ -287,7 +288,7 @@ def context_keys(version: str | None = None) -> list[str]:
     return runtime_rules(version).features.get("context_length_keys") or ["max_position_embeddings"]
 
 
-def derived_context_length(text_config: dict[str, Any], version: str | None = None) -> int:
+def derived_context_length(text_config: HFConfig, version: str | None = None) -> int:
     """SGLang's get_context_length: the first of CONTEXT_LENGTH_KEYS present, times rope_scaling.factor
     unless rope_scaling names original_max_position_embeddings or is llama3; 2048 when none is set."""
     keys = context_keys(version)
@@ -445,7 +446,7 @@ def eagle3_draft_architectures(version: str | None = None) -> set[str]:
     return {a for a in DRAFT_CLASSES if a in reg and rules_for(version, a).features.get("has_eagle3")}
 
 
-def resolve_draft_class(draft_config: dict[str, Any], version: str | None = None) -> tuple[str | None, str]:
+def resolve_draft_class(draft_config: HFConfig, version: str | None = None) -> tuple[str | None, str]:
     """The class SGLang instantiates for this draft config, and its status (eagle3 |
     registered_not_eagle3 | not_registered | missing). Mirrors ModelConfig's draft rewrites of
     architectures[0], then ModelRegistry.resolve_model_cls: the first architecture if registered,
@@ -805,9 +806,7 @@ def _looks_mla(ckpt_shapes: dict[str, Any]) -> bool:
     return any("kv_a_proj_with_mqa" in k or "q_a_proj" in k for k in ckpt_shapes)
 
 
-def simulate_load(
-    ckpt_shapes: dict[str, Any], draft_config: dict[str, Any], version: str | None = None
-) -> LoadSimulation:
+def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: str | None = None) -> LoadSimulation:
     """Replay `version`'s EAGLE-3 loader on checkpoint names/shapes and the draft config.json.
 
     The class is the one SGLang's dispatch picks from `architectures` (resolve_draft_class); when that is

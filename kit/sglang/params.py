@@ -4,7 +4,7 @@ SGLang's `_handle_eagle_family` (`srt/arg_groups/speculative_hook.py`, 0.5.23) d
 really runs:
 
 * all three unset: `_auto_choose_speculative_params` picks them from the target class (5-4-8 for
-  LlamaForCausalLM and Grok, else 3-1-4; STANDALONE always 3-1-4);
+  LlamaForCausalLM and Grok, else 3-1-4; STANDALONE always 3-1-4; older releases differ: `AUTO_RULES`);
 * steps unset but topk or draft tokens set: its `assert` fails at startup;
 * steps set, topk unset: the server crashes comparing `None > 1`;
 * topk 1 (a chain): draft tokens are replaced by steps + 1, with a warning;
@@ -28,14 +28,59 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
-from kit.sglang.versions import Version, default_release
+from kit.sglang.versions import Version, default_release, pick_recorded
 
 # speculative algorithms that run an EAGLE-style draft worker (NEXTN is SGLang's alias of EAGLE)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
-# target classes for which `_auto_choose_speculative_params` picks 5-4-8 (everything else: 3-1-4)
-AUTO_TREE_TARGETS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 AUTO_TREE = (5, 4, 8)
 AUTO_CHAIN = (3, 1, 4)
+
+
+@dataclass(frozen=True)
+class AutoRule:
+    """`_auto_choose_speculative_params` of a release: the triple every target class not listed gets, the
+    classes that get the other one, and whether STANDALONE always gets AUTO_CHAIN."""
+
+    default: tuple[int, int, int]
+    others: tuple[str, ...]  # the classes that get the triple `default` is not
+    standalone_chain: bool = True
+
+    def describe(self) -> str:
+        """'3-1-4 unless the target is LlamaForCausalLM/Grok1ForCausalLM/...: 5-4-8' (for an unknown target)."""
+        other = AUTO_CHAIN if self.default == AUTO_TREE else AUTO_TREE
+        label = "-".join(map(str, self.default))
+        if not self.others:
+            return f"{label} for every target"
+        return f"{label} unless the target is {'/'.join(self.others)}: {'-'.join(map(str, other))}"
+
+
+_DEEPSEEK = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
+_DEEPSEEK_GPTOSS_BAILING = (
+    "DeepseekV32ForCausalLM",
+    *_DEEPSEEK,
+    "GptOssForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+)
+_MISTRAL = ("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "MiMoV2FlashForCausalLM")
+# per release, from the first release that has it (the newest record not after a release answers); derived
+# from each release's source by `kit.sglang.auto_scan`, checked by kit/tests/sglang/test_auto_scan.py.
+# Until 0.5.7 every class not listed gets 5-4-8; from 0.5.8 only Llama and Grok do.
+AUTO_RULES: dict[str, AutoRule] = {
+    "0.4.5": AutoRule(AUTO_TREE, (), standalone_chain=False),
+    "0.4.7": AutoRule(AUTO_TREE, _DEEPSEEK, standalone_chain=False),
+    "0.5.1": AutoRule(AUTO_TREE, (*_DEEPSEEK, "GptOssForCausalLM"), standalone_chain=False),
+    "0.5.2": AutoRule(AUTO_TREE, (*_DEEPSEEK, "GptOssForCausalLM")),
+    "0.5.3": AutoRule(AUTO_TREE, _DEEPSEEK_GPTOSS_BAILING),
+    "0.5.7": AutoRule(AUTO_TREE, (*_DEEPSEEK_GPTOSS_BAILING, "Glm4MoeForCausalLM", *_MISTRAL)),
+    "0.5.8": AutoRule(AUTO_CHAIN, ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")),
+}
+
+
+def auto_rule(sglang_version: str | None = None) -> AutoRule:
+    """The AUTO_RULES record that answers for that release (default: installed, else DEFAULT_RELEASE)."""
+    return AUTO_RULES[pick_recorded(sglang_version, AUTO_RULES).checked]
+
 
 # The verify step's shape assumption for trees (topk > 1), per release. `_compact_accept_to_front`
 # moves each request's accepted path, `accept_index` rows `EagleVerifyInput.max_tree_depth` =
@@ -134,11 +179,13 @@ def max_draft_tokens(speculative_num_steps: int, speculative_eagle_topk: int) ->
     return k + (speculative_num_steps - 1) * k * k + 1
 
 
-def auto_params(algorithm: str | None, target_arch: str | None) -> SpecParams:
-    """`_auto_choose_speculative_params`: what SGLang picks when none of the three is given."""
-    if (algorithm or "").upper() == "STANDALONE":
+def auto_params(algorithm: str | None, target_arch: str | None, sglang_version: str | None = None) -> SpecParams:
+    """`_auto_choose_speculative_params` of that release: what SGLang picks when none of the three is given."""
+    rule = auto_rule(sglang_version)
+    if rule.standalone_chain and (algorithm or "").upper() == "STANDALONE":
         return SpecParams(*AUTO_CHAIN)
-    return SpecParams(*(AUTO_TREE if target_arch in AUTO_TREE_TARGETS else AUTO_CHAIN))
+    other = AUTO_CHAIN if rule.default == AUTO_TREE else AUTO_TREE
+    return SpecParams(*(other if target_arch in rule.others else rule.default))
 
 
 def _verify_file(version: str) -> str:
@@ -197,8 +244,8 @@ def resolve(
     s, k, n = given.speculative_num_steps, given.speculative_eagle_topk, given.speculative_num_draft_tokens
     ev = given.given()
     if given.is_unset():
-        a = auto_params(algorithm, target_arch)
-        unknown = "" if target_arch else " (3-1-4 unless the target is LlamaForCausalLM/Grok: 5-4-8)"
+        a = auto_params(algorithm, target_arch, sglang_version)
+        unknown = "" if target_arch else f" ({auto_rule(sglang_version).describe()})"
         note = Issue(
             "info",
             f"steps/topk/draft tokens unset: SGLang auto-chooses {a.label()}{unknown}",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
+from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
@@ -27,7 +28,7 @@ KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_confi
 KIMI_DRAFT_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_eagle3_config.json"
 
 
-def stack_table(draft_cfg: dict[str, Any], L: int, arch: str | None, version: str | None = None) -> list[dict]:
+def stack_table(draft_cfg: HFConfig, L: int, arch: str | None, version: str | None = None) -> list[dict]:
     """One row per stack: ids as that stack reads them and the points they become (notebook 03)."""
     rows = []
     for st in STACKS:
@@ -44,12 +45,12 @@ def stack_table(draft_cfg: dict[str, Any], L: int, arch: str | None, version: st
 
 
 # -- facts from the files --------------------------------------------------------------------
-def is_eagle3_draft(cfg: dict[str, Any]) -> bool:
+def is_eagle3_draft(cfg: HFConfig) -> bool:
     archs = " ".join(cfg.get("architectures") or [])
     return (
         "eagle3" in archs.lower()
         or cfg.get("speculators_model_type") == "eagle3"
-        or "eagle_aux_hidden_state_layer_ids" in json.dumps(cfg)
+        or "eagle_aux_hidden_state_layer_ids" in json.dumps(dict(cfg))
     )
 
 
@@ -70,7 +71,7 @@ def provenance(draft_dir: Path | None) -> dict[str, Any] | None:
 
 
 def training_points(
-    draft_cfg: dict[str, Any],
+    draft_cfg: HFConfig,
     L: int,
     arch: str | None,
     version: str | None,

@@ -16,6 +16,7 @@ from typing import Any
 
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
+from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, default_ids, ids_for_points, recorded_release, sglang_points
 from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
@@ -30,8 +31,8 @@ from kit.wiring.plan import serving_points
 
 
 def wiring_checks(
-    target_cfg: dict[str, Any] | None,
-    draft_cfg: dict[str, Any],
+    target_cfg: HFConfig | None,
+    draft_cfg: HFConfig,
     argv: list[str] | None = None,
     version: str | None = None,
     draft_dir=None,
@@ -253,8 +254,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def draft_target_checks(
-    target_cfg: dict[str, Any] | None,
-    draft_cfg: dict[str, Any],
+    target_cfg: HFConfig | None,
+    draft_cfg: HFConfig,
     env: dict[str, str] | None = None,
     argv: list[str] | None = None,
     version: str | None = None,

@@ -9,15 +9,14 @@ oracle; the static checks (kit.wiring.checks) import it, never the reverse.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kit.checkpoint.hf_config import TargetFacts, target_facts
 from kit.checkpoint.load_sim import dropped_keys
+from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, sglang_points
 from kit.wiring.aux import launch_algorithm, read_ids
 
 
-def serving_points(draft_cfg: dict[str, Any], tf: TargetFacts, version: str | None):
+def serving_points(draft_cfg: HFConfig, tf: TargetFacts, version: str | None):
     """(points SGLang captures, rule) for this draft on this target; (None, None) if it cannot."""
     rule = capture_rule(tf.architecture, version)
     if rule is None or not tf.num_layers:
@@ -28,8 +27,8 @@ def serving_points(draft_cfg: dict[str, Any], tf: TargetFacts, version: str | No
 
 def wiring_from_launch(
     argv: list[str],
-    draft_config: dict[str, Any],
-    target_config: dict[str, Any],
+    draft_config: HFConfig,
+    target_config: HFConfig,
     version: str | None = None,
     draft_dir=None,
 ):

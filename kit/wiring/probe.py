@@ -23,6 +23,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 
 HELP = "probe capture-point shapes on a real or meta-device target; fused vs single; fc runs or bypassed"
 
@@ -64,7 +65,7 @@ def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") 
     return {"points": shapes, "fused": fused, "single": final}
 
 
-def meta_model(cfg: dict[str, Any]):
+def meta_model(cfg: HFConfig):
     """Build the target on the meta device from its config dict; (model, how)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
@@ -91,7 +92,7 @@ def meta_model(cfg: dict[str, Any]):
         return AutoModelForCausalLM.from_config(sk, dtype=torch.bfloat16), f"Llama skeleton ({mt} not buildable: {why})"
 
 
-def fc_gate(shapes: dict[str, Any], draft_cfg: dict[str, Any] | None, wiring, fc_in: int | None) -> dict[str, Any]:
+def fc_gate(shapes: dict[str, Any], draft_cfg: HFConfig | None, wiring, fc_in: int | None) -> dict[str, Any]:
     """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
     from kit.sglang.draft_config import read_draft_config
 

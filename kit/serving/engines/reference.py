@@ -4,6 +4,11 @@ It speaks SGLang's HTTP API, log format and flag names, so it is the SGLang engi
 differences: it takes only the flags it implements (`REFERENCE_FIELDS`; the others are dropped, and
 `kit launch` says so), it runs on this machine (its paths must exist here), and a launch with error
 findings still starts (the server ignores the flags they are about).
+
+This object is the one home of the protocol both sides speak: the server (`kit.serving.server`,
+`kit.serving.decoder`) writes its /metrics names (`metric_name`), its /server_info accept-length field
+(`api.server_info_accept_length`) and its failed-load line (`error_line`) from here, and the measuring side
+reads them back through the same object, so one change moves both.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ import sys
 from typing import Any
 
 from kit.serving.engines.sglang import SGLang
+
+# the line `kit serve` ends a failed load with (then it exits: 2 for a user error, 1 otherwise)
+ERROR_PREFIX = "kit serve: error: "
 
 # the LaunchSpec fields the CPU reference server implements; other SGLang flags are dropped for it
 REFERENCE_FIELDS = frozenset(
@@ -45,16 +53,29 @@ class ReferenceServer(SGLang):
     resolves_kit_names = True  # 'embedded' is resolved by the server itself
     accepts_hub_ids = False
 
+    def serves_here(self) -> bool:
+        return True  # CPU only
+
     def command(self, spec) -> list[str]:
         return [sys.executable, "-m", "kit", "serve"]
 
     def flag(self, name: str) -> str | None:
         return super().flag(name) if name in REFERENCE_FIELDS else None
 
+    def error_line(self, why: object) -> str:
+        """The log line the server ends a failed load with (`startup_failure` reads it back)."""
+        return f"{ERROR_PREFIX}{why}"
+
     def startup_failure(self, line: str, tail: list[str]) -> str | None:
-        # `kit serve` ends a failed load with one line (then exits: 2 for a user error, 1 otherwise)
-        _, sep, why = line.partition("kit serve: error: ")
+        _, sep, why = line.partition(ERROR_PREFIX)
         return why.strip() if sep else super().startup_failure(line, tail)
+
+    def metric_name(self, key: str) -> str:
+        """The /metrics name the server writes SGLang's metric `key` under (`generation_tokens_total`,
+        `spec_accept_length`, ...): the release's names, the ones `accept_counters` reads back."""
+        api, base = self.api, key.removesuffix("_total")
+        named = {"generation_tokens": api.generation_tokens_metric, "spec_verify_calls": api.verify_calls_metric}
+        return named.get(base, api.metric_prefix + base) + key[len(base) :]
 
     def localize(self, spec, target: str) -> dict[str, Any]:
         return {"model_path": target}

@@ -160,3 +160,15 @@ def test_decode_accept_len_figure(tmp_path):
     fig = plots.decode_accept_len(frame, tmp_path, data="engine reference")
     _saved(tmp_path, "04_accept_len")
     assert len(fig.axes[0].lines) >= 2 and fig.axes[0].get_xlabel().startswith("decode-log interval")
+
+
+def test_figures_display_as_png_in_jupyter(tmp_path):
+    """IPython formats a returned figure as image/png with no pyplot backend activated (JupyterLab then
+    shows a picture, not `<Figure size ... with 1 Axes>`)."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    fig = plots.per_position_acceptance(RECORDS, tmp_path)
+    data, _ = InteractiveShell.instance().display_formatter.format(fig)
+    assert data["image/png"][:4] == b"\x89PNG"
+    assert plots.png_bytes(fig)[:4] == b"\x89PNG"

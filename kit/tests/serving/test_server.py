@@ -12,6 +12,8 @@ import time
 import httpx
 import pytest
 
+from kit.measure.metrics import parse_prometheus
+from kit.serving.engines import get_engine
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import ServerProcess, free_port
 from kit.tests.tinyserve import build_pair
@@ -140,9 +142,24 @@ def test_info_metrics_auth_and_batch(srv3):
     m = httpx.get(url + "/metrics", headers=AUTH).text
     verify = float(next(l for l in m.splitlines() if l.startswith("sglang:spec_verify_calls_total")).split()[-1])
     assert verify == eng.counters["spec_verify_calls_total"] > 0 and "sglang:spec_accept_length{" in m
+    proto = get_engine("reference")  # what the server writes is what the measuring side reads back
+    assert proto.accept_counters(parse_prometheus(m)) == (
+        eng.counters["generation_tokens_total"],
+        eng.counters["spec_verify_calls_total"],
+    )
+    assert proto.server_info_accept_length(info) == info["internal_states"][0]["avg_spec_accept_length"]
     assert httpx.post(url + "/flush_cache", headers=AUTH).status_code == 200
     stop = post(url + "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1}})
     assert stop["meta_info"]["completion_tokens"] == 1 and "spec_verify_ct" not in stop["meta_info"]
+
+
+def test_reference_protocol_has_one_home():
+    """The server's failed-load line and /metrics names come from the engine object that parses them."""
+    proto = get_engine("reference")
+    assert proto.startup_failure(proto.error_line("fc.weight: bad shape"), []) == "fc.weight: bad shape"
+    assert proto.metric_name("generation_tokens_total") == proto.api.generation_tokens_metric + "_total"
+    assert proto.metric_name("spec_verify_calls_total") == proto.api.verify_calls_metric + "_total"
+    assert proto.metric_name("num_running_reqs") == proto.api.metric_prefix + "num_running_reqs"
 
 
 def test_seed_launch_as_subprocess_reproduces_eagle_wiring(pair):

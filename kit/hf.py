@@ -1,0 +1,73 @@
+"""`HFConfig`: one parsed HF-style `config.json` (a target's or a draft's), read-only, with the file it came from.
+
+Every static rule (layout detection, the loader simulation, the wiring checks, the converter) reads a
+config.json it did not write; this wrapper is the one type those rules take, so a signature says "a
+parsed config" instead of "some dict". It is a read-only `Mapping` (rules look keys up the way the
+writing stack spelled them) plus typed accessors for the facts several rules share. Reading and
+errors live in `kit.checkpoint.hf_config.read_config`; typed draft facts in
+`kit.sglang.draft_config.DraftConfig`; typed target facts in `kit.checkpoint.hf_config.TargetFacts`.
+
+    cfg = HFConfig.of({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30})
+    cfg.architecture, cfg.text.get("num_hidden_layers"), cfg.to_dict()
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# where multimodal wrappers (Kimi-K2.5, Llava...) nest the language model's config
+TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
+
+
+@dataclass(frozen=True, eq=False)
+class HFConfig(Mapping[str, Any]):
+    """A parsed config.json (`data`) and the file it was read from (`path`, None when built in code)."""
+
+    data: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @classmethod
+    def of(cls, cfg: HFConfig | Mapping[str, Any] | None, path: Path | None = None) -> HFConfig:
+        """Wrap a parsed config (an HFConfig passes through unchanged; None is the empty config)."""
+        if isinstance(cfg, HFConfig):
+            return cfg
+        return cls(dict(cfg or {}), path)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A deep copy as a plain dict: for writing out, or for building a changed config."""
+        return copy.deepcopy(dict(self.data))
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return tuple(self.data.get("architectures") or ())
+
+    @property
+    def architecture(self) -> str | None:
+        """architectures[0]: the class a loader dispatches on (None: not declared)."""
+        return self.architectures[0] if self.architectures else None
+
+    @property
+    def text(self) -> HFConfig:
+        """The language-model part: a nested text config when a multimodal wrapper has one, else itself."""
+        for key in TEXT_CONFIG_KEYS:
+            if isinstance(self.data.get(key), Mapping):
+                return HFConfig(self.data[key], self.path)
+        return self
+
+    @property
+    def is_speculators(self) -> bool:
+        """A speculators-layout draft config (decoder numbers nested under transformer_layer_config)."""
+        return "transformer_layer_config" in self.data or "speculators_model_type" in self.data
