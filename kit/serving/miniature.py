@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
+from kit.hf import HFConfig
 
 # quantization methods SGLang builds and dummy-loads on a miniature, with the width alignment their kernels
 # need (fp8 block scales come in 128 x 128 blocks). Others (mxfp4, compressed-tensors INT4, awq...) are dropped
@@ -160,14 +161,14 @@ def shrink_widths(
     return new, notes
 
 
-def draft_unit(draft_cfg: dict[str, Any] | None, target_hidden: int, tp: int) -> int:
+def draft_unit(draft_cfg: HFConfig | None, target_hidden: int, tp: int) -> int:
     """What the target's miniature hidden size must be a multiple of so that the draft's heads shrink in
     proportion (its hidden is the target's; hidden / heads kept)."""
     if not draft_cfg:
         return 1
     from kit.sglang.draft_config import read_draft_config
 
-    dc = read_draft_config(draft_cfg)
+    dc = read_draft_config(HFConfig.of(draft_cfg))
     H, nh = dc.hidden_size, dc.num_attention_heads
     if not H or not nh or H % nh or (dc.effective_target_hidden_size or H) != target_hidden or H != target_hidden:
         return 1
@@ -175,15 +176,15 @@ def draft_unit(draft_cfg: dict[str, Any] | None, target_hidden: int, tp: int) ->
 
 
 def miniature_target(
-    config: dict[str, Any],
+    config: HFConfig,
     tp: int = 1,
     hidden: int = 256,
     shrink_head_dims: bool = False,
-    draft_config: dict[str, Any] | None = None,
+    draft_config: HFConfig | None = None,
 ) -> MiniTarget:
     """The miniature of a target config.json (a new dict; the input is not modified). With the draft's config,
     the hidden size is also chosen so that the draft's heads shrink in proportion."""
-    cfg = json.loads(json.dumps(config))
+    cfg = HFConfig.of(config).to_dict()
     tc = _text(cfg)
     notes: list[str] = []
     align = ALIGN
@@ -257,12 +258,12 @@ def draft_dim_map(orig: dict[str, Any], mini: dict[str, Any], k: int, Ht: int, H
     return out
 
 
-def miniature_draft_config(draft_cfg: dict[str, Any], mini: MiniTarget) -> tuple[dict[str, Any], dict[int, int]]:
+def miniature_draft_config(draft_cfg: HFConfig, mini: MiniTarget) -> tuple[dict[str, Any], dict[int, int]]:
     """The draft's real config.json with only its widths edited, and the width map for its tensors."""
     from kit.sglang.draft_config import read_draft_config
 
-    cfg = json.loads(json.dumps(draft_cfg))
-    dc = read_draft_config(draft_cfg)
+    cfg = HFConfig.of(draft_cfg).to_dict()
+    dc = read_draft_config(HFConfig.of(draft_cfg))
     c = _draft_text(cfg)
     tH, tHm = mini.sizes.get("hidden_size", (mini.text["hidden_size"],) * 2)
     Ht = dc.effective_target_hidden_size or tH
@@ -327,7 +328,7 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
     draft_cfg = json.loads((src / "config.json").read_text())
     ck = read_checkpoint(src)
     cfg, dims = miniature_draft_config(draft_cfg, mini)
-    dc = read_draft_config(draft_cfg)
+    dc = read_draft_config(HFConfig.of(draft_cfg))
     vocab, dvocab = dc.vocab_size, dc.draft_vocab_or_target
     rows = miniature_tensors(ck, dims, vocab, dvocab)
     out = Path(out_dir)
@@ -361,7 +362,7 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
 
 
 def write_miniature_target(
-    target_config: dict[str, Any], out_dir: str | Path, mini: MiniTarget, source_dir: str | Path | None = None
+    target_config: HFConfig, out_dir: str | Path, mini: MiniTarget, source_dir: str | Path | None = None
 ) -> Path:
     """config.json of the miniature target in out_dir (dummy-loaded: no weights), plus the target directory's own
     Python files (`auto_map` configuration code that --trust-remote-code loads) and generation_config.json."""

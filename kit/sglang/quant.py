@@ -81,8 +81,9 @@ def _functions(text: str) -> tuple[dict[str, str], dict[str, str]]:
     return top, meths
 
 
-def run_parse(text: str, hf_quant_config: dict | None) -> dict | None:
-    """Execute the release's `_parse_quant_hf_config` for a local draft directory holding `hf_quant_config`."""
+def run_parse(text: str, quant_doc: dict | None) -> dict | None:
+    """Execute the release's `_parse_quant_hf_config` for a local draft directory holding `quant_doc` (the
+    parsed hf_quant_config.json; None: no such file)."""
     import copy
     import logging
     import math
@@ -118,8 +119,8 @@ def run_parse(text: str, hf_quant_config: dict | None) -> dict | None:
             exec(compile(textwrap.dedent(meths[name]), SRC, "exec"), g, ns)
     probe_cls = type("ModelConfigProbe", (), ns)
     with tempfile.TemporaryDirectory(prefix="kit-quant-probe-") as d:
-        if hf_quant_config is not None:
-            (Path(d) / FILE).write_text(json.dumps(hf_quant_config))
+        if quant_doc is not None:
+            (Path(d) / FILE).write_text(json.dumps(quant_doc))
         me = probe_cls()
         me.hf_config = types.SimpleNamespace()  # config.json without quantization_config
         me.model_path, me.revision, me.is_draft_model = d, None, True
@@ -171,9 +172,9 @@ def build_table(versions: list[str]) -> dict[str, Any]:
 
 
 # -- the rule, for a draft directory ------------------------------------------------------------------------
-def probe_name(hf_quant_config: dict) -> str | None:
-    """Which recorded probe a ModelOpt hf_quant_config.json is (None: a shape the table does not cover)."""
-    q = hf_quant_config.get("quantization", hf_quant_config)
+def probe_name(quant_doc: dict) -> str | None:
+    """Which recorded probe a parsed ModelOpt hf_quant_config.json is (None: a shape the table does not cover)."""
+    q = quant_doc.get("quantization", quant_doc)
     if not isinstance(q, dict):
         return None
     algo = q.get("quant_algo")
@@ -183,10 +184,10 @@ def probe_name(hf_quant_config: dict) -> str | None:
     return "nvfp4" if "FP4" in algo else "fp8" if algo == "FP8" else None
 
 
-def draft_quantization(version: str | None, hf_quant_config: dict) -> dict[str, Any] | None:
+def draft_quantization(version: str | None, quant_doc: dict) -> dict[str, Any] | None:
     """What SGLang `version` sets a draft up as, given the hf_quant_config.json beside it (no quantization_config in
     config.json): {"quant_method", "class", "probe", "version", "exact"}; None for a file shape not recorded."""
-    name = probe_name(hf_quant_config)
+    name = probe_name(quant_doc)
     if name is None:
         return None
     rel = recorded_release(version)
