@@ -37,8 +37,8 @@ from test_corpus import (  # noqa: E402
 LAUNCH = (
     "python3 -m sglang.launch_server --model-path /models/target --tp-size {tp} --speculative-algorithm {alg} "
     "--speculative-draft-model-path /models/draft --speculative-num-steps 3 --speculative-eagle-topk 1 "
-    "--speculative-num-draft-tokens 4 --mem-fraction-static 0.85"
-)
+    "--speculative-num-draft-tokens 4 --mem-fraction-static 0.85 --context-length 2048"
+)  # 2048: within every family draft's trained context, so a healthy family shows the speculative path run
 # six target families (+ the MLA draft), each with a draft trained for it (configs from tests/corpus)
 FAMILIES = {
     "llama": ("target/llama-3.1-8b-instruct.json", "draft/specforge-llama3-8B-eagle3.json", "midlayer"),
