@@ -7,6 +7,7 @@
 #                              # there (kit train-draft) and send it back in 15 MiB parts
 #   bash bench/gpu_run.sh c4m  # the ground-truth matrix
 #   bash bench/gpu_run.sh c4   # kit bench vs sglang.bench_serving (GPU 0) and CUDA graphs (GPU 1)
+#   RH_ONLY="seed seed-fix llama" bash bench/gpu_run.sh rh   # kit rehearse on those cases (bench/gpu_rehearse.py)
 # Carried files live in .devcarry/<step>/ (ignored by git, named in the call's `carry`). Results: $OUT/<step>.tgz
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -69,5 +70,14 @@ c6)
   timeout 250 python3 bench/gpu_sglang.py bench --work $W --out "$R/bench" --gpu 0 --num-prompts 16 --row baseline \
     --target $W/tp_target --server-extra=--cuda-graph-max-bs=16 > "$R/bench.txt" 2>&1
   tail -c 800 "$R/bench.txt"
+  ;;
+rh)
+  ls /tmp/site/sglang >/dev/null 2>&1 || python3 -m kit.sglang.bundle install .devcarry/c1/sglang-*.tar.xz --target /tmp/site 2>&1 | tail -2
+  nvidia-smi --query-gpu=memory.used --format=csv > "$R/mem_before.txt"
+  timeout 570 python3 bench/gpu_rehearse.py --work $W/rh --version 0.5.17 --bundle ${RH_ONLY:+--only $RH_ONLY} \
+    > "$R/rehearse.jsonl" 2> "$R/rehearse.err"
+  for d in $W/rh/*/rehearsal; do cp "$d/report.json" "$R/$(basename "$(dirname "$d")").report.json" 2>/dev/null; done
+  nvidia-smi --query-gpu=memory.used --format=csv > "$R/mem_after.txt"
+  tail -c 3000 "$R/rehearse.jsonl"; tail -5 "$R/rehearse.err"
   ;;
 esac

@@ -65,6 +65,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 --repeats 3",
     ),
     "sweep": ("kit.measure.sweep", 'kit sweep --launch "$(cat launch.sh)" --speculative-num-steps 1 3 5'),
+    "rehearse": (
+        "kit.rehearse",
+        "kit rehearse --target ~/models/Kimi-K2.5 --draft ~/drafts/eagle3 --launch-file launch.sh --dry-run",
+    ),
     "bundle": (
         "kit.sglang.bundle",
         "kit bundle build --sglang-version {bundle_release} --arch sm90 --python 3.12 --out dist",

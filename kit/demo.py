@@ -44,7 +44,12 @@ class DemoConfig:
         default=None, metadata={"help": "draft checkpoint dir (default: the kit's shipped demo draft)"}
     )
     launch: str | None = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
-    runs_dir: str = field(default="runs", metadata={"help": "parent directory of the run folder"})
+    runs_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"
+        },
+    )
     quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
     train_draft: bool = field(
         default=False,
@@ -84,6 +89,31 @@ def declared_parameters(nb_path: Path) -> set[str]:
             tree = ast.parse("".join(cell["source"]))
             return {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     raise KitInputError(f"{nb_path}: no cell tagged 'parameters'")
+
+
+# notebook metadata JupyterLab adds on save that the committed notebooks do not carry
+_SAVED_ONLY_METADATA = ("language_info", "widgets")
+_SAVED_ONLY_CELL_METADATA = ("execution", "scrolled")
+
+
+def strip_saved_outputs(model: dict, path: str, contents_manager, **kwargs) -> None:
+    """Jupyter server pre-save hook, set by `jupyter_server_config.py` (the README's
+    `jupyter lab --config=jupyter_server_config.py notebooks/`): the kit's own notebooks under notebooks/ are
+    written without outputs, execution counts and the metadata a session adds, byte for byte as committed,
+    so running them in JupyterLab leaves `git status` clean. What they produced is in their run folder
+    (`runs/<time>/`). Any other notebook is saved as it is."""
+    if model.get("type") != "notebook":
+        return
+    if (Path(contents_manager.root_dir) / path).resolve().parent != NOTEBOOKS.resolve():
+        return
+    nb = model["content"]
+    for key in _SAVED_ONLY_METADATA:
+        nb.get("metadata", {}).pop(key, None)
+    for cell in nb["cells"]:
+        for key in _SAVED_ONLY_CELL_METADATA:
+            cell.get("metadata", {}).pop(key, None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
 
 
 class _CellEcho:
@@ -161,7 +191,7 @@ def prefetch() -> threading.Thread:
 
 
 def run_demo(cfg: DemoConfig) -> Path:
-    from kit.summary import collect, fmt_speedup
+    from kit.summary import collect, fmt_speedup, new_run_dir
 
     for p, label in ((cfg.target, "--target"), (cfg.draft, "--draft")):
         if p is not None and not Path(p).exists():
@@ -169,8 +199,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     nbs = notebook_paths(cfg.only)
     if not nbs:
         raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
-    run_dir = Path(cfg.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=False)
+    run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     params = notebook_parameters(cfg, run_dir.resolve())
     prefetch()
     timings = {}

@@ -310,14 +310,14 @@ def run_gpu_demo(cfg) -> Path:
     Serving and benching write `serving.json` and the bench directories; `finish` scores them."""
     from kit.models import resolve_target, shipped_draft
     from kit.serving.process import ServerExited, ServerProcess
+    from kit.summary import new_run_dir
 
     t_all = time.perf_counter()
     facts = preflight()
     if cfg.launch:
         raise KitInputError("kit demo --gpu: --launch is not used on the GPU demo (it serves the seed's launch)")
     plan = GpuPlan.for_run(cfg.quick)
-    run_dir = Path(cfg.runs_dir) / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=False)
+    run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     timings: dict[str, float] = {}
 
     def step(name: str, t0: float) -> None:

@@ -163,7 +163,10 @@ def load_target(
     """Load (model, tokenizer) in eval mode. `dtype` is a torch dtype name."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # a local load takes seconds; in a notebook its progress bar is a widget that outlives the kernel
+    hf_logging.disable_progress_bar()
     d = resolve_target(target)
     tok = AutoTokenizer.from_pretrained(d)
     model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype)).to(device).eval()

@@ -6,16 +6,50 @@ figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>
 over no speculation, `speedup: {fixed_launch: {median, ci95}, seed_launch: {...}}`) and a readable
 `summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter leaves the
 same trail as the headless demo.
+
+Where runs go: `run_dir(None)` makes a fresh `<runs root>/<time>/`, the runs root being `$KIT_RUNS_DIR`,
+else `runs/` at the top of the kit's checkout (beside `notebooks/`, whatever the working directory: JupyterLab
+starts a notebook's kernel in `notebooks/`), else `./runs`. `kit demo` and every notebook's `out_dir = None`
+use it, so no output lands in the source tree.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from kit.findings import Report
+
+RUNS_ENV = "KIT_RUNS_DIR"
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def runs_root() -> Path:
+    """$KIT_RUNS_DIR, else runs/ at the top of the kit's checkout, else ./runs (an installed kit)."""
+    if os.environ.get(RUNS_ENV):
+        return Path(os.environ[RUNS_ENV]).expanduser()
+    if (CHECKOUT / "notebooks").is_dir() and (CHECKOUT / "kit").is_dir():
+        return CHECKOUT / "runs"
+    return Path("runs")
+
+
+def new_run_dir(root: str | os.PathLike | None = None, exist_ok: bool = True) -> Path:
+    """A run folder named by the local time, `<root or runs_root()>/<YYYYmmdd-HHMMSS>/`, created."""
+    d = Path(root) if root is not None else runs_root()
+    d = d / time.strftime("%Y%m%d-%H%M%S")
+    d.mkdir(parents=True, exist_ok=exist_ok)
+    return d
+
+
+def run_dir(out_dir: str | os.PathLike | None) -> Path:
+    """A notebook's output folder: `out_dir` as given (created), or a fresh run folder when None."""
+    if out_dir is None:
+        return new_run_dir()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return Path(out_dir)
 
 
 def _jsonable(v: Any) -> Any:

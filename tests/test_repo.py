@@ -87,7 +87,9 @@ def test_readme_commands_and_short_map():
 @pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_notebook_form(nb):
     """Stored without outputs; one `parameters` cell first; cells orchestrate only (no def/class)."""
-    cells = json.loads(nb.read_text())["cells"]
+    doc = json.loads(nb.read_text())
+    assert set(doc["metadata"]) == {"kernelspec"}, "session metadata (language_info, widgets) saved"
+    cells = doc["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
     assert "parameters" in code[0].get("metadata", {}).get("tags", [])
     assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in code) == 1
@@ -99,6 +101,81 @@ def test_notebook_form(nb):
             n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
         ], f"{nb.name}: a cell defines a function or class; move it into kit/"
         assert len(src.splitlines()) <= 25, f"{nb.name}: cell longer than 25 lines"
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_parameters_cell_is_plain_literals(nb, caplog):
+    """The parameters cell holds one `name = literal` per line, which papermill reads without a warning
+    (it gives up on a line with a second `=`, e.g. a launch command's `NCCL_PROTO=LL`)."""
+    import logging
+
+    from papermill.inspection import inspect_notebook
+
+    cell = next(c for c in json.loads(nb.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
+    tree = ast.parse("".join(cell["source"]))
+    names = []
+    for node in tree.body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name), (
+            f"{nb.name}: line {node.lineno} is not `name = literal`"
+        )
+        assert node.lineno == node.end_lineno, f"{nb.name}: {node.targets[0].id} spans several lines"
+        ast.literal_eval(node.value)  # raises on anything but a literal
+        names.append(node.targets[0].id)
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        parsed = list(inspect_notebook(str(nb)))
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("papermill")]
+    assert parsed == names
+
+
+def test_notebooks_write_under_runs_wherever_they_start(tmp_path, monkeypatch):
+    """`out_dir = None` is a fresh runs/<time>/ at the checkout's top, also from notebooks/ (JupyterLab's
+    kernel directory), or under $KIT_RUNS_DIR: never next to the notebooks."""
+    from kit.summary import RUNS_ENV, run_dir
+
+    monkeypatch.delenv(RUNS_ENV, raising=False)
+    monkeypatch.chdir(ROOT / "notebooks")
+    d = run_dir(None)
+    try:
+        assert d.parent == ROOT / "runs" and d.is_dir()
+    finally:
+        d.rmdir()
+    monkeypatch.setenv(RUNS_ENV, str(tmp_path))
+    assert run_dir(None).parent == tmp_path
+    assert run_dir(str(tmp_path / "given")) == tmp_path / "given"
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_jupyterlab_saves_the_notebooks_as_committed(nb, tmp_path):
+    """`jupyter lab --config=jupyter_server_config.py notebooks/` (the README's command) saves the kit's notebooks
+    without what a session adds (outputs, counts, language_info, widget state): byte for byte as committed."""
+    import nbformat
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from kit.demo import strip_saved_outputs
+
+    cfg = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT)).load_config()
+    assert cfg.FileContentsManager.pre_save_hook == "kit.demo.strip_saved_outputs"
+    node = nbformat.read(nb, as_version=4)
+    node.metadata["language_info"] = {"name": "python"}
+    node.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    for cell in node.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", text="ran\n")]
+            cell.execution_count = 1
+            cell.metadata["execution"] = {"iopub.execute_input": "2026-12-01T00:00:00Z"}
+
+    class Manager:
+        root_dir = str(ROOT)
+
+    model = {"type": "notebook", "content": node}
+    strip_saved_outputs(model, f"notebooks/{nb.name}", Manager())
+    assert nbformat.writes(model["content"]) + "\n" == nb.read_text()
+    # a notebook anywhere else keeps its outputs
+    other = {"type": "notebook", "content": nbformat.read(nb, as_version=4)}
+    other["content"].cells[1].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
+    Manager.root_dir = str(tmp_path)
+    strip_saved_outputs(other, nb.name, Manager())
+    assert other["content"].cells[1].outputs
 
 
 def test_import_kit_is_light():

@@ -13,7 +13,7 @@ for the listing, never torch), then:
 
 Also the `kit doctor --draft PATH` provider (`doctor_checks`). Codes: draft.arch, draft.keys_dropped,
 draft.params_missing, draft.shape, draft.d2t, draft.layers, draft.config, draft.layout,
-draft.unused_weights, ckpt.corrupt, ckpt.pickle. Exit: 0 ok, 1 error findings, 2 unreadable.
+draft.unused_weights, draft.quant, ckpt.corrupt, ckpt.pickle. Exit: 0 ok, 1 error findings, 2 unreadable.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_chec
 from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
 from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
+from kit.sglang.versions import sort_versions
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -277,6 +278,52 @@ def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
     return out
 
 
+def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]:
+    """`draft.quant`: what the release sets the draft up as from an `hf_quant_config.json` beside it."""
+    from kit.sglang.quant import FILE, draft_quantization, misread_releases
+
+    f = Path(draft_dir) / FILE
+    if not f.is_file():
+        return []
+    try:
+        hq = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return [Finding(code="draft.quant", severity="warning", title=f"{f}: unreadable ({e})", evidence={})]
+    q = draft_quantization(sglang_version, hq) if isinstance(hq, dict) else None
+    if q is None:
+        return []
+    algo = (hq.get("quantization") or {}).get("quant_algo") if isinstance(hq.get("quantization"), dict) else None
+    ver = f"sglang {q['requested']}" + ("" if q["exact"] else f" (rules of {q['version']})")
+    evidence = {"file": str(f), "quant_algo": algo, "quant_method": q["quant_method"], "class": q["class"]}
+    evidence["derived_from"] = q["evidence"]
+    wrong = (q["probe"] == "no_algo" and q["quant_method"]) or (
+        q["probe"] == "nvfp4" and q["class"] and "Fp4" not in q["class"] and "FP4" not in q["class"]
+    )
+    if wrong:
+        misread = sort_versions(misread_releases())
+        return [
+            Finding(
+                code="draft.quant",
+                severity="error",
+                title=f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']} and builds "
+                f"{q['class']}: the draft head is set up quantized and acceptance collapses",
+                evidence={**evidence, "releases_that_misread": misread},
+                fix=f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a "
+                "release that parses quant_algo",
+            )
+        ]
+    return [
+        Finding(
+            code="draft.quant",
+            severity="info",
+            title=f"{ver} sets the draft up as "
+            + (f"{q['quant_method']} ({q['class']})" if q["quant_method"] else "unquantized")
+            + f" from its {FILE} (quant_algo {algo!r})",
+            evidence=evidence,
+        )
+    ]
+
+
 def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
     """Everything `kit inspect` reports, as data. Raises CheckpointError for unreadable input."""
     p = Path(path)
@@ -312,6 +359,7 @@ def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
     if lay.name in ("unknown",) and not any(k.startswith(("midlayer.", "fc.")) for k in ck.tensors):
         return ins  # not an EAGLE-3 draft (e.g. a target): listing only
     rep.extend(config_findings(cfg, lay))
+    rep.extend(quant_findings(cp.parent if cp else (p if p.is_dir() else p.parent), sglang_version))
     if cfg:
         rep.extend(shape_checks(ck, lay, dc))
         from kit.checkpoint.vocab import check_vocab
@@ -411,7 +459,7 @@ def doctor_checks(ctx) -> list[Finding]:
                     fix="python -m kit convert SRC DST --to sglang",
                 )
             )
-        return out
+        return out + (quant_findings(d, ctx.cfg.sglang_version) if d is not None else [])
     try:
         ins = inspect(d, ctx.cfg.sglang_version)
     except CheckpointError as e:

@@ -340,7 +340,7 @@ def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
 async def _run_requests(
     client, base, api, reqs, cfg, model, log: RecordLog, tags: dict, desc: str, render, extra: dict | None
 ) -> list[dict]:
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     sem = asyncio.Semaphore(cfg.concurrency)
     out: list[dict] = []

@@ -2,8 +2,11 @@
 
 Every function takes plain records / rows (what kit.measure.bench and kit.measure.sweep write),
 draws on a `matplotlib.figure.Figure` (no pyplot state, so nothing leaks between calls and it works
-headless with the Agg canvas and inline in Jupyter, where the returned figure displays), saves
-`<out_dir>/<name>.png` and `.svg`, and returns the figure.
+headless with the Agg canvas), saves `<out_dir>/<name>.png` and `.svg`, and returns the figure. The
+figure carries its own PNG representation (`_repr_png_`), so Jupyter shows it as a picture whatever
+the matplotlib backend: a bare `Figure` is only drawn inline once pyplot's inline backend has been
+activated, which code that never touches pyplot does not do. `png_bytes(fig)` gives the same PNG for
+an ipywidgets `Image`.
 
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
@@ -26,6 +29,8 @@ show *how* a draft fails (position 1 already rejected = wiring; decaying tail = 
 
 from __future__ import annotations
 
+import functools
+import io
 import os
 import textwrap
 from collections.abc import Sequence
@@ -40,12 +45,34 @@ def describe(**facts: Any) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in facts.items() if v not in (None, ""))
 
 
-def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
-    import seaborn as sns
+SCREEN_DPI = 100  # the PNG a notebook shows (files are written at 120 dpi)
+
+
+def png_bytes(fig, dpi: int = SCREEN_DPI) -> bytes:
+    """The figure as PNG bytes (for display, an ipywidgets Image, a report)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+@functools.cache
+def _inline_figure_class():
     from matplotlib.figure import Figure
 
+    class InlineFigure(Figure):
+        """A Figure that Jupyter displays as a PNG, with no pyplot backend involved."""
+
+        def _repr_png_(self) -> bytes:
+            return png_bytes(self)
+
+    return InlineFigure
+
+
+def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
+    import seaborn as sns
+
     sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85)
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
+    fig = _inline_figure_class()(figsize=(width * ncols, height), layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     return fig, axes
 

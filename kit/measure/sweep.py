@@ -16,8 +16,9 @@ tokens become steps + 1, and a tree point SGLang would refuse is skipped.
         --speculative-num-steps 1 3 5 --speculative-eagle-topk 1 4 --speculative-num-draft-tokens 4 8 --concurrency 1 8 --out-dir runs/sweep
     python -m kit sweep --engine reference --launch "python -m kit serve --speculative-draft-model-path D ..."
 
-In a notebook, `panel(launcher, out_dir)` shows an ipywidgets grid picker with a Run button,
-live progress and plots redrawn after each point (inert until clicked).
+In a notebook, `panel(launcher, out_dir)` shows an ipywidgets grid picker with Run and Stop buttons,
+progress per point, the growing results table and plots redrawn after each point (inert until clicked;
+`SweepPanel` says what it does).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import html
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -197,11 +199,16 @@ def run_sweep(
     expected: Callable[[Point], float] | None = None,
     prompts: list[dict] | None = None,
     on_row: Callable[[int, int, dict], None] | None = None,
+    on_error: Callable[[Point, Exception], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[dict]:
     """Measure every not-yet-measured (point, concurrency); returns all rows of results.jsonl.
 
     `expected(point)` (e.g. the oracle) adds the expected accept length to each row;
-    `on_row(done, total, row)` is called after each row (progress bars, widget redraws)."""
+    `on_row(done, total, row)` is called after each row (progress bars, widget redraws).
+    A point whose launch or measurement raises is passed to `on_error(point, exc)` and the sweep goes
+    on with the next point (without `on_error` the exception propagates). `stop()` is asked before each
+    launch and each measurement; once it is true the sweep ends, its server stopped."""
     out = Path(cfg.out_dir)
     results = RecordLog(out / "results.jsonl")
     done = {row_key(r) for r in results.read()}
@@ -212,41 +219,53 @@ def run_sweep(
         )
     plan = [(p, c) for p in points for c in cfg.concurrency]
     total, n_done = len(plan), sum(row_key({**point_fields(p), "concurrency": c}) in done for p, c in plan)
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     bar = tqdm(total=total, initial=n_done, desc="sweep", disable=not cfg.progress)
+
+    def measure(point: Point, todo: list[int]) -> None:
+        nonlocal n_done
+        with launcher(point) as server:
+            url, log_file = url_of(server)
+            for conc in todo:
+                if stop and stop():
+                    return
+                bcfg = BenchConfig(
+                    url=url,
+                    label=point_label(point),
+                    api=cfg.api,
+                    prompts=cfg.prompts,
+                    num_prompts=cfg.num_prompts,
+                    max_new_tokens=cfg.max_new_tokens,
+                    concurrency=conc,
+                    warmup=cfg.warmup,
+                    repeats=cfg.repeats,
+                    log_path=log_file,
+                    progress=False,
+                    chat_template=cfg.chat_template,
+                    # a point cut short by a crash resumes in its own directory
+                    **resumable(out / "points" / f"{point_label(point)}_c{conc}"),
+                )
+                res = run_bench(bcfg, prompts=prompts)
+                exp = expected(point) if expected and point is not None else None
+                row = _row(point, conc, res, exp)
+                results.append(jsonable(row))
+                n_done += 1
+                bar.update(1)
+                if on_row:
+                    on_row(n_done, total, row)
+
     try:
         for point in points:
             todo = [c for c in cfg.concurrency if row_key({**point_fields(point), "concurrency": c}) not in done]
-            if not todo:
+            if not todo or (stop and stop()):
                 continue
-            with launcher(point) as server:
-                url, log_file = url_of(server)
-                for conc in todo:
-                    bcfg = BenchConfig(
-                        url=url,
-                        label=point_label(point),
-                        api=cfg.api,
-                        prompts=cfg.prompts,
-                        num_prompts=cfg.num_prompts,
-                        max_new_tokens=cfg.max_new_tokens,
-                        concurrency=conc,
-                        warmup=cfg.warmup,
-                        repeats=cfg.repeats,
-                        log_path=log_file,
-                        progress=False,
-                        chat_template=cfg.chat_template,
-                        # a point cut short by a crash resumes in its own directory
-                        **resumable(out / "points" / f"{point_label(point)}_c{conc}"),
-                    )
-                    res = run_bench(bcfg, prompts=prompts)
-                    exp = expected(point) if expected and point is not None else None
-                    row = _row(point, conc, res, exp)
-                    results.append(jsonable(row))
-                    n_done += 1
-                    bar.update(1)
-                    if on_row:
-                        on_row(n_done, total, row)
+            try:
+                measure(point, todo)
+            except Exception as e:  # one point's launch or benchmark failed: say so, go on with the next
+                if on_error is None:
+                    raise
+                on_error(point, e)
     finally:
         bar.close()
     rows = results.read()
@@ -304,74 +323,277 @@ def sweep_findings(rows: list[dict], static_findings=(), training=None) -> Repor
 # ---------------------------------------------------------------------------------------------
 
 
+RESTORE_HINT = "Sweep panel: run this cell to restore the panel (its controls live in the notebook's running kernel)."
+DRAFT_TOKENS_HINT = (
+    "draft tokens <b>0</b> = let SGLang choose: steps + 1 for a chain (topk 1), every token the tree holds otherwise"
+)
+TABLE_COLUMNS = (
+    "label",
+    "concurrency",
+    "output_tok_s",
+    "accept_length",
+    "expected_accept_length",
+    "speedup",
+    "failed",
+)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"
+
+
+class SweepPanel:
+    """The notebook's sweep panel: grid boxes, **Run sweep** / **Stop**, progress per point (which point,
+    elapsed, ETA), a results table that grows row by row, heatmaps redrawn after each point, and one message
+    line per event (a failed point is named, and the sweep goes on).
+
+    The sweep runs in a background thread, so the kernel stays responsive and **Stop** is heard: the sweep
+    ends before its next measurement and the server of the current point is stopped (the panel checks that
+    it no longer answers). Rows land in `results.jsonl` / `results.csv` as they are measured; a new panel on
+    the same folder (rerunning the cell) shows them and measures only the missing rows.
+
+    Displayed, it is two outputs: a one-line hint, hidden by the live widget's own style, then the widget.
+    A saved notebook reopened without its kernel shows the hint ("run this cell to restore the panel")
+    where the widget cannot be drawn."""
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        out_dir,
+        base: SweepConfig | None = None,
+        expected: Callable[[Point], float] | None = None,
+        prompts: list[dict] | None = None,
+    ):
+        import uuid
+
+        import ipywidgets as w
+
+        self.launcher, self.out_dir, self.expected, self.prompts = launcher, Path(out_dir), expected, prompts
+        self.base = dataclasses.replace(base or SweepConfig(), out_dir=str(out_dir), progress=False)
+        self._thread = None
+        self._stop_requested = False
+        self._hint_id = f"kit-sweep-hint-{uuid.uuid4().hex[:12]}"
+        label = {"style": {"description_width": "190px"}, "layout": w.Layout(width="400px")}
+        self.boxes = {
+            name: w.Text(value=" ".join(map(str, getattr(self.base, name))), description=name, **label)
+            for name in (
+                "speculative_num_steps",
+                "speculative_eagle_topk",
+                "speculative_num_draft_tokens",
+                "concurrency",
+            )
+        }
+        self.boxes["speculative_num_draft_tokens"].description = "draft tokens (0 = auto)"
+        self.boxes["speculative_num_draft_tokens"].tooltip = "0: let SGLang choose"
+        self.run_button = w.Button(description="Run sweep", button_style="primary", icon="play")
+        self.stop_button = w.Button(description="Stop", button_style="warning", icon="stop", disabled=True)
+        self.progress = w.IntProgress(value=0, min=0, max=1, description="rows")
+        self.status = w.HTML("set the grid, then press <b>Run sweep</b>")
+        self.log = w.HTML("")
+        self.table = w.HTML("")
+        self.heatmap = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
+        self.scatter = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
+        self._messages: list[str] = []
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.request_stop())
+        hide_hint = w.HTML(f"<style>#{self._hint_id} {{display: none}}</style>")
+        self.widget = w.VBox(
+            [
+                hide_hint,
+                w.HBox(
+                    [
+                        w.VBox([*self.boxes.values(), w.HTML(f"<small>{DRAFT_TOKENS_HINT}</small>")]),
+                        w.VBox([w.HBox([self.run_button, self.stop_button]), self.progress, self.status]),
+                    ]
+                ),
+                self.log,
+                self.table,
+                self.heatmap,
+                self.scatter,
+            ]
+        )
+        rows = load_rows(self.out_dir) if (self.out_dir / "results.jsonl").exists() else []
+        if rows:
+            self._say(
+                f"resuming: {len(rows)} rows already in {self.out_dir / 'results.csv'}; Run sweep measures the rest"
+            )
+            self._redraw(rows)
+
+    # -- display ----------------------------------------------------------------------------------
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        html = f'<div id="{self._hint_id}"><i>{RESTORE_HINT}</i></div>'
+        display({"text/html": html, "text/plain": RESTORE_HINT}, raw=True)
+        display(self.widget)
+
+    def _say(self, html: str) -> None:
+        self._messages.append(html)
+        self.log.value = "<br>".join(self._messages[-12:])
+
+    def _redraw(self, rows: list[dict]) -> None:
+        import pandas as pd
+
+        from kit.measure import plots
+
+        cell = lambda v: "" if v is None or v != v else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
+        self.table.value = pd.DataFrame([{c: cell(r.get(c)) for c in TABLE_COLUMNS} for r in rows]).to_html(
+            index=False, border=0
+        )
+        spec_rows = [
+            {**r, "observed_accept_length": r.get("accept_length")} for r in rows if r["speculative_num_steps"]
+        ]
+        self.heatmap.value = plots.png_bytes(plots.sweep_heatmaps(rows, self.out_dir))
+        self.scatter.value = plots.png_bytes(plots.expected_vs_observed(spec_rows, self.out_dir))
+        self.heatmap.layout.display = self.scatter.layout.display = None
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def config(self) -> SweepConfig:
+        """The grid in the boxes as a SweepConfig; a box that is not a list of integers is a KitInputError."""
+        values = {}
+        for name, box in self.boxes.items():
+            try:
+                values[name] = [int(x) for x in box.value.replace(",", " ").split()]
+            except ValueError:
+                raise KitInputError(f"{name}: {box.value!r} is not a list of integers")
+            if not values[name]:
+                raise KitInputError(f"{name}: give at least one value")
+        return dataclasses.replace(self.base, **values)
+
+    def start(self) -> None:
+        """What **Run sweep** does: check the grid, then measure the missing rows in a background thread."""
+        import threading
+
+        if self._thread is not None and self._thread.is_alive():
+            return
+        try:
+            cfg = self.config()
+            points = grid(
+                cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens, cfg.baseline
+            )
+            if not points:
+                raise KitInputError("the grid has no point SGLang would run; check steps and topk")
+        except KitInputError as e:
+            self.status.value = f"<b style='color:#b00'>{e}</b>"
+            return
+        self._stop_requested = False
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self._thread = threading.Thread(target=self._run, args=(cfg, points), name="kit-sweep", daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """What **Stop** does: no new measurement starts; the current point's server is stopped."""
+        self._stop_requested = True
+        self.stop_button.disabled = True
+        self.status.value = "stopping after the current measurement ..."
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, cfg: SweepConfig, points: list[Point]) -> None:
+        import time
+
+        from kit.serving.process import http_json
+
+        done = {row_key(r) for r in RecordLog(self.out_dir / "results.jsonl").read()}
+        todo = [
+            p
+            for p in points
+            if any(row_key({**point_fields(p), "concurrency": c}) not in done for c in cfg.concurrency)
+        ]
+        rows_todo = sum(
+            row_key({**point_fields(p), "concurrency": c}) not in done for p in points for c in cfg.concurrency
+        )
+        t0, measured, failed = time.monotonic(), [0], []
+        state = {"index": 0, "point": None, "url": None, "last_url": None}
+        self.progress.max, self.progress.value = max(rows_todo, 1), 0
+
+        def show(phase: str) -> None:
+            elapsed = time.monotonic() - t0
+            left = rows_todo - measured[0]
+            eta = f"ETA {_clock(elapsed / measured[0] * left)}" if measured[0] else "ETA after the first point"
+            self.status.value = (
+                f"point {state['index']}/{len(todo)} <b>{point_label(state['point'])}</b>: {phase}"
+                f" &middot; elapsed {_clock(elapsed)} &middot; {eta}"
+            )
+
+        @contextlib.contextmanager
+        def watched(point: Point):
+            state.update(index=state["index"] + 1, point=point)
+            show("starting the server")
+            with self.launcher(point) as server:
+                state["url"] = state["last_url"] = url_of(server)[0]
+                show(f"measuring on {state['url']}")
+                yield server
+            state["url"] = None
+
+        def on_row(n: int, total: int, row: dict) -> None:
+            measured[0] += 1
+            self.progress.value = measured[0]
+            al = row.get("accept_length")
+            self._say(
+                f"&#10003; {row['label']} c={row['concurrency']}: {row.get('output_tok_s') or 0:.1f} tok/s, "
+                + (f"accept length {al:.2f}" if al is not None else "no speculation")
+            )
+            self._redraw(load_rows(self.out_dir))
+            show("measured")
+
+        def on_error(point: Point, exc: Exception) -> None:
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()] or [""]
+            first = lines[0].split("; last log lines")[0]
+            last = html.escape(lines[-1][-160:]) if len(lines) > 1 else ""
+            failed.append(point_label(point))
+            self._say(
+                f"<b style='color:#b00'>&#10007; {point_label(point)} failed: {type(exc).__name__}:"
+                f" {html.escape(first)}</b> &mdash; going on with the next point"
+                + (f"<br><small style='color:#666'>&nbsp;&nbsp;its log ends: {last}</small>" if last else "")
+            )
+
+        try:
+            run_sweep(
+                cfg,
+                watched,
+                self.expected,
+                self.prompts,
+                on_row=on_row,
+                on_error=on_error,
+                stop=lambda: self._stop_requested,
+            )
+            rows = load_rows(self.out_dir)
+            if rows:
+                self._redraw(rows)
+            took = _clock(time.monotonic() - t0)
+            if self._stop_requested:
+                url = state["last_url"]
+                gone = url is None or http_json(url + "/health", timeout=2.0)[0] == 0
+                self._say(
+                    f"stopped after {measured[0]} of {rows_todo} rows ({took});"
+                    + (f" no server left running ({url} no longer answers)" if gone else f" {url} still answers!")
+                )
+                self.status.value = "stopped: press <b>Run sweep</b> to measure the remaining rows"
+            else:
+                self.status.value = f"done in {took}: {len(rows)} rows in {self.out_dir / 'results.csv'}" + (
+                    f"; failed: {', '.join(failed)} (press Run sweep to retry them)" if failed else ""
+                )
+        except Exception as e:  # the panel shows it; the kernel stays usable
+            self.status.value = f"<b style='color:#b00'>sweep failed: {type(e).__name__}: {e}</b>"
+        finally:
+            self.run_button.disabled, self.stop_button.disabled = False, True
+
+
 def panel(
     launcher: Launcher,
     out_dir,
     base: SweepConfig | None = None,
     expected: Callable[[Point], float] | None = None,
     prompts: list[dict] | None = None,
-):
-    """Grid picker + Run button + live progress + plots redrawn after every point.
-
-    Building the panel runs nothing (safe in headless notebook runs); the sweep starts only
-    when the button is clicked."""
-    import ipywidgets as w
-    from IPython.display import display
-
-    from kit.measure import plots
-
-    base = base or SweepConfig(out_dir=str(out_dir))
-    ints = lambda s: [int(x) for x in s.replace(",", " ").split()]  # noqa: E731
-    boxes = {
-        name: w.Text(
-            value=" ".join(map(str, getattr(base, name))), description=name, style={"description_width": "130px"}
-        )
-        for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "concurrency")
-    }
-    prog = w.IntProgress(value=0, min=0, max=1, description="points")
-    status = w.Label("set the grid, then Run")
-    btn = w.Button(description="Run sweep", button_style="primary")
-    figs = w.Output()
-
-    def redraw(rows):
-        figs.clear_output(wait=True)
-        with figs:
-            display(plots.sweep_heatmaps(rows, out_dir))
-            display(
-                plots.expected_vs_observed(
-                    [
-                        {**r, "observed_accept_length": r.get("accept_length")}
-                        for r in rows
-                        if r["speculative_num_steps"]
-                    ],
-                    out_dir,
-                )
-            )
-
-    def on_row(n, total, row):
-        prog.max, prog.value = total, n
-        status.value = (
-            f"{row['label']} c={row['concurrency']}: {row.get('output_tok_s') or 0:.1f} tok/s, "
-            f"AL {row.get('accept_length') or float('nan'):.2f}"
-        )
-        redraw(load_rows(out_dir))
-
-    def on_click(_):
-        btn.disabled = True
-        try:
-            cfg = dataclasses.replace(
-                base, out_dir=str(out_dir), progress=False, **{k: ints(b.value) for k, b in boxes.items()}
-            )
-            rows = run_sweep(cfg, launcher, expected, prompts, on_row)
-            status.value = f"done: {len(rows)} rows in {Path(out_dir) / 'results.csv'}"
-            redraw(load_rows(out_dir))
-        except Exception as e:  # shown in the panel; the kernel stays usable
-            status.value = f"failed: {type(e).__name__}: {e}"
-        finally:
-            btn.disabled = False
-
-    btn.on_click(on_click)
-    return w.VBox([w.HBox([w.VBox(list(boxes.values())), w.VBox([btn, prog, status])]), figs])
+) -> SweepPanel:
+    """The sweep panel for a notebook (inert until **Run sweep** is pressed, so headless runs skip it)."""
+    return SweepPanel(launcher, out_dir, base, expected, prompts)
 
 
 # ---------------------------------------------------------------------------------------------

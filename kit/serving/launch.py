@@ -298,8 +298,10 @@ def localize(
     draft: str | None = None,
     port: int | None = None,
     decode_log_interval: int | None = None,
+    tp_size: int | None = None,
 ) -> LaunchSpec:
-    """The same launch on this machine: local target/draft paths, loopback host, a free port.
+    """The same launch on this machine: local target/draft paths, loopback host, a free port, and
+    `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one).
 
     What the target becomes is the engine's (`Engine.localize`); for the reference engine the GPU-only
     flags stay in the spec (the server ignores them)."""
@@ -311,6 +313,8 @@ def localize(
         changes["speculative_draft_model_path"] = str(draft)
     if decode_log_interval is not None:
         changes["decode_log_interval"] = decode_log_interval
+    if tp_size is not None:
+        changes["tp_size"] = tp_size
     return resolve_local(spec.replace(**changes), engine)
 
 

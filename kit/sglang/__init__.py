@@ -6,6 +6,9 @@
 * `loader` (+ `loader_rules.json`): what `load_weights` of each EAGLE-3 draft class does with each key.
 * `capture` (+ `capture_rules.json`, derived by `capture_scan`): which target layers SGLang captures for
   the draft's aux hidden states, per target class.
+  `bare_forward` there names classes whose forward never sees the layers their setter writes.
+* `quant` (+ `quant_rules.json`): how each release sets a checkpoint's quantization up from its
+  `hf_quant_config.json`, the draft's included (its own `_parse_quant_hf_config`, executed).
 * `parser`: SGLang's own argument parser (`ServerArgs.add_cli_args`) run on a launch line.
 * `env_vars`: the `SGLANG_*` environment variables a release reads.
 * `source`: a release's wheel, read as text (never imported).

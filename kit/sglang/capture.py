@@ -37,7 +37,10 @@ def recorded_release(version: str | None) -> RecordedRelease:
 
 
 def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any] | None:
-    """{"default", "explicit", "version", "exact", "delegates"?} for a target class; None if it cannot capture."""
+    """{"default", "explicit", "version", "exact", "delegates"?, "bare_forward"?} for a target class; None if it
+    cannot capture. "bare_forward" (the class, or the class a wrapper delegates to, builds a decoder model whose
+    forward never sees the layers the setter writes, so it returns a bare tensor where SGLang unpacks
+    (hidden, aux): a startup crash) says why."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
     for key, archs in rec["rules"].items():
@@ -46,6 +49,10 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
             out = {"default": default, "explicit": explicit, "version": rel.checked, "exact": rel.exact}
             if arch in rec.get("delegates", {}):
                 out["delegates"] = rec["delegates"][arch]
+            inner = out.get("delegates", {}).get("inner")
+            bare = rec.get("bare_forward", {}).get(arch) or rec.get("bare_forward", {}).get(inner)
+            if bare:
+                out["bare_forward"] = bare
             return out
     return None
 

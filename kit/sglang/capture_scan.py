@@ -11,7 +11,11 @@ table by hand goes stale; instead this module
    `config.num_hidden_layers`) for probe id lists, and records the `layers_to_capture` it sets —
    so the rule is what SGLang's code does, not what we think it does;
 3. finds where the release reads the ids (`eagle_config[...]` only, or also top level) and
-   whether capture is tied to `--speculative-algorithm EAGLE3`.
+   whether capture is tied to `--speculative-algorithm EAGLE3`;
+4. checks that the capture reaches the forward: a class whose setter (its own or inherited) writes
+   `self.model.layers_to_capture` while the decoder model it builds captures only the layers marked
+   `_is_layer_to_capture` (which only that model's own setter marks) returns a bare tensor where its
+   `forward` unpacks `(hidden, aux)`: SGLang crashes at startup. Recorded under "bare_forward".
 
 `python -m kit.sglang.capture_scan --write [VERSION ...]` regenerates kit/sglang/capture_rules.json (the recorded
 table kit.wiring.aux uses offline); kit/tests/test_aux.py re-derives versions and compares.
@@ -104,7 +108,7 @@ def run_method(func_src: str, layer_ids, L: int = PROBE_L) -> dict[str, Any]:
             sets = [e for e in log if e[0] == "set"]
             dele = [e for e in log if e[0] == "delegate"]
             if sets:
-                return {"layers_to_capture": sets[-1][2]}
+                return {"layers_to_capture": sets[-1][2], "writes": sets[-1][1]}
             if dele and dele[-1][1] == "self.model":
                 # the inner decoder's setter stores the list it is given
                 return {"layers_to_capture": dele[-1][2], "via": "self.model." + METHOD}
@@ -228,6 +232,58 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", ast.get_source_segment(texts[hit[0]], hit[1]) or "")
         return (m.group(1), hit[0]) if m else None
 
+    def mro(name: str, rel: str, seen=()) -> list[tuple[str, ast.ClassDef]]:
+        hit = lookup(name, rel)
+        if hit is None or (hit[0], name) in seen:
+            return []
+        crel, node = hit
+        out = [(crel, node)]
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+            if bname:
+                out += mro(bname, crel, seen + ((crel, name),))
+        return out
+
+    def method_src(name: str, rel: str, meth: str) -> tuple[str, str] | None:
+        """(defining class, source) of `meth` as `name` resolves it through its bases."""
+        for crel, node in mro(name, rel):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == meth:
+                    return node.name, ast.get_source_segment(texts[crel], item) or ""
+        return None
+
+    def built_class(name: str, rel: str, attr: str) -> tuple[str, str] | None:
+        """(class, file) the first `__init__` along the bases assigns to self.<attr>."""
+        for crel, node in mro(name, rel):
+            init = next((i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None)
+            src = ast.get_source_segment(texts[crel], init) if init else None
+            if src and re.search(rf"self\.{attr}\s*=", src):
+                m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", src)
+                return (m.group(1), crel) if m and lookup(m.group(1), crel) else None
+        return None
+
+    def bare_forward(arch: str, rel: str, probe: dict, setter_src: str) -> dict | None:
+        """Why the setter's capture never reaches the forward (a bare tensor where (hidden, aux) is unpacked)."""
+        m = re.fullmatch(r"self\.(\w+)\.layers_to_capture", probe.get("writes") or "")
+        if not m or "_is_layer_to_capture" in setter_src:  # a setter that marks the layers itself is read
+            return None
+        holder = built_class(arch, rel, m.group(1))
+        fwd = method_src(*holder, "forward") if holder else None
+        outer = method_src(arch, rel, "forward")
+        if not fwd or not outer or "capture_aux_hidden_states" not in outer[1]:
+            return None
+        per_layer = [
+            v for v in re.findall(r"(\S+)\s+in\s+self\.layers_to_capture", fwd[1]) if not v.startswith("self.")
+        ]
+        if per_layer or "_is_layer_to_capture" not in fwd[1]:  # the forward tests each layer against the list
+            return None
+        return {
+            "writes": probe["writes"].replace("self.", "", 1),
+            "model_class": holder[0],
+            "forward_of": fwd[0],
+            "reads": "_is_layer_to_capture",
+        }
+
     out: dict[str, Any] = {}
     for arch, rel in entries:
         hit = find_method(arch, rel)
@@ -238,6 +294,9 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         res = {k: run_method(src, v) for k, v in PROBES.items()}
         rule = classify(res)
         row = {"file": rel, "capture": True, "method_in": f"{owner} ({mrel})", **rule}
+        bare = bare_forward(arch, rel, res["default"], src)
+        if bare:
+            row["bare_forward"] = bare
         if rule["rule"] == "delegates":
             attr = rule["to"].split(".")[0]
             inner = inner_class(owner, mrel, attr) or inner_class(arch, rel, attr)
@@ -289,10 +348,13 @@ def derive(version: str, download: bool = True) -> dict[str, Any]:
     archs = scan_models(source_files(version, "srt/models", download))
     rules: dict[str, list[str]] = {}
     delegates = {}
+    bare = {}
     for a, r in sorted(archs.items()):
         if r.get("capture") is not True:
             continue
         rules.setdefault(f"{r.get('default')}|{r.get('explicit')}", []).append(a)
+        if r.get("bare_forward"):
+            bare[a] = r["bare_forward"]
         if r.get("rule") == "delegates":
             delegates[a] = {
                 "to": r.get("to"),
@@ -302,6 +364,7 @@ def derive(version: str, download: bool = True) -> dict[str, Any]:
     return {
         "rules": rules,
         "delegates": delegates,
+        "bare_forward": bare,
         "without_capture_count": sum(r.get("capture") is not True for r in archs.values()),
         "id_source": scan_id_source(source_files(version, "srt/model_executor", download)),
     }

@@ -181,11 +181,35 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
+    """A release outside every stored flag table, whose parser cannot run here: its flags are not judged.
+    Another release's table cannot stand in: flags, choices (`--reasoning-parser`) and prefixes change between
+    releases, so it would convict good commands and pass bad ones."""
+    from kit.sglang.flags import known_versions
+
+    return Finding(
+        code="launch.parser",
+        severity="warning",
+        title=f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
+        f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)",
+        evidence={
+            "reason": str(reason),
+            "sglang_version": version,
+            "table": nearest,
+            "exact": False,
+            "tables": known_versions(),
+            "checked": False,
+        },
+        fix="install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
+        f"(python -m kit.venvs {venv_name(version)}), or store its table (python -m kit.sglang.flag_scan --write "
+        f"{version})",
+    )
+
+
 # what SGLang's own parser checks beyond the recorded table
 SKIPPED_WITHOUT_PARSER = (
     "value parsers the table does not name (JSON and list values are read as text)",
     "choices computed at import time (reasoning/tool-call parsers, plugins' additions)",
-    "the parser of the exact release when its table is another release's",
 )
 
 
@@ -206,7 +230,9 @@ def flag_findings(
         if res["error"] and not unknown:  # it stops at the first error; the table still names the unknown flags
             unknown = table.unknown
     except KitInputError as e:
-        skipped = list(SKIPPED_WITHOUT_PARSER[:2]) + ([SKIPPED_WITHOUT_PARSER[2]] if not table.exact else [])
+        if not table.exact:
+            return [_no_table(version, table.checked, e)]
+        skipped = list(SKIPPED_WITHOUT_PARSER)
         if table.unchecked:
             skipped[0] += f": {', '.join('--' + d.replace('_', '-') for d in table.unchecked)}"
         out.append(
@@ -223,10 +249,7 @@ def flag_findings(
         unknown = table.unknown
         errors = [err["message"] for err in table.errors]
         judge = f"SGLang {table.checked}'s flag table"
-        # another release's table cannot convict this release's command: flags are added and renamed between
-        # releases (a prefix unambiguous in an older parser becomes ambiguous once a longer flag shares it)
-        severity = "error" if table.exact else "warning"
-        borrowed = "" if table.exact else f" (judged by {judge}: no table is recorded for SGLang {version})"
+        severity, borrowed = "error", ""
     for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
         out.append(
             Finding(

@@ -108,6 +108,10 @@ BAD_INPUT = {
     "bundle": (["install", "/nonexistent/b.tar.xz"], "/nonexistent/b.tar.xz"),
     "demo": (["--draft", "/nonexistent/draft"], "/nonexistent/draft"),
     "expect": (["--log", "/nonexistent/train.log"], "/nonexistent/train.log"),
+    "rehearse": (
+        ["--target", "/nonexistent/model", "--draft", "/nonexistent/draft", "--launch-file", "l.sh", "--dry-run"],
+        "/nonexistent/model",
+    ),
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
 from kit.hf import HFConfig
-from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
+from kit.sglang.capture import capture_rule, default_ids, ids_for_points, recorded_release, sglang_points
 from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
     capture_points,
@@ -80,12 +80,20 @@ def wiring_checks(
     if top and not nested:
         intended = capture_points("speculators", top, L) if L else None
         default = sglang_points(None, L, rule) if (L and rule) else None
-        sev = "warning" if intended is not None and intended == default else "error"
+        # ignored ids that SGLang's default reproduces (as SGLang's own ids, or as the points a speculators config
+        # means) change nothing: SGLang captures exactly what it would capture had it read them
+        same = bool(L and rule) and (list(top) == default_ids(L) or intended == default)
+        why = (
+            f"; harmless here: they equal SGLang's default ({default_ids(L)} -> points {default}), so SGLang serves "
+            "this draft exactly as if it read them"
+            if same
+            else ""
+        )
         out.append(
             Finding(
                 code="aux.layer_ids_ignored",
-                severity=sev,
-                title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default",
+                severity="info" if same else "error",
+                title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
                 evidence={
                     "top_level_ids": top,
                     "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
@@ -146,6 +154,25 @@ def wiring_checks(
                     "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)",
                 },
                 fix="serve this target with an SGLang release whose model class implements set_eagle3_layers_to_capture",
+            )
+        )
+    bare = (rule or {}).get("bare_forward") if target_cfg and alg in (None, "EAGLE3") else None
+    if bare:
+        out.append(
+            Finding(
+                code="aux.target_capture",
+                severity="error",
+                title=f"SGLang {rule['version']} does not start: {tf.architecture} sets {bare['writes']}, but "
+                f"{bare['forward_of']}.forward captures only layers marked {bare['reads']}, so it returns a bare "
+                "tensor where the forward unpacks (hidden, aux)",
+                evidence={
+                    "target_architecture": tf.architecture,
+                    "sglang_version": rule["version"],
+                    **bare,
+                    "derived_from": "srt/models/*.py: the setter, the decoder model's forward (capture_rules.json)",
+                },
+                fix="serve this target with an SGLang release whose model forward reads layers_to_capture "
+                "(kit doctor --sglang-version), or use a target class that captures",
             )
         )
     fc_in = fc_in_features(draft_dir)

@@ -7,6 +7,7 @@ format, accept-length fields, stop behaviour); none of them branches on an engin
     engine = get_engine("reference")
     argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
     engine.ignored_flags(spec)          # SGLang flags this engine would drop
+    resolve_engine("auto")              # the first registered engine that serves here: SGLang on a GPU, else reference
 
 Registered here: `sglang` (`kit.serving.engines.sglang`, real SGLang on a GPU host) and `reference`
 (`kit.serving.engines.reference`, the kit's CPU reference server). Another engine is one module with an
@@ -20,7 +21,7 @@ from kit.serving.engines.base import Engine
 from kit.serving.engines.reference import REFERENCE_FIELDS, ReferenceServer
 from kit.serving.engines.sglang import SGLANG_MODULE, SGLang
 
-__all__ = ["ENGINES", "Engine", "REFERENCE_FIELDS", "SGLANG_MODULE", "get_engine", "register"]
+__all__ = ["ENGINES", "Engine", "REFERENCE_FIELDS", "SGLANG_MODULE", "get_engine", "register", "resolve_engine"]
 
 ENGINES: dict[str, Engine] = {}
 
@@ -45,3 +46,11 @@ def get_engine(name: str | Engine | None = None) -> Engine:
         return ENGINES[name or "sglang"]
     except KeyError:
         raise KitInputError(f"--engine {name!r}: unknown serving engine; choose from {', '.join(ENGINES)}")
+
+
+def resolve_engine(name: str) -> str:
+    """`auto`: the first registered engine that serves on this machine (SGLang with a visible GPU, else the
+    reference server); any other name is checked and returned."""
+    if name == "auto":
+        return next(e.name for e in ENGINES.values() if e.serves_here())
+    return get_engine(name).name

@@ -18,6 +18,7 @@ is one that is nothing like SGLang.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from typing import Any
@@ -41,6 +42,24 @@ def exception_line(lines: list[str]) -> str | None:
     return None
 
 
+def visible_gpus() -> int:
+    """CUDA GPUs a server started from here would see: CUDA_VISIBLE_DEVICES when set, else NVML's count
+    (0 without a driver). No torch import: the notebook's torch may be a CPU build beside SGLang's."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return len([d for d in cvd.split(",") if d.strip() and not d.strip().startswith("-")])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: no GPU to serve on
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class Engine:
     """A serving engine's protocol. Subclasses set the attributes and override the methods they differ in."""
 
@@ -60,6 +79,10 @@ class Engine:
     # stop: this signal to the process group, SIGKILL after the grace
     stop_signal: int = signal.SIGTERM
     stop_grace_s: float = 10.0
+
+    def serves_here(self) -> bool:
+        """Whether it can serve on this machine now (`engine="auto"` takes the first registered one that can)."""
+        return False
 
     # -- argv ---------------------------------------------------------------------------------
     def command(self, spec) -> list[str]:

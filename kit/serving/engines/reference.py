@@ -53,6 +53,9 @@ class ReferenceServer(SGLang):
     resolves_kit_names = True  # 'embedded' is resolved by the server itself
     accepts_hub_ids = False
 
+    def serves_here(self) -> bool:
+        return True  # CPU only
+
     def command(self, spec) -> list[str]:
         return [sys.executable, "-m", "kit", "serve"]
 

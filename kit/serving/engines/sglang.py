@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kit.serving.engines.base import Engine, exception_line
+from kit.serving.engines.base import Engine, exception_line, visible_gpus
 from kit.sglang import log_format
 from kit.sglang.http_api import HttpApi, http_api
 
@@ -41,6 +41,12 @@ class SGLang(Engine):
     models_path = property(lambda self: self.api.models_path)
     metrics_path = property(lambda self: self.api.metrics_path)
     flush_path = property(lambda self: self.api.flush_path)
+
+    def serves_here(self) -> bool:
+        """A visible CUDA GPU and an importable SGLang."""
+        import importlib.util
+
+        return visible_gpus() > 0 and importlib.util.find_spec("sglang") is not None
 
     def command(self, spec) -> list[str]:
         return [spec.python, "-m", SGLANG_MODULE]

@@ -178,3 +178,15 @@ def test_payoff_shows_each_launch_median_interval_and_requests(tmp_path):
     _saved(tmp_path, "payoff")
     plots.payoff({"fixed_launch": None}, tmp_path / "none")  # no baseline: an empty figure, still saved
     _saved(tmp_path / "none", "payoff")
+
+
+def test_figures_display_as_png_in_jupyter(tmp_path):
+    """IPython formats a returned figure as image/png with no pyplot backend activated (JupyterLab then
+    shows a picture, not `<Figure size ... with 1 Axes>`)."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    fig = plots.per_position_acceptance(RECORDS, tmp_path)
+    data, _ = InteractiveShell.instance().display_formatter.format(fig)
+    assert data["image/png"][:4] == b"\x89PNG"
+    assert plots.png_bytes(fig)[:4] == b"\x89PNG"

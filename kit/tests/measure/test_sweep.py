@@ -94,21 +94,104 @@ def test_sweep_runs_resumes_and_joins(tmp_path):
     assert "verdict.below_expected" in codes or "verdict.healthy" in codes
 
 
-def test_panel_is_inert_until_clicked(tmp_path):
+class FailingLauncher(FakeLauncher):
+    """Like FakeLauncher, but the launch of `fail` raises (a server that dies before it is ready)."""
+
+    def __init__(self, fail: str):
+        super().__init__()
+        self.fail = fail
+
+    @contextlib.contextmanager
+    def __call__(self, point: Point):
+        if point_label(point) == self.fail:
+            self.launched.append(point_label(point))
+            raise RuntimeError("server exited with code 137 before it was ready; last log lines:\nKilled")
+        with super().__call__(point) as url:
+            yield url
+
+
+def _cfg(tmp_path, steps=(1, 2)):
+    return SweepConfig(
+        speculative_num_steps=list(steps),
+        speculative_eagle_topk=[1],
+        concurrency=[1],
+        num_prompts=1,
+        max_new_tokens=4,
+        warmup=0,
+        out_dir=str(tmp_path),
+        progress=False,
+    )
+
+
+def test_a_failed_point_is_reported_and_the_sweep_goes_on(tmp_path):
+    fl, errors = FailingLauncher("1-1-2"), []
+    rows = run_sweep(_cfg(tmp_path), fl, prompts=PROMPTS, on_error=lambda p, e: errors.append((point_label(p), str(e))))
+    assert fl.launched == ["baseline", "1-1-2", "2-1-3"]
+    assert [r["label"] for r in rows] == ["baseline", "2-1-3"]
+    assert errors == [("1-1-2", "server exited with code 137 before it was ready; last log lines:\nKilled")]
+    with pytest.raises(RuntimeError, match="code 137"):  # without on_error the failure propagates
+        run_sweep(_cfg(tmp_path), FailingLauncher("1-1-2"), prompts=PROMPTS)
+
+
+def test_stop_ends_the_sweep_before_the_next_measurement(tmp_path):
+    fl, seen = FakeLauncher(), []
+    rows = run_sweep(
+        _cfg(tmp_path), fl, prompts=PROMPTS, on_row=lambda n, t, r: seen.append(r["label"]), stop=lambda: bool(seen)
+    )
+    assert fl.launched == ["baseline"] and [r["label"] for r in rows] == ["baseline"]
+
+
+def test_panel_runs_on_click_reports_failures_and_resumes(tmp_path):
+    pytest.importorskip("ipywidgets")
+    fl = FailingLauncher("1-1-2")
+    p = panel(fl, tmp_path, _cfg(tmp_path), prompts=PROMPTS)
+    assert fl.launched == [] and not (tmp_path / "results.jsonl").exists()  # inert until clicked
+    assert "let SGLang choose" in p.widget.children[1].children[0].children[-1].value
+    p.run_button.click()  # what a user does in Jupyter; the sweep runs in a background thread
+    p.wait(60)
+    assert fl.launched == ["baseline", "1-1-2", "2-1-3"]
+    assert "1-1-2 failed: RuntimeError: server exited with code 137" in p.log.value
+    assert "going on with the next point" in p.log.value and "its log ends: Killed" in p.log.value
+    assert p.status.value.startswith("done in") and "failed: 1-1-2" in p.status.value
+    assert p.table.value.count("<tr") == 3  # header + two measured rows
+    assert p.heatmap.value[:4] == b"\x89PNG" and (tmp_path / "sweep_heatmaps.png").exists()
+    assert not p.run_button.disabled and p.stop_button.disabled
+    # rerunning the cell: a new panel on the same folder shows the rows and measures only what is missing
+    fl2 = FakeLauncher()
+    p2 = panel(fl2, tmp_path, _cfg(tmp_path), prompts=PROMPTS)
+    assert "resuming: 2 rows" in p2.log.value and p2.table.value.count("<tr") == 3
+    p2.run_button.click()
+    p2.wait(60)
+    assert fl2.launched == ["1-1-2"]
+
+
+def test_panel_stop_leaves_no_server(tmp_path):
     pytest.importorskip("ipywidgets")
     fl = FakeLauncher()
-    box = panel(
-        fl,
-        tmp_path,
-        SweepConfig(speculative_num_steps=[1], concurrency=[1], num_prompts=1, max_new_tokens=4, warmup=0),
-        prompts=PROMPTS,
-    )
-    assert fl.launched == [] and not (tmp_path / "results.jsonl").exists()
-    btn = box.children[0].children[1].children[0]
-    btn.click()  # what a user does in Jupyter
-    assert fl.launched == ["baseline", "1-1-2"]
-    assert (tmp_path / "results.csv").exists()
-    assert (tmp_path / "sweep_heatmaps.png").exists()
+    p = panel(fl, tmp_path, _cfg(tmp_path, steps=(1, 2, 3)), prompts=PROMPTS)
+    p.run_button.click()
+    p.request_stop()  # pressed at once: at most the first point is measured
+    p.wait(60)
+    assert len(fl.launched) <= 1
+    assert "stopped after" in p.log.value and "no server left running" in p.log.value
+    assert "press <b>Run sweep</b>" in p.status.value
+
+
+def test_panel_display_has_a_restore_hint(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    p = panel(FakeLauncher(), tmp_path, _cfg(tmp_path), prompts=PROMPTS)
+    with capture_output() as cap:
+        from IPython.display import display
+
+        display(p)
+    hint, view = cap.outputs
+    assert "run this cell to restore the panel" in hint.data["text/html"]
+    assert "run this cell to restore the panel" in hint.data["text/plain"]
+    assert "application/vnd.jupyter.widget-view+json" in view.data
 
 
 def test_cli_needs_a_launch_command(tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 
 from kit.findings import KitInputError
 from kit.serving.checks import lint
-from kit.serving.launch import LaunchSpec, launch_from_text, spec_from_argv, spec_from_command
+from kit.serving.launch import LaunchSpec, launch_from_text, localize, spec_from_argv, spec_from_command
 
 SEED = (Path(__file__).parents[1] / "data" / "seed_launch.sh").read_text()
 
@@ -254,3 +254,27 @@ def test_doctor_provider():
     finally:
         lc.flag_findings = orig
     assert {"launch.bind", "aux.algorithm"} <= {f.code for f in found}
+
+
+def test_local_run_of_the_seed_line_uses_one_gpu_and_the_engine_here(monkeypatch):
+    """Notebooks 04/05: `engine="auto"` serves with SGLang only where a GPU is visible and SGLang importable,
+    and the seed's 8-GPU line, localized with tp_size=1, starts on one GPU (the lint still sees tp 8)."""
+    import importlib.util
+
+    from kit.serving.engines import resolve_engine
+    from kit.serving.engines.base import visible_gpus
+    from kit.sglang.cmdline import SEED_LAUNCH
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == 0 and resolve_engine("auto") == "reference"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert visible_gpus() == 2
+    has_sglang = importlib.util.find_spec("sglang") is not None
+    assert resolve_engine("auto") == ("sglang" if has_sglang else "reference")
+    assert resolve_engine("reference") == "reference"
+    with pytest.raises(KitInputError, match="unknown serving engine"):
+        resolve_engine("vllm")
+    seed = spec_from_command(SEED_LAUNCH)
+    local = localize(seed, "sglang", "embedded", "/tmp/draft", port=30001, tp_size=1)
+    assert (seed.tp_size, local.tp_size, local.host, local.port) == (8, 1, "127.0.0.1", 30001)
+    assert "--tp-size 1" in local.command() and local.speculative_draft_model_path == "/tmp/draft"

@@ -93,3 +93,22 @@ def test_flag_value_resolves_like_sglang():
     assert flag_value(["sglang", "serve", "m", "--tp", "4"], "--tp-size") == "4"
     assert flag_value(["sglang", "serve", "m"], "--model-path") == "m"
     assert flag_value(argv, "--port") is None
+
+
+def test_each_release_is_judged_by_its_own_table(monkeypatch, tmp_path):
+    """0.5.10's real parser offers no `--reasoning-parser auto` (0.5.17's does): with 0.5.10's table stored the
+    command is an error for 0.5.10 and fine for 0.5.17; a release outside every table is said to be unchecked."""
+    from kit.sglang.parser import flag_findings
+
+    monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    monkeypatch.delenv("KIT_SGLANG_PYTHON", raising=False)
+    flags = ["--model-path", "m", "--reasoning-parser", "auto"]
+    assert table_for("0.5.10").exact
+    assert any("invalid choice" in e["message"] for e in resolve_flags(flags, "0.5.10").errors)
+    assert not resolve_flags(flags, "0.5.17").errors
+    old = [f for f in flag_findings(flags, "0.5.10") if f.code == "launch.flag"]
+    assert [f.severity for f in old] == ["error"] and "invalid choice" in old[0].title
+    assert not [f for f in flag_findings(flags, "0.5.17") if f.code == "launch.flag" and f.severity != "info"]
+    [plain] = flag_findings(flags, "0.4.1")
+    assert plain.code == "launch.parser" and "not checked" in plain.title and plain.evidence["checked"] is False

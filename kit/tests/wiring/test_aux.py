@@ -168,7 +168,21 @@ def test_top_level_ids_ignored():
     f = wiring_checks(KIMI, d, EAGLE3, "0.5.23")
     assert codes(f) == ["aux.layer_ids_ignored"] and f[0].severity == "error"
     d2 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[2, 30, 58])  # equals SGLang's default
-    assert wiring_checks(KIMI, d2, EAGLE3, "0.5.23")[0].severity == "warning"
+    f2 = wiring_checks(KIMI, d2, EAGLE3, "0.5.23")
+    assert codes(f2) == ["aux.layer_ids_ignored"] and f2[0].severity == "info" and "harmless" in f2[0].title
+
+
+def test_ignored_ids_equal_to_sglang_default_ids_are_info_on_a_plus1_target():
+    """A Llama target (SGLang adds 1 to every id): top-level ids [2, 15, 27] are SGLang's own default ids, so the
+    ignored ids and the default capture the same points [3, 16, 28]; read as speculators points they would differ,
+    which used to be an error although SGLang serves this draft exactly like the nested one."""
+    top = sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[2, 15, 27])
+    nested = sgl_draft([2, 15, 27], H=576)
+    f = wiring_checks(LLAMA_T, top, EAGLE3, "0.5.23")
+    assert [(x.code, x.severity) for x in f] == [("aux.layer_ids_ignored", "info")]
+    assert not [x for x in wiring_checks(LLAMA_T, nested, EAGLE3, "0.5.23") if x.severity != "info"]
+    off = wiring_checks(LLAMA_T, sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[1, 14, 26]), EAGLE3, "0.5.23")
+    assert [(x.code, x.severity) for x in off] == [("aux.layer_ids_ignored", "error")]
 
 
 def test_layer_shift_from_trained_with_and_fix():
@@ -271,3 +285,50 @@ def test_no_torch_import_for_static_checks():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# -- a target whose forward never sees the layers its setter writes (bare tensor where (hidden, aux) unpacks) --
+def test_scan_names_an_inherited_setter_whose_model_reads_only_its_own_marks():
+    """A class inheriting LlamaForCausalLM's setter (writes self.model.layers_to_capture) that builds a
+    Qwen2MoeModel (captures only layers marked _is_layer_to_capture): real 0.5.17 source plus that subclass."""
+    from kit.findings import KitInputError
+    from kit.sglang.capture_scan import scan_models
+    from kit.sglang.source import source_files
+
+    try:
+        files = source_files("0.5.17", "srt/models", download=False)
+    except (KitInputError, FileNotFoundError) as e:
+        pytest.skip(f"sglang 0.5.17 source not cached: {e}")
+    files = {k: v for k, v in files.items() if k.endswith(("/llama.py", "/qwen2_moe.py"))}
+    files["srt/models/foo.py"] = (
+        "from sglang.srt.models.llama import LlamaForCausalLM\n"
+        "from sglang.srt.models.qwen2_moe import Qwen2MoeModel\n\n"
+        "class FooForCausalLM(LlamaForCausalLM):\n"
+        "    def __init__(self, config, quant_config=None, prefix=''):\n"
+        "        super().__init__(config, quant_config, prefix)\n"
+        "        self.model = Qwen2MoeModel(config, quant_config)\n\n"
+        "EntryClass = [FooForCausalLM]\n"
+    )
+    rows = scan_models(files)
+    assert rows["FooForCausalLM"]["bare_forward"] == {
+        "writes": "model.layers_to_capture",
+        "model_class": "Qwen2MoeModel",
+        "forward_of": "Qwen2MoeModel",
+        "reads": "_is_layer_to_capture",
+    }
+    assert "bare_forward" not in rows["LlamaForCausalLM"] and "bare_forward" not in rows["Qwen2MoeForCausalLM"]
+
+
+def test_doctor_names_the_bare_forward_crash_of_minimax_m3_in_0_5_17():
+    """Real 0.5.17: MiniMaxM3SparseForCausalLM's setter writes model.layers_to_capture, MiniMaxM3Model's forward
+    reads only _is_layer_to_capture marks: startup crash. The recorded table says so for 0.5.17 and not later."""
+    from kit.sglang.capture import capture_rule
+
+    rule = capture_rule("MiniMaxM3SparseForCausalLM", "0.5.17")
+    assert rule["bare_forward"]["model_class"] == "MiniMaxM3Model"
+    assert "bare_forward" not in capture_rule("MiniMaxM3SparseForCausalLM", "0.5.18")
+    target = {"architectures": ["MiniMaxM3SparseForCausalLM"], "num_hidden_layers": 62, "hidden_size": 3072}
+    f = wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.17")
+    assert [(x.code, x.severity) for x in f] == [("aux.target_capture", "error")]
+    assert "bare tensor" in f[0].title and "MiniMaxM3Model" in f[0].title
+    assert not wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.18")

@@ -1,0 +1,112 @@
+"""`python -m kit rehearse`: the user's deployment in miniature on real SGLang, checked against `kit doctor`.
+
+    kit rehearse --target T --draft D --launch-file launch.sh [--out DIR] [--dry-run] [--sglang-version X]
+
+Builds a miniature of the target (config.json only, dummy-loaded) and of the draft (the user's tensor names
+and dtypes, random values, its real config.json with shrunk widths), rewrites the user's launch (each change
+listed with its reason; kit.serving.rehearsal) and, unless `--dry-run`, starts real SGLang on it with the
+kit's recorder on PYTHONPATH (kit.serving.rehearsal_hooks), sends a few requests by input_ids, stops it and
+checks GPU memory went back. What it saw is mapped to doctor's finding codes and each is marked confirmed /
+refuted / new against doctor's static verdict on the *original* files. `--dry-run` runs on any machine.
+Writes DIR/plan.json, DIR/record.jsonl (the recorder's lines) and DIR/report.json.
+
+Exit status: 0 it ran as doctor said (no refuted or new error), 1 a disagreement or the rehearsal failed
+where doctor saw no fault, 2 the kit could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kit import config as kconfig
+from kit.findings import KitInputError
+from kit.serving.rehearsal import (
+    RehearsalConfig,
+    compare,
+    observed_facts,
+    observed_findings,
+    plan_rehearsal,
+    run_rehearsal,
+)
+
+HELP = "run the deployment in miniature on real SGLang (one GPU, minutes) and check doctor's verdict by execution"
+
+
+def static_verdict(cfg: RehearsalConfig):
+    from kit.doctor import DoctorConfig, diagnose
+
+    return diagnose(
+        DoctorConfig(target=cfg.target, draft=cfg.draft, launch_file=cfg.launch_file, sglang_version=cfg.sglang_version)
+    ).findings
+
+
+def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
+    """Plan, (run), compare; the report as a dict (also written to OUT/report.json)."""
+    for name in ("target", "draft", "launch_file"):
+        if not getattr(cfg, name):
+            raise KitInputError(f"--{name.replace('_', '-')} is required")
+        kconfig.local_path(getattr(cfg, name), f"--{name.replace('_', '-')}")
+    if not cfg.sglang_version:  # doctor judges by the release the rehearsal runs
+        from dataclasses import replace
+
+        from kit.serving.rehearsal import importable_sglang_version
+
+        cfg = replace(cfg, sglang_version=importable_sglang_version())
+    plan = plan_rehearsal(cfg)
+    report: dict = {"plan": plan.to_dict(), "rendered_plan": plan.render()}
+    static = static_verdict(cfg)
+    report["doctor"] = [
+        {"code": f.code, "severity": f.severity, "title": f.title} for f in static if f.severity != "info"
+    ]
+    if not cfg.dry_run:
+        result = run_rehearsal(plan, on_line=on_line)
+        observed = observed_findings(result)
+        report.update(
+            result={k: v for k, v in result.items() if k != "record"},
+            facts=observed_facts(result),
+            observed=[{"code": f.code, "severity": f.severity, "title": f.title} for f in observed],
+            table=compare(static, observed, started=bool(result.get("started"))),
+        )
+    Path(cfg.out, "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return report
+
+
+def render(report: dict) -> str:
+    lines = [report["rendered_plan"], "", "doctor (static):"]
+    lines += [f"  {d['severity']:<7} {d['code']}: {d['title'][:140]}" for d in report["doctor"]] or ["  no fault"]
+    if "table" in report:
+        f = report["facts"]
+        lines += [
+            "",
+            f"rehearsal: started={f['started']} in {f['startup_s']} s; captured {f['captured']} "
+            f"(marked {f['marked']}); draft input width {f['draft_input_width']}; "
+            f"spec_verify_ct {f['spec_verify_ct']}; GPU memory returned: {f['gpu_memory_returned']}",
+            f"  speculative {f['speculative']}; dtypes {f['dtypes']}; quantization {f['quantization']}",
+            "  (random weights: acceptance is not measured)",
+            "doctor vs rehearsal:",
+        ]
+        lines += [
+            f"  {r['verdict']:<13} {r['code']:<22} doctor={r['doctor']}  saw={r['rehearsal']}" for r in report["table"]
+        ]
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(p, RehearsalConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(RehearsalConfig, args)
+    report = rehearse(cfg)
+    print(render(report))
+    if cfg.json:
+        print(json.dumps(report, default=str))
+    bad = [r for r in report.get("table", []) if r["verdict"] in ("refuted", "new")]
+    failed = (
+        "facts" in report
+        and not report["facts"]["started"]
+        and not any(r["verdict"] == "confirmed" for r in report["table"])
+    )
+    return 1 if bad or failed else 0

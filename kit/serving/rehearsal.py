@@ -1,0 +1,603 @@
+"""A dress rehearsal's runtime: the user's launch adjusted to the miniature, run on real SGLang, recorded.
+
+`plan_rehearsal` builds the miniatures (kit.serving.miniature) and rewrites the user's own launch: their flags
+and environment, with only what a rehearsal must change, each change listed with its reason (paths to the
+miniatures, `--load-format dummy --skip-tokenizer-init` for the target, `--speculative-draft-load-format auto`
+where the release has that flag so the draft goes through SGLang's real loader, TP kept when the host has the
+GPUs else TP1, the memory fraction, host/port, the recorder on PYTHONPATH). `run_rehearsal` starts it through
+kit.serving.process (no orphans), sends a few requests by `input_ids` (no tokenizer), stops it and checks GPU
+memory went back to its starting level. `read_record` merges what kit.serving.rehearsal_hooks wrote;
+`observed_findings` turns that record into the kit's finding codes and `compare` marks each confirmed /
+refuted / new against doctor's static verdict.
+
+    plan = plan_rehearsal(RehearsalConfig(target="T", draft="D", launch_file="launch.sh", out="rehearsal"))
+    print(plan.render())                       # --dry-run stops here
+    result = run_rehearsal(plan)               # GPU host with SGLang (or the kit's bundle) importable
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.findings import Finding, KitInputError
+
+RECORD_NAME = "record.jsonl"
+SITE_DIR = "site"
+# flags a rehearsal sets itself (dests); every other flag of the user's launch is kept as written
+OWN = {
+    "model_path": "the miniature target (its config.json only)",
+    "tokenizer_path": "no tokenizer: requests go by input_ids (--skip-tokenizer-init)",
+    "speculative_draft_model_path": "the miniature draft (the user's tensor names and dtypes, random values)",
+    "load_format": "the miniature target has no weights: SGLang fills them (dummy)",
+    "skip_tokenizer_init": "requests go by input_ids",
+    "speculative_draft_load_format": "the draft is read from its file by SGLang's real loader",
+    "host": "loopback",
+    "port": "a free port",
+    "tp_size": "TP",
+    "mem_fraction_static": "a miniature needs little memory; the KV pool stays small and startup fast",
+}
+REQUEST_IDS = [[1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889]]
+
+
+def _f(help_: str, default: Any = None) -> Any:
+    return field(default=default, metadata={"help": help_})
+
+
+@dataclass
+class RehearsalConfig:
+    target: str = _f("target: a local directory (its config.json is all that is read) or the config.json")
+    draft: str = _f("draft directory: config.json + safetensors (header read; no tensor loaded)")
+    launch_file: str = _f("file holding the user's launch command (shell text)")
+    out: str = _f("output directory: miniatures, the recorder, the record and the report", "rehearsal")
+    dry_run: bool = _f("build the miniatures and print the plan; start nothing (works without a GPU)", False)
+    sglang_version: str | None = _f("SGLang release (default: installed, else the kit's default)")
+    gpus: int | None = _f("GPUs this host has (default: counted with nvidia-smi)")
+    hidden: int = _f("goal hidden size of the miniature target", 256)
+    mem_fraction: float = _f("--mem-fraction-static of the rehearsal", 0.3)
+    shrink_head_dims: bool = _f(
+        "also shrink MLA kv_lora_rank/rope/nope/v head dims (SGLang's kernels may refuse)", False
+    )
+    requests: int = _f("requests sent by input_ids once it is up", 3)
+    max_new_tokens: int = _f("tokens generated per request", 32)
+    timeout: float = _f("seconds to wait for the server to be ready", 300.0)
+    bundle: bool = _f("SGLang comes from the kit's bundle: add the flags its release needs (kit.sglang.bundle)", False)
+    json: bool = _f("print one JSON document as the last line", False)
+
+
+@dataclass
+class Change:
+    flag: str
+    original: Any
+    new: Any
+    reason: str
+
+
+@dataclass
+class RehearsalPlan:
+    config: RehearsalConfig
+    version: str
+    env: dict[str, str]
+    argv: list[str]
+    changes: list[Change]
+    notes: list[str]
+    target_dir: str
+    draft_dir: str
+    record: str
+    port: int
+    tp: int
+    user_tp: int
+    blocked: str | None = None  # why this plan cannot run (the dry run still shows it)
+
+    def render(self) -> str:
+        from kit.sglang.cmdline import join_command
+
+        lines = [
+            f"rehearsal of SGLang {self.version}: TP{self.tp}"
+            + ("" if self.tp == self.user_tp else f" (the launch asks TP{self.user_tp})")
+        ]
+        lines += [f"  miniature target: {self.target_dir}", f"  miniature draft:  {self.draft_dir}", "changes:"]
+        lines += [f"  {c.flag}: {c.original!r} -> {c.new!r}  ({c.reason})" for c in self.changes]
+        lines += ["notes:"] + [f"  {n}" for n in self.notes]
+        if self.blocked:
+            lines += [f"cannot run: {self.blocked}"]
+        lines += ["command:", "  " + join_command({k: v for k, v in self.env.items() if k in self._shown()}, self.argv)]
+        return "\n".join(lines)
+
+    def _shown(self) -> set:
+        return {k for k in self.env if k.startswith(("SGLANG", "NCCL", "CUDA", "KIT_", "PYTHONPATH"))}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["config"] = asdict(self.config)
+        return d
+
+
+# -- host facts ---------------------------------------------------------------------------------------------
+def gpu_count() -> int:
+    r = _smi(["-L"])
+    return len([x for x in r.splitlines() if x.startswith("GPU ")]) if r else 0
+
+
+def gpu_memory_used() -> list[int] | None:
+    """MiB used per GPU (nvidia-smi), None when it cannot be read."""
+    r = _smi(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+    if not r:
+        return None
+    return [int(x) for x in r.split() if x.strip().isdigit()]
+
+
+def _smi(args: list[str]) -> str | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        r = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def importable_sglang_version() -> str | None:
+    """The version of the SGLang this interpreter would import (installed, or a bundle on PYTHONPATH without
+    package metadata: its sglang/version.py), without importing it."""
+    import importlib.util
+
+    from kit.sglang.versions import installed_version
+
+    v = installed_version()
+    if v:
+        return v
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return None
+    for name in ("_version.py", "version.py"):  # setuptools-scm writes _version.py; version.py re-exports it
+        f = Path(spec.origin).with_name(name)
+        m = re.search(r"__version__[^=\n]*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", f.read_text()) if f.exists() else None
+        if m:
+            return m.group(1)
+    return None
+
+
+# -- the plan -----------------------------------------------------------------------------------------------
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise KitInputError(f"{path}: cannot read the {what} ({e})")
+
+
+def adjust_launch(
+    env: dict[str, str],
+    argv: list[str],
+    version: str,
+    target_dir: str,
+    draft_dir: str,
+    tp: int,
+    port: int,
+    mem_fraction: float,
+    site_dir: str,
+    record: str,
+    bundle_flags: tuple[str, ...] = (),
+) -> tuple[dict[str, str], list[str], list[Change], list[str]]:
+    """The user's launch with the rehearsal's changes; (env, argv, changes, notes). `bundle_flags`: flags the
+    kit's SGLang bundle needs (it carries one attention/sampling backend), set over the user's."""
+    from kit.sglang.flags import launch_entry, resolve_flags, server_flags, table_for
+
+    hit = launch_entry(argv, version)
+    if hit is None:
+        raise KitInputError(f"launch file: {' '.join(argv[:3])!r} does not start an SGLang server")
+    entry, k = hit
+    flags, _ = server_flags(argv, version)
+    res = resolve_flags(flags, version)
+    table = table_for(version)
+    opts = table.by_option()
+
+    def dest(name: str) -> str | None:
+        """The release's argparse dest of ServerArgs field `name` (older releases name --tp-size's dest tensor_parallel_size)."""
+        a = opts.get("--" + name.replace("_", "-"))
+        return a["dest"] if a else None
+
+    def option(name: str) -> str:
+        return opts["--" + name.replace("_", "-")]["option_strings"][0]
+
+    changes: list[Change] = []
+    notes: list[str] = []
+    if not table.exact:
+        notes.append(f"no flag table for SGLang {version}: flags located with {table.checked}'s")
+    user_tp = int(res.values.get(dest("tp_size")) or 1)
+    want = {
+        "model_path": target_dir,
+        "speculative_draft_model_path": draft_dir,
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "host": "127.0.0.1",
+        "port": port,
+        "tp_size": tp,
+        "mem_fraction_static": mem_fraction,
+    }
+    if dest("speculative_draft_load_format"):
+        want["speculative_draft_load_format"] = "auto"
+    else:
+        notes.append(
+            f"SGLang {version} has no --speculative-draft-load-format: the draft would be dummy-loaded too; "
+            "a rehearsal needs the miniature target's weights written instead (not built by the kit yet)"
+        )
+    out = list(argv[:k]) if entry.startswith("python") else list(argv[:k])
+    if entry.startswith("python") and os.path.basename(argv[0]) != os.path.basename(sys.executable):
+        out[0] = sys.executable
+        changes.append(
+            Change("python", argv[0], sys.executable, "the interpreter running the kit (SGLang or its bundle)")
+        )
+    elif entry.startswith("python"):
+        out[0] = sys.executable
+    extra = resolve_flags(list(bundle_flags), version) if bundle_flags else None
+    for o in extra.occurrences if extra else ():
+        if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
+            changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
+    skip = {dest(n) for n in [*want, "tokenizer_path"]} | {o.dest for o in (extra.occurrences if extra else ())}
+    kept = res.canonical_args(skip=skip) + (extra.canonical_args() if extra else [])
+    # what the table could not read stays as written: SGLang's own parser is the judge of it
+    leftover = [t for e in res.errors for t in e["tokens"]]
+    leftover += [t for t in res.unknown if t not in leftover]
+    if leftover:
+        notes.append(f"kept as written for SGLang's parser to judge: {' '.join(leftover)}")
+    for name in ("dp_size", "ep_size", "pp_size"):
+        v = res.values.get(dest(name)) if dest(name) else None
+        if v and int(v) > 1 and tp < user_tp:
+            kept = _drop(kept, option(name))
+            changes.append(Change(option(name), v, None, f"TP{tp} rehearsal: no room for {name}={v}"))
+    for name, new in want.items():
+        opt = option(name)
+        old = res.raw(dest(name)) if any(o.dest == dest(name) for o in res.occurrences) else None
+        if name == "tp_size":
+            reason = (
+                "the launch's TP: this host has the GPUs"
+                if tp == user_tp
+                else f"this host has fewer GPUs than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
+            )
+        else:
+            reason = OWN[name]
+        if str(old) != str(new):
+            changes.append(Change(opt, old, new, reason))
+        kept += [opt] if new is True else [opt, str(new)]
+    kept += leftover
+    if dest("tokenizer_path") and res.values.get(dest("tokenizer_path")):
+        changes.append(Change("--tokenizer-path", res.raw(dest("tokenizer_path")), None, OWN["tokenizer_path"]))
+    new_env = dict(env)
+    pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
+    new_env["PYTHONPATH"] = pp
+    new_env["KIT_REHEARSAL_RECORD"] = record
+    changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
+    if "CUDA_VISIBLE_DEVICES" in env and tp < user_tp:
+        changes.append(Change("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"], None, f"TP{tp}: this host's GPUs"))
+        new_env.pop("CUDA_VISIBLE_DEVICES")
+    return new_env, out + kept, changes, notes
+
+
+def _drop(args: list[str], opt: str) -> list[str]:
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == opt:
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPlan:
+    """Build the miniatures under cfg.out and the adjusted launch (nothing is started)."""
+    from kit.serving.miniature import miniature_target, write_miniature_draft, write_miniature_target
+    from kit.serving.process import free_port
+    from kit.sglang.cmdline import find_launch
+    from kit.sglang.flags import flag_value
+    from kit.sglang.versions import default_release
+
+    version = cfg.sglang_version or importable_sglang_version() or default_release()
+    tpath = Path(cfg.target)
+    tcfg = _read_json(tpath / "config.json" if tpath.is_dir() else tpath, "target config.json")
+    dpath = Path(cfg.draft)
+    dcfg = _read_json(dpath / "config.json", "draft config.json")
+    try:
+        text = Path(cfg.launch_file).read_text()
+    except OSError as e:
+        raise KitInputError(f"{cfg.launch_file}: cannot read the launch file ({e})")
+    found = find_launch(text, source=cfg.launch_file, version=version)
+    if found is None:
+        raise KitInputError(f"{cfg.launch_file}: no SGLang launch found in it")
+    user_tp = int(flag_value(found.argv, "--tp-size", version) or 1)
+    gpus = cfg.gpus if cfg.gpus is not None else gpu_count()
+    tp = user_tp if gpus >= user_tp else 1
+    mini = miniature_target(tcfg, tp=tp, hidden=cfg.hidden, shrink_head_dims=cfg.shrink_head_dims, draft_config=dcfg)
+    out = Path(cfg.out).resolve()
+    if out.exists() and any(out.iterdir()) and not (out / "plan.json").exists():
+        raise KitInputError(f"{out}: exists and is not a rehearsal directory; choose another --out")
+    tdir, ddir, site = out / "target", out / "draft", out / SITE_DIR
+    write_miniature_target(tcfg, tdir, mini, tpath if tpath.is_dir() else tpath.parent)
+    write_miniature_draft(dpath, ddir, mini)
+    site.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
+    record = out / RECORD_NAME
+    port = port or free_port()
+    bundle_flags: tuple[str, ...] = ()
+    if cfg.bundle:
+        from kit.sglang.bundle import RELEASES
+
+        if version not in RELEASES:
+            raise KitInputError(f"--bundle: the kit has no bundle of SGLang {version} ({', '.join(RELEASES)})")
+        bundle_flags = tuple(RELEASES[version].launch_flags)
+    env, argv, changes, notes = adjust_launch(
+        found.env,
+        found.argv,
+        version,
+        str(tdir),
+        str(ddir),
+        tp,
+        port,
+        cfg.mem_fraction,
+        str(site),
+        str(record),
+        bundle_flags,
+    )
+    notes = (
+        mini.notes
+        + notes
+        + [
+            f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}",
+            "random weights: the rehearsal says whether the deployment runs as configured, never how well it accepts",
+        ]
+    )
+    notes += [f"not seen by the server in the user's shell: {k} ({why})" for k, why in found.unseen.items()]
+    blocked = next((n for n in notes if "not built by the kit yet" in n), None)
+    plan = RehearsalPlan(
+        cfg, version, env, argv, changes, notes, str(tdir), str(ddir), str(record), port, tp, user_tp, blocked
+    )
+    (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1, default=str) + "\n")
+    return plan
+
+
+# -- running it ---------------------------------------------------------------------------------------------
+def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
+    """Start SGLang on the plan, send requests by input_ids, stop it, check GPU memory; the raw result."""
+    from kit.serving.process import ServerExited, ServerProcess, http_json
+    from kit.sglang.http_api import http_api
+
+    api = http_api(plan.version)
+    if plan.blocked:
+        raise KitInputError(f"rehearsal cannot run: {plan.blocked}")
+    Path(plan.record).unlink(missing_ok=True)
+    mem_before = gpu_memory_used()
+    t0 = time.monotonic()
+    result: dict[str, Any] = {"started": False, "requests": [], "gpu_memory_before": mem_before}
+    log = str(Path(plan.record).with_name("server.log"))
+    srv = ServerProcess(plan.argv, env={**os.environ, **plan.env}, port=plan.port, log_file=log, on_line=on_line)
+    try:
+        try:
+            info = srv.wait_ready(timeout=plan.config.timeout)
+            result["started"] = True
+            result["startup_s"] = round(time.monotonic() - t0, 1)
+            for i in range(plan.config.requests):
+                body = {
+                    "input_ids": REQUEST_IDS[0][: 4 + 3 * i] if i else REQUEST_IDS[0],
+                    "sampling_params": {"max_new_tokens": plan.config.max_new_tokens, "temperature": 0},
+                }
+                status, out = http_json(srv.base_url + api.generate_path, data=body, timeout=120)
+                meta = out.get("meta_info", {}) if isinstance(out, dict) else {}
+                result["requests"].append(
+                    {
+                        "status": status,
+                        "output_tokens": len(out.get("output_ids") or []) if isinstance(out, dict) else 0,
+                        "spec": api.spec_fields(meta),
+                        "error": None if status == 200 else str(out)[:500],
+                    }
+                )
+            result["server_info"] = (info or {}).get("server_info")
+        except ServerExited as e:
+            result["exit"] = str(e)[-4000:]
+    finally:
+        result["exit_code"] = srv.stop()
+        result["log_tail"] = srv.tail(60)
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    result["gpu_memory_after"] = _settled_memory(mem_before)
+    result["gpu_memory_returned"] = (
+        None
+        if mem_before is None or result["gpu_memory_after"] is None
+        else all(a <= b + 64 for a, b in zip(result["gpu_memory_after"], mem_before))
+    )
+    result["record"] = read_record(plan.record)
+    return result
+
+
+def _settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
+    """GPU memory after the stop, given up to `wait` s to return to `before` (the driver frees it lazily)."""
+    deadline = time.monotonic() + wait
+    while True:
+        now = gpu_memory_used()
+        if (
+            now is None
+            or before is None
+            or all(a <= b + 64 for a, b in zip(now, before))
+            or time.monotonic() > deadline
+        ):
+            return now
+        time.sleep(1)
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """Merge the recorder's JSON lines: {kind: [observations]}; unreadable lines are counted, not fatal."""
+    out: dict[str, Any] = {"bad_lines": 0}
+    p = Path(path)
+    if not p.exists():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            obs = json.loads(line)
+        except json.JSONDecodeError:
+            out["bad_lines"] += 1
+            continue
+        out.setdefault(obs.get("kind", "?"), []).append(obs)
+    return out
+
+
+# -- record -> findings -------------------------------------------------------------------------------------
+# codes a rehearsal can observe; a static finding with another code is "not rehearsed"
+OBSERVABLE = {
+    "aux.algorithm",
+    "aux.target_capture",
+    "aux.hidden_width",
+    "aux.fc_width",
+    "draft.keys_dropped",
+    "draft.params_missing",
+    "draft.quant",
+    "draft.config",
+    "draft.arch",
+    "draft.context_short",
+    "draft.nextn_zero",
+    "launch.flag",
+}
+# SGLang's startup exception text -> the code that names that fault
+EXCEPTION_CODES = (
+    (r"too many values to unpack|not enough values to unpack|cannot unpack", "aux.target_capture"),
+    (r"mat1 and mat2 shapes cannot be multiplied", "aux.hidden_width"),
+    (r"To allow overriding this maximum|context_length.*greater than|longer than the derived", "draft.context_short"),
+    (r"Unrecognized model|Unrecognized configuration class", "draft.config"),
+    (r"Model architectures? \[.*\] (is|are) not supported|not supported for now", "draft.arch"),
+    (r"set_mla_kv_buffer|list index out of range", "draft.nextn_zero"),
+    (r"invalid choice|unrecognized arguments|ambiguous option|expected one argument", "launch.flag"),
+    (r"size mismatch|shape mismatch|Attempted to load|assert param.*size", "aux.fc_width"),
+)
+RUNTIME_FILLED = ("embed_tokens", "lm_head")  # set from the target after load_weights when shared
+
+
+def _startup_text(result: dict[str, Any]) -> str:
+    rec = result.get("record") or {}
+    tb = "\n".join(o.get("traceback", "") for o in rec.get("exception", []))
+    parts = (tb, result.get("exit") or "", "\n".join(result.get("log_tail") or []))
+    return "\n".join(p for p in parts if p)
+
+
+def observed_findings(result: dict[str, Any]) -> list[Finding]:
+    """What the rehearsal saw, in the kit's finding codes."""
+    rec = result.get("record") or {}
+    out: list[Finding] = []
+    if not result.get("started"):
+        text = _startup_text(result)
+        code = "rehearse.startup"  # unless one of the kit's codes names the exception
+        code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), code)
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        errs = [ln for ln in lines if re.search(r"\w+(Error|Exception)\b:?", ln)]
+        last = (errs or lines or [""])[-1]
+        out.append(
+            Finding(
+                code=code,
+                severity="error",
+                title=f"SGLang did not start: {last.strip()[:200]}",
+                evidence={"exception": text[-2000:]},
+            )
+        )
+    for obs in rec.get("load_weights", []):
+        if obs.get("skipped"):
+            out.append(
+                Finding(
+                    code="draft.keys_dropped",
+                    severity="error",
+                    title=f"{obs['draft_class']}.load_weights skipped {len(obs['skipped'])} checkpoint tensor(s)",
+                    evidence={"skipped": obs["skipped"]},
+                )
+            )
+        missing = [p for p in obs.get("unfilled", []) if not any(r in p for r in RUNTIME_FILLED)]
+        if missing:
+            norms_only = all("norm" in p for p in missing)
+            out.append(
+                Finding(
+                    code="draft.params_missing",
+                    severity="warning" if norms_only else "error",
+                    title=f"{len(missing)} draft parameter(s) never filled by load_weights",
+                    evidence={"unfilled": missing},
+                )
+            )
+    inputs = rec.get("draft_input", [])
+    if inputs and result.get("started"):
+        w = inputs[0]
+        if w.get("draft_hidden") and w["width"] == w["draft_hidden"] and (w.get("fc_in") or 0) != w["width"]:
+            out.append(
+                Finding(
+                    code="aux.algorithm",
+                    severity="error",
+                    title=f"the draft receives width {w['width']} = its hidden size: fc is bypassed",
+                    evidence=w,
+                )
+            )
+    for mc in rec.get("model_config", []):
+        if mc.get("is_draft_model") and mc.get("quantization"):
+            out.append(
+                Finding(
+                    code="draft.quant",
+                    severity="error",
+                    title=f"the draft was set up quantized: {mc['quantization']}",
+                    evidence=mc,
+                )
+            )
+    return out
+
+
+def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
+    """The plain facts a report shows (captured layers, draft input width, resolved speculative parameters)."""
+    rec = result.get("record") or {}
+    cap = (rec.get("capture") or [{}])[-1]
+    args = (rec.get("server_args") or [{}])[-1]
+    return {
+        "started": result.get("started"),
+        "startup_s": result.get("startup_s"),
+        "captured": cap.get("layers_to_capture"),
+        "marked": cap.get("marked"),
+        "capture_ids": cap.get("layer_ids"),
+        "draft_input_width": [o.get("width") for o in rec.get("draft_input", [])][:1],
+        "speculative": {k: args.get(k) for k in args if k.startswith("speculative_")},
+        "dtypes": {
+            ("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])
+        },
+        "quantization": {
+            ("draft" if m.get("is_draft_model") else "target"): m.get("quantization")
+            for m in rec.get("model_config", [])
+        },
+        "spec_verify_ct": [(r.get("spec") or {}).get("verify_ct") for r in result.get("requests", [])],
+        "gpu_memory_returned": result.get("gpu_memory_returned"),
+    }
+
+
+def compare(static: list[Finding], observed: list[Finding], started: bool = True) -> list[dict[str, Any]]:
+    """One row per code: doctor's severity, what the rehearsal saw, and confirmed / refuted / new / not rehearsed
+    / not reached (SGLang stopped at an earlier fault, before it could show this one)."""
+    st: dict[str, str] = {}
+    for f in static:
+        if f.severity in ("error", "warning"):
+            st[f.code] = "error" if "error" in (st.get(f.code), f.severity) else f.severity
+    ob = {f.code: f for f in observed}
+    rows = []
+    for code in sorted(set(st) | set(ob)):
+        if code in st and code in ob:
+            verdict = "confirmed"
+        elif code in st and code in OBSERVABLE and st[code] == "error":
+            verdict = "refuted" if started else "not reached"
+        elif code in st:
+            verdict = "not rehearsed"
+        else:
+            verdict = "new"
+        rows.append(
+            {
+                "code": code,
+                "doctor": st.get(code),
+                "rehearsal": ob[code].title if code in ob else None,
+                "verdict": verdict,
+            }
+        )
+    return rows

@@ -1,0 +1,521 @@
+"""kit.serving.rehearsal / rehearsal_hooks on CPU: the launch adjustment, the recorder's patching against stand-in
+SGLang classes (written after 0.5.17's llama_eagle3.py, minimax_m3.py and qwen2_moe.py), the import hook in a
+real child interpreter, and the record -> findings mapping against doctor's verdict.
+
+    python -m pytest kit/tests/serving/test_rehearsal.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from kit.findings import Finding
+from kit.serving import rehearsal_hooks as hooks
+from kit.serving.rehearsal import adjust_launch, compare, observed_findings, read_record
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.fixture
+def rec(tmp_path, monkeypatch):
+    path = tmp_path / "record.jsonl"
+    monkeypatch.setenv(hooks.RECORD_ENV, str(path))
+    return path
+
+
+# -- the launch --------------------------------------------------------------------------------------------
+def _seed():
+    from kit.sglang.cmdline import split_command
+
+    return split_command((DATA / "seed_launch.sh").read_text())
+
+
+def _adjust(tp, version="0.5.17"):
+    env, argv = _seed()
+    return adjust_launch(env, argv, version, "/m/target", "/m/draft", tp, 31000, 0.3, "/m/site", "/m/rec.jsonl")
+
+
+def test_the_users_flags_and_environment_stay_and_every_change_has_a_reason():
+    env, argv = _seed()
+    new_env, new_argv, changes, _ = _adjust(tp=1)
+    from kit.sglang.flags import resolve_flags as resolve
+
+    r = resolve(new_argv[3:], "0.5.17")
+    assert not r.errors and not r.unknown
+    v = r.values
+    assert v["model_path"] == "/m/target" and v["speculative_draft_model_path"] == "/m/draft"
+    assert v["load_format"] == "dummy" and v["skip_tokenizer_init"] and v["speculative_draft_load_format"] == "auto"
+    assert v["tp_size"] == 1 and v["mem_fraction_static"] == 0.3 and v["port"] == 31000
+    # the user's own choices are kept: algorithm EAGLE (the seed's fault), steps/topk/tokens, decode steps
+    assert v["speculative_algorithm"] == "EAGLE" and v["speculative_eagle_topk"] == 4
+    assert v["num_continuous_decode_steps"] == 4 and v["disable_custom_all_reduce"]
+    assert all(new_env[k] == env[k] for k in env if k.startswith(("NCCL_", "SGLANG_")))
+    assert new_env["KIT_REHEARSAL_RECORD"] == "/m/rec.jsonl" and new_env["PYTHONPATH"].startswith("/m/site")
+    by = {c.flag: c for c in changes}
+    assert by["--tp-size"].original == "8" and "TP1" in by["--tp-size"].reason and all(c.reason for c in changes)
+
+
+def test_tp_is_kept_when_the_host_has_the_gpus():
+    _, argv, changes, _ = _adjust(tp=8)
+    assert "--tp-size" not in {c.flag for c in changes}
+    assert argv[argv.index("--tp-size") + 1] == "8"
+
+
+def test_a_release_without_the_draft_load_format_flag_is_noted():
+    env, argv = _seed()
+    from kit.sglang.flags import known_versions, table_for
+
+    old = next((v for v in known_versions() if "speculative_draft_load_format" not in table_for(v).by_dest()), None)
+    if old is None:
+        pytest.skip("no stored flag table of a release without --speculative-draft-load-format")
+    _, new_argv, _, notes = adjust_launch(env, argv, old, "/t", "/d", 1, 31000, 0.3, "/s", "/r")
+    assert "--speculative-draft-load-format" not in new_argv and any("not built by the kit yet" in n for n in notes)
+
+
+# -- the recorder on stand-in SGLang classes ---------------------------------------------------------------
+def _draft_module():
+    """A stand-in `sglang.srt.models.llama_eagle3`: 0.5.17's load_weights loop over a tiny parameter set."""
+    import torch
+
+    mod = types.ModuleType("sglang.srt.models.llama_eagle3")
+
+    def default_weight_loader(param, loaded_weight):
+        param.data.copy_(loaded_weight)
+
+    mod.default_weight_loader = default_weight_loader
+
+    class LlamaModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 4, bias=False)
+            self.norm = torch.nn.Parameter(torch.ones(4))
+            self.hidden_norm = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, input_ids, positions, forward_batch):
+            hs = forward_batch.spec_info.hidden_states
+            return self.fc(hs) if hs.shape[-1] != 4 else hs
+
+    class LlamaForCausalLMEagle3(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = LlamaModel()
+            self.lm_head = torch.nn.Parameter(torch.zeros(8, 4))
+            self.config = types.SimpleNamespace(hidden_size=4)
+
+        def load_weights(self, weights):  # the shape of 0.5.17's loop: legacy map, d2t/t2d, model. fallback
+            params_dict = dict(self.named_parameters())
+            for name, loaded_weight in weights:
+                name = name.replace("midlayer", "layers.0")
+                if "d2t" in name:
+                    self.hot_token_id = loaded_weight
+                    continue
+                if "t2d" in name:
+                    continue
+                param_name = name if name in params_dict else f"model.{name}"
+                if param_name in params_dict:
+                    param = params_dict[param_name]
+                    getattr(param, "weight_loader", mod.default_weight_loader)(param, loaded_weight)
+
+    LlamaModel.__module__ = LlamaForCausalLMEagle3.__module__ = mod.__name__
+    mod.LlamaModel, mod.LlamaForCausalLMEagle3 = LlamaModel, LlamaForCausalLMEagle3
+    return mod
+
+
+def test_load_weights_records_skipped_names_and_unfilled_parameters(rec):
+    import torch
+
+    mod = _draft_module()
+    hooks.patch_module(mod)
+    m = mod.LlamaForCausalLMEagle3()
+    weights = [
+        ("fc.weight", torch.ones(4, 12)),
+        ("norm", torch.ones(4)),
+        ("midlayer.self_attn.q_proj.weight", torch.ones(4, 8)),  # no such parameter: skipped silently
+        ("d2t", torch.zeros(8, dtype=torch.long)),
+        ("t2d", torch.ones(8, dtype=torch.bool)),
+    ]
+    m.load_weights(iter(weights))
+    [obs] = read_record(rec)["load_weights"]
+    assert obs["draft_class"] == "LlamaForCausalLMEagle3"
+    assert obs["skipped"] == ["midlayer.self_attn.q_proj.weight"]
+    assert sorted(obs["unfilled"]) == ["lm_head", "model.hidden_norm"]
+    assert torch.equal(m.model.fc.weight, torch.ones(4, 12))  # observed, not changed
+    assert mod.default_weight_loader.__name__ == "default_weight_loader"  # restored
+
+
+def test_draft_input_width_says_whether_fc_runs(rec):
+    import torch
+
+    mod = _draft_module()
+    hooks.patch_module(mod)
+    m = mod.LlamaForCausalLMEagle3()
+    fb = types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=torch.zeros(2, 12)))
+    m.model(None, None, fb)
+    fb.spec_info.hidden_states = torch.zeros(2, 4)
+    m.model(None, None, fb)
+    obs = read_record(rec)["draft_input"]
+    assert [(o["width"], o["fc_in"], o["draft_hidden"]) for o in obs] == [(12, 12, None), (4, 12, None)]
+
+
+def _target_module(marks_only: bool):
+    """A target class whose setter writes self.model.layers_to_capture (minimax_m3.py, llama.py); its model
+    either reads that list or only `_is_layer_to_capture` marks (qwen2_moe.py's forward)."""
+    mod = types.ModuleType("sglang.srt.models.stand_in_target")
+
+    class Layer:
+        pass
+
+    class Model:
+        def __init__(self):
+            self.layers = [Layer() for _ in range(8)]
+            self.layers_to_capture = []
+
+        def forward(self, h):
+            aux = [
+                h + i
+                for i in range(8)
+                if (
+                    getattr(self.layers[i], "_is_layer_to_capture", False)
+                    if marks_only
+                    else i in self.layers_to_capture
+                )
+            ]
+            return (h, aux) if aux else h
+
+    class Target:
+        def __init__(self):
+            self.model = Model()
+            self.capture_aux_hidden_states = False
+
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            self.capture_aux_hidden_states = True
+            self.model.layers_to_capture = [2, 4, 5] if layer_ids is None else [v + 1 for v in layer_ids]
+
+        def forward(self, h):
+            out = self.model.forward(h)
+            if self.capture_aux_hidden_states:
+                out, aux = out
+            return out
+
+    Target.__module__ = mod.__name__
+    mod.Target = Target
+    return mod
+
+
+@pytest.mark.parametrize("marks_only", [False, True])
+def test_capture_records_the_layers_and_the_marks_the_forward_reads(rec, marks_only):
+    mod = _target_module(marks_only)
+    hooks.patch_module(mod)
+    t = mod.Target()
+    t.set_eagle3_layers_to_capture([1, 3, 4])
+    [obs] = read_record(rec)["capture"]
+    assert obs["target_class"] == "Target" and obs["layer_ids"] == [1, 3, 4]
+    assert obs["layers_to_capture"] == [2, 4, 5] and obs["marked"] == []
+    if marks_only:  # the bare-forward crash doctor now names (aux.target_capture)
+        with pytest.raises(ValueError, match="unpack"):
+            t.forward(1.0 * __import__("torch").zeros(5))
+    else:
+        assert t.forward(1.0) == 1.0
+
+
+def test_a_failing_observer_records_and_never_breaks_the_call(rec, monkeypatch):
+    mod = _target_module(False)
+    hooks.patch_module(mod)
+    t = mod.Target()
+
+    def broken(model):
+        raise KeyError("a release without what the observer expects")
+
+    monkeypatch.setattr(hooks, "_layers_state", broken)
+    t.set_eagle3_layers_to_capture(None)
+    assert t.capture_aux_hidden_states is True and t.model.layers_to_capture == [2, 4, 5]
+    [err] = read_record(rec)["hook_error"]
+    assert err["hook"] == "capture" and "KeyError" in err["error"]
+
+
+def test_sitecustomize_patches_modules_as_they_import_in_a_child_interpreter(tmp_path):
+    """The file copied as sitecustomize.py, a fake `sglang.srt.server_args` on the path: the child's ServerArgs
+    is recorded after __post_init__, and the module itself is untouched on disk."""
+    site, fake = tmp_path / "site", tmp_path / "fake"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(Path(hooks.__file__).read_text())
+    pkg = fake / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    src = (
+        "from dataclasses import dataclass\n@dataclass\nclass ServerArgs:\n    speculative_algorithm: str = 'EAGLE3'\n"
+        "    speculative_num_steps: int = None\n    def __post_init__(self):\n        self.speculative_num_steps = 3\n"
+    )
+    (pkg / "server_args.py").write_text(src)
+    rec = tmp_path / "rec.jsonl"
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{fake}", hooks.RECORD_ENV: str(rec)}
+    code = "from sglang.srt.server_args import ServerArgs; ServerArgs()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = read_record(rec)
+    assert got["server_args"][0]["speculative_algorithm"] == "EAGLE3"
+    assert got["server_args"][0]["speculative_num_steps"] == 3  # after __post_init__ resolved it
+    assert (pkg / "server_args.py").read_text() == src
+
+
+# -- record -> findings -------------------------------------------------------------------------------------
+def _f(code, severity="error"):
+    return Finding(code=code, severity=severity, title=code)
+
+
+def test_a_startup_unpack_crash_confirms_the_bare_forward_finding():
+    result = {
+        "started": False,
+        "record": {
+            "exception": [
+                {"traceback": "File minimax_m3.py, in forward\nValueError: too many values to unpack (expected 2)"}
+            ]
+        },
+    }
+    obs = observed_findings(result)
+    assert [f.code for f in obs] == ["aux.target_capture"] and "unpack" in obs[0].title
+    rows = {r["code"]: r["verdict"] for r in compare([_f("aux.target_capture"), _f("draft.arch")], obs, started=False)}
+    assert rows == {"aux.target_capture": "confirmed", "draft.arch": "not reached"}
+
+
+def test_what_only_the_loader_shows_is_new_and_what_did_not_happen_is_refuted():
+    result = {
+        "started": True,
+        "record": {
+            "load_weights": [
+                {
+                    "draft_class": "LlamaForCausalLMEagle3",
+                    "skipped": ["midlayer.mlp.gate_proj.weight"],
+                    "unfilled": ["model.layers.0.mlp.gate_up_proj.weight", "lm_head.weight"],
+                }
+            ],
+            "model_config": [{"is_draft_model": True, "quantization": None}],
+            "draft_input": [{"width": 768, "draft_hidden": 256, "fc_in": 768}],
+        },
+    }
+    obs = observed_findings(result)
+    assert {f.code for f in obs} == {"draft.keys_dropped", "draft.params_missing"}  # lm_head is filled at runtime
+    static = [_f("draft.quant"), _f("env.nccl_var", "warning"), _f("aux.layer_ids_ignored")]
+    rows = {r["code"]: r["verdict"] for r in compare(static, obs)}
+    assert rows == {
+        "draft.keys_dropped": "new",
+        "draft.params_missing": "new",
+        "draft.quant": "refuted",
+        "env.nccl_var": "not rehearsed",
+        "aux.layer_ids_ignored": "not rehearsed",
+    }
+
+
+def test_fc_bypassed_is_the_algorithm_fault_and_a_quantized_draft_is_draft_quant():
+    result = {
+        "started": True,
+        "record": {
+            "draft_input": [{"width": 256, "draft_hidden": 256, "fc_in": 768}],
+            "model_config": [{"is_draft_model": True, "quantization": "modelopt"}],
+        },
+    }
+    codes = {f.code for f in observed_findings(result)}
+    assert codes == {"aux.algorithm", "draft.quant"}
+
+
+def test_an_unknown_startup_failure_is_named_rehearse_startup():
+    obs = observed_findings({"started": False, "exit": "server exited with code 1\nRuntimeError: CUDA out of memory"})
+    assert [f.code for f in obs] == ["rehearse.startup"] and "CUDA out of memory" in obs[0].title
+
+
+def test_read_record_tolerates_a_torn_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps({"kind": "process", "pid": 1}) + "\n{torn\n")
+    got = read_record(p)
+    assert got["bad_lines"] == 1 and got["process"][0]["pid"] == 1
+
+
+# -- the verb, dry run (CPU) --------------------------------------------------------------------------------
+def test_rehearse_dry_run_writes_the_miniatures_and_the_plan(tmp_path, monkeypatch):
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.checkpoint.safetensors_io import read_checkpoint
+    from kit.rehearse import rehearse
+    from kit.serving.rehearsal import RehearsalConfig
+
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    monkeypatch.setenv("KIT_SGLANG_PYTHON", sys.executable)
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    launch = tmp_path / "launch.sh"
+    launch.write_text(
+        "NCCL_ALGO=Ring python3 -m sglang.launch_server --model-path /m/t --tp 2 --speculative-algo EAGLE3 "
+        "--speculative-draft-model-path /m/d --mem-fraction-static 0.85\n"
+    )
+    out = tmp_path / "out"
+    cfg = RehearsalConfig(
+        target=str(target),
+        draft=str(draft),
+        launch_file=str(launch),
+        out=str(out),
+        dry_run=True,
+        gpus=1,
+        sglang_version="0.5.17",
+    )
+    report = rehearse(cfg)
+    assert {p.name for p in out.iterdir()} >= {"target", "draft", "site", "plan.json", "report.json"}
+    assert (out / "site" / "sitecustomize.py").read_text() == Path(hooks.__file__).read_text()
+    mini = json.loads((out / "target" / "config.json").read_text())
+    assert mini["num_hidden_layers"] == 30 and mini["architectures"] == ["LlamaForCausalLM"]
+    assert list(read_checkpoint(out / "draft").tensors) == list(read_checkpoint(draft).tensors)
+    plan = report["plan"]
+    assert plan["tp"] == 1 and plan["user_tp"] == 2 and plan["env"]["NCCL_ALGO"] == "Ring"
+    assert "TP1" in report["rendered_plan"] and "table" not in report  # nothing was run
+
+
+def test_the_bundles_flags_go_over_the_users_with_a_reason():
+    from kit.sglang.bundle import RELEASES
+
+    env, argv = _seed()
+    argv = argv + ["--attention-backend", "fa3"]
+    flags = tuple(RELEASES["0.5.17"].launch_flags)
+    _, new_argv, changes, _ = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r", flags)
+    from kit.sglang.flags import resolve_flags as resolve
+
+    v = resolve(new_argv[3:], "0.5.17").values
+    assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
+    assert any(c.flag == "--attention-backend" and c.original == "fa3" for c in changes)
+
+
+def test_fused_pairs_count_as_loaded(rec):
+    """0.5.17 kimi_k25_eagle3.py fuses q_a_proj and kv_a_proj_with_mqa with torch.cat before loading: neither
+    checkpoint name is skipped."""
+    import torch
+
+    mod = types.ModuleType("sglang.srt.models.kimi_k25_eagle3")
+    mod.default_weight_loader = lambda param, w: param.data.copy_(w)
+
+    class Eagle3DeepseekV2ForCausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fused_qkv_a_proj_with_mqa = torch.nn.Parameter(torch.zeros(6, 4))
+
+        def load_weights(self, weights):
+            cache = {}
+            for name, w in weights:
+                cache[name] = w
+                if len(cache) == 2:
+                    fused = torch.cat(
+                        [
+                            cache["layers.0.self_attn.q_a_proj.weight"],
+                            cache["layers.0.self_attn.kv_a_proj_with_mqa.weight"],
+                        ]
+                    )
+                    mod.default_weight_loader(self.fused_qkv_a_proj_with_mqa, fused)
+
+    Eagle3DeepseekV2ForCausalLM.__module__ = mod.__name__
+    mod.Eagle3DeepseekV2ForCausalLM = Eagle3DeepseekV2ForCausalLM
+    hooks.patch_module(mod)
+    m = mod.Eagle3DeepseekV2ForCausalLM()
+    m.load_weights(
+        iter(
+            [
+                ("layers.0.self_attn.q_a_proj.weight", torch.ones(2, 4)),
+                ("layers.0.self_attn.kv_a_proj_with_mqa.weight", torch.ones(4, 4)),
+            ]
+        )
+    )
+    [obs] = read_record(rec)["load_weights"]
+    assert obs["skipped"] == [] and obs["unfilled"] == [] and torch.equal(m.fused_qkv_a_proj_with_mqa, torch.ones(6, 4))
+    assert torch.cat is not None and torch.cat.__name__ == "cat"
+
+
+def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, monkeypatch):
+    from kit.serving import rehearsal
+
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_version.py").write_text("__version__ = version = '0.5.17'\n__version_tuple__ = (0, 5, 17)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: None)
+    assert rehearsal.importable_sglang_version() == "0.5.17"
+
+
+# -- the run, end to end on CPU: the kit's lifecycle around a stand-in server --------------------------------
+FAKE_SERVER = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--crash" in sys.argv:
+    print("Traceback (most recent call last):", flush=True)
+    print("ValueError: too many values to unpack (expected 2)", flush=True)
+    sys.exit(1)
+import sitecustomize  # the recorder is on PYTHONPATH: it already ran; record what a draft load would
+sitecustomize.record("load_weights", draft_class="LlamaForCausalLMEagle3", skipped=["midlayer.x"], unfilled=[])
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def _send(self, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self._send({})
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._send({"output_ids": [5, 6, 7], "meta_info": {"spec_verify_ct": 2}})
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def _fake_plan(tmp_path, crash: bool):
+    from kit.serving.process import free_port
+    from kit.serving.rehearsal import RehearsalConfig, RehearsalPlan
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(Path(hooks.__file__).read_text())
+    server = tmp_path / "fake_server.py"
+    server.write_text(FAKE_SERVER)
+    port = free_port()
+    rec = tmp_path / "record.jsonl"
+    argv = [sys.executable, str(server), "--port", str(port)] + (["--crash"] if crash else [])
+    env = {"PYTHONPATH": str(site), hooks.RECORD_ENV: str(rec)}
+    cfg = RehearsalConfig(target="t", draft="d", launch_file="l", out=str(tmp_path), requests=2, timeout=30)
+    return RehearsalPlan(cfg, "0.5.17", env, argv, [], [], "t", "d", str(rec), port, 1, 1)
+
+
+def test_run_starts_asks_by_input_ids_stops_and_maps_what_it_recorded(tmp_path):
+    from kit.serving.rehearsal import observed_facts, run_rehearsal
+
+    result = run_rehearsal(_fake_plan(tmp_path, crash=False))
+    assert result["started"] and [r["status"] for r in result["requests"]] == [200, 200]
+    assert observed_facts(result)["spec_verify_ct"] == [2, 2]
+    assert {f.code for f in observed_findings(result)} == {"draft.keys_dropped"}
+    assert result["record"]["process"] and result["exit_code"] is not None  # stopped
+
+
+def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
+    from kit.serving.rehearsal import run_rehearsal
+
+    result = run_rehearsal(_fake_plan(tmp_path, crash=True))
+    assert not result["started"] and "too many values to unpack" in result["exit"]
+    assert [f.code for f in observed_findings(result)] == ["aux.target_capture"]
+
+
+def test_flags_the_table_cannot_read_stay_for_sglang_to_judge():
+    env, argv = _seed()
+    argv = argv + ["--speculative-draft", "/x", "--no-such-flag"]
+    _, new_argv, _, notes = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r")
+    assert new_argv[-3:] == ["--speculative-draft", "/x", "--no-such-flag"] and any(
+        "kept as written" in n for n in notes
+    )
