@@ -24,7 +24,9 @@ evaluation prompts, chat-templated), greedy decoding, a fixed number of new toke
                (target: 4 at once finish in less than 2x the time of one).
 
     python bench/bench_engine.py [--prompts 12] [--max-new-tokens 64] [--repeats 2] [--params 1-1-2 2-1-3 3-1-4]
-                                 [--quick] [--no-llamacpp] [--no-server]
+                                 [--train-draft [--quick]] [--no-llamacpp] [--no-server]
+    python bench/bench_engine.py --server-only --max-new-tokens 32 [--server-params 2-1-3]   # 4 at once vs one
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 python bench/bench_engine.py ...
     python bench/bench_engine.py --device cuda      # the same on a GPU (no llama.cpp there)
 
 Prints one JSON document (last line). Other processes on the machine add noise: the JSON records
@@ -40,6 +42,9 @@ import platform
 import statistics
 import subprocess
 import time
+
+# an AVX2-only CPU emulated: ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+ISA_VARS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def tps(n: int, s: float) -> float:
@@ -104,9 +109,10 @@ def forward_costs(runner, prompt: list[int], sizes=(1, 2, 3, 4, 5, 8), reps: int
     return out
 
 
-def server_concurrency(texts: list[str], max_new: int, draft_dir: str | None) -> dict:
-    """`python -m kit serve` over HTTP: one streamed request's chunk arrival times, then wall time of one
-    request against 4 and 8 sent at once (one decode loop batches them)."""
+def server_concurrency(texts: list[str], max_new: int, draft_dir: str | None, params=None) -> dict:
+    """`python -m kit serve` over HTTP (speculative at `params`, a SpecParams, when `draft_dir` is given):
+    one streamed request's chunk arrival times, then wall time of one request against 4 and 8 sent at
+    once (one decode loop batches them)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
@@ -117,8 +123,7 @@ def server_concurrency(texts: list[str], max_new: int, draft_dir: str | None) ->
     spec = LaunchSpec(port=free_port(), max_running_requests=8)
     if draft_dir:
         spec = LaunchSpec(port=spec.port, max_running_requests=8, speculative_algorithm="EAGLE3",
-                          speculative_draft_model_path=str(draft_dir), speculative_num_steps=3,
-                          speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+                          speculative_draft_model_path=str(draft_dir), **params.given())  # fmt: skip
     body = lambda t: {"text": t, "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}}
     with ServerProcess.from_spec(spec, engine="reference") as srv:
         srv.wait_ready(600)
@@ -158,10 +163,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats per prompt and arm")
     ap.add_argument("--params", nargs="+", default=["1-1-2", "2-1-3", "3-1-4"], help="steps-topk-draft tokens")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--draft", default=None, help="draft dir (default: the demo draft)")
-    ap.add_argument("--quick", action="store_true", help="the quick demo draft (trains in about a minute)")
+    ap.add_argument("--draft", default=None, help="draft dir (default: the kit's shipped demo draft)")
+    ap.add_argument("--train-draft", action="store_true", help="the demo draft trained on this CPU instead")
+    ap.add_argument("--quick", action="store_true", help="with --train-draft: the quick draft (about a minute)")
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-server", action="store_true", help="skip the HTTP section (kit serve)")
+    ap.add_argument("--server-only", action="store_true", help="only the HTTP section (kit serve)")
+    ap.add_argument("--server-params", default="2-1-3", help="the speculative server's chain (steps-topk-tokens)")
     a = ap.parse_args()
 
     import httpx
@@ -172,7 +180,7 @@ def main() -> None:
     from kit.prompts import builtin_prompts, interleave_kinds
     from kit.reference.draft_io import load_draft
     from kit.reference.speculate import BatchDecoder, Sequence, Wiring, decode_one
-    from kit.reference.train import ensure_demo_draft
+    from kit.reference.train import demo_draft
     from kit.sglang.params import SpecParams
 
     doc: dict = {
@@ -183,10 +191,26 @@ def main() -> None:
             "platform": platform.platform(),
             "device": a.device,
             "loadavg_before": os.getloadavg(),
+            "isa_env": {k: os.environ[k] for k in ISA_VARS if k in os.environ},
         },
     }
+    draft_dir = a.draft or demo_draft(train_draft=a.train_draft, quick=a.quick)
+    server_point = SpecParams(*map(int, a.server_params.split("-"))).resolved()
+
+    def server_section() -> dict:
+        texts = [r["prompt"] for r in interleave_kinds(builtin_prompts())][: a.prompts]
+        return {
+            "greedy": server_concurrency(texts, a.max_new_tokens, None),
+            "speculative": {"params": server_point.label(),
+                            **server_concurrency(texts, a.max_new_tokens, str(draft_dir), server_point)},
+        }  # fmt: skip
+
+    if a.server_only:
+        doc["server"] = server_section()
+        doc["machine"]["loadavg_after"] = os.getloadavg()
+        print(json.dumps(doc))
+        return
     target, tok = load_target(device=a.device)
-    draft_dir = a.draft or ensure_demo_draft(quick=a.quick)
     draft = load_draft(draft_dir, target_model=target).to(a.device)
     texts = [r["prompt"] for r in interleave_kinds(builtin_prompts())][: a.prompts]
     rows = [chat_ids(tok, t) for t in texts]
@@ -307,10 +331,7 @@ def main() -> None:
                 "skipped": "llama-cpp-python is not installed (pip install -r requirements-peers.txt)"
             }
     if not a.no_server and a.device == "cpu":
-        doc["server"] = {
-            "greedy": server_concurrency(texts, M, None),
-            "speculative": server_concurrency(texts, M, str(draft_dir)),
-        }
+        doc["server"] = server_section()
     doc["machine"]["loadavg_after"] = os.getloadavg()
     print(json.dumps(doc))
 

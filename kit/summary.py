@@ -2,9 +2,10 @@
 
 A notebook ends with `kit.summary.record(out_dir, "02_checkpoint_keys", verdict=..., findings=report,
 figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>.json`. The demo then calls
-`collect(run_dir)` to build `summary.json` (the steps in order, the accept lengths on top) and a readable
-`summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter
-leaves the same trail as the headless demo.
+`collect(run_dir)` to build `summary.json` (the steps in order; on top the accept lengths and the speedups
+over no speculation, `speedup: {fixed_launch: {median, ci95}, seed_launch: {...}}`) and a readable
+`summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter leaves the
+same trail as the headless demo.
 
 Where runs go: `run_dir(None)` makes a fresh `<runs root>/<time>/`, the runs root being `$KIT_RUNS_DIR`,
 else `runs/` at the top of the kit's checkout (beside `notebooks/`, whatever the working directory: JupyterLab
@@ -83,14 +84,28 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
     run_dir = Path(run_dir)
     steps = load_steps(run_dir)
     accept: dict[str, Any] = {"seed_launch": None, "fixed_launch": None, "oracle": None}
+    speedup: dict[str, Any] = {"fixed_launch": None, "seed_launch": None}  # each {median, ci95: [low, high], n}
     for rec in steps.values():
         for k, v in (rec.get("accept_length") or {}).items():
             if k in accept and v is not None:
                 accept[k] = v
-    summary = {"accept_length": accept, **(extra or {}), "steps": steps}
+        sp = rec.get("speedup")
+        for k, v in sp.items() if isinstance(sp, dict) else ():
+            if k in speedup and v is not None:
+                speedup[k] = v
+    summary = {"accept_length": accept, "speedup": speedup, **(extra or {}), "steps": steps}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (run_dir / "summary.md").write_text(render_markdown(summary))
     return summary
+
+
+def fmt_speedup(s: dict[str, Any] | None) -> str:
+    """`1.52x [1.31, 1.70] (n 12)` from a summary speedup entry; n/a when the launch was not benched."""
+    if not s or s.get("median") is None:
+        return "n/a"
+    lo, hi = s.get("ci95") or (None, None)
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"{s['median']:.2f}x{ci} (n {s.get('n')})"
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -104,6 +119,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"| observed, seed's launch | {fmt(a['seed_launch'])} |",
         f"| observed, fixed launch | {fmt(a['fixed_launch'])} |",
         f"| expected (oracle) | {fmt(a['oracle'])} |",
+        "",
+        "| speedup over no speculation (per-request median, 95% interval) | value |",
+        "|---|---|",
+        *(
+            f"| {name} | {fmt_speedup((summary.get('speedup') or {}).get(key))} |"
+            for key, name in (("seed_launch", "seed's launch"), ("fixed_launch", "fixed launch"))
+        ),
         "",
     ]
     for name, rec in summary["steps"].items():

@@ -1,5 +1,5 @@
 """kit.measure.bench + kit.measure.sweep's real launcher against the kit's CPU reference server (kit.serving.server):
-real greedy EAGLE-3 decoding of the embedded SmolLM2 with the demo draft, started through
+real greedy EAGLE-3 decoding of the embedded SmolLM2 with the shipped demo draft, started through
 kit.serving.launch + kit.serving.process exactly as a sweep point is.
 
 Checks that every acceptance source the server exposes agrees (per-request meta_info, /metrics
@@ -17,10 +17,8 @@ from kit.sglang.params import SpecParams
 pytestmark = pytest.mark.slow
 
 
-def test_sources_agree_on_fixed_and_seed_launch(tmp_path):
-    from kit.reference.train import ensure_demo_draft
-
-    draft = str(ensure_demo_draft(quick=True))
+def test_sources_agree_on_fixed_and_seed_launch(tmp_path, shipped_draft):
+    draft = str(shipped_draft)
     base = LaunchSpec(
         model_path="embedded", speculative_algorithm="EAGLE3", speculative_draft_model_path=draft, decode_log_interval=2
     )

@@ -1,8 +1,9 @@
-"""The wiring story on the real embedded target: SmolLM2-135M + the kit's quick demo draft.
+"""The wiring story on the real embedded target: SmolLM2-135M + the kit's shipped demo draft.
 
 Correct EAGLE-3 wiring must give an accept length clearly above 1; the seed's faults (aux capture
 off / launched as EAGLE) must collapse it to about 1. Also: speculative decoding on SmolLM2 emits
-exactly the greedy tokens. The quick demo draft is trained once and cached under $KIT_CACHE_DIR.
+exactly the greedy tokens, and the CPU trainer's quick draft (the suite's one training, cached under
+$KIT_CACHE_DIR) comes out in SGLang's layout with its provenance.
 """
 
 import pytest
@@ -11,25 +12,23 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def world():
+def world(shipped_draft):
     from kit.models import load_target
     from kit.reference.draft_io import load_draft
     from kit.reference.oracle import OracleConfig, continuations, prompt_texts
-    from kit.reference.train import ensure_demo_draft
 
-    path = ensure_demo_draft(quick=True)
     target, tok = load_target()
-    draft = load_draft(path, target_model=target)
+    draft = load_draft(shipped_draft, target_model=target)
     seqs = continuations(target, tok, prompt_texts(OracleConfig(num_prompts=6)), 48)
-    return target, tok, draft, seqs, path
+    return target, tok, draft, seqs, shipped_draft
 
 
-def test_demo_draft_is_sglang_layout_with_provenance(world):
+def test_trained_draft_is_sglang_layout_with_provenance(trained_quick_draft):
     import json
 
     from kit.checkpoint.safetensors_io import read_checkpoint
 
-    path = world[4]
+    path = trained_quick_draft
     keys = set(read_checkpoint(path).tensors)
     assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "d2t", "t2d", "lm_head.weight"} <= keys
     from kit.reference.train import ensure_demo_draft

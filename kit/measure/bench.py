@@ -6,7 +6,9 @@ typically `baseline` = no speculation and `spec` = EAGLE-3, same prompts, same c
 each repeat it: flushes the server's cache (SGLang `/flush_cache`, when the server has one),
 sends `warmup` requests that are recorded but excluded from every total, flushes again,
 snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency`
-in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike.
+in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike; with `--interleave`
+they take turns every `concurrency` requests, so a request and its twin on the other arm run seconds apart
+(the per-request paired speedup, `summary["paired_speedup"]`, then holds on a shared, loaded machine).
 
 Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
 `runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
@@ -104,6 +106,13 @@ class BenchConfig:
     warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
     repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
     stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
+    interleave: bool = field(
+        default=False,
+        metadata={
+            "help": "arms take turns every `concurrency` requests instead of every run: a request and its twin "
+            "on the other arm see the same machine load (paired speedups on a shared machine)"
+        },
+    )
     flush_cache: bool = field(
         default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"}
     )
@@ -167,7 +176,7 @@ RUN_CONFIG = "config.json"
 # what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
 MEASURED_SETTINGS = (
     "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
-    "repeats", "stream", "flush_cache", "chat_template", "model", "label", "baseline_label",
+    "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
 _NOT_STORED = ("out_dir", "resume", "progress", "json")
@@ -353,24 +362,9 @@ async def _run_requests(
     return out
 
 
-async def run_arm(
-    client,
-    label: str,
-    base: str,
-    repeat: int,
-    reqs: list[dict],
-    cfg: BenchConfig,
-    log: RecordLog,
-    runs: RecordLog,
-    done: set[str],
-    render=None,
-    transport=None,
-) -> dict | None:
-    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
-    `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
-    todo = [r for r in reqs if r["rid"] not in done]
-    if not todo:
-        return None
+async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
+                   render=None, transport=None) -> dict:  # fmt: skip
+    """Before an arm's measured requests: probe, flush, warm up, flush, snapshot. Returns the arm's state."""
     session = uuid.uuid4().hex[:8]
     engine = get_engine(cfg.engine)
     probe = await probe_server(client, base, engine)
@@ -398,30 +392,81 @@ async def run_arm(
     flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
     m0 = await snapshot_metrics(client, base, engine)
-    t0 = time.time()
-    await _run_requests(transport or client, base, api, todo, cfg, model, log, tags, f"{label}#{repeat}", render, extra)
+    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags, "engine": engine,
+            "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
+
+
+async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> dict:
+    """After an arm's measured requests: snapshot, read the log lines written meanwhile, record the run."""
+    engine, base = arm["engine"], arm["base"]
     info = {
-        **tags,
+        **arm["tags"],
         "url": base,
-        "api": api,
-        "model": model,
-        "t_start": t0,
+        "api": arm["api"],
+        "model": arm["model"],
+        "t_start": arm["t0"],
         "t_end": time.time(),
-        "requests": len(todo),
-        "resumed": bool(done),
-        "flushed": flushed,
-        "sglang": probe["sglang"],
+        "requests": arm["sent"],
+        "resumed": resumed,
+        "flushed": arm["flushed"],
+        "sglang": arm["probe"]["sglang"],
         "engine": engine.name,
-        "metrics_before": m0,
+        "metrics_before": arm["m0"],
         "metrics_after": await snapshot_metrics(client, base, engine),
-        "server_info_after": (await server_info(client, base, engine)) if probe["sglang"] else None,
+        "server_info_after": (await server_info(client, base, engine)) if arm["probe"]["sglang"] else None,
     }
-    if log_off is not None:
+    if arm["log_off"] is not None:
         with open(cfg.log_path, "rb") as f:
-            f.seek(log_off)
+            f.seek(arm["log_off"])
             info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
     runs.append(info)
     return info
+
+
+async def run_arm(
+    client,
+    label: str,
+    base: str,
+    repeat: int,
+    reqs: list[dict],
+    cfg: BenchConfig,
+    log: RecordLog,
+    runs: RecordLog,
+    done: set[str],
+    render=None,
+    transport=None,
+) -> dict | None:
+    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
+    `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
+    todo = [r for r in reqs if r["rid"] not in done]
+    if not todo:
+        return None
+    arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
+    await _run_requests(transport or client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"],
+                        f"{label}#{repeat}", render, arm["extra"])  # fmt: skip
+    arm["sent"] = len(todo)
+    return await close_arm(client, arm, cfg, runs, bool(done))
+
+
+async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
+                          log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
+    """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm
+    in order, then the next `concurrency`; each arm's run is recorded at the end. A request and its twins
+    on the other arms run seconds apart, under the same machine load (what paired ratios need)."""
+    todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
+    open_ = [(lab, base) for lab, base in arms if todo[lab]]
+    state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in open_}
+    for i in range(0, len(reqs), cfg.concurrency):
+        group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
+        for lab, base in open_:
+            batch = [r for r in todo[lab] if r["rid"] in group]
+            if batch:
+                a = state[lab]
+                await _run_requests(transport or client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
+                                    f"{lab}#{repeat}", render, a["extra"])  # fmt: skip
+                a["sent"] += len(batch)
+    for lab, _ in open_:
+        await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
 
 def _run_sync(coro):
@@ -459,6 +504,9 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
     try:
         async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
             for repeat in range(cfg.repeats):
+                if cfg.interleave:
+                    await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
+                    continue
                 for label, base in cfg.arms():
                     await run_arm(
                         client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render, transport
@@ -620,7 +668,11 @@ def analyze(
                 continue
             ci = km.speedup_ci(per_label[baseline_label]["output_tok_s_runs"], per_label[label]["output_tok_s_runs"])
             summary.setdefault("speedup", {})[label] = ci
-            report.extend(km.speedup_findings(ci, label))
+            ratios = km.paired_ratios(records, baseline_label, label)
+            if ratios:  # the same request under both arms: per-request ratios, median + bootstrap interval
+                summary.setdefault("paired_speedup", {})[label] = km.paired_speedup(ratios)
+            if len(ratios) < 2:  # with paired requests their interval is the evidence, not the runs'
+                report.extend(km.speedup_findings(ci, label))
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
     if expected_accept_length is not None and spec_labels:
         from kit.measure.verdict import verdict
@@ -670,6 +722,18 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     if resumed:
         res.summary["resumed"] = {"reused": sum(len(v & ids) for v in done.values())}
     return res
+
+
+def payoff(records: list[dict], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
+    """Speedup over the baseline arm per named arm (`{name: its label}`), from the same requests under
+    both (`kit.measure.metrics.paired_ratios` -> `paired_speedup`: median, bootstrap interval), with the
+    per-request ratios kept for the figure; None for an arm without paired requests. `records` may join
+    several runs that share request ids and repeats (a second launch benched after the first)."""
+    out: dict[str, dict | None] = {}
+    for name, label in labels.items():
+        ratios = km.paired_ratios(records, baseline_label, label) if label else []
+        out[name] = {**km.paired_speedup(ratios), "label": label, "ratios": ratios} if ratios else None
+    return out
 
 
 def load_result(

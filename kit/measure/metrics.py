@@ -576,21 +576,31 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
     return []
 
 
-def paired_speedup(ratios: Sequence[float], level: float = 0.95, target_half_width: float = 0.2) -> dict[str, Any]:
+def paired_speedup(
+    ratios: Sequence[float], level: float = 0.95, target_half_width: float = 0.2, n_boot: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Speedup from per-request ratios of one prompt under both arms (spec tok/s over baseline tok/s,
-    the arms interleaved so both see the same machine load): median, geometric mean and a t interval
-    on the log ratios. Pairing removes the prompt-to-prompt spread that dominates unpaired intervals.
+    the arms interleaved so both see the same machine load): the median with a percentile-bootstrap
+    interval (`median_low`/`median_high`: resampled requests, seeded), and the geometric mean with a
+    t interval on the log ratios (`low`/`high`). Pairing removes the prompt-to-prompt spread that
+    dominates unpaired intervals. `brief` turns the result into `{median, ci95}`.
 
-    When the interval's half width exceeds `target_half_width` (relative), `note` says so and how many
-    requests would narrow it (the half width shrinks as 1/sqrt(n))."""
-    logs = [math.log(r) for r in ratios if r and r > 0]
+    When the t interval's half width exceeds `target_half_width` (relative), `note` says so and how
+    many requests would narrow it (the half width shrinks as 1/sqrt(n))."""
+    ok = [r for r in ratios if r and r > 0]
+    logs = [math.log(r) for r in ok]
     n = len(logs)
-    out: dict[str, Any] = {"n": n, "level": level, "median": statistics.median(ratios) if ratios else math.nan,
+    out: dict[str, Any] = {"n": n, "level": level, "median": statistics.median(ok) if ok else math.nan,
+                           "median_low": math.nan, "median_high": math.nan,
                            "geomean": math.exp(_mean(logs)) if logs else math.nan, "low": math.nan,
                            "high": math.nan, "half_width_rel": math.nan}  # fmt: skip
     if n < 2:
         out["note"] = "one request: no interval; repeat the pair"
         return out
+    rng = random.Random(seed)
+    boots = sorted(statistics.median(rng.choices(ok, k=n)) for _ in range(n_boot))
+    out["median_low"] = boots[int((1 - level) / 2 * (n_boot - 1))]
+    out["median_high"] = boots[int((0.5 + level / 2) * (n_boot - 1))]
     m, se = _mean(logs), statistics.stdev(logs) / math.sqrt(n)
     t = _t_quantile(0.5 + level / 2, n - 1)
     out["low"], out["high"] = math.exp(m - t * se), math.exp(m + t * se)
@@ -601,4 +611,32 @@ def paired_speedup(ratios: Sequence[float], level: float = 0.95, target_half_wid
             f"the {level:.0%} interval is wider than +-{target_half_width:.0%}: about {need} paired requests "
             f"({need - n} more) would narrow it to +-{target_half_width:.0%}"
         )
+    return out
+
+
+def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`{median, ci95: [low, high], n}` of a `paired_speedup` result (None stays None): what a run
+    summary carries."""
+    if not speedup or not speedup.get("n"):
+        return None
+    r = lambda v: None if v != v else round(v, 3)  # noqa: E731  (NaN -> None)
+    return {"median": r(speedup["median"]), "ci95": [r(speedup["median_low"]), r(speedup["median_high"])],
+            "n": speedup["n"]}  # fmt: skip
+
+
+def request_rate(rec: dict) -> float:
+    """One request's output tok/s: its tokens over its end-to-end latency (prefill included)."""
+    return output_tokens(rec) / rec["e2e"] if rec.get("e2e") else math.nan
+
+
+def paired_ratios(records: Iterable[dict], baseline_label: str, label: str) -> list[float]:
+    """Per-request speedups: `label`'s tok/s over `baseline_label`'s for the same request id and repeat
+    (measured records only; a request without its baseline twin is left out)."""
+    recs = list(records)
+    base = {(r["rid"], r.get("repeat")): request_rate(r) for r in measured(recs, baseline_label)}
+    out = []
+    for r in measured(recs, label):
+        b = base.get((r["rid"], r.get("repeat")))
+        if b and b == b and b > 0:
+            out.append(request_rate(r) / b)
     return out

@@ -11,6 +11,7 @@ an ipywidgets `Image`.
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
     throughput_speedup(summary, out_dir)      output tok/s per run and speedup with its CI
+    payoff(speedups, out_dir)                 per-launch speedup over no speculation: per-request ratios, median, CI
     latency_cdfs(records, out_dir)            TTFT / ITL / E2E empirical CDFs (ms)
     sweep_heatmaps(rows, out_dir)             steps x topk -> tok/s and accept length
     expected_vs_observed(rows, out_dir)       oracle vs server accept length, side by side and y = x
@@ -232,6 +233,45 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
     else:
         _empty(ax2, "no baseline arm")
     _title(fig, "Output throughput and speedup over the baseline", data)
+    save(fig, out_dir, name)
+    return fig
+
+
+def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data: str = ""):
+    """Speedup over the no-speculation baseline per launch (`kit.measure.bench.payoff`): each request's
+    paired ratio as a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
+    import seaborn as sns
+
+    fig, (ax,) = _figure(1, width=6.0, height=4.2)
+    names = [k for k, v in speedups.items() if v]
+    if names:
+        pretty = [f"{k.replace('_', ' ')} ({speedups[k]['label']})" for k in names]
+        med = [speedups[k]["median"] for k in names]
+        lo = [max(0.0, m - speedups[k]["median_low"]) for k, m in zip(names, med)]
+        hi = [max(0.0, speedups[k]["median_high"] - m) for k, m in zip(names, med)]
+        colors = [sns.color_palette()[2] if m >= 1.0 else sns.color_palette()[3] for m in med]
+        bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=8, color=colors, alpha=0.6, width=0.5)
+        for i, k in enumerate(names):
+            rs = speedups[k]["ratios"]
+            ax.scatter([i + 0.3] * len(rs), rs, color="black", s=14, zorder=3)
+        ax.bar_label(
+            bars,
+            labels=[
+                f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
+                for k, m in zip(names, med)
+            ],
+            fontsize=9,
+            label_type="center",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
+        ax.set_xticks(range(len(names)), pretty)
+        ax.axhline(1.0, color="gray", ls="--")
+        ax.set_ylabel("speedup over no speculation")
+        ax.set_xlabel("bars: median with its 95% interval; dots: each request")
+        _fit_ticks(ax, width=22)
+    else:
+        _empty(ax, "no launch was benched against a baseline")
+    _title(fig, "Does speculation pay? Per-request speedup over the same server without it", data)
     save(fig, out_dir, name)
     return fig
 

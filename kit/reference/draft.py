@@ -265,12 +265,14 @@ class Eagle3Draft(nn.Module):
             hidden = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
         return self.fc(hidden)
 
-    def forward(self, input_ids, hidden, positions, past_kv=None, mask=None):
+    def forward(self, input_ids, hidden, positions, past_kv=None, mask=None, logits_at=None):
         """One draft pass.
 
         input_ids [B,T]; hidden [B,T,W] (W = k*Ht fused, or H for a single state / a draft step);
         positions [B,T]; past_kv: per-layer (k, v) [B,nkv,S,hd] the new tokens attend to (all of it);
-        mask: bool [T, S+T] overriding the default (past visible, new causal).
+        mask: bool [T, S+T] overriding the default (past visible, new causal); logits_at: long [B], the
+        one position per row whose logits are wanted (a draft extend needs only its last token's: the
+        vocabulary projection of a whole prompt is skipped), logits then [B,1,Vd'].
         Returns (logits [B,T,Vd'], next-step hidden [B,T,H], per-layer (k, v) of the new tokens).
         """
         embeds = self.embed_tokens(input_ids)
@@ -291,12 +293,14 @@ class Eagle3Draft(nn.Module):
             h, residual = layer.post_attention(a, residual)
         pre = h + residual
         normed = self.norm(pre)
-        logits = self.logits(normed)
-        return logits, (normed if self.spec.norm_output else pre), new_kv
+        at = normed if logits_at is None else normed[torch.arange(normed.shape[0]), logits_at][:, None]
+        return self.logits(at), (normed if self.spec.norm_output else pre), new_kv
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
-        out = normed @ self.head_weight().t()
-        return out if self.head_rows is None else out[..., : self.head_rows]
+        # only the kept rows of the head are multiplied: the same logits as slicing the full product, without
+        # reading the rest of a target-sized head (the EAGLE worker path) on every draft step
+        w = self.head_weight()
+        return normed @ (w if self.head_rows is None else w[: self.head_rows]).t()
 
     # -- SGLang worker behaviour ------------------------------------------------------------
     def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:

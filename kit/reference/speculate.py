@@ -124,6 +124,7 @@ def draft_trees(
     hidden = aux.repeat_interleave(k, 0)  # lanes share the root state
     input_ids = topk_i.reshape(-1)
     S = kv[0][0].shape[2]
+    unpadded = all(n == S for n in prefix_len)
     prefix_vis = torch.arange(S, device=dev)[None, :] < torch.tensor(prefix_len, device=dev)[:, None]  # [R, S]
     prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]  # [R*k, 1, 1, S]
     base = torch.tensor(pos, device=dev).repeat_interleave(k)[:, None]
@@ -139,7 +140,10 @@ def draft_trees(
             if lane_kv is not None:  # per-lane history, as generate_draft_decode_kv_indices lays it out
                 ek, ev = torch.cat([ek, lane_kv[li][0]], 2), torch.cat([ev, lane_kv[li][1]], 2)
             past.append((ek, ev))
-        mask = torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool, device=dev)], -1)
+        # a one-token query sees its whole prefix and lane: a mask only hides the padding of shorter prefixes
+        mask = (
+            None if unpadded else torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool, device=dev)], -1)
+        )
         lg, hid, new = draft(input_ids[:, None], hidden[:, None], base + i, past_kv=past, mask=mask)
         lane_kv = (
             new
@@ -389,7 +393,8 @@ class BatchDecoder:
                 for r in range(R):
                     mask[r, 0, :, : lens[r]] = True
                 mask[:, 0, :, S:] = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-        logits, hidden, new = self.draft(ids, hid, pos, past_kv=kv, mask=mask)
+        last = torch.tensor([len(it[1]) - 1 for it in items], device=dev)
+        logits, hidden, new = self.draft(ids, hid, pos, past_kv=kv, mask=mask, logits_at=last)
         for r, (s, toks, _, start) in enumerate(items):
             n = len(toks)
             add = [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in new]
@@ -398,7 +403,7 @@ class BatchDecoder:
                 if s.draft_kv is None
                 else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(s.draft_kv, add)]
             )
-            s.draft_logits, s.draft_hidden, s.draft_pos = logits[r, n - 1], hidden[r, n - 1], start + n - 1
+            s.draft_logits, s.draft_hidden, s.draft_pos = logits[r, 0], hidden[r, n - 1], start + n - 1
 
 
 def decode_one(decoder: BatchDecoder, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> Sequence:

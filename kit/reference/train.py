@@ -464,6 +464,19 @@ def ensure_demo_draft(quick: bool = False, log=print) -> Path:
     return train_draft(TrainConfig(quick=quick), log=log)
 
 
+def demo_draft(train_draft: bool = False, quick: bool = False, log=print) -> Path:
+    """The draft the demo serves: the kit's shipped one (`kit.models.shipped_draft`, trained on a GPU,
+    SHA-256 checked), or with `train_draft` the one `ensure_demo_draft` trains on this CPU (minutes the
+    first time, then cached) for a user who wants to watch training happen."""
+    if train_draft:
+        return ensure_demo_draft(quick=quick, log=log)
+    from kit.models import shipped_draft
+
+    path = shipped_draft()
+    log(f"shipped draft: {path}")
+    return path
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     kconfig.add_arguments(p, TrainConfig)
 

@@ -66,7 +66,7 @@ class CopyDraft(torch.nn.Module):
     def to_target_ids(self, idx):
         return idx
 
-    def forward(self, input_ids, hidden, positions, past_kv=None, mask=None):
+    def forward(self, input_ids, hidden, positions, past_kv=None, mask=None, logits_at=None):
         B, T = input_ids.shape
         hist = past_kv[0][0][:, 0, :, 0].long() if past_kv else input_ids[:, :0]
         if mask is not None and mask.dim() == 4:  # per-row visibility (the oracle's batched trees)
@@ -77,6 +77,8 @@ class CopyDraft(torch.nn.Module):
             seq = torch.cat([torch.full((B, 1), self.first), hist, input_ids], 1)
             logits = self.target(input_ids=seq).logits[:, -T:].float() * self.sharp
         tok = input_ids[:, None, :, None].to(torch.float64)
+        if logits_at is not None:  # the one position per row the caller wants (Eagle3Draft.forward's contract)
+            logits = logits[torch.arange(B), logits_at][:, None]
         return logits, torch.zeros(B, T, hidden.shape[-1], dtype=hidden.dtype), [(tok, tok)]
 
 

@@ -205,3 +205,20 @@ def test_busy_time_bounds(pairs):
     bt = km.busy_time(iv)
     assert max(e - s for s, e in iv) - 1e-9 <= bt <= sum(e - s for s, e in iv) + 1e-9
     assert bt <= max(e for _, e in iv) - min(s for s, _ in iv) + 1e-9
+
+
+def test_paired_ratios_pair_by_request_and_repeat_and_the_median_has_an_interval():
+    def rec(label, rid, repeat, e2e, tokens=24):
+        return {"label": label, "rid": rid, "repeat": repeat, "ok": True, "e2e": e2e, "completion_tokens": tokens}
+
+    base = [rec("baseline", f"p{i}#0", 0, 2.0 + 0.1 * i) for i in range(8)]
+    spec = [rec("spec", f"p{i}#0", 0, (2.0 + 0.1 * i) / (1.5 + 0.02 * i)) for i in range(8)]
+    spec.append(rec("spec", "lonely#0", 0, 1.0))  # no baseline twin: left out
+    ratios = km.paired_ratios(base + spec, "baseline", "spec")
+    assert len(ratios) == 8 and ratios[0] == pytest.approx(1.5)
+    sp = km.paired_speedup(ratios)
+    assert sp["median_low"] <= sp["median"] <= sp["median_high"]
+    assert 1.5 <= sp["median_low"] and sp["median_high"] <= 1.64
+    short = km.brief(sp)
+    assert short["n"] == 8 and short["ci95"] == [round(sp["median_low"], 3), round(sp["median_high"], 3)]
+    assert km.brief(km.paired_speedup([])) is None

@@ -162,6 +162,24 @@ def test_decode_accept_len_figure(tmp_path):
     assert len(fig.axes[0].lines) >= 2 and fig.axes[0].get_xlabel().startswith("decode-log interval")
 
 
+def test_payoff_shows_each_launch_median_interval_and_requests(tmp_path):
+    from kit.measure import metrics as km
+
+    fixed, seed = [1.3, 1.5, 1.6, 1.7, 1.45, 1.9], [0.9, 0.95, 0.97, 1.0, 0.93, 0.91]
+    sp = {
+        "fixed_launch": {**km.paired_speedup(fixed), "label": "EAGLE3 2-1-3", "ratios": fixed},
+        "seed_launch": {**km.paired_speedup(seed), "label": "EAGLE 2-1-3", "ratios": seed},
+    }
+    fig = plots.payoff(sp, tmp_path)
+    ax = fig.axes[0]
+    assert [round(p.get_height(), 3) for p in ax.patches] == [round(sp["fixed_launch"]["median"], 3), 0.94]
+    assert sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")) >= 12  # every request
+    assert any(t.get_text().startswith("1.55x") for t in ax.texts)
+    _saved(tmp_path, "payoff")
+    plots.payoff({"fixed_launch": None}, tmp_path / "none")  # no baseline: an empty figure, still saved
+    _saved(tmp_path / "none", "payoff")
+
+
 def test_figures_display_as_png_in_jupyter(tmp_path):
     """IPython formats a returned figure as image/png with no pyplot backend activated (JupyterLab then
     shows a picture, not `<Figure size ... with 1 Axes>`)."""
