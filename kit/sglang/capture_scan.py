@@ -383,13 +383,11 @@ def build_table(versions: list[str]) -> dict[str, Any]:
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--write"]
     if "--write" in sys.argv:
-        from kit.sglang.loader import known_versions
-
-        vs = args or known_versions()
         from kit.sglang.capture import TABLE_PATH
+        from kit.sglang.loader import known_versions
+        from kit.sglang.source import write_table
 
-        TABLE_PATH.write_text(json.dumps(build_table(vs), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {TABLE_PATH} ({len(vs)} versions)")
+        write_table(TABLE_PATH, build_table(args or known_versions()))
     else:
         d = derive(args[0] if args else DEFAULT_RELEASE)
         for rule, archs in d["rules"].items():

@@ -947,8 +947,9 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
-        TABLE_PATH.write_text(json.dumps(build_table(sys.argv[2:]), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {TABLE_PATH}")
+        from kit.sglang.source import write_table
+
+        write_table(TABLE_PATH, build_table(sys.argv[2:]))
     else:
         v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
         cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3

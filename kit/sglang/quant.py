@@ -211,10 +211,9 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--write"]
     if "--write" in sys.argv:
         from kit.sglang.loader import known_versions
+        from kit.sglang.source import write_table
 
-        vs = args or known_versions()
-        TABLE_PATH.write_text(json.dumps(build_table(vs), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {TABLE_PATH} ({len(vs)} versions)")
+        write_table(TABLE_PATH, build_table(args or known_versions()))
     else:
         for v in args or ["0.4.10", "0.5.17"]:
             print(v, json.dumps(derive(v)))

@@ -15,6 +15,7 @@ Cache: $KIT_CACHE_DIR/sglang-src/<version>/sglang/... ; offline use works once c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -85,3 +86,9 @@ if __name__ == "__main__":
     v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
     print(source_root(v))
     os.system(f"ls {source_root(v)}/sglang/srt/models | head")
+
+
+def write_table(path: Path, doc: dict) -> None:
+    """Write a derived rule table (`python -m kit.sglang.<scan> --write`) as the repository stores it."""
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}")

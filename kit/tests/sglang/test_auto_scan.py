@@ -7,9 +7,9 @@ Run: python -m pytest kit/tests/sglang/test_auto_scan.py -q
 
 import pytest
 
-from kit.findings import KitInputError
 from kit.sglang.auto_scan import read_chain
 from kit.sglang.params import AUTO_RULES, SpecParams, auto_params, resolve
+from kit.tests.sglang import derive_or_skip
 
 # each release where the rule changed, one between, and the default release
 RELEASES = ["0.4.5", "0.4.6.post5", "0.4.7", "0.5.1", "0.5.2", "0.5.3", "0.5.4", "0.5.8", "0.5.23"]
@@ -18,10 +18,7 @@ RELEASES = ["0.4.5", "0.4.6.post5", "0.4.7", "0.5.1", "0.5.2", "0.5.3", "0.5.4",
 def _derive_or_skip(version):
     from kit.sglang.auto_scan import derive
 
-    try:
-        return derive(version)
-    except KitInputError as e:
-        pytest.skip(f"sglang {version} source unavailable offline: {e}")
+    return derive_or_skip(derive, version)
 
 
 @pytest.mark.parametrize("version", RELEASES)

@@ -11,6 +11,7 @@ import pytest
 from kit.findings import KitInputError
 from kit.sglang.params import VERIFY_SHAPE, SpecParams, max_draft_tokens, resolve, verify_shape_issue
 from kit.sglang.versions import Version
+from kit.tests.sglang import derive_or_skip
 
 # the release before the compaction, its first one, the move to eagle_worker_common.py, 0.5.17 (issue 22), default
 RELEASES = ["0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.23"]
@@ -19,10 +20,7 @@ RELEASES = ["0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.23"]
 def _derive_or_skip(version):
     from kit.sglang.verify_scan import derive
 
-    try:
-        return derive(version)
-    except KitInputError as e:
-        pytest.skip(f"sglang {version} source unavailable offline: {e}")
+    return derive_or_skip(derive, version)
 
 
 @pytest.mark.parametrize("version", RELEASES)
