@@ -38,7 +38,7 @@ import math
 import random
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kit.findings import Finding
@@ -541,10 +541,17 @@ def speedup_ci(
     else:
         out["t_low"] = out["t_high"] = math.exp(d)
     rng = random.Random(seed)
-    boots = sorted(_mean(rng.choices(s, k=len(s))) / _mean(rng.choices(b, k=len(b))) for _ in range(n_boot))
-    out["boot_low"] = boots[int((1 - level) / 2 * (n_boot - 1))]
-    out["boot_high"] = boots[int((0.5 + level / 2) * (n_boot - 1))]
+    out["boot_low"], out["boot_high"] = _bootstrap(
+        lambda: _mean(rng.choices(s, k=len(s))) / _mean(rng.choices(b, k=len(b))), n_boot, level
+    )
     return out
+
+
+def _bootstrap(resample: Callable[[], float], n_boot: int, level: float) -> tuple[float, float]:
+    """Percentile-bootstrap interval: `n_boot` draws of `resample()` (one statistic of one resample), sorted,
+    read at the interval's two quantiles."""
+    boots = sorted(resample() for _ in range(n_boot))
+    return boots[int((1 - level) / 2 * (n_boot - 1))], boots[int((0.5 + level / 2) * (n_boot - 1))]
 
 
 def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
@@ -598,9 +605,7 @@ def paired_speedup(
         out["note"] = "one request: no interval; repeat the pair"
         return out
     rng = random.Random(seed)
-    boots = sorted(statistics.median(rng.choices(ok, k=n)) for _ in range(n_boot))
-    out["median_low"] = boots[int((1 - level) / 2 * (n_boot - 1))]
-    out["median_high"] = boots[int((0.5 + level / 2) * (n_boot - 1))]
+    out["median_low"], out["median_high"] = _bootstrap(lambda: statistics.median(rng.choices(ok, k=n)), n_boot, level)
     m, se = _mean(logs), statistics.stdev(logs) / math.sqrt(n)
     t = _t_quantile(0.5 + level / 2, n - 1)
     out["low"], out["high"] = math.exp(m - t * se), math.exp(m + t * se)
