@@ -7,7 +7,12 @@
 #   bash bench/gpu_demo.sh demo    # join the GGUF (md5 checked), then `kit demo --gpu`
 #   bash bench/gpu_demo.sh finish  # score a served run carried as stage/demo_run.tgz (python -m kit.demo_gpu finish)
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16, >= 60 s
-# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz.
+#   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
+# `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, `datasets` for
+# sglang.bench_serving), carried as .devcarry/nb/*.whl: they go to /root/nbsite, which PYTHONPATH puts before
+# /root/site so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's stub.
+# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz, $OUT/nb04.log, nb05.log +
+# notebooks.tgz (executed notebooks and their run folders).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -16,6 +21,13 @@ OUT=${OUT:-/tmp/out_local}
 mkdir -p "$S" "$OUT"
 export KIT_CACHE_DIR=$S/cache KIT_SMOLLM2_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf PYTHONPATH=/root/site:$PWD
 cp -r stage/. "$S"/ 2>/dev/null
+NB=/root/nbsite
+nb_site() {
+  # install the carried wheels once per warm machine (the marker is written only when pip succeeds)
+  [ -f "$NB/.installed" ] || { python3 -m pip install -q --no-index --no-deps --target "$NB" .devcarry/nb/*.whl \
+    >"$OUT/nb_pip.log" 2>&1 && touch "$NB/.installed"; } || tail -5 "$OUT/nb_pip.log"
+  export PYTHONPATH=$NB:$PYTHONPATH
+}
 join_gguf() { [ -f "$KIT_SMOLLM2_GGUF" ] || cat "$S"/gguf.part* > "$KIT_SMOLLM2_GGUF"; md5sum "$KIT_SMOLLM2_GGUF"; }
 case $1 in
 install)
@@ -43,8 +55,25 @@ finish)
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
 parity)
+  nb_site
   timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
     --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$OUT/parity.log"
   tar czf "$OUT/parity.tgz" -C "$S" parity
+  ;;
+notebooks)
+  # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook
+  nb_site
+  join_gguf
+  mkdir -p "$S/nb/runs"
+  for k in ${2:-04 05}; do
+    n=$(basename notebooks/${k}_*.ipynb .ipynb)
+    t0=$(date +%s)
+    timeout ${NB_TIMEOUT:-250} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
+      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
+      | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
+    echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"
+  done
+  tar czf "$OUT/notebooks.tgz" -C "$S" nb
+  ls -l "$OUT/notebooks.tgz"
   ;;
 esac
