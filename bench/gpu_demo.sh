@@ -7,12 +7,15 @@
 #   bash bench/gpu_demo.sh demo    # join the GGUF (md5 checked), then `kit demo --gpu`
 #   bash bench/gpu_demo.sh finish  # score a served run carried as stage/demo_run.tgz (python -m kit.demo_gpu finish)
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16, >= 60 s
+#   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py), detached, in parallel
+#   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
+#                                  # becomes $S/best (used by `demo`); its files come back in 15 MiB parts
 #   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
 # `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, `datasets` for
 # sglang.bench_serving), carried as .devcarry/nb/*.whl: they go to /root/nbsite, which PYTHONPATH puts before
 # /root/site so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's stub.
 # Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz, $OUT/nb04.log, nb05.log +
-# notebooks.tgz (executed notebooks and their run folders).
+# notebooks.tgz (executed notebooks and their run folders), $OUT/pick.tgz.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -28,6 +31,8 @@ nb_site() {
     >"$OUT/nb_pip.log" 2>&1 && touch "$NB/.installed"; } || tail -5 "$OUT/nb_pip.log"
   export PYTHONPATH=$NB:$PYTHONPATH
 }
+# the draft `demo` and `notebooks` serve: the picked one ($S/best), else a carried stage/draft, else the kit's shipped one
+pick_draft() { if [ -f "$S/best/config.json" ]; then echo "$S/best"; elif [ -f stage/draft/config.json ]; then echo "$PWD/stage/draft"; fi; }
 join_gguf() { [ -f "$KIT_SMOLLM2_GGUF" ] || cat "$S"/gguf.part* > "$KIT_SMOLLM2_GGUF"; md5sum "$KIT_SMOLLM2_GGUF"; }
 case $1 in
 install)
@@ -38,10 +43,9 @@ install)
   ;;
 demo)
   join_gguf
-  D=""
-  [ -f stage/draft/config.json ] && D="--draft $PWD/stage/draft"
+  D=$(pick_draft)
   t0=$(date +%s)
-  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" $D 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
+  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" ${D:+--draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
   echo "demo_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/demo.log"
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
@@ -65,15 +69,55 @@ notebooks)
   nb_site
   join_gguf
   mkdir -p "$S/nb/runs"
+  D=$(pick_draft)
   for k in ${2:-04 05}; do
     n=$(basename notebooks/${k}_*.ipynb .ipynb)
     t0=$(date +%s)
     timeout ${NB_TIMEOUT:-250} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
-      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
+      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
       | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
     echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"
   done
   tar czf "$OUT/notebooks.tgz" -C "$S" nb
   ls -l "$OUT/notebooks.tgz"
+  ;;
+train)
+  # each recipe: `kit train-draft` + its oracle (training.json); detached so it runs on across calls
+  join_gguf
+  mkdir -p "$S/train"
+  COMMON="--num-prompts 9289 --gen-tokens 256 --gen-batch 1024 --device cuda --data-dtype float32 \
+--max-draft-vocab 12000 --save-dtype bfloat16 --lr 0.002 --batch-size 32"
+  for E in ${TRAIN_EPOCHS:-3 5 8}; do
+    CUDA_VISIBLE_DEVICES=${TRAIN_GPU:-0} setsid nohup python3 bench/gpu_train_draft.py --out "$S/train/e$E" -- \
+      $COMMON --epochs $E > "$S/train/e$E.log" 2>&1 < /dev/null &
+  done
+  sleep 5; tail -n 2 "$S"/train/*.log
+  ;;
+pick)
+  # wait (up to PICK_WAIT_S) for every recipe's training.json, then keep the best above the shipped draft
+  t0=$(date +%s)
+  while [ $(($(date +%s) - t0)) -lt ${PICK_WAIT_S:-300} ] && pgrep -f gpu_train_draft.py > /dev/null; do sleep 5; done
+  for f in "$S"/train/*.log; do tail -n 3 "$f" | cut -c1-300; done
+  python3 - "$S" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+S = Path(sys.argv[1])
+key = "2-1-3@128"
+shipped = json.loads(Path("kit/assets/demo_draft/training.json").read_text())["oracle"][key]["accept_length"]
+rows = [(json.loads(p.read_text())["oracle"][key]["accept_length"], p.parent) for p in S.glob("train/*/training.json")]
+print("shipped", shipped, "candidates", [(a, d.name) for a, d in rows])
+if rows and max(rows)[0] > shipped:
+    a, d = max(rows)
+    shutil.rmtree(S / "best", ignore_errors=True)
+    shutil.copytree(d, S / "best")
+    print("best", d.name, a)
+PY
+  mkdir -p "$S/picked"
+  for d in "$S"/train/e*/; do [ -f "$d/training.json" ] && cp "$d/training.json" "$S/picked/$(basename "$d").training.json"; done
+  [ -f "$S/best/config.json" ] && cp "$S"/best/*.json "$S/picked/"
+  tar czf "$OUT/pick.tgz" --exclude='*.safetensors' -C "$S" picked train
+  if [ -f "$S/best/model.safetensors" ]; then
+    split -b 15M -d "$S/best/model.safetensors" "$OUT/model.safetensors.part"; md5sum "$S/best/model.safetensors"
+  fi
   ;;
 esac

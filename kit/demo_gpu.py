@@ -33,16 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError, Report
+from kit.sglang.cmdline import SEED_LAUNCH  # the seed's 8-GPU Kimi-K2.5 line, verbatim
 
-# the seed's launch (its 8-GPU Kimi-K2.5 line, verbatim but for the interpreter path)
-SEED_LAUNCH = (
-    "NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_P2P_LEVEL=SYS NCCL_MAX_NCHANNELS=16 NCCL_BUFFSIZE=16777216 "
-    "NCCL_NTHREADS=512 SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python3 -m sglang.launch_server "
-    "--model-path /shared/kimi-k2.5-int4 --trust-remote-code --tp-size 8 --mem-fraction-static 0.85 "
-    "--host 0.0.0.0 --port 8000 --num-continuous-decode-steps 4 --disable-custom-all-reduce --log-level info "
-    "--speculative-algorithm EAGLE --speculative-draft-model-path /data/eagle3/output_10k_sglang/4 "
-    "--speculative-num-draft-tokens 5 --speculative-eagle-topk 4 --speculative-num-steps 3"
-)
 LAUNCHES = ("baseline", "seed", "fixed")
 
 
