@@ -31,6 +31,10 @@ from kit.serving.rehearsal import (
     run_rehearsal,
 )
 
+END_CHECKS = {
+    "gpu": "every GPU's memory back to its starting level",
+    "own": "its own server processes gone and holding no GPU memory",
+}
 HELP = "run the deployment in miniature on real SGLang (one GPU, minutes) and check doctor's verdict by execution"
 
 
@@ -82,7 +86,9 @@ def render(report: dict) -> str:
             "",
             f"rehearsal: started={f['started']} in {f['startup_s']} s; captured {f['captured']} "
             f"(marked {f['marked']}); draft input width {f['draft_input_width']}; "
-            f"spec_verify_ct {f['spec_verify_ct']}; GPU memory returned: {f['gpu_memory_returned']}",
+            f"spec_verify_ct {f['spec_verify_ct']}",
+            f"  after the stop ({END_CHECKS[f['end_check'] or 'gpu']}): processes left {f['own_processes_left']}, "
+            f"memory returned {f['gpu_memory_returned']}",
             f"  speculative {f['speculative']}; dtypes {f['dtypes']}; quantization {f['quantization']}",
             "  (random weights: acceptance is not measured)",
             "doctor vs rehearsal:",
