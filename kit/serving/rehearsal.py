@@ -43,7 +43,7 @@ OWN = {
     "host": "loopback",
     "port": "a free port",
     "tp_size": "TP",
-    "mem_fraction_static": "a miniature needs little memory; the KV pool stays small and startup fast",
+    "mem_fraction_static": "the share of the GPU memory free at its start the server may fill: a miniature needs little",
     "max_total_tokens": "caps the KV pool: the miniature's footprint stays small (rehearsals can share a GPU)",
     "nccl_port": "a port of its own for the torch.distributed rendezvous (rehearsals side by side never race)",
     "dist_init_addr": "one host: loopback, with a port of its own",
@@ -538,7 +538,7 @@ def end_check(plan: RehearsalPlan, mem_before: list[int] | None, while_up: dict 
                 "the memory half of the check rests on its processes being gone"
             )
     else:
-        out["gpu_memory_after"] = _settled_memory(mem_before)
+        out["gpu_memory_after"] = settled_memory(mem_before)
         out["gpu_memory_returned"] = (
             None
             if mem_before is None or out["gpu_memory_after"] is None
@@ -558,7 +558,7 @@ def _settled_apps(pids: set[int], wait: float = 20.0) -> dict[int, int] | None:
         time.sleep(1)
 
 
-def _settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
+def settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
     """GPU memory after the stop, given up to `wait` s to return to `before` (the driver frees it lazily)."""
     deadline = time.monotonic() + wait
     while True:
@@ -703,6 +703,16 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
         "marked": cap.get("marked"),
         "capture_ids": cap.get("layer_ids"),
         "draft_input_width": [o.get("width") for o in rec.get("draft_input", [])][:1],
+        "draft_fc_in": [o.get("fc_in") for o in rec.get("draft_input", [])][:1],
+        "draft_hidden": [o.get("draft_hidden") for o in rec.get("draft_input", [])][:1],
+        "load_weights": [
+            {
+                "draft_class": o.get("draft_class"),
+                "skipped": o.get("skipped") or [],
+                "unfilled": o.get("unfilled") or [],
+            }
+            for o in rec.get("load_weights", [])
+        ],
         "speculative": {k: args.get(k) for k in args if k.startswith("speculative_")},
         "dtypes": {
             ("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])
