@@ -227,6 +227,14 @@ def importable_sglang_version() -> str | None:
     return None
 
 
+def sglang_from_bundle() -> bool:
+    """SGLang importable without package metadata: the kit's bundle on PYTHONPATH (kit.sglang.bundle installs
+    the files only), whose release needs the bundle's launch flags."""
+    from kit.sglang.versions import installed_version
+
+    return installed_version() is None and importable_sglang_version() is not None
+
+
 # -- the plan -----------------------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> dict:
     try:

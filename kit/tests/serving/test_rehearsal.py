@@ -571,3 +571,23 @@ def test_the_own_end_check_finds_the_servers_processes_by_their_record_and_sees_
     assert result["own_while_up"]["pids"], "the server's process was not found by its record"
     facts = observed_facts(result)
     assert facts["end_check"] == "own" and facts["own_processes_left"] == [] and facts["clean"]
+
+
+def test_the_notebooks_rehearsal_plans_without_a_gpu_and_can_be_off(tmp_path, monkeypatch):
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.findings import KitInputError
+    from kit.rehearse import rehearse_launch
+
+    monkeypatch.setattr("kit.serving.engines.resolve_engine", lambda name: "reference")
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    launch = (DATA / "seed_launch.sh").read_text()
+    report = rehearse_launch(str(target), str(draft), launch, str(tmp_path / "run"), "auto")
+    assert report["plan"]["config"]["dry_run"] and "table" not in report
+    assert "aux.algorithm" in {d["code"] for d in report["doctor"]}  # the seed's EAGLE, judged statically
+    assert rehearse_launch(str(target), str(draft), launch, str(tmp_path / "off"), "off") is None
+    with pytest.raises(KitInputError):
+        rehearse_launch(str(target), str(draft), launch, str(tmp_path / "x"), "yes")
