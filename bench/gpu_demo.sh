@@ -10,7 +10,12 @@
 #   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py), detached, in parallel
 #   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
 #                                  # becomes $S/best (used by `demo`); its files come back in 15 MiB parts
-# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz.
+#   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
+# `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, `datasets` for
+# sglang.bench_serving), carried as .devcarry/nb/*.whl: they go to /root/nbsite, which PYTHONPATH puts before
+# /root/site so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's stub.
+# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz, $OUT/nb04.log, nb05.log +
+# notebooks.tgz (executed notebooks and their run folders), $OUT/pick.tgz.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -19,6 +24,15 @@ OUT=${OUT:-/tmp/out_local}
 mkdir -p "$S" "$OUT"
 export KIT_CACHE_DIR=$S/cache KIT_SMOLLM2_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf PYTHONPATH=/root/site:$PWD
 cp -r stage/. "$S"/ 2>/dev/null
+NB=/root/nbsite
+nb_site() {
+  # install the carried wheels once per warm machine (the marker is written only when pip succeeds)
+  [ -f "$NB/.installed" ] || { python3 -m pip install -q --no-index --no-deps --target "$NB" .devcarry/nb/*.whl \
+    >"$OUT/nb_pip.log" 2>&1 && touch "$NB/.installed"; } || tail -5 "$OUT/nb_pip.log"
+  export PYTHONPATH=$NB:$PYTHONPATH
+}
+# the draft `demo` and `notebooks` serve: the picked one ($S/best), else a carried stage/draft, else the kit's shipped one
+pick_draft() { if [ -f "$S/best/config.json" ]; then echo "$S/best"; elif [ -f stage/draft/config.json ]; then echo "$PWD/stage/draft"; fi; }
 join_gguf() { [ -f "$KIT_SMOLLM2_GGUF" ] || cat "$S"/gguf.part* > "$KIT_SMOLLM2_GGUF"; md5sum "$KIT_SMOLLM2_GGUF"; }
 case $1 in
 install)
@@ -29,11 +43,9 @@ install)
   ;;
 demo)
   join_gguf
-  D=""
-  [ -f stage/draft/config.json ] && D="--draft $PWD/stage/draft"
-  [ -f "$S/best/config.json" ] && D="--draft $S/best"
+  D=$(pick_draft)
   t0=$(date +%s)
-  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" $D 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
+  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" ${D:+--draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
   echo "demo_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/demo.log"
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
@@ -47,9 +59,27 @@ finish)
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
 parity)
+  nb_site
   timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
     --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$OUT/parity.log"
   tar czf "$OUT/parity.tgz" -C "$S" parity
+  ;;
+notebooks)
+  # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook
+  nb_site
+  join_gguf
+  mkdir -p "$S/nb/runs"
+  D=$(pick_draft)
+  for k in ${2:-04 05}; do
+    n=$(basename notebooks/${k}_*.ipynb .ipynb)
+    t0=$(date +%s)
+    timeout ${NB_TIMEOUT:-250} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
+      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
+      | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
+    echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"
+  done
+  tar czf "$OUT/notebooks.tgz" -C "$S" nb
+  ls -l "$OUT/notebooks.tgz"
   ;;
 train)
   # each recipe: `kit train-draft` + its oracle (training.json); detached so it runs on across calls
