@@ -1,24 +1,45 @@
-"""`kit rehearse` over the families, the seed's setup and its fix, the corpus and the built fault classes.
+"""`kit rehearse` over the seed's setup and its fix, the families, the four fault classes and the corpus, side by side.
 
-Runs on the GPU host with SGLang importable (the kit's bundle installed on PYTHONPATH: pass `--bundle`), the
-repository on PYTHONPATH. Each case is materialised the way tests/test_corpus.py does it (real configs, sparse
-safetensors with each exporter's key names and shapes; the miniature then gets real random tensors), then
-`kit.rehearse.rehearse` builds the miniatures, runs real SGLang, and compares with `kit doctor` at the same
-release. `--dry-run` does everything but start SGLang (works on a CPU machine).
+Runs on the GPU host with SGLang importable (the kit's bundle on PYTHONPATH: pass `--bundle`), the repository on
+PYTHONPATH. Each case is materialised the way tests/test_corpus.py does it (real configs, sparse safetensors with
+each exporter's key names and shapes; the miniature then gets real random tensors); each rehearsal is one
+`python -m kit rehearse ... --json` process, so it is the product path that runs.
+
+Side by side: a pool of `--per-gpu` rehearsals on every visible GPU (CUDA_VISIBLE_DEVICES per rehearsal), each
+with its own --port / --nccl-port, `--mem-fraction` and a KV pool capped by `--max-total-tokens` (both listed
+among the plan's changes). SGLang 0.5.17 sizes a server's budget as a fraction of the memory free when *it*
+starts, so the fraction is a share of what others left, and the cap keeps each footprint a few GiB: rehearsals
+starting together never starve each other. With two or more GPUs the seed and its fix also run at TP
+min(launch TP, GPUs) over all of them (`--tp2`, default on), queued first so they start with the GPUs balanced
+(SGLang refuses TP over GPUs whose free memory differs by more than 10%).
+
+Order: seed, seed-fix (TP>1 first), the families, the four classes, the corpus. Each rehearsal has
+`--case-timeout` s; after `--deadline-s` s from the start the running ones are stopped and the rest reported as
+not run. Stopping a rehearsal kills its process group; its SGLang server dies with it (kit.serving.process
+supervisor) and the driver then finds any process still carrying the rehearsal's record path in its environment
+and kills it by pid. The check after each rehearsal is `--end-check own` (its processes gone and holding no GPU
+memory: under concurrency the whole GPU's memory says nothing of one rehearsal); the whole GPUs' memory is
+checked once, at the end of the batch, against its level before the first start.
 
     python bench/gpu_rehearse.py --work /tmp/rh --version 0.5.17 --bundle [--only seed seed-fix llama ...]
     python bench/gpu_rehearse.py --work /tmp/rh --dry-run            # CPU: miniatures and plans only
+    python bench/gpu_rehearse.py --table rehearse.jsonl [--table-out docs/results/h200_rehearse]
 
-Prints one JSON line per case ({"case", "rehearsable", "wall_s", "started", "table", ...}) and a summary JSON
-line last.
+Prints one JSON line per case as it ends ({"case", "rehearsable", "wall_s", "facts", "table", ...}) and a
+summary JSON line last. `--table` turns such a JSONL into the doctor-vs-rehearsal table (markdown + JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,90 +116,336 @@ def seed_dirs(root: Path, fixed: bool) -> dict:
     return {"target": str(root / "target"), "draft": str(d), "launch_file": str(root / "launch.sh")}
 
 
-def run_one(case_id: str, args_: dict, opts, rehearsable_: str) -> dict:
-    from kit.rehearse import rehearse
+@dataclass
+class Job:
+    """One rehearsal: a case's inputs, where it runs (GPUs, ports) and its process once started."""
+
+    case: str
+    inputs: dict
+    rehearsable: str
+    group: str  # seed | family | class | corpus
+    truth: str = ""
+    tp: int | None = None  # None: the kit's choice on one GPU (TP1 unless the launch asks TP1 anyway)
+    gpus: list[int] = field(default_factory=list)
+    port: int = 0
+    out: str = ""
+    proc: subprocess.Popen | None = None
+    t0: float = 0.0
+    started_at: float = 0.0
+
+    @property
+    def width(self) -> int:
+        return self.tp or 1
+
+    @property
+    def name(self) -> str:
+        return self.case if not self.tp or self.tp == 1 else f"{self.case}@tp{self.tp}"
+
+
+def materialise(case: dict, root: Path) -> dict:
+    """The case's target, draft and launch file under root (kept when an earlier run built them)."""
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        return {"target": str(root / "target"), "draft": str(root / "draft"), "launch_file": str(root / "launch.sh")}
+    return build_case(case, root)
+
+
+def build_jobs(work: Path, family_tp: int) -> list[Job]:
+    """Every case, materialised under work/<case>/in, in the order the issue needs them."""
+    jobs: list[Job] = []
+    for name in ("seed", "seed-fix"):
+        a = seed_dirs(work / name / "in", fixed=name == "seed-fix")
+        truth = "aux.algorithm, draft.config" if name == "seed" else "healthy"
+        jobs.append(Job(name, a, "yes", "seed", truth))
+    for name in FAMILIES:
+        c = family_case(name, family_tp)
+        jobs.append(Job(name, materialise(c, work / name / "in"), rehearsable(c), "family", "healthy"))
+    for group, cases in (("class", load_classes()), ("corpus", load_cases())):
+        for c in cases:
+            a = materialise(c, work / c["id"] / "in")
+            t = c["truth"]
+            truth = t["verdict"] if t["verdict"] == "healthy" else ", ".join(t.get("codes") or [t["verdict"]])
+            ok = rehearsable(c) if c.get("launch") else "no: the case has no launch"
+            jobs.append(Job(c["id"], a, ok, group, truth))
+    return jobs
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this process may give out (CUDA_VISIBLE_DEVICES when set, else nvidia-smi's list)."""
+    from kit.serving.rehearsal import gpu_count
+
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [int(x) for x in env.split(",") if x.strip().isdigit()]
+    return list(range(gpu_count()))
+
+
+def kit_argv(job: Job, opts) -> list[str]:
+    """`python -m kit rehearse` for one job: the user's inputs, its GPUs and ports, the batch's memory settings."""
+    from kit import config as kconfig
     from kit.serving.rehearsal import RehearsalConfig
 
-    out = Path(opts.work) / case_id / "rehearsal"
-    row = {"case": case_id, "rehearsable": rehearsable_}
-    if rehearsable_ != "yes":
-        return row
     cfg = RehearsalConfig(
-        target=args_["target"],
-        draft=args_["draft"],
-        launch_file=args_["launch_file"],
-        out=str(out),
+        target=job.inputs["target"],
+        draft=job.inputs["draft"],
+        launch_file=job.inputs["launch_file"],
+        out=job.out,
         dry_run=opts.dry_run,
         sglang_version=opts.version,
         bundle=opts.bundle,
-        timeout=opts.timeout,
+        timeout=max(30.0, opts.case_timeout - 45),  # room for the requests and the stop inside the case timeout
+        mem_fraction=opts.mem_fraction,
+        max_total_tokens=opts.max_total_tokens,
+        tp=job.tp,
+        cuda_visible_devices=",".join(map(str, job.gpus)),
+        port=job.port,
+        nccl_port=job.port + 1,
+        end_check="own",
+        json=True,
     )
-    t0 = time.monotonic()
-    try:
-        rep = rehearse(cfg)
-    except Exception as e:  # noqa: BLE001 — one case's failure is a row, not the end of the run
-        row.update(error=f"{type(e).__name__}: {e}")
+    return [sys.executable, "-m", "kit", "rehearse", *kconfig.to_argv(cfg)]
+
+
+def row_of(job: Job, report: dict | None, wall: float, error: str | None = None) -> dict:
+    row: dict = {
+        "case": job.name,
+        "group": job.group,
+        "truth": job.truth,
+        "rehearsable": job.rehearsable,
+        "gpus": job.gpus,
+        "port": job.port,
+        "started_at_s": round(job.started_at, 1),
+        "wall_s": round(wall, 1),
+    }
+    if error:
+        row["error"] = error
+    if report is None:
         return row
-    row["wall_s"] = round(time.monotonic() - t0, 1)
-    row["doctor"] = [d["code"] + ":" + d["severity"] for d in rep["doctor"]]
-    row["plan_changes"] = [c["flag"] for c in rep["plan"]["changes"]]
-    if "facts" in rep:
-        row.update(facts=rep["facts"], table=rep["table"], observed=rep["observed"])
+    plan = report["plan"]
+    row["tp"] = {"rehearsal": plan["tp"], "launch": plan["user_tp"]}
+    row["doctor"] = [d["code"] + ":" + d["severity"] for d in report["doctor"]]
+    row["plan_changes"] = [f"{c['flag']}={c['new']}" for c in plan["changes"]]
+    if "facts" in report:
+        row.update(facts=report["facts"], table=report["table"], observed=report["observed"])
     return row
+
+
+def _tail(path: Path, n: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def stop_job(job: Job) -> list[int]:
+    """Stop a rehearsal that outran its time: SIGTERM then SIGKILL to the kit process's group (its SGLang server
+    follows: the supervisor reacts to its parent's death), then kill by pid whatever still carries the
+    rehearsal's record in its environment. Returns those pids."""
+    from kit.serving.rehearsal import RECORD_NAME, own_processes
+
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(job.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            job.proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    record = str(Path(job.out).resolve() / RECORD_NAME)
+    deadline = time.monotonic() + 25  # the supervisor's grace (10 s) before it SIGKILLs the server group
+    left = own_processes(record)
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = own_processes(record)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+def finish(job: Job, timed_out: str | None) -> dict:
+    wall = time.monotonic() - job.t0
+    log = Path(job.out).with_suffix(".log")
+    if timed_out:
+        left = stop_job(job)
+        row = row_of(job, None, wall, f"{timed_out}; stopped (leftover pids killed: {left})")
+        row["log_tail"] = _tail(log)
+        row["facts"] = {"started": None, "clean": not left, "end_check": "own", "own_processes_left": left}
+        return row
+    report = None
+    for line in reversed(_tail(log, 2_000_000).splitlines()):
+        if line.startswith("{"):
+            try:
+                report = json.loads(line)
+                break
+            except json.JSONDecodeError:
+                continue
+    if report is None:
+        row = row_of(job, None, wall, f"kit rehearse exited {job.proc.returncode} without a report")
+        row["log_tail"] = _tail(log)
+        return row
+    return row_of(job, report, wall)
+
+
+def run_batch(jobs: list[Job], opts, gpus: list[int], emit) -> tuple[list[dict], list[Job]]:
+    """Run the jobs `opts.per_gpu` at a time per GPU, in order (a job waits for room on all its GPUs, and
+    nothing starts past it meanwhile, so the TP>1 jobs queued first start first); returns (rows, not run)."""
+    t_start = time.monotonic()
+    load = {g: 0 for g in gpus}
+    pending, running, rows = list(jobs), [], []
+    port = opts.base_port
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x)}
+    stopping: list[tuple[Job, threading.Thread]] = []  # outran their time: stopped in parallel, GPUs held meanwhile
+
+    def retire(job: Job, why: str | None) -> None:
+        rows.append(finish(job, why))
+        emit(rows[-1])
+
+    while pending or running or stopping:
+        now = time.monotonic()
+        late = now - t_start > opts.deadline_s
+        for job in list(running):
+            over = now - job.t0 > opts.case_timeout
+            if job.proc.poll() is not None:
+                running.remove(job)
+                retire(job, None)
+                for g in job.gpus:
+                    load[g] -= 1
+            elif over or late:
+                running.remove(job)
+                th = threading.Thread(target=retire, args=(job, "case timeout" if over else "batch deadline"))
+                th.start()
+                stopping.append((job, th))
+        for job, th in list(stopping):
+            if not th.is_alive():
+                stopping.remove((job, th))
+                for g in job.gpus:
+                    load[g] -= 1
+        left = opts.deadline_s - (time.monotonic() - t_start)
+        while pending and left > opts.min_start_s:
+            job = pending[0]
+            free = sorted((g for g in gpus if load[g] < opts.per_gpu), key=lambda g: (load[g], g))
+            if len(free) < job.width:
+                break
+            pending.pop(0)
+            job.gpus = sorted(free[: job.width])
+            job.port, port = port, port + 10
+            job.out = str(Path(opts.work) / job.case / ("rehearsal" if job.width == 1 else f"rehearsal-tp{job.width}"))
+            Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+            job.t0 = time.monotonic()
+            job.started_at = job.t0 - t_start
+            with open(Path(job.out).with_suffix(".log"), "w") as log:
+                job.proc = subprocess.Popen(
+                    kit_argv(job, opts), env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            running.append(job)
+            for g in job.gpus:
+                load[g] += 1
+        if pending and not running and not stopping and left <= opts.min_start_s:
+            break
+        time.sleep(0.5)
+    return rows, pending
+
+
+def summarize(rows: list[dict]) -> dict:
+    ran = [r for r in rows if "table" in r]
+    bad = {
+        r["case"]: [f"{t['code']}:{t['verdict']}" for t in r["table"] if t["verdict"] in ("refuted", "new")]
+        for r in ran
+        if any(t["verdict"] in ("refuted", "new") for t in r["table"])
+    }
+    return {
+        "cases": len(rows),
+        "rehearsed": len(ran),
+        "planned": sum(1 for r in rows if "plan_changes" in r and "table" not in r),
+        "started": sum(1 for r in ran if r["facts"].get("started")),
+        "agreed": len(ran) - len(bad),
+        "disagreements": bad,
+        "failed_to_run": [r["case"] for r in rows if r.get("error")],
+        "max_wall_s": max((r["wall_s"] for r in ran), default=None),
+        "every_rehearsal_clean": all(r.get("facts", {}).get("clean") is not False for r in rows if "facts" in r),
+    }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--work", required=True)
+    p.add_argument("--work", help="where the cases, miniatures and logs go")
     p.add_argument("--version", default=None, help="SGLang release (default: the installed one)")
     p.add_argument("--bundle", action="store_true", help="SGLang is the kit's bundle: add its launch flags")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--tp", type=int, default=1, help="TP of the family launches")
-    p.add_argument("--timeout", type=float, default=240.0)
     p.add_argument("--only", nargs="*", default=None, help="case ids to run (default: all)")
+    p.add_argument("--per-gpu", type=int, default=5, help="rehearsals at once on one GPU")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: the visible ones; dry run: 2)")
+    p.add_argument("--tp2", action=argparse.BooleanOptionalAction, default=None, help="seed and fix at TP>1 too")
+    p.add_argument("--mem-fraction", type=float, default=0.2, help="--mem-fraction-static of each rehearsal")
+    p.add_argument("--max-total-tokens", type=int, default=16384, help="KV pool cap of each rehearsal (tokens)")
+    p.add_argument("--case-timeout", type=float, default=240.0, help="seconds one rehearsal may take")
+    p.add_argument("--deadline-s", type=float, default=510.0, help="seconds for the whole batch")
+    p.add_argument("--min-start-s", type=float, default=75.0, help="start nothing with less time than this left")
+    p.add_argument("--base-port", type=int, default=31000, help="first rehearsal's port (each takes 10)")
+    p.add_argument("--table", metavar="JSONL", help="write the doctor-vs-rehearsal table of this JSONL and stop")
+    p.add_argument("--table-out", default=str(ROOT / "docs" / "results" / "h200_rehearse"))
     opts = p.parse_args()
+    if opts.table:
+        from rehearse_table import write_table
+
+        print(write_table(Path(opts.table), Path(opts.table_out)))
+        return 0
+    if not opts.work:
+        p.error("--work is required")
+    from kit.serving.rehearsal import gpu_memory_used
+
+    gpus = visible_gpus()
+    if opts.gpus is not None:
+        gpus = list(range(opts.gpus)) if not gpus else gpus[: opts.gpus]
+    if not gpus and opts.dry_run:
+        gpus = [0, 1]  # plan as on the two-GPU host
+    if not gpus:
+        p.error("no GPU visible (use --dry-run on a machine without one)")
     work = Path(opts.work)
-    cases: list[tuple[str, dict, str]] = []
-    for name in ("seed", "seed-fix"):
-        root = work / name / "in"
-        cases.append((name, seed_dirs(root, fixed=name == "seed-fix"), "yes"))
-    for name in FAMILIES:
-        c = family_case(name, opts.tp)
-        root = work / name / "in"
-        root.mkdir(parents=True, exist_ok=True)
-        cases.append((name, build_case(c, root), rehearsable(c)))
-    for c in load_cases() + load_classes():
-        root = work / c["id"] / "in"
-        root.mkdir(parents=True, exist_ok=True)
-        if not any(root.iterdir()):
-            a = build_case(c, root)
-        else:
-            a = {"target": str(root / "target"), "draft": str(root / "draft"), "launch_file": str(root / "launch.sh")}
-        if c.get("launch") and (c.get("draft") or {}).get("weights"):
-            cases.append((c["id"], a, rehearsable(c)))
-        else:
-            cases.append((c["id"], a, "no: the case has no draft weights or no launch"))
-    rows = []
-    for cid, a, reh in cases:
-        if opts.only and cid not in opts.only:
-            continue
-        row = run_one(cid, a, opts, reh)
-        rows.append(row)
+    jobs = [j for j in build_jobs(work, opts.tp) if not opts.only or j.case in opts.only]
+    tp2 = opts.tp2 if opts.tp2 is not None else len(gpus) >= 2
+    if tp2 and len(gpus) >= 2:
+        wide = [Job(j.case, j.inputs, j.rehearsable, j.group, j.truth, tp=len(gpus)) for j in jobs if j.group == "seed"]
+        jobs = wide + jobs
+    skipped = [j for j in jobs if j.rehearsable != "yes"]
+    jobs = [j for j in jobs if j.rehearsable == "yes"]
+
+    def emit(row: dict) -> None:
         print(json.dumps(row, default=str), flush=True)
-    ran = [r for r in rows if "table" in r]
-    summary = {
-        "cases": len(rows),
-        "rehearsed": len(ran),
-        "started": sum(1 for r in ran if r["facts"]["started"]),
-        "disagreements": {
-            r["case"]: [t for t in r["table"] if t["verdict"] in ("refuted", "new")]
-            for r in ran
-            if any(t["verdict"] in ("refuted", "new") for t in r["table"])
-        },
-        "max_wall_s": max((r["wall_s"] for r in ran), default=None),
-        "gpu_memory_returned": all(r["facts"]["gpu_memory_returned"] is not False for r in ran),
-    }
-    print(json.dumps(summary, default=str))
+
+    for j in skipped:
+        emit(row_of(j, None, 0.0) | {"wall_s": None})
+    mem_before = gpu_memory_used()
+    t0 = time.monotonic()
+    rows, not_run = run_batch(jobs, opts, gpus, emit)
+    for j in not_run:
+        emit(row_of(j, None, 0.0, "not run: batch deadline") | {"wall_s": None})
+    summary = summarize(rows)
+    summary.update(
+        batch_wall_s=round(time.monotonic() - t0, 1),
+        gpus=gpus,
+        per_gpu=opts.per_gpu,
+        not_rehearsable=[j.case for j in skipped],
+        not_run=[j.name for j in not_run],
+        end_check="per rehearsal: its own processes gone and holding no GPU memory (nvidia-smi compute apps); "
+        "per batch: every GPU's memory back to its level before the first start",
+    )
+    if mem_before is not None:
+        from kit.serving.rehearsal import settled_memory
+
+        after = settled_memory(mem_before, wait=30)
+        summary["gpu_memory_batch"] = {
+            "before_mib": mem_before,
+            "after_mib": after,
+            "returned": None if after is None else all(a <= b + 64 for a, b in zip(after, mem_before)),
+        }
+    print(json.dumps(summary, default=str), flush=True)
     return 0
 
 

@@ -7,7 +7,7 @@
 #                              # there (kit train-draft) and send it back in 15 MiB parts
 #   bash bench/gpu_run.sh c4m  # the ground-truth matrix
 #   bash bench/gpu_run.sh c4   # kit bench vs sglang.bench_serving (GPU 0) and CUDA graphs (GPU 1)
-#   RH_ONLY="seed seed-fix llama" bash bench/gpu_run.sh rh   # kit rehearse on those cases (bench/gpu_rehearse.py)
+#   bash bench/gpu_run.sh rh   # kit rehearse on every case side by side (RH_ONLY="seed llama" for some; SITE=bundle)
 # Carried files live in .devcarry/<step>/ (ignored by git, named in the call's `carry`). Results: $OUT/<step>.tgz
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -72,12 +72,26 @@ c6)
   tail -c 800 "$R/bench.txt"
   ;;
 rh)
-  ls /tmp/site/sglang >/dev/null 2>&1 || python3 -m kit.sglang.bundle install .devcarry/c1/sglang-*.tar.xz --target /tmp/site 2>&1 | tail -2
+  # kit rehearse over every case side by side (bench/gpu_rehearse.py): seed + fix at TP2 over both GPUs first, then
+  # TP1 rehearsals --per-gpu at a time per GPU; the bundle from $SITE, else /tmp/site or /root/site (installed here
+  # from .devcarry/c1 when none has it). RH_ONLY="seed seed-fix llama" limits the cases; RH_ARGS adds flags.
+  SITE=${SITE:-$(for d in /tmp/site /root/site; do [ -d "$d/sglang" ] && echo "$d" && break; done)}
+  if [ -z "$SITE" ]; then
+    SITE=/tmp/site
+    python3 -m kit.sglang.bundle install .devcarry/c1/sglang-*.tar.xz --target $SITE 2>&1 | tail -2
+  fi
+  export PYTHONPATH=$SITE:$PWD
   nvidia-smi --query-gpu=memory.used --format=csv > "$R/mem_before.txt"
-  timeout 570 python3 bench/gpu_rehearse.py --work $W/rh --version 0.5.17 --bundle ${RH_ONLY:+--only $RH_ONLY} \
-    > "$R/rehearse.jsonl" 2> "$R/rehearse.err"
-  for d in $W/rh/*/rehearsal; do cp "$d/report.json" "$R/$(basename "$(dirname "$d")").report.json" 2>/dev/null; done
+  timeout 585 python3 bench/gpu_rehearse.py --work $W/rh --version 0.5.17 --bundle --deadline-s ${RH_DEADLINE:-500} \
+    ${RH_ONLY:+--only $RH_ONLY} ${RH_ARGS:-} > "$R/rehearse.jsonl" 2> "$R/rehearse.err"
+  echo "rehearse rc=$?"
+  for d in $W/rh/*/rehearsal*/; do
+    c=$(basename "$(dirname "$d")"); s=$(basename "$d"); s=${s#rehearsal}
+    cp "$d/report.json" "$R/$c$s.report.json" 2>/dev/null; cp "${d%/}.log" "$R/$c$s.log" 2>/dev/null
+    tail -c 20000 "$d/server.log" > "$R/$c$s.server.log" 2>/dev/null
+  done
   nvidia-smi --query-gpu=memory.used --format=csv > "$R/mem_after.txt"
-  tail -c 3000 "$R/rehearse.jsonl"; tail -5 "$R/rehearse.err"
+  python3 bench/rehearse_table.py "$R/rehearse.jsonl" --out "$R" | tail -1
+  tail -c 1500 "$R/rehearse.err"
   ;;
 esac

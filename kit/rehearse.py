@@ -31,6 +31,10 @@ from kit.serving.rehearsal import (
     run_rehearsal,
 )
 
+END_CHECKS = {
+    "gpu": "every GPU's memory back to its starting level",
+    "own": "its own server processes gone and holding no GPU memory",
+}
 HELP = "run the deployment in miniature on real SGLang (one GPU, minutes) and check doctor's verdict by execution"
 
 
@@ -73,6 +77,38 @@ def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
     return report
 
 
+_rehearse = rehearse  # rehearse_launch's parameter `rehearse` (the notebook's name) shadows the function there
+
+
+def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse: str = "auto") -> dict | None:
+    """Notebook 04's dress rehearsal of `launch` (shell text) over target and draft; the report, None when off.
+
+    rehearse: "auto" runs real SGLang when this machine serves with it (a GPU and SGLang importable, the kit's
+    bundle included), else shows the dry-run plan; "run", "dry-run" or "off" force one."""
+    from kit.models import resolve_target
+    from kit.serving.engines import resolve_engine
+    from kit.serving.rehearsal import sglang_from_bundle
+
+    if rehearse not in ("auto", "run", "dry-run", "off"):
+        raise KitInputError(f"rehearse={rehearse!r}: one of auto, run, dry-run, off")
+    if rehearse == "off":
+        return None
+    run = rehearse == "run" or (rehearse == "auto" and resolve_engine("auto") == "sglang")
+    out = Path(out_dir) / "rehearsal"
+    out.mkdir(parents=True, exist_ok=True)
+    launch_file = Path(out_dir) / "rehearsal_launch.sh"
+    launch_file.write_text(launch)
+    cfg = RehearsalConfig(
+        target=str(resolve_target(target)),
+        draft=str(draft),
+        launch_file=str(launch_file),
+        out=str(out),
+        dry_run=not run,
+        bundle=run and sglang_from_bundle(),
+    )
+    return _rehearse(cfg)
+
+
 def render(report: dict) -> str:
     lines = [report["rendered_plan"], "", "doctor (static):"]
     lines += [f"  {d['severity']:<7} {d['code']}: {d['title'][:140]}" for d in report["doctor"]] or ["  no fault"]
@@ -82,7 +118,9 @@ def render(report: dict) -> str:
             "",
             f"rehearsal: started={f['started']} in {f['startup_s']} s; captured {f['captured']} "
             f"(marked {f['marked']}); draft input width {f['draft_input_width']}; "
-            f"spec_verify_ct {f['spec_verify_ct']}; GPU memory returned: {f['gpu_memory_returned']}",
+            f"spec_verify_ct {f['spec_verify_ct']}",
+            f"  after the stop ({END_CHECKS[f['end_check'] or 'gpu']}): processes left {f['own_processes_left']}, "
+            f"memory returned {f['gpu_memory_returned']}",
             f"  speculative {f['speculative']}; dtypes {f['dtypes']}; quantization {f['quantization']}",
             "  (random weights: acceptance is not measured)",
             "doctor vs rehearsal:",

@@ -43,7 +43,10 @@ OWN = {
     "host": "loopback",
     "port": "a free port",
     "tp_size": "TP",
-    "mem_fraction_static": "a miniature needs little memory; the KV pool stays small and startup fast",
+    "mem_fraction_static": "the share of the GPU memory free at its start the server may fill: a miniature needs little",
+    "max_total_tokens": "caps the KV pool: the miniature's footprint stays small (rehearsals can share a GPU)",
+    "nccl_port": "a port of its own for the torch.distributed rendezvous (rehearsals side by side never race)",
+    "dist_init_addr": "one host: loopback, with a port of its own",
 }
 REQUEST_IDS = [[1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889]]
 
@@ -62,7 +65,34 @@ class RehearsalConfig:
     sglang_version: str | None = _f("SGLang release (default: installed, else the kit's default)")
     gpus: int | None = _f("GPUs this host has (default: counted with nvidia-smi)")
     hidden: int = _f("goal hidden size of the miniature target", 256)
-    mem_fraction: float = _f("--mem-fraction-static of the rehearsal", 0.3)
+    mem_fraction: float = _f(
+        "--mem-fraction-static of the rehearsal: the share of the GPU memory free at the server's start that "
+        "SGLang may fill with weights and KV pool (the pool is then capped by --max-total-tokens)",
+        0.3,
+    )
+    max_total_tokens: int | None = _f(
+        "--max-total-tokens of the rehearsal: caps the KV pool, so a miniature's footprint stays a few GiB "
+        "whatever the fraction (none: the pool fills the fraction)",
+        16384,
+    )
+    tp: int | None = _f("TP of the rehearsal (default: the launch's when the GPUs are there, else 1)")
+    cuda_visible_devices: str | None = _f(
+        "GPUs the server sees (CUDA_VISIBLE_DEVICES, e.g. '1' or '0,1'); their number is the GPUs available"
+    )
+    port: int | None = _f("the server's --port (default: a free one)")
+    nccl_port: int | None = _f(
+        "the server's --nccl-port, its torch.distributed rendezvous (default: SGLang picks one); rehearsals "
+        "running side by side give distinct ones"
+    )
+    end_check: str = field(
+        default="gpu",
+        metadata={
+            "help": "what is checked after the stop: gpu (every GPU's memory back to its starting level; one "
+            "rehearsal at a time) or own (the rehearsal's own server processes are gone and hold no GPU "
+            "memory; for rehearsals sharing GPUs)",
+            "choices": ("gpu", "own"),
+        },
+    )
     shrink_head_dims: bool = _f(
         "also shrink MLA kv_lora_rank/rope/nope/v head dims (SGLang's kernels may refuse)", False
     )
@@ -135,6 +165,37 @@ def gpu_memory_used() -> list[int] | None:
     return [int(x) for x in r.split() if x.strip().isdigit()]
 
 
+def gpu_apps() -> dict[int, int] | None:
+    """{pid: MiB} of the processes holding GPU memory (nvidia-smi), None when it cannot be read."""
+    r = _smi(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+    if r is None:
+        return None
+    out: dict[int, int] = {}
+    for line in r.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = out.get(int(parts[0]), 0) + int(parts[1])
+    return out
+
+
+def own_processes(record: str) -> list[int]:
+    """PIDs of the live processes of one rehearsal: their environment names its record (the server gets
+    KIT_REHEARSAL_RECORD; SGLang's scheduler and detokenizer processes inherit it)."""
+    from kit.serving.rehearsal_hooks import RECORD_ENV
+
+    tag = f"{RECORD_ENV}={record}".encode()
+    pids = []
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            if tag in Path("/proc", d, "environ").read_bytes().split(b"\0"):
+                pids.append(int(d))
+        except OSError:  # gone, or another user's
+            pass
+    return pids
+
+
 def _smi(args: list[str]) -> str | None:
     if not shutil.which("nvidia-smi"):
         return None
@@ -166,6 +227,14 @@ def importable_sglang_version() -> str | None:
     return None
 
 
+def sglang_from_bundle() -> bool:
+    """SGLang importable without package metadata: the kit's bundle on PYTHONPATH (kit.sglang.bundle installs
+    the files only), whose release needs the bundle's launch flags."""
+    from kit.sglang.versions import installed_version
+
+    return installed_version() is None and importable_sglang_version() is not None
+
+
 # -- the plan -----------------------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> dict:
     try:
@@ -186,9 +255,13 @@ def adjust_launch(
     site_dir: str,
     record: str,
     bundle_flags: tuple[str, ...] = (),
+    max_total_tokens: int | None = None,
+    nccl_port: int | None = None,
+    cuda_visible_devices: str | None = None,
 ) -> tuple[dict[str, str], list[str], list[Change], list[str]]:
     """The user's launch with the rehearsal's changes; (env, argv, changes, notes). `bundle_flags`: flags the
-    kit's SGLang bundle needs (it carries one attention/sampling backend), set over the user's."""
+    kit's SGLang bundle needs (it carries one attention/sampling backend), set over the user's;
+    `max_total_tokens`, `nccl_port`: set when given; `cuda_visible_devices`: the GPUs the server sees."""
     from kit.sglang.flags import launch_entry, resolve_flags, server_flags, table_for
 
     hit = launch_entry(argv, version)
@@ -223,6 +296,12 @@ def adjust_launch(
         "tp_size": tp,
         "mem_fraction_static": mem_fraction,
     }
+    if max_total_tokens:
+        want["max_total_tokens"] = max_total_tokens
+    if nccl_port:
+        want["nccl_port"] = nccl_port
+    if res.values.get(dest("dist_init_addr") or "") and int(res.values.get(dest("nnodes") or "") or 1) == 1:
+        want["dist_init_addr"] = f"127.0.0.1:{(nccl_port or port) + 1}"
     if dest("speculative_draft_load_format"):
         want["speculative_draft_load_format"] = "auto"
     else:
@@ -261,7 +340,9 @@ def adjust_launch(
             reason = (
                 "the launch's TP: this host has the GPUs"
                 if tp == user_tp
-                else f"this host has fewer GPUs than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
+                else f"fewer GPUs here than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
+                if tp == 1
+                else f"fewer GPUs here than TP{user_tp}: TP{tp}, sharded over {tp} GPUs and NCCL, at a smaller TP"
             )
         else:
             reason = OWN[name]
@@ -276,7 +357,18 @@ def adjust_launch(
     new_env["PYTHONPATH"] = pp
     new_env["KIT_REHEARSAL_RECORD"] = record
     changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
-    if "CUDA_VISIBLE_DEVICES" in env and tp < user_tp:
+    if cuda_visible_devices is not None:
+        if env.get("CUDA_VISIBLE_DEVICES") != cuda_visible_devices:
+            changes.append(
+                Change(
+                    "CUDA_VISIBLE_DEVICES",
+                    env.get("CUDA_VISIBLE_DEVICES"),
+                    cuda_visible_devices,
+                    "this rehearsal's GPUs",
+                )
+            )
+        new_env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    elif "CUDA_VISIBLE_DEVICES" in env and tp < user_tp:
         changes.append(Change("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"], None, f"TP{tp}: this host's GPUs"))
         new_env.pop("CUDA_VISIBLE_DEVICES")
     return new_env, out + kept, changes, notes
@@ -314,8 +406,13 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     if found is None:
         raise KitInputError(f"{cfg.launch_file}: no SGLang launch found in it")
     user_tp = int(flag_value(found.argv, "--tp-size", version) or 1)
-    gpus = cfg.gpus if cfg.gpus is not None else gpu_count()
-    tp = user_tp if gpus >= user_tp else 1
+    if cfg.cuda_visible_devices is not None:
+        gpus = len([g for g in cfg.cuda_visible_devices.split(",") if g.strip()])
+    else:
+        gpus = cfg.gpus if cfg.gpus is not None else gpu_count()
+    tp = cfg.tp or (user_tp if gpus >= user_tp else 1)
+    if tp > max(gpus, 1) and not cfg.dry_run:
+        raise KitInputError(f"--tp {tp}: only {gpus} GPU(s) available to the rehearsal")
     mini = miniature_target(tcfg, tp=tp, hidden=cfg.hidden, shrink_head_dims=cfg.shrink_head_dims, draft_config=dcfg)
     out = Path(cfg.out).resolve()
     if out.exists() and any(out.iterdir()) and not (out / "plan.json").exists():
@@ -326,7 +423,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     site.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
     record = out / RECORD_NAME
-    port = port or free_port()
+    port = port or cfg.port or free_port()
     bundle_flags: tuple[str, ...] = ()
     if cfg.bundle:
         from kit.sglang.bundle import RELEASES
@@ -346,6 +443,9 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
         str(site),
         str(record),
         bundle_flags,
+        max_total_tokens=cfg.max_total_tokens,
+        nccl_port=cfg.nccl_port,
+        cuda_visible_devices=cfg.cuda_visible_devices,
     )
     notes = (
         mini.notes
@@ -400,23 +500,73 @@ def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
                     }
                 )
             result["server_info"] = (info or {}).get("server_info")
+            result["own_while_up"] = _own_gpu(plan.record)
         except ServerExited as e:
             result["exit"] = str(e)[-4000:]
     finally:
         result["exit_code"] = srv.stop()
         result["log_tail"] = srv.tail(60)
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    result["gpu_memory_after"] = _settled_memory(mem_before)
-    result["gpu_memory_returned"] = (
-        None
-        if mem_before is None or result["gpu_memory_after"] is None
-        else all(a <= b + 64 for a, b in zip(result["gpu_memory_after"], mem_before))
-    )
+    result.update(end_check(plan, mem_before, result.get("own_while_up")))
     result["record"] = read_record(plan.record)
     return result
 
 
-def _settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
+def _own_gpu(record: str) -> dict[str, Any]:
+    pids = own_processes(record)
+    apps = gpu_apps()
+    return {"pids": pids, "gpu_mib": None if apps is None else {p: apps[p] for p in pids if p in apps}}
+
+
+def end_check(plan: RehearsalPlan, mem_before: list[int] | None, while_up: dict | None) -> dict[str, Any]:
+    """After the stop, in both modes: the rehearsal's own processes are gone (stragglers are killed and named).
+    `end_check` "gpu": every GPU's memory back to its level before the start (one rehearsal on the host);
+    "own": none of its processes holds GPU memory (rehearsals sharing GPUs: the whole GPU says nothing)."""
+    out: dict[str, Any] = {"end_check": plan.config.end_check, "gpu_memory_before": mem_before}
+    deadline = time.monotonic() + 20
+    left = own_processes(plan.record)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = own_processes(plan.record)
+    for pid in left:  # processes of this rehearsal that outlived the stop
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    out["own_processes_left"] = left
+    if plan.config.end_check == "own":
+        seen = set((while_up or {}).get("pids") or []) | set(left)
+        apps = _settled_apps(seen)
+        held = None if apps is None else {p: apps[p] for p in seen if p in apps}
+        out["own_gpu_memory_mib"] = held
+        out["gpu_memory_returned"] = None if held is None else not held
+        if while_up and while_up.get("gpu_mib") == {}:
+            out["end_check_note"] = (
+                "nvidia-smi listed none of the rehearsal's pids while it ran (another PID namespace?): "
+                "the memory half of the check rests on its processes being gone"
+            )
+    else:
+        out["gpu_memory_after"] = settled_memory(mem_before)
+        out["gpu_memory_returned"] = (
+            None
+            if mem_before is None or out["gpu_memory_after"] is None
+            else all(a <= b + 64 for a, b in zip(out["gpu_memory_after"], mem_before))
+        )
+    out["clean"] = not left and out["gpu_memory_returned"] is not False
+    return out
+
+
+def _settled_apps(pids: set[int], wait: float = 20.0) -> dict[int, int] | None:
+    """nvidia-smi's compute apps once none of `pids` is listed, or after `wait` s (the driver frees lazily)."""
+    deadline = time.monotonic() + wait
+    while True:
+        apps = gpu_apps()
+        if apps is None or not (pids & set(apps)) or time.monotonic() > deadline:
+            return apps
+        time.sleep(1)
+
+
+def settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
     """GPU memory after the stop, given up to `wait` s to return to `before` (the driver frees it lazily)."""
     deadline = time.monotonic() + wait
     while True:
@@ -561,6 +711,16 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
         "marked": cap.get("marked"),
         "capture_ids": cap.get("layer_ids"),
         "draft_input_width": [o.get("width") for o in rec.get("draft_input", [])][:1],
+        "draft_fc_in": [o.get("fc_in") for o in rec.get("draft_input", [])][:1],
+        "draft_hidden": [o.get("draft_hidden") for o in rec.get("draft_input", [])][:1],
+        "load_weights": [
+            {
+                "draft_class": o.get("draft_class"),
+                "skipped": o.get("skipped") or [],
+                "unfilled": o.get("unfilled") or [],
+            }
+            for o in rec.get("load_weights", [])
+        ],
         "speculative": {k: args.get(k) for k in args if k.startswith("speculative_")},
         "dtypes": {
             ("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])
@@ -571,6 +731,10 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
         },
         "spec_verify_ct": [(r.get("spec") or {}).get("verify_ct") for r in result.get("requests", [])],
         "gpu_memory_returned": result.get("gpu_memory_returned"),
+        "end_check": result.get("end_check"),
+        "own_processes_left": result.get("own_processes_left"),
+        "own_gpu_mib_while_up": (result.get("own_while_up") or {}).get("gpu_mib"),
+        "clean": result.get("clean"),
     }
 
 

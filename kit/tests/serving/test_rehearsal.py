@@ -519,3 +519,75 @@ def test_flags_the_table_cannot_read_stay_for_sglang_to_judge():
     assert new_argv[-3:] == ["--speculative-draft", "/x", "--no-such-flag"] and any(
         "kept as written" in n for n in notes
     )
+
+
+def test_rehearsals_side_by_side_get_their_own_ports_gpus_and_a_capped_kv_pool():
+    env, argv = _seed()
+    argv = argv + ["--dist-init-addr", "10.0.0.1:5000"]
+    new_env, new_argv, changes, _ = adjust_launch(
+        env, argv, "0.5.17", "/t", "/d", 2, 31000, 0.05, "/s", "/r", (),
+        max_total_tokens=8192, nccl_port=31001, cuda_visible_devices="0,1",
+    )  # fmt: skip
+    from kit.sglang.flags import resolve_flags as resolve
+
+    v = resolve(new_argv[3:], "0.5.17").values
+    assert str(v["max_total_tokens"]) == "8192" and str(v["nccl_port"]) == "31001" and v["mem_fraction_static"] == 0.05
+    assert v["dist_init_addr"] == "127.0.0.1:31002" and v["tp_size"] == 2
+    assert new_env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    by = {c.flag: c for c in changes}
+    assert {"--max-total-tokens", "--nccl-port", "--dist-init-addr", "CUDA_VISIBLE_DEVICES"} <= set(by)
+    assert "TP2" in by["--tp-size"].reason and "NCCL" in by["--tp-size"].reason and all(c.reason for c in changes)
+
+
+def test_tp_is_the_launchs_capped_at_the_gpus_given(tmp_path):
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.serving.rehearsal import RehearsalConfig, plan_rehearsal
+
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    (tmp_path / "l.sh").write_text(
+        "python3 -m sglang.launch_server --model-path /m/t --tp 8 --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path /m/d\n"
+    )
+    kw = dict(target=str(target), draft=str(draft), launch_file=str(tmp_path / "l.sh"), sglang_version="0.5.17")
+    plan = plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "a"), tp=2, cuda_visible_devices="0,1"))
+    assert (plan.tp, plan.user_tp, plan.env["CUDA_VISIBLE_DEVICES"]) == (2, 8, "0,1")
+    assert "TP2" in plan.render() and "(the launch asks TP8)" in plan.render()
+    one = plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "b"), cuda_visible_devices="1"))
+    assert one.tp == 1 and one.env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_the_own_end_check_finds_the_servers_processes_by_their_record_and_sees_them_gone(tmp_path):
+    from dataclasses import replace
+
+    from kit.serving.rehearsal import observed_facts, run_rehearsal
+
+    plan = _fake_plan(tmp_path, crash=False)
+    plan.config = replace(plan.config, end_check="own")
+    result = run_rehearsal(plan)
+    assert result["own_while_up"]["pids"], "the server's process was not found by its record"
+    facts = observed_facts(result)
+    assert facts["end_check"] == "own" and facts["own_processes_left"] == [] and facts["clean"]
+
+
+def test_the_notebooks_rehearsal_plans_without_a_gpu_and_can_be_off(tmp_path, monkeypatch):
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+    from kit.findings import KitInputError
+    from kit.rehearse import rehearse_launch
+
+    monkeypatch.setattr("kit.serving.engines.resolve_engine", lambda name: "reference")
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    launch = (DATA / "seed_launch.sh").read_text()
+    report = rehearse_launch(str(target), str(draft), launch, str(tmp_path / "run"), "auto")
+    assert report["plan"]["config"]["dry_run"] and "table" not in report
+    assert "aux.algorithm" in {d["code"] for d in report["doctor"]}  # the seed's EAGLE, judged statically
+    assert rehearse_launch(str(target), str(draft), launch, str(tmp_path / "off"), "off") is None
+    with pytest.raises(KitInputError):
+        rehearse_launch(str(target), str(draft), launch, str(tmp_path / "x"), "yes")
