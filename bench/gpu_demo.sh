@@ -74,7 +74,7 @@ notebooks)
     n=$(basename notebooks/${k}_*.ipynb .ipynb)
     t0=$(date +%s)
     timeout ${NB_TIMEOUT:-250} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
-      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
+      -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} ${NB_PARAMS:-} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
       | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
     echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"
   done
