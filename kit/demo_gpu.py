@@ -87,26 +87,16 @@ def preflight() -> dict[str, Any]:
 def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: Path):
     """The seed's launch on this one GPU: local target and draft, loopback and a free port (`localize`),
     no tensor parallelism, a memory share and a capped KV pool so three servers fit, the demo's chain
-    point, the bundle's flags (`kit.sglang.bundle.RELEASES`) and CUDA graphs for batch 1..max_bs.
+    point, the bundle's flags (added by `localize`) and CUDA graphs for batch 1..max_bs.
     The seed's algorithm, NCCL variables and remaining flags stay."""
     from kit.serving import launch as kl
-    from kit.sglang.bundle import RELEASES
-    from kit.sglang.versions import installed_version
 
-    release = RELEASES.get(installed_version() or "")
-    flags = list(release.launch_flags) if release else []
-    attention = None
-    if "--attention-backend" in flags:  # a spec field, not an extra flag
-        i = flags.index("--attention-backend")
-        attention = flags[i + 1]
-        del flags[i : i + 2]
-    extra = list(spec.extra_args) + flags
-    extra += ["--max-total-tokens", str(plan.max_total_tokens), "--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
     local = kl.localize(spec, "sglang", target, draft, port=port, decode_log_interval=20)
+    extra = list(local.extra_args)
+    extra += ["--max-total-tokens", str(plan.max_total_tokens), "--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
     return local.replace(
         tp_size=None,
         mem_fraction_static=plan.mem_fraction_static,
-        attention_backend=attention or local.attention_backend,
         speculative_num_steps=plan.speculative_num_steps,
         speculative_eagle_topk=plan.speculative_eagle_topk,
         speculative_num_draft_tokens=plan.speculative_num_draft_tokens,

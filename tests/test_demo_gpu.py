@@ -32,7 +32,10 @@ def test_without_sglang_the_gpu_demo_says_how_to_install_it(tmp_path):
 
 
 def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_path, monkeypatch):
-    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: "0.5.17")
+    from kit.sglang.bundle import RELEASES
+
+    # SGLang installed from the kit's 0.5.17 bundle: its launch flags come from the bundle's manifest
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
     plan = demo_gpu.GpuPlan()
     spec = demo_gpu.one_gpu(kl.spec_from_command(demo_gpu.SEED_LAUNCH), plan, "/t", "/d", 31001, tmp_path / "s.log")
     assert (spec.tp_size, spec.host, spec.port, spec.model_path) == (None, "127.0.0.1", 31001, "/t")

@@ -471,6 +471,21 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
     return tar_path
 
 
+def installed_bundle_flags() -> list[str]:
+    """The launch flags of the kit bundle the importable SGLang was installed from (its manifest's
+    `launch_flags`, beside `sglang/` in the same site dir), [] for any other install: the trimmed bundle
+    lacks kernels (FA3, FlashInfer's JIT, xgrammar) that SGLang's defaults reach for."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")  # finds the package without importing it
+    if spec is None or not spec.origin:
+        return []
+    man = Path(spec.origin).parent.parent / MANIFEST_MEMBER
+    if not man.is_file():
+        return []
+    return list(json.loads(man.read_text()).get("launch_flags") or [])
+
+
 def install_bundle(cfg: InstallConfig, log=print) -> Path:
     """Unpack the bundle into TARGET and check every file against the manifest inside it."""
     src, target = Path(cfg.bundle), Path(cfg.target)

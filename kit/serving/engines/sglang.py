@@ -57,9 +57,27 @@ class SGLang(Engine):
     def localize(self, spec, target: str) -> dict[str, Any]:
         import importlib.util
 
-        changes: dict[str, Any] = {} if target == "embedded" else {"model_path": target}
+        from kit.models import resolve_target
+        from kit.sglang.bundle import installed_bundle_flags
+
+        # 'embedded' is the SmolLM2 directory the kit converts from its GGUF (what SGLang loads)
+        changes: dict[str, Any] = {"model_path": str(resolve_target(target)) if target == "embedded" else target}
         if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
             changes["python"] = sys.executable
+        # an SGLang from the kit's bundle starts only with the bundle's flags; the attention backend is a
+        # spec field, and a flag the launch already sets keeps the launch's value
+        flags, extra = installed_bundle_flags(), list(spec.extra_args)
+        i = 0
+        while i < len(flags):
+            n = 2 if i + 1 < len(flags) and not flags[i + 1].startswith("--") else 1
+            name, value = flags[i], flags[i + 1 : i + n]
+            if name == "--attention-backend":
+                changes["attention_backend"] = value[0]
+            elif name not in extra:
+                extra += [name, *value]
+            i += n
+        if extra != list(spec.extra_args):
+            changes["extra_args"] = extra
         return changes
 
     def parse_log_line(self, line: str) -> dict | None:

@@ -278,3 +278,32 @@ def test_local_run_of_the_seed_line_uses_one_gpu_and_the_engine_here(monkeypatch
     local = localize(seed, "sglang", "embedded", "/tmp/draft", port=30001, tp_size=1)
     assert (seed.tp_size, local.tp_size, local.host, local.port) == (8, 1, "127.0.0.1", 30001)
     assert "--tp-size 1" in local.command() and local.speculative_draft_model_path == "/tmp/draft"
+
+
+def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, monkeypatch):
+    """Notebooks 04/05 on a GPU host: 'embedded' becomes the converted SmolLM2 directory (not the seed's
+    /shared path), and an SGLang installed from the kit's bundle gets the bundle's launch flags (the trimmed
+    bundle has no FA3: SGLang's default backend failed to start), a flag the launch sets keeping its value."""
+    import json
+    import sys
+
+    import kit.models
+    from kit.serving.engines import get_engine
+    from kit.sglang.bundle import MANIFEST_MEMBER
+    from kit.sglang.cmdline import SEED_LAUNCH
+
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    flags = ["--attention-backend", "triton", "--skip-server-warmup", "--dtype", "bfloat16"]
+    (site / MANIFEST_MEMBER).write_text(json.dumps({"launch_flags": flags}))
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    monkeypatch.setattr(kit.models, "resolve_target", lambda t: tmp_path / "smollm2")
+    spec = spec_from_command(SEED_LAUNCH).replace(extra_args=["--dtype", "float16"])
+    ch = get_engine("sglang").localize(spec, "embedded")
+    assert ch["model_path"] == str(tmp_path / "smollm2")
+    assert ch["attention_backend"] == "triton"
+    assert ch["extra_args"] == ["--dtype", "float16", "--skip-server-warmup"]
+    (site / MANIFEST_MEMBER).unlink()  # a plain SGLang install: the launch as written
+    ch = get_engine("sglang").localize(spec, "/models/t")
+    assert ch["model_path"] == "/models/t" and "extra_args" not in ch and "attention_backend" not in ch
