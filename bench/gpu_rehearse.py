@@ -375,7 +375,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", help="where the cases, miniatures and logs go")
     p.add_argument("--version", default=None, help="SGLang release (default: the installed one)")
-    p.add_argument("--bundle", action="store_true", help="SGLang is the kit's bundle: add its launch flags")
+    p.add_argument(
+        "--bundle",
+        action="store_true",
+        help="add the kit bundle's launch flags even when the importable SGLang is not bundle-installed "
+        "(a bundle-installed one gets them always, from its manifest)",
+    )
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--tp", type=int, default=1, help="TP of the family launches")
     p.add_argument("--only", nargs="*", default=None, help="case ids to run (default: all)")

@@ -99,7 +99,11 @@ class RehearsalConfig:
     requests: int = _f("requests sent by input_ids once it is up", 3)
     max_new_tokens: int = _f("tokens generated per request", 32)
     timeout: float = _f("seconds to wait for the server to be ready", 300.0)
-    bundle: bool = _f("SGLang comes from the kit's bundle: add the flags its release needs (kit.sglang.bundle)", False)
+    bundle: bool = _f(
+        "add the launch flags of the kit's bundle of this release even when the importable SGLang is not "
+        "bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)",
+        False,
+    )
     json: bool = _f("print one JSON document as the last line", False)
 
 
@@ -225,14 +229,6 @@ def importable_sglang_version() -> str | None:
         if m:
             return m.group(1)
     return None
-
-
-def sglang_from_bundle() -> bool:
-    """SGLang importable without package metadata: the kit's bundle on PYTHONPATH (kit.sglang.bundle installs
-    the files only), whose release needs the bundle's launch flags."""
-    from kit.sglang.versions import installed_version
-
-    return installed_version() is None and importable_sglang_version() is not None
 
 
 # -- the plan -----------------------------------------------------------------------------------------------
@@ -424,15 +420,15 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
     record = out / RECORD_NAME
     port = port or cfg.port or free_port()
-    bundle_flags: tuple[str, ...] = ()
-    if cfg.bundle:
-        from kit.sglang.bundle import RELEASES
+    from kit.sglang.bundle import RELEASES, installed_bundle_flags
 
+    bundle_flags = tuple(installed_bundle_flags())  # SGLang installed from the kit's bundle: its manifest's flags
+    if cfg.bundle and not bundle_flags:
         if version not in RELEASES:
             raise KitInputError(f"--bundle: the kit has no bundle of SGLang {version} ({', '.join(RELEASES)})")
         bundle_flags = tuple(RELEASES[version].launch_flags)
     env, argv, changes, notes = adjust_launch(
-        found.env,
+        found.server_env,  # what the user's server sees: an unexported shell variable stays out
         found.argv,
         version,
         str(tdir),

@@ -121,6 +121,12 @@ class ShellLaunch:
     notes: list[dict] = field(default_factory=list)  # what the kit could not attribute
     wrappers: list[str] = field(default_factory=list)  # launcher prefixes unwrapped, outermost first
 
+    @property
+    def server_env(self) -> dict[str, str]:
+        """The variables the launched server process sees: `env` less the `unseen` ones (a plain `VAR=1`
+        shell variable, a host variable docker does not pass, ...). SGLang reads only these."""
+        return {k: v for k, v in self.env.items() if k not in self.unseen}
+
 
 # -- lexing -----------------------------------------------------------------------------------
 def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str, object]]:
