@@ -49,6 +49,7 @@ from test_corpus import (  # noqa: E402
     build_case,
     load_cases,
     load_classes,
+    REHEARSAL_RELEASE,
     load_configs,
     rehearsable,
     weight_spec,
@@ -150,13 +151,24 @@ def materialise(case: dict, root: Path) -> dict:
     return build_case(case, root)
 
 
+def seed_rehearsable(inputs: dict) -> str:
+    """The kit's rule (kit.serving.rehearsal.not_rehearsable) on the seed's folders, in rehearsable()'s words."""
+    from kit.serving.rehearsal import not_rehearsable
+    from kit.sglang.cmdline import find_launch
+
+    target = Path(inputs["target"])
+    found = find_launch(Path(inputs["launch_file"]).read_text(), version=REHEARSAL_RELEASE)
+    why = not_rehearsable(json.loads((target / "config.json").read_text()), found, REHEARSAL_RELEASE, target)
+    return f"no: {why}" if why else "yes"
+
+
 def build_jobs(work: Path, family_tp: int) -> list[Job]:
     """Every case, materialised under work/<case>/in, in the order the issue needs them."""
     jobs: list[Job] = []
     for name in ("seed", "seed-fix"):
         a = seed_dirs(work / name / "in", fixed=name == "seed-fix")
         truth = "aux.algorithm, draft.config" if name == "seed" else "healthy"
-        jobs.append(Job(name, a, "yes", "seed", truth))
+        jobs.append(Job(name, a, seed_rehearsable(a), "seed", truth))
     for name in FAMILIES:
         c = family_case(name, family_tp)
         jobs.append(Job(name, materialise(c, work / name / "in"), rehearsable(c), "family", "healthy"))
