@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_corpus import (  # noqa: E402
+    REHEARSAL_RELEASE,
     build_case,
     load_cases,
     load_classes,
-    REHEARSAL_RELEASE,
     load_configs,
     rehearsable,
     weight_spec,
