@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_corpus import (  # noqa: E402
+    REHEARSAL_RELEASE,
     build_case,
     load_cases,
     load_classes,
@@ -150,13 +151,24 @@ def materialise(case: dict, root: Path) -> dict:
     return build_case(case, root)
 
 
+def seed_rehearsable(inputs: dict) -> str:
+    """The kit's rule (kit.serving.rehearsal.not_rehearsable) on the seed's folders, in rehearsable()'s words."""
+    from kit.serving.rehearsal import not_rehearsable
+    from kit.sglang.cmdline import find_launch
+
+    target = Path(inputs["target"])
+    found = find_launch(Path(inputs["launch_file"]).read_text(), version=REHEARSAL_RELEASE)
+    why = not_rehearsable(json.loads((target / "config.json").read_text()), found, REHEARSAL_RELEASE, target)
+    return f"no: {why}" if why else "yes"
+
+
 def build_jobs(work: Path, family_tp: int) -> list[Job]:
     """Every case, materialised under work/<case>/in, in the order the issue needs them."""
     jobs: list[Job] = []
     for name in ("seed", "seed-fix"):
         a = seed_dirs(work / name / "in", fixed=name == "seed-fix")
         truth = "aux.algorithm, draft.config" if name == "seed" else "healthy"
-        jobs.append(Job(name, a, "yes", "seed", truth))
+        jobs.append(Job(name, a, seed_rehearsable(a), "seed", truth))
     for name in FAMILIES:
         c = family_case(name, family_tp)
         jobs.append(Job(name, materialise(c, work / name / "in"), rehearsable(c), "family", "healthy"))
@@ -375,7 +387,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", help="where the cases, miniatures and logs go")
     p.add_argument("--version", default=None, help="SGLang release (default: the installed one)")
-    p.add_argument("--bundle", action="store_true", help="SGLang is the kit's bundle: add its launch flags")
+    p.add_argument(
+        "--bundle",
+        action="store_true",
+        help="add the kit bundle's launch flags even when the importable SGLang is not bundle-installed "
+        "(a bundle-installed one gets them always, from its manifest)",
+    )
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--tp", type=int, default=1, help="TP of the family launches")
     p.add_argument("--only", nargs="*", default=None, help="case ids to run (default: all)")

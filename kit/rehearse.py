@@ -84,10 +84,10 @@ def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse
     """Notebook 04's dress rehearsal of `launch` (shell text) over target and draft; the report, None when off.
 
     rehearse: "auto" runs real SGLang when this machine serves with it (a GPU and SGLang importable, the kit's
-    bundle included), else shows the dry-run plan; "run", "dry-run" or "off" force one."""
+    bundle included), else shows the dry-run plan; "run", "dry-run" or "off" force one. A bundle-installed
+    SGLang gets the bundle's launch flags in the plan (plan_rehearsal reads its manifest)."""
     from kit.models import resolve_target
     from kit.serving.engines import resolve_engine
-    from kit.serving.rehearsal import sglang_from_bundle
 
     if rehearse not in ("auto", "run", "dry-run", "off"):
         raise KitInputError(f"rehearse={rehearse!r}: one of auto, run, dry-run, off")
@@ -104,7 +104,6 @@ def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse
         launch_file=str(launch_file),
         out=str(out),
         dry_run=not run,
-        bundle=run and sglang_from_bundle(),
     )
     return _rehearse(cfg)
 

@@ -82,16 +82,26 @@ def load_classes() -> list[dict[str, Any]]:
     return json.loads((CORPUS / "classes.json").read_text())
 
 
+REHEARSAL_RELEASE = "0.5.17"  # the SGLang release the GPU rehearsals run (bench/gpu_rehearse.py)
+
+
 def rehearsable(case: dict[str, Any]) -> str:
-    """Whether `kit rehearse` can run this case: its target and draft have a miniature (kit.serving.miniature)."""
+    """Whether `kit rehearse` can run this case: its launch and target are what SGLang can start as written
+    (kit.serving.rehearsal.not_rehearsable) and its target and draft have a miniature (kit.serving.miniature)."""
     from kit.findings import KitInputError
     from kit.serving.miniature import miniature_draft_config, miniature_target
+    from kit.serving.rehearsal import not_rehearsable
+    from kit.sglang.cmdline import find_launch
 
     tcfg = case.get("target_config") or load_configs()[case["target"]]["config"]
     draft = case.get("draft") or {}
     dcfg = case.get("draft_config") or (load_configs()[draft["config"]]["config"] if draft.get("config") else None)
     if not dcfg or not draft.get("weights"):
         return "no: no draft weights in the case"
+    found = find_launch(case["launch"], version=REHEARSAL_RELEASE) if case.get("launch") else None
+    why = not_rehearsable(tcfg, found, REHEARSAL_RELEASE) if found else None
+    if why:
+        return f"no: {why}"
     try:
         mini = miniature_target(tcfg, tp=1, draft_config=dcfg)
         miniature_draft_config(dcfg, mini)
@@ -391,6 +401,34 @@ def test_only_variables_the_server_sees_allow_a_longer_context():
     unexported = run_case({**case, "launch": case["launch"].replace("LEN=1 python", "LEN=1 && python", 1)})
     assert "draft.context_short" in exported["errors"] and "rotary cache" in exported["detail"]
     assert "draft.context_short" in unexported["errors"] and "raises ValueError at startup" in unexported["detail"]
+
+
+# what SGLang's model code reads from a target config with no default (release, file, attribute): a transcribed
+# corpus config that lacks one makes the rehearsal's miniature fail where the published checkpoint loads
+SGLANG_READS = {
+    "gpt_oss": ("0.5.17", "srt/models/gpt_oss.py", "swiglu_limit"),
+    "deepseek_v3": ("0.5.17", "srt/models/deepseek_v2.py", "moe_layer_freq"),
+}
+
+
+def test_transcribed_targets_carry_what_sglang_reads_from_them():
+    from kit.findings import KitInputError
+    from kit.sglang.source import source_text
+
+    checked = 0
+    for name, c in load_configs().items():
+        read = SGLANG_READS.get(c["config"].get("model_type"))
+        if not name.startswith("target/") or read is None:
+            continue
+        version, rel, attr = read
+        try:
+            text = source_text(version, rel)
+        except KitInputError as e:
+            pytest.skip(f"sglang {version} source unavailable offline: {e}")
+        assert f"config.{attr}" in (text or ""), f"{rel} of SGLang {version} no longer reads {attr}"
+        assert attr in c["config"], f"{name}: lacks {attr}, which SGLang {version}'s {rel} reads"
+        checked += 1
+    assert checked >= 3
 
 
 def test_doc_is_generated_from_this_run():

@@ -361,16 +361,33 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
     return record
 
 
+# besides config.json: what SGLang reads from a target folder it dummy-loads (the processor of a multimodal target)
+COPIED_FILES = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "tiktoken.model",
+    "special_tokens_map.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "chat_template.json",
+    "chat_template.jinja",
+)
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+
+
 def write_miniature_target(
     target_config: HFConfig, out_dir: str | Path, mini: MiniTarget, source_dir: str | Path | None = None
 ) -> Path:
     """config.json of the miniature target in out_dir (dummy-loaded: no weights), plus the target directory's own
-    Python files (`auto_map` configuration code that --trust-remote-code loads) and generation_config.json."""
+    Python files (`auto_map` configuration code that --trust-remote-code loads), generation_config.json and its
+    tokenizer/processor files (SGLang loads a multimodal target's processor at startup; kit.sglang.loader.processor_archs)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(mini.config, indent=2) + "\n")
     if source_dir is not None and Path(source_dir).is_dir():
         for f in sorted(Path(source_dir).iterdir()):
-            if f.is_file() and (f.suffix == ".py" or f.name == "generation_config.json"):
+            if f.is_file() and (f.suffix in (".py", ".tiktoken") or f.name in COPIED_FILES):
                 shutil.copyfile(f, out / f.name)
     return out

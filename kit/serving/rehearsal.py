@@ -34,6 +34,8 @@ RECORD_NAME = "record.jsonl"
 SITE_DIR = "site"
 # flags a rehearsal sets itself (dests); every other flag of the user's launch is kept as written
 OWN = {
+    "unrehearsed": "not rehearsed: PD disaggregation and DeepEP need a peer server and RDMA (InfiniBand) devices; "
+    "the rest of the launch runs as one server",
     "model_path": "the miniature target (its config.json only)",
     "tokenizer_path": "no tokenizer: requests go by input_ids (--skip-tokenizer-init)",
     "speculative_draft_model_path": "the miniature draft (the user's tensor names and dtypes, random values)",
@@ -99,7 +101,11 @@ class RehearsalConfig:
     requests: int = _f("requests sent by input_ids once it is up", 3)
     max_new_tokens: int = _f("tokens generated per request", 32)
     timeout: float = _f("seconds to wait for the server to be ready", 300.0)
-    bundle: bool = _f("SGLang comes from the kit's bundle: add the flags its release needs (kit.sglang.bundle)", False)
+    bundle: bool = _f(
+        "add the launch flags of the kit's bundle of this release even when the importable SGLang is not "
+        "bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)",
+        False,
+    )
     json: bool = _f("print one JSON document as the last line", False)
 
 
@@ -227,20 +233,43 @@ def importable_sglang_version() -> str | None:
     return None
 
 
-def sglang_from_bundle() -> bool:
-    """SGLang importable without package metadata: the kit's bundle on PYTHONPATH (kit.sglang.bundle installs
-    the files only), whose release needs the bundle's launch flags."""
-    from kit.sglang.versions import installed_version
-
-    return installed_version() is None and importable_sglang_version() is not None
-
-
 # -- the plan -----------------------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise KitInputError(f"{path}: cannot read the {what} ({e})")
+
+
+def not_rehearsable(target_config: dict, found, version: str, target_dir: Path | None = None) -> str | None:
+    """Why `kit rehearse` cannot stand this deployment up as the user wrote it (None: it can). `found`: the
+    launch's ShellLaunch; `target_dir`: the target's folder (remote configuration code shipped with it)."""
+    from kit.sglang.loader import known_model_type
+
+    placeholders = [n["text"] for n in found.notes if n["kind"] == "placeholder"]
+    if placeholders:
+        return (
+            f"the launch holds unfilled placeholders ({', '.join(placeholders)}): a shell reads each as two "
+            "redirections, so the flags before them take the next words; fill them in"
+        )
+    from kit.serving.miniature import PROCESSOR_FILES
+    from kit.sglang.loader import processor_archs
+
+    archs = set(target_config.get("architectures") or ()) & (processor_archs(version) or set())
+    if archs and not (target_dir is not None and any((Path(target_dir) / f).is_file() for f in PROCESSOR_FILES)):
+        return (
+            f"SGLang {version} loads the HF processor of a multimodal target ({', '.join(sorted(archs))}) at "
+            "startup, --skip-tokenizer-init or not, and the target folder has no processor/tokenizer files "
+            f"({', '.join(PROCESSOR_FILES)}) for the miniature to carry"
+        )
+    mt = target_config.get("model_type")
+    shipped = bool(target_config.get("auto_map")) and target_dir is not None and any(Path(target_dir).glob("*.py"))
+    if mt and not shipped and known_model_type(mt, version) is False:
+        return (
+            f"the target's model_type {mt!r} has no config class in Transformers or SGLang {version}, and its "
+            "configuration code (auto_map and its .py files) is not with the target"
+        )
+    return None
 
 
 def adjust_launch(
@@ -322,6 +351,14 @@ def adjust_launch(
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
     skip = {dest(n) for n in [*want, "tokenizer_path"]} | {o.dest for o in (extra.occurrences if extra else ())}
+    for o in res.occurrences:  # one server, one host: PD disaggregation and DeepEP's all-to-all need peers and RDMA
+        if (
+            o.dest.startswith("disaggregation_")
+            or o.dest == "deepep_mode"
+            or (o.dest == "moe_a2a_backend" and res.raw(o.dest) == "deepep")
+        ):
+            skip.add(o.dest)
+            changes.append(Change(o.canonical, res.raw(o.dest) or True, None, OWN["unrehearsed"]))
     kept = res.canonical_args(skip=skip) + (extra.canonical_args() if extra else [])
     # what the table could not read stays as written: SGLang's own parser is the judge of it
     leftover = [t for e in res.errors for t in e["tokens"]]
@@ -405,6 +442,9 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     found = find_launch(text, source=cfg.launch_file, version=version)
     if found is None:
         raise KitInputError(f"{cfg.launch_file}: no SGLang launch found in it")
+    why = not_rehearsable(tcfg, found, version, tpath if tpath.is_dir() else tpath.parent)
+    if why:
+        raise KitInputError(f"not rehearsable: {why}")
     user_tp = int(flag_value(found.argv, "--tp-size", version) or 1)
     if cfg.cuda_visible_devices is not None:
         gpus = len([g for g in cfg.cuda_visible_devices.split(",") if g.strip()])
@@ -424,15 +464,15 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
     record = out / RECORD_NAME
     port = port or cfg.port or free_port()
-    bundle_flags: tuple[str, ...] = ()
-    if cfg.bundle:
-        from kit.sglang.bundle import RELEASES
+    from kit.sglang.bundle import RELEASES, installed_bundle_flags
 
+    bundle_flags = tuple(installed_bundle_flags())  # SGLang installed from the kit's bundle: its manifest's flags
+    if cfg.bundle and not bundle_flags:
         if version not in RELEASES:
             raise KitInputError(f"--bundle: the kit has no bundle of SGLang {version} ({', '.join(RELEASES)})")
         bundle_flags = tuple(RELEASES[version].launch_flags)
     env, argv, changes, notes = adjust_launch(
-        found.env,
+        found.server_env,  # what the user's server sees: an unexported shell variable stays out
         found.argv,
         version,
         str(tdir),

@@ -121,10 +121,16 @@ class ShellLaunch:
     notes: list[dict] = field(default_factory=list)  # what the kit could not attribute
     wrappers: list[str] = field(default_factory=list)  # launcher prefixes unwrapped, outermost first
 
+    @property
+    def server_env(self) -> dict[str, str]:
+        """The variables the launched server process sees: `env` less the `unseen` ones (a plain `VAR=1`
+        shell variable, a host variable docker does not pass, ...). SGLang reads only these."""
+        return {k: v for k, v in self.env.items() if k not in self.unseen}
+
 
 # -- lexing -----------------------------------------------------------------------------------
 def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str, object]]:
-    """Yield ('word', Word) | ('op', str) | ('redir', str). Expansion reads `variables` lazily,
+    """Yield ('word', Word) | ('op', str) | ('redir', str) | ('placeholder', str). Expansion reads `variables` lazily,
     so assignments the consumer records between commands apply to the next command."""
     i, n = 0, len(text)
     buf: list[str] = []
@@ -278,6 +284,9 @@ def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str,
                     yield "word", w
             else:
                 buf, started, quoted, opaque, plain = [], False, False, [], -1
+            ph = None if fd else re.match(r"<[A-Za-z][\w.\-]*>", text[i:])
+            if ph:  # `<model-path>` written for the reader to fill in: to the shell, two redirections
+                yield "placeholder", ph.group(0)
             m = re.match(r"&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<", text[i:])
             yield "redir", fd + m.group(0)
             i += len(m.group(0))
@@ -324,6 +333,8 @@ def _commands(text: str, st: _State) -> Iterator[list[Word]]:
             words.append(tok)
         elif kind == "redir":
             pending_redirect = True  # its target word is not part of the command
+        elif kind == "placeholder":
+            _note(st, "placeholder", tok, "a <placeholder> left unfilled: the shell reads it as two redirections")
         else:
             pending_redirect = False
             if words:

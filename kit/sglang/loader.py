@@ -954,3 +954,60 @@ if __name__ == "__main__":
         v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
         cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3
         print(json.dumps(derive_runtime(v) if cls == "runtime" else derive_features(v, architecture=cls), indent=1))
+
+
+@lru_cache(maxsize=8)
+def config_model_types(version: str, download: bool = False) -> frozenset[str] | None:
+    """model_types SGLang `version` brings its own config class for (`model_type = "x"` in srt/configs/*.py, the
+    classes its AutoConfig registry adds over Transformers'); None when that release's source is not at hand."""
+    from kit.findings import KitInputError
+    from kit.sglang.source import source_files
+
+    try:
+        texts = source_files(version, "srt/configs", download)
+    except (KitInputError, OSError):
+        return None
+    return frozenset(m for t in texts.values() for m in re.findall(r'^\s+model_type\s*=\s*"([^"]+)"', t, re.M))
+
+
+def known_model_type(model_type: str, version: str, download: bool = False) -> bool | None:
+    """Whether SGLang `version` reads a config of `model_type` without remote code: Transformers' own (the
+    importable Transformers, the one the server runs with) or SGLang's (config_model_types). None: cannot tell."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return None
+    if model_type in CONFIG_MAPPING_NAMES:
+        return True
+    own = config_model_types(version, download)
+    return None if own is None else model_type in own
+
+
+@lru_cache(maxsize=8)
+def processor_archs(version: str, download: bool = False) -> frozenset[str] | None:
+    """Architectures whose HF processor SGLang `version` loads at startup even with --skip-tokenizer-init
+    (TokenizerManager.init_tokenizer_and_processor, whenever ModelConfig.is_multimodal): model_config.py's
+    `multimodal_model_archs` less the `mm_disabled_models` it serves text-only unless --enable-multimodal.
+    None when that release's source is not at hand."""
+    from kit.findings import KitInputError
+    from kit.sglang.source import source_text
+
+    try:
+        src = source_text(version, "srt/configs/model_config.py", download)
+    except (KitInputError, OSError):
+        return None
+    node = next(
+        (
+            n.value
+            for n in ast.parse(src or "").body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "multimodal_model_archs" for t in n.targets)
+        ),
+        None,
+    )
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    # the string entries; a `*OTHER_ARCHS` splice (MiMo-V2: multimodal only with vision/audio configs) is left out
+    archs = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    m = re.search(r"mm_disabled_models\s*=\s*(\[[^\]]*\])", src or "")
+    disabled = set(ast.literal_eval(m.group(1))) if m else set()
+    return frozenset(a for a in archs if a not in disabled)

@@ -392,7 +392,7 @@ def doctor_checks(ctx) -> list[Finding]:
         from kit.sglang.cmdline import find_launch
 
         found = find_launch(ctx.launch_command, version=ctx.cfg.sglang_version)
-        env = {k: v for k, v in env.items() if k not in (found.unseen if found else {})}
+        env = {k: v for k, v in env.items() if found is None or k in found.server_env}
     out = wiring_checks(
         ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
     )

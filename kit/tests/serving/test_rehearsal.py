@@ -560,6 +560,34 @@ def test_tp_is_the_launchs_capped_at_the_gpus_given(tmp_path):
     assert one.tp == 1 and one.env["CUDA_VISIBLE_DEVICES"] == "1"
 
 
+def _case_dir(tmp_path, launch: str) -> dict:
+    """A llama target config, a random draft and `launch` as a launch file under tmp_path: RehearsalConfig's kwargs."""
+    from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
+
+    target = tmp_path / "target"
+    target.mkdir()
+    tcfg = {**SMOLLM2, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 30}
+    (target / "config.json").write_text(json.dumps(tcfg))
+    draft = write_random_draft(tmp_path / "draft", layout="sglang", target_config=tcfg, draft_vocab_size=1024)
+    (tmp_path / "l.sh").write_text(launch)
+    return dict(target=str(target), draft=str(draft), launch_file=str(tmp_path / "l.sh"), sglang_version="0.5.17")
+
+
+def test_the_server_gets_only_the_variables_the_users_launch_gives_it(tmp_path):
+    from kit.serving.rehearsal import RehearsalConfig, plan_rehearsal
+
+    kw = _case_dir(
+        tmp_path,
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 && export SGLANG_ENABLE_SPEC_V2=1 && NCCL_ALGO=Ring "
+        "python3 -m sglang.launch_server --model-path /m/t --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path /m/d\n",
+    )
+    plan = plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "a"), cuda_visible_devices="0"))
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in plan.env  # a shell variable: SGLang never sees it
+    assert plan.env["SGLANG_ENABLE_SPEC_V2"] == "1" and plan.env["NCCL_ALGO"] == "Ring"
+    assert any("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in n for n in plan.notes)
+
+
 def test_the_own_end_check_finds_the_servers_processes_by_their_record_and_sees_them_gone(tmp_path):
     from dataclasses import replace
 
@@ -591,3 +619,97 @@ def test_the_notebooks_rehearsal_plans_without_a_gpu_and_can_be_off(tmp_path, mo
     assert rehearse_launch(str(target), str(draft), launch, str(tmp_path / "off"), "off") is None
     with pytest.raises(KitInputError):
         rehearse_launch(str(target), str(draft), launch, str(tmp_path / "x"), "yes")
+
+
+def test_a_bundle_installed_sglang_gets_the_bundles_flags_without_being_asked(tmp_path, monkeypatch):
+    from kit.rehearse import rehearse_launch
+    from kit.sglang.bundle import RELEASES
+    from kit.sglang.flags import resolve_flags
+
+    monkeypatch.setattr("kit.serving.engines.resolve_engine", lambda name: "reference")
+    kw = _case_dir(tmp_path, (DATA / "seed_launch.sh").read_text())
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
+    plan = rehearse_launch(kw["target"], kw["draft"], (DATA / "seed_launch.sh").read_text(), str(tmp_path / "r"))[
+        "plan"
+    ]
+    v = resolve_flags(plan["argv"][3:], "0.5.17").values
+    assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch"
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: [])  # any other install: none added
+    plan = rehearse_launch(kw["target"], kw["draft"], (DATA / "seed_launch.sh").read_text(), str(tmp_path / "s"))[
+        "plan"
+    ]
+    assert resolve_flags(plan["argv"][3:], "0.5.17").values.get("sampling_backend") != "pytorch"
+
+
+def test_what_sglang_cannot_start_as_written_is_not_rehearsable(tmp_path):
+    from kit.findings import KitInputError
+    from kit.serving.rehearsal import RehearsalConfig, not_rehearsable, plan_rehearsal
+    from kit.sglang.cmdline import find_launch
+
+    launch = "python3 -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3\n"
+    plain = find_launch(launch)
+    holes = find_launch(launch.replace("/m", "<target-model-path>"))
+    llama = {"model_type": "llama"}
+    assert not_rehearsable(llama, plain, "0.5.17") is None
+    assert "<target-model-path>" in not_rehearsable(llama, holes, "0.5.17")
+    kw = _case_dir(tmp_path, launch.replace("/m", "<target-model-path>"))
+    with pytest.raises(KitInputError, match="not rehearsable: .*placeholders"):
+        plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "a")))
+    # a model_type neither Transformers nor SGLang knows, without its configuration code: AutoConfig raises
+    from kit.sglang.loader import config_model_types
+
+    pytest.importorskip("transformers")
+    if config_model_types("0.5.17") is None:
+        pytest.skip("sglang 0.5.17 source not cached")
+    unknown = {"model_type": "kit_no_such_model"}
+    assert "'kit_no_such_model' has no config class" in not_rehearsable(unknown, plain, "0.5.17")
+    assert not_rehearsable({"model_type": "kimi_k25"}, plain, "0.5.17") is None  # SGLang's own config class
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "remote" / "configuration_x.py").write_text("")
+    shipped = {**unknown, "auto_map": {"AutoConfig": "configuration_x.XConfig"}}
+    assert not_rehearsable(shipped, plain, "0.5.17", tmp_path / "remote") is None
+
+
+def test_disaggregation_and_deepep_are_dropped_with_a_reason():
+    env, argv = _seed()
+    argv = argv + ["--disaggregation-mode", "decode", "--disaggregation-ib-device", "mlx5_0"]
+    argv += ["--deepep-mode", "low_latency", "--moe-a2a-backend", "deepep"]
+    _, new_argv, changes, _ = adjust_launch(env, argv, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r")
+    assert not [a for a in new_argv if a.startswith(("--disaggregation", "--deepep", "--moe-a2a"))]
+    dropped = {c.flag: c.original for c in changes if c.new is None and "not rehearsed" in c.reason}
+    assert dropped == {
+        "--disaggregation-mode": "decode",
+        "--disaggregation-ib-device": "mlx5_0",
+        "--deepep-mode": "low_latency",
+        "--moe-a2a-backend": "deepep",
+    }
+
+
+def test_a_multimodal_target_rehearses_only_with_its_processor_files_which_the_miniature_carries(tmp_path):
+    from kit.serving.miniature import MiniTarget, write_miniature_target
+    from kit.serving.rehearsal import not_rehearsable
+    from kit.sglang.cmdline import find_launch
+    from kit.sglang.loader import processor_archs
+
+    if processor_archs("0.5.17") is None:
+        pytest.skip("sglang 0.5.17 source not cached")
+    found = find_launch("python3 -m sglang.launch_server --model-path /m --trust-remote-code\n")
+    kimi = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"}
+    src = tmp_path / "kimi"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(kimi))
+    assert "loads the HF processor" in not_rehearsable(
+        kimi, found, "0.5.17", src
+    )  # 0.5.17: Unrecognized processing class
+    assert not_rehearsable({**kimi, "architectures": ["LlamaForCausalLM"]}, found, "0.5.17", src) is None
+    for f in ("tokenizer_config.json", "processor_config.json", "tiktoken.model", "kimi_k25_processor.py"):
+        (src / f).write_text("{}")
+    assert not_rehearsable(kimi, found, "0.5.17", src) is None
+    out = write_miniature_target(kimi, tmp_path / "mini", MiniTarget(config=kimi, sizes={}), src)
+    assert {p.name for p in out.iterdir()} == {
+        "config.json",
+        "tokenizer_config.json",
+        "processor_config.json",
+        "tiktoken.model",
+        "kimi_k25_processor.py",
+    }

@@ -135,3 +135,14 @@ def test_no_launch_and_prompts():
 def test_second_launch_is_noted():
     sl = find_launch("sglang serve a --port 1 &\nsglang serve b --port 2 &\nwait")
     assert sl.argv[2] == "a" and [n["kind"] for n in sl.notes] == ["launch"]
+
+
+def test_an_unfilled_placeholder_is_noted_and_a_plain_redirection_is_not():
+    sl = find_launch(
+        "python3 -m sglang.launch_server \\\n  --model <target-model-path> \\\n  --speculative-algorithm EAGLE3 \\\n"
+        "  --speculative-draft-model-path <draft-model-path> --speculative-num-steps 3\n"
+    )
+    assert [n["text"] for n in sl.notes if n["kind"] == "placeholder"] == ["<target-model-path>", "<draft-model-path>"]
+    assert sl.argv[3:5] == ["--model", "EAGLE3"]  # what a shell runs: the placeholder's flag took the next word
+    plain = find_launch("python -m sglang.launch_server --model-path /m < in.txt > log 2>&1")
+    assert not plain.notes and plain.argv[-1] == "/m"
