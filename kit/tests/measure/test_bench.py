@@ -286,3 +286,27 @@ def test_installed_release_is_read_once_per_run_not_per_request(tmp_path, monkey
             run_bench(_cfg(tmp_path / str(n), s.url, num_prompts=n, warmup=0, concurrency=4), prompts=PROMPTS)
             counts[n] = len(calls)
     assert counts[2] == counts[12]
+
+
+def test_next_request_starts_before_the_finished_one_is_written(tmp_path, monkeypatch):
+    """A freed slot's next request is sent before the finished request's record is serialized and written."""
+    import kit.measure.bench as kb
+
+    started, seen = [], []
+    send = kb.send_one
+
+    async def counting_send(*a, **kw):
+        started.append(1)
+        return await send(*a, **kw)
+
+    append = RecordLog.append
+
+    def noting_append(self, obj):
+        seen.append(len(started))
+        append(self, obj)
+
+    monkeypatch.setattr(kb, "send_one", counting_send)
+    monkeypatch.setattr(RecordLog, "append", noting_append)
+    with StubThread() as s:
+        run_bench(_cfg(tmp_path, s.url, num_prompts=3, warmup=0, concurrency=1), prompts=PROMPTS)
+    assert seen[:3] == [2, 3, 3]  # record k is written once request k+1 has started
