@@ -23,13 +23,17 @@ output tok/s, TTFT / ITL / e2e p50 (ms), achieved concurrency (sum of e2e / wall
 process's CPU per streamed chunk (us). Prints one JSON document (last line of stdout).
 
     python bench/client_streams.py [--requests 400] [--rounds 3] [--concurrency 16] [--step-delay 0.0017]
-                                   [--installed-cost aiohttp|none]
+                                   [--installed-cost aiohttp|none] [--url http://127.0.0.1:30000]
+
+On a GPU host with SGLang installed, `--installed-cost none` measures the real read; `--url` runs the three
+clients against a real server instead of the stub (same process, same prompts: the client alone differs).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -186,6 +190,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--step-delay", type=float, default=0.0017, help="stub seconds per token per stream")
+    ap.add_argument("--url", default=None, help="a running SGLang server instead of the stub (GPU host)")
     ap.add_argument(
         "--installed-cost",
         default="aiohttp",
@@ -199,8 +204,9 @@ def main() -> None:
     cmd = [sys.executable, "-m", "kit.tests.sglang_stub", "--port", str(port), "--no-spec"]
     cmd += ["--step-delay", str(a.step_delay)]
     load0 = os.getloadavg()
-    with ServerProcess(cmd, port=port), tempfile.TemporaryDirectory() as tmp:
-        url = f"http://127.0.0.1:{port}"
+    stub = ServerProcess(cmd, port=port) if a.url is None else contextlib.nullcontext()
+    with stub, tempfile.TemporaryDirectory() as tmp:
+        url = a.url or f"http://127.0.0.1:{port}"
         for _ in range(200):
             try:
                 httpx.get(url + "/health", timeout=1)
