@@ -51,6 +51,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "kit"))
 
 
+def target_id(target_dir: Path) -> str:
+    """Identity of a target for cache keys: its config + weight file sizes (no hashing of GBs)."""
+    import json
+
+    cfg = (target_dir / "config.json").read_text()
+    sizes = sorted((p.name, p.stat().st_size) for p in target_dir.glob("*.safetensors"))
+    return hashlib.sha256((cfg + json.dumps(sizes)).encode()).hexdigest()[:16]
+
+
 def write_cache_json(path: Path, obj) -> None:
     """One cache entry as JSON, atomically: a per-process temp file renamed into place, so a reader (or a
     second process filling the same entry) never sees half a file."""

@@ -66,3 +66,35 @@ def test_speculative_equals_greedy_on_smollm2(world):
     for p in (SpecParams(3, 1, 4), SpecParams(3, 2, 6)):
         r = speculative_generate(target, draft, prompt, 24, p, Wiring(), tok.eos_token_id)
         assert r.tokens == g.tokens
+
+
+def test_oracle_results_are_cached_by_inputs(tmp_path, monkeypatch):
+    """A second identical oracle run reads its results from the cache without loading a model; a draft whose
+    files differ is a new entry (its results computed, not read)."""
+    import shutil
+
+    import kit.models
+    from kit.models import shipped_draft
+    from kit.reference.oracle import OracleConfig, run_config
+
+    draft = tmp_path / "draft"
+    shutil.copytree(shipped_draft(), draft)
+    cfg = OracleConfig(draft=str(draft), num_prompts=1, max_new_tokens=6, speculative_num_steps=2,
+                       speculative_num_draft_tokens=3)  # fmt: skip
+    first = run_config(cfg, log=lambda *_: None)
+    real_load = kit.models.load_target
+
+    def refuse(*a, **k):
+        raise AssertionError("the cached run loaded a model")
+
+    monkeypatch.setattr(kit.models, "load_target", refuse)
+    assert run_config(cfg, log=lambda *_: None) == first
+    (draft / "config.json").write_text((draft / "config.json").read_text() + "\n")  # same config, other bytes
+    with pytest.raises(AssertionError, match="loaded a model"):
+        run_config(cfg, log=lambda *_: None)
+    monkeypatch.setattr(kit.models, "load_target", real_load)
+    again = run_config(cfg, log=lambda *_: None)["results"]["requested"]
+    assert (again["accept_length"], again["histogram"]) == (
+        first["results"]["requested"]["accept_length"],
+        first["results"]["requested"]["histogram"],
+    )

@@ -244,7 +244,7 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
     from pathlib import Path
 
-    from kit.models import load_target
+    from kit.models import load_target, write_cache_json
     from kit.reference.draft_io import load_draft
 
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
@@ -262,6 +262,10 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
         draft_dir = ensure_demo_draft(quick=cfg.quick, log=log)
     else:
         draft_dir = Path(cfg.draft)
+    cached = _result_path(cfg, draft_dir, texts)
+    if cached.exists():
+        log(f"cached: {cached}")
+        return json.loads(cached.read_text())
     target, tok = load_target(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     t0 = time.perf_counter()
@@ -272,12 +276,38 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     for name, w in runs.items():
         results[name] = evaluate(target, draft, seqs, params, w).to_dict()
         log(f"{name:42s} accept length {results[name]['accept_length']:.3f}  ({results[name]['wiring']})")
-    return {
+    doc = {
         "draft": str(draft_dir),
         "params": params.resolved().label(),
         "reference_generation_s": round(gen_s, 2),
         "results": results,
     }
+    doc = json.loads(json.dumps(doc))  # the shape a cached read returns (string keys, lists)
+    write_cache_json(cached, doc)
+    return doc
+
+
+def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
+    """Where this run's results are cached ($KIT_CACHE_DIR/oracle-results): keyed by the settings, the target's
+    identity, the draft's file contents, the prompt texts and the source of the code that computes them, so any
+    change to one of those is a new entry (a second notebook run or demo reads it in milliseconds)."""
+    import hashlib
+    from pathlib import Path
+
+    from kit.models import cache_dir, resolve_target, target_id
+
+    files = sorted(p for p in Path(draft_dir).iterdir() if p.is_file() and p.suffix in (".json", ".safetensors"))
+    code = sorted(Path(__file__).parent.glob("*.py"))
+    blob = json.dumps(
+        {
+            "cfg": {k: v for k, v in asdict(cfg).items() if k != "json"},
+            "target": target_id(resolve_target(cfg.target)),
+            "draft": [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in files],
+            "texts": texts,
+            "code": hashlib.sha256(b"".join(p.read_bytes() for p in code)).hexdigest(),
+        }
+    )
+    return cache_dir() / "oracle-results" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

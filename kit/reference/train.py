@@ -112,13 +112,6 @@ class TrainConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _target_id(target_dir: Path) -> str:
-    """Identity of a target for the cache key: its config + weight file sizes (no hashing of GBs)."""
-    cfg = (target_dir / "config.json").read_text()
-    sizes = sorted((p.name, p.stat().st_size) for p in target_dir.glob("*.safetensors"))
-    return hashlib.sha256((cfg + json.dumps(sizes)).encode()).hexdigest()[:16]
-
-
 def capture_ids(L: int) -> list[int]:
     """SGLang "+1"-convention ids whose capture points are SGLang's default p = [2, L//2, L-3]."""
     return [1, L // 2 - 1, L - 4]
@@ -346,11 +339,11 @@ def train_draft(cfg: TrainConfig, log=print) -> Path:
     """Train (or fetch from the cache) and return the SGLang-layout draft directory."""
     import fcntl
 
-    from kit.models import cache_dir, resolve_target
+    from kit.models import cache_dir, resolve_target, target_id
 
     cfg = cfg.preset()
     tdir = resolve_target(cfg.target)
-    key = cfg.key(_target_id(tdir))
+    key = cfg.key(target_id(tdir))
     dest = cache_dir() / "drafts" / f"eagle3-{'quick' if cfg.quick else 'demo'}-{key}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     # one trainer per key: a notebook and a test asking at once share one training
@@ -370,7 +363,7 @@ def command_line(cfg: TrainConfig) -> str:
 def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     import torch
 
-    from kit.models import load_target, pick_dtype, pick_threads
+    from kit.models import load_target, pick_dtype, pick_threads, target_id
     from kit.prompts import builtin_prompts
     from kit.reference.draft_io import save_draft
 
@@ -410,7 +403,7 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         "trained_with": "kit",
         "capture_points": points,
         "target": str(tdir),
-        "target_id": _target_id(tdir),
+        "target_id": target_id(tdir),
         "target_architecture": (model.config.architectures or [type(model).__name__])[0],
         "target_num_layers": L,
         "settings": asdict(cfg),
