@@ -78,6 +78,12 @@ class Engine:
     flush_path: str | None = None
     # stop: this signal to the process group, SIGKILL after the grace
     stop_signal: int = signal.SIGTERM
+
+    def pinned(self) -> Engine:
+        """This engine with whatever it would look up on every call resolved once (SGLang: its release, read
+        from the installed distribution's metadata). For hot paths such as one benchmark request."""
+        return self
+
     stop_grace_s: float = 10.0
 
     def serves_here(self) -> bool:

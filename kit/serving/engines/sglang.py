@@ -28,12 +28,17 @@ class SGLang(Engine):
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
     accepts_hub_ids = True
 
-    def __init__(self, version: str | None = None):
+    def __init__(self, version: str | None = None, api: HttpApi | None = None):
         self.version = version  # None: the installed release, else the default one
+        self._api = api
 
     @property
     def api(self) -> HttpApi:
-        return http_api(self.version)
+        # version None reads the installed SGLang's metadata (~1 ms, a scan of sys.path): pinned() does it once
+        return self._api or http_api(self.version)
+
+    def pinned(self) -> SGLang:
+        return SGLang(self.version, self.api)
 
     # HTTP paths of the release
     ready_path = property(lambda self: self.api.ready_path)

@@ -272,3 +272,41 @@ def test_interleave_alternates_arms_request_by_request(tmp_path):
     assert sorted(r["label"] for r in res.runs) == ["baseline", "spec"] and all(r["requests"] == 6 for r in res.runs)
     assert res.summary["paired_speedup"]["spec"]["n"] == 6
     assert res.summary["labels"]["spec"]["accept_length"] > 1.5  # per-arm acceptance still read per run
+
+
+def test_installed_release_is_read_once_per_run_not_per_request(tmp_path, monkeypatch):
+    """An unpinned SGLang engine reads the installed distribution's metadata (~1 ms, a sys.path scan, on the
+    event loop) on each use; the request loop resolves it once, so those reads do not grow with requests."""
+    calls = []
+    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: calls.append(1))
+    counts = {}
+    with StubThread() as s:
+        for n in (2, 12):
+            calls.clear()
+            run_bench(_cfg(tmp_path / str(n), s.url, num_prompts=n, warmup=0, concurrency=4), prompts=PROMPTS)
+            counts[n] = len(calls)
+    assert counts[2] == counts[12]
+
+
+def test_next_request_starts_before_the_finished_one_is_written(tmp_path, monkeypatch):
+    """A freed slot's next request is sent before the finished request's record is serialized and written."""
+    import kit.measure.bench as kb
+
+    started, seen = [], []
+    send = kb.send_one
+
+    async def counting_send(*a, **kw):
+        started.append(1)
+        return await send(*a, **kw)
+
+    append = RecordLog.append
+
+    def noting_append(self, obj):
+        seen.append(len(started))
+        append(self, obj)
+
+    monkeypatch.setattr(kb, "send_one", counting_send)
+    monkeypatch.setattr(RecordLog, "append", noting_append)
+    with StubThread() as s:
+        run_bench(_cfg(tmp_path, s.url, num_prompts=3, warmup=0, concurrency=1), prompts=PROMPTS)
+    assert seen[:3] == [2, 3, 3]  # record k is written once request k+1 has started
