@@ -153,12 +153,15 @@ def materialise(case: dict, root: Path) -> dict:
 
 def seed_rehearsable(inputs: dict) -> str:
     """The kit's rule (kit.serving.rehearsal.not_rehearsable) on the seed's folders, in rehearsable()'s words."""
+    from kit.hf import HFConfig
     from kit.serving.rehearsal import not_rehearsable
     from kit.sglang.cmdline import find_launch
 
     target = Path(inputs["target"])
     found = find_launch(Path(inputs["launch_file"]).read_text(), version=REHEARSAL_RELEASE)
-    why = not_rehearsable(json.loads((target / "config.json").read_text()), found, REHEARSAL_RELEASE, target)
+    why = not_rehearsable(
+        HFConfig.of(json.loads((target / "config.json").read_text())), found, REHEARSAL_RELEASE, target
+    )
     return f"no: {why}" if why else "yes"
 
 

@@ -89,6 +89,7 @@ def rehearsable(case: dict[str, Any]) -> str:
     """Whether `kit rehearse` can run this case: its launch and target are what SGLang can start as written
     (kit.serving.rehearsal.not_rehearsable) and its target and draft have a miniature (kit.serving.miniature)."""
     from kit.findings import KitInputError
+    from kit.hf import HFConfig
     from kit.serving.miniature import miniature_draft_config, miniature_target
     from kit.serving.rehearsal import not_rehearsable
     from kit.sglang.cmdline import find_launch
@@ -99,7 +100,7 @@ def rehearsable(case: dict[str, Any]) -> str:
     if not dcfg or not draft.get("weights"):
         return "no: no draft weights in the case"
     found = find_launch(case["launch"], version=REHEARSAL_RELEASE) if case.get("launch") else None
-    why = not_rehearsable(tcfg, found, REHEARSAL_RELEASE) if found else None
+    why = not_rehearsable(HFConfig.of(tcfg), found, REHEARSAL_RELEASE) if found else None
     if why:
         return f"no: {why}"
     try:

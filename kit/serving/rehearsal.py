@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Finding, KitInputError
+from kit.hf import HFConfig
 
 RECORD_NAME = "record.jsonl"
 SITE_DIR = "site"
@@ -241,7 +242,7 @@ def _read_json(path: Path, what: str) -> dict:
         raise KitInputError(f"{path}: cannot read the {what} ({e})")
 
 
-def not_rehearsable(target_config: dict, found, version: str, target_dir: Path | None = None) -> str | None:
+def not_rehearsable(target_config: HFConfig, found, version: str, target_dir: Path | None = None) -> str | None:
     """Why `kit rehearse` cannot stand this deployment up as the user wrote it (None: it can). `found`: the
     launch's ShellLaunch; `target_dir`: the target's folder (remote configuration code shipped with it)."""
     from kit.sglang.loader import known_model_type
@@ -442,7 +443,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     found = find_launch(text, source=cfg.launch_file, version=version)
     if found is None:
         raise KitInputError(f"{cfg.launch_file}: no SGLang launch found in it")
-    why = not_rehearsable(tcfg, found, version, tpath if tpath.is_dir() else tpath.parent)
+    why = not_rehearsable(HFConfig.of(tcfg), found, version, tpath if tpath.is_dir() else tpath.parent)
     if why:
         raise KitInputError(f"not rehearsable: {why}")
     user_tp = int(flag_value(found.argv, "--tp-size", version) or 1)
