@@ -90,6 +90,12 @@ class Engine:
         """Whether it can serve on this machine now (`engine="auto"` takes the first registered one that can)."""
         return False
 
+    def chain_for(self, target: str, draft: str):
+        """(SpecParams, why): the chain to serve `draft` with when the user names none."""
+        from kit.reference.chain import DEFAULT
+
+        return DEFAULT, f"the kit's default chain {DEFAULT.label()}"
+
     # -- argv ---------------------------------------------------------------------------------
     def command(self, spec) -> list[str]:
         """The program argv before the flags."""

@@ -56,6 +56,13 @@ class ReferenceServer(SGLang):
     def serves_here(self) -> bool:
         return True  # CPU only
 
+    def chain_for(self, target: str, draft: str):
+        """The chain that pays on this CPU, measured (`kit.reference.chain.pick_chain`)."""
+        from kit.reference.chain import pick_chain
+
+        pick = pick_chain(target, draft)
+        return pick.params, pick.why
+
     def command(self, spec) -> list[str]:
         return [sys.executable, "-m", "kit", "serve"]
 

@@ -1,0 +1,135 @@
+"""Which EAGLE-3 chain pays on this machine: the target's forward cost by token count, measured here, against
+the draft's recorded accept length per chain.
+
+A chain s-1-(s+1) drafts s tokens and verifies s+1 in one target forward. Per verify it gains the accept
+length (tokens kept, bonus included) and costs that forward plus s + 1 draft forwards (s steps, one extend).
+What a forward of n tokens costs against one token is the CPU's small-M GEMM, and CPUs differ: on a 2-core AMD
+EPYC with AVX2 only, 1/2/3/4 tokens took 88/83/104/90 ms (3-1-4 beats 2-1-3); on a 2-core Xeon with AMX
+60/61/62/81 ms (2-1-3 wins). So the pick is measured: `forward_ms` times the target on this machine, a draft
+step is priced at one target token's time scaled by the draft's share of the target's weights (what a
+bandwidth-bound step reads), and the accept lengths come from the draft's `training.json` (its oracle run per
+chain, which `kit train-draft` records).
+
+    python -m kit.reference.chain                 # the pick for the embedded target and the shipped draft
+    pick_chain("embedded", draft_dir)             # ChainPick(params, why, forward_ms, predicted)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.sglang.params import SpecParams
+
+CANDIDATES = (SpecParams(2, 1, 3), SpecParams(3, 1, 4))
+DEFAULT = CANDIDATES[0]
+
+
+@dataclass
+class ChainPick:
+    params: SpecParams
+    why: str
+    forward_ms: dict[int, float]  # target forward over n new tokens, median ms
+    predicted: dict[str, float]  # chain label -> predicted speedup over greedy
+
+
+def recorded_accept_lengths(draft_dir: str | Path) -> dict[str, float]:
+    """Chain label -> the draft's oracle accept length (per verify, SGLang's meta definition) from its
+    training.json; {} when it has none."""
+    p = Path(draft_dir) / "training.json"
+    if not p.is_file():
+        return {}
+    oracle = json.loads(p.read_text()).get("oracle") or {}
+    out = {}
+    for key, v in oracle.items():
+        label, _, tokens = key.partition("@")
+        if isinstance(v, dict) and "meta_accept_length" in v and label not in out and tokens:
+            out[label] = float(v["meta_accept_length"])
+    return out
+
+
+def weight_elements(model_dir: str | Path, skip: tuple[str, ...] = ("embed_tokens", "d2t", "t2d")) -> int:
+    """Elements a forward reads: every tensor of the checkpoint's safetensors headers but the skipped ones
+    (an embedding is a lookup, d2t/t2d are vocabulary maps)."""
+    from kit.checkpoint.safetensors_io import read_header
+
+    n = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        for t in read_header(f)[1]:
+            if not any(s in t.name for s in skip):
+                n += math.prod(t.shape)
+    return n
+
+
+def forward_ms(model, sizes: tuple[int, ...], reps: int = 5, prefix: int = 64) -> dict[int, float]:
+    """Median ms of one `RaggedTarget` forward over n new tokens after a `prefix`-token cache, per n in sizes
+    (interleaved, so every size sees the same machine load)."""
+    import torch
+
+    from kit.reference.target import Piece, RaggedTarget
+
+    rt = RaggedTarget(model, None)
+    kv = rt.new_kv(prefix + max(sizes) + 8)
+    with torch.inference_mode():
+        rt.forward([Piece(kv, list(range(100, 100 + prefix)), logits="last")])
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for _ in range(reps + 1):  # the first round warms up
+            for n in sizes:
+                kv.len = prefix
+                t0 = time.perf_counter()
+                rt.forward([Piece(kv, list(range(200, 200 + n)))])
+                times[n].append(time.perf_counter() - t0)
+    return {n: round(statistics.median(v[1:]) * 1e3, 1) for n, v in times.items()}
+
+
+def predict(accept: float, steps: int, fwd: dict[int, float], draft_share: float) -> float:
+    """Speedup over greedy of a chain with `steps` draft steps: accept length x one-token forward over the
+    verify forward plus steps + 1 draft forwards (each draft_share of a one-token forward)."""
+    one = fwd[1]
+    return accept * one / (fwd[steps + 1] + (steps + 1) * draft_share * one)
+
+
+def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, device: str = "cpu") -> ChainPick:
+    """The candidate chain with the best predicted speedup on this machine (2-1-3 where nothing is recorded).
+
+    The measurement is cached under $KIT_CACHE_DIR/chain-pick, keyed by target, draft files, CPU and torch."""
+    import hashlib
+    import platform
+
+    import torch
+
+    from kit.models import cache_dir, cpu_flags, load_target, resolve_target, shipped_draft, target_id, write_cache_json
+
+    draft_dir = Path(draft_dir or shipped_draft())
+    accept = recorded_accept_lengths(draft_dir)
+    usable = [c for c in CANDIDATES if c.label() in accept]
+    if not usable:
+        return ChainPick(DEFAULT, f"{draft_dir}/training.json records no oracle accept length per chain", {}, {})
+    tdir = resolve_target(target)
+    machine = [platform.machine(), platform.processor(), sorted(cpu_flags()), torch.__version__]
+    ident = [target_id(tdir), (draft_dir / "training.json").read_text(), machine, torch.get_num_threads(), device]
+    key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
+    cached = cache_dir() / "chain-pick" / f"{key}.json"
+    if cached.is_file():
+        fwd = {int(k): v for k, v in json.loads(cached.read_text()).items()}
+    else:
+        model, _ = load_target(tdir, dtype="float32", device=device)
+        fwd = forward_ms(model, tuple(sorted({1} | {c.speculative_num_steps + 1 for c in usable})))
+        write_cache_json(cached, fwd)
+    share = weight_elements(draft_dir) / max(weight_elements(tdir), 1)
+    predicted = {c.label(): round(predict(accept[c.label()], c.speculative_num_steps, fwd, share), 3) for c in usable}
+    best = max(usable, key=lambda c: predicted[c.label()])
+    costs = ", ".join(f"{n}: {ms:.0f} ms" for n, ms in sorted(fwd.items()))
+    why = f"target forward by new tokens on this machine ({costs}); recorded accept length " + ", ".join(
+        f"{c.label()} {accept[c.label()]:.2f} -> predicted {predicted[c.label()]:.2f}x" for c in usable
+    )
+    return ChainPick(best, why, fwd, predicted)
+
+
+if __name__ == "__main__":
+    pick = pick_chain()
+    print(f"chain {pick.params.label()}: {pick.why}")
