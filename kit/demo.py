@@ -18,7 +18,6 @@ hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebook
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -191,28 +190,6 @@ def prefetch() -> threading.Thread:
     return t
 
 
-@contextlib.contextmanager
-def _passive_while(build: threading.Thread):
-    """A notebook started while the background build runs gets passive OpenMP threads (its kernel and the
-    servers it starts inherit OMP_WAIT_POLICY): the build takes a core on and off, and a spinning torch
-    thread starves beside it (`kit._omp_wait_policy`). Later notebooks choose for themselves again."""
-    chosen = "OMP_WAIT_POLICY" in os.environ and os.environ.get("KIT_OMP_WAIT_POLICY_AUTO") != "1"
-    if chosen or not build.is_alive():  # a value the user set stays
-        yield
-        return
-    saved = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "KIT_OMP_WAIT_POLICY_AUTO")}
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    os.environ.pop("KIT_OMP_WAIT_POLICY_AUTO", None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def run_demo(cfg: DemoConfig) -> Path:
     from kit.summary import collect, fmt_speedup, new_run_dir
 
@@ -224,15 +201,14 @@ def run_demo(cfg: DemoConfig) -> Path:
         raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
     run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     params = notebook_parameters(cfg, run_dir.resolve())
-    building = prefetch()
+    prefetch()
     timings = {}
     print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)
     for i, nb in enumerate(nbs, 1):
         t0 = time.perf_counter()
         print(f"[{i}/{len(nbs)}] {nb.name} ...", flush=True)
         try:
-            with _passive_while(building):
-                execute_notebook(nb, run_dir, params, echo=_CellEcho())
+            execute_notebook(nb, run_dir, params, echo=_CellEcho())
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             msg = str(e).strip().splitlines()
             print(
