@@ -7,7 +7,7 @@
 #   bash bench/gpu_demo.sh demo    # join the GGUF (md5 checked), then `kit demo --gpu`
 #   bash bench/gpu_demo.sh finish  # score a served run carried as stage/demo_run.tgz (python -m kit.demo_gpu finish)
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16, >= 60 s
-#   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py), detached, in parallel
+#   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py, $TRAIN_RECIPES), detached, in parallel
 #   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
 #                                  # becomes $S/best (used by `demo`); its files come back in 15 MiB parts
 #   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
@@ -82,14 +82,17 @@ notebooks)
   ls -l "$OUT/notebooks.tgz"
   ;;
 train)
-  # each recipe: `kit train-draft` + its oracle (training.json); detached so it runs on across calls
+  # each recipe: `kit train-draft $COMMON FLAGS` + its oracle (training.json); detached so it runs on across calls.
+  # TRAIN_RECIPES: NAME=FLAGS items separated by ';' (default: three epoch counts)
   join_gguf
   mkdir -p "$S/train"
   COMMON="--num-prompts 9289 --gen-tokens 256 --gen-batch 1024 --device cuda --data-dtype float32 \
 --max-draft-vocab 12000 --save-dtype bfloat16 --lr 0.002 --batch-size 32"
-  for E in ${TRAIN_EPOCHS:-3 5 8}; do
-    CUDA_VISIBLE_DEVICES=${TRAIN_GPU:-0} setsid nohup python3 bench/gpu_train_draft.py --out "$S/train/e$E" -- \
-      $COMMON --epochs $E > "$S/train/e$E.log" 2>&1 < /dev/null &
+  IFS=';' read -ra RECIPES <<< "${TRAIN_RECIPES:-e3=--epochs 3;e5=--epochs 5;e8=--epochs 8}"
+  for r in "${RECIPES[@]}"; do
+    name=${r%%=*}
+    CUDA_VISIBLE_DEVICES=${TRAIN_GPU:-0} setsid nohup python3 bench/gpu_train_draft.py --out "$S/train/$name" -- \
+      $COMMON ${r#*=} > "$S/train/$name.log" 2>&1 < /dev/null &
   done
   sleep 5; tail -n 2 "$S"/train/*.log
   ;;
@@ -113,7 +116,7 @@ if rows and max(rows)[0] > shipped:
     print("best", d.name, a)
 PY
   mkdir -p "$S/picked"
-  for d in "$S"/train/e*/; do [ -f "$d/training.json" ] && cp "$d/training.json" "$S/picked/$(basename "$d").training.json"; done
+  for d in "$S"/train/*/; do [ -f "$d/training.json" ] && cp "$d/training.json" "$S/picked/$(basename "$d").training.json"; done
   [ -f "$S/best/config.json" ] && cp "$S"/best/*.json "$S/picked/"
   tar czf "$OUT/pick.tgz" --exclude='*.safetensors' -C "$S" picked train
   if [ -f "$S/best/model.safetensors" ]; then

@@ -42,7 +42,7 @@ DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
 # the files of the shipped draft and their SHA-256; replacing the draft means updating these
 SHIPPED_DRAFT_SHA256 = {
-    "model.safetensors": "beebfbf0dd5434c0dbfa285ae68b32d1772a03d36e89b1460dc6b1f9bd53af2d",
+    "model.safetensors": "8b08d140e97bdd814c4b0c50d839ecde2561548b53cbf6aa2e025a0c8a7308e5",
     "config.json": "86c0381625ec2402488a1ba9b84550e33e5bc1f14e599824e1893cc71944250d",
 }
 

@@ -8,7 +8,8 @@
 * `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
 * `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
   with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`);
-* `batch_greedy`: many greedy continuations at once (left-padded `generate`).
+* `batch_greedy` / `batch_continue`: many continuations at once (left-padded `generate`), greedy or
+  sampled with the greedy token recorded at every step.
 
     with TargetCapture(model, [2, 15, 27]) as cap:
         model(input_ids=ids)
@@ -317,23 +318,59 @@ def batch_greedy(
     Faster than `greedy_generate` per prompt; padded batches can differ from batch-1 decoding in
     rare near-ties, so use it for data and oracle references, not for equality checks.
     Each continuation stops after its first EOS."""
-    out = []
+    return batch_continue(model, rows, max_new_tokens, pad_id, eos_token_id, batch)[0]
+
+
+def batch_continue(
+    model,
+    rows: list[list[int]],
+    max_new_tokens: int,
+    pad_id: int,
+    eos_token_id: int | None,
+    batch: int = 16,
+    temperature: float = 0.0,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Continuations of many prompts (left-padded HF generate) and the target's greedy token at each step.
+
+    temperature 0: greedy, and the greedy tokens are the continuation itself. temperature > 0: the
+    continuation is sampled from softmax(logits / temperature) (no top-k / top-p), and a forward hook
+    on the output head records each step's argmax, so position k of the second list is the token greedy
+    decoding would pick after the prompt and the first k sampled tokens. Both stop after the first EOS
+    of the continuation."""
+    conts, greedy = [], []
     dev = next(model.parameters()).device
-    for b0 in range(0, len(rows), batch):
-        chunk = rows[b0 : b0 + batch]
-        W = max(map(len, chunk))
-        ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
-        att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
-        g = model.generate(
-            input_ids=ids,
-            attention_mask=att,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad_id,
-            eos_token_id=eos_token_id,
-        )
-        for row in g[:, W:].tolist():
-            if eos_token_id is not None and eos_token_id in row:
-                row = row[: row.index(eos_token_id) + 1]
-            out.append(row)
-    return out
+    sample = temperature > 0
+    steps: list[torch.Tensor] = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _m, _i, out: steps.append(out[:, -1].argmax(-1))) if sample else None
+    try:
+        for b0 in range(0, len(rows), batch):
+            chunk = rows[b0 : b0 + batch]
+            W = max(map(len, chunk))
+            ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
+            att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
+            steps.clear()
+            how = (
+                {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+                if sample
+                else {"do_sample": False}
+            )
+            g = model.generate(
+                input_ids=ids,
+                attention_mask=att,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad_id,
+                eos_token_id=eos_token_id,
+                **how,
+            )
+            new = g[:, W:].tolist()
+            picks = torch.stack(steps, 1).tolist() if sample else new
+            for row, pick in zip(new, picks):
+                if eos_token_id is not None and eos_token_id in row:
+                    row = row[: row.index(eos_token_id) + 1]
+                conts.append(row)
+                greedy.append(pick[: len(row)])
+    finally:
+        if hook is not None:
+            hook.remove()
+    return conts, greedy

@@ -6,7 +6,9 @@ accept length 1 under your serving wiring, a 3-day head will not either.
 
 How:
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation
-   prompts) greedily, in batches — the draft learns the target's own outputs;
+   prompts) greedily, in batches — the draft learns the target's own outputs; with
+   `--sampled-continuations K` also K sampled continuations of each (`--sample-temperature`), for
+   more varied text, still labelled with the target's greedy token at every position;
 2. capture hooks stay on during that generation, so the prefill and every KV-cached decode step
    record the aux states at the SGLang capture points p = [2, L//2, L-3] (ids [1, L//2-1, L-4] in
    SGLang's "+1" convention, written to `eagle_config`); the labels are the target's greedy next
@@ -84,6 +86,14 @@ class TrainConfig:
         default="float32",
         metadata={"help": "dtype of the saved weights", "choices": ["float32", "bfloat16"]},
     )
+    sampled_continuations: int = field(
+        default=0,
+        metadata={
+            "help": "sampled continuations per prompt beside the greedy one (more varied text; the labels stay "
+            "the target's greedy token at every position)"
+        },
+    )
+    sample_temperature: float = field(default=0.8, metadata={"help": "temperature of the sampled continuations"})
     epochs: int = field(default=5, metadata={"help": "passes over the generated data"})
     ttt_steps: int = field(default=3, metadata={"help": "unrolled draft steps per position"})
     lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
@@ -118,47 +128,67 @@ def capture_ids(L: int) -> list[int]:
 
 
 # -- data ----------------------------------------------------------------------------------
-def generate_data(model, tok, prompts: list[str], gen_tokens: int, batch: int, points: list[int], log=print):
-    """The target's greedy continuations of the chat-templated prompts, with their training features
-    (`continue_with_features`)."""
+def generate_data(
+    model,
+    tok,
+    prompts: list[str],
+    gen_tokens: int,
+    batch: int,
+    points: list[int],
+    log=print,
+    sampled_continuations: int = 0,
+    sample_temperature: float = 0.8,
+):
+    """The target's greedy continuations of the chat-templated prompts, then `sampled_continuations`
+    sampled ones of each, with their training features (`continue_with_features`)."""
     from kit.models import chat_ids
 
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     rows = [chat_ids(tok, p) for p in prompts]
-    return continue_with_features(model, rows, gen_tokens, batch, points, pad, tok.eos_token_id, log)
+    data = continue_with_features(model, rows, gen_tokens, batch, points, pad, tok.eos_token_id, log)
+    if sampled_continuations:
+        more = rows * sampled_continuations
+        data += continue_with_features(
+            model, more, gen_tokens, batch, points, pad, tok.eos_token_id, log, temperature=sample_temperature
+        )
+    return data
 
 
-def continue_with_features(model, rows, gen_tokens: int, batch: int, points: list[int], pad: int, eos, log=print):
-    """Greedy continuations (batched, left-padded) with the aux states of every position, in one pass.
+def continue_with_features(
+    model, rows, gen_tokens: int, batch: int, points: list[int], pad: int, eos, log=print, temperature: float = 0.0
+):
+    """Continuations (batched, left-padded; greedy, or sampled at `temperature`) with the aux states of
+    every position, in one pass.
 
     Capture hooks stay on during `generate` (TargetCapture accumulate=True): the prefill yields the
     prompt's states and each KV-cached decode step the state of the token it fed, so no second,
     teacher-forced pass is needed. Returns per sequence: ids [N] (the fed tokens: the prompt and all
     but the last new token), feats [N, k*Ht] (bf16), labels [N] (the target's greedy token after each
-    position; prompt positions before `start` are never scored), start (first position whose label is
-    a generated token).
+    position, which a sampled continuation need not follow; prompt positions before `start` are never
+    scored), start (first position whose label is a generated token).
     """
     import torch
 
-    from kit.reference.target import TargetCapture, batch_greedy
+    from kit.reference.target import TargetCapture, batch_continue
 
     out, t0 = [], time.perf_counter()
     for b0 in range(0, len(rows), batch):
         chunk = rows[b0 : b0 + batch]
         with TargetCapture(model, points, accumulate=True) as cap:
-            conts = batch_greedy(model, chunk, gen_tokens, pad, eos, batch)
+            conts, greedy = batch_continue(model, chunk, gen_tokens, pad, eos, batch, temperature)
         feats, W = cap.features(), max(map(len, chunk))  # left-padded to W
-        for r, c, f in zip(chunk, conts, feats):
+        for r, c, y, f in zip(chunk, conts, greedy, feats):
             n = len(r) + len(c) - 1  # the last new token is never fed: it is only a label
             out.append(
                 {
                     "ids": torch.tensor((r + c)[:n]),
                     "feats": f[W - len(r) : W - len(r) + n].to(torch.bfloat16),
-                    "labels": torch.tensor([0] * (len(r) - 1) + c),
+                    "labels": torch.tensor([0] * (len(r) - 1) + y),
                     "start": len(r) - 1,
                 }
             )
-        log(f"generating: {len(out)}/{len(rows)} prompts continued ({time.perf_counter() - t0:.0f} s)")
+        how = f"sampled at temperature {temperature}" if temperature > 0 else "greedy"
+        log(f"generating: {len(out)}/{len(rows)} prompts continued, {how} ({time.perf_counter() - t0:.0f} s)")
     return out
 
 
@@ -389,7 +419,17 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     # training text and features come from it; the head's init reads the fp32 target, and serving stays fp32
     same = data_dtype == "float32" and cfg.device == "cpu"
     gen_model = model if same else load_target(cfg.target, dtype=data_dtype, device=cfg.device)[0]
-    data = generate_data(gen_model, tok, prompts, cfg.gen_tokens, cfg.gen_batch, points, log)
+    data = generate_data(
+        gen_model,
+        tok,
+        prompts,
+        cfg.gen_tokens,
+        cfg.gen_batch,
+        points,
+        log,
+        sampled_continuations=cfg.sampled_continuations,
+        sample_temperature=cfg.sample_temperature,
+    )
     del gen_model
     n_gen = sum(len(d["ids"]) - d["start"] for d in data)
     t2 = time.perf_counter()

@@ -62,3 +62,21 @@ def test_features_captured_while_generating_equal_a_teacher_forced_pass():
         assert torch.allclose(d["feats"].double(), ref, rtol=1e-2, atol=1e-2)  # stored in bf16
         assert d["labels"][d["start"] :].tolist() == logits.argmax(-1)[d["start"] :].tolist()
         assert d["labels"][d["start"] : -1].tolist() == ids[d["start"] + 1 :].tolist()  # label = next fed token
+
+
+def test_sampled_continuations_are_labelled_with_the_greedy_token():
+    """Sampled text, greedy labels: each label is the teacher-forced argmax after the sampled prefix."""
+    m = tiny_target(layers=4, dtype=torch.float64)
+    rows = [[5, 7, 9, 11, 2], [3, 4], [8, 8, 1]]
+    torch.manual_seed(0)
+    data = continue_with_features(
+        m, rows, gen_tokens=12, batch=3, points=[1, 2, 4], pad=0, eos=None, log=lambda *_: 0, temperature=5.0
+    )
+    off_greedy = 0
+    for r, d in zip(rows, data):
+        ids = d["ids"]
+        assert ids[: len(r)].tolist() == r and len(ids) == len(r) + 11
+        logits = m(input_ids=ids[None]).logits[0]
+        assert d["labels"][d["start"] :].tolist() == logits.argmax(-1)[d["start"] :].tolist()
+        off_greedy += int((d["labels"][d["start"] : -1] != ids[d["start"] + 1 :]).sum())
+    assert off_greedy > 0  # at temperature 5 the fed text leaves the greedy path
