@@ -25,6 +25,7 @@ emulates an AVX2-only CPU).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -101,8 +102,9 @@ def embedded_dir() -> Path:
 
     g = gguf_path()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    tok = AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name)
-    model = AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name, dtype=torch.float32)
+    with _gguf_parsed_once():
+        tok = AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name)
+        model = AutoModelForCausalLM.from_pretrained(g.parent, gguf_file=g.name, dtype=torch.float32)
     # the GGUF path leaves `architectures` empty; tools that read config.json need it
     model.config.architectures = [type(model).__name__]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,33 @@ def embedded_dir() -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """Within the block, transformers' GGUF loading parses the file once and builds gguf's tensor-name map once.
+
+    transformers opens a fresh `gguf.GGUFReader` for the config, the tokenizer and the weights (each parse
+    walks SmolLM2's 49,152-token vocabulary and merges field by field: ~7 s on a 2-core CPU) and calls
+    `gguf.get_tensor_name_map(arch, n_blocks)` once per tensor (~400 times, ~25 ms each). Both are looked
+    up on the `gguf` module at call time, so memoizing them there for the conversion gives the same
+    objects' contents with one parse and one map. The reader is a read-only memmap."""
+    import gguf
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = real_reader(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
 def _save_plain(model, out: Path) -> None:

@@ -27,6 +27,7 @@ from kit.sglang.params import SpecParams
 
 CANDIDATES = (SpecParams(2, 1, 3), SpecParams(3, 1, 4))
 DEFAULT = CANDIDATES[0]
+MEASURE_VERSION = 2  # bump when the engine code changes what a forward costs (cached measurements go stale)
 
 
 @dataclass
@@ -113,7 +114,14 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
         return ChainPick(DEFAULT, f"{draft_dir}/training.json records no oracle accept length per chain", {}, {})
     tdir = resolve_target(target)
     machine = [platform.machine(), platform.processor(), sorted(cpu_flags()), torch.__version__]
-    ident = [target_id(tdir), (draft_dir / "training.json").read_text(), machine, torch.get_num_threads(), device]
+    ident = [
+        MEASURE_VERSION,
+        target_id(tdir),
+        (draft_dir / "training.json").read_text(),
+        machine,
+        torch.get_num_threads(),
+        device,
+    ]
     key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     cached = cache_dir() / "chain-pick" / f"{key}.json"
     if cached.is_file():

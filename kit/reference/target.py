@@ -138,14 +138,43 @@ def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token
     return row
 
 
-def linear(mod, x: torch.Tensor) -> torch.Tensor:
-    """`mod(x)` for an nn.Linear and x [N, in]. With 2-6 rows on a CPU it runs as W @ x^T, a GEMM whose small
-    side is N: MKL takes that at GEMV speed, where x @ W^T with N = 2-6 took 3-5x one row's time on an AMD
-    EPYC (a 3-token verify then cost three greedy steps, four batched requests four). One row, a prefill,
-    a GPU or a bias keep the module's own path."""
-    if x.dim() != 2 or not 1 < x.shape[0] <= 6 or x.device.type != "cpu" or mod.bias is not None:
+SMALL_ROWS = range(2, 7)  # row counts of a verify or a few batched decode steps
+
+
+def linear(mod, x: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+    """`mod(x)` for an nn.Linear and x [N, in]; with `transposed` and 2-6 rows on a CPU, as W @ x^T instead,
+    a GEMM whose small side is N. Which of the two runs at GEMV speed depends on the CPU's BLAS kernels: on a
+    2-core AMD EPYC x @ W^T with N = 2-6 took 3-5x one row's time and W @ x^T about one row's; on a 2-core
+    Xeon with AVX-512 W @ x^T took twice x @ W^T. `small_rows_transposed` measures it. One row, a prefill, a
+    GPU or a bias keep the module's own path."""
+    if not transposed or x.dim() != 2 or x.shape[0] not in SMALL_ROWS or x.device.type != "cpu" or mod.bias is not None:
         return mod(x)
     return (mod.weight @ x.t()).t().contiguous()
+
+
+def small_rows_transposed(weights: list[torch.Tensor], rows: int = 3, reps: int = 3) -> tuple[bool, str]:
+    """Whether W @ x^T beats x @ W^T for `rows`-row inputs on this CPU, timed over `weights` (a model's own
+    matrices, so they stream from memory as in a forward), both orders interleaved, best of `reps`.
+    Returns (choice, why)."""
+    import time
+
+    if not weights or weights[0].device.type != "cpu":
+        return False, "not a CPU"
+    x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)
+    best = {False: float("inf"), True: float("inf")}
+    with torch.inference_mode():
+        for _ in range(reps + 1):  # the first round warms up
+            for transposed in (False, True):
+                t0 = time.perf_counter()
+                for w in weights:
+                    if transposed:
+                        (w @ x.t()).t().contiguous()
+                    else:
+                        torch.nn.functional.linear(x, w)
+                best[transposed] = min(best[transposed], time.perf_counter() - t0)
+    pick = best[True] < 0.9 * best[False]  # the module's own path unless the other is clearly faster
+    ms = {k: round(v * 1e3, 1) for k, v in best.items()}
+    return pick, f"{rows}-row matmuls over {len(weights)} weights: x @ W^T {ms[False]} ms, W @ x^T {ms[True]} ms"
 
 
 # -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------
@@ -221,6 +250,10 @@ class RaggedTarget:
         self.rope = apply_rotary_pos_emb
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
+        # measured, once per engine: which GEMM order a 2-6-row forward (a verify) streams its weights at
+        self.transposed, self.transposed_why = small_rows_transposed(
+            [lay.mlp.gate_proj.weight for lay in self.layers if hasattr(lay.mlp, "gate_proj")]
+        )
 
     def new_kv(self, capacity: int) -> SeqKV:
         return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))
@@ -229,25 +262,26 @@ class RaggedTarget:
         """A decoder layer's q [1, heads, N, hd] and rotated k, v [1, kv heads, N, hd] for x [N, H]."""
         at, n = layer.self_attn, x.shape[0]
         h = layer.input_layernorm(x)
-        q = linear(at.q_proj, h).view(n, self.nh, self.hd).transpose(0, 1)[None]
-        k = linear(at.k_proj, h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
-        v = linear(at.v_proj, h).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+        t = self.transposed
+        q = linear(at.q_proj, h, t).view(n, self.nh, self.hd).transpose(0, 1)[None]
+        k = linear(at.k_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+        v = linear(at.v_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
         if getattr(at, "q_norm", None) is not None:  # qwen3
             q, k = at.q_norm(q), at.k_norm(k)
         q, k = self.rope(q, k, cos, sin)
         return q, k, v
 
-    @staticmethod
-    def finish(layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def finish(self, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """The residual stream after a decoder layer, from its input x and attention output [N, heads * hd]."""
-        x = x + linear(layer.self_attn.o_proj, attn)
+        t = self.transposed
+        x = x + linear(layer.self_attn.o_proj, attn, t)
         h, mlp = layer.post_attention_layernorm(x), layer.mlp
         if not all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
             return x + mlp(h)
-        return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))
+        return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h, t)) * linear(mlp.up_proj, h, t), t)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.model.lm_head, x)
+        return linear(self.model.lm_head, x, self.transposed)
 
     @torch.inference_mode()
     def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:
