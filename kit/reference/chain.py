@@ -42,9 +42,12 @@ def recorded_accept_lengths(draft_dir: str | Path) -> dict[str, float]:
     """Chain label -> the draft's oracle accept length (per verify, SGLang's meta definition) from its
     training.json; {} when it has none."""
     p = Path(draft_dir) / "training.json"
-    if not p.is_file():
-        return {}
-    oracle = json.loads(p.read_text()).get("oracle") or {}
+    return accept_lengths_of(json.loads(p.read_text())) if p.is_file() else {}
+
+
+def accept_lengths_of(record: dict) -> dict[str, float]:
+    """Chain label -> oracle accept length from a parsed training record (the first length recorded per chain)."""
+    oracle = record.get("oracle") or {}
     out = {}
     for key, v in oracle.items():
         label, _, tokens = key.partition("@")
@@ -108,7 +111,9 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
     from kit.models import cache_dir, cpu_flags, load_target, resolve_target, shipped_draft, target_id, write_cache_json
 
     draft_dir = Path(draft_dir or shipped_draft())
-    accept = recorded_accept_lengths(draft_dir)
+    record = draft_dir / "training.json"
+    record_text = record.read_text() if record.is_file() else "{}"
+    accept = accept_lengths_of(json.loads(record_text))
     usable = [c for c in CANDIDATES if c.label() in accept]
     if not usable:
         return ChainPick(DEFAULT, f"{draft_dir}/training.json records no oracle accept length per chain", {}, {})
@@ -117,7 +122,7 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
     ident = [
         MEASURE_VERSION,
         target_id(tdir),
-        (draft_dir / "training.json").read_text(),
+        record_text,
         machine,
         torch.get_num_threads(),
         device,
