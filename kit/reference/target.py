@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -177,6 +178,18 @@ def small_rows_transposed(weights: list[torch.Tensor], rows: int = 3, reps: int 
     return pick, f"{rows}-row matmuls over {len(weights)} weights: x @ W^T {ms[False]} ms, W @ x^T {ms[True]} ms"
 
 
+_GEMM_ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> small_rows_transposed's answer
+
+
+def _gemm_order(model, layers) -> tuple[bool, str]:
+    """`small_rows_transposed` over the model's gate projections, measured on the first engine built on that
+    model and reused by later ones (a greedy or speculative call per prompt builds one each)."""
+    if model not in _GEMM_ORDER:
+        weights = [lay.mlp.gate_proj.weight for lay in layers if hasattr(lay.mlp, "gate_proj")]
+        _GEMM_ORDER[model] = small_rows_transposed(weights)
+    return _GEMM_ORDER[model]
+
+
 # -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------
 class SeqKV:
     """One sequence's target KV cache, [layers, 2 (k, v), kv heads, capacity, head dim], grown by doubling."""
@@ -250,10 +263,8 @@ class RaggedTarget:
         self.rope = apply_rotary_pos_emb
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
-        # measured, once per engine: which GEMM order a 2-6-row forward (a verify) streams its weights at
-        self.transposed, self.transposed_why = small_rows_transposed(
-            [lay.mlp.gate_proj.weight for lay in self.layers if hasattr(lay.mlp, "gate_proj")]
-        )
+        # which GEMM order a 2-6-row forward (a verify) streams its weights at: measured once per model
+        self.transposed, self.transposed_why = _gemm_order(model, self.layers)
 
     def new_kv(self, capacity: int) -> SeqKV:
         return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))

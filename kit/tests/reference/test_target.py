@@ -33,3 +33,14 @@ def test_linear_keeps_the_module_path_outside_small_rows():
     for rows in (1, 3, 9):
         x = torch.randn(rows, 8)
         assert torch.allclose(linear(lin, x, transposed=True), lin(x), atol=1e-6)
+
+
+def test_gemm_order_is_measured_once_per_model(monkeypatch):
+    import kit.reference.target as kt
+
+    calls = []
+    monkeypatch.setattr(kt, "small_rows_transposed", lambda w: calls.append(len(w)) or (False, "stub"))
+    m = tiny_target(layers=3, dtype=torch.float32)
+    for _ in range(3):  # a per-prompt greedy or speculative call builds an engine each time
+        assert RaggedTarget(m, None).transposed_why == "stub"
+    assert calls == [3]
