@@ -139,55 +139,132 @@ def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token
     return row
 
 
-SMALL_ROWS = range(2, 7)  # row counts of a verify or a few batched decode steps
+PLAN_ROWS = range(1, 7)  # row counts of a decode step, a verify, or a few requests batched
 
 
-def linear(mod, x: torch.Tensor, transposed: bool = False) -> torch.Tensor:
-    """`mod(x)` for an nn.Linear and x [N, in]; with `transposed` and 2-6 rows on a CPU, as W @ x^T instead,
-    a GEMM whose small side is N. Which of the two runs at GEMV speed depends on the CPU's BLAS kernels: on a
-    2-core AMD EPYC x @ W^T with N = 2-6 took 3-5x one row's time and W @ x^T about one row's; on a 2-core
-    Xeon with AVX-512 W @ x^T took twice x @ W^T. `small_rows_transposed` measures it. One row, a prefill, a
-    GPU or a bias keep the module's own path."""
-    if not transposed or x.dim() != 2 or x.shape[0] not in SMALL_ROWS or x.device.type != "cpu" or mod.bias is not None:
+@dataclass(frozen=True)
+class GemmPlan:
+    """How an n-row linear runs on this CPU, per weight shape and for n in a shape's table: computed as m >= n
+    rows (the last row repeated, the extra outputs dropped) as x @ W^T or, `transposed`, as W @ x^T. Both are
+    the same weights times the same inputs; what differs is which BLAS kernel runs, and CPUs differ in it: on a
+    2-core AMD EPYC with AVX2 a one-row GEMV streamed the weights at about half the speed of W @ x^T over
+    four rows, and x @ W^T with 2-6 rows took 3-5x one row's time; on a 2-core Xeon with AVX-512 W @ x^T took
+    twice x @ W^T."""
+
+    shapes: dict[tuple[int, int], dict[int, tuple[int, bool]]]  # weight shape -> n -> (m, transposed)
+    why: str = ""
+
+    def to_json(self) -> dict:
+        return {"shapes": {f"{o}x{i}": rows for (o, i), rows in self.shapes.items()}, "why": self.why}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> GemmPlan:
+        shapes = {}
+        for key, rows in doc["shapes"].items():
+            o, i = key.split("x")
+            shapes[(int(o), int(i))] = {int(n): (int(m), bool(t)) for n, (m, t) in rows.items()}
+        return cls(shapes, doc["why"])
+
+
+MODULE_PATH = GemmPlan({}, "the module's own path")
+
+
+def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
+    """`mod(x)` for an nn.Linear and x [N, in], run the way `plan` says for its weight's shape and N rows
+    (`GemmPlan`). A shape or row count outside the plan, a GPU or a bias keep the module's own path."""
+    rows = plan.shapes.get(tuple(mod.weight.shape)) if x.dim() == 2 and mod.bias is None else None
+    how = rows.get(x.shape[0]) if rows is not None and x.device.type == "cpu" else None
+    if how is None:
         return mod(x)
-    return (mod.weight @ x.t()).t().contiguous()
+    n, (m, transposed) = x.shape[0], how
+    if m > n:
+        x = torch.cat([x, x[-1:].expand(m - n, -1)])
+    y = (mod.weight @ x.t()).t() if transposed else F.linear(x, mod.weight)
+    return y[:n].contiguous() if m > n or transposed else y
 
 
-def small_rows_transposed(weights: list[torch.Tensor], rows: int = 3, reps: int = 3) -> tuple[bool, str]:
-    """Whether W @ x^T beats x @ W^T for `rows`-row inputs on this CPU, timed over `weights` (a model's own
-    matrices, so they stream from memory as in a forward), both orders interleaved, best of `reps`.
-    Returns (choice, why)."""
+def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 1) -> tuple[dict, str]:
+    """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
+    stream from memory as in a forward): every computed row count m in `rows` in both orders, interleaved so
+    each sees the same machine load, best of `reps` after a warm-up round; then for each n the cheapest
+    (m >= n, order), kept only when it beats the module's own path by 10%. Returns (n -> (m, transposed), why)."""
     import time
 
-    if not weights or weights[0].device.type != "cpu":
-        return False, "not a CPU"
-    x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)
-    best = {False: float("inf"), True: float("inf")}
+    rows = list(rows)
+    xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
+    best = {(m, t): float("inf") for m in rows for t in (False, True)}
     with torch.inference_mode():
-        for _ in range(reps + 1):  # the first round warms up
-            for transposed in (False, True):
+        for _ in range(reps + 1):
+            for key in best:
+                m, t = key
+                x = xs[m]
                 t0 = time.perf_counter()
                 for w in weights:
-                    if transposed:
-                        (w @ x.t()).t().contiguous()
-                    else:
-                        torch.nn.functional.linear(x, w)
-                best[transposed] = min(best[transposed], time.perf_counter() - t0)
-    pick = best[True] < 0.9 * best[False]  # the module's own path unless the other is clearly faster
+                    (w @ x.t()).t().contiguous() if t else F.linear(x, w)
+                best[key] = min(best[key], time.perf_counter() - t0)
+    table = {}
+    for n in rows:
+        m, t = min((k for k in best if k[0] >= n), key=best.get)
+        if best[(m, t)] < 0.9 * best[(n, False)]:
+            table[n] = (m, t)
     ms = {k: round(v * 1e3, 1) for k, v in best.items()}
-    return pick, f"{rows}-row matmuls over {len(weights)} weights: x @ W^T {ms[False]} ms, W @ x^T {ms[True]} ms"
+    o, i = weights[0].shape
+    why = f"{o}x{i} x{len(weights)}, ms by rows (x @ W^T / W @ x^T): " + ", ".join(
+        f"{m}: {ms[(m, False)]}/{ms[(m, True)]}" for m in rows
+    )
+    return table, why
 
 
-_GEMM_ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> small_rows_transposed's answer
+def measure_plan(model) -> GemmPlan:
+    """The `GemmPlan` of a model on this CPU: `measure_rows` per weight shape of its bias-free linears
+    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape."""
+    by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and mod.bias is None and mod.weight.device.type == "cpu":
+            by_shape.setdefault(tuple(mod.weight.shape), []).append(mod.weight)
+    shapes, whys = {}, []
+    for shape, weights in by_shape.items():
+        shapes[shape], why = measure_rows(weights)
+        whys.append(why)
+    return GemmPlan({s: t for s, t in shapes.items() if t}, "; ".join(whys))
 
 
-def _gemm_order(model, layers) -> tuple[bool, str]:
-    """`small_rows_transposed` over the model's gate projections, measured on the first engine built on that
-    model and reused by later ones (a greedy or speculative call per prompt builds one each)."""
-    if model not in _GEMM_ORDER:
-        weights = [lay.mlp.gate_proj.weight for lay in layers if hasattr(lay.mlp, "gate_proj")]
-        _GEMM_ORDER[model] = small_rows_transposed(weights)
-    return _GEMM_ORDER[model]
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its GemmPlan
+
+
+def gemm_plan(model) -> GemmPlan:
+    """`measure_plan` for the model: measured on the first engine built on it and reused by later ones (a
+    greedy or speculative call per prompt builds one each), and kept in $KIT_CACHE_DIR/gemm-plan under this
+    CPU, torch, thread count and the model's weight shapes, so a server started later on the same machine
+    reads it back instead of timing again (about 3 s for SmolLM2 on a 2-core CPU)."""
+    if model in _PLANS:
+        return _PLANS[model]
+    if next(model.parameters()).device.type != "cpu":
+        _PLANS[model] = MODULE_PATH
+        return MODULE_PATH
+    import hashlib
+    import json
+    import os
+    import platform
+
+    from kit.models import cache_dir, cpu_flags, write_cache_json
+
+    ident = [
+        sorted(cpu_flags()),
+        platform.processor(),
+        torch.__version__,
+        torch.get_num_threads(),
+        [os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")],
+        [[*m.weight.shape, str(m.weight.dtype)] for m in model.modules() if isinstance(m, torch.nn.Linear)],
+    ]
+    path = cache_dir() / "gemm-plan" / (hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16] + ".json")
+    try:
+        plan = GemmPlan.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        plan = measure_plan(model)
+        write_cache_json(path, plan.to_json())
+    _PLANS[model] = plan
+    return plan
 
 
 # -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------
@@ -263,8 +340,8 @@ class RaggedTarget:
         self.rope = apply_rotary_pos_emb
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
-        # which GEMM order a 2-6-row forward (a verify) streams its weights at: measured once per model
-        self.transposed, self.transposed_why = _gemm_order(model, self.layers)
+        # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once
+        self.plan = gemm_plan(model)
 
     def new_kv(self, capacity: int) -> SeqKV:
         return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))
@@ -273,7 +350,7 @@ class RaggedTarget:
         """A decoder layer's q [1, heads, N, hd] and rotated k, v [1, kv heads, N, hd] for x [N, H]."""
         at, n = layer.self_attn, x.shape[0]
         h = layer.input_layernorm(x)
-        t = self.transposed
+        t = self.plan
         q = linear(at.q_proj, h, t).view(n, self.nh, self.hd).transpose(0, 1)[None]
         k = linear(at.k_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
         v = linear(at.v_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
@@ -284,7 +361,7 @@ class RaggedTarget:
 
     def finish(self, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """The residual stream after a decoder layer, from its input x and attention output [N, heads * hd]."""
-        t = self.transposed
+        t = self.plan
         x = x + linear(layer.self_attn.o_proj, attn, t)
         h, mlp = layer.post_attention_layernorm(x), layer.mlp
         if not all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
@@ -292,7 +369,7 @@ class RaggedTarget:
         return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h, t)) * linear(mlp.up_proj, h, t), t)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.model.lm_head, x, self.transposed)
+        return linear(self.model.lm_head, x, self.plan)
 
     @torch.inference_mode()
     def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:

@@ -1,46 +1,77 @@
-"""RaggedTarget's measured GEMM order: either order gives the model's own numbers."""
+"""RaggedTarget's measured GEMM plan: every plan gives the model's own numbers, and it is measured once."""
 
 import torch
 
-from kit.reference.target import Piece, RaggedTarget, linear, small_rows_transposed
+from kit.reference.target import MODULE_PATH, GemmPlan, Piece, RaggedTarget, linear, measure_plan, measure_rows
 from kit.tests.tinymodels import one_thread, tiny_target  # noqa: F401 (autouse fixture)
 
+ROWS = {1: (2, True), 2: (2, False), 3: (4, True), 4: (4, True), 5: (8, False)}
 
-def test_either_gemm_order_gives_the_same_verify_forward():
+
+def padded(model) -> GemmPlan:
+    """A plan that pads and reorders every bias-free linear of `model`."""
+    shapes = {tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return GemmPlan({s: ROWS for s in shapes}, "test")
+
+
+def test_every_plan_gives_the_same_decode_and_verify_forward():
     m = tiny_target(layers=3, dtype=torch.float32)
-    ids = [5, 7, 9, 11, 2, 3, 4, 8]
+    ids = [5, 7, 9, 11, 2, 3, 4, 8, 6]
     outs = []
-    for transposed in (False, True):
+    for plan in (MODULE_PATH, padded(m)):
         rt = RaggedTarget(m, [1, 2])
-        rt.transposed = transposed
+        rt.plan = plan
         kv = rt.new_kv(32)
         rt.forward([Piece(kv, ids[:5], logits="last")])
-        outs.append(rt.forward([Piece(kv, ids[5:])])[0])  # a 3-token verify: the small-row path
-    (pred_a, feats_a), (pred_b, feats_b) = outs
-    assert pred_a == pred_b and len(pred_a) == 3
-    assert torch.allclose(feats_a, feats_b, atol=1e-5)
+        verify = rt.forward([Piece(kv, ids[5:8])])[0]  # 3 tokens: padded to 4
+        step = rt.forward([Piece(kv, ids[8:])])[0]  # 1 token: padded to 2
+        outs.append((verify, step))
+    for (pa, fa), (pb, fb) in zip(*outs):
+        assert pa == pb
+        assert torch.allclose(fa, fb, atol=1e-5)
+    assert len(outs[1][0][0]) == 3 and len(outs[1][1][0]) == 1
 
 
-def test_small_rows_transposed_measures_and_says_why():
-    weights = [torch.randn(64, 32) for _ in range(4)]
-    pick, why = small_rows_transposed(weights)
-    assert isinstance(pick, bool) and "x @ W^T" in why and "W @ x^T" in why
-    assert small_rows_transposed([]) == (False, "not a CPU")
-
-
-def test_linear_keeps_the_module_path_outside_small_rows():
+def test_linear_pads_and_drops_the_extra_rows():
     lin = torch.nn.Linear(8, 4, bias=False)
-    for rows in (1, 3, 9):
+    plan = GemmPlan({(4, 8): ROWS})
+    for rows in (1, 3, 5, 9):  # 9 is outside the plan: the module's own path
         x = torch.randn(rows, 8)
-        assert torch.allclose(linear(lin, x, transposed=True), lin(x), atol=1e-6)
+        y = linear(lin, x, plan)
+        assert y.shape == (rows, 4) and y.is_contiguous()
+        assert torch.allclose(y, lin(x), atol=1e-6)
+    biased, other = torch.nn.Linear(8, 4), torch.nn.Linear(8, 6, bias=False)  # a bias; a shape outside the plan
+    for mod in (biased, other):
+        x = torch.randn(3, 8)
+        assert torch.allclose(linear(mod, x, plan), mod(x), atol=1e-6)
 
 
-def test_gemm_order_is_measured_once_per_model(monkeypatch):
+def test_measure_rows_picks_per_row_count_and_says_why():
+    table, why = measure_rows([torch.randn(64, 32) for _ in range(4)], rows=range(1, 5))
+    assert all(n in range(1, 5) and n <= m <= 4 for n, (m, _) in table.items())
+    assert why.startswith("64x32 x4") and "4: " in why
+
+
+def test_measure_plan_covers_every_weight_shape_and_round_trips():
+    m = tiny_target(layers=2, dtype=torch.float32)
+    plan = measure_plan(m)
+    shapes = {tuple(w.weight.shape) for w in m.modules() if isinstance(w, torch.nn.Linear)}
+    assert set(plan.shapes) <= shapes and all(f"{o}x{i}" in plan.why for o, i in shapes)
+    assert GemmPlan.from_json(plan.to_json()) == plan
+
+
+def test_gemm_plan_is_measured_once_per_machine_and_model_shape(monkeypatch, tmp_path):
     import kit.reference.target as kt
 
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     calls = []
-    monkeypatch.setattr(kt, "small_rows_transposed", lambda w: calls.append(len(w)) or (False, "stub"))
+    monkeypatch.setattr(kt, "measure_plan", lambda model: calls.append(model) or padded(model))
     m = tiny_target(layers=3, dtype=torch.float32)
     for _ in range(3):  # a per-prompt greedy or speculative call builds an engine each time
-        assert RaggedTarget(m, None).transposed_why == "stub"
-    assert calls == [3]
+        assert RaggedTarget(m, None).plan == padded(m)
+    assert calls == [m]
+    other = tiny_target(layers=3, dtype=torch.float32)  # same shapes: a new process reads the cache
+    kt._PLANS.clear()
+    assert RaggedTarget(other, None).plan == padded(m)
+    assert calls == [m]
+    assert len(list((tmp_path / "gemm-plan").glob("*.json"))) == 1
