@@ -46,12 +46,22 @@ def _omp_wait_policy() -> str | None:
     return "PASSIVE" if busy is not None and busy >= 0.5 else None
 
 
-# a value the user set wins; one a parent kit process chose (marked) is chosen again for this process
-if "OMP_WAIT_POLICY" not in _os.environ or _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO") == "1":
+# a value the user set wins; one a parent kit process chose (marked "1") is chosen again for this process,
+# unless the parent pinned its choice for its children (marked "pinned": `kit demo`, whose own background
+# work and sibling servers would read as other work to a child's sample)
+_mark = _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO")
+if _mark != "pinned" and ("OMP_WAIT_POLICY" not in _os.environ or _mark == "1"):
     _os.environ.pop("OMP_WAIT_POLICY", None)
     _policy = _omp_wait_policy()
     if _policy:
         _os.environ["OMP_WAIT_POLICY"] = _policy
     _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "1"
+
+
+def pin_omp_wait_policy() -> None:
+    """Keep this process's OpenMP wait policy (chosen as `import kit` ran) for every process it starts."""
+    if _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO") == "1":
+        _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "pinned"
+
 
 from kit.findings import Finding, KitInputError, Report  # noqa: E402,F401

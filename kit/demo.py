@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kit
 from kit import config as kconfig
 from kit.findings import KitInputError
 
@@ -172,22 +173,29 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
     return out_nb
 
 
-def prefetch() -> threading.Thread:
-    """Build, in the background while the first notebooks run, SGLang's parser environment: notebook 04
-    lints with the real parser, and on a first run building it (mostly pip's downloads and unpacking)
-    is the longest wait. The build is lock-protected, so notebook 04 arriving first waits for this one
-    build; a failure is left for notebook 04 to report in its own words."""
+def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
+    """Fill, in the background while the first notebooks run, what later notebooks would otherwise wait for
+    on a first run: the embedded target converted from its GGUF (notebook 02 needs it a few seconds in; 01
+    does not) and SGLang's parser environment (notebook 04 lints with the real parser; building it is mostly
+    pip's downloads and unpacking). Both are lock-protected cache entries, so a notebook arriving first waits
+    for the one build; a failure is left for the notebook to report in its own words."""
+    from kit.models import embedded_dir
     from kit.sglang.parser import parser_python
 
-    def fill() -> None:
+    jobs = [("parser", parser_python)]
+    if cfg.target is None:  # the embedded default
+        jobs.insert(0, ("target", embedded_dir))
+
+    def fill(job) -> None:
         try:
-            parser_python()
-        except Exception:  # noqa: BLE001  (notebook 04 meets the same error and reports it)
+            job()
+        except Exception:  # noqa: BLE001  (the notebook that needs it meets the same error and reports it)
             pass
 
-    t = threading.Thread(target=fill, name="kit-demo-prefetch", daemon=True)
-    t.start()
-    return t
+    threads = [threading.Thread(target=fill, args=(job,), name=f"kit-demo-{name}", daemon=True) for name, job in jobs]
+    for t in threads:
+        t.start()
+    return threads
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -201,7 +209,10 @@ def run_demo(cfg: DemoConfig) -> Path:
         raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
     run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     params = notebook_parameters(cfg, run_dir.resolve())
-    prefetch()
+    # the kernels and servers below start while this run's own work (the prefetch, sibling servers) keeps the
+    # machine busy: they keep the OpenMP wait policy chosen as this process started, on the machine as it was
+    kit.pin_omp_wait_policy()
+    prefetch(cfg)
     timings = {}
     print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)
     for i, nb in enumerate(nbs, 1):

@@ -43,7 +43,7 @@ DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
 # the files of the shipped draft and their SHA-256; replacing the draft means updating these
 SHIPPED_DRAFT_SHA256 = {
-    "model.safetensors": "8b08d140e97bdd814c4b0c50d839ecde2561548b53cbf6aa2e025a0c8a7308e5",
+    "model.safetensors": "99fbb896ced5da9c6aa9e461cbfadb1eb91258fe924d538a377421d7c2395c22",
     "config.json": "86c0381625ec2402488a1ba9b84550e33e5bc1f14e599824e1893cc71944250d",
 }
 
@@ -92,11 +92,35 @@ def gguf_path() -> Path:
     return p
 
 
+@contextlib.contextmanager
+def cache_lock(entry: Path):
+    """An exclusive lock on one cache entry across processes (a `.<name>.lock` file beside it): a second process
+    filling the same entry waits for the first, then finds the entry filled."""
+    import fcntl
+
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f".{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def embedded_dir() -> Path:
-    """A normal HF model directory (config, tokenizer, safetensors) converted once from the GGUF."""
+    """A normal HF model directory (config, tokenizer, safetensors) converted once from the GGUF (one process
+    converts; another asking at the same time waits for it)."""
     out = cache_dir() / EMBEDDED_NAME
-    if (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists():
+    if _embedded_ready(out):
         return out
+    with cache_lock(out):
+        if not _embedded_ready(out):
+            _convert_embedded(out)
+    return out
+
+
+def _embedded_ready(out: Path) -> bool:
+    return (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists()
+
+
+def _convert_embedded(out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -117,7 +141,6 @@ def embedded_dir() -> Path:
         tmp.rename(out)  # atomic: a crash never leaves a half-written cache
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 @contextlib.contextmanager

@@ -35,7 +35,6 @@ Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME...
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -49,7 +48,7 @@ import time
 from pathlib import Path
 
 from kit.findings import KitInputError
-from kit.models import cache_dir
+from kit.models import cache_dir, cache_lock
 
 # An SGLang side environment gets sglang itself `--no-deps`, then the requirements its wheel declares except
 # the GPU/kernel/media stacks (SGLANG_SKIP), with the release's own pins (each release's
@@ -155,9 +154,7 @@ def ensure_venv(name: str, quiet: bool = True) -> Path:
     d = venv_dir(name)
     if is_built(name):
         return venv_python(name)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    with open(d.parent / f".{d.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build of the same env waits, then reuses it
+    with cache_lock(d):  # a concurrent build of the same env waits, then reuses it
         if is_built(name):
             return venv_python(name)
         failed = d.parent / f".{d.name}.failed"

@@ -152,6 +152,35 @@ def spec_launcher(base, engine: str = "sglang", log_dir: str | None = None, read
     return launch
 
 
+def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglang") -> list[Any]:
+    """Enter every launch (a `Launcher`'s context for one point; None passes through as None) and register its
+    stop on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the CPU
+    reference server, whose start is mostly imports and a model load), else one after another (SGLang on one
+    GPU sizes its memory pool from what is free as it starts). If one fails, those already up are stopped and
+    its error is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kit.serving.engines import get_engine
+
+    live = [cm for cm in launches if cm is not None]
+    entered, error = {}, None
+    with ThreadPoolExecutor(len(live) if live and get_engine(engine).starts_together else 1) as pool:
+        futures = {id(cm): pool.submit(cm.__enter__) for cm in live}
+        for cm in live:
+            try:
+                entered[id(cm)] = futures[id(cm)].result()
+            except BaseException as e:  # noqa: BLE001  (re-raised below, after the others are stopped)
+                error = error or e
+    if error is not None:
+        for cm in live:
+            if id(cm) in entered:
+                cm.__exit__(None, None, None)
+        raise error
+    for cm in live:
+        stack.push(cm.__exit__)
+    return [entered[id(cm)] if cm is not None else None for cm in launches]
+
+
 def url_of(server: Any) -> tuple[str, str | None]:
     if isinstance(server, str):
         return server, None

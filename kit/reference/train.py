@@ -367,18 +367,14 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print, tra
 
 def train_draft(cfg: TrainConfig, log=print) -> Path:
     """Train (or fetch from the cache) and return the SGLang-layout draft directory."""
-    import fcntl
-
-    from kit.models import cache_dir, resolve_target, target_id
+    from kit.models import cache_dir, cache_lock, resolve_target, target_id
 
     cfg = cfg.preset()
     tdir = resolve_target(cfg.target)
     key = cfg.key(target_id(tdir))
     dest = cache_dir() / "drafts" / f"eagle3-{'quick' if cfg.quick else 'demo'}-{key}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
     # one trainer per key: a notebook and a test asking at once share one training
-    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock(dest):
         if (dest / "config.json").exists() and not cfg.force:
             log(f"cached: {dest}")
             return _copy_out(dest, cfg.out)

@@ -7,9 +7,9 @@
     # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
 
 No orphans: the server runs under a tiny supervisor (`python -m kit.serving.process --supervise PPID
-GRACE -- argv...`) that leads a new session/process group, asks the kernel for SIGTERM when its
-parent dies (prctl PR_SET_PDEATHSIG, Linux) and also polls its parent pid. When the starter is
-gone — even SIGKILLed — the supervisor terminates the group (SIGTERM, then SIGKILL after GRACE).
+GRACE -- argv...`) that leads a new session/process group and polls its parent pid every 0.2 s (a
+server may be started from any thread). When the starter is gone — even SIGKILLed — the supervisor
+terminates the group (SIGTERM, then SIGKILL after GRACE).
 The supervisor exits with the server's exit code. A port in use is reported before launching.
 
 What is engine-specific (readiness and server-info paths, the log line that says startup failed, the
@@ -52,10 +52,19 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+_ISSUED_PORTS: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free on `host` now that this process has not handed out before, so servers picked one after
+    another (or from several threads at once) and started together each get their own."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))  # while bound, no other caller (another thread included) is given this port
+            port = s.getsockname()[1]
+            if port not in _ISSUED_PORTS:
+                _ISSUED_PORTS.add(port)
+                return port
 
 
 def http_json(url: str, api_key: str | None = None, timeout: float = 60.0, data: dict | None = None):
@@ -278,15 +287,6 @@ class ServerProcess:
 
 
 # -- the supervisor (runs in its own process) --------------------------------------------------------
-def _set_pdeathsig(sig: int) -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass  # not Linux: the parent-pid poll below still applies
-
-
 def _kill_group_members(pgid: int) -> None:
     """SIGKILL every other process of our group (a straggler that ignored SIGTERM)."""
     me = os.getpid()
@@ -301,8 +301,9 @@ def _kill_group_members(pgid: int) -> None:
 
 
 def supervise(parent_pid: int, grace: float, argv: list[str]) -> int:
-    _set_pdeathsig(signal.SIGTERM)
-    if os.getppid() != parent_pid:  # the starter died before prctl took effect
+    # the starter's death is seen by polling our parent pid (an orphan is re-parented), not by PR_SET_PDEATHSIG:
+    # that signal fires when the starting *thread* ends, which would stop a server started from a worker thread
+    if os.getppid() != parent_pid:  # the starter died before we got here
         return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -5,7 +5,8 @@ names. An `Engine` owns everything engine-specific the launcher, the process lif
 metrics and the benchmark need, so none of them branches on an engine's name:
 
     argv         `command(spec)` + the spec's fields under this engine's flag names (`flag(name)`)
-    readiness    `ready_path` (200 = serving), `startup_failure(line)`: the log line that ends startup
+    readiness    `ready_path` (200 = serving), `startup_failure(line)`: the log line that ends startup,
+                 `starts_together`: whether several servers may start at once on one machine
     server info  `server_info_paths` (tried in order), `models_path`, `metrics_path`, `flush_path`
     logs         `parse_log_line(line)`: one line -> a row of `kit.serving.logs.COLUMNS`, or None
     acceptance   `spec_fields(obj, api)` (per-request fields of one response, normalised),
@@ -70,6 +71,9 @@ class Engine:
     passes_extra_args: bool = False  # unparsed SGLang flags (LaunchSpec.extra_args) go on its command line
     resolves_kit_names: bool = False  # it reads the kit's `--model-path embedded` itself (else: a directory)
     accepts_hub_ids: bool = False  # a model path that is a hub id is downloaded by the engine itself
+    # several servers may start at once on one machine (each loads on its own); False where they share a device
+    # whose memory each sizes its pool from at start (SGLang on one GPU), so they start one after another
+    starts_together: bool = False
     # HTTP
     ready_path: str = "/health"
     server_info_paths: tuple[str, ...] = ()

@@ -52,6 +52,7 @@ class ReferenceServer(SGLang):
     passes_extra_args = False
     resolves_kit_names = True  # 'embedded' is resolved by the server itself
     accepts_hub_ids = False
+    starts_together = True  # a start is mostly imports and a model load, on the CPU, with memory to spare
 
     def serves_here(self) -> bool:
         return True  # CPU only

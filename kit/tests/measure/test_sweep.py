@@ -199,3 +199,53 @@ def test_cli_needs_a_launch_command(tmp_path, capsys):
 
     assert main(["sweep", "--out-dir", str(tmp_path), "--no-progress"]) == 2
     assert "--launch" in capsys.readouterr().err
+
+
+class _Slow:
+    """A launch whose start takes a while (a server coming up); records when it was entered and left."""
+
+    def __init__(self, name, log, fail=False):
+        self.name, self.log, self.fail = name, log, fail
+
+    def __enter__(self):
+        import threading
+        import time
+
+        self.log.append(("start", self.name, threading.current_thread().name))
+        time.sleep(0.2)
+        if self.fail:
+            raise RuntimeError(f"{self.name} did not come up")
+        return self.name
+
+    def __exit__(self, *exc):
+        self.log.append(("stop", self.name))
+
+
+def test_launch_all_starts_together_only_where_the_engine_allows(monkeypatch):
+    import contextlib
+    import time
+
+    from kit.measure.sweep import launch_all
+
+    for engine, together in (("reference", True), ("sglang", False)):
+        log = []
+        with contextlib.ExitStack() as stack:
+            t0 = time.perf_counter()
+            got = launch_all(stack, [_Slow("a", log), None, _Slow("b", log)], engine)
+            took = time.perf_counter() - t0
+            assert got == ["a", None, "b"]
+            assert (took < 0.35) == together  # two 0.2 s starts at once, or one after the other
+        assert [e for e in log if e[0] == "stop"] == [("stop", "b"), ("stop", "a")]  # the stack stops them all
+
+
+def test_launch_all_stops_the_started_ones_when_one_fails():
+    import contextlib
+
+    import pytest
+
+    from kit.measure.sweep import launch_all
+
+    log = []
+    with contextlib.ExitStack() as stack, pytest.raises(RuntimeError, match="b did not come up"):
+        launch_all(stack, [_Slow("a", log), _Slow("b", log, fail=True)], "reference")
+    assert ("stop", "a") in log and ("stop", "b") not in log

@@ -160,3 +160,25 @@ def test_exit_message_names_the_engines_own_reason():
         ServerExited, match=r"^server (exited with code 2 before it was ready|failed to start): fc\.weight: shape"
     ):
         srv.wait_ready(timeout=30, poll=0.1)
+
+
+def test_a_server_started_from_a_thread_outlives_the_thread():
+    import threading
+
+    port = free_port()
+    srv = ServerProcess([sys.executable, "-c", FAKE, str(port)], port=port, grace=1)
+    t = threading.Thread(target=lambda: srv.start().wait_ready(30))
+    t.start()
+    t.join()  # the starting thread is gone; the server must still answer (launch_all starts servers this way)
+    try:
+        time.sleep(0.6)
+        assert srv.proc.poll() is None
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        srv.stop()
+    assert wait_gone(srv.pgid)
+
+
+def test_free_port_never_hands_out_a_port_twice():
+    assert len({free_port() for _ in range(50)}) == 50

@@ -1,0 +1,31 @@
+"""The OpenMP wait policy `import kit` picks, and `kit demo` pinning it for the processes it starts."""
+
+import os
+import subprocess
+import sys
+
+
+def policy_in_child(**env) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "KIT_OMP_WAIT_POLICY_AUTO")}
+    code = "import kit, os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('KIT_OMP_WAIT_POLICY_AUTO'))"
+    out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_a_users_policy_wins():
+    assert policy_in_child(OMP_WAIT_POLICY="ACTIVE") == "ACTIVE None"
+
+
+def test_a_pinned_choice_is_kept_as_it_is():
+    assert policy_in_child(KIT_OMP_WAIT_POLICY_AUTO="pinned") == "None pinned"  # spin, no new sample
+    assert policy_in_child(KIT_OMP_WAIT_POLICY_AUTO="pinned", OMP_WAIT_POLICY="PASSIVE") == "PASSIVE pinned"
+
+
+def test_an_unpinned_choice_is_made_again(monkeypatch):
+    import kit
+
+    got = policy_in_child(KIT_OMP_WAIT_POLICY_AUTO="1", OMP_WAIT_POLICY="PASSIVE")
+    assert got.endswith(" 1") and got.split()[0] in ("None", "PASSIVE")  # sampled afresh in the child
+    monkeypatch.setenv("KIT_OMP_WAIT_POLICY_AUTO", "1")
+    kit.pin_omp_wait_policy()
+    assert os.environ["KIT_OMP_WAIT_POLICY_AUTO"] == "pinned"
