@@ -47,8 +47,8 @@ def _omp_wait_policy() -> str | None:
 
 
 # a value the user set wins; one a parent kit process chose (marked "1") is chosen again for this process,
-# unless the parent pinned its choice for its children (marked "pinned": `kit demo`, whose own background
-# work and sibling servers would read as other work to a child's sample)
+# unless the parent pinned its choice for its children (marked "pinned": servers started together, each of
+# which would read its loading siblings as other work)
 _mark = _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO")
 if _mark != "pinned" and ("OMP_WAIT_POLICY" not in _os.environ or _mark == "1"):
     _os.environ.pop("OMP_WAIT_POLICY", None)

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import kit
 from kit import config as kconfig
 from kit.findings import KitInputError
 
@@ -209,9 +208,6 @@ def run_demo(cfg: DemoConfig) -> Path:
         raise KitInputError(f"{NOTEBOOKS}: no notebooks to run")
     run_dir = new_run_dir(cfg.runs_dir, exist_ok=False)
     params = notebook_parameters(cfg, run_dir.resolve())
-    # the kernels and servers below start while this run's own work (the prefetch, sibling servers) keeps the
-    # machine busy: they keep the OpenMP wait policy chosen as this process started, on the machine as it was
-    kit.pin_omp_wait_policy()
     prefetch(cfg)
     timings = {}
     print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)

@@ -209,6 +209,7 @@ def paired(result, label: str) -> dict[str, Any]:
     return {
         "median": p["median"],
         "ci95": [p["low"], p["high"]],
+        "n": len(ratios),
         "ratios": ratios,
         "unpaired": {k: ci.get(k) for k in ("speedup", "t_low", "t_high", "boot_low", "boot_high")},
     }

@@ -156,15 +156,20 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
     """Enter every launch (a `Launcher`'s context for one point; None passes through as None) and register its
     stop on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the CPU
     reference server, whose start is mostly imports and a model load), else one after another (SGLang on one
-    GPU sizes its memory pool from what is free as it starts). If one fails, those already up are stopped and
-    its error is raised."""
+    GPU sizes its memory pool from what is free as it starts); servers started together keep this process's
+    OpenMP wait policy (`kit.pin_omp_wait_policy`). If one fails, those already up are stopped and its error is
+    raised."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import kit
     from kit.serving.engines import get_engine
 
     live = [cm for cm in launches if cm is not None]
+    together = len(live) > 1 and get_engine(engine).starts_together
+    if together:  # each would sample the machine while its siblings load, and read them as other work
+        kit.pin_omp_wait_policy()
     entered, error = {}, None
-    with ThreadPoolExecutor(len(live) if live and get_engine(engine).starts_together else 1) as pool:
+    with ThreadPoolExecutor(len(live) if together else 1) as pool:
         futures = {id(cm): pool.submit(cm.__enter__) for cm in live}
         for cm in live:
             try:

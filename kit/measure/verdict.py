@@ -49,15 +49,18 @@ GENERIC_CAUSES = [
 
 
 def _causes(static_findings: Iterable[Any]) -> list[str]:
-    """Static findings that could explain a fault: errors and warnings, as 'code: title'."""
-    out = []
+    """Static findings that could explain a fault, as 'code: title': errors first, then warnings, each in
+    the order found (the first is the verdict's first suspect: an `aux.algorithm` error before an NCCL
+    variable's warning)."""
+    rank = {"error": 0, "warning": 1}
+    found = []
     for f in static_findings or ():
         sev = getattr(f, "severity", None) or (f.get("severity") if isinstance(f, dict) else None)
-        if sev in ("error", "warning"):
+        if sev in rank:
             code = getattr(f, "code", None) or f.get("code")
             title = getattr(f, "title", None) or f.get("title")
-            out.append(f"{code}: {title}")
-    return out
+            found.append((rank[sev], f"{code}: {title}"))
+    return [c for _, c in sorted(found, key=lambda r: r[0])]
 
 
 def verdict(

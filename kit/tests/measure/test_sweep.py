@@ -8,6 +8,7 @@ per step, so more draft tokens -> higher accept length -> fewer steps -> faster.
 """
 
 import contextlib
+import os
 
 import pytest
 
@@ -227,7 +228,8 @@ def test_launch_all_starts_together_only_where_the_engine_allows(monkeypatch):
 
     from kit.measure.sweep import launch_all
 
-    for engine, together in (("reference", True), ("sglang", False)):
+    for engine, together in (("sglang", False), ("reference", True)):
+        monkeypatch.setenv("KIT_OMP_WAIT_POLICY_AUTO", "1")  # restored after the test
         log = []
         with contextlib.ExitStack() as stack:
             t0 = time.perf_counter()
@@ -236,15 +238,18 @@ def test_launch_all_starts_together_only_where_the_engine_allows(monkeypatch):
             assert got == ["a", None, "b"]
             assert (took < 0.35) == together  # two 0.2 s starts at once, or one after the other
         assert [e for e in log if e[0] == "stop"] == [("stop", "b"), ("stop", "a")]  # the stack stops them all
+        # servers started together keep this process's OpenMP policy instead of sampling each other
+        assert (os.environ["KIT_OMP_WAIT_POLICY_AUTO"] == "pinned") == together
 
 
-def test_launch_all_stops_the_started_ones_when_one_fails():
+def test_launch_all_stops_the_started_ones_when_one_fails(monkeypatch):
     import contextlib
 
     import pytest
 
     from kit.measure.sweep import launch_all
 
+    monkeypatch.setenv("KIT_OMP_WAIT_POLICY_AUTO", "1")
     log = []
     with contextlib.ExitStack() as stack, pytest.raises(RuntimeError, match="b did not come up"):
         launch_all(stack, [_Slow("a", log), _Slow("b", log, fail=True)], "reference")

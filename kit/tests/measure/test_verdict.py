@@ -19,6 +19,14 @@ def test_wiring_fault_names_static_causes():
     assert any("EAGLE3" in c for c in f.evidence["probable_causes_generic"])
 
 
+def test_an_error_is_the_first_suspect_before_an_earlier_warning():
+    static = [Finding(code="env.nccl_var", severity="warning", title="NCCL_P2P_LEVEL=SYS"), *STATIC]
+    (f,) = verdict(1.05, 2.05, static, label="seed launch")
+    assert f.evidence["probable_causes_static"][0].startswith("launch.eagle_not_eagle3")
+    assert f.evidence["probable_causes_static"][1].startswith("env.nccl_var")
+    assert "first static suspect: launch.eagle_not_eagle3" in f.title
+
+
 @pytest.mark.parametrize(
     "obs,exp,code",
     [
