@@ -302,6 +302,19 @@ def cpu_flags() -> set[str]:
     return flags
 
 
+def measurement_machine() -> list:
+    """What a timing cached on this machine depends on, for the caches' keys (the GEMM plan, the chain pick):
+    architecture, CPU model and flags (less what an ISA cap forbids), the cap variables themselves, torch and
+    its thread count."""
+    import platform
+
+    import torch
+
+    caps = [os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")]
+    return [platform.machine(), platform.processor(), sorted(cpu_flags()), caps, torch.__version__,
+            torch.get_num_threads()]  # fmt: skip
+
+
 @functools.cache
 def bf16_speedup(n: int = 256, k: int = 576, m: int = 1536, reps: int = 5) -> float:
     """Measured fp32 time / bf16 time of a [n,k]x[k,m] matmul (SmolLM2's MLP shape), best of `reps`."""

@@ -156,9 +156,9 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
     """Enter every launch (a `Launcher`'s context for one point; None passes through as None) and register its
     stop on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the CPU
     reference server, whose start is mostly imports and a model load), else one after another (SGLang on one
-    GPU sizes its memory pool from what is free as it starts); servers started together keep this process's
-    OpenMP wait policy (`kit.pin_omp_wait_policy`). If one fails, those already up are stopped and its error is
-    raised."""
+    GPU sizes its memory pool from what is free as it starts, and after a failure the rest are not started);
+    servers started together keep this process's OpenMP wait policy (`kit.pin_omp_wait_policy`). If one fails,
+    those already up are stopped and its error is raised."""
     from concurrent.futures import ThreadPoolExecutor
 
     import kit
@@ -166,24 +166,31 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
 
     live = [cm for cm in launches if cm is not None]
     together = len(live) > 1 and get_engine(engine).starts_together
-    if together:  # each would sample the machine while its siblings load, and read them as other work
-        kit.pin_omp_wait_policy()
-    entered, error = {}, None
-    with ThreadPoolExecutor(len(live) if together else 1) as pool:
-        futures = {id(cm): pool.submit(cm.__enter__) for cm in live}
-        for cm in live:
+    entered, error = [], None
+    if together:
+        kit.pin_omp_wait_policy()  # each would sample the machine while its siblings load: other work, to it
+        with ThreadPoolExecutor(len(live)) as pool:
+            futures = [pool.submit(cm.__enter__) for cm in live]
+        for cm, f in zip(live, futures):
+            if f.exception() is None:
+                entered.append((cm, f.result()))
+            else:
+                error = error or f.exception()
+    else:
+        for cm in live:  # one after another; after a failure the rest are not started
             try:
-                entered[id(cm)] = futures[id(cm)].result()
+                entered.append((cm, cm.__enter__()))
             except BaseException as e:  # noqa: BLE001  (re-raised below, after the others are stopped)
-                error = error or e
+                error = e
+                break
     if error is not None:
-        for cm in live:
-            if id(cm) in entered:
-                cm.__exit__(None, None, None)
+        for cm, _ in entered:
+            cm.__exit__(None, None, None)
         raise error
-    for cm in live:
+    for cm, _ in entered:
         stack.push(cm.__exit__)
-    return [entered[id(cm)] if cm is not None else None for cm in launches]
+    got = iter(server for _, server in entered)
+    return [next(got) if cm is not None else None for cm in launches]
 
 
 def url_of(server: Any) -> tuple[str, str | None]:

@@ -104,11 +104,16 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
 
     The measurement is cached under $KIT_CACHE_DIR/chain-pick, keyed by target, draft files, CPU and torch."""
     import hashlib
-    import platform
 
-    import torch
-
-    from kit.models import cache_dir, cpu_flags, load_target, resolve_target, shipped_draft, target_id, write_cache_json
+    from kit.models import (
+        cache_dir,
+        load_target,
+        measurement_machine,
+        resolve_target,
+        shipped_draft,
+        target_id,
+        write_cache_json,
+    )
 
     draft_dir = Path(draft_dir or shipped_draft())
     record = draft_dir / "training.json"
@@ -118,15 +123,7 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
     if not usable:
         return ChainPick(DEFAULT, f"{draft_dir}/training.json records no oracle accept length per chain", {}, {})
     tdir = resolve_target(target)
-    machine = [platform.machine(), platform.processor(), sorted(cpu_flags()), torch.__version__]
-    ident = [
-        MEASURE_VERSION,
-        target_id(tdir),
-        record_text,
-        machine,
-        torch.get_num_threads(),
-        device,
-    ]
+    ident = [MEASURE_VERSION, target_id(tdir), record_text, measurement_machine(), device]
     key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
     cached = cache_dir() / "chain-pick" / f"{key}.json"
     if cached.is_file():

@@ -244,17 +244,11 @@ def gemm_plan(model) -> GemmPlan:
         return MODULE_PATH
     import hashlib
     import json
-    import os
-    import platform
 
-    from kit.models import cache_dir, cpu_flags, write_cache_json
+    from kit.models import cache_dir, measurement_machine, write_cache_json
 
     ident = [
-        sorted(cpu_flags()),
-        platform.processor(),
-        torch.__version__,
-        torch.get_num_threads(),
-        [os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")],
+        measurement_machine(),
         [[*m.weight.shape, str(m.weight.dtype)] for m in model.modules() if isinstance(m, torch.nn.Linear)],
     ]
     path = cache_dir() / "gemm-plan" / (hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16] + ".json")

@@ -254,3 +254,7 @@ def test_launch_all_stops_the_started_ones_when_one_fails(monkeypatch):
     with contextlib.ExitStack() as stack, pytest.raises(RuntimeError, match="b did not come up"):
         launch_all(stack, [_Slow("a", log), _Slow("b", log, fail=True)], "reference")
     assert ("stop", "a") in log and ("stop", "b") not in log
+    log.clear()  # one after another (SGLang): after a failure the rest are not started
+    with contextlib.ExitStack() as stack, pytest.raises(RuntimeError, match="a did not come up"):
+        launch_all(stack, [_Slow("a", log, fail=True), _Slow("b", log)], "sglang")
+    assert [e[:2] for e in log] == [("start", "a")]
