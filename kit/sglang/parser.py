@@ -122,11 +122,12 @@ def parse_argvs(
     """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
     py = parser_python(python, build, version)
     store = _disk_cache(py)
-    for a in argvs if store is not None else ():
+    keyed = [_canonical_port(a) for a in argvs]
+    for a, _ in keyed if store is not None else ():
         f = store / _argv_key(a)
         if (py, tuple(a)) not in _CACHE and f.exists():
             _CACHE[(py, tuple(a))] = json.loads(f.read_text())
-    todo = [a for a in argvs if (py, tuple(a)) not in _CACHE]
+    todo = list({tuple(a): a for a, _ in keyed if (py, tuple(a)) not in _CACHE}.values())
     if todo:
         from kit.models import write_cache_json
 
@@ -134,7 +135,29 @@ def parse_argvs(
             _CACHE[(py, tuple(a))] = res
             if store is not None:
                 write_cache_json(store / _argv_key(a), res)
-    return [_CACHE[(py, tuple(a))] for a in argvs]
+    return [_with_port(_CACHE[(py, tuple(a))], port) for a, port in keyed]
+
+
+# A local run gets a fresh port each time (`kit.serving.launch.localize`); any decimal port parses the same
+# way (argparse's type=int), so the parse is keyed on this one and the real port is put back in its result.
+_KEY_PORT = "30000"
+
+
+def _canonical_port(argv: list[str]) -> tuple[list[str], int | None]:
+    """(argv with a decimal `--port` value replaced by `_KEY_PORT`, the port it had, or None)."""
+    out, port = list(argv), None
+    for i, a in enumerate(out):
+        if a == "--port" and i + 1 < len(out) and out[i + 1].isdecimal():
+            port, out[i + 1] = int(out[i + 1]), _KEY_PORT
+        elif a.startswith("--port=") and a[7:].isdecimal():
+            port, out[i] = int(a[7:]), f"--port={_KEY_PORT}"
+    return out, port
+
+
+def _with_port(res: dict, port: int | None) -> dict:
+    if port is None or not (res.get("args") or {}).get("port"):
+        return res
+    return {**res, "args": {**res["args"], "port": port}}
 
 
 def _disk_cache(py: str | None) -> Path | None:

@@ -7,6 +7,7 @@ Run: python -m pytest kit/tests/sglang/test_parser_cache.py -q
 """
 
 import json
+from pathlib import Path
 
 from kit.sglang import parser
 
@@ -42,3 +43,19 @@ def test_a_user_named_interpreter_is_never_cached(tmp_path, monkeypatch):
         parser.parse_argvs([["--tp-size", "8"]], python=py)
     assert len(calls.read_text().splitlines()) == 2
     assert not list(tmp_path.rglob("kit-parse-cache"))
+
+
+def test_lines_that_differ_only_in_their_port_parse_once_and_keep_their_own_port(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
+    py, calls = _fake_env(tmp_path)
+    answer = [{"ok": True, "unknown": [], "error": None, "args": {"port": 30000, "tp_size": 1}}]
+    (tmp_path / "answer").write_text(json.dumps(answer))
+    Path(py).write_text(f"#!/bin/sh\ncat > /dev/null\necho run >> {calls}\ncat {tmp_path / 'answer'}\n")
+    monkeypatch.setattr(parser, "_CACHE", {})
+    first = parser.parse_argvs([["--model-path", "m", "--port", "41234"]], python=py)[0]
+    monkeypatch.setattr(parser, "_CACHE", {})
+    second = parser.parse_argvs([["--model-path", "m", "--port", "41999"]], python=py)[0]
+    assert calls.read_text().splitlines() == ["run"]
+    assert (first["args"]["port"], second["args"]["port"]) == (41234, 41999)
+    parser.parse_argvs([["--model-path", "m", "--port", "x1"]], python=py)  # not a port number: parsed as given
+    assert len(calls.read_text().splitlines()) == 2
