@@ -155,6 +155,29 @@ def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> R
     return report
 
 
+def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None = None) -> list[Report]:
+    """`diagnose` of each config, SGLang's parser started once for all of their launches: importing SGLang
+    is most of a launch lint's time, so the launches' flags are parsed together first (`parse_argvs` keeps
+    each result) and every lint then reads its own. A parser that cannot run is left for each lint to report."""
+    from kit.serving.launch import launch_from_text
+    from kit.sglang.parser import parse_argvs
+    from kit.sglang.versions import default_release
+
+    opts = dict(lint_options or {})
+    by_version: dict[str, list[list[str]]] = {}
+    for cfg in cfgs:
+        ctx = DoctorContext(cfg, opts)
+        if ctx.launch_env_argv is not None:
+            spec = launch_from_text(ctx.launch_command, cfg.sglang_version, source="--launch")[0]
+            by_version.setdefault(cfg.sglang_version or default_release(), []).append(spec.flags())
+    for version, flags in by_version.items():
+        try:
+            parse_argvs(flags, python=opts.get("sglang_python"), build=opts.get("build_venv"), version=version)
+        except KitInputError:
+            pass
+    return [diagnose(cfg, opts) for cfg in cfgs]
+
+
 # -- kit launch ---------------------------------------------------------------------------------
 def _path_finding(flag: str, value: str, engine: str, what: str) -> Finding | None:
     """`launch.path`: the path a launch names, as this machine sees it (None: it exists)."""

@@ -53,12 +53,33 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 _ISSUED_PORTS: set[int] = set()
+_PORT_LOCK = threading.Lock()  # several threads picking at once get different ports
+# the ports free_port draws from: below the kernel's ephemeral range, whose ports any process's outgoing
+# connection may take between a pick and the server's bind (SGLang's default 30000 and its neighbours left out)
+_PICK_FROM, _SGLANG_DEFAULTS = 20000, range(30000, 30100)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; other systems' ranges start higher (49152)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on `host` now that this process has not handed out before, so servers picked one after
-    another (or from several threads at once) and started together each get their own."""
-    while True:
+    another (or from several threads at once) and started together each get their own. Drawn at random
+    below the ephemeral range, so neither an outgoing connection nor another process picking the same
+    way is likely to take it before the server binds it."""
+    import random
+
+    pool = [p for p in range(_PICK_FROM, _ephemeral_low()) if p not in _SGLANG_DEFAULTS]
+    with _PORT_LOCK:
+        for port in random.sample(pool, min(len(pool), 200)):
+            if port not in _ISSUED_PORTS and not port_in_use(host, port):
+                _ISSUED_PORTS.add(port)
+                return port
+    while True:  # no room below the ephemeral range: the kernel's pick
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))  # while bound, no other caller (another thread included) is given this port
             port = s.getsockname()[1]

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 from kit.findings import KitInputError
-from kit.models import cache_dir
+from kit.models import cache_dir, cache_lock
 from kit.sglang.versions import DEFAULT_RELEASE
 
 
@@ -36,7 +36,14 @@ def source_root(version: str, download: bool = True) -> Path:
         return root
     if not download:
         raise KitInputError(f"sglang {version}: source not cached under {root} and download disabled")
-    root.parent.mkdir(parents=True, exist_ok=True)
+    with cache_lock(root):  # a second process asking for the same release waits, then finds it cached
+        if not (root / "sglang" / "__init__.py").exists():
+            _download(version, root)
+    return root
+
+
+def _download(version: str, root: Path) -> None:
+    """`sglang/**/*.py` of that release's wheel into `root` (renamed into place whole)."""
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{version}-"))
     try:
         r = subprocess.run(
@@ -67,7 +74,6 @@ def source_root(version: str, download: bool = True) -> Path:
         (tmp / "src").rename(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return root
 
 
 def source_text(version: str, relpath: str, download: bool = True) -> str | None:

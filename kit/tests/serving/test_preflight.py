@@ -165,3 +165,33 @@ def test_probe_env_as_doctor_probes_it(tmp_path, capsys, monkeypatch):
     probed = {f["code"] for f in dry_run(capsys, argv + ["--probe-env"])[1]["findings"]}
     assert probed & {"env.gpu", "env.no_gpu"} and "env.torch" in probed
     assert not {c for c in (f["code"] for f in dry_run(capsys, argv)[1]["findings"]) if c in ("env.gpu", "env.no_gpu")}
+
+
+def test_diagnose_each_runs_the_parser_once_for_every_launch(target, tmp_path, monkeypatch):
+    from kit.serving.preflight import diagnose_each
+    from kit.sglang import parser
+
+    calls = []
+
+    def parse(argvs, py, timeout):  # a stand-in for SGLang's parser: every flag accepted
+        calls.append(len(argvs))
+        return [{"ok": True, "unknown": [], "error": None, "args": {}} for _ in argvs]
+
+    monkeypatch.setattr(parser, "parser_python", lambda *a, **k: "/stand-in/python")
+    monkeypatch.setattr(parser, "_parse", parse)
+    monkeypatch.setattr(parser, "_CACHE", {})
+    d = draft(tmp_path)
+    cfgs = [
+        DoctorConfig(
+            target=str(target),
+            draft=str(d),
+            launch=f"python -m sglang.launch_server --model-path {target} --speculative-algorithm {alg} "
+            f"--speculative-draft-model-path {d} --port {port}",
+        )
+        for alg, port in (("EAGLE3", 41001), ("EAGLE", 41002))
+    ]
+    fixed, seed = diagnose_each(cfgs)
+    assert calls == [2]  # one parser run for both launches; each lint read its own result
+    assert "aux.algorithm" in {f.code for f in seed.findings} - {f.code for f in fixed.findings}
+    monkeypatch.setattr(parser, "_CACHE", {})
+    assert [f.to_dict() for f in diagnose(cfgs[1]).findings] == [f.to_dict() for f in seed.findings]

@@ -182,3 +182,14 @@ def test_a_server_started_from_a_thread_outlives_the_thread():
 
 def test_free_port_never_hands_out_a_port_twice():
     assert len({free_port() for _ in range(50)}) == 50
+
+
+def test_free_port_draws_below_the_ephemeral_range(monkeypatch):
+    from kit.serving import process
+
+    low = process._ephemeral_low()
+    ports = [free_port() for _ in range(20)]
+    if low > process._PICK_FROM + 1000:  # the usual Linux range (32768-60999): room below it
+        assert all(process._PICK_FROM <= p < low and p not in process._SGLANG_DEFAULTS for p in ports), ports
+    monkeypatch.setattr(process, "_ephemeral_low", lambda: process._PICK_FROM)  # no room: the kernel's pick
+    assert free_port() not in ports
