@@ -307,6 +307,31 @@ class ServerProcess:
         self.stop()
 
 
+def start_ready(srv: ServerProcess, timeout: float = 600.0, beside: list[ServerProcess] = ()) -> dict:
+    """Start `srv` and wait until it is ready (`wait_ready`'s info). The servers `beside` it start at the same
+    time and are waited for too where their engine's servers may load side by side (`Engine.starts_together`:
+    the CPU reference server, whose start is mostly imports and a model load), so `srv`'s requests then have
+    the machine to themselves; those of any other engine (SGLang sizes its memory pool from what is free as it
+    starts) are left to start when entered (`with srv:`). If one fails, every one started here is stopped."""
+    import kit
+
+    ahead = [s for s in beside if s.engine.starts_together and s.proc is None]
+    if ahead:
+        kit.pin_omp_wait_policy()  # each would sample the machine while the others load: other work, to it
+    started = []
+    try:
+        for s in (srv, *ahead):
+            started.append(s.start())
+        info = srv.wait_ready(timeout)
+        for s in ahead:
+            s.wait_ready(timeout)
+    except BaseException:
+        for s in started:
+            s.stop()
+        raise
+    return info
+
+
 # -- the supervisor (runs in its own process) --------------------------------------------------------
 def _kill_group_members(pgid: int) -> None:
     """SIGKILL every other process of our group (a straggler that ignored SIGTERM)."""

@@ -193,3 +193,25 @@ def test_free_port_draws_below_the_ephemeral_range(monkeypatch):
         assert all(process._PICK_FROM <= p < low and p not in process._SGLANG_DEFAULTS for p in ports), ports
     monkeypatch.setattr(process, "_ephemeral_low", lambda: process._PICK_FROM)  # no room: the kernel's pick
     assert free_port() not in ports
+
+
+def test_start_ready_starts_the_servers_beside_it_only_where_their_engine_allows():
+    from kit.serving.process import start_ready
+
+    def fake(engine, code=FAKE):
+        port = free_port()
+        return ServerProcess([sys.executable, "-c", code, str(port)], port=port, grace=1, engine=engine)
+
+    ref, ref_beside, sg, sg_beside = fake("reference"), fake("reference"), fake("sglang"), fake("sglang")
+    try:
+        assert start_ready(ref, 30, beside=[ref_beside])["model"] == "fake"
+        assert ref_beside.ready and ref_beside.proc.poll() is None  # loaded alongside, and waited for
+        start_ready(sg, 30, beside=[sg_beside])
+        assert sg_beside.proc is None  # SGLang's servers start one at a time: this one when entered
+        failing, beside = fake("reference", "raise SystemExit(3)"), fake("reference")
+        with pytest.raises(ServerExited, match="code 3"):
+            start_ready(failing, 30, beside=[beside])
+        assert beside.proc.poll() is not None  # what was started with the failed one is stopped
+    finally:
+        for s in (ref, ref_beside, sg, sg_beside):
+            s.stop()
