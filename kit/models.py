@@ -43,7 +43,7 @@ DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
 # the files of the shipped draft and their SHA-256; replacing the draft means updating these
 SHIPPED_DRAFT_SHA256 = {
-    "model.safetensors": "99fbb896ced5da9c6aa9e461cbfadb1eb91258fe924d538a377421d7c2395c22",
+    "model.safetensors": "eadd1415c6dd92e7a7cd56713aae35619ea603f83dd1c7b558a9e751211bf5b4",
     "config.json": "86c0381625ec2402488a1ba9b84550e33e5bc1f14e599824e1893cc71944250d",
 }
 
