@@ -84,6 +84,8 @@ notebooks)
 train)
   # each recipe: `kit train-draft $COMMON FLAGS` + its oracle (training.json); detached so it runs on across calls.
   # TRAIN_RECIPES: NAME=FLAGS items separated by ';' (default: three epoch counts)
+  # the embedded target is converted from its GGUF with the `gguf` package, which the host lacks and the bundle carries
+  python3 -c "import gguf" 2>/dev/null || { echo "train: no gguf package here: run 'bash bench/gpu_demo.sh install' first"; exit 2; }
   join_gguf
   mkdir -p "$S/train"
   COMMON="--num-prompts 9289 --gen-tokens 256 --gen-batch 1024 --device cuda --data-dtype float32 \

@@ -183,29 +183,39 @@ def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     return y[:n].contiguous() if m > n or transposed else y
 
 
-def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 1) -> tuple[dict, str]:
+PLAN_RULE = 2  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
+
+
+def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> tuple[dict, str]:
     """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
     stream from memory as in a forward): every computed row count m in `rows` in both orders, interleaved so
-    each sees the same machine load, best of `reps` after a warm-up round; then for each n the cheapest
-    (m >= n, order), kept only when it beats the module's own path by 10%. Returns (n -> (m, transposed), why)."""
+    each sees the same machine load, `reps` rounds after a warm-up round; then for each n the cheapest
+    (m >= n, order) by its best round, kept only when that beats the module's own path by 10% and it was also
+    the faster of the two in every round. A burst of other work on the machine (a build beside the first
+    run) slows some timings and not others: the second condition keeps such a burst from choosing a plan
+    that the quiet machine runs slower, since the plan is cached and every later forward follows it."""
     import time
 
     rows = list(rows)
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
-    best = {(m, t): float("inf") for m in rows for t in (False, True)}
+    rounds: dict[tuple[int, bool], list[float]] = {(m, t): [] for m in rows for t in (False, True)}
     with torch.inference_mode():
-        for _ in range(reps + 1):
-            for key in best:
+        for r in range(reps + 1):
+            for key, times in rounds.items():
                 m, t = key
                 x = xs[m]
                 t0 = time.perf_counter()
                 for w in weights:
                     (w @ x.t()).t().contiguous() if t else F.linear(x, w)
-                best[key] = min(best[key], time.perf_counter() - t0)
+                dt = time.perf_counter() - t0
+                if r:  # the first round warms up
+                    times.append(dt)
+    best = {k: min(v) for k, v in rounds.items()}
     table = {}
     for n in rows:
         m, t = min((k for k in best if k[0] >= n), key=best.get)
-        if best[(m, t)] < 0.9 * best[(n, False)]:
+        own = rounds[(n, False)]
+        if best[(m, t)] < 0.9 * best[(n, False)] and all(a < b for a, b in zip(rounds[(m, t)], own)):
             table[n] = (m, t)
     ms = {k: round(v * 1e3, 1) for k, v in best.items()}
     o, i = weights[0].shape
@@ -248,6 +258,7 @@ def gemm_plan(model) -> GemmPlan:
     from kit.models import cache_dir, measurement_machine, write_cache_json
 
     ident = [
+        PLAN_RULE,
         measurement_machine(),
         [[*m.weight.shape, str(m.weight.dtype)] for m in model.modules() if isinstance(m, torch.nn.Linear)],
     ]

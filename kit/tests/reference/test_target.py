@@ -75,3 +75,28 @@ def test_gemm_plan_is_measured_once_per_machine_and_model_shape(monkeypatch, tmp
     assert RaggedTarget(other, None).plan == padded(m)
     assert calls == [m]
     assert len(list((tmp_path / "gemm-plan").glob("*.json"))) == 1
+
+
+def _scripted_clock(monkeypatch, cost):
+    """time.perf_counter as measure_rows sees it: each timing of (m, transposed) in round r lasts cost[(m, t)][r]."""
+    import time
+
+    marks, now = [], 0.0
+    for r in range(3):  # the warm-up round and reps=2
+        for key in [(m, t) for m in (1, 2) for t in (False, True)]:
+            marks.append(now)
+            now += cost[key][r]
+            marks.append(now)
+    ticks = iter(marks)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+
+
+def test_a_plan_must_win_every_round_not_only_its_best(monkeypatch):
+    w = [torch.randn(8, 4)]
+    slow = {(1, True): [9, 9, 9], (2, True): [9, 9, 9]}
+    # two rows beat one in every round: chosen
+    _scripted_clock(monkeypatch, {(1, False): [4, 4, 4], (2, False): [2, 2, 3], **slow})
+    assert measure_rows(w, rows=(1, 2))[0] == {1: (2, False)}
+    # two rows look 2x faster in their best round, but a burst slowed one's other round: the module's path stays
+    _scripted_clock(monkeypatch, {(1, False): [4, 4, 9], (2, False): [2, 2, 9.5], **slow})
+    assert measure_rows(w, rows=(1, 2))[0] == {}
