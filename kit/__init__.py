@@ -17,13 +17,15 @@ import os as _os  # noqa: E402
 
 
 def _busy_cores(sample_s: float = 0.05) -> float | None:
-    """Cores busy right now, from /proc/stat over `sample_s` (None where there is no /proc/stat)."""
+    """Cores busy right now with work at normal priority, from /proc/stat over `sample_s` (None where there is
+    no /proc/stat). Niced work counts as free: it yields its core to ours (the kit's own background builds
+    run niced for that reason, `kit.demo.prefetch`)."""
     import time
 
     def read() -> tuple[int, int]:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+        return sum(v), v[1] + v[3] + (v[4] if len(v) > 4 else 0)  # total, nice + idle + iowait
 
     try:
         t0, i0 = read()

@@ -266,10 +266,27 @@ def gemm_plan(model) -> GemmPlan:
     try:
         plan = GemmPlan.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
-        plan = measure_plan(model)
-        write_cache_json(path, plan.to_json())
+        plan = _measure_if_quiet(model)
+        if plan is not MODULE_PATH:
+            write_cache_json(path, plan.to_json())
     _PLANS[model] = plan
     return plan
+
+
+def _measure_if_quiet(model) -> GemmPlan:
+    """`measure_plan` when no other work at normal priority holds half a core or more, before and after; else
+    the module's own path, not cached, so that a process on a quiet machine measures it (other work preempts
+    the matmuls' OpenMP threads and slows each timing by up to 100x, unevenly: such a plan is noise)."""
+    import kit
+
+    def quiet() -> bool:
+        busy = kit._busy_cores()
+        return busy is None or busy < 0.5
+
+    if not quiet():
+        return MODULE_PATH
+    plan = measure_plan(model)
+    return plan if quiet() else MODULE_PATH
 
 
 # -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------

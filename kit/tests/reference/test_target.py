@@ -64,6 +64,7 @@ def test_gemm_plan_is_measured_once_per_machine_and_model_shape(monkeypatch, tmp
     import kit.reference.target as kt
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("kit._busy_cores", lambda: 0.0)  # a quiet machine
     calls = []
     monkeypatch.setattr(kt, "measure_plan", lambda model: calls.append(model) or padded(model))
     m = tiny_target(layers=3, dtype=torch.float32)
@@ -100,3 +101,23 @@ def test_a_plan_must_win_every_round_not_only_its_best(monkeypatch):
     # two rows look 2x faster in their best round, but a burst slowed one's other round: the module's path stays
     _scripted_clock(monkeypatch, {(1, False): [4, 4, 9], (2, False): [2, 2, 9.5], **slow})
     assert measure_rows(w, rows=(1, 2))[0] == {}
+
+
+def test_a_busy_machine_gets_the_module_path_and_caches_nothing(monkeypatch, tmp_path):
+    import kit.reference.target as kt
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(kt, "measure_plan", lambda model: calls.append(model) or padded(model))
+    m = tiny_target(layers=2, dtype=torch.float32)
+    monkeypatch.setattr("kit._busy_cores", lambda: 1.0)  # another process holds a core
+    assert RaggedTarget(m, None).plan == MODULE_PATH and calls == []
+    busy_after = iter([0.0, 1.0])  # quiet as the timing starts, busy by its end: the timings are not kept
+    monkeypatch.setattr("kit._busy_cores", lambda: next(busy_after))
+    kt._PLANS.clear()
+    assert RaggedTarget(m, None).plan == MODULE_PATH and calls == [m]
+    assert not list(tmp_path.rglob("*.json"))
+    monkeypatch.setattr("kit._busy_cores", lambda: 0.0)
+    kt._PLANS.clear()
+    assert RaggedTarget(m, None).plan == padded(m)  # quiet: measured and kept
+    assert len(list((tmp_path / "gemm-plan").glob("*.json"))) == 1
