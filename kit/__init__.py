@@ -44,8 +44,14 @@ def _omp_wait_policy() -> str | None:
     AMD EPYC the reference server's 3-token verify took 106 ms spinning vs 188 ms passive when quiet, and
     447 ms vs 165 ms beside one other busy process (a spinning thread starves the one it waits for). So
     passive when other work holds half a core or more as the kit starts (a 50 ms sample), else spin."""
+    return "PASSIVE" if _other_work() else None
+
+
+def _other_work() -> bool:
+    """Whether other work at normal priority holds half a core or more right now (`_busy_cores`; False where it
+    cannot be read): what makes spinning OpenMP threads starve, and timings on this machine untrustworthy."""
     busy = _busy_cores()
-    return "PASSIVE" if busy is not None and busy >= 0.5 else None
+    return busy is not None and busy >= 0.5
 
 
 # a value the user set wins; one a parent kit process chose (marked "1") is chosen again for this process,

@@ -279,14 +279,10 @@ def _measure_if_quiet(model) -> GemmPlan:
     the matmuls' OpenMP threads and slows each timing by up to 100x, unevenly: such a plan is noise)."""
     import kit
 
-    def quiet() -> bool:
-        busy = kit._busy_cores()
-        return busy is None or busy < 0.5
-
-    if not quiet():
+    if kit._other_work():
         return MODULE_PATH
     plan = measure_plan(model)
-    return plan if quiet() else MODULE_PATH
+    return MODULE_PATH if kit._other_work() else plan
 
 
 # -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------

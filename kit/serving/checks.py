@@ -383,10 +383,8 @@ def doctor_checks(ctx) -> list[Finding]:
     providers of `kit doctor`, which judge the same facts."""
     if ctx.launch_env_argv is None:
         return []
-    from kit.serving.launch import launch_from_text
-
     version = ctx.cfg.sglang_version
-    spec, shell = launch_from_text(ctx.launch_command, version, source=ctx.cfg.launch_file or "--launch")
+    spec, shell = ctx.launch_spec
     found = (
         shell
         + lint(

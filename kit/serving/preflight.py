@@ -95,6 +95,15 @@ class DoctorContext:
         return split_command(cmd, source=self.cfg.launch_file or "--launch", version=self.cfg.sglang_version)
 
     @cached_property
+    def launch_spec(self):
+        """(LaunchSpec, the findings on the shell text around it) of the launch command; None without one."""
+        from kit.serving.launch import launch_from_text
+
+        if self.launch_command is None:
+            return None
+        return launch_from_text(self.launch_command, self.cfg.sglang_version, source=self.cfg.launch_file or "--launch")
+
+    @cached_property
     def target_config(self) -> HFConfig | None:
         from kit.checkpoint.hf_config import read_config
 
@@ -159,7 +168,6 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
     """`diagnose` of each config, SGLang's parser started once for all of their launches: importing SGLang
     is most of a launch lint's time, so the launches' flags are parsed together first (`parse_argvs` keeps
     each result) and every lint then reads its own. A parser that cannot run is left for each lint to report."""
-    from kit.serving.launch import launch_from_text
     from kit.sglang.parser import parse_argvs
     from kit.sglang.versions import default_release
 
@@ -168,8 +176,7 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
     for cfg in cfgs:
         ctx = DoctorContext(cfg, opts)
         if ctx.launch_env_argv is not None:
-            spec = launch_from_text(ctx.launch_command, cfg.sglang_version, source="--launch")[0]
-            by_version.setdefault(cfg.sglang_version or default_release(), []).append(spec.flags())
+            by_version.setdefault(cfg.sglang_version or default_release(), []).append(ctx.launch_spec[0].flags())
     for version, flags in by_version.items():
         try:
             parse_argvs(flags, python=opts.get("sglang_python"), build=opts.get("build_venv"), version=version)
