@@ -164,12 +164,6 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         if self.proc is not None:
             raise KitInputError("server already started")
-        bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
-        if port_in_use(bind_host, self.port):
-            raise KitInputError(
-                f"port {self.port} on {self.host} is already in use; stop that server "
-                f"or choose another --port (kit.serving.process.free_port() gives a free one)"
-            )
         cmd = [
             sys.executable,
             "-m",
@@ -184,18 +178,27 @@ class ServerProcess:
         env = {**os.environ, **MULTICAST_OFF, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
+        bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
+        # under the port lock: a child forked while another thread's probe socket (free_port, this check) is
+        # open holds a copy of it until it execs, and that thread would find its own port taken
+        with _PORT_LOCK:
+            if port_in_use(bind_host, self.port):
+                raise KitInputError(
+                    f"port {self.port} on {self.host} is already in use; stop that server "
+                    f"or choose another --port (kit.serving.process.free_port() gives a free one)"
+                )
+            self.proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
         self._reader = threading.Thread(target=self._pump, name="kit-server-log", daemon=True)
         self._reader.start()
         return self

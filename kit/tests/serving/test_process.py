@@ -215,3 +215,21 @@ def test_start_ready_starts_the_servers_beside_it_only_where_their_engine_allows
     finally:
         for s in (ref, ref_beside, sg, sg_beside):
             s.stop()
+
+
+def test_a_server_forks_only_while_no_port_probe_is_open(monkeypatch):
+    """A child forked while another thread's free_port probe socket is open holds that port until it execs:
+    the port check and the fork run under the lock free_port probes under."""
+    from kit.serving import process
+
+    held = []
+    real = subprocess.Popen
+
+    def popen(*a, **kw):
+        held.append(process._PORT_LOCK.locked())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(process.subprocess, "Popen", popen)
+    srv = ServerProcess([sys.executable, "-c", "pass"], port=free_port(), grace=1).start()
+    srv.proc.wait(10)
+    assert held == [True]
