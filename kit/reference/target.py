@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -142,16 +143,22 @@ def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token
 PLAN_ROWS = range(1, 7)  # row counts of a decode step, a verify, or a few requests batched
 
 
+WAYS = ("linear", "transposed", "packed")  # how GemmPlan computes an m-row linear (see its docstring)
+
+
 @dataclass(frozen=True)
 class GemmPlan:
     """How an n-row linear runs on this CPU, per weight shape and for n in a shape's table: computed as m >= n
-    rows (the last row repeated, the extra outputs dropped) as x @ W^T or, `transposed`, as W @ x^T. Both are
-    the same weights times the same inputs; what differs is which BLAS kernel runs, and CPUs differ in it: on a
-    2-core AMD EPYC with AVX2 a one-row GEMV streamed the weights at about half the speed of W @ x^T over
-    four rows, and x @ W^T with 2-6 rows took 3-5x one row's time; on a 2-core Xeon with AVX-512 W @ x^T took
-    twice x @ W^T."""
+    rows (the last row repeated, the extra outputs dropped) one of three ways: "linear", x @ W^T (the module's
+    own kernel); "transposed", W @ x^T; "packed", x @ W^T through MKL with the weight reordered once for m
+    rows (`packed_weight`: a copy of the weight, kept beside it). All are the same weights times the same
+    inputs; what differs is which BLAS kernel runs, and CPUs differ in it: on a 2-core AMD EPYC with AVX2 a
+    one-row GEMV streamed the weights at about half the speed of W @ x^T over four rows; on a 2-core Xeon
+    with AVX-512 W @ x^T took twice x @ W^T; with the kernels capped at AVX2 there, x @ W^T over 2-6 rows
+    took twice one row (the weight repacked on every call) and a packed weight brought 4 rows back to about
+    one row's time."""
 
-    shapes: dict[tuple[int, int], dict[int, tuple[int, bool]]]  # weight shape -> n -> (m, transposed)
+    shapes: dict[tuple[int, int], dict[int, tuple[int, str]]]  # weight shape -> n -> (m, way in WAYS)
     why: str = ""
 
     def to_json(self) -> dict:
@@ -162,11 +169,50 @@ class GemmPlan:
         shapes = {}
         for key, rows in doc["shapes"].items():
             o, i = key.split("x")
-            shapes[(int(o), int(i))] = {int(n): (int(m), bool(t)) for n, (m, t) in rows.items()}
+            shapes[(int(o), int(i))] = {int(n): (int(m), _way(w)) for n, (m, w) in rows.items()}
         return cls(shapes, doc["why"])
 
 
+def _way(w) -> str:
+    if w not in WAYS:
+        raise ValueError(f"unknown GEMM way {w!r}")
+    return w
+
+
 MODULE_PATH = GemmPlan({}, "the module's own path")
+
+
+@functools.cache
+def _mkl_packing() -> bool:
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+
+
+def can_pack(w: torch.Tensor) -> bool:
+    """Whether this torch can run `w` (fp32, on the CPU) as an MKL-packed weight."""
+    return w.dtype == torch.float32 and w.device.type == "cpu" and _mkl_packing()
+
+
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> {m: (weight version, packed)}
+
+
+def packed_weight(mod, m: int) -> torch.Tensor:
+    """`mod.weight` reordered by MKL for m-row products, made on first use and again if the weight changed."""
+    per = _PACKED.setdefault(mod, {})
+    version = (mod.weight._version, mod.weight.data_ptr())
+    got = per.get(m)
+    if got is None or got[0] != version:
+        with torch.no_grad():
+            got = per[m] = (version, torch.ops.mkl._mkl_reorder_linear_weight(mod.weight.detach(), m))
+    return got[1]
+
+
+def _product(way: str, w: torch.Tensor, x: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ w^T computed `way` (WAYS), with the weight MKL-packed for x's rows when way is "packed"."""
+    if way == "transposed":
+        return (w @ x.t()).t()
+    if way == "packed":
+        return torch.ops.mkl._mkl_linear(x, packed, w, None, x.shape[0])
+    return F.linear(x, w)
 
 
 def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
@@ -176,51 +222,70 @@ def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     how = rows.get(x.shape[0]) if rows is not None and x.device.type == "cpu" else None
     if how is None:
         return mod(x)
-    n, (m, transposed) = x.shape[0], how
+    n, (m, way) = x.shape[0], how
+    if way == "packed" and not can_pack(mod.weight):  # a plan made for another torch or dtype
+        way = "linear"
     if m > n:
         x = torch.cat([x, x[-1:].expand(m - n, -1)])
-    y = (mod.weight @ x.t()).t() if transposed else F.linear(x, mod.weight)
-    return y[:n].contiguous() if m > n or transposed else y
+    y = _product(way, mod.weight, x, packed_weight(mod, m) if way == "packed" else None)
+    return y[:n].contiguous() if m > n or way == "transposed" else y
 
 
-PLAN_RULE = 2  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
+PLAN_RULE = 3  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
 
 
 def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> tuple[dict, str]:
     """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
-    stream from memory as in a forward): every computed row count m in `rows` in both orders, interleaved so
-    each sees the same machine load, `reps` rounds after a warm-up round; then for each n the cheapest
-    (m >= n, order) by its best round, kept only when that beats the module's own path by 10% and it was also
-    the faster of the two in every round. A burst of other work on the machine (a build beside the first
-    run) slows some timings and not others: the second condition keeps such a burst from choosing a plan
-    that the quiet machine runs slower, since the plan is cached and every later forward follows it."""
+    stream from memory as in a forward): every computed row count m in `rows` each way (`WAYS`; "packed"
+    where MKL can), interleaved so each sees the same machine load, `reps` rounds after a warm-up round;
+    then for each n the cheapest (m >= n, way) by its best round, kept only when that beats the module's own
+    path by 10% and it was also the faster of the two in every round. A burst of other work on the machine
+    (a build beside the first run) slows some timings and not others: the second condition keeps such a
+    burst from choosing a plan that the quiet machine runs slower, since the plan is cached and every later
+    forward follows it. A packed weight is a copy of the weight, so a shape packs for one m at most: the
+    one whose table costs least over all row counts."""
     import time
 
     rows = list(rows)
+    ways = [w for w in WAYS if w != "packed" or can_pack(weights[0])]
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
-    rounds: dict[tuple[int, bool], list[float]] = {(m, t): [] for m in rows for t in (False, True)}
+    packs = (
+        {m: [torch.ops.mkl._mkl_reorder_linear_weight(w, m) for w in weights] for m in rows} if "packed" in ways else {}
+    )
+    rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in ways}
     with torch.inference_mode():
         for r in range(reps + 1):
             for key, times in rounds.items():
-                m, t = key
-                x = xs[m]
+                m, way = key
+                x, packed = xs[m], packs.get(m) or [None] * len(weights)
                 t0 = time.perf_counter()
-                for w in weights:
-                    (w @ x.t()).t().contiguous() if t else F.linear(x, w)
+                for w, p in zip(weights, packed):
+                    _product(way, w, x, p).contiguous()
                 dt = time.perf_counter() - t0
                 if r:  # the first round warms up
                     times.append(dt)
+    packs = list(packs)  # the row counts; the packed copies are freed
     best = {k: min(v) for k, v in rounds.items()}
-    table = {}
-    for n in rows:
-        m, t = min((k for k in best if k[0] >= n), key=best.get)
-        own = rounds[(n, False)]
-        if best[(m, t)] < 0.9 * best[(n, False)] and all(a < b for a, b in zip(rounds[(m, t)], own)):
-            table[n] = (m, t)
+
+    def choose(keys) -> dict:
+        table = {}
+        for n in rows:
+            m, way = min((k for k in keys if k[0] >= n), key=best.get)
+            own = rounds[(n, "linear")]
+            if best[(m, way)] < 0.9 * best[(n, "linear")] and all(a < b for a, b in zip(rounds[(m, way)], own)):
+                table[n] = (m, way)
+        return table
+
+    def cost(table: dict) -> float:  # one forward of each row count, as the table runs it
+        return sum(best[table.get(n, (n, "linear"))] for n in rows)
+
+    # every packed row count on its own (or none): the table whose row counts cost least in all
+    tables = [choose([k for k in rounds if k[1] != "packed" or k[0] == p]) for p in [None, *packs]]
+    table = min(tables, key=cost)
     ms = {k: round(v * 1e3, 1) for k, v in best.items()}
     o, i = weights[0].shape
-    why = f"{o}x{i} x{len(weights)}, ms by rows (x @ W^T / W @ x^T): " + ", ".join(
-        f"{m}: {ms[(m, False)]}/{ms[(m, True)]}" for m in rows
+    why = f"{o}x{i} x{len(weights)}, ms by rows ({' / '.join(ways)}): " + ", ".join(
+        f"{m}: " + "/".join(str(ms[(m, w)]) for w in ways) for m in rows
     )
     return table, why
 
@@ -271,6 +336,14 @@ def gemm_plan(model) -> GemmPlan:
             write_cache_json(path, plan.to_json())
     _PLANS[model] = plan
     return plan
+
+
+def pack_for(model, plan: GemmPlan) -> None:
+    """Make now the packed weights `plan` uses (`packed_weight`), so a first forward does not pay for them."""
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and mod.bias is None and can_pack(mod.weight):
+            for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
+                packed_weight(mod, m)
 
 
 def _measure_if_quiet(model) -> GemmPlan:
@@ -360,6 +433,7 @@ class RaggedTarget:
         self.dtype, self.device = w.dtype, w.device
         # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once
         self.plan = gemm_plan(model)
+        pack_for(model, self.plan)
 
     def new_kv(self, capacity: int) -> SeqKV:
         return SeqKV(len(self.layers), self.nkv, self.hd, self.dtype, self.device, max(64, capacity))

@@ -5,7 +5,7 @@ import torch
 from kit.reference.target import MODULE_PATH, GemmPlan, Piece, RaggedTarget, linear, measure_plan, measure_rows
 from kit.tests.tinymodels import one_thread, tiny_target  # noqa: F401 (autouse fixture)
 
-ROWS = {1: (2, True), 2: (2, False), 3: (4, True), 4: (4, True), 5: (8, False)}
+ROWS = {1: (2, "transposed"), 2: (2, "linear"), 3: (4, "transposed"), 4: (4, "packed"), 5: (8, "linear")}
 
 
 def padded(model) -> GemmPlan:
@@ -49,7 +49,28 @@ def test_linear_pads_and_drops_the_extra_rows():
 def test_measure_rows_picks_per_row_count_and_says_why():
     table, why = measure_rows([torch.randn(64, 32) for _ in range(4)], rows=range(1, 5))
     assert all(n in range(1, 5) and n <= m <= 4 for n, (m, _) in table.items())
-    assert why.startswith("64x32 x4") and "4: " in why
+    assert len({m for m, way in table.values() if way == "packed"}) <= 1  # one packed copy per shape at most
+    assert why.startswith("64x32 x4, ms by rows (linear / transposed") and "4: " in why
+
+
+def test_a_packed_weight_gives_the_module_s_numbers_and_follows_a_changed_weight():
+    from kit.reference.target import can_pack, packed_weight
+
+    lin = torch.nn.Linear(32, 16, bias=False)
+    if not can_pack(lin.weight):
+        return  # this torch has no MKL: the plan never packs
+    plan = GemmPlan({(16, 32): {2: (4, "packed"), 4: (4, "packed")}})
+    with torch.inference_mode():
+        for rows in (2, 4):
+            x = torch.randn(rows, 32)
+            assert torch.allclose(linear(lin, x, plan), lin(x), atol=1e-5)
+        first = packed_weight(lin, 4)
+        assert packed_weight(lin, 4) is first  # made once
+    with torch.no_grad():
+        lin.weight.mul_(2)
+    with torch.inference_mode():
+        x = torch.randn(3, 32)
+        assert torch.allclose(linear(lin, x, plan), lin(x), atol=1e-5)  # repacked after the weight changed
 
 
 def test_measure_plan_covers_every_weight_shape_and_round_trips():
@@ -84,7 +105,7 @@ def _scripted_clock(monkeypatch, cost):
 
     marks, now = [], 0.0
     for r in range(3):  # the warm-up round and reps=2
-        for key in [(m, t) for m in (1, 2) for t in (False, True)]:
+        for key in [(m, t) for m in (1, 2) for t in ("linear", "transposed")]:
             marks.append(now)
             now += cost[key][r]
             marks.append(now)
@@ -94,12 +115,13 @@ def _scripted_clock(monkeypatch, cost):
 
 def test_a_plan_must_win_every_round_not_only_its_best(monkeypatch):
     w = [torch.randn(8, 4)]
-    slow = {(1, True): [9, 9, 9], (2, True): [9, 9, 9]}
+    monkeypatch.setattr("kit.reference.target.can_pack", lambda w: False)  # two ways timed: linear, transposed
+    slow = {(1, "transposed"): [9, 9, 9], (2, "transposed"): [9, 9, 9]}
     # two rows beat one in every round: chosen
-    _scripted_clock(monkeypatch, {(1, False): [4, 4, 4], (2, False): [2, 2, 3], **slow})
-    assert measure_rows(w, rows=(1, 2))[0] == {1: (2, False)}
+    _scripted_clock(monkeypatch, {(1, "linear"): [4, 4, 4], (2, "linear"): [2, 2, 3], **slow})
+    assert measure_rows(w, rows=(1, 2))[0] == {1: (2, "linear")}
     # two rows look 2x faster in their best round, but a burst slowed one's other round: the module's path stays
-    _scripted_clock(monkeypatch, {(1, False): [4, 4, 9], (2, False): [2, 2, 9.5], **slow})
+    _scripted_clock(monkeypatch, {(1, "linear"): [4, 4, 9], (2, "linear"): [2, 2, 9.5], **slow})
     assert measure_rows(w, rows=(1, 2))[0] == {}
 
 
