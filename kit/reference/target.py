@@ -242,29 +242,28 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> 
     path by 10% and it was also the faster of the two in every round. A burst of other work on the machine
     (a build beside the first run) slows some timings and not others: the second condition keeps such a
     burst from choosing a plan that the quiet machine runs slower, since the plan is cached and every later
-    forward follows it. A packed weight is a copy of the weight, so a shape packs for one m at most: the
-    one whose table costs least over all row counts."""
+    forward follows it. A packed weight is a copy of the weight (MKL's layout: about twice its size in memory),
+    so a shape packs for one m at most: the one whose table costs least over all row counts."""
     import time
 
     rows = list(rows)
     ways = [w for w in WAYS if w != "packed" or can_pack(weights[0])]
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
-    packs = (
-        {m: [torch.ops.mkl._mkl_reorder_linear_weight(w, m) for w in weights] for m in rows} if "packed" in ways else {}
-    )
     rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in ways}
     with torch.inference_mode():
         for r in range(reps + 1):
-            for key, times in rounds.items():
-                m, way = key
-                x, packed = xs[m], packs.get(m) or [None] * len(weights)
-                t0 = time.perf_counter()
-                for w, p in zip(weights, packed):
-                    _product(way, w, x, p).contiguous()
-                dt = time.perf_counter() - t0
-                if r:  # the first round warms up
-                    times.append(dt)
-    packs = list(packs)  # the row counts; the packed copies are freed
+            for m in rows:
+                # one row count's packed copies at a time, made untimed (a copy per m would hold 6x the weights)
+                packed = [torch.ops.mkl._mkl_reorder_linear_weight(w, m) for w in weights] if "packed" in ways else []
+                for way in ways:
+                    t0 = time.perf_counter()
+                    for w, p in zip(weights, packed or [None] * len(weights)):
+                        _product(way, w, xs[m], p).contiguous()
+                    dt = time.perf_counter() - t0
+                    if r:  # the first round warms up
+                        rounds[(m, way)].append(dt)
+                del packed
+    packs = rows if "packed" in ways else []
     best = {k: min(v) for k, v in rounds.items()}
 
     def choose(keys) -> dict:
@@ -279,7 +278,7 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> 
     def cost(table: dict) -> float:  # one forward of each row count, as the table runs it
         return sum(best[table.get(n, (n, "linear"))] for n in rows)
 
-    # every packed row count on its own (or none): the table whose row counts cost least in all
+    # no packed copy, or every packed row count on its own: the table whose row counts cost least in all
     tables = [choose([k for k in rounds if k[1] != "packed" or k[0] == p]) for p in [None, *packs]]
     table = min(tables, key=cost)
     ms = {k: round(v * 1e3, 1) for k, v in best.items()}
