@@ -51,8 +51,7 @@ class GpuPlan:
     speculative_num_steps: int = 2
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int = 3
-    mem_fraction_static: float = 0.25  # three servers share the GPU; the KV pool is capped below
-    max_total_tokens: int = 32768
+    servers: int = 3  # baseline, seed and fixed share the GPU (memory: kit.serving.engines.sglang.share_device)
     cuda_graph_max_bs: int = 4
     ready_timeout_s: float = 480.0
 
@@ -91,12 +90,11 @@ def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: P
     The seed's algorithm, NCCL variables and remaining flags stay."""
     from kit.serving import launch as kl
 
-    local = kl.localize(spec, "sglang", target, draft, port=port, decode_log_interval=20)
-    extra = list(local.extra_args)
-    extra += ["--max-total-tokens", str(plan.max_total_tokens), "--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
+    local = kl.localize(spec, "sglang", target, draft, port=port, decode_log_interval=20,
+                        servers_per_device=plan.servers)  # fmt: skip
+    extra = list(local.extra_args) + ["--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
     return local.replace(
         tp_size=None,
-        mem_fraction_static=plan.mem_fraction_static,
         speculative_num_steps=plan.speculative_num_steps,
         speculative_eagle_topk=plan.speculative_eagle_topk,
         speculative_num_draft_tokens=plan.speculative_num_draft_tokens,

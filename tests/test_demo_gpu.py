@@ -45,6 +45,7 @@ def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_pa
     argv = spec.argv()
     assert argv[argv.index("--attention-backend") + 1] == "triton"  # the bundle's flags (kit.sglang.bundle)
     assert "--max-total-tokens" in argv and "--num-continuous-decode-steps" in argv
+    assert spec.mem_fraction_static == 0.25  # the seed's 0.85 is one server's share of 8 GPUs; here three share one
 
 
 def _served_run(tmp_path):

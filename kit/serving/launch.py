@@ -299,9 +299,11 @@ def localize(
     port: int | None = None,
     decode_log_interval: int | None = None,
     tp_size: int | None = None,
+    servers_per_device: int = 1,
 ) -> LaunchSpec:
-    """The same launch on this machine: local target/draft paths, loopback host, a free port, and
-    `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one).
+    """The same launch on this machine: local target/draft paths, loopback host, a free port,
+    `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one), and the engine's memory
+    share for one of `servers_per_device` servers running at once on one device (`Engine.share_device`).
 
     What the target becomes is the engine's (`Engine.localize`); for the reference engine the GPU-only
     flags stay in the spec (the server ignores them)."""
@@ -315,7 +317,7 @@ def localize(
         changes["decode_log_interval"] = decode_log_interval
     if tp_size is not None:
         changes["tp_size"] = tp_size
-    return resolve_local(spec.replace(**changes), engine)
+    return resolve_local(get_engine(engine).share_device(spec.replace(**changes), servers_per_device), engine)
 
 
 def ask(

@@ -125,6 +125,11 @@ class Engine:
         """Changes that run `spec` on this machine with the kit's `target` ('embedded' or a local dir)."""
         return {} if target == "embedded" else {"model_path": target}
 
+    def share_device(self, spec, servers: int):
+        """`spec` for one of `servers` servers that run at once on this machine's one device (the engine's
+        memory rule); as is where each server has memory enough of its own (the CPU reference server)."""
+        return spec
+
     # -- logs ---------------------------------------------------------------------------------
     def parse_log_line(self, line: str) -> dict | None:
         return None

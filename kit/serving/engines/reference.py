@@ -87,3 +87,6 @@ class ReferenceServer(SGLang):
 
     def localize(self, spec, target: str) -> dict[str, Any]:
         return {"model_path": target}
+
+    def share_device(self, spec, servers: int):
+        return spec  # CPU servers: each has memory enough of its own, and the server ignores SGLang's memory flags

@@ -20,6 +20,9 @@ from kit.sglang import log_format
 from kit.sglang.http_api import HttpApi, http_api
 
 SGLANG_MODULE = "sglang.launch_server"
+# servers that share one GPU (notebook 05's three, `kit demo --gpu`'s three): what they fill together (weights
+# and KV pools; the rest is CUDA graphs and activations) and each one's KV pool, ample for a small target
+SHARED_GPU_MEMORY, SHARED_KV_TOKENS = 0.75, 32768
 
 
 class SGLang(Engine):
@@ -84,6 +87,18 @@ class SGLang(Engine):
         if extra != list(spec.extra_args):
             changes["extra_args"] = extra
         return changes
+
+    def share_device(self, spec, servers: int):
+        """Each of `servers` SGLang servers on one GPU fills a share of SHARED_GPU_MEMORY and caps its KV pool
+        (SHARED_KV_TOKENS): left to itself a server sizes its pool from the memory free as it starts (0.9 of a
+        141 GB H200 for the first), and the next one finds none left and stops with CUDA out of memory."""
+        if servers <= 1:
+            return spec
+        share = round(SHARED_GPU_MEMORY / servers, 4)
+        extra = list(spec.extra_args)
+        if "--max-total-tokens" not in extra:
+            extra += ["--max-total-tokens", str(SHARED_KV_TOKENS)]
+        return spec.replace(mem_fraction_static=min(spec.mem_fraction_static or 1.0, share), extra_args=extra)
 
     def parse_log_line(self, line: str) -> dict | None:
         return log_format.parse_line(line)

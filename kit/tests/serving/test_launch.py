@@ -307,3 +307,17 @@ def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, 
     (site / MANIFEST_MEMBER).unlink()  # a plain SGLang install: the launch as written
     ch = get_engine("sglang").localize(spec, "/models/t")
     assert ch["model_path"] == "/models/t" and "extra_args" not in ch and "attention_backend" not in ch
+
+
+def test_servers_sharing_one_gpu_each_get_a_memory_share_and_a_capped_kv_pool():
+    from kit.sglang.cmdline import SEED_LAUNCH
+
+    """Three SGLang servers on one GPU, each sizing its pool from what is free, ran out of memory at the third."""
+    seed = spec_from_command(SEED_LAUNCH)  # --mem-fraction-static 0.85
+    alone = localize(seed, "sglang", "/t", "/d", port=30001, tp_size=1)
+    assert alone.mem_fraction_static == 0.85 and "--max-total-tokens" not in alone.extra_args
+    shared = [localize(seed, "sglang", "/t", "/d", port=30001, tp_size=1, servers_per_device=n) for n in (3, 4)]
+    assert [s.mem_fraction_static for s in shared] == [0.25, 0.1875]
+    assert all(s.extra_args.count("--max-total-tokens") == 1 for s in shared)
+    ref = localize(LaunchSpec(), "reference", "embedded", port=30001, servers_per_device=3)
+    assert ref.mem_fraction_static is None  # the CPU reference server: memory enough for each
