@@ -11,7 +11,8 @@
 #   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
 #                                  # becomes $S/best (used by `demo`); its files come back in 15 MiB parts
 #   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
-# `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, `datasets` for
+# `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, ipywidgets for 05's
+# sweep panel (without it the panel cell says so), `datasets` for
 # sglang.bench_serving), carried as .devcarry/nb/*.whl: they go to /root/nbsite, which PYTHONPATH puts before
 # /root/site so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's stub.
 # Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz, $OUT/nb04.log, nb05.log +
@@ -65,7 +66,7 @@ parity)
   tar czf "$OUT/parity.tgz" -C "$S" parity
   ;;
 notebooks)
-  # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook
+  # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook (05 on one H200: 462 s, its three SGLang servers start one by one)
   nb_site
   join_gguf
   mkdir -p "$S/nb/runs"
@@ -73,7 +74,7 @@ notebooks)
   for k in ${2:-04 05}; do
     n=$(basename notebooks/${k}_*.ipynb .ipynb)
     t0=$(date +%s)
-    timeout ${NB_TIMEOUT:-250} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
+    timeout ${NB_TIMEOUT:-540} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
       -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} ${NB_PARAMS:-} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
       | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
     echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"

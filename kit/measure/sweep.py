@@ -632,8 +632,13 @@ def panel(
     base: SweepConfig | None = None,
     expected: Callable[[Point], float] | None = None,
     prompts: list[dict] | None = None,
-) -> SweepPanel:
-    """The sweep panel for a notebook (inert until **Run sweep** is pressed, so headless runs skip it)."""
+) -> SweepPanel | str:
+    """The sweep panel for a notebook (inert until **Run sweep** is pressed, so headless runs skip it); where
+    ipywidgets is not installed (a GPU host with SGLang alone), a line saying so and naming the shell twin."""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return "no sweep panel: ipywidgets is not installed here (pip install ipywidgets); the same sweep: kit sweep"
     return SweepPanel(launcher, out_dir, base, expected, prompts)
 
 

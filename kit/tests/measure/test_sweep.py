@@ -258,3 +258,13 @@ def test_launch_all_stops_the_started_ones_when_one_fails(monkeypatch):
     with contextlib.ExitStack() as stack, pytest.raises(RuntimeError, match="a did not come up"):
         launch_all(stack, [_Slow("a", log, fail=True), _Slow("b", log)], "sglang")
     assert [e[:2] for e in log] == [("start", "a")]
+
+
+def test_panel_without_ipywidgets_says_so_and_names_the_shell_twin(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    msg = panel(lambda point: None, tmp_path)
+    assert isinstance(msg, str) and "ipywidgets" in msg and "kit sweep" in msg
+    assert not any(tmp_path.iterdir())
