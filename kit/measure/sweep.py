@@ -161,14 +161,11 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
     those already up are stopped and its error is raised."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import kit
-    from kit.serving.engines import get_engine
+    from kit.serving.process import start_together
 
     live = [cm for cm in launches if cm is not None]
-    together = len(live) > 1 and get_engine(engine).starts_together
     entered, error = [], None
-    if together:
-        kit.pin_omp_wait_policy()  # each would sample the machine while its siblings load: other work, to it
+    if start_together(engine, len(live)):
         with ThreadPoolExecutor(len(live)) as pool:
             futures = [pool.submit(cm.__enter__) for cm in live]
         for cm, f in zip(live, futures):

@@ -310,17 +310,27 @@ class ServerProcess:
         self.stop()
 
 
+def start_together(engine: str | Engine, servers: int) -> bool:
+    """Whether `servers` servers of `engine` start at once (`Engine.starts_together`: the CPU reference server,
+    whose start is mostly imports and a model load; SGLang sizes its memory pool from what is free as it starts,
+    so its servers start one after another). When they do, this process's OpenMP wait policy is pinned first: each
+    server would sample the machine while its siblings load, and see other work."""
+    import kit
+
+    together = servers > 1 and get_engine(engine).starts_together
+    if together:
+        kit.pin_omp_wait_policy()
+    return together
+
+
 def start_ready(srv: ServerProcess, timeout: float = 600.0, beside: list[ServerProcess] = ()) -> dict:
     """Start `srv` and wait until it is ready (`wait_ready`'s info). The servers `beside` it start at the same
     time and are waited for too where their engine's servers may load side by side (`Engine.starts_together`:
     the CPU reference server, whose start is mostly imports and a model load), so `srv`'s requests then have
     the machine to themselves; those of any other engine (SGLang sizes its memory pool from what is free as it
     starts) are left to start when entered (`with srv:`). If one fails, every one started here is stopped."""
-    import kit
-
-    ahead = [s for s in beside if s.engine.starts_together and s.proc is None]
-    if ahead:
-        kit.pin_omp_wait_policy()  # each would sample the machine while the others load: other work, to it
+    waiting = [s for s in beside if s.proc is None]
+    ahead = [s for s in waiting if start_together(s.engine, 1 + len(waiting))]
     started = []
     try:
         for s in (srv, *ahead):
