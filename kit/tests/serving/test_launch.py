@@ -310,9 +310,9 @@ def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, 
 
 
 def test_servers_sharing_one_gpu_each_get_a_memory_share_and_a_capped_kv_pool():
+    """Three SGLang servers on one GPU, each sizing its pool from what is free, ran out of memory at the third."""
     from kit.sglang.cmdline import SEED_LAUNCH
 
-    """Three SGLang servers on one GPU, each sizing its pool from what is free, ran out of memory at the third."""
     seed = spec_from_command(SEED_LAUNCH)  # --mem-fraction-static 0.85
     alone = localize(seed, "sglang", "/t", "/d", port=30001, tp_size=1)
     assert alone.mem_fraction_static == 0.85 and "--max-total-tokens" not in alone.extra_args
