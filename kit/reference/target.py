@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -156,13 +157,22 @@ class GemmPlan:
     one-row GEMV streamed the weights at about half the speed of W @ x^T over four rows; on a 2-core Xeon
     with AVX-512 W @ x^T took twice x @ W^T; with the kernels capped at AVX2 there, x @ W^T over 2-6 rows
     took twice one row (the weight repacked on every call) and a packed weight brought 4 rows back to about
-    one row's time."""
+    one row's time.
+
+    `half`: every bias-free fp32 linear instead runs on its weight rounded to fp16 and packed once by FBGEMM
+    (`half_weight`: half the fp32 weight's bytes), fp32 inputs and accumulation. A few-row forward streams
+    every weight from memory, so half the bytes is up to half the time: on the 2-core EPYC a SmolLM2 forward's
+    matmuls took 17-20 ms for 1-4 rows against 37-43 ms in fp32. It is a precision choice (weights to fp16,
+    as a GPU serves bf16), so it is made for the whole model or not at all: a decode step and a verify see
+    the same weights, and greedy and speculative decoding agree token for token."""
 
     shapes: dict[tuple[int, int], dict[int, tuple[int, str]]]  # weight shape -> n -> (m, way in WAYS)
     why: str = ""
+    half: bool = False
 
     def to_json(self) -> dict:
-        return {"shapes": {f"{o}x{i}": rows for (o, i), rows in self.shapes.items()}, "why": self.why}
+        rows = {f"{o}x{i}": rows for (o, i), rows in self.shapes.items()}
+        return {"shapes": rows, "why": self.why, "half": self.half}
 
     @classmethod
     def from_json(cls, doc: dict) -> GemmPlan:
@@ -170,7 +180,7 @@ class GemmPlan:
         for key, rows in doc["shapes"].items():
             o, i = key.split("x")
             shapes[(int(o), int(i))] = {int(n): (int(m), _way(w)) for n, (m, w) in rows.items()}
-        return cls(shapes, doc["why"])
+        return cls(shapes, doc["why"], bool(doc.get("half", False)))
 
 
 def _way(w) -> str:
@@ -192,7 +202,35 @@ def can_pack(w: torch.Tensor) -> bool:
     return w.dtype == torch.float32 and w.device.type == "cpu" and _mkl_packing()
 
 
+@functools.cache
+def _fbgemm_fp16() -> bool:
+    """Whether this torch has FBGEMM's fp16-weight linear (x86 builds with AVX2 or better)."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return False
+    try:
+        w = torch.ops.quantized.linear_prepack_fp16(torch.ones(8, 8), None)
+        return torch.ops.quantized.linear_dynamic_fp16(torch.ones(2, 8), w).shape == (2, 8)
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def can_half(w: torch.Tensor) -> bool:
+    """Whether this torch can run `w` (fp32, on the CPU) as an FBGEMM fp16-packed weight."""
+    return w.dtype == torch.float32 and w.device.type == "cpu" and _fbgemm_fp16()
+
+
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> {m: (weight version, packed)}
+_HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> (weight version, fp16 packed)
+
+
+def half_weight(mod) -> torch.Tensor:
+    """`mod.weight` rounded to fp16 and packed by FBGEMM, made on first use and again if the weight changed."""
+    version = (mod.weight._version, mod.weight.data_ptr())
+    got = _HALF.get(mod)
+    if got is None or got[0] != version:
+        with torch.no_grad():
+            got = _HALF[mod] = (version, torch.ops.quantized.linear_prepack_fp16(mod.weight.detach(), None))
+    return got[1]
 
 
 def packed_weight(mod, m: int) -> torch.Tensor:
@@ -207,17 +245,22 @@ def packed_weight(mod, m: int) -> torch.Tensor:
 
 
 def _product(way: str, w: torch.Tensor, x: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w^T computed `way` (WAYS), with the weight MKL-packed for x's rows when way is "packed"."""
+    """x @ w^T computed `way` (WAYS, or "half"), with `packed` the weight MKL-packed for x's rows when way is
+    "packed", FBGEMM's fp16-packed copy (`half_weight`) when it is "half"."""
     if way == "transposed":
         return (w @ x.t()).t()
     if way == "packed":
         return torch.ops.mkl._mkl_linear(x, packed, w, None, x.shape[0])
+    if way == "half":
+        return torch.ops.quantized.linear_dynamic_fp16(x, packed)
     return F.linear(x, w)
 
 
 def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     """`mod(x)` for an nn.Linear and x [N, in], run the way `plan` says for its weight's shape and N rows
     (`GemmPlan`). A shape or row count outside the plan, a GPU or a bias keep the module's own path."""
+    if plan.half and x.dim() == 2 and mod.bias is None and x.device.type == "cpu" and can_half(mod.weight):
+        return _product("half", mod.weight, x, half_weight(mod))
     rows = plan.shapes.get(tuple(mod.weight.shape)) if x.dim() == 2 and mod.bias is None else None
     how = rows.get(x.shape[0]) if rows is not None and x.device.type == "cpu" else None
     if how is None:
@@ -231,38 +274,52 @@ def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     return y[:n].contiguous() if m > n or way == "transposed" else y
 
 
-PLAN_RULE = 3  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
+PLAN_RULE = 4  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
 
 
-def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> tuple[dict, str]:
+class RowTable(NamedTuple):
+    """`measure_rows`' answer for one weight shape."""
+
+    table: dict  # n -> (m, way): the fp32 rows the plan takes
+    why: str  # the timings, for the plan's record
+    plan_s: list[float]  # per timed round: one forward of every row count as `table` runs it, in seconds
+    half_s: list[float] | None  # the same with the fp16-packed weights (None: FBGEMM cannot run this weight)
+
+
+def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> RowTable:
     """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
     stream from memory as in a forward): every computed row count m in `rows` each way (`WAYS`; "packed"
-    where MKL can), interleaved so each sees the same machine load, `reps` rounds after a warm-up round;
-    then for each n the cheapest (m >= n, way) by its best round, kept only when that beats the module's own
-    path by 10% and it was also the faster of the two in every round. A burst of other work on the machine
-    (a build beside the first run) slows some timings and not others: the second condition keeps such a
-    burst from choosing a plan that the quiet machine runs slower, since the plan is cached and every later
-    forward follows it. A packed weight is a copy of the weight (MKL's layout: about twice its size in memory),
-    so a shape packs for one m at most: the one whose table costs least over all row counts."""
+    where MKL can; "half" where FBGEMM can), interleaved so each sees the same machine load, `reps` rounds
+    after a warm-up round; then for each n the cheapest fp32 (m >= n, way) by its best round, kept only when
+    that beats the module's own path by 10% and it was also the faster of the two in every round. A burst of
+    other work on the machine (a build beside the first run) slows some timings and not others: the second
+    condition keeps such a burst from choosing a plan that the quiet machine runs slower, since the plan is
+    cached and every later forward follows it. A packed weight is a copy of the weight (MKL's layout: about
+    twice its size in memory), so a shape packs for one m at most: the one whose table costs least over all
+    row counts. The "half" timings are summed per round for `measure_plan`, which decides for the model."""
     import time
 
     rows = list(rows)
     ways = [w for w in WAYS if w != "packed" or can_pack(weights[0])]
+    timed = ways + (["half"] if can_half(weights[0]) else [])
+    halves = [torch.ops.quantized.linear_prepack_fp16(w, None) for w in weights] if "half" in timed else []
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
-    rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in ways}
+    rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in timed}
     with torch.inference_mode():
         for r in range(reps + 1):
             for m in rows:
                 # one row count's packed copies at a time, made untimed (a copy per m would hold 6x the weights)
                 packed = [torch.ops.mkl._mkl_reorder_linear_weight(w, m) for w in weights] if "packed" in ways else []
-                for way in ways:
+                for way in timed:
+                    extra = halves if way == "half" else packed if way == "packed" else [None] * len(weights)
                     t0 = time.perf_counter()
-                    for w, p in zip(weights, packed or [None] * len(weights)):
+                    for w, p in zip(weights, extra):
                         _product(way, w, xs[m], p).contiguous()
                     dt = time.perf_counter() - t0
                     if r:  # the first round warms up
                         rounds[(m, way)].append(dt)
                 del packed
+    del halves
     packs = rows if "packed" in ways else []
     best = {k: min(v) for k, v in rounds.items()}
 
@@ -279,28 +336,46 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> 
         return sum(best[table.get(n, (n, "linear"))] for n in rows)
 
     # no packed copy, or every packed row count on its own: the table whose row counts cost least in all
-    tables = [choose([k for k in rounds if k[1] != "packed" or k[0] == p]) for p in [None, *packs]]
+    tables = [choose([k for k in rounds if k[1] in ways and (k[1] != "packed" or k[0] == p)]) for p in [None, *packs]]
     table = min(tables, key=cost)
+
+    def per_round(keys: list) -> list[float]:
+        return [sum(rounds[k][r] for k in keys) for r in range(reps)]
+
     ms = {k: round(v * 1e3, 1) for k, v in best.items()}
     o, i = weights[0].shape
-    why = f"{o}x{i} x{len(weights)}, ms by rows ({' / '.join(ways)}): " + ", ".join(
-        f"{m}: " + "/".join(str(ms[(m, w)]) for w in ways) for m in rows
+    why = f"{o}x{i} x{len(weights)}, ms by rows ({' / '.join(timed)}): " + ", ".join(
+        f"{m}: " + "/".join(str(ms[(m, w)]) for w in timed) for m in rows
     )
-    return table, why
+    return RowTable(
+        table,
+        why,
+        per_round([table.get(n, (n, "linear")) for n in rows]),
+        per_round([(n, "half") for n in rows]) if "half" in timed else None,
+    )
 
 
 def measure_plan(model) -> GemmPlan:
     """The `GemmPlan` of a model on this CPU: `measure_rows` per weight shape of its bias-free linears
-    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape."""
+    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape. The fp16 weights
+    (`GemmPlan.half`) are taken when every shape can have them and, summed over the shapes and row counts,
+    they beat the fp32 tables by 10% and in every round (the same guard against a burst as the rows')."""
     by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear) and mod.bias is None and mod.weight.device.type == "cpu":
             by_shape.setdefault(tuple(mod.weight.shape), []).append(mod.weight)
-    shapes, whys = {}, []
-    for shape, weights in by_shape.items():
-        shapes[shape], why = measure_rows(weights)
-        whys.append(why)
-    return GemmPlan({s: t for s, t in shapes.items() if t}, "; ".join(whys))
+    timings = {shape: measure_rows(weights) for shape, weights in by_shape.items()}
+    why = "; ".join(t.why for t in timings.values())
+    half = bool(timings) and all(t.half_s is not None for t in timings.values())
+    if half:
+        plan_s = [sum(r) for r in zip(*(t.plan_s for t in timings.values()))]
+        half_s = [sum(r) for r in zip(*(t.half_s for t in timings.values()))]
+        half = min(half_s) < 0.9 * min(plan_s) and all(h < p for h, p in zip(half_s, plan_s))
+        why += (
+            f"; fp16 weights (FBGEMM) {min(half_s) * 1e3:.1f} ms vs fp32 {min(plan_s) * 1e3:.1f} ms over the row counts"
+        )
+        why += ": taken" if half else ": not taken"
+    return GemmPlan({s: t.table for s, t in timings.items() if t.table}, why, half)
 
 
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its GemmPlan
@@ -338,9 +413,12 @@ def gemm_plan(model) -> GemmPlan:
 
 
 def pack_for(model, plan: GemmPlan) -> None:
-    """Make now the packed weights `plan` uses (`packed_weight`), so a first forward does not pay for them."""
+    """Make now the packed weights `plan` uses (`packed_weight`, `half_weight`), so a first forward does not pay
+    for them."""
     for mod in model.modules():
-        if isinstance(mod, torch.nn.Linear) and mod.bias is None and can_pack(mod.weight):
+        if plan.half and isinstance(mod, torch.nn.Linear) and mod.bias is None and can_half(mod.weight):
+            half_weight(mod)
+        elif isinstance(mod, torch.nn.Linear) and mod.bias is None and can_pack(mod.weight):
             for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
                 packed_weight(mod, m)
 

@@ -47,10 +47,12 @@ def test_linear_pads_and_drops_the_extra_rows():
 
 
 def test_measure_rows_picks_per_row_count_and_says_why():
-    table, why = measure_rows([torch.randn(64, 32) for _ in range(4)], rows=range(1, 5))
+    table, why, plan_s, half_s = measure_rows([torch.randn(64, 32) for _ in range(4)], rows=range(1, 5))
     assert all(n in range(1, 5) and n <= m <= 4 for n, (m, _) in table.items())
     assert len({m for m, way in table.values() if way == "packed"}) <= 1  # one packed copy per shape at most
     assert why.startswith("64x32 x4, ms by rows (linear / transposed") and "4: " in why
+    assert len(plan_s) == 2 and all(t > 0 for t in plan_s)  # a forward of rows 1-4 per timed round
+    assert half_s is None or (len(half_s) == 2 and "half" in why)
 
 
 def test_a_packed_weight_gives_the_module_s_numbers_and_follows_a_changed_weight():
@@ -71,6 +73,44 @@ def test_a_packed_weight_gives_the_module_s_numbers_and_follows_a_changed_weight
     with torch.inference_mode():
         x = torch.randn(3, 32)
         assert torch.allclose(linear(lin, x, plan), lin(x), atol=1e-5)  # repacked after the weight changed
+
+
+def test_fp16_weights_decode_and_verify_as_the_fp32_model_does():
+    from kit.reference.target import can_half
+
+    m = tiny_target(layers=3, dtype=torch.float32)
+    if not can_half(m.lm_head.weight):
+        return  # no FBGEMM in this torch: the plan never takes fp16 weights
+    ids = [5, 7, 9, 11, 2, 3, 4, 8, 6]
+    outs = []
+    for plan in (MODULE_PATH, GemmPlan({}, "test", half=True)):
+        rt = RaggedTarget(m, [1, 2])
+        rt.plan = plan
+        kv = rt.new_kv(32)
+        rt.forward([Piece(kv, ids[:5], logits="last")])
+        outs.append((rt.forward([Piece(kv, ids[5:8])])[0], rt.forward([Piece(kv, ids[8:])])[0]))
+    for (pa, fa), (pb, fb) in zip(*outs):
+        assert pa == pb  # the same tokens
+        assert not torch.equal(fa, fb) and torch.allclose(fa, fb, atol=2e-2)  # fp16-rounded weights: close, not equal
+    plan = GemmPlan({}, "test", half=True)
+    assert GemmPlan.from_json(plan.to_json()) == plan
+
+
+def test_fp16_weights_are_taken_only_when_they_win_every_round(monkeypatch):
+    import kit.reference.target as kt
+
+    m = tiny_target(layers=2, dtype=torch.float32)
+    shapes = {tuple(w.weight.shape) for w in m.modules() if isinstance(w, torch.nn.Linear)}
+
+    def timings(plan_s, half_s):
+        monkeypatch.setattr(kt, "measure_rows", lambda weights: kt.RowTable({}, "t", plan_s, half_s))
+        return measure_plan(m)
+
+    assert timings([2.0, 2.0], [1.0, 1.5]).half
+    assert not timings([2.0, 2.0], [1.0, 2.5]).half  # 2x faster at its best, slower in a round a burst hit
+    assert not timings([2.0, 2.0], [1.9, 1.9]).half  # under 10% faster: fp32 stays
+    assert not timings([2.0, 2.0], None).half  # FBGEMM cannot run these weights
+    assert len(shapes) > 1 and "fp16 weights" in timings([2.0, 2.0], [1.0, 1.0]).why
 
 
 def test_measure_plan_covers_every_weight_shape_and_round_trips():
@@ -116,6 +156,7 @@ def _scripted_clock(monkeypatch, cost):
 def test_a_plan_must_win_every_round_not_only_its_best(monkeypatch):
     w = [torch.randn(8, 4)]
     monkeypatch.setattr("kit.reference.target.can_pack", lambda w: False)  # two ways timed: linear, transposed
+    monkeypatch.setattr("kit.reference.target.can_half", lambda w: False)
     slow = {(1, "transposed"): [9, 9, 9], (2, "transposed"): [9, 9, 9]}
     # two rows beat one in every round: chosen
     _scripted_clock(monkeypatch, {(1, "linear"): [4, 4, 4], (2, "linear"): [2, 2, 3], **slow})
