@@ -30,6 +30,7 @@ from torch import nn
 
 from kit.findings import KitInputError
 from kit.hf import HFConfig
+from kit.reference.target import can_half, half_product
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.loader import rules_for
 from kit.sglang.versions import DEFAULT_RELEASE
@@ -111,6 +112,18 @@ class DraftSpec:
         )
 
 
+class Linear(nn.Linear):
+    """nn.Linear that, with `half` set (`Eagle3Draft.use_plan`: the target's `GemmPlan.half`) and no gradient
+    wanted, multiplies by its weight rounded to fp16 and packed by FBGEMM, as the target's products then do."""
+
+    half = False
+
+    def forward(self, x):
+        if self.half and self.bias is None and not torch.is_grad_enabled() and can_half(self.weight):
+            return half_product(self, self.weight, x)
+        return super().forward(x)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -156,10 +169,10 @@ class DraftAttention(nn.Module):
     def __init__(self, spec: DraftSpec, in_dim: int):
         super().__init__()
         self.nh, self.nkv, self.hd = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.q_proj = nn.Linear(in_dim, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
-        self.o_proj = nn.Linear(self.nh * self.hd, spec.hidden_size, bias=spec.attention_bias)
+        self.q_proj = Linear(in_dim, self.nh * self.hd, bias=False)
+        self.k_proj = Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.v_proj = Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.o_proj = Linear(self.nh * self.hd, spec.hidden_size, bias=spec.attention_bias)
 
     def qkv(self, x, positions, inv_freq):
         B, T, _ = x.shape
@@ -183,9 +196,9 @@ class DraftMLP(nn.Module):
         super().__init__()
         from transformers.activations import ACT2FN
 
-        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+        self.gate_proj = Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = Linear(spec.intermediate_size, spec.hidden_size, bias=False)
         self.act = ACT2FN[spec.hidden_act]
 
     def forward(self, x):
@@ -232,19 +245,20 @@ class Eagle3Draft(nn.Module):
         self.spec = spec
         H, Ht, k = spec.hidden_size, spec.target_hidden_size, spec.num_aux
         self.embed_tokens = nn.Embedding(spec.vocab_size, H)
-        self.fc = nn.Linear(Ht * k, H, bias=spec.fc_bias)
+        self.fc = Linear(Ht * k, H, bias=spec.fc_bias)
         self.input_norm = RMSNorm(Ht * k, spec.rms_norm_eps) if spec.norm_before_fc else None
         self.fc_norm = nn.ModuleList([RMSNorm(Ht, spec.rms_norm_eps) for _ in range(k)]) if spec.fc_norm else None
         self.layers = nn.ModuleList([DraftLayer(spec, i) for i in range(spec.num_layers)])
         self.norm = RMSNorm(H, spec.rms_norm_eps)
         vd = spec.draft_vocab_size if spec.draft_vocab_size is not None else spec.vocab_size
-        self.lm_head = None if spec.tie_word_embeddings else nn.Linear(H, vd, bias=False)
+        self.lm_head = None if spec.tie_word_embeddings else Linear(H, vd, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(spec), persistent=False)
         self.hot_token_id: torch.Tensor | None = None  # d2t + arange(Vd); None -> indices used as target ids
         self.load_lm_head_from_target = spec.draft_vocab_size is None and not spec.tie_word_embeddings
         self.head_rows: int | None = None  # logits sliced to the first N columns (SGLang logits processor)
         self.load_report: dict | None = None  # set by kit.reference.draft_io.load_draft: dropped / missing keys
         self.source_dir = None  # the checkpoint directory it was loaded from
+        self.half = False  # products on fp16-packed weights (`use_plan`)
 
     # -- vocab ------------------------------------------------------------------------------
     def head_weight(self) -> torch.Tensor:
@@ -252,6 +266,14 @@ class Eagle3Draft(nn.Module):
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.hot_token_id is None else self.hot_token_id.to(idx.device)[idx]
+
+    def use_plan(self, plan) -> None:
+        """Run the draft's products as the target's `kit.reference.target.GemmPlan` runs the target's: on
+        fp16-packed weights when `plan.half` (a draft step and extend then read half the bytes), else fp32."""
+        self.half = plan.half
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.half = plan.half
 
     # -- forward ----------------------------------------------------------------------------
     def project(self, hidden: torch.Tensor, embed_width: int) -> torch.Tensor:
@@ -300,7 +322,10 @@ class Eagle3Draft(nn.Module):
         # only the kept rows of the head are multiplied: the same logits as slicing the full product, without
         # reading the rest of a target-sized head (the EAGLE worker path) on every draft step
         w = self.head_weight()
-        return normed @ (w if self.head_rows is None else w[: self.head_rows]).t()
+        w = w if self.head_rows is None else w[: self.head_rows]
+        if self.half and not torch.is_grad_enabled() and can_half(w):
+            return half_product(self, w, normed)
+        return normed @ w.t()
 
     # -- SGLang worker behaviour ------------------------------------------------------------
     def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:
@@ -328,7 +353,7 @@ class Eagle3Draft(nn.Module):
             if self.lm_head is None:  # tied: lm_head is the embedding
                 return
             if self.lm_head.weight.shape != weight.shape:
-                self.lm_head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+                self.lm_head = Linear(weight.shape[1], weight.shape[0], bias=False)
             self.lm_head.weight = (
                 weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
             )

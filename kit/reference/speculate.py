@@ -282,6 +282,8 @@ class BatchDecoder:
             self.draft = prepare_draft(draft, target, wiring)
             points = capture_points_for(self.draft, target, wiring)
         self.runner = RaggedTarget(target, points)
+        if self.draft is not None:
+            self.draft.use_plan(self.runner.plan)
         self.times = {"draft": 0.0, "target": 0.0, "accept": 0.0, "extend": 0.0}
         self.steps = 0
 

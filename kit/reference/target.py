@@ -223,16 +223,6 @@ _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear ->
 _HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> (weight version, fp16 packed)
 
 
-def half_weight(mod) -> torch.Tensor:
-    """`mod.weight` rounded to fp16 and packed by FBGEMM, made on first use and again if the weight changed."""
-    version = (mod.weight._version, mod.weight.data_ptr())
-    got = _HALF.get(mod)
-    if got is None or got[0] != version:
-        with torch.no_grad():
-            got = _HALF[mod] = (version, torch.ops.quantized.linear_prepack_fp16(mod.weight.detach(), None))
-    return got[1]
-
-
 def packed_weight(mod, m: int) -> torch.Tensor:
     """`mod.weight` reordered by MKL for m-row products, made on first use and again if the weight changed."""
     per = _PACKED.setdefault(mod, {})
@@ -242,6 +232,24 @@ def packed_weight(mod, m: int) -> torch.Tensor:
         with torch.no_grad():
             got = per[m] = (version, torch.ops.mkl._mkl_reorder_linear_weight(mod.weight.detach(), m))
     return got[1]
+
+
+def half_weight(owner, w: torch.Tensor | None = None) -> torch.Tensor:
+    """`w` (default `owner.weight`) rounded to fp16 and packed by FBGEMM, kept on `owner`: made on first use and
+    again if the weight changed."""
+    w = owner.weight if w is None else w
+    version = (w._version, w.data_ptr(), tuple(w.shape))
+    got = _HALF.get(owner)
+    if got is None or got[0] != version:
+        with torch.no_grad():
+            got = _HALF[owner] = (version, torch.ops.quantized.linear_prepack_fp16(w.detach(), None))
+    return got[1]
+
+
+def half_product(owner, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """x @ w^T for x [..., in] on `half_weight(owner, w)`: fp16 weights, fp32 inputs and accumulation."""
+    y = torch.ops.quantized.linear_dynamic_fp16(x.reshape(-1, x.shape[-1]), half_weight(owner, w))
+    return y.view(*x.shape[:-1], y.shape[-1])
 
 
 def _product(way: str, w: torch.Tensor, x: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
@@ -260,7 +268,7 @@ def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     """`mod(x)` for an nn.Linear and x [N, in], run the way `plan` says for its weight's shape and N rows
     (`GemmPlan`). A shape or row count outside the plan, a GPU or a bias keep the module's own path."""
     if plan.half and x.dim() == 2 and mod.bias is None and x.device.type == "cpu" and can_half(mod.weight):
-        return _product("half", mod.weight, x, half_weight(mod))
+        return half_product(mod, mod.weight, x)
     rows = plan.shapes.get(tuple(mod.weight.shape)) if x.dim() == 2 and mod.bias is None else None
     how = rows.get(x.shape[0]) if rows is not None and x.device.type == "cpu" else None
     if how is None:

@@ -66,6 +66,9 @@ class CopyDraft(torch.nn.Module):
     def to_target_ids(self, idx):
         return idx
 
+    def use_plan(self, plan) -> None:  # the draft interface BatchDecoder calls: its products are the target's
+        pass
+
     def forward(self, input_ids, hidden, positions, past_kv=None, mask=None, logits_at=None):
         B, T = input_ids.shape
         hist = past_kv[0][0][:, 0, :, 0].long() if past_kv else input_ids[:, :0]
