@@ -174,6 +174,14 @@ class GemmPlan:
         rows = {f"{o}x{i}": rows for (o, i), rows in self.shapes.items()}
         return {"shapes": rows, "why": self.why, "half": self.half}
 
+    def describe(self) -> str:
+        """One line for a progress or log line: what the products run on, and the measurement that chose it."""
+        measured = next((w for w in self.why.split("; ") if w.startswith("fp16 weights")), "")
+        if self.half:
+            return measured or "fp16 weights (FBGEMM)"
+        what = f"fp32, planned for {len(self.shapes)} weight shapes" if self.shapes else f"fp32, {MODULE_PATH.why}"
+        return f"{what} ({measured})" if measured else what
+
     @classmethod
     def from_json(cls, doc: dict) -> GemmPlan:
         shapes = {}

@@ -394,7 +394,7 @@ def load_engine(state: State) -> None:
     p = eng.params.label() if eng.params is not None else "-"
     log(
         f"Load weight end. target={eng.model_dir} algorithm={eng.algorithm} params={p} wiring: {w} "
-        f"({time.perf_counter() - t0:.1f} s)"
+        f"products: {eng.decoder.runner.plan.describe()} ({time.perf_counter() - t0:.1f} s)"
     )
 
 

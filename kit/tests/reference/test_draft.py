@@ -175,3 +175,26 @@ def test_shape_mismatch_is_loud(tmp_path):
     save_file({"fc.weight": torch.zeros(32, 64)}, str(d / "model.safetensors"))
     with pytest.raises(KitInputError, match="fc.weight"):
         load_draft(d)
+
+
+def test_use_plan_half_runs_inference_on_fp16_weights_and_training_in_fp32():
+    from kit.reference.target import MODULE_PATH, GemmPlan, can_half
+
+    d = tiny_draft(dtype=torch.float32)
+    if not can_half(d.fc.weight):
+        return  # no FBGEMM in this torch: a plan never sets half
+    ids, hid, pos = _inputs()
+    hid = hid.float()
+    with torch.no_grad():
+        ref = d(ids, hid, pos)[0]
+        d.use_plan(GemmPlan({}, "test", half=True))
+        half = d(ids, hid, pos)[0]
+    assert d.fc.half and d.layers[0].mlp.down_proj.half
+    assert not torch.equal(ref, half) and torch.allclose(ref, half, atol=2e-2)  # fp16-rounded weights: close
+    assert torch.equal(half.argmax(-1), ref.argmax(-1))
+    loss = d(ids, hid, pos)[0].sum()  # gradients wanted: the fp32 weights, differentiable
+    loss.backward()
+    assert d.fc.weight.grad is not None and torch.allclose(loss.detach(), ref.sum(), atol=1e-4)
+    d.use_plan(MODULE_PATH)
+    with torch.no_grad():
+        assert torch.equal(d(ids, hid, pos)[0], ref)

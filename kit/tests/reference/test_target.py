@@ -110,7 +110,11 @@ def test_fp16_weights_are_taken_only_when_they_win_every_round(monkeypatch):
     assert not timings([2.0, 2.0], [1.0, 2.5]).half  # 2x faster at its best, slower in a round a burst hit
     assert not timings([2.0, 2.0], [1.9, 1.9]).half  # under 10% faster: fp32 stays
     assert not timings([2.0, 2.0], None).half  # FBGEMM cannot run these weights
-    assert len(shapes) > 1 and "fp16 weights" in timings([2.0, 2.0], [1.0, 1.0]).why
+    taken = timings([2.0, 2.0], [1.0, 1.0])
+    assert len(shapes) > 1 and taken.describe().startswith("fp16 weights (FBGEMM)")
+    assert taken.describe().endswith(": taken")
+    assert timings([2.0, 2.0], [1.9, 1.9]).describe().startswith("fp32, the module's own path (fp16 weights")
+    assert MODULE_PATH.describe() == "fp32, the module's own path"
 
 
 def test_measure_plan_covers_every_weight_shape_and_round_trips():
