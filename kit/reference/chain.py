@@ -27,7 +27,7 @@ from kit.sglang.params import SpecParams
 
 CANDIDATES = (SpecParams(2, 1, 3), SpecParams(3, 1, 4))
 DEFAULT = CANDIDATES[0]
-MEASURE_VERSION = 5  # bump when the engine code changes what a forward costs (cached measurements go stale)
+MEASURE_VERSION = 6  # bump when the engine code changes what a forward costs (cached measurements go stale)
 
 
 @dataclass
