@@ -6,9 +6,10 @@ length (tokens kept, bonus included) and costs that forward plus s + 1 draft for
 What a forward of n tokens costs against one token is the CPU's small-M GEMM, and CPUs differ: on a 2-core AMD
 EPYC with AVX2 only, 1/2/3/4 tokens took 88/83/104/90 ms in fp32, 1/3/4 tokens 51/61/58 ms on fp16 weights
 (`GemmPlan.half`; 3-1-4 beats 2-1-3 either way); on a 2-core Xeon with AMX 60/61/62/81 ms in fp32 (2-1-3
-wins). So the pick is measured: `forward_ms` times the target on this machine, a draft step is priced at one target token's time scaled by the draft's share of the target's weights (what a
-bandwidth-bound step reads), and the accept lengths come from the draft's `training.json` (its oracle run per
-chain, which `kit train-draft` records).
+wins). So the pick is measured: `forward_ms` times the target on this machine, a draft step is priced at one
+target token's time scaled by the draft's share of the target's weights (what a bandwidth-bound step reads), and
+the accept lengths come from the draft's `training.json` (its oracle run per chain, which `kit train-draft`
+records).
 
     python -m kit.reference.chain                 # the pick for the embedded target and the shipped draft
     pick_chain("embedded", draft_dir)             # ChainPick(params, why, forward_ms, predicted)
