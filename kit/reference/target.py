@@ -7,7 +7,8 @@
 * `target_forward`: one full-sequence forward returning those features (the oracle's pass);
 * `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
 * `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
-  with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`);
+  with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`), its matmuls run
+  as this CPU's measured `GemmPlan` says (fp32 kernels per row count, or fp16-packed weights);
 * `batch_greedy` / `batch_continue`: many continuations at once (left-padded `generate`), greedy or
   sampled with the greedy token recorded at every step.
 
