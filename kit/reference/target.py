@@ -229,7 +229,8 @@ def can_half(w: torch.Tensor) -> bool:
 
 
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> {m: (weight version, packed)}
-_HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> (weight version, fp16 packed)
+# owner (an nn.Linear; a draft, for its head) -> (weight version, fp16 packed)
+_HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def packed_weight(mod, m: int) -> torch.Tensor:
