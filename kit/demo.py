@@ -137,12 +137,18 @@ class _CellEcho:
 
 def _ipc_kernel_manager():
     """A kernel manager that talks to the kernel over Unix sockets: local, and without ipykernel's warning
-    that a TCP kernel runs unencrypted (the warning is true of the default transport)."""
+    that a TCP kernel runs unencrypted (the warning is true of the default transport). Each kernel gets its
+    own socket prefix: jupyter_client numbers ipc sockets from 1 under one prefix, so two kernels started at
+    once (notebooks run side by side) would otherwise pick the same sockets."""
+    import tempfile
+    import uuid
+
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw):
-            super().__init__(transport="ipc", **kw)
+            ip = os.path.join(tempfile.gettempdir(), f"kit-kernel-{uuid.uuid4().hex[:12]}")
+            super().__init__(transport="ipc", ip=ip, **kw)
 
     return IPCKernelManager
 
@@ -203,6 +209,56 @@ def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
     return threads
 
 
+# Notebooks that read files and cached results, start no server and time nothing a figure shows: run side by
+# side. Their work is mostly single-threaded imports and model loads (01 ~7 s, 02 ~8 s, 03 ~20 s cached on a
+# 2-core EPYC), so together they take about the longest one. 04 and 05 time servers and run alone after them.
+SIDE_BY_SIDE = ("01_", "02_", "03_")
+
+
+def notebook_groups(nbs: list[Path]) -> list[list[Path]]:
+    """Consecutive notebooks in SIDE_BY_SIDE form one group run at once; every other notebook is its own group."""
+    groups: list[list[Path]] = []
+    for nb in nbs:
+        side = nb.name.startswith(SIDE_BY_SIDE)
+        if side and groups and groups[-1][0].name.startswith(SIDE_BY_SIDE):
+            groups[-1].append(nb)
+        else:
+            groups.append([nb])
+    return groups
+
+
+def _run_group(group: list[Path], run_dir: Path, params: dict, index: dict[Path, int], total: int) -> dict:
+    """Execute a group's notebooks at once: the first echoes its cells live, the others' output is held and
+    printed when each is done, so the terminal reads as one notebook after another. {path: seconds or the
+    exception it raised}."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    held = {nb: io.StringIO() for nb in group[1:]}
+    t0 = time.perf_counter()
+
+    def one(nb: Path):
+        try:
+            execute_notebook(nb, run_dir, params, echo=_CellEcho(held.get(nb)))
+        except Exception as e:  # noqa: BLE001  (reported in notebook order by the caller)
+            return e
+        return round(time.perf_counter() - t0, 1)
+
+    for nb in group:
+        beside = f" (beside {group[0].name})" if nb is not group[0] else ""
+        print(f"[{index[nb]}/{total}] {nb.name} ...{beside}", flush=True)
+    with ThreadPoolExecutor(len(group), thread_name_prefix="kit-demo-nb") as pool:
+        futures = {nb: pool.submit(one, nb) for nb in group}
+        out = {}
+        for nb in group:
+            out[nb] = futures[nb].result()
+            if nb in held:
+                sys.stdout.write(held[nb].getvalue())
+            if not isinstance(out[nb], Exception):
+                print(f"[{index[nb]}/{total}] {nb.name} done in {out[nb]} s", flush=True)
+    return out
+
+
 def run_demo(cfg: DemoConfig) -> Path:
     from kit.summary import collect, fmt_speedup, new_run_dir
 
@@ -217,23 +273,20 @@ def run_demo(cfg: DemoConfig) -> Path:
     prefetch(cfg)
     timings = {}
     print(f"kit demo: {len(nbs)} notebooks -> {run_dir}", flush=True)
-    for i, nb in enumerate(nbs, 1):
-        t0 = time.perf_counter()
-        print(f"[{i}/{len(nbs)}] {nb.name} ...", flush=True)
-        try:
-            execute_notebook(nb, run_dir, params, echo=_CellEcho())
-        except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
-            msg = str(e).strip().splitlines()
-            print(
-                f"kit demo: {nb.name} failed: {msg[-1] if msg else e}\n"
-                f"  the executed notebook with the failing cell is {run_dir / nb.name};"
-                f" open it, or rerun just this step with --only {nb.name[:2]}",
-                file=sys.stderr,
-            )
-            collect(run_dir, {"failed": nb.name, "timings_s": timings})
-            raise SystemExit(1)
-        timings[nb.stem] = round(time.perf_counter() - t0, 1)
-        print(f"[{i}/{len(nbs)}] {nb.name} done in {timings[nb.stem]} s", flush=True)
+    index = {nb: i for i, nb in enumerate(nbs, 1)}
+    for group in notebook_groups(nbs):
+        for nb, got in _run_group(group, run_dir, params, index, len(nbs)).items():
+            if isinstance(got, Exception):  # papermill raises PapermillExecutionError with the failing cell
+                msg = str(got).strip().splitlines()
+                print(
+                    f"kit demo: {nb.name} failed: {msg[-1] if msg else got}\n"
+                    f"  the executed notebook with the failing cell is {run_dir / nb.name};"
+                    f" open it, or rerun just this step with --only {nb.name[:2]}",
+                    file=sys.stderr,
+                )
+                collect(run_dir, {"failed": nb.name, "timings_s": timings})
+                raise SystemExit(1)
+            timings[nb.stem] = got
     summary = collect(run_dir, {"timings_s": timings, "config": kconfig.to_dict(cfg)})
     a = summary["accept_length"]
     print(

@@ -9,6 +9,8 @@ snapshots `/metrics` and `/server_info`, sends the measured requests with at mos
 in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike; with `--interleave`
 they take turns every `concurrency` requests, so a request and its twin on the other arm run seconds apart
 (the per-request paired speedup, `summary["paired_speedup"]`, then holds on a shared, loaded machine).
+`--also-url LABEL=URL` adds arms beside `--url` (another launch of the same model, e.g. the seed's), each
+scored against the same baseline twins; `--also-num-prompts N` gives them the first N requests only.
 
 Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
 `runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
@@ -127,6 +129,16 @@ class BenchConfig:
     )
     label: str = field(default="spec", metadata={"help": "label of the --url arm"})
     baseline_label: str = field(default="baseline", metadata={"help": "label of the --baseline-url arm"})
+    also_url: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "more arms beside --url, each LABEL=URL (another launch of the same model): with --interleave "
+            "each of their requests runs right after its --url twin, against the same baseline twin"
+        },
+    )
+    also_num_prompts: int | None = field(
+        default=None, metadata={"help": "the --also-url arms answer only the first N measured requests (default: all)"}
+    )
     log_path: str | None = field(
         default=None,
         metadata={"help": "server log file; decode lines written during each run become an acceptance source"},
@@ -157,14 +169,37 @@ class BenchConfig:
                 raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
         if self.num_prompts < 0 or self.warmup < 0:
             raise KitInputError("--num-prompts and --warmup must be >= 0")
+        if self.also_num_prompts is not None and self.also_num_prompts < 1:
+            raise KitInputError("--also-num-prompts must be >= 1")
+        self.also_arms()  # a malformed LABEL=URL is a one-line error before anything runs
+
+    def also_arms(self) -> list[tuple[str, str]]:
+        """(label, url) of each --also-url arm."""
+        out = []
+        for item in self.also_url or []:
+            label, sep, url = item.partition("=")
+            if not sep or not label.strip() or not url.strip():
+                raise KitInputError(f"--also-url {item!r}: give LABEL=URL, e.g. seed=http://127.0.0.1:30002")
+            out.append((label.strip(), url.strip()))
+        return out
 
     def arms(self) -> list[tuple[str, str]]:
         arms = [(self.baseline_label, self.baseline_url)] if self.baseline_url else []
         if self.url:
             arms.append((self.label, self.url))
+        arms += self.also_arms()
         if not arms:
             raise KitInputError("give --url (and optionally --baseline-url)")
+        labels = [lab for lab, _ in arms]
+        if len(set(labels)) < len(labels):
+            raise KitInputError(f"arm labels {labels}: each arm needs its own label (--label, --also-url LABEL=URL)")
         return [(lab, u.rstrip("/")) for lab, u in arms]
+
+    def requests_for(self, label: str, reqs: list[dict]) -> list[dict]:
+        """The measured requests the arm `label` answers: all of them, or an --also-url arm's first N."""
+        if self.also_num_prompts is not None and label in {lab for lab, _ in self.also_arms()}:
+            return reqs[: self.also_num_prompts]
+        return reqs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,6 +212,7 @@ RUN_CONFIG = "config.json"
 MEASURED_SETTINGS = (
     "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
     "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
+    "also_num_prompts",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
 _NOT_STORED = ("out_dir", "resume", "progress", "json")
@@ -246,7 +282,7 @@ def _store_config(cfg: BenchConfig, out: Path) -> None:
 
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
-    total = len(reqs) * cfg.repeats * len(cfg.arms())
+    total = cfg.repeats * sum(len(cfg.requests_for(lab, reqs)) for lab, _ in cfg.arms())
     want = {r["rid"] for r in reqs}
     reused = sum(len(v & want) for v in done.values())
     parts = [f"{lab}#{rep} {len(ids & want)}/{len(reqs)}" for (lab, rep), ids in done.items() if ids & want]
@@ -396,7 +432,9 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
             extra,
         )
     flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
-    log_off = os.path.getsize(cfg.log_path) if cfg.log_path and os.path.exists(cfg.log_path) else None
+    # the server log is the --url arm's: another arm's window would read that server's decode lines as its own
+    mine = cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path)
+    log_off = os.path.getsize(cfg.log_path) if mine else None
     m0 = await snapshot_metrics(client, base, engine)
     return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags, "engine": engine,
             "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
@@ -444,7 +482,7 @@ async def run_arm(
 ) -> dict | None:
     """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
     `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
-    todo = [r for r in reqs if r["rid"] not in done]
+    todo = [r for r in cfg.requests_for(label, reqs) if r["rid"] not in done]
     if not todo:
         return None
     arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
@@ -459,7 +497,7 @@ async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs
     """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm
     in order, then the next `concurrency`; each arm's run is recorded at the end. A request and its twins
     on the other arms run seconds apart, under the same machine load (what paired ratios need)."""
-    todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
+    todo = {lab: [r for r in cfg.requests_for(lab, reqs) if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
     open_ = [(lab, base) for lab, base in arms if todo[lab]]
     state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in open_}
     for i in range(0, len(reqs), cfg.concurrency):
@@ -716,8 +754,9 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     ids = {r["rid"] for r in reqs}
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
     for lab, base in cfg.arms():
-        if any(ids - done[(lab, rep)] for rep in range(cfg.repeats)):
-            check_server(base, flags.get(lab, "--url"), engine=cfg.engine)
+        want = {r["rid"] for r in cfg.requests_for(lab, reqs)}
+        if any(want - done[(lab, rep)] for rep in range(cfg.repeats)):
+            check_server(base, flags.get(lab, "--also-url"), engine=cfg.engine)
     if resumed:
         note(resume_note(out, reqs, cfg, done))
     else:

@@ -310,3 +310,38 @@ def test_next_request_starts_before_the_finished_one_is_written(tmp_path, monkey
     with StubThread() as s:
         run_bench(_cfg(tmp_path, s.url, num_prompts=3, warmup=0, concurrency=1), prompts=PROMPTS)
     assert seen[:3] == [2, 3, 3]  # record k is written once request k+1 has started
+
+
+def test_also_url_arm_shares_the_baseline_twins_of_its_first_requests(tmp_path):
+    """A third arm (the seed's launch) runs right after the --url arm's request, against the same baseline
+    twin, on the first --also-num-prompts requests only; the server log stays the --url arm's."""
+    logf = tmp_path / "spec.log"
+    logf.write_text("")
+    with (
+        StubThread(StubConfig(step_delay=0.001, log_path=str(logf))) as s,
+        StubThread(StubConfig(spec=False, step_delay=0.001)) as b,
+        StubThread(StubConfig(accept_pattern=[1], step_delay=0.001)) as seed,
+    ):
+        cfg = _cfg(tmp_path, s.url, baseline_url=b.url, concurrency=1, warmup=1, interleave=True,
+                   log_path=str(logf), also_url=[f"seed={seed.url}"], also_num_prompts=2)  # fmt: skip
+        res = run_bench(cfg, prompts=PROMPTS)
+    measured = [r for r in sorted(res.records, key=lambda r: r["t_start"]) if not r.get("warmup")]
+    assert [r["label"] for r in measured] == ["baseline", "spec", "seed"] * 2 + ["baseline", "spec"] * 4
+    assert [r["rid"] for r in measured[:3]] == [measured[0]["rid"]] * 3
+    assert res.summary["paired_speedup"]["seed"]["n"] == 2 and res.summary["paired_speedup"]["spec"]["n"] == 6
+    assert res.summary["labels"]["seed"]["accept_length"] == pytest.approx(32 / 31)
+    assert "log" not in res.summary["labels"]["seed"]["accept_sources"]  # the spec server's lines are not its own
+    assert not res.report.by_code("bench.accept_mismatch")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(also_url=["no-equals-sign"]),
+        dict(also_url=["spec=http://y"]),
+        dict(also_url=["s=http://y"], also_num_prompts=0),
+    ],
+)
+def test_bad_also_url_is_one_line_error(kw):
+    with pytest.raises(KitInputError, match="also|label"):
+        BenchConfig(url="http://x", **kw).arms()
