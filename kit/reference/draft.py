@@ -30,6 +30,7 @@ from torch import nn
 
 from kit.findings import KitInputError
 from kit.hf import HFConfig
+from kit.reference.llama import activation
 from kit.reference.target import can_half, half_product
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.loader import rules_for
@@ -194,12 +195,10 @@ class DraftAttention(nn.Module):
 class DraftMLP(nn.Module):
     def __init__(self, spec: DraftSpec):
         super().__init__()
-        from transformers.activations import ACT2FN
-
         self.gate_proj = Linear(spec.hidden_size, spec.intermediate_size, bias=False)
         self.up_proj = Linear(spec.hidden_size, spec.intermediate_size, bias=False)
         self.down_proj = Linear(spec.intermediate_size, spec.hidden_size, bias=False)
-        self.act = ACT2FN[spec.hidden_act]
+        self.act = activation(spec.hidden_act)
 
     def forward(self, x):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from kit.findings import KitInputError
+from kit.reference.llama import LAYOUT_TYPES, apply_rotary_pos_emb
 
 
 def decoder_of(model):
@@ -489,10 +490,6 @@ class Piece:
     logits: str = "all"  # "all": argmax at every new token; "last": at the last one only (a prefill)
 
 
-# model types whose decoder layers have the Llama layout RaggedTarget runs (q/k/v/o, gate/up/down, two RMSNorms)
-RAGGED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-
-
 class RaggedTarget:
     """A Llama-layout HF target run over many sequences at once, each with its own KV cache.
 
@@ -505,13 +502,11 @@ class RaggedTarget:
     """
 
     def __init__(self, model, points: list[int] | None):
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         cfg = model.config.get_text_config()
-        if cfg.model_type not in RAGGED_MODEL_TYPES:
+        if cfg.model_type not in LAYOUT_TYPES:
             raise KitInputError(
                 f"target model_type {cfg.model_type!r}: the reference engine runs Llama-layout targets "
-                f"({', '.join(RAGGED_MODEL_TYPES)})"
+                f"({', '.join(LAYOUT_TYPES)})"
             )
         self.model, self.dec = model, decoder_of(model)
         self.layers = list(self.dec.layers)
@@ -523,7 +518,7 @@ class RaggedTarget:
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.scale = self.layers[0].self_attn.scaling
-        self.rope = apply_rotary_pos_emb
+        self.rope = apply_rotary_pos_emb  # transformers' rotate-half, written once in kit.reference.llama
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
         # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once

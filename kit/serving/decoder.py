@@ -122,13 +122,14 @@ class ReferenceEngine:
         import torch
 
         from kit.checkpoint.hf_config import read_config
-        from kit.models import load_target, resolve_target
+        from kit.models import resolve_target
+        from kit.reference.llama import load_engine_target
         from kit.reference.speculate import BatchDecoder
         from kit.sglang.params import EAGLE_FAMILY
 
         self.spec = spec
         self.model_dir = resolve_target(spec.model_path)
-        self.target, self.tok = load_target(self.model_dir, dtype=dtype, device=device)
+        self.target, self.tok = load_engine_target(self.model_dir, dtype=dtype, device=device)
         self.target_config = read_config(self.model_dir)[0]
         arch = (self.target_config.get("architectures") or [None])[0]
         alg = (spec.speculative_algorithm or "").upper() or None
