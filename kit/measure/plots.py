@@ -458,17 +458,16 @@ def decode_accept_len(frame, out_dir, name: str = "04_accept_len", data: str = "
     return fig
 
 
-def bench_figures(result, out_dir, data: str | None = None) -> list[Path]:
-    """All figures of one kit.measure.bench result; returns the PNG paths. `data` defaults to the
-    run's own description (`result.describe()`)."""
+def bench_figures(result, out_dir, data: str | None = None) -> dict[Path, Any]:
+    """All figures of one kit.measure.bench result, each drawn and saved once: {its PNG path: the figure}
+    (display the figures, record the paths). `data` defaults to the run's own description (`result.describe()`)."""
     data = result.describe() if data is None else data
-    out = []
+    out = {}
     for fn, arg in (
         (accept_length_hist, result.records),
         (per_position_acceptance, result.records),
         (throughput_speedup, result.summary),
         (latency_cdfs, result.records),
     ):
-        fn(arg, out_dir, data=data)
-        out.append(Path(out_dir) / f"{fn.__name__}.png")
+        out[Path(out_dir) / f"{fn.__name__}.png"] = fn(arg, out_dir, data=data)
     return out
