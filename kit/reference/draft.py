@@ -184,10 +184,8 @@ class DraftAttention(nn.Module):
 
     def attend(self, q, k, v, mask=None):
         """q [B,nh,T,hd], k/v [B,nkv,S,hd]; mask bool [.., T, S] (True = visible) or None (all visible)."""
-        rep = self.nh // self.nkv
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd**-0.5)
+        # grouped heads read their shared k/v in place (the same result as repeating them, without the copies)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd**-0.5, enable_gqa=self.nh > self.nkv)
         B, _, T, _ = o.shape
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))
 

@@ -97,12 +97,13 @@ class OracleResult:
 
 
 def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, the target's greedy continuation) per prompt; cached under $KIT_CACHE_DIR/oracle-refs
-    keyed by the target's weights identity, the prompt ids and the length (generation dominates the cost)."""
+    """(prompt ids, the target's greedy continuation) per prompt, decoded together by the kit's engine (the
+    numerics the reference server serves with); cached under $KIT_CACHE_DIR/oracle-refs keyed by the target's
+    weights identity, the prompt ids and the length (generation dominates the cost)."""
     import hashlib
 
     from kit.models import cache_dir, chat_ids, write_cache_json
-    from kit.reference.target import batch_greedy
+    from kit.reference.speculate import BatchDecoder, decode_all
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
     ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
@@ -118,8 +119,8 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
     f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
     if f.exists():
         return [(r, c) for r, c in json.loads(f.read_text())]
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    out = list(zip(rows, batch_greedy(target, rows, max_new_tokens, pad, tok.eos_token_id)))
+    seqs = decode_all(BatchDecoder(target), rows, max_new_tokens, tok.eos_token_id)
+    out = [(r, s.tokens) for r, s in zip(rows, seqs)]
     write_cache_json(f, out)
     return out
 
@@ -134,11 +135,13 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
     import torch
 
     from kit.reference.speculate import capture_points_for, draft_trees, prepare_draft
-    from kit.reference.target import target_forward
+    from kit.reference.target import Piece, RaggedTarget
 
     p = params.resolved()
     d = prepare_draft(draft, target, wiring)
     points = capture_points_for(d, target, wiring)
+    runner = RaggedTarget(target, points)  # the features the server's engine computes, in one teacher-forced pass
+    d.use_plan(runner.plan)  # and the draft's products as the engine runs them (BatchDecoder does the same)
     per_pos, walk, hist = [], [], {}
     meta_tokens = 0
     t_target = t_draft = 0.0
@@ -149,8 +152,8 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
         if N - n < 2:
             continue
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            feats = target_forward(target, S, points)
+        kv = runner.new_kv(N)
+        [(_, feats)] = runner.forward([Piece(kv, S, logits="last")])
         t1 = time.perf_counter()
         with torch.inference_mode():
             dev = feats.device
@@ -244,8 +247,9 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
     from pathlib import Path
 
-    from kit.models import load_target, write_cache_json
+    from kit.models import write_cache_json
     from kit.reference.draft_io import load_draft
+    from kit.reference.llama import load_engine_target
 
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
         cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
@@ -266,7 +270,7 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     if cached.exists():
         log(f"cached: {cached}")
         return json.loads(cached.read_text())
-    target, tok = load_target(cfg.target)
+    target, tok = load_engine_target(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     t0 = time.perf_counter()
     seqs = continuations(target, tok, texts, cfg.max_new_tokens)

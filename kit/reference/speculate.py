@@ -408,12 +408,19 @@ class BatchDecoder:
             s.draft_logits, s.draft_hidden, s.draft_pos = logits[r, 0], hidden[r, n - 1], start + n - 1
 
 
+def decode_all(decoder: BatchDecoder, rows: list[list[int]], max_new_tokens: int, eos_token_id=None) -> list[Sequence]:
+    """Run sequences to their ends together through `decoder`: each step is one batched forward over every
+    sequence still going (eos_token_id: an int, a list of ints, or None)."""
+    eos = frozenset(eos_ids(eos_token_id))
+    seqs = [Sequence(list(r), max_new_tokens, eos) for r in rows]
+    while live := [s for s in seqs if not s.done]:
+        decoder.step(live)
+    return seqs
+
+
 def decode_one(decoder: BatchDecoder, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> Sequence:
     """Run one sequence to its end through `decoder` (eos_token_id: an int, a list of ints, or None)."""
-    s = Sequence(list(input_ids), max_new_tokens, frozenset(eos_ids(eos_token_id)))
-    while not s.done:
-        decoder.step([s])
-    return s
+    return decode_all(decoder, [input_ids], max_new_tokens, eos_token_id)[0]
 
 
 def speculative_generate(

