@@ -1,7 +1,9 @@
 """`python -m kit oracle`: the accept length a draft *should* get, measured offline on CPU.
 
 Greedy target, given prompts. The target runs once over its own greedy continuation (teacher
-forcing) with the aux states captured in the same pass; the draft extends over the whole
+forcing) with the aux states captured in the same pass, both through the kit's engine
+(`kit.reference.target.RaggedTarget`, the module's fp32 products: `ORACLE_PLAN`; on a CPU the target is
+loaded by `kit.reference.llama` when it covers it, so no transformers model code is imported); the draft extends over the whole
 sequence; then at every position the draft tree is expanded exactly as SGLang would
 (kit.reference.speculate.draft_trees: chain for speculative_eagle_topk 1, tree by cumulative score otherwise) and we count
 how many of the target's next greedy tokens the tree contains.
@@ -33,6 +35,7 @@ from kit import config as kconfig
 from kit.checkpoint.load_sim import dropped_keys
 from kit.findings import KitInputError
 from kit.reference.speculate import Wiring, walk_tree
+from kit.reference.target import MODULE_PATH
 from kit.sglang.loader import DROPS_SPECULATORS_KEYS
 from kit.sglang.params import SpecParams
 
@@ -96,9 +99,15 @@ class OracleResult:
         return d
 
 
+# The oracle's products: the module's own fp32 path on every machine, never the GEMM plan a CPU measures (fp16
+# weights where they stream faster). Its results are cached by settings, target, draft and code, so they must
+# not depend on whether this machine was quiet enough to measure a plan when the oracle first ran.
+ORACLE_PLAN = MODULE_PATH
+
+
 def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, the target's greedy continuation) per prompt, decoded together by the kit's engine (the
-    numerics the reference server serves with); cached under $KIT_CACHE_DIR/oracle-refs keyed by the target's
+    """(prompt ids, the target's greedy continuation) per prompt, decoded together by the kit's engine on the
+    module's own fp32 products (`ORACLE_PLAN`); cached under $KIT_CACHE_DIR/oracle-refs keyed by the target's
     weights identity, the prompt ids and the length (generation dominates the cost)."""
     import hashlib
 
@@ -119,7 +128,7 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
     f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
     if f.exists():
         return [(r, c) for r, c in json.loads(f.read_text())]
-    seqs = decode_all(BatchDecoder(target), rows, max_new_tokens, tok.eos_token_id)
+    seqs = decode_all(BatchDecoder(target, plan=ORACLE_PLAN), rows, max_new_tokens, tok.eos_token_id)
     out = [(r, s.tokens) for r, s in zip(rows, seqs)]
     write_cache_json(f, out)
     return out
@@ -140,8 +149,7 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
     p = params.resolved()
     d = prepare_draft(draft, target, wiring)
     points = capture_points_for(d, target, wiring)
-    runner = RaggedTarget(target, points)  # the features the server's engine computes, in one teacher-forced pass
-    d.use_plan(runner.plan)  # and the draft's products as the engine runs them (BatchDecoder does the same)
+    runner = RaggedTarget(target, points, ORACLE_PLAN)  # the engine's features, in one teacher-forced pass
     per_pos, walk, hist = [], [], {}
     meta_tokens = 0
     t_target = t_draft = 0.0

@@ -273,7 +273,7 @@ class BatchDecoder:
     returns the tokens each sequence gained. `times` accumulates seconds per phase (draft tree,
     target forward, host-side acceptance, draft extend); `steps` counts decode/verify steps."""
 
-    def __init__(self, target, draft=None, params: SpecParams | None = None, wiring: Wiring | None = None):
+    def __init__(self, target, draft=None, params: SpecParams | None = None, wiring: Wiring | None = None, plan=None):
         self.draft = self.params = None
         points = None
         if draft is not None:
@@ -281,7 +281,7 @@ class BatchDecoder:
             self.params = (params or SpecParams(3, 1, 4)).resolved()
             self.draft = prepare_draft(draft, target, wiring)
             points = capture_points_for(self.draft, target, wiring)
-        self.runner = RaggedTarget(target, points)
+        self.runner = RaggedTarget(target, points, plan)  # plan None: measured on this CPU (kit.reference.target)
         if self.draft is not None:
             self.draft.use_plan(self.runner.plan)
         self.times = {"draft": 0.0, "target": 0.0, "accept": 0.0, "extend": 0.0}

@@ -501,7 +501,7 @@ class RaggedTarget:
     (p = 0 the embeddings, p = output of layer p - 1), or the final post-norm state (points None).
     """
 
-    def __init__(self, model, points: list[int] | None):
+    def __init__(self, model, points: list[int] | None, plan: GemmPlan | None = None):
         cfg = model.config.get_text_config()
         if cfg.model_type not in LAYOUT_TYPES:
             raise KitInputError(
@@ -521,8 +521,9 @@ class RaggedTarget:
         self.rope = apply_rotary_pos_emb  # transformers' rotate-half, written once in kit.reference.llama
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
-        # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once
-        self.plan = gemm_plan(model)
+        # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once (or as given:
+        # MODULE_PATH keeps the module's own fp32 products, the same on every machine)
+        self.plan = gemm_plan(model) if plan is None else plan
         pack_for(model, self.plan)
 
     def new_kv(self, capacity: int) -> SeqKV:
