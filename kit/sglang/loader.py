@@ -970,14 +970,65 @@ def config_model_types(version: str, download: bool = False) -> frozenset[str] |
     return frozenset(m for t in texts.values() for m in re.findall(r'^\s+model_type\s*=\s*"([^"]+)"', t, re.M))
 
 
+def _mapping_keys(tree: ast.AST, name: str) -> set[str]:
+    """String keys given to the mapping `name` in a module's source: `name = OrderedDict([(k, v), ...])`,
+    `name = OrderedDict(**{k: v}, **name)` and `name.update({k: v})`."""
+    keys: set[str] = set()
+
+    def literal_keys(node) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Dict):
+                keys.update(k.value for k in sub.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+            elif isinstance(sub, ast.Tuple) and sub.elts and isinstance(sub.elts[0], ast.Constant):
+                if isinstance(sub.elts[0].value, str):
+                    keys.add(sub.elts[0].value)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            literal_keys(node.value)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == name
+        ):
+            literal_keys(node)
+    return keys
+
+
+@lru_cache(maxsize=1)
+def transformers_model_types() -> frozenset[str] | None:
+    """The model_types the importable Transformers has a config class for (its CONFIG_MAPPING_NAMES), read from
+    the source of its auto-config modules as text: importing them costs about 3 s of CPU (torch and the model
+    registry come with them). Imported after all when the source does not read as expected; None without
+    Transformers."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    auto = Path(list(spec.submodule_search_locations)[0]) / "models" / "auto"
+    keys: set[str] = set()
+    for f in ("auto_mappings.py", "configuration_auto.py"):
+        try:
+            keys |= _mapping_keys(ast.parse((auto / f).read_text()), "CONFIG_MAPPING_NAMES")
+        except (OSError, SyntaxError, ValueError):
+            pass
+    if "llama" in keys:
+        return frozenset(keys)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return frozenset(CONFIG_MAPPING_NAMES)
+
+
 def known_model_type(model_type: str, version: str, download: bool = False) -> bool | None:
     """Whether SGLang `version` reads a config of `model_type` without remote code: Transformers' own (the
     importable Transformers, the one the server runs with) or SGLang's (config_model_types). None: cannot tell."""
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    except ImportError:
+    theirs = transformers_model_types()
+    if theirs is None:
         return None
-    if model_type in CONFIG_MAPPING_NAMES:
+    if model_type in theirs:
         return True
     own = config_model_types(version, download)
     return None if own is None else model_type in own

@@ -288,3 +288,14 @@ def test_simulate_mla_loader():
     assert len(sr.simulate_load(k, mla_cfg(fc_norm=True), "0.5.12").by_status("dropped")) == 3
     # target_hidden_size: null falls back to hidden_size here (a TypeError for the Llama class)
     assert sr.simulate_load(mla_keys(), mla_cfg(target_hidden_size=None), "0.5.23").ok
+
+
+def test_transformers_model_types_read_as_text_are_what_transformers_imports():
+    """known_model_type reads Transformers' config registry from its source text (no import, no torch): the set
+    must be exactly the one the import gives, or the rehearsal would judge model types wrongly."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    sr.transformers_model_types.cache_clear()
+    got = sr.transformers_model_types()
+    assert got == frozenset(CONFIG_MAPPING_NAMES) and "llama" in got and "gpt-sw3" in got
+    assert sr.known_model_type("llama", "0.5.17") is True
