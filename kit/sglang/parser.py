@@ -8,7 +8,8 @@ SGLang's parser is the truth about its flags, and it imports on a CPU. For relea
    this interpreter's packages). Built on first use for the releases with a recorded flag table
    (unless $KIT_NO_VENV_BUILD=1); for any other release on request: `python -m kit.venvs sglang-V`.
 
-Several argvs are parsed in one call (importing SGLang takes ~8 s). Each result is
+Several argvs are parsed in one call, and the parser process stays up for the next call (importing SGLang
+takes ~8 s). Each result is
 {"ok": bool, "unknown": [...], "error": str|None, "args": {dest: value}|None}.
 
 `flag_findings(flags, version)` turns one parse into findings. When the real parser cannot run,
@@ -29,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from kit.findings import Finding, KitInputError
@@ -60,10 +62,13 @@ def parse_many(argvs):
             out.append({"ok": False, "unknown": [], "error": str(e), "args": None})
     return out
 
-if __name__ == "__main__":
-    res = parse_many(json.loads(sys.stdin.read()))
-    sys.stdout.write("\n" + json.dumps(res, default=str) + "\n")
+if __name__ == "__main__":  # one JSON list of argvs per stdin line, one marked answer line each, until EOF
+    for line in sys.stdin:
+        res = parse_many(json.loads(line))
+        sys.stdout.write("\nkit-parse: " + json.dumps(res, default=str) + "\n")
+        sys.stdout.flush()
 """
+_MARK = "kit-parse: "
 
 
 def in_process_version() -> str | None:
@@ -184,24 +189,63 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
         return json.loads(json.dumps(ns["parse_many"](argvs), default=str))
     if not Path(py).exists() and "/" in py:
         raise KitInputError(f"{py}: no such interpreter for SGLang's parser")
+    w = _worker(py)
+    answer: list[str] = []
+
+    def read() -> None:
+        for line in w.stdout:
+            if line.startswith(_MARK):
+                answer.append(line[len(_MARK) :])
+                return
+
+    try:
+        w.stdin.write(json.dumps(argvs) + "\n")
+        w.stdin.flush()
+    except OSError:
+        pass  # it died importing SGLang: its stderr says why, below
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if answer:
+        return json.loads(answer[0])
+    _stop_worker(py)
+    if reader.is_alive():
+        raise KitInputError(f"{py}: cannot run SGLang's parser (no answer in {timeout:.0f} s)")
+    w.kit_stderr.seek(0)
+    tail = (w.kit_stderr.read().strip().splitlines() or ["no output"])[-1]
+    raise KitInputError(f"{py}: SGLang's parser did not run ({tail})")
+
+
+# One parser process per interpreter, kept for the life of this one: importing SGLang's server arguments takes
+# ~9 s of CPU, and a notebook lints a line, fixes it and lints the fix. It reads one request per line and ends
+# when its stdin closes (this process exiting closes it).
+_WORKERS: dict[str, subprocess.Popen] = {}
+
+
+def _worker(py: str) -> subprocess.Popen:
+    import tempfile
+
+    w = _WORKERS.get(py)
+    if w is not None and w.poll() is None:
+        return w
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
+    err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: nothing reads stderr while SGLang imports
     try:
-        r = subprocess.run(
-            [py, "-c", _WORKER],
-            input=json.dumps(argvs),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd="/",
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
+        w = subprocess.Popen([py, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                             text=True, env=env, cwd="/")  # fmt: skip
+    except OSError as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
-    if r.returncode != 0:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise KitInputError(f"{py}: SGLang's parser did not run ({tail})")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    w.kit_stderr = err
+    _WORKERS[py] = w
+    return w
+
+
+def _stop_worker(py: str) -> None:
+    w = _WORKERS.pop(py, None)
+    if w is not None:
+        w.kill()
+        w.wait()
 
 
 def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
