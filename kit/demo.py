@@ -6,7 +6,9 @@ the seed's story, names its faults and measures what the fix buys (the fixed lau
 no speculation, and the seed's, each with a 95% interval); with `--target/--draft/--launch`
 it runs the same pipeline on a user's own files (static checks always; model runs where the
 hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebooks, figures,
-`steps/*.json`, `summary.json` and `summary.md`.
+`steps/*.json`, `summary.json` and `summary.md`. Notebooks 01-03 run side by side (`SIDE_BY_SIDE`: they
+start no server and time nothing a figure shows), their output printed one notebook after another; 04 and
+05 then run alone.
 
     python -m kit demo                      # the seed replayed on the embedded default
     python -m kit demo --quick              # smaller settings (what the tests run)

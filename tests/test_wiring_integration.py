@@ -73,7 +73,7 @@ def test_oracle_results_are_cached_by_inputs(tmp_path, monkeypatch):
     files differ is a new entry (its results computed, not read)."""
     import shutil
 
-    import kit.models
+    import kit.reference.llama
     from kit.models import shipped_draft
     from kit.reference.oracle import OracleConfig, run_config
 
@@ -82,17 +82,17 @@ def test_oracle_results_are_cached_by_inputs(tmp_path, monkeypatch):
     cfg = OracleConfig(draft=str(draft), num_prompts=1, max_new_tokens=6, speculative_num_steps=2,
                        speculative_num_draft_tokens=3)  # fmt: skip
     first = run_config(cfg, log=lambda *_: None)
-    real_load = kit.models.load_target
+    real_load = kit.reference.llama.load_engine_target  # what the oracle loads its target with
 
     def refuse(*a, **k):
         raise AssertionError("the cached run loaded a model")
 
-    monkeypatch.setattr(kit.models, "load_target", refuse)
+    monkeypatch.setattr(kit.reference.llama, "load_engine_target", refuse)
     assert run_config(cfg, log=lambda *_: None) == first
     (draft / "config.json").write_text((draft / "config.json").read_text() + "\n")  # same config, other bytes
     with pytest.raises(AssertionError, match="loaded a model"):
         run_config(cfg, log=lambda *_: None)
-    monkeypatch.setattr(kit.models, "load_target", real_load)
+    monkeypatch.setattr(kit.reference.llama, "load_engine_target", real_load)
     again = run_config(cfg, log=lambda *_: None)["results"]["requested"]
     assert (again["accept_length"], again["histogram"]) == (
         first["results"]["requested"]["accept_length"],
