@@ -213,7 +213,9 @@ def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
 
 # Notebooks that read files and cached results, start no server and time nothing a figure shows: run side by
 # side. Their work is mostly single-threaded imports and model loads (01 ~7 s, 02 ~8 s, 03 ~20 s cached on a
-# 2-core EPYC), so together they take about the longest one. 04 and 05 time servers and run alone after them.
+# 2-core EPYC), so together they take about the longest one. 04 and 05 start servers and run alone after them
+# (04 beside them measured no faster cached, and slower with an empty cache: its lint waited on the niced
+# build of SGLang's parser environment).
 SIDE_BY_SIDE = ("01_", "02_", "03_")
 
 
