@@ -31,7 +31,7 @@ from torch import nn
 from kit.findings import KitInputError
 from kit.hf import HFConfig
 from kit.reference.llama import activation
-from kit.reference.target import can_half, half_product
+from kit.reference.target import half_applies, half_product, half_weight
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.loader import rules_for
 from kit.sglang.versions import DEFAULT_RELEASE
@@ -120,7 +120,7 @@ class Linear(nn.Linear):
     half = False
 
     def forward(self, x):
-        if self.half and self.bias is None and not torch.is_grad_enabled() and can_half(self.weight):
+        if half_applies(self.half, self.weight, self.bias):
             return half_product(self, self.weight, x)
         return super().forward(x)
 
@@ -261,6 +261,11 @@ class Eagle3Draft(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
+    def head_rows_weight(self) -> torch.Tensor:
+        """The rows of the head the logits use (`head_rows`: the EAGLE worker keeps the first Vd of the target's)."""
+        w = self.head_weight()
+        return w if self.head_rows is None else w[: self.head_rows]
+
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.hot_token_id is None else self.hot_token_id.to(idx.device)[idx]
 
@@ -271,6 +276,12 @@ class Eagle3Draft(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.half = plan.half
+        with torch.no_grad():  # the fp16 copies made now, not on the first request's first draft step
+            for m in self.modules():
+                if isinstance(m, Linear) and half_applies(m.half, m.weight, m.bias):
+                    half_weight(m)
+            if half_applies(self.half, self.head_rows_weight()):
+                half_weight(self, self.head_rows_weight())
 
     # -- forward ----------------------------------------------------------------------------
     def project(self, hidden: torch.Tensor, embed_width: int) -> torch.Tensor:
@@ -318,9 +329,8 @@ class Eagle3Draft(nn.Module):
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         # only the kept rows of the head are multiplied: the same logits as slicing the full product, without
         # reading the rest of a target-sized head (the EAGLE worker path) on every draft step
-        w = self.head_weight()
-        w = w if self.head_rows is None else w[: self.head_rows]
-        if self.half and not torch.is_grad_enabled() and can_half(w):
+        w = self.head_rows_weight()
+        if half_applies(self.half, w):
             return half_product(self, w, normed)
         return normed @ w.t()
 

@@ -229,6 +229,13 @@ def can_half(w: torch.Tensor) -> bool:
     return w.dtype == torch.float32 and w.device.type == "cpu" and _fbgemm_fp16()
 
 
+def half_applies(half: bool, w: torch.Tensor, bias=None) -> bool:
+    """Whether a product on `w` runs on its fp16-packed copy (`half_product`): the plan says so (`GemmPlan.half`,
+    or a draft following it), there is no bias, no gradient is wanted (the packed copy carries none) and this
+    torch can pack `w`. The one gate for the target's linears, the draft's and the draft's head."""
+    return half and bias is None and not torch.is_grad_enabled() and can_half(w)
+
+
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear -> {m: (weight version, packed)}
 # owner (an nn.Linear; a draft, for its head) -> (weight version, fp16 packed)
 _HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -278,7 +285,7 @@ def _product(way: str, w: torch.Tensor, x: torch.Tensor, packed: torch.Tensor | 
 def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     """`mod(x)` for an nn.Linear and x [N, in], run the way `plan` says for its weight's shape and N rows
     (`GemmPlan`). A shape or row count outside the plan, a GPU or a bias keep the module's own path."""
-    if plan.half and x.dim() == 2 and mod.bias is None and x.device.type == "cpu" and can_half(mod.weight):
+    if half_applies(plan.half, mod.weight, mod.bias):
         return half_product(mod, mod.weight, x)
     rows = plan.shapes.get(tuple(mod.weight.shape)) if x.dim() == 2 and mod.bias is None else None
     how = rows.get(x.shape[0]) if rows is not None and x.device.type == "cpu" else None
@@ -436,7 +443,7 @@ def pack_for(model, plan: GemmPlan) -> None:
     for them."""
     for mod in model.modules():
         if plan.half and isinstance(mod, torch.nn.Linear) and mod.bias is None and can_half(mod.weight):
-            half_weight(mod)
+            half_weight(mod)  # made now whatever the caller's grad mode: half_applies decides at product time
         elif isinstance(mod, torch.nn.Linear) and mod.bias is None and can_pack(mod.weight):
             for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
                 packed_weight(mod, m)

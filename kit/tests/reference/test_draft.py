@@ -185,9 +185,13 @@ def test_use_plan_half_runs_inference_on_fp16_weights_and_training_in_fp32():
         return  # no FBGEMM in this torch: a plan never sets half
     ids, hid, pos = _inputs()
     hid = hid.float()
+    from kit.reference.target import _HALF
+
     with torch.no_grad():
         ref = d(ids, hid, pos)[0]
-        d.use_plan(GemmPlan({}, "test", half=True))
+    d.use_plan(GemmPlan({}, "test", half=True))
+    assert d.fc in _HALF and d in _HALF  # its linears' and its head's fp16 copies are made by use_plan, not later
+    with torch.no_grad():
         half = d(ids, hid, pos)[0]
     assert d.fc.half and d.layers[0].mlp.down_proj.half
     assert not torch.equal(ref, half) and torch.allclose(ref, half, atol=2e-2)  # fp16-rounded weights: close
