@@ -4,13 +4,13 @@
   of layer p-1, p = 0 the embeddings, p = L the final pre-norm state), or the final post-norm
   state SGLang hands the draft when aux capture is off (over one forward, or every forward of a
   KV-cached `generate` with accumulate=True);
-* `target_forward`: one full-sequence forward returning those features (the oracle's pass);
 * `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
 * `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
   with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`), its matmuls run
-  as this CPU's measured `GemmPlan` says (fp32 kernels per row count, or fp16-packed weights);
-* `batch_greedy` / `batch_continue`: many continuations at once (left-padded `generate`), greedy or
-  sampled with the greedy token recorded at every step.
+  as this CPU's measured `GemmPlan` says (fp32 kernels per row count, or fp16-packed weights); the oracle
+  runs it too, on the module's own products;
+* `batch_continue`: many continuations at once (left-padded `generate`), greedy or sampled with the
+  greedy token recorded at every step (the trainer's data).
 
     with TargetCapture(model, [2, 15, 27]) as cap:
         model(input_ids=ids)
@@ -104,16 +104,6 @@ def tree_layout(parents: list[int], prefix: int) -> tuple[list[int], torch.Tenso
             a = parents[a]
         depth[j] = 0 if parents[j] < 0 else depth[parents[j]] + 1
     return depth, vis
-
-
-def target_forward(model, ids: list[int], points) -> torch.Tensor:
-    """Features [T, W] at `points` (None: the final post-norm state) of one full-sequence HF forward.
-
-    The oracle's teacher-forced pass: any HF causal LM, through forward hooks (TargetCapture)."""
-    dev = next(model.parameters()).device
-    with TargetCapture(model, points) as cap:
-        decoder_of(model)(input_ids=torch.tensor([ids], dtype=torch.long, device=dev), use_cache=False)
-    return cap.features()[0]
 
 
 def eos_ids(eos_token_id) -> list[int]:
@@ -619,18 +609,6 @@ class RaggedTarget:
             out.append((am[r : r + c], feats[a:b]))
             r += c
         return out
-
-
-@torch.inference_mode()
-def batch_greedy(
-    model, rows: list[list[int]], max_new_tokens: int, pad_id: int, eos_token_id: int | None, batch: int = 16
-) -> list[list[int]]:
-    """Greedy continuations of many prompts, batched with left padding (HF generate).
-
-    Faster than `greedy_generate` per prompt; padded batches can differ from batch-1 decoding in
-    rare near-ties, so use it for data and oracle references, not for equality checks.
-    Each continuation stops after its first EOS."""
-    return batch_continue(model, rows, max_new_tokens, pad_id, eos_token_id, batch)[0]
 
 
 def batch_continue(
