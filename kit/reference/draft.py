@@ -273,13 +273,12 @@ class Eagle3Draft(nn.Module):
         """Run the draft's products as the target's `kit.reference.target.GemmPlan` runs the target's: on
         fp16-packed weights when `plan.half` (a draft step and extend then read half the bytes), else fp32."""
         self.half = plan.half
-        for m in self.modules():
-            if isinstance(m, Linear):
-                m.half = plan.half
         with torch.no_grad():  # the fp16 copies made now, not on the first request's first draft step
             for m in self.modules():
-                if isinstance(m, Linear) and half_applies(m.half, m.weight, m.bias):
-                    half_weight(m)
+                if isinstance(m, Linear):
+                    m.half = plan.half
+                    if half_applies(m.half, m.weight, m.bias):
+                        half_weight(m)
             if half_applies(self.half, self.head_rows_weight()):
                 half_weight(self, self.head_rows_weight())
 

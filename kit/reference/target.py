@@ -431,12 +431,15 @@ def gemm_plan(model) -> GemmPlan:
 def pack_for(model, plan: GemmPlan) -> None:
     """Make now the packed weights `plan` uses (`packed_weight`, `half_weight`), so a first forward does not pay
     for them."""
-    for mod in model.modules():
-        if plan.half and isinstance(mod, torch.nn.Linear) and mod.bias is None and can_half(mod.weight):
-            half_weight(mod)  # made now whatever the caller's grad mode: half_applies decides at product time
-        elif isinstance(mod, torch.nn.Linear) and mod.bias is None and can_pack(mod.weight):
-            for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
-                packed_weight(mod, m)
+    with torch.no_grad():  # the products run without gradients: half_applies judges them the same way here
+        for mod in model.modules():
+            if not isinstance(mod, torch.nn.Linear):
+                continue
+            if half_applies(plan.half, mod.weight, mod.bias):
+                half_weight(mod)
+            elif mod.bias is None and can_pack(mod.weight):
+                for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
+                    packed_weight(mod, m)
 
 
 def _measure_if_quiet(model) -> GemmPlan:
