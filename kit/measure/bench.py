@@ -282,10 +282,12 @@ def _store_config(cfg: BenchConfig, out: Path) -> None:
 
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
-    total = cfg.repeats * sum(len(cfg.requests_for(lab, reqs)) for lab, _ in cfg.arms())
-    want = {r["rid"] for r in reqs}
-    reused = sum(len(v & want) for v in done.values())
-    parts = [f"{lab}#{rep} {len(ids & want)}/{len(reqs)}" for (lab, rep), ids in done.items() if ids & want]
+    want = {lab: {r["rid"] for r in cfg.requests_for(lab, reqs)} for lab, _ in cfg.arms()}  # per arm
+    total = cfg.repeats * sum(len(ids) for ids in want.values())
+    reused = sum(len(ids & want[lab]) for (lab, _), ids in done.items())
+    parts = [
+        f"{lab}#{rep} {len(ids & want[lab])}/{len(want[lab])}" for (lab, rep), ids in done.items() if ids & want[lab]
+    ]
     head = f"resuming {out}: reusing {reused} of {total} completed request(s)"
     if parts:
         head += " (" + ", ".join(parts) + ")"
