@@ -42,13 +42,10 @@ def activation(name: str):
 
 
 class Config(SimpleNamespace):
-    """config.json as attributes, with the two methods the kit calls on a transformers config."""
+    """config.json as attributes, with the one method the kit calls on a transformers config."""
 
     def get_text_config(self):
         return self
-
-    def to_dict(self) -> dict:
-        return dict(vars(self))
 
 
 def _rope(cfg: dict) -> tuple[str, float | None]:
