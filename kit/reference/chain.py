@@ -108,7 +108,6 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
 
     from kit.models import (
         cache_dir,
-        load_target,
         measurement_machine,
         resolve_target,
         shipped_draft,
@@ -130,7 +129,9 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
     if cached.is_file():
         fwd = {int(k): v for k, v in json.loads(cached.read_text()).items()}
     else:
-        model, _ = load_target(tdir, dtype="float32", device=device)
+        from kit.reference.llama import load_engine_target  # the model the engine serves, loaded as it loads it
+
+        model, _ = load_engine_target(tdir, dtype="float32", device=device)
         fwd = forward_ms(model, tuple(sorted({1} | {c.speculative_num_steps + 1 for c in usable})))
         write_cache_json(cached, fwd)
     share = weight_elements(draft_dir) / max(weight_elements(tdir), 1)

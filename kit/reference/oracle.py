@@ -141,27 +141,69 @@ def accepted(tokens: list[int], parents: list[int], truth: list[int]) -> int:
 
 def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring()) -> OracleResult:
     """Run the oracle over (prompt_ids, continuation) pairs."""
+    return evaluate_each(target, draft, seqs, params, {"requested": wiring})["requested"]
+
+
+def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[list[list], float]:
+    """The features each capture point set gives the draft over every (prompt, continuation), from one
+    teacher-forced `RaggedTarget` pass over all sequences that captures the union of the sets. Per sequence
+    [N, H * len(points)] in the set's order (None: the final post-norm state, the target's norm over the last
+    layer's output, as the engine computes it). Returns ([per set: per sequence features], seconds)."""
     import torch
 
-    from kit.reference.speculate import capture_points_for, draft_trees, prepare_draft
-    from kit.reference.target import Piece, RaggedTarget
+    from kit.reference.target import Piece, RaggedTarget, decoder_of
+
+    L = target.config.get_text_config().num_hidden_layers
+    union = sorted({p for pts in point_sets for p in (pts if pts is not None else [L])})
+    runner = RaggedTarget(target, union, ORACLE_PLAN)
+    t0 = time.perf_counter()
+    seqs_all = [list(prompt) + list(cont) for prompt, cont in seqs]
+    pieces = [Piece(runner.new_kv(len(S)), S, logits="last") for S in seqs_all]
+    feats = [f for _, f in runner.forward(pieces)]
+    H = feats[0].shape[-1] // len(union)
+    norm = decoder_of(target).norm
+    out = []
+    for pts in point_sets:
+        if pts is None:
+            with torch.inference_mode():
+                out.append([norm(f[:, union.index(L) * H : (union.index(L) + 1) * H]) for f in feats])
+        else:
+            cols = [union.index(p) for p in pts]
+            out.append([torch.cat([f[:, j * H : (j + 1) * H] for j in cols], -1) for f in feats])
+    return out, time.perf_counter() - t0
+
+
+def evaluate_each(target, draft, seqs, params: SpecParams, wirings: dict[str, Wiring]) -> dict[str, OracleResult]:
+    """The oracle per named wiring over the same (prompt_ids, continuation) pairs: the target's features come
+    from one shared pass (`target_features`), each wiring then runs its draft over them."""
+    from kit.reference.speculate import capture_points_for, prepare_draft
 
     p = params.resolved()
-    d = prepare_draft(draft, target, wiring)
-    points = capture_points_for(d, target, wiring)
-    runner = RaggedTarget(target, points, ORACLE_PLAN)  # the engine's features, in one teacher-forced pass
+    measured = [(prompt, cont) for prompt, cont in seqs if len(cont) >= 2]  # a verify step needs two tokens
+    if not measured:
+        raise KitInputError("oracle: no continuation long enough to measure (raise --max-new-tokens)")
+    drafts = {name: prepare_draft(draft, target, w) for name, w in wirings.items()}
+    points = {name: capture_points_for(drafts[name], target, w) for name, w in wirings.items()}
+    per_set, t_target = target_features(target, measured, list(points.values()))
+    return {
+        name: _walk(drafts[name], measured, feats, p, w, t_target, len(seqs))
+        for (name, w), feats in zip(wirings.items(), per_set)
+    }
+
+
+def _walk(d, seqs, feats_per_seq, p: SpecParams, wiring: Wiring, t_target: float, prompts: int) -> OracleResult:
+    """The draft tree at every position of every sequence, then SGLang's decode walk over the accepted counts."""
+    import torch
+
+    from kit.reference.speculate import draft_trees
+
     per_pos, walk, hist = [], [], {}
     meta_tokens = 0
-    t_target = t_draft = 0.0
+    t_draft = 0.0
     n_tok = n_steps = 0
-    for prompt, cont in seqs:
+    for (prompt, cont), feats in zip(seqs, feats_per_seq):
         S = list(prompt) + list(cont)
         n, N = len(prompt), len(S)
-        if N - n < 2:
-            continue
-        t0 = time.perf_counter()
-        kv = runner.new_kv(N)
-        [(_, feats)] = runner.forward([Piece(kv, S, logits="last")])
         t1 = time.perf_counter()
         with torch.inference_mode():
             dev = feats.device
@@ -178,9 +220,7 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
             pos=[r - 1 for r in roots],
             p=p,
         )
-        t2 = time.perf_counter()
-        t_target += t1 - t0
-        t_draft += t2 - t1
+        t_draft += time.perf_counter() - t1
         n_tok += N
         n_steps += len(roots) * p.speculative_num_steps
         acc = {r: accepted(tk, pa, S[r + 1 : r + 1 + p.speculative_num_steps]) for r, (tk, pa, _) in zip(roots, trees)}
@@ -196,13 +236,11 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
             emitted += kept
             r += a + 1
         meta_tokens += emitted
-    if not walk:
-        raise KitInputError("oracle: no continuation long enough to measure (raise --max-new-tokens)")
     depth = [round(sum(a > j for a in per_pos) / max(len(per_pos), 1), 4) for j in range(p.speculative_num_steps)]
     return OracleResult(
         params=p.label(),
         wiring=wiring.describe(),
-        prompts=len(seqs),
+        prompts=prompts,
         verify_steps=len(walk),
         accept_length=round(sum(walk) / len(walk), 4),
         meta_accept_length=round(meta_tokens / len(walk), 4),
@@ -284,10 +322,9 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     seqs = continuations(target, tok, texts, cfg.max_new_tokens)
     gen_s = time.perf_counter() - t0
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
-    results = {}
-    for name, w in runs.items():
-        results[name] = evaluate(target, draft, seqs, params, w).to_dict()
-        log(f"{name:42s} accept length {results[name]['accept_length']:.3f}  ({results[name]['wiring']})")
+    results = {name: r.to_dict() for name, r in evaluate_each(target, draft, seqs, params, runs).items()}
+    for name, r in results.items():
+        log(f"{name:42s} accept length {r['accept_length']:.3f}  ({r['wiring']})")
     doc = {
         "draft": str(draft_dir),
         "params": params.resolved().label(),

@@ -290,7 +290,7 @@ def linear(mod, x: torch.Tensor, plan: GemmPlan = MODULE_PATH) -> torch.Tensor:
     return y[:n].contiguous() if m > n or way == "transposed" else y
 
 
-PLAN_RULE = 4  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
+PLAN_RULE = 5  # the version of measure_rows' choice, in the cache key: a plan chosen by another rule is measured again
 
 
 class RowTable(NamedTuple):
@@ -302,10 +302,10 @@ class RowTable(NamedTuple):
     half_s: list[float] | None  # the same with the fp16-packed weights (None: FBGEMM cannot run this weight)
 
 
-def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> RowTable:
+def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, ways=(*WAYS, "half")) -> RowTable:
     """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
-    stream from memory as in a forward): every computed row count m in `rows` each way (`WAYS`; "packed"
-    where MKL can; "half" where FBGEMM can), interleaved so each sees the same machine load, `reps` rounds
+    stream from memory as in a forward): every computed row count m in `rows` each of `ways` (`WAYS` and "half";
+    "packed" where MKL can, "half" where FBGEMM can), interleaved so each sees the same machine load, `reps` rounds
     after a warm-up round; then for each n the cheapest fp32 (m >= n, way) by its best round, kept only when
     that beats the module's own path by 10% and it was also the faster of the two in every round. A burst of
     other work on the machine (a build beside the first run) slows some timings and not others: the second
@@ -316,8 +316,9 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> 
     import time
 
     rows = list(rows)
-    ways = [w for w in WAYS if w != "packed" or can_pack(weights[0])]
-    timed = ways + (["half"] if can_half(weights[0]) else [])
+    half = "half" in ways and can_half(weights[0])
+    ways = [w for w in ways if w in WAYS and (w != "packed" or can_pack(weights[0]))]
+    timed = ways + (["half"] if half else [])
     halves = [torch.ops.quantized.linear_prepack_fp16(w, None) for w in weights] if "half" in timed else []
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
     rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in timed}
@@ -372,36 +373,49 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2) -> 
 
 
 def measure_plan(model) -> GemmPlan:
-    """The `GemmPlan` of a model on this CPU: `measure_rows` per weight shape of its bias-free linears
-    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape. The fp16 weights
-    (`GemmPlan.half`) are taken when every shape can have them and, summed over the shapes and row counts,
-    they beat the fp32 tables by 10% and in every round (the same guard against a burst as the rows')."""
+    """The `GemmPlan` of a model on this CPU, from `measure_rows` per weight shape of its bias-free linears
+    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape, in two rounds:
+
+    1. the fp16 weights (`GemmPlan.half`) against the module's own fp32 products: taken when every shape can have
+       them and, summed over the shapes and row counts, they beat fp32 by 10% and in every round (the same guard
+       against a burst as the rows'). Then no fp32 table is needed: every product runs on fp16 weights.
+    2. otherwise the fp32 row tables, every way (`WAYS`).
+
+    On a 2-core AVX2 EPYC the first round decides (fp16 weights at about half the fp32 time) in ~2 s, where
+    timing every way for SmolLM2 took ~11 s."""
     by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear) and mod.bias is None and mod.weight.device.type == "cpu":
             by_shape.setdefault(tuple(mod.weight.shape), []).append(mod.weight)
-    timings = {shape: measure_rows(weights) for shape, weights in by_shape.items()}
-    why = "; ".join(t.why for t in timings.values())
-    half = bool(timings) and all(t.half_s is not None for t in timings.values())
-    if half:
-        plan_s = [sum(r) for r in zip(*(t.plan_s for t in timings.values()))]
-        half_s = [sum(r) for r in zip(*(t.half_s for t in timings.values()))]
+    if by_shape and all(can_half(ws[0]) for ws in by_shape.values()):
+        first = {shape: measure_rows(weights, ways=("linear", "half")) for shape, weights in by_shape.items()}
+        plan_s = [sum(r) for r in zip(*(t.plan_s for t in first.values()))]
+        half_s = [sum(r) for r in zip(*(t.half_s for t in first.values()))]
         half = min(half_s) < 0.9 * min(plan_s) and all(h < p for h, p in zip(half_s, plan_s))
-        why += (
-            f"; fp16 weights (FBGEMM) {min(half_s) * 1e3:.1f} ms vs fp32 {min(plan_s) * 1e3:.1f} ms over the row counts"
+        measured = (
+            f"fp16 weights (FBGEMM) {min(half_s) * 1e3:.1f} ms vs fp32 {min(plan_s) * 1e3:.1f} ms over the row counts"
         )
-        why += ": taken" if half else ": not taken"
-    return GemmPlan({s: t.table for s, t in timings.items() if t.table}, why, half)
+        if half:
+            return GemmPlan({}, "; ".join(t.why for t in first.values()) + f"; {measured}: taken", True)
+        measured += ": not taken"
+    else:
+        measured = "fp16 weights: FBGEMM cannot run every shape"
+    timings = {shape: measure_rows(weights, ways=WAYS) for shape, weights in by_shape.items()}
+    why = "; ".join([*(t.why for t in timings.values()), measured])
+    return GemmPlan({s: t.table for s, t in timings.items() if t.table}, why, False)
 
 
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its GemmPlan
 
 
-def gemm_plan(model) -> GemmPlan:
+def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     """`measure_plan` for the model: measured on the first engine built on it and reused by later ones (a
     greedy or speculative call per prompt builds one each), and kept in $KIT_CACHE_DIR/gemm-plan under this
     CPU, torch, thread count and the model's weight shapes, so a server started later on the same machine
-    reads it back instead of timing again (about 3 s for SmolLM2 on a 2-core CPU)."""
+    reads it back instead of timing again (about 2 s for SmolLM2 on a 2-core CPU). One process measures at a
+    time (a lock on the entry): servers started together measure once, the others read what it wrote.
+    `wait_quiet_s`: how long to wait for the machine to go quiet before measuring (`_measure_if_quiet`), for a
+    server whose siblings are still loading; 0 decides at once."""
     if model in _PLANS:
         return _PLANS[model]
     if next(model.parameters()).device.type != "cpu":
@@ -410,7 +424,7 @@ def gemm_plan(model) -> GemmPlan:
     import hashlib
     import json
 
-    from kit.models import cache_dir, measurement_machine, write_cache_json
+    from kit.models import cache_dir, cache_lock, measurement_machine, write_cache_json
 
     ident = [
         PLAN_RULE,
@@ -418,12 +432,19 @@ def gemm_plan(model) -> GemmPlan:
         [[*m.weight.shape, str(m.weight.dtype)] for m in model.modules() if isinstance(m, torch.nn.Linear)],
     ]
     path = cache_dir() / "gemm-plan" / (hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16] + ".json")
-    try:
-        plan = GemmPlan.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        plan = _measure_if_quiet(model)
-        if plan is not MODULE_PATH:
-            write_cache_json(path, plan.to_json())
+
+    def cached() -> GemmPlan | None:
+        try:
+            return GemmPlan.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    plan = cached()
+    if plan is None:
+        with cache_lock(path):  # a process waiting here is idle: the one measuring sees a quiet machine
+            plan = cached() or _measure_if_quiet(model, wait_quiet_s)
+            if plan is not MODULE_PATH:
+                write_cache_json(path, plan.to_json())
     _PLANS[model] = plan
     return plan
 
@@ -442,14 +463,20 @@ def pack_for(model, plan: GemmPlan) -> None:
                     packed_weight(mod, m)
 
 
-def _measure_if_quiet(model) -> GemmPlan:
+def _measure_if_quiet(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     """`measure_plan` when no other work at normal priority holds half a core or more, before and after; else
     the module's own path, not cached, so that a process on a quiet machine measures it (other work preempts
-    the matmuls' OpenMP threads and slows each timing by up to 100x, unevenly: such a plan is noise)."""
+    the matmuls' OpenMP threads and slows each timing by up to 100x, unevenly: such a plan is noise). A busy
+    machine is polled for up to `wait_quiet_s` first."""
+    import time
+
     import kit
 
-    if kit._other_work():
-        return MODULE_PATH
+    deadline = time.monotonic() + wait_quiet_s
+    while kit._other_work():
+        if time.monotonic() >= deadline:
+            return MODULE_PATH
+        time.sleep(0.25)
     plan = measure_plan(model)
     return MODULE_PATH if kit._other_work() else plan
 

@@ -36,6 +36,9 @@ from kit.serving.engines import get_engine
 
 VERSION = "kit-reference-0.2"
 DEFAULT_MAX_RUNNING = 16
+# how long a first start waits for its siblings' loads to end before it measures the GEMM plan (a reference
+# server's load is ~6 s of CPU on 2 cores; three started together finish within ~12 s)
+PLAN_WAIT_S = 20.0
 # the protocol this server speaks (its /metrics names, /server_info fields, failed-load line): the engine object
 # the measuring side reads it back through
 PROTOCOL = get_engine("reference")
@@ -125,6 +128,7 @@ class ReferenceEngine:
         from kit.models import resolve_target
         from kit.reference.llama import load_engine_target
         from kit.reference.speculate import BatchDecoder
+        from kit.reference.target import gemm_plan
         from kit.sglang.params import EAGLE_FAMILY
 
         self.spec = spec
@@ -148,6 +152,9 @@ class ReferenceEngine:
             ).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
             self.wiring = wiring_for(spec, dcfg, self.target_config)
+        # a first start on this machine measures how its matmuls run (servers started together: once, after their
+        # loads, which would otherwise make every one of them give up on a busy machine and serve fp32)
+        gemm_plan(self.target, wait_quiet_s=PLAN_WAIT_S)
         self.decoder = BatchDecoder(self.target, self.draft, self.params, self.wiring)
         self.device = device
         self.step_device = contextlib.nullcontext() if device == "cpu" else torch.device(device)

@@ -2,7 +2,16 @@
 
 import torch
 
-from kit.reference.target import MODULE_PATH, GemmPlan, Piece, RaggedTarget, linear, measure_plan, measure_rows
+from kit.reference.target import (
+    MODULE_PATH,
+    GemmPlan,
+    Piece,
+    RaggedTarget,
+    gemm_plan,
+    linear,
+    measure_plan,
+    measure_rows,
+)
 from kit.tests.tinymodels import one_thread, tiny_target  # noqa: F401 (autouse fixture)
 
 ROWS = {1: (2, "transposed"), 2: (2, "linear"), 3: (4, "transposed"), 4: (4, "packed"), 5: (8, "linear")}
@@ -101,19 +110,30 @@ def test_fp16_weights_are_taken_only_when_they_win_every_round(monkeypatch):
 
     m = tiny_target(layers=2, dtype=torch.float32)
     shapes = {tuple(w.weight.shape) for w in m.modules() if isinstance(w, torch.nn.Linear)}
+    timed: list[tuple] = []
 
     def timings(plan_s, half_s):
-        monkeypatch.setattr(kt, "measure_rows", lambda weights: kt.RowTable({}, "t", plan_s, half_s))
+        timed.clear()
+
+        def rows(weights, ways):
+            timed.append(tuple(ways))
+            return kt.RowTable({}, "t", plan_s, half_s if "half" in ways else None)
+
+        monkeypatch.setattr(kt, "measure_rows", rows)
         return measure_plan(m)
 
-    assert timings([2.0, 2.0], [1.0, 1.5]).half
+    taken = timings([2.0, 2.0], [1.0, 1.5])
+    assert taken.half and set(timed) == {("linear", "half")}  # fp16 decided first: no fp32 table is timed
+    assert len(timed) == len(shapes) > 1
     assert not timings([2.0, 2.0], [1.0, 2.5]).half  # 2x faster at its best, slower in a round a burst hit
+    assert timed[len(shapes) :] == [kt.WAYS] * len(shapes)  # then the fp32 tables, every way
     assert not timings([2.0, 2.0], [1.9, 1.9]).half  # under 10% faster: fp32 stays
-    assert not timings([2.0, 2.0], None).half  # FBGEMM cannot run these weights
-    taken = timings([2.0, 2.0], [1.0, 1.0])
-    assert len(shapes) > 1 and taken.describe().startswith("fp16 weights (FBGEMM)")
-    assert taken.describe().endswith(": taken")
+    assert taken.describe().startswith("fp16 weights (FBGEMM)") and taken.describe().endswith(": taken")
     assert timings([2.0, 2.0], [1.9, 1.9]).describe().startswith("fp32, the module's own path (fp16 weights")
+    monkeypatch.setattr(kt, "can_half", lambda w: False)  # FBGEMM cannot run these weights
+    cannot = timings([2.0, 2.0], [1.0, 1.0])
+    assert not cannot.half and set(timed) == {kt.WAYS}
+    assert cannot.describe() == "fp32, the module's own path (fp16 weights: FBGEMM cannot run every shape)"
     assert MODULE_PATH.describe() == "fp32, the module's own path"
 
 
@@ -188,3 +208,26 @@ def test_a_busy_machine_gets_the_module_path_and_caches_nothing(monkeypatch, tmp
     kt._PLANS.clear()
     assert RaggedTarget(m, None).plan == padded(m)  # quiet: measured and kept
     assert len(list((tmp_path / "gemm-plan").glob("*.json"))) == 1
+
+
+def test_a_start_beside_loading_siblings_waits_for_quiet_then_measures(monkeypatch, tmp_path):
+    """A server started beside others waits (`wait_quiet_s`) until their loads end, then measures once."""
+    import kit.reference.target as kt
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kt, "measure_plan", lambda model: padded(model))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    m = tiny_target(layers=2, dtype=torch.float32)
+    busy = iter([1.0, 1.0, 1.0, 0.0, 0.0])  # the siblings load for three polls, then the machine is quiet
+    monkeypatch.setattr("kit._busy_cores", lambda: next(busy))
+    kt._PLANS.clear()
+    assert gemm_plan(m, wait_quiet_s=60) == padded(m)
+    assert len(list((tmp_path / "gemm-plan").glob("*.json"))) == 1
+    monkeypatch.setattr("kit._busy_cores", lambda: 1.0)  # busy for good: the wait ends at its bound
+    kt._PLANS.clear()
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    for f in (tmp_path / "gemm-plan").glob("*.json"):
+        f.unlink()
+    assert gemm_plan(m, wait_quiet_s=30) == MODULE_PATH
+    assert not list((tmp_path / "gemm-plan").glob("*.json"))
