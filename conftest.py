@@ -11,6 +11,9 @@ serially, e.g. to debug one test:
 
 import os
 
+# a side environment's parser daemon (kit.sglang.parser) started by a test ends a minute after the last parse
+os.environ.setdefault("KIT_PARSER_IDLE_S", "60")
+
 
 def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, len(os.sched_getaffinity(0))))

@@ -183,15 +183,16 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
 def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
     """Fill, in the background while the first notebooks run, what later notebooks would otherwise wait for
     on a first run: the embedded target converted from its GGUF (notebook 02 needs it a few seconds in; 01
-    does not) and SGLang's parser environment (notebook 04 lints with the real parser; building it is mostly
-    pip's downloads and unpacking). Both are lock-protected cache entries, so a notebook arriving first waits
-    for the one build; a failure is left for the notebook to report in its own words. Both run niced (the
-    thread, and pip under it), so the notebooks' own work keeps the cores: a normal-priority build beside them
-    preempts their OpenMP threads and skews what they time (the GEMM plan, the chain's forward costs)."""
+    does not) and SGLang's parser (notebook 04 lints with the real parser: its side environment, mostly pip's
+    downloads and unpacking on a first run, then its daemon, whose import of SGLang takes ~10 s of CPU). Both
+    are lock-protected, so a notebook arriving first waits for the one build; a failure is left for the
+    notebook to report in its own words. Both run niced (the thread, and pip and the daemon under it), so the
+    notebooks' own work keeps the cores: a normal-priority build beside them preempts their OpenMP threads and
+    skews what they time (the GEMM plan, the chain's forward costs)."""
     from kit.models import embedded_dir
-    from kit.sglang.parser import parser_python
+    from kit.sglang.parser import warm
 
-    jobs = [("parser", parser_python)]
+    jobs = [("parser", warm)]
     if cfg.target is None:  # the embedded default
         jobs.insert(0, ("target", embedded_dir))
 

@@ -41,7 +41,6 @@ from kit.sglang.versions import default_release, installed_version
 # abbreviations allowed), except that errors raise instead of exiting.
 _WORKER = r"""
 import argparse, json, sys
-from sglang.srt.server_args import ServerArgs
 
 class _ParseError(Exception):
     pass
@@ -51,6 +50,8 @@ class _Parser(argparse.ArgumentParser):
         raise _ParseError(message)
 
 def parse_many(argvs):
+    from sglang.srt.server_args import ServerArgs
+
     parser = _Parser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
     out = []
@@ -62,13 +63,68 @@ def parse_many(argvs):
             out.append({"ok": False, "unknown": [], "error": str(e), "args": None})
     return out
 
-if __name__ == "__main__":  # one JSON list of argvs per stdin line, one marked answer line each, until EOF
-    for line in sys.stdin:
-        res = parse_many(json.loads(line))
-        sys.stdout.write("\nkit-parse: " + json.dumps(res, default=str) + "\n")
-        sys.stdout.flush()
+def answer(line):
+    try:
+        return "kit-parse: " + json.dumps(parse_many(json.loads(line)), default=str) + "\n"
+    except Exception as e:
+        return "kit-parse-failed: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n"
+
+def serve(path, idle):
+    # one request line per connection on a Unix socket, until `idle` seconds pass without one. The socket is
+    # bound before SGLang imports, so a client connecting meanwhile waits in the backlog for its answer.
+    import os, socket, traceback
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(64)
+    ino = os.stat(path).st_ino
+    try:
+        from sglang.srt.server_args import ServerArgs  # noqa: F401  (what the daemon is kept for)
+        failed = None
+    except BaseException as e:
+        traceback.print_exc()
+        failed = "kit-parse-failed: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n"
+    srv.settimeout(2.0 if failed else idle)
+
+    def reply(conn):
+        with conn:
+            f = conn.makefile("rw")
+            line = f.readline()
+            if line.strip():
+                f.write(failed or answer(line))
+                f.flush()
+
+    try:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                break
+            conn.settimeout(None)
+            reply(conn)
+    finally:
+        try:  # no new client finds us; those already in the backlog still get their answer
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+        except OSError:
+            pass
+        srv.setblocking(False)
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                break
+            conn.setblocking(True)
+            reply(conn)
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2:  # the shared daemon: python -c WORKER SOCKET IDLE_S
+        serve(sys.argv[1], float(sys.argv[2]))
+    else:  # one JSON list of argvs per stdin line, one marked answer line each, until EOF
+        for line in sys.stdin:
+            sys.stdout.write("\n" + answer(line))
+            sys.stdout.flush()
 """
-_MARK = "kit-parse: "
+_MARK, _FAILED = "kit-parse: ", "kit-parse-failed: "
 
 
 def in_process_version() -> str | None:
@@ -189,25 +245,36 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
         return json.loads(json.dumps(ns["parse_many"](argvs), default=str))
     if not Path(py).exists() and "/" in py:
         raise KitInputError(f"{py}: no such interpreter for SGLang's parser")
+    sock = _daemon_socket(py)
+    return _ask_daemon(py, sock, argvs, timeout) if sock is not None else _ask_worker(py, argvs, timeout)
+
+
+def _answer(py: str, line: str) -> list[dict]:
+    if line.startswith(_MARK):
+        return json.loads(line[len(_MARK) :])
+    raise KitInputError(f"{py}: SGLang's parser did not run ({line[len(_FAILED) :].strip()})")
+
+
+def _ask_worker(py: str, argvs: list[list[str]], timeout: float) -> list[dict]:
     w = _worker(py)
     answer: list[str] = []
 
     def read() -> None:
         for line in w.stdout:
-            if line.startswith(_MARK):
-                answer.append(line[len(_MARK) :])
+            if line.startswith((_MARK, _FAILED)):
+                answer.append(line)
                 return
 
     try:
         w.stdin.write(json.dumps(argvs) + "\n")
         w.stdin.flush()
     except OSError:
-        pass  # it died importing SGLang: its stderr says why, below
+        pass  # it died starting: its stderr says why, below
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout)
     if answer:
-        return json.loads(answer[0])
+        return _answer(py, answer[0])
     _stop_worker(py)
     if reader.is_alive():
         raise KitInputError(f"{py}: cannot run SGLang's parser (no answer in {timeout:.0f} s)")
@@ -216,10 +283,109 @@ def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]
     raise KitInputError(f"{py}: SGLang's parser did not run ({tail})")
 
 
-# One parser process per interpreter, kept for the life of this one: importing SGLang's server arguments takes
-# ~9 s of CPU, and a notebook lints a line, fixes it and lints the fix. It reads one request per line and ends
-# when its stdin closes (this process exiting closes it).
+# A kit side environment's parser is one daemon per machine, shared by every process (each notebook's kernel,
+# each `kit lint`): importing SGLang's server arguments takes ~9-12 s of CPU on a 2-core EPYC, and a demo lints
+# in two notebooks. It listens on a Unix socket named after the environment, answers one request per connection
+# and exits after DAEMON_IDLE_S ($KIT_PARSER_IDLE_S) without one. `warm` starts it ahead of need (`kit demo` does,
+# as it starts).
+# Any other interpreter (a user's, whose packages may change) gets a worker per process instead: one parser
+# process kept for the life of this one, reading a request per stdin line, ending when its stdin closes.
+DAEMON_IDLE_S = float(os.environ.get("KIT_PARSER_IDLE_S", "600"))
 _WORKERS: dict[str, subprocess.Popen] = {}
+
+
+def _daemon_socket(py: str) -> Path | None:
+    """The socket of a kit side environment's parser daemon (None for any other interpreter): in the temp
+    directory (a socket path must stay short), named by the user and the environment's interpreter."""
+    import hashlib
+    import tempfile
+
+    from kit.venvs import venv_root
+
+    env = Path(py).parent.parent
+    if venv_root().resolve() not in env.resolve().parents:
+        return None
+    st = os.lstat(py)
+    ident = f"{os.path.abspath(py)}|{st.st_ino}|{st.st_mtime_ns}"
+    name = f"kit-parse-{os.getuid()}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.sock"
+    return Path(tempfile.gettempdir()) / name
+
+
+def _ask_daemon(py: str, sock: Path, argvs: list[list[str]], timeout: float) -> list[dict]:
+    for _ in range(2):  # once more if a daemon ended (idle) between our connect and its answer
+        conn = _connect(py, sock)
+        with conn:
+            conn.settimeout(timeout)
+            try:
+                conn.sendall((json.dumps(argvs) + "\n").encode())
+                line = conn.makefile("r").readline()
+            except TimeoutError:
+                raise KitInputError(f"{py}: cannot run SGLang's parser (no answer in {timeout:.0f} s)") from None
+            except OSError:
+                line = ""
+        if line.startswith((_MARK, _FAILED)):
+            return _answer(py, line)
+    raise KitInputError(f"{py}: SGLang's parser did not run ({_daemon_log_tail(sock)})")
+
+
+def warm(version: str | None = None) -> None:
+    """Start the parser daemon of release `version`'s side environment (built first if needed) without waiting
+    for SGLang to import: a later lint finds it ready. Nothing for an in-process or user-named parser."""
+    py = parser_python(version=version)
+    sock = _daemon_socket(py) if py else None
+    if sock is not None:
+        _connect(py, sock).close()
+
+
+def _connect(py: str, sock: Path):
+    """A connection to the daemon on `sock`, started here if none listens (one process starts it: a lock)."""
+    import socket
+    import time
+
+    from kit.models import cache_lock
+
+    def attempt():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(sock))
+            return s
+        except OSError:
+            s.close()
+            return None
+
+    if (s := attempt()) is not None:
+        return s
+    with cache_lock(sock):
+        if (s := attempt()) is not None:
+            return s
+        sock.unlink(missing_ok=True)  # left by a daemon that was killed
+        d = _start_daemon(py, sock)
+        deadline = time.monotonic() + 30
+        while (s := attempt()) is None:
+            if d.poll() is not None or time.monotonic() > deadline:
+                d.kill()
+                raise KitInputError(f"{py}: SGLang's parser did not run ({_daemon_log_tail(sock)})")
+            time.sleep(0.02)
+        return s
+
+
+def _daemon_log_tail(sock: Path) -> str:
+    try:
+        return (sock.with_suffix(".log").read_text().strip().splitlines() or ["no output"])[-1]
+    except OSError:
+        return "no output"
+
+
+def _start_daemon(py: str, sock: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        with open(sock.with_suffix(".log"), "w") as log:  # its stderr: why it could not start, if it cannot
+            return subprocess.Popen([py, "-c", _WORKER, str(sock), str(DAEMON_IDLE_S)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=log, env=env, cwd="/",
+                                    start_new_session=True)  # fmt: skip
+    except OSError as e:
+        raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
 
 
 def _worker(py: str) -> subprocess.Popen:
