@@ -319,7 +319,7 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, way
     half = "half" in ways and can_half(weights[0])
     ways = [w for w in ways if w in WAYS and (w != "packed" or can_pack(weights[0]))]
     timed = ways + (["half"] if half else [])
-    halves = [torch.ops.quantized.linear_prepack_fp16(w, None) for w in weights] if "half" in timed else []
+    halves = in_threads(lambda w: torch.ops.quantized.linear_prepack_fp16(w, None), weights) if half else []
     xs = {m: torch.randn(m, weights[0].shape[1], dtype=weights[0].dtype) for m in rows}
     rounds: dict[tuple[int, str], list[float]] = {(m, way): [] for m in rows for way in timed}
     with torch.inference_mode():
@@ -451,16 +451,30 @@ def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
 
 def pack_for(model, plan: GemmPlan) -> None:
     """Make now the packed weights `plan` uses (`packed_weight`, `half_weight`), so a first forward does not pay
-    for them."""
+    for them. FBGEMM's fp16 packing runs on one core per weight (~5 s for SmolLM2's 135M weights on a 2-core
+    EPYC) and releases the GIL: the weights are packed on torch's threads at once."""
+    halves = []
     with torch.no_grad():  # the products run without gradients: half_applies judges them the same way here
         for mod in model.modules():
             if not isinstance(mod, torch.nn.Linear):
                 continue
             if half_applies(plan.half, mod.weight, mod.bias):
-                half_weight(mod)
+                halves.append(mod)
             elif mod.bias is None and can_pack(mod.weight):
                 for m in {m for m, way in plan.shapes.get(tuple(mod.weight.shape), {}).values() if way == "packed"}:
                     packed_weight(mod, m)
+        in_threads(half_weight, halves)
+
+
+def in_threads(fn, items: list) -> list:
+    """[fn(x) for x in items] on torch's thread count of Python threads (for ops that release the GIL and run
+    on one core each)."""
+    if len(items) < 2 or torch.get_num_threads() < 2:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(torch.get_num_threads(), len(items)), thread_name_prefix="kit-pack") as pool:
+        return list(pool.map(fn, items))
 
 
 def _measure_if_quiet(model, wait_quiet_s: float = 0.0) -> GemmPlan:

@@ -141,8 +141,11 @@ def venv_name(version: str) -> str:
     return f"sglang-{version}"
 
 
-def parser_python(python: str | None = None, build: bool | None = None, version: str | None = None) -> str | None:
-    """Interpreter to run release `version`'s parser in; None means in-process. KitInputError if none."""
+def parser_python(
+    python: str | None = None, build: bool | None = None, version: str | None = None, check=None
+) -> str | None:
+    """Interpreter to run release `version`'s parser in; None means in-process. KitInputError if none.
+    `check`: how a side environment built now is checked (`kit.venvs.ensure_venv`)."""
     version = version or default_release()
     if python:
         return python
@@ -167,7 +170,7 @@ def parser_python(python: str | None = None, build: bool | None = None, version:
                 f"no sglang {version} in this interpreter; its side environment is built on request "
                 f"(python -m kit.venvs {name})"
             )
-    return str(ensure_venv(name))
+    return str(ensure_venv(name, check=check))
 
 
 _CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
@@ -329,12 +332,15 @@ def _ask_daemon(py: str, sock: Path, argvs: list[list[str]], timeout: float) -> 
 
 
 def warm(version: str | None = None) -> None:
-    """Start the parser daemon of release `version`'s side environment (built first if needed) without waiting
-    for SGLang to import: a later lint finds it ready. Nothing for an in-process or user-named parser."""
-    py = parser_python(version=version)
-    sock = _daemon_socket(py) if py else None
-    if sock is not None:
-        _connect(py, sock).close()
+    """Build release `version`'s side environment if it is not built yet, checking the build through the parser
+    daemon: the daemon's import of SGLang is the check, and the daemon stays up for the lint that follows (a
+    first `kit demo` runs this beside notebooks 01-03). Nothing when the environment is already built (its
+    parses are mostly on disk by then), or for an in-process or user-named parser."""
+
+    def through_daemon(py: str) -> None:
+        _ask_daemon(py, _daemon_socket(py), [], timeout=300)
+
+    parser_python(version=version, check=through_daemon)
 
 
 def _connect(py: str, sock: Path):

@@ -117,13 +117,26 @@ def test_a_socket_left_by_a_killed_daemon_is_replaced(side_env):
     assert _lines(Path(f"{calls}.starts")) == ["start"]
 
 
-def test_warm_starts_the_daemon_without_waiting_for_a_parse(side_env, monkeypatch):
+def test_warm_checks_a_new_build_through_the_daemon_it_leaves_up(side_env, monkeypatch):
     py, calls = side_env
-    monkeypatch.setattr(parser, "parser_python", lambda *a, **k: py)
+
+    def built_now(python=None, build=None, version=None, check=None):  # a build that ends with its check
+        if check is not None:
+            check(py)
+        return py
+
+    monkeypatch.setattr(parser, "parser_python", built_now)
     parser.warm()
-    assert parser._daemon_socket(py).exists()
+    assert parser._daemon_socket(py).exists() and _lines(calls) == ["run"]  # SGLang imported once, by the check
     assert parser.parse_argvs([["--tp-size", "5"]], python=py)[0]["args"]["tp_size"] == 5
     assert _lines(Path(f"{calls}.starts")) == ["start"]
+
+
+def test_warm_does_nothing_for_a_built_environment(side_env, monkeypatch):
+    py, calls = side_env
+    monkeypatch.setattr(parser, "parser_python", lambda python=None, build=None, version=None, check=None: py)
+    parser.warm()
+    assert not parser._daemon_socket(py).exists() and not _lines(Path(f"{calls}.starts"))
 
 
 def test_parses_are_kept_beside_a_kit_side_environment(side_env, monkeypatch):
