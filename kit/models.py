@@ -61,6 +61,23 @@ def target_id(target_dir: Path) -> str:
     return hashlib.sha256((cfg + json.dumps(sizes)).encode()).hexdigest()[:16]
 
 
+def files_id(d: Path, suffixes=(".json", ".safetensors")) -> list:
+    """Identity of a small model directory (a draft) for cache keys: each file's name and content hash."""
+    files = sorted(p for p in Path(d).iterdir() if p.is_file() and p.suffix in suffixes)
+    return [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in files]
+
+
+def result_path(kind: str, key, code: list[Path]) -> Path:
+    """Where a deterministic result is cached: $KIT_CACHE_DIR/<kind>/<hash>.json, the hash over `key` (settings and
+    the identities of the inputs, JSON-serialisable) and the source of the `code` files that compute it, so a
+    change to either is a new entry."""
+    import json
+
+    src = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(code))).hexdigest()
+    blob = json.dumps({"key": key, "code": src}, sort_keys=True, default=str)
+    return cache_dir() / kind / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
+
+
 def write_cache_json(path: Path, obj) -> None:
     """One cache entry as JSON, atomically: a per-process temp file renamed into place, so a reader (or a
     second process filling the same entry) never sees half a file."""

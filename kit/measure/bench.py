@@ -106,6 +106,10 @@ class BenchConfig:
     ignore_eos: bool = field(default=False, metadata={"help": "ask the server to ignore EOS (fixed output length)"})
     concurrency: int = field(default=4, metadata={"help": "requests in flight at once"})
     warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
+    warmup_max_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "tokens per warmup request (default: --max-new-tokens); a few decode steps warm every path"},
+    )
     repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
     stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
     interleave: bool = field(
@@ -169,8 +173,9 @@ class BenchConfig:
                 raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
         if self.num_prompts < 0 or self.warmup < 0:
             raise KitInputError("--num-prompts and --warmup must be >= 0")
-        if self.also_num_prompts is not None and self.also_num_prompts < 1:
-            raise KitInputError("--also-num-prompts must be >= 1")
+        for name in ("also_num_prompts", "warmup_max_new_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
         self.also_arms()  # a malformed LABEL=URL is a one-line error before anything runs
 
     def also_arms(self) -> list[tuple[str, str]]:
@@ -211,7 +216,7 @@ RUN_CONFIG = "config.json"
 # what a run measures: a resumed run keeps these (URLs, timeouts, the log file may change)
 MEASURED_SETTINGS = (
     "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
-    "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
+    "warmup_max_new_tokens", "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
     "also_num_prompts",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
@@ -425,7 +430,7 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
             base,
             api,
             warm,
-            cfg,
+            replace(cfg, max_new_tokens=cfg.warmup_max_new_tokens or cfg.max_new_tokens),
             model,
             log,
             {**tags, "warmup": True},

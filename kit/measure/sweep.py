@@ -158,14 +158,15 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
     reference server, whose start is mostly imports and a model load), else one after another (SGLang on one
     GPU sizes its memory pool from what is free as it starts, and after a failure the rest are not started);
     servers started together keep this process's OpenMP wait policy (`kit.pin_omp_wait_policy`). If one fails,
-    those already up are stopped and its error is raised."""
+    those already up are stopped and its error is raised. Servers started together are stopped together."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kit.serving.process import start_together
 
     live = [cm for cm in launches if cm is not None]
     entered, error = [], None
-    if start_together(engine, len(live)):
+    together = start_together(engine, len(live))
+    if together:
         with ThreadPoolExecutor(len(live)) as pool:
             futures = [pool.submit(cm.__enter__) for cm in live]
         for cm, f in zip(live, futures):
@@ -184,8 +185,16 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
         for cm, _ in entered:
             cm.__exit__(None, None, None)
         raise error
-    for cm, _ in entered:
-        stack.push(cm.__exit__)
+    if together:  # and stopped together: each stop waits out its server's exit
+
+        def stop_all(*exc) -> None:
+            with ThreadPoolExecutor(len(entered)) as pool:
+                list(pool.map(lambda cm: cm.__exit__(None, None, None), [cm for cm, _ in entered]))
+
+        stack.push(stop_all)
+    else:
+        for cm, _ in entered:
+            stack.push(cm.__exit__)
     got = iter(server for _, server in entered)
     return [next(got) if cm is not None else None for cm in launches]
 

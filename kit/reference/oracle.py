@@ -340,23 +340,17 @@ def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
     """Where this run's results are cached ($KIT_CACHE_DIR/oracle-results): keyed by the settings, the target's
     identity, the draft's file contents, the prompt texts and the source of the code that computes them, so any
     change to one of those is a new entry (a second notebook run or demo reads it in milliseconds)."""
-    import hashlib
     from pathlib import Path
 
-    from kit.models import cache_dir, resolve_target, target_id
+    from kit.models import files_id, resolve_target, result_path, target_id
 
-    files = sorted(p for p in Path(draft_dir).iterdir() if p.is_file() and p.suffix in (".json", ".safetensors"))
-    code = sorted(Path(__file__).parent.glob("*.py"))
-    blob = json.dumps(
-        {
-            "cfg": {k: v for k, v in asdict(cfg).items() if k != "json"},
-            "target": target_id(resolve_target(cfg.target)),
-            "draft": [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in files],
-            "texts": texts,
-            "code": hashlib.sha256(b"".join(p.read_bytes() for p in code)).hexdigest(),
-        }
-    )
-    return cache_dir() / "oracle-results" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
+    key = {
+        "cfg": {k: v for k, v in asdict(cfg).items() if k != "json"},
+        "target": target_id(resolve_target(cfg.target)),
+        "draft": files_id(draft_dir),
+        "texts": texts,
+    }
+    return result_path("oracle-results", key, list(Path(__file__).parent.glob("*.py")))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -108,12 +108,12 @@ def fc_gate(shapes: dict[str, Any], draft_cfg: HFConfig | None, wiring, fc_in: i
 
 
 def probe(cfg: ProbeConfig) -> dict[str, Any]:
+    """The probe's document. It is a function of its inputs (the target's config and weights, the draft's files,
+    the launch, the release, transformers' modeling code and the kit's): cached under $KIT_CACHE_DIR/probe-results
+    by all of them, so a second notebook run or demo reads it back (`cached_s` says when it was read)."""
     from pathlib import Path
 
-    from kit.checkpoint.hf_config import read_config, target_facts
-    from kit.sglang.cmdline import split_command
-    from kit.wiring.aux import fc_in_features, stack_table
-    from kit.wiring.plan import wiring_from_launch
+    from kit.models import write_cache_json
 
     t0 = time.perf_counter()
     if cfg.draft is None:
@@ -122,6 +122,41 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
         draft_path = ensure_demo_draft(quick=True, log=lambda *_: None)  # stdout may carry --json
     else:
         draft_path = Path(cfg.draft)
+    cached = _result_path(cfg, draft_path)
+    if cached.exists():
+        return {**json.loads(cached.read_text()), "cached_s": round(time.perf_counter() - t0, 3)}
+    doc = json.loads(json.dumps(_probe(cfg, draft_path, t0)))  # the shape a cached read returns
+    write_cache_json(cached, doc)
+    return doc
+
+
+def _result_path(cfg: ProbeConfig, draft_path):
+    import importlib.metadata
+    from pathlib import Path
+
+    from kit.checkpoint.hf_config import read_config
+    from kit.models import files_id, resolve_target, result_path, target_id
+
+    dcfg, ddir = read_config(draft_path)
+    target = read_config(cfg.target)[0].to_dict() if cfg.config_only else target_id(resolve_target(cfg.target))
+    key = {
+        "cfg": {k: v for k, v in vars(cfg).items() if k != "json"},
+        "target": target,
+        "draft": files_id(ddir) if ddir else dcfg.to_dict(),
+        "versions": [importlib.metadata.version(d) for d in ("torch", "transformers")],
+    }
+    kit_dir = Path(__file__).resolve().parents[1]
+    code = [p for d in ("wiring", "sglang", "checkpoint") for p in (kit_dir / d).glob("*.py")]
+    code += list((kit_dir / "sglang").glob("*.json")) + [kit_dir / "hf.py"]
+    return result_path("probe-results", key, code)
+
+
+def _probe(cfg: ProbeConfig, draft_path, t0: float) -> dict[str, Any]:
+    from kit.checkpoint.hf_config import read_config, target_facts
+    from kit.sglang.cmdline import split_command
+    from kit.wiring.aux import fc_in_features, stack_table
+    from kit.wiring.plan import wiring_from_launch
+
     dcfg, ddir = read_config(draft_path)
     if cfg.config_only:
         tcfg, _ = read_config(cfg.target)

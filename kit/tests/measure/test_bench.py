@@ -52,6 +52,17 @@ def test_warmup_excluded_and_flush_called(tmp_path):
     assert res.summary["labels"]["spec"]["requests"] == 6  # ... but not counted
 
 
+def test_warmup_requests_can_be_shorter_than_the_measured_ones(tmp_path):
+    with StubThread() as s:
+        res = run_bench(_cfg(tmp_path, s.url, warmup=2, warmup_max_new_tokens=4), prompts=PROMPTS)
+    warm = [r["completion_tokens"] for r in res.records if r.get("warmup")]
+    measured = [r["completion_tokens"] for r in res.records if not r.get("warmup")]
+    assert warm == [4, 4] and set(measured) == {32}
+    assert res.summary["labels"]["spec"]["output_tokens"] == 6 * 32
+    with pytest.raises(KitInputError, match="--warmup-max-new-tokens must be >= 1"):
+        _cfg(tmp_path, s.url, warmup_max_new_tokens=0)
+
+
 def test_records_written_as_they_complete_and_resume_skips_done(tmp_path):
     cfg = _cfg(tmp_path, None, warmup=0)
     with StubThread(StubConfig(fail_every=4)) as s:

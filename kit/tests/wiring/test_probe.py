@@ -61,3 +61,31 @@ def test_meta_skeleton_for_unknown_model_type():
         }
     )
     assert "skeleton" in how and len(m.model.layers) == 3
+
+
+def test_a_probe_is_cached_by_its_inputs(tmp_path, monkeypatch):
+    """The same inputs read the stored document back (no forward); a changed draft is probed again."""
+    import kit.wiring.probe as kp
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "target" / "config.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                                  "intermediate_size": 128, "num_hidden_layers": 12, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "vocab_size": 100}))  # fmt: skip
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64}))
+    forwards = []
+    real = kp.hook_shapes
+    monkeypatch.setattr(kp, "hook_shapes", lambda *a, **k: forwards.append(1) or real(*a, **k))
+    cfg = ProbeConfig(target=str(target), draft=str(draft), config_only=True, sglang_version="0.5.23")
+    first = probe(cfg)
+    again = probe(cfg)
+    assert len(forwards) == 1 and "cached_s" not in first and "cached_s" in again
+    assert {k: v for k, v in again.items() if k != "cached_s"} == first
+    fused = first["shapes"]["fused"][-1]
+    assert fused == 64 * len(first["capture_points"]) > 64 and first["verdict"]["fc"] == "runs"
+    # a draft as wide as the fused states: SGLang's gate would skip its fc
+    (draft / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": fused}))
+    assert probe(cfg)["verdict"]["fc"] == "bypassed" and len(forwards) == 2
