@@ -105,6 +105,8 @@ def serve(path, idle):
         try:  # no new client finds us; those already in the backlog still get their answer
             if os.stat(path).st_ino == ino:
                 os.unlink(path)
+                if not failed:  # the log (our stderr) is kept only to say why a start failed
+                    os.unlink(os.path.splitext(path)[0] + ".log")
         except OSError:
             pass
         srv.setblocking(False)
@@ -298,8 +300,9 @@ _WORKERS: dict[str, subprocess.Popen] = {}
 
 
 def _daemon_socket(py: str) -> Path | None:
-    """The socket of a kit side environment's parser daemon (None for any other interpreter): in the temp
-    directory (a socket path must stay short), named by the user and the environment's interpreter."""
+    """The socket of a kit side environment's parser daemon (None for any other interpreter): in a directory of
+    the temp directory only this user can enter (a socket path must stay short; nobody else may answer our
+    parses), named by the environment's interpreter."""
     import hashlib
     import tempfile
 
@@ -308,10 +311,14 @@ def _daemon_socket(py: str) -> Path | None:
     env = Path(py).parent.parent
     if venv_root().resolve() not in env.resolve().parents:
         return None
+    home = Path(tempfile.gettempdir()) / f"kit-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    st = home.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise KitInputError(f"{home}: not this user's private directory; SGLang's parser daemon will not use it")
     st = os.lstat(py)
     ident = f"{os.path.abspath(py)}|{st.st_ino}|{st.st_mtime_ns}"
-    name = f"kit-parse-{os.getuid()}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.sock"
-    return Path(tempfile.gettempdir()) / name
+    return home / f"parse-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.sock"
 
 
 def _ask_daemon(py: str, sock: Path, argvs: list[list[str]], timeout: float) -> list[dict]:
