@@ -186,9 +186,12 @@ def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
     does not) and SGLang's parser (notebook 04 lints with the real parser: its side environment, mostly pip's
     downloads and unpacking on a first run, then its daemon, whose import of SGLang takes ~10 s of CPU). Both
     are lock-protected, so a notebook arriving first waits for the one build; a failure is left for the
-    notebook to report in its own words. Both run niced (the thread, and pip and the daemon under it), so the
-    notebooks' own work keeps the cores: a normal-priority build beside them preempts their OpenMP threads and
-    skews what they time (the GEMM plan, the chain's forward costs)."""
+    notebook to report in its own words. Both run niced (the thread, and pip and the daemon under it): against
+    other threads of this process and its children, the notebooks' work keeps the cores. Where Linux groups the
+    scheduler by session (`sched_autogroup_enabled`), each notebook's kernel and the daemon are sessions of
+    their own and a nice value ranks a thread only within its session, so these jobs then share the cores
+    with the 01-03 kernels as equals. Those time nothing; what is timed (the GEMM plan, the chain's forward
+    costs, the benchmark) runs in 04 and 05, once that work is done (the daemon then waits, idle)."""
     from kit.models import embedded_dir
     from kit.sglang.parser import warm
 
