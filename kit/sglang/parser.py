@@ -302,7 +302,7 @@ _WORKERS: dict[str, subprocess.Popen] = {}
 def _daemon_socket(py: str) -> Path | None:
     """The socket of a kit side environment's parser daemon (None for any other interpreter): in a directory of
     the temp directory only this user can enter (a socket path must stay short; nobody else may answer our
-    parses), named by the environment's interpreter."""
+    parses), named by the environment's interpreter and the daemon's code."""
     import hashlib
     import tempfile
 
@@ -316,8 +316,8 @@ def _daemon_socket(py: str) -> Path | None:
     st = home.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise KitInputError(f"{home}: not this user's private directory; SGLang's parser daemon will not use it")
-    st = os.lstat(py)
-    ident = f"{os.path.abspath(py)}|{st.st_ino}|{st.st_mtime_ns}"
+    st = os.lstat(py)  # and the daemon's code: a daemon of another kit version is never asked
+    ident = f"{os.path.abspath(py)}|{st.st_ino}|{st.st_mtime_ns}|{hashlib.sha256(_WORKER.encode()).hexdigest()}"
     return home / f"parse-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.sock"
 
 
