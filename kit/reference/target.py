@@ -159,20 +159,20 @@ class GemmPlan:
     the same weights, and greedy and speculative decoding agree token for token."""
 
     shapes: dict[tuple[int, int], dict[int, tuple[int, str]]]  # weight shape -> n -> (m, way in WAYS)
-    why: str = ""
+    why: str = ""  # every timing, for the plan's record
     half: bool = False
+    half_why: str = ""  # the fp16 weights' verdict and the timings it rests on ("" when not measured)
 
     def to_json(self) -> dict:
         rows = {f"{o}x{i}": rows for (o, i), rows in self.shapes.items()}
-        return {"shapes": rows, "why": self.why, "half": self.half}
+        return {"shapes": rows, "why": self.why, "half": self.half, "half_why": self.half_why}
 
     def describe(self) -> str:
         """One line for a progress or log line: what the products run on, and the measurement that chose it."""
-        measured = next((w for w in self.why.split("; ") if w.startswith("fp16 weights")), "")
         if self.half:
-            return measured or "fp16 weights (FBGEMM)"
+            return self.half_why or "fp16 weights (FBGEMM)"
         what = f"fp32, planned for {len(self.shapes)} weight shapes" if self.shapes else f"fp32, {MODULE_PATH.why}"
-        return f"{what} ({measured})" if measured else what
+        return f"{what} ({self.half_why})" if self.half_why else what
 
     @classmethod
     def from_json(cls, doc: dict) -> GemmPlan:
@@ -180,7 +180,7 @@ class GemmPlan:
         for key, rows in doc["shapes"].items():
             o, i = key.split("x")
             shapes[(int(o), int(i))] = {int(n): (int(m), _way(w)) for n, (m, w) in rows.items()}
-        return cls(shapes, doc["why"], bool(doc.get("half", False)))
+        return cls(shapes, doc["why"], bool(doc.get("half", False)), str(doc.get("half_why", "")))
 
 
 def _way(w) -> str:
@@ -396,13 +396,13 @@ def measure_plan(model) -> GemmPlan:
             f"fp16 weights (FBGEMM) {min(half_s) * 1e3:.1f} ms vs fp32 {min(plan_s) * 1e3:.1f} ms over the row counts"
         )
         if half:
-            return GemmPlan({}, "; ".join(t.why for t in first.values()) + f"; {measured}: taken", True)
+            return GemmPlan({}, "; ".join(t.why for t in first.values()), True, f"{measured}: taken")
         measured += ": not taken"
     else:
         measured = "fp16 weights: FBGEMM cannot run every shape"
     timings = {shape: measure_rows(weights, ways=WAYS) for shape, weights in by_shape.items()}
-    why = "; ".join([*(t.why for t in timings.values()), measured])
-    return GemmPlan({s: t.table for s, t in timings.items() if t.table}, why, False)
+    why = "; ".join(t.why for t in timings.values())
+    return GemmPlan({s: t.table for s, t in timings.items() if t.table}, why, False, measured)
 
 
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its GemmPlan
