@@ -32,8 +32,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# what an AVX2-only CPU gives the kernels: oneDNN, ATen's dispatch and MKL capped at AVX2
-ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+# what an AVX2-only CPU gives the kernels: oneDNN, ATen's dispatch, MKL and FBGEMM (the fp16 products) capped at AVX2
+ISA_ENV = {
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    }
+}
 KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
 
 
@@ -95,13 +102,13 @@ def verdict(runs: dict, quick: bool) -> dict:
         v["empty_cache_le_180s"] = runs["empty_cache"]["wall_s"] <= 180
     if "cached" in runs:
         v["cached_le_120s"] = runs["cached"]["wall_s"] <= 120
-    last = runs.get("cached") or runs.get("empty_cache") or {}
-    sp = last.get("speedup") or {}
-    fixed, seed = sp.get("fixed_launch"), sp.get("seed_launch")
+    # the payoff targets hold only when they hold in every run
+    fixed = [sp["fixed_launch"] for sp in (r.get("speedup") or {} for r in runs.values()) if sp.get("fixed_launch")]
+    seed = [sp["seed_launch"] for sp in (r.get("speedup") or {} for r in runs.values()) if sp.get("seed_launch")]
     if fixed:
-        v["fixed_ge_1.4_low_gt_1.2"] = fixed["median"] >= 1.4 and (fixed["ci95"][0] or 0) > 1.2
+        v["fixed_ge_1.4_low_gt_1.2"] = all(f["median"] >= 1.4 and (f["ci95"][0] or 0) > 1.2 for f in fixed)
     if seed:
-        v["seed_le_1.0"] = seed["median"] <= 1.0
+        v["seed_le_1.0"] = all(s["median"] <= 1.0 for s in seed)
     if quick:
         v["note"] = "--quick: fewer prompts and tokens, no seed launch bench; the targets are for the full demo"
     return v

@@ -45,8 +45,8 @@ HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree 
 @dataclass
 class OracleConfig:
     target: str = field(default="embedded", metadata={"help": "target: 'embedded' or a local HF model dir"})
-    draft: str | None = field(default=None, metadata={"help": "draft dir (default: the kit's demo draft)"})
-    quick: bool = field(default=False, metadata={"help": "use the quick demo draft and fewer/shorter prompts"})
+    draft: str | None = field(default=None, metadata={"help": "draft dir (default: the kit's shipped demo draft)"})
+    quick: bool = field(default=False, metadata={"help": "fewer, shorter prompts"})
     prompts: str | None = field(default=None, metadata={"help": "JSONL prompt file (default: built-in eval prompts)"})
     kind: str | None = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
     num_prompts: int = field(default=8, metadata={"help": "prompts used (first N)"})
@@ -307,9 +307,9 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
         kconfig.local_path(cfg.draft, "--draft", "a draft directory")
     texts = prompt_texts(cfg)
     if cfg.draft is None:
-        from kit.reference.train import ensure_demo_draft
+        from kit.reference.train import demo_draft
 
-        draft_dir = ensure_demo_draft(quick=cfg.quick, log=log)
+        draft_dir = demo_draft(log=log)
     else:
         draft_dir = Path(cfg.draft)
     cached = _result_path(cfg, draft_dir, texts)

@@ -275,8 +275,7 @@ DEMO_DRAFT = "demo"
 def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
     """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
     directory for SGLang (which cannot read the name; the reference server resolves it itself), and
-    `--speculative-draft-model-path demo` -> the demo draft (`ensure_demo_draft`: trained once, then cached;
-    progress lines go to `log`)."""
+    `--speculative-draft-model-path demo` -> the demo draft (`demo_draft`: the kit's shipped one)."""
     from kit.models import DEFAULT_TARGET
 
     changes: dict[str, Any] = {}
@@ -285,9 +284,9 @@ def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
 
         changes["model_path"] = str(embedded_dir())
     if spec.speculative_draft_model_path == DEMO_DRAFT:
-        from kit.reference.train import ensure_demo_draft
+        from kit.reference.train import demo_draft
 
-        changes["speculative_draft_model_path"] = str(ensure_demo_draft(log=log))
+        changes["speculative_draft_model_path"] = str(demo_draft(log=log))
     return spec.replace(**changes)
 
 

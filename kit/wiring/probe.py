@@ -34,7 +34,7 @@ class ProbeConfig:
         default="embedded", metadata={"help": "'embedded', a local HF model dir, or a config.json (with --config-only)"}
     )
     draft: str | None = field(
-        default=None, metadata={"help": "draft dir or config.json (default: the kit's quick demo draft)"}
+        default=None, metadata={"help": "draft dir or config.json (default: the kit's shipped demo draft)"}
     )
     launch: str | None = field(
         default=None, metadata={"help": "SGLang launch command to judge (default: --speculative-algorithm EAGLE3)"}
@@ -117,9 +117,9 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     if cfg.draft is None:
-        from kit.reference.train import ensure_demo_draft
+        from kit.reference.train import demo_draft
 
-        draft_path = ensure_demo_draft(quick=True, log=lambda *_: None)  # stdout may carry --json
+        draft_path = demo_draft(log=lambda *_: None)  # stdout may carry --json
     else:
         draft_path = Path(cfg.draft)
     cached = _result_path(cfg, draft_path)

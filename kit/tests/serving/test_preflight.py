@@ -139,11 +139,10 @@ def test_a_hub_id_is_passed_on_and_said_so(tmp_path, capsys, monkeypatch):
 
 def test_embedded_and_demo_resolve_as_the_notebooks_do(target, tmp_path, capsys, monkeypatch, no_start):
     import kit.models
-    import kit.reference.train
 
     d = draft(tmp_path)
     monkeypatch.setattr(kit.models, "embedded_dir", lambda: target)
-    monkeypatch.setattr(kit.reference.train, "ensure_demo_draft", lambda quick=False, log=print: d)
+    monkeypatch.setattr(kit.models, "shipped_draft", lambda: d)
     argv = ["launch", "--model-path", "embedded", "--speculative-algorithm", "EAGLE3"]
     argv += ["--speculative-draft-model-path", "demo", *PARAMS]
     rc, doc = dry_run(capsys, argv)
@@ -151,7 +150,7 @@ def test_embedded_and_demo_resolve_as_the_notebooks_do(target, tmp_path, capsys,
     flags = dict(zip(doc["argv"][3::2], doc["argv"][4::2]))
     assert flags["--model-path"] == str(target) and flags["--speculative-draft-model-path"] == str(d)
     # the checks saw the resolved pair: a short draft context is found through `embedded` and `demo`
-    monkeypatch.setattr(kit.reference.train, "ensure_demo_draft", lambda **kw: draft(tmp_path, "short", **SHORT))
+    monkeypatch.setattr(kit.models, "shipped_draft", lambda: draft(tmp_path, "short", **SHORT))
     rc, doc = dry_run(capsys, argv)
     assert rc == 1 and "draft.context_short" in errors(doc)
     # the reference server resolves `embedded` itself; its checks still read the cached target

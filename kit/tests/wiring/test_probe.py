@@ -89,3 +89,21 @@ def test_a_probe_is_cached_by_its_inputs(tmp_path, monkeypatch):
     # a draft as wide as the fused states: SGLang's gate would skip its fc
     (draft / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": fused}))
     assert probe(cfg)["verdict"]["fc"] == "bypassed" and len(forwards) == 2
+
+
+def test_a_probe_without_a_draft_reads_the_shipped_one(tmp_path, monkeypatch):
+    """No --draft: the kit's shipped demo draft (`kit.reference.train.demo_draft`), as `kit demo` serves it, never
+    one trained on this CPU."""
+    import kit.reference.train
+    from kit.models import shipped_draft
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kit.reference.train, "ensure_demo_draft", lambda **_: (_ for _ in ()).throw(AssertionError))
+    target = tmp_path / "config.json"
+    target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+                                  "intermediate_size": 64, "num_hidden_layers": 30, "num_attention_heads": 9,
+                                  "num_key_value_heads": 3, "vocab_size": 49152}))  # fmt: skip
+    doc = probe(ProbeConfig(target=str(target), config_only=True, sglang_version="0.5.23"))
+    assert doc["draft"] == str(shipped_draft())
+    assert doc["capture_points"] == [2, 15, 27]  # its aux ids 1, 14, 26: the inputs of the layers after them
+    assert doc["verdict"]["fc"] == "runs"
