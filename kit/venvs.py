@@ -135,6 +135,14 @@ def venv_python(name: str) -> Path:
     return venv_dir(name) / "bin" / "python"
 
 
+def side_env() -> dict[str, str]:
+    """The environment a side environment's interpreter runs in: this one without PYTHON* variables (this
+    interpreter's PYTHONPATH and PYTHONHOME would mix our site-packages into its own) and offline for the hub."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
 def _stamp(name: str) -> dict:
     steps, check = recipe(name)
     return {"recipe": steps, "check": check, "parent": parent_site_dirs(), "python": sys.version.split()[0]}
@@ -220,9 +228,7 @@ def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:
         except KitInputError as e:
             raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({e})") from None
     else:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        r = subprocess.run([str(py), "-c", stamp["check"]], capture_output=True, text=True, env=env, cwd="/")
+        r = subprocess.run([str(py), "-c", stamp["check"]], capture_output=True, text=True, env=side_env(), cwd="/")
         if r.returncode != 0:
             raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({_tail(r.stderr)})")
     (d / ".kit-complete").write_text(json.dumps(stamp))

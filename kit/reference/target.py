@@ -442,9 +442,11 @@ def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     plan = cached()
     if plan is None:
         with cache_lock(path):  # a process waiting here is idle: the one measuring sees a quiet machine
-            plan = cached() or _measure_if_quiet(model, wait_quiet_s)
-            if plan is not MODULE_PATH:
-                write_cache_json(path, plan.to_json())
+            plan = cached()  # written by the process this one waited for
+            if plan is None:
+                plan = _measure_if_quiet(model, wait_quiet_s)
+                if plan is not MODULE_PATH:
+                    write_cache_json(path, plan.to_json())
     _PLANS[model] = plan
     return plan
 

@@ -63,11 +63,14 @@ def parse_many(argvs):
             out.append({"ok": False, "unknown": [], "error": str(e), "args": None})
     return out
 
+def failure(e):
+    return "kit-parse-failed: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n"
+
 def answer(line):
     try:
         return "kit-parse: " + json.dumps(parse_many(json.loads(line)), default=str) + "\n"
     except Exception as e:
-        return "kit-parse-failed: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n"
+        return failure(e)
 
 def serve(path, idle):
     # one request line per connection on a Unix socket, until `idle` seconds pass without one. The socket is
@@ -82,7 +85,7 @@ def serve(path, idle):
         failed = None
     except BaseException as e:
         traceback.print_exc()
-        failed = "kit-parse-failed: " + (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0] + "\n"
+        failed = failure(e)
     srv.settimeout(2.0 if failed else idle)
 
     def reply(conn):
@@ -390,12 +393,12 @@ def _daemon_log_tail(sock: Path) -> str:
 
 
 def _start_daemon(py: str, sock: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.setdefault("HF_HUB_OFFLINE", "1")
+    from kit.venvs import side_env
+
     try:
         with open(sock.with_suffix(".log"), "w") as log:  # its stderr: why it could not start, if it cannot
             return subprocess.Popen([py, "-c", _WORKER, str(sock), str(DAEMON_IDLE_S)], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=log, env=env, cwd="/",
+                                    stdout=subprocess.DEVNULL, stderr=log, env=side_env(), cwd="/",
                                     start_new_session=True)  # fmt: skip
     except OSError as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
@@ -404,15 +407,15 @@ def _start_daemon(py: str, sock: Path) -> subprocess.Popen:
 def _worker(py: str) -> subprocess.Popen:
     import tempfile
 
+    from kit.venvs import side_env
+
     w = _WORKERS.get(py)
     if w is not None and w.poll() is None:
         return w
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.setdefault("HF_HUB_OFFLINE", "1")
     err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: nothing reads stderr while SGLang imports
     try:
         w = subprocess.Popen([py, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                             text=True, env=env, cwd="/")  # fmt: skip
+                             text=True, env=side_env(), cwd="/")  # fmt: skip
     except OSError as e:
         raise KitInputError(f"{py}: cannot run SGLang's parser ({e})")
     w.kit_stderr = err
