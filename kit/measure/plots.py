@@ -78,10 +78,19 @@ def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6):
 
 
 def _title(fig, what: str, data: str = "") -> None:
-    """Figure title: what is shown (bold), then on which data, wrapped to the figure's width."""
-    width = int(fig.get_figwidth() * 14)  # characters that fit at the title's font size
-    sub = "\n".join(textwrap.wrap(data, width)) if data else ""
-    fig.suptitle(what + ("\n" + sub if sub else ""), fontsize=10)
+    """Figure title: what is shown (bold), then on which data, wrapped to the figure's width: a first guess of
+    the characters per line, narrowed until the rendered title fits (the theme's font decides how wide it is)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    renderer = RendererAgg(int(fig.bbox.width), int(fig.bbox.height), fig.dpi)
+    width = int(fig.get_figwidth() * 14)
+    while True:
+        sub = "\n".join(textwrap.wrap(data, width)) if data else ""
+        title = fig.suptitle(what + ("\n" + sub if sub else ""), fontsize=10)
+        over = title.get_window_extent(renderer).width / (0.98 * fig.bbox.width)
+        if over <= 1 or not data or width <= 20:
+            return
+        width = max(20, int(width / over) - 1)
 
 
 def _fit_ticks(ax, width: int = 14) -> None:

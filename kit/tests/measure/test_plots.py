@@ -180,6 +180,21 @@ def test_payoff_shows_each_launch_median_interval_and_requests(tmp_path):
     _saved(tmp_path / "none", "payoff")
 
 
+def test_a_long_title_is_wrapped_inside_its_figure(tmp_path):
+    """The data line of a title (a demo's: model, prompts, tokens, concurrency, repeats, api) is wrapped to what the
+    figure's width holds in the theme's font, never cut off at the figure's edges in the saved PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    data = "model embedded, prompts builtin x18, 32 new tokens, temperature 0.0, concurrency 1, 1 repeat(s), api sglang"
+    sp = {"fixed_launch": {"median": 1.6, "median_low": 1.3, "median_high": 1.8, "ratios": [1.3, 1.8], "label": "x"}}
+    for fig in (plots.payoff(sp, tmp_path, data=data), plots.latency_cdfs(RECORDS, tmp_path, data=data)):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = fig._suptitle.get_window_extent(canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, fig._suptitle.get_text()
+        assert "api sglang" in fig._suptitle.get_text()
+
+
 def test_figures_display_as_png_in_jupyter(tmp_path):
     """IPython formats a returned figure as image/png with no pyplot backend activated (JupyterLab then
     shows a picture, not `<Figure size ... with 1 Axes>`)."""
