@@ -78,13 +78,17 @@ FAMILIES = {
 SEED_LAUNCH = (ROOT / "kit" / "tests" / "data" / "seed_launch.sh").read_text()
 
 
+# flags every published launch of a family carries: Kimi's processor and tokenizer are remote code
+FAMILY_FLAGS = {"kimi-mla": " --trust-remote-code"}
+
+
 def family_case(name: str, tp: int) -> dict:
     target, draft, layout = FAMILIES[name]
     return {
         "id": name,
         "target": target,
         "draft": {"config": draft, "weights": layout},
-        "launch": LAUNCH.format(tp=tp, alg="EAGLE3"),
+        "launch": LAUNCH.format(tp=tp, alg="EAGLE3") + FAMILY_FLAGS.get(name, ""),
         "truth": {"verdict": "healthy"},
     }
 
@@ -367,7 +371,8 @@ def run_batch(jobs: list[Job], opts, gpus: list[int], emit) -> tuple[list[dict],
 
 
 def summarize(rows: list[dict]) -> dict:
-    ran = [r for r in rows if "table" in r]
+    timed_out = [r["case"] for r in rows if any(t["verdict"] == "timed out" for t in r.get("table") or [])]
+    ran = [r for r in rows if "table" in r and r["case"] not in timed_out]
     bad = {
         r["case"]: [f"{t['code']}:{t['verdict']}" for t in r["table"] if t["verdict"] in ("refuted", "new")]
         for r in ran
@@ -381,6 +386,7 @@ def summarize(rows: list[dict]) -> dict:
         "agreed": len(ran) - len(bad),
         "disagreements": bad,
         "failed_to_run": [r["case"] for r in rows if r.get("error")],
+        "timed_out": timed_out,
         "max_wall_s": max((r["wall_s"] for r in ran), default=None),
         "every_rehearsal_clean": all(r.get("facts", {}).get("clean") is not False for r in rows if "facts" in r),
     }

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-SHOWN = ("confirmed", "refuted", "new", "not reached")  # "not rehearsed": codes a rehearsal cannot observe
+SHOWN = ("confirmed", "refuted", "new", "not reached", "timed out")  # "not rehearsed": codes a rehearsal cannot observe
 
 
 def read_rows(path: Path) -> tuple[list[dict], dict | None]:
@@ -63,10 +63,11 @@ def case_row(r: dict) -> dict:
         )
         return out
     exc = next((o["title"] for o in r.get("observed") or [] if o["title"].startswith("SGLang did not start")), None)
+    timed_out = next((o["title"] for o in r.get("observed") or [] if o["code"] == "rehearse.timeout"), None)
     lw = f.get("load_weights") or []
     out.update(
-        status="started" if f.get("started") else "did not start",
-        exception=exc.removeprefix("SGLang did not start: ") if exc else None,
+        status="timed out" if timed_out else "started" if f.get("started") else "did not start",
+        exception=exc.removeprefix("SGLang did not start: ") if exc else timed_out,
         captured=f.get("captured"),
         hidden_width=(f.get("draft_input_width") or [None])[0],
         fc_used=fc_used(f),
@@ -74,7 +75,7 @@ def case_row(r: dict) -> dict:
         dropped=sum(len(x.get("skipped") or []) for x in lw) if lw else None,
         unfilled=sum(len(x.get("unfilled") or []) for x in lw) if lw else None,
         findings={t["code"]: t["verdict"] for t in r["table"]},
-        agreed=not any(t["verdict"] in ("refuted", "new") for t in r["table"]),
+        agreed=None if timed_out else not any(t["verdict"] in ("refuted", "new") for t in r["table"]),
         clean=f.get("clean", f.get("gpu_memory_returned")),
     )
     return out
@@ -111,7 +112,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def summary_line(rows: list[dict], run: dict | None) -> str:
-    ran = [c for c in rows if "agreed" in c]
+    timed_out = [c["case"] for c in rows if c["status"] == "timed out"]
+    ran = [c for c in rows if "agreed" in c and c["case"] not in timed_out]
     bad = [c["case"] for c in ran if not c["agreed"]]
     walls = [c["wall_s"] for c in ran if c.get("wall_s") is not None]
     planned = sum(1 for c in rows if c["status"] == "planned (dry run)")
@@ -120,6 +122,8 @@ def summary_line(rows: list[dict], run: dict | None) -> str:
         f"{len(ran)} rehearsed, {len(ran) - len(bad)} agreed, {len(bad)} disagreements"
         f"{' (' + ', '.join(bad) + ')' if bad else ''}, max wall {max(walls) if walls else '—'} s"
     )
+    if timed_out:
+        s += f", {len(timed_out)} timed out ({', '.join(timed_out)})"
     if planned:
         s += f", {planned} planned (dry run)"
     if run:

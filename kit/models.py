@@ -39,6 +39,11 @@ from kit.findings import KitInputError
 
 EMBEDDED_NAME = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# the dtype the embedded target's config.json declares: SmolLM2-135M-Instruct's own (published in bfloat16) and the
+# shipped draft's. The weights stay float32 (the kit's CPU users load them as they ask); SGLang reads only the
+# config, and a float32 one makes `--dtype auto` run the target float16 beside the bfloat16 draft, whose first
+# forward then fails on mixed dtypes (kit.sglang.dtype, finding draft.dtype)
+EMBEDDED_DTYPE = "bfloat16"
 DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
 # the files of the shipped draft and their SHA-256; replacing the draft means updating these
@@ -125,16 +130,42 @@ def embedded_dir() -> Path:
     """A normal HF model directory (config, tokenizer, safetensors) converted once from the GGUF (one process
     converts; another asking at the same time waits for it)."""
     out = cache_dir() / EMBEDDED_NAME
-    if _embedded_ready(out):
+    if _embedded_ready(out) and _declares_dtype(out):
         return out
     with cache_lock(out):
         if not _embedded_ready(out):
             _convert_embedded(out)
+        elif not _declares_dtype(out):  # converted by an older kit, whose config.json said float32
+            _write_dtype(out)
     return out
 
 
 def _embedded_ready(out: Path) -> bool:
     return (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists()
+
+
+def _declares_dtype(out: Path) -> bool:
+    import json
+
+    try:
+        cfg = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return cfg.get("dtype") == EMBEDDED_DTYPE and cfg.get("torch_dtype") == EMBEDDED_DTYPE
+
+
+def _write_dtype(out: Path) -> None:
+    """Declare EMBEDDED_DTYPE in out/config.json, atomically, under both keys: transformers >= 4.56 writes and reads
+    `dtype`; older SGLang releases read the `torch_dtype` attribute (kit.sglang.dtype), which older transformers
+    fill only from the `torch_dtype` key."""
+    import json
+
+    f = out / "config.json"
+    cfg = json.loads(f.read_text())
+    cfg["dtype"] = cfg["torch_dtype"] = EMBEDDED_DTYPE
+    tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    tmp.rename(f)
 
 
 def _convert_embedded(out: Path) -> None:
@@ -152,6 +183,7 @@ def _convert_embedded(out: Path) -> None:
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{EMBEDDED_NAME}-"))
     try:
         _save_plain(model, tmp)
+        _write_dtype(tmp)
         tok.save_pretrained(tmp)
         if out.exists():
             shutil.rmtree(out)

@@ -55,9 +55,9 @@ def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
     if not cfg.sglang_version:  # doctor judges by the release the rehearsal runs
         from dataclasses import replace
 
-        from kit.serving.rehearsal import importable_sglang_version
+        from kit.sglang.versions import importable_version
 
-        cfg = replace(cfg, sglang_version=importable_sglang_version())
+        cfg = replace(cfg, sglang_version=importable_version())
     plan = plan_rehearsal(cfg)
     report: dict = {"plan": plan.to_dict(), "rendered_plan": plan.render()}
     static = static_verdict(cfg)

@@ -3,6 +3,8 @@
 Run: python -m pytest tests/test_models.py
 """
 
+import json
+
 import pytest
 
 from kit import models
@@ -17,6 +19,32 @@ def test_embedded_loads_with_tokenizer_and_template():
     ids = models.chat_ids(tok, "What is speculative decoding?")
     assert len(ids) == 35 and tok.decode(ids).startswith("<|im_start|>system")
     assert (models.embedded_dir() / "model.safetensors").exists()
+    cfg = json.loads((models.embedded_dir() / "config.json").read_text())
+    assert cfg["dtype"] == cfg["torch_dtype"] == models.EMBEDDED_DTYPE
+
+
+def test_an_older_embedded_cache_gets_the_dtype_without_converting_again(tmp_path, monkeypatch):
+    """A cache converted before the config declared a dtype said float32: SGLang's --dtype auto ran it float16
+    beside the bfloat16 demo draft (draft.dtype). The cached directory's config is rewritten in place."""
+    from kit.wiring.checks import draft_dtype_checks
+
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    old = tmp_path / models.EMBEDDED_NAME
+    old.mkdir()
+    (old / "model.safetensors").write_bytes(b"")
+    (old / "tokenizer_config.json").write_text("{}")
+    (old / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "dtype": "float32"}))
+
+    def no_convert(out):
+        raise AssertionError("the cache was converted again")
+
+    monkeypatch.setattr(models, "_convert_embedded", no_convert)
+    draft = json.loads((models.SHIPPED_DRAFT_DIR / "config.json").read_text())
+    assert [f.code for f in draft_dtype_checks(json.loads((old / "config.json").read_text()), draft)] == ["draft.dtype"]
+    assert models.embedded_dir() == old
+    cfg = json.loads((old / "config.json").read_text())
+    assert cfg == {"architectures": ["LlamaForCausalLM"], "dtype": "bfloat16", "torch_dtype": "bfloat16"}
+    assert draft_dtype_checks(cfg, draft) == []
 
 
 def test_missing_target_dir_is_input_error(tmp_path):

@@ -6,9 +6,10 @@
 
 Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value),
 `launch.parser` (the parser could not be run), `launch.spec_params` (steps/topk/draft tokens,
-`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang starts
-with and crashes on at the first verify, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
-EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.mem` (weights vs
+`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang accepts
+and then crashes on while it starts, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
+EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.remote_code_needed` (a multimodal target whose
+processor is remote code, without --trust-remote-code), `launch.mem` (weights vs
 mem-fraction-static), `launch.backend` (attention backend vs topk/page size), `launch.engine`
 (flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
@@ -79,7 +80,7 @@ def flag_findings(
 
 def spec_param_findings(spec, target_arch: str | None, sglang_version: str | None = None) -> list[Finding]:
     """`launch.spec_params` / `launch.spec_verify`: what `kit.sglang.params.resolve` says that release does
-    with the three values (refuses, changes, or starts and crashes at the first verify)."""
+    with the three values (refuses, changes, or accepts and then crashes on while it starts)."""
     alg = (spec.speculative_algorithm or "").upper()
     given = spec.spec_params()
     if not alg:
@@ -135,6 +136,57 @@ def bind_findings(spec) -> list[Finding]:
             )
         ]
     return []
+
+
+def remote_processor_findings(
+    spec, target_config: HFConfig | None, target_dir: str | None, sglang_version: str | None
+) -> list[Finding]:
+    """`launch.remote_code_needed`: SGLang loads a multimodal target's HF processor while it starts
+    (kit.sglang.loader.processor_archs); when that processor is remote code (an `auto_map` in the target folder's
+    processor/tokenizer files, or, without them, a class whose vendor ships it so) and the launch has no
+    --trust-remote-code, Transformers refuses to run it and the server never starts."""
+    if spec.trust_remote_code or target_config is None:
+        return []
+    import json
+
+    from kit.serving.miniature import PROCESSOR_FILES, STAND_IN_PROCESSORS
+    from kit.sglang.loader import processor_archs
+
+    version = sglang_version or default_release()
+    archs = sorted(set(target_config.get("architectures") or ()) & (processor_archs(version) or set()))
+    if not archs:
+        return []
+    folder = Path(target_dir) if target_dir and Path(target_dir).is_dir() else None
+    files = [folder / f for f in PROCESSOR_FILES if folder is not None and (folder / f).is_file()]
+    if files:
+        remote = []
+        for f in files:
+            try:
+                if any(
+                    k in (json.loads(f.read_text()).get("auto_map") or {}) for k in ("AutoProcessor", "AutoTokenizer")
+                ):
+                    remote.append(f.name)
+            except (OSError, ValueError, AttributeError):
+                continue
+        why = f"auto_map in {', '.join(remote)}"
+    else:
+        remote = [a for a in archs if STAND_IN_PROCESSORS.get(a, {}).get("vendor_remote_code")]
+        why = "its vendor ships the processor and tokenizer as remote code"
+    if not remote:
+        return []
+    return [
+        Finding(
+            code="launch.remote_code_needed",
+            severity="error",
+            title=(
+                f"SGLang {version} loads the HF processor of {', '.join(archs)} while it starts, and that processor "
+                f"is remote code ({why}): without --trust-remote-code Transformers refuses it and the server never "
+                "starts"
+            ),
+            evidence={"architectures": archs, "remote": remote, "sglang": version},
+            fix="add --trust-remote-code (after reading the repository's Python files; pin --revision)",
+        )
+    ]
 
 
 def trust_findings(spec) -> list[Finding]:
@@ -350,7 +402,9 @@ def lint(
     gpu_memory_gib: float | None = None,
     engine: str = "sglang",
     sglang_version: str | None = None,
+    target_dir: str | None = None,
 ) -> Report:
+    """The launch's findings; `target_dir`: the target's folder when it is not the launch's model path."""
     target_config = target_config or _local_config(spec.model_path)
     draft_config = draft_config or _local_config(spec.speculative_draft_model_path)
     arch = _arch(target_config)
@@ -364,6 +418,7 @@ def lint(
         r.add(_missing_draft_path(spec, alg, arch, sglang_version))
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
+    r.extend(remote_processor_findings(spec, target_config, target_dir or spec.model_path, sglang_version))
     r.extend(mem_findings(spec, gpu_memory_gib))
     params = spec.resolved_params(arch, sglang_version)
     r.extend(backend_findings(spec, params, sglang_version))
@@ -373,6 +428,14 @@ def lint(
         effective_params=params.label() if params else None, target_arch=arch, draft_arch=_arch(draft_config)
     )
     return r
+
+
+def _folder(path: str | None) -> str | None:
+    """The folder of a --target given as a directory or as its config.json."""
+    if not path:
+        return None
+    p = Path(path)
+    return str(p if p.is_dir() else p.parent)
 
 
 def doctor_checks(ctx) -> list[Finding]:
@@ -392,6 +455,7 @@ def doctor_checks(ctx) -> list[Finding]:
             target_config=ctx.target_config,
             draft_config=ctx.draft_config,
             sglang_version=version,
+            target_dir=_folder(ctx.cfg.target),
             **ctx.lint_options,
         ).findings
     )

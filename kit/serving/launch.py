@@ -272,10 +272,12 @@ def apply_fixes(spec: LaunchSpec, report: Report) -> LaunchSpec:
 DEMO_DRAFT = "demo"
 
 
-def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
+def resolve_local(spec: LaunchSpec, engine: str, log=print, bundle: str | None = None) -> LaunchSpec:
     """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
     directory for SGLang (which cannot read the name; the reference server resolves it itself), and
-    `--speculative-draft-model-path demo` -> the demo draft (`demo_draft`: the kit's shipped one)."""
+    `--speculative-draft-model-path demo` -> the demo draft (`demo_draft`: the kit's shipped one); then the
+    flags the engine installed here needs (`Engine.required_changes`: an SGLang from the kit's bundle, or with
+    `bundle` that release's bundle, gets the bundle's launch flags), each one `log`ged with its reason."""
     from kit.models import DEFAULT_TARGET
 
     changes: dict[str, Any] = {}
@@ -287,6 +289,10 @@ def resolve_local(spec: LaunchSpec, engine: str, log=print) -> LaunchSpec:
         from kit.reference.train import demo_draft
 
         changes["speculative_draft_model_path"] = str(demo_draft(log=log))
+    spec = spec.replace(**changes)
+    changes, notes = get_engine(engine).required_changes(spec, bundle)
+    for note in notes:
+        log(note)
     return spec.replace(**changes)
 
 
@@ -299,13 +305,15 @@ def localize(
     decode_log_interval: int | None = None,
     tp_size: int | None = None,
     servers_per_device: int = 1,
+    log=print,
 ) -> LaunchSpec:
     """The same launch on this machine: local target/draft paths, loopback host, a free port,
     `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one), and the engine's memory
     share for one of `servers_per_device` servers running at once on one device (`Engine.share_device`).
 
     What the target becomes is the engine's (`Engine.localize`); for the reference engine the GPU-only
-    flags stay in the spec (the server ignores them)."""
+    flags stay in the spec (the server ignores them). What the engine installed here needs besides
+    (`resolve_local`: the SGLang bundle's flags) is added, each change `log`ged."""
     from kit.serving.process import free_port
 
     changes: dict[str, Any] = dict(host="127.0.0.1", port=port or free_port())
@@ -316,7 +324,7 @@ def localize(
         changes["decode_log_interval"] = decode_log_interval
     if tp_size is not None:
         changes["tp_size"] = tp_size
-    return resolve_local(get_engine(engine).share_device(spec.replace(**changes), servers_per_device), engine)
+    return resolve_local(get_engine(engine).share_device(spec.replace(**changes), servers_per_device), engine, log)
 
 
 def ask(

@@ -55,6 +55,13 @@ class LaunchConfig:
             "help": "SGLang release whose parser and flag table judge the flags (default: installed, else newest known)"
         },
     )
+    bundle: bool = field(
+        default=False,
+        metadata={
+            "help": "add the launch flags of the kit's bundle of that release even when the importable SGLang is "
+            "not bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)"
+        },
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,9 +100,16 @@ def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
     return spec.replace(env=env, extra_args=extra, **given)
 
 
+def _note(*parts) -> None:
+    print("kit launch:", *parts, file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(LaunchConfig, args)
-    spec = resolve_local(spec_from_namespace(args), cfg.engine, log=lambda *a: print(*a, file=sys.stderr))
+    from kit.sglang.versions import default_release
+
+    bundle = (cfg.sglang_version or default_release()) if cfg.bundle else None
+    spec = resolve_local(spec_from_namespace(args), cfg.engine, log=_note, bundle=bundle)
     if get_engine(cfg.engine).runs_here and not cfg.dry_run:
         from kit.serving.server import check_paths
 

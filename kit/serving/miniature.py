@@ -375,14 +375,82 @@ COPIED_FILES = (
     "chat_template.jinja",
 )
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+# multimodal targets whose processor SGLang's startup accepts from the kit's stand-in (stand_in_processor.py), with
+# what the vendor's processor carries that SGLang's wrapper of that class reads: the media placeholder token and
+# Kimi-K2.5's `media_proc_cfg` (its preprocessor_config.json; KimiK2_5VLImageProcessor.__init__ copies the keys)
+STAND_IN_PROCESSORS: dict[str, dict[str, Any]] = {
+    "KimiK25ForConditionalGeneration": {
+        # the vendor's processor and tokenizer are remote code (kimi_k25_processor.py, tokenization_kimi.py):
+        # without --trust-remote-code AutoProcessor refuses them, and so does it the stand-in
+        "vendor_remote_code": True,
+        "media_token": "<|media_pad|>",
+        "media_proc_cfg": {
+            "patch_size": 14,
+            "merge_kernel_size": 2,
+            "in_patch_limit": 16384,
+            "patch_limit_on_one_side": 512,
+            "fixed_output_tokens": None,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "in_patch_limit_each_frame": 4096,
+            "temporal_merge_kernel_size": 4,
+            "sample_fps": 2.0,
+        },
+    },
+}
+STAND_IN_MODULE = "kit_stand_in_processor"  # the module's name in the miniature folder (auto_map names it)
+
+
+def missing_processor(target_config: HFConfig, target_dir: str | Path | None, version: str) -> frozenset[str]:
+    """The target's architectures whose HF processor SGLang `version` loads at startup (kit.sglang.loader.
+    processor_archs) when the target's folder holds no processor or tokenizer files to carry; empty: none missing
+    (or that release's source is not at hand)."""
+    from kit.sglang.loader import processor_archs
+
+    archs = frozenset(target_config.get("architectures") or ()) & (processor_archs(version) or frozenset())
+    if archs and target_dir is not None and any((Path(target_dir) / f).is_file() for f in PROCESSOR_FILES):
+        return frozenset()
+    return archs
+
+
+def write_stand_in_processor(out_dir: str | Path, arch: str) -> str:
+    """The kit's stand-in processor for `arch` in out_dir: the module, processor_config.json (auto_map to it, the
+    vendor's media settings) and a tokenizer.json of a few words; returns a line saying what was written."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    spec = STAND_IN_PROCESSORS[arch]
+    out = Path(out_dir)
+    specials = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+    words = [*specials.values(), spec["media_token"], "the", "draft", "target", "speaks"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([*specials.values(), spec["media_token"]])
+    tok.save(str(out / "tokenizer.json"))
+    shutil.copyfile(Path(__file__).with_name("stand_in_processor.py"), out / f"{STAND_IN_MODULE}.py")
+    cfg = {
+        "auto_map": {"AutoProcessor": f"{STAND_IN_MODULE}.KitStandInProcessor"},
+        "special_tokens": specials,
+        "media_proc_cfg": spec["media_proc_cfg"],
+        "kit_stand_in": f"written by kit rehearse for {arch}: not the vendor's processor; input_ids only",
+    }
+    (out / "processor_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return (
+        f"the target folder has no processor files, which SGLang loads for {arch} at startup: the miniature "
+        f"carries the kit's stand-in processor ({len(words)}-word tokenizer, the vendor's media settings; "
+        "requests go by input_ids, no media)"
+    )
 
 
 def write_miniature_target(
-    target_config: HFConfig, out_dir: str | Path, mini: MiniTarget, source_dir: str | Path | None = None
+    target_config: HFConfig,
+    out_dir: str | Path,
+    mini: MiniTarget,
+    source_dir: str | Path | None = None,
 ) -> Path:
     """config.json of the miniature target in out_dir (dummy-loaded: no weights), plus the target directory's own
     Python files (`auto_map` configuration code that --trust-remote-code loads), generation_config.json and its
-    tokenizer/processor files (SGLang loads a multimodal target's processor at startup; kit.sglang.loader.processor_archs)."""
+    tokenizer/processor files (SGLang loads a multimodal target's processor at startup; kit.sglang.loader.processor_archs).
+    A multimodal target whose folder lacks them gets the kit's stand-in instead (write_stand_in_processor)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(mini.config, indent=2) + "\n")

@@ -43,6 +43,16 @@ class ServerExited(KitInputError):
     """The server process ended before it became ready; the message holds the exit code and log tail."""
 
 
+class ServerNotReady(ServerExited):
+    """The server was still starting when the wait ran out (it was stopped); `timeout` the seconds waited, `last`
+    the last line it had logged: what it was doing."""
+
+    def __init__(self, message: str, timeout: float, last: str):
+        super().__init__(message)
+        self.timeout = timeout
+        self.last = last
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -230,8 +240,8 @@ class ServerProcess:
     def wait_ready(self, timeout: float = 600.0, poll: float = 0.5) -> dict:
         """Block until the engine's ready path answers 200; return {"server_info": ..., "models": ..., "model": id}.
 
-        ServerExited when the process ends first, when the log says startup failed (the server is stopped
-        at once; the message leads with the server's exception line), or after `timeout`."""
+        ServerExited when the process ends first or the log says startup failed (the server is stopped at
+        once; the message leads with the server's exception line); ServerNotReady after `timeout`."""
         if self.proc is None:
             self.start()
         deadline = time.monotonic() + timeout
@@ -253,9 +263,14 @@ class ServerProcess:
                 self.ready = True
                 break
             if time.monotonic() > deadline:
-                tail = "\n".join(self.tail(20))
+                lines = self.tail(20)
                 self.stop()
-                raise ServerExited(f"server not ready after {timeout:.0f}s (stopped); last log lines:\n{tail}")
+                last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+                raise ServerNotReady(
+                    f"server not ready after {timeout:.0f}s (stopped); last log lines:\n" + "\n".join(lines),
+                    timeout,
+                    last,
+                )
             time.sleep(poll)
         info = None
         for path in self.engine.server_info_paths:

@@ -50,7 +50,10 @@ OWN = {
     "max_total_tokens": "caps the KV pool: the miniature's footprint stays small (rehearsals can share a GPU)",
     "nccl_port": "a port of its own for the torch.distributed rendezvous (rehearsals side by side never race)",
     "dist_init_addr": "one host: loopback, with a port of its own",
+    "cuda_graph_max_bs": "CUDA graphs captured up to the rehearsal's few requests (capture is most of a startup)",
 }
+GRAPH_BS = 8  # the largest batch a rehearsal captures a CUDA graph for (it sends `requests` one at a time)
+GRAPH_BS_FLAGS = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")  # the release's name: newer first
 REQUEST_IDS = [[1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889]]
 
 
@@ -213,27 +216,6 @@ def _smi(args: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def importable_sglang_version() -> str | None:
-    """The version of the SGLang this interpreter would import (installed, or a bundle on PYTHONPATH without
-    package metadata: its sglang/version.py), without importing it."""
-    import importlib.util
-
-    from kit.sglang.versions import installed_version
-
-    v = installed_version()
-    if v:
-        return v
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
-        return None
-    for name in ("_version.py", "version.py"):  # setuptools-scm writes _version.py; version.py re-exports it
-        f = Path(spec.origin).with_name(name)
-        m = re.search(r"__version__[^=\n]*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", f.read_text()) if f.exists() else None
-        if m:
-            return m.group(1)
-    return None
-
-
 # -- the plan -----------------------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> dict:
     try:
@@ -253,15 +235,14 @@ def not_rehearsable(target_config: HFConfig, found, version: str, target_dir: Pa
             f"the launch holds unfilled placeholders ({', '.join(placeholders)}): a shell reads each as two "
             "redirections, so the flags before them take the next words; fill them in"
         )
-    from kit.serving.miniature import PROCESSOR_FILES
-    from kit.sglang.loader import processor_archs
+    from kit.serving.miniature import STAND_IN_PROCESSORS, missing_processor
 
-    archs = set(target_config.get("architectures") or ()) & (processor_archs(version) or set())
-    if archs and not (target_dir is not None and any((Path(target_dir) / f).is_file() for f in PROCESSOR_FILES)):
+    lacking = missing_processor(target_config, target_dir, version) - STAND_IN_PROCESSORS.keys()
+    if lacking:
         return (
-            f"SGLang {version} loads the HF processor of a multimodal target ({', '.join(sorted(archs))}) at "
-            "startup, --skip-tokenizer-init or not, and the target folder has no processor/tokenizer files "
-            f"({', '.join(PROCESSOR_FILES)}) for the miniature to carry"
+            f"SGLang {version} loads the HF processor of a multimodal target ({', '.join(sorted(lacking))}) at "
+            "startup, --skip-tokenizer-init or not; the target folder has no processor/tokenizer files for the "
+            "miniature to carry, and the kit has no stand-in processor for that class"
         )
     mt = target_config.get("model_type")
     shipped = bool(target_config.get("auto_map")) and target_dir is not None and any(Path(target_dir).glob("*.py"))
@@ -332,6 +313,10 @@ def adjust_launch(
         want["nccl_port"] = nccl_port
     if res.values.get(dest("dist_init_addr") or "") and int(res.values.get(dest("nnodes") or "") or 1) == 1:
         want["dist_init_addr"] = f"127.0.0.1:{(nccl_port or port) + 1}"
+    graph_bs = next((n for n in GRAPH_BS_FLAGS if dest(n)), None)
+    user_bs = res.values.get(dest(graph_bs)) if graph_bs else None
+    if graph_bs and not res.values.get(dest("disable_cuda_graph") or "") and int(user_bs or GRAPH_BS + 1) > GRAPH_BS:
+        want[graph_bs] = GRAPH_BS
     if dest("speculative_draft_load_format"):
         want["speculative_draft_load_format"] = "auto"
     else:
@@ -347,6 +332,12 @@ def adjust_launch(
         )
     elif entry.startswith("python"):
         out[0] = sys.executable
+    if "--dtype" in bundle_flags and str(res.values.get(dest("dtype")) or "auto") not in ("float32", "float"):
+        # the bundle's --dtype stands in only for a float32 it cannot run (sgl_kernel has no fp32 rmsnorm); `auto`
+        # never resolves to float32 (SGLang runs a float32 config as float16), so the user's dtypes stay, and a
+        # target/draft dtype fault between them is rehearsed as written
+        i = bundle_flags.index("--dtype")
+        bundle_flags = (*bundle_flags[:i], *bundle_flags[i + 2 :])
     extra = resolve_flags(list(bundle_flags), version) if bundle_flags else None
     for o in extra.occurrences if extra else ():
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
@@ -383,7 +374,7 @@ def adjust_launch(
                 else f"fewer GPUs here than TP{user_tp}: TP{tp}, sharded over {tp} GPUs and NCCL, at a smaller TP"
             )
         else:
-            reason = OWN[name]
+            reason = OWN.get(name) or OWN[name.removesuffix("_decode")]
         if str(old) != str(new):
             changes.append(Change(opt, old, new, reason))
         kept += [opt] if new is True else [opt, str(new)]
@@ -425,13 +416,20 @@ def _drop(args: list[str], opt: str) -> list[str]:
 
 def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPlan:
     """Build the miniatures under cfg.out and the adjusted launch (nothing is started)."""
-    from kit.serving.miniature import miniature_target, write_miniature_draft, write_miniature_target
+    from kit.serving.miniature import (
+        STAND_IN_PROCESSORS,
+        miniature_target,
+        missing_processor,
+        write_miniature_draft,
+        write_miniature_target,
+        write_stand_in_processor,
+    )
     from kit.serving.process import free_port
     from kit.sglang.cmdline import find_launch
     from kit.sglang.flags import flag_value
-    from kit.sglang.versions import default_release
+    from kit.sglang.versions import default_release, importable_version
 
-    version = cfg.sglang_version or importable_sglang_version() or default_release()
+    version = cfg.sglang_version or importable_version() or default_release()
     tpath = Path(cfg.target)
     tcfg = _read_json(tpath / "config.json" if tpath.is_dir() else tpath, "target config.json")
     dpath = Path(cfg.draft)
@@ -459,7 +457,10 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     if out.exists() and any(out.iterdir()) and not (out / "plan.json").exists():
         raise KitInputError(f"{out}: exists and is not a rehearsal directory; choose another --out")
     tdir, ddir, site = out / "target", out / "draft", out / SITE_DIR
-    write_miniature_target(tcfg, tdir, mini, tpath if tpath.is_dir() else tpath.parent)
+    tsrc = tpath if tpath.is_dir() else tpath.parent
+    stand_in = min(missing_processor(HFConfig.of(tcfg), tsrc, version) & STAND_IN_PROCESSORS.keys(), default=None)
+    write_miniature_target(tcfg, tdir, mini, tsrc)
+    stand_in_note = write_stand_in_processor(tdir, stand_in) if stand_in else None
     write_miniature_draft(dpath, ddir, mini)
     site.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
@@ -490,6 +491,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     )
     notes = (
         mini.notes
+        + ([stand_in_note] if stand_in_note else [])
         + notes
         + [
             f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}",
@@ -508,7 +510,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
 # -- running it ---------------------------------------------------------------------------------------------
 def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
     """Start SGLang on the plan, send requests by input_ids, stop it, check GPU memory; the raw result."""
-    from kit.serving.process import ServerExited, ServerProcess, http_json
+    from kit.serving.process import ServerExited, ServerNotReady, ServerProcess, http_json
     from kit.sglang.http_api import http_api
 
     api = http_api(plan.version)
@@ -542,6 +544,9 @@ def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
                 )
             result["server_info"] = (info or {}).get("server_info")
             result["own_while_up"] = _own_gpu(plan.record)
+        except ServerNotReady as e:  # still starting: a limit reached, not a verdict on the deployment
+            result["timed_out"] = {"after_s": round(e.timeout), "last_log_line": e.last[-300:]}
+            result["exit"] = str(e)[-4000:]
         except ServerExited as e:
             result["exit"] = str(e)[-4000:]
     finally:
@@ -652,20 +657,28 @@ OBSERVABLE = {
     "draft.arch",
     "draft.context_short",
     "draft.nextn_zero",
+    "draft.dtype",
     "launch.flag",
+    "launch.spec_verify",
+    "launch.remote_code_needed",
 }
 # SGLang's startup exception text -> the code that names that fault
 EXCEPTION_CODES = (
     (r"too many values to unpack|not enough values to unpack|cannot unpack", "aux.target_capture"),
     (r"mat1 and mat2 shapes cannot be multiplied", "aux.hidden_width"),
+    # target and draft resolved to different dtypes (kit.sglang.dtype): the draft's first linear gets both
+    (r"expected mat1 and mat2 to have the same dtype|mat1 and mat2 must have the same dtype", "draft.dtype"),
     (r"To allow overriding this maximum|context_length.*greater than|longer than the derived", "draft.context_short"),
     (r"Unrecognized model|Unrecognized configuration class", "draft.config"),
     (r"Model architectures? \[.*\] (is|are) not supported|not supported for now", "draft.arch"),
     (r"set_mla_kv_buffer|list index out of range", "draft.nextn_zero"),
     (r"invalid choice|unrecognized arguments|ambiguous option|expected one argument", "launch.flag"),
     (r"size mismatch|shape mismatch|Attempted to load|assert param.*size", "aux.fc_width"),
+    (r"expanded size of the tensor \(\d+\) must match the existing size", "launch.spec_verify"),
+    (r"contains custom code which must be executed", "launch.remote_code_needed"),
 )
 RUNTIME_FILLED = ("embed_tokens", "lm_head")  # set from the target after load_weights when shared
+TIMEOUT = "rehearse.timeout"  # the server was still starting at the limit: no verdict either way
 
 
 def _startup_text(result: dict[str, Any]) -> str:
@@ -679,7 +692,17 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
     """What the rehearsal saw, in the kit's finding codes."""
     rec = result.get("record") or {}
     out: list[Finding] = []
-    if not result.get("started"):
+    if result.get("timed_out"):
+        t = result["timed_out"]
+        out.append(
+            Finding(
+                code="rehearse.timeout",  # TIMEOUT
+                severity="warning",
+                title=f"SGLang was not ready within {t['after_s']} s (still starting: {t['last_log_line'][:200]!r})",
+                evidence={"exception": _startup_text(result)[-2000:]},
+            )
+        )
+    elif not result.get("started"):
         text = _startup_text(result)
         code = "rehearse.startup"  # unless one of the kit's codes names the exception
         code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), code)
@@ -781,7 +804,8 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
 
 def compare(static: list[Finding], observed: list[Finding], started: bool = True) -> list[dict[str, Any]]:
     """One row per code: doctor's severity, what the rehearsal saw, and confirmed / refuted / new / not rehearsed
-    / not reached (SGLang stopped at an earlier fault, before it could show this one)."""
+    / not reached (SGLang stopped at an earlier fault, before it could show this one, or was still starting at
+    the limit) / timed out (the TIMEOUT row itself: no verdict)."""
     st: dict[str, str] = {}
     for f in static:
         if f.severity in ("error", "warning"):
@@ -789,7 +813,11 @@ def compare(static: list[Finding], observed: list[Finding], started: bool = True
     ob = {f.code: f for f in observed}
     rows = []
     for code in sorted(set(st) | set(ob)):
-        if code in st and code in ob:
+        if code == TIMEOUT:
+            verdict = "timed out"
+        elif TIMEOUT in ob and code in st:
+            verdict = "not reached"
+        elif code in st and code in ob:
             verdict = "confirmed"
         elif code in st and code in OBSERVABLE and st[code] == "error":
             verdict = "refuted" if started else "not reached"

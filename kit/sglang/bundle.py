@@ -3,7 +3,8 @@
 Air-gapped GPU hosts (and the lent H200 here) cannot `pip install sglang`: the wheels are ~1.6 GB, most of it
 kernels for other GPUs and optional backends. This module downloads the wheels of one SGLang release for one GPU
 arch and Python, keeps and drops members by a declarative table (`RELEASES`: one row per wheel, per release, with
-the reason for every drop), applies the one source patch the trimmed stack needs, adds a stub for
+the reason for every drop), applies the source patches the trimmed stack needs (`SourcePatch`: SGLang and
+sgl_kernel kept off flashinfer's JIT kernels, whose sources are dropped), adds a stub for
 `IPython.display`, and writes `<name>.tar.xz` plus `<name>.manifest.json` (every file with size and sha256, every
 dropped member and why). The tarball is an unpacked site-packages tree: on the GPU host, untar it into a folder and
 put that folder on PYTHONPATH ahead of the image's packages (torch, triton and numpy come from the image).
@@ -12,7 +13,7 @@ put that folder on PYTHONPATH ahead of the image's packages (torch, triton and n
     python -m kit.sglang.bundle build ... --wheels DIR      # wheels already downloaded: no network
     python -m kit.sglang.bundle install DIR/sglang-0.5.17-sm90-cp312.tar.xz --target /opt/sglang-site
 
-The selection (`select_members`) and the patch (`patch_source`) are pure functions over member names and text,
+The selection (`select_members`) and the patches (`patch_source`) are pure functions over member names and text,
 tested on CPU with a synthetic wheel.
 """
 
@@ -54,11 +55,36 @@ PLATFORMS = (
     "manylinux1_x86_64",
     "any",
 )
-# the patch: sgl_kernel routes bf16 rmsnorm and top-k/top-p renorm to flashinfer's JIT kernels when flashinfer
-# imports; the bundle drops flashinfer's JIT sources (flashinfer/data), so every request would fail with
-# "ninja: error: .../flashinfer/data/csrc/norm.cu missing". Forcing the flag off keeps sgl_kernel's own kernels.
-FLASHINFER_FLAG = re.compile(r"^(?P<indent>[ \t]*)_has_flashinfer\s*=\s*True\s*$", re.M)
 PATCH_LINE = "_has_flashinfer = False  # kit bundle: flashinfer's JIT sources are not carried"
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    """One edit of one member's text: `pattern` (a regex, multiline) must match exactly once, or the build stops
+    (a new release needs its rule looked at again); `replacement` (re.sub syntax) takes its place."""
+
+    pattern: str
+    replacement: str
+    why: str
+
+
+# sgl_kernel routes bf16 rmsnorm and top-k/top-p renorm to flashinfer's JIT kernels when flashinfer imports; the
+# bundle drops flashinfer's JIT sources (flashinfer/data), so every request would fail with "ninja: error:
+# .../flashinfer/data/csrc/norm.cu missing". Forcing the flag off keeps sgl_kernel's own kernels.
+NO_FLASHINFER_ROUTING = SourcePatch(
+    r"^(?P<indent>[ \t]*)_has_flashinfer\s*=\s*True\s*$",
+    r"\g<indent>" + PATCH_LINE,
+    "bf16 rmsnorm and top-k/top-p renorm use sgl_kernel's precompiled kernels, not flashinfer's JIT",
+)
+# SGLang's grouped top-k (DeepSeek-V3/R1 routing: power-of-two experts, groups) calls flashinfer's
+# fused_topk_deepseek, a JIT kernel (fused_moe/noAuxTcKernels.cu) whose source the bundle does not carry: CUDA-graph
+# capture of such a target stopped with "Ninja build failed". The import sits in a try/except ImportError, so
+# raising there leaves fused_topk_deepseek None and SGLang takes its own Triton router (moe_fused_gate).
+NO_FLASHINFER_TOPK = SourcePatch(
+    r"^(?P<indent>[ \t]*)from flashinfer\.fused_moe import fused_topk_deepseek as _fused_topk_deepseek[ \t]*$",
+    r'\g<indent>raise ImportError("kit bundle: flashinfer\'s JIT sources are not carried")',
+    "grouped top-k routing (DeepSeek-V3 style) uses SGLang's Triton router, not flashinfer's JIT noaux_tc kernel",
+)
 # sglang/utils.py imports `from IPython.display import HTML, display` at import time; these two names suffice
 IPYTHON_STUB = {
     # matplotlib reads `IPython.version_info` whenever IPython is imported (a GUI-backend shim it skips for
@@ -81,14 +107,15 @@ class WheelRule:
     """One wheel of a release and what of it travels. Globs match member paths (`*` crosses '/').
 
     A member is dropped when it matches a `drop` glob and no `keep` glob (keep wins); `{arch}` in a glob is the
-    target arch. `patch` lists members that get `patch_source`. dist-info always travels (version checks read it).
+    target arch. `patch` pairs members with the `SourcePatch` each gets. dist-info always travels (version checks
+    read it).
     """
 
     project: str
     version: str
     drop: tuple[tuple[str, str], ...] = ()  # (glob, why)
     keep: tuple[str, ...] = ()
-    patch: tuple[str, ...] = ()
+    patch: tuple[tuple[str, SourcePatch], ...] = ()
     arch_dir: str | None = None  # glob that must match a member for the chosen arch (else: arch not built)
 
 
@@ -124,6 +151,7 @@ RELEASE_0_5_17 = Release(
                 ("sglang/srt/multimodal/_core*.so", "opt-in compiled multimodal path"),
                 ("sglang/multimodal_gen/*", "diffusion/video generation runtime, not used to serve LLMs"),
             ),
+            patch=(("sglang/srt/layers/moe/topk.py", NO_FLASHINFER_TOPK),),
         ),
         WheelRule(
             "sglang-kernel",
@@ -138,13 +166,21 @@ RELEASE_0_5_17 = Release(
                 ("sgl_kernel/sm*/*", "common_ops built for another GPU arch"),
             ),
             keep=("sgl_kernel/{arch}/*",),
-            patch=("sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"),
+            patch=(
+                ("sgl_kernel/elementwise.py", NO_FLASHINFER_ROUTING),
+                ("sgl_kernel/sampling.py", NO_FLASHINFER_ROUTING),
+            ),
             arch_dir="sgl_kernel/{arch}/common_ops*.so",
         ),
         WheelRule(
             "flashinfer-python",
             "0.6.15.post1",
-            drop=(("flashinfer/data/*", "JIT build sources (67 MB): sgl_kernel is patched not to route to them"),),
+            drop=(
+                (
+                    "flashinfer/data/*",
+                    "JIT build sources (67 MB): sgl_kernel and SGLang's grouped top-k are patched not to reach them",
+                ),
+            ),
         ),
         WheelRule(
             "xgrammar",
@@ -273,15 +309,15 @@ def select_members(members: list[str], rule: WheelRule, arch: str) -> tuple[list
     return kept, dropped
 
 
-def patch_source(text: str, member: str) -> str:
-    """Force `_has_flashinfer = False` in one sgl_kernel module; exactly one `= True` assignment must exist."""
-    hits = FLASHINFER_FLAG.findall(text)
+def patch_source(text: str, member: str, patch: SourcePatch = NO_FLASHINFER_ROUTING) -> str:
+    """`text` with `patch` applied; its pattern must match exactly once."""
+    rx = re.compile(patch.pattern, re.M)
+    hits = rx.findall(text)
     if len(hits) != 1:
         raise KitInputError(
-            f"{member}: expected one `_has_flashinfer = True`, found {len(hits)}; "
-            "this sglang-kernel release needs a new patch rule"
+            f"{member}: expected one match of /{patch.pattern}/, found {len(hits)}; this release needs a new patch rule"
         )
-    return FLASHINFER_FLAG.sub(lambda m: m.group("indent") + PATCH_LINE, text)
+    return rx.sub(patch.replacement, text)
 
 
 def parse_pins(metadata: str) -> dict[str, str]:
@@ -414,13 +450,14 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
                     kept, dropped = select_members(z.namelist(), rule, cfg.arch)
                     sizes = {i.filename: i.file_size for i in z.infolist()}
                     patched = []
+                    patches = dict(rule.patch)
                     for m in kept:
                         data = z.read(m)
-                        if m in rule.patch:
-                            data = patch_source(data.decode(), m).encode()
+                        if m in patches:
+                            data = patch_source(data.decode(), m, patches[m]).encode()
                             patched.append(m)
                         _add(tar, install_path(m), data, files)
-                    missing = set(rule.patch) - set(patched)
+                    missing = set(patches) - set(patched)
                     if missing:
                         raise KitInputError(f"{whl.name}: has no {', '.join(sorted(missing))} to patch")
                 report.append(
@@ -452,7 +489,7 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
                 "ipython_stub": release.ipython_stub,
                 "launch_flags": list(release.launch_flags),
                 "not_carried": [{"package": p, "cost": c} for p, c in release.not_carried],
-                "patch": PATCH_LINE,
+                "patches": [{"member": m, "why": p.why} for r in rules for m, p in r.patch],
                 "wheels": report,
                 "unpacked_bytes": sum(f["size"] for f in files),
                 "files": files,

@@ -10,8 +10,9 @@ really runs:
 * topk 1 (a chain): draft tokens are replaced by steps + 1, with a warning;
 * topk > 1 (a tree): `organize_draft_results` takes `torch.topk` of the `num_draft_tokens - 1` best of
   `topk + (steps - 1) * topk**2` candidates, so draft tokens must lie in 2 .. that + 1;
-* topk > 1, from 0.5.13: the server starts, then the first verify crashes unless draft tokens >= steps + 1
-  (`VERIFY_SHAPE`, derived from each release's source by `kit.sglang.verify_scan`).
+* topk > 1, from 0.5.13: unless draft tokens >= steps + 1 the server crashes while it starts, at the verify of
+  the first request it runs (its warm-up), and never reports ready (`VERIFY_SHAPE`, derived from each release's
+  source by `kit.sglang.verify_scan`).
 
 The oracle, the reference server, the launch checks and the sweeps all call `resolve`; the field names
 are SGLang's own `ServerArgs` names, from the CLI flag to the innermost function.
@@ -86,8 +87,12 @@ def auto_rule(sglang_version: str | None = None) -> AutoRule:
 # moves each request's accepted path, `accept_index` rows `EagleVerifyInput.max_tree_depth` =
 # spec_steps + 1 wide, to the front of its block of num_draft_tokens nodes:
 # `out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)` raises "The expanded size of the tensor (nd) must
-# match the existing size (s1)" whenever nd < steps + 1. It runs under `topk > 1` at every verify, so a
-# launch SGLang accepts at startup dies on its first request. Where it lives:
+# match the existing size (s1)" whenever nd < steps + 1. It runs under `topk > 1` at every verify of a
+# request (not in CUDA-graph capture, which captures only the target's forward), so a launch SGLang accepts
+# dies at the first request it runs, before it reports ready (srt/entrypoints/http_server.py): the warm-up
+# `_execute_server_warmup` (an 8-token /generate before the server marks itself up), or with
+# --skip-server-warmup the first /health probe (`health_generate`: a one-token generate, which the overlap
+# scheduler decodes once more before it reads the prefill's result). Where it lives:
 #   0.5.13-0.5.15  srt/speculative/eagle_worker_v2.py, method EAGLEWorkerV2._compact_accept_to_front,
 #                  called by EAGLEWorkerV2._finalize_accept_tree_path from verify()
 #   0.5.16-0.5.23  srt/speculative/eagle_worker_common.py, _compact_accept_to_front, called by
@@ -204,16 +209,19 @@ def verify_shape_issue(
     sglang_version: str | None,
 ) -> Issue | None:
     """`launch.spec_verify`: a tree whose accepted path (up to steps + 1 tokens) does not fit in its draft
-    tokens crashes the first verify of SGLang >= VERIFY_SHAPE["since"] (see VERIFY_SHAPE)."""
+    tokens crashes SGLang >= VERIFY_SHAPE["since"] while it starts, at the verify of the first request it runs
+    (see VERIFY_SHAPE)."""
     s, k, n = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
     version = sglang_version or default_release()
     if k <= 1 or n >= s + 1 or Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]):
         return None
     return Issue(
         "error",
-        f"steps={s}, topk={k}, num_draft_tokens={n}: SGLang {version} starts, then crashes at the first verify "
-        f"({VERIFY_SHAPE['function']}: the accepted path, steps+1={s + 1} wide, does not fit in {n} draft "
-        f"tokens: 'The expanded size of the tensor ({n}) must match the existing size ({s + 1})')",
+        f"steps={s}, topk={k}, num_draft_tokens={n}: SGLang {version} crashes while it starts, and the server "
+        "never reports ready: the first request it runs (its warm-up /generate, or with --skip-server-warmup "
+        "the first /health probe, a one-token generate) runs a verify, whose "
+        f"{VERIFY_SHAPE['function']} cannot fit the accepted path, steps+1={s + 1} wide, in {n} draft tokens "
+        f"('The expanded size of the tensor ({n}) must match the existing size ({s + 1})')",
         f"--speculative-num-draft-tokens {s + 1} or more, or --speculative-num-steps {n - 1}",
         {
             "speculative_num_steps": s,

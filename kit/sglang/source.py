@@ -10,7 +10,9 @@ change in SGLang breaks our test rather than our users.
     from kit.sglang.source import source_text
     text = source_text("0.5.23", "srt/models/llama_eagle3.py")
 
-Cache: $KIT_CACHE_DIR/sglang-src/<version>/sglang/... ; offline use works once cached.
+Where a release's text comes from: the SGLang this interpreter would import when it is that release (an
+installed package or the kit's bundle on PYTHONPATH: what a rehearsal or a launch here runs, readable with no
+network), else $KIT_CACHE_DIR/sglang-src/<version>/sglang/... (downloaded once; offline use works once cached).
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from kit.sglang.versions import DEFAULT_RELEASE
 
 
 def source_root(version: str, download: bool = True) -> Path:
-    """Directory holding `sglang/` of that release (cached; downloaded on first use)."""
+    """Directory holding `sglang/` of that release: the importable SGLang's site folder when it is that release,
+    else the cache (downloaded on first use)."""
+    from kit.sglang.versions import Version, importable_root, importable_version
+
+    here = importable_version()
+    if here and Version.parse(here) == Version.parse(version) and (site := importable_root()) is not None:
+        return site
     root = cache_dir() / "sglang-src" / version
     if (root / "sglang" / "__init__.py").exists():
         return root

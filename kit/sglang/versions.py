@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import total_ordering
+from pathlib import Path
 
 # the newest release whose source every table in kit/sglang/ was derived from
 DEFAULT_RELEASE = "0.5.23"
@@ -101,6 +102,34 @@ def installed_version() -> str | None:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def importable_root() -> Path | None:
+    """The folder holding the `sglang/` package this interpreter would import (an installed distribution, or
+    a bundle on PYTHONPATH), found without importing it; None when there is none."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent.parent
+
+
+def importable_version() -> str | None:
+    """The version of the SGLang this interpreter would import: its distribution's metadata, or for a bundle on
+    PYTHONPATH without metadata its sglang/_version.py or version.py; read without importing it."""
+    v = installed_version()
+    if v:
+        return v
+    root = importable_root()
+    if root is None:
+        return None
+    for name in ("_version.py", "version.py"):  # setuptools-scm writes _version.py; version.py re-exports it
+        f = root / "sglang" / name
+        m = re.search(r"__version__[^=\n]*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", f.read_text()) if f.exists() else None
+        if m:
+            return m.group(1)
+    return None
 
 
 def default_release() -> str:

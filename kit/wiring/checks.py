@@ -3,7 +3,8 @@
 Codes (docs/findings.md): aux.algorithm, aux.layer_ids_ignored, aux.layer_shift, aux.fc_width,
 aux.hidden_width, aux.target_capture; and, from `draft_target_checks` (draft config against the target and
 the served context, by the rules of kit.sglang.loader): draft.nextn_zero, draft.context_short,
-draft.mla_geometry, draft.rope. Used by `kit doctor` (provider "kit.wiring.aux") and notebook 03.
+draft.mla_geometry, draft.rope; from `draft_dtype_checks` (the dtype SGLang runs each side in, by the rules
+of kit.sglang.dtype): draft.dtype. Used by `kit doctor` (provider "kit.wiring.aux") and notebook 03.
 `kit.wiring.plan.wiring_from_launch` turns the same facts into the `Wiring` SGLang would give the draft.
 
     from kit.wiring.checks import wiring_checks
@@ -383,6 +384,60 @@ def draft_target_checks(
     return out
 
 
+def draft_dtype_checks(
+    target_cfg: HFConfig | None,
+    draft_cfg: HFConfig,
+    argv: list[str] | None = None,
+    version: str | None = None,
+) -> list[Finding]:
+    """`draft.dtype`: the one `--dtype` SGLang resolves against the target's config and against the draft's
+    (kit.sglang.dtype); two different results crash the first draft forward, since the EAGLE draft takes the
+    target's embedding and hidden states as they are. Judged for EAGLE launches (STANDALONE drafts share no
+    tensors), or, with no launch given, for a draft whose architecture is an EAGLE class."""
+    from kit.sglang.dtype import NO_CAST_EVIDENCE, dtype_rule, forced_dtype, recorded_release, resolve_model_dtype
+    from kit.sglang.flags import flag_value
+
+    if target_cfg is None:
+        return []
+    if argv:
+        if launch_algorithm(argv) not in ("EAGLE", "EAGLE3"):
+            return []
+    elif not (is_eagle3_draft(draft_cfg) or "eagle" in " ".join(draft_cfg.get("architectures") or []).lower()):
+        return []
+    given = flag_value(argv, "--dtype", version) if argv else None
+    if forced_dtype(target_cfg, version):  # ServerArgs runs this target, and so the draft, in bfloat16
+        return []
+    t, d = resolve_model_dtype(target_cfg, given, version), resolve_model_dtype(draft_cfg, given, version)
+    if t is None or d is None or t.dtype == d.dtype:
+        return []
+    rel = recorded_release(version)
+    ver = f"sglang {rel.requested}"
+    # the dtype to ask for: a 16-bit one a config names, the target's first (its precision is the output's)
+    named = [r.config_dtype for r in (t, d) if r.config_dtype in ("bfloat16", "float16")]
+    want = named[0] if named else t.dtype
+    side = "the target" if t.dtype != want else "the draft"
+    how = "no --dtype on the launch: SGLang's default auto" if given is None else f"--dtype {given}"
+    return [
+        Finding(
+            code="draft.dtype",
+            severity="error",
+            title=f"the target runs {t.dtype} ({t.why}) and the draft {d.dtype} ({d.why}): the draft takes the "
+            f"target's embedding and hidden states uncast, and its first forward (CUDA-graph capture at startup) "
+            f"raises 'expected mat1 and mat2 to have the same dtype' ({ver}, {how})",
+            evidence={
+                "target": t.to_dict(),
+                "draft": d.to_dict(),
+                "dtype_flag": given,
+                "sglang": ver,
+                "source": f"{dtype_rule(version).evidence} (the rule from {rel.checked} on)",
+                "no_cast": [f"{f}: {line}" for f, line in NO_CAST_EVIDENCE],
+            },
+            fix=f'launch with --dtype {want} (SGLang resolves it for both models), or write "torch_dtype": '
+            f'"{want}" into {side}\'s config.json',
+        )
+    ]
+
+
 def doctor_checks(ctx) -> list[Finding]:
     """kit doctor provider: needs at least a draft config."""
     if ctx.draft_config is None:
@@ -396,4 +451,5 @@ def doctor_checks(ctx) -> list[Finding]:
     out = wiring_checks(
         ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
     )
+    out += draft_dtype_checks(ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version)
     return out + draft_target_checks(ctx.target_config, ctx.draft_config, env, argv, ctx.cfg.sglang_version)

@@ -5,6 +5,7 @@ names. An `Engine` owns everything engine-specific the launcher, the process lif
 metrics and the benchmark need, so none of them branches on an engine's name:
 
     argv         `command(spec)` + the spec's fields under this engine's flag names (`flag(name)`)
+                 `required_changes(spec)`: what its install on this machine needs (SGLang's bundle: its flags)
     readiness    `ready_path` (200 = serving), `startup_failure(line)`: the log line that ends startup,
                  `starts_together`: whether several servers may start at once on one machine
     server info  `server_info_paths` (tried in order), `models_path`, `metrics_path`, `flush_path`
@@ -124,6 +125,11 @@ class Engine:
     def localize(self, spec, target: str) -> dict[str, Any]:
         """Changes that run `spec` on this machine with the kit's `target` ('embedded' or a local dir)."""
         return {} if target == "embedded" else {"model_path": target}
+
+    def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
+        """Changes without which the engine as installed here cannot start `spec`, and one line per change saying
+        what and why. `bundle`: the SGLang release of the kit's bundle to assume when none is installed."""
+        return {}, []
 
     def share_device(self, spec, servers: int):
         """`spec` for one of `servers` servers that run at once on this machine's one device (the engine's

@@ -12,9 +12,11 @@ per release, so a new release touches `kit.sglang` only.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
+from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, exception_line, visible_gpus
 from kit.sglang import log_format
 from kit.sglang.http_api import HttpApi, http_api
@@ -23,6 +25,84 @@ SGLANG_MODULE = "sglang.launch_server"
 # servers that share one GPU (notebook 05's three, `kit demo --gpu`'s three): what they fill together (weights
 # and KV pools; the rest is CUDA graphs and activations) and each one's KV pool, ample for a small target
 SHARED_GPU_MEMORY, SHARED_KV_TOKENS = 0.75, 32768
+
+
+BUNDLE_REASON = "the kit's SGLang bundle needs it"
+# a launch's own value of a bundle flag that the bundle runs as well, so it is kept: sgl_kernel carries bf16 and
+# fp16 rmsnorm kernels (float32 has none, and `auto` reads float32 from a float32 checkpoint)
+BUNDLE_ALSO_RUNS = {"--dtype": ("bfloat16", "float16", "half")}
+# flags that override --attention-backend for a part of the model: each must be the bundle's one backend too
+ATTENTION_OVERRIDES = (
+    "--speculative-draft-attention-backend",
+    "--prefill-attention-backend",
+    "--decode-attention-backend",
+)
+
+
+def _last_value(args: list[str], name: str) -> str | None:
+    """The value the last `name VALUE` / `name=VALUE` in `args` gives (argparse: the last one wins)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _without(args: list[str], name: str, takes_value: bool) -> list[str]:
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == name:
+            i += 2 if takes_value else 1
+            continue
+        if not args[i].startswith(name + "="):
+            out.append(args[i])
+        i += 1
+    return out
+
+
+def bundle_changes(spec, flags: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The changes that give `spec` the bundle launch `flags` (`Release.launch_flags`), and one line per flag
+    added or replaced with the reason. A flag the launch already sets keeps its value only where the bundle runs
+    that value too (the same value, or one of BUNDLE_ALSO_RUNS); a flag the spec types (`--attention-backend`)
+    is set on its field, any other one in `extra_args`."""
+    fields = {f.name for f in dataclasses.fields(spec)}
+    wanted: list[tuple[str, str | None, bool]] = []  # (flag, value or None for a switch, added when unset)
+    i = 0
+    while i < len(flags):
+        value = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else None
+        wanted.append((flags[i], value, True))
+        if flags[i] == "--attention-backend" and value is not None:
+            wanted += [(o, value, False) for o in ATTENTION_OVERRIDES]
+        i += 1 if value is None else 2
+    changes: dict[str, Any] = {}
+    extra, notes = list(spec.extra_args), []
+    for name, value, add in wanted:
+        field = name[2:].replace("-", "_")
+        typed = getattr(spec, field) if field in fields else None
+        if value is None:  # a switch: set or not
+            given = any(a == name or a.startswith(name + "=") for a in extra)
+            old = name if given else None
+        else:
+            old = _last_value(extra, name)
+        if old is None and typed not in (None, False):  # the extras come after the typed flags: theirs wins
+            old = str(typed)
+        if old is None and not add:
+            continue
+        if old is not None and (value is None or old == value or old in BUNDLE_ALSO_RUNS.get(name, ())):
+            continue
+        extra = _without(extra, name, value is not None)
+        if field in fields:
+            changes[field] = True if value is None else value
+        else:
+            extra += [name] if value is None else [name, value]
+        shown = name if value is None else f"{name} {value}"
+        how = "added" if old is None else f"replaces the launch's {old}"
+        notes.append(f"{shown}: {how}, {BUNDLE_REASON}")
+    if extra != list(spec.extra_args):
+        changes["extra_args"] = extra
+    return changes, notes
 
 
 class SGLang(Engine):
@@ -66,27 +146,28 @@ class SGLang(Engine):
         import importlib.util
 
         from kit.models import resolve_target
-        from kit.sglang.bundle import installed_bundle_flags
 
         # 'embedded' is the SmolLM2 directory the kit converts from its GGUF (what SGLang loads)
         changes: dict[str, Any] = {"model_path": str(resolve_target(target)) if target == "embedded" else target}
         if importlib.util.find_spec("sglang") is not None:  # the seed's /root/ml-env python is not here
             changes["python"] = sys.executable
-        # an SGLang from the kit's bundle starts only with the bundle's flags; the attention backend is a
-        # spec field, and a flag the launch already sets keeps the launch's value
-        flags, extra = installed_bundle_flags(), list(spec.extra_args)
-        i = 0
-        while i < len(flags):
-            n = 2 if i + 1 < len(flags) and not flags[i + 1].startswith("--") else 1
-            name, value = flags[i], flags[i + 1 : i + n]
-            if name == "--attention-backend":
-                changes["attention_backend"] = value[0]
-            elif name not in extra:
-                extra += [name, *value]
-            i += n
-        if extra != list(spec.extra_args):
-            changes["extra_args"] = extra
         return changes
+
+    def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
+        """An SGLang from the kit's bundle starts only with the bundle's launch flags (it carries one attention
+        and one sampling backend: `kit.sglang.bundle`): those of the bundle the importable SGLang came from (its
+        manifest), else, with `bundle`, those of the kit's bundle of that release (`bundle_changes`)."""
+        from kit.sglang import bundle as kb
+
+        flags = kb.installed_bundle_flags()
+        if not flags and bundle:
+            if bundle not in kb.RELEASES:
+                raise KitInputError(
+                    f"--bundle: the kit has no bundle of SGLang {bundle} (known: {', '.join(kb.RELEASES)}); "
+                    "name one with --sglang-version"
+                )
+            flags = list(kb.RELEASES[bundle].launch_flags)
+        return bundle_changes(spec, flags)
 
     def share_device(self, spec, servers: int):
         """Each of `servers` SGLang servers on one GPU fills a share of SHARED_GPU_MEMORY and caps its KV pool

@@ -283,7 +283,8 @@ def test_local_run_of_the_seed_line_uses_one_gpu_and_the_engine_here(monkeypatch
 def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, monkeypatch):
     """Notebooks 04/05 on a GPU host: 'embedded' becomes the converted SmolLM2 directory (not the seed's
     /shared path), and an SGLang installed from the kit's bundle gets the bundle's launch flags (the trimmed
-    bundle has no FA3: SGLang's default backend failed to start), a flag the launch sets keeping its value."""
+    bundle has no FA3: SGLang's default backend failed to start), a flag the launch sets keeping its value
+    where the bundle runs that value too (float16) and losing it where it does not (fa3)."""
     import json
     import sys
 
@@ -299,14 +300,48 @@ def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, 
     (site / MANIFEST_MEMBER).write_text(json.dumps({"launch_flags": flags}))
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
     monkeypatch.setattr(kit.models, "resolve_target", lambda t: tmp_path / "smollm2")
-    spec = spec_from_command(SEED_LAUNCH).replace(extra_args=["--dtype", "float16"])
-    ch = get_engine("sglang").localize(spec, "embedded")
-    assert ch["model_path"] == str(tmp_path / "smollm2")
-    assert ch["attention_backend"] == "triton"
-    assert ch["extra_args"] == ["--dtype", "float16", "--skip-server-warmup"]
+    spec = spec_from_command(SEED_LAUNCH).replace(
+        attention_backend="fa3", extra_args=["--dtype", "float16", "--decode-attention-backend=fa3"]
+    )
+    assert get_engine("sglang").localize(spec, "embedded")["model_path"] == str(tmp_path / "smollm2")
+    local = localize(spec, "sglang", "/models/t", port=30001, log=lambda *a: None)
+    assert local.attention_backend == "triton"
+    assert local.extra_args == ["--dtype", "float16", "--decode-attention-backend", "triton", "--skip-server-warmup"]
     (site / MANIFEST_MEMBER).unlink()  # a plain SGLang install: the launch as written
-    ch = get_engine("sglang").localize(spec, "/models/t")
-    assert ch["model_path"] == "/models/t" and "extra_args" not in ch and "attention_backend" not in ch
+    assert get_engine("sglang").required_changes(spec) == ({}, [])
+
+
+def test_launch_on_a_bundle_installed_sglang_adds_the_bundles_flags_and_says_why(monkeypatch, tmp_path, capsys):
+    """`PYTHONPATH=/opt/sglang-site kit launch --from ...` on the H200 started SGLang without the bundle's flags:
+    it picked FlashInfer, whose JIT sources the bundle does not carry. The verb adds them (a user's fa3 and
+    flashinfer replaced, each named with the reason); `--bundle` adds them where no bundle manifest is found."""
+    from kit.cli import main
+    from kit.sglang.bundle import RELEASES
+
+    monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    bundle = list(RELEASES["0.5.17"].launch_flags)
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: bundle)
+    written = "python -m sglang.launch_server --model-path /m --attention-backend fa3 --sampling-backend flashinfer"
+    main(["launch", "--from", written, "--dry-run", "--sglang-version", "0.5.17"])
+    out, err = capsys.readouterr()
+    command = out.strip().splitlines()[-1]
+    assert command.startswith("python -m sglang.launch_server") and " ".join(bundle) in command
+    assert "fa3" not in command and "flashinfer" not in command
+    reason = "the kit's SGLang bundle needs it"
+    assert f"--attention-backend triton: replaces the launch's fa3, {reason}" in err
+    assert f"--sampling-backend pytorch: replaces the launch's flashinfer, {reason}" in err
+    assert f"--skip-server-warmup: added, {reason}" in err
+
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: [])  # any other install: as written
+    plain = ["launch", "--from", written, "--dry-run", "--json", "--sglang-version", "0.5.17"]
+    main(plain)
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["argv"][3:] == written.split()[3:] and reason not in err
+    main(plain + ["--bundle"])
+    argv = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["argv"]
+    assert argv[argv.index("--attention-backend") + 1] == "triton" and "--skip-server-warmup" in argv
+    assert main(["launch", "--from", written, "--dry-run", "--bundle", "--sglang-version", "0.5.23"]) == 2
 
 
 def test_servers_sharing_one_gpu_each_get_a_memory_share_and_a_capped_kv_pool():

@@ -194,3 +194,27 @@ def test_diagnose_each_runs_the_parser_once_for_every_launch(target, tmp_path, m
     assert "aux.algorithm" in {f.code for f in seed.findings} - {f.code for f in fixed.findings}
     monkeypatch.setattr(parser, "_CACHE", {})
     assert [f.to_dict() for f in diagnose(cfgs[1]).findings] == [f.to_dict() for f in seed.findings]
+
+
+def test_a_multimodal_target_whose_processor_is_remote_code_needs_trust_remote_code(tmp_path, monkeypatch):
+    """SGLang loads Kimi-K2.5's processor while it starts: remote code without --trust-remote-code never starts
+    (seen on the H200: 'contains custom code which must be executed')."""
+    from kit.sglang import loader
+
+    monkeypatch.setattr(loader, "processor_archs", lambda version, download=False: {"KimiK25ForConditionalGeneration"})
+    target = tmp_path / "kimi"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]}))
+    launch = f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path /d"
+
+    def codes(cmd: str) -> set[str]:
+        return {
+            f.code for f in diagnose(DoctorConfig(target=str(target), launch=cmd, sglang_version="0.5.17")).findings
+        }
+
+    assert "launch.remote_code_needed" in codes(launch)  # no processor files: the vendor's is remote code
+    assert "launch.remote_code_needed" not in codes(launch + " --trust-remote-code")
+    (target / "processor_config.json").write_text(json.dumps({"processor_class": "LlavaProcessor"}))
+    assert "launch.remote_code_needed" not in codes(launch)  # the folder's own processor is Transformers' code
+    (target / "processor_config.json").write_text(json.dumps({"auto_map": {"AutoProcessor": "p.P"}}))
+    assert "launch.remote_code_needed" in codes(launch)

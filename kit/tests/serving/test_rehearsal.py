@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.findings import Finding
+from kit.findings import Finding, KitInputError
 from kit.serving import rehearsal_hooks as hooks
 from kit.serving.rehearsal import adjust_launch, compare, observed_findings, read_record
 
@@ -390,6 +390,11 @@ def test_the_bundles_flags_go_over_the_users_with_a_reason():
     v = resolve(new_argv[3:], "0.5.17").values
     assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
     assert any(c.flag == "--attention-backend" and c.original == "fa3" for c in changes)
+    # the bundle's --dtype replaces only a float32 it cannot run: auto (and float16) stay, so a dtype fault rehearses
+    assert "dtype" not in v or v["dtype"] == "auto"
+    for given, want in ((["--dtype", "float16"], "float16"), (["--dtype", "float32"], "bfloat16")):
+        _, new_argv, _, _ = adjust_launch(env, argv + given, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r", flags)
+        assert resolve(new_argv[3:], "0.5.17").values["dtype"] == want
 
 
 def test_fused_pairs_count_as_loaded(rec):
@@ -436,7 +441,7 @@ def test_fused_pairs_count_as_loaded(rec):
 
 
 def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, monkeypatch):
-    from kit.serving import rehearsal
+    from kit.sglang.versions import importable_version
 
     pkg = tmp_path / "sglang"
     pkg.mkdir()
@@ -444,13 +449,49 @@ def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, mo
     (pkg / "_version.py").write_text("__version__ = version = '0.5.17'\n__version_tuple__ = (0, 5, 17)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: None)
-    assert rehearsal.importable_sglang_version() == "0.5.17"
+    assert importable_version() == "0.5.17"
+
+
+def test_the_not_rehearsable_rule_reads_the_importable_sglang_offline(tmp_path, monkeypatch):
+    """A GPU host with a fresh cache and no network: the rules come from the SGLang the rehearsal will launch."""
+    from kit.hf import HFConfig
+    from kit.serving.rehearsal import not_rehearsable
+    from kit.sglang import loader
+    from kit.sglang.cmdline import find_launch
+
+    site = tmp_path / "site"
+    (site / "sglang" / "srt" / "configs").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "_version.py").write_text("__version__ = version = '9.9.1'\n")
+    (site / "sglang" / "srt" / "configs" / "model_config.py").write_text(
+        'multimodal_model_archs = ["KimiK25ForConditionalGeneration", "Qwen2VLForConditionalGeneration", '
+        '"Gemma3ForConditionalGeneration"]\nmm_disabled_models = ["Gemma3ForConditionalGeneration"]\n'
+    )
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr("kit.sglang.versions.installed_version", lambda: None)
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    loader.processor_archs.cache_clear()
+    assert loader.processor_archs("9.9.1") == {"KimiK25ForConditionalGeneration", "Qwen2VLForConditionalGeneration"}
+    assert loader.processor_archs("9.9.2") is None  # another release: only its (empty) cache, no download
+    found = find_launch(
+        "python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3", version="9.9.1"
+    )
+    why = not_rehearsable(HFConfig.of({"architectures": ["Qwen2VLForConditionalGeneration"]}), found, "9.9.1")
+    assert why and "processor" in why and "Qwen2VL" in why
+    # Kimi-K2.5's processor the kit stands in for; a text-only class loads none
+    for arch in ("KimiK25ForConditionalGeneration", "Gemma3ForConditionalGeneration"):
+        assert not_rehearsable(HFConfig.of({"architectures": [arch]}), found, "9.9.1") is None
+    loader.processor_archs.cache_clear()
 
 
 # -- the run, end to end on CPU: the kit's lifecycle around a stand-in server --------------------------------
 FAKE_SERVER = r"""
 import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--slow" in sys.argv:
+    import time
+    print("Capture cuda graph begin. This can take up to several minutes.", flush=True)
+    time.sleep(60)
 if "--crash" in sys.argv:
     print("Traceback (most recent call last):", flush=True)
     print("ValueError: too many values to unpack (expected 2)", flush=True)
@@ -477,7 +518,7 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-def _fake_plan(tmp_path, crash: bool):
+def _fake_plan(tmp_path, crash: bool, slow: bool = False, timeout: float = 30):
     from kit.serving.process import free_port
     from kit.serving.rehearsal import RehearsalConfig, RehearsalPlan
 
@@ -488,9 +529,9 @@ def _fake_plan(tmp_path, crash: bool):
     server.write_text(FAKE_SERVER)
     port = free_port()
     rec = tmp_path / "record.jsonl"
-    argv = [sys.executable, str(server), "--port", str(port)] + (["--crash"] if crash else [])
+    argv = [sys.executable, str(server), "--port", str(port)] + (["--crash"] if crash else []) + ["--slow"] * slow
     env = {"PYTHONPATH": str(site), hooks.RECORD_ENV: str(rec)}
-    cfg = RehearsalConfig(target="t", draft="d", launch_file="l", out=str(tmp_path), requests=2, timeout=30)
+    cfg = RehearsalConfig(target="t", draft="d", launch_file="l", out=str(tmp_path), requests=2, timeout=timeout)
     return RehearsalPlan(cfg, "0.5.17", env, argv, [], [], "t", "d", str(rec), port, 1, 1)
 
 
@@ -510,6 +551,35 @@ def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
     result = run_rehearsal(_fake_plan(tmp_path, crash=True))
     assert not result["started"] and "too many values to unpack" in result["exit"]
     assert [f.code for f in observed_findings(result)] == ["aux.target_capture"]
+
+
+def test_a_server_still_starting_at_the_limit_is_a_timeout_not_a_verdict(tmp_path):
+    from kit.findings import Finding
+    from kit.serving.rehearsal import TIMEOUT, run_rehearsal
+
+    result = run_rehearsal(_fake_plan(tmp_path, crash=False, slow=True, timeout=3))
+    assert not result["started"] and result["timed_out"]["after_s"] == 3
+    assert "Capture cuda graph" in result["timed_out"]["last_log_line"]
+    [f] = observed_findings(result)
+    assert f.code == TIMEOUT and "not ready within 3 s" in f.title and "Capture cuda graph" in f.title
+    table = compare([Finding(code="draft.context_short", severity="error", title="t")], [f], started=False)
+    assert {r["code"]: r["verdict"] for r in table} == {"draft.context_short": "not reached", TIMEOUT: "timed out"}
+    assert result["clean"]
+
+
+def test_cuda_graphs_are_captured_up_to_the_rehearsals_batch_only():
+    from kit.serving.rehearsal import GRAPH_BS
+    from kit.sglang.flags import resolve_flags
+
+    _, argv, changes, _ = _adjust(tp=1)
+    assert resolve_flags(argv[3:], "0.5.17").values["cuda_graph_max_bs_decode"] == GRAPH_BS
+    assert any(c.flag == "--cuda-graph-max-bs-decode" and "capture" in c.reason for c in changes)
+    env, seed = _seed()
+    for extra, kept in ((["--cuda-graph-max-bs", "4"], 4), (["--disable-cuda-graph"], None)):
+        _, argv, changes, _ = adjust_launch(env, seed + extra, "0.5.17", "/t", "/d", 1, 31000, 0.3, "/s", "/r")
+        assert resolve_flags(argv[3:], "0.5.17").values.get("cuda_graph_max_bs_decode") == kept
+    _, argv, _, _ = _adjust(tp=1, version="0.5.4")  # an older release names it --cuda-graph-max-bs
+    assert resolve_flags(argv[3:], "0.5.4").values["cuda_graph_max_bs"] == GRAPH_BS
 
 
 def test_flags_the_table_cannot_read_stay_for_sglang_to_judge():
@@ -685,8 +755,8 @@ def test_disaggregation_and_deepep_are_dropped_with_a_reason():
     }
 
 
-def test_a_multimodal_target_rehearses_only_with_its_processor_files_which_the_miniature_carries(tmp_path):
-    from kit.serving.miniature import MiniTarget, write_miniature_target
+def test_a_multimodal_target_carries_its_processor_files_or_the_kits_stand_in(tmp_path):
+    from kit.serving.miniature import MiniTarget, missing_processor, write_miniature_target
     from kit.serving.rehearsal import not_rehearsable
     from kit.sglang.cmdline import find_launch
     from kit.sglang.loader import processor_archs
@@ -698,13 +768,13 @@ def test_a_multimodal_target_rehearses_only_with_its_processor_files_which_the_m
     src = tmp_path / "kimi"
     src.mkdir()
     (src / "config.json").write_text(json.dumps(kimi))
-    assert "loads the HF processor" in not_rehearsable(
-        kimi, found, "0.5.17", src
-    )  # 0.5.17: Unrecognized processing class
-    assert not_rehearsable({**kimi, "architectures": ["LlamaForCausalLM"]}, found, "0.5.17", src) is None
+    # 0.5.17 loads its processor at startup ("Unrecognized processing class" without one): the kit stands in
+    assert missing_processor(kimi, src, "0.5.17") == {"KimiK25ForConditionalGeneration"}
+    assert not_rehearsable(kimi, found, "0.5.17", src) is None
+    assert missing_processor({**kimi, "architectures": ["LlamaForCausalLM"]}, src, "0.5.17") == frozenset()
     for f in ("tokenizer_config.json", "processor_config.json", "tiktoken.model", "kimi_k25_processor.py"):
         (src / f).write_text("{}")
-    assert not_rehearsable(kimi, found, "0.5.17", src) is None
+    assert missing_processor(kimi, src, "0.5.17") == frozenset()  # the user's own files travel instead
     out = write_miniature_target(kimi, tmp_path / "mini", MiniTarget(config=kimi, sizes={}), src)
     assert {p.name for p in out.iterdir()} == {
         "config.json",
@@ -713,3 +783,33 @@ def test_a_multimodal_target_rehearses_only_with_its_processor_files_which_the_m
         "tiktoken.model",
         "kimi_k25_processor.py",
     }
+
+
+def test_the_stand_in_processor_is_what_sglangs_kimi_wrapper_reads(tmp_path):
+    """AutoProcessor (remote code, as SGLang calls it) returns the stand-in, with every media_proc_cfg key
+    SGLang 0.5.17's KimiK2_5VLImageProcessor reads and a tokenizer that knows the media token."""
+    import re
+
+    from transformers import AutoProcessor
+
+    from kit.serving.miniature import STAND_IN_PROCESSORS, write_stand_in_processor
+    from kit.sglang.source import source_text
+
+    out = tmp_path / "target"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"]}))
+    note = write_stand_in_processor(out, "KimiK25ForConditionalGeneration")
+    assert "stand-in" in note
+    proc = AutoProcessor.from_pretrained(str(out), trust_remote_code=True, use_fast=True, revision=None)
+    tok = proc.tokenizer
+    media = STAND_IN_PROCESSORS["KimiK25ForConditionalGeneration"]["media_token"]
+    assert tok.convert_ids_to_tokens(tok.encode(f"the {media}")) == ["the", media]
+    assert proc.image_processor is proc.media_processor
+    with pytest.raises(ValueError, match="no images"):
+        proc(text="the", images=[object()])
+    try:
+        src = source_text("0.5.17", "srt/multimodal/processors/kimi_k25.py")
+    except KitInputError as e:
+        pytest.skip(f"sglang 0.5.17 source not available: {e}")
+    read = set(re.findall(r'media_proc_cfg\[\s*"(\w+)"\s*\]', src))
+    assert read and read <= set(proc.media_processor.media_proc_cfg)

@@ -40,7 +40,7 @@ KERNEL_RULE = B.WheelRule(
     "9.9",
     drop=(("sgl_kernel/flash_ops*.so", "FA3"), ("sgl_kernel/sm*/*", "other arch")),
     keep=("sgl_kernel/{arch}/*",),
-    patch=("sgl_kernel/elementwise.py", "sgl_kernel/sampling.py"),
+    patch=(("sgl_kernel/elementwise.py", B.NO_FLASHINFER_ROUTING), ("sgl_kernel/sampling.py", B.NO_FLASHINFER_ROUTING)),
     arch_dir="sgl_kernel/{arch}/common_ops*.so",
 )
 RELEASE = B.Release(
@@ -104,6 +104,41 @@ def test_patch_forces_flag_off_and_refuses_unknown_source():
     assert "_has_flashinfer = True" not in out and B.PATCH_LINE in out
     with pytest.raises(KitInputError, match="found 0"):
         B.patch_source("x = 1\n", "sgl_kernel/sampling.py")
+
+
+TOPK = """if _is_cuda:
+    try:
+        from flashinfer.fused_moe import fused_topk_deepseek as _fused_topk_deepseek
+
+        def fused_topk_deepseek(*a):
+            return _fused_topk_deepseek(*a)
+
+    except ImportError:
+        fused_topk_deepseek = None
+"""
+
+
+def test_grouped_topk_patch_leaves_sglang_on_its_triton_router():
+    """SGLang takes flashinfer's JIT noaux_tc kernel only when fused_topk_deepseek is not None."""
+    out = B.patch_source(TOPK, "sglang/srt/layers/moe/topk.py", B.NO_FLASHINFER_TOPK)
+    ns: dict = {"_is_cuda": True}
+    exec(compile(out, "topk", "exec"), ns)
+    assert ns["fused_topk_deepseek"] is None
+    with pytest.raises(KitInputError, match="found 0"):
+        B.patch_source(TOPK.replace("fused_topk_deepseek as", "other as"), "topk.py", B.NO_FLASHINFER_TOPK)
+
+
+def test_the_0517_patches_match_its_real_source():
+    """Each SourcePatch of the 0.5.17 table matches exactly once in that release's file (sglang's own wheel)."""
+    from kit.sglang.source import source_text
+
+    rule = next(w for w in B.RELEASES["0.5.17"].wheels if w.project == "sglang")
+    try:
+        texts = {m: source_text("0.5.17", m.removeprefix("sglang/")) for m, _ in rule.patch}
+    except KitInputError as e:
+        pytest.skip(f"SGLang 0.5.17 source not available: {e}")
+    for member, patch in rule.patch:
+        assert "raise ImportError" in B.patch_source(texts[member], member, patch)
 
 
 def test_pins_from_metadata_checked_against_table():

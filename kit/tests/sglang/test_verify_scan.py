@@ -1,4 +1,4 @@
-"""Trees whose accepted path does not fit in their draft tokens: SGLang starts, then crashes at the first verify.
+"""Trees whose accepted path does not fit in their draft tokens: SGLang crashes while it starts, never ready.
 
 The recorded rule (`kit.sglang.params.VERIFY_SHAPE`) against the real `_compact_accept_to_front` of each
 release, run on the CPU by `kit.sglang.verify_scan` (wheels downloaded once, cached; skipped offline), and
@@ -52,7 +52,7 @@ def test_rule_per_release_and_its_message():
         assert "The expanded size of the tensor (3) must match the existing size (4)" in res.errors()[0].title
     assert resolve(SpecParams(3, 2, 4), "EAGLE3", None, "0.5.23").params == SpecParams(3, 2, 4)
     assert resolve(SpecParams(3, 1, 3), "EAGLE3", None, "0.5.23").params == SpecParams(3, 1, 4)  # chains: s+1
-    with pytest.raises(KitInputError, match="crashes at the first verify"):
+    with pytest.raises(KitInputError, match="crashes while it starts, and the server never reports ready"):
         SpecParams(5, 4, 5).resolved(sglang_version="0.5.17")
 
 

@@ -1,0 +1,291 @@
+"""The dtype each SGLang release runs the target and the draft in, from its real source: the one home of that rule.
+
+SGLang resolves a dtype once per model: `ModelConfig.__init__` sets `self.dtype = _get_and_verify_dtype(
+self.hf_text_config, dtype)` (srt/configs/model_config.py) with `dtype = server_args.dtype` (`--dtype`, default
+"auto"). The draft worker builds its own `ModelConfig` from the same `server_args` and the draft's directory
+(srt/managers/tp_worker.py: `ModelConfig.from_server_args(server_args, model_path=...speculative_draft_model_path,
+is_draft_model=True)`; 0.4.4: `ModelConfig(..., dtype=server_args.dtype)`); there is no draft-only dtype flag. So
+one `--dtype` is resolved twice, against each model's own (text) config:
+
+* `--dtype bfloat16 | float16 | half | float32 | float`: both models run that dtype;
+* `--dtype auto`: the config's dtype, except that a float32 config, or one naming none, runs float16 ("Following
+  the common practice, we use float16 for float32 models") and bfloat16 for Gemma: model_type `gemma2` only in
+  0.4.4, any `gemma*` from 0.4.5. The config attribute read is `torch_dtype` until 0.5.4 and `dtype` from 0.5.8
+  (transformers >= 4.56 makes either key of config.json answer for both);
+* before either, ServerArgs itself rewrites `--dtype` to bfloat16, whatever was asked, for some targets: GptOss
+  with an MXFP4 `quantization_config` (0.5.1+, "use bf16 for mxfp4 triton kernels") and MistralLarge3 / Pixtral
+  (0.5.8+); the draft then runs bfloat16 too (`FORCED_BF16`, `forced_dtype`).
+
+SGLang never casts one model's tensors to the other's dtype: the EAGLE worker gives the draft the target's
+embedding tensor (`set_embed` / `set_embed_and_head`) and the target's hidden states, and the draft layer
+concatenates them with its own (`torch.cat([embeds, hidden_states], dim=-1)`, llama_eagle3.py). A float16 target
+and a bfloat16 draft concatenate to float32, and the draft's first linear raises "expected mat1 and mat2 to have the
+same dtype, but got: float != c10::BFloat16" (real SGLang 0.5.17 on an H200, during the draft's CUDA-graph
+capture: a float32 config.json target with the kit's bfloat16 demo draft, no `--dtype`; the same failure with a
+float16 draft beside a bfloat16 Llama is sgl-project/sglang#3431 and SpecForge#348, where `--dtype` is the fix).
+No recorded release gives the draft the target's dtype (sgl-project/sglang#25894, open, would); the test checks
+that no release's srt/speculative/ rewrites `server_args.dtype`.
+
+`DTYPE_RULES` records the rule per release where it changes. `derive(version)` executes the release's own
+`_get_and_verify_dtype` (read as text by `kit.sglang.source`, never imported) on a grid of probe configs, and
+`predict(version)` gives the same grid from the recorded rule; `derive_forced(version)` finds the bfloat16
+overrides in its ServerArgs code; kit/tests/sglang/test_dtype.py compares both with the record.
+
+    resolve_model_dtype({"torch_dtype": "float32"}, None, "0.5.17").dtype   # 'float16'
+    python -m kit.sglang.dtype [VERSION ...]                                # the derived grid vs the recorded rule
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import textwrap
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from kit.hf import HFConfig
+from kit.sglang.versions import RecordedRelease, pick_recorded
+
+SRC = "srt/configs/model_config.py"
+FUNCTION = "_get_and_verify_dtype"
+# --dtype values SGLang's argparse accepts, and the dtype each names (its `_STR_DTYPE_TO_TORCH_DTYPE`)
+NAMED = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32", "bfloat16": "bfloat16"}
+# the probe grid `derive` runs: requested dtype x config dtype (None: the config names none) x model_type
+REQUESTS = ("auto", "bfloat16", "float16", "half", "float32", "float")
+CONFIG_DTYPES = (None, "float32", "float16", "bfloat16")
+MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3")
+
+
+@dataclass(frozen=True)
+class DtypeRule:
+    """`_get_and_verify_dtype` of a release, as far as it decides what a model runs."""
+
+    reads: str  # the config attribute it reads: "torch_dtype" or "dtype"
+    gemma_bf16: str  # model_types that run bfloat16 for a float32 config under auto: "gemma2", or "gemma*" (prefix)
+    evidence: str  # where the first release with this rule says so
+    forced_bf16: tuple[str, ...] = ()  # FORCED_BF16 names: targets whose --dtype ServerArgs rewrites to bfloat16
+
+    def float32_auto(self, model_type: str | None) -> str:
+        """What `--dtype auto` runs for a float32 config (or one naming no dtype)."""
+        mt = model_type or ""
+        gemma = mt.startswith("gemma") if self.gemma_bf16.endswith("*") else mt == self.gemma_bf16
+        return "bfloat16" if gemma else "float16"
+
+
+# ServerArgs' bfloat16 overrides, by name -> (target architecture, quant_method its quantization_config must name,
+# or None, and a regex that finds the override in a release's srt/server_args.py or srt/arg_groups/)
+FORCED_BF16: dict[str, tuple[str, str | None, str]] = {
+    "gpt_oss_mxfp4": (
+        "GptOssForCausalLM",
+        "mxfp4",
+        r"mxfp4 triton kernels\s+(?:self\.dtype|overrides\[\"dtype\"\]) = \"bfloat16\"",
+    ),
+    "mistral_large_3": (
+        "MistralLarge3ForCausalLM",
+        None,
+        # 0.5.17+: the MODEL_OVERRIDES dict entry; 0.5.8-0.5.12: `if model_arch in [...]: self.dtype = "bfloat16"`
+        r"\"MistralLarge3ForCausalLM\"(?::\s*\{\"dtype\": \"bfloat16\"\}"
+        r"|,\s*\"PixtralForConditionalGeneration\",\s*\]:\s*self\.dtype = \"bfloat16\")",
+    ),
+    "pixtral": (
+        "PixtralForConditionalGeneration",
+        None,
+        r"\"PixtralForConditionalGeneration\"(?::\s*\{\"dtype\": \"bfloat16\"\}|,\s*\]:\s*self\.dtype = \"bfloat16\")",
+    ),
+}
+_ALL_FORCED = tuple(FORCED_BF16)
+# from the first recorded release that has it (the newest record not after a release answers); the releases
+# between 0.5.4 and 0.5.8 are not in the kit's recorded set
+DTYPE_RULES: dict[str, DtypeRule] = {
+    "0.4.4": DtypeRule("torch_dtype", "gemma2", f'{SRC}:362 config_dtype = getattr(config, "torch_dtype", None)'),
+    "0.4.5": DtypeRule("torch_dtype", "gemma*", f'{SRC}:405 if config.model_type.startswith("gemma"):'),
+    "0.5.1": DtypeRule(
+        "torch_dtype", "gemma*", 'srt/server_args.py:2277 self.dtype = "bfloat16" (GptOss, mxfp4)', ("gpt_oss_mxfp4",)
+    ),
+    "0.5.8": DtypeRule("dtype", "gemma*", f'{SRC}:1040 config_dtype = getattr(config, "dtype", None)', _ALL_FORCED),
+}
+# why a mismatch is a crash, not a cast (0.5.17; kit/tests/sglang/test_dtype.py checks each line is there)
+NO_CAST_EVIDENCE = (
+    ("srt/models/llama_eagle3.py", "hidden_states = torch.cat([embeds, hidden_states], dim=-1)"),
+    ("srt/speculative/eagle_worker_v2.py", "self.draft_runner.model.set_embed(embed)"),
+    (
+        "srt/speculative/eagle_utils.py",
+        "return model_runner.model_config.spec_hidden_size, model_runner.model_config.dtype",
+    ),
+)
+
+
+def recorded_release(version: str | None) -> RecordedRelease:
+    return pick_recorded(version, DTYPE_RULES)
+
+
+def dtype_rule(version: str | None) -> DtypeRule:
+    return DTYPE_RULES[recorded_release(version).checked]
+
+
+# -- the rule, for a model's config ------------------------------------------------------------------------
+def forced_dtype(target_cfg: HFConfig | None, version: str | None = None) -> str | None:
+    """The FORCED_BF16 name whose override rewrites `--dtype` to bfloat16 for this target (None: none applies).
+    ServerArgs reads the target's own config (architectures[0], quantization_config.quant_method)."""
+    if not target_cfg:
+        return None
+    target_cfg = HFConfig.of(target_cfg)
+    arch = (target_cfg.get("architectures") or [None])[0]
+    qc = target_cfg.get("quantization_config")
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    for name in dtype_rule(version).forced_bf16:
+        want_arch, want_method, _ = FORCED_BF16[name]
+        if arch == want_arch and (want_method is None or method == want_method):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class ResolvedDtype:
+    """What one model runs under one `--dtype`, and why."""
+
+    dtype: str  # "bfloat16", "float16" or "float32"
+    requested: str  # the --dtype value, "auto" when the launch gives none
+    config_dtype: str | None  # the dtype its (text) config names, normalised; None: none
+    config_key: str | None  # the config.json key it came from
+    why: str  # one clause for a finding's title
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "config": self.config_dtype, "key": self.config_key, "why": self.why}
+
+
+def config_dtype(cfg: HFConfig | None, version: str | None = None) -> tuple[str | None, str | None]:
+    """(the dtype the release reads from a config, the key it is under): its text config's `torch_dtype` /
+    `dtype` (the key the release reads first, the other as transformers >= 4.56 aliases it), normalised to
+    bfloat16/float16/float32; a name the release's table lacks counts as none, as SGLang's `.get(..., None)` does."""
+    if not cfg:
+        return None, None
+    text = HFConfig.of(cfg).text
+    keys = ("torch_dtype", "dtype") if dtype_rule(version).reads == "torch_dtype" else ("dtype", "torch_dtype")
+    for k in keys:
+        v = text.get(k)
+        if isinstance(v, str) and v:
+            return NAMED.get(v.lower().removeprefix("torch.")), k
+    return None, None
+
+
+def resolve_model_dtype(
+    cfg: HFConfig | None, requested: str | None, version: str | None = None
+) -> ResolvedDtype | None:
+    """What `_get_and_verify_dtype` of that release returns for this config and `--dtype` (None or "auto": auto);
+    None for a --dtype value SGLang rejects (`launch.flag` reports it)."""
+    req = (requested or "auto").lower()
+    named, key = config_dtype(cfg, version)
+    said = f'config {key} "{named}"' if key and named else "no dtype in its config (float32 to SGLang)"
+    if req != "auto":
+        if req not in NAMED:
+            return None
+        return ResolvedDtype(NAMED[req], req, named, key, f"--dtype {req}")
+    if named not in (None, "float32"):
+        return ResolvedDtype(named, req, named, key, f"{said}, kept by --dtype auto")
+    model_type = HFConfig.of(cfg or {}).text.get("model_type")
+    out = dtype_rule(version).float32_auto(model_type)
+    why = f"{said}, which --dtype auto runs as {out}" + (f" for model_type {model_type}" if out == "bfloat16" else "")
+    return ResolvedDtype(out, req, named, key, why)
+
+
+def predict(version: str) -> dict[str, str]:
+    """The probe grid from the recorded rule: "requested|config dtype|model_type" -> dtype run."""
+    out = {}
+    for req in REQUESTS:
+        for cd in CONFIG_DTYPES:
+            for mt in MODEL_TYPES:
+                cfg = HFConfig.of({"model_type": mt, **({"torch_dtype": cd, "dtype": cd} if cd else {})})
+                r = resolve_model_dtype(cfg, req, version)
+                out[f"{req}|{cd}|{mt}"] = r.dtype if r else "error"
+    return out
+
+
+# -- derivation from a release's source --------------------------------------------------------------------
+def _pieces(text: str) -> tuple[str | None, str | None]:
+    """(the `_STR_DTYPE_TO_TORCH_DTYPE = {...}` statement, the `_get_and_verify_dtype` def) of model_config.py."""
+    tree = ast.parse(text)
+    table = func = None
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_STR_DTYPE_TO_TORCH_DTYPE" for t in n.targets):
+            table = ast.get_source_segment(text, n)
+        if isinstance(n, ast.FunctionDef) and n.name == FUNCTION:
+            func = ast.get_source_segment(text, n)
+    return table, func
+
+
+def load_function(text: str):
+    """The release's `_get_and_verify_dtype`, compiled from its text with torch and a logger around it."""
+    import logging
+    import typing
+
+    import torch
+
+    table, func = _pieces(text)
+    if func is None:
+        raise ValueError(f"{SRC}: no {FUNCTION}")
+    logger = logging.getLogger("kit.sglang.dtype.probe")
+    logger.disabled = True  # the function logs "Casting ..." for every cross-dtype probe
+    g: dict[str, Any] = {
+        "torch": torch,
+        "logger": logger,
+        "Union": typing.Union,
+        "Optional": typing.Optional,
+        "PretrainedConfig": object,
+    }
+    for src in (table, func):
+        if src:
+            exec(compile(textwrap.dedent(src), SRC, "exec"), g)
+    return g[FUNCTION]
+
+
+def _probe_config(model_type: str, **attrs):
+    # a loaded transformers config: the dtype is a torch.dtype (transformers converts the config.json string)
+    return types.SimpleNamespace(model_type=model_type, **attrs)
+
+
+def derive(version: str, download: bool = True) -> dict[str, Any]:
+    """Run the release's own function on the probe grid: {"grid": {...}, "reads": attribute, "gemma_bf16": ...}."""
+    import torch
+
+    from kit.sglang.source import source_text
+
+    fn = load_function(source_text(version, SRC, download) or "")
+
+    def run(req, cfg) -> str:
+        try:
+            return str(fn(cfg, req)).removeprefix("torch.")
+        except ValueError:
+            return "error"
+
+    grid = {}
+    for req in REQUESTS:
+        for cd in CONFIG_DTYPES:
+            for mt in MODEL_TYPES:
+                d = getattr(torch, cd) if cd else None
+                grid[f"{req}|{cd}|{mt}"] = run(req, _probe_config(mt, dtype=d, torch_dtype=d))
+    # which attribute it reads: a config carrying bfloat16 under one name only
+    reads = [
+        a for a in ("torch_dtype", "dtype") if run("auto", _probe_config("llama", **{a: torch.bfloat16})) == "bfloat16"
+    ]
+    return {"grid": grid, "reads": reads[0] if len(reads) == 1 else reads}
+
+
+def derive_forced(version: str, download: bool = True) -> tuple[str, ...]:
+    """The FORCED_BF16 overrides whose code that release's ServerArgs has (srt/server_args.py, srt/arg_groups/)."""
+    from kit.sglang.source import source_files, source_text
+
+    texts = [source_text(version, "srt/server_args.py", download) or ""]
+    texts += list(source_files(version, "srt/arg_groups", download).values())
+    return tuple(n for n, (_, _, rx) in FORCED_BF16.items() if any(re.search(rx, t) for t in texts))
+
+
+if __name__ == "__main__":
+    for v in sys.argv[1:] or ["0.5.17"]:
+        got, rule = derive(v), dtype_rule(v)
+        diff = {k: (g, p) for (k, g), p in zip(got["grid"].items(), predict(v).values()) if g != p}
+        forced = {"derived": derive_forced(v), "recorded": rule.forced_bf16}
+        print(v, json.dumps({"reads": got["reads"], "recorded": rule.reads, "differs": diff, "forced": forced}))
