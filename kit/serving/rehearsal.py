@@ -51,9 +51,17 @@ OWN = {
     "nccl_port": "a port of its own for the torch.distributed rendezvous (rehearsals side by side never race)",
     "dist_init_addr": "one host: loopback, with a port of its own",
     "cuda_graph_max_bs": "CUDA graphs captured up to the rehearsal's few requests (capture is most of a startup)",
+    "cuda_graph_max_bs_prefill": "prefill CUDA graphs captured up to the rehearsal's prompt lengths",
 }
-GRAPH_BS = 8  # the largest batch a rehearsal captures a CUDA graph for (it sends `requests` one at a time)
-GRAPH_BS_FLAGS = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")  # the release's name: newer first
+OWN["cuda_graph_max_bs_decode"] = OWN["cuda_graph_max_bs"]
+OWN["piecewise_cuda_graph_max_tokens"] = OWN["cuda_graph_max_bs_prefill"]
+# the largest decode batch and prefill token count a rehearsal captures CUDA graphs for (it sends `requests`
+# prompts of at most len(REQUEST_IDS[0]) tokens, one at a time), by the release's flag names, newer first
+GRAPH_CAPS = (
+    (("cuda_graph_max_bs_decode", "cuda_graph_max_bs"), 8),
+    (("cuda_graph_max_bs_prefill", "piecewise_cuda_graph_max_tokens"), 128),
+)
+GRAPH_BS = GRAPH_CAPS[0][1]
 REQUEST_IDS = [[1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889]]
 
 
@@ -313,10 +321,10 @@ def adjust_launch(
         want["nccl_port"] = nccl_port
     if res.values.get(dest("dist_init_addr") or "") and int(res.values.get(dest("nnodes") or "") or 1) == 1:
         want["dist_init_addr"] = f"127.0.0.1:{(nccl_port or port) + 1}"
-    graph_bs = next((n for n in GRAPH_BS_FLAGS if dest(n)), None)
-    user_bs = res.values.get(dest(graph_bs)) if graph_bs else None
-    if graph_bs and not res.values.get(dest("disable_cuda_graph") or "") and int(user_bs or GRAPH_BS + 1) > GRAPH_BS:
-        want[graph_bs] = GRAPH_BS
+    for names, cap in GRAPH_CAPS if not res.values.get(dest("disable_cuda_graph") or "") else ():
+        name = next((n for n in names if dest(n)), None)
+        if name and int(res.values.get(dest(name)) or cap + 1) > cap:
+            want[name] = cap
     if dest("speculative_draft_load_format"):
         want["speculative_draft_load_format"] = "auto"
     else:
@@ -374,7 +382,7 @@ def adjust_launch(
                 else f"fewer GPUs here than TP{user_tp}: TP{tp}, sharded over {tp} GPUs and NCCL, at a smaller TP"
             )
         else:
-            reason = OWN.get(name) or OWN[name.removesuffix("_decode")]
+            reason = OWN[name]
         if str(old) != str(new):
             changes.append(Change(opt, old, new, reason))
         kept += [opt] if new is True else [opt, str(new)]

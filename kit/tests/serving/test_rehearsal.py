@@ -572,7 +572,8 @@ def test_cuda_graphs_are_captured_up_to_the_rehearsals_batch_only():
     from kit.sglang.flags import resolve_flags
 
     _, argv, changes, _ = _adjust(tp=1)
-    assert resolve_flags(argv[3:], "0.5.17").values["cuda_graph_max_bs_decode"] == GRAPH_BS
+    v = resolve_flags(argv[3:], "0.5.17").values
+    assert v["cuda_graph_max_bs_decode"] == GRAPH_BS and v["cuda_graph_max_bs_prefill"] == 128
     assert any(c.flag == "--cuda-graph-max-bs-decode" and "capture" in c.reason for c in changes)
     env, seed = _seed()
     for extra, kept in ((["--cuda-graph-max-bs", "4"], 4), (["--disable-cuda-graph"], None)):
