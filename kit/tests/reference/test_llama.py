@@ -92,7 +92,7 @@ def test_embedded_target_loads_without_transformers_models_and_decodes_the_same(
 
     lean, tok = load_engine_target("embedded")
     d = resolve_target("embedded")
-    hf, hf_tok = AutoModelForCausalLM.from_pretrained(d).eval(), AutoTokenizer.from_pretrained(d)
+    hf, hf_tok = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(d)
     assert type(tok) is type(hf_tok)
     assert (tok.eos_token_id, tok.pad_token_id) == (hf_tok.eos_token_id, hf_tok.pad_token_id)
     prompts = [r["prompt"] for r in builtin_prompts()][:3]
