@@ -696,6 +696,12 @@ def _startup_text(result: dict[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def target_inputs(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recorded draft forwards that carry the target's hidden states: every mode but decode (a draft decode
+    step carries the draft's own H-wide state in every EAGLE-3 run, `get_draft_recurrent_hidden_state_spec`)."""
+    return [o for o in rec.get("draft_input", []) if not o.get("decode")]
+
+
 def observed_findings(result: dict[str, Any]) -> list[Finding]:
     """What the rehearsal saw, in the kit's finding codes."""
     rec = result.get("record") or {}
@@ -746,10 +752,11 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
                     evidence={"unfilled": missing},
                 )
             )
-    inputs = rec.get("draft_input", [])
+    inputs = target_inputs(rec)
     if inputs and result.get("started"):
         w = inputs[0]
-        if w.get("draft_hidden") and w["width"] == w["draft_hidden"] and (w.get("fc_in") or 0) != w["width"]:
+        widths = {o["width"] for o in inputs}
+        if w.get("draft_hidden") in widths and (w.get("fc_in") or 0) not in widths:
             out.append(
                 Finding(
                     code="aux.algorithm",
@@ -782,9 +789,9 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
         "captured": cap.get("layers_to_capture"),
         "marked": cap.get("marked"),
         "capture_ids": cap.get("layer_ids"),
-        "draft_input_width": [o.get("width") for o in rec.get("draft_input", [])][:1],
-        "draft_fc_in": [o.get("fc_in") for o in rec.get("draft_input", [])][:1],
-        "draft_hidden": [o.get("draft_hidden") for o in rec.get("draft_input", [])][:1],
+        "draft_input_width": [o.get("width") for o in target_inputs(rec)][:1],
+        "draft_fc_in": [o.get("fc_in") for o in target_inputs(rec)][:1],
+        "draft_hidden": [o.get("draft_hidden") for o in target_inputs(rec)][:1],
         "load_weights": [
             {
                 "draft_class": o.get("draft_class"),

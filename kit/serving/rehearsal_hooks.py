@@ -14,7 +14,8 @@ appends one JSON line per observation to `$KIT_REHEARSAL_RECORD`:
 * `capture`       each target `set_eagle3_layers_to_capture(layer_ids)`: the ids and the `layers_to_capture` /
                   `_is_layer_to_capture` marks it left;
 * `draft_input`   the width of the hidden states reaching the draft model (3 x H goes through `fc`, H bypasses
-                  it), first few forwards;
+                  it) and the batch's forward mode, first few forwards of each kind (decode steps carry the
+                  draft's own H-wide state; the target's states enter on draft extend);
 * `exception`     a scheduler's exception traceback (SGLang catches it and logs it; we copy it).
 
 Written against the source of the release the kit bundles (`kit.sglang.bundle`): srt/server_args.py,
@@ -60,7 +61,7 @@ SERVER_ARGS_FIELDS = (
 )
 MAX_DRAFT_INPUTS = 4
 _lock = threading.Lock()
-_seen: dict[str, int] = {}
+_seen: dict[tuple[str, bool | None], int] = {}
 
 
 def record(kind: str, **data) -> None:
@@ -285,18 +286,29 @@ def wrap_draft_forward(cls) -> None:
 
 @_safe("draft_input")
 def _draft_input(model, a, k) -> None:
-    key = type(model).__name__
-    if _seen.get(key, 0) >= MAX_DRAFT_INPUTS:
-        return
     fb = k.get("forward_batch") or next((x for x in a if hasattr(x, "spec_info")), None)
     hs = getattr(getattr(fb, "spec_info", None), "hidden_states", None)
     if hs is None or not hasattr(hs, "shape"):
         return
+    # A draft decode step carries the draft's own recurrent state (H wide, by design); the target's states
+    # enter on the other modes (draft extend). Each kind gets its own quota, so the decode CUDA graphs
+    # captured at startup cannot use up the records before a draft extend runs.
+    mode = getattr(fb, "forward_mode", None)
+    is_decode = getattr(mode, "is_decode", None)
+    decode = bool(is_decode()) if callable(is_decode) else None
+    key = (type(model).__name__, decode)
+    if _seen.get(key, 0) >= MAX_DRAFT_INPUTS:
+        return
     _seen[key] = _seen.get(key, 0) + 1
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    capturing = getattr(cuda, "is_current_stream_capturing", None)
     fc = getattr(model, "fc", None)
     record(
         "draft_input",
-        draft_model=key,
+        draft_model=key[0],
+        mode=getattr(mode, "name", None if mode is None else str(mode)),
+        decode=decode,
+        capturing=bool(capturing()) if callable(capturing) and cuda.is_available() else False,
         width=int(hs.shape[-1]),
         draft_hidden=getattr(getattr(model, "config", None), "hidden_size", None),
         fc_in=getattr(fc, "in_features", None)

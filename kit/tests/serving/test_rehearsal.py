@@ -18,7 +18,7 @@ import pytest
 
 from kit.findings import Finding, KitInputError
 from kit.serving import rehearsal_hooks as hooks
-from kit.serving.rehearsal import adjust_launch, compare, observed_findings, read_record
+from kit.serving.rehearsal import adjust_launch, compare, observed_facts, observed_findings, read_record
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -162,6 +162,54 @@ def test_draft_input_width_says_whether_fc_runs(rec):
     m.model(None, None, fb)
     obs = read_record(rec)["draft_input"]
     assert [(o["width"], o["fc_in"], o["draft_hidden"]) for o in obs] == [(12, 12, None), (4, 12, None)]
+
+
+class _Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_decode(self):
+        return self.name == "DECODE"
+
+
+def test_decode_steps_do_not_use_up_the_draft_extend_records(rec):
+    """SGLang captures the draft's decode CUDA graphs (H-wide recurrent state) before any draft extend runs."""
+    import torch
+
+    mod = _draft_module()
+    hooks.patch_module(mod)
+    m = mod.LlamaForCausalLMEagle3()
+    hooks._seen.clear()
+    decode = types.SimpleNamespace(forward_mode=_Mode("DECODE"), spec_info=types.SimpleNamespace(hidden_states=None))
+    for _ in range(hooks.MAX_DRAFT_INPUTS + 3):
+        decode.spec_info.hidden_states = torch.zeros(2, 4)
+        m.model(None, None, decode)
+    extend = types.SimpleNamespace(
+        forward_mode=_Mode("DRAFT_EXTEND"), spec_info=types.SimpleNamespace(hidden_states=torch.zeros(2, 12))
+    )
+    m.model(None, None, extend)
+    obs = read_record(rec)["draft_input"]
+    assert [(o["mode"], o["decode"], o["width"]) for o in obs] == [("DECODE", True, 4)] * hooks.MAX_DRAFT_INPUTS + [
+        ("DRAFT_EXTEND", False, 12)
+    ]
+    assert not any(o["capturing"] for o in obs)  # no CUDA here
+
+
+def test_the_fc_verdict_reads_the_target_states_not_the_drafts_own_decode_state():
+    decode = [{"mode": "DECODE", "decode": True, "width": 256, "draft_hidden": 256, "fc_in": 768}] * 4
+    fed = {
+        "started": True,
+        "record": {"draft_input": decode + [{**decode[0], "mode": "DRAFT_EXTEND", "decode": False, "width": 768}]},
+    }
+    assert observed_findings(fed) == []
+    assert observed_facts(fed)["draft_input_width"] == [768]
+    bypassed = {
+        "started": True,
+        "record": {"draft_input": decode + [{**decode[0], "mode": "DRAFT_EXTEND", "decode": False}]},
+    }
+    assert [f.code for f in observed_findings(bypassed)] == ["aux.algorithm"]
+    only_decode = {"started": True, "record": {"draft_input": decode}}
+    assert observed_findings(only_decode) == [] and observed_facts(only_decode)["draft_input_width"] == []
 
 
 def _target_module(marks_only: bool):
@@ -536,7 +584,7 @@ def _fake_plan(tmp_path, crash: bool, slow: bool = False, timeout: float = 30):
 
 
 def test_run_starts_asks_by_input_ids_stops_and_maps_what_it_recorded(tmp_path):
-    from kit.serving.rehearsal import observed_facts, run_rehearsal
+    from kit.serving.rehearsal import run_rehearsal
 
     result = run_rehearsal(_fake_plan(tmp_path, crash=False))
     assert result["started"] and [r["status"] for r in result["requests"]] == [200, 200]
@@ -662,7 +710,7 @@ def test_the_server_gets_only_the_variables_the_users_launch_gives_it(tmp_path):
 def test_the_own_end_check_finds_the_servers_processes_by_their_record_and_sees_them_gone(tmp_path):
     from dataclasses import replace
 
-    from kit.serving.rehearsal import observed_facts, run_rehearsal
+    from kit.serving.rehearsal import run_rehearsal
 
     plan = _fake_plan(tmp_path, crash=False)
     plan.config = replace(plan.config, end_check="own")
