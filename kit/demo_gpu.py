@@ -83,16 +83,18 @@ def preflight() -> dict[str, Any]:
     }
 
 
-def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: Path):
+def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: Path, version: str | None):
     """The seed's launch on this one GPU: local target and draft, loopback and a free port (`localize`),
     no tensor parallelism, a memory share and a capped KV pool so three servers fit, the demo's chain
-    point, the bundle's flags (added by `localize`) and CUDA graphs for batch 1..max_bs.
+    point, the bundle's flags (added by `localize`) and CUDA graphs for batch 1..max_bs (the release's own
+    spelling of that cap).
     The seed's algorithm, NCCL variables and remaining flags stay."""
     from kit.serving import launch as kl
+    from kit.sglang.flags import DECODE_GRAPH_CAP, current_option
 
     local = kl.localize(spec, "sglang", target, draft, port=port, decode_log_interval=20,
                         servers_per_device=plan.servers)  # fmt: skip
-    extra = list(local.extra_args) + ["--cuda-graph-max-bs", str(plan.cuda_graph_max_bs)]
+    extra = list(local.extra_args) + [current_option(DECODE_GRAPH_CAP, version), str(plan.cuda_graph_max_bs)]
     return local.replace(
         tp_size=None,
         speculative_num_steps=plan.speculative_num_steps,
@@ -117,7 +119,7 @@ def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str
         ports += [p] if p not in ports else []
     port = dict(zip(LAUNCHES, ports))
     log = {n: log_dir / f"server_{n}.log" for n in LAUNCHES}
-    seed = one_gpu(kl.spec_from_command(SEED_LAUNCH), plan, target, draft, port["seed"], log["seed"])
+    seed = one_gpu(kl.spec_from_command(SEED_LAUNCH), plan, target, draft, port["seed"], log["seed"], version)
     seed_report = launch_report(seed, sglang_version=version)
     fixed = kl.apply_fixes(seed, seed_report).replace(port=port["fixed"], log_file=str(log["fixed"]))
     base = seed.replace(

@@ -37,7 +37,8 @@ def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_pa
     # SGLang installed from the kit's 0.5.17 bundle: its launch flags come from the bundle's manifest
     monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
     plan = demo_gpu.GpuPlan()
-    spec = demo_gpu.one_gpu(kl.spec_from_command(demo_gpu.SEED_LAUNCH), plan, "/t", "/d", 31001, tmp_path / "s.log")
+    seed = kl.spec_from_command(demo_gpu.SEED_LAUNCH)
+    spec = demo_gpu.one_gpu(seed, plan, "/t", "/d", 31001, tmp_path / "s.log", "0.5.17")
     assert (spec.tp_size, spec.host, spec.port, spec.model_path) == (None, "127.0.0.1", 31001, "/t")
     assert spec.speculative_algorithm == "EAGLE" and spec.speculative_draft_model_path == "/d"
     assert spec.spec_params().label() == "2-1-3"
@@ -46,6 +47,10 @@ def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_pa
     assert argv[argv.index("--attention-backend") + 1] == "triton"  # the bundle's flags (kit.sglang.bundle)
     assert "--max-total-tokens" in argv and "--num-continuous-decode-steps" in argv
     assert spec.mem_fraction_static == 0.25  # the seed's 0.85 is one server's share of 8 GPUs; here three share one
+    # the release's current spelling of the decode CUDA-graph cap (0.5.17 warns on the old alias)
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "4" and "--cuda-graph-max-bs" not in argv
+    older = demo_gpu.one_gpu(seed, plan, "/t", "/d", 31001, tmp_path / "s.log", "0.5.12").argv()
+    assert older[older.index("--cuda-graph-max-bs") + 1] == "4"
 
 
 def _served_run(tmp_path):

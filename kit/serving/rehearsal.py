@@ -30,6 +30,7 @@ from typing import Any
 
 from kit.findings import Finding, KitInputError
 from kit.hf import HFConfig
+from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 
 RECORD_NAME = "record.jsonl"
 SITE_DIR = "site"
@@ -57,10 +58,7 @@ OWN["cuda_graph_max_bs_decode"] = OWN["cuda_graph_max_bs"]
 OWN["piecewise_cuda_graph_max_tokens"] = OWN["cuda_graph_max_bs_prefill"]
 # the largest decode batch and prefill token count a rehearsal captures CUDA graphs for (it sends `requests`
 # prompts of at most len(REQUEST_IDS[0]) tokens, one at a time), by the release's flag names, newer first
-GRAPH_CAPS = (
-    (("cuda_graph_max_bs_decode", "cuda_graph_max_bs"), 8),
-    (("cuda_graph_max_bs_prefill", "piecewise_cuda_graph_max_tokens"), 128),
-)
+GRAPH_CAPS = ((DECODE_GRAPH_CAP, 8), (PREFILL_GRAPH_CAP, 128))
 GRAPH_BS = GRAPH_CAPS[0][1]
 REQUEST_IDS = [[1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203, 29889]]
 

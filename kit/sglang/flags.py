@@ -84,6 +84,23 @@ def table_for(version: str | None = None) -> FlagTable:
     return FlagTable(rec.requested, rec.checked, rec.exact, tuple(t["actions"]), t["entry"])
 
 
+# ServerArgs fields that cap CUDA-graph capture, the current spelling first: releases that split the decode and
+# prefill caps keep `--cuda-graph-max-bs` only as a deprecated alias (0.5.17 warns on it)
+DECODE_GRAPH_CAP = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
+PREFILL_GRAPH_CAP = ("cuda_graph_max_bs_prefill", "piecewise_cuda_graph_max_tokens")
+
+
+def current_option(fields: tuple[str, ...], version: str | None = None) -> str | None:
+    """The option string of the first of `fields` (ServerArgs names, current spelling first) that the release's
+    parser has; None when it has none of them.
+
+    >>> current_option(DECODE_GRAPH_CAP, "0.5.17"), current_option(DECODE_GRAPH_CAP, "0.5.2")
+    ('--cuda-graph-max-bs-decode', '--cuda-graph-max-bs')
+    """
+    opts = table_for(version).by_option()
+    return next((o for f in fields if (o := "--" + f.replace("_", "-")) in opts), None)
+
+
 # -- entry points -------------------------------------------------------------------------------
 def launch_entry(argv: list[str], version: str | None = None) -> tuple[str, int] | None:
     """(entry point, index where the server flags start) when argv launches an SGLang server."""
