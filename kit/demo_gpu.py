@@ -422,7 +422,13 @@ def finish(run_dir: Path, t_start: float | None = None) -> Path:
         # both launches against what the draft reaches when wired right (the oracle's fixed-launch figure);
         # the oracle replaying the seed's own wiring is kept beside it (accept_length_expected)
         findings.extend(verdict(observed[f"{n}_launch"], oracle.get("fixed_launch"), static, label=f"{n} launch"))
-        plots.throughput_speedup(res.summary, run_dir, name=f"throughput_speedup_{n}", data=res.describe())
+        plots.throughput_speedup(
+            res.summary,
+            run_dir,
+            name=f"throughput_speedup_{n}",
+            data=res.describe(),
+            speedup={label: speedup[f"{n}_launch"]},
+        )
     pairs = [
         {"label": f"{n} launch", "expected_accept_length": oracle.get("fixed_launch"), "observed_accept_length": v}
         for n, v in ((k.removesuffix("_launch"), v) for k, v in observed.items())

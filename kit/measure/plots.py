@@ -204,29 +204,46 @@ def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_p
     return fig
 
 
-def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput_speedup", data: str = ""):
-    """Left: output tok/s of every run per configuration. Right: speedup vs baseline with t-CI."""
+def throughput_speedup(
+    summary: dict[str, Any],
+    out_dir,
+    name: str = "throughput_speedup",
+    data: str = "",
+    speedup: dict[str, dict] | None = None,
+):
+    """Left: output tok/s per configuration (bars: the summary's pooled figure per label, the one a report quotes;
+    dots: repeats). Right: speedup vs baseline with its interval: `speedup` ({label: {median, ci95}}, the paired
+    per-repeat figure `kit demo --gpu` reports) when given, else the summary's unpaired t-interval."""
     import pandas as pd
     import seaborn as sns
 
     fig, (ax1, ax2) = _figure(2)
     runs = pd.DataFrame(summary.get("runs") or [])
     if len(runs):
-        sns.barplot(runs, x="label", y="output_tok_s", ax=ax1, errorbar=None, alpha=0.6)
-        for c in ax1.containers:
-            ax1.bar_label(c, fmt="%.1f", fontsize=8, label_type="center")
-        sns.stripplot(runs, x="label", y="output_tok_s", ax=ax1, color="black", size=5)
+        order = list(dict.fromkeys(runs["label"]))
+        pooled = {k: (summary.get("labels") or {}).get(k, {}).get("output_tok_s") for k in order}
+        heights = [
+            pooled[k] if pooled[k] is not None else runs[runs["label"] == k]["output_tok_s"].mean() for k in order
+        ]
+        bars = ax1.bar(order, heights, alpha=0.6, color=sns.color_palette()[0])
+        ax1.bar_label(bars, fmt="%.1f", fontsize=8, label_type="center")
+        sns.stripplot(runs, x="label", y="output_tok_s", order=order, ax=ax1, color="black", size=5)
         ax1.set_xlabel("configuration")
         ax1.set_ylabel("output tok/s (dots: repeats)")
         _fit_ticks(ax1)
     else:
         _empty(ax1, "no runs")
-    sp = summary.get("speedup") or {}
-    if sp:
-        labels = list(sp)
-        vals = [sp[k]["speedup"] for k in labels]
-        lo = [sp[k]["speedup"] - sp[k]["t_low"] if sp[k]["t_low"] == sp[k]["t_low"] else 0 for k in labels]
-        hi = [sp[k]["t_high"] - sp[k]["speedup"] if sp[k]["t_high"] == sp[k]["t_high"] else 0 for k in labels]
+    if speedup:
+        rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items()}
+        kind = "speedup, paired per repeat (bars: 95% interval)"
+    else:
+        rows = {k: (v["speedup"], v["t_low"], v["t_high"]) for k, v in (summary.get("speedup") or {}).items()}
+        kind = "speedup (bars: 95% t-interval)"
+    if rows:
+        labels = list(rows)
+        vals = [rows[k][0] for k in labels]
+        lo = [v - rows[k][1] if rows[k][1] == rows[k][1] else 0 for k, v in zip(labels, vals)]
+        hi = [rows[k][2] - v if rows[k][2] == rows[k][2] else 0 for k, v in zip(labels, vals)]
         bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
         ax2.bar_label(
             bars,
@@ -237,7 +254,7 @@ def throughput_speedup(summary: dict[str, Any], out_dir, name: str = "throughput
         )
         ax2.axhline(1.0, color="gray", ls="--")
         ax2.set_xlabel("configuration")
-        ax2.set_ylabel("speedup (bars: 95% t-interval)")
+        ax2.set_ylabel(kind)
         _fit_ticks(ax2)
     else:
         _empty(ax2, "no baseline arm")

@@ -89,6 +89,16 @@ def test_throughput_latency_sweep_expected(tmp_path):
         _saved(tmp_path, name)
 
 
+def test_throughput_figure_quotes_the_numbers_a_report_quotes(tmp_path):
+    """Bars: the summary's pooled tok/s per label; right panel: the paired speedup when given."""
+    summary = {**SUMMARY, "labels": {"baseline": {"output_tok_s": 10.2}, "3-1-4": {"output_tok_s": 20.7}}}
+    fig = plots.throughput_speedup(summary, tmp_path)
+    assert {"10.2", "20.7"} <= {t.get_text() for t in fig.axes[0].texts}
+    assert "1.95x" in {t.get_text() for t in fig.axes[1].texts}  # unpaired t-interval without `speedup`
+    fig = plots.throughput_speedup(summary, tmp_path, speedup={"3-1-4": {"median": 2.03, "ci95": [1.9, 2.2]}})
+    assert "2.03x" in {t.get_text() for t in fig.axes[1].texts} and "paired" in fig.axes[1].get_ylabel()
+
+
 def test_empty_inputs_still_save(tmp_path):
     plots.per_position_acceptance([], tmp_path)
     plots.sweep_heatmaps([], tmp_path)
