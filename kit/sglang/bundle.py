@@ -1,6 +1,6 @@
 """Offline SGLang bundle: one tar.xz that carries a trimmed SGLang release to a GPU host without network.
 
-Air-gapped GPU hosts (and the lent H200 here) cannot `pip install sglang`: the wheels are ~1.6 GB, most of it
+Air-gapped GPU hosts cannot `pip install sglang`: the wheels are ~1.6 GB, most of it
 kernels for other GPUs and optional backends. This module downloads the wheels of one SGLang release for one GPU
 arch and Python, keeps and drops members by a declarative table (`RELEASES`: one row per wheel, per release, with
 the reason for every drop), applies the source patches the trimmed stack needs (`SourcePatch`: SGLang and

@@ -22,7 +22,7 @@ from pathlib import Path
 
 # the newest release whose source every table in kit/sglang/ was derived from
 DEFAULT_RELEASE = "0.5.23"
-# the release `kit bundle` has a wheel table for (kit.sglang.bundle.RELEASES), the one run on the lent H200
+# the release `kit bundle` has a wheel table for (kit.sglang.bundle.RELEASES), the one measured on an H200
 BUNDLE_EXAMPLE_RELEASE = "0.5.17"
 # SGLang releases after this one ship for CUDA 13 only (its sgl-kernel wheels); this was the last CUDA 12 lane
 LAST_CUDA12_RELEASE = "0.5.19"

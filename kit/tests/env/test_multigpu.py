@@ -67,7 +67,7 @@ def test_nvlink_and_single_gpu_machines():
 
 
 def test_two_h200_nvlink_recorded():
-    # recorded on the lent 2x H200 (NV18): NVML says read UNKNOWN / write OK while NCCL ran P2P/IPC on every channel
+    # recorded on a 2x H200 (NV18): NVML says read UNKNOWN / write OK while NCCL ran P2P/IPC on every channel
     fx = facts("h200_2x_nvlink")
     f = codes(multi_gpu_findings(fx, 2, []))
     assert f["env.p2p"].severity == "info" and f["env.topology"].severity == "info"
