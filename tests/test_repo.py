@@ -89,6 +89,10 @@ def test_notebook_form(nb):
     """Stored without outputs; one `parameters` cell first; cells orchestrate only (no def/class)."""
     doc = json.loads(nb.read_text())
     assert set(doc["metadata"]) == {"kernelspec"}, "session metadata (language_info, widgets) saved"
+    from ipykernel.kernelspec import get_kernel_dict
+
+    # the kernelspec JupyterLab writes back on save: opening and closing a notebook leaves git status clean
+    assert doc["metadata"]["kernelspec"]["display_name"] == get_kernel_dict()["display_name"]
     cells = doc["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
     assert "parameters" in code[0].get("metadata", {}).get("tags", [])
