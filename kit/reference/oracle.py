@@ -22,6 +22,7 @@ Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc by
 silently, via kit.sglang.loader.simulate_load; `kit.sglang.loader.DROPS_SPECULATORS_KEYS` is one).
 
     python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
+    python -m kit oracle --hidden-states CAPTURE_DIR --draft DIR [--target T]   # on captured target states
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ class OracleConfig:
         },
     )
     compare: bool = field(default=False, metadata={"help": "also run the seed's faults side by side"})
+    hidden_states: str | None = field(
+        default=None,
+        metadata={
+            "help": "capture folder (kit.reference.captured): run the draft on these target states instead of "
+            "a target forward; --target then supplies only the embedding and head"
+        },
+    )
+    save_states: str | None = field(
+        default=None,
+        metadata={"help": "also write the target states this run computes as a capture folder (for --hidden-states)"},
+    )
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
@@ -173,22 +185,54 @@ def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[l
     return out, time.perf_counter() - t0
 
 
-def evaluate_each(target, draft, seqs, params: SpecParams, wirings: dict[str, Wiring]) -> dict[str, OracleResult]:
+def evaluate_each(
+    target, draft, seqs, params: SpecParams, wirings: dict[str, Wiring], capture=None
+) -> dict[str, OracleResult]:
     """The oracle per named wiring over the same (prompt_ids, continuation) pairs: the target's features come
-    from one shared pass (`target_features`), each wiring then runs its draft over them."""
+    from one shared pass (`target_features`), or from `capture` (a `kit.reference.captured.Capture` of these
+    sequences, `target` then only its embedding and head); each wiring then runs its draft over them."""
     from kit.reference.speculate import capture_points_for, prepare_draft
 
     p = params.resolved()
-    measured = [(prompt, cont) for prompt, cont in seqs if len(cont) >= 2]  # a verify step needs two tokens
-    if not measured:
+    keep = [i for i, (_, cont) in enumerate(seqs) if len(cont) >= 2]  # a verify step needs two tokens
+    if not keep:
         raise KitInputError("oracle: no continuation long enough to measure (raise --max-new-tokens)")
+    measured = [seqs[i] for i in keep]
     drafts = {name: prepare_draft(draft, target, w) for name, w in wirings.items()}
     points = {name: capture_points_for(drafts[name], target, w) for name, w in wirings.items()}
-    per_set, t_target = target_features(target, measured, list(points.values()))
+    if capture is None:
+        per_set, t_target = target_features(target, measured, list(points.values()))
+    else:
+        per_set = [[feats[i] for i in keep] for feats in map(capture.features, points.values())]
+        t_target = 0.0
     return {
         name: _walk(drafts[name], measured, feats, p, w, t_target, len(seqs))
         for (name, w), feats in zip(wirings.items(), per_set)
     }
+
+
+def save_capture(target, draft, seqs, out, wiring: Wiring = Wiring()) -> None:
+    """Write the target states the oracle reads for `draft` under `wiring` (its capture points) and the final
+    state, over `seqs`, as a capture folder (`kit.reference.captured`): what a serving stack's capture writes."""
+    from kit.reference.captured import Capture, write_capture
+    from kit.reference.speculate import capture_points_for
+
+    pts = capture_points_for(draft, target, wiring) or []
+    (aux, final), _ = target_features(target, seqs, [pts, None])
+    cfg = target.config.get_text_config()
+    write_capture(
+        out,
+        Capture(
+            source=f"kit engine ({getattr(cfg, '_name_or_path', '') or type(target).__name__}, fp32)",
+            num_hidden_layers=cfg.num_hidden_layers,
+            hidden_size=cfg.hidden_size,
+            points=pts,
+            ids=[list(p) + list(c) for p, c in seqs],
+            prompt_lens=[len(p) for p, _ in seqs],
+            aux=aux,
+            final=final,
+        ),
+    )
 
 
 def _walk(d, seqs, feats_per_seq, p: SpecParams, wiring: Wiring, t_target: float, prompts: int) -> OracleResult:
@@ -297,6 +341,8 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     from kit.reference.draft_io import load_draft
     from kit.reference.llama import load_engine_target
 
+    if cfg.hidden_states is not None:
+        return run_captured(cfg, log)
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
         cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
     params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
@@ -313,7 +359,7 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     else:
         draft_dir = Path(cfg.draft)
     cached = _result_path(cfg, draft_dir, texts)
-    if cached.exists():
+    if cached.exists() and not cfg.save_states:  # a capture is written by a run, never read from the cache
         log(f"cached: {cached}")
         return json.loads(cached.read_text())
     target, tok = load_engine_target(cfg.target)
@@ -322,6 +368,9 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     seqs = continuations(target, tok, texts, cfg.max_new_tokens)
     gen_s = time.perf_counter() - t0
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
+    if cfg.save_states:
+        save_capture(target, draft, seqs, cfg.save_states)
+        log(f"target states written to {cfg.save_states}")
     results = {name: r.to_dict() for name, r in evaluate_each(target, draft, seqs, params, runs).items()}
     for name, r in results.items():
         log(f"{name:42s} accept length {r['accept_length']:.3f}  ({r['wiring']})")
@@ -334,6 +383,48 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     doc = json.loads(json.dumps(doc))  # the shape a cached read returns (string keys, lists)
     write_cache_json(cached, doc)
     return doc
+
+
+def run_captured(cfg: OracleConfig, log=print) -> dict:
+    """The oracle on a capture folder: the draft runs on the captured target states, no target forward; each
+    wiring whose states the capture lacks (a shifted point, a final state not written) is reported skipped."""
+    from pathlib import Path
+
+    from kit.reference.captured import read_capture
+    from kit.reference.draft_io import load_draft
+
+    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
+    params.resolved()
+    cap = read_capture(kconfig.local_path(cfg.hidden_states, "--hidden-states", "a capture folder"))
+    if cfg.draft is None:
+        from kit.reference.train import demo_draft
+
+        draft_dir = demo_draft(log=log)
+    else:
+        draft_dir = Path(kconfig.local_path(cfg.draft, "--draft", "a draft directory"))
+    target = cap.target_stub(cfg.target)
+    draft = load_draft(draft_dir, target_model=target)
+    runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
+    results: dict = {}
+    for name, w in runs.items():
+        try:
+            results[name] = evaluate_each(target, draft, cap.seqs(), params, {name: w}, capture=cap)[name].to_dict()
+        except KitInputError as e:
+            if len(runs) == 1:
+                raise
+            results[name] = {"skipped": str(e), "wiring": w.describe()}
+    for name, r in results.items():
+        log(f"{name:42s} " + (f"accept length {r['accept_length']:.3f}" if "skipped" not in r else r["skipped"]))
+    return json.loads(
+        json.dumps(
+            {
+                "draft": str(draft_dir),
+                "params": params.resolved().label(),
+                "hidden_states": {"path": str(cfg.hidden_states), "source": cap.source, "points": cap.points},
+                "results": results,
+            }
+        )
+    )
 
 
 def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
@@ -364,6 +455,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc))
     else:
         for name, r in doc["results"].items():
+            if "skipped" in r:
+                print(f"{name}: skipped: {r['skipped']}")
+                continue
             print(
                 f"{name}: accept length {r['accept_length']} (meta {r['meta_accept_length']}, all positions "
                 f"{r['position_accept_length']}), depth rates {r['depth_rates']}, histogram {r['histogram']}"
