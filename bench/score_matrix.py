@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True)
-    p.add_argument("--base-draft", required=True, help="the demo draft (bf16, as carried) in SGLang layout")
+    p.add_argument("--base-draft", required=True, help="the demo draft (bf16, as trained) in SGLang layout")
     p.add_argument("--variants", default=None, help="where to rebuild the variants (default: beside --base-draft)")
     p.add_argument("--out", required=True)
     p.add_argument("--rows", nargs="*", default=[])

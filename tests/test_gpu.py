@@ -1,4 +1,4 @@
-"""GPU paths, run on a CUDA machine (the lent H200): `python -m pytest -m gpu tests/test_gpu.py`.
+"""GPU paths, run on a CUDA machine (an H200 for the recorded figures): `python -m pytest -m gpu tests/test_gpu.py`.
 
 CI has no GPU, so every test here is skipped there; they exist so the GPU-only code paths
 (CUDA probing, bf16 decoding on the device, the reference server on CUDA) cannot rot unseen.

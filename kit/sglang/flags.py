@@ -136,6 +136,24 @@ def launch_entry(argv: list[str], version: str | None = None) -> tuple[str, int]
     return None
 
 
+def server_command(python: str, version: str | None = None) -> list[str]:
+    """The entry the release recommends for starting its server, for the interpreter `python`.
+
+    A release whose package declares a console script with a server subcommand (`sglang serve`, 0.5.x's
+    `sglang.cli.main`) gets that script when it lies beside the interpreter (a pip-installed SGLang; its
+    `python -m sglang.launch_server` warns that `sglang serve` is recommended); otherwise, as on a host where
+    SGLang is only importable (the kit's bundle on PYTHONPATH), `python -m sglang.launch_server`."""
+    import shutil
+
+    ent = table_for(version).entry
+    where = python if os.sep in python else shutil.which(python)
+    for script, sub in ent["console_scripts"].items():
+        candidate = os.path.join(os.path.dirname(where), script) if where else None
+        if sub and candidate and os.access(candidate, os.X_OK):
+            return [candidate, sub]
+    return [python, "-m", ent["launch_modules"][0]]
+
+
 def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str], list[str]]:
     """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv.
 

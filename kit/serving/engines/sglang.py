@@ -107,7 +107,7 @@ def bundle_changes(spec, flags: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 class SGLang(Engine):
     name = "sglang"
-    description = "real SGLang (`python -m sglang.launch_server`), on a GPU host"
+    description = "real SGLang (`sglang serve` or `python -m sglang.launch_server`), on a GPU host"
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
     accepts_hub_ids = True
 
@@ -137,7 +137,9 @@ class SGLang(Engine):
         return visible_gpus() > 0 and importlib.util.find_spec("sglang") is not None
 
     def command(self, spec) -> list[str]:
-        return [spec.python, "-m", SGLANG_MODULE]
+        from kit.sglang.flags import server_command
+
+        return server_command(spec.python, self.version)
 
     def flag(self, name: str) -> str | None:
         return "--" + name.replace("_", "-")  # LaunchSpec fields are SGLang's argument names

@@ -112,3 +112,18 @@ def test_each_release_is_judged_by_its_own_table(monkeypatch, tmp_path):
     assert not [f for f in flag_findings(flags, "0.5.17") if f.code == "launch.flag" and f.severity != "info"]
     [plain] = flag_findings(flags, "0.4.1")
     assert plain.code == "launch.parser" and "not checked" in plain.title and plain.evidence["checked"] is False
+
+
+def test_server_command_is_the_release_recommended_entry(tmp_path):
+    """`sglang serve` where the release declares it and the script lies beside the interpreter (pip-installed
+    SGLang); `python -m sglang.launch_server` where SGLang is only importable or the release has no such script."""
+    from kit.sglang.flags import server_command
+
+    python = tmp_path / "python3"
+    python.write_text("")
+    assert server_command(str(python), "0.5.17") == [str(python), "-m", "sglang.launch_server"]
+    script = tmp_path / "sglang"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert server_command(str(python), "0.5.17") == [str(script), "serve"]
+    assert server_command(str(python), "0.4.10") == [str(python), "-m", "sglang.launch_server"]
