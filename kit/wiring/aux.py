@@ -4,7 +4,7 @@ The same integers name different target layers in different stacks (`kit.checkpo
 in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
 final pre-norm state) — HF `output_hidden_states[p]` for p < L.
 
-* `read_ids(stack, cfg)` / `capture_points(stack, ids, L, arch, version)` / `top_level_points(ids, L)`: each stack's id convention,
+* `read_ids(stack, cfg)` / `capture_points(stack, ids, L, arch, version)`: each stack's id convention,
   kit.checkpoint.aux_ids (the converter translates through it too).
 * facts read from the files: draft dims, target facts, training provenance, fc width.
 
@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids, top_level_points
+from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
 from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
 

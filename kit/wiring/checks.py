@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.checkpoint.aux_ids import top_level_points
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
 from kit.hf import HFConfig
@@ -25,7 +26,6 @@ from kit.wiring.aux import (
     is_eagle3_draft,
     launch_algorithm,
     read_ids,
-    top_level_points,
     training_points,
 )
 from kit.wiring.plan import serving_points
