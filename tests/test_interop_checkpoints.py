@@ -195,3 +195,23 @@ def test_top_level_ids_graded_by_what_sglang_captures(work):
 
     assert aux("spec") == ([2, 4, 5], {("aux.layer_ids_ignored", "info")})
     assert aux("sf_conv") == ([1, 3, 4], {("aux.layer_ids_ignored", "warning"), ("aux.layer_shift", "warning")})
+
+
+def test_real_t2d_without_d2t_is_graded_by_its_misnumbered_share(work, tmp_path):
+    """SpecForge's export keeps 200 random ids of 1000: drop its d2t and SGLang would serve draft id i as target
+    id i; its real t2d says which draft ids then mean another token (most of them here: an error, with the share)."""
+    import torch
+
+    from kit.checkpoint.safetensors_io import load_tensor, write_safetensors
+    from kit.checkpoint.vocab import check_vocab, misnumbered_share
+
+    _, w = work
+    ck = read_checkpoint(w / "sf")
+    t2d = load_tensor(ck.tensors["t2d"])
+    tensors = {n: load_tensor(t) for n, t in ck.tensors.items() if n != "d2t"}
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    wrong, first = misnumbered_share(t2d.tolist(), 200)
+    [f] = check_vocab(read_checkpoint(tmp_path), 1000, 200)
+    assert f.severity == "error" and f.evidence["misnumbered_draft_ids"] == wrong and wrong / 200 > 0.05
+    kept = torch.nonzero(t2d).flatten()
+    assert first == int(torch.nonzero(kept != torch.arange(200)).flatten()[0])
