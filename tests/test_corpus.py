@@ -190,6 +190,8 @@ def write_sparse_safetensors(path: Path, spec: dict[str, tuple[str, tuple[int, .
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)) + blob)
         for name, data in literal.items():
+            if name not in header:
+                continue
             f.seek(base + header[name]["data_offsets"][0])
             f.write(data)
         f.truncate(base + offset)
@@ -210,7 +212,10 @@ def build_case(case: dict[str, Any], root: Path) -> dict[str, Any]:
         cfg = case.get("draft_config") or load_configs()[draft["config"]]["config"]
         (ddir / "config.json").write_text(json.dumps(cfg, indent=2))
         if draft.get("weights"):
-            write_sparse_safetensors(ddir / "model.safetensors", weight_spec(cfg, draft["weights"]), cfg)
+            spec = weight_spec(cfg, draft["weights"])
+            for name in draft.get("omit") or ():  # tensors the case's exporter left out (e.g. d2t)
+                del spec[name]
+            write_sparse_safetensors(ddir / "model.safetensors", spec, cfg)
         for name, doc in (draft.get("files") or {}).items():  # files shipped beside the weights
             (ddir / name).write_text(json.dumps(doc, indent=2))
         args["draft"] = str(ddir)

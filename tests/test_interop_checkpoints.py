@@ -159,3 +159,59 @@ def test_convert_and_load_in_the_other_library(work):
         assert x["shape"] == [1, 128, 200] and x["d2t_equal"], (name, x)
         assert x["max_abs_diff"] <= 1e-4 * max(1.0, x["scale"]), (name, x)
         assert x["argmax_equal"], (name, x)
+
+
+CONVERT = r"""
+import sys
+from pathlib import Path
+from speculators.convert.eagle.eagle3_converter import Eagle3Converter
+w = Path(sys.argv[1])
+# as speculators' examples/convert/eagle3/apply_eagle3_llama4_maverick.sh converts NVIDIA's head: the source head's
+# output-convention ids ([1, L//2-1, L-4], SpecForge's and ModelOpt's default) passed through
+Eagle3Converter().convert(w / "sf", w / "sf_conv", str(w / "verifier"), validate=False,
+                          eagle_aux_hidden_state_layer_ids=[1, 3, 4])
+print("converted")
+"""
+
+
+def test_top_level_ids_graded_by_what_sglang_captures(work):
+    """Two configs the real speculators writes, on their 8-layer verifier (SGLang's default points [2, 4, 5]): its
+    own training export (ids [2, 4, 5], point = id: info) and `speculators convert` of the SpecForge head with the
+    head's ids [1, 3, 4] copied, as its Maverick example does (points [2, 4, 5] as copied output-convention ids,
+    [1, 3, 4] as speculators ids: warnings, not errors)."""
+    from kit.hf import HFConfig
+    from kit.wiring.checks import wiring_checks
+
+    py, w = work
+    r = subprocess.run([py, "-c", CONVERT, str(w)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    target = HFConfig.of(json.loads((w / "verifier" / "config.json").read_text()))
+    argv = ["--speculative-algorithm", "EAGLE3"]
+
+    def aux(d):
+        cfg = json.loads((w / d / "config.json").read_text())
+        found = wiring_checks(target, HFConfig.of(cfg), argv, "0.5.23", draft_dir=w / d)
+        return cfg["eagle_aux_hidden_state_layer_ids"], {(f.code, f.severity) for f in found if "layer" in f.code}
+
+    assert aux("spec") == ([2, 4, 5], {("aux.layer_ids_ignored", "info")})
+    assert aux("sf_conv") == ([1, 3, 4], {("aux.layer_ids_ignored", "warning"), ("aux.layer_shift", "warning")})
+
+
+def test_real_t2d_without_d2t_is_graded_by_its_misnumbered_share(work, tmp_path):
+    """SpecForge's export keeps 200 random ids of 1000: drop its d2t and SGLang would serve draft id i as target
+    id i; its real t2d says which draft ids then mean another token (most of them here: an error, with the share)."""
+    import torch
+
+    from kit.checkpoint.safetensors_io import load_tensor, write_safetensors
+    from kit.checkpoint.vocab import check_vocab, misnumbered_share
+
+    _, w = work
+    ck = read_checkpoint(w / "sf")
+    t2d = load_tensor(ck.tensors["t2d"])
+    tensors = {n: load_tensor(t) for n, t in ck.tensors.items() if n != "d2t"}
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    wrong, first = misnumbered_share(t2d.tolist(), 200)
+    [f] = check_vocab(read_checkpoint(tmp_path), 1000, 200)
+    assert f.severity == "error" and f.evidence["misnumbered_draft_ids"] == wrong and wrong / 200 > 0.05
+    kept = torch.nonzero(t2d).flatten()
+    assert first == int(torch.nonzero(kept != torch.arange(200)).flatten()[0])

@@ -7,6 +7,9 @@ points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L 
   `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
 * `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per target class
   and release is `kit.sglang.capture`.
+* `top_level_points(ids, L)`: what top-level ids (speculators' place) mean, read as speculators-trained ids
+  (point = id: speculators trains on vLLM hidden states, captured before layer id) or as ids `speculators convert`
+  copied from an output-convention head (point = id + 1).
 
 Used by `kit convert` (translation between layouts) and kit.wiring (the shift checks).
 
@@ -48,15 +51,33 @@ def read_ids(stack: str, cfg: HFConfig) -> tuple[list[int] | None, str]:
     return None, "not read (official EAGLE has no ids)"
 
 
+# `speculators convert` copies a head's ids into the speculators config unchanged (speculators'
+# examples/convert/eagle3/apply_eagle3_llama4_maverick.sh passes NVIDIA's Llama-4 Maverick ids [1, 23, 44]); the heads
+# it converts (ModelOpt, SpecForge, SGLang) name the *output* of layer x, so copied ids mean point x + 1, the reading
+# of the "specforge-hf" stack (a forward hook on layers[x]).
+COPIED_BY_SPECULATORS_CONVERT = "specforge-hf"
+
+
+def top_level_points(ids: list[int] | None, L: int) -> dict[str, list[int]]:
+    """The capture points a config's top-level `eagle_aux_hidden_state_layer_ids` can mean: {"speculators": ids
+    trained by speculators on vLLM hidden states (point = id), "copied": ids `speculators convert` copied from an
+    output-convention head (point = id + 1)}. The one rule both kit convert and the wiring checks use."""
+    return {
+        "speculators": capture_points("speculators", ids, L),
+        "copied": capture_points(COPIED_BY_SPECULATORS_CONVERT, ids, L)
+        if ids
+        else capture_points("speculators", ids, L),
+    }
+
+
 def capture_points(
     stack: str, ids: list[int] | None, L: int, arch: str | None = None, version: str | None = None
 ) -> list[int]:
     """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
-    dflt = default_ids(L)
     if stack in ("vllm", "speculators"):
-        return list(ids) if ids else dflt  # id = point (vLLM captures before layer idx)
+        return list(ids) if ids else default_ids(L)  # id = point (vLLM captures before layer idx)
     if stack == "eagle":
-        return dflt
+        return default_ids(L)
     if stack == "specforge-hf":  # hooks on layers[x] output
         return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
     if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class

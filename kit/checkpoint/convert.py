@@ -171,7 +171,7 @@ def plan_aux(
     Points come from the source's record when the kit wrote it, else from the source's ids in its
     stack's convention on the target; the destination ids are the ones that capture those points.
     """
-    from kit.checkpoint.aux_ids import capture_points, read_ids
+    from kit.checkpoint.aux_ids import capture_points, read_ids, top_level_points
     from kit.checkpoint.hf_config import target_facts
     from kit.sglang.capture import capture_rule, default_ids, ids_for_points
 
@@ -185,7 +185,7 @@ def plan_aux(
     if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
         points = list(prior["capture_points"])
     elif conv == "speculators" and src_ids:
-        points = list(src_ids)  # speculators/vLLM ids are capture points on every target
+        points = top_level_points(src_ids, L)["speculators"]  # id = point on every target
     needs_target = points is None or to != "speculators"
     record = {
         "layout": layout,

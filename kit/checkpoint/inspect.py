@@ -278,9 +278,18 @@ def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
     return out
 
 
+def _architecture(draft_dir: Path) -> str | None:
+    """architectures[0] of the config.json in the draft directory (what SGLang's loader compares)."""
+    try:
+        archs = json.loads((Path(draft_dir) / "config.json").read_text()).get("architectures") or [None]
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return archs[0]
+
+
 def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]:
     """`draft.quant`: what the release sets the draft up as from an `hf_quant_config.json` beside it."""
-    from kit.sglang.quant import FILE, draft_quantization, misread_releases
+    from kit.sglang.quant import FILE, draft_quantization, misread_releases, no_algo_loader
 
     f = Path(draft_dir) / FILE
     if not f.is_file():
@@ -299,6 +308,31 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     wrong = (q["probe"] == "no_algo" and q["quant_method"]) or (
         q["probe"] == "nvfp4" and q["class"] and "Fp4" not in q["class"] and "FP4" not in q["class"]
     )
+    loader = no_algo_loader(q["requested"], _architecture(draft_dir)) if wrong and q["probe"] == "no_algo" else None
+    if loader and loader["outcome"] == "unquantized":
+        return [
+            Finding(
+                code="draft.quant",
+                severity="info",
+                title=f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}, but its loader "
+                f"sets this head up unquantized: get_quant_config returns no quant config for a "
+                f"{_architecture(draft_dir)} head whose file names no algorithm",
+                evidence={**evidence, "loader": loader["evidence"]},
+            )
+        ]
+    if loader:
+        return [
+            Finding(
+                code="draft.quant",
+                severity="error",
+                title=f"{ver} does not start: it reads the draft's {FILE} (quant_algo {algo!r}) as "
+                f"{q['quant_method']}, and its loader raises ValueError ('Invalid quant_config') for a "
+                f"{_architecture(draft_dir)!s} head whose file names no algorithm",
+                evidence={**evidence, "loader": loader["evidence"]},
+                fix=f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a "
+                "release that parses quant_algo",
+            )
+        ]
     if wrong:
         misread = sort_versions(misread_releases())
         return [
@@ -306,7 +340,12 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
                 code="draft.quant",
                 severity="error",
                 title=f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']} and builds "
-                f"{q['class']}: the draft head is set up quantized and acceptance collapses",
+                + (
+                    f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm "
+                    "as a string and startup fails (TypeError)"
+                    if q["probe"] == "no_algo"
+                    else f"{q['class']}: the draft head is set up quantized and acceptance collapses"
+                ),
                 evidence={**evidence, "releases_that_misread": misread},
                 fix=f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a "
                 "release that parses quant_algo",

@@ -4,7 +4,8 @@
 `hot_token_id = d2t + arange(Vd)` and ignores `t2d`. Every trainer builds them from the sorted
 kept ids, so `arange(Vd) + d2t` must be strictly increasing inside `[0, V)`, and `t2d` (bool
 `[V]`) must mark exactly those ids (`t2d.sum() == Vd`). A draft with `Vd < V` and no `d2t`
-is served with draft ids used *as* target ids — silently wrong.
+is served with draft ids used *as* target ids: graded by the share of draft ids its `t2d` says mean another
+target id (none when the vocabulary is the first Vd target ids).
 
 The tensors are small (Vd int64, V bool), read with the stdlib (`array`), no torch:
 
@@ -65,6 +66,27 @@ def check_maps(d2t: Sequence[int] | None, t2d: Sequence[bool] | None, V: int | N
     return errs
 
 
+# A draft without d2t is served with draft id i as target id i. When its t2d shows the vocabulary is (nearly) the
+# first Vd target ids, only the draft ids from the first gap on mean another token. Each proposal of such an id is
+# rejected, so per-token acceptance falls by about the target's probability mass on them: their share of the draft
+# ids when they are as likely as the rest (an upper estimate: they are the highest kept ids, which BPE
+# vocabularies give to rarer merges). At a typical per-token acceptance of 0.7 and 3 steps, a fall of x in
+# acceptance costs about x in accept length; above 5% that loss is larger than run-to-run noise and than what a
+# retrained head gains back, so it is an error; below, a warning with the share.
+WRONG_SHARE_ERROR = 0.05
+
+
+def misnumbered_share(t2d: Sequence[bool], Vd: int) -> tuple[int, int | None] | None:
+    """(how many draft ids i have kept[i] != i, the first such i) for the sorted kept ids t2d marks; None when t2d
+    does not mark exactly Vd ids (it cannot then say what the draft ids mean)."""
+    kept = [i for i, b in enumerate(t2d) if b]
+    if len(kept) != Vd:
+        return None
+    # kept is strictly increasing, so kept[i] >= i and once kept[i] > i every later id is off too
+    first = next((i for i, k in enumerate(kept) if k != i), None)
+    return (0, None) if first is None else (Vd - first, first)
+
+
 def check_vocab(
     ck: Checkpoint,
     V: int | None,
@@ -80,14 +102,45 @@ def check_vocab(
     out: list[Finding] = []
     if d is None:
         if Vd is not None and V is not None and Vd < V:
+            fix_missing = (
+                "save the d2t offsets with the draft (speculators/SpecForge write them when draft_vocab_size "
+                "differs from vocab_size; python -m kit convert derives them from t2d)"
+            )
+            share = None
+            if t is not None and t.dtype == "BOOL" and list(t.shape) == [V] and t.nbytes <= READ_LIMIT:
+                share = misnumbered_share(_bools(t), Vd)
+            if share is None:
+                out.append(
+                    Finding(
+                        code="draft.d2t",
+                        severity="error",
+                        title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
+                        "ids" + (", and t2d does not mark Vd ids to tell which" if t is not None else ""),
+                        evidence=ev,
+                        fix=fix_missing,
+                    )
+                )
+                return out
+            wrong, first = share
+            sev = "info" if wrong == 0 else "warning" if wrong / Vd <= WRONG_SHARE_ERROR else "error"
             out.append(
                 Finding(
                     code="draft.d2t",
-                    severity="error",
-                    title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target ids",
-                    evidence=ev,
-                    fix="save the d2t offsets with the draft (speculators/SpecForge write them "
-                    "when draft_vocab_size differs from vocab_size)",
+                    severity=sev,
+                    title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
+                    f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
+                    + (
+                        " (the draft vocabulary is the first Vd target ids: served as trained)"
+                        if wrong == 0
+                        else f" (from draft id {first} on): proposals of those ids are rejected"
+                    ),
+                    evidence={
+                        **ev,
+                        "misnumbered_draft_ids": wrong,
+                        "first_misnumbered": first,
+                        "error_above_share": WRONG_SHARE_ERROR,
+                    },
+                    fix="" if wrong == 0 else fix_missing,
                 )
             )
         return out

@@ -763,8 +763,12 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
                     evidence=w,
                 )
             )
+    # ModelConfig.quantization is the parse; the loader may still build the draft unquantized (a ModelOpt file
+    # without quant_algo on a LlamaForCausalLMEagle3 head, kit.sglang.quant.no_algo_loader)
+    built = [o["quant_config"] for o in rec.get("load_weights", []) if "quant_config" in o]
+    unquantized = bool(built) and all(q is None for q in built)
     for mc in rec.get("model_config", []):
-        if mc.get("is_draft_model") and mc.get("quantization"):
+        if mc.get("is_draft_model") and mc.get("quantization") and not unquantized:
             out.append(
                 Finding(
                     code="draft.quant",

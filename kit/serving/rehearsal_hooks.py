@@ -10,7 +10,8 @@ appends one JSON line per observation to `$KIT_REHEARSAL_RECORD`:
 * `model_config`  each ModelConfig built (target and draft): path, is_draft_model, dtype, quantization;
 * `load_weights`  for each EAGLE-3 draft class's `load_weights`: the checkpoint names the loader was given,
                   the ones it never handed to a weight loader (`skipped`; `d2t`/`t2d` are read specially), and
-                  the parameters no weight loader filled (`unfilled`);
+                  the parameters no weight loader filled (`unfilled`), and the class of the quant config the
+                  loader built the draft with (`quant_config`, None: unquantized);
 * `capture`       each target `set_eagle3_layers_to_capture(layer_ids)`: the ids and the `layers_to_capture` /
                   `_is_layer_to_capture` marks it left;
 * `draft_input`   the width of the hidden states reaching the draft model (3 x H goes through `fc`, H bypasses
@@ -266,7 +267,13 @@ def _after_load(model, given, consumed, filled) -> None:
         unfilled=[n for n in params if n not in filled],
         params=params,
         hot_token_id=hasattr(model, "hot_token_id"),
+        # the quant config the loader built the draft with (None: unquantized, whatever ModelConfig.quantization says)
+        **({"quant_config": _class_name(model.quant_config)} if hasattr(model, "quant_config") else {}),
     )
+
+
+def _class_name(obj) -> str | None:
+    return None if obj is None else type(obj).__name__
 
 
 def wrap_draft_forward(cls) -> None:

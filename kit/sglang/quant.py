@@ -207,6 +207,63 @@ def misread_releases() -> list[str]:
     return [v for v, r in table()["versions"].items() if r["no_algo"]["quant_method"]]
 
 
+# -- the loader's path for a head whose file names no algorithm -----------------------------------------------
+# The parse above decides `model_config.quantization`; the loader then builds the quant config from the file
+# (srt/model_loader/weight_utils.py get_quant_config). From 0.4.9 on it has a branch for a ModelOpt file whose
+# quant_algo is null: `return None` (the head loads unquantized; loader.py's _get_quantization_config passes the
+# None on) when `architectures[0]` is one class, ValueError("Invalid quant_config") for any other. The branch is
+# the workaround for nvidia/Llama-4-Maverick-17B-128E-Eagle3 (sglang PR 6985). The fact below is what
+# `scan_no_algo_loader` reads from each release's source; kit/tests/sglang/test_quant.py re-scans every cached
+# release and checks it (no table file: one class and one first release).
+LOADER_SRC = "srt/model_loader/weight_utils.py"
+NO_ALGO_LOADER = {
+    "architecture": "LlamaForCausalLMEagle3",
+    "since": "0.4.9",
+    "evidence": f"{LOADER_SRC} get_quant_config: quant_algo None -> return None when architectures[0] is "
+    "LlamaForCausalLMEagle3, else ValueError (workaround for nvidia/Llama-4-Maverick-17B-128E-Eagle3, sglang PR 6985)",
+}
+
+
+def scan_no_algo_loader(text: str) -> str | None:
+    """The architecture a release's get_quant_config loads unquantized for a file whose quant_algo is null (None:
+    the release has no such branch). Read from the AST: an `if ... quant_algo ... is None:` whose body compares
+    `architectures[0] != "<class>"` and returns None."""
+    tree = ast.parse(text)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "get_quant_config"), None)
+    for node in ast.walk(fn) if fn else ():
+        if not isinstance(node, ast.If):
+            continue
+        test = ast.unparse(node.test)
+        if "quant_algo" not in test or "is None" not in test:
+            continue
+        returns_none = any(
+            isinstance(b, ast.Return) and isinstance(b.value, ast.Constant) and b.value.value is None for b in node.body
+        )
+        for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+            if (
+                returns_none
+                and isinstance(sub, ast.Compare)
+                and isinstance(sub.ops[0], ast.NotEq)
+                and "architectures" in ast.unparse(sub.left)
+                and isinstance(sub.comparators[0], ast.Constant)
+            ):
+                return str(sub.comparators[0].value)
+    return None
+
+
+def no_algo_loader(version: str | None, architecture: str | None) -> dict[str, Any] | None:
+    """What release `version`'s loader does with a draft of `architecture` whose ModelOpt file names no algorithm,
+    once the parse has called it quantized: {"outcome": "unquantized" | "raises", "evidence"}; None where the
+    release has no such branch (the parse's class is built)."""
+    from kit.sglang.versions import Version
+
+    requested = recorded_release(version).requested
+    if Version.parse(requested) < Version.parse(NO_ALGO_LOADER["since"]):
+        return None
+    keep = architecture == NO_ALGO_LOADER["architecture"]
+    return {"outcome": "unquantized" if keep else "raises", "evidence": NO_ALGO_LOADER["evidence"]}
+
+
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--write"]
     if "--write" in sys.argv:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.checkpoint.aux_ids import top_level_points
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Finding
 from kit.hf import HFConfig
-from kit.sglang.capture import capture_rule, default_ids, ids_for_points, recorded_release, sglang_points
+from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
 from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
-    capture_points,
     fc_in_features,
     is_eagle3_draft,
     launch_algorithm,
@@ -78,28 +78,50 @@ def wiring_checks(
     nested, _ = read_ids("sglang", draft_cfg)
     top = draft_cfg.get("eagle_aux_hidden_state_layer_ids")
     srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
+    copied_matches = False  # the top-level ids, read as ids speculators convert copied, mean SGLang's default
     if top and not nested:
-        intended = capture_points("speculators", top, L) if L else None
+        readings = top_level_points(top, L) if L else {}
         default = sglang_points(None, L, rule) if (L and rule) else None
-        # ignored ids that SGLang's default reproduces (as SGLang's own ids, or as the points a speculators config
-        # means) change nothing: SGLang captures exactly what it would capture had it read them
-        same = bool(L and rule) and (list(top) == default_ids(L) or intended == default)
-        why = (
-            f"; harmless here: they equal SGLang's default ({default_ids(L)} -> points {default}), so SGLang serves "
-            "this draft exactly as if it read them"
-            if same
-            else ""
-        )
+        same = default is not None and readings["speculators"] == default
+        copied_matches = default is not None and not same and readings["copied"] == default
+        if same:
+            sev, why = (
+                "info",
+                (
+                    f"; harmless here: as speculators ids (point = id) they mean SGLang's default points {default}, so "
+                    "SGLang serves this draft exactly as if it read them"
+                ),
+            )
+        elif copied_matches:
+            sev, why = (
+                "warning",
+                (
+                    f"; as speculators-trained ids (point = id) they mean points {readings['speculators']}, not the "
+                    f"{default} SGLang captures; as ids `speculators convert` copied from a SGLang/SpecForge/ModelOpt head "
+                    f"(output of layer id) they mean exactly {default}: check which trained the draft"
+                ),
+            )
+        else:
+            sev, why = (
+                "error",
+                (
+                    f"; they mean points {readings['speculators']} as speculators ids and {readings.get('copied')} as "
+                    f"copied output-convention ids, SGLang captures {default}"
+                    if default is not None
+                    else ""
+                ),
+            )
         out.append(
             Finding(
                 code="aux.layer_ids_ignored",
-                severity="info" if same else "error",
+                severity=sev,
                 title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
                 evidence={
                     "top_level_ids": top,
                     "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
                     "sglang_default_points": default,
-                    "points_meant_by_ids": intended,
+                    "points_meant_by_ids": readings.get("speculators"),
+                    "points_if_copied_by_speculators_convert": readings.get("copied"),
                 },
                 fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
                 "(python -m kit convert does this)",
@@ -109,11 +131,18 @@ def wiring_checks(
         trained = training_points(draft_cfg, L, tf.architecture, version, draft_dir, trained_with)
         if trained and list(trained[0]) != list(srv):
             ok_ids = ids_for_points(trained[0], L, rule)
+            # known only from a speculators config's top-level ids that, read as copied ones, mean what SGLang serves
+            unsure = copied_matches and trained[1].startswith("speculators config")
             out.append(
                 Finding(
                     code="aux.layer_shift",
-                    severity="error",
-                    title=f"SGLang captures points {srv}, the draft was trained on {list(trained[0])}",
+                    severity="warning" if unsure else "error",
+                    title=f"SGLang captures points {srv}, the draft was trained on {list(trained[0])}"
+                    + (
+                        " if speculators trained it; if speculators convert copied its ids, on exactly these"
+                        if unsure
+                        else ""
+                    ),
                     evidence={
                         "serving_points": srv,
                         "training_points": list(trained[0]),

@@ -44,3 +44,27 @@ def test_wrong_dtypes(tmp_path):
     ck = write(tmp_path, d2t=torch.zeros(4), t2d=torch.zeros(40, dtype=torch.bool))
     (f,) = check_vocab(ck, 40, 4)
     assert "not an integer type" in f.title
+
+
+def test_missing_d2t_graded_by_the_share_t2d_says_is_misnumbered(tmp_path):
+    """No d2t: SGLang serves draft id i as target id i. t2d marking exactly the first Vd ids is served as trained
+    (info); a gap near the end misnumbers a small share (warning); an early gap most of them (error)."""
+    from kit.checkpoint.vocab import WRONG_SHARE_ERROR, misnumbered_share
+
+    V, Vd = 1000, 200
+
+    def grade(kept, sub):
+        t2d = torch.zeros(V, dtype=torch.bool)
+        t2d[torch.tensor(kept)] = True
+        (sub).mkdir()
+        (f,) = check_vocab(write(sub, t2d=t2d, x=torch.zeros(1)), V, Vd)
+        return f
+
+    first = grade(list(range(Vd)), tmp_path / "a")
+    assert first.severity == "info" and "0.00%" in first.title
+    tail = grade(list(range(Vd - 3)) + [500, 600, 700], tmp_path / "b")  # 3 of 200 = 1.5%
+    assert tail.severity == "warning" and "1.50%" in tail.title and tail.evidence["first_misnumbered"] == Vd - 3
+    early = grade(list(range(50)) + list(range(300, 450)), tmp_path / "c")  # 150 of 200
+    assert early.severity == "error" and "75.00%" in early.title
+    assert misnumbered_share([True] * 3 + [False] * 7, 4) is None  # t2d marks 3 ids, not Vd
+    assert 3 / Vd <= WRONG_SHARE_ERROR < 150 / Vd

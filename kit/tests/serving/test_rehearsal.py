@@ -372,6 +372,11 @@ def test_fc_bypassed_is_the_algorithm_fault_and_a_quantized_draft_is_draft_quant
     }
     codes = {f.code for f in observed_findings(result)}
     assert codes == {"aux.algorithm", "draft.quant"}
+    # the parse said modelopt, but the loader built the draft class without a quant config: not a quantized draft
+    result["record"]["load_weights"] = [{"draft_class": "LlamaForCausalLMEagle3", "quant_config": None}]
+    assert "draft.quant" not in {f.code for f in observed_findings(result)}
+    result["record"]["load_weights"][0]["quant_config"] = "ModelOptFp8Config"
+    assert "draft.quant" in {f.code for f in observed_findings(result)}
 
 
 def test_an_unknown_startup_failure_is_named_rehearse_startup():

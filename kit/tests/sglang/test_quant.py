@@ -54,11 +54,55 @@ def _draft_dir(tmp_path, hf_quant):
     return d
 
 
-def test_doctor_names_a_draft_set_up_quantized_by_an_older_release(tmp_path):
+def test_doctor_follows_the_loader_past_the_parse(tmp_path):
+    """0.4.10 parses a ModelOpt file without algorithm as modelopt, but its loader returns no quant config for a
+    LlamaForCausalLMEagle3 head (the Llama-4 Maverick EAGLE-3 workaround): unquantized, no error. Another head
+    class raises there; 0.4.8 has no such branch and fails at startup."""
     from kit.checkpoint.inspect import inspect
 
     d = _draft_dir(tmp_path, MODELOPT_KV_ONLY)
-    old = [f for f in inspect(d, "0.4.10").report.findings if f.code == "draft.quant"]
-    assert [f.severity for f in old] == ["error"] and "ModelOptFp8Config" in old[0].title
-    new = [f for f in inspect(d, "0.5.17").report.findings if f.code == "draft.quant"]
-    assert [f.severity for f in new] == ["info"] and "unquantized" in new[0].title
+
+    def quant(version):
+        return [f for f in inspect(d, version).report.findings if f.code == "draft.quant"]
+
+    [kept] = quant("0.4.10")
+    assert kept.severity == "info" and "unquantized" in kept.title and "get_quant_config" in kept.evidence["loader"]
+    [crash] = quant("0.4.8")
+    assert crash.severity == "error" and "TypeError" in crash.title
+    [new] = quant("0.5.17")
+    assert new.severity == "info" and "unquantized" in new.title
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(dict(cfg, architectures=["LlamaForCausalLM"])))
+    [other] = quant("0.4.10")
+    assert other.severity == "error" and "ValueError" in other.title
+
+
+def test_loader_fact_matches_every_cached_release():
+    """NO_ALGO_LOADER (class and first release) against each cached release's own get_quant_config."""
+    import os
+
+    from kit.sglang.quant import LOADER_SRC, NO_ALGO_LOADER, scan_no_algo_loader
+    from kit.sglang.source import source_root, source_text
+    from kit.sglang.versions import Version
+
+    root = source_root("0.5.17", download=False).parent if _cached("0.5.17") else None
+    if root is None:
+        pytest.skip("no cached sglang source")
+    versions = [v for v in os.listdir(root) if v[0].isdigit() and (root / v / "sglang").is_dir()]
+    if not {"0.4.8", "0.4.9"} <= set(versions):
+        pytest.skip("the releases on both sides of the branch are not cached")
+    since = Version.parse(NO_ALGO_LOADER["since"])
+    for v in versions:
+        want = NO_ALGO_LOADER["architecture"] if Version.parse(v) >= since else None
+        assert scan_no_algo_loader(source_text(v, LOADER_SRC, download=False) or "") == want, v
+
+
+def _cached(version) -> bool:
+    from kit.findings import KitInputError
+    from kit.sglang.source import source_root
+
+    try:
+        source_root(version, download=False)
+    except KitInputError:
+        return False
+    return True

@@ -164,25 +164,50 @@ def test_seed_launch_algorithm_eagle():
 
 
 def test_top_level_ids_ignored():
-    d = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[1, 29, 57])
+    d = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[3, 29, 50])
     f = wiring_checks(KIMI, d, EAGLE3, "0.5.23")
     assert codes(f) == ["aux.layer_ids_ignored"] and f[0].severity == "error"
+    # [1, 29, 57]: points [1, 29, 57] as speculators ids, [2, 30, 58] (SGLang's default) as copied output-convention ids
+    d1 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[1, 29, 57])
+    f1 = wiring_checks(KIMI, d1, EAGLE3, "0.5.23")
+    assert codes(f1) == ["aux.layer_ids_ignored"] and f1[0].severity == "warning"
+    assert f1[0].evidence["points_if_copied_by_speculators_convert"] == [2, 30, 58]
     d2 = sgl_draft(None, eagle_aux_hidden_state_layer_ids=[2, 30, 58])  # equals SGLang's default
     f2 = wiring_checks(KIMI, d2, EAGLE3, "0.5.23")
     assert codes(f2) == ["aux.layer_ids_ignored"] and f2[0].severity == "info" and "harmless" in f2[0].title
 
 
-def test_ignored_ids_equal_to_sglang_default_ids_are_info_on_a_plus1_target():
-    """A Llama target (SGLang adds 1 to every id): top-level ids [2, 15, 27] are SGLang's own default ids, so the
-    ignored ids and the default capture the same points [3, 16, 28]; read as speculators points they would differ,
-    which used to be an error although SGLang serves this draft exactly like the nested one."""
+def test_ignored_ids_graded_by_the_points_they_mean_on_a_plus1_target():
+    """A 30-layer Llama target: without eagle_config ids SGLang captures its default points [2, 15, 27]. Top-level
+    ids are converted before the comparison: [2, 15, 27] as speculators ids (point = id) are those points (info);
+    [1, 14, 26] are those points as the output-convention ids `speculators convert` copies (a warning, not an
+    error: SGLang serves such a draft as trained); [5, 14, 20] are neither (error)."""
     top = sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[2, 15, 27])
     nested = sgl_draft([2, 15, 27], H=576)
     f = wiring_checks(LLAMA_T, top, EAGLE3, "0.5.23")
     assert [(x.code, x.severity) for x in f] == [("aux.layer_ids_ignored", "info")]
     assert not [x for x in wiring_checks(LLAMA_T, nested, EAGLE3, "0.5.23") if x.severity != "info"]
-    off = wiring_checks(LLAMA_T, sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[1, 14, 26]), EAGLE3, "0.5.23")
+    copied = wiring_checks(
+        LLAMA_T, sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[1, 14, 26]), EAGLE3, "0.5.23"
+    )
+    assert [(x.code, x.severity) for x in copied] == [("aux.layer_ids_ignored", "warning")]
+    off = wiring_checks(LLAMA_T, sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[5, 14, 20]), EAGLE3, "0.5.23")
     assert [(x.code, x.severity) for x in off] == [("aux.layer_ids_ignored", "error")]
+
+
+def test_ignored_ids_equal_to_sglang_default_ids_are_not_its_default_points_when_the_default_gets_plus1():
+    """MiniMaxM3 VL adds 1 to its default too (points [3, 16, 28] on 30 layers): top-level ids [2, 15, 27] equal
+    SGLang's default *ids*, but as speculators ids they mean points [2, 15, 27], so they are no longer taken as
+    harmless (they match only as copied output-convention ids: a warning)."""
+    minimax = {
+        "architectures": ["MiniMaxM3SparseForConditionalGeneration"],
+        "num_hidden_layers": 30,
+        "hidden_size": 576,
+    }
+    d = sgl_draft(None, H=576, eagle_aux_hidden_state_layer_ids=[2, 15, 27])
+    [ign] = [x for x in wiring_checks(minimax, d, EAGLE3, "0.5.23") if x.code == "aux.layer_ids_ignored"]
+    assert ign.severity == "warning" and ign.evidence["sglang_default_points"] == [3, 16, 28]
+    assert ign.evidence["points_meant_by_ids"] == [2, 15, 27]
 
 
 def test_layer_shift_from_trained_with_and_fix():
