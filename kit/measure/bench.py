@@ -20,10 +20,9 @@ checked (one-line error, exit 2, when none answers). Files in the run directory 
 appended and flushed as soon as it exists, so a crash loses only requests in flight):
 
     config.json     the settings of the run (what --resume keeps)
-    records.jsonl   one line per request: label, repeat, rid, ok, t_start (unix s), ttft, e2e,
-                    chunk_t/chunk_tok (arrival time and token count of every streamed chunk),
-                    completion_tokens (server), client_tokens (counted here), spec (normalised
-                    meta_info spec fields: verify_ct, accept_length, accept_rate, histogram, ...)
+    records.jsonl   one line per request, a `kit.measure.records.RequestRecord` (its fields: label,
+                    repeat, rid, ok, t_start, ttft, e2e, chunk_t/chunk_tok, completion_tokens,
+                    client_tokens, spec, ...); `read_records` reads a file back
     runs.jsonl      one line per arm x repeat x session: server snapshots before/after, decode-log
                     accept lengths seen during the run
     summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
@@ -70,6 +69,7 @@ from kit.measure.client import (
     snapshot_metrics,
     stream_session,
 )
+from kit.measure.records import RequestRecord
 from kit.models import chat_renderer
 from kit.serving.engines import ENGINES, get_engine
 
@@ -368,12 +368,13 @@ class RecordLog:
             f.flush()
 
 
-def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
-    return {
-        r["rid"]
-        for r in records
-        if r.get("label") == label and r.get("repeat") == repeat and r.get("ok") and not r.get("warmup")
-    }
+def read_records(path: str | os.PathLike) -> list[RequestRecord]:
+    """The request records of a records.jsonl file, typed (any kit version's lines; a cut last line is skipped)."""
+    return [RequestRecord.from_dict(d) for d in RecordLog(Path(path)).read()]
+
+
+def completed_ids(records: list[RequestRecord], label: str, repeat: int) -> set[str]:
+    return {r.rid for r in records if r.label == label and r.repeat == repeat and r.ok and not r.warmup}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,11 +384,11 @@ def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
 
 async def _run_requests(
     client, base, api, reqs, cfg, model, log: RecordLog, tags: dict, desc: str, render, extra: dict | None
-) -> list[dict]:
+) -> list[RequestRecord]:
     from tqdm import tqdm
 
     sem = asyncio.Semaphore(cfg.concurrency)
-    out: list[dict] = []
+    out: list[RequestRecord] = []
     bar = tqdm(total=len(reqs), desc=desc, disable=not cfg.progress or not reqs, leave=False)
     # resolved once: every request builds its payload and reads its answer through the engine, and an
     # unpinned SGLang engine reads the installed release's metadata on each use (~1 ms on the event loop)
@@ -400,8 +401,10 @@ async def _run_requests(
         # the slot just freed woke the next request; yielding once lets it go out before this one's record
         # is serialized and written (~0.3 ms), instead of after
         await asyncio.sleep(0)
-        rec.update(tags, rid=req["rid"], kind=req.get("kind"))
-        log.append(rec)  # written as soon as it completes
+        for k, v in tags.items():  # label, repeat, session, warmup: RequestRecord fields
+            setattr(rec, k, v)
+        rec.rid, rec.kind = req["rid"], req.get("kind")
+        log.append(rec.to_dict())  # written as soon as it completes
         out.append(rec)
         bar.update(1)
 
@@ -554,7 +557,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
 @dataclass
 class BenchResult:
     out_dir: Path
-    records: list[dict]
+    records: list[RequestRecord]
     runs: list[dict]
     summary: dict[str, Any]
     report: Report
@@ -569,7 +572,7 @@ class BenchResult:
     def block(self) -> str:
         """The printed summary: per arm, sglang.bench_serving's block (ms) and the acceptance sources;
         then the speedup of each arm over the baseline."""
-        apis = {r.get("api") for r in self.records if r.get("api")}
+        apis = {r.api for r in self.records if r.api}
         backend = ", ".join(f"{a} ({API_PATHS.get(a, a)})" for a in sorted(apis)) or "n/a"
         lines: list[str] = []
         for label, agg in self.summary["labels"].items():
@@ -606,7 +609,7 @@ class BenchResult:
 
 
 def analyze(
-    records: list[dict],
+    records: list[RequestRecord],
     runs: list[dict],
     baseline_label: str = "baseline",
     expected_accept_length: float | None = None,
@@ -614,32 +617,32 @@ def analyze(
 ) -> tuple[dict, Report]:
     """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
     report = Report()
-    labels = list(dict.fromkeys(r["label"] for r in records if "label" in r))
+    labels = list(dict.fromkeys(r.label for r in records if r.label is not None))
     rows, per_label, source_detail = [], {}, {}
     for label in labels:
-        lrec = [r for r in records if r.get("label") == label]
-        for rep in sorted({r["repeat"] for r in lrec}):
-            s = km.summarize([r for r in lrec if r["repeat"] == rep])
+        lrec = [r for r in records if r.label == label]
+        for rep in sorted({r.repeat for r in lrec}):
+            s = km.summarize([r for r in lrec if r.repeat == rep])
             rows.append({"label": label, "repeat": rep, **{k: v for k, v in s.items() if k != "accept_histogram"}})
         agg = km.summarize(lrec)
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
         sources: dict[str, dict] = {}
         for info in [x for x in runs if x.get("label") == label]:
-            srec = [r for r in lrec if r.get("session") == info["session"]]
+            srec = [r for r in lrec if r.session == info["session"]]
             src = km.acceptance_sources(srec, info)
             report.extend(km.reconcile_acceptance(src, f"{label}#{info['repeat']}"))
             sources = src  # the last session's sources are shown; each one was reconciled
         agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
         source_detail[label] = sources
         per_label[label] = agg
-        failed = [r for r in lrec if not r.get("ok") and not r.get("warmup")]
+        failed = [r for r in lrec if not r.ok and not r.warmup]
         if failed:
             report.add(
                 Finding(
                     code="bench.request_errors",
                     severity="error",
                     title=f"{label}: {len(failed)} request(s) failed",
-                    evidence={"first_error": failed[0].get("error"), "count": len(failed)},
+                    evidence={"first_error": failed[0].error, "count": len(failed)},
                     fix="read the server log; rerun the same command to retry only the failed requests",
                 )
             )
@@ -647,12 +650,11 @@ def analyze(
         mism = [
             r
             for r in ok
-            if r.get("completion_tokens") is not None
-            and r.get("client_tokens")
-            and r["api"] != "sglang"
-            and r.get("chunk_tok")
-            and len(r["chunk_tok"]) > 1
-            and r["client_tokens"] != r["completion_tokens"]
+            if r.completion_tokens is not None
+            and r.client_tokens
+            and r.api != "sglang"
+            and len(r.chunk_tok) > 1
+            and r.client_tokens != r.completion_tokens
         ]
         if mism:
             report.add(
@@ -661,8 +663,8 @@ def analyze(
                     severity="info",
                     title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
                     evidence={
-                        "example_client": mism[0]["client_tokens"],
-                        "example_server": mism[0]["completion_tokens"],
+                        "example_client": mism[0].client_tokens,
+                        "example_server": mism[0].completion_tokens,
                     },
                     fix="expected when the server packs several tokens per chunk (speculative "
                     "decoding); totals use the server's count, ITL spreads chunk gaps per token",
@@ -686,7 +688,7 @@ def analyze(
                     code="bench.no_acceptance",
                     severity="warning",
                     title=f"{label}: no request reported acceptance (spec_verify_ct)",
-                    evidence={"api": ok[0]["api"], "requests": len(ok)},
+                    evidence={"api": ok[0].api, "requests": len(ok)},
                     fix="use --api sglang (/generate meta_info) or an SGLang with "
                     "return_spec_tokens_details; check the server runs with speculation",
                 )
@@ -735,7 +737,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     note = note or (lambda line: print(f"kit bench: {line}", file=sys.stderr))
     cfg, out, resumed = open_run(cfg)
     reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
-    existing = RecordLog(out / "records.jsonl").read() if resumed else []
+    existing = read_records(out / "records.jsonl") if resumed else []
     done = {(lab, rep): completed_ids(existing, lab, rep) for rep in range(cfg.repeats) for lab, _ in cfg.arms()}
     ids = {r["rid"] for r in reqs}
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
@@ -755,7 +757,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     return res
 
 
-def payoff(records: list[dict], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
+def payoff(records: list[RequestRecord], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
     """Speedup over the baseline arm per named arm (`{name: its label}`), from the same requests under
     both (`kit.measure.metrics.paired_ratios` -> `paired_speedup`: median, bootstrap interval), with the
     per-request ratios kept for the figure; None for an arm without paired requests. `records` may join
@@ -772,7 +774,7 @@ def load_result(
 ) -> BenchResult:
     """Re-score a bench directory from its JSONL files (no server needed)."""
     out = Path(out_dir)
-    records, runs = RecordLog(out / "records.jsonl").read(), RecordLog(out / "runs.jsonl").read()
+    records, runs = read_records(out / "records.jsonl"), RecordLog(out / "runs.jsonl").read()
     if not records:
         raise KitInputError(f"{out / 'records.jsonl'}: no records")
     summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings)

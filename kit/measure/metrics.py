@@ -1,19 +1,20 @@
 """Benchmark metrics: latency/throughput summaries, acceptance from every source, speedup CIs.
 
-Pure functions over the per-request records that `kit.measure.bench` writes (one JSON object per
-request, see `kit.measure.bench` for the fields) — no HTTP, no pandas at import time, so the same code
-scores a live run, a resumed JSONL file or a record set built by hand in a test. What a server-side
+Pure functions over the per-request records (`kit.measure.records.RequestRecord`, one line of
+`records.jsonl` each) — no HTTP, no pandas at import time, so the same code scores a live run, a resumed
+JSONL file or a record set built by hand in a test. What a server-side
 snapshot means (/metrics counter names, the server-info field) is the serving engine's
 (`kit.serving.engines`; a run record names its engine, default SGLang).
 
 Acceptance length (AL) is "tokens emitted per target verify step, bonus token included", the
-SGLang definition. SGLang exposes it several ways and they do NOT measure the same thing:
+SGLang definition (one request's: `RequestRecord.accept_length`). SGLang exposes it several ways and they
+do NOT measure the same thing:
 
   source            scope                     formula
-  meta              this run, per request     sum(completion_tokens) / sum(spec_verify_ct)
-  meta_decode       this run, per request     sum(completion_tokens - 1) / sum(spec_verify_ct)
-                                              (the first token comes from prefill, not a verify)
-  meta_field        this run, per request     mean of the server's own spec_accept_length
+  meta              this run, per request     `Acceptance.length` (pooled over the requests)
+  meta_decode       this run, per request     `Acceptance.length_decode` (the prefill token left out)
+  meta_req_mean     this run, per request     `Acceptance.length_req_mean` (unweighted mean of requests)
+  meta_field        this run, per request     `Acceptance.length_field_mean` (the server's own field)
   metrics_delta     this run, server counters delta generation_tokens_total / delta spec_verify_calls_total
   server_info       server lifetime           internal_states[0].avg_spec_accept_length
   log               decode-log intervals      mean "accept len" of the decode log lines (decode only)
@@ -39,9 +40,11 @@ import random
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kit.findings import Finding
+from kit.measure.records import RequestRecord
 from kit.serving.engines import Engine, get_engine
 
 # ---------------------------------------------------------------------------------------------
@@ -87,19 +90,18 @@ def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def output_tokens(rec: dict) -> int:
+def output_tokens(rec: RequestRecord) -> int:
     """Server-reported completion tokens when present, else what the client counted."""
-    n = rec.get("completion_tokens")
-    return int(n) if n is not None else int(rec.get("client_tokens") or 0)
+    return rec.output_tokens
 
 
-def itls(rec: dict) -> list[float]:
+def itls(rec: RequestRecord) -> list[float]:
     """Inter-token latencies of one streamed request.
 
     A chunk carrying k tokens (speculative decoding emits several per verify step) contributes
     k gaps of (chunk gap / k) — the convention of sglang.bench_serving — so ITL stays a
     per-token figure and is comparable between baseline and speculative runs."""
-    ts, ks = rec.get("chunk_t") or [], rec.get("chunk_tok") or []
+    ts, ks = rec.chunk_t, rec.chunk_tok
     out: list[float] = []
     for i in range(1, len(ts)):
         k = ks[i] if i < len(ks) else 1
@@ -109,9 +111,9 @@ def itls(rec: dict) -> list[float]:
     return out
 
 
-def measured(records: Iterable[dict], label: str | None = None) -> list[dict]:
+def measured(records: Iterable[RequestRecord], label: str | None = None) -> list[RequestRecord]:
     """Records that count: successful, not warmup, optionally of one run label."""
-    return [r for r in records if r.get("ok") and not r.get("warmup") and (label is None or r.get("label") == label)]
+    return [r for r in records if r.ok and not r.warmup and (label is None or r.label == label)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,22 +121,19 @@ def measured(records: Iterable[dict], label: str | None = None) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 
 
-def summarize(records: Iterable[dict]) -> dict[str, Any]:
-    """Throughput, latency and acceptance of one set of records (typically one label+repeat)."""
+def summarize(records: Iterable[RequestRecord]) -> dict[str, Any]:
+    """Throughput, latency and acceptance of one set of records (typically one label+repeat): the per-arm
+    and per-run entries of summary.json, under their JSON keys."""
     allrec = list(records)
     recs = measured(allrec)
-    failed = [r for r in allrec if not r.get("ok") and not r.get("warmup")]
-    toks = [output_tokens(r) for r in recs]
-    dur = busy_time((r["t_start"], r["t_start"] + r["e2e"]) for r in recs)
-    ttft = [r["ttft"] for r in recs if r.get("ttft") is not None]
-    e2e = [r["e2e"] for r in recs]
+    failed = [r for r in allrec if not r.ok and not r.warmup]
+    toks = [r.output_tokens for r in recs]
+    dur = busy_time((r.t_start, r.t_start + r.e2e) for r in recs)
+    ttft = [r.ttft for r in recs if r.ttft is not None]
+    e2e = [r.e2e for r in recs]
     itl = [x for r in recs for x in itls(r)]
-    tpot = [
-        (r["e2e"] - r["ttft"]) / (output_tokens(r) - 1)
-        for r in recs
-        if r.get("ttft") is not None and output_tokens(r) > 1
-    ]
-    ptoks = sum(int(r.get("prompt_tokens") or 0) for r in recs)
+    tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in recs if r.ttft is not None and r.output_tokens > 1]
+    ptoks = sum(int(r.prompt_tokens or 0) for r in recs)
     out: dict[str, Any] = {
         "requests": len(recs),
         "failed": len(failed),
@@ -154,33 +153,64 @@ def summarize(records: Iterable[dict]) -> dict[str, Any]:
             out[f"{name}_p{q}_s"] = percentile(xs, q)
     out["itl_max_s"] = max(itl) if itl else math.nan
     acc = acceptance_from_records(recs)
-    out.update({f"accept_{k}": v for k, v in acc.items() if k != "histogram"})
-    out["accept_histogram"] = acc.get("histogram")
+    out.update({f"accept_{k}": v for k, v in acc.present().items() if k != "histogram"})
+    out["accept_histogram"] = acc.histogram
     return out
 
 
-def acceptance_from_records(recs: Sequence[dict]) -> dict[str, Any]:
-    """Per-request acceptance, aggregated the SGLang way (token-weighted)."""
-    with_spec = [r for r in recs if (r.get("spec") or {}).get("verify_ct")]
-    out: dict[str, Any] = {"requests_with_spec": len(with_spec)}
+@dataclass(slots=True)
+class Acceptance:
+    """Acceptance of a set of requests from their own speculative fields (`RequestRecord.spec`); only requests
+    that report verify steps count. Each field's `scope` (metadata) is what `acceptance_sources` says of it."""
+
+    requests_with_spec: int = 0  # requests that report verify steps (spec["verify_ct"] > 0)
+    # pooled, SGLang's (token-weighted): sum(output tokens) / sum(verify steps); the first token comes from
+    # prefill, not a verify step, and is counted
+    length: float | None = field(
+        default=None, metadata={"scope": "run, completion_tokens/spec_verify_ct (prefill token included)"}
+    )
+    # pooled, decode only: sum(output tokens - 1) / sum(verify steps)
+    length_decode: float | None = field(
+        default=None, metadata={"scope": "run, (completion_tokens-1)/spec_verify_ct (decode only)"}
+    )
+    # unweighted mean over requests of each one's RequestRecord.accept_length
+    length_req_mean: float | None = field(default=None, metadata={"scope": "run, mean per request"})
+    # unweighted mean over requests of the server's own per-request accept length (spec["accept_length"])
+    length_field_mean: float | None = field(default=None, metadata={"scope": "run, mean of server spec_accept_length"})
+    # share of drafted tokens accepted, pooled: sum(num_correct) / sum(num_proposed), when every request says
+    rate: float | None = None
+    # verify steps by accepted drafts (bucket k: k drafts accepted), summed over requests (`merge_histograms`)
+    histogram: list[int] | None = None
+
+    def present(self) -> dict[str, Any]:
+        """The fields that have a value, in order (what a summary carries as `accept_<name>`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @staticmethod
+    def scope(name: str) -> str:
+        """What the field `name` counts, in a few words (its `scope` metadata)."""
+        return next(f.metadata["scope"] for f in fields(Acceptance) if f.name == name)
+
+
+def acceptance_from_records(recs: Sequence[RequestRecord]) -> Acceptance:
+    """Per-request acceptance, aggregated the SGLang way (token-weighted); the definitions are `Acceptance`'s."""
+    with_spec = [r for r in recs if r.verify_ct]
+    out = Acceptance(requests_with_spec=len(with_spec))
     if not with_spec:
         return out
-    toks = sum(output_tokens(r) for r in with_spec)
-    ver = sum(r["spec"]["verify_ct"] for r in with_spec)
-    out["length"] = toks / ver
-    out["length_decode"] = (toks - len(with_spec)) / ver
-    per_req = [output_tokens(r) / r["spec"]["verify_ct"] for r in with_spec]
-    out["length_req_mean"] = _mean(per_req)
-    fields = [r["spec"]["accept_length"] for r in with_spec if r["spec"].get("accept_length") is not None]
-    if fields:
-        out["length_field_mean"] = _mean(fields)
-    corr = [r["spec"].get("num_correct") for r in with_spec]
-    prop = [r["spec"].get("num_proposed") for r in with_spec]
+    toks = sum(r.output_tokens for r in with_spec)
+    ver = sum(r.verify_ct for r in with_spec)
+    out.length = toks / ver
+    out.length_decode = (toks - len(with_spec)) / ver
+    out.length_req_mean = _mean([r.accept_length for r in with_spec])
+    fields_ = [r.spec["accept_length"] for r in with_spec if r.spec.get("accept_length") is not None]
+    if fields_:
+        out.length_field_mean = _mean(fields_)
+    corr = [r.spec.get("num_correct") for r in with_spec]
+    prop = [r.spec.get("num_proposed") for r in with_spec]
     if all(c is not None for c in corr) and all(p for p in prop):
-        out["rate"] = sum(corr) / sum(prop)
-    hist = merge_histograms(r["spec"].get("histogram") for r in with_spec)
-    if hist:
-        out["histogram"] = hist
+        out.rate = sum(corr) / sum(prop)
+    out.histogram = merge_histograms(r.spec.get("histogram") for r in with_spec) or None
     return out
 
 
@@ -208,11 +238,11 @@ def per_position_acceptance(hist: Sequence[int]) -> list[float]:
     return [sum(hist[i:]) / total for i in range(1, len(hist))]
 
 
-def stream_accept_length(recs: Sequence[dict]) -> float | None:
+def stream_accept_length(recs: Sequence[RequestRecord]) -> float | None:
     """Client-side AL: mean tokens per streamed chunk after the first (the first holds the
     prefill token). Meaningful only for /generate streams where chunks carry exact token
     counts; over-estimates if the server coalesces chunks for a slow reader."""
-    ks = [k for r in recs if r.get("api") == "sglang" for k in (r.get("chunk_tok") or [])[1:] if k > 0]
+    ks = [k for r in recs if r.api == "sglang" for k in r.chunk_tok[1:] if k > 0]
     return sum(ks) / len(ks) if ks else None
 
 
@@ -277,7 +307,7 @@ def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     return out
 
 
-def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) -> dict[str, dict]:
+def acceptance_sources(records: Sequence[RequestRecord], run_info: dict | None = None) -> dict[str, dict]:
     """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
@@ -293,10 +323,10 @@ def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) ->
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
             src[name] = {"value": float(value), "scope": scope, "compare_to": compare_to}
 
-    put("meta", acc.get("length"), "run, completion_tokens/spec_verify_ct (prefill token included)", None)
-    put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct (decode only)", None)
-    put("meta_req_mean", acc.get("length_req_mean"), "run, mean per request", None)
-    put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
+    put("meta", acc.length, Acceptance.scope("length"), None)
+    put("meta_decode", acc.length_decode, Acceptance.scope("length_decode"), None)
+    put("meta_req_mean", acc.length_req_mean, Acceptance.scope("length_req_mean"), None)
+    put("meta_field", acc.length_field_mean, Acceptance.scope("length_field_mean"), "meta_req_mean")
     put(
         "metrics_delta",
         metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after"), eng),
@@ -629,19 +659,19 @@ def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
             "n": speedup["n"]}  # fmt: skip
 
 
-def request_rate(rec: dict) -> float:
+def request_rate(rec: RequestRecord) -> float:
     """One request's output tok/s: its tokens over its end-to-end latency (prefill included)."""
-    return output_tokens(rec) / rec["e2e"] if rec.get("e2e") else math.nan
+    return rec.output_tokens / rec.e2e if rec.e2e else math.nan
 
 
-def paired_ratios(records: Iterable[dict], baseline_label: str, label: str) -> list[float]:
+def paired_ratios(records: Iterable[RequestRecord], baseline_label: str, label: str) -> list[float]:
     """Per-request speedups: `label`'s tok/s over `baseline_label`'s for the same request id and repeat
     (measured records only; a request without its baseline twin is left out)."""
     recs = list(records)
-    base = {(r["rid"], r.get("repeat")): request_rate(r) for r in measured(recs, baseline_label)}
+    base = {(r.rid, r.repeat): request_rate(r) for r in measured(recs, baseline_label)}
     out = []
     for r in measured(recs, label):
-        b = base.get((r["rid"], r.get("repeat")))
+        b = base.get((r.rid, r.repeat))
         if b and b == b and b > 0:
             out.append(request_rate(r) / b)
     return out

@@ -8,35 +8,36 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.measure import metrics as km
+from kit.measure.records import RequestRecord
 from kit.serving.engines import get_engine
 from kit.serving.engines.sglang import SGLang
 from kit.sglang.http_api import http_api
 
 
 def rec(t0, e2e, chunks, toks, spec=None, **kw):
-    return {
-        "ok": True,
-        "label": "spec",
-        "repeat": 0,
-        "api": "sglang",
-        "t_start": t0,
-        "e2e": e2e,
-        "ttft": chunks[0],
-        "chunk_t": chunks,
-        "chunk_tok": toks,
-        "completion_tokens": sum(toks),
-        "client_tokens": sum(toks),
-        "spec": spec or {},
+    return RequestRecord(
+        ok=True,
+        label="spec",
+        repeat=0,
+        api="sglang",
+        t_start=t0,
+        e2e=e2e,
+        ttft=chunks[0],
+        chunk_t=chunks,
+        chunk_tok=toks,
+        completion_tokens=sum(toks),
+        client_tokens=sum(toks),
+        spec=spec or {},
         **kw,
-    }
+    )
 
 
 def test_summary_throughput_latency_and_acceptance():
     spec = {"verify_ct": 3, "accept_length": 7 / 3, "num_correct": 3, "num_proposed": 9, "histogram": [1, 1, 1, 0]}
     r1 = rec(100.0, 1.0, [0.2, 0.4, 0.6, 1.0], [1, 2, 1, 3], spec)
     r2 = rec(100.5, 1.0, [0.1, 0.5, 0.7, 0.9], [1, 3, 2, 1], spec)
-    warm = {**rec(90.0, 5.0, [1.0], [50]), "warmup": True}
-    bad = {"ok": False, "label": "spec", "repeat": 0, "error": "x"}
+    warm = rec(90.0, 5.0, [1.0], [50], warmup=True)
+    bad = RequestRecord(ok=False, label="spec", repeat=0, error="x")
     s = km.summarize([r1, r2, warm, bad])
     assert s["requests"] == 2 and s["failed"] == 1 and s["output_tokens"] == 14
     assert s["duration_s"] == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
@@ -172,7 +173,7 @@ def test_serving_block_has_bench_serving_names_in_ms():
 
 
 def test_serving_block_of_no_successful_request_says_n_a():
-    s = km.summarize([{"ok": False, "label": "spec", "repeat": 0, "error": "x"}])
+    s = km.summarize([RequestRecord(ok=False, label="spec", repeat=0, error="x")])
     text = "\n".join(km.serving_block(s, "spec", "sglang", None))
     assert "nan" not in text and "Mean TTFT (ms):                          n/a" in text
     assert "Failed requests:                         1" in text
@@ -209,7 +210,7 @@ def test_busy_time_bounds(pairs):
 
 def test_paired_ratios_pair_by_request_and_repeat_and_the_median_has_an_interval():
     def rec(label, rid, repeat, e2e, tokens=24):
-        return {"label": label, "rid": rid, "repeat": repeat, "ok": True, "e2e": e2e, "completion_tokens": tokens}
+        return RequestRecord(label=label, rid=rid, repeat=repeat, ok=True, e2e=e2e, completion_tokens=tokens)
 
     base = [rec("baseline", f"p{i}#0", 0, 2.0 + 0.1 * i) for i in range(8)]
     spec = [rec("spec", f"p{i}#0", 0, (2.0 + 0.1 * i) / (1.5 + 0.02 * i)) for i in range(8)]
