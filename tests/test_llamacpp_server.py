@@ -91,7 +91,7 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
     assert len(recs) == 3 and all(r.ok for r in recs), [r.error for r in recs]
     assert not res.report.errors
     # no SGLang endpoints: nothing flushed, no acceptance, and the client said so
-    assert all(not ri["flushed"] and not ri["sglang"] for ri in res.runs)
+    assert all(not ri.flushed and not ri.sglang for ri in res.runs)
     assert "bench.no_acceptance" in res.report.codes()
 
     # token counts: streamed chunks == the server's usage for the same greedy request

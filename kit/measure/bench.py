@@ -23,8 +23,8 @@ appended and flushed as soon as it exists, so a crash loses only requests in fli
     records.jsonl   one line per request, a `kit.measure.records.RequestRecord` (its fields: label,
                     repeat, rid, ok, t_start, ttft, e2e, chunk_t/chunk_tok, completion_tokens,
                     client_tokens, spec, ...); `read_records` reads a file back
-    runs.jsonl      one line per arm x repeat x session: server snapshots before/after, decode-log
-                    accept lengths seen during the run
+    runs.jsonl      one line per arm x repeat x session, a `kit.measure.records.RunRecord`: server
+                    snapshots before/after, decode-log accept lengths seen during the run
     summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
                     findings (written atomically at the end)
 
@@ -69,9 +69,9 @@ from kit.measure.client import (
     snapshot_metrics,
     stream_session,
 )
-from kit.measure.records import RequestRecord
+from kit.measure.records import RequestRecord, RunRecord
 from kit.models import chat_renderer
-from kit.serving.engines import ENGINES, get_engine
+from kit.serving.engines import ENGINES, Engine, get_engine
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = tuple(API_PATHS)
@@ -415,16 +415,29 @@ async def _run_requests(
     return out
 
 
+@dataclass
+class _Arm:
+    """One arm between `open_arm` and `close_arm`: its run record so far, and what its requests need."""
+
+    run: RunRecord
+    engine: Engine
+    extra: dict | None  # body fields every request adds (`Engine.request_extra`)
+    log_off: int | None  # the server log's size when the measured requests began; None: no log is read
+
+    @property
+    def tags(self) -> dict[str, Any]:
+        """The RequestRecord fields every request of this arm carries."""
+        return {"label": self.run.label, "repeat": self.run.repeat, "session": self.run.session}
+
+
 async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
-                   render=None, transport=None) -> dict:  # fmt: skip
+                   render=None, transport=None) -> _Arm:  # fmt: skip
     """Before an arm's measured requests: probe, flush, warm up, flush, snapshot. Returns the arm's state."""
-    session = uuid.uuid4().hex[:8]
     engine = get_engine(cfg.engine)
     probe = await probe_server(client, base, engine)
-    model = cfg.model or probe["model"]
-    api = cfg.api
-    extra = engine.request_extra(api) if probe["sglang"] else None
-    tags = {"label": label, "repeat": repeat, "session": session}
+    run = RunRecord(label=label, repeat=repeat, session=uuid.uuid4().hex[:8], url=base, api=cfg.api,
+                    model=cfg.model or probe["model"], sglang=probe["sglang"], engine=engine.name)  # fmt: skip
+    arm = _Arm(run, engine, engine.request_extra(run.api) if run.sglang else None, None)
     if cfg.flush_cache:
         await flush_cache(client, base, engine)
     if cfg.warmup:
@@ -432,50 +445,37 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
         await _run_requests(
             transport or client,
             base,
-            api,
+            run.api,
             warm,
             replace(cfg, max_new_tokens=cfg.warmup_max_new_tokens or cfg.max_new_tokens),
-            model,
+            run.model,
             log,
-            {**tags, "warmup": True},
+            {**arm.tags, "warmup": True},
             f"{label}#{repeat} warmup",
             render,
-            extra,
+            arm.extra,
         )
-    flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
+    run.flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     # the server log is the --url arm's: another arm's window would read that server's decode lines as its own
-    mine = cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path)
-    log_off = os.path.getsize(cfg.log_path) if mine else None
-    m0 = await snapshot_metrics(client, base, engine)
-    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags, "engine": engine,
-            "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
+    if cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path):
+        arm.log_off = os.path.getsize(cfg.log_path)
+    run.metrics_before = await snapshot_metrics(client, base, engine)
+    run.t_start = time.time()
+    return arm
 
 
-async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> dict:
+async def close_arm(client, arm: _Arm, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> RunRecord:
     """After an arm's measured requests: snapshot, read the log lines written meanwhile, record the run."""
-    engine, base = arm["engine"], arm["base"]
-    info = {
-        **arm["tags"],
-        "url": base,
-        "api": arm["api"],
-        "model": arm["model"],
-        "t_start": arm["t0"],
-        "t_end": time.time(),
-        "requests": arm["sent"],
-        "resumed": resumed,
-        "flushed": arm["flushed"],
-        "sglang": arm["probe"]["sglang"],
-        "engine": engine.name,
-        "metrics_before": arm["m0"],
-        "metrics_after": await snapshot_metrics(client, base, engine),
-        "server_info_after": (await server_info(client, base, engine)) if arm["probe"]["sglang"] else None,
-    }
-    if arm["log_off"] is not None:
+    run, engine = arm.run, arm.engine
+    run.t_end, run.resumed = time.time(), resumed
+    run.metrics_after = await snapshot_metrics(client, run.url, engine)
+    run.server_info_after = (await server_info(client, run.url, engine)) if run.sglang else None
+    if arm.log_off is not None:
         with open(cfg.log_path, "rb") as f:
-            f.seek(arm["log_off"])
-            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
-    runs.append(info)
-    return info
+            f.seek(arm.log_off)
+            run.log_accept_lengths = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
+    runs.append(run.to_dict())
+    return run
 
 
 async def run_arm(
@@ -490,16 +490,16 @@ async def run_arm(
     done: set[str],
     render=None,
     transport=None,
-) -> dict | None:
+) -> RunRecord | None:
     """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
     `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
     todo = [r for r in cfg.requests_for(label, reqs) if r["rid"] not in done]
     if not todo:
         return None
     arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
-    await _run_requests(transport or client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"],
-                        f"{label}#{repeat}", render, arm["extra"])  # fmt: skip
-    arm["sent"] = len(todo)
+    await _run_requests(transport or client, base, arm.run.api, todo, cfg, arm.run.model, log, arm.tags,
+                        f"{label}#{repeat}", render, arm.extra)  # fmt: skip
+    arm.run.requests = len(todo)
     return await close_arm(client, arm, cfg, runs, bool(done))
 
 
@@ -517,9 +517,9 @@ async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs
             batch = [r for r in todo[lab] if r["rid"] in group]
             if batch:
                 a = state[lab]
-                await _run_requests(transport or client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
-                                    f"{lab}#{repeat}", render, a["extra"])  # fmt: skip
-                a["sent"] += len(batch)
+                await _run_requests(transport or client, base, a.run.api, batch, cfg, a.run.model, log, a.tags,
+                                    f"{lab}#{repeat}", render, a.extra)  # fmt: skip
+                a.run.requests += len(batch)
     for lab, _ in open_:
         await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
@@ -558,7 +558,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
 class BenchResult:
     out_dir: Path
     records: list[RequestRecord]
-    runs: list[dict]
+    runs: list[RunRecord]
     summary: dict[str, Any]
     report: Report
     config: dict[str, Any] = field(default_factory=dict)  # the run's stored settings (config.json)
@@ -591,7 +591,7 @@ class BenchResult:
     def describe(self) -> str:
         """Which data, in one line (figure titles): model, prompts, settings."""
         c = self.config
-        models = sorted({str(r["model"]) for r in self.runs if r.get("model")})
+        models = sorted({str(r.model) for r in self.runs if r.model})
         n = c.get("num_prompts")
         return ", ".join(
             x
@@ -610,7 +610,7 @@ class BenchResult:
 
 def analyze(
     records: list[RequestRecord],
-    runs: list[dict],
+    runs: list[RunRecord],
     baseline_label: str = "baseline",
     expected_accept_length: float | None = None,
     static_findings=(),
@@ -627,10 +627,10 @@ def analyze(
         agg = km.summarize(lrec)
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
         sources: dict[str, dict] = {}
-        for info in [x for x in runs if x.get("label") == label]:
-            srec = [r for r in lrec if r.session == info["session"]]
+        for info in [x for x in runs if x.label == label]:
+            srec = [r for r in lrec if r.session == info.session]
             src = km.acceptance_sources(srec, info)
-            report.extend(km.reconcile_acceptance(src, f"{label}#{info['repeat']}"))
+            report.extend(km.reconcile_acceptance(src, f"{label}#{info.repeat}"))
             sources = src  # the last session's sources are shown; each one was reconciled
         agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
         source_detail[label] = sources
@@ -774,7 +774,8 @@ def load_result(
 ) -> BenchResult:
     """Re-score a bench directory from its JSONL files (no server needed)."""
     out = Path(out_dir)
-    records, runs = read_records(out / "records.jsonl"), RecordLog(out / "runs.jsonl").read()
+    records = read_records(out / "records.jsonl")
+    runs = [RunRecord.from_dict(d) for d in RecordLog(out / "runs.jsonl").read()]
     if not records:
         raise KitInputError(f"{out / 'records.jsonl'}: no records")
     summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings)

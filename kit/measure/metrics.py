@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kit.findings import Finding
-from kit.measure.records import RequestRecord
+from kit.measure.records import RequestRecord, RunRecord
 from kit.serving.engines import Engine, get_engine
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     return out
 
 
-def acceptance_sources(records: Sequence[RequestRecord], run_info: dict | None = None) -> dict[str, dict]:
+def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | None = None) -> dict[str, dict]:
     """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
@@ -315,8 +315,8 @@ def acceptance_sources(records: Sequence[RequestRecord], run_info: dict | None =
     `engine` that reads the snapshots (default SGLang)."""
     recs = measured(records)
     acc = acceptance_from_records(recs)
-    run_info = run_info or {}
-    eng = get_engine(run_info.get("engine"))
+    run_info = run_info or RunRecord()
+    eng = get_engine(run_info.engine)
     src: dict[str, dict] = {}
 
     def put(name, value, scope, compare_to):
@@ -329,17 +329,17 @@ def acceptance_sources(records: Sequence[RequestRecord], run_info: dict | None =
     put("meta_field", acc.length_field_mean, Acceptance.scope("length_field_mean"), "meta_req_mean")
     put(
         "metrics_delta",
-        metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after"), eng),
+        metrics_delta_accept_length(run_info.metrics_before, run_info.metrics_after, eng),
         "run, /metrics counter deltas",
         "meta",
     )
     put(
         "server_info",
-        server_info_accept_length(run_info.get("server_info_after"), eng),
+        server_info_accept_length(run_info.server_info_after, eng),
         "server lifetime (includes warmup and earlier runs)",
         "meta_decode",
     )
-    logs = run_info.get("log_accept_lengths") or []
+    logs = run_info.log_accept_lengths or []
     put("log", _mean(logs) if logs else None, f"decode log lines ({len(logs)})", "meta_decode")
     put("stream", stream_accept_length(recs), "client, tokens per streamed chunk", "meta_decode")
     return src

@@ -1,9 +1,10 @@
-"""The per-request record of a benchmark: one `RequestRecord` per request, typed, as `kit.measure.client.send_one`
-builds it, `kit.measure.bench` tags and writes it and `kit.measure.metrics` scores it.
+"""The records of a benchmark, typed: one `RequestRecord` per request, as `kit.measure.client.send_one` builds it,
+`kit.measure.bench` tags and writes it and `kit.measure.metrics` scores it; one `RunRecord` per arm x repeat x
+session, what the server said around those requests (its snapshots, its log), which metrics reads as well.
 
-A record is one line of a run's `records.jsonl`. `to_dict` is what is written (the fields in declaration order,
-the optional ones only when set), so files written before the record was typed and after it are the same;
-`from_dict` reads any such line back, ignoring keys it does not know and defaulting the ones it lacks.
+A record is one line of a run's `records.jsonl` (`runs.jsonl`). `to_dict` is what is written (the fields in
+declaration order, the optional ones only when set), so files written before the records were typed and after
+are the same; `from_dict` reads any such line back, ignoring keys it does not know and defaulting the ones it lacks.
 
 What a request's own figures mean is stated here once: `output_tokens` (which count wins) and `accept_length`
 (tokens per verify step of this one request); how the figures of many requests are pooled is
@@ -16,13 +17,51 @@ What a request's own figures mean is stated here once: `output_tokens` (which co
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, Self
+
+
+class _JsonLine:
+    """One JSONL line as a slots dataclass: `to_dict` writes the fields in order and leaves out those named in
+    `_UNSET_OMITTED` while they hold their default; `from_dict` is its inverse for any version's line."""
+
+    __slots__ = ()
+    _UNSET_OMITTED: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line written: every field in order, the `_UNSET_OMITTED` ones only when set."""
+        names, values, omitted = _layout(type(self))
+        out = dict(zip(names, values(self)))
+        for name, default in omitted:
+            if out[name] == default:
+                del out[name]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        """A record from one line (any kit version): unknown keys ignored, missing ones defaulted; a list or
+        dict field written as null reads as empty."""
+        names = _layout(cls)[0]
+        kw = {k: v for k, v in d.items() if k in names and not (v is None and k in _EMPTY_WHEN_NULL)}
+        return cls(**kw)
+
+
+_EMPTY_WHEN_NULL = frozenset({"chunk_t", "chunk_tok", "spec"})
+
+
+@functools.cache
+def _layout(cls) -> tuple[tuple[str, ...], Any, tuple[tuple[str, Any], ...]]:
+    """(field names in order, a getter of all their values at once, (omitted-while-unset field, its default))."""
+    fs = fields(cls)
+    names = tuple(f.name for f in fs)
+    omitted = tuple((f.name, f.default) for f in fs if f.name in cls._UNSET_OMITTED)
+    return names, attrgetter(*names), omitted
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class RequestRecord(_JsonLine):
     """One request of a benchmark: timings, token counts, the server's speculative fields, and its tags."""
 
     # written by kit.measure.client.send_one
@@ -48,6 +87,8 @@ class RequestRecord:
     rid: str | None = None
     kind: str | None = None  # the prompt's kind: chat, code, math, user
 
+    _UNSET_OMITTED = ("output_ids", "warmup")
+
     @property
     def output_tokens(self) -> int:
         """Tokens this request generated: the server's count when it sent one, else the client's."""
@@ -65,25 +106,27 @@ class RequestRecord:
         v = self.verify_ct
         return self.output_tokens / v if v else None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The line written to records.jsonl: every field in order, `output_ids` and `warmup` only when set."""
-        out = dict(zip(_FIELDS, _VALUES(self)))
-        if self.output_ids is None:
-            del out["output_ids"]
-        if not self.warmup:
-            del out["warmup"]
-        return out
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        """A record from one records.jsonl line (any kit version): unknown keys ignored, missing ones defaulted."""
-        kw = {k: v for k, v in d.items() if k in _FIELD_SET}
-        for k in ("chunk_t", "chunk_tok", "spec"):  # null in a hand-written line: empty
-            if k in kw and kw[k] is None:
-                del kw[k]
-        return cls(**kw)
+@dataclass(slots=True)
+class RunRecord(_JsonLine):
+    """One arm x repeat x session of a benchmark (a line of runs.jsonl): the server around its requests."""
 
+    _UNSET_OMITTED = ("log_accept_lengths",)
 
-_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_FIELD_SET = frozenset(_FIELDS)
-_VALUES = attrgetter(*_FIELDS)  # every field's value at once, in order (one call per written record)
+    label: str | None = None  # the arm
+    repeat: int | None = None
+    session: str | None = None  # the requests of this session carry the same `session`
+    url: str | None = None  # the server's base URL
+    api: str | None = None  # the endpoint the requests spoke (RequestRecord.api)
+    model: str | None = None  # the model name sent to OpenAI endpoints (the server's first, unless given)
+    t_start: float = 0.0  # unix seconds: after warmup and the cache flush, before the first measured request
+    t_end: float = 0.0  # unix seconds: after the last measured request
+    requests: int = 0  # measured requests sent in this session
+    resumed: bool = False  # the session continued a run that already had requests of this arm and repeat
+    flushed: bool = False  # the server's cache was flushed after warmup
+    sglang: bool = False  # the engine's server info answered (its speculative fields were asked for)
+    engine: str | None = None  # the engine that reads the snapshots (kit.serving.engines; None: SGLang)
+    metrics_before: dict[str, float] | None = None  # /metrics before the measured requests (parse_prometheus)
+    metrics_after: dict[str, float] | None = None  # ... and after them
+    server_info_after: dict[str, Any] | None = None  # the engine's server info after them, as it answered
+    log_accept_lengths: list[float] | None = None  # accept lengths of the server log's decode lines meanwhile

@@ -192,7 +192,7 @@ def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
         res = run_bench(
             _cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24, warmup=1), prompts=PROMPTS
         )
-    order = [(r["label"], r["repeat"]) for r in res.runs]
+    order = [(r.label, r.repeat) for r in res.runs]
     assert order == [("baseline", 0), ("spec", 0), ("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)]
     ci = res.summary["speedup"]["spec"]
     # 24 tokens: baseline 23 decode steps, spec 10 verify steps -> ~2x fewer step delays
@@ -280,7 +280,7 @@ def test_interleave_alternates_arms_request_by_request(tmp_path):
     measured = [r for r in sorted(res.records, key=lambda r: r.t_start) if not r.warmup]
     assert [r.label for r in measured] == ["baseline", "spec"] * 6  # twins run back to back
     assert [r.rid for r in measured[::2]] == [r.rid for r in measured[1::2]]
-    assert sorted(r["label"] for r in res.runs) == ["baseline", "spec"] and all(r["requests"] == 6 for r in res.runs)
+    assert sorted(r.label for r in res.runs) == ["baseline", "spec"] and all(r.requests == 6 for r in res.runs)
     assert res.summary["paired_speedup"]["spec"]["n"] == 6
     assert res.summary["labels"]["spec"]["accept_length"] > 1.5  # per-arm acceptance still read per run
 

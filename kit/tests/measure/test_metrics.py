@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.measure import metrics as km
-from kit.measure.records import RequestRecord
+from kit.measure.records import RequestRecord, RunRecord
 from kit.serving.engines import get_engine
 from kit.serving.engines.sglang import SGLang
 from kit.sglang.http_api import http_api
@@ -96,12 +96,12 @@ def test_prometheus_and_metrics_delta():
 
 def test_reconcile_flags_only_disagreeing_sources():
     recs = [rec(0, 1, [0.1, 0.3, 0.5, 0.7, 0.9], [1, 2, 3, 2, 2], {"verify_ct": 4, "accept_length": 2.5})]
-    info = {
-        "metrics_before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
-        "metrics_after": {"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
-        "server_info_after": {"internal_states": [{"avg_spec_accept_length": 4.0}]},
-        "log_accept_lengths": [2.2, 2.3],
-    }
+    info = RunRecord(
+        metrics_before={"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
+        metrics_after={"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
+        server_info_after={"internal_states": [{"avg_spec_accept_length": 4.0}]},
+        log_accept_lengths=[2.2, 2.3],
+    )
     src = km.acceptance_sources(recs, info)
     assert src["meta"]["value"] == 2.5 and src["metrics_delta"]["value"] == 2.5
     assert src["meta_decode"]["value"] == src["stream"]["value"] == pytest.approx(9 / 4)
