@@ -436,7 +436,7 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
     engine = get_engine(cfg.engine)
     probe = await probe_server(client, base, engine)
     run = RunRecord(label=label, repeat=repeat, session=uuid.uuid4().hex[:8], url=base, api=cfg.api,
-                    model=cfg.model or probe["model"], sglang=probe["sglang"], engine=engine.name)  # fmt: skip
+                    model=cfg.model or probe.model, sglang=probe.sglang, engine=engine.name)  # fmt: skip
     arm = _Arm(run, engine, engine.request_extra(run.api) if run.sglang else None, None)
     if cfg.flush_cache:
         await flush_cache(client, base, engine)
@@ -576,8 +576,7 @@ class BenchResult:
         backend = ", ".join(f"{a} ({API_PATHS.get(a, a)})" for a in sorted(apis)) or "n/a"
         lines: list[str] = []
         for label, agg in self.summary["labels"].items():
-            sources = (self.summary.get("accept_sources") or {}).get(label)
-            lines += km.serving_block(agg, label, backend, self.config.get("concurrency"), sources)
+            lines += km.serving_block(agg, label, backend, self.config.get("concurrency"), self.accept_sources(label))
             lines.append("")
         for lab, ci in (self.summary.get("speedup") or {}).items():
             lines.append(
@@ -587,6 +586,12 @@ class BenchResult:
                 f"({ci['n_baseline']} vs {ci['n_spec']} runs)"
             )
         return "\n".join(lines).rstrip()
+
+    def accept_sources(self, label: str) -> dict[str, km.AcceptSource]:
+        """The acceptance sources of the arm `label` (its last session's), typed; `summary["accept_sources"]`
+        holds them as summary.json does."""
+        stored = (self.summary.get("accept_sources") or {}).get(label) or {}
+        return {name: km.AcceptSource(**s) for name, s in stored.items()}
 
     def describe(self) -> str:
         """Which data, in one line (figure titles): model, prompts, settings."""
@@ -626,14 +631,14 @@ def analyze(
             rows.append({"label": label, "repeat": rep, **{k: v for k, v in s.items() if k != "accept_histogram"}})
         agg = km.summarize(lrec)
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
-        sources: dict[str, dict] = {}
+        sources: dict[str, km.AcceptSource] = {}
         for info in [x for x in runs if x.label == label]:
             srec = [r for r in lrec if r.session == info.session]
             src = km.acceptance_sources(srec, info)
             report.extend(km.reconcile_acceptance(src, f"{label}#{info.repeat}"))
             sources = src  # the last session's sources are shown; each one was reconciled
-        agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
-        source_detail[label] = sources
+        agg["accept_sources"] = {k: v.value for k, v in sources.items()}
+        source_detail[label] = {k: asdict(v) for k, v in sources.items()}
         per_label[label] = agg
         failed = [r for r in lrec if not r.ok and not r.warmup]
         if failed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kit.measure import metrics as km
@@ -247,20 +248,30 @@ async def server_info(client, base: str, engine: str | Engine | None = None) -> 
     return None
 
 
-async def probe_server(client, base: str, engine: str | Engine | None = None) -> dict[str, Any]:
-    """What this server offers: the engine's server info (`sglang`: it answers), /metrics, model id."""
+@dataclass(slots=True)
+class ServerProbe:
+    """What a server offers, asked once before an arm's requests (`probe_server`)."""
+
+    sglang: bool  # the engine's server info answered: its speculative fields can be asked for
+    server_info: dict | None  # that answer, as the server sent it
+    model: str | None  # the first model id its models path lists (what OpenAI endpoints are sent)
+    metrics: bool  # its metrics path answered
+
+
+async def probe_server(client, base: str, engine: str | Engine | None = None) -> ServerProbe:
+    """What this server offers: the engine's server info, /metrics, model id."""
     engine = get_engine(engine)
     info = await server_info(client, base, engine)
     models = await get_json(client, base + engine.models_path)
     model = None
     if models and models.get("data"):
         model = models["data"][0].get("id")
-    return {
-        "sglang": info is not None,
-        "server_info": info,
-        "model": model,
-        "metrics": await snapshot_metrics(client, base, engine) is not None,
-    }
+    return ServerProbe(
+        sglang=info is not None,
+        server_info=info,
+        model=model,
+        metrics=await snapshot_metrics(client, base, engine) is not None,
+    )
 
 
 async def snapshot_metrics(client, base: str, engine: str | Engine | None = None) -> dict[str, float] | None:

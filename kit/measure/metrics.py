@@ -307,8 +307,17 @@ def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     return out
 
 
-def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | None = None) -> dict[str, dict]:
-    """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
+@dataclass(slots=True)
+class AcceptSource:
+    """One source's accept length over one run (`acceptance_sources`)."""
+
+    value: float
+    scope: str  # what it counts, in a few words
+    compare_to: str | None = None  # the source of the same scope it should agree with (None: it is a reference)
+
+
+def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | None = None) -> dict[str, AcceptSource]:
+    """Every AL source we can compute for one run -> {name: AcceptSource}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
     (`metrics_before`, `metrics_after`, `server_info_after`), parsed `log_accept_lengths`, and the
@@ -317,11 +326,11 @@ def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | N
     acc = acceptance_from_records(recs)
     run_info = run_info or RunRecord()
     eng = get_engine(run_info.engine)
-    src: dict[str, dict] = {}
+    src: dict[str, AcceptSource] = {}
 
     def put(name, value, scope, compare_to):
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            src[name] = {"value": float(value), "scope": scope, "compare_to": compare_to}
+            src[name] = AcceptSource(float(value), scope, compare_to)
 
     put("meta", acc.length, Acceptance.scope("length"), None)
     put("meta_decode", acc.length_decode, Acceptance.scope("length_decode"), None)
@@ -406,17 +415,17 @@ def explain_mismatch(name: str, value: float, reference: float) -> tuple[str, st
 
 
 def reconcile_acceptance(
-    sources: dict[str, dict], label: str = "", tolerance: dict[str, float] | None = None
+    sources: dict[str, AcceptSource], label: str = "", tolerance: dict[str, float] | None = None
 ) -> list[Finding]:
     """`bench.accept_mismatch` for each source that disagrees with the per-request value; the
     finding says why that source can differ (`explain_mismatch`) and which value to trust."""
     tol = {**TOLERANCE, **(tolerance or {})}
     out = []
     for name, s in sources.items():
-        ref = s.get("compare_to")
+        ref = s.compare_to
         if not ref or ref not in sources:
             continue
-        a, b = s["value"], sources[ref]["value"]
+        a, b = s.value, sources[ref].value
         rel = abs(a - b) / max(abs(b), 1e-9)
         if rel > tol.get(name, 0.1):
             short, why, fix = explain_mismatch(name, a, b)
@@ -428,12 +437,12 @@ def reconcile_acceptance(
                     f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
                     evidence={
                         "source": name,
-                        "scope": s["scope"],
+                        "scope": s.scope,
                         "value": round(a, 4),
                         "reference": ref,
                         "reference_value": round(b, 4),
                         "why": why,
-                        "all_sources": {k: round(v["value"], 4) for k, v in sources.items()},
+                        "all_sources": {k: round(v.value, 4) for k, v in sources.items()},
                     },
                     fix=fix,
                 )
@@ -461,7 +470,11 @@ def _line(name: str, value: Any) -> str:
 
 
 def serving_block(
-    s: dict[str, Any], title: str, backend: str, max_concurrency: int | None, sources: dict[str, dict] | None = None
+    s: dict[str, Any],
+    title: str,
+    backend: str,
+    max_concurrency: int | None,
+    sources: dict[str, AcceptSource] | None = None,
 ) -> list[str]:
     """One result block from a `summarize` dict: the metric names, order, units (ms) and format of
     `python -m sglang.bench_serving`, then an acceptance block with every source of this run.
@@ -500,23 +513,23 @@ def serving_block(
     return lines
 
 
-def acceptance_block(sources: dict[str, dict], tolerance: dict[str, float] | None = None) -> list[str]:
+def acceptance_block(sources: dict[str, AcceptSource], tolerance: dict[str, float] | None = None) -> list[str]:
     """Every acceptance source of one run: its value, what it counts, and whether it agrees with the
     per-request value of the same scope (and if not, why not, in a few words)."""
     tol = {**TOLERANCE, **(tolerance or {})}
     lines = ["{s:{c}^{n}}".format(s="Acceptance (tokens per verify step)", n=50, c="-")]
     for name, src in sources.items():
-        note = src["scope"]
-        ref = src.get("compare_to")
+        note = src.scope
+        ref = src.compare_to
         if ref in sources:
-            a, b = src["value"], sources[ref]["value"]
+            a, b = src.value, sources[ref].value
             rel = abs(a - b) / max(abs(b), 1e-9)
             note += (
                 f"; agrees with {ref}"
                 if rel <= tol.get(name, 0.1)
                 else (f"; {rel:.0%} off {ref}: {explain_mismatch(name, a, b)[0]}")
             )
-        lines.append(_line(f"Accept length, {name}:", src["value"]) + f" {note}")
+        lines.append(_line(f"Accept length, {name}:", src.value) + f" {note}")
     return lines
 
 

@@ -103,8 +103,8 @@ def test_reconcile_flags_only_disagreeing_sources():
         log_accept_lengths=[2.2, 2.3],
     )
     src = km.acceptance_sources(recs, info)
-    assert src["meta"]["value"] == 2.5 and src["metrics_delta"]["value"] == 2.5
-    assert src["meta_decode"]["value"] == src["stream"]["value"] == pytest.approx(9 / 4)
+    assert src["meta"].value == 2.5 and src["metrics_delta"].value == 2.5
+    assert src["meta_decode"].value == src["stream"].value == pytest.approx(9 / 4)
     found = km.reconcile_acceptance(src, "x")
     assert [f.evidence["source"] for f in found] == ["server_info"]
     assert found[0].code == "bench.accept_mismatch" and "x:" in found[0].title
@@ -114,7 +114,7 @@ def test_stream_of_one_token_chunks_is_explained_in_the_finding():
     # a server that streams token by token: chunks say 1.0 while 3 verify steps emitted 7 decode tokens
     recs = [rec(0, 1, [0.1 * i for i in range(1, 9)], [1] * 8, {"verify_ct": 3})]
     src = km.acceptance_sources(recs)
-    assert src["stream"]["value"] == 1.0 and src["meta_decode"]["value"] == pytest.approx(7 / 3)
+    assert src["stream"].value == 1.0 and src["meta_decode"].value == pytest.approx(7 / 3)
     (f,) = km.reconcile_acceptance(src, "spec#0")
     assert f.evidence["source"] == "stream" and f.title.endswith("every streamed chunk carried one token")
     assert "token by token" in f.evidence["why"] and "--stream-interval 1" in f.fix
