@@ -400,13 +400,14 @@ def ask(
         if r.status_code != 200:
             raise KitInputError(f"{base_url}: {path} answered {r.status_code}: {r.text[:200]}")
         reply = eng.read_response(r.json(), api)
-        verify_ct, tokens = reply.spec.get("verify_ct"), reply.completion_tokens
+        rec = RequestRecord(api=api, ok=True)
+        _absorb(reply, rec)
         return {
             "prompt": p[:40],
-            "completion_tokens": tokens,
-            "spec_verify_ct": verify_ct,
-            # the server's own figure where it sends one, else tokens per verify step
-            "spec_accept_length": reply.spec.get("accept_length") or (tokens / verify_ct if verify_ct else None),
+            "completion_tokens": rec.completion_tokens,
+            "spec_verify_ct": reply.spec.get("verify_ct"),
+            # the server's own figure where it sends one, else the request's (RequestRecord.accept_length)
+            "spec_accept_length": reply.spec.get("accept_length") or rec.accept_length,
             "latency_s": round(time.perf_counter() - t_start, 3),
             "text": (reply.text or "")[:60],
         }
