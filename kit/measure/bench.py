@@ -576,7 +576,8 @@ class BenchResult:
         backend = ", ".join(f"{a} ({API_PATHS.get(a, a)})" for a in sorted(apis)) or "n/a"
         lines: list[str] = []
         for label, agg in self.summary["labels"].items():
-            lines += km.serving_block(agg, label, backend, self.config.get("concurrency"), self.accept_sources(label))
+            s = km.ServingSummary.from_dict(agg)
+            lines += km.serving_block(s, label, backend, self.config.get("concurrency"), self.accept_sources(label))
             lines.append("")
         for lab, ci in (self.summary.get("speedup") or {}).items():
             lines.append(
@@ -627,9 +628,10 @@ def analyze(
     for label in labels:
         lrec = [r for r in records if r.label == label]
         for rep in sorted({r.repeat for r in lrec}):
-            s = km.summarize([r for r in lrec if r.repeat == rep])
+            s = km.summarize([r for r in lrec if r.repeat == rep]).to_dict()
             rows.append({"label": label, "repeat": rep, **{k: v for k, v in s.items() if k != "accept_histogram"}})
-        agg = km.summarize(lrec)
+        summ = km.summarize(lrec)
+        agg = summ.to_dict()  # summary.json's entry: ServingSummary's fields, the runs' tok/s, the sources
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
         sources: dict[str, km.AcceptSource] = {}
         for info in [x for x in runs if x.label == label]:
@@ -675,14 +677,14 @@ def analyze(
                     "decoding); totals use the server's count, ITL spreads chunk gaps per token",
                 )
             )
-        has_spec = agg.get("accept_requests_with_spec", 0) > 0
+        has_spec = summ.accept_requests_with_spec > 0
         if label == baseline_label and has_spec:
             report.add(
                 Finding(
                     code="bench.baseline_is_speculative",
                     severity="warning",
                     title=f"{label}: the baseline server reports speculative fields",
-                    evidence={"accept_length": agg.get("accept_length")},
+                    evidence={"accept_length": summ.accept_length},
                     fix="launch the baseline without --speculative-algorithm; otherwise the "
                     "speedup compares speculation with itself",
                 )

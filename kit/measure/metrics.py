@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kit.findings import Finding
-from kit.measure.records import RequestRecord, RunRecord
+from kit.measure.records import JsonRecord, RequestRecord, RunRecord
 from kit.serving.engines import Engine, get_engine
 
 # ---------------------------------------------------------------------------------------------
@@ -121,9 +121,63 @@ def measured(records: Iterable[RequestRecord], label: str | None = None) -> list
 # ---------------------------------------------------------------------------------------------
 
 
-def summarize(records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """Throughput, latency and acceptance of one set of records (typically one label+repeat): the per-arm
-    and per-run entries of summary.json, under their JSON keys."""
+@dataclass(slots=True)
+class ServingSummary(JsonRecord):
+    """Throughput, latency and acceptance of one set of requests (`summarize`); `to_dict` is the per-arm and
+    per-run entry of summary.json, under these names. Only measured requests count (`measured`: successful,
+    not warmup); seconds throughout. Latencies: mean and percentiles (`percentile`) over requests (ttft, tpot,
+    e2e) or over tokens (itl)."""
+
+    _UNSET_OMITTED = ("accept_length", "accept_length_decode", "accept_length_req_mean", "accept_length_field_mean",
+                      "accept_rate")  # fmt: skip
+
+    requests: int = 0
+    failed: int = 0  # failed requests, warmup excluded
+    output_tokens: int = 0  # sum of RequestRecord.output_tokens
+    prompt_tokens: int = 0  # sum of the server's prompt token counts
+    duration_s: float = math.nan  # busy time: the union of the requests' [start, end] intervals (`busy_time`)
+    output_tok_s: float = math.nan  # output_tokens / duration_s
+    input_tok_s: float = math.nan  # prompt_tokens / duration_s
+    total_tok_s: float = math.nan  # (prompt_tokens + output_tokens) / duration_s
+    req_s: float = math.nan  # requests / duration_s
+    concurrency: float = math.nan  # requests in flight on average: sum(e2e) / duration_s (sglang.bench_serving's)
+    # TTFT: send to the first chunk that carried a token (streams only)
+    ttft_mean_s: float = math.nan
+    ttft_p50_s: float = math.nan
+    ttft_p90_s: float = math.nan
+    ttft_p95_s: float = math.nan
+    ttft_p99_s: float = math.nan
+    # ITL: per token; a chunk of k tokens is k gaps of (chunk gap / k) (`itls`)
+    itl_mean_s: float = math.nan
+    itl_p50_s: float = math.nan
+    itl_p90_s: float = math.nan
+    itl_p95_s: float = math.nan
+    itl_p99_s: float = math.nan
+    # TPOT: per request, (e2e - ttft) / (output tokens - 1), first token excluded
+    tpot_mean_s: float = math.nan
+    tpot_p50_s: float = math.nan
+    tpot_p90_s: float = math.nan
+    tpot_p95_s: float = math.nan
+    tpot_p99_s: float = math.nan
+    # E2E: send to the end of the answer
+    e2e_mean_s: float = math.nan
+    e2e_p50_s: float = math.nan
+    e2e_p90_s: float = math.nan
+    e2e_p95_s: float = math.nan
+    e2e_p99_s: float = math.nan
+    itl_max_s: float = math.nan
+    # acceptance: the fields of `Acceptance`, prefixed (absent from the dict while None)
+    accept_requests_with_spec: int = 0
+    accept_length: float | None = None
+    accept_length_decode: float | None = None
+    accept_length_req_mean: float | None = None
+    accept_length_field_mean: float | None = None
+    accept_rate: float | None = None
+    accept_histogram: list[int] | None = None
+
+
+def summarize(records: Iterable[RequestRecord]) -> ServingSummary:
+    """Throughput, latency and acceptance of one set of records (typically one label+repeat)."""
     allrec = list(records)
     recs = measured(allrec)
     failed = [r for r in allrec if not r.ok and not r.warmup]
@@ -134,28 +188,28 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, Any]:
     itl = [x for r in recs for x in itls(r)]
     tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in recs if r.ttft is not None and r.output_tokens > 1]
     ptoks = sum(int(r.prompt_tokens or 0) for r in recs)
-    out: dict[str, Any] = {
-        "requests": len(recs),
-        "failed": len(failed),
-        "output_tokens": sum(toks),
-        "prompt_tokens": ptoks,
-        "duration_s": dur,
-        "output_tok_s": sum(toks) / dur if dur > 0 else math.nan,
-        "input_tok_s": ptoks / dur if dur > 0 else math.nan,
-        "total_tok_s": (ptoks + sum(toks)) / dur if dur > 0 else math.nan,
-        "req_s": len(recs) / dur if dur > 0 else math.nan,
-        # sglang.bench_serving's "Concurrency": requests in flight on average
-        "concurrency": sum(e2e) / dur if dur > 0 else math.nan,
-    }
+    per_s = (lambda n: n / dur) if dur > 0 else (lambda n: math.nan)
+    kw: dict[str, Any] = {}
     for name, xs in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e)):
-        out[f"{name}_mean_s"] = _mean(xs)
+        kw[f"{name}_mean_s"] = _mean(xs)
         for q in (50, 90, 95, 99):
-            out[f"{name}_p{q}_s"] = percentile(xs, q)
-    out["itl_max_s"] = max(itl) if itl else math.nan
+            kw[f"{name}_p{q}_s"] = percentile(xs, q)
     acc = acceptance_from_records(recs)
-    out.update({f"accept_{k}": v for k, v in acc.present().items() if k != "histogram"})
-    out["accept_histogram"] = acc.histogram
-    return out
+    return ServingSummary(
+        requests=len(recs),
+        failed=len(failed),
+        output_tokens=sum(toks),
+        prompt_tokens=ptoks,
+        duration_s=dur,
+        output_tok_s=per_s(sum(toks)),
+        input_tok_s=per_s(ptoks),
+        total_tok_s=per_s(ptoks + sum(toks)),
+        req_s=per_s(len(recs)),
+        concurrency=per_s(sum(e2e)),
+        itl_max_s=max(itl) if itl else math.nan,
+        **kw,
+        **{f"accept_{k}": v for k, v in acc.present().items()},
+    )
 
 
 @dataclass(slots=True)
@@ -183,7 +237,7 @@ class Acceptance:
     histogram: list[int] | None = None
 
     def present(self) -> dict[str, Any]:
-        """The fields that have a value, in order (what a summary carries as `accept_<name>`)."""
+        """The fields that have a value, in order (what a `ServingSummary` carries as `accept_<name>`)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     @staticmethod
@@ -463,6 +517,11 @@ _LATENCY_SECTIONS = (
 )
 
 
+def _ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds; None (a summary read back from JSON, where nan is null) stays None."""
+    return None if seconds is None else seconds * 1000.0
+
+
 def _line(name: str, value: Any) -> str:
     if isinstance(value, float):
         value = "n/a" if math.isnan(value) else f"{value:.2f}"
@@ -476,37 +535,36 @@ def serving_block(
     max_concurrency: int | None,
     sources: dict[str, AcceptSource] | None = None,
 ) -> list[str]:
-    """One result block from a `summarize` dict: the metric names, order, units (ms) and format of
+    """One result block from a `summarize` result: the metric names, order, units (ms) and format of
     `python -m sglang.bench_serving`, then an acceptance block with every source of this run.
 
     Lines bench_serving prints that the kit does not measure (retokenized counts, goodput) are
     left out; 'Failed requests' is added; 'Accept length' is the per-request value (meta), not the
     server-lifetime figure bench_serving reads from /server_info (that one is listed below it)."""
-    ms = 1000.0
     lines = [
         "{s:{c}^{n}}".format(s=f" Serving Benchmark Result: {title} ", n=50, c="="),
         _line("Backend:", backend),
         _line("Max request concurrency:", max_concurrency or "not set"),
-        _line("Successful requests:", s["requests"]),
-        _line("Failed requests:", s["failed"]),
-        _line("Benchmark duration (s):", s["duration_s"]),
-        _line("Total input tokens:", s["prompt_tokens"]),
-        _line("Total generated tokens:", s["output_tokens"]),
-        _line("Request throughput (req/s):", s["req_s"]),
-        _line("Input token throughput (tok/s):", s["input_tok_s"]),
-        _line("Output token throughput (tok/s):", s["output_tok_s"]),
-        _line("Total token throughput (tok/s):", s["total_tok_s"]),
-        _line("Concurrency:", s["concurrency"]),
+        _line("Successful requests:", s.requests),
+        _line("Failed requests:", s.failed),
+        _line("Benchmark duration (s):", s.duration_s),
+        _line("Total input tokens:", s.prompt_tokens),
+        _line("Total generated tokens:", s.output_tokens),
+        _line("Request throughput (req/s):", s.req_s),
+        _line("Input token throughput (tok/s):", s.input_tok_s),
+        _line("Output token throughput (tok/s):", s.output_tok_s),
+        _line("Total token throughput (tok/s):", s.total_tok_s),
+        _line("Concurrency:", s.concurrency),
     ]
-    if s.get("accept_length") is not None:
-        lines.append(_line("Accept length:", s["accept_length"]))
+    if s.accept_length is not None:
+        lines.append(_line("Accept length:", s.accept_length))
     for heading, key, name in _LATENCY_SECTIONS:
         lines.append("{s:{c}^{n}}".format(s=heading, n=50, c="-"))
-        lines.append(_line(f"Mean {name} (ms):", s[f"{key}_mean_s"] * ms))
+        lines.append(_line(f"Mean {name} (ms):", _ms(getattr(s, f"{key}_mean_s"))))
         for q in (50, 90, 95, 99):
-            lines.append(_line(f"{'Median' if q == 50 else f'P{q}'} {name} (ms):", s[f"{key}_p{q}_s"] * ms))
+            lines.append(_line(f"{'Median' if q == 50 else f'P{q}'} {name} (ms):", _ms(getattr(s, f"{key}_p{q}_s"))))
         if key == "itl":
-            lines.append(_line("Max ITL (ms):", s["itl_max_s"] * ms))
+            lines.append(_line("Max ITL (ms):", _ms(s.itl_max_s)))
     if sources:
         lines += acceptance_block(sources)
     lines.append("=" * 50)

@@ -23,9 +23,10 @@ from operator import attrgetter
 from typing import Any, Self
 
 
-class _JsonLine:
-    """One JSONL line as a slots dataclass: `to_dict` writes the fields in order and leaves out those named in
-    `_UNSET_OMITTED` while they hold their default; `from_dict` is its inverse for any version's line."""
+class JsonRecord:
+    """A slots dataclass written as one JSON object (a JSONL line, a summary entry): `to_dict` writes the fields
+    in order and leaves out those named in `_UNSET_OMITTED` while they hold their default; `from_dict` is its
+    inverse for what any kit version wrote."""
 
     __slots__ = ()
     _UNSET_OMITTED: tuple[str, ...] = ()
@@ -61,7 +62,7 @@ def _layout(cls) -> tuple[tuple[str, ...], Any, tuple[tuple[str, Any], ...]]:
 
 
 @dataclass(slots=True)
-class RequestRecord(_JsonLine):
+class RequestRecord(JsonRecord):
     """One request of a benchmark: timings, token counts, the server's speculative fields, and its tags."""
 
     # written by kit.measure.client.send_one
@@ -108,7 +109,7 @@ class RequestRecord(_JsonLine):
 
 
 @dataclass(slots=True)
-class RunRecord(_JsonLine):
+class RunRecord(JsonRecord):
     """One arm x repeat x session of a benchmark (a line of runs.jsonl): the server around its requests."""
 
     _UNSET_OMITTED = ("log_accept_lengths",)

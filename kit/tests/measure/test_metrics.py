@@ -39,14 +39,14 @@ def test_summary_throughput_latency_and_acceptance():
     warm = rec(90.0, 5.0, [1.0], [50], warmup=True)
     bad = RequestRecord(ok=False, label="spec", repeat=0, error="x")
     s = km.summarize([r1, r2, warm, bad])
-    assert s["requests"] == 2 and s["failed"] == 1 and s["output_tokens"] == 14
-    assert s["duration_s"] == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
-    assert s["output_tok_s"] == pytest.approx(14 / 1.5)
-    assert s["ttft_p50_s"] == pytest.approx(0.15)
-    assert s["accept_length"] == pytest.approx(14 / 6)
-    assert s["accept_length_decode"] == pytest.approx(12 / 6)
-    assert s["accept_rate"] == pytest.approx(6 / 18)
-    assert s["accept_histogram"] == [2, 2, 2, 0]
+    assert s.requests == 2 and s.failed == 1 and s.output_tokens == 14
+    assert s.duration_s == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
+    assert s.output_tok_s == pytest.approx(14 / 1.5)
+    assert s.ttft_p50_s == pytest.approx(0.15)
+    assert s.accept_length == pytest.approx(14 / 6)
+    assert s.accept_length_decode == pytest.approx(12 / 6)
+    assert s.accept_rate == pytest.approx(6 / 18)
+    assert s.accept_histogram == [2, 2, 2, 0]
     # ITL: a chunk of k tokens contributes k gaps of gap/k
     assert km.itls(r1) == pytest.approx([0.1, 0.1, 0.2, 0.4 / 3, 0.4 / 3, 0.4 / 3])
 
