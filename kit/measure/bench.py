@@ -559,6 +559,9 @@ class BenchResult:
     out_dir: Path
     records: list[RequestRecord]
     runs: list[RunRecord]
+    # summary.json's document, its keys the file's: "runs" (a row per arm x repeat), "labels" (per arm:
+    # `km.ServingSummary.to_dict` + "output_tok_s_runs" + "accept_sources"), "accept_sources" (per arm, every
+    # `km.AcceptSource` as a dict; typed: `accept_sources(label)`), "speedup", "paired_speedup", "resumed"
     summary: dict[str, Any]
     report: Report
     config: dict[str, Any] = field(default_factory=dict)  # the run's stored settings (config.json)
