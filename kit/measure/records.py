@@ -65,6 +65,8 @@ def _layout(cls) -> tuple[tuple[str, ...], Any, tuple[tuple[str, Any], ...]]:
 class RequestRecord(JsonRecord):
     """One request of a benchmark: timings, token counts, the server's speculative fields, and its tags."""
 
+    _UNSET_OMITTED = ("output_ids", "warmup")
+
     # written by kit.measure.client.send_one
     api: str = ""  # the endpoint it spoke: "sglang" (the engine's native /generate), "completions" or "chat"
     t_start: float = 0.0  # unix seconds when it was sent
@@ -87,8 +89,6 @@ class RequestRecord(JsonRecord):
     warmup: bool = False  # a warmup request: written, excluded from every total
     rid: str | None = None
     kind: str | None = None  # the prompt's kind: chat, code, math, user
-
-    _UNSET_OMITTED = ("output_ids", "warmup")
 
     @property
     def output_tokens(self) -> int:
