@@ -33,7 +33,7 @@ class JsonRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The line written: every field in order, the `_UNSET_OMITTED` ones only when set."""
-        names, values, omitted = _layout(type(self))
+        names, _, values, omitted = _layout(type(self))
         out = dict(zip(names, values(self)))
         for name, default in omitted:
             if out[name] == default:
@@ -44,8 +44,10 @@ class JsonRecord:
     def from_dict(cls, d: dict[str, Any]) -> Self:
         """A record from one line (any kit version): unknown keys ignored, missing ones defaulted; a list or
         dict field written as null reads as empty."""
-        names = _layout(cls)[0]
-        kw = {k: v for k, v in d.items() if k in names and not (v is None and k in _EMPTY_WHEN_NULL)}
+        known = _layout(cls)[1]
+        kw = d if known.issuperset(d) else {k: v for k, v in d.items() if k in known}
+        if any(kw.get(k, ()) is None for k in _EMPTY_WHEN_NULL):
+            kw = {k: v for k, v in kw.items() if not (v is None and k in _EMPTY_WHEN_NULL)}
         return cls(**kw)
 
 
@@ -53,12 +55,13 @@ _EMPTY_WHEN_NULL = frozenset({"chunk_t", "chunk_tok", "spec"})
 
 
 @functools.cache
-def _layout(cls) -> tuple[tuple[str, ...], Any, tuple[tuple[str, Any], ...]]:
-    """(field names in order, a getter of all their values at once, (omitted-while-unset field, its default))."""
+def _layout(cls) -> tuple[tuple[str, ...], frozenset[str], Any, tuple[tuple[str, Any], ...]]:
+    """(field names in order, the same as a set, a getter of all their values at once, (omitted-while-unset
+    field, its default))."""
     fs = fields(cls)
     names = tuple(f.name for f in fs)
     omitted = tuple((f.name, f.default) for f in fs if f.name in cls._UNSET_OMITTED)
-    return names, attrgetter(*names), omitted
+    return names, frozenset(names), attrgetter(*names), omitted
 
 
 @dataclass(slots=True)
