@@ -94,8 +94,8 @@ def overhead(n: int, tmp: Path) -> dict:
             res = run_bench(cfg, prompts=PROMPTS)
             wall = time.perf_counter() - t0
             r1 = resource.getrusage(resource.RUSAGE_SELF)
-            recs = [r for r in res.records if not r.get("warmup")]
-            chunks = sum(len(r["chunk_tok"]) for r in recs)
+            recs = [r for r in res.records if not r.warmup]
+            chunks = sum(len(r.chunk_tok) for r in recs)
             cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
             agg = res.summary["labels"]["spec"]
             out[name] = {
@@ -146,24 +146,24 @@ def llamacpp_agreement(tmp: Path) -> dict:
         )
         time.sleep(0.5)
         perf = llamacpp_timings(lines[n0:])[1:]  # drop the warmup's block
-        recs = [r for r in res.records if not r.get("warmup")]
+        recs = [r for r in res.records if not r.warmup]
         usage = []
         for r in recs:
-            text = next(p["text"] for p in PROMPTS if p["id"] == r["rid"].split("#")[0])
+            text = next(p["text"] for p in PROMPTS if p["id"] == r.rid.split("#")[0])
             body = {"prompt": text, "max_tokens": 24, "temperature": 0.0}
             usage.append(
                 httpx.post(url + "/v1/completions", json=body, timeout=60).json()["usage"]["completion_tokens"]
             )
-    gaps = [r["e2e"] - p["total_s"] for r, p in zip(recs, perf)]
+    gaps = [r.e2e - p["total_s"] for r, p in zip(recs, perf)]
     ratios = [
-        ((r["chunk_t"][-1] - r["chunk_t"][0]) / (len(r["chunk_t"]) - 1)) / (p["eval_s"] / p["eval_runs"])
+        ((r.chunk_t[-1] - r.chunk_t[0]) / (len(r.chunk_t) - 1)) / (p["eval_s"] / p["eval_runs"])
         for r, p in zip(recs, perf)
-        if len(r["chunk_t"]) > 2 and p.get("eval_runs")
+        if len(r.chunk_t) > 2 and p.get("eval_runs")
     ]
     return {
         "requests": len(recs),
-        "token_count_equal_usage": sum(r["client_tokens"] == u for r, u in zip(recs, usage)),
-        "client_tokens": [r["client_tokens"] for r in recs],
+        "token_count_equal_usage": sum(r.client_tokens == u for r, u in zip(recs, usage)),
+        "client_tokens": [r.client_tokens for r in recs],
         "usage_tokens": usage,
         "e2e_minus_llamacpp_total_ms_median": round(1000 * statistics.median(gaps), 2) if gaps else None,
         "e2e_minus_llamacpp_total_ms_max": round(1000 * max(gaps), 2) if gaps else None,

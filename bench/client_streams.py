@@ -68,13 +68,13 @@ async def kit_round(url: str, n: int, cfg: BenchConfig, log: RecordLog, pinned: 
         await transport.close()
     return [
         {
-            "t_start": r["t_start"],
-            "ttft": r["ttft"],
-            "e2e": r["e2e"],
-            "tokens": r["client_tokens"],
-            "itl": [b - a for a, b in zip(r["chunk_t"], r["chunk_t"][1:])],
-            "chunks": len(r["chunk_t"]),
-            "ok": r["ok"],
+            "t_start": r.t_start,
+            "ttft": r.ttft,
+            "e2e": r.e2e,
+            "tokens": r.client_tokens,
+            "itl": [b - a for a, b in zip(r.chunk_t, r.chunk_t[1:])],
+            "chunks": len(r.chunk_t),
+            "ok": r.ok,
         }
         for r in recs
     ]

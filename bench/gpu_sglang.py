@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kit.env.multigpu import MULTICAST_OFF  # noqa: E402  (NVLink multicast off in every process)
 from kit.findings import KitInputError  # noqa: E402
+from kit.measure.records import RequestRecord  # noqa: E402
 from kit.sglang.bundle import RELEASES  # noqa: E402
 
 GGUF_MD5 = "a1231443440b107ff29f02bdb38c9d0a"
@@ -264,7 +265,7 @@ class Opts:
         self.max_new_tokens, self.temperature, self.ignore_eos, self.stream = max_new_tokens, 0.0, ignore_eos, stream
 
 
-async def _send_all(base: str, texts: list[str], opts: Opts, concurrency: int) -> list[dict]:
+async def _send_all(base: str, texts: list[str], opts: Opts, concurrency: int) -> list[RequestRecord]:
     import httpx
 
     from kit.measure.client import send_one
@@ -288,19 +289,20 @@ def prompt_texts(n: int) -> list[dict]:
     return [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")[:n]]
 
 
-def acceptance(records: list[dict], info: dict | None, log_lines: list[str]) -> dict:
+def acceptance(records: list[RequestRecord], info: dict | None, log_lines: list[str]) -> dict:
+    """Every acceptance figure of one measurement; the per-request ones are `kit.measure.metrics.Acceptance`'s."""
     from kit.measure.client import log_accept_lengths
-    from kit.measure.metrics import server_info_accept_length
+    from kit.measure.metrics import acceptance_from_records, server_info_accept_length
 
-    ok = [r for r in records if r.get("ok")]
-    spec = [r["spec"] for r in ok if r.get("spec")]
-    comp = sum(r.get("completion_tokens") or 0 for r in ok)
-    ver = sum(s.get("verify_ct") or 0 for s in spec)
-    per = [s["accept_length"] for s in spec if s.get("accept_length") is not None]
+    ok = [r for r in records if r.ok]
+    acc = acceptance_from_records(ok)
+    comp = sum(r.completion_tokens or 0 for r in ok)
+    ver = sum(r.verify_ct or 0 for r in ok)
     logs = log_accept_lengths("\n".join(log_lines)) or []
+    r4 = lambda v: None if v is None else round(v, 4)  # noqa: E731
     return {
-        "pooled_completion_over_verify": round(comp / ver, 4) if ver else None,
-        "mean_spec_accept_length": round(sum(per) / len(per), 4) if per else None,
+        "pooled_completion_over_verify": r4(acc.length),
+        "mean_spec_accept_length": r4(acc.length_field_mean),
         "server_info_avg": server_info_accept_length(info),
         "log_accept_len_mean": round(sum(logs) / len(logs), 4) if logs else None,
         "log_lines": len(logs),
@@ -366,15 +368,15 @@ def measure(h: dict, texts: list[str], max_new_tokens: int, concurrency: int) ->
     lines = Path(srv.log_file).read_text(errors="replace").splitlines() if srv.log_file else list(srv.lines)
     return {
         "warmup_s": round(t1 - t0, 1),
-        "warmup_ok": bool(warm and warm[0].get("ok")),
+        "warmup_ok": bool(warm and warm[0].ok),
         "wall_s": round(t2 - t1, 2),
-        "records": recs,
+        "records": [r.to_dict() for r in recs],
         "server_info_path": path,
         "server_info_avg_spec_accept_length": ((info or {}).get("internal_states") or [{}])[0].get(
             "avg_spec_accept_length"
         ),
         "acceptance": acceptance(recs, info, lines),
-        "output_tok_per_s": round(sum(r.get("completion_tokens") or 0 for r in recs) / max(t2 - t1, 1e-9), 1),
+        "output_tok_per_s": round(sum(r.completion_tokens or 0 for r in recs) / max(t2 - t1, 1e-9), 1),
     }
 
 

@@ -87,17 +87,17 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
     )
     res = run_bench(cfg, prompts=PROMPTS)
     time.sleep(0.5)  # let the log pump catch the last perf lines
-    recs = [r for r in res.records if not r.get("warmup")]
-    assert len(recs) == 3 and all(r["ok"] for r in recs), [r.get("error") for r in recs]
+    recs = [r for r in res.records if not r.warmup]
+    assert len(recs) == 3 and all(r.ok for r in recs), [r.error for r in recs]
     assert not res.report.errors
     # no SGLang endpoints: nothing flushed, no acceptance, and the client said so
-    assert all(not ri["flushed"] and not ri["sglang"] for ri in res.runs)
+    assert all(not ri.flushed and not ri.sglang for ri in res.runs)
     assert "bench.no_acceptance" in res.report.codes()
 
     # token counts: streamed chunks == the server's usage for the same greedy request
     by_id = {p["id"]: p["text"] for p in PROMPTS}
     for r in recs:
-        assert r["client_tokens"] == _usage_tokens(server.base_url, api, by_id[r["rid"].split("#")[0]], 12)
+        assert r.client_tokens == _usage_tokens(server.base_url, api, by_id[r.rid.split("#")[0]], 12)
 
     # timings: llama.cpp prints one perf block per generation (concurrency 1 -> in order)
     perf = llamacpp_timings(server.log_lines[n_before:])
@@ -106,12 +106,12 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
         server_total, ev_s, runs = p["total_s"], p["eval_s"], p["eval_runs"]
         # the server's generation time sits inside the client's end-to-end latency,
         # and HTTP + SSE framing adds little on top
-        assert server_total <= r["e2e"] + 0.005
-        assert r["e2e"] - server_total < 0.5
+        assert server_total <= r.e2e + 0.005
+        assert r.e2e - server_total < 0.5
         # decode speed seen by the client (chunk arrivals) vs llama.cpp's eval speed
-        if runs >= 4 and len(r["chunk_t"]) >= 4:
-            client_s_per_tok = (r["chunk_t"][-1] - r["chunk_t"][0]) / (len(r["chunk_t"]) - 1)
+        if runs >= 4 and len(r.chunk_t) >= 4:
+            client_s_per_tok = (r.chunk_t[-1] - r.chunk_t[0]) / (len(r.chunk_t) - 1)
             assert client_s_per_tok == pytest.approx(ev_s / runs, rel=0.5)
     summ = res.summary["labels"]["spec"]
-    assert summ["output_tokens"] == sum(r["client_tokens"] for r in recs)
+    assert summ["output_tokens"] == sum(r.client_tokens for r in recs)
     assert summ["ttft_p50_s"] > 0 and summ["itl_p50_s"] > 0

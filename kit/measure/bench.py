@@ -20,12 +20,11 @@ checked (one-line error, exit 2, when none answers). Files in the run directory 
 appended and flushed as soon as it exists, so a crash loses only requests in flight):
 
     config.json     the settings of the run (what --resume keeps)
-    records.jsonl   one line per request: label, repeat, rid, ok, t_start (unix s), ttft, e2e,
-                    chunk_t/chunk_tok (arrival time and token count of every streamed chunk),
-                    completion_tokens (server), client_tokens (counted here), spec (normalised
-                    meta_info spec fields: verify_ct, accept_length, accept_rate, histogram, ...)
-    runs.jsonl      one line per arm x repeat x session: server snapshots before/after, decode-log
-                    accept lengths seen during the run
+    records.jsonl   one line per request, a `kit.measure.records.RequestRecord` (its fields: label,
+                    repeat, rid, ok, t_start, ttft, e2e, chunk_t/chunk_tok, completion_tokens,
+                    client_tokens, spec, ...); `read_records` reads a file back
+    runs.jsonl      one line per arm x repeat x session, a `kit.measure.records.RunRecord`: server
+                    snapshots before/after, decode-log accept lengths seen during the run
     summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
                     findings (written atomically at the end)
 
@@ -70,8 +69,9 @@ from kit.measure.client import (
     snapshot_metrics,
     stream_session,
 )
+from kit.measure.records import RequestRecord, RunRecord
 from kit.models import chat_renderer
-from kit.serving.engines import ENGINES, get_engine
+from kit.serving.engines import ENGINES, Engine, get_engine
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = tuple(API_PATHS)
@@ -368,12 +368,13 @@ class RecordLog:
             f.flush()
 
 
-def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
-    return {
-        r["rid"]
-        for r in records
-        if r.get("label") == label and r.get("repeat") == repeat and r.get("ok") and not r.get("warmup")
-    }
+def read_records(path: str | os.PathLike) -> list[RequestRecord]:
+    """The request records of a records.jsonl file, typed (any kit version's lines; a cut last line is skipped)."""
+    return [RequestRecord.from_dict(d) for d in RecordLog(Path(path)).read()]
+
+
+def completed_ids(records: list[RequestRecord], label: str, repeat: int) -> set[str]:
+    return {r.rid for r in records if r.label == label and r.repeat == repeat and r.ok and not r.warmup}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,11 +384,11 @@ def completed_ids(records: list[dict], label: str, repeat: int) -> set[str]:
 
 async def _run_requests(
     client, base, api, reqs, cfg, model, log: RecordLog, tags: dict, desc: str, render, extra: dict | None
-) -> list[dict]:
+) -> list[RequestRecord]:
     from tqdm import tqdm
 
     sem = asyncio.Semaphore(cfg.concurrency)
-    out: list[dict] = []
+    out: list[RequestRecord] = []
     bar = tqdm(total=len(reqs), desc=desc, disable=not cfg.progress or not reqs, leave=False)
     # resolved once: every request builds its payload and reads its answer through the engine, and an
     # unpinned SGLang engine reads the installed release's metadata on each use (~1 ms on the event loop)
@@ -400,8 +401,10 @@ async def _run_requests(
         # the slot just freed woke the next request; yielding once lets it go out before this one's record
         # is serialized and written (~0.3 ms), instead of after
         await asyncio.sleep(0)
-        rec.update(tags, rid=req["rid"], kind=req.get("kind"))
-        log.append(rec)  # written as soon as it completes
+        for k, v in tags.items():  # label, repeat, session, warmup: RequestRecord fields
+            setattr(rec, k, v)
+        rec.rid, rec.kind = req["rid"], req.get("kind")
+        log.append(rec.to_dict())  # written as soon as it completes
         out.append(rec)
         bar.update(1)
 
@@ -412,16 +415,29 @@ async def _run_requests(
     return out
 
 
+@dataclass
+class _Arm:
+    """One arm between `open_arm` and `close_arm`: its run record so far, and what its requests need."""
+
+    run: RunRecord
+    engine: Engine
+    extra: dict | None  # body fields every request adds (`Engine.request_extra`)
+    log_off: int | None  # the server log's size when the measured requests began; None: no log is read
+
+    @property
+    def tags(self) -> dict[str, Any]:
+        """The RequestRecord fields every request of this arm carries."""
+        return {"label": self.run.label, "repeat": self.run.repeat, "session": self.run.session}
+
+
 async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
-                   render=None, transport=None) -> dict:  # fmt: skip
+                   render=None, transport=None) -> _Arm:  # fmt: skip
     """Before an arm's measured requests: probe, flush, warm up, flush, snapshot. Returns the arm's state."""
-    session = uuid.uuid4().hex[:8]
     engine = get_engine(cfg.engine)
     probe = await probe_server(client, base, engine)
-    model = cfg.model or probe["model"]
-    api = cfg.api
-    extra = engine.request_extra(api) if probe["sglang"] else None
-    tags = {"label": label, "repeat": repeat, "session": session}
+    run = RunRecord(label=label, repeat=repeat, session=uuid.uuid4().hex[:8], url=base, api=cfg.api,
+                    model=cfg.model or probe.model, sglang=probe.sglang, engine=engine.name)  # fmt: skip
+    arm = _Arm(run, engine, engine.request_extra(run.api) if run.sglang else None, None)
     if cfg.flush_cache:
         await flush_cache(client, base, engine)
     if cfg.warmup:
@@ -429,50 +445,37 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
         await _run_requests(
             transport or client,
             base,
-            api,
+            run.api,
             warm,
             replace(cfg, max_new_tokens=cfg.warmup_max_new_tokens or cfg.max_new_tokens),
-            model,
+            run.model,
             log,
-            {**tags, "warmup": True},
+            {**arm.tags, "warmup": True},
             f"{label}#{repeat} warmup",
             render,
-            extra,
+            arm.extra,
         )
-    flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
+    run.flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     # the server log is the --url arm's: another arm's window would read that server's decode lines as its own
-    mine = cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path)
-    log_off = os.path.getsize(cfg.log_path) if mine else None
-    m0 = await snapshot_metrics(client, base, engine)
-    return {"label": label, "base": base, "api": api, "model": model, "extra": extra, "tags": tags, "engine": engine,
-            "probe": probe, "flushed": flushed, "log_off": log_off, "m0": m0, "t0": time.time(), "sent": 0}  # fmt: skip
+    if cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path):
+        arm.log_off = os.path.getsize(cfg.log_path)
+    run.metrics_before = await snapshot_metrics(client, base, engine)
+    run.t_start = time.time()
+    return arm
 
 
-async def close_arm(client, arm: dict, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> dict:
+async def close_arm(client, arm: _Arm, cfg: BenchConfig, runs: RecordLog, resumed: bool) -> RunRecord:
     """After an arm's measured requests: snapshot, read the log lines written meanwhile, record the run."""
-    engine, base = arm["engine"], arm["base"]
-    info = {
-        **arm["tags"],
-        "url": base,
-        "api": arm["api"],
-        "model": arm["model"],
-        "t_start": arm["t0"],
-        "t_end": time.time(),
-        "requests": arm["sent"],
-        "resumed": resumed,
-        "flushed": arm["flushed"],
-        "sglang": arm["probe"]["sglang"],
-        "engine": engine.name,
-        "metrics_before": arm["m0"],
-        "metrics_after": await snapshot_metrics(client, base, engine),
-        "server_info_after": (await server_info(client, base, engine)) if arm["probe"]["sglang"] else None,
-    }
-    if arm["log_off"] is not None:
+    run, engine = arm.run, arm.engine
+    run.t_end, run.resumed = time.time(), resumed
+    run.metrics_after = await snapshot_metrics(client, run.url, engine)
+    run.server_info_after = (await server_info(client, run.url, engine)) if run.sglang else None
+    if arm.log_off is not None:
         with open(cfg.log_path, "rb") as f:
-            f.seek(arm["log_off"])
-            info["log_accept_lengths"] = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
-    runs.append(info)
-    return info
+            f.seek(arm.log_off)
+            run.log_accept_lengths = log_accept_lengths(f.read().decode("utf-8", "replace"), engine)
+    runs.append(run.to_dict())
+    return run
 
 
 async def run_arm(
@@ -487,16 +490,16 @@ async def run_arm(
     done: set[str],
     render=None,
     transport=None,
-) -> dict | None:
+) -> RunRecord | None:
     """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
     `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
     todo = [r for r in cfg.requests_for(label, reqs) if r["rid"] not in done]
     if not todo:
         return None
     arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
-    await _run_requests(transport or client, base, arm["api"], todo, cfg, arm["model"], log, arm["tags"],
-                        f"{label}#{repeat}", render, arm["extra"])  # fmt: skip
-    arm["sent"] = len(todo)
+    await _run_requests(transport or client, base, arm.run.api, todo, cfg, arm.run.model, log, arm.tags,
+                        f"{label}#{repeat}", render, arm.extra)  # fmt: skip
+    arm.run.requests = len(todo)
     return await close_arm(client, arm, cfg, runs, bool(done))
 
 
@@ -514,9 +517,9 @@ async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs
             batch = [r for r in todo[lab] if r["rid"] in group]
             if batch:
                 a = state[lab]
-                await _run_requests(transport or client, base, a["api"], batch, cfg, a["model"], log, a["tags"],
-                                    f"{lab}#{repeat}", render, a["extra"])  # fmt: skip
-                a["sent"] += len(batch)
+                await _run_requests(transport or client, base, a.run.api, batch, cfg, a.run.model, log, a.tags,
+                                    f"{lab}#{repeat}", render, a.extra)  # fmt: skip
+                a.run.requests += len(batch)
     for lab, _ in open_:
         await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
@@ -554,8 +557,11 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
 @dataclass
 class BenchResult:
     out_dir: Path
-    records: list[dict]
-    runs: list[dict]
+    records: list[RequestRecord]
+    runs: list[RunRecord]
+    # summary.json's document, its keys the file's: "runs" (a row per arm x repeat), "labels" (per arm:
+    # `km.ServingSummary.to_dict` + "output_tok_s_runs" + "accept_sources"), "accept_sources" (per arm, every
+    # `km.AcceptSource` as a dict; typed: `accept_sources(label)`), "speedup", "paired_speedup", "resumed"
     summary: dict[str, Any]
     report: Report
     config: dict[str, Any] = field(default_factory=dict)  # the run's stored settings (config.json)
@@ -569,12 +575,12 @@ class BenchResult:
     def block(self) -> str:
         """The printed summary: per arm, sglang.bench_serving's block (ms) and the acceptance sources;
         then the speedup of each arm over the baseline."""
-        apis = {r.get("api") for r in self.records if r.get("api")}
+        apis = {r.api for r in self.records if r.api}
         backend = ", ".join(f"{a} ({API_PATHS.get(a, a)})" for a in sorted(apis)) or "n/a"
         lines: list[str] = []
         for label, agg in self.summary["labels"].items():
-            sources = (self.summary.get("accept_sources") or {}).get(label)
-            lines += km.serving_block(agg, label, backend, self.config.get("concurrency"), sources)
+            s = km.ServingSummary.from_dict(agg)
+            lines += km.serving_block(s, label, backend, self.config.get("concurrency"), self.accept_sources(label))
             lines.append("")
         for lab, ci in (self.summary.get("speedup") or {}).items():
             lines.append(
@@ -585,10 +591,16 @@ class BenchResult:
             )
         return "\n".join(lines).rstrip()
 
+    def accept_sources(self, label: str) -> dict[str, km.AcceptSource]:
+        """The acceptance sources of the arm `label` (its last session's), typed; `summary["accept_sources"]`
+        holds them as summary.json does."""
+        stored = (self.summary.get("accept_sources") or {}).get(label) or {}
+        return {name: km.AcceptSource(**s) for name, s in stored.items()}
+
     def describe(self) -> str:
         """Which data, in one line (figure titles): model, prompts, settings."""
         c = self.config
-        models = sorted({str(r["model"]) for r in self.runs if r.get("model")})
+        models = sorted({str(r.model) for r in self.runs if r.model})
         n = c.get("num_prompts")
         return ", ".join(
             x
@@ -606,40 +618,41 @@ class BenchResult:
 
 
 def analyze(
-    records: list[dict],
-    runs: list[dict],
+    records: list[RequestRecord],
+    runs: list[RunRecord],
     baseline_label: str = "baseline",
     expected_accept_length: float | None = None,
     static_findings=(),
 ) -> tuple[dict, Report]:
     """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
     report = Report()
-    labels = list(dict.fromkeys(r["label"] for r in records if "label" in r))
+    labels = list(dict.fromkeys(r.label for r in records if r.label is not None))
     rows, per_label, source_detail = [], {}, {}
     for label in labels:
-        lrec = [r for r in records if r.get("label") == label]
-        for rep in sorted({r["repeat"] for r in lrec}):
-            s = km.summarize([r for r in lrec if r["repeat"] == rep])
+        lrec = [r for r in records if r.label == label]
+        for rep in sorted({r.repeat for r in lrec}):
+            s = km.summarize([r for r in lrec if r.repeat == rep]).to_dict()
             rows.append({"label": label, "repeat": rep, **{k: v for k, v in s.items() if k != "accept_histogram"}})
-        agg = km.summarize(lrec)
+        summ = km.summarize(lrec)
+        agg = summ.to_dict()  # summary.json's entry: ServingSummary's fields, the runs' tok/s, the sources
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
-        sources: dict[str, dict] = {}
-        for info in [x for x in runs if x.get("label") == label]:
-            srec = [r for r in lrec if r.get("session") == info["session"]]
+        sources: dict[str, km.AcceptSource] = {}
+        for info in [x for x in runs if x.label == label]:
+            srec = [r for r in lrec if r.session == info.session]
             src = km.acceptance_sources(srec, info)
-            report.extend(km.reconcile_acceptance(src, f"{label}#{info['repeat']}"))
+            report.extend(km.reconcile_acceptance(src, f"{label}#{info.repeat}"))
             sources = src  # the last session's sources are shown; each one was reconciled
-        agg["accept_sources"] = {k: v["value"] for k, v in sources.items()}
-        source_detail[label] = sources
+        agg["accept_sources"] = {k: v.value for k, v in sources.items()}
+        source_detail[label] = {k: asdict(v) for k, v in sources.items()}
         per_label[label] = agg
-        failed = [r for r in lrec if not r.get("ok") and not r.get("warmup")]
+        failed = [r for r in lrec if not r.ok and not r.warmup]
         if failed:
             report.add(
                 Finding(
                     code="bench.request_errors",
                     severity="error",
                     title=f"{label}: {len(failed)} request(s) failed",
-                    evidence={"first_error": failed[0].get("error"), "count": len(failed)},
+                    evidence={"first_error": failed[0].error, "count": len(failed)},
                     fix="read the server log; rerun the same command to retry only the failed requests",
                 )
             )
@@ -647,12 +660,11 @@ def analyze(
         mism = [
             r
             for r in ok
-            if r.get("completion_tokens") is not None
-            and r.get("client_tokens")
-            and r["api"] != "sglang"
-            and r.get("chunk_tok")
-            and len(r["chunk_tok"]) > 1
-            and r["client_tokens"] != r["completion_tokens"]
+            if r.completion_tokens is not None
+            and r.client_tokens
+            and r.api != "sglang"
+            and len(r.chunk_tok) > 1
+            and r.client_tokens != r.completion_tokens
         ]
         if mism:
             report.add(
@@ -661,21 +673,21 @@ def analyze(
                     severity="info",
                     title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
                     evidence={
-                        "example_client": mism[0]["client_tokens"],
-                        "example_server": mism[0]["completion_tokens"],
+                        "example_client": mism[0].client_tokens,
+                        "example_server": mism[0].completion_tokens,
                     },
                     fix="expected when the server packs several tokens per chunk (speculative "
                     "decoding); totals use the server's count, ITL spreads chunk gaps per token",
                 )
             )
-        has_spec = agg.get("accept_requests_with_spec", 0) > 0
+        has_spec = summ.accept_requests_with_spec > 0
         if label == baseline_label and has_spec:
             report.add(
                 Finding(
                     code="bench.baseline_is_speculative",
                     severity="warning",
                     title=f"{label}: the baseline server reports speculative fields",
-                    evidence={"accept_length": agg.get("accept_length")},
+                    evidence={"accept_length": summ.accept_length},
                     fix="launch the baseline without --speculative-algorithm; otherwise the "
                     "speedup compares speculation with itself",
                 )
@@ -686,7 +698,7 @@ def analyze(
                     code="bench.no_acceptance",
                     severity="warning",
                     title=f"{label}: no request reported acceptance (spec_verify_ct)",
-                    evidence={"api": ok[0]["api"], "requests": len(ok)},
+                    evidence={"api": ok[0].api, "requests": len(ok)},
                     fix="use --api sglang (/generate meta_info) or an SGLang with "
                     "return_spec_tokens_details; check the server runs with speculation",
                 )
@@ -735,7 +747,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     note = note or (lambda line: print(f"kit bench: {line}", file=sys.stderr))
     cfg, out, resumed = open_run(cfg)
     reqs = request_list(prompts or load_prompts(cfg.prompts), cfg.num_prompts)
-    existing = RecordLog(out / "records.jsonl").read() if resumed else []
+    existing = read_records(out / "records.jsonl") if resumed else []
     done = {(lab, rep): completed_ids(existing, lab, rep) for rep in range(cfg.repeats) for lab, _ in cfg.arms()}
     ids = {r["rid"] for r in reqs}
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
@@ -755,7 +767,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     return res
 
 
-def payoff(records: list[dict], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
+def payoff(records: list[RequestRecord], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
     """Speedup over the baseline arm per named arm (`{name: its label}`), from the same requests under
     both (`kit.measure.metrics.paired_ratios` -> `paired_speedup`: median, bootstrap interval), with the
     per-request ratios kept for the figure; None for an arm without paired requests. `records` may join
@@ -772,7 +784,8 @@ def load_result(
 ) -> BenchResult:
     """Re-score a bench directory from its JSONL files (no server needed)."""
     out = Path(out_dir)
-    records, runs = RecordLog(out / "records.jsonl").read(), RecordLog(out / "runs.jsonl").read()
+    records = read_records(out / "records.jsonl")
+    runs = [RunRecord.from_dict(d) for d in RecordLog(out / "runs.jsonl").read()]
     if not records:
         raise KitInputError(f"{out / 'records.jsonl'}: no records")
     summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings)

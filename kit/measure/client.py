@@ -1,11 +1,11 @@
 """HTTP client for one benchmark request: SGLang `/generate`, OpenAI `/v1/completions` and
 `/v1/chat/completions`, streamed or not, plus the server probes kit.measure.bench needs around a run.
 
-`send_one` turns one request into one record: arrival time and token count of every streamed
-chunk (`chunk_t`, `chunk_tok`), TTFT, end-to-end latency, the server's token counts and its
+`send_one` turns one request into one record (`kit.measure.records.RequestRecord`): arrival time and
+token count of every streamed chunk (`chunk_t`, `chunk_tok`), TTFT, end-to-end latency, the server's token counts and its
 speculative fields as the serving engine names them (`kit.serving.engines`: `Engine.spec_fields`, default
 SGLang, whose field names per release are `kit.sglang.http_api`). It never raises for server or network
-errors: a failed request is a record with `ok: false` and the error, so one bad request cannot
+errors: a failed request is a record with `ok=False` and the error, so one bad request cannot
 end a run. Token counts per chunk are exact for `/generate` (the cumulative
 `meta_info.completion_tokens`); OpenAI streams carry none, so a content chunk counts as one token
 and the server's `usage` (when sent) is kept beside it.
@@ -23,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kit.measure import metrics as km
+from kit.measure.records import RequestRecord
 from kit.serving.engines import Engine, get_engine
 from kit.serving.engines.base import Reply
 
@@ -70,26 +72,13 @@ async def send_one(
     model: str | None,
     extra: dict | None = None,
     engine: str | Engine | None = None,
-) -> dict:
+) -> RequestRecord:
     """Send one request; return its record (never raises for server/network errors)."""
     engine = get_engine(engine)
     path, body = build_payload(api, text, cfg, model, engine)
     if extra:
         body.update(extra)
-    rec: dict[str, Any] = {
-        "api": api,
-        "t_start": time.time(),
-        "ok": False,
-        "error": None,
-        "ttft": None,
-        "chunk_t": [],
-        "chunk_tok": [],
-        "completion_tokens": None,
-        "prompt_tokens": None,
-        "client_tokens": 0,
-        "spec": {},
-        "finish_reason": None,
-    }
+    rec = RequestRecord(api=api, t_start=time.time())
     t0 = time.perf_counter()
     try:
         if cfg.stream:
@@ -100,23 +89,27 @@ async def send_one(
             obj = r.json()
             _absorb(engine.read_response(obj, api), rec)
             if api == "sglang" and obj.get("output_ids") is not None:
-                rec["output_ids"] = obj["output_ids"]  # the generated token ids (whole, unstreamed)
-            n = rec["completion_tokens"] or 0
-            rec["chunk_t"], rec["chunk_tok"] = [time.perf_counter() - t0], [n]
-            rec["client_tokens"] = n
-        rec["ok"] = True
+                rec.output_ids = obj["output_ids"]  # the generated token ids (whole, unstreamed)
+            n = rec.completion_tokens or 0
+            rec.chunk_t, rec.chunk_tok = [time.perf_counter() - t0], [n]
+            rec.client_tokens = n
+        rec.ok = True
     except Exception as e:  # record the failure; one bad request must not end the run
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-    rec["e2e"] = time.perf_counter() - t0
+        rec.error = f"{type(e).__name__}: {e}"[:500]
+    rec.e2e = time.perf_counter() - t0
     return rec
 
 
-def _absorb(reply: Reply, rec: dict) -> None:
+def _absorb(reply: Reply, rec: RequestRecord) -> None:
     """Fold what one answer says (the engine read it: `Engine.read_response`) into the request's record."""
-    rec["spec"] = reply.spec or rec["spec"]
-    for key in ("completion_tokens", "prompt_tokens", "finish_reason"):
-        if getattr(reply, key) is not None:
-            rec[key] = getattr(reply, key)
+    if reply.spec:
+        rec.spec = reply.spec
+    if reply.completion_tokens is not None:
+        rec.completion_tokens = reply.completion_tokens
+    if reply.prompt_tokens is not None:
+        rec.prompt_tokens = reply.prompt_tokens
+    if reply.finish_reason is not None:
+        rec.finish_reason = reply.finish_reason
 
 
 def stream_session(concurrency: int, timeout_s: float):
@@ -167,42 +160,46 @@ def _json_loader():
 _loads = _json_loader()
 
 
-async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float, engine: Engine) -> None:
+async def _stream(client, url: str, body: dict, api: str, rec: RequestRecord, t0: float, engine: Engine) -> None:
     """Read a server-sent-event stream as raw bytes: events are split on newlines here and parsed from
     bytes, each network read is stamped once on arrival (before any parsing), and for `/generate` (whose
     meta_info is cumulative) only the last event is absorbed in full. The client's own cost per chunk is
-    what inflates TTFT and ITL once many streams share one event loop."""
+    what inflates TTFT and ITL once many streams share one event loop, so the per-chunk lists are local
+    names here and the record's counters are set once, at the end."""
     prev_tokens = 0
     last = None
     buf = b""
-    async with _open_stream(client, url, body) as chunks:
-        async for raw in chunks:
-            now = time.perf_counter() - t0
-            *lines, buf = (buf + raw).split(b"\n")
-            for line in lines:
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                obj = _loads(data)
-                reply = engine.read_response(obj, api)
-                if api == "sglang":
-                    # the native stream's token count is cumulative: the delta is exact per chunk, and
-                    # with speculative decoding one chunk carries one verify step's tokens
-                    total = reply.completion_tokens or 0
-                    k = total - prev_tokens
-                    prev_tokens = max(prev_tokens, total)
-                    last = reply
-                else:
-                    k = 1 if reply.text else 0  # OpenAI streams carry no token counts
-                    _absorb(reply, rec)
-                if k > 0:
-                    if rec["ttft"] is None:
-                        rec["ttft"] = now
-                    rec["chunk_t"].append(now)
-                    rec["chunk_tok"].append(k)
-                    rec["client_tokens"] += k
+    chunk_t, chunk_tok = rec.chunk_t, rec.chunk_tok
+    try:
+        async with _open_stream(client, url, body) as chunks:
+            async for raw in chunks:
+                now = time.perf_counter() - t0
+                *lines, buf = (buf + raw).split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    obj = _loads(data)
+                    reply = engine.read_response(obj, api)
+                    if api == "sglang":
+                        # the native stream's token count is cumulative: the delta is exact per chunk, and
+                        # with speculative decoding one chunk carries one verify step's tokens
+                        total = reply.completion_tokens or 0
+                        k = total - prev_tokens
+                        prev_tokens = max(prev_tokens, total)
+                        last = reply
+                    else:
+                        k = 1 if reply.text else 0  # OpenAI streams carry no token counts
+                        _absorb(reply, rec)
+                    if k > 0:
+                        chunk_t.append(now)
+                        chunk_tok.append(k)
+    finally:  # a stream cut short keeps what arrived
+        if chunk_t:
+            rec.ttft = chunk_t[0]
+            rec.client_tokens = sum(chunk_tok)
     if last is not None:
         _absorb(last, rec)
 
@@ -251,20 +248,30 @@ async def server_info(client, base: str, engine: str | Engine | None = None) -> 
     return None
 
 
-async def probe_server(client, base: str, engine: str | Engine | None = None) -> dict[str, Any]:
-    """What this server offers: the engine's server info (`sglang`: it answers), /metrics, model id."""
+@dataclass(slots=True)
+class ServerProbe:
+    """What a server offers, asked once before an arm's requests (`probe_server`)."""
+
+    sglang: bool  # the engine's server info answered: its speculative fields can be asked for
+    server_info: dict | None  # that answer, as the server sent it
+    model: str | None  # the first model id its models path lists (what OpenAI endpoints are sent)
+    metrics: bool  # its metrics path answered
+
+
+async def probe_server(client, base: str, engine: str | Engine | None = None) -> ServerProbe:
+    """What this server offers: the engine's server info, /metrics, model id."""
     engine = get_engine(engine)
     info = await server_info(client, base, engine)
     models = await get_json(client, base + engine.models_path)
     model = None
     if models and models.get("data"):
         model = models["data"][0].get("id")
-    return {
-        "sglang": info is not None,
-        "server_info": info,
-        "model": model,
-        "metrics": await snapshot_metrics(client, base, engine) is not None,
-    }
+    return ServerProbe(
+        sglang=info is not None,
+        server_info=info,
+        model=model,
+        metrics=await snapshot_metrics(client, base, engine) is not None,
+    )
 
 
 async def snapshot_metrics(client, base: str, engine: str | Engine | None = None) -> dict[str, float] | None:
@@ -393,13 +400,14 @@ def ask(
         if r.status_code != 200:
             raise KitInputError(f"{base_url}: {path} answered {r.status_code}: {r.text[:200]}")
         reply = eng.read_response(r.json(), api)
-        verify_ct, tokens = reply.spec.get("verify_ct"), reply.completion_tokens
+        rec = RequestRecord(api=api, ok=True)
+        _absorb(reply, rec)
         return {
             "prompt": p[:40],
-            "completion_tokens": tokens,
-            "spec_verify_ct": verify_ct,
-            # the server's own figure where it sends one, else tokens per verify step
-            "spec_accept_length": reply.spec.get("accept_length") or (tokens / verify_ct if verify_ct else None),
+            "completion_tokens": rec.completion_tokens,
+            "spec_verify_ct": reply.spec.get("verify_ct"),
+            # the server's own figure where it sends one, else the request's (RequestRecord.accept_length)
+            "spec_accept_length": reply.spec.get("accept_length") or rec.accept_length,
             "latency_s": round(time.perf_counter() - t_start, 3),
             "text": (reply.text or "")[:60],
         }

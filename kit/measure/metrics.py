@@ -1,19 +1,20 @@
 """Benchmark metrics: latency/throughput summaries, acceptance from every source, speedup CIs.
 
-Pure functions over the per-request records that `kit.measure.bench` writes (one JSON object per
-request, see `kit.measure.bench` for the fields) — no HTTP, no pandas at import time, so the same code
-scores a live run, a resumed JSONL file or a record set built by hand in a test. What a server-side
+Pure functions over the per-request records (`kit.measure.records.RequestRecord`, one line of
+`records.jsonl` each) — no HTTP, no pandas at import time, so the same code scores a live run, a resumed
+JSONL file or a record set built by hand in a test. What a server-side
 snapshot means (/metrics counter names, the server-info field) is the serving engine's
 (`kit.serving.engines`; a run record names its engine, default SGLang).
 
 Acceptance length (AL) is "tokens emitted per target verify step, bonus token included", the
-SGLang definition. SGLang exposes it several ways and they do NOT measure the same thing:
+SGLang definition (one request's: `RequestRecord.accept_length`). SGLang exposes it several ways and they
+do NOT measure the same thing:
 
   source            scope                     formula
-  meta              this run, per request     sum(completion_tokens) / sum(spec_verify_ct)
-  meta_decode       this run, per request     sum(completion_tokens - 1) / sum(spec_verify_ct)
-                                              (the first token comes from prefill, not a verify)
-  meta_field        this run, per request     mean of the server's own spec_accept_length
+  meta              this run, per request     `Acceptance.length` (pooled over the requests)
+  meta_decode       this run, per request     `Acceptance.length_decode` (the prefill token left out)
+  meta_req_mean     this run, per request     `Acceptance.length_req_mean` (unweighted mean of requests)
+  meta_field        this run, per request     `Acceptance.length_field_mean` (the server's own field)
   metrics_delta     this run, server counters delta generation_tokens_total / delta spec_verify_calls_total
   server_info       server lifetime           internal_states[0].avg_spec_accept_length
   log               decode-log intervals      mean "accept len" of the decode log lines (decode only)
@@ -39,9 +40,11 @@ import random
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kit.findings import Finding
+from kit.measure.records import JsonRecord, RequestRecord, RunRecord
 from kit.serving.engines import Engine, get_engine
 
 # ---------------------------------------------------------------------------------------------
@@ -87,19 +90,18 @@ def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def output_tokens(rec: dict) -> int:
+def output_tokens(rec: RequestRecord) -> int:
     """Server-reported completion tokens when present, else what the client counted."""
-    n = rec.get("completion_tokens")
-    return int(n) if n is not None else int(rec.get("client_tokens") or 0)
+    return rec.output_tokens
 
 
-def itls(rec: dict) -> list[float]:
+def itls(rec: RequestRecord) -> list[float]:
     """Inter-token latencies of one streamed request.
 
     A chunk carrying k tokens (speculative decoding emits several per verify step) contributes
     k gaps of (chunk gap / k) — the convention of sglang.bench_serving — so ITL stays a
     per-token figure and is comparable between baseline and speculative runs."""
-    ts, ks = rec.get("chunk_t") or [], rec.get("chunk_tok") or []
+    ts, ks = rec.chunk_t, rec.chunk_tok
     out: list[float] = []
     for i in range(1, len(ts)):
         k = ks[i] if i < len(ks) else 1
@@ -109,9 +111,9 @@ def itls(rec: dict) -> list[float]:
     return out
 
 
-def measured(records: Iterable[dict], label: str | None = None) -> list[dict]:
+def measured(records: Iterable[RequestRecord], label: str | None = None) -> list[RequestRecord]:
     """Records that count: successful, not warmup, optionally of one run label."""
-    return [r for r in records if r.get("ok") and not r.get("warmup") and (label is None or r.get("label") == label)]
+    return [r for r in records if r.ok and not r.warmup and (label is None or r.label == label)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,68 +121,150 @@ def measured(records: Iterable[dict], label: str | None = None) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 
 
-def summarize(records: Iterable[dict]) -> dict[str, Any]:
+@dataclass(slots=True)
+class ServingSummary(JsonRecord):
+    """Throughput, latency and acceptance of one set of requests (`summarize`); `to_dict` is the per-arm and
+    per-run entry of summary.json, under these names. Only measured requests count (`measured`: successful,
+    not warmup); seconds throughout. Latencies: mean and percentiles (`percentile`) over requests (ttft, tpot,
+    e2e) or over tokens (itl)."""
+
+    _UNSET_OMITTED = ("accept_length", "accept_length_decode", "accept_length_req_mean", "accept_length_field_mean",
+                      "accept_rate")  # fmt: skip
+
+    requests: int = 0
+    failed: int = 0  # failed requests, warmup excluded
+    output_tokens: int = 0  # sum of RequestRecord.output_tokens
+    prompt_tokens: int = 0  # sum of the server's prompt token counts
+    duration_s: float = math.nan  # busy time: the union of the requests' [start, end] intervals (`busy_time`)
+    output_tok_s: float = math.nan  # output_tokens / duration_s
+    input_tok_s: float = math.nan  # prompt_tokens / duration_s
+    total_tok_s: float = math.nan  # (prompt_tokens + output_tokens) / duration_s
+    req_s: float = math.nan  # requests / duration_s
+    concurrency: float = math.nan  # requests in flight on average: sum(e2e) / duration_s (sglang.bench_serving's)
+    # TTFT: send to the first chunk that carried a token (streams only)
+    ttft_mean_s: float = math.nan
+    ttft_p50_s: float = math.nan
+    ttft_p90_s: float = math.nan
+    ttft_p95_s: float = math.nan
+    ttft_p99_s: float = math.nan
+    # ITL: per token; a chunk of k tokens is k gaps of (chunk gap / k) (`itls`)
+    itl_mean_s: float = math.nan
+    itl_p50_s: float = math.nan
+    itl_p90_s: float = math.nan
+    itl_p95_s: float = math.nan
+    itl_p99_s: float = math.nan
+    # TPOT: per request, (e2e - ttft) / (output tokens - 1), first token excluded
+    tpot_mean_s: float = math.nan
+    tpot_p50_s: float = math.nan
+    tpot_p90_s: float = math.nan
+    tpot_p95_s: float = math.nan
+    tpot_p99_s: float = math.nan
+    # E2E: send to the end of the answer
+    e2e_mean_s: float = math.nan
+    e2e_p50_s: float = math.nan
+    e2e_p90_s: float = math.nan
+    e2e_p95_s: float = math.nan
+    e2e_p99_s: float = math.nan
+    itl_max_s: float = math.nan
+    # acceptance: the fields of `Acceptance`, prefixed (absent from the dict while None)
+    accept_requests_with_spec: int = 0
+    accept_length: float | None = None
+    accept_length_decode: float | None = None
+    accept_length_req_mean: float | None = None
+    accept_length_field_mean: float | None = None
+    accept_rate: float | None = None
+    accept_histogram: list[int] | None = None
+
+
+def summarize(records: Iterable[RequestRecord]) -> ServingSummary:
     """Throughput, latency and acceptance of one set of records (typically one label+repeat)."""
     allrec = list(records)
     recs = measured(allrec)
-    failed = [r for r in allrec if not r.get("ok") and not r.get("warmup")]
-    toks = [output_tokens(r) for r in recs]
-    dur = busy_time((r["t_start"], r["t_start"] + r["e2e"]) for r in recs)
-    ttft = [r["ttft"] for r in recs if r.get("ttft") is not None]
-    e2e = [r["e2e"] for r in recs]
+    failed = [r for r in allrec if not r.ok and not r.warmup]
+    toks = [r.output_tokens for r in recs]
+    dur = busy_time((r.t_start, r.t_start + r.e2e) for r in recs)
+    ttft = [r.ttft for r in recs if r.ttft is not None]
+    e2e = [r.e2e for r in recs]
     itl = [x for r in recs for x in itls(r)]
-    tpot = [
-        (r["e2e"] - r["ttft"]) / (output_tokens(r) - 1)
-        for r in recs
-        if r.get("ttft") is not None and output_tokens(r) > 1
-    ]
-    ptoks = sum(int(r.get("prompt_tokens") or 0) for r in recs)
-    out: dict[str, Any] = {
-        "requests": len(recs),
-        "failed": len(failed),
-        "output_tokens": sum(toks),
-        "prompt_tokens": ptoks,
-        "duration_s": dur,
-        "output_tok_s": sum(toks) / dur if dur > 0 else math.nan,
-        "input_tok_s": ptoks / dur if dur > 0 else math.nan,
-        "total_tok_s": (ptoks + sum(toks)) / dur if dur > 0 else math.nan,
-        "req_s": len(recs) / dur if dur > 0 else math.nan,
-        # sglang.bench_serving's "Concurrency": requests in flight on average
-        "concurrency": sum(e2e) / dur if dur > 0 else math.nan,
-    }
+    tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in recs if r.ttft is not None and r.output_tokens > 1]
+    ptoks = sum(int(r.prompt_tokens or 0) for r in recs)
+    per_s = (lambda n: n / dur) if dur > 0 else (lambda n: math.nan)
+    kw: dict[str, Any] = {}
     for name, xs in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2e", e2e)):
-        out[f"{name}_mean_s"] = _mean(xs)
+        kw[f"{name}_mean_s"] = _mean(xs)
         for q in (50, 90, 95, 99):
-            out[f"{name}_p{q}_s"] = percentile(xs, q)
-    out["itl_max_s"] = max(itl) if itl else math.nan
+            kw[f"{name}_p{q}_s"] = percentile(xs, q)
     acc = acceptance_from_records(recs)
-    out.update({f"accept_{k}": v for k, v in acc.items() if k != "histogram"})
-    out["accept_histogram"] = acc.get("histogram")
-    return out
+    return ServingSummary(
+        requests=len(recs),
+        failed=len(failed),
+        output_tokens=sum(toks),
+        prompt_tokens=ptoks,
+        duration_s=dur,
+        output_tok_s=per_s(sum(toks)),
+        input_tok_s=per_s(ptoks),
+        total_tok_s=per_s(ptoks + sum(toks)),
+        req_s=per_s(len(recs)),
+        concurrency=per_s(sum(e2e)),
+        itl_max_s=max(itl) if itl else math.nan,
+        **kw,
+        **{f"accept_{k}": v for k, v in acc.present().items()},
+    )
 
 
-def acceptance_from_records(recs: Sequence[dict]) -> dict[str, Any]:
-    """Per-request acceptance, aggregated the SGLang way (token-weighted)."""
-    with_spec = [r for r in recs if (r.get("spec") or {}).get("verify_ct")]
-    out: dict[str, Any] = {"requests_with_spec": len(with_spec)}
+@dataclass(slots=True)
+class Acceptance:
+    """Acceptance of a set of requests from their own speculative fields (`RequestRecord.spec`); only requests
+    that report verify steps count. Each field's `scope` (metadata) is what `acceptance_sources` says of it."""
+
+    requests_with_spec: int = 0  # requests that report verify steps (spec["verify_ct"] > 0)
+    # pooled, SGLang's (token-weighted): sum(output tokens) / sum(verify steps); the first token comes from
+    # prefill, not a verify step, and is counted
+    length: float | None = field(
+        default=None, metadata={"scope": "run, completion_tokens/spec_verify_ct (prefill token included)"}
+    )
+    # pooled, decode only: sum(output tokens - 1) / sum(verify steps)
+    length_decode: float | None = field(
+        default=None, metadata={"scope": "run, (completion_tokens-1)/spec_verify_ct (decode only)"}
+    )
+    # unweighted mean over requests of each one's RequestRecord.accept_length
+    length_req_mean: float | None = field(default=None, metadata={"scope": "run, mean per request"})
+    # unweighted mean over requests of the server's own per-request accept length (spec["accept_length"])
+    length_field_mean: float | None = field(default=None, metadata={"scope": "run, mean of server spec_accept_length"})
+    # share of drafted tokens accepted, pooled: sum(num_correct) / sum(num_proposed), when every request says
+    rate: float | None = None
+    # verify steps by accepted drafts (bucket k: k drafts accepted), summed over requests (`merge_histograms`)
+    histogram: list[int] | None = None
+
+    def present(self) -> dict[str, Any]:
+        """The fields that have a value, in order (what a `ServingSummary` carries as `accept_<name>`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @staticmethod
+    def scope(name: str) -> str:
+        """What the field `name` counts, in a few words (its `scope` metadata)."""
+        return next(f.metadata["scope"] for f in fields(Acceptance) if f.name == name)
+
+
+def acceptance_from_records(recs: Sequence[RequestRecord]) -> Acceptance:
+    """Per-request acceptance, aggregated the SGLang way (token-weighted); the definitions are `Acceptance`'s."""
+    with_spec = [r for r in recs if r.verify_ct]
+    out = Acceptance(requests_with_spec=len(with_spec))
     if not with_spec:
         return out
-    toks = sum(output_tokens(r) for r in with_spec)
-    ver = sum(r["spec"]["verify_ct"] for r in with_spec)
-    out["length"] = toks / ver
-    out["length_decode"] = (toks - len(with_spec)) / ver
-    per_req = [output_tokens(r) / r["spec"]["verify_ct"] for r in with_spec]
-    out["length_req_mean"] = _mean(per_req)
-    fields = [r["spec"]["accept_length"] for r in with_spec if r["spec"].get("accept_length") is not None]
-    if fields:
-        out["length_field_mean"] = _mean(fields)
-    corr = [r["spec"].get("num_correct") for r in with_spec]
-    prop = [r["spec"].get("num_proposed") for r in with_spec]
+    toks = sum(r.output_tokens for r in with_spec)
+    ver = sum(r.verify_ct for r in with_spec)
+    out.length = toks / ver
+    out.length_decode = (toks - len(with_spec)) / ver
+    out.length_req_mean = _mean([r.accept_length for r in with_spec])
+    fields_ = [r.spec["accept_length"] for r in with_spec if r.spec.get("accept_length") is not None]
+    if fields_:
+        out.length_field_mean = _mean(fields_)
+    corr = [r.spec.get("num_correct") for r in with_spec]
+    prop = [r.spec.get("num_proposed") for r in with_spec]
     if all(c is not None for c in corr) and all(p for p in prop):
-        out["rate"] = sum(corr) / sum(prop)
-    hist = merge_histograms(r["spec"].get("histogram") for r in with_spec)
-    if hist:
-        out["histogram"] = hist
+        out.rate = sum(corr) / sum(prop)
+    out.histogram = merge_histograms(r.spec.get("histogram") for r in with_spec) or None
     return out
 
 
@@ -208,11 +292,11 @@ def per_position_acceptance(hist: Sequence[int]) -> list[float]:
     return [sum(hist[i:]) / total for i in range(1, len(hist))]
 
 
-def stream_accept_length(recs: Sequence[dict]) -> float | None:
+def stream_accept_length(recs: Sequence[RequestRecord]) -> float | None:
     """Client-side AL: mean tokens per streamed chunk after the first (the first holds the
     prefill token). Meaningful only for /generate streams where chunks carry exact token
     counts; over-estimates if the server coalesces chunks for a slow reader."""
-    ks = [k for r in recs if r.get("api") == "sglang" for k in (r.get("chunk_tok") or [])[1:] if k > 0]
+    ks = [k for r in recs if r.api == "sglang" for k in r.chunk_tok[1:] if k > 0]
     return sum(ks) / len(ks) if ks else None
 
 
@@ -277,39 +361,48 @@ def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     return out
 
 
-def acceptance_sources(records: Sequence[dict], run_info: dict | None = None) -> dict[str, dict]:
-    """Every AL source we can compute for one run -> {name: {"value", "scope", "compare_to"}}.
+@dataclass(slots=True)
+class AcceptSource:
+    """One source's accept length over one run (`acceptance_sources`)."""
+
+    value: float
+    scope: str  # what it counts, in a few words
+    compare_to: str | None = None  # the source of the same scope it should agree with (None: it is a reference)
+
+
+def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | None = None) -> dict[str, AcceptSource]:
+    """Every AL source we can compute for one run -> {name: AcceptSource}.
 
     `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
     (`metrics_before`, `metrics_after`, `server_info_after`), parsed `log_accept_lengths`, and the
     `engine` that reads the snapshots (default SGLang)."""
     recs = measured(records)
     acc = acceptance_from_records(recs)
-    run_info = run_info or {}
-    eng = get_engine(run_info.get("engine"))
-    src: dict[str, dict] = {}
+    run_info = run_info or RunRecord()
+    eng = get_engine(run_info.engine)
+    src: dict[str, AcceptSource] = {}
 
     def put(name, value, scope, compare_to):
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            src[name] = {"value": float(value), "scope": scope, "compare_to": compare_to}
+            src[name] = AcceptSource(float(value), scope, compare_to)
 
-    put("meta", acc.get("length"), "run, completion_tokens/spec_verify_ct (prefill token included)", None)
-    put("meta_decode", acc.get("length_decode"), "run, (completion_tokens-1)/spec_verify_ct (decode only)", None)
-    put("meta_req_mean", acc.get("length_req_mean"), "run, mean per request", None)
-    put("meta_field", acc.get("length_field_mean"), "run, mean of server spec_accept_length", "meta_req_mean")
+    put("meta", acc.length, Acceptance.scope("length"), None)
+    put("meta_decode", acc.length_decode, Acceptance.scope("length_decode"), None)
+    put("meta_req_mean", acc.length_req_mean, Acceptance.scope("length_req_mean"), None)
+    put("meta_field", acc.length_field_mean, Acceptance.scope("length_field_mean"), "meta_req_mean")
     put(
         "metrics_delta",
-        metrics_delta_accept_length(run_info.get("metrics_before"), run_info.get("metrics_after"), eng),
+        metrics_delta_accept_length(run_info.metrics_before, run_info.metrics_after, eng),
         "run, /metrics counter deltas",
         "meta",
     )
     put(
         "server_info",
-        server_info_accept_length(run_info.get("server_info_after"), eng),
+        server_info_accept_length(run_info.server_info_after, eng),
         "server lifetime (includes warmup and earlier runs)",
         "meta_decode",
     )
-    logs = run_info.get("log_accept_lengths") or []
+    logs = run_info.log_accept_lengths or []
     put("log", _mean(logs) if logs else None, f"decode log lines ({len(logs)})", "meta_decode")
     put("stream", stream_accept_length(recs), "client, tokens per streamed chunk", "meta_decode")
     return src
@@ -376,17 +469,17 @@ def explain_mismatch(name: str, value: float, reference: float) -> tuple[str, st
 
 
 def reconcile_acceptance(
-    sources: dict[str, dict], label: str = "", tolerance: dict[str, float] | None = None
+    sources: dict[str, AcceptSource], label: str = "", tolerance: dict[str, float] | None = None
 ) -> list[Finding]:
     """`bench.accept_mismatch` for each source that disagrees with the per-request value; the
     finding says why that source can differ (`explain_mismatch`) and which value to trust."""
     tol = {**TOLERANCE, **(tolerance or {})}
     out = []
     for name, s in sources.items():
-        ref = s.get("compare_to")
+        ref = s.compare_to
         if not ref or ref not in sources:
             continue
-        a, b = s["value"], sources[ref]["value"]
+        a, b = s.value, sources[ref].value
         rel = abs(a - b) / max(abs(b), 1e-9)
         if rel > tol.get(name, 0.1):
             short, why, fix = explain_mismatch(name, a, b)
@@ -398,12 +491,12 @@ def reconcile_acceptance(
                     f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
                     evidence={
                         "source": name,
-                        "scope": s["scope"],
+                        "scope": s.scope,
                         "value": round(a, 4),
                         "reference": ref,
                         "reference_value": round(b, 4),
                         "why": why,
-                        "all_sources": {k: round(v["value"], 4) for k, v in sources.items()},
+                        "all_sources": {k: round(v.value, 4) for k, v in sources.items()},
                     },
                     fix=fix,
                 )
@@ -424,6 +517,11 @@ _LATENCY_SECTIONS = (
 )
 
 
+def _ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds; None (a summary read back from JSON, where nan is null) stays None."""
+    return None if seconds is None else seconds * 1000.0
+
+
 def _line(name: str, value: Any) -> str:
     if isinstance(value, float):
         value = "n/a" if math.isnan(value) else f"{value:.2f}"
@@ -431,62 +529,65 @@ def _line(name: str, value: Any) -> str:
 
 
 def serving_block(
-    s: dict[str, Any], title: str, backend: str, max_concurrency: int | None, sources: dict[str, dict] | None = None
+    s: dict[str, Any],
+    title: str,
+    backend: str,
+    max_concurrency: int | None,
+    sources: dict[str, AcceptSource] | None = None,
 ) -> list[str]:
-    """One result block from a `summarize` dict: the metric names, order, units (ms) and format of
+    """One result block from a `summarize` result: the metric names, order, units (ms) and format of
     `python -m sglang.bench_serving`, then an acceptance block with every source of this run.
 
     Lines bench_serving prints that the kit does not measure (retokenized counts, goodput) are
     left out; 'Failed requests' is added; 'Accept length' is the per-request value (meta), not the
     server-lifetime figure bench_serving reads from /server_info (that one is listed below it)."""
-    ms = 1000.0
     lines = [
         "{s:{c}^{n}}".format(s=f" Serving Benchmark Result: {title} ", n=50, c="="),
         _line("Backend:", backend),
         _line("Max request concurrency:", max_concurrency or "not set"),
-        _line("Successful requests:", s["requests"]),
-        _line("Failed requests:", s["failed"]),
-        _line("Benchmark duration (s):", s["duration_s"]),
-        _line("Total input tokens:", s["prompt_tokens"]),
-        _line("Total generated tokens:", s["output_tokens"]),
-        _line("Request throughput (req/s):", s["req_s"]),
-        _line("Input token throughput (tok/s):", s["input_tok_s"]),
-        _line("Output token throughput (tok/s):", s["output_tok_s"]),
-        _line("Total token throughput (tok/s):", s["total_tok_s"]),
-        _line("Concurrency:", s["concurrency"]),
+        _line("Successful requests:", s.requests),
+        _line("Failed requests:", s.failed),
+        _line("Benchmark duration (s):", s.duration_s),
+        _line("Total input tokens:", s.prompt_tokens),
+        _line("Total generated tokens:", s.output_tokens),
+        _line("Request throughput (req/s):", s.req_s),
+        _line("Input token throughput (tok/s):", s.input_tok_s),
+        _line("Output token throughput (tok/s):", s.output_tok_s),
+        _line("Total token throughput (tok/s):", s.total_tok_s),
+        _line("Concurrency:", s.concurrency),
     ]
-    if s.get("accept_length") is not None:
-        lines.append(_line("Accept length:", s["accept_length"]))
+    if s.accept_length is not None:
+        lines.append(_line("Accept length:", s.accept_length))
     for heading, key, name in _LATENCY_SECTIONS:
         lines.append("{s:{c}^{n}}".format(s=heading, n=50, c="-"))
-        lines.append(_line(f"Mean {name} (ms):", s[f"{key}_mean_s"] * ms))
+        lines.append(_line(f"Mean {name} (ms):", _ms(getattr(s, f"{key}_mean_s"))))
         for q in (50, 90, 95, 99):
-            lines.append(_line(f"{'Median' if q == 50 else f'P{q}'} {name} (ms):", s[f"{key}_p{q}_s"] * ms))
+            lines.append(_line(f"{'Median' if q == 50 else f'P{q}'} {name} (ms):", _ms(getattr(s, f"{key}_p{q}_s"))))
         if key == "itl":
-            lines.append(_line("Max ITL (ms):", s["itl_max_s"] * ms))
+            lines.append(_line("Max ITL (ms):", _ms(s.itl_max_s)))
     if sources:
         lines += acceptance_block(sources)
     lines.append("=" * 50)
     return lines
 
 
-def acceptance_block(sources: dict[str, dict], tolerance: dict[str, float] | None = None) -> list[str]:
+def acceptance_block(sources: dict[str, AcceptSource], tolerance: dict[str, float] | None = None) -> list[str]:
     """Every acceptance source of one run: its value, what it counts, and whether it agrees with the
     per-request value of the same scope (and if not, why not, in a few words)."""
     tol = {**TOLERANCE, **(tolerance or {})}
     lines = ["{s:{c}^{n}}".format(s="Acceptance (tokens per verify step)", n=50, c="-")]
     for name, src in sources.items():
-        note = src["scope"]
-        ref = src.get("compare_to")
+        note = src.scope
+        ref = src.compare_to
         if ref in sources:
-            a, b = src["value"], sources[ref]["value"]
+            a, b = src.value, sources[ref].value
             rel = abs(a - b) / max(abs(b), 1e-9)
             note += (
                 f"; agrees with {ref}"
                 if rel <= tol.get(name, 0.1)
                 else (f"; {rel:.0%} off {ref}: {explain_mismatch(name, a, b)[0]}")
             )
-        lines.append(_line(f"Accept length, {name}:", src["value"]) + f" {note}")
+        lines.append(_line(f"Accept length, {name}:", src.value) + f" {note}")
     return lines
 
 
@@ -629,19 +730,19 @@ def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
             "n": speedup["n"]}  # fmt: skip
 
 
-def request_rate(rec: dict) -> float:
+def request_rate(rec: RequestRecord) -> float:
     """One request's output tok/s: its tokens over its end-to-end latency (prefill included)."""
-    return output_tokens(rec) / rec["e2e"] if rec.get("e2e") else math.nan
+    return rec.output_tokens / rec.e2e if rec.e2e else math.nan
 
 
-def paired_ratios(records: Iterable[dict], baseline_label: str, label: str) -> list[float]:
+def paired_ratios(records: Iterable[RequestRecord], baseline_label: str, label: str) -> list[float]:
     """Per-request speedups: `label`'s tok/s over `baseline_label`'s for the same request id and repeat
     (measured records only; a request without its baseline twin is left out)."""
     recs = list(records)
-    base = {(r["rid"], r.get("repeat")): request_rate(r) for r in measured(recs, baseline_label)}
+    base = {(r.rid, r.repeat): request_rate(r) for r in measured(recs, baseline_label)}
     out = []
     for r in measured(recs, label):
-        b = base.get((r["rid"], r.get("repeat")))
+        b = base.get((r.rid, r.repeat))
         if b and b == b and b > 0:
             out.append(request_rate(r) / b)
     return out

@@ -1,6 +1,7 @@
 """Benchmark, sweep and oracle figures (seaborn), each saved as PNG and SVG next to the results.
 
-Every function takes plain records / rows (what kit.measure.bench and kit.measure.sweep write),
+Every function takes request records (`kit.measure.records.RequestRecord`, what kit.measure.bench writes)
+or plain rows (kit.measure.sweep's, a summary),
 draws on a `matplotlib.figure.Figure` (no pyplot state, so nothing leaks between calls and it works
 headless with the Agg canvas), saves `<out_dir>/<name>.png` and `.svg`, and returns the figure. The
 figure carries its own PNG representation (`_repr_png_`), so Jupyter shows it as a picture whatever
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.measure import metrics as km
+from kit.measure.records import RequestRecord
 
 
 def describe(**facts: Any) -> str:
@@ -127,14 +129,14 @@ def _empty(ax, msg: str):
     ax.set_yticks([])
 
 
-def _by_label(records: Sequence[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def _by_label(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    out: dict[str, list[RequestRecord]] = {}
     for r in km.measured(records):
-        out.setdefault(r.get("label", "run"), []).append(r)
+        out.setdefault(r.label or "run", []).append(r)
     return out
 
 
-def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_length_hist", data: str = ""):
+def accept_length_hist(records: Sequence[RequestRecord], out_dir, name: str = "accept_length_hist", data: str = ""):
     """Share of verify steps that emitted 1, 2, ... tokens (from spec_correct_drafts_histogram);
     without histograms, the distribution of per-request accept lengths."""
     import pandas as pd
@@ -143,16 +145,12 @@ def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_len
     fig, (ax,) = _figure()
     rows, per_req = [], []
     for label, recs in _by_label(records).items():
-        hist = km.merge_histograms((r.get("spec") or {}).get("histogram") for r in recs)
+        hist = km.merge_histograms(r.spec.get("histogram") for r in recs)
         tot = sum(hist)
         rows += [
             {"config": label, "tokens per verify step": k + 1, "share": c / tot} for k, c in enumerate(hist) if tot
         ]
-        per_req += [
-            {"config": label, "accept length": km.output_tokens(r) / r["spec"]["verify_ct"]}
-            for r in recs
-            if (r.get("spec") or {}).get("verify_ct")
-        ]
+        per_req += [{"config": label, "accept length": r.accept_length} for r in recs if r.verify_ct]
     if rows:
         sns.barplot(pd.DataFrame(rows), x="tokens per verify step", y="share", hue="config", ax=ax)
         ax.set_xlabel("tokens emitted per verify step (bonus token included)")
@@ -179,14 +177,16 @@ def accept_length_hist(records: Sequence[dict], out_dir, name: str = "accept_len
     return fig
 
 
-def per_position_acceptance(records: Sequence[dict], out_dir, name: str = "per_position_acceptance", data: str = ""):
+def per_position_acceptance(
+    records: Sequence[RequestRecord], out_dir, name: str = "per_position_acceptance", data: str = ""
+):
     import pandas as pd
     import seaborn as sns
 
     fig, (ax,) = _figure()
     rows = []
     for label, recs in _by_label(records).items():
-        hist = km.merge_histograms((r.get("spec") or {}).get("histogram") for r in recs)
+        hist = km.merge_histograms(r.spec.get("histogram") for r in recs)
         rows += [
             {"config": label, "draft position": i + 1, "P(accepted)": p}
             for i, p in enumerate(km.per_position_acceptance(hist))
@@ -302,7 +302,7 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
     return fig
 
 
-def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs", data: str = ""):
+def latency_cdfs(records: Sequence[RequestRecord], out_dir, name: str = "latency_cdfs", data: str = ""):
     import pandas as pd
     import seaborn as sns
 
@@ -310,9 +310,9 @@ def latency_cdfs(records: Sequence[dict], out_dir, name: str = "latency_cdfs", d
     rows = []
     for label, recs in _by_label(records).items():
         for r in recs:
-            if r.get("ttft") is not None:
-                rows.append({"config": label, "metric": "TTFT (ms)", "value": r["ttft"] * 1000})
-            rows.append({"config": label, "metric": "E2E latency (ms)", "value": r["e2e"] * 1000})
+            if r.ttft is not None:
+                rows.append({"config": label, "metric": "TTFT (ms)", "value": r.ttft * 1000})
+            rows.append({"config": label, "metric": "E2E latency (ms)", "value": r.e2e * 1000})
             rows += [{"config": label, "metric": "ITL (ms)", "value": x * 1000} for x in km.itls(r)]
     df = pd.DataFrame(rows)
     for ax, metric in zip(axes, ("TTFT (ms)", "ITL (ms)", "E2E latency (ms)")):

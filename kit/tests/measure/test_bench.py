@@ -48,15 +48,15 @@ def test_warmup_excluded_and_flush_called(tmp_path):
         assert s.state.requests == 6 + 3  # warmup requests were sent ...
         assert s.state.flushes == 2  # before warmup and before the measured run
     recs = res.records
-    assert sum(r.get("warmup", False) for r in recs) == 3
+    assert sum(r.warmup for r in recs) == 3
     assert res.summary["labels"]["spec"]["requests"] == 6  # ... but not counted
 
 
 def test_warmup_requests_can_be_shorter_than_the_measured_ones(tmp_path):
     with StubThread() as s:
         res = run_bench(_cfg(tmp_path, s.url, warmup=2, warmup_max_new_tokens=4), prompts=PROMPTS)
-    warm = [r["completion_tokens"] for r in res.records if r.get("warmup")]
-    measured = [r["completion_tokens"] for r in res.records if not r.get("warmup")]
+    warm = [r.completion_tokens for r in res.records if r.warmup]
+    measured = [r.completion_tokens for r in res.records if not r.warmup]
     assert warm == [4, 4] and set(measured) == {32}
     assert res.summary["labels"]["spec"]["output_tokens"] == 6 * 32
     with pytest.raises(KitInputError, match="--warmup-max-new-tokens must be >= 1"):
@@ -192,7 +192,7 @@ def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
         res = run_bench(
             _cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24, warmup=1), prompts=PROMPTS
         )
-    order = [(r["label"], r["repeat"]) for r in res.runs]
+    order = [(r.label, r.repeat) for r in res.runs]
     assert order == [("baseline", 0), ("spec", 0), ("baseline", 1), ("spec", 1), ("baseline", 2), ("spec", 2)]
     ci = res.summary["speedup"]["spec"]
     # 24 tokens: baseline 23 decode steps, spec 10 verify steps -> ~2x fewer step delays
@@ -277,10 +277,10 @@ def test_interleave_alternates_arms_request_by_request(tmp_path):
         res = run_bench(
             _cfg(tmp_path, s.url, baseline_url=b.url, concurrency=1, warmup=1, interleave=True), prompts=PROMPTS
         )
-    measured = [r for r in sorted(res.records, key=lambda r: r["t_start"]) if not r.get("warmup")]
-    assert [r["label"] for r in measured] == ["baseline", "spec"] * 6  # twins run back to back
-    assert [r["rid"] for r in measured[::2]] == [r["rid"] for r in measured[1::2]]
-    assert sorted(r["label"] for r in res.runs) == ["baseline", "spec"] and all(r["requests"] == 6 for r in res.runs)
+    measured = [r for r in sorted(res.records, key=lambda r: r.t_start) if not r.warmup]
+    assert [r.label for r in measured] == ["baseline", "spec"] * 6  # twins run back to back
+    assert [r.rid for r in measured[::2]] == [r.rid for r in measured[1::2]]
+    assert sorted(r.label for r in res.runs) == ["baseline", "spec"] and all(r.requests == 6 for r in res.runs)
     assert res.summary["paired_speedup"]["spec"]["n"] == 6
     assert res.summary["labels"]["spec"]["accept_length"] > 1.5  # per-arm acceptance still read per run
 
@@ -336,9 +336,9 @@ def test_also_url_arm_shares_the_baseline_twins_of_its_first_requests(tmp_path):
         cfg = _cfg(tmp_path, s.url, baseline_url=b.url, concurrency=1, warmup=1, interleave=True,
                    log_path=str(logf), also_url=[f"seed={seed.url}"], also_num_prompts=2)  # fmt: skip
         res = run_bench(cfg, prompts=PROMPTS)
-    measured = [r for r in sorted(res.records, key=lambda r: r["t_start"]) if not r.get("warmup")]
-    assert [r["label"] for r in measured] == ["baseline", "spec", "seed"] * 2 + ["baseline", "spec"] * 4
-    assert [r["rid"] for r in measured[:3]] == [measured[0]["rid"]] * 3
+    measured = [r for r in sorted(res.records, key=lambda r: r.t_start) if not r.warmup]
+    assert [r.label for r in measured] == ["baseline", "spec", "seed"] * 2 + ["baseline", "spec"] * 4
+    assert [r.rid for r in measured[:3]] == [measured[0].rid] * 3
     assert res.summary["paired_speedup"]["seed"]["n"] == 2 and res.summary["paired_speedup"]["spec"]["n"] == 6
     assert res.summary["labels"]["seed"]["accept_length"] == pytest.approx(32 / 31)
     assert "log" not in res.summary["labels"]["seed"]["accept_sources"]  # the spec server's lines are not its own

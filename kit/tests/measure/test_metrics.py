@@ -8,44 +8,45 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.measure import metrics as km
+from kit.measure.records import RequestRecord, RunRecord
 from kit.serving.engines import get_engine
 from kit.serving.engines.sglang import SGLang
 from kit.sglang.http_api import http_api
 
 
 def rec(t0, e2e, chunks, toks, spec=None, **kw):
-    return {
-        "ok": True,
-        "label": "spec",
-        "repeat": 0,
-        "api": "sglang",
-        "t_start": t0,
-        "e2e": e2e,
-        "ttft": chunks[0],
-        "chunk_t": chunks,
-        "chunk_tok": toks,
-        "completion_tokens": sum(toks),
-        "client_tokens": sum(toks),
-        "spec": spec or {},
+    return RequestRecord(
+        ok=True,
+        label="spec",
+        repeat=0,
+        api="sglang",
+        t_start=t0,
+        e2e=e2e,
+        ttft=chunks[0],
+        chunk_t=chunks,
+        chunk_tok=toks,
+        completion_tokens=sum(toks),
+        client_tokens=sum(toks),
+        spec=spec or {},
         **kw,
-    }
+    )
 
 
 def test_summary_throughput_latency_and_acceptance():
     spec = {"verify_ct": 3, "accept_length": 7 / 3, "num_correct": 3, "num_proposed": 9, "histogram": [1, 1, 1, 0]}
     r1 = rec(100.0, 1.0, [0.2, 0.4, 0.6, 1.0], [1, 2, 1, 3], spec)
     r2 = rec(100.5, 1.0, [0.1, 0.5, 0.7, 0.9], [1, 3, 2, 1], spec)
-    warm = {**rec(90.0, 5.0, [1.0], [50]), "warmup": True}
-    bad = {"ok": False, "label": "spec", "repeat": 0, "error": "x"}
+    warm = rec(90.0, 5.0, [1.0], [50], warmup=True)
+    bad = RequestRecord(ok=False, label="spec", repeat=0, error="x")
     s = km.summarize([r1, r2, warm, bad])
-    assert s["requests"] == 2 and s["failed"] == 1 and s["output_tokens"] == 14
-    assert s["duration_s"] == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
-    assert s["output_tok_s"] == pytest.approx(14 / 1.5)
-    assert s["ttft_p50_s"] == pytest.approx(0.15)
-    assert s["accept_length"] == pytest.approx(14 / 6)
-    assert s["accept_length_decode"] == pytest.approx(12 / 6)
-    assert s["accept_rate"] == pytest.approx(6 / 18)
-    assert s["accept_histogram"] == [2, 2, 2, 0]
+    assert s.requests == 2 and s.failed == 1 and s.output_tokens == 14
+    assert s.duration_s == pytest.approx(1.5)  # union of [100,101] and [100.5,101.5]
+    assert s.output_tok_s == pytest.approx(14 / 1.5)
+    assert s.ttft_p50_s == pytest.approx(0.15)
+    assert s.accept_length == pytest.approx(14 / 6)
+    assert s.accept_length_decode == pytest.approx(12 / 6)
+    assert s.accept_rate == pytest.approx(6 / 18)
+    assert s.accept_histogram == [2, 2, 2, 0]
     # ITL: a chunk of k tokens contributes k gaps of gap/k
     assert km.itls(r1) == pytest.approx([0.1, 0.1, 0.2, 0.4 / 3, 0.4 / 3, 0.4 / 3])
 
@@ -95,15 +96,15 @@ def test_prometheus_and_metrics_delta():
 
 def test_reconcile_flags_only_disagreeing_sources():
     recs = [rec(0, 1, [0.1, 0.3, 0.5, 0.7, 0.9], [1, 2, 3, 2, 2], {"verify_ct": 4, "accept_length": 2.5})]
-    info = {
-        "metrics_before": {"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
-        "metrics_after": {"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
-        "server_info_after": {"internal_states": [{"avg_spec_accept_length": 4.0}]},
-        "log_accept_lengths": [2.2, 2.3],
-    }
+    info = RunRecord(
+        metrics_before={"sglang:generation_tokens_total": 0, "sglang:spec_verify_calls_total": 0},
+        metrics_after={"sglang:generation_tokens_total": 10, "sglang:spec_verify_calls_total": 4},
+        server_info_after={"internal_states": [{"avg_spec_accept_length": 4.0}]},
+        log_accept_lengths=[2.2, 2.3],
+    )
     src = km.acceptance_sources(recs, info)
-    assert src["meta"]["value"] == 2.5 and src["metrics_delta"]["value"] == 2.5
-    assert src["meta_decode"]["value"] == src["stream"]["value"] == pytest.approx(9 / 4)
+    assert src["meta"].value == 2.5 and src["metrics_delta"].value == 2.5
+    assert src["meta_decode"].value == src["stream"].value == pytest.approx(9 / 4)
     found = km.reconcile_acceptance(src, "x")
     assert [f.evidence["source"] for f in found] == ["server_info"]
     assert found[0].code == "bench.accept_mismatch" and "x:" in found[0].title
@@ -113,7 +114,7 @@ def test_stream_of_one_token_chunks_is_explained_in_the_finding():
     # a server that streams token by token: chunks say 1.0 while 3 verify steps emitted 7 decode tokens
     recs = [rec(0, 1, [0.1 * i for i in range(1, 9)], [1] * 8, {"verify_ct": 3})]
     src = km.acceptance_sources(recs)
-    assert src["stream"]["value"] == 1.0 and src["meta_decode"]["value"] == pytest.approx(7 / 3)
+    assert src["stream"].value == 1.0 and src["meta_decode"].value == pytest.approx(7 / 3)
     (f,) = km.reconcile_acceptance(src, "spec#0")
     assert f.evidence["source"] == "stream" and f.title.endswith("every streamed chunk carried one token")
     assert "token by token" in f.evidence["why"] and "--stream-interval 1" in f.fix
@@ -172,7 +173,7 @@ def test_serving_block_has_bench_serving_names_in_ms():
 
 
 def test_serving_block_of_no_successful_request_says_n_a():
-    s = km.summarize([{"ok": False, "label": "spec", "repeat": 0, "error": "x"}])
+    s = km.summarize([RequestRecord(ok=False, label="spec", repeat=0, error="x")])
     text = "\n".join(km.serving_block(s, "spec", "sglang", None))
     assert "nan" not in text and "Mean TTFT (ms):                          n/a" in text
     assert "Failed requests:                         1" in text
@@ -209,7 +210,7 @@ def test_busy_time_bounds(pairs):
 
 def test_paired_ratios_pair_by_request_and_repeat_and_the_median_has_an_interval():
     def rec(label, rid, repeat, e2e, tokens=24):
-        return {"label": label, "rid": rid, "repeat": repeat, "ok": True, "e2e": e2e, "completion_tokens": tokens}
+        return RequestRecord(label=label, rid=rid, repeat=repeat, ok=True, e2e=e2e, completion_tokens=tokens)
 
     base = [rec("baseline", f"p{i}#0", 0, 2.0 + 0.1 * i) for i in range(8)]
     spec = [rec("spec", f"p{i}#0", 0, (2.0 + 0.1 * i) / (1.5 + 0.02 * i)) for i in range(8)]

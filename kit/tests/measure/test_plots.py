@@ -3,23 +3,24 @@
 import pytest
 
 from kit.measure import plots
+from kit.measure.records import RequestRecord
 
 
 def _rec(label, hist, e2e=1.0, verify=4, toks=10):
-    return {
-        "ok": True,
-        "label": label,
-        "repeat": 0,
-        "api": "sglang",
-        "t_start": 0.0,
-        "e2e": e2e,
-        "ttft": 0.1,
-        "chunk_t": [0.1, 0.4, 0.7, 1.0],
-        "chunk_tok": [1, 3, 3, 3],
-        "completion_tokens": toks,
-        "client_tokens": toks,
-        "spec": {"verify_ct": verify, "histogram": hist} if hist else {},
-    }
+    return RequestRecord(
+        ok=True,
+        label=label,
+        repeat=0,
+        api="sglang",
+        t_start=0.0,
+        e2e=e2e,
+        ttft=0.1,
+        chunk_t=[0.1, 0.4, 0.7, 1.0],
+        chunk_tok=[1, 3, 3, 3],
+        completion_tokens=toks,
+        client_tokens=toks,
+        spec={"verify_ct": verify, "histogram": hist} if hist else {},
+    )
 
 
 RECORDS = [_rec("baseline", None), _rec("3-1-4", [4, 3, 2, 1]), _rec("3-1-4", [0, 0, 0, 0])]
