@@ -220,8 +220,12 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
         local: dict[str, Path] = {}
         for f in files:
             if "/" not in f and f.endswith(".json") and f not in SKIPPED_JSON:
+                # by the revision asked: huggingface_hub then records refs/<revision> -> commit in the cache,
+                # so the next resolution finds this commit offline
                 local[f] = Path(
-                    hf_hub_download(repo_id, f, revision=commit, cache_dir=hub_cache(), endpoint=endpoint())
+                    hf_hub_download(
+                        repo_id, f, revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint()
+                    )
                 )
         if INDEX_NAME in local:
             try:
