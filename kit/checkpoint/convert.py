@@ -15,6 +15,9 @@ fc_norm in an SGLang without it...). Safe: never touches SRC, refuses DST inside
 inside DST) and a non-empty DST without `--force`; streams tensor by tensor into a temporary
 directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
 `kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
+SRC may be a Hugging Face id (`--revision`): the draft is taken from the local cache or downloaded into it
+(kit.checkpoint.hub.download: JSON and safetensors files); a hub `--target` (`--target-revision`) is read from
+its config.json and headers, and only the embed_tokens/lm_head rows a draft lacks are fetched, by range reads.
 
 Aux layer ids: the same integers name different target layers in each stack (kit.wiring.aux), so the
 converter translates them through capture points: the source's ids in its stack's convention -> the

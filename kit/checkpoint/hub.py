@@ -223,9 +223,7 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
                 # by the revision asked: huggingface_hub then records refs/<revision> -> commit in the cache,
                 # so the next resolution finds this commit offline
                 local[f] = Path(
-                    hf_hub_download(
-                        repo_id, f, revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint()
-                    )
+                    hf_hub_download(repo_id, f, revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint())
                 )
         if INDEX_NAME in local:
             try:

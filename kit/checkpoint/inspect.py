@@ -1,5 +1,8 @@
 """`python -m kit inspect PATH [--json] [--sglang-version X]` — a draft checkpoint from its headers.
 
+PATH may be a Hugging Face id (`--revision R`): kit.checkpoint.hub resolves it from the local cache, else reads
+its config.json and safetensors headers over the network (no weights downloaded), and says where they came from.
+
 Reads safetensors headers only (one file, a sharded index, or a directory; never tensor data
 for the listing, never torch), then:
 

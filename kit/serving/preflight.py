@@ -6,9 +6,11 @@
 
 Each stage's check module exposes `doctor_checks(ctx: DoctorContext) -> list[Finding]` and is listed in
 `PROVIDERS`; a provider looks at what the context holds and returns nothing when its inputs are absent.
-`launch_report` judges a `LaunchSpec` through the same providers: the target is the spec's model path
-(`embedded` resolved as the notebooks resolve it), the draft its draft path, the launch its own command;
-it adds only what a launch on this machine needs besides (`launch.path`: the paths exist here). The module
+The target and the draft are `--target`/`--draft` when given, else the launch's own `--model-path` and
+`--speculative-draft-model-path` (`launch_model`: `embedded` resolved as the notebooks resolve it); a path or a
+Hugging Face id is read through `kit.checkpoint.hub.resolve` (the local cache first, else config.json and the
+safetensors headers over the network), `ckpt.source` saying where the files came from and `launch.path` naming a
+launch's model that cannot be read here. `launch_report` judges a `LaunchSpec` through the same gathering. The module
 sits in the serving layer, the lowest one that sees every provider, so the `kit doctor` and `kit launch`
 verbs both call it and neither holds a copy of the checks.
 """
@@ -264,7 +266,7 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     flag, field_name, rev_field, what = LAUNCH_MODELS[role]
     value = getattr(spec, field_name)
     revision = revision or getattr(spec, rev_field)
-    if not value:
+    if not value or "$" in value:  # a shell expansion: launch.unparsed names it, there is no path to read
         return None, []
     if role == "target" and value == DEFAULT_TARGET:
         return resolve(str(resolve_target(value)), None, flag, what), []

@@ -425,7 +425,10 @@ def test_inspect_a_hub_id_lists_what_the_path_lists(local, hub, monkeypatch, cap
 def test_convert_takes_a_hub_draft_from_the_cache(local, tmp_path, capsys):
     cache_all(local)
     by_path = tmp_path / "by-path"
-    assert main(["convert", str(local["draft"]), str(by_path), "--to", "speculators", "--target", str(local["target"])]) == 0
+    assert (
+        main(["convert", str(local["draft"]), str(by_path), "--to", "speculators", "--target", str(local["target"])])
+        == 0
+    )
     by_id = tmp_path / "by-id"
     assert main(["convert", DRAFT_ID, str(by_id), "--to", "speculators", "--target", TARGET_ID]) == 0
     assert f"{DRAFT_ID}: Hugging Face cache" in capsys.readouterr().out
