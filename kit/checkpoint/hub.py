@@ -17,8 +17,9 @@ to the network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in 
    reads (the requests of huggingface_hub's safetensors metadata API: the first 100 kB, the rest of a longer
    header after). The headers are kept raw in a header view (`kit.checkpoint.safetensors_io.HEADER_VIEW`,
    under `$KIT_CACHE_DIR/hub/`), so `read_checkpoint` validates them with the same code as a local file and
-   every check reads the folder as it reads a local one. The weights stay on the hub; a check that needs a
-   small tensor's values (`d2t`) reads that tensor's byte range.
+   every check reads the folder as it reads a local one. The weights stay on the hub; the small tensors whose
+   values the checks read (`d2t`, `t2d`: `KEPT_TENSORS`) are fetched by one range read each and kept in the
+   view, so a view answers offline too.
 
 `download` (for `kit convert`, which rewrites the draft) fetches the whole model into the cache instead.
 
@@ -41,7 +42,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.checkpoint.safetensors_io import HEADER_VIEW, INDEX_NAME, MAX_HEADER_BYTES, CheckpointError
+from kit.checkpoint.safetensors_io import (
+    HEADER_VIEW,
+    HEADER_VIEW_BYTES,
+    INDEX_NAME,
+    MAX_HEADER_BYTES,
+    CheckpointError,
+    parse_header,
+)
 from kit.config import is_hub_id, missing_path
 from kit.findings import Finding, KitInputError
 
@@ -49,6 +57,10 @@ from kit.findings import Finding, KitInputError
 FIRST_READ = 100_000
 # top-level JSON files too large to be metadata; every other *.json of the repository is fetched
 SKIPPED_JSON = ("tokenizer.json", "vocab.json")
+# the tensors whose values the checks read (kit.checkpoint.vocab: the draft-vocabulary maps), kept in the header
+# view so a view answers offline; anything above KEPT_LIMIT bytes in all is left on the hub
+KEPT_TENSORS = ("d2t", "t2d")
+KEPT_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -233,18 +245,20 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
         else:
             shards = [f for f in files if "/" not in f and f.endswith(".safetensors")]
         headers, nread = _shard_headers(repo_id, commit, shards)
+        kept = _kept_tensors(headers)
     except KitInputError:
         raise
     except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
         raise hub_error(e, head, repo_id, revision) from None
     view = view_dir(repo_id, commit)
-    _write_view(view, local, headers)
+    _write_view(view, local, headers, kept)
     at = _at(repo_id, revision, commit)
     return ModelFiles(
         repo_id,
         view,
         f"{endpoint()} ({at}): config.json and the safetensors headers of {len(shards)} file(s) read "
-        f"({nread:,} bytes of weight files), the weights not downloaded",
+        f"({nread:,} bytes of weight files{', and the ' + '/'.join(kept) + ' values' if kept else ''}), "
+        "the weights not downloaded",
         repo_id,
         revision,
         commit,
@@ -289,14 +303,38 @@ def _shard_headers(repo_id: str, commit: str, shards: list[str]) -> tuple[dict[s
     return {s: d for s, d, _ in done}, sum(n for _, _, n in done)
 
 
-def _write_view(view: Path, files: dict[str, Path], headers: dict[str, dict]) -> None:
-    """The view folder, whole or not at all: the JSON files beside the headers."""
+def _kept_tensors(headers: dict[str, dict]) -> dict[str, bytes]:
+    """{name: bytes} of the KEPT_TENSORS, by one range read each (validated headers: offsets are in range)."""
+    from kit.checkpoint.safetensors_io import iter_bytes
+
+    out: dict[str, bytes] = {}
+    total = 0
+    for shard in headers.values():
+        raw = shard["header"].encode()
+        try:
+            _, infos = parse_header(raw, shard["size"] - 8 - len(raw), shard["url"], shard["url"], 8 + len(raw))
+        except CheckpointError:  # read_checkpoint reports it from the view, as for a local file (ckpt.corrupt)
+            continue
+        for t in infos:
+            if t.name.rsplit(".", 1)[-1] in KEPT_TENSORS and total + t.nbytes <= KEPT_LIMIT:
+                out[t.name] = b"".join(iter_bytes(t, max(t.nbytes, 1)))
+                total += t.nbytes
+    return out
+
+
+def _write_view(view: Path, files: dict[str, Path], headers: dict[str, dict], kept: dict[str, bytes]) -> None:
+    """The view folder, whole or not at all: the JSON files beside the headers and the kept tensors."""
     view.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=view.parent, prefix=f".{view.name}."))
     try:
         for name, src in files.items():
             shutil.copyfile(src, tmp / name)
-        (tmp / HEADER_VIEW).write_text(json.dumps({"files": headers}) + "\n")
+        offsets, pos = {}, 0
+        with open(tmp / HEADER_VIEW_BYTES, "wb") as f:
+            for name, data in kept.items():
+                f.write(data)
+                offsets[name], pos = pos, pos + len(data)
+        (tmp / HEADER_VIEW).write_text(json.dumps({"files": headers, "kept": offsets}) + "\n")
         if view.exists():  # another process wrote the same commit's view: both are the same
             shutil.rmtree(tmp)
             return

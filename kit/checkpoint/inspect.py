@@ -443,7 +443,7 @@ def corrupt_report(e: CheckpointError) -> Report:
 
 # -- doctor provider --------------------------------------------------------------------------
 def doctor_checks(ctx) -> list[Finding]:
-    if not ctx.draft_path:
+    if ctx.draft_config is None:  # no draft (a draft's config.json is read whenever one is named)
         return []
     d = ctx.draft_dir
     if d is None or not (

@@ -69,8 +69,10 @@ MAX_HEADER_BYTES = 100_000_000
 CHUNK = 8 << 20
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_NAME = "model.safetensors.index.json"
-# a header view (kit.checkpoint.hub): {"files": {shard: {"url", "size", "header"}}}, the weights left on the hub
+# a header view (kit.checkpoint.hub): {"files": {shard: {"url", "size", "header"}}, "kept": {tensor: offset}}, the
+# weights left on the hub; the few small tensors whose values the checks read are kept in HEADER_VIEW_BYTES
 HEADER_VIEW = "kit_safetensors_headers.json"
+HEADER_VIEW_BYTES = "kit_safetensors_kept.bin"
 
 
 class CheckpointError(KitInputError):
@@ -364,7 +366,17 @@ def read_header_view(view: str | Path) -> Checkpoint:
             n = sorted(dup)[0]
             raise _bad(url, f"tensor {n!r} also appears in {tensors[n].file}")
         tensors.update((t[0], t) for t in infos)
+    kept = str(view.parent / HEADER_VIEW_BYTES)
+    for name, offset in (doc.get("kept") or {}).items():  # read from the view, not the hub (works offline)
+        t = tensors.get(name)
+        if t is None or not isinstance(offset, int) or offset < 0:
+            raise _bad(view, f"kept tensor {name!r} is not in the headers")
+        _KEPT[(t.file, t.start)] = (kept, offset)
     return Checkpoint(str(view.parent), [u for u, _, _ in items], tensors, metas)
+
+
+# (shard URL, start) -> (local file, offset): where a header view keeps a tensor's bytes (filled by read_header_view)
+_KEPT: dict[tuple[str, int], tuple[str, int]] = {}
 
 
 def is_remote(file: str) -> bool:
@@ -380,8 +392,12 @@ def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
     headers = build_hf_headers()
     for a in range(t.start, t.end, chunk):
         b = min(a + chunk, t.end)
-        r = get_session().get(t.file, headers={**headers, "range": f"bytes={a}-{b - 1}"})
-        hf_raise_for_status(r)
+        try:
+            r = get_session().get(t.file, headers={**headers, "range": f"bytes={a}-{b - 1}"})
+            hf_raise_for_status(r)
+        except Exception as e:  # offline, no network, an expired token: one line naming the tensor
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise KitInputError(f"{t.file}: tensor {t.name!r}: cannot be read from the hub ({first})") from None
         if len(r.content) != b - a:
             raise _bad(t.file, f"tensor {t.name!r}: range read gave {len(r.content)} bytes, expected {b - a}")
         yield r.content
@@ -390,11 +406,14 @@ def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
 # -- tensor data ------------------------------------------------------------------------------
 def iter_bytes(t: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
     """The tensor's raw bytes in chunks of at most `chunk` (bounded memory)."""
-    if is_remote(t.file):
-        yield from _remote_bytes(t, chunk)
-        return
-    with open(t.file, "rb") as f:
-        f.seek(t.start)
+    file, start = t.file, t.start
+    if is_remote(file):
+        if (file, start) not in _KEPT:
+            yield from _remote_bytes(t, chunk)
+            return
+        file, start = _KEPT[(file, start)]
+    with open(file, "rb") as f:
+        f.seek(start)
         left = t.nbytes
         while left:
             b = f.read(min(chunk, left))

@@ -386,6 +386,11 @@ def test_headers_read_once_answer_offline_later(local, hub, monkeypatch):
     again = resolve(DRAFT_ID, "v2", "--draft")
     assert again.path == first.path and "read earlier" in again.source and len(hub.log) == n
     assert read_checkpoint(again.path).shapes() == read_checkpoint(local["draft-v2"]).shapes()
+    # the whole doctor, offline from the view: the d2t/t2d values its checks read were kept with the headers
+    hub.add(TARGET_ID, local["target"], COMMITS["target"])
+    by_path = diagnose(DoctorConfig(target=str(local["target"]), draft=str(local["draft-v2"])))
+    from_view = diagnose(DoctorConfig(target=str(local["target"]), draft=DRAFT_ID, draft_revision="v2"))
+    assert seen(from_view) == seen(by_path) and len(hub.log) == n
 
 
 def test_a_corrupt_header_on_the_hub_is_a_corrupt_checkpoint(local, hub, tmp_path):
