@@ -56,7 +56,7 @@ def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
     import httpx
 
     from kit.models import gguf_path
-    from kit.serving.engines.llama_cpp import llama_cpp_server_argv
+    from kit.serving.peers import llama_cpp_server_argv
     from kit.serving.process import free_port
 
     port = free_port()

@@ -5,7 +5,7 @@ download): one whose draft config claims a target width its fc was not trained f
 dies loading it; the parent logs its SIGQUIT line, then sleeps before it kills its tree), one healthy.
 For the first it records the seconds until `ServerProcess.wait_ready` raised and the message's first
 line (the server's own exception line); for the second, the speculative fields of `/generate`
-`meta_info` and of `/v1/chat/completions`, and `kit.serving.launch.ask`'s table.
+`meta_info` and of `/v1/chat/completions`, and `kit.measure.client.ask`'s table.
 
     python bench/gpu_startup.py --out OUT                    # real SGLang (bundle on PYTHONPATH, a GPU)
     python bench/gpu_startup.py --out OUT --engine reference  # the kit's CPU reference server, a dry run
@@ -39,8 +39,9 @@ def tiny_pair(root: Path) -> tuple[Path, Path, Path]:
 
 
 def one(engine: str, target: Path, draft: Path, log: Path, healthy: bool) -> dict:
+    from kit.measure.client import ask
     from kit.serving.engines import get_engine
-    from kit.serving.launch import LaunchSpec, ask
+    from kit.serving.launch import LaunchSpec
     from kit.serving.process import ServerExited, ServerProcess, free_port, http_json
 
     spec = LaunchSpec(

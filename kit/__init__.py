@@ -43,7 +43,7 @@ def _omp_wait_policy() -> str | None:
     Spinning (libgomp's default) is fastest with free cores and the worst on a busy machine: on a 2-core
     AMD EPYC the reference server's 3-token verify took 106 ms spinning vs 188 ms passive when quiet, and
     447 ms vs 165 ms beside one other busy process (a spinning thread starves the one it waits for). So
-    passive when other work holds half a core or more as the kit starts (a 50 ms sample), else spin."""
+    passive when other work holds half a core or more as torch loads (a 50 ms sample), else spin."""
     return "PASSIVE" if _other_work() else None
 
 
@@ -54,20 +54,56 @@ def _other_work() -> bool:
     return busy is not None and busy >= 0.5
 
 
-# a value the user set wins; one a parent kit process chose (marked "1") is chosen again for this process,
-# unless the parent pinned its choice for its children (marked "pinned": servers started together, each of
-# which would read its loading siblings as other work)
-_mark = _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO")
-if _mark != "pinned" and ("OMP_WAIT_POLICY" not in _os.environ or _mark == "1"):
-    _os.environ.pop("OMP_WAIT_POLICY", None)
-    _policy = _omp_wait_policy()
-    if _policy:
-        _os.environ["OMP_WAIT_POLICY"] = _policy
-    _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "1"
+def _choose_omp_wait_policy() -> None:
+    """Set OMP_WAIT_POLICY for this process (and what it starts) unless the user set it: a value the user set
+    wins; one a parent kit process chose (marked "1") is chosen again for this process, unless the parent pinned
+    its choice for its children (marked "pinned": servers started together, each of which would read its loading
+    siblings as other work)."""
+    mark = _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO")
+    if mark != "pinned" and ("OMP_WAIT_POLICY" not in _os.environ or mark == "1"):
+        _os.environ.pop("OMP_WAIT_POLICY", None)
+        policy = _omp_wait_policy()
+        if policy:
+            _os.environ["OMP_WAIT_POLICY"] = policy
+        _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "1"
+
+
+class _BeforeTorch:
+    """A meta-path finder that makes the choice just before torch is first imported (libgomp reads the policy
+    once, as torch loads), so a verb that never loads torch (`kit doctor`, `kit inspect`) pays no 50 ms sample."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "torch":
+            _disarm()
+            _choose_omp_wait_policy()
+        return None  # the real finders import it
+
+
+def _disarm() -> None:
+    import sys
+
+    if _BeforeTorch in sys.meta_path:
+        sys.meta_path.remove(_BeforeTorch)
+
+
+def _arm() -> None:
+    import sys
+
+    if "torch" in sys.modules:  # too late for libgomp; choose anyway, for the processes this one starts
+        _choose_omp_wait_policy()
+    elif _BeforeTorch not in sys.meta_path:
+        sys.meta_path.insert(0, _BeforeTorch)
+
+
+_arm()
 
 
 def pin_omp_wait_policy() -> None:
-    """Keep this process's OpenMP wait policy (chosen as `import kit` ran) for every process it starts."""
+    """Keep this process's OpenMP wait policy (chosen as torch loaded, or now) for every process it starts."""
+    if _BeforeTorch in __import__("sys").meta_path:
+        _disarm()
+        _choose_omp_wait_policy()
     if _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO") == "1":
         _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "pinned"
 

@@ -266,6 +266,21 @@ def _use_rich() -> bool:
     return True
 
 
+def write_json_line(doc: Any) -> None:
+    """`doc` as one JSON line on stdout (`--json` promises the document is the last line), written as bytes:
+    a 70k-tensor listing serializes in ~30 ms with orjson against ~170 ms with json, then skips the str encode."""
+    import orjson
+
+    data = orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    buf = getattr(sys.stdout, "buffer", None)
+    if buf is None:  # a replaced stdout (a notebook, a test's capture) takes text
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()
+    buf.write(data)
+    buf.flush()
+
+
 def emit(report: Report, as_json: bool, verbose: bool = True) -> int:
     """Print a report the way every verb does and return its exit code (`verbose=False` folds info)."""
     if as_json:

@@ -97,13 +97,13 @@ def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse
     bundle included), else shows the dry-run plan; "run", "dry-run" or "off" force one. A bundle-installed
     SGLang gets the bundle's launch flags in the plan (plan_rehearsal reads its manifest)."""
     from kit.models import resolve_target
-    from kit.serving.engines import resolve_engine
+    from kit.serving.engines import get_engine, resolve_engine
 
     if rehearse not in ("auto", "run", "dry-run", "off"):
         raise KitInputError(f"rehearse={rehearse!r}: one of auto, run, dry-run, off")
     if rehearse == "off":
         return None
-    run = rehearse == "run" or (rehearse == "auto" and resolve_engine("auto") == "sglang")
+    run = rehearse == "run" or (rehearse == "auto" and get_engine(resolve_engine("auto")).rehearses)
     out = Path(out_dir) / "rehearsal"
     out.mkdir(parents=True, exist_ok=True)
     launch_file = Path(out_dir) / "rehearsal_launch.sh"

@@ -34,7 +34,7 @@ from kit import config as kconfig
 from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import HEADER_VIEW, Checkpoint, CheckpointError, read_checkpoint
-from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders
+from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders, write_json_line
 from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
 from kit.sglang.versions import sort_versions
@@ -549,7 +549,7 @@ def run(args: argparse.Namespace) -> int:
         doc["prefixes"] = pt
         if ins.simulation is not None:
             doc["simulation"] = ins.simulation.to_dict()
-        print(json.dumps(doc, default=str, separators=(",", ":")))
+        write_json_line(doc)
         return rep.exit_code()
     if model.repo_id:
         print(f"{cfg.path}: {model.source}")

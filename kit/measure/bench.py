@@ -64,6 +64,7 @@ from kit.measure.client import (
     flush_cache,
     log_accept_lengths,
     probe_server,
+    run_sync,
     send_one,
     server_info,
     snapshot_metrics,
@@ -520,28 +521,6 @@ async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs
         await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
 
-def _run_sync(coro):
-    """asyncio.run, also from inside a running loop (Jupyter/papermill) via a helper thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["v"] = asyncio.run(coro)
-        except BaseException as e:  # re-raised in the caller's thread
-            box["e"] = e
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "e" in box:
-        raise box["e"]
-    return box["v"]
-
-
 async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple[str, int], set[str]]) -> None:
     import httpx
 
@@ -769,7 +748,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     else:
         out.mkdir(parents=True, exist_ok=True)
         _store_config(cfg, out)
-    _run_sync(_bench(cfg, out, reqs, done))
+    run_sync(_bench(cfg, out, reqs, done))
     res = load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
     if resumed:
         res.summary["resumed"] = {"reused": sum(len(v & ids) for v in done.values())}

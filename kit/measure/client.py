@@ -27,6 +27,7 @@ from typing import Any
 
 from kit.measure import metrics as km
 from kit.serving.engines import Engine, get_engine
+from kit.serving.engines.base import Reply
 
 # endpoint of each API a benchmark can speak: the engine's native one (SGLang's /generate), and OpenAI's
 API_PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -58,13 +59,6 @@ def build_payload(
         return API_PATHS["chat"], body
     body["prompt"] = text
     return API_PATHS["completions"], body
-
-
-def _openai_piece(obj: dict, api: str) -> str:
-    ch = (obj.get("choices") or [{}])[0]
-    if api == "chat":
-        return (ch.get("delta") or ch.get("message") or {}).get("content") or ""
-    return ch.get("text") or ""
 
 
 async def send_one(
@@ -104,7 +98,7 @@ async def send_one(
             r = await client.post(base + path, json=body)
             r.raise_for_status()
             obj = r.json()
-            _absorb_final(obj, api, rec, engine)
+            _absorb(engine.read_response(obj, api), rec)
             if api == "sglang" and obj.get("output_ids") is not None:
                 rec["output_ids"] = obj["output_ids"]  # the generated token ids (whole, unstreamed)
             n = rec["completion_tokens"] or 0
@@ -117,22 +111,12 @@ async def send_one(
     return rec
 
 
-def _absorb_final(obj: dict, api: str, rec: dict, engine: Engine) -> None:
-    rec["spec"] = engine.spec_fields(obj, api) or rec["spec"]
-    if api == "sglang":
-        meta = obj.get("meta_info") or {}
-        rec["completion_tokens"] = meta.get("completion_tokens")
-        rec["prompt_tokens"] = meta.get("prompt_tokens")
-        fr = meta.get("finish_reason")
-        rec["finish_reason"] = fr.get("type") if isinstance(fr, dict) else fr
-        return
-    usage = obj.get("usage") or {}
-    if usage.get("completion_tokens") is not None:
-        rec["completion_tokens"] = usage["completion_tokens"]
-        rec["prompt_tokens"] = usage.get("prompt_tokens")
-    ch = obj.get("choices") or [{}]
-    if ch and ch[0].get("finish_reason"):
-        rec["finish_reason"] = ch[0]["finish_reason"]
+def _absorb(reply: Reply, rec: dict) -> None:
+    """Fold what one answer says (the engine read it: `Engine.read_response`) into the request's record."""
+    rec["spec"] = reply.spec or rec["spec"]
+    for key in ("completion_tokens", "prompt_tokens", "finish_reason"):
+        if getattr(reply, key) is not None:
+            rec[key] = getattr(reply, key)
 
 
 def stream_session(concurrency: int, timeout_s: float):
@@ -202,16 +186,17 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float, 
                 if data == b"[DONE]":
                     break
                 obj = _loads(data)
+                reply = engine.read_response(obj, api)
                 if api == "sglang":
-                    # meta_info.completion_tokens is cumulative: the delta is exact per chunk, and
+                    # the native stream's token count is cumulative: the delta is exact per chunk, and
                     # with speculative decoding one chunk carries one verify step's tokens
-                    total = (obj.get("meta_info") or {}).get("completion_tokens") or 0
+                    total = reply.completion_tokens or 0
                     k = total - prev_tokens
                     prev_tokens = max(prev_tokens, total)
-                    last = obj
+                    last = reply
                 else:
-                    k = 1 if _openai_piece(obj, api) else 0  # OpenAI streams carry no token counts
-                    _absorb_final(obj, api, rec, engine)
+                    k = 1 if reply.text else 0  # OpenAI streams carry no token counts
+                    _absorb(reply, rec)
                 if k > 0:
                     if rec["ttft"] is None:
                         rec["ttft"] = now
@@ -219,7 +204,7 @@ async def _stream(client, url: str, body: dict, api: str, rec: dict, t0: float, 
                     rec["chunk_tok"].append(k)
                     rec["client_tokens"] += k
     if last is not None:
-        _absorb_final(last, api, rec, engine)
+        _absorb(last, rec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,3 +302,124 @@ def log_accept_lengths(text: str, engine: str | Engine | None = None) -> list[fl
 
     rows = logs.parse_lines(text.splitlines(), get_engine(engine))
     return [r["accept_len"] for r in rows if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]
+
+
+# ---------------------------------------------------------------------------------------------
+# a few answers at once, for a look at a live server (notebook 04)
+# ---------------------------------------------------------------------------------------------
+def run_sync(coro):
+    """asyncio.run, also from inside a running loop (Jupyter/papermill) via a helper thread."""
+    import asyncio
+    import threading
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["v"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["e"] = e
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def server_info_now(base_url: str, api_key: str | None = None, engine: str | Engine | None = None) -> dict | None:
+    """The engine's server info now (the first of its server-info paths that answers), or None."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(timeout=30, trust_env=False, headers=headers) as c:
+        for path in get_engine(engine).server_info_paths:
+            try:
+                r = c.get(base_url + path)
+            except httpx.HTTPError:
+                return None
+            if r.status_code == 200:
+                return r.json()
+    return None
+
+
+def server_accept_length(base_url: str, api_key: str | None = None, engine: str | Engine | None = None):
+    """The server's own lifetime accept length (`Engine.server_info_accept_length` of its server info), or None."""
+    eng = get_engine(engine)
+    return eng.server_info_accept_length(server_info_now(base_url, api_key, eng))
+
+
+def ask(
+    base_url: str,
+    prompts: list[str],
+    max_tokens: int = 64,
+    api_key: str | None = None,
+    engine: str | Engine = "sglang",
+    chat_template: str | None = None,
+):
+    """Send chat requests all at once (the server batches them); a DataFrame of tokens, verify steps and
+    accept length per prompt, in prompt order (latency_s: seconds from the first send to that answer).
+
+    Per-request acceptance comes from the source every release serves: the engine's native generate API
+    (`Engine.generate_request`, read by `Engine.read_response`), with the prompt rendered by the chat template
+    of `chat_template` (a tokenizer dir or 'embedded'; default: the server's own tokenizer path when it is a
+    local directory). Without a local tokenizer the OpenAI chat endpoint answers instead, and its acceptance
+    columns stay empty on releases whose chat endpoint carries no speculative fields."""
+    import asyncio
+
+    import httpx
+    import pandas as pd
+
+    from kit.findings import KitInputError
+    from kit.models import chat_renderer
+
+    eng = get_engine(engine)
+    render = chat_renderer(chat_template or _served_tokenizer(server_info_now(base_url, api_key, eng)))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def one(c, p: str, t_start: float) -> dict:
+        if render is not None:
+            (path, body), api = eng.generate_request(render(p), max_tokens), "sglang"
+        else:
+            path, api = API_PATHS["chat"], "chat"
+            body = {"messages": [{"role": "user", "content": p}], "max_tokens": max_tokens, "temperature": 0}
+            body.update(eng.request_extra(api) or {})
+        r = await c.post(base_url + path, json=body)
+        if r.status_code != 200:
+            raise KitInputError(f"{base_url}: {path} answered {r.status_code}: {r.text[:200]}")
+        reply = eng.read_response(r.json(), api)
+        verify_ct, tokens = reply.spec.get("verify_ct"), reply.completion_tokens
+        return {
+            "prompt": p[:40],
+            "completion_tokens": tokens,
+            "spec_verify_ct": verify_ct,
+            # the server's own figure where it sends one, else tokens per verify step
+            "spec_accept_length": reply.spec.get("accept_length") or (tokens / verify_ct if verify_ct else None),
+            "latency_s": round(time.perf_counter() - t_start, 3),
+            "text": (reply.text or "")[:60],
+        }
+
+    async def run() -> list[dict]:
+        async with httpx.AsyncClient(timeout=600, trust_env=False, headers=headers) as c:
+            t_start = time.perf_counter()
+            return await asyncio.gather(*(one(c, p, t_start) for p in prompts))
+
+    return pd.DataFrame(run_sync(run()))
+
+
+def _served_tokenizer(info: dict | None) -> str | None:
+    """The server's tokenizer (or model) path from its server info, when it is a local directory here."""
+    from pathlib import Path
+
+    from kit.models import DEFAULT_TARGET
+
+    for key in ("tokenizer_path", "model_path"):
+        p = (info or {}).get(key)
+        if p == DEFAULT_TARGET or (p and (Path(p) / "config.json").exists()):
+            return p
+    return None

@@ -132,180 +132,207 @@ class ShellLaunch:
 def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str, object]]:
     """Yield ('word', Word) | ('op', str) | ('redir', str) | ('placeholder', str). Expansion reads `variables` lazily,
     so assignments the consumer records between commands apply to the next command."""
-    i, n = 0, len(text)
-    buf: list[str] = []
-    started = False
-    quoted = False
-    plain = -1
-    opaque: list[str] = []
+    return _Lexer(text, variables, used).tokens()
 
-    def flush():
-        nonlocal buf, started, quoted, opaque, plain
-        w = Word("".join(buf), quoted, plain, opaque) if (buf or started) else None
-        buf, started, quoted, opaque, plain = [], False, False, [], -1
-        return w
 
-    def unplain():
-        nonlocal plain
-        if plain < 0:
-            plain = len("".join(buf))
-
-    def expand(j: int, in_dq: bool) -> tuple[int, str | None, str]:
-        """At text[j] == '$': (next index, value or None, literal source)."""
-        if text.startswith("$((", j) or text.startswith("$(", j):
-            depth, k = 0, j + 1
-            while k < n:
-                depth += text[k] == "("
-                depth -= text[k] == ")"
-                k += 1
-                if depth == 0:
-                    break
-            return k, None, text[j:k]
-        if text.startswith("${", j):
-            k = text.find("}", j)
-            k = n - 1 if k < 0 else k
-            body = text[j + 2 : k]
-            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", body, re.S)
-            if not m:
-                return k + 1, None, text[j : k + 1]
-            name, op, default = m.groups()
-            used.add(name)
-            if name in variables and (variables[name] or not op):
-                return k + 1, variables[name], text[j : k + 1]
-            if op:
-                return k + 1, default, text[j : k + 1]
+def _expand(text: str, j: int, variables: dict[str, str], used: set) -> tuple[int, str | None, str]:
+    """At text[j] == '$': (next index, value or None when unknown here, literal source). `$(...)`/`$((...))` are
+    never run; `${K:-default}` / `${K-default}` / `${K:=default}` take the default as the shell would."""
+    n = len(text)
+    if text.startswith("$((", j) or text.startswith("$(", j):
+        depth, k = 0, j + 1
+        while k < n:
+            depth += text[k] == "("
+            depth -= text[k] == ")"
+            k += 1
+            if depth == 0:
+                break
+        return k, None, text[j:k]
+    if text.startswith("${", j):
+        k = text.find("}", j)
+        k = n - 1 if k < 0 else k
+        body = text[j + 2 : k]
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", body, re.S)
+        if not m:
             return k + 1, None, text[j : k + 1]
-        m = _NAME.match(text, j + 1)
-        if m:
-            name = m.group(0)
-            used.add(name)
-            return m.end(), variables.get(name), text[j : m.end()]
-        return j + 1, "$", "$"
-
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            if text[i + 1] == "\n":
-                i += 2
-                continue
-            if text.startswith("\r\n", i + 1):
-                i += 3
-                continue
-            unplain()
-            buf.append(text[i + 1])
-            started = True
-            i += 2
-            continue
-        if c == "'":
-            unplain()
-            k = text.find("'", i + 1)
-            if k < 0:
-                raise ValueError("no closing quotation")
-            buf.append(text[i + 1 : k])
-            started = quoted = True
-            i = k + 1
-            continue
-        if c == '"':
-            unplain()
-            started = quoted = True
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError("no closing quotation")
-                c = text[i]
-                if c == '"':
-                    i += 1
-                    break
-                if c == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
-                    if text[i + 1] != "\n":
-                        buf.append(text[i + 1])
-                    i += 2
-                    continue
-                if c == "$":
-                    i, val, src = expand(i, True)
-                    if val is None:
-                        opaque.append(src)
-                        val = src
-                    buf.append(val)
-                    continue
-                buf.append(c)
-                i += 1
-            continue
-        if c == "`":
-            unplain()
-            k = text.find("`", i + 1)
-            k = n - 1 if k < 0 else k
-            opaque.append(text[i : k + 1])
-            buf.append(text[i : k + 1])
-            started = True
-            i = k + 1
-            continue
-        if c == "$":
-            unplain()
-            i, val, src = expand(i, False)
-            if val is None:
-                opaque.append(src)
-                buf.append(src)
-                started = True
-                continue
-            # unquoted expansion: split on whitespace like the shell's field splitting
-            parts = re.split(r"[ \t\n]+", val)
-            for pi, part in enumerate(parts):
-                if pi:
-                    w = flush()
-                    if w is not None:
-                        yield "word", w
-                buf.append(part)
-                started = started or bool(part)
-            continue
-        if c in " \t\r":
-            w = flush()
-            if w is not None:
-                yield "word", w
-            i += 1
-            continue
-        if c == "\n":
-            w = flush()
-            if w is not None:
-                yield "word", w
-            yield "op", "\n"
-            i += 1
-            continue
-        if c == "#" and not buf and not started:
-            k = text.find("\n", i)
-            i = n if k < 0 else k
-            continue
-        if c in "<>" or (c == "&" and text.startswith("&>", i)):
-            # a redirection; a preceding all-digit word is its file descriptor
-            fd = "".join(buf) if buf and "".join(buf).isdigit() and not quoted else ""
-            if not fd:
-                w = flush()
-                if w is not None:
-                    yield "word", w
-            else:
-                buf, started, quoted, opaque, plain = [], False, False, [], -1
-            ph = None if fd else re.match(r"<[A-Za-z][\w.\-]*>", text[i:])
-            if ph:  # `<model-path>` written for the reader to fill in: to the shell, two redirections
-                yield "placeholder", ph.group(0)
-            m = re.match(r"&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<", text[i:])
-            yield "redir", fd + m.group(0)
-            i += len(m.group(0))
-            continue
-        op = next((o for o in _OPS if text.startswith(o, i)), None)
+        name, op, default = m.groups()
+        used.add(name)
+        if name in variables and (variables[name] or not op):
+            return k + 1, variables[name], text[j : k + 1]
         if op:
-            w = flush()
-            if w is not None:
-                yield "word", w
-            yield "op", op
-            i += len(op)
-            continue
-        buf.append(c)
-        started = True
-        i += 1
-    w = flush()
-    if w is not None:
-        yield "word", w
-    yield "op", "\n"
+            return k + 1, default, text[j : k + 1]
+        return k + 1, None, text[j : k + 1]
+    m = _NAME.match(text, j + 1)
+    if m:
+        name = m.group(0)
+        used.add(name)
+        return m.end(), variables.get(name), text[j : m.end()]
+    return j + 1, "$", "$"
+
+
+_REDIRECTION = re.compile(r"&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<")
+_PLACEHOLDER = re.compile(r"<[A-Za-z][\w.\-]*>")
+
+
+class _Lexer:
+    """A POSIX-shell word splitter for launch lines: quotes, escapes, `$` expansion from known variables (the
+    unknown ones kept as written and marked opaque), operators, redirections and comments. Each `_scan_*` method
+    consumes one construct at `self.i` and returns the tokens it completes."""
+
+    def __init__(self, text: str, variables: dict[str, str], used: set):
+        self.text, self.n, self.variables, self.used = text, len(text), variables, used
+        self.i = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.buf: list[str] = []
+        self.started = False  # a word has begun (an empty quoted string is a word)
+        self.quoted = False
+        self.plain = -1  # length of the word's plain (unquoted, unexpanded) prefix; -1: all of it
+        self.opaque: list[str] = []
+
+    def _flush(self) -> list[tuple[str, object]]:
+        w = Word("".join(self.buf), self.quoted, self.plain, self.opaque) if (self.buf or self.started) else None
+        self._reset()
+        return [("word", w)] if w is not None else []
+
+    def _unplain(self) -> None:
+        if self.plain < 0:
+            self.plain = len("".join(self.buf))
+
+    def tokens(self) -> Iterator[tuple[str, object]]:
+        text = self.text
+        while self.i < self.n:
+            c = text[self.i]
+            if c == "\\" and self.i + 1 < self.n:
+                yield from self._scan_escape()
+            elif c == "'":
+                yield from self._scan_single()
+            elif c == '"':
+                yield from self._scan_double()
+            elif c == "`":
+                yield from self._scan_backtick()
+            elif c == "$":
+                yield from self._scan_dollar()
+            elif c in " \t\r":
+                yield from self._flush()
+                self.i += 1
+            elif c == "\n":
+                yield from self._flush()
+                yield "op", "\n"
+                self.i += 1
+            elif c == "#" and not self.buf and not self.started:
+                k = text.find("\n", self.i)
+                self.i = self.n if k < 0 else k
+            elif c in "<>" or (c == "&" and text.startswith("&>", self.i)):
+                yield from self._scan_redirection()
+            elif op := next((o for o in _OPS if text.startswith(o, self.i)), None):
+                yield from self._flush()
+                yield "op", op
+                self.i += len(op)
+            else:
+                self.buf.append(c)
+                self.started = True
+                self.i += 1
+        yield from self._flush()
+        yield "op", "\n"
+
+    def _scan_escape(self) -> list:
+        text, i = self.text, self.i
+        if text[i + 1] == "\n":  # a line continuation
+            self.i += 2
+        elif text.startswith("\r\n", i + 1):
+            self.i += 3
+        else:
+            self._unplain()
+            self.buf.append(text[i + 1])
+            self.started = True
+            self.i += 2
+        return []
+
+    def _scan_single(self) -> list:
+        self._unplain()
+        k = self.text.find("'", self.i + 1)
+        if k < 0:
+            raise ValueError("no closing quotation")
+        self.buf.append(self.text[self.i + 1 : k])
+        self.started = self.quoted = True
+        self.i = k + 1
+        return []
+
+    def _scan_double(self) -> list:
+        """A double-quoted string: `\\$`, `\\"`, `\\\\`, `\\` newline escapes, `$` expansion, no splitting."""
+        text, n = self.text, self.n
+        self._unplain()
+        self.started = self.quoted = True
+        self.i += 1
+        while True:
+            if self.i >= n:
+                raise ValueError("no closing quotation")
+            c = text[self.i]
+            if c == '"':
+                self.i += 1
+                return []
+            if c == "\\" and self.i + 1 < n and text[self.i + 1] in '$`"\\\n':
+                if text[self.i + 1] != "\n":
+                    self.buf.append(text[self.i + 1])
+                self.i += 2
+                continue
+            if c == "$":
+                self.i, val, src = _expand(text, self.i, self.variables, self.used)
+                if val is None:
+                    self.opaque.append(src)
+                    val = src
+                self.buf.append(val)
+                continue
+            self.buf.append(c)
+            self.i += 1
+
+    def _scan_backtick(self) -> list:
+        """A command substitution: never run, kept as written and marked opaque."""
+        self._unplain()
+        k = self.text.find("`", self.i + 1)
+        k = self.n - 1 if k < 0 else k
+        self.opaque.append(self.text[self.i : k + 1])
+        self.buf.append(self.text[self.i : k + 1])
+        self.started = True
+        self.i = k + 1
+        return []
+
+    def _scan_dollar(self) -> list:
+        """An unquoted expansion: a known value is split on whitespace like the shell's field splitting."""
+        self._unplain()
+        self.i, val, src = _expand(self.text, self.i, self.variables, self.used)
+        if val is None:
+            self.opaque.append(src)
+            self.buf.append(src)
+            self.started = True
+            return []
+        out: list = []
+        for pi, part in enumerate(re.split(r"[ \t\n]+", val)):
+            if pi:
+                out += self._flush()
+            self.buf.append(part)
+            self.started = self.started or bool(part)
+        return out
+
+    def _scan_redirection(self) -> list:
+        """A redirection; a preceding all-digit word is its file descriptor."""
+        text = self.text
+        out: list = []
+        word = "".join(self.buf)
+        fd = word if self.buf and word.isdigit() and not self.quoted else ""
+        if not fd:
+            out += self._flush()
+        else:
+            self._reset()
+        ph = None if fd else _PLACEHOLDER.match(text, self.i)
+        if ph:  # `<model-path>` written for the reader to fill in: to the shell, two redirections
+            out.append(("placeholder", ph.group(0)))
+        m = _REDIRECTION.match(text, self.i)
+        out.append(("redir", fd + m.group(0)))
+        self.i += len(m.group(0))
+        return out
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -439,161 +466,16 @@ def _unwrap(
         prog = os.path.basename(argv[0])
         hit = is_launch(argv)
         if hit is not None:
-            entry, flags_at = hit
-            for k in st.unexported:
-                if k not in env and k not in st.used:  # a variable the script itself reads is no env
-                    unseen.setdefault(
-                        k,
-                        "a shell variable (`K=v` on its own or before `&&`/`;`), never exported",
-                    )
-            full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
-            full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
-            sl = ShellLaunch(
-                argv=list(argv),
-                flags_at=flags_at,
-                entry=entry,
-                env=full_env,
-                env_forms=full_forms,
-                unseen=unseen,
-                wrappers=list(wrappers),
-            )
-            for o in opaque:
-                sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
-            st.launches.append(sl)
-            return sl
-        if prog == "env":
-            j = 1
-            while j < len(argv):
-                a = argv[j]
-                if a in ("-i", "--ignore-environment", "-"):
-                    env, forms = {}, {}
-                elif a in ("-u", "--unset") and j + 1 < len(argv):
-                    env.pop(argv[j + 1], None)
-                    j += 1
-                elif a.startswith("--unset="):
-                    env.pop(a.split("=", 1)[1], None)
-                elif a.startswith("-"):
-                    pass
-                elif _ASSIGN.match(a):
-                    k, v = a.split("=", 1)
-                    env[k], forms[k] = v, "env"
-                else:
-                    break
-                j += 1
-            argv, wrappers = argv[j:], wrappers + ["env"]
-            continue
-        if prog in (
-            "nohup",
-            "exec",
-            "command",
-            "builtin",
-            "time",
-            "stdbuf",
-            "nice",
-            "ionice",
-            "chrt",
-            "taskset",
-            "numactl",
-            "timeout",
-            "sudo",
-            "srun",
-            "xargs",
-            "setsid",
-            "unbuffer",
-        ):
-            j = _skip_options(argv, prog)
-            if prog == "sudo":
-                while j < len(argv) and _ASSIGN.match(argv[j]):
-                    k, v = argv[j].split("=", 1)
-                    env[k], forms[k] = v, "sudo"
-                    j += 1
-                if "-E" not in argv[1:j] and "--preserve-env" not in argv[1:j]:
-                    for k in [k for k, f in forms.items() if f not in ("sudo",)]:
-                        unseen.setdefault(k, "sudo resets the environment (no -E)")
-            argv, wrappers = argv[j:], wrappers + [prog]
-            continue
-        if prog in ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye") and argv[1:2] == [
-            "run"
-        ]:
-            j = 2
-            while j < len(argv) and argv[j].startswith("-"):
-                j += 1 + (
-                    argv[j]
-                    in (
-                        "-n",
-                        "--name",
-                        "-p",
-                        "--prefix",
-                        "--with",
-                        "--python",
-                        "-e",
-                        "--environment",
-                        "--env-file",
-                        "--project",
-                        "--directory",
-                        "--extra",
-                        "--group",
-                        "--index",
-                        "--index-url",
-                        "--from",
-                    )
-                )
-            argv, wrappers = argv[j:], wrappers + [f"{prog} run"]
-            continue
-        if prog in ("docker", "podman", "nvidia-docker") and argv[1:2] in (["run"], ["create"], ["exec"]):
-            res = _container(argv, env, forms, st, unseen, wrappers)
-            if res is None:
-                return None
-            argv, env, forms, unseen, wrappers = res
-            continue
-        if prog in ("apptainer", "singularity") and argv[1:2] in (["exec"], ["run"]):
-            j, cenv = 2, dict(env)
-            for k in list(env):
-                if k.startswith(("APPTAINERENV_", "SINGULARITYENV_")):
-                    cenv[k.split("_", 1)[1]] = env[k]
-            while j < len(argv) and argv[j].startswith("-"):
-                a = argv[j]
-                if a in ("--env", "--env-file") and j + 1 < len(argv):
-                    if a == "--env":
-                        for kv in argv[j + 1].split(","):
-                            if "=" in kv:
-                                k, v = kv.split("=", 1)
-                                cenv[k], forms[k] = v, f"{prog} --env"
-                    else:
-                        _note(st, "env-file", argv[j + 1], "variables in an env file were not read")
-                    j += 2
-                    continue
-                j += 1 + (
-                    a
-                    in (
-                        "-B",
-                        "--bind",
-                        "--home",
-                        "-H",
-                        "--overlay",
-                        "-W",
-                        "--workdir",
-                        "--pwd",
-                        "--app",
-                        "--security",
-                        "--network",
-                        "--hostname",
-                    )
-                )
-            argv, env, wrappers = argv[j + 1 :], cenv, wrappers + [prog]
-            continue
-        if prog in ("bash", "sh", "zsh", "dash") and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
-            inner = _State(variables=dict(env), exported=dict(env), forms=dict(forms))
-            inner.unexported = {k: v for k, v in st.unexported.items() if k not in env}
-            for words in _commands(argv[2], inner):
-                _run_command(words, inner, is_launch)
-            st.notes.extend(inner.notes)
-            for sl in inner.launches:
-                sl.wrappers = wrappers + [f"{prog} -c"] + sl.wrappers
-                sl.unseen = {**unseen, **sl.unseen}
-                st.launches.append(sl)
-            return inner.launches[0] if inner.launches else None
-        break
+            return _record_launch(argv, hit, env, forms, st, wrappers, opaque, unseen)
+        if prog in _SHELLS and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
+            return _shell_c(argv, env, forms, st, is_launch, wrappers, unseen)
+        peel = _PEELERS.get(prog)
+        peeled = peel(argv, env, forms, st, unseen, wrappers) if peel else None
+        if peeled is None:
+            break
+        if peeled is _NO_LAUNCH:
+            return None
+        argv, env, forms, unseen, wrappers = peeled
     if not argv:
         return None
     prog = os.path.basename(argv[0])
@@ -602,6 +484,198 @@ def _unwrap(
     elif prog not in HARMLESS and prog not in OPAQUE:
         _note(st, "command", " ".join(argv), "not a server launch; not checked")
     return None
+
+
+def _record_launch(argv, hit, env, forms, st: _State, wrappers, opaque, unseen) -> ShellLaunch:
+    """The launch found: its environment as the server sees it (plus shell variables it would not see)."""
+    entry, flags_at = hit
+    for k in st.unexported:
+        if k not in env and k not in st.used:  # a variable the script itself reads is no env
+            unseen.setdefault(k, "a shell variable (`K=v` on its own or before `&&`/`;`), never exported")
+    full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
+    full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
+    sl = ShellLaunch(
+        argv=list(argv),
+        flags_at=flags_at,
+        entry=entry,
+        env=full_env,
+        env_forms=full_forms,
+        unseen=unseen,
+        wrappers=list(wrappers),
+    )
+    for o in opaque:
+        sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
+    st.launches.append(sl)
+    return sl
+
+
+def _shell_c(argv, env, forms, st: _State, is_launch: LaunchTest, wrappers, unseen) -> ShellLaunch | None:
+    """`bash -c "..."`: the inner script parsed with the outer environment; its launches are the outer's."""
+    prog = os.path.basename(argv[0])
+    inner = _State(variables=dict(env), exported=dict(env), forms=dict(forms))
+    inner.unexported = {k: v for k, v in st.unexported.items() if k not in env}
+    for words in _commands(argv[2], inner):
+        _run_command(words, inner, is_launch)
+    st.notes.extend(inner.notes)
+    for sl in inner.launches:
+        sl.wrappers = wrappers + [f"{prog} -c"] + sl.wrappers
+        sl.unseen = {**unseen, **sl.unseen}
+        st.launches.append(sl)
+    return inner.launches[0] if inner.launches else None
+
+
+# a peeler takes (argv, env, forms, st, unseen, wrappers) of a wrapper command and returns them for the command it
+# runs, None when argv is not that wrapper's form, or _NO_LAUNCH when the wrapper ends the search
+_NO_LAUNCH = object()
+_SHELLS = ("bash", "sh", "zsh", "dash")
+
+
+def _peel_env(argv, env, forms, st, unseen, wrappers):
+    """`env [-i] [-u K] [K=V...] CMD`."""
+    j = 1
+    while j < len(argv):
+        a = argv[j]
+        if a in ("-i", "--ignore-environment", "-"):
+            env, forms = {}, {}
+        elif a in ("-u", "--unset") and j + 1 < len(argv):
+            env.pop(argv[j + 1], None)
+            j += 1
+        elif a.startswith("--unset="):
+            env.pop(a.split("=", 1)[1], None)
+        elif a.startswith("-"):
+            pass
+        elif _ASSIGN.match(a):
+            k, v = a.split("=", 1)
+            env[k], forms[k] = v, "env"
+        else:
+            break
+        j += 1
+    return argv[j:], env, forms, unseen, wrappers + ["env"]
+
+
+def _peel_prefix(argv, env, forms, st, unseen, wrappers):
+    """`nohup`, `timeout 600`, `numactl ...`, `sudo [-E] [K=V...]`: options skipped, sudo's environment rules kept."""
+    prog = os.path.basename(argv[0])
+    j = _skip_options(argv, prog)
+    if prog == "sudo":
+        while j < len(argv) and _ASSIGN.match(argv[j]):
+            k, v = argv[j].split("=", 1)
+            env[k], forms[k] = v, "sudo"
+            j += 1
+        if "-E" not in argv[1:j] and "--preserve-env" not in argv[1:j]:
+            for k in [k for k, f in forms.items() if f not in ("sudo",)]:
+                unseen.setdefault(k, "sudo resets the environment (no -E)")
+    return argv[j:], env, forms, unseen, wrappers + [prog]
+
+
+# environment managers' `run` options that take a value
+_RUNNER_VALUED = (
+    "-n",
+    "--name",
+    "-p",
+    "--prefix",
+    "--with",
+    "--python",
+    "-e",
+    "--environment",
+    "--env-file",
+    "--project",
+    "--directory",
+    "--extra",
+    "--group",
+    "--index",
+    "--index-url",
+    "--from",
+)
+
+
+def _peel_runner(argv, env, forms, st, unseen, wrappers):
+    """`uv run ...`, `conda run -n ENV ...` and the like."""
+    if argv[1:2] != ["run"]:
+        return None
+    j = 2
+    while j < len(argv) and argv[j].startswith("-"):
+        j += 1 + (argv[j] in _RUNNER_VALUED)
+    return argv[j:], env, forms, unseen, wrappers + [f"{os.path.basename(argv[0])} run"]
+
+
+def _peel_container(argv, env, forms, st, unseen, wrappers):
+    """`docker run|create|exec ...` (podman, nvidia-docker): `_container`."""
+    if argv[1:2] not in (["run"], ["create"], ["exec"]):
+        return None
+    res = _container(argv, env, forms, st, unseen, wrappers)
+    return _NO_LAUNCH if res is None else res
+
+
+# apptainer/singularity exec|run options that take a value
+_APPTAINER_VALUED = (
+    "-B",
+    "--bind",
+    "--home",
+    "-H",
+    "--overlay",
+    "-W",
+    "--workdir",
+    "--pwd",
+    "--app",
+    "--security",
+    "--network",
+    "--hostname",
+)
+
+
+def _peel_apptainer(argv, env, forms, st, unseen, wrappers):
+    """`apptainer exec|run [opts] IMAGE CMD`: APPTAINERENV_/SINGULARITYENV_ variables and `--env` reach CMD."""
+    if argv[1:2] not in (["exec"], ["run"]):
+        return None
+    prog = os.path.basename(argv[0])
+    j, cenv = 2, dict(env)
+    for k in list(env):
+        if k.startswith(("APPTAINERENV_", "SINGULARITYENV_")):
+            cenv[k.split("_", 1)[1]] = env[k]
+    while j < len(argv) and argv[j].startswith("-"):
+        a = argv[j]
+        if a in ("--env", "--env-file") and j + 1 < len(argv):
+            if a == "--env":
+                for kv in argv[j + 1].split(","):
+                    if "=" in kv:
+                        k, v = kv.split("=", 1)
+                        cenv[k], forms[k] = v, f"{prog} --env"
+            else:
+                _note(st, "env-file", argv[j + 1], "variables in an env file were not read")
+            j += 2
+            continue
+        j += 1 + (a in _APPTAINER_VALUED)
+    return argv[j + 1 :], cenv, forms, unseen, wrappers + [prog]
+
+
+_PREFIXES = (
+    "nohup",
+    "exec",
+    "command",
+    "builtin",
+    "time",
+    "stdbuf",
+    "nice",
+    "ionice",
+    "chrt",
+    "taskset",
+    "numactl",
+    "timeout",
+    "sudo",
+    "srun",
+    "xargs",
+    "setsid",
+    "unbuffer",
+)
+_RUNNERS = ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye")
+_PEELERS = {
+    "env": _peel_env,
+    **dict.fromkeys(_PREFIXES, _peel_prefix),
+    **dict.fromkeys(_RUNNERS, _peel_runner),
+    **dict.fromkeys(("docker", "podman", "nvidia-docker"), _peel_container),
+    **dict.fromkeys(("apptainer", "singularity"), _peel_apptainer),
+}
 
 
 # docker/podman run options that take no value; every other option takes one

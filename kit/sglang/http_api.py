@@ -63,6 +63,15 @@ class HttpApi:
     # /server_info: internal_states[i][this] is the lifetime accept length
     server_info_accept_length: str = "avg_spec_accept_length"
 
+    def generate_answer(self, obj: dict) -> tuple[int | None, int | None, str | None, str | None]:
+        """(completion tokens, prompt tokens, finish reason, text) of one /generate answer or stream chunk:
+        `meta_info` holds the counts (cumulative in a stream) and `finish_reason` (a dict with a `type`, or a
+        plain string in older releases)."""
+        meta = obj.get("meta_info") or {}
+        fr = meta.get("finish_reason")
+        fr = fr.get("type") if isinstance(fr, dict) else fr
+        return meta.get("completion_tokens"), meta.get("prompt_tokens"), fr, obj.get("text")
+
     def spec_fields(self, meta: dict | None) -> dict[str, Any]:
         """The speculative fields of a `meta_info` / `spec_tokens_details` dict, normalised ({} when none)."""
         if not meta:

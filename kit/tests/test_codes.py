@@ -1,30 +1,60 @@
-"""Every finding code used in kit/ is documented in docs/findings.md, and vice versa."""
+"""The registry of finding codes (`kit.codes`, `kit/codes.json`) is the one home of every code: each code a
+module raises is registered with that module as an owner, each registered code is raised by exactly its owners,
+and docs/findings.md is what the registry generates."""
 
 import re
 from pathlib import Path
 
+from kit import codes
+
 ROOT = Path(__file__).resolve().parents[2]
+SEVERITY = re.compile(r"^(error|warning|info)( / (error|warning|info))*$")
 
 
-def used_codes() -> set[str]:
-    codes = set()
+def raised_codes() -> dict[str, set[str]]:
+    """{code: modules whose source raises it as `code="..."`}, tests excluded."""
+    out: dict[str, set[str]] = {}
     for p in (ROOT / "kit").rglob("*.py"):
         if "tests" in p.relative_to(ROOT / "kit").parts:
             continue
-        codes |= set(re.findall(r'code\s*=\s*"([a-z_]+\.[a-z0-9_.]+)"', p.read_text()))
-    return codes
+        mod = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for c in set(re.findall(r'code\s*=\s*"([a-z_]+\.[a-z0-9_.]+)"', p.read_text())):
+            out.setdefault(c, set()).add(mod)
+    return out
 
 
-def documented_codes() -> set[str]:
-    text = (ROOT / "docs" / "findings.md").read_text()
-    return set(re.findall(r"^\|\s*`?([a-z_]+\.[a-z0-9_.]+)`?\s*\|", text, flags=re.M))
+def test_every_raised_code_is_registered():
+    missing = set(raised_codes()) - set(codes.registry())
+    assert not missing, f"codes raised in kit/ but not in kit/codes.json: {sorted(missing)}"
 
 
-def test_codes_documented():
-    missing = used_codes() - documented_codes()
-    assert not missing, f"codes used in kit/ but not in docs/findings.md: {sorted(missing)}"
+def test_no_stale_registered_codes():
+    stale = set(codes.registry()) - set(raised_codes())
+    assert not stale, f"codes in kit/codes.json raised nowhere in kit/: {sorted(stale)}"
 
 
-def test_no_stale_documented_codes():
-    stale = documented_codes() - used_codes()
-    assert not stale, f"codes in docs/findings.md used nowhere in kit/: {sorted(stale)}"
+def test_owners_are_the_raising_modules():
+    raised = raised_codes()
+    wrong = {c: (sorted(i.owners), sorted(raised.get(c, ()))) for c, i in codes.registry().items()}
+    wrong = {c: v for c, v in wrong.items() if v[0] != v[1]}
+    assert not wrong, f"owners (registered, raising): {wrong}"
+
+
+def test_entries_are_complete():
+    for info in codes.registry().values():
+        assert SEVERITY.match(info.severity) or info.severity.startswith(("error", "warning", "info")), info
+        assert info.meaning and info.fix and info.section, info
+
+
+def test_findings_page_is_generated_from_the_registry():
+    assert (ROOT / "docs" / "findings.md").read_text() == codes.render_markdown(), (
+        "docs/findings.md differs from kit/codes.json: run `python -m kit.codes --write`"
+    )
+
+
+def test_lookup_and_cli(capsys):
+    assert codes.lookup("launch.spec_verify").code == "launch.spec_verify"
+    assert codes.lookup("no.such") is None
+    assert codes.main(["--check"]) == 0
+    assert codes.main(["no.such"]) == 2
+    assert "no such finding code" in capsys.readouterr().err

@@ -92,3 +92,23 @@ def test_emit_is_plain_when_piped(capsys):
     assert emit(_with_info(), as_json=False, verbose=False) == EXIT_ERRORS
     out = capsys.readouterr().out
     assert "\x1b[" not in out and "ERROR x.err: an error" in out
+
+
+def test_write_json_line_is_the_document_as_json_would_write_it(capsys):
+    """`--json` output: one line, the same document json.dumps(default=str) gives, on a real and a replaced stdout."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+    from pathlib import Path
+
+    from kit.findings import write_json_line
+
+    doc = {"tensors": [{"name": "w", "shape": (2, 3), "file": Path("/x/a.safetensors")}], "n": 1.5, "none": None}
+    expect = json.loads(json.dumps(doc, default=str))
+    write_json_line(doc)
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1 and json.loads(out) == expect
+    text = io.StringIO()
+    with redirect_stdout(text):
+        write_json_line(doc)
+    assert json.loads(text.getvalue()) == expect

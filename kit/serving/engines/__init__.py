@@ -17,7 +17,7 @@ Registered here: `sglang` (`kit.serving.engines.sglang`, real SGLang on a GPU ho
 from __future__ import annotations
 
 from kit.findings import KitInputError
-from kit.serving.engines.base import Engine
+from kit.serving.engines.base import Engine, missing_interface
 from kit.serving.engines.reference import REFERENCE_FIELDS, ReferenceServer
 from kit.serving.engines.sglang import SGLANG_MODULE, SGLang
 
@@ -27,9 +27,18 @@ ENGINES: dict[str, Engine] = {}
 
 
 def register(engine: Engine) -> Engine:
-    """Make `engine` answer to its name (`--engine NAME`, `get_engine(NAME)`); returns it."""
+    """Make `engine` answer to its name (`--engine NAME`, `get_engine(NAME)`); returns it. An engine without a
+    name, or whose class leaves a required protocol method (`base.required_interface()`) undefined, is refused
+    here, at registration, not at its first launch."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"{type(engine).__name__}: a serving engine subclasses kit.serving.engines.base.Engine")
     if not engine.name:
         raise ValueError(f"{type(engine).__name__}: a serving engine needs a name")
+    missing = missing_interface(engine)
+    if missing:
+        raise TypeError(
+            f"serving engine {engine.name!r} ({type(engine).__name__}) does not define {', '.join(missing)}"
+        )
     ENGINES[engine.name] = engine
     return engine
 

@@ -10,12 +10,15 @@ metrics and the benchmark need, so none of them branches on an engine's name:
                  `starts_together`: whether several servers may start at once on one machine
     server info  `server_info_paths` (tried in order), `models_path`, `metrics_path`, `flush_path`
     logs         `parse_log_line(line)`: one line -> a row of `kit.serving.logs.COLUMNS`, or None
+    answers      `read_response(obj, api)`: one answer (or stream chunk) as a `Reply` (tokens, finish reason,
+                 text, speculative fields); the OpenAI APIs are read here, the native one by `read_native`
     acceptance   `spec_fields(obj, api)` (per-request fields of one response, normalised),
                  `request_extra(api)`, `accept_counters(metrics)`, `server_info_accept_length(info)`
     stop         `stop_signal`, `stop_grace_s`
 
 How to add an engine: docs/architecture.md ("How to add a serving engine"); `kit/tests/serving/toy_engine.py`
-is one that is nothing like SGLang.
+is one that is nothing like SGLang. The methods marked `@required` have no default; `required_interface()`
+derives their names from this class and `kit.serving.engines.register` refuses an engine that lacks one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
@@ -33,6 +37,23 @@ SPEC_KEYS = ("verify_ct", "accept_length", "accept_rate", "num_correct", "num_pr
 
 # a Python exception line, as a traceback ends: `RuntimeError: ...`, `torch.OutOfMemoryError: ...`
 _EXCEPTION = re.compile(r"^(?:\[[^\]]*\] )?(?P<line>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt): .*)$")
+
+
+@dataclass
+class Reply:
+    """What one answer (or one stream chunk) of a server says; None where it does not say it."""
+
+    completion_tokens: int | None = None  # tokens generated so far (a native stream: cumulative)
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None  # "stop", "length", ...
+    text: str | None = None  # the generated text (a stream chunk: its piece)
+    spec: dict[str, Any] = field(default_factory=dict)  # speculative fields, SPEC_KEYS-named (`spec_fields`)
+
+
+def required(method):
+    """Mark a protocol method that has no default: every engine must define it."""
+    method.__required__ = True
+    return method
 
 
 def exception_line(lines: list[str]) -> str | None:
@@ -72,6 +93,7 @@ class Engine:
     passes_extra_args: bool = False  # unparsed SGLang flags (LaunchSpec.extra_args) go on its command line
     resolves_kit_names: bool = False  # it reads the kit's `--model-path embedded` itself (else: a directory)
     accepts_hub_ids: bool = False  # a model path that is a hub id is downloaded by the engine itself
+    rehearses: bool = False  # `kit rehearse` runs launches on it (real SGLang: the miniature, the recorder)
     # several servers may start at once on one machine (each loads on its own); False where they share a device
     # whose memory each sizes its pool from at start (SGLang on one GPU), so they start one after another
     starts_together: bool = False
@@ -102,13 +124,15 @@ class Engine:
         return DEFAULT, f"the kit's default chain {DEFAULT.label()}"
 
     # -- argv ---------------------------------------------------------------------------------
+    @required
     def command(self, spec) -> list[str]:
         """The program argv before the flags."""
         raise NotImplementedError
 
+    @required
     def flag(self, name: str) -> str | None:
         """This engine's flag for a LaunchSpec field (SGLang's argument name); None: not taken."""
-        return None
+        raise NotImplementedError
 
     def argv(self, spec) -> list[str]:
         return self.command(spec) + spec.flags(self.flag) + (list(spec.extra_args) if self.passes_extra_args else [])
@@ -152,6 +176,25 @@ class Engine:
         acceptance (the `api="sglang"` of `kit.measure.client`)."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
+    # -- answers ------------------------------------------------------------------------------
+    def read_response(self, obj: dict, api: str) -> Reply:
+        """One answer (or stream chunk) on `api`: "sglang" is the engine's native API (`read_native`), "chat"
+        and "completions" OpenAI's, read here the same way for every engine."""
+        if api == "sglang":
+            reply = self.read_native(obj)
+        else:
+            usage = obj.get("usage") or {}
+            ch = (obj.get("choices") or [{}])[0] or {}
+            text = (ch.get("delta") or ch.get("message") or {}).get("content") if api == "chat" else ch.get("text")
+            reply = Reply(usage.get("completion_tokens"), usage.get("prompt_tokens"), ch.get("finish_reason"), text)
+        reply.spec = self.spec_fields(obj, api)
+        return reply
+
+    def read_native(self, obj: dict) -> Reply:
+        """One answer of the engine's native generate API (tokens, finish reason, text; `spec` is filled by
+        `read_response`)."""
+        raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
+
     # -- acceptance ---------------------------------------------------------------------------
     def request_extra(self, api: str) -> dict | None:
         """Fields a request on `api` adds to be answered with its speculative fields."""
@@ -167,3 +210,13 @@ class Engine:
 
     def server_info_accept_length(self, info: dict | None) -> float | None:
         return None
+
+
+def required_interface(protocol: type = Engine) -> tuple[str, ...]:
+    """The protocol's methods without a default (marked `@required`), derived from the class itself."""
+    return tuple(n for n in dir(protocol) if getattr(getattr(protocol, n), "__required__", False))
+
+
+def missing_interface(engine: Engine) -> list[str]:
+    """The required methods `engine`'s class leaves to the protocol (which has no default for them)."""
+    return [n for n in required_interface() if getattr(type(engine), n) is getattr(Engine, n)]

@@ -52,6 +52,7 @@ class ReferenceServer(SGLang):
     passes_extra_args = False
     resolves_kit_names = True  # 'embedded' is resolved by the server itself
     accepts_hub_ids = False
+    rehearses = False  # the rehearsal observes SGLang's own code paths
     starts_together = True  # a start is mostly imports and a model load, on the CPU, with memory to spare
 
     def serves_here(self) -> bool:

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from kit.findings import KitInputError
-from kit.serving.engines.base import Engine, exception_line, visible_gpus
+from kit.serving.engines.base import Engine, Reply, exception_line, visible_gpus
 from kit.sglang import log_format
 from kit.sglang.http_api import HttpApi, http_api
 
@@ -110,6 +110,7 @@ class SGLang(Engine):
     description = "real SGLang (`sglang serve` or `python -m sglang.launch_server`), on a GPU host"
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
     accepts_hub_ids = True
+    rehearses = True
 
     def __init__(self, version: str | None = None, api: HttpApi | None = None):
         self.version = version  # None: the installed release, else the default one
@@ -198,6 +199,9 @@ class SGLang(Engine):
         if ignore_eos:
             sp["ignore_eos"] = True
         return self.api.generate_path, {"text": text, "sampling_params": sp, "stream": stream}
+
+    def read_native(self, obj: dict) -> Reply:
+        return Reply(*self.api.generate_answer(obj))
 
     def request_extra(self, api: str) -> dict | None:
         # the OpenAI endpoints answer with `sglext.spec_tokens_details` only when asked (releases that have it)

@@ -316,7 +316,7 @@ def test_engine_hands_out_each_verify_steps_tokens_at_once(srv3):
 def test_ask_takes_acceptance_from_generate_meta_info(srv3):
     """`ask` renders the chat template itself (the server's tokenizer path is local) and reads per-request
     acceptance from /generate meta_info, the source every release serves; its text is the chat endpoint's."""
-    from kit.serving.launch import ask
+    from kit.measure.client import ask
 
     url, _ = srv3
     df = ask(url, ["hi", "abc"], max_tokens=10, api_key=KEY)

@@ -1,6 +1,6 @@
 """llama.cpp's OpenAI-compatible server (llama-cpp-python, `requirements-peers.txt`) on a GGUF file.
 
-Not a serving engine of the kit's: the real third-party peer the client tests and the engine benchmark run
+A peer, not a serving engine of the kit's: the real third-party server the client tests and the engine benchmark run
 against, started without weight repacking (see `_NO_REPACK_SERVER`).
 
     argv = llama_cpp_server_argv("model.gguf", port=8000)
