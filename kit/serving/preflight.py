@@ -177,7 +177,8 @@ class DoctorContext:
 
 
 def validate(cfg: DoctorConfig) -> None:
-    """One-line errors before any check runs: something to check, and every named path exists."""
+    """One-line errors before any check runs: something to check, and the launch file exists (the models are
+    resolved, or refused in one line, by `DoctorContext.models`)."""
     if not (cfg.target or cfg.draft or cfg.launch or cfg.launch_file or cfg.probe_env):
         raise KitInputError(
             "nothing to check: give --target, --draft, --launch or --launch-file (and --probe-env for this machine)"
