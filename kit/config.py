@@ -15,8 +15,9 @@ and list[...] of those (nargs="+"). A field with metadata {"positional": True} i
 ignore is then refused by argparse) and appends a note to some flags' help.
 
 Paths a user names are checked here, before any slow work: `local_path(value, "--target")`
-returns the path or raises a one-line `KitInputError`; a Hugging Face hub id gets the offline
-explanation instead of "no such file".
+returns the path or raises a one-line `KitInputError`; a Hugging Face hub id, where a verb needs a local
+directory, gets the download command instead of "no such file" (verbs that take hub ids resolve them with
+`kit.checkpoint.hub`).
 """
 
 from __future__ import annotations
@@ -144,12 +145,12 @@ def is_hub_id(value: str) -> bool:
 
 
 def missing_path(value: str, flag: str | None = None, what: str = "a local directory or file") -> str:
-    """The one-line message for a path that does not exist; a hub id is told it cannot be resolved offline."""
+    """The one-line message for a path that does not exist; a hub id is told how to download it."""
     head = f"{flag} {value}" if flag else str(value)
     if is_hub_id(value):
         return (
-            f"{head}: a Hugging Face hub id cannot be resolved offline; download it where there is network "
-            f"(huggingface-cli download {value} --local-dir DIR), copy DIR here and pass {flag or 'the path'} DIR"
+            f"{head}: a Hugging Face hub id, where a local directory is needed here; download it "
+            f"(hf download {value} --local-dir DIR) and pass {flag or 'the path'} DIR"
         )
     return f"{head}: no such file or directory (expected {what})"
 

@@ -2,6 +2,9 @@
 
     kit rehearse --target T --draft D --launch-file launch.sh [--out DIR] [--dry-run] [--sglang-version X]
 
+T and D may be Hugging Face ids (`--revision`, `--draft-revision`), resolved as `kit doctor` resolves them
+(kit.checkpoint.hub: the local cache first, else config.json and safetensors headers; no weights downloaded).
+
 Builds a miniature of the target (config.json only, dummy-loaded) and of the draft (the user's tensor names
 and dtypes, random values, its real config.json with shrunk widths), rewrites the user's launch (each change
 listed with its reason; kit.serving.rehearsal) and, unless `--dry-run`, starts real SGLang on it with the
@@ -48,18 +51,25 @@ def static_verdict(cfg: RehearsalConfig):
 
 def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
     """Plan, (run), compare; the report as a dict (also written to OUT/report.json)."""
+    from dataclasses import replace
+
+    from kit.checkpoint.hub import resolve
+
     for name in ("target", "draft", "launch_file"):
         if not getattr(cfg, name):
             raise KitInputError(f"--{name.replace('_', '-')} is required")
-        kconfig.local_path(getattr(cfg, name), f"--{name.replace('_', '-')}")
+    kconfig.local_path(cfg.launch_file, "--launch-file")
+    # a hub id becomes the folder it resolves to (the cache, else its headers): the rehearsal and doctor read that
+    target = resolve(cfg.target, cfg.revision, "--target", "a model directory or a config.json")
+    draft = resolve(cfg.draft, cfg.draft_revision, "--draft", "a draft directory")
+    sources = {role: m.source for role, m in (("target", target), ("draft", draft)) if m.repo_id}
+    cfg = replace(cfg, target=str(target.path), draft=str(draft.path), revision=None, draft_revision=None)
     if not cfg.sglang_version:  # doctor judges by the release the rehearsal runs
-        from dataclasses import replace
-
         from kit.sglang.versions import importable_version
 
         cfg = replace(cfg, sglang_version=importable_version())
     plan = plan_rehearsal(cfg)
-    report: dict = {"plan": plan.to_dict(), "rendered_plan": plan.render()}
+    report: dict = {"sources": sources, "plan": plan.to_dict(), "rendered_plan": plan.render()}
     static = static_verdict(cfg)
     report["doctor"] = [
         {"code": f.code, "severity": f.severity, "title": f.title} for f in static if f.severity != "info"
@@ -109,7 +119,8 @@ def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse
 
 
 def render(report: dict) -> str:
-    lines = [report["rendered_plan"], "", "doctor (static):"]
+    lines = [f"{role}: {src}" for role, src in report.get("sources", {}).items()]
+    lines += [report["rendered_plan"], "", "doctor (static):"]
     lines += [f"  {d['severity']:<7} {d['code']}: {d['title'][:140]}" for d in report["doctor"]] or ["  no fault"]
     if "table" in report:
         f = report["facts"]

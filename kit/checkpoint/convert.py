@@ -15,6 +15,9 @@ fc_norm in an SGLang without it...). Safe: never touches SRC, refuses DST inside
 inside DST) and a non-empty DST without `--force`; streams tensor by tensor into a temporary
 directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
 `kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
+SRC may be a Hugging Face id (`--revision`): the draft is taken from the local cache or downloaded into it
+(kit.checkpoint.hub.download: JSON and safetensors files); a hub `--target` (`--target-revision`) is read from
+its config.json and headers, and only the embed_tokens/lm_head rows a draft lacks are fetched, by range reads.
 
 Aux layer ids: the same integers name different target layers in each stack (kit.wiring.aux), so the
 converter translates them through capture points: the source's ids in its stack's convention -> the
@@ -76,7 +79,13 @@ TARGET_EMBED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.langu
 
 @dataclass
 class ConvertConfig:
-    src: str = field(default="", metadata={"positional": True, "help": "source draft directory"})
+    src: str = field(
+        default="",
+        metadata={
+            "positional": True,
+            "help": "source draft directory, or a Hugging Face id (from the cache, else downloaded into it)",
+        },
+    )
     dst: str = field(default="", metadata={"positional": True, "help": "output directory (created)"})
     to: str = field(default="sglang", metadata={"help": "destination layout", "choices": list(DESTS)})
     target: str | None = field(
@@ -89,6 +98,14 @@ class ConvertConfig:
     sglang_version: str | None = field(
         default=None,
         metadata={"help": "SGLang release the output must load in (default: installed, else newest known)"},
+    )
+    revision: str | None = field(default=None, metadata={"help": "hub revision of SRC when it is a Hugging Face id"})
+    target_revision: str | None = field(
+        default=None,
+        metadata={
+            "help": "hub revision of --target when it is a Hugging Face id (its config.json and headers are "
+            "read; only the embed_tokens/lm_head rows a draft lacks are fetched)"
+        },
     )
     force: bool = field(default=False, metadata={"help": "replace a non-empty DST"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
@@ -641,8 +658,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(ConvertConfig, args)
+    from kit.checkpoint.hub import download, resolve
+
+    # a hub id: the draft downloaded (its tensors are rewritten), the target resolved from its headers
+    src = download(cfg.src, cfg.revision, None, "a draft directory") if cfg.src else None
+    target = None
+    if cfg.target and cfg.target != "embedded":
+        target = resolve(cfg.target, cfg.target_revision, "--target", "a model directory or a config.json")
+    for m in (src, target):
+        if m is not None and m.repo_id and not cfg.json:
+            print(f"{m.name}: {m.source}")
     try:
-        rep = convert(cfg.src, cfg.dst, cfg.to, cfg.target, cfg.sglang_version, cfg.force)
+        rep = convert(
+            src.path if src else cfg.src,
+            cfg.dst,
+            cfg.to,
+            str(target.path) if target else cfg.target,
+            cfg.sglang_version,
+            cfg.force,
+        )
     except CheckpointError as e:
         rep = corrupt_report(e)
         print(rep.to_json() if cfg.json else f"kit convert: error: {e}")

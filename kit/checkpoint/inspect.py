@@ -1,5 +1,8 @@
 """`python -m kit inspect PATH [--json] [--sglang-version X]` — a draft checkpoint from its headers.
 
+PATH may be a Hugging Face id (`--revision R`): kit.checkpoint.hub resolves it from the local cache, else reads
+its config.json and safetensors headers over the network (no weights downloaded), and says where they came from.
+
 Reads safetensors headers only (one file, a sharded index, or a directory; never tensor data
 for the listing, never torch), then:
 
@@ -30,7 +33,7 @@ from typing import Any
 from kit import config as kconfig
 from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
-from kit.checkpoint.safetensors_io import Checkpoint, CheckpointError, read_checkpoint
+from kit.checkpoint.safetensors_io import HEADER_VIEW, Checkpoint, CheckpointError, read_checkpoint
 from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders, write_json_line
 from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
@@ -43,7 +46,15 @@ DRAFT_WEIGHTS = re.compile(r"^(layers\.\d+\.|fc\.|fc_norm\.|input_norm\.|norm\.|
 
 @dataclass
 class InspectConfig:
-    path: str = field(default="", metadata={"positional": True, "help": "checkpoint file, directory or index"})
+    path: str = field(
+        default="",
+        metadata={
+            "positional": True,
+            "help": "checkpoint file, directory or index, or a Hugging Face id (the local cache first, else its "
+            "config.json and safetensors headers over the network; no weights downloaded)",
+        },
+    )
+    revision: str | None = field(default=None, metadata={"help": "hub revision of a Hugging Face id (default: main)"})
     sglang_version: str | None = field(
         default=None, metadata={"help": "SGLang release to simulate (default: installed, else newest known)"}
     )
@@ -471,12 +482,14 @@ def corrupt_report(e: CheckpointError) -> Report:
 
 # -- doctor provider --------------------------------------------------------------------------
 def doctor_checks(ctx) -> list[Finding]:
-    draft = ctx.cfg.draft
-    if not draft:
+    if ctx.draft_config is None:  # no draft (a draft's config.json is read whenever one is named)
         return []
     d = ctx.draft_dir
     if d is None or not (
-        any(d.glob("*.safetensors")) or (d / "model.safetensors.index.json").exists() or any(d.glob("*.bin"))
+        any(d.glob("*.safetensors"))
+        or (d / "model.safetensors.index.json").exists()
+        or any(d.glob("*.bin"))
+        or (d / HEADER_VIEW).is_file()
     ):
         # a lone config: architecture and config-level checks only
         from kit.sglang.loader import resolve_draft_class, rules_for
@@ -544,9 +557,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(InspectConfig, args)
     if not cfg.path:
         raise KitInputError("give a checkpoint file or directory")
-    kconfig.local_path(cfg.path, None, "a checkpoint file, directory or index")
+    from kit.checkpoint.hub import resolve
+
+    model = resolve(cfg.path, cfg.revision, None, "a checkpoint file, directory or index")
     try:
-        ins = inspect(cfg.path, cfg.sglang_version)
+        ins = inspect(model.path, cfg.sglang_version)
     except CheckpointError as e:
         rep = corrupt_report(e)
         if cfg.json:
@@ -554,6 +569,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kit inspect: error: {e}", file=sys.stderr)  # one line on stderr, like every user error
         return 2
     rep = ins.report
+    if model.repo_id:
+        rep.findings.insert(0, model.finding(None))
     pt = prefix_totals(ins.checkpoint)
     rep.facts.update(
         {
@@ -573,7 +590,11 @@ def run(args: argparse.Namespace) -> int:
             doc["simulation"] = ins.simulation.to_dict()
         write_json_line(doc)
         return rep.exit_code()
+    if model.repo_id:
+        print(f"{cfg.path}: {model.source}")
     print(render_text(ins))
-    src = str(Path(cfg.path).parent if Path(cfg.path).is_file() else Path(cfg.path)).rstrip("/")
-    rep.findings = fill_placeholders(rep.findings, {"SRC": src, "DST": f"{src}-sglang"})
+    src = cfg.path if model.repo_id else str(Path(cfg.path).parent if Path(cfg.path).is_file() else Path(cfg.path))
+    src = src.rstrip("/")
+    dst = f"{src.rsplit('/', 1)[-1] if model.repo_id else src}-sglang"
+    rep.findings = fill_placeholders(rep.findings, {"SRC": src, "DST": dst})
     return emit(rep, False)

@@ -8,6 +8,11 @@ that, validates it (header length vs file size, JSON, dtypes, shapes x dtype siz
 offsets in range, contiguous and non-overlapping) and never allocates memory in proportion to
 a size the file declares. Pickle weights (`.bin`, `.pt`) are reported, never unpickled.
 
+A model on the Hugging Face hub is read the same way without its weights: `kit.checkpoint.hub` fetches each
+shard's header by HTTP range reads and writes a *header view* (`HEADER_VIEW` in a folder beside the model's
+config.json: per shard its URL, size and raw header); `read_checkpoint` validates those headers with the same
+`parse_header`, and a tensor's bytes (the few small ones the checks read, e.g. `d2t`) come by a range read.
+
     from kit.checkpoint.safetensors_io import read_checkpoint
     ck = read_checkpoint("draft_dir")            # file, directory, or sharded index
     for t in ck.tensors.values(): print(t.name, t.dtype, t.shape, t.nbytes)
@@ -66,6 +71,10 @@ MAX_HEADER_BYTES = 100_000_000
 CHUNK = 8 << 20
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 INDEX_NAME = "model.safetensors.index.json"
+# a header view (kit.checkpoint.hub): {"files": {shard: {"url", "size", "header"}}, "kept": {tensor: offset}}, the
+# weights left on the hub; the few small tensors whose values the checks read are kept in HEADER_VIEW_BYTES
+HEADER_VIEW = "kit_safetensors_headers.json"
+HEADER_VIEW_BYTES = "kit_safetensors_kept.bin"
 
 
 class CheckpointError(KitInputError):
@@ -273,6 +282,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     pickles: list[str] = []
     wm: dict[str, str] | None = None
     shards: list[str] | None = None
+    if p.is_dir() and (p / HEADER_VIEW).is_file() and not any(p.glob("*.safetensors")):
+        return read_header_view(p / HEADER_VIEW)
     if p.is_dir():
         pickles = sorted(str(q) for q in p.iterdir() if q.suffix in PICKLE_SUFFIXES)
         if (p / INDEX_NAME).exists():
@@ -338,11 +349,73 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(str(p), [str(f) for f in files], tensors, metas, pickles)
 
 
+def read_header_view(view: str | Path) -> Checkpoint:
+    """The checkpoint a header view describes (its shards' headers, validated as a local file's are)."""
+    view = Path(view)
+    try:
+        doc = json.loads(view.read_text())
+        files = doc["files"]
+        items = [(str(f["url"]), int(f["size"]), str(f["header"]).encode()) for f in files.values()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _bad(view, f"unreadable header view ({e})")
+    tensors: dict[str, TensorInfo] = {}
+    metas: dict[str, dict[str, str]] = {}
+    for url, size, raw in items:
+        meta, infos = parse_header(raw, size - 8 - len(raw), url, url, 8 + len(raw))
+        metas[url] = meta
+        dup = tensors.keys() & {t[0] for t in infos}
+        if dup:
+            n = sorted(dup)[0]
+            raise _bad(url, f"tensor {n!r} also appears in {tensors[n].file}")
+        tensors.update((t[0], t) for t in infos)
+    kept = str(view.parent / HEADER_VIEW_BYTES)
+    for name, offset in (doc.get("kept") or {}).items():  # read from the view, not the hub (works offline)
+        t = tensors.get(name)
+        if t is None or not isinstance(offset, int) or offset < 0:
+            raise _bad(view, f"kept tensor {name!r} is not in the headers")
+        _KEPT[(t.file, t.start)] = (kept, offset)
+    return Checkpoint(str(view.parent), [u for u, _, _ in items], tensors, metas)
+
+
+# (shard URL, start) -> (local file, offset): where a header view keeps a tensor's bytes (filled by read_header_view)
+_KEPT: dict[tuple[str, int], tuple[str, int]] = {}
+
+
+def is_remote(file: str) -> bool:
+    """Is this shard read over HTTP (a header view's URL) rather than from disk?"""
+    return file.startswith(("http://", "https://"))
+
+
+def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
+    """A tensor of a header view, by HTTP range reads through huggingface_hub's session (its token, its
+    offline switch: HF_HUB_OFFLINE raises before any request)."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers()
+    for a in range(t.start, t.end, chunk):
+        b = min(a + chunk, t.end)
+        try:
+            r = get_session().get(t.file, headers={**headers, "range": f"bytes={a}-{b - 1}"})
+            hf_raise_for_status(r)
+        except Exception as e:  # offline, no network, an expired token: one line naming the tensor
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise KitInputError(f"{t.file}: tensor {t.name!r}: cannot be read from the hub ({first})") from None
+        if len(r.content) != b - a:
+            raise _bad(t.file, f"tensor {t.name!r}: range read gave {len(r.content)} bytes, expected {b - a}")
+        yield r.content
+
+
 # -- tensor data ------------------------------------------------------------------------------
 def iter_bytes(t: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
     """The tensor's raw bytes in chunks of at most `chunk` (bounded memory)."""
-    with open(t.file, "rb") as f:
-        f.seek(t.start)
+    file, start = t.file, t.start
+    if is_remote(file):
+        if (file, start) not in _KEPT:
+            yield from _remote_bytes(t, chunk)
+            return
+        file, start = _KEPT[(file, start)]
+    with open(file, "rb") as f:
+        f.seek(start)
         left = t.nbytes
         while left:
             b = f.read(min(chunk, left))

@@ -226,13 +226,17 @@ def detect_gpu_memory_gib() -> float | None:
         return None
 
 
-def mem_findings(spec, gpu_memory_gib: float | None) -> list[Finding]:
+def mem_findings(
+    spec, gpu_memory_gib: float | None, target_dir: str | None = None, draft_dir: str | None = None
+) -> list[Finding]:
     model = spec.model_path
     if model == "embedded":
         from kit.models import EMBEDDED_NAME, cache_dir
 
         model = str(cache_dir() / EMBEDDED_NAME)
-    tb, db = _weights_bytes(model), _weights_bytes(spec.speculative_draft_model_path)
+    # a hub id's files are where kit.checkpoint.hub resolved them (target_dir, draft_dir)
+    tb = _weights_bytes(model) or _weights_bytes(target_dir)
+    db = _weights_bytes(spec.speculative_draft_model_path) or _weights_bytes(draft_dir)
     if tb is None:
         return []
     tp = spec.tp_size or 1
@@ -403,8 +407,10 @@ def lint(
     engine: str = "sglang",
     sglang_version: str | None = None,
     target_dir: str | None = None,
+    draft_dir: str | None = None,
 ) -> Report:
-    """The launch's findings; `target_dir`: the target's folder when it is not the launch's model path."""
+    """The launch's findings; `target_dir`/`draft_dir`: the models' folders when they are not the launch's paths
+    (a hub id resolved by kit.checkpoint.hub, a --target given apart)."""
     target_config = target_config or _local_config(spec.model_path)
     draft_config = draft_config or _local_config(spec.speculative_draft_model_path)
     arch = _arch(target_config)
@@ -419,7 +425,7 @@ def lint(
     r.extend(bind_findings(spec))
     r.extend(trust_findings(spec))
     r.extend(remote_processor_findings(spec, target_config, target_dir or spec.model_path, sglang_version))
-    r.extend(mem_findings(spec, gpu_memory_gib))
+    r.extend(mem_findings(spec, gpu_memory_gib, target_dir, draft_dir))
     params = spec.resolved_params(arch, sglang_version)
     r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))
@@ -428,14 +434,6 @@ def lint(
         effective_params=params.label() if params else None, target_arch=arch, draft_arch=_arch(draft_config)
     )
     return r
-
-
-def _folder(path: str | None) -> str | None:
-    """The folder of a --target given as a directory or as its config.json."""
-    if not path:
-        return None
-    p = Path(path)
-    return str(p if p.is_dir() else p.parent)
 
 
 def doctor_checks(ctx) -> list[Finding]:
@@ -455,7 +453,8 @@ def doctor_checks(ctx) -> list[Finding]:
             target_config=ctx.target_config,
             draft_config=ctx.draft_config,
             sglang_version=version,
-            target_dir=_folder(ctx.cfg.target),
+            target_dir=str(ctx.target_dir) if ctx.target_dir else None,
+            draft_dir=str(ctx.draft_dir) if ctx.draft_dir else None,
             **ctx.lint_options,
         ).findings
     )

@@ -44,12 +44,16 @@ class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
 
     model_path: str = _f(
-        "target model: a local dir or 'embedded' (SmolLM2, its cached dir for SGLang); a hub id is passed to "
-        "SGLang unchecked (the kit itself cannot resolve hub ids offline)",
+        "target model: a local dir, 'embedded' (SmolLM2, its cached dir for SGLang) or a Hugging Face id (checked "
+        "from the local cache, else from its config.json and safetensors headers; SGLang downloads it)",
         "embedded",
     )
+    revision: str | None = _f("the target's hub revision: branch, tag or commit (a hub id only)")
     speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
-    speculative_draft_model_path: str | None = _f("draft checkpoint dir (`kit launch`: 'demo' = the kit's demo draft)")
+    speculative_draft_model_path: str | None = _f(
+        "draft checkpoint dir or Hugging Face id (`kit launch`: 'demo' = the kit's demo draft)"
+    )
+    speculative_draft_model_revision: str | None = _f("the draft's hub revision (a hub id only)")
     speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
     speculative_eagle_topk: int | None = _f("branching factor per step (1 = chain)")
     speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")

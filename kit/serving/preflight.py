@@ -6,9 +6,11 @@
 
 Each stage's check module exposes `doctor_checks(ctx: DoctorContext) -> list[Finding]` and is listed in
 `PROVIDERS`; a provider looks at what the context holds and returns nothing when its inputs are absent.
-`launch_report` judges a `LaunchSpec` through the same providers: the target is the spec's model path
-(`embedded` resolved as the notebooks resolve it), the draft its draft path, the launch its own command;
-it adds only what a launch on this machine needs besides (`launch.path`: the paths exist here). The module
+The target and the draft are `--target`/`--draft` when given, else the launch's own `--model-path` and
+`--speculative-draft-model-path` (`launch_model`: `embedded` resolved as the notebooks resolve it); a path or a
+Hugging Face id is read through `kit.checkpoint.hub.resolve` (the local cache first, else config.json and the
+safetensors headers over the network), `ckpt.source` saying where the files came from and `launch.path` naming a
+launch's model that cannot be read here. `launch_report` judges a `LaunchSpec` through the same gathering. The module
 sits in the serving layer, the lowest one that sees every provider, so the `kit doctor` and `kit launch`
 verbs both call it and neither holds a copy of the checks.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
+from kit.checkpoint.hub import resolve
 from kit.findings import Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
 
@@ -39,10 +42,24 @@ PROVIDERS: list[str] = [
 class DoctorConfig:
     target: str | None = field(
         default=None,
-        metadata={"help": "target model: a local dir or its config.json (hub ids cannot be resolved offline)"},
+        metadata={
+            "help": "target model: a local dir, its config.json, or a Hugging Face id (the cache first, else "
+            "config.json and safetensors headers over the network); default: the launch's --model-path"
+        },
     )
     draft: str | None = field(
-        default=None, metadata={"help": "draft: a local dir (headers only, no weights loaded) or its config.json"}
+        default=None,
+        metadata={
+            "help": "draft: a local dir (headers only, no weights loaded), its config.json, or a Hugging Face id; "
+            "default: the launch's --speculative-draft-model-path"
+        },
+    )
+    revision: str | None = field(
+        default=None, metadata={"help": "the target's hub revision (branch, tag, commit); default: the launch's"}
+    )
+    draft_revision: str | None = field(
+        default=None,
+        metadata={"help": "the draft's hub revision; default: the launch's --speculative-draft-model-revision"},
     )
     launch: str | None = field(
         default=None, metadata={"help": "an SGLang launch command line (env assignments allowed)"}
@@ -104,45 +121,85 @@ class DoctorContext:
         return launch_from_text(self.launch_command, self.cfg.sglang_version, source=self.cfg.launch_file or "--launch")
 
     @cached_property
+    def models(self) -> dict[str, Any]:
+        """{"target": ModelFiles | None, "draft": ModelFiles | None, "findings": [...]}: each model from its flag,
+        else from the launch (`kit.checkpoint.hub.resolve`: a local path, the Hugging Face cache, or headers over
+        the network). A model named on the command line that cannot be read is an error (KitInputError); one
+        named by the launch is a `launch.path` finding; `ckpt.source` says where a hub id's files came from."""
+        spec = self.launch_spec[0] if self.launch_command is not None else None
+        out: dict[str, Any] = {"target": None, "draft": None, "findings": []}
+        for role, given, revision, flag, what in (
+            ("target", self.cfg.target, self.cfg.revision, "--target", "a model directory or a config.json"),
+            ("draft", self.cfg.draft, self.cfg.draft_revision, "--draft", "a draft directory or its config.json"),
+        ):
+            if given:
+                m = resolve(given, revision, flag, what)
+                out[role] = m
+                out["findings"] += [m.finding(flag)] if m.repo_id else []
+            elif spec is not None:
+                out[role], found = launch_model(spec, role, self.lint_options.get("engine", "sglang"), revision)
+                out["findings"] += found
+        return out
+
+    @property
+    def target_path(self) -> str | None:
+        """The target as the checks read it: a local folder or config.json (a hub id resolved), or None."""
+        m = self.models["target"]
+        return str(m.path) if m is not None else None
+
+    @property
+    def draft_path(self) -> str | None:
+        m = self.models["draft"]
+        return str(m.path) if m is not None else None
+
+    @cached_property
     def target_config(self) -> HFConfig | None:
         from kit.checkpoint.hf_config import read_config
 
-        return read_config(self.cfg.target)[0] if self.cfg.target else None
+        return read_config(self.target_path)[0] if self.target_path else None
 
     @cached_property
     def draft_config(self) -> HFConfig | None:
         from kit.checkpoint.hf_config import read_config
 
-        return read_config(self.cfg.draft)[0] if self.cfg.draft else None
+        return read_config(self.draft_path)[0] if self.draft_path else None
 
     @property
     def draft_dir(self) -> Path | None:
-        p = Path(self.cfg.draft) if self.cfg.draft else None
+        p = Path(self.draft_path) if self.draft_path else None
         return p if p is not None and p.is_dir() else None
+
+    @property
+    def target_dir(self) -> Path | None:
+        """The target's folder (around a lone config.json), None without a target."""
+        p = Path(self.target_path) if self.target_path else None
+        return None if p is None else p if p.is_dir() else p.parent
 
 
 def validate(cfg: DoctorConfig) -> None:
-    """One-line errors before any check runs: something to check, and every named path exists."""
+    """One-line errors before any check runs: something to check, and the launch file exists (the models are
+    resolved, or refused in one line, by `DoctorContext.models`)."""
     if not (cfg.target or cfg.draft or cfg.launch or cfg.launch_file or cfg.probe_env):
         raise KitInputError(
             "nothing to check: give --target, --draft, --launch or --launch-file (and --probe-env for this machine)"
         )
-    for flag, value, what in (
-        ("--target", cfg.target, "a model directory or a config.json"),
-        ("--draft", cfg.draft, "a draft directory or its config.json"),
-        ("--launch-file", cfg.launch_file, "a file holding the launch command"),
-    ):
-        if value:
-            kconfig.local_path(value, flag, what)
+    if cfg.launch_file:  # --target/--draft may be hub ids: resolved (or refused) by DoctorContext.models
+        kconfig.local_path(cfg.launch_file, "--launch-file", "a file holding the launch command")
 
 
-def fix_values(cfg: DoctorConfig) -> dict[str, str | None]:
-    """The user's paths for the placeholders in fixes (SRC, DST, DRAFT_DIR, TARGET_DIR, PATH)."""
-    draft = Path(cfg.draft) if cfg.draft else None
-    if draft is not None and draft.is_file():
-        draft = draft.parent  # a lone config.json: the draft is the directory around it
-    d = str(draft).rstrip("/") if draft is not None else None
-    return {"SRC": d, "DRAFT_DIR": d, "DST": f"{d}-sglang" if d else None, "TARGET_DIR": cfg.target, "PATH": cfg.target}
+def fix_values(ctx: DoctorContext) -> dict[str, str | None]:
+    """The user's names for the placeholders in fixes (SRC, DST, DRAFT_DIR, TARGET_DIR, PATH): paths as given,
+    hub ids as given (the kit's verbs take them too)."""
+    t, dm = ctx.models["target"], ctx.models["draft"]
+    target = t.name if t is not None else None
+    d = None
+    if dm is not None:
+        draft = Path(dm.name)
+        if dm.repo_id is None and draft.is_file():
+            draft = draft.parent  # a lone config.json: the draft is the directory around it
+        d = str(draft).rstrip("/")
+    dst = f"{d.rsplit('/', 1)[-1] if dm is not None and dm.repo_id else d}-sglang" if d else None
+    return {"SRC": d, "DRAFT_DIR": d, "DST": dst, "TARGET_DIR": target, "PATH": target}
 
 
 def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> Report:
@@ -151,7 +208,7 @@ def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> R
     ctx = DoctorContext(cfg, dict(lint_options or {}))
     # touch the inputs first so an unreadable file fails before any check runs
     _ = ctx.launch_env_argv, ctx.target_config, ctx.draft_config
-    report, seen = Report(), set()
+    report, seen = Report(list(ctx.models["findings"])), set()
     for name in PROVIDERS:
         for f in importlib.import_module(name).doctor_checks(ctx):
             # two providers may judge the same fact (the launch command's NCCL variables are
@@ -160,7 +217,7 @@ def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> R
             if key not in seen:
                 seen.add(key)
                 report.add(f)
-    report.findings = fill_placeholders(report.findings, fix_values(cfg))
+    report.findings = fill_placeholders(report.findings, fix_values(ctx))
     return report
 
 
@@ -185,31 +242,67 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
     return [diagnose(cfg, opts) for cfg in cfgs]
 
 
-# -- kit launch ---------------------------------------------------------------------------------
-def _path_finding(flag: str, value: str, engine: str, what: str) -> Finding | None:
-    """`launch.path`: the path a launch names, as this machine sees it (None: it exists)."""
-    if Path(value).expanduser().exists():
-        return None
+# -- the models a launch names ------------------------------------------------------------------
+# the launch's flag for each model, and for its revision (SGLang's names)
+LAUNCH_MODELS = {
+    "target": ("--model-path", "model_path", "revision", "a model directory or 'embedded'"),
+    "draft": (
+        "--speculative-draft-model-path",
+        "speculative_draft_model_path",
+        "speculative_draft_model_revision",
+        "a draft directory",
+    ),
+}
+
+
+def launch_model(spec, role: str, engine: str = "sglang", revision: str | None = None):
+    """(ModelFiles | None, findings) of the model the launch `spec` names for `role` ("target" or "draft"), as
+    this machine reads it: `embedded` resolved as the notebooks resolve it; a hub id (at `revision`, else the
+    launch's own revision flag) resolved as SGLang resolves it, for an engine that takes hub ids. A model that
+    cannot be read is a `launch.path` finding naming it (the draft's an error: every EAGLE-3 check needs it;
+    a hub target's a warning); `ckpt.source` says where a hub id's files came from."""
+    from kit.models import DEFAULT_TARGET, resolve_target
     from kit.serving.engines import get_engine
 
-    if kconfig.is_hub_id(value) and get_engine(engine).accepts_hub_ids:
-        return Finding(
+    flag, field_name, rev_field, what = LAUNCH_MODELS[role]
+    value = getattr(spec, field_name)
+    revision = revision or getattr(spec, rev_field)
+    if not value or "$" in value:  # a shell expansion: launch.unparsed names it, there is no path to read
+        return None, []
+    if role == "target" and value == DEFAULT_TARGET:
+        return resolve(str(resolve_target(value)), None, flag, what), []
+    hub = kconfig.is_hub_id(value) and not Path(value).expanduser().exists()
+    if hub and not get_engine(engine).accepts_hub_ids:
+        hub = False  # this engine reads local paths only
+    elif hub:
+        try:
+            m = resolve(value, revision, flag, what)
+        except KitInputError as e:
+            return None, [
+                Finding(
+                    code="launch.path",
+                    severity="error" if role == "draft" else "warning",
+                    title=f"{e} — the checks that need this model's files did not run",
+                    evidence={"flag": flag, "path": value, "revision": revision, "engine": engine},
+                    fix=f"hf download {value}{' --revision ' + revision if revision else ''} (into the Hugging Face "
+                    f"cache, where the kit and SGLang look first), or {flag} DIR with a local copy",
+                )
+            ]
+        return m, [m.finding(flag)]
+    if Path(value).expanduser().exists():
+        return resolve(value, None, flag, what), []
+    return None, [
+        Finding(
             code="launch.path",
-            severity="info",
-            title=f"{flag} {value}: a hub id, passed to SGLang as given (it downloads it); the kit checks "
-            "only local files, so what needs that model's files was not checked",
-            evidence={"flag": flag, "path": value},
-            fix=f"download it and pass {flag} DIR to have it checked",
+            severity="error",
+            title=kconfig.missing_path(value, flag, what),
+            evidence={"flag": flag, "path": value, "engine": engine},
+            fix=f"{flag} with a path that exists on this machine",
         )
-    return Finding(
-        code="launch.path",
-        severity="error",
-        title=kconfig.missing_path(value, flag, what),
-        evidence={"flag": flag, "path": value, "engine": engine},
-        fix=f"{flag} with a path that exists on this machine",
-    )
+    ]
 
 
+# -- kit launch ---------------------------------------------------------------------------------
 def launch_report(
     spec,
     engine: str = "sglang",
@@ -219,30 +312,13 @@ def launch_report(
     from_command: str | None = None,
     probe_env: bool = False,
 ) -> Report:
-    """`kit doctor --target MODEL --draft DRAFT --launch COMMAND [--probe-env]` for the launch `spec` describes,
-    plus its paths (`launch.path`) and, with `from_command`, what the `--from` text holds besides the launch."""
-    from kit.models import DEFAULT_TARGET, resolve_target
+    """`kit doctor --launch COMMAND [--probe-env]` for the launch `spec` describes: its target and draft are the
+    launch's own (`launch_model`: `launch.path` when one cannot be read here) and, with `from_command`, what the
+    `--from` text holds besides the launch."""
     from kit.serving.launch import launch_from_text
 
-    paths = [
-        f
-        for flag, value, what in (
-            ("--model-path", spec.model_path, "a model directory or 'embedded'"),
-            ("--speculative-draft-model-path", spec.speculative_draft_model_path, "a draft directory"),
-        )
-        if value and value != DEFAULT_TARGET
-        for f in [_path_finding(flag, value, engine, what)]
-        if f is not None
-    ]
-    unread = {f.evidence["path"] for f in paths}
-    target = spec.model_path if spec.model_path not in unread else None
-    target = str(resolve_target(target)) if target == DEFAULT_TARGET else target
-    draft = spec.speculative_draft_model_path if spec.speculative_draft_model_path not in unread else None
-    cfg = DoctorConfig(
-        target=target, draft=draft, launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env
-    )
+    cfg = DoctorConfig(launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env)
     report = diagnose(cfg, dict(engine=engine, sglang_python=sglang_python, gpu_memory_gib=gpu_memory_gib))
-    report.findings = paths + report.findings
     if from_command:  # what the shell text holds besides the launch (launch.unparsed, launch.env_scope)
         report.extend(launch_from_text(from_command, sglang_version, source="--from")[1])
     return report

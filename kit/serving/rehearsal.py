@@ -40,6 +40,7 @@ OWN = {
     "the rest of the launch runs as one server",
     "model_path": "the miniature target (its config.json only)",
     "tokenizer_path": "no tokenizer: requests go by input_ids (--skip-tokenizer-init)",
+    "revision": "the miniatures are local folders: a hub revision does not apply to them",
     "speculative_draft_model_path": "the miniature draft (the user's tensor names and dtypes, random values)",
     "load_format": "the miniature target has no weights: SGLang fills them (dummy)",
     "skip_tokenizer_init": "requests go by input_ids",
@@ -69,8 +70,16 @@ def _f(help_: str, default: Any = None) -> Any:
 
 @dataclass
 class RehearsalConfig:
-    target: str = _f("target: a local directory (its config.json is all that is read) or the config.json")
-    draft: str = _f("draft directory: config.json + safetensors (header read; no tensor loaded)")
+    target: str = _f(
+        "target: a local directory (its config.json is all that is read), the config.json, or a Hugging Face id "
+        "(the local cache first, else its config.json over the network)"
+    )
+    draft: str = _f(
+        "draft directory: config.json + safetensors (header read; no tensor loaded), or a Hugging Face id (the "
+        "cache first, else config.json and safetensors headers over the network)"
+    )
+    revision: str | None = _f("the target's hub revision (branch, tag, commit) when --target is a hub id")
+    draft_revision: str | None = _f("the draft's hub revision when --draft is a hub id")
     launch_file: str = _f("file holding the user's launch command (shell text)")
     out: str = _f("output directory: miniatures, the recorder, the record and the report", "rehearsal")
     dry_run: bool = _f("build the miniatures and print the plan; start nothing (works without a GPU)", False)
@@ -348,7 +357,10 @@ def adjust_launch(
     for o in extra.occurrences if extra else ():
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
-    skip = {dest(n) for n in [*want, "tokenizer_path"]} | {o.dest for o in (extra.occurrences if extra else ())}
+    revisions = [n for n in ("revision", "speculative_draft_model_revision") if dest(n)]
+    skip = {dest(n) for n in [*want, "tokenizer_path", *revisions]} | {
+        o.dest for o in (extra.occurrences if extra else ())
+    }
     for o in res.occurrences:  # one server, one host: PD disaggregation and DeepEP's all-to-all need peers and RDMA
         if (
             o.dest.startswith("disaggregation_")
@@ -387,6 +399,9 @@ def adjust_launch(
     kept += leftover
     if dest("tokenizer_path") and res.values.get(dest("tokenizer_path")):
         changes.append(Change("--tokenizer-path", res.raw(dest("tokenizer_path")), None, OWN["tokenizer_path"]))
+    for name in revisions:
+        if res.values.get(dest(name)):
+            changes.append(Change(option(name), res.raw(dest(name)), None, OWN["revision"]))
     new_env = dict(env)
     pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
     new_env["PYTHONPATH"] = pp

@@ -69,11 +69,12 @@ def test_serve_refuses_flags_the_reference_server_ignores(capsys):
     assert "kit serve: error: --tp-size: the CPU reference server does not implement this SGLang flag" in err
 
 
-def test_launch_help_marks_sglang_only_flags_and_says_hub_ids_pass_unchecked(capsys):
+def test_launch_help_marks_sglang_only_flags_and_says_how_hub_ids_are_checked(capsys):
     main(["launch", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "--tp-size TP_SIZE tensor parallel size [SGLang only: dropped with --engine reference]" in out
-    assert "a hub id is passed to SGLang unchecked" in out
+    assert "checked from the local cache, else from its config.json and safetensors headers" in out
+    assert "--speculative-draft-model-revision" in out
 
 
 def test_bad_flag_prints_the_verbs_usage_and_a_close_match(capsys):
@@ -154,11 +155,14 @@ def test_user_error_is_one_line_exit_2_before_slow_work(verb, tmp_path):
     assert not any(tmp_path.iterdir())  # no partial output left behind
 
 
-def test_hub_id_is_explained_not_called_missing(capsys):
+def test_hub_id_is_explained_not_called_missing(capsys, tmp_path, monkeypatch):
+    """Offline (the suite's HF_HUB_OFFLINE=1) and not in an empty cache: one line saying so and what to do
+    (kit/tests/checkpoint/test_hub.py resolves ids from a cache and over HTTP)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     assert main(["doctor", "--target", "meta-llama/Llama-3.1-8B-Instruct"]) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()
-    assert "--target meta-llama/Llama-3.1-8B-Instruct: a Hugging Face hub id cannot be resolved offline" in err
-    assert "huggingface-cli download meta-llama/Llama-3.1-8B-Instruct --local-dir DIR" in err
+    assert "--target meta-llama/Llama-3.1-8B-Instruct: not in the Hugging Face cache" in err
+    assert "HF_HUB_OFFLINE is set" in err and "hf download meta-llama/Llama-3.1-8B-Instruct" in err
 
 
 def test_doctor_bad_config_is_one_line_exit_2(tmp_path, capsys):

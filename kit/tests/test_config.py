@@ -48,8 +48,8 @@ def test_local_path_explains_hub_ids(tmp_path):
     assert local_path(str(tmp_path), "--target") == tmp_path
     with pytest.raises(KitInputError, match=r"^--draft /nonexistent/d: no such file or directory \(expected"):
         local_path("/nonexistent/d", "--draft")
-    with pytest.raises(KitInputError, match="a Hugging Face hub id cannot be resolved offline") as e:
+    with pytest.raises(KitInputError, match="a Hugging Face hub id, where a local directory is needed") as e:
         local_path("meta-llama/Llama-3.1-8B-Instruct", "--target")
-    assert "huggingface-cli download meta-llama/Llama-3.1-8B-Instruct --local-dir DIR" in str(e.value)
+    assert "hf download meta-llama/Llama-3.1-8B-Instruct --local-dir DIR" in str(e.value)
     assert "pass --target DIR" in str(e.value)
     assert "hub id" not in missing_path("./relative/dir", "--target")  # a relative path is not a hub id

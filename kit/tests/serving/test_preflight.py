@@ -130,11 +130,17 @@ def test_a_missing_draft_path_is_an_error(target, tmp_path, capsys, no_start):
     assert main(launch(target, missing)) == 1
 
 
-def test_a_hub_id_is_passed_on_and_said_so(tmp_path, capsys, monkeypatch):
+def test_a_hub_id_is_passed_on_and_an_unreadable_one_said_so(tmp_path, capsys, monkeypatch):
+    """Offline (the suite's HF_HUB_OFFLINE=1) with an empty cache: the id goes to SGLang as given, and the
+    finding names it and why its checks did not run (a warning for a target; kit/tests/checkpoint/test_hub.py
+    resolves ids from a cache and over HTTP)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     rc, doc = dry_run(capsys, ["launch", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"])
     assert rc == 0 and doc["argv"][doc["argv"].index("--model-path") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
-    assert [f["severity"] for f in doc["findings"] if f["code"] == "launch.path"] == ["info"]
+    (f,) = [f for f in doc["findings"] if f["code"] == "launch.path"]
+    assert f["severity"] == "warning" and "meta-llama/Llama-3.1-8B-Instruct" in f["title"]
+    assert "HF_HUB_OFFLINE" in f["title"] and "not in the Hugging Face cache" in f["title"]
 
 
 def test_embedded_and_demo_resolve_as_the_notebooks_do(target, tmp_path, capsys, monkeypatch, no_start):

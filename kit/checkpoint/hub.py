@@ -1,0 +1,397 @@
+"""Models named by Hugging Face id, resolved as SGLang resolves them, without downloading their weights.
+
+Most published EAGLE-3 launch lines name the target and the draft by hub id (`--model-path
+meta-llama/Llama-3.1-8B-Instruct --speculative-draft-model-path lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B`).
+SGLang hands such an id to `huggingface_hub`, which looks in the local cache first (`HF_HUB_CACHE`, else
+`HF_HOME/hub`: `models--org--name/refs/<revision>` holds a commit, `snapshots/<commit>/` its files) and goes
+to the network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in this order:
+
+1. a local path: itself (a revision does not apply to it, as in SGLang);
+2. the cache's snapshot for that revision, when it holds the weights: that folder;
+3. a header view written earlier for that commit (below), beside a cached config.json;
+4. offline: the cached config.json alone (checks that need the weights' headers do not run), else a one-line
+   error;
+5. online: the repository's listing (one API call: the commit, the files; gated, unknown ids and revisions
+   are refused here), its small JSON files (config.json, the shard index, hf_quant_config.json, ... downloaded
+   into the cache by `hf_hub_download`, as SGLang would), and each safetensors shard's *header* by HTTP range
+   reads (the requests of huggingface_hub's safetensors metadata API: the first 100 kB, the rest of a longer
+   header after). The headers are kept raw in a header view (`kit.checkpoint.safetensors_io.HEADER_VIEW`,
+   under `$KIT_CACHE_DIR/hub/`), so `read_checkpoint` validates them with the same code as a local file and
+   every check reads the folder as it reads a local one. The weights stay on the hub; the small tensors whose
+   values the checks read (`d2t`, `t2d`: `KEPT_TENSORS`) are fetched by one range read each and kept in the
+   view, so a view answers offline too.
+
+`download` (for `kit convert`, which rewrites the draft) fetches the whole model into the cache instead.
+
+    from kit.checkpoint.hub import resolve
+    m = resolve("lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B", revision=None, flag="--draft")
+    m.path, m.source            # a folder the checks read; one line saying where its files came from
+
+Errors are `KitInputError` one-liners naming the flag and the id: offline and not cached, gated, no such
+repository, no such revision. How to run: `python -m kit.checkpoint.hub ID [REVISION]` prints the resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.checkpoint.safetensors_io import (
+    HEADER_VIEW,
+    HEADER_VIEW_BYTES,
+    INDEX_NAME,
+    MAX_HEADER_BYTES,
+    CheckpointError,
+    parse_header,
+)
+from kit.config import is_hub_id, missing_path
+from kit.findings import Finding, KitInputError
+
+# the first range read of a shard: huggingface_hub's safetensors metadata API reads the same 100 kB
+FIRST_READ = 100_000
+# top-level JSON files too large to be metadata; every other *.json of the repository is fetched
+SKIPPED_JSON = ("tokenizer.json", "vocab.json")
+# the tensors whose values the checks read (kit.checkpoint.vocab: the draft-vocabulary maps), kept in the header
+# view so a view answers offline; anything above KEPT_LIMIT bytes in all is left on the hub
+KEPT_TENSORS = ("d2t", "t2d")
+KEPT_LIMIT = 64 << 20
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model as the checks read it: a local folder (or a config.json) and where its files came from."""
+
+    name: str  # as the user gave it (a path or a hub id)
+    path: Path  # what the checks read: a folder with config.json (an HF snapshot, a header view) or a file
+    source: str  # one line: where the files came from
+    repo_id: str | None = None  # set for a hub id
+    revision: str | None = None  # as asked (None: main)
+    commit: str | None = None  # what the revision resolved to
+
+    def finding(self, flag: str | None) -> Finding:
+        """`ckpt.source`: where the files of `flag`'s model came from (info)."""
+        return Finding(
+            code="ckpt.source",
+            severity="info",
+            title=f"{flag + ' ' if flag else ''}{self.name}{'@' + self.revision if self.revision else ''}: {self.source}",
+            evidence={
+                "flag": flag,
+                "name": self.name,
+                "path": str(self.path),
+                "revision": self.revision,
+                "commit": self.commit,
+            },
+        )
+
+
+# -- where huggingface_hub keeps things (read when called, as the environment says now) ----------------
+def offline() -> bool:
+    from huggingface_hub import constants
+
+    return constants.is_offline_mode() or constants._is_true(os.environ.get("HF_HUB_OFFLINE"))
+
+
+def hub_cache() -> Path:
+    """huggingface_hub's cache folder: HF_HUB_CACHE, else HF_HOME/hub, else its default."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path(constants.HF_HUB_CACHE)
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def view_dir(repo_id: str, commit: str) -> Path:
+    """Where the header view of one commit is kept ($KIT_CACHE_DIR/hub/models--org--name/<commit>)."""
+    from kit.models import cache_dir
+
+    return cache_dir() / "hub" / ("models--" + repo_id.replace("/", "--")) / commit
+
+
+# -- resolution ----------------------------------------------------------------------------------------
+def resolve(
+    value: str, revision: str | None = None, flag: str | None = None, what: str = "a model directory"
+) -> ModelFiles:
+    """`value` (a local path or a hub id at `revision`) as a folder the checks read; see the module doc."""
+    p = Path(value).expanduser()
+    if p.exists():
+        return ModelFiles(value, p, f"local path {p}")
+    if not is_hub_id(value):
+        raise KitInputError(missing_path(value, flag, what))
+    head = f"{flag} {value}" if flag else value
+    cached = _from_cache(value, revision)
+    if cached is not None:
+        snapshot, commit = cached
+        at = _at(value, revision, commit)
+        if _has_weights(snapshot):
+            return ModelFiles(value, snapshot, f"Hugging Face cache {snapshot} ({at})", value, revision, commit)
+        view = view_dir(value, commit)
+        if (view / HEADER_VIEW).is_file():
+            return ModelFiles(
+                value,
+                view,
+                f"config.json and safetensors headers read earlier from the hub ({at}; {view})",
+                value,
+                revision,
+                commit,
+            )
+        if offline():
+            return ModelFiles(
+                value,
+                snapshot,
+                f"Hugging Face cache {snapshot} ({at}): config.json only, the weights are not "
+                "cached and HF_HUB_OFFLINE is set, so checks of the weights' headers did not run",
+                value,
+                revision,
+                commit,
+            )
+        return _fetch_headers(value, revision, head, commit)
+    if offline():
+        raise KitInputError(
+            f"{head}{'@' + revision if revision else ''}: not in the Hugging Face cache ({hub_cache()}) and "
+            f"HF_HUB_OFFLINE is set: download it where there is network (hf download {value}"
+            f"{' --revision ' + revision if revision else ''}), or unset HF_HUB_OFFLINE"
+        )
+    return _fetch_headers(value, revision, head, None)
+
+
+def _at(repo_id: str, revision: str | None, commit: str | None) -> str:
+    rev = revision or "main"
+    return f"{repo_id} at {rev}" + (f" = commit {commit[:12]}" if commit and commit != rev else "")
+
+
+def _from_cache(repo_id: str, revision: str | None) -> tuple[Path, str] | None:
+    """(snapshot folder, commit) holding the cached config.json of that revision; None: not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    hit = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache(), revision=revision or "main")
+    if not isinstance(hit, str):
+        return None
+    snapshot = Path(hit).parent
+    return snapshot, snapshot.name
+
+
+def _has_weights(folder: Path) -> bool:
+    """Does a snapshot hold every safetensors file its index names (or one without an index)?"""
+    index = folder / INDEX_NAME
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return True  # present but unreadable: read_checkpoint reports it (ckpt.corrupt)
+        return all((folder / s).is_file() for s in shards)
+    return any(folder.glob("*.safetensors"))
+
+
+def hub_error(e: Exception, head: str, repo_id: str, revision: str | None) -> KitInputError:
+    """huggingface_hub's exception as the kit's one line (the cases users hit, named)."""
+    from huggingface_hub import errors
+
+    rev = revision or "main"
+    if isinstance(e, errors.GatedRepoError):
+        return KitInputError(
+            f"{head}: a gated repository: accept its terms on {endpoint()}/{repo_id} and log in "
+            "(hf auth login, or HF_TOKEN)"
+        )
+    if isinstance(e, errors.RevisionNotFoundError):
+        return KitInputError(f"{head}: revision {rev!r} does not exist (give a branch, a tag or a commit hash)")
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return KitInputError(
+            f"{head}: no such repository on the Hugging Face hub ({endpoint()}), or it is private: check the id, "
+            "or log in (hf auth login, or HF_TOKEN)"
+        )
+    if isinstance(e, errors.OfflineModeIsEnabled):
+        return KitInputError(f"{head}: HF_HUB_OFFLINE is set and the files are not in the cache ({hub_cache()})")
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return KitInputError(f"{head}: cannot read it from the Hugging Face hub ({endpoint()}): {first}")
+
+
+def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | None) -> ModelFiles:
+    """Online: the repository's listing, its JSON files into the cache, every shard's header into a view."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    try:
+        info = HfApi(endpoint=endpoint()).model_info(repo_id, revision=commit or revision or "main")
+        commit = info.sha or commit
+        files = sorted(s.rfilename for s in (info.siblings or []))
+        if "config.json" not in files:
+            raise KitInputError(f"{head}: the repository has no config.json at {revision or 'main'}")
+        local: dict[str, Path] = {}
+        for f in files:
+            if "/" not in f and f.endswith(".json") and f not in SKIPPED_JSON:
+                # by the revision asked: huggingface_hub then records refs/<revision> -> commit in the cache,
+                # so the next resolution finds this commit offline
+                local[f] = Path(
+                    hf_hub_download(repo_id, f, revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint())
+                )
+        if INDEX_NAME in local:
+            try:
+                shards = sorted(set(json.loads(local[INDEX_NAME].read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise CheckpointError(f"{head}: {INDEX_NAME}: unreadable shard index ({e})")
+        else:
+            shards = [f for f in files if "/" not in f and f.endswith(".safetensors")]
+        headers, nread = _shard_headers(repo_id, commit, shards)
+        kept = _kept_tensors(headers)
+    except KitInputError:
+        raise
+    except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
+        raise hub_error(e, head, repo_id, revision) from None
+    view = view_dir(repo_id, commit)
+    _write_view(view, local, headers, kept)
+    at = _at(repo_id, revision, commit)
+    return ModelFiles(
+        repo_id,
+        view,
+        f"{endpoint()} ({at}): config.json and the safetensors headers of {len(shards)} file(s) read "
+        f"({nread:,} bytes of weight files{', and the ' + '/'.join(kept) + ' values' if kept else ''}), "
+        "the weights not downloaded",
+        repo_id,
+        revision,
+        commit,
+    )
+
+
+def _shard_headers(repo_id: str, commit: str, shards: list[str]) -> tuple[dict[str, dict], int]:
+    """{shard: {url, size, header}} by range reads, and the bytes read from the weight files."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    hdrs = build_hf_headers()
+
+    def one(shard: str) -> tuple[str, dict, int]:
+        url = hf_hub_url(repo_id, shard, revision=commit, endpoint=endpoint())
+        size = get_hf_file_metadata(url).size
+        r = get_session().get(url, headers={**hdrs, "range": f"bytes=0-{FIRST_READ}"})
+        hf_raise_for_status(r)
+        got = r.content
+        if len(got) < 8:
+            raise CheckpointError(f"{url}: {len(got)} bytes, shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", got[:8])
+        if n > MAX_HEADER_BYTES or (size is not None and n > size - 8):
+            raise CheckpointError(f"{url}: header length {n} is not a safetensors header (file of {size} bytes)")
+        nread = len(got)
+        if n > len(got) - 8:
+            r = get_session().get(url, headers={**hdrs, "range": f"bytes={len(got)}-{n + 7}"})
+            hf_raise_for_status(r)
+            got += r.content
+            nread += len(r.content)
+        raw = got[8 : 8 + n]
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{url}: the header is not UTF-8 JSON")
+        return shard, {"url": url, "size": size if size is not None else 8 + n, "header": text}, nread
+
+    with ThreadPoolExecutor(min(8, max(1, len(shards)))) as pool:
+        done = list(pool.map(one, shards))
+    return {s: d for s, d, _ in done}, sum(n for _, _, n in done)
+
+
+def _kept_tensors(headers: dict[str, dict]) -> dict[str, bytes]:
+    """{name: bytes} of the KEPT_TENSORS, by one range read each (validated headers: offsets are in range)."""
+    from kit.checkpoint.safetensors_io import iter_bytes
+
+    out: dict[str, bytes] = {}
+    total = 0
+    for shard in headers.values():
+        raw = shard["header"].encode()
+        try:
+            _, infos = parse_header(raw, shard["size"] - 8 - len(raw), shard["url"], shard["url"], 8 + len(raw))
+        except CheckpointError:  # read_checkpoint reports it from the view, as for a local file (ckpt.corrupt)
+            continue
+        for t in infos:
+            if t.name.rsplit(".", 1)[-1] in KEPT_TENSORS and total + t.nbytes <= KEPT_LIMIT:
+                out[t.name] = b"".join(iter_bytes(t, max(t.nbytes, 1)))
+                total += t.nbytes
+    return out
+
+
+def _write_view(view: Path, files: dict[str, Path], headers: dict[str, dict], kept: dict[str, bytes]) -> None:
+    """The view folder, whole or not at all: the JSON files beside the headers and the kept tensors."""
+    view.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=view.parent, prefix=f".{view.name}."))
+    try:
+        for name, src in files.items():
+            shutil.copyfile(src, tmp / name)
+        offsets, pos = {}, 0
+        with open(tmp / HEADER_VIEW_BYTES, "wb") as f:
+            for name, data in kept.items():
+                f.write(data)
+                offsets[name], pos = pos, pos + len(data)
+        (tmp / HEADER_VIEW).write_text(json.dumps({"files": headers, "kept": offsets}) + "\n")
+        if view.exists():  # another process wrote the same commit's view: both are the same
+            shutil.rmtree(tmp)
+            return
+        tmp.rename(view)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# -- the whole model (kit convert) -----------------------------------------------------------------------
+def download(
+    value: str, revision: str | None = None, flag: str | None = None, what: str = "a model directory"
+) -> ModelFiles:
+    """`value` as a local folder with its weights: a local path, or the hub id's snapshot, from the cache or
+    downloaded into it (config, JSON files and safetensors; `kit convert` rewrites the tensors themselves)."""
+    p = Path(value).expanduser()
+    if p.exists():
+        return ModelFiles(value, p, f"local path {p}")
+    if not is_hub_id(value):
+        raise KitInputError(missing_path(value, flag, what))
+    head = f"{flag} {value}" if flag else value
+    cached = _from_cache(value, revision)
+    if cached is not None and _has_weights(cached[0]):
+        snapshot, commit = cached
+        return ModelFiles(
+            value, snapshot, f"Hugging Face cache {snapshot} ({_at(value, revision, commit)})", value, revision, commit
+        )
+    if offline():
+        raise KitInputError(
+            f"{head}{'@' + revision if revision else ''}: its weights are not in the Hugging Face cache "
+            f"({hub_cache()}) and HF_HUB_OFFLINE is set: download it where there is network (hf download {value}), "
+            "or unset HF_HUB_OFFLINE"
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(
+            snapshot_download(
+                value,
+                revision=revision,
+                cache_dir=hub_cache(),
+                endpoint=endpoint(),
+                allow_patterns=["*.json", "*.safetensors"],
+            )
+        )
+    except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
+        raise hub_error(e, head, value, revision) from None
+    return ModelFiles(
+        value,
+        folder,
+        f"downloaded from {endpoint()} into the Hugging Face cache {folder} ({_at(value, revision, folder.name)})",
+        value,
+        revision,
+        folder.name,
+    )
+
+
+if __name__ == "__main__":
+    m = resolve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    print(json.dumps({"path": str(m.path), "source": m.source, "commit": m.commit}))
