@@ -18,14 +18,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions
+from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("capture_rules.json")
 
 
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
-    return json.loads(TABLE_PATH.read_text())
+    doc = json.loads(TABLE_PATH.read_text())
+    doc["versions"] = stored_rows(doc["versions"], "capture")
+    return doc
 
 
 def known_versions() -> list[str]:

@@ -19,13 +19,28 @@ STAND_INS = ("torchvision",)
 
 
 class _Inert(type):
+    def __new__(mcs, name, bases, ns, **kwargs):  # class options (`frozen=True`) of a subclass are dropped
+        return super().__new__(mcs, name, bases, ns)
+
+    def __init__(cls, name, bases, ns, **kwargs):
+        super().__init__(name, bases, ns)
+
     def __getattr__(cls, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _Inert(name, (), {})
+        return _Inert(name, (), {"_kit_inert": True})
 
     def __call__(cls, *args, **kwargs):
-        return cls
+        if cls.__dict__.get("_kit_inert"):
+            return cls
+        # a real class deriving from a stand-in: an instance, set up by its own __init__ or from the keywords
+        obj = object.__new__(cls)
+        init = next((c.__dict__["__init__"] for c in cls.__mro__[:-1] if "__init__" in c.__dict__), None)
+        if init is not None:
+            init(obj, *args, **kwargs)
+        else:
+            obj.__dict__.update(kwargs)
+        return obj
 
     def __iter__(cls):
         return iter(())
@@ -38,15 +53,32 @@ class _InertModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _Inert(name, (), {})
+        return _Inert(name, (), {"_kit_inert": True})
+
+
+def _importer() -> str:
+    """Top-level package of the code running the import statement (import machinery frames skipped)."""
+    f = sys._getframe(2)
+    while f is not None and "importlib" in f.f_code.co_filename:
+        f = f.f_back
+    return (f.f_globals.get("__name__") or "").split(".")[0] if f is not None else ""
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots):
+    def __init__(self, roots, any_missing=False):
         self.roots = set(roots)
+        self.any_missing = any_missing  # stand in for every top-level module no other finder has
+        self.used: set[str] = set()
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.roots:
+        top = name.split(".")[0]
+        if top in self.roots:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        if self.any_missing and "." not in name and top != "sglang" and top not in sys.stdlib_module_names:
+            if _importer() != "sglang":  # a third-party package probing an optional module gets its ImportError
+                return None
+            self.roots.add(top)
+            self.used.add(top)
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -58,6 +90,15 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+def install_any_missing() -> _Finder:
+    """Stand in for every top-level module (other than sglang) that is not installed: reading a release's
+    parser from its wheel source over this interpreter's packages (kit.sglang.flag_scan.derive_from_source).
+    The returned finder's `used` names the modules it stood in for."""
+    finder = _Finder((), any_missing=True)
+    sys.meta_path.append(finder)
+    return finder
 
 
 def install():

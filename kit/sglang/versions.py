@@ -14,6 +14,7 @@ whether that was exact, so a caller can warn that another release's rules were u
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -135,3 +136,28 @@ def importable_version() -> str | None:
 def default_release() -> str:
     """The installed SGLang's version, else DEFAULT_RELEASE."""
     return installed_version() or DEFAULT_RELEASE
+
+
+# -- stored tables ------------------------------------------------------------------------------
+# Each per-release table (flags, capture, loader, quant) stores a row per release; a row identical to an
+# earlier release's is stored as {"same_as": that release} (post releases mostly repeat their base release).
+def dedupe_rows(rows: dict[str, dict]) -> dict[str, dict]:
+    """Rows in release order, each one equal to an earlier row replaced by {"same_as": the first such release}."""
+    seen: dict[str, str] = {}
+    out: dict[str, dict] = {}
+    for v in sort_versions(rows):
+        key = json.dumps(rows[v], sort_keys=True)
+        out[v] = {"same_as": seen[key]} if key in seen else rows[v]
+        seen.setdefault(key, v)
+    return out
+
+
+def stored_rows(rows: dict[str, dict], table: str) -> dict[str, dict]:
+    """The rows of a stored table with `same_as` resolved, plus the rows derived on this machine for releases
+    the table lacks (`python -m kit.sglang.releases --derive V` writes $KIT_CACHE_DIR/sglang-tables/V/)."""
+    from kit.models import cache_dir
+
+    out = {v: rows[r["same_as"]] if "same_as" in r else r for v, r in rows.items()}
+    for f in sorted((cache_dir() / "sglang-tables").glob(f"*/{table}.json")):
+        out.setdefault(f.parent.name, json.loads(f.read_text()))
+    return out
