@@ -42,7 +42,8 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
     """{"default", "explicit", "version", "exact", "delegates"?, "bare_forward"?} for a target class; None if it
     cannot capture. "bare_forward" (the class, or the class a wrapper delegates to, builds a decoder model whose
     forward never sees the layers the setter writes, so it returns a bare tensor where SGLang unpacks
-    (hidden, aux): a startup crash) says why."""
+    (hidden, aux): a startup crash) says why. "aux_dropped" (its forward unpacks the aux states but calls the
+    logits processor without them, so the draft gets the final hidden state alone) says where."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
     for key, archs in rec["rules"].items():
@@ -55,6 +56,9 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
             bare = rec.get("bare_forward", {}).get(arch) or rec.get("bare_forward", {}).get(inner)
             if bare:
                 out["bare_forward"] = bare
+            dropped = rec.get("aux_dropped", {}).get(arch)
+            if dropped:
+                out["aux_dropped"] = dropped
             return out
     return None
 
