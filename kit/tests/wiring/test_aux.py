@@ -387,8 +387,7 @@ def test_scan_follows_the_language_model_cls_default_to_the_forward_that_runs():
     from kit.sglang.capture_scan import scan_models
 
     src = (
-        _SETTER
-        + "class ListModel:\n"
+        _SETTER + "class ListModel:\n"
         "    def forward(self, x):\n"
         "        aux = []\n"
         "        for i, layer in enumerate(self.layers):\n"
