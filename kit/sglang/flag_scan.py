@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
@@ -125,7 +125,7 @@ sys.path.insert(0, {root!r})
 _spec = importlib.util.spec_from_file_location("kit_stand_ins", {stand_ins!r})
 _si = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_si)
-_FINDER = _si.install_any_missing()
+_si.install_named({roots!r})
 import io as _io
 _REAL = sys.stdout
 _OUT = sys.stdout = _io.StringIO()
@@ -134,35 +134,37 @@ _OUT = sys.stdout = _io.StringIO()
 _FROM_SOURCE_TAIL = r"""
 doc = json.loads(_OUT.getvalue().strip().splitlines()[-1])
 doc["closure"] = None
-doc["stood_in"] = sorted(_FINDER.used)
+doc["stood_in"] = {roots!r}
 sys.stdout = _REAL
 print()
 print(json.dumps(doc))
 """
 
 
-def derive_from_source(version: str, python: str | None = None) -> dict[str, Any]:
+def derive_from_source(version: str, python: str | None = None, stand_ins_first: tuple = ()) -> dict[str, Any]:
     """The flag table of one release from its wheel's source (kit.sglang.source), run by `python` (this
     interpreter by default) over its own packages, with inert stand-ins for the modules it lacks; the parser is
     SGLang's own `ServerArgs.add_cli_args`. Raises KitInputError with the release's own import error when its
-    code needs packages (e.g. an older transformers) that the interpreter does not have."""
+    code needs packages (e.g. an older transformers) that the interpreter does not have. An installed package is
+    never stood in for (the stand-ins' finder comes last)."""
     from kit.sglang.source import dist_info_root
     from kit.sglang.stand_ins import __file__ as stand_ins
 
     root = dist_info_root(version)
-    head = _FROM_SOURCE.format(root=str(root), stand_ins=stand_ins)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(Path(stand_ins).parents[2])  # the kit itself, for nothing but its stand-ins file
-    r = subprocess.run(
-        [python or sys.executable, "-c", head + _WORKER + _FROM_SOURCE_TAIL],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd="/",
-        env=env,
-    )
-    if r.returncode != 0:
+    roots: list[str] = list(stand_ins_first)  # e.g. what the previous release needed: fewer rounds
+    for _ in range(16):  # each round stands in for one more module the source imports that is not installed
+        code = (_FROM_SOURCE + _WORKER + _FROM_SOURCE_TAIL).replace("{root!r}", repr(str(root)))
+        code = code.replace("{stand_ins!r}", repr(stand_ins)).replace("{roots!r}", repr(sorted(roots)))
+        r = subprocess.run(
+            [python or sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd="/", env=env
+        )
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        m = re.match(r"ModuleNotFoundError: No module named '([\w.]+)'", tail)
+        if r.returncode == 0 or not m or m.group(1).split(".")[0] in roots + ["sglang"]:
+            break
+        roots.append(m.group(1).split(".")[0])
+    if r.returncode != 0:
         raise KitInputError(f"sglang {version}: its parser could not be read from the wheel source ({tail})")
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     if doc["version"] != version:

@@ -4,10 +4,10 @@
 index listed them when it was last refreshed; each of the kit's per-release tables (flags, capture,
 loader, quant) holds a row for every listed release, derived from that release's own wheel
 (kit/tests/sglang/test_releases.py fails when one lacks a row). A release the kit cannot judge exactly
-says so instead of borrowing another release's row: its flag table records why its parser could not
-be read (`missing_flags`). A release newer than the list is warned about once, with the one command that
-derives its tables on this machine (into $KIT_CACHE_DIR/sglang-tables/V/, which the tables read too:
-`kit.sglang.versions.stored_rows`).
+says so instead of borrowing another release's row: its flag row records why its parser could not be
+read (`missing`). A release newer than the list is warned about once (`kit.sglang.versions.unlisted_note`,
+where the list is read), with the one command that derives its tables on this machine (into
+$KIT_CACHE_DIR/sglang-tables/V/, which the tables read too: `kit.sglang.versions.stored_rows`).
 
     python -m kit.sglang.releases               # every listed release and the tables it has
     python -m kit.sglang.releases --refresh     # ask the package index (pip index versions sglang)
@@ -20,41 +20,9 @@ import json
 import re
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
-from kit.sglang.versions import Version, sort_versions
-
-RELEASES_PATH = Path(__file__).with_name("releases.json")
-FIRST_RELEASE = "0.4.4"  # EAGLE-3's first release
-TABLES = ("flags", "capture", "loader", "quant")
-_WARNED: set[str] = set()
-
-
-@lru_cache(maxsize=1)
-def listed() -> list[str]:
-    """Every release on the package index from FIRST_RELEASE on, oldest first."""
-    return list(json.loads(RELEASES_PATH.read_text())["releases"])
-
-
-def is_listed(version: str) -> bool:
-    want = Version.parse(version)
-    return any(Version.parse(v) == want for v in listed())
-
-
-def derive_command(version: str) -> str:
-    return f"python -m kit.sglang.releases --derive {version}"
-
-
-def unlisted_note(version: str) -> str | None:
-    """One warning line, the first time it is asked about a release newer than the list; None otherwise."""
-    if is_listed(version) or Version.parse(version) <= Version.parse(listed()[-1]) or version in _WARNED:
-        return None
-    _WARNED.add(version)
-    return (
-        f"SGLang {version} is newer than the releases the kit has read (up to {listed()[-1]}); "
-        f"derive its tables here with: {derive_command(version)}"
-    )
+from kit.sglang.versions import FIRST_RELEASE, RELEASES_PATH, TABLES, Version, listed, sort_versions
 
 
 def local_dir(version: str) -> Path:

@@ -56,29 +56,13 @@ class _InertModule(types.ModuleType):
         return _Inert(name, (), {"_kit_inert": True})
 
 
-def _importer() -> str:
-    """Top-level package of the code running the import statement (import machinery frames skipped)."""
-    f = sys._getframe(2)
-    while f is not None and "importlib" in f.f_code.co_filename:
-        f = f.f_back
-    return (f.f_globals.get("__name__") or "").split(".")[0] if f is not None else ""
-
-
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots, any_missing=False):
+    def __init__(self, roots):
         self.roots = set(roots)
-        self.any_missing = any_missing  # stand in for every top-level module no other finder has
-        self.used: set[str] = set()
 
     def find_spec(self, name, path=None, target=None):
         top = name.split(".")[0]
         if top in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        if self.any_missing and "." not in name and top != "sglang" and top not in sys.stdlib_module_names:
-            if _importer() != "sglang":  # a third-party package probing an optional module gets its ImportError
-                return None
-            self.roots.add(top)
-            self.used.add(top)
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -92,13 +76,10 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def install_any_missing() -> _Finder:
-    """Stand in for every top-level module (other than sglang) that is not installed: reading a release's
-    parser from its wheel source over this interpreter's packages (kit.sglang.flag_scan.derive_from_source).
-    The returned finder's `used` names the modules it stood in for."""
-    finder = _Finder((), any_missing=True)
-    sys.meta_path.append(finder)
-    return finder
+def install_named(roots) -> None:
+    """Stand in for these top-level modules (the ones a release's wheel source imports without guarding that
+    this interpreter lacks: kit.sglang.flag_scan.derive_from_source names them one failed import at a time)."""
+    sys.meta_path.append(_Finder(roots))
 
 
 def install():

@@ -4,20 +4,20 @@ import json
 
 import pytest
 
-from kit.sglang import capture, flags, loader, quant, releases
+from kit.sglang import capture, flags, loader, quant, releases, versions
 from kit.sglang.versions import Version, dedupe_rows, stored_rows
 
 
 def test_list_is_every_final_and_post_release_from_0_4_4():
-    vs = releases.listed()
-    assert vs[0] == releases.FIRST_RELEASE == "0.4.4"
+    vs = versions.listed()
+    assert vs[0] == versions.FIRST_RELEASE == "0.4.4"
     assert vs == sorted(vs, key=Version.parse) and len(set(vs)) == len(vs)
     assert all(Version.parse(v) >= Version.parse("0.4.4") for v in vs)
     assert not [v for v in vs if any(p in v for p in ("rc", "dev", "a", "b"))]
     assert {"0.4.4.post1", "0.5.5.post3", "0.5.17"} <= set(vs)
 
 
-@pytest.mark.parametrize("version", releases.listed())
+@pytest.mark.parametrize("version", versions.listed())
 def test_listed_release_has_every_table(version):
     assert releases.missing(version) == []
     assert capture.recorded_release(version).exact and quant.recorded_release(version).exact
@@ -30,10 +30,10 @@ def test_listed_release_has_every_table(version):
 
 def test_newer_release_warned_once_with_the_derive_command():
     newer = "99.0.0"
-    note = releases.unlisted_note(newer)
-    assert note and releases.derive_command(newer) in note
-    assert releases.unlisted_note(newer) is None  # once
-    assert releases.unlisted_note(releases.listed()[-1]) is None
+    note = versions.unlisted_note(newer)
+    assert note and versions.derive_command(newer) in note
+    assert versions.unlisted_note(newer) is None  # once
+    assert versions.unlisted_note(versions.listed()[-1]) is None
 
 
 def test_same_as_rows_resolve_to_the_row_they_repeat():
@@ -48,3 +48,34 @@ def test_stored_tables_are_deduplicated():
         rows = json.loads(path.read_text())["versions"]
         plain = [json.dumps(r, sort_keys=True) for r in rows.values() if "same_as" not in r]
         assert len(plain) == len(set(plain)), path.name
+
+
+def test_listed_release_without_a_flag_table_says_why_and_borrows_nothing(monkeypatch):
+    """A listed release whose parser could not be read from its wheel: doctor's launch check names the recorded
+    reason and judges no flag by another release's table."""
+    from kit.sglang.parser import flag_findings
+
+    no_table = [v for v in versions.listed() if flags.missing_reason(v)]
+    if not no_table:
+        pytest.skip("every listed release has a flag table")
+    v = no_table[0]
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    monkeypatch.delenv("KIT_SGLANG_PYTHON", raising=False)
+    found = flag_findings(["--speculative-draft", "d", "--no-such-flag"], version=v)
+    assert [f.code for f in found] == ["launch.parser"]
+    assert (
+        found[0].title.startswith(f"flags not checked for SGLang {v}: ") and flags.missing_reason(v) in found[0].title
+    )
+
+
+def test_cli_warns_once_for_a_newer_release(capsys):
+    import argparse
+
+    from kit.cli import _check_release
+
+    versions._WARNED.discard("98.1")
+    _check_release("doctor", argparse.Namespace(sglang_version="98.1"))
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "python -m kit.sglang.releases --derive 98.1" in err
+    _check_release("doctor", argparse.Namespace(sglang_version="0.5.5.post3"))  # listed: exact, silent
+    assert capsys.readouterr().err == ""
