@@ -35,11 +35,12 @@ def table_sizes() -> dict:
         ("releases", releases.RELEASES_PATH),
     ]:
         doc = json.loads(path.read_text())
-        rows = doc.get("versions") or {}
+        stored = doc.get("versions") or {}
+        rows = {v: stored[r["same_as"]] if "same_as" in r else r for v, r in stored.items()}
         out[name] = {
             "bytes": path.stat().st_size,
             "rows": len(rows) if rows else len(doc["releases"]),
-            "same_as_rows": sum("same_as" in r for r in rows.values()),
+            "same_as_rows": sum("same_as" in r for r in stored.values()),
             **({"distinct_actions": len(doc["actions"])} if "actions" in doc else {}),
             **({"missing_rows": sorted(v for v, r in rows.items() if "missing" in r)} if name == "flags" else {}),
         }

@@ -79,3 +79,18 @@ def test_cli_warns_once_for_a_newer_release(capsys):
     assert err.count("warning") == 1 and "python -m kit.sglang.releases --derive 98.1" in err
     _check_release("doctor", argparse.Namespace(sglang_version="0.5.5.post3"))  # listed: exact, silent
     assert capsys.readouterr().err == ""
+
+
+def test_flag_table_read_from_the_wheel_source_is_the_stored_one():
+    """The newest release's parser, read from its wheel source in this interpreter (what `--derive V` does), gives
+    the stored table: same actions, same entry points."""
+    from kit.findings import KitInputError
+    from kit.sglang.flag_scan import derive_from_source
+
+    v = versions.listed()[-1]
+    try:
+        doc = derive_from_source(v)
+    except KitInputError as e:
+        pytest.skip(f"sglang {v} not readable here: {e}")
+    t = flags.table_for(v)
+    assert t.exact and list(t.actions) == doc["actions"] and t.entry == doc["entry"]
