@@ -94,3 +94,39 @@ def test_flag_table_read_from_the_wheel_source_is_the_stored_one():
         pytest.skip(f"sglang {v} not readable here: {e}")
     t = flags.table_for(v)
     assert t.exact and list(t.actions) == doc["actions"] and t.entry == doc["entry"]
+
+
+def _clear_table_caches():
+    for fn in (flags._stored, flags.table_for, flags._parser, capture.table, quant.table, loader._table):
+        fn.cache_clear()
+
+
+def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
+    """Rows `--derive V` writes under $KIT_CACHE_DIR/sglang-tables/V/ are V's own: every table answers exactly
+    for V, and the newer-release warning is not given again."""
+    newest = versions.listed()[-1]
+    v = "97.0.1"
+    out = tmp_path / "sglang-tables" / v
+    out.mkdir(parents=True)
+    t = flags.table_for(newest)
+    rows = {
+        "flags": {"actions": list(t.actions), "entry": t.entry, "positionals": ["model_path"]},
+        "capture": capture.table()["versions"][newest],
+        "quant": quant.table()["versions"][newest],
+        "loader": {
+            **{k: loader._table()["versions"][newest][k] for k in ("classes", "runtime")},
+            "registered": sorted(loader.registered_architectures(newest)),
+        },
+    }
+    for name, row in rows.items():
+        (out / f"{name}.json").write_text(json.dumps(row))
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    _clear_table_caches()
+    try:
+        assert flags.table_for(v).exact and loader.rules_for(v).exact
+        assert capture.recorded_release(v).exact and quant.recorded_release(v).exact
+        assert loader.registered_architectures(v) == loader.registered_architectures(newest)
+        assert versions.unlisted_note(v) is None
+    finally:
+        monkeypatch.undo()
+        _clear_table_caches()
