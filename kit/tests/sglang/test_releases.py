@@ -130,3 +130,12 @@ def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         _clear_table_caches()
+
+
+def test_post_releases_are_judged_by_their_own_rows():
+    """LlamaForCausalLMEagle3 is registered from 0.4.4.post2 on (its own wheel), not from 0.4.5: 0.4.4's row no
+    longer answers for 0.4.4.post2-post4; and 0.5.5.post3's capture row is its own, not 0.5.5's."""
+    assert "LlamaForCausalLMEagle3" not in loader.registered_architectures("0.4.4.post1")
+    assert "LlamaForCausalLMEagle3" in loader.registered_architectures("0.4.4.post2")
+    assert loader.rules_for("0.4.4.post2").features["has_eagle3"]
+    assert capture.capture_rule("Qwen2_5_VLForConditionalGeneration", "0.5.5.post3")["version"] == "0.5.5.post3"
