@@ -215,17 +215,20 @@ def _named_by_user(filename, argv: list[str]) -> bool:
 
 
 def _check_release(verb: str, args: argparse.Namespace) -> None:
-    """`--sglang-version X`: a version, else exit 2; a release the kit has not read is a warning naming
-    the release whose rules stand in for it (every verb that takes the flag judges with those)."""
+    """`--sglang-version X`: a version, else exit 2; a release newer than the kit's list is a warning with the
+    command that derives its tables; one before the list, a warning naming the release whose rules stand in."""
     requested = getattr(args, "sglang_version", None)
     if not requested:
         return
     from kit.sglang.loader import known_versions
-    from kit.sglang.versions import DEFAULT_RELEASE, is_version, pick_recorded
+    from kit.sglang.versions import DEFAULT_RELEASE, is_listed, is_version, pick_recorded, unlisted_note
 
     if not is_version(requested):
         raise KitInputError(f"--sglang-version {requested!r}: not a version (e.g. {DEFAULT_RELEASE})")
-    note = pick_recorded(requested, known_versions()).note()
+    # a release newer than the list: the one command that derives its tables; an older one: whose rules stand in
+    note = unlisted_note(requested) or (
+        pick_recorded(requested, known_versions()).note() if not is_listed(requested) else None
+    )
     if note:
         print(f"{PROG} {verb}: warning: {note}", file=sys.stderr)
 

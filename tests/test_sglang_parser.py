@@ -7,7 +7,6 @@ KIT_NO_VENV_BUILD=1 to skip them on a machine without a package index.
 Run: python -m pytest tests/test_sglang_parser.py -q
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from kit.serving.checks import lint
 from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
 from kit.sglang.flag_scan import derive
-from kit.sglang.flags import TABLE_PATH, resolve_flags
+from kit.sglang.flags import resolve_flags, table_for
 from kit.sglang.parser import parse_argvs
 
 pytestmark = pytest.mark.interop
@@ -35,10 +34,11 @@ def release(request):
 
 def test_recorded_table_is_what_the_real_parser_builds(release):
     version, py = release
-    recorded = json.loads(TABLE_PATH.read_text())["versions"][version]
+    recorded = table_for(version)
+    assert recorded.exact
     derived = derive(version, python=py)
-    assert derived["entry"] == recorded["entry"]
-    rec = {a["dest"]: a for a in recorded["actions"]}
+    assert derived["entry"] == recorded.entry
+    rec = {a["dest"]: a for a in recorded.actions}
     assert {a["dest"]: a for a in derived["actions"]} == rec
 
 

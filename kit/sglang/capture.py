@@ -18,14 +18,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions
+from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("capture_rules.json")
 
 
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
-    return json.loads(TABLE_PATH.read_text())
+    doc = json.loads(TABLE_PATH.read_text())
+    doc["versions"] = stored_rows(doc["versions"], "capture")
+    return doc
 
 
 def known_versions() -> list[str]:
@@ -40,7 +42,8 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
     """{"default", "explicit", "version", "exact", "delegates"?, "bare_forward"?} for a target class; None if it
     cannot capture. "bare_forward" (the class, or the class a wrapper delegates to, builds a decoder model whose
     forward never sees the layers the setter writes, so it returns a bare tensor where SGLang unpacks
-    (hidden, aux): a startup crash) says why."""
+    (hidden, aux): a startup crash) says why. "aux_dropped" (its forward unpacks the aux states but calls the
+    logits processor without them, so the draft gets the final hidden state alone) says where."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
     for key, archs in rec["rules"].items():
@@ -53,6 +56,9 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
             bare = rec.get("bare_forward", {}).get(arch) or rec.get("bare_forward", {}).get(inner)
             if bare:
                 out["bare_forward"] = bare
+            dropped = rec.get("aux_dropped", {}).get(arch)
+            if dropped:
+                out["aux_dropped"] = dropped
             return out
     return None
 

@@ -15,7 +15,13 @@ table by hand goes stale; instead this module
 4. checks that the capture reaches the forward: a class whose setter (its own or inherited) writes
    `self.model.layers_to_capture` while the decoder model it builds captures only the layers marked
    `_is_layer_to_capture` (which only that model's own setter marks) returns a bare tensor where its
-   `forward` unpacks `(hidden, aux)`: SGLang crashes at startup. Recorded under "bare_forward".
+   `forward` unpacks `(hidden, aux)`: SGLang crashes at startup. Recorded under "bare_forward". The decoder
+   model is the class `__init__` builds, named there or the default of the `__init__` parameter that builds it
+   (Qwen3.5's VL wrappers pass `language_model_cls` to Qwen3-VL's `__init__`: 0.5.11-0.5.21, sglang PR 25408);
+5. checks that the captured states reach the draft: a forward that unpacks `(hidden, aux)` under
+   `capture_aux_hidden_states` but calls `self.logits_processor` without `aux` hands the draft worker the final
+   hidden state alone (the VL wrappers of 0.5.5.x; SpecForge issue 310, fixed by sglang PR 13904). Recorded
+   under "aux_dropped".
 
 `python -m kit.sglang.capture_scan --write [VERSION ...]` regenerates kit/sglang/capture_rules.json (the recorded
 table kit.wiring.aux uses offline); kit/tests/test_aux.py re-derives versions and compares.
@@ -252,14 +258,31 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
                     return node.name, ast.get_source_segment(texts[crel], item) or ""
         return None
 
+    def param_default(name: str, rel: str, param: str) -> tuple[str, str] | None:
+        """(class, file) an `__init__` parameter defaults to, as the class itself resolves it: the first
+        `__init__` along the bases that declares the parameter with a class as its default (a VL wrapper passing
+        `language_model_cls=...` to its base's `__init__`)."""
+        for crel, node in mro(name, rel):
+            init = next((i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None)
+            if init is None:
+                continue
+            args = init.args.args[len(init.args.args) - len(init.args.defaults) :]
+            for a, d in zip(args, init.args.defaults):
+                if a.arg == param and isinstance(d, ast.Name) and lookup(d.id, crel):
+                    return d.id, crel
+        return None
+
     def built_class(name: str, rel: str, attr: str) -> tuple[str, str] | None:
-        """(class, file) the first `__init__` along the bases assigns to self.<attr>."""
+        """(class, file) the first `__init__` along the bases assigns to self.<attr> (a class named there, or the
+        default of the `__init__` parameter it calls)."""
         for crel, node in mro(name, rel):
             init = next((i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None)
             src = ast.get_source_segment(texts[crel], init) if init else None
             if src and re.search(rf"self\.{attr}\s*=", src):
                 m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", src)
-                return (m.group(1), crel) if m and lookup(m.group(1), crel) else None
+                if m and lookup(m.group(1), crel):
+                    return m.group(1), crel
+                return param_default(name, rel, m.group(1)) if m else None
         return None
 
     def bare_forward(arch: str, rel: str, probe: dict, setter_src: str) -> dict | None:
@@ -284,6 +307,39 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
             "reads": "_is_layer_to_capture",
         }
 
+    def aux_dropped(arch: str, rel: str) -> dict | None:
+        """Where the forward that runs unpacks the aux states (`hidden, aux = hidden` under
+        `capture_aux_hidden_states`) yet calls the logits processor without them: the draft worker reads the
+        logits output's hidden states, so it gets the final hidden state alone (SpecForge issue 310)."""
+        outer = method_src(arch, rel, "forward")
+        if not outer or "capture_aux_hidden_states" not in outer[1]:
+            return None
+        tree = ast.parse(textwrap.dedent(outer[1]))
+        names = {
+            t.elts[1].id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.If) and "capture_aux_hidden_states" in ast.unparse(n.test)
+            for a in n.body
+            if isinstance(a, ast.Assign)
+            for t in a.targets
+            if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name)
+        }
+        calls = [
+            c for c in ast.walk(tree) if isinstance(c, ast.Call) and ast.unparse(c.func) == "self.logits_processor"
+        ]
+        if not names or not calls:
+            return None
+        passed = {
+            n.id
+            for c in calls
+            for arg in [*c.args, *(k.value for k in c.keywords)]
+            for n in ast.walk(arg)
+            if isinstance(n, ast.Name)
+        }
+        if names & passed:
+            return None
+        return {"forward_of": outer[0], "unpacks": sorted(names)[0], "not_passed_to": "self.logits_processor"}
+
     out: dict[str, Any] = {}
     for arch, rel in entries:
         hit = find_method(arch, rel)
@@ -297,6 +353,9 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         bare = bare_forward(arch, rel, res["default"], src)
         if bare:
             row["bare_forward"] = bare
+        dropped = aux_dropped(arch, rel)
+        if dropped:
+            row["aux_dropped"] = dropped
         if rule["rule"] == "delegates":
             attr = rule["to"].split(".")[0]
             inner = inner_class(owner, mrel, attr) or inner_class(arch, rel, attr)
@@ -349,12 +408,15 @@ def derive(version: str, download: bool = True) -> dict[str, Any]:
     rules: dict[str, list[str]] = {}
     delegates = {}
     bare = {}
+    dropped = {}
     for a, r in sorted(archs.items()):
         if r.get("capture") is not True:
             continue
         rules.setdefault(f"{r.get('default')}|{r.get('explicit')}", []).append(a)
         if r.get("bare_forward"):
             bare[a] = r["bare_forward"]
+        if r.get("aux_dropped"):
+            dropped[a] = r["aux_dropped"]
         if r.get("rule") == "delegates":
             delegates[a] = {
                 "to": r.get("to"),
@@ -365,6 +427,7 @@ def derive(version: str, download: bool = True) -> dict[str, Any]:
         "rules": rules,
         "delegates": delegates,
         "bare_forward": bare,
+        **({"aux_dropped": dropped} if dropped else {}),
         "without_capture_count": sum(r.get("capture") is not True for r in archs.values()),
         "id_source": scan_id_source(source_files(version, "srt/model_executor", download)),
     }

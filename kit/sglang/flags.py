@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.sglang.versions import default_release, pick_recorded, sort_versions
+from kit.sglang.versions import default_release, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("server_flags.json")
 # value parsers the table names (module.qualname) -> what they do; others are read as strings
@@ -45,8 +45,30 @@ PYTHON_PROG = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?[dmtw]?$")  # python, pyt
 
 
 @lru_cache(maxsize=1)
+def _stored() -> dict[str, dict]:
+    """Every release's row: a table ("actions" expanded from the file's pool of distinct actions, which rows
+    name by index) or {"missing": why its parser could not be read}."""
+    doc = json.loads(TABLE_PATH.read_text())
+    pool = doc.get("actions", [])
+    out = {}
+    for v, r in stored_rows(doc["versions"], "flags").items():
+        acts = r.get("actions")
+        out[v] = {**r, "actions": [pool[i] for i in acts]} if acts and isinstance(acts[0], int) else r
+    return out
+
+
 def _all_tables() -> dict:
-    return json.loads(TABLE_PATH.read_text())["versions"]
+    return {v: r for v, r in _stored().items() if "actions" in r}
+
+
+def has_row(version: str) -> bool:
+    """A row for that release: its table, or the recorded reason it has none."""
+    return version in _stored()
+
+
+def missing_reason(version: str) -> str | None:
+    """Why the release's parser could not be read from its wheel (so it has no table), or None."""
+    return _stored().get(version, {}).get("missing")
 
 
 def known_versions() -> list[str]:

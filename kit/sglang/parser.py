@@ -168,9 +168,9 @@ def parser_python(
             raise KitInputError(
                 f"no sglang {version} in this interpreter and side environment {name} not built ($KIT_NO_VENV_BUILD=1)"
             )
-        from kit.sglang.flags import known_versions
+        from kit.sglang.flags import recorded_closure
 
-        if version not in known_versions():  # a build takes minutes: automatic only for the recorded releases
+        if recorded_closure(version) is None:  # a build takes minutes: automatic only where one was recorded
             raise KitInputError(
                 f"no sglang {version} in this interpreter; its side environment is built on request "
                 f"(python -m kit.venvs {name})"
@@ -434,8 +434,27 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
     """A release outside every stored flag table, whose parser cannot run here: its flags are not judged.
     Another release's table cannot stand in: flags, choices (`--reasoning-parser`) and prefixes change between
     releases, so it would convict good commands and pass bad ones."""
-    from kit.sglang.flags import known_versions
+    from kit.sglang.flags import known_versions, missing_reason
+    from kit.sglang.versions import derive_command, is_listed
 
+    why = missing_reason(version)
+    if why:  # a listed release whose parser could not be read from its wheel: said as such, nothing borrowed
+        return Finding(
+            code="launch.parser",
+            severity="warning",
+            title=f"flags not checked for SGLang {version}: {why}",
+            evidence={"reason": why, "run_reason": str(reason), "sglang_version": version, "checked": False},
+            fix=f"install that sglang, set $KIT_SGLANG_PYTHON, or build its side environment "
+            f"(python -m kit.venvs {venv_name(version)})",
+        )
+    if not is_listed(version):
+        fix = f"derive its tables here ({derive_command(version)}), install that sglang or set $KIT_SGLANG_PYTHON"
+    else:
+        fix = (
+            "install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
+            f"(python -m kit.venvs {venv_name(version)}), or store its table (python -m kit.sglang.flag_scan --write "
+            f"{version})"
+        )
     return Finding(
         code="launch.parser",
         severity="warning",
@@ -449,9 +468,7 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
             "tables": known_versions(),
             "checked": False,
         },
-        fix="install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
-        f"(python -m kit.venvs {venv_name(version)}), or store its table (python -m kit.sglang.flag_scan --write "
-        f"{version})",
+        fix=fix,
     )
 
 

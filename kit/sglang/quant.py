@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions
+from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("quant_rules.json")
 FILE = "hf_quant_config.json"
@@ -49,7 +49,13 @@ METHODS_SRC = "srt/layers/quantization/__init__.py"
 
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
-    return json.loads(TABLE_PATH.read_text())
+    doc = json.loads(TABLE_PATH.read_text())
+    doc["versions"] = stored_rows(doc["versions"], "quant")
+    return doc
+
+
+def known_versions() -> list[str]:
+    return sort_versions(table()["versions"])
 
 
 def recorded_release(version: str | None) -> RecordedRelease:

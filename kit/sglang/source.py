@@ -75,13 +75,32 @@ def _download(version: str, root: Path) -> None:
             raise KitInputError(f"sglang=={version}: cannot download the wheel ({last})")
         with zipfile.ZipFile(wheels[0]) as z:
             for name in z.namelist():
-                if name.startswith("sglang/") and name.endswith(".py"):
+                if name.startswith("sglang/") and name.endswith(".py") or _is_metadata(name):
                     z.extract(name, tmp / "src")
         if root.exists():
             shutil.rmtree(root)
         (tmp / "src").rename(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _is_metadata(name: str) -> bool:
+    """The wheel's own metadata (version, console scripts), so `importlib.metadata` reads it from the folder."""
+    parts = name.split("/")
+    return len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in ("METADATA", "entry_points.txt")
+
+
+def dist_info_root(version: str, download: bool = True) -> Path:
+    """The cached source folder of that release with its wheel's METADATA and entry_points.txt beside `sglang/`
+    (fetched again when a folder cached before this was kept lacks them)."""
+    root = cache_dir() / "sglang-src" / version
+    if not list(root.glob("sglang-*.dist-info/METADATA")):
+        if not download:
+            raise KitInputError(f"sglang {version}: wheel metadata not cached under {root} and download disabled")
+        with cache_lock(root):
+            if not list(root.glob("sglang-*.dist-info/METADATA")):
+                _download(version, root)
+    return root
 
 
 def source_text(version: str, relpath: str, download: bool = True) -> str | None:
@@ -103,6 +122,10 @@ if __name__ == "__main__":
 
 
 def write_table(path: Path, doc: dict) -> None:
-    """Write a derived rule table (`python -m kit.sglang.<scan> --write`) as the repository stores it."""
+    """Write a derived rule table (`python -m kit.sglang.<scan> --write`) as the repository stores it: rows equal
+    to an earlier release's as {"same_as": release} (kit.sglang.versions.dedupe_rows)."""
+    from kit.sglang.versions import dedupe_rows
+
+    doc = {**doc, "versions": dedupe_rows(doc["versions"])}
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path}")

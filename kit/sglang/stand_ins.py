@@ -19,13 +19,28 @@ STAND_INS = ("torchvision",)
 
 
 class _Inert(type):
+    def __new__(mcs, name, bases, ns, **kwargs):  # class options (`frozen=True`) of a subclass are dropped
+        return super().__new__(mcs, name, bases, ns)
+
+    def __init__(cls, name, bases, ns, **kwargs):
+        super().__init__(name, bases, ns)
+
     def __getattr__(cls, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _Inert(name, (), {})
+        return _Inert(name, (), {"_kit_inert": True})
 
     def __call__(cls, *args, **kwargs):
-        return cls
+        if cls.__dict__.get("_kit_inert"):
+            return cls
+        # a real class deriving from a stand-in: an instance, set up by its own __init__ or from the keywords
+        obj = object.__new__(cls)
+        init = next((c.__dict__["__init__"] for c in cls.__mro__[:-1] if "__init__" in c.__dict__), None)
+        if init is not None:
+            init(obj, *args, **kwargs)
+        else:
+            obj.__dict__.update(kwargs)
+        return obj
 
     def __iter__(cls):
         return iter(())
@@ -38,7 +53,7 @@ class _InertModule(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _Inert(name, (), {})
+        return _Inert(name, (), {"_kit_inert": True})
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -46,7 +61,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.roots = set(roots)
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.roots:
+        top = name.split(".")[0]
+        if top in self.roots:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -58,6 +74,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+def install_named(roots) -> None:
+    """Stand in for these top-level modules (the ones a release's wheel source imports without guarding that
+    this interpreter lacks: kit.sglang.flag_scan.derive_from_source names them one failed import at a time)."""
+    sys.meta_path.append(_Finder(roots))
 
 
 def install():

@@ -3,7 +3,8 @@
 Every rule table in `kit.sglang` is keyed by the releases whose source we read. A user names any
 release (`--sglang-version 0.5.17`, or none: the installed SGLang, else `DEFAULT_RELEASE`);
 `pick_recorded(requested, recorded)` answers with the newest recorded release not after it, and says
-whether that was exact, so a caller can warn that another release's rules were used.
+whether that was exact, so a caller can warn that another release's rules were used. `listed()` is every
+release on the package index from 0.4.4 (releases.json), each with its own row in every table.
 
     >>> Version.parse("0.5.10") > Version.parse("0.5.9")
     True
@@ -14,16 +15,22 @@ whether that was exact, so a caller can warn that another release's rules were u
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 from pathlib import Path
 
 # the newest release whose source every table in kit/sglang/ was derived from
 DEFAULT_RELEASE = "0.5.23"
 # the release `kit bundle` has a wheel table for (kit.sglang.bundle.RELEASES), the one measured on an H200
 BUNDLE_EXAMPLE_RELEASE = "0.5.17"
+# the releases on the package index from EAGLE-3's first (kit.sglang.releases refreshes the list)
+RELEASES_PATH = Path(__file__).with_name("releases.json")
+FIRST_RELEASE = "0.4.4"
+TABLES = ("flags", "capture", "loader", "quant")  # the per-release tables; `--derive V` writes one file each
+_WARNED: set[str] = set()
 # SGLang releases after this one ship for CUDA 13 only (its sgl-kernel wheels); this was the last CUDA 12 lane
 LAST_CUDA12_RELEASE = "0.5.19"
 
@@ -132,6 +139,61 @@ def importable_version() -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def listed() -> list[str]:
+    """Every release on the package index from FIRST_RELEASE on, oldest first."""
+    return list(json.loads(RELEASES_PATH.read_text())["releases"])
+
+
+def is_listed(version: str) -> bool:
+    want = Version.parse(version)
+    return any(Version.parse(v) == want for v in listed())
+
+
+def derive_command(version: str) -> str:
+    return f"python -m kit.sglang.releases --derive {version}"
+
+
+def unlisted_note(version: str) -> str | None:
+    """One warning line, the first time it is asked about a release newer than the list; None otherwise."""
+    if is_listed(version) or Version.parse(version) <= Version.parse(listed()[-1]) or version in _WARNED:
+        return None
+    from kit.models import cache_dir
+
+    if all((cache_dir() / "sglang-tables" / version / f"{t}.json").exists() for t in TABLES):  # derived here
+        return None
+    _WARNED.add(version)
+    return (
+        f"SGLang {version} is newer than the releases the kit has read (up to {listed()[-1]}) and is judged by "
+        f"{listed()[-1]}'s rules; derive its own tables here with: {derive_command(version)}"
+    )
+
+
 def default_release() -> str:
     """The installed SGLang's version, else DEFAULT_RELEASE."""
     return installed_version() or DEFAULT_RELEASE
+
+
+# -- stored tables ------------------------------------------------------------------------------
+# Each per-release table (flags, capture, loader, quant) stores a row per release; a row identical to an
+# earlier release's is stored as {"same_as": that release} (post releases mostly repeat their base release).
+def dedupe_rows(rows: dict[str, dict]) -> dict[str, dict]:
+    """Rows in release order, each one equal to an earlier row replaced by {"same_as": the first such release}."""
+    seen: dict[str, str] = {}
+    out: dict[str, dict] = {}
+    for v in sort_versions(rows):
+        key = json.dumps(rows[v], sort_keys=True)
+        out[v] = {"same_as": seen[key]} if key in seen else rows[v]
+        seen.setdefault(key, v)
+    return out
+
+
+def stored_rows(rows: dict[str, dict], table: str) -> dict[str, dict]:
+    """The rows of a stored table with `same_as` resolved, plus the rows derived on this machine for releases
+    the table lacks (`python -m kit.sglang.releases --derive V` writes $KIT_CACHE_DIR/sglang-tables/V/)."""
+    from kit.models import cache_dir
+
+    out = {v: rows[r["same_as"]] if "same_as" in r else r for v, r in rows.items()}
+    for f in sorted((cache_dir() / "sglang-tables").glob(f"*/{table}.json")):
+        out.setdefault(f.parent.name, json.loads(f.read_text()))
+    return out

@@ -111,7 +111,7 @@ BAD_INPUT = {
     "expect": (["--log", "/nonexistent/train.log"], "/nonexistent/train.log"),
     "rehearse": (
         ["--target", "/nonexistent/model", "--draft", "/nonexistent/draft", "--launch-file", "l.sh", "--dry-run"],
-        "/nonexistent/model",
+        "l.sh",  # the launch is read first: it may name the models
     ),
 }
 
@@ -179,11 +179,16 @@ def test_doctor_with_nothing_to_check_is_exit_2(capsys):
 
 
 def test_unknown_sglang_version_warns_which_rules_were_used(capsys):
+    from kit.sglang.versions import listed
+
     draft = EXAMPLES / "kimi_k25_eagle3_config.json"
     rc = main(["doctor", "--draft", str(draft), "--sglang-version", "9.9", "--json"])
     err = capsys.readouterr().err
     assert rc in (0, 1)
-    assert "kit doctor: warning: SGLang 9.9 is not in the kit's recorded releases; using the rules of 0.5.23" in err
+    assert f"kit doctor: warning: SGLang 9.9 is newer than the releases the kit has read (up to {listed()[-1]})" in err
+    assert "python -m kit.sglang.releases --derive 9.9" in err and err.count("warning") == 1
+    main(["doctor", "--draft", str(draft), "--sglang-version", "0.4.1", "--json"])  # before the list
+    assert "SGLang 0.4.1 is not in the kit's recorded releases; using the rules of 0.4.4" in capsys.readouterr().err
     assert main(["doctor", "--draft", str(draft), "--sglang-version", "banana"]) == 2
     assert "--sglang-version 'banana': not a version" in capsys.readouterr().err
 

@@ -205,6 +205,27 @@ def wiring_checks(
                 "(kit doctor --sglang-version), or use a target class that captures",
             )
         )
+    dropped = (rule or {}).get("aux_dropped") if target_cfg and alg in (None, "EAGLE3") and not bare else None
+    if dropped:
+        out.append(
+            Finding(
+                code="aux.target_capture",
+                severity="error",
+                title=f"SGLang {rule['version']} captures {tf.architecture}'s aux states but drops them: "
+                f"{dropped['forward_of']}.forward unpacks {dropped['unpacks']} and calls "
+                f"{dropped['not_passed_to']} without it, so the draft gets the final hidden state alone "
+                "(accept length near 1)",
+                evidence={
+                    "target_architecture": tf.architecture,
+                    "sglang_version": rule["version"],
+                    **dropped,
+                    "derived_from": "srt/models/*.py: the forward that runs, its logits-processor call "
+                    "(capture_rules.json)",
+                },
+                fix="serve this target with an SGLang release whose forward passes the aux states on "
+                "(kit doctor --sglang-version)",
+            )
+        )
     fc_in = fc_in_features(draft_dir)
     k_ids = len(nested) if nested else None
     if fc_in is not None and fed is not None and fc_in != fed:

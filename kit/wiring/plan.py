@@ -46,6 +46,8 @@ def wiring_from_launch(
         notes.append(f"{tf.architecture} cannot capture aux states: SGLang raises at startup")
     elif aux_on and rule.get("bare_forward"):
         notes.append(f"{tf.architecture}'s forward never sees the layers its setter writes: SGLang raises at startup")
+    elif aux_on and rule.get("aux_dropped"):
+        notes.append(f"{tf.architecture}'s forward drops the captured aux states: the draft sees the final state only")
     dropped: tuple = ()
     if draft_dir is not None and rule is not None:
         dropped = dropped_keys(draft_dir, rule["version"])

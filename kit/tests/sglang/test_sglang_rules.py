@@ -90,7 +90,8 @@ def test_table_matches_real_source(version):
 def test_eras_and_registry():
     assert "0.5.23" in sr.known_versions() and sr.known_versions()[0] == "0.4.4"
     assert not sr.rules_for("0.4.4").features["has_eagle3"]
-    assert sr.rules_for("0.5.5").checked == "0.5.4" and not sr.rules_for("0.5.5").exact
+    assert sr.rules_for("0.5.5").exact  # every listed release has its own row (kit.sglang.releases)
+    assert sr.rules_for("0.5.24").checked == "0.5.23" and not sr.rules_for("0.5.24").exact
     assert sr.rules_for("0.5.9").features["decoder_is_midlayer"]
     assert sr.rules_for("0.5.12").features["legacy_name_map"]["midlayer"] == "layers.0"
     assert not sr.rules_for("0.5.16").features["norm_before_fc"] and sr.rules_for("0.5.17").features["norm_before_fc"]

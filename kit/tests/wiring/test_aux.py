@@ -357,3 +357,126 @@ def test_doctor_names_the_bare_forward_crash_of_minimax_m3_in_0_5_17():
     assert [(x.code, x.severity) for x in f] == [("aux.target_capture", "error")]
     assert "bare tensor" in f[0].title and "MiniMaxM3Model" in f[0].title
     assert not wiring_checks(target, sgl_draft(None, H=3072), EAGLE3, "0.5.18")
+
+
+_SETTER = (
+    "class Base:\n"
+    "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n"
+    "        self.capture_aux_hidden_states = True\n"
+    "        self.model.capture_aux_hidden_states = True\n"
+    "        if layer_ids is None:\n"
+    "            n = self.config.num_hidden_layers\n"
+    "            self.model.layers_to_capture = [2, n // 2, n - 3]\n"
+    "        else:\n"
+    "            self.model.layers_to_capture = [v + 1 for v in layer_ids]\n\n"
+)
+_FORWARD = (
+    "    def forward(self, input_ids, positions, forward_batch):\n"
+    "        hidden_states = self.model(input_ids, positions, forward_batch)\n"
+    "        aux_hidden_states = None\n"
+    "        if self.capture_aux_hidden_states:\n"
+    "            hidden_states, aux_hidden_states = hidden_states\n"
+    "        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch{})\n\n"
+)
+
+
+def test_scan_names_a_forward_that_drops_the_captured_states():
+    """A forward that unpacks (hidden, aux) but calls the logits processor without aux (the shape of
+    Qwen2_5_VLForConditionalGeneration.forward in 0.5.5.post3) is recorded as aux_dropped; passing aux, positionally
+    or by keyword, is not."""
+    from kit.sglang.capture_scan import scan_models
+
+    src = (
+        _SETTER
+        + "class DropsForConditionalGeneration(Base):\n"
+        + _FORWARD.format("")
+        + "class KeepsForConditionalGeneration(Base):\n"
+        + _FORWARD.format(", aux_hidden_states")
+        + "class KeywordForConditionalGeneration(Base):\n"
+        + _FORWARD.format(", aux_hidden_states=aux_hidden_states")
+        + "EntryClass = [DropsForConditionalGeneration, KeepsForConditionalGeneration, KeywordForConditionalGeneration]\n"
+    )
+    rows = scan_models({"srt/models/vl.py": src})
+    assert rows["DropsForConditionalGeneration"]["aux_dropped"] == {
+        "forward_of": "DropsForConditionalGeneration",
+        "unpacks": "aux_hidden_states",
+        "not_passed_to": "self.logits_processor",
+    }
+    assert "aux_dropped" not in rows["KeepsForConditionalGeneration"]
+    assert "aux_dropped" not in rows["KeywordForConditionalGeneration"]
+
+
+def test_scan_follows_the_language_model_cls_default_to_the_forward_that_runs():
+    """A VL wrapper whose base's __init__ builds `self.model = language_model_cls(...)`: the decoder model is the
+    class the most derived __init__ defaults that parameter to (Qwen3.5 over Qwen3-VL, 0.5.11-0.5.21)."""
+    from kit.sglang.capture_scan import scan_models
+
+    src = (
+        _SETTER + "class ListModel:\n"
+        "    def forward(self, x):\n"
+        "        aux = []\n"
+        "        for i, layer in enumerate(self.layers):\n"
+        "            if i in self.layers_to_capture:\n"
+        "                aux.append(x)\n"
+        "        return x, aux\n\n"
+        "class MarkModel:\n"
+        "    def forward(self, x):\n"
+        "        aux = []\n"
+        "        for layer in self.layers:\n"
+        "            x = layer(x, captured=aux if getattr(layer, '_is_layer_to_capture', False) else None)\n"
+        "        return (x, aux) if aux else x\n\n"
+        "class WrapForConditionalGeneration(Base):\n"
+        "    def __init__(self, config, quant_config=None, prefix='', language_model_cls=ListModel):\n"
+        "        self.model = language_model_cls(config=config)\n\n"
+        + _FORWARD.format(", aux_hidden_states")
+        + "class NewWrapForConditionalGeneration(WrapForConditionalGeneration):\n"
+        "    def __init__(self, config, quant_config=None, prefix='', language_model_cls=MarkModel):\n"
+        "        super().__init__(config, quant_config, prefix, language_model_cls)\n\n"
+        "EntryClass = [WrapForConditionalGeneration, NewWrapForConditionalGeneration]\n"
+    )
+    rows = scan_models({"srt/models/vl.py": src})
+    assert rows["NewWrapForConditionalGeneration"]["bare_forward"]["model_class"] == "MarkModel"
+    assert "bare_forward" not in rows["WrapForConditionalGeneration"]
+
+
+QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct config.json (the text part the kit reads)
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 128000,
+    "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+}
+
+
+def test_doctor_names_the_vl_wrapper_that_drops_aux_states_in_0_5_5_post3():
+    """Real 0.5.5.post3 (recorded table): Qwen2_5_VLForConditionalGeneration captures the aux states and calls the
+    logits processor without them (SpecForge issue 310); 0.5.5 and 0.5.6 (sglang PR 13904) pass them."""
+    from kit.sglang.capture import capture_rule
+
+    assert capture_rule("Qwen2_5_VLForConditionalGeneration", "0.5.5.post3")["aux_dropped"]["unpacks"] == (
+        "aux_hidden_states"
+    )
+    for ok in ("0.5.4", "0.5.5", "0.5.6"):
+        assert "aux_dropped" not in capture_rule("Qwen2_5_VLForConditionalGeneration", ok)
+    draft = sgl_draft(None, H=3584)
+    f = wiring_checks(QWEN25_VL_7B, draft, EAGLE3, "0.5.5.post3")
+    assert [(x.code, x.severity) for x in f] == [("aux.target_capture", "error")]
+    assert "drops them" in f[0].title and "0.5.5.post3" in f[0].title
+    assert not wiring_checks(QWEN25_VL_7B, draft, EAGLE3, "0.5.6")
+
+
+def test_doctor_names_qwen3_5_whose_forward_never_collects_aux_states_in_0_5_17():
+    """Real 0.5.17 (recorded table): Qwen3_5ForConditionalGeneration inherits Qwen3-VL's setter, which writes
+    model.layers_to_capture, while its decoder model (Qwen3_5ForCausalLM, the language_model_cls default) captures
+    only layers marked _is_layer_to_capture (0.5.11-0.5.21); 0.5.22 on marks them (sglang PR 25408)."""
+    from kit.sglang.capture import capture_rule
+
+    for arch in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"):
+        assert capture_rule(arch, "0.5.17")["bare_forward"]["forward_of"] == "Qwen3_5ForCausalLM"
+        assert "bare_forward" not in capture_rule(arch, "0.5.23")

@@ -1,0 +1,141 @@
+"""Every listed SGLang release has every rule table; no other release's row stands in for it."""
+
+import json
+
+import pytest
+
+from kit.sglang import capture, flags, loader, quant, releases, versions
+from kit.sglang.versions import Version, dedupe_rows, stored_rows
+
+
+def test_list_is_every_final_and_post_release_from_0_4_4():
+    vs = versions.listed()
+    assert vs[0] == versions.FIRST_RELEASE == "0.4.4"
+    assert vs == sorted(vs, key=Version.parse) and len(set(vs)) == len(vs)
+    assert all(Version.parse(v) >= Version.parse("0.4.4") for v in vs)
+    assert not [v for v in vs if any(p in v for p in ("rc", "dev", "a", "b"))]
+    assert {"0.4.4.post1", "0.5.5.post3", "0.5.17"} <= set(vs)
+
+
+@pytest.mark.parametrize("version", versions.listed())
+def test_listed_release_has_every_table(version):
+    assert releases.missing(version) == []
+    assert capture.recorded_release(version).exact and quant.recorded_release(version).exact
+    assert loader.rules_for(version).exact
+    if flags.missing_reason(version) is None:
+        assert flags.table_for(version).exact
+    else:  # its parser could not be read from the wheel: the reason is recorded, no table stands in
+        assert version not in flags.known_versions() and flags.missing_reason(version).strip()
+
+
+def test_newer_release_warned_once_with_the_derive_command():
+    newer = "99.0.0"
+    note = versions.unlisted_note(newer)
+    assert note and versions.derive_command(newer) in note
+    assert versions.unlisted_note(newer) is None  # once
+    assert versions.unlisted_note(versions.listed()[-1]) is None
+
+
+def test_same_as_rows_resolve_to_the_row_they_repeat():
+    rows = {"0.5.4": {"a": 1}, "0.5.4.post1": {"a": 1}, "0.5.5": {"a": 2}}
+    stored = dedupe_rows(rows)
+    assert stored["0.5.4.post1"] == {"same_as": "0.5.4"} and stored["0.5.5"] == {"a": 2}
+    assert stored_rows(stored, "none-such-table") == rows
+
+
+def test_stored_tables_are_deduplicated():
+    for path in (capture.TABLE_PATH, loader.TABLE_PATH, quant.TABLE_PATH, flags.TABLE_PATH):
+        rows = json.loads(path.read_text())["versions"]
+        plain = [json.dumps(r, sort_keys=True) for r in rows.values() if "same_as" not in r]
+        assert len(plain) == len(set(plain)), path.name
+
+
+def test_listed_release_without_a_flag_table_says_why_and_borrows_nothing(monkeypatch):
+    """A listed release whose parser could not be read from its wheel: doctor's launch check names the recorded
+    reason and judges no flag by another release's table."""
+    from kit.sglang.parser import flag_findings
+
+    no_table = [v for v in versions.listed() if flags.missing_reason(v)]
+    if not no_table:
+        pytest.skip("every listed release has a flag table")
+    v = no_table[0]
+    monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
+    monkeypatch.delenv("KIT_SGLANG_PYTHON", raising=False)
+    found = flag_findings(["--speculative-draft", "d", "--no-such-flag"], version=v)
+    assert [f.code for f in found] == ["launch.parser"]
+    assert (
+        found[0].title.startswith(f"flags not checked for SGLang {v}: ") and flags.missing_reason(v) in found[0].title
+    )
+
+
+def test_cli_warns_once_for_a_newer_release(capsys):
+    import argparse
+
+    from kit.cli import _check_release
+
+    versions._WARNED.discard("98.1")
+    _check_release("doctor", argparse.Namespace(sglang_version="98.1"))
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "python -m kit.sglang.releases --derive 98.1" in err
+    _check_release("doctor", argparse.Namespace(sglang_version="0.5.5.post3"))  # listed: exact, silent
+    assert capsys.readouterr().err == ""
+
+
+def test_flag_table_read_from_the_wheel_source_is_the_stored_one():
+    """The newest release's parser, read from its wheel source in this interpreter (what `--derive V` does), gives
+    the stored table: same actions, same entry points."""
+    from kit.findings import KitInputError
+    from kit.sglang.flag_scan import derive_from_source
+
+    v = versions.listed()[-1]
+    try:
+        doc = derive_from_source(v)
+    except KitInputError as e:
+        pytest.skip(f"sglang {v} not readable here: {e}")
+    t = flags.table_for(v)
+    assert t.exact and list(t.actions) == doc["actions"] and t.entry == doc["entry"]
+
+
+def _clear_table_caches():
+    for fn in (flags._stored, flags.table_for, flags._parser, capture.table, quant.table, loader._table):
+        fn.cache_clear()
+
+
+def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
+    """Rows `--derive V` writes under $KIT_CACHE_DIR/sglang-tables/V/ are V's own: every table answers exactly
+    for V, and the newer-release warning is not given again."""
+    newest = versions.listed()[-1]
+    v = "97.0.1"
+    out = tmp_path / "sglang-tables" / v
+    out.mkdir(parents=True)
+    t = flags.table_for(newest)
+    rows = {
+        "flags": {"actions": list(t.actions), "entry": t.entry, "positionals": ["model_path"]},
+        "capture": capture.table()["versions"][newest],
+        "quant": quant.table()["versions"][newest],
+        "loader": {
+            **{k: loader._table()["versions"][newest][k] for k in ("classes", "runtime")},
+            "registered": sorted(loader.registered_architectures(newest)),
+        },
+    }
+    for name, row in rows.items():
+        (out / f"{name}.json").write_text(json.dumps(row))
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    _clear_table_caches()
+    try:
+        assert flags.table_for(v).exact and loader.rules_for(v).exact
+        assert capture.recorded_release(v).exact and quant.recorded_release(v).exact
+        assert loader.registered_architectures(v) == loader.registered_architectures(newest)
+        assert versions.unlisted_note(v) is None
+    finally:
+        monkeypatch.undo()
+        _clear_table_caches()
+
+
+def test_post_releases_are_judged_by_their_own_rows():
+    """LlamaForCausalLMEagle3 is registered from 0.4.4.post2 on (its own wheel), not from 0.4.5: 0.4.4's row no
+    longer answers for 0.4.4.post2-post4; and 0.5.5.post3's capture row is its own, not 0.5.5's."""
+    assert "LlamaForCausalLMEagle3" not in loader.registered_architectures("0.4.4.post1")
+    assert "LlamaForCausalLMEagle3" in loader.registered_architectures("0.4.4.post2")
+    assert loader.rules_for("0.4.4.post2").features["has_eagle3"]
+    assert capture.capture_rule("Qwen2_5_VLForConditionalGeneration", "0.5.5.post3")["version"] == "0.5.5.post3"
