@@ -36,6 +36,12 @@ from kit.serving.engines import get_engine
 
 VERSION = "kit-reference-0.2"
 DEFAULT_MAX_RUNNING = 16
+# prompt tokens one step prefills, over all requests (SGLang's --chunked-prefill-size; -1: off): ~0.2 s of
+# SmolLM2-135M on 2 cores, so a long prompt delays the others' next tokens by about that much per chunk
+DEFAULT_CHUNKED_PREFILL = 256
+# requests waiting for a running slot before a new one is refused with 503 (SGLang's --max-queued-requests,
+# unbounded there by default; bounded here, so a flood costs each request a fast refusal instead of a timeout)
+DEFAULT_MAX_QUEUED = 256
 # how long a first start waits for its siblings' loads to end before it measures the GEMM plan (a reference
 # server's load is ~6 s of CPU on 2 cores; three started together finish within ~12 s)
 PLAN_WAIT_S = 20.0
@@ -87,6 +93,13 @@ class Request:
     t_first: float = 0.0
     cancelled: bool = False
     outcome: Outcome | None = None
+
+
+class QueueFull(Exception):
+    """The waiting queue holds --max-queued-requests requests (SGLang's words; answered 503 + Retry-After)."""
+
+    def __init__(self) -> None:
+        super().__init__("The request queue is full.")
 
 
 class ReferenceEngine:
@@ -155,7 +168,14 @@ class ReferenceEngine:
         # a first start on this machine measures how its matmuls run (servers started together: once, after their
         # loads, which would otherwise make every one of them give up on a busy machine and serve fp32)
         gemm_plan(self.target, wait_quiet_s=PLAN_WAIT_S)
-        self.decoder = BatchDecoder(self.target, self.draft, self.params, self.wiring)
+        self.chunked_prefill_size = spec.chunked_prefill_size or DEFAULT_CHUNKED_PREFILL
+        self.decoder = BatchDecoder(
+            self.target, self.draft, self.params, self.wiring, chunked_prefill_size=self.chunked_prefill_size
+        )
+        self.max_queued_requests = spec.max_queued_requests or DEFAULT_MAX_QUEUED
+        # most tokens per request, prompt + output: --context-length, else the target's positions
+        self.context_length = spec.context_length or self.target_config.get("max_position_embeddings")
+        self.vocab_size = self.target_config.get("vocab_size") or len(self.tok)
         self.device = device
         self.step_device = contextlib.nullcontext() if device == "cpu" else torch.device(device)
         self.eos = self.tok.eos_token_id
@@ -184,7 +204,8 @@ class ReferenceEngine:
         ignore_eos: bool = False,
         on_update: Update | None = None,
     ) -> Request:
-        """Queue a request; `on_update` is called on the decode thread after every step that touched it."""
+        """Queue a request; `on_update` is called on the decode thread after every step that gave it tokens
+        (or finished it). Raises QueueFull when --max-queued-requests requests are already waiting."""
         from kit.reference.speculate import Sequence
 
         if not input_ids:
@@ -192,13 +213,26 @@ class ReferenceEngine:
         eos = ([] if ignore_eos or self.eos is None else [self.eos]) + list(stop_token_ids or [])
         r = Request(Sequence(list(input_ids), max_new_tokens, frozenset(eos)), max_new_tokens, on_update)
         with self.cv:
+            if sum(not w.cancelled for w in self.waiting) >= self.max_queued_requests:
+                raise QueueFull()
             self.waiting.append(r)
             self.cv.notify()
         return r
 
     def cancel(self, r: Request) -> None:
-        """Stop decoding `r` (client gone); the loop drops it before its next step."""
+        """Stop decoding `r` (client gone); the loop drops it before its next step (a waiting one at once)."""
         r.cancelled = True
+        with self.cv:
+            if r in self.waiting:
+                self.waiting.remove(r)
+
+    def load(self) -> dict[str, int]:
+        """Requests running and waiting (cancelled ones excluded): what is left once every client has gone."""
+        with self.cv:
+            return {
+                "num_running_reqs": sum(not r.cancelled for r in self.running),
+                "num_queue_reqs": sum(not r.cancelled for r in self.waiting),
+            }
 
     def finish(self, r: Request, tokens: list[int], finish_reason: dict) -> Outcome:
         """End `r` early with `tokens` (a stop string matched): the Outcome as SGLang reports it."""
@@ -264,11 +298,12 @@ class ReferenceEngine:
                 continue
             now = time.perf_counter()
             for r, toks in zip(batch, emitted):
-                r.t_first = r.t_first or now
+                if toks:
+                    r.t_first = r.t_first or now
                 if r.seq.done and not r.cancelled:
                     r.outcome = self._outcome(r, r.seq.tokens, None)
                     self._account_finished(r.outcome)
-                if r.on_update is not None:
+                if r.on_update is not None and (toks or r.outcome is not None):  # a prompt chunk gives nothing
                     r.on_update(toks, r.outcome)
             if decoding:
                 self._account_step(decoding, now - t0)
@@ -386,8 +421,7 @@ class ReferenceEngine:
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
         g = {
-            "num_running_reqs": len(self.running),
-            "num_queue_reqs": len(self.waiting),
+            **self.load(),
             "gen_throughput": self.gauges["gen_throughput"],
         }
         if self.draft is not None:
