@@ -42,6 +42,34 @@ DEFAULT_CHUNKED_PREFILL = 256
 # requests waiting for a running slot before a new one is refused with 503 (SGLang's --max-queued-requests,
 # unbounded there by default; bounded here, so a flood costs each request a fast refusal instead of a timeout)
 DEFAULT_MAX_QUEUED = 256
+# decode steps between two returns of freed heap memory to the system while the engine stays busy (it also
+# returns it each time it goes idle): see `trim_heap`
+TRIM_EVERY_STEPS = 200
+
+
+@functools.cache
+def _libc_trim():
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc `malloc_trim(0)`; a no-op elsewhere).
+
+    Every request allocates KV caches and activations of its own sizes (prompt + max_new_tokens, the batch's
+    token count); glibc serves those below its mmap threshold (raised up to 32 MB by every freed mmapped
+    block) from arenas it keeps after they are freed, so without this the server's RSS climbs to the
+    high-water mark of every mix of sizes it has seen. Costs about a millisecond."""
+    f = _libc_trim()
+    if f is not None:
+        f(0)
+
+
 # how long a first start waits for its siblings' loads to end before it measures the GEMM plan (a reference
 # server's load is ~6 s of CPU on 2 cores; three started together finish within ~12 s)
 PLAN_WAIT_S = 20.0
@@ -267,8 +295,14 @@ class ReferenceEngine:
     # -- the decode loop ------------------------------------------------------------------------
     def _loop(self) -> None:
 
+        steps = 0
         while True:
+            steps += 1
+            if steps % TRIM_EVERY_STEPS == 0:
+                trim_heap()
             with self.cv:
+                if not self.stopping and not self.waiting and not self.running:
+                    trim_heap()  # idle: what the last requests freed goes back
                 while not self.stopping and not self.waiting and not self.running:
                     self.cv.wait()
                 if self.stopping:
