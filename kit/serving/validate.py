@@ -4,9 +4,9 @@ Every check a `/generate`, `/v1/completions` or `/v1/chat/completions` body goes
 any work is queued: types, an empty prompt, token ids outside the vocabulary, sampling values outside
 SGLang's ranges (`SamplingParams.verify`, in its words), unknown chat roles, and admission by context
 (SGLang's `TokenizerManager._validate_one_request`: a prompt as long as the context, or a prompt plus
-`max_new_tokens` beyond it, is refused with SGLang's message). kit.serving.server answers every
-KitInputError with a 400 carrying the message, so the KV cache a request will need (prompt + max_new_tokens)
-is bounded by the context before it is admitted.
+`max_new_tokens` beyond it, is refused with SGLang's message; the words are those of 0.5.17 and 0.5.23, the
+stop-string limit 0.5.23's). kit.serving.server answers every KitInputError with a 400 carrying the message,
+so the KV cache a request will need (prompt + max_new_tokens) is bounded by the context before it is admitted.
 
     limits = Limits(context_length=8192, vocab_size=49152, default_max_tokens=256)
     req = generate_request({"text": "Hi", "sampling_params": {"max_new_tokens": 8}}, tok, limits)
