@@ -127,7 +127,9 @@ class QueueFull(Exception):
     """The waiting queue holds --max-queued-requests requests (SGLang's words; answered 503 + Retry-After)."""
 
     def __init__(self) -> None:
-        super().__init__("The request queue is full.")
+        from kit.sglang.http_api import REQUEST_ERRORS
+
+        super().__init__(REQUEST_ERRORS["queue_full"])
 
 
 class ReferenceEngine:

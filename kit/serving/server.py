@@ -66,7 +66,10 @@ class State:
         from kit.serving.validate import Limits
 
         eng = self.engine
-        return Limits(eng.context_length, eng.vocab_size, self.cfg.default_max_tokens)
+        api = PROTOCOL.api  # the release this server speaks
+        return Limits(
+            eng.context_length, eng.vocab_size, self.cfg.default_max_tokens, api.chat_roles, api.max_stop_strings
+        )
 
 
 class ClientGone(Exception):

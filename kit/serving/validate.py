@@ -4,9 +4,10 @@ Every check a `/generate`, `/v1/completions` or `/v1/chat/completions` body goes
 any work is queued: types, an empty prompt, token ids outside the vocabulary, sampling values outside
 SGLang's ranges (`SamplingParams.verify`, in its words), unknown chat roles, and admission by context
 (SGLang's `TokenizerManager._validate_one_request`: a prompt as long as the context, or a prompt plus
-`max_new_tokens` beyond it, is refused with SGLang's message; the words are those of 0.5.17 and 0.5.23, the
-stop-string limit 0.5.23's). kit.serving.server answers every KitInputError with a 400 carrying the message,
-so the KV cache a request will need (prompt + max_new_tokens) is bounded by the context before it is admitted.
+`max_new_tokens` beyond it, is refused with SGLang's message). The words, chat roles and stop-string limit are
+SGLang's facts, read from `kit.sglang.http_api`. kit.serving.server answers every KitInputError with a 400
+carrying the message, so the KV cache a request will need (prompt + max_new_tokens) is bounded by the context
+before it is admitted.
 
     limits = Limits(context_length=8192, vocab_size=49152, default_max_tokens=256)
     req = generate_request({"text": "Hi", "sampling_params": {"max_new_tokens": 8}}, tok, limits)
@@ -20,11 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
-
-# SGLang's sampling_params.MAX_STOP_COUNT
-MAX_STOP_COUNT = 32
-# the roles SGLang's chat request model accepts
-CHAT_ROLES = ("system", "user", "assistant", "tool", "function", "developer")
+from kit.sglang.http_api import REQUEST_ERRORS as WORDS
 
 
 @dataclass(frozen=True)
@@ -32,6 +29,8 @@ class Limits:
     context_length: int  # most tokens per request, prompt + output
     vocab_size: int
     default_max_tokens: int = 256  # /generate and chat without max tokens: this, or what the context leaves
+    chat_roles: tuple[str, ...] = ("user", "system", "assistant")  # the served release's (kit.sglang.http_api)
+    max_stop_strings: int | None = None  # None: no limit
 
 
 @dataclass
@@ -105,12 +104,12 @@ def token_ids(v: Any, name: str, vocab_size: int) -> list[int]:
     if not isinstance(v, list):
         raise _bad(name, f"must be a list of token ids, got {_show(v)}")
     if not v:
-        raise _bad(name, "input_ids cannot be empty.")  # SGLang's GenerateReqInput words
+        raise _bad(name, WORDS["empty_input_ids"])
     for t in v:
         if not _is_int(t):
             raise _bad(name, f"must be a list of token ids (integers), got {_show(t)}")
-        if not 0 <= t < vocab_size:  # SGLang's words for token_ids_logprob
-            raise _bad(name, f"contains out-of-vocabulary token id {t}; valid range is [0, {vocab_size}).")
+        if not 0 <= t < vocab_size:
+            raise _bad(name, WORDS["out_of_vocab"].format(t=t, vocab=vocab_size))
     return list(v)
 
 
@@ -123,14 +122,14 @@ def _encode(tok, text: Any, name: str) -> list[int]:
     return ids
 
 
-def _stops(v: Any, name: str) -> list[str]:
+def _stops(v: Any, name: str, most: int | None) -> list[str]:
     if v is None:
         return []
     stops = [v] if isinstance(v, str) else v
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise _bad(name, f"must be a string or a list of strings, got {_show(v)}")
-    if len(stops) > MAX_STOP_COUNT:
-        raise _bad(name, f"at most {MAX_STOP_COUNT} stop strings are allowed, got {len(stops)}")
+    if most is not None and len(stops) > most:
+        raise _bad(name, WORDS["stop_count"].format(most=most, n=len(stops)))
     return [s for s in stops if s]
 
 
@@ -142,33 +141,30 @@ def _sampling(sp: dict, prefix: str) -> float:
 
     t = num("temperature")
     if t is not None and (not math.isfinite(t) or t < 0.0):
-        raise _bad(prefix + "temperature", f"temperature must be a non-negative finite number, got {t}.")
+        raise _bad(prefix + "temperature", WORDS["temperature"].format(v=t))
     p = num("top_p")
     if p is not None and not 0.0 < p <= 1.0:
-        raise _bad(prefix + "top_p", f"top_p must be in (0, 1], got {p}.")
+        raise _bad(prefix + "top_p", WORDS["top_p"].format(v=p))
     m = num("min_p")
     if m is not None and not 0.0 <= m <= 1.0:
-        raise _bad(prefix + "min_p", f"min_p must be in [0, 1], got {m}.")
+        raise _bad(prefix + "min_p", WORDS["min_p"].format(v=m))
     k = _int(sp.get("top_k"), prefix + "top_k")
     if k is not None and k < 1 and k != -1:
-        raise _bad(prefix + "top_k", f"top_k must be -1 (disable) or at least 1, got {k}.")
+        raise _bad(prefix + "top_k", WORDS["top_k"].format(v=k))
     for key in ("frequency_penalty", "presence_penalty"):
         v = num(key)
         if v is not None and not -2.0 <= v <= 2.0:
-            raise _bad(prefix + key, f"{key} must be in [-2, 2], got {v}.")
+            raise _bad(prefix + key, WORDS["penalty"].format(key=key, v=v))
     r = num("repetition_penalty")
     if r is not None and not 0.0 < r <= 2.0:
-        raise _bad(
-            prefix + "repetition_penalty",
-            f"repetition_penalty must be in (0, 2] (1.0 = no penalty), got {r}.",
-        )
+        raise _bad(prefix + "repetition_penalty", WORDS["repetition_penalty"].format(v=r))
     return t or 0.0
 
 
 def _max_new(v: Any, name: str) -> int | None:
     n = _int(v, name)
     if n is not None and n < 0:
-        raise _bad(name, f"max_new_tokens must be at least 0, got {n}.")
+        raise _bad(name, WORDS["max_new_tokens"].format(v=n))
     return n
 
 
@@ -177,16 +173,12 @@ def admit(prompts: list[list[int]], max_new_tokens: int | None, limits: Limits, 
     ctx = limits.context_length
     longest = max(len(p) for p in prompts)
     if longest >= ctx:
-        raise _bad(name, f"The input ({longest} tokens) is longer than the model's context length ({ctx} tokens).")
+        raise _bad(name, WORDS["input_too_long"].format(n=longest, ctx=ctx))
     if max_new_tokens is None:
         return min(limits.default_max_tokens, ctx - longest)
     if max_new_tokens + longest > ctx:
         raise _bad(
-            n_name,
-            f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested "
-            f"a total of {max_new_tokens + longest} tokens: {longest} tokens from the input messages and "
-            f"{max_new_tokens} tokens for the completion. Please reduce the number of tokens in the input "
-            "messages or the completion to fit within the limit.",
+            n_name, WORDS["over_context"].format(ctx=ctx, total=max_new_tokens + longest, n=longest, new=max_new_tokens)
         )
     return max_new_tokens
 
@@ -206,7 +198,7 @@ def generate_request(body: dict, tok, limits: Limits) -> GenRequest:
             raise _bad("text", "a batch needs at least one prompt")
         prompts = [_encode(tok, t, "text") for t in (text if batch else [text])]
     else:
-        raise KitInputError("text: Either text, input_ids or input_embeds should be provided.")
+        raise _bad("text", WORDS["no_prompt"])
     stream = _bool(body.get("stream"), "stream")
     if stream and batch:
         raise _bad("stream", "streaming supports one prompt per request")
@@ -226,7 +218,7 @@ def generate_request(body: dict, tok, limits: Limits) -> GenRequest:
         ),
         batch=batch,
         stream=stream,
-        stop=_stops(sp.get("stop"), "sampling_params.stop"),
+        stop=_stops(sp.get("stop"), "sampling_params.stop", limits.max_stop_strings),
         stop_token_ids=token_ids(sp["stop_token_ids"], "sampling_params.stop_token_ids", limits.vocab_size)
         if sp.get("stop_token_ids")
         else [],
@@ -236,7 +228,7 @@ def generate_request(body: dict, tok, limits: Limits) -> GenRequest:
     )
 
 
-def _chat_ids(messages: Any, tok) -> list[int]:
+def _chat_ids(messages: Any, tok, roles: tuple[str, ...]) -> list[int]:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "must be a non-empty list of messages")
     msgs = []
@@ -245,8 +237,8 @@ def _chat_ids(messages: Any, tok) -> list[int]:
         if not isinstance(m, dict):
             raise _bad(where, f"must be an object with role and content, got {_show(m)}")
         role = m.get("role")
-        if role not in CHAT_ROLES:
-            raise _bad(f"{where}.role", f"unknown role {_show(role)}; expected one of {', '.join(CHAT_ROLES)}")
+        if role not in roles:
+            raise _bad(f"{where}.role", f"unknown role {_show(role)}; expected one of {', '.join(roles)}")
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts: the text ones
             parts = []
@@ -273,7 +265,7 @@ def _chat_ids(messages: Any, tok) -> list[int]:
 def openai_request(body: dict, tok, limits: Limits, chat: bool) -> GenRequest:
     """A `/v1/completions` (prompt) or `/v1/chat/completions` (messages) body."""
     if chat:
-        ids = _chat_ids(body.get("messages"), tok)
+        ids = _chat_ids(body.get("messages"), tok, limits.chat_roles)
         name = "messages"
     else:
         name = "prompt"
@@ -297,7 +289,7 @@ def openai_request(body: dict, tok, limits: Limits, chat: bool) -> GenRequest:
         prompts=[ids],
         max_new_tokens=admit([ids], n, limits, name, key),
         stream=_bool(body.get("stream"), "stream"),
-        stop=_stops(body.get("stop"), "stop"),
+        stop=_stops(body.get("stop"), "stop", limits.max_stop_strings),
         stop_token_ids=token_ids(body["stop_token_ids"], "stop_token_ids", limits.vocab_size)
         if body.get("stop_token_ids")
         else [],
