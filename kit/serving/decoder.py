@@ -6,7 +6,9 @@ launch: the algorithm maps to a `Wiring` (EAGLE/NEXTN with an EAGLE-3 draft => n
 `fc` bypassed, the seed's fault) and steps/topk/draft tokens resolve with `kit.sglang.params`.
 
 Scheduling is SGLang's continuous batching, on one worker thread: every step admits waiting
-requests (up to `--max-running-requests`, default 16), runs one batched step of
+requests (up to `--max-running-requests`, default 16; at most `--max-queued-requests` wait, default 256, past
+which `submit` raises QueueFull; a long prompt is prefilled `--chunked-prefill-size` tokens a step, default 256;
+a cancelled request leaves before the next step), runs one batched step of
 `kit.reference.speculate.BatchDecoder` over all running requests (prefill of the new ones, draft +
 verify of the others, each with its own KV caches and speculative state) and hands each request
 the tokens that step accepted, at once, so streams carry them as they are verified. Greedy

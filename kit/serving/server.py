@@ -19,7 +19,13 @@ spec_accept_rate, spec_num_correct_drafts, spec_num_proposed_drafts,
 spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (stream or not;
 `return_spec_tokens_details` -> sglext.spec_tokens_details). A stream sends one chunk per scheduler
 output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
---stream-interval 1). Greedy only: temperature/top_p are accepted and ignored (logged once).
+--stream-interval 1). Greedy only: temperature/top_p are checked (SGLang's ranges) and ignored (logged once).
+
+Bad input and load: every body goes through kit.serving.validate before any work (a bad one is a 400 naming its
+field, streaming included; a prompt plus max_new_tokens over the context is refused there); past
+--max-queued-requests waiting requests a new one gets 503 with Retry-After; a request whose client disconnects
+(streaming or not) is cancelled in the engine, which drops it before its next step (--chunked-prefill-size keeps
+that step short for a long prompt). GET /get_load: the requests running and waiting.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime
