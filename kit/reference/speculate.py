@@ -249,6 +249,11 @@ class Sequence:
     draft_logits: torch.Tensor | None = None  # [Vd] at the last extended position
     draft_hidden: torch.Tensor | None = None  # [H] next-step hidden at the last extended position
     draft_pos: int = -1  # position of the last extended token
+    prefilled: int = 0  # prompt tokens already in the target cache (chunked prefill: a few steps)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.prompt)
 
     def take(self, emitted: list[int]) -> list[int]:
         """Append what a step produced, cut at max_new_tokens or after an EOS (the scheduler's finish check)."""
@@ -271,9 +276,23 @@ class BatchDecoder:
     `step(seqs)` prefills the sequences seen for the first time and advances the others by one
     decode (greedy) or one draft + verify (speculative) step, all in one target forward; it
     returns the tokens each sequence gained. `times` accumulates seconds per phase (draft tree,
-    target forward, host-side acceptance, draft extend); `steps` counts decode/verify steps."""
+    target forward, host-side acceptance, draft extend); `steps` counts decode/verify steps.
 
-    def __init__(self, target, draft=None, params: SpecParams | None = None, wiring: Wiring | None = None, plan=None):
+    chunked_prefill_size (SGLang's flag; None or -1: off) caps the prompt tokens one step prefills, over all
+    sequences together: a long prompt is prefilled a chunk per step (its draft extended chunk by chunk), so
+    the others' decode steps go on between its chunks, and a prompt whose request is cancelled stops within
+    one chunk. A sequence still prefilling gains no token until its last chunk."""
+
+    def __init__(
+        self,
+        target,
+        draft=None,
+        params: SpecParams | None = None,
+        wiring: Wiring | None = None,
+        plan=None,
+        chunked_prefill_size: int | None = None,
+    ):
+        self.chunked_prefill_size = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else None
         self.draft = self.params = None
         points = None
         if draft is not None:
@@ -290,55 +309,67 @@ class BatchDecoder:
     @torch.inference_mode()
     def step(self, seqs: list[Sequence]) -> list[list[int]]:
         t0 = time.perf_counter()
-        live = [s for s in seqs if s.kv is not None]
+        live = [s for s in seqs if not s.prefilling]
         trees = dict(zip(map(id, live), self._draft_trees(live))) if self.draft is not None and live else {}
         t1 = time.perf_counter()
-        pieces = []
+        budget = self.chunked_prefill_size or sum(len(s.prompt) for s in seqs)
+        work = []  # (sequence, piece) for every sequence this step advances
         for s in seqs:
-            if s.kv is None:
-                s.kv = self.runner.new_kv(len(s.prompt) + s.max_new_tokens + 8)
-                pieces.append(Piece(s.kv, list(s.prompt), logits="last"))
+            if s.prefilling:
+                if budget <= 0:
+                    continue
+                if s.kv is None:
+                    s.kv = self.runner.new_kv(len(s.prompt) + s.max_new_tokens + 8)
+                n = min(len(s.prompt) - s.prefilled, budget)
+                budget -= n
+                work.append((s, Piece(s.kv, s.prompt[s.prefilled : s.prefilled + n], logits="last")))
             elif self.draft is None:
-                pieces.append(Piece(s.kv, [s.tokens[-1]]))
+                work.append((s, Piece(s.kv, [s.tokens[-1]])))
             else:
                 toks, pars = trees[id(s)]
                 chain = all(pa == j - 1 for j, pa in enumerate(pars))
-                pieces.append(Piece(s.kv, [s.tokens[-1]] + toks, None if chain else [-1] + [pa + 1 for pa in pars]))
-        starts = [pc.kv.len for pc in pieces]
-        res = self.runner.forward(pieces)
+                work.append((s, Piece(s.kv, [s.tokens[-1]] + toks, None if chain else [-1] + [pa + 1 for pa in pars])))
+        starts = [pc.kv.len for _, pc in work]
+        res = self.runner.forward([pc for _, pc in work])
         t2 = time.perf_counter()
-        emitted, extend = [], []
-        for s, pc, (pred, feats), P in zip(seqs, pieces, res, starts):
-            if pc.logits == "last":  # prefill: the first token; the draft extends over the whole prompt
-                emitted.append(s.take(pred))
+        gained: dict[int, list[int]] = {}
+        solo, extend = [], []  # draft extends: prompt chunks one by one (no padding to a long chunk); decodes batched
+        for (s, pc), (pred, feats), P in zip(work, res, starts):
+            if pc.logits == "last":  # a prompt chunk: the draft extends over it; its last one gives the first token
+                a = s.prefilled
+                s.prefilled += len(pc.ids)
+                if s.prefilling:
+                    gained[id(s)] = []
+                    if self.draft is not None:
+                        solo.append((s, list(s.prompt[a + 1 : s.prefilled + 1]), feats, a))
+                    continue
+                gained[id(s)] = s.take(pred)
                 if self.draft is not None and not s.done:
-                    extend.append((s, list(s.prompt[1:]) + pred, feats, 0))
+                    solo.append((s, list(s.prompt[a + 1 :]) + pred, feats, a))
                 continue
             self.steps += 1
             if self.draft is None:
-                emitted.append(s.take(pred))
+                gained[id(s)] = s.take(pred)
                 continue
             toks, pars = trees[id(s)]
             path = walk_tree(toks, pars, lambda node, depth, pred=pred: pred[node + 1])
             new = [toks[j] for j in path]
             keep = [0] + [1 + j for j in path]
             s.kv.keep(P, keep)
-            emitted.append(s.take(new + [pred[keep[-1]]]))
-            s.accept_lengths.append(len(emitted[-1]))
+            got = gained[id(s)] = s.take(new + [pred[keep[-1]]])
+            s.accept_lengths.append(len(got))
             s.accepted_drafts.append(len(new))
             if not s.done:
                 extend.append((s, new + [pred[keep[-1]]], feats[keep], s.draft_pos + 1))
         t3 = time.perf_counter()
-        decoding = [e for e in extend if e[0].draft_kv is not None]
-        for e in extend:  # prefills one by one: no padding of short extends to a long prompt
-            if e[0].draft_kv is None:
-                self._extend([e])
-        if decoding:
-            self._extend(decoding)
+        for e in solo:
+            self._extend([e])
+        if extend:
+            self._extend(extend)
         t4 = time.perf_counter()
         for k, dt in zip(self.times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             self.times[k] += dt
-        return emitted
+        return [gained.get(id(s), []) for s in seqs]
 
     # -- draft side ------------------------------------------------------------------------
     def _draft_trees(self, seqs: list[Sequence]) -> list[tuple[list[int], list[int]]]:

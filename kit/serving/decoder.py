@@ -6,7 +6,9 @@ launch: the algorithm maps to a `Wiring` (EAGLE/NEXTN with an EAGLE-3 draft => n
 `fc` bypassed, the seed's fault) and steps/topk/draft tokens resolve with `kit.sglang.params`.
 
 Scheduling is SGLang's continuous batching, on one worker thread: every step admits waiting
-requests (up to `--max-running-requests`, default 16), runs one batched step of
+requests (up to `--max-running-requests`, default 16; at most `--max-queued-requests` wait, default 256, past
+which `submit` raises QueueFull; a long prompt is prefilled `--chunked-prefill-size` tokens a step, default 256;
+a cancelled request leaves before the next step), runs one batched step of
 `kit.reference.speculate.BatchDecoder` over all running requests (prefill of the new ones, draft +
 verify of the others, each with its own KV caches and speculative state) and hands each request
 the tokens that step accepted, at once, so streams carry them as they are verified. Greedy
@@ -36,6 +38,40 @@ from kit.serving.engines import get_engine
 
 VERSION = "kit-reference-0.2"
 DEFAULT_MAX_RUNNING = 16
+# prompt tokens one step prefills, over all requests (SGLang's --chunked-prefill-size; -1: off): ~0.2 s of
+# SmolLM2-135M on 2 cores, so a long prompt delays the others' next tokens by about that much per chunk
+DEFAULT_CHUNKED_PREFILL = 256
+# requests waiting for a running slot before a new one is refused with 503 (SGLang's --max-queued-requests,
+# unbounded there by default; bounded here, so a flood costs each request a fast refusal instead of a timeout)
+DEFAULT_MAX_QUEUED = 256
+# decode steps between two returns of freed heap memory to the system while the engine stays busy (it also
+# returns it each time it goes idle): see `trim_heap`
+TRIM_EVERY_STEPS = 200
+
+
+@functools.cache
+def _libc_trim():
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc `malloc_trim(0)`; a no-op elsewhere).
+
+    Every request allocates KV caches and activations of its own sizes (prompt + max_new_tokens, the batch's
+    token count); glibc serves those below its mmap threshold (raised up to 32 MB by every freed mmapped
+    block) from arenas it keeps after they are freed, so without this the server's RSS climbs to the
+    high-water mark of every mix of sizes it has seen. Costs about a millisecond."""
+    f = _libc_trim()
+    if f is not None:
+        f(0)
+
+
 # how long a first start waits for its siblings' loads to end before it measures the GEMM plan (a reference
 # server's load is ~6 s of CPU on 2 cores; three started together finish within ~12 s)
 PLAN_WAIT_S = 20.0
@@ -87,6 +123,15 @@ class Request:
     t_first: float = 0.0
     cancelled: bool = False
     outcome: Outcome | None = None
+
+
+class QueueFull(Exception):
+    """The waiting queue holds --max-queued-requests requests (SGLang's words; answered 503 + Retry-After)."""
+
+    def __init__(self) -> None:
+        from kit.sglang.http_api import REQUEST_ERRORS
+
+        super().__init__(REQUEST_ERRORS["queue_full"])
 
 
 class ReferenceEngine:
@@ -155,7 +200,14 @@ class ReferenceEngine:
         # a first start on this machine measures how its matmuls run (servers started together: once, after their
         # loads, which would otherwise make every one of them give up on a busy machine and serve fp32)
         gemm_plan(self.target, wait_quiet_s=PLAN_WAIT_S)
-        self.decoder = BatchDecoder(self.target, self.draft, self.params, self.wiring)
+        self.chunked_prefill_size = spec.chunked_prefill_size or DEFAULT_CHUNKED_PREFILL
+        self.decoder = BatchDecoder(
+            self.target, self.draft, self.params, self.wiring, chunked_prefill_size=self.chunked_prefill_size
+        )
+        self.max_queued_requests = spec.max_queued_requests or DEFAULT_MAX_QUEUED
+        # most tokens per request, prompt + output: --context-length, else the target's positions
+        self.context_length = spec.context_length or self.target_config.get("max_position_embeddings")
+        self.vocab_size = self.target_config.get("vocab_size") or len(self.tok)
         self.device = device
         self.step_device = contextlib.nullcontext() if device == "cpu" else torch.device(device)
         self.eos = self.tok.eos_token_id
@@ -184,7 +236,8 @@ class ReferenceEngine:
         ignore_eos: bool = False,
         on_update: Update | None = None,
     ) -> Request:
-        """Queue a request; `on_update` is called on the decode thread after every step that touched it."""
+        """Queue a request; `on_update` is called on the decode thread after every step that gave it tokens
+        (or finished it). Raises QueueFull when --max-queued-requests requests are already waiting."""
         from kit.reference.speculate import Sequence
 
         if not input_ids:
@@ -192,13 +245,26 @@ class ReferenceEngine:
         eos = ([] if ignore_eos or self.eos is None else [self.eos]) + list(stop_token_ids or [])
         r = Request(Sequence(list(input_ids), max_new_tokens, frozenset(eos)), max_new_tokens, on_update)
         with self.cv:
+            if sum(not w.cancelled for w in self.waiting) >= self.max_queued_requests:
+                raise QueueFull()
             self.waiting.append(r)
             self.cv.notify()
         return r
 
     def cancel(self, r: Request) -> None:
-        """Stop decoding `r` (client gone); the loop drops it before its next step."""
+        """Stop decoding `r` (client gone); the loop drops it before its next step (a waiting one at once)."""
         r.cancelled = True
+        with self.cv:
+            if r in self.waiting:
+                self.waiting.remove(r)
+
+    def load(self) -> dict[str, int]:
+        """Requests running and waiting (cancelled ones excluded): what is left once every client has gone."""
+        with self.cv:
+            return {
+                "num_running_reqs": sum(not r.cancelled for r in self.running),
+                "num_queue_reqs": sum(not r.cancelled for r in self.waiting),
+            }
 
     def finish(self, r: Request, tokens: list[int], finish_reason: dict) -> Outcome:
         """End `r` early with `tokens` (a stop string matched): the Outcome as SGLang reports it."""
@@ -233,8 +299,14 @@ class ReferenceEngine:
     # -- the decode loop ------------------------------------------------------------------------
     def _loop(self) -> None:
 
+        steps = 0
         while True:
+            steps += 1
+            if steps % TRIM_EVERY_STEPS == 0:
+                trim_heap()
             with self.cv:
+                if not self.stopping and not self.waiting and not self.running:
+                    trim_heap()  # idle: what the last requests freed goes back
                 while not self.stopping and not self.waiting and not self.running:
                     self.cv.wait()
                 if self.stopping:
@@ -264,11 +336,12 @@ class ReferenceEngine:
                 continue
             now = time.perf_counter()
             for r, toks in zip(batch, emitted):
-                r.t_first = r.t_first or now
+                if toks:
+                    r.t_first = r.t_first or now
                 if r.seq.done and not r.cancelled:
                     r.outcome = self._outcome(r, r.seq.tokens, None)
                     self._account_finished(r.outcome)
-                if r.on_update is not None:
+                if r.on_update is not None and (toks or r.outcome is not None):  # a prompt chunk gives nothing
                     r.on_update(toks, r.outcome)
             if decoding:
                 self._account_step(decoding, now - t0)
@@ -386,8 +459,7 @@ class ReferenceEngine:
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
         g = {
-            "num_running_reqs": len(self.running),
-            "num_queue_reqs": len(self.waiting),
+            **self.load(),
             "gen_throughput": self.gauges["gen_throughput"],
         }
         if self.draft is not None:

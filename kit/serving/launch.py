@@ -69,6 +69,8 @@ class LaunchSpec:
     speculative_draft_attention_backend: str | None = _f("draft attention backend")
     page_size: int | None = _f("KV cache page size")
     max_running_requests: int | None = _f("max concurrent requests")
+    max_queued_requests: int | None = _f("most requests waiting for a slot; past it a request gets 503 + Retry-After")
+    chunked_prefill_size: int | None = _f("most prompt tokens one step prefills, over all requests (-1: no chunking)")
     decode_log_interval: int | None = _f("decode forwards between 'Decode batch' log lines (default 40)")
     enable_metrics: bool = _f("serve Prometheus /metrics", False)
     log_level: str | None = _f("log level")

@@ -19,7 +19,13 @@ spec_accept_rate, spec_num_correct_drafts, spec_num_proposed_drafts,
 spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (stream or not;
 `return_spec_tokens_details` -> sglext.spec_tokens_details). A stream sends one chunk per scheduler
 output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
---stream-interval 1). Greedy only: temperature/top_p are accepted and ignored (logged once).
+--stream-interval 1). Greedy only: temperature/top_p are checked (SGLang's ranges) and ignored (logged once).
+
+Bad input and load: every body goes through kit.serving.validate before any work (a bad one is a 400 naming its
+field, streaming included; a prompt plus max_new_tokens over the context is refused there); past
+--max-queued-requests waiting requests a new one gets 503 with Retry-After; a request whose client disconnects
+(streaming or not) is cancelled in the engine, which drops it before its next step (--chunked-prefill-size keeps
+that step short for a long prompt). GET /get_load: the requests running and waiting.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at runtime
@@ -42,6 +48,11 @@ from kit.serving.decoder import PROTOCOL, Outcome, ReferenceEngine, log
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
 IGNORED_NOTE = "the CPU reference server ignores"
 UNAUTHENTICATED = ("/health", "/health_generate")
+# how often a request waiting for tokens asks whether its client is still connected (well under one decode step)
+DISCONNECT_POLL_S = 0.05
+# what a 503 for a full queue tells the client to wait before it retries
+RETRY_AFTER_S = 1
+ERROR_TYPES = {400: "BadRequestError", 503: "ServiceUnavailableError", 500: "InternalServerError"}
 
 
 @dataclass
@@ -57,9 +68,18 @@ class State:
         self.engine: ReferenceEngine | None = None
         self.warned_sampling = False
 
+    def limits(self):
+        from kit.serving.validate import Limits
 
-class BadRequest(Exception):
-    pass
+        eng = self.engine
+        api = PROTOCOL.api  # the release this server speaks
+        return Limits(
+            eng.context_length, eng.vocab_size, self.cfg.default_max_tokens, api.chat_roles, api.max_stop_strings
+        )
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready; its request was cancelled in the engine."""
 
 
 def _sse(obj) -> bytes:
@@ -82,51 +102,50 @@ class Generation:
     """One request inside the engine, seen from the event loop: an async stream of token updates.
 
     The engine's decode thread hands each step's tokens over with `call_soon_threadsafe`; stop
-    strings are applied here, on the text, and end the request inside the engine too."""
+    strings are applied here, on the text, and end the request inside the engine too. While it waits
+    for tokens it asks the connection every DISCONNECT_POLL_S whether the client is still there; a client
+    that left has its request cancelled (the engine drops it before its next step) and ClientGone raised."""
 
-    def __init__(self, state: State, ids: list[int], sp: dict):
+    def __init__(self, state: State, ids: list[int], req, request=None):
         eng = state.engine
-        if not state.warned_sampling and float(sp.get("temperature") or 0) > 0:
+        if not state.warned_sampling and req.temperature > 0:
             state.warned_sampling = True
             log("reference server: greedy decoding only; temperature/top_p are ignored")
-        n = sp.get("max_new_tokens")
-        n = state.cfg.default_max_tokens if n is None else int(n)
-        if n < 1:
-            raise BadRequest("max_new_tokens must be >= 1")
-        ctx = state.spec.context_length
-        if ctx and len(ids) >= ctx:  # SGLang's tokenizer manager refuses it with these words
-            raise BadRequest(f"The input ({len(ids)} tokens) is longer than the model's context length ({ctx} tokens).")
-        if ctx and n + len(ids) > ctx:
-            raise BadRequest(
-                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested "
-                f"a total of {n + len(ids)} tokens: {len(ids)} tokens from the input messages and {n} tokens for "
-                "the completion. Please reduce the number of tokens in the input messages or the completion to "
-                "fit within the limit."
-            )
-        stops = sp.get("stop") or []
-        self.stops = [stops] if isinstance(stops, str) else list(stops)
-        self.eng, self.ids = eng, list(ids)
+        self.stops = req.stop
+        self.eng, self.ids, self.request = eng, list(ids), request
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.tokens: list[int] = []
         self.outcome: Outcome | None = None
         self.matched: str | None = None
+        self.check_at = 0.0
         self.req = eng.submit(
             self.ids,
-            n,
-            stop_token_ids=sp.get("stop_token_ids") or (),
-            ignore_eos=bool(sp.get("ignore_eos")),
+            req.max_new_tokens,
+            stop_token_ids=req.stop_token_ids,
+            ignore_eos=req.ignore_eos,
             on_update=self._from_engine,
         )
 
     def _from_engine(self, tokens: list[int], outcome: Outcome | None) -> None:  # decode thread
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (tokens, outcome))
 
+    async def _next(self):
+        while True:
+            if self.request is not None and time.monotonic() >= self.check_at:  # at most every DISCONNECT_POLL_S
+                self.check_at = time.monotonic() + DISCONNECT_POLL_S
+                if await self.request.is_disconnected():
+                    raise ClientGone()
+            try:
+                return await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                continue
+
     async def updates(self) -> AsyncIterator[tuple[int, bool]]:
         """Yields (tokens so far, finished) once per engine step; cancels the request if abandoned."""
         try:
             while True:
-                tokens, outcome = await self.queue.get()
+                tokens, outcome = await self._next()
                 if isinstance(outcome, Exception):
                     raise outcome
                 self.tokens += tokens
@@ -172,25 +191,66 @@ class Generation:
         return m
 
 
+def submit_all(state: State, req, request) -> list[Generation]:
+    """Every prompt of `req` into the engine, or none (a full queue cancels the ones already queued)."""
+    gens: list[Generation] = []
+    try:
+        for ids in req.prompts:
+            gens.append(Generation(state, ids, req, request))
+    except BaseException:
+        for g in gens:
+            state.engine.cancel(g.req)
+        raise
+    return gens
+
+
+def error_body(message: str, code: int) -> dict:
+    return {"error": {"message": message, "type": ERROR_TYPES.get(code, "ServerError"), "code": code}}
+
+
 def create_app(state: State):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+    from kit.serving.decoder import QueueFull
+    from kit.serving.validate import generate_request, openai_request
+
     app = FastAPI(title="kit reference server", openapi_url=None, docs_url=None, redoc_url=None)
 
-    @app.middleware("http")
-    async def api_key(request: Request, call_next):
-        key = state.spec.api_key
-        if key and request.url.path not in UNAUTHENTICATED:
-            if request.headers.get("authorization", "") != f"Bearer {key}":
-                return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        if state.engine is None and request.url.path not in UNAUTHENTICATED:
-            return JSONResponse({"error": {"message": "server is starting"}}, status_code=503)
-        return await call_next(request)
+    class Gate:
+        """API key and 'starting' check, as plain ASGI: FastAPI's @app.middleware("http") hands the endpoint a
+        receive channel on which a client's disconnect never shows, so abandoned work could not be stopped."""
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(_request: Request, e: BadRequest):
-        return JSONResponse({"error": {"message": str(e), "type": "BadRequestError"}}, status_code=400)
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            path = scope.get("path", "")
+            if scope["type"] == "http" and path not in UNAUTHENTICATED:
+                key = state.spec.api_key
+                auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+                if key and auth != f"Bearer {key}":
+                    return await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                if state.engine is None:
+                    answer = JSONResponse({"error": {"message": "server is starting"}}, status_code=503)
+                    return await answer(scope, receive, send)
+            await self.app(scope, receive, send)
+
+    app.add_middleware(Gate)
+
+    # the one place a bad request becomes an answer: every check of kit.serving.validate (and the engine's
+    # own input checks) raises KitInputError, answered 400 with its one line
+    @app.exception_handler(KitInputError)
+    async def bad_request(_request: Request, e: KitInputError):
+        return JSONResponse(error_body(str(e), 400), status_code=400)
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(_request: Request, e: QueueFull):
+        return JSONResponse(error_body(str(e), 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_request: Request, _e: ClientGone):
+        return Response(status_code=499)  # nobody reads it: the connection is closed
 
     async def body_of(request: Request) -> dict:
         raw = await request.body()
@@ -198,14 +258,28 @@ def create_app(state: State):
             return {}
         try:
             body = json.loads(raw)
-        except ValueError:
-            raise BadRequest("invalid JSON body")
+        except ValueError as e:
+            raise KitInputError(f"body: invalid JSON ({e})")
         if not isinstance(body, dict):
-            raise BadRequest("the JSON body must be an object")
+            raise KitInputError("body: the JSON body must be an object")
         return body
 
     def stream(chunks: AsyncIterator[bytes]) -> StreamingResponse:
-        return StreamingResponse(chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        async def guarded():
+            # after the 200 and its headers, a failure is one SSE error event (SGLang's shape), then [DONE]
+            try:
+                async for c in chunks:
+                    yield c
+            except ClientGone:
+                return
+            except KitInputError as e:
+                yield _sse(error_body(str(e), 400))
+                yield _sse(b"[DONE]")
+            except Exception as e:  # noqa: BLE001  (the engine's step failed: the client hears why)
+                yield _sse(error_body(f"{type(e).__name__}: {e}", 500))
+                yield _sse(b"[DONE]")
+
+        return StreamingResponse(guarded(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
     @app.get("/health_generate")
@@ -216,6 +290,10 @@ def create_app(state: State):
     @app.get("/server_info")
     async def server_info():
         return state.engine.server_info()
+
+    @app.get("/get_load")
+    async def get_load():
+        return state.engine.load()
 
     @app.get("/v1/models")
     async def models():
@@ -245,24 +323,11 @@ def create_app(state: State):
 
     @app.post("/generate")
     async def generate(request: Request):
-        body = await body_of(request)
-        eng = state.engine
-        sp = dict(body.get("sampling_params") or {})
-        if body.get("input_ids") is not None:
-            prompts = body["input_ids"]
-            batch = bool(prompts) and isinstance(prompts[0], list)
-            prompts = prompts if batch else [prompts]
-        elif body.get("text") is not None:
-            texts = body["text"]
-            batch = isinstance(texts, list)
-            prompts = [eng.tok.encode(t) for t in (texts if batch else [texts])]
-        else:
-            raise BadRequest("give text or input_ids")
-        if body.get("stream"):
-            if batch:
-                raise BadRequest("streaming supports one prompt per request")
-            g = Generation(state, prompts[0], sp)
-            rid = body.get("rid") or uuid.uuid4().hex
+        req = generate_request(await body_of(request), state.engine.tok, state.limits())
+        gens = submit_all(state, req, request)  # submitted together: batched in the engine
+        if req.stream:
+            g = gens[0]
+            rid = req.rid or uuid.uuid4().hex
 
             async def chunks():
                 async for done, finished in g.updates():
@@ -272,53 +337,38 @@ def create_app(state: State):
                 yield _sse(b"[DONE]")
 
             return stream(chunks())
-        gens = [Generation(state, ids, sp) for ids in prompts]  # submitted together: batched in the engine
-        res = []
-        for g in gens:
-            await g.result()
-            res.append(
-                {
-                    "text": g.text(),
-                    "output_ids": g.tokens,
-                    "meta_info": g.meta(body.get("rid") or uuid.uuid4().hex, len(g.tokens), True),
-                }
-            )
-        return res if batch else res[0]
+        try:
+            for g in gens:
+                await g.result()
+        finally:
+            for g in gens:
+                if g.outcome is None:
+                    state.engine.cancel(g.req)
+        res = [
+            {
+                "text": g.text(),
+                "output_ids": g.tokens,
+                "meta_info": g.meta(req.rid or uuid.uuid4().hex, len(g.tokens), True),
+            }
+            for g in gens
+        ]
+        return res if req.batch else res[0]
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await openai(await body_of(request), chat=False)
+        return await openai(request, await body_of(request), chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await openai(await body_of(request), chat=True)
+        return await openai(request, await body_of(request), chat=True)
 
-    async def openai(body: dict, chat: bool):
+    async def openai(request: Request, body: dict, chat: bool):
         eng = state.engine
-        if chat:
-            msgs = body.get("messages") or []
-            if not msgs:
-                raise BadRequest("messages is empty")
-            text = eng.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            ids = eng.tok(text, add_special_tokens=False)["input_ids"]
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-                if len(prompt) != 1:
-                    raise BadRequest("the reference server takes one prompt per request")
-                prompt = prompt[0]
-            ids = prompt if isinstance(prompt, list) else eng.tok.encode(prompt or "")
-        n = body.get("max_completion_tokens") or body.get("max_tokens")
-        sp = {
-            "max_new_tokens": n if n is not None else (None if chat else 16),
-            "temperature": body.get("temperature"),
-            "stop": body.get("stop"),
-            "stop_token_ids": body.get("stop_token_ids"),
-            "ignore_eos": body.get("ignore_eos"),
-        }
-        g = Generation(state, ids, sp)
+        req = openai_request(body, eng.tok, state.limits(), chat)
+        ids = req.prompts[0]
+        g = submit_all(state, req, request)[0]
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        created, model = int(time.time()), body.get("model") or eng.model_name
+        created, model = int(time.time()), req.model or eng.model_name
         obj = "chat.completion" if chat else "text_completion"
 
         def closing() -> tuple[str, str | None, dict, dict]:
@@ -333,10 +383,10 @@ def create_app(state: State):
                 "prompt_tokens_details": None,
             }
             spec = eng.spec_meta(o)
-            ext = {"sglext": {"spec_tokens_details": spec}} if spec and body.get("return_spec_tokens_details") else {}
+            ext = {"sglext": {"spec_tokens_details": spec}} if spec and req.return_spec_tokens_details else {}
             return reason, matched, usage, ext
 
-        if not body.get("stream"):
+        if not req.stream:
             await g.result()
             reason, matched, usage, ext = closing()
             choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
@@ -371,7 +421,7 @@ def create_app(state: State):
                     ch.update(finish_reason=reason, matched_stop=matched)
                 ch.update({"delta": {"content": delta}} if chat else {"text": delta})
                 yield _sse({**head, "choices": [ch], **ext})
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if req.include_usage:
                 yield _sse({**head, "choices": [], "usage": closing()[2]})
             yield _sse(b"[DONE]")
 

@@ -37,6 +37,30 @@ SPEC_FIELD_NAMES: dict[str, tuple[str, ...]] = {
     "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
 }
 
+# SGLang's words for a refused request, the same in every recorded release (str.format fields): the context checks
+# of TokenizerManager._validate_one_request, GenerateReqInput's prompt checks, SamplingParams.verify's ranges, the
+# out-of-vocabulary words of its token_ids_logprob check, and the scheduler's full queue (answered 503)
+REQUEST_ERRORS: dict[str, str] = {
+    "input_too_long": "The input ({n} tokens) is longer than the model's context length ({ctx} tokens).",
+    "over_context": (
+        "Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a total "
+        "of {total} tokens: {n} tokens from the input messages and {new} tokens for the completion. Please reduce "
+        "the number of tokens in the input messages or the completion to fit within the limit."
+    ),
+    "no_prompt": "Either text, input_ids or input_embeds should be provided.",
+    "empty_input_ids": "input_ids cannot be empty.",
+    "out_of_vocab": "contains out-of-vocabulary token id {t}; valid range is [0, {vocab}).",
+    "max_new_tokens": "max_new_tokens must be at least 0, got {v}.",
+    "temperature": "temperature must be a non-negative finite number, got {v}.",
+    "top_p": "top_p must be in (0, 1], got {v}.",
+    "min_p": "min_p must be in [0, 1], got {v}.",
+    "top_k": "top_k must be -1 (disable) or at least 1, got {v}.",
+    "penalty": "{key} must be in [-2, 2], got {v}.",
+    "repetition_penalty": "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {v}.",
+    "stop_count": "at most {most} stop strings are allowed, got {n}",
+    "queue_full": "The request queue is full.",
+}
+
 
 @dataclass(frozen=True)
 class HttpApi:
@@ -62,6 +86,10 @@ class HttpApi:
     verify_calls_metric: str = "sglang:spec_verify_calls"
     # /server_info: internal_states[i][this] is the lifetime accept length
     server_info_accept_length: str = "avg_spec_accept_length"
+    # request checks: the roles a chat message may have (srt/entrypoints/openai/protocol.py), the most stop strings
+    # a request may give (sampling_params.MAX_STOP_COUNT; None: no limit)
+    chat_roles: tuple[str, ...] = ("user", "system", "assistant", "tool", "function", "developer", "latest_reminder")
+    max_stop_strings: int | None = None
 
     def generate_answer(self, obj: dict) -> tuple[int | None, int | None, str | None, str | None]:
         """(completion tokens, prompt tokens, finish reason, text) of one /generate answer or stream chunk:
@@ -93,7 +121,8 @@ def recorded() -> dict[str, HttpApi]:
     """Every recorded release's API (`http_api.json`: the releases whose source was read)."""
     doc = json.loads(TABLE.read_text())
     return {
-        v: HttpApi(v, **{k: x for k, x in rec.items() if not k.startswith("_")}) for v, rec in doc["releases"].items()
+        v: HttpApi(v, **{k: tuple(x) if isinstance(x, list) else x for k, x in rec.items() if not k.startswith("_")})
+        for v, rec in doc["releases"].items()
     }
 
 

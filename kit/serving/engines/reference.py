@@ -37,6 +37,8 @@ REFERENCE_FIELDS = frozenset(
         "decode_log_interval",
         "enable_metrics",
         "max_running_requests",
+        "max_queued_requests",
+        "chunked_prefill_size",
         "log_level",
         "trust_remote_code",
         "context_length",
