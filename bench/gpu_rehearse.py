@@ -156,9 +156,9 @@ def materialise(case: dict, root: Path) -> dict:
 
 
 def seed_rehearsable(inputs: dict) -> str:
-    """The kit's rule (kit.serving.rehearsal.not_rehearsable) on the seed's folders, in rehearsable()'s words."""
+    """The kit's rule (kit.rehearsal.runner.not_rehearsable) on the seed's folders, in rehearsable()'s words."""
     from kit.hf import HFConfig
-    from kit.serving.rehearsal import not_rehearsable
+    from kit.rehearsal.runner import not_rehearsable
     from kit.sglang.cmdline import find_launch
 
     target = Path(inputs["target"])
@@ -191,7 +191,7 @@ def build_jobs(work: Path, family_tp: int) -> list[Job]:
 
 def visible_gpus() -> list[int]:
     """GPU indices this process may give out (CUDA_VISIBLE_DEVICES when set, else nvidia-smi's list)."""
-    from kit.serving.rehearsal import gpu_count
+    from kit.rehearsal.runner import gpu_count
 
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -202,7 +202,7 @@ def visible_gpus() -> list[int]:
 def kit_argv(job: Job, opts) -> list[str]:
     """`python -m kit rehearse` for one job: the user's inputs, its GPUs and ports, the batch's memory settings."""
     from kit import config as kconfig
-    from kit.serving.rehearsal import RehearsalConfig
+    from kit.rehearsal.runner import RehearsalConfig
 
     cfg = RehearsalConfig(
         target=job.inputs["target"],
@@ -260,7 +260,7 @@ def stop_job(job: Job) -> list[int]:
     """Stop a rehearsal that outran its time: SIGTERM then SIGKILL to the kit process's group (its SGLang server
     follows: the supervisor reacts to its parent's death), then kill by pid whatever still carries the
     rehearsal's record in its environment. Returns those pids."""
-    from kit.serving.rehearsal import RECORD_NAME, own_processes
+    from kit.rehearsal.runner import RECORD_NAME, own_processes
 
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
@@ -424,7 +424,7 @@ def main() -> int:
         return 0
     if not opts.work:
         p.error("--work is required")
-    from kit.serving.rehearsal import gpu_memory_used
+    from kit.rehearsal.runner import gpu_memory_used
 
     gpus = visible_gpus()
     if opts.gpus is not None:
@@ -463,7 +463,7 @@ def main() -> int:
         "per batch: every GPU's memory back to its level before the first start",
     )
     if mem_before is not None:
-        from kit.serving.rehearsal import settled_memory
+        from kit.rehearsal.runner import settled_memory
 
         after = settled_memory(mem_before, wait=30)
         summary["gpu_memory_batch"] = {

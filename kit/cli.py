@@ -55,9 +55,9 @@ VERBS: dict[str, tuple[str, str]] = {
         "kit expect --log train.log --speculative-eagle-topk 8 --speculative-num-draft-tokens 32",
     ),
     "train-draft": ("kit.reference.train", "kit train-draft --quick --out drafts/smoke"),
-    "launch": ("kit.serving.launch_verb", 'kit launch --from "$(cat launch.sh)" --dry-run'),
+    "launch": ("kit.launch_verb", 'kit launch --from "$(cat launch.sh)" --dry-run'),
     "serve": (
-        "kit.serving.server",
+        "kit.refserver.server",
         "kit serve --speculative-algorithm EAGLE3 --speculative-draft-model-path ~/drafts/eagle3 --port 30000",
     ),
     "bench": (

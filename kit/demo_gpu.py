@@ -108,9 +108,9 @@ def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: P
 
 def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str | None) -> tuple[dict, dict]:
     """{name: LaunchSpec} for baseline, seed and fixed, and {name: Report}: the checks `kit launch` runs before a
-    start (`kit.serving.preflight.launch_report`: kit doctor's, SGLang's real parser among them)."""
+    start (`kit.preflight.launch_report`: kit doctor's, SGLang's real parser among them)."""
+    from kit.preflight import launch_report
     from kit.serving import launch as kl
-    from kit.serving.preflight import launch_report
     from kit.serving.process import free_port
 
     ports: list[int] = []
@@ -369,8 +369,8 @@ def launch_findings(launch: dict, version: str | None) -> list[dict]:
     """A served launch's findings before its start: as recorded, else its command checked again."""
     if launch.get("lint") is not None:
         return launch["lint"]
+    from kit.preflight import launch_report
     from kit.serving import launch as kl
-    from kit.serving.preflight import launch_report
 
     spec = kl.spec_from_command(launch["command"])
     launch["lint"] = launch_report(spec, sglang_version=version).to_dict()["findings"]

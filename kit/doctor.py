@@ -12,7 +12,7 @@ that cannot be read here is a `launch.path` finding.
 This machine's GPUs, driver, torch and NCCL are probed only with `--probe-env` (the launch will
 run here; a few seconds, imports torch); without it, the launch command's own variables and flags
 are still judged. Info findings are folded under a count unless `--verbose`; every fix is written
-with the paths given here, ready to paste. The checks are gathered by `kit.serving.preflight`
+with the paths given here, ready to paste. The checks are gathered by `kit.preflight`
 (each stage's `doctor_checks(ctx)`, listed in its `PROVIDERS`), the same gathering `kit launch`
 runs before it starts a server.
 
@@ -25,7 +25,7 @@ import argparse
 
 from kit import config as kconfig
 from kit.findings import emit
-from kit.serving.preflight import PROVIDERS, DoctorConfig, DoctorContext, diagnose, diagnose_each
+from kit.preflight import PROVIDERS, DoctorConfig, DoctorContext, diagnose, diagnose_each
 
 __all__ = ["PROVIDERS", "DoctorConfig", "DoctorContext", "diagnose", "diagnose_each", "add_arguments", "run"]
 

@@ -7,8 +7,8 @@ T and D may be Hugging Face ids (`--revision`, `--draft-revision`), resolved as 
 
 Builds a miniature of the target (config.json only, dummy-loaded) and of the draft (the user's tensor names
 and dtypes, random values, its real config.json with shrunk widths), rewrites the user's launch (each change
-listed with its reason; kit.serving.rehearsal) and, unless `--dry-run`, starts real SGLang on it with the
-kit's recorder on PYTHONPATH (kit.serving.rehearsal_hooks), sends a few requests by input_ids, stops it and
+listed with its reason; kit.rehearsal.runner) and, unless `--dry-run`, starts real SGLang on it with the
+kit's recorder on PYTHONPATH (kit.rehearsal.hooks), sends a few requests by input_ids, stops it and
 checks GPU memory went back. What it saw is mapped to doctor's finding codes and each is marked confirmed /
 refuted / new against doctor's static verdict on the *original* files. `--dry-run` runs on any machine.
 Writes DIR/plan.json, DIR/record.jsonl (the recorder's lines) and DIR/report.json.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.serving.rehearsal import (
+from kit.rehearsal.runner import (
     RehearsalConfig,
     compare,
     observed_facts,

@@ -3,8 +3,9 @@
 Layers, lowest first (a module may import its own layer or lower ones, never higher):
     base (kit.findings, kit.config, kit.models, kit.prompts)
     kit.sglang (with kit.venvs, the side environments its real parser runs in)
-    -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.measure
-    top (kit.cli, kit.doctor, kit.demo, kit.summary, kit.__main__)
+    -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
+    -> kit.measure
+    top (kit.cli, kit.doctor, kit.preflight, kit.launch_verb, kit.rehearse, kit.demo, kit.summary, kit.__main__)
 
 Run: python -m pytest tests/test_architecture.py
 """
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "measure"]
+LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "refserver", "rehearsal", "measure"]
 BASE = {"kit", "kit.findings", "kit.config", "kit.hf", "kit.models", "kit.prompts"}
 # side environments are built from the SGLang release tables: they share the kit.sglang layer
 SAME_AS = {"kit.venvs": "kit.sglang"}
@@ -86,7 +87,7 @@ def test_no_import_cycles():
 
 def test_runtime_never_imports_checks():
     """Checks (`*.checks`, doctor) judge runtime facts; runtime modules must not depend on them."""
-    verbs = {"kit.serving.launch_verb", "kit.doctor", "kit.demo", "kit.cli"}
+    verbs = {"kit.launch_verb", "kit.doctor", "kit.demo", "kit.cli"}
     bad = [
         f"{m} -> {d}"
         for m, ds in graph().items()

@@ -1,4 +1,4 @@
-"""kit.measure.bench + kit.measure.sweep's real launcher against the kit's CPU reference server (kit.serving.server):
+"""kit.measure.bench + kit.measure.sweep's real launcher against the kit's CPU reference server (kit.refserver.server):
 real greedy EAGLE-3 decoding of the embedded SmolLM2 with the shipped demo draft, started through
 kit.serving.launch + kit.serving.process exactly as a sweep point is.
 

@@ -87,11 +87,11 @@ REHEARSAL_RELEASE = "0.5.17"  # the SGLang release the GPU rehearsals run (bench
 
 def rehearsable(case: dict[str, Any]) -> str:
     """Whether `kit rehearse` can run this case: its launch and target are what SGLang can start as written
-    (kit.serving.rehearsal.not_rehearsable) and its target and draft have a miniature (kit.serving.miniature)."""
+    (kit.rehearsal.runner.not_rehearsable) and its target and draft have a miniature (kit.rehearsal.miniature)."""
     from kit.findings import KitInputError
     from kit.hf import HFConfig
-    from kit.serving.miniature import miniature_draft_config, miniature_target
-    from kit.serving.rehearsal import not_rehearsable
+    from kit.rehearsal.miniature import miniature_draft_config, miniature_target
+    from kit.rehearsal.runner import not_rehearsable
     from kit.sglang.cmdline import find_launch
 
     tcfg = case.get("target_config") or load_configs()[case["target"]]["config"]

@@ -1,4 +1,4 @@
-"""kit.serving.miniature on the corpus's real target and draft configs: shrunk consistently, divisible for TP,
+"""kit.rehearsal.miniature on the corpus's real target and draft configs: shrunk consistently, divisible for TP,
 the preserved fields preserved, and SGLang's loader (the kit's replay) saying of the miniature draft exactly what
 it says of the original header.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_corpus import load_configs, weight_spec, write_sparse_safetensors
 
-from kit.serving.miniature import miniature_target, write_miniature_draft, write_miniature_target
+from kit.rehearsal.miniature import miniature_target, write_miniature_draft, write_miniature_target
 
 # (family, target config, draft config, the exporter's weight layout)
 PAIRS = [

@@ -240,7 +240,7 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
 
 def load_engine_target(target, dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer) for code that runs the target's modules through `RaggedTarget` and never calls its
-    forward (the decode engine `kit.serving.decoder`, the oracle): on a CPU, `load_llama` when it covers the target (a
+    forward (the decode engine `kit.refserver.decoder`, the oracle): on a CPU, `load_llama` when it covers the target (a
     server start then imports no transformers model code), else `kit.models.load_target`. On a GPU the start
     is not what a run waits for, and the CUDA-graph engine keeps transformers' modules."""
     from kit.models import load_target, load_tokenizer, resolve_target

@@ -1,6 +1,6 @@
 """Speculative decoding as SGLang's EAGLE worker does it — one implementation, batched, any device.
 
-Used by the CPU reference server (kit.serving.decoder), the oracle (kit.reference.oracle: draft
+Used by the CPU reference server (kit.refserver.decoder), the oracle (kit.reference.oracle: draft
 trees and the acceptance walk) and the benchmarks.
 
 * Drafting (`draft_trees`): SGLang's `eagle_worker_v2.draft_forward` +

@@ -1,5 +1,5 @@
-"""Notebook 04: a launch line as a typed spec, its checks, the server process, its logs, the CPU reference server.
+"""Notebook 04: a launch line as a typed spec, its checks, the server process and its logs, the serving engines.
 
-`python -m kit launch` lints and starts SGLang (or the reference server) through `kit.serving.process`;
-`python -m kit serve` is the reference server itself.
+`kit launch` (`kit.launch_verb`) lints and starts SGLang (or the kit's CPU reference server, `kit.refserver`)
+through `kit.serving.process`; the rehearsal (`kit.rehearsal`) runs a launch in miniature on real SGLang.
 """

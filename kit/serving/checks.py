@@ -149,7 +149,7 @@ def remote_processor_findings(
         return []
     import json
 
-    from kit.serving.miniature import PROCESSOR_FILES, STAND_IN_PROCESSORS
+    from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
     from kit.sglang.loader import processor_archs
 
     version = sglang_version or default_release()
@@ -437,7 +437,7 @@ def lint(
 
 
 def doctor_checks(ctx) -> list[Finding]:
-    """`kit doctor --launch` (and `kit launch`, through `kit.serving.preflight`): the launch findings, with
+    """`kit doctor --launch` (and `kit launch`, through `kit.preflight`): the launch findings, with
     --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory).
 
     `aux.algorithm` (with a draft config) and `env.nccl_var` are left to the wiring and environment

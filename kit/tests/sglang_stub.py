@@ -2,7 +2,7 @@
 
 Why a stub: the bench client must be tested on its protocol handling (streaming, meta_info spec
 fields, /flush_cache, /metrics, /server_info, OpenAI endpoints, failures) in milliseconds, with
-exact known answers. Real servers are tested elsewhere: the CPU reference server (kit.serving.server)
+exact known answers. Real servers are tested elsewhere: the CPU reference server (kit.refserver.server)
 and llama-cpp-python's OpenAI server (tests/test_llamacpp_server.py).
 
 It mimics SGLang 0.5.23's HTTP API: `/generate` (SSE stream with a

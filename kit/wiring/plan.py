@@ -1,6 +1,6 @@
 """The wiring SGLang gives a draft under a launch: algorithm, aux capture on/off, capture points, dropped keys.
 
-This is runtime knowledge, used by the CPU reference server (kit.serving.decoder), the probe and the
+This is runtime knowledge, used by the CPU reference server (kit.refserver.decoder), the probe and the
 oracle; the static checks (kit.wiring.checks) import it, never the reverse.
 
     from kit.wiring.plan import wiring_from_launch

@@ -1,12 +1,12 @@
-"""The kit's CPU reference server as a serving engine: `python -m kit serve` (`kit.serving.server`).
+"""The kit's CPU reference server as a serving engine: `python -m kit serve` (`kit.refserver.server`).
 
 It speaks SGLang's HTTP API, log format and flag names, so it is the SGLang engine with three
 differences: it takes only the flags it implements (`REFERENCE_FIELDS`; the others are dropped, and
 `kit launch` says so), it runs on this machine (its paths must exist here), and a launch with error
 findings still starts (the server ignores the flags they are about).
 
-This object is the one home of the protocol both sides speak: the server (`kit.serving.server`,
-`kit.serving.decoder`) writes its /metrics names (`metric_name`), its /server_info accept-length field
+This object is the one home of the protocol both sides speak: the server (`kit.refserver.server`,
+`kit.refserver.decoder`) writes its /metrics names (`metric_name`), its /server_info accept-length field
 (`api.server_info_accept_length`) and its failed-load line (`error_line`) from here, and the measuring side
 reads them back through the same object, so one change moves both.
 """

@@ -28,7 +28,7 @@ from kit.checkpoint.random_draft import write_random_draft
 from kit.checkpoint.safetensors_io import WriteEntry, read_checkpoint, write_stream
 from kit.cli import main
 from kit.findings import KitInputError
-from kit.serving.preflight import DoctorConfig, diagnose
+from kit.preflight import DoctorConfig, diagnose
 from kit.tests.checkpoint.test_checkpoint import TINY
 
 TARGET_ID, DRAFT_ID = "acme/tiny-target", "acme/tiny-eagle3"
@@ -458,8 +458,8 @@ def test_rehearse_dry_run_takes_hub_ids(local, tmp_path, capsys):
     plan = json.loads((out / "plan.json").read_text())
     assert "--speculative-draft-model-revision" not in plan["argv"]  # the miniatures are local folders
     with pytest.raises(KitInputError, match="HF_HUB_OFFLINE"):
+        from kit.rehearsal.runner import RehearsalConfig
         from kit.rehearse import rehearse
-        from kit.serving.rehearsal import RehearsalConfig
 
         rehearse(RehearsalConfig(target="acme/absent", draft=DRAFT_ID, launch_file=str(f), out=str(out), dry_run=True))
 

@@ -1,4 +1,4 @@
-"""`kit launch` checks before it starts: the checks of `kit doctor` (one gathering, `kit.serving.preflight`),
+"""`kit launch` checks before it starts: the checks of `kit doctor` (one gathering, `kit.preflight`),
 the kit's names resolved as the notebooks resolve them, paths that must exist, a refusal unless `--force`.
 
 Tiny target config + random EAGLE-3 draft written in code; SGLang's real parser made unavailable (its
@@ -12,8 +12,8 @@ import pytest
 
 from kit.checkpoint.random_draft import write_random_draft
 from kit.cli import main
+from kit.preflight import DoctorConfig, diagnose, launch_report
 from kit.serving.launch import LaunchSpec
-from kit.serving.preflight import DoctorConfig, diagnose, launch_report
 from kit.tests.checkpoint.test_checkpoint import TINY
 
 SHORT = {"max_position_embeddings": 64}  # the target serves 128 positions
@@ -173,7 +173,7 @@ def test_probe_env_as_doctor_probes_it(tmp_path, capsys, monkeypatch):
 
 
 def test_diagnose_each_runs_the_parser_once_for_every_launch(target, tmp_path, monkeypatch):
-    from kit.serving.preflight import diagnose_each
+    from kit.preflight import diagnose_each
     from kit.sglang import parser
 
     calls = []

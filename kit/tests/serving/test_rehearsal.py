@@ -1,4 +1,4 @@
-"""kit.serving.rehearsal / rehearsal_hooks on CPU: the launch adjustment, the recorder's patching against stand-in
+"""kit.rehearsal.runner / kit.rehearsal.hooks on CPU: the launch adjustment, the recorder's patching against stand-in
 SGLang classes (written after 0.5.17's llama_eagle3.py, minimax_m3.py and qwen2_moe.py), the import hook in a
 real child interpreter, and the record -> findings mapping against doctor's verdict.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from kit.findings import Finding, KitInputError
-from kit.serving import rehearsal_hooks as hooks
-from kit.serving.rehearsal import adjust_launch, compare, observed_facts, observed_findings, read_record
+from kit.rehearsal import hooks
+from kit.rehearsal.runner import adjust_launch, compare, observed_facts, observed_findings, read_record
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -395,8 +395,8 @@ def test_read_record_tolerates_a_torn_line(tmp_path):
 def test_rehearse_dry_run_writes_the_miniatures_and_the_plan(tmp_path, monkeypatch):
     from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
     from kit.checkpoint.safetensors_io import read_checkpoint
+    from kit.rehearsal.runner import RehearsalConfig
     from kit.rehearse import rehearse
-    from kit.serving.rehearsal import RehearsalConfig
 
     monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
     monkeypatch.setenv("KIT_SGLANG_PYTHON", sys.executable)
@@ -508,7 +508,7 @@ def test_the_release_is_read_from_a_bundle_without_package_metadata(tmp_path, mo
 def test_the_not_rehearsable_rule_reads_the_importable_sglang_offline(tmp_path, monkeypatch):
     """A GPU host with a fresh cache and no network: the rules come from the SGLang the rehearsal will launch."""
     from kit.hf import HFConfig
-    from kit.serving.rehearsal import not_rehearsable
+    from kit.rehearsal.runner import not_rehearsable
     from kit.sglang import loader
     from kit.sglang.cmdline import find_launch
 
@@ -572,8 +572,8 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 def _fake_plan(tmp_path, crash: bool, slow: bool = False, timeout: float = 30):
+    from kit.rehearsal.runner import RehearsalConfig, RehearsalPlan
     from kit.serving.process import free_port
-    from kit.serving.rehearsal import RehearsalConfig, RehearsalPlan
 
     site = tmp_path / "site"
     site.mkdir()
@@ -589,7 +589,7 @@ def _fake_plan(tmp_path, crash: bool, slow: bool = False, timeout: float = 30):
 
 
 def test_run_starts_asks_by_input_ids_stops_and_maps_what_it_recorded(tmp_path):
-    from kit.serving.rehearsal import run_rehearsal
+    from kit.rehearsal.runner import run_rehearsal
 
     result = run_rehearsal(_fake_plan(tmp_path, crash=False))
     assert result["started"] and [r["status"] for r in result["requests"]] == [200, 200]
@@ -599,7 +599,7 @@ def test_run_starts_asks_by_input_ids_stops_and_maps_what_it_recorded(tmp_path):
 
 
 def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
-    from kit.serving.rehearsal import run_rehearsal
+    from kit.rehearsal.runner import run_rehearsal
 
     result = run_rehearsal(_fake_plan(tmp_path, crash=True))
     assert not result["started"] and "too many values to unpack" in result["exit"]
@@ -608,7 +608,7 @@ def test_run_of_a_server_that_crashes_names_the_fault_from_its_log(tmp_path):
 
 def test_a_server_still_starting_at_the_limit_is_a_timeout_not_a_verdict(tmp_path):
     from kit.findings import Finding
-    from kit.serving.rehearsal import TIMEOUT, run_rehearsal
+    from kit.rehearsal.runner import TIMEOUT, run_rehearsal
 
     result = run_rehearsal(_fake_plan(tmp_path, crash=False, slow=True, timeout=3))
     assert not result["started"] and result["timed_out"]["after_s"] == 3
@@ -621,7 +621,7 @@ def test_a_server_still_starting_at_the_limit_is_a_timeout_not_a_verdict(tmp_pat
 
 
 def test_cuda_graphs_are_captured_up_to_the_rehearsals_batch_only():
-    from kit.serving.rehearsal import GRAPH_BS
+    from kit.rehearsal.runner import GRAPH_BS
     from kit.sglang.flags import resolve_flags
 
     _, argv, changes, _ = _adjust(tp=1)
@@ -665,7 +665,7 @@ def test_rehearsals_side_by_side_get_their_own_ports_gpus_and_a_capped_kv_pool()
 
 def test_tp_is_the_launchs_capped_at_the_gpus_given(tmp_path):
     from kit.checkpoint.random_draft import SMOLLM2, write_random_draft
-    from kit.serving.rehearsal import RehearsalConfig, plan_rehearsal
+    from kit.rehearsal.runner import RehearsalConfig, plan_rehearsal
 
     target = tmp_path / "target"
     target.mkdir()
@@ -698,7 +698,7 @@ def _case_dir(tmp_path, launch: str) -> dict:
 
 
 def test_the_server_gets_only_the_variables_the_users_launch_gives_it(tmp_path):
-    from kit.serving.rehearsal import RehearsalConfig, plan_rehearsal
+    from kit.rehearsal.runner import RehearsalConfig, plan_rehearsal
 
     kw = _case_dir(
         tmp_path,
@@ -715,7 +715,7 @@ def test_the_server_gets_only_the_variables_the_users_launch_gives_it(tmp_path):
 def test_the_own_end_check_finds_the_servers_processes_by_their_record_and_sees_them_gone(tmp_path):
     from dataclasses import replace
 
-    from kit.serving.rehearsal import run_rehearsal
+    from kit.rehearsal.runner import run_rehearsal
 
     plan = _fake_plan(tmp_path, crash=False)
     plan.config = replace(plan.config, end_check="own")
@@ -767,7 +767,7 @@ def test_a_bundle_installed_sglang_gets_the_bundles_flags_without_being_asked(tm
 
 def test_what_sglang_cannot_start_as_written_is_not_rehearsable(tmp_path):
     from kit.findings import KitInputError
-    from kit.serving.rehearsal import RehearsalConfig, not_rehearsable, plan_rehearsal
+    from kit.rehearsal.runner import RehearsalConfig, not_rehearsable, plan_rehearsal
     from kit.sglang.cmdline import find_launch
 
     launch = "python3 -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3\n"
@@ -810,8 +810,8 @@ def test_disaggregation_and_deepep_are_dropped_with_a_reason():
 
 
 def test_a_multimodal_target_carries_its_processor_files_or_the_kits_stand_in(tmp_path):
-    from kit.serving.miniature import MiniTarget, missing_processor, write_miniature_target
-    from kit.serving.rehearsal import not_rehearsable
+    from kit.rehearsal.miniature import MiniTarget, missing_processor, write_miniature_target
+    from kit.rehearsal.runner import not_rehearsable
     from kit.sglang.cmdline import find_launch
     from kit.sglang.loader import processor_archs
 
@@ -846,7 +846,8 @@ def test_the_stand_in_processor_is_what_sglangs_kimi_wrapper_reads(tmp_path):
 
     from transformers import AutoProcessor
 
-    from kit.serving.miniature import STAND_IN_PROCESSORS, write_stand_in_processor
+    from kit.checkpoint.processors import STAND_IN_PROCESSORS
+    from kit.rehearsal.miniature import write_stand_in_processor
     from kit.sglang.source import source_text
 
     out = tmp_path / "target"

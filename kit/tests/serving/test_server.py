@@ -36,7 +36,7 @@ def target(pair):
 
 @pytest.fixture(scope="module")
 def srv3(pair):
-    from kit.serving.server import load_engine, make_server
+    from kit.refserver.server import load_engine, make_server
 
     spec = LaunchSpec(
         model_path=str(pair[0]),
@@ -251,7 +251,7 @@ def _up(port: int) -> bool:
 
 
 def test_context_length_is_enforced_with_sglangs_words(pair):
-    from kit.serving.server import load_engine, make_server
+    from kit.refserver.server import load_engine, make_server
 
     spec = LaunchSpec(model_path=str(pair[0]), port=free_port(), context_length=12)
     server, state = make_server(spec)

@@ -31,7 +31,7 @@ def pair(tmp_path_factory):
 
 @contextlib.contextmanager
 def serving(pair, **kw):
-    from kit.serving.server import load_engine, make_server
+    from kit.refserver.server import load_engine, make_server
 
     spec = LaunchSpec(
         model_path=str(pair[0]),
@@ -244,7 +244,7 @@ def test_client_that_leaves_has_its_work_stopped(srv, stream):
 
 def test_cancel_mid_prefill_stops_within_a_chunk(pair):
     """A request cancelled while its prompt is prefilled chunk by chunk leaves the batch before its next chunk."""
-    from kit.serving.decoder import ReferenceEngine
+    from kit.refserver.decoder import ReferenceEngine
 
     spec = LaunchSpec(model_path=str(pair[0]), chunked_prefill_size=4, max_running_requests=2)
     eng = ReferenceEngine(spec)

@@ -130,8 +130,8 @@ def test_only_eagle_launches_and_unforced_targets_are_judged():
 
 def test_kit_doctor_and_the_launch_preflight_report_it(tmp_path, monkeypatch):
     from kit.checkpoint.random_draft import write_random_draft
+    from kit.preflight import launch_report
     from kit.serving.launch import LaunchSpec
-    from kit.serving.preflight import launch_report
     from kit.tests.checkpoint.test_checkpoint import TINY
 
     monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path / "venvs"))  # no side parser: the recorded flag table judges
@@ -155,7 +155,7 @@ def test_kit_doctor_and_the_launch_preflight_report_it(tmp_path, monkeypatch):
 
 
 def test_a_rehearsal_crash_on_mixed_dtypes_is_named_draft_dtype():
-    from kit.serving.rehearsal import observed_findings
+    from kit.rehearsal.runner import observed_findings
 
     text = "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16"
     (f,) = observed_findings({"started": False, "exit": text})

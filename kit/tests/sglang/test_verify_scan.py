@@ -78,8 +78,8 @@ def test_launch_check_names_it_as_an_error():
 
 def test_reference_server_refuses_the_same_values_with_the_same_line(capsys):
     from kit.cli import main
+    from kit.refserver.server import check_params
     from kit.serving.launch import LaunchSpec
-    from kit.serving.server import check_params
 
     spec = LaunchSpec(
         speculative_algorithm="EAGLE3",

@@ -1,6 +1,6 @@
 """The one gathering of the static checks: what `kit doctor` reports and what `kit launch` checks before it starts.
 
-    from kit.serving.preflight import DoctorConfig, diagnose, launch_report
+    from kit.preflight import DoctorConfig, diagnose, launch_report
     diagnose(DoctorConfig(target=T, draft=D, launch=CMD))          # kit doctor
     launch_report(spec, engine="sglang")                            # kit launch (and --dry-run)
 

@@ -5,7 +5,7 @@
 
 The spec is `kit.serving.launch.LaunchSpec` (`embedded` and the `demo` draft resolved as the notebooks
 resolve them), the findings those of `kit doctor` for that target, draft and launch
-(`kit.serving.preflight.launch_report`, one gathering for both verbs) plus whether its paths exist here;
+(`kit.preflight.launch_report`, one gathering for both verbs) plus whether its paths exist here;
 an error finding stops the start (exit 1, the findings printed) unless `--force`. The process is
 `kit.serving.process.ServerProcess` (its own process group, no orphans).
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
+from kit.preflight import launch_report
 from kit.serving.engines import ENGINES, get_engine
 from kit.serving.launch import FIELDS, LaunchSpec, resolve_local, spec_from_command
-from kit.serving.preflight import launch_report
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = (cfg.sglang_version or default_release()) if cfg.bundle else None
     spec = resolve_local(spec_from_namespace(args), cfg.engine, log=_note, bundle=bundle)
     if get_engine(cfg.engine).runs_here and not cfg.dry_run:
-        from kit.serving.server import check_paths
+        from kit.refserver.server import check_paths
 
         check_paths(spec)  # the engine runs here: its paths must exist before it starts
     report = launch_report(

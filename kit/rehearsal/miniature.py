@@ -20,7 +20,7 @@ never fills) and its real `config.json`. Only widths shrink, consistently:
 
 Quantization is kept where SGLang dummy-loads it (`KEEP_QUANT`), else dropped, with a note either way.
 
-    from kit.serving.miniature import miniature_target, write_miniature_draft
+    from kit.rehearsal.miniature import miniature_target, write_miniature_draft
     mini = miniature_target(json.load(open("config.json")), tp=2)      # .config, .sizes, .notes
     write_miniature_draft("DRAFT_DIR", "OUT/draft", mini)              # header-driven, no tensor read
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
 from kit.findings import KitInputError
 from kit.hf import HFConfig
 
@@ -374,30 +375,6 @@ COPIED_FILES = (
     "chat_template.json",
     "chat_template.jinja",
 )
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
-# multimodal targets whose processor SGLang's startup accepts from the kit's stand-in (stand_in_processor.py), with
-# what the vendor's processor carries that SGLang's wrapper of that class reads: the media placeholder token and
-# Kimi-K2.5's `media_proc_cfg` (its preprocessor_config.json; KimiK2_5VLImageProcessor.__init__ copies the keys)
-STAND_IN_PROCESSORS: dict[str, dict[str, Any]] = {
-    "KimiK25ForConditionalGeneration": {
-        # the vendor's processor and tokenizer are remote code (kimi_k25_processor.py, tokenization_kimi.py):
-        # without --trust-remote-code AutoProcessor refuses them, and so does it the stand-in
-        "vendor_remote_code": True,
-        "media_token": "<|media_pad|>",
-        "media_proc_cfg": {
-            "patch_size": 14,
-            "merge_kernel_size": 2,
-            "in_patch_limit": 16384,
-            "patch_limit_on_one_side": 512,
-            "fixed_output_tokens": None,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "in_patch_limit_each_frame": 4096,
-            "temporal_merge_kernel_size": 4,
-            "sample_fps": 2.0,
-        },
-    },
-}
 STAND_IN_MODULE = "kit_stand_in_processor"  # the module's name in the miniature folder (auto_map names it)
 
 

@@ -1,12 +1,12 @@
 """A dress rehearsal's runtime: the user's launch adjusted to the miniature, run on real SGLang, recorded.
 
-`plan_rehearsal` builds the miniatures (kit.serving.miniature) and rewrites the user's own launch: their flags
+`plan_rehearsal` builds the miniatures (kit.rehearsal.miniature) and rewrites the user's own launch: their flags
 and environment, with only what a rehearsal must change, each change listed with its reason (paths to the
 miniatures, `--load-format dummy --skip-tokenizer-init` for the target, `--speculative-draft-load-format auto`
 where the release has that flag so the draft goes through SGLang's real loader, TP kept when the host has the
 GPUs else TP1, the memory fraction, host/port, the recorder on PYTHONPATH). `run_rehearsal` starts it through
 kit.serving.process (no orphans), sends a few requests by `input_ids` (no tokenizer), stops it and checks GPU
-memory went back to its starting level. `read_record` merges what kit.serving.rehearsal_hooks wrote;
+memory went back to its starting level. `read_record` merges what kit.rehearsal.hooks wrote;
 `observed_findings` turns that record into the kit's finding codes and `compare` marks each confirmed /
 refuted / new against doctor's static verdict.
 
@@ -206,7 +206,7 @@ def gpu_apps() -> dict[int, int] | None:
 def own_processes(record: str) -> list[int]:
     """PIDs of the live processes of one rehearsal: their environment names its record (the server gets
     KIT_REHEARSAL_RECORD; SGLang's scheduler and detokenizer processes inherit it)."""
-    from kit.serving.rehearsal_hooks import RECORD_ENV
+    from kit.rehearsal.hooks import RECORD_ENV
 
     tag = f"{RECORD_ENV}={record}".encode()
     pids = []
@@ -250,7 +250,8 @@ def not_rehearsable(target_config: HFConfig, found, version: str, target_dir: Pa
             f"the launch holds unfilled placeholders ({', '.join(placeholders)}): a shell reads each as two "
             "redirections, so the flags before them take the next words; fill them in"
         )
-    from kit.serving.miniature import STAND_IN_PROCESSORS, missing_processor
+    from kit.checkpoint.processors import STAND_IN_PROCESSORS
+    from kit.rehearsal.miniature import missing_processor
 
     lacking = missing_processor(target_config, target_dir, version) - STAND_IN_PROCESSORS.keys()
     if lacking:
@@ -437,8 +438,8 @@ def _drop(args: list[str], opt: str) -> list[str]:
 
 def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPlan:
     """Build the miniatures under cfg.out and the adjusted launch (nothing is started)."""
-    from kit.serving.miniature import (
-        STAND_IN_PROCESSORS,
+    from kit.checkpoint.processors import STAND_IN_PROCESSORS
+    from kit.rehearsal.miniature import (
         miniature_target,
         missing_processor,
         write_miniature_draft,
@@ -484,7 +485,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     stand_in_note = write_stand_in_processor(tdir, stand_in) if stand_in else None
     write_miniature_draft(dpath, ddir, mini)
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("rehearsal_hooks.py"), site / "sitecustomize.py")
+    shutil.copyfile(Path(__file__).with_name("hooks.py"), site / "sitecustomize.py")
     record = out / RECORD_NAME
     port = port or cfg.port or free_port()
     from kit.sglang.bundle import RELEASES, installed_bundle_flags

@@ -5,7 +5,7 @@ any work is queued: types, an empty prompt, token ids outside the vocabulary, sa
 SGLang's ranges (`SamplingParams.verify`, in its words), unknown chat roles, and admission by context
 (SGLang's `TokenizerManager._validate_one_request`: a prompt as long as the context, or a prompt plus
 `max_new_tokens` beyond it, is refused with SGLang's message). The words, chat roles and stop-string limit are
-SGLang's facts, read from `kit.sglang.http_api`. kit.serving.server answers every KitInputError with a 400
+SGLang's facts, read from `kit.sglang.http_api`. kit.refserver.server answers every KitInputError with a 400
 carrying the message, so the KV cache a request will need (prompt + max_new_tokens) is bounded by the context
 before it is admitted.
 

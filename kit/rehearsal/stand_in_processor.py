@@ -10,7 +10,7 @@ folder's tokenizer.json (a few words) and processor_config.json. A rehearsal sen
 processes an image; asked to, it says so.
 
 It is standalone (Transformers only): `transformers.dynamic_module_utils` imports it from the miniature's folder.
-Written by kit.serving.miniature.write_stand_in_processor; never imported by the kit itself.
+Written by kit.rehearsal.miniature.write_stand_in_processor; never imported by the kit itself.
 """
 
 import json

@@ -7,7 +7,7 @@
 Takes SGLang's flag names and semantics (the same `kit.serving.launch.LaunchSpec`; flags it cannot
 honour, like --tp-size, are logged and ignored), so `--speculative-algorithm EAGLE` with an EAGLE-3
 draft runs without aux capture exactly as SGLang does and the seed's accept length ~1 reproduces on a
-laptop. Decoding is real and batched (kit.serving.decoder: one decode loop, continuous batching, greedy
+laptop. Decoding is real and batched (kit.refserver.decoder: one decode loop, continuous batching, greedy
 verification, so each request's output == the target's plain greedy output).
 
 Endpoints: GET /health, /health_generate (503 while loading), /get_server_info and /server_info
@@ -21,7 +21,7 @@ spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (s
 output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
 --stream-interval 1). Greedy only: temperature/top_p are checked (SGLang's ranges) and ignored (logged once).
 
-Bad input and load: every body goes through kit.serving.validate before any work (a bad one is a 400 naming its
+Bad input and load: every body goes through kit.refserver.validate before any work (a bad one is a 400 naming its
 field, streaming included; a prompt plus max_new_tokens over the context is refused there); past
 --max-queued-requests waiting requests a new one gets 503 with Retry-After; a request whose client disconnects
 (streaming or not) is cancelled in the engine, which drops it before its next step (--chunked-prefill-size keeps
@@ -43,7 +43,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.serving.decoder import PROTOCOL, Outcome, ReferenceEngine, log
+from kit.refserver.decoder import PROTOCOL, Outcome, ReferenceEngine, log
 
 HELP = "CPU reference server with SGLang's HTTP API and speculative flags (EAGLE/EAGLE3)"
 IGNORED_NOTE = "the CPU reference server ignores"
@@ -69,7 +69,7 @@ class State:
         self.warned_sampling = False
 
     def limits(self):
-        from kit.serving.validate import Limits
+        from kit.refserver.validate import Limits
 
         eng = self.engine
         api = PROTOCOL.api  # the release this server speaks
@@ -212,8 +212,8 @@ def create_app(state: State):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-    from kit.serving.decoder import QueueFull
-    from kit.serving.validate import generate_request, openai_request
+    from kit.refserver.decoder import QueueFull
+    from kit.refserver.validate import generate_request, openai_request
 
     app = FastAPI(title="kit reference server", openapi_url=None, docs_url=None, redoc_url=None)
 
@@ -238,7 +238,7 @@ def create_app(state: State):
 
     app.add_middleware(Gate)
 
-    # the one place a bad request becomes an answer: every check of kit.serving.validate (and the engine's
+    # the one place a bad request becomes an answer: every check of kit.refserver.validate (and the engine's
     # own input checks) raises KitInputError, answered 400 with its one line
     @app.exception_handler(KitInputError)
     async def bad_request(_request: Request, e: KitInputError):
