@@ -177,7 +177,7 @@ def bench_serving_status() -> dict:
 
     py = venv_python("sglang-0.5.23")
     if not py.exists():
-        return {"ran": False, "why": "SGLang side venv not built (kit.venvs.ensure_venv('sglang-0.5.23'))"}
+        return {"ran": False, "why": "SGLang side venv not built (python -m kit.sglang.releases --side-env 0.5.23)"}
     r = subprocess.run([str(py), "-c", "import sglang.bench_serving"], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]

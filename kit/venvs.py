@@ -30,7 +30,8 @@ machine under load ~10 (2026-11-30): 180-233 s per SGLang release, speculators 2
     py = ensure_venv("sglang-" + DEFAULT_RELEASE)   # path of that venv's python; built once, cached
     subprocess.run([py, "-c", "import sglang"])
 
-Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs NAME...` builds them.
+Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs speculators` builds that one;
+`python -m kit.sglang.releases --side-env V` builds SGLang V's.
 """
 
 from __future__ import annotations
@@ -88,16 +89,15 @@ _SGLANG = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:\.post\d+|rc\d+)?)$")
 FAILED_TTL_S = 3600
 
 
-def recipe(name: str) -> tuple[list[list[str]], str]:
-    """(pip install steps, import check) of a side environment."""
+def recipe(name: str, pins: dict[str, str] | None = None) -> tuple[list[list[str]], str]:
+    """(pip install steps, import check) of a side environment. `pins` ({distribution: version}): for
+    `sglang-V`, exactly what that release's parser imported when its table was derived (the caller,
+    `kit.sglang.parser.side_python`, reads them from the release's table): installed without a resolver run."""
     m = _SGLANG.match(name)
     if m:
-        from kit.sglang.flags import recorded_closure
-
-        closure = recorded_closure(m.group(1))
-        if closure:  # exactly what that release's parser imported when its table was derived: no resolver run
-            pins = [f"{d}=={v}" for d, v in sorted(closure.items())]
-            return [["--no-deps", f"sglang=={m.group(1)}"], ["--no-deps", *pins]], "import sglang.srt.server_args"
+        if pins:
+            pinned = [f"{d}=={v}" for d, v in sorted(pins.items())]
+            return [["--no-deps", f"sglang=={m.group(1)}"], ["--no-deps", *pinned]], "import sglang.srt.server_args"
         steps = [
             ["--no-deps", f"sglang=={m.group(1)}"],
             ["@requires:sglang"] + SGLANG_EXTRA,
@@ -143,29 +143,30 @@ def side_env() -> dict[str, str]:
     return env
 
 
-def _stamp(name: str) -> dict:
-    steps, check = recipe(name)
+def _stamp(name: str, pins: dict[str, str] | None = None) -> dict:
+    steps, check = recipe(name, pins)
     return {"recipe": steps, "check": check, "parent": parent_site_dirs(), "python": sys.version.split()[0]}
 
 
-def is_built(name: str) -> bool:
+def is_built(name: str, pins: dict[str, str] | None = None) -> bool:
     done = venv_dir(name) / ".kit-complete"
     try:
-        return json.loads(done.read_text()) == _stamp(name)
+        return json.loads(done.read_text()) == _stamp(name, pins)
     except (OSError, ValueError):
         return False
 
 
-def ensure_venv(name: str, quiet: bool = True, check=None) -> Path:
+def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] | None = None) -> Path:
     """Path of that side environment's python; builds it when missing or stale. KitInputError if it cannot be.
     `check(python)`: how a new build is checked (raises KitInputError when it does not work); default: the
-    recipe's import, run there (`kit.sglang.parser.warm` checks through the parser daemon it keeps)."""
-    stamp = _stamp(name)
+    recipe's import, run there (`kit.sglang.parser.warm` checks through the parser daemon it keeps).
+    `pins`: see `recipe`."""
+    stamp = _stamp(name, pins)
     d = venv_dir(name)
-    if is_built(name):
+    if is_built(name, pins):
         return venv_python(name)
     with cache_lock(d):  # a concurrent build of the same env waits, then reuses it
-        if is_built(name):
+        if is_built(name, pins):
             return venv_python(name)
         failed = d.parent / f".{d.name}.failed"
         if failed.exists() and time.time() - failed.stat().st_mtime < FAILED_TTL_S:
@@ -266,4 +267,6 @@ def _tail(text: str) -> str:
 
 if __name__ == "__main__":
     for n in sys.argv[1:] or ["speculators"]:
+        if _SGLANG.match(n):  # built with the release's recorded pins, which kit.sglang knows
+            sys.exit(f"python -m kit.venvs: {n}: build it with python -m kit.sglang.releases --side-env {n[7:]}")
         print(n, ensure_venv(n, quiet=False))

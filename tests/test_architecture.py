@@ -1,8 +1,9 @@
 """The package's shape, checked: one-way dependencies, no import cycles, no silent guards, a true map, ruff clean.
 
 Layers, lowest first (a module may import its own layer or lower ones, never higher):
-    base (kit.findings, kit.config, kit.models, kit.prompts)
-    kit.sglang (with kit.venvs, the side environments its real parser runs in)
+    base (kit.findings, kit.config, kit.models, kit.prompts, kit.venvs: the side environments real third-party code
+    runs in, each built from the recipe its caller gives)
+    kit.sglang
     -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
     -> kit.measure
     top (kit.cli, kit.doctor, kit.preflight, kit.launch_verb, kit.rehearse, kit.demo, kit.summary, kit.__main__)
@@ -19,9 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "refserver", "rehearsal", "measure"]
-BASE = {"kit", "kit.findings", "kit.config", "kit.hf", "kit.models", "kit.prompts"}
-# side environments are built from the SGLang release tables: they share the kit.sglang layer
-SAME_AS = {"kit.venvs": "kit.sglang"}
+BASE = {"kit", "kit.findings", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
+SAME_AS: dict[str, str] = {}  # a module placed in another package's layer
 
 
 def modules() -> dict[str, Path]:

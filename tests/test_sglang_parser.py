@@ -25,11 +25,11 @@ RELEASES = ["0.5.17", "0.5.23"]
 
 @pytest.fixture(scope="module", params=RELEASES)
 def release(request):
-    from kit.venvs import ensure_venv
+    from kit.sglang.parser import side_python
 
     if os.environ.get("KIT_NO_VENV_BUILD") == "1":
         pytest.skip("KIT_NO_VENV_BUILD=1")
-    return request.param, str(ensure_venv(f"sglang-{request.param}"))
+    return request.param, side_python(request.param)
 
 
 def test_recorded_table_is_what_the_real_parser_builds(release):

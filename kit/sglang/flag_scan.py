@@ -175,10 +175,9 @@ def derive_from_source(version: str, python: str | None = None, stand_ins_first:
 def derive(version: str, python: str | None = None) -> dict[str, Any]:
     """The flag table of one release, from its real parser in its side environment."""
     from kit.findings import KitInputError
-    from kit.sglang.parser import in_process_version, venv_name
-    from kit.venvs import ensure_venv
+    from kit.sglang.parser import in_process_version, side_python
 
-    py = python or (sys.executable if in_process_version() == version else str(ensure_venv(venv_name(version))))
+    py = python or (sys.executable if in_process_version() == version else side_python(version))
     r = subprocess.run([py, "-c", _WORKER], capture_output=True, text=True, timeout=600, cwd="/")
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]

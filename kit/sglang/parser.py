@@ -6,7 +6,7 @@ SGLang's parser is the truth about its flags, and it imports on a CPU. For relea
 2. else in the interpreter named by `python=` / $KIT_SGLANG_PYTHON;
 3. else in the kit's side environment `sglang-V` (`kit.venvs.ensure_venv`: sglang==V `--no-deps` over
    this interpreter's packages). Built on first use for the releases with a recorded flag table
-   (unless $KIT_NO_VENV_BUILD=1); for any other release on request: `python -m kit.venvs sglang-V`.
+   (unless $KIT_NO_VENV_BUILD=1); for any other release on request: `python -m kit.sglang.releases --side-env V`.
 
 Several argvs are parsed in one call, and the parser process stays up for the next call (importing SGLang
 takes ~8 s). Each result is
@@ -158,24 +158,32 @@ def parser_python(
         return None
     if os.environ.get("KIT_SGLANG_PYTHON"):
         return os.environ["KIT_SGLANG_PYTHON"]
-    from kit.venvs import ensure_venv, is_built
+    from kit.sglang.flags import recorded_closure
+    from kit.venvs import is_built
 
     if build is None:
         build = os.environ.get("KIT_NO_VENV_BUILD") != "1"
-    name = venv_name(version)
-    if not is_built(name):
+    name, pins = venv_name(version), recorded_closure(version)
+    if not is_built(name, pins):
         if not build:
             raise KitInputError(
                 f"no sglang {version} in this interpreter and side environment {name} not built ($KIT_NO_VENV_BUILD=1)"
             )
-        from kit.sglang.flags import recorded_closure
-
-        if recorded_closure(version) is None:  # a build takes minutes: automatic only where one was recorded
+        if pins is None:  # a build takes minutes: automatic only where one was recorded
             raise KitInputError(
                 f"no sglang {version} in this interpreter; its side environment is built on request "
-                f"(python -m kit.venvs {name})"
+                f"(python -m kit.sglang.releases --side-env {version})"
             )
-    return str(ensure_venv(name, check=check))
+    return side_python(version, check=check)
+
+
+def side_python(version: str, check=None, quiet: bool = True) -> str:
+    """The python of SGLang `version`'s side environment, built when missing (`kit.venvs.ensure_venv`) with the
+    closure its parser imported when the release's table was derived (`kit.sglang.flags.recorded_closure`)."""
+    from kit.sglang.flags import recorded_closure
+    from kit.venvs import ensure_venv
+
+    return str(ensure_venv(venv_name(version), quiet=quiet, check=check, pins=recorded_closure(version)))
 
 
 _CACHE: dict[tuple, dict] = {}  # (interpreter, argv) -> result: a notebook lints the same line twice
@@ -445,14 +453,14 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
             title=f"flags not checked for SGLang {version}: {why}",
             evidence={"reason": why, "run_reason": str(reason), "sglang_version": version, "checked": False},
             fix=f"install that sglang, set $KIT_SGLANG_PYTHON, or build its side environment "
-            f"(python -m kit.venvs {venv_name(version)})",
+            f"(python -m kit.sglang.releases --side-env {version})",
         )
     if not is_listed(version):
         fix = f"derive its tables here ({derive_command(version)}), install that sglang or set $KIT_SGLANG_PYTHON"
     else:
         fix = (
             "install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
-            f"(python -m kit.venvs {venv_name(version)}), or store its table (python -m kit.sglang.flag_scan --write "
+            f"(python -m kit.sglang.releases --side-env {version}), or store its table (python -m kit.sglang.flag_scan --write "
             f"{version})"
         )
     return Finding(
@@ -509,7 +517,7 @@ def flag_findings(
                 f"recorded table of SGLang {table.checked} (prefixes, types, choices)",
                 evidence={"reason": str(e), "table": table.checked, "exact": table.exact, "skipped": skipped},
                 fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side environment build "
-                f"(python -m kit.venvs {venv_name(version)})",
+                f"(python -m kit.sglang.releases --side-env {version})",
             )
         )
         unknown = table.unknown

@@ -12,6 +12,7 @@ $KIT_CACHE_DIR/sglang-tables/V/, which the tables read too: `kit.sglang.versions
     python -m kit.sglang.releases               # every listed release and the tables it has
     python -m kit.sglang.releases --refresh     # ask the package index (pip index versions sglang)
     python -m kit.sglang.releases --derive V    # derive V's flag, capture, loader and quant tables locally
+    python -m kit.sglang.releases --side-env V  # build the side environment SGLang V's real parser runs in
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["--derive"] and len(argv) == 2:
         print(f"wrote {derive(argv[1])}")
+        return 0
+    if argv[:1] == ["--side-env"] and len(argv) == 2:  # the side environment SGLang V's real parser runs in
+        from kit.sglang.parser import side_python
+
+        print(side_python(argv[1], quiet=False))
         return 0
     from kit.sglang import flags
 

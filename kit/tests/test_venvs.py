@@ -28,7 +28,7 @@ def test_parent_dirs_are_this_interpreters():
 
 def test_side_env_imports_what_this_interpreter_has(root, monkeypatch):
     """torch is installed here (in a venv: not in the base interpreter); the side environment imports it."""
-    monkeypatch.setattr(venvs, "recipe", lambda name: ([], "import torch, kit.findings"))
+    monkeypatch.setattr(venvs, "recipe", lambda name, pins=None: ([], "import torch, kit.findings"))
     py = venvs.ensure_venv("sglang-9.9.9")
     assert py.parent.parent.name.startswith("sglang-9.9.9-") and venvs.is_built("sglang-9.9.9")
     out = subprocess.run(
@@ -39,12 +39,12 @@ def test_side_env_imports_what_this_interpreter_has(root, monkeypatch):
     ).stdout.split()
     assert out[0] == str(py.parent.parent) and out[1].startswith(tuple(venvs.parent_site_dirs()))
     # a changed recipe (or another parent interpreter) means the environment is stale
-    monkeypatch.setattr(venvs, "recipe", lambda name: ([], "import torch"))
+    monkeypatch.setattr(venvs, "recipe", lambda name, pins=None: ([], "import torch"))
     assert not venvs.is_built("sglang-9.9.9")
 
 
 def test_failed_build_names_the_step_and_is_remembered(root, monkeypatch):
-    monkeypatch.setattr(venvs, "recipe", lambda name: ([], "import no_such_module_here"))
+    monkeypatch.setattr(venvs, "recipe", lambda name, pins=None: ([], "import no_such_module_here"))
     with pytest.raises(KitInputError, match="no_such_module_here"):
         venvs.ensure_venv("sglang-9.9.8")
     calls = []
@@ -55,12 +55,14 @@ def test_failed_build_names_the_step_and_is_remembered(root, monkeypatch):
 
 
 def test_recipes_per_release():
-    steps, check = venvs.recipe("sglang-0.5.17")
+    from kit.sglang.flags import recorded_closure
+
+    steps, check = venvs.recipe("sglang-0.5.17", recorded_closure("0.5.17"))
     assert steps[0] == ["--no-deps", "sglang==0.5.17"] and check == "import sglang.srt.server_args"
     # a recorded release installs the closure its parser imported, at that release's pins, without a resolver run
     assert steps[1][0] == "--no-deps" and "transformers==5.12.1" in steps[1] and "triton==3.9.0" in steps[1]
-    assert "transformers==5.19.0" in venvs.recipe("sglang-0.5.23")[0][1]
-    other, _ = venvs.recipe("sglang-0.5.20")  # no table: the wheel's own requirements, read after installing it
+    assert "transformers==5.19.0" in venvs.recipe("sglang-0.5.23", recorded_closure("0.5.23"))[0][1]
+    other, _ = venvs.recipe("sglang-0.5.20")  # no pins: the wheel's own requirements, read after installing it
     assert other[1][0] == "@requires:sglang"
     with pytest.raises(KitInputError, match="unknown side environment"):
         venvs.recipe("sglang")
