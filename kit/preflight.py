@@ -18,7 +18,6 @@ verbs both call it and neither holds a copy of the checks.
 from __future__ import annotations
 
 import importlib
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -203,20 +202,14 @@ def fix_values(ctx: DoctorContext) -> dict[str, str | None]:
 
 
 def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> Report:
-    """Every provider's findings for what `cfg` names, each identical finding once."""
+    """Every provider's findings for what `cfg` names."""
     validate(cfg)
     ctx = DoctorContext(cfg, dict(lint_options or {}))
     # touch the inputs first so an unreadable file fails before any check runs
     _ = ctx.launch_env_argv, ctx.target_config, ctx.draft_config
-    report, seen = Report(list(ctx.models["findings"])), set()
-    for name in PROVIDERS:
-        for f in importlib.import_module(name).doctor_checks(ctx):
-            # two providers may judge the same fact (the launch command's NCCL variables are
-            # both environment and launch facts): report each identical finding once
-            key = json.dumps(f.to_dict(), sort_keys=True, default=str)
-            if key not in seen:
-                seen.add(key)
-                report.add(f)
+    report = Report(list(ctx.models["findings"]))
+    for name in PROVIDERS:  # each fact has one owning provider (kit.serving.checks.shared_with_doctor)
+        report.extend(importlib.import_module(name).doctor_checks(ctx))
     report.findings = fill_placeholders(report.findings, fix_values(ctx))
     return report
 

@@ -258,6 +258,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     # the ones the case does not give as --target/--draft from the launch, and here, offline with an empty Hugging
     # Face cache, says it cannot (`launch.path`): a fact of this machine, not of the published deployment
     found = [f for f in rep.findings if f.code != "launch.path"]
+    keys = [json.dumps(f.to_dict(), sort_keys=True, default=str) for f in rep.findings]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
     errors = sorted({f.code for f in found if f.severity == "error"})
     warnings = sorted({f.code for f in found if f.severity == "warning"})
     truth = case["truth"]
@@ -267,7 +269,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     else:
         outcome = "false alarm" if errors else "no false alarm"
     detail = "; ".join(f.title for f in found if f.severity == "error")[:300]
-    return {"outcome": outcome, "errors": errors, "warnings": warnings, "detail": detail}
+    return {"outcome": outcome, "errors": errors, "warnings": warnings, "detail": detail, "twice": twice}
 
 
 @lru_cache(maxsize=1)
@@ -361,6 +363,12 @@ def test_case_matches_truth(case, request):
 def test_built_class_matches_truth(case):
     r = run_case(case)
     assert r["outcome"] in ("caught", "no false alarm"), f"{r['outcome']}: {r['detail'] or r}"
+
+
+def test_every_fact_is_reported_by_one_provider():
+    """kit doctor's providers own their facts (kit.serving.checks.shared_with_doctor): no finding comes twice."""
+    twice = {cid: r["twice"] for cid, r in run_all().items() if r.get("twice")}
+    assert not twice, twice
 
 
 def test_corpus_has_real_cases_with_provenance():

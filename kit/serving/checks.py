@@ -408,9 +408,11 @@ def lint(
     sglang_version: str | None = None,
     target_dir: str | None = None,
     draft_dir: str | None = None,
+    judged_elsewhere: frozenset[str] = frozenset(),
 ) -> Report:
     """The launch's findings; `target_dir`/`draft_dir`: the models' folders when they are not the launch's paths
-    (a hub id resolved by kit.checkpoint.hub, a --target given apart)."""
+    (a hub id resolved by kit.checkpoint.hub, a --target given apart). `judged_elsewhere`: codes whose rules another
+    check of the same run owns (`kit doctor`: `SHARED_WITH_DOCTOR`), so they are not run here at all."""
     target_config = target_config or _local_config(spec.model_path)
     draft_config = draft_config or _local_config(spec.speculative_draft_model_path)
     arch = _arch(target_config)
@@ -418,7 +420,8 @@ def lint(
     if parse_flags:
         r.extend(flag_findings(spec, sglang_python, build_venv, sglang_version))
     r.extend(spec_param_findings(spec, arch, sglang_version))
-    r.extend(aux_findings(spec, draft_config, target_config))
+    if "aux.algorithm" not in judged_elsewhere:
+        r.extend(aux_findings(spec, draft_config, target_config))
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
         r.add(_missing_draft_path(spec, alg, arch, sglang_version))
@@ -429,19 +432,24 @@ def lint(
     params = spec.resolved_params(arch, sglang_version)
     r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))
-    r.extend(nccl_findings(spec.env))
+    if "env.nccl_var" not in judged_elsewhere:
+        r.extend(nccl_findings(spec.env))
     r.facts.update(
         effective_params=params.label() if params else None, target_arch=arch, draft_arch=_arch(draft_config)
     )
     return r
 
 
+def shared_with_doctor(has_draft_config: bool) -> frozenset[str]:
+    """The launch rules `kit doctor`'s other providers own: the launch's NCCL variables (`kit.env.checks`) and,
+    with a draft config to read, the algorithm against the draft (`kit.wiring.checks`)."""
+    return frozenset({"env.nccl_var"} | ({"aux.algorithm"} if has_draft_config else set()))
+
+
 def doctor_checks(ctx) -> list[Finding]:
     """`kit doctor --launch` (and `kit launch`, through `kit.preflight`): the launch findings, with
-    --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory).
-
-    `aux.algorithm` (with a draft config) and `env.nccl_var` are left to the wiring and environment
-    providers of `kit doctor`, which judge the same facts."""
+    --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory); the
+    rules another provider owns (`shared_with_doctor`) are not run."""
     if ctx.launch_env_argv is None:
         return []
     version = ctx.cfg.sglang_version
@@ -455,8 +463,8 @@ def doctor_checks(ctx) -> list[Finding]:
             sglang_version=version,
             target_dir=str(ctx.target_dir) if ctx.target_dir else None,
             draft_dir=str(ctx.draft_dir) if ctx.draft_dir else None,
+            judged_elsewhere=shared_with_doctor(ctx.draft_config is not None),
             **ctx.lint_options,
         ).findings
     )
-    skip = {"env.nccl_var"} | ({"aux.algorithm"} if ctx.draft_config is not None else set())
-    return [f for f in found if f.code not in skip]
+    return found
