@@ -13,6 +13,7 @@ of kit.sglang.dtype): draft.dtype. Used by `kit doctor` (provider "kit.wiring.au
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from kit.checkpoint.aux_ids import top_level_points
@@ -31,6 +32,337 @@ from kit.wiring.aux import (
 from kit.wiring.plan import serving_points
 
 
+@dataclass
+class _Facts:
+    """What every wiring rule reads, derived once from the configs, the launch and the release."""
+
+    draft_cfg: HFConfig
+    argv: list[str] | None
+    version: str | None
+    draft_dir: Any
+    trained_with: str | None
+    H: int | None  # the draft's hidden size
+    Ht: int | None  # the target hidden size the draft expects
+    k: int | None  # aux states it fuses
+    fed: int | None  # fc's input width: k x Ht
+    alg: str | None  # the launch's --speculative-algorithm
+    tf: Any  # kit.checkpoint.hf_config.TargetFacts
+    L: int | None  # the target's layers
+    nested: list[int] | None  # eagle_config ids (the ones SGLang reads)
+    top: list[int] | None  # top-level ids (speculators' place)
+    srv: list[int] | None  # the points SGLang captures for this launch
+    rule: dict | None  # the release's capture rule for the target class
+    has_target: bool
+    readings: dict = field(default_factory=dict)  # top-level ids read in each convention (kit.checkpoint.aux_ids)
+    default: list[int] | None = None  # SGLang's default points
+    copied_matches: bool = False  # the top-level ids, read as ids speculators convert copied, mean the default
+
+    @classmethod
+    def of(cls, target_cfg, draft_cfg, argv, version, draft_dir, trained_with) -> _Facts:
+        d = read_draft_config(draft_cfg)
+        Ht, k = d.effective_target_hidden_size, d.num_aux
+        tf = target_facts(target_cfg)
+        srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
+        f = cls(
+            draft_cfg=draft_cfg,
+            argv=argv,
+            version=version,
+            draft_dir=draft_dir,
+            trained_with=trained_with,
+            H=d.hidden_size,
+            Ht=Ht,
+            k=k,
+            fed=k * Ht if Ht and k else None,
+            alg=launch_algorithm(argv),
+            tf=tf,
+            L=tf.num_layers,
+            nested=read_ids("sglang", draft_cfg)[0],
+            top=draft_cfg.get("eagle_aux_hidden_state_layer_ids"),
+            srv=srv,
+            rule=rule,
+            has_target=target_cfg is not None,
+        )
+        if f.top and not f.nested:
+            f.readings = top_level_points(f.top, f.L) if f.L else {}
+            f.default = sglang_points(None, f.L, rule) if (f.L and rule) else None
+            same = f.default is not None and f.readings["speculators"] == f.default
+            f.copied_matches = f.default is not None and not same and f.readings["copied"] == f.default
+        return f
+
+    @property
+    def captures(self) -> bool:
+        """The launch asks SGLang to capture aux states (EAGLE3, or no algorithm given) for a known target."""
+        return self.has_target and self.alg in (None, "EAGLE3")
+
+
+def _algorithm(f: _Facts) -> list[Finding]:
+    """`aux.algorithm`: EAGLE (not EAGLE3) or use_aux_hidden_state false: fc is skipped."""
+    if f.alg == "EAGLE":
+        return [
+            Finding(
+                code="aux.algorithm",
+                severity="error",
+                title=f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(f.argv)}: fc is skipped, accept length 1.00",
+                evidence={
+                    "algorithm": f.alg,
+                    "draft_architecture": (f.draft_cfg.get("architectures") or [None])[0],
+                    "state_fed": f.Ht,
+                    "fc_expects": f.fed,
+                    "embed_width": f.H,
+                },
+                fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)",
+            )
+        ]
+    if f.alg == "EAGLE3" and (f.draft_cfg.get("eagle_config") or {}).get("use_aux_hidden_state") is False:
+        return [
+            Finding(
+                code="aux.algorithm",
+                severity="error",
+                title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
+                evidence={"use_aux_hidden_state": False, "fc_expects": f.fed, "embed_width": f.H},
+                fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft",
+            )
+        ]
+    return []
+
+
+def _top_level_ids(f: _Facts) -> list[Finding]:
+    """`aux.layer_ids_ignored`: ids at the top level, which SGLang never reads; graded by what they mean in each
+    convention against SGLang's default points (`kit.checkpoint.aux_ids.top_level_points`)."""
+    if not (f.top and not f.nested):
+        return []
+    default, readings = f.default, f.readings
+    if default is not None and readings["speculators"] == default:
+        sev, why = (
+            "info",
+            f"; harmless here: as speculators ids (point = id) they mean SGLang's default points {default}, so "
+            "SGLang serves this draft exactly as if it read them",
+        )
+    elif f.copied_matches:
+        sev, why = (
+            "warning",
+            f"; as speculators-trained ids (point = id) they mean points {readings['speculators']}, not the "
+            f"{default} SGLang captures; as ids `speculators convert` copied from a SGLang/SpecForge/ModelOpt head "
+            f"(output of layer id) they mean exactly {default}: check which trained the draft",
+        )
+    else:
+        sev, why = (
+            "error",
+            (
+                f"; they mean points {readings['speculators']} as speculators ids and {readings.get('copied')} as "
+                f"copied output-convention ids, SGLang captures {default}"
+                if default is not None
+                else ""
+            ),
+        )
+    return [
+        Finding(
+            code="aux.layer_ids_ignored",
+            severity=sev,
+            title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
+            evidence={
+                "top_level_ids": f.top,
+                "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
+                "sglang_default_points": default,
+                "points_meant_by_ids": readings.get("speculators"),
+                "points_if_copied_by_speculators_convert": readings.get("copied"),
+            },
+            fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
+            "(python -m kit convert does this)",
+        )
+    ]
+
+
+def _layer_shift(f: _Facts) -> list[Finding]:
+    """`aux.layer_shift`: the points SGLang captures are not the ones the draft was trained on."""
+    if not (f.L and f.srv is not None):
+        return []
+    trained = training_points(f.draft_cfg, f.L, f.tf.architecture, f.version, f.draft_dir, f.trained_with)
+    if not trained or list(trained[0]) == list(f.srv):
+        return []
+    ok_ids = ids_for_points(trained[0], f.L, f.rule)
+    # known only from a speculators config's top-level ids that, read as copied ones, mean what SGLang serves
+    unsure = f.copied_matches and trained[1].startswith("speculators config")
+    return [
+        Finding(
+            code="aux.layer_shift",
+            severity="warning" if unsure else "error",
+            title=f"SGLang captures points {f.srv}, the draft was trained on {list(trained[0])}"
+            + (" if speculators trained it; if speculators convert copied its ids, on exactly these" if unsure else ""),
+            evidence={
+                "serving_points": f.srv,
+                "training_points": list(trained[0]),
+                "known_from": trained[1],
+                "target_class": f.tf.architecture,
+                "sglang_rule": f"{f.rule['default']}; {f.rule['explicit']}",
+                "rule_from_sglang": f.rule["version"],
+                "ids_in_eagle_config": f.nested,
+            },
+            fix=(
+                f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}"
+                if ok_ids
+                else "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture"
+            ),
+        )
+    ]
+
+
+def _points_out_of_range(f: _Facts) -> list[Finding]:
+    """`aux.target_capture`: capture points the target class never produces."""
+    if not (f.L and f.srv is not None):
+        return []
+    L, rule = f.L, f.rule
+    bad = [p for p in f.srv if p < 0 or p > L or (p == L and rule.get("explicit") != "as_is_if_max_is_L")]
+    if not bad:
+        return []
+    return [
+        Finding(
+            code="aux.target_capture",
+            severity="error",
+            title=f"capture points {bad} are never produced by {f.tf.architecture} ({L} layers)",
+            evidence={"serving_points": f.srv, "num_layers": L},
+            fix="use ids inside the target's layers (the final state is reachable only on GptOss)",
+        )
+    ]
+
+
+def _class_cannot_capture(f: _Facts) -> list[Finding]:
+    """`aux.target_capture`: the release's target class has no `set_eagle3_layers_to_capture`."""
+    arch = f.tf.architecture
+    if not (f.captures and arch and capture_rule(arch, f.version) is None):
+        return []
+    v = recorded_release(f.version).checked
+    return [
+        Finding(
+            code="aux.target_capture",
+            severity="error",
+            title=f"{arch} cannot capture aux hidden states in SGLang {v}",
+            evidence={
+                "target_architecture": arch,
+                "sglang_version": v,
+                "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)",
+            },
+            fix="serve this target with an SGLang release whose model class implements set_eagle3_layers_to_capture",
+        )
+    ]
+
+
+def _forward_drops_capture(f: _Facts) -> list[Finding]:
+    """`aux.target_capture`: the forward that runs never collects the aux states (`bare_forward`: startup crash),
+    or collects them and drops them before the logits processor (`aux_dropped`: accept length near 1)."""
+    rule = f.rule or {}
+    bare = rule.get("bare_forward") if f.captures else None
+    if bare:
+        return [
+            Finding(
+                code="aux.target_capture",
+                severity="error",
+                title=f"SGLang {rule['version']} does not start: {f.tf.architecture} sets {bare['writes']}, but "
+                f"{bare['forward_of']}.forward captures only layers marked {bare['reads']}, so it returns a bare "
+                "tensor where the forward unpacks (hidden, aux)",
+                evidence={
+                    "target_architecture": f.tf.architecture,
+                    "sglang_version": rule["version"],
+                    **bare,
+                    "derived_from": "srt/models/*.py: the setter, the decoder model's forward (capture_rules.json)",
+                },
+                fix="serve this target with an SGLang release whose model forward reads layers_to_capture "
+                "(kit doctor --sglang-version), or use a target class that captures",
+            )
+        ]
+    dropped = rule.get("aux_dropped") if f.captures else None
+    if not dropped:
+        return []
+    return [
+        Finding(
+            code="aux.target_capture",
+            severity="error",
+            title=f"SGLang {rule['version']} captures {f.tf.architecture}'s aux states but drops them: "
+            f"{dropped['forward_of']}.forward unpacks {dropped['unpacks']} and calls "
+            f"{dropped['not_passed_to']} without it, so the draft gets the final hidden state alone "
+            "(accept length near 1)",
+            evidence={
+                "target_architecture": f.tf.architecture,
+                "sglang_version": rule["version"],
+                **dropped,
+                "derived_from": "srt/models/*.py: the forward that runs, its logits-processor call "
+                "(capture_rules.json)",
+            },
+            fix="serve this target with an SGLang release whose forward passes the aux states on "
+            "(kit doctor --sglang-version)",
+        )
+    ]
+
+
+def _fc_width(f: _Facts) -> list[Finding]:
+    """`aux.fc_width`: fc's weight, the id count and k x target hidden disagree, or fc's gate never fires."""
+    out: list[Finding] = []
+    fc_in = fc_in_features(f.draft_dir)
+    k_ids = len(f.nested) if f.nested else None
+    if fc_in is not None and f.fed is not None and fc_in != f.fed:
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="error",
+                title=f"fc input width {fc_in} != k x target hidden = {f.k} x {f.Ht}",
+                evidence={"fc_in_features": fc_in, "k": f.k, "target_hidden_size": f.Ht},
+                fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
+            )
+        )
+    n_aux = f.draft_cfg.get("num_aux_hidden_states")
+    if n_aux and k_ids and n_aux != k_ids:
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="error",
+                title=f"num_aux_hidden_states {n_aux} != {k_ids} layer ids",
+                evidence={"num_aux_hidden_states": n_aux, "ids": f.nested},
+                fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)",
+            )
+        )
+    if f.fed is not None and f.H and f.fed == f.H:
+        out.append(
+            Finding(
+                code="aux.fc_width",
+                severity="warning",
+                title=f"k x target hidden = {f.fed} equals the draft hidden size: SGLang's fc gate never fires",
+                evidence={"k": f.k, "target_hidden_size": f.Ht, "hidden_size": f.H},
+                fix="SGLang applies fc only when the incoming width differs from H; change k or H",
+            )
+        )
+    return out
+
+
+def _hidden_width(f: _Facts) -> list[Finding]:
+    """`aux.hidden_width`: the target's hidden size is not the one the draft was built for."""
+    th, Ht = f.tf.hidden_size, f.Ht
+    if not (th and Ht and th != Ht):
+        return []
+    return [
+        Finding(
+            code="aux.hidden_width",
+            severity="error",
+            title=f"SGLang will not start: target hidden size {th} != draft target_hidden_size "
+            f"{Ht} (fc's matmul fails in the first draft forward)",
+            evidence={"target_hidden_size_of_target": th, "draft_target_hidden_size": Ht, "draft_hidden_size": f.H},
+            fix="this draft was built for another target; set target_hidden_size or use the right target",
+        )
+    ]
+
+
+# the wiring rules, in report order; each reads the same derived facts
+WIRING_RULES = (
+    _algorithm,
+    _top_level_ids,
+    _layer_shift,
+    _points_out_of_range,
+    _class_cannot_capture,
+    _forward_drops_capture,
+    _fc_width,
+    _hidden_width,
+)
+
+
 def wiring_checks(
     target_cfg: HFConfig | None,
     draft_cfg: HFConfig,
@@ -39,241 +371,11 @@ def wiring_checks(
     draft_dir=None,
     trained_with: str | None = None,
 ) -> list[Finding]:
-    out: list[Finding] = []
+    """Every wiring rule's findings for an EAGLE-3 draft (nothing for another draft)."""
     if not is_eagle3_draft(draft_cfg):
-        return out
-    d = read_draft_config(draft_cfg)
-    H, Ht, k = d.hidden_size, d.effective_target_hidden_size, d.num_aux
-    alg = launch_algorithm(argv)
-    ec = draft_cfg.get("eagle_config") or {}
-    fed = k * Ht if Ht and k else None
-    if alg in ("EAGLE",):
-        out.append(
-            Finding(
-                code="aux.algorithm",
-                severity="error",
-                title=f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(argv)}: fc is skipped, accept length 1.00",
-                evidence={
-                    "algorithm": alg,
-                    "draft_architecture": (draft_cfg.get("architectures") or [None])[0],
-                    "state_fed": Ht,
-                    "fc_expects": fed,
-                    "embed_width": H,
-                },
-                fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)",
-            )
-        )
-    elif alg == "EAGLE3" and ec.get("use_aux_hidden_state") is False:
-        out.append(
-            Finding(
-                code="aux.algorithm",
-                severity="error",
-                title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
-                evidence={"use_aux_hidden_state": False, "fc_expects": fed, "embed_width": H},
-                fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft",
-            )
-        )
-    tf = target_facts(target_cfg)
-    L = tf.num_layers
-    nested, _ = read_ids("sglang", draft_cfg)
-    top = draft_cfg.get("eagle_aux_hidden_state_layer_ids")
-    srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
-    copied_matches = False  # the top-level ids, read as ids speculators convert copied, mean SGLang's default
-    if top and not nested:
-        readings = top_level_points(top, L) if L else {}
-        default = sglang_points(None, L, rule) if (L and rule) else None
-        same = default is not None and readings["speculators"] == default
-        copied_matches = default is not None and not same and readings["copied"] == default
-        if same:
-            sev, why = (
-                "info",
-                (
-                    f"; harmless here: as speculators ids (point = id) they mean SGLang's default points {default}, so "
-                    "SGLang serves this draft exactly as if it read them"
-                ),
-            )
-        elif copied_matches:
-            sev, why = (
-                "warning",
-                (
-                    f"; as speculators-trained ids (point = id) they mean points {readings['speculators']}, not the "
-                    f"{default} SGLang captures; as ids `speculators convert` copied from a SGLang/SpecForge/ModelOpt head "
-                    f"(output of layer id) they mean exactly {default}: check which trained the draft"
-                ),
-            )
-        else:
-            sev, why = (
-                "error",
-                (
-                    f"; they mean points {readings['speculators']} as speculators ids and {readings.get('copied')} as "
-                    f"copied output-convention ids, SGLang captures {default}"
-                    if default is not None
-                    else ""
-                ),
-            )
-        out.append(
-            Finding(
-                code="aux.layer_ids_ignored",
-                severity=sev,
-                title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
-                evidence={
-                    "top_level_ids": top,
-                    "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
-                    "sglang_default_points": default,
-                    "points_meant_by_ids": readings.get("speculators"),
-                    "points_if_copied_by_speculators_convert": readings.get("copied"),
-                },
-                fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
-                "(python -m kit convert does this)",
-            )
-        )
-    if L and srv is not None:
-        trained = training_points(draft_cfg, L, tf.architecture, version, draft_dir, trained_with)
-        if trained and list(trained[0]) != list(srv):
-            ok_ids = ids_for_points(trained[0], L, rule)
-            # known only from a speculators config's top-level ids that, read as copied ones, mean what SGLang serves
-            unsure = copied_matches and trained[1].startswith("speculators config")
-            out.append(
-                Finding(
-                    code="aux.layer_shift",
-                    severity="warning" if unsure else "error",
-                    title=f"SGLang captures points {srv}, the draft was trained on {list(trained[0])}"
-                    + (
-                        " if speculators trained it; if speculators convert copied its ids, on exactly these"
-                        if unsure
-                        else ""
-                    ),
-                    evidence={
-                        "serving_points": srv,
-                        "training_points": list(trained[0]),
-                        "known_from": trained[1],
-                        "target_class": tf.architecture,
-                        "sglang_rule": f"{rule['default']}; {rule['explicit']}",
-                        "rule_from_sglang": rule["version"],
-                        "ids_in_eagle_config": nested,
-                    },
-                    fix=(
-                        f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}"
-                        if ok_ids
-                        else "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture"
-                    ),
-                )
-            )
-    if L and srv is not None:
-        bad = [p for p in srv if p < 0 or p > L or (p == L and rule.get("explicit") != "as_is_if_max_is_L")]
-        if bad:
-            out.append(
-                Finding(
-                    code="aux.target_capture",
-                    severity="error",
-                    title=f"capture points {bad} are never produced by {tf.architecture} ({L} layers)",
-                    evidence={"serving_points": srv, "num_layers": L},
-                    fix="use ids inside the target's layers (the final state is reachable only on GptOss)",
-                )
-            )
-    if target_cfg and alg in (None, "EAGLE3") and tf.architecture and capture_rule(tf.architecture, version) is None:
-        v = recorded_release(version).checked
-        out.append(
-            Finding(
-                code="aux.target_capture",
-                severity="error",
-                title=f"{tf.architecture} cannot capture aux hidden states in SGLang {v}",
-                evidence={
-                    "target_architecture": tf.architecture,
-                    "sglang_version": v,
-                    "derived_from": "srt/models/*.py set_eagle3_layers_to_capture (kit/sglang/capture_rules.json)",
-                },
-                fix="serve this target with an SGLang release whose model class implements set_eagle3_layers_to_capture",
-            )
-        )
-    bare = (rule or {}).get("bare_forward") if target_cfg and alg in (None, "EAGLE3") else None
-    if bare:
-        out.append(
-            Finding(
-                code="aux.target_capture",
-                severity="error",
-                title=f"SGLang {rule['version']} does not start: {tf.architecture} sets {bare['writes']}, but "
-                f"{bare['forward_of']}.forward captures only layers marked {bare['reads']}, so it returns a bare "
-                "tensor where the forward unpacks (hidden, aux)",
-                evidence={
-                    "target_architecture": tf.architecture,
-                    "sglang_version": rule["version"],
-                    **bare,
-                    "derived_from": "srt/models/*.py: the setter, the decoder model's forward (capture_rules.json)",
-                },
-                fix="serve this target with an SGLang release whose model forward reads layers_to_capture "
-                "(kit doctor --sglang-version), or use a target class that captures",
-            )
-        )
-    dropped = (rule or {}).get("aux_dropped") if target_cfg and alg in (None, "EAGLE3") and not bare else None
-    if dropped:
-        out.append(
-            Finding(
-                code="aux.target_capture",
-                severity="error",
-                title=f"SGLang {rule['version']} captures {tf.architecture}'s aux states but drops them: "
-                f"{dropped['forward_of']}.forward unpacks {dropped['unpacks']} and calls "
-                f"{dropped['not_passed_to']} without it, so the draft gets the final hidden state alone "
-                "(accept length near 1)",
-                evidence={
-                    "target_architecture": tf.architecture,
-                    "sglang_version": rule["version"],
-                    **dropped,
-                    "derived_from": "srt/models/*.py: the forward that runs, its logits-processor call "
-                    "(capture_rules.json)",
-                },
-                fix="serve this target with an SGLang release whose forward passes the aux states on "
-                "(kit doctor --sglang-version)",
-            )
-        )
-    fc_in = fc_in_features(draft_dir)
-    k_ids = len(nested) if nested else None
-    if fc_in is not None and fed is not None and fc_in != fed:
-        out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="error",
-                title=f"fc input width {fc_in} != k x target hidden = {k} x {Ht}",
-                evidence={"fc_in_features": fc_in, "k": k, "target_hidden_size": Ht},
-                fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
-            )
-        )
-    if draft_cfg.get("num_aux_hidden_states") and k_ids and draft_cfg["num_aux_hidden_states"] != k_ids:
-        out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="error",
-                title=f"num_aux_hidden_states {draft_cfg['num_aux_hidden_states']} != {k_ids} layer ids",
-                evidence={"num_aux_hidden_states": draft_cfg["num_aux_hidden_states"], "ids": nested},
-                fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)",
-            )
-        )
-    if fed is not None and H and fed == H:
-        out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="warning",
-                title=f"k x target hidden = {fed} equals the draft hidden size: SGLang's fc gate never fires",
-                evidence={"k": k, "target_hidden_size": Ht, "hidden_size": H},
-                fix="SGLang applies fc only when the incoming width differs from H; change k or H",
-            )
-        )
-    if tf.hidden_size and Ht and tf.hidden_size != Ht:
-        out.append(
-            Finding(
-                code="aux.hidden_width",
-                severity="error",
-                title=f"SGLang will not start: target hidden size {tf.hidden_size} != draft target_hidden_size "
-                f"{Ht} (fc's matmul fails in the first draft forward)",
-                evidence={
-                    "target_hidden_size_of_target": tf.hidden_size,
-                    "draft_target_hidden_size": Ht,
-                    "draft_hidden_size": H,
-                },
-                fix="this draft was built for another target; set target_hidden_size or use the right target",
-            )
-        )
-    return out
+        return []
+    facts = _Facts.of(target_cfg, draft_cfg, argv, version, draft_dir, trained_with)
+    return [finding for rule in WIRING_RULES for finding in rule(facts)]
 
 
 def _flag_text(argv) -> str:
