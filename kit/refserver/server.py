@@ -208,78 +208,172 @@ def error_body(message: str, code: int) -> dict:
     return {"error": {"message": message, "type": ERROR_TYPES.get(code, "ServerError"), "code": code}}
 
 
-def create_app(state: State):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+class _Gate:
+    """API key and 'starting' check, as plain ASGI: FastAPI's @app.middleware("http") hands the endpoint a
+    receive channel on which a client's disconnect never shows, so abandoned work could not be stopped."""
 
-    from kit.refserver.decoder import QueueFull
-    from kit.refserver.validate import generate_request, openai_request
+    def __init__(self, app, state: State):
+        self.app, self.state = app, state
 
-    app = FastAPI(title="kit reference server", openapi_url=None, docs_url=None, redoc_url=None)
+    async def __call__(self, scope, receive, send):
+        from fastapi.responses import JSONResponse
 
-    class Gate:
-        """API key and 'starting' check, as plain ASGI: FastAPI's @app.middleware("http") hands the endpoint a
-        receive channel on which a client's disconnect never shows, so abandoned work could not be stopped."""
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in UNAUTHENTICATED:
+            key = self.state.spec.api_key
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+            if key and auth != f"Bearer {key}":
+                return await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+            if self.state.engine is None:
+                answer = JSONResponse({"error": {"message": "server is starting"}}, status_code=503)
+                return await answer(scope, receive, send)
+        await self.app(scope, receive, send)
 
-        def __init__(self, app):
-            self.app = app
 
-        async def __call__(self, scope, receive, send):
-            path = scope.get("path", "")
-            if scope["type"] == "http" and path not in UNAUTHENTICATED:
-                key = state.spec.api_key
-                auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-                if key and auth != f"Bearer {key}":
-                    return await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
-                if state.engine is None:
-                    answer = JSONResponse({"error": {"message": "server is starting"}}, status_code=503)
-                    return await answer(scope, receive, send)
-            await self.app(scope, receive, send)
+async def _body_of(request) -> dict:
+    """The request's JSON object ({} for an empty body); KitInputError (a 400) for anything else."""
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise KitInputError(f"body: invalid JSON ({e})")
+    if not isinstance(body, dict):
+        raise KitInputError("body: the JSON body must be an object")
+    return body
 
-    app.add_middleware(Gate)
 
-    # the one place a bad request becomes an answer: every check of kit.refserver.validate (and the engine's
-    # own input checks) raises KitInputError, answered 400 with its one line
-    @app.exception_handler(KitInputError)
-    async def bad_request(_request: Request, e: KitInputError):
-        return JSONResponse(error_body(str(e), 400), status_code=400)
+def _stream(chunks: AsyncIterator[bytes]):
+    """An SSE response; after the 200 and its headers, a failure is one SSE error event (SGLang's shape), then
+    [DONE]."""
+    from fastapi.responses import StreamingResponse
 
-    @app.exception_handler(QueueFull)
-    async def queue_full(_request: Request, e: QueueFull):
-        return JSONResponse(error_body(str(e), 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
-
-    @app.exception_handler(ClientGone)
-    async def client_gone(_request: Request, _e: ClientGone):
-        return Response(status_code=499)  # nobody reads it: the connection is closed
-
-    async def body_of(request: Request) -> dict:
-        raw = await request.body()
-        if not raw:
-            return {}
+    async def guarded():
         try:
-            body = json.loads(raw)
-        except ValueError as e:
-            raise KitInputError(f"body: invalid JSON ({e})")
-        if not isinstance(body, dict):
-            raise KitInputError("body: the JSON body must be an object")
-        return body
+            async for c in chunks:
+                yield c
+        except ClientGone:
+            return
+        except KitInputError as e:
+            yield _sse(error_body(str(e), 400))
+            yield _sse(b"[DONE]")
+        except Exception as e:  # noqa: BLE001  (the engine's step failed: the client hears why)
+            yield _sse(error_body(f"{type(e).__name__}: {e}", 500))
+            yield _sse(b"[DONE]")
 
-    def stream(chunks: AsyncIterator[bytes]) -> StreamingResponse:
-        async def guarded():
-            # after the 200 and its headers, a failure is one SSE error event (SGLang's shape), then [DONE]
-            try:
-                async for c in chunks:
-                    yield c
-            except ClientGone:
-                return
-            except KitInputError as e:
-                yield _sse(error_body(str(e), 400))
-                yield _sse(b"[DONE]")
-            except Exception as e:  # noqa: BLE001  (the engine's step failed: the client hears why)
-                yield _sse(error_body(f"{type(e).__name__}: {e}", 500))
-                yield _sse(b"[DONE]")
+    return StreamingResponse(guarded(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-        return StreamingResponse(guarded(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+async def _generate(state: State, request):
+    """SGLang's native /generate: one prompt or a batch, streamed or whole."""
+    from kit.refserver.validate import generate_request
+
+    req = generate_request(await _body_of(request), state.engine.tok, state.limits())
+    gens = submit_all(state, req, request)  # submitted together: batched in the engine
+    if req.stream:
+        g = gens[0]
+        rid = req.rid or uuid.uuid4().hex
+
+        async def chunks():
+            async for done, finished in g.updates():
+                yield _sse(
+                    {"text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rid, done, finished)}
+                )
+            yield _sse(b"[DONE]")
+
+        return _stream(chunks())
+    try:
+        for g in gens:
+            await g.result()
+    finally:
+        for g in gens:
+            if g.outcome is None:
+                state.engine.cancel(g.req)
+    res = [
+        {
+            "text": g.text(),
+            "output_ids": g.tokens,
+            "meta_info": g.meta(req.rid or uuid.uuid4().hex, len(g.tokens), True),
+        }
+        for g in gens
+    ]
+    return res if req.batch else res[0]
+
+
+async def _openai(state: State, request, chat: bool):
+    """OpenAI's /v1/completions (chat=False) and /v1/chat/completions, streamed or whole, with SGLang's
+    `sglext.spec_tokens_details` when asked."""
+    from kit.refserver.validate import openai_request
+
+    eng = state.engine
+    req = openai_request(await _body_of(request), eng.tok, state.limits(), chat)
+    ids = req.prompts[0]
+    g = submit_all(state, req, request)[0]
+    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    created, model = int(time.time()), req.model or eng.model_name
+    obj = "chat.completion" if chat else "text_completion"
+
+    def closing() -> tuple[str, str | None, dict, dict]:
+        o = g.outcome
+        reason = "stop" if o.finish_reason["type"] == "stop" else "length"
+        matched = o.finish_reason.get("matched") if reason == "stop" else None
+        usage = {
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(g.tokens),
+            "total_tokens": len(ids) + len(g.tokens),
+            "reasoning_tokens": 0,
+            "prompt_tokens_details": None,
+        }
+        spec = eng.spec_meta(o)
+        ext = {"sglext": {"spec_tokens_details": spec}} if spec and req.return_spec_tokens_details else {}
+        return reason, matched, usage, ext
+
+    if not req.stream:
+        await g.result()
+        reason, matched, usage, ext = closing()
+        choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+        choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
+        return {
+            "id": rid,
+            "object": obj,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": usage,
+            **ext,
+        }
+    head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
+
+    async def chunks():
+        if chat:
+            yield _sse(
+                {
+                    **head,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                }
+            )
+        prev = ""
+        async for done, finished in g.updates():
+            text = g.text(done)
+            delta, prev = text[len(prev) :], text
+            ch: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": None, "matched_stop": None}
+            ext: dict = {}
+            if finished:
+                reason, matched, usage, ext = closing()
+                ch.update(finish_reason=reason, matched_stop=matched)
+            ch.update({"delta": {"content": delta}} if chat else {"text": delta})
+            yield _sse({**head, "choices": [ch], **ext})
+        if req.include_usage:
+            yield _sse({**head, "choices": [], "usage": closing()[2]})
+        yield _sse(b"[DONE]")
+
+    return _stream(chunks())
+
+
+def _info_routes(app, state: State) -> None:
+    """Readiness, server info, load, models, metrics and cache flush, as SGLang serves them."""
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
     @app.get("/health")
     @app.get("/health_generate")
@@ -321,111 +415,45 @@ def create_app(state: State):
     async def flush_cache():
         return PlainTextResponse("Cache flushed.\n")
 
+
+def create_app(state: State):
+    """The HTTP app: the gate, the one place errors become answers, SGLang's info routes and its three
+    generation APIs."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    from kit.refserver.decoder import QueueFull
+
+    app = FastAPI(title="kit reference server", openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_middleware(_Gate, state=state)
+
+    # the one place a bad request becomes an answer: every check of kit.refserver.validate (and the engine's
+    # own input checks) raises KitInputError, answered 400 with its one line
+    @app.exception_handler(KitInputError)
+    async def bad_request(_request: Request, e: KitInputError):
+        return JSONResponse(error_body(str(e), 400), status_code=400)
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(_request: Request, e: QueueFull):
+        return JSONResponse(error_body(str(e), 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_request: Request, _e: ClientGone):
+        return Response(status_code=499)  # nobody reads it: the connection is closed
+
+    _info_routes(app, state)
+
     @app.post("/generate")
     async def generate(request: Request):
-        req = generate_request(await body_of(request), state.engine.tok, state.limits())
-        gens = submit_all(state, req, request)  # submitted together: batched in the engine
-        if req.stream:
-            g = gens[0]
-            rid = req.rid or uuid.uuid4().hex
-
-            async def chunks():
-                async for done, finished in g.updates():
-                    yield _sse(
-                        {"text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rid, done, finished)}
-                    )
-                yield _sse(b"[DONE]")
-
-            return stream(chunks())
-        try:
-            for g in gens:
-                await g.result()
-        finally:
-            for g in gens:
-                if g.outcome is None:
-                    state.engine.cancel(g.req)
-        res = [
-            {
-                "text": g.text(),
-                "output_ids": g.tokens,
-                "meta_info": g.meta(req.rid or uuid.uuid4().hex, len(g.tokens), True),
-            }
-            for g in gens
-        ]
-        return res if req.batch else res[0]
+        return await _generate(state, request)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await openai(request, await body_of(request), chat=False)
+        return await _openai(state, request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await openai(request, await body_of(request), chat=True)
-
-    async def openai(request: Request, body: dict, chat: bool):
-        eng = state.engine
-        req = openai_request(body, eng.tok, state.limits(), chat)
-        ids = req.prompts[0]
-        g = submit_all(state, req, request)[0]
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        created, model = int(time.time()), req.model or eng.model_name
-        obj = "chat.completion" if chat else "text_completion"
-
-        def closing() -> tuple[str, str | None, dict, dict]:
-            o = g.outcome
-            reason = "stop" if o.finish_reason["type"] == "stop" else "length"
-            matched = o.finish_reason.get("matched") if reason == "stop" else None
-            usage = {
-                "prompt_tokens": len(ids),
-                "completion_tokens": len(g.tokens),
-                "total_tokens": len(ids) + len(g.tokens),
-                "reasoning_tokens": 0,
-                "prompt_tokens_details": None,
-            }
-            spec = eng.spec_meta(o)
-            ext = {"sglext": {"spec_tokens_details": spec}} if spec and req.return_spec_tokens_details else {}
-            return reason, matched, usage, ext
-
-        if not req.stream:
-            await g.result()
-            reason, matched, usage, ext = closing()
-            choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-            choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
-            return {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-                "usage": usage,
-                **ext,
-            }
-        head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
-
-        async def chunks():
-            if chat:
-                yield _sse(
-                    {
-                        **head,
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
-                    }
-                )
-            prev = ""
-            async for done, finished in g.updates():
-                text = g.text(done)
-                delta, prev = text[len(prev) :], text
-                ch: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": None, "matched_stop": None}
-                ext: dict = {}
-                if finished:
-                    reason, matched, usage, ext = closing()
-                    ch.update(finish_reason=reason, matched_stop=matched)
-                ch.update({"delta": {"content": delta}} if chat else {"text": delta})
-                yield _sse({**head, "choices": [ch], **ext})
-            if req.include_usage:
-                yield _sse({**head, "choices": [], "usage": closing()[2]})
-            yield _sse(b"[DONE]")
-
-        return stream(chunks())
+        return await _openai(state, request, chat=True)
 
     return app
 
