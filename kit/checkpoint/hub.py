@@ -122,15 +122,23 @@ def view_dir(repo_id: str, commit: str) -> Path:
 
 
 # -- resolution ----------------------------------------------------------------------------------------
-def resolve(
-    value: str, revision: str | None = None, flag: str | None = None, what: str = "a model directory"
-) -> ModelFiles:
-    """`value` (a local path or a hub id at `revision`) as a folder the checks read; see the module doc."""
+def _local(value: str, flag: str | None, what: str) -> ModelFiles | None:
+    """`value` as an existing local path; None for a hub id; KitInputError for a missing path that is no hub id."""
     p = Path(value).expanduser()
     if p.exists():
         return ModelFiles(value, p, f"local path {p}")
     if not is_hub_id(value):
         raise KitInputError(missing_path(value, flag, what))
+    return None
+
+
+def resolve(
+    value: str, revision: str | None = None, flag: str | None = None, what: str = "a model directory"
+) -> ModelFiles:
+    """`value` (a local path or a hub id at `revision`) as a folder the checks read; see the module doc."""
+    local = _local(value, flag, what)
+    if local is not None:
+        return local
     head = f"{flag} {value}" if flag else value
     cached = _from_cache(value, revision)
     if cached is not None:
@@ -350,11 +358,9 @@ def download(
 ) -> ModelFiles:
     """`value` as a local folder with its weights: a local path, or the hub id's snapshot, from the cache or
     downloaded into it (config, JSON files and safetensors; `kit convert` rewrites the tensors themselves)."""
-    p = Path(value).expanduser()
-    if p.exists():
-        return ModelFiles(value, p, f"local path {p}")
-    if not is_hub_id(value):
-        raise KitInputError(missing_path(value, flag, what))
+    local = _local(value, flag, what)
+    if local is not None:
+        return local
     head = f"{flag} {value}" if flag else value
     cached = _from_cache(value, revision)
     if cached is not None and _has_weights(cached[0]):
