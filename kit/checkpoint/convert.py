@@ -66,6 +66,7 @@ from kit.checkpoint.safetensors_io import (
 )
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.hf import HFConfig
+from kit.sglang.draft_config import read_draft_config
 
 HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
 DESTS = ("sglang", "speculators", "eagle")
@@ -531,9 +532,8 @@ def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None
 
 
 def _record_provenance(plan: Plan, cfg: HFConfig, src: Path, lay, target) -> None:
-    ids = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
-        "eagle_aux_hidden_state_layer_ids"
-    )
+    declared = read_draft_config(cfg)
+    ids = declared.top_level_aux_layer_ids or declared.aux_layer_ids
     plan.provenance.update(
         {
             "kit_version": __version__,

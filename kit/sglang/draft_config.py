@@ -39,6 +39,7 @@ class DraftConfig:
     num_aux_hidden_states: int | None
     aux_layer_ids: list[int] | None  # eagle_config.eagle_aux_hidden_state_layer_ids (the only ids SGLang reads)
     top_level_aux_layer_ids: list[int] | None  # speculators / vLLM place
+    use_aux_hidden_state: bool | None  # eagle_config.use_aux_hidden_state as declared; False turns capture off
     rms_norm_eps: float
     hidden_act: str
     tie_word_embeddings: bool
@@ -132,6 +133,7 @@ def read_draft_config(cfg: HFConfig) -> DraftConfig:
         if ec.get("eagle_aux_hidden_state_layer_ids")
         else None,
         top_level_aux_layer_ids=list(top_ids) if top_ids else None,
+        use_aux_hidden_state=ec.get("use_aux_hidden_state"),
         rms_norm_eps=float(tl.get("rms_norm_eps", 1e-6)),
         hidden_act=tl.get("hidden_act", "silu"),
         tie_word_embeddings=bool(tl.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),

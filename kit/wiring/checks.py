@@ -41,6 +41,7 @@ class _Facts:
     version: str | None
     draft_dir: Any
     trained_with: str | None
+    use_aux: bool | None  # eagle_config.use_aux_hidden_state as declared
     H: int | None  # the draft's hidden size
     Ht: int | None  # the target hidden size the draft expects
     k: int | None  # aux states it fuses
@@ -69,6 +70,7 @@ class _Facts:
             version=version,
             draft_dir=draft_dir,
             trained_with=trained_with,
+            use_aux=d.use_aux_hidden_state,
             H=d.hidden_size,
             Ht=Ht,
             k=k,
@@ -113,7 +115,7 @@ def _algorithm(f: _Facts) -> list[Finding]:
                 fix="launch with --speculative-algorithm EAGLE3 (only EAGLE3 turns on aux hidden-state capture)",
             )
         ]
-    if f.alg == "EAGLE3" and (f.draft_cfg.get("eagle_config") or {}).get("use_aux_hidden_state") is False:
+    if f.alg == "EAGLE3" and f.use_aux is False:
         return [
             Finding(
                 code="aux.algorithm",

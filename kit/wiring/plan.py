@@ -13,6 +13,7 @@ from kit.checkpoint.hf_config import TargetFacts, target_facts
 from kit.checkpoint.load_sim import dropped_keys
 from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, sglang_points
+from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import launch_algorithm, read_ids
 
 
@@ -37,8 +38,7 @@ def wiring_from_launch(
     from kit.reference.speculate import Wiring
 
     alg = launch_algorithm(argv) or "NONE"
-    ec = draft_config.get("eagle_config") or {}
-    aux_on = alg == "EAGLE3" and ec.get("use_aux_hidden_state", True) is not False
+    aux_on = alg == "EAGLE3" and read_draft_config(draft_config).use_aux_hidden_state is not False
     tf = target_facts(target_config)
     pts, rule = serving_points(draft_config, tf, version)
     notes = []
