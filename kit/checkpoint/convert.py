@@ -240,6 +240,13 @@ def plan_aux(
         raise KitInputError(f"--target: {arch} cannot capture aux hidden states in the SGLang release checked")
     ids = ids_for_points(points, L, rule)
     record["sglang_version"] = rule["version"]
+    if conv == "speculators" and src_ids and not prior.get("capture_points"):
+        from kit.sglang.capture import sglang_points
+
+        readings, default = top_level_points(src_ids, L), sglang_points(None, L, rule)
+        if readings["copied"] == default and readings["speculators"] != default:
+            # ids `speculators convert` copies from an output-convention head mean SGLang's default points
+            record["copied_reading"] = {"points": default, "ids": ids_for_points(default, L, rule)}
     if ids is None:
         raise KitInputError(
             f"--to sglang: no eagle_aux_hidden_state_layer_ids make {arch} capture points {points} in sglang "
@@ -271,6 +278,21 @@ def plan_conversion(
     if refuse:
         raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
     aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
+    copied = aux["record"].get("copied_reading")
+    if copied:
+        rec = aux["record"]
+        plan.notes.append(
+            Finding(
+                code="aux.layer_shift",
+                severity="warning",
+                title=f"top-level aux ids {rec['aux_layer_ids']} read as speculators-trained ids (points "
+                f"{rec['capture_points']}, written as {aux['ids']}); if `speculators convert` copied them from a "
+                f"SGLang/SpecForge/ModelOpt head, they mean SGLang's default points {copied['points']} instead",
+                evidence={"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied},
+                fix=f"if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = "
+                f"{copied['ids']} in the output (kit doctor shows both readings)",
+            )
+        )
     hot = _plan_vocab_maps(src, canon, plan, d)
     head_from_target = _plan_embed_and_head(src, cfg, canon, plan, target, d, hot)
     _check_required(src, canon, d.num_hidden_layers)

@@ -174,3 +174,18 @@ def test_fuzz_dropped_keys_never_crash(tmp_path_factory, drop, to):
     ck = read_checkpoint(dst)
     assert ck.tensors and json.loads((dst / "kit_provenance.json").read_text())["destination_layout"] == to
     shutil.rmtree(base)
+
+
+def test_copied_top_level_ids_are_flagged_when_converting(tmp_path):
+    """Top-level ids [1, 3, 4] on an 8-layer Llama: as speculators-trained ids they mean points [1, 3, 4] (written
+    as SGLang ids [0, 2, 3]); as ids `speculators convert` copied from a SGLang head they mean SGLang's default
+    points [2, 4, 5]. The conversion says which reading it took and how to take the other."""
+    tgt = str(tiny_target(tmp_path))
+    src = draft(tmp_path, name="copied", aux_layer_ids=[1, 3, 4])
+    rep = convert(src, tmp_path / "sg", "sglang", target=tgt, sglang_version="0.5.17")
+    shift = [f for f in rep.findings if f.code == "aux.layer_shift"]
+    assert len(shift) == 1 and shift[0].severity == "warning", rep.findings
+    assert shift[0].evidence["written_ids"] == [0, 2, 3] and shift[0].evidence["if_copied"]["ids"] == [1, 3, 4]
+    # ids that mean the default points read either way are not flagged
+    rep = convert(draft(tmp_path), tmp_path / "sg2", "sglang", target=tgt, sglang_version="0.5.17")
+    assert not [f for f in rep.findings if f.code == "aux.layer_shift"]
