@@ -1,13 +1,17 @@
 """A tiny random target (with a byte-level tokenizer and chat template) and EAGLE-3 draft on disk.
 
 For server/launch tests that need real model directories, built in code in ~1 s:
-`build_pair(tmp_path) -> (target_dir, draft_dir)`. The target is a 6-layer Llama (hidden 32,
+`build_pair(tmp_path) -> (target_dir, draft_dir)`; `in_process_server(spec)` serves a launch spec with the
+reference server on a thread of the test's process. The target is a 6-layer Llama (hidden 32,
 vocab 260 = 256 bytes + 4 specials); the draft is an SGLang-layout EAGLE-3 head (random weights,
 so accept lengths are low; tests check protocol, wiring and greedy equality, not quality).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 CHAT = (
@@ -99,3 +103,22 @@ def build_draft(out: Path, seed: int = 1) -> Path:
 def build_pair(tmp: Path) -> tuple[Path, Path]:
     tmp = Path(tmp)
     return build_target(tmp / "target"), build_draft(tmp / "draft")
+
+
+@contextlib.contextmanager
+def in_process_server(spec):
+    """`spec` served by the reference server on a thread here: yields (base URL, its engine); stopped after."""
+    from kit.refserver.server import load_engine, make_server
+
+    server, state = make_server(spec)
+    load_engine(state)
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{spec.port}", state.engine
+    finally:
+        server.should_exit = True
+        t.join(timeout=30)
+        state.engine.stop()

@@ -16,7 +16,7 @@ from kit.measure.metrics import parse_prometheus
 from kit.serving.engines import get_engine
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import ServerProcess, free_port
-from kit.tests.tinyserve import build_pair
+from kit.tests.tinyserve import build_pair, in_process_server
 
 KEY = "sekret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -36,8 +36,6 @@ def target(pair):
 
 @pytest.fixture(scope="module")
 def srv3(pair):
-    from kit.refserver.server import load_engine, make_server
-
     spec = LaunchSpec(
         model_path=str(pair[0]),
         speculative_algorithm="EAGLE3",
@@ -50,16 +48,8 @@ def srv3(pair):
         enable_metrics=True,
         decode_log_interval=4,
     )
-    server, state = make_server(spec)
-    load_engine(state)
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{spec.port}", state.engine
-    server.should_exit = True
-    t.join(timeout=30)
-    state.engine.stop()
+    with in_process_server(spec) as s:
+        yield s
 
 
 def post(url, body, **kw):
@@ -201,7 +191,6 @@ def test_launch_verb_starts_watches_and_stops(pair, tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     port = free_port()
     env = {**os.environ, "KIT_VENV_DIR": str(tmp_path), "KIT_NO_VENV_BUILD": "1"}
@@ -251,25 +240,15 @@ def _up(port: int) -> bool:
 
 
 def test_context_length_is_enforced_with_sglangs_words(pair):
-    from kit.refserver.server import load_engine, make_server
-
     spec = LaunchSpec(model_path=str(pair[0]), port=free_port(), context_length=12)
-    server, state = make_server(spec)
-    load_engine(state)
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{spec.port}/generate"
-    try:
+    with in_process_server(spec) as (base, _):
+        url = base + "/generate"
         ok = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 8}}, timeout=60)
         assert ok.status_code == 200
         long = httpx.post(url, json={"input_ids": [5] * 12, "sampling_params": {"max_new_tokens": 1}}, timeout=60)
         assert long.status_code == 400 and "longer than the model's context length (12 tokens)" in long.text
         over = httpx.post(url, json={"input_ids": [5] * 4, "sampling_params": {"max_new_tokens": 9}}, timeout=60)
         assert over.status_code == 400 and "maximum context length of 12 tokens" in over.text
-    finally:
-        server.should_exit = True
-        state.engine.stop()
 
 
 def test_concurrent_requests_share_decode_steps_and_equal_plain_greedy(srv3, target):

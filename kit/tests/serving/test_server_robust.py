@@ -7,7 +7,6 @@ connection, and a normal request answered after.
 Run: python -m pytest kit/tests/serving/test_server_robust.py -q
 """
 
-import contextlib
 import json
 import threading
 import time
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import free_port
-from kit.tests.tinyserve import VOCAB, build_pair
+from kit.tests.tinyserve import VOCAB, build_pair, in_process_server
 
 CTX = 96  # --context-length of the servers here: every admitted request is short
 
@@ -29,10 +28,7 @@ def pair(tmp_path_factory):
     return build_pair(tmp_path_factory.mktemp("tiny"))
 
 
-@contextlib.contextmanager
 def serving(pair, **kw):
-    from kit.refserver.server import load_engine, make_server
-
     spec = LaunchSpec(
         model_path=str(pair[0]),
         speculative_algorithm="EAGLE3",
@@ -44,18 +40,7 @@ def serving(pair, **kw):
         context_length=CTX,
         **kw,
     )
-    server, state = make_server(spec)
-    load_engine(state)
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{spec.port}", state.engine
-    finally:
-        server.should_exit = True
-        t.join(timeout=30)
-        state.engine.stop()
+    return in_process_server(spec)
 
 
 @pytest.fixture(scope="module")
