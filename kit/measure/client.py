@@ -182,15 +182,16 @@ async def _stream(client, url: str, body: dict, api: str, rec: RequestRecord, t0
                     if data == b"[DONE]":
                         break
                     obj = _loads(data)
-                    reply = engine.read_response(obj, api)
                     if api == "sglang":
                         # the native stream's token count is cumulative: the delta is exact per chunk, and
-                        # with speculative decoding one chunk carries one verify step's tokens
-                        total = reply.completion_tokens or 0
+                        # with speculative decoding one chunk carries one verify step's tokens; its speculative
+                        # fields are read once, from the last event
+                        total = engine.read_native(obj).completion_tokens or 0
                         k = total - prev_tokens
                         prev_tokens = max(prev_tokens, total)
-                        last = reply
+                        last = obj
                     else:
+                        reply = engine.read_response(obj, api)
                         k = 1 if reply.text else 0  # OpenAI streams carry no token counts
                         _absorb(reply, rec)
                     if k > 0:
@@ -201,7 +202,7 @@ async def _stream(client, url: str, body: dict, api: str, rec: RequestRecord, t0
             rec.ttft = chunk_t[0]
             rec.client_tokens = sum(chunk_tok)
     if last is not None:
-        _absorb(last, rec)
+        _absorb(engine.read_response(last, api), rec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,19 +341,15 @@ def run_sync(coro):
 
 
 def server_info_now(base_url: str, api_key: str | None = None, engine: str | Engine | None = None) -> dict | None:
-    """The engine's server info now (the first of its server-info paths that answers), or None."""
+    """`server_info` from synchronous code (a notebook cell): the engine's server info now, or None."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(timeout=30, trust_env=False, headers=headers) as c:
-        for path in get_engine(engine).server_info_paths:
-            try:
-                r = c.get(base_url + path)
-            except httpx.HTTPError:
-                return None
-            if r.status_code == 200:
-                return r.json()
-    return None
+    async def read() -> dict | None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with httpx.AsyncClient(timeout=30, trust_env=False, headers=headers) as c:
+            return await server_info(c, base_url, engine)
+
+    return run_sync(read())
 
 
 def server_accept_length(base_url: str, api_key: str | None = None, engine: str | Engine | None = None):

@@ -303,3 +303,16 @@ def test_ask_takes_acceptance_from_generate_meta_info(srv3):
     chat = post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10})
     assert df["text"][0] == chat["choices"][0]["message"]["content"][:60]
     assert df["completion_tokens"][0] == chat["usage"]["completion_tokens"]
+
+
+def test_server_accept_length_reads_the_engines_server_info_field(srv3):
+    """`server_accept_length` (notebook 04) is the engine's reading of the server info the first path answers;
+    without the API key the server refuses and there is nothing to read."""
+    from kit.measure.client import server_accept_length, server_info_now
+
+    url, _ = srv3
+    post(url + "/generate", {"input_ids": [5, 9, 77], "sampling_params": {"max_new_tokens": 12}})
+    info = server_info_now(url, KEY)
+    got = server_accept_length(url, KEY)
+    assert info is not None and got is not None and got == get_engine("sglang").server_info_accept_length(info)
+    assert server_info_now(url) is None and server_accept_length(url) is None
