@@ -21,15 +21,15 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 S=${WORK:-/root/kit-work}
 SITE=${SITE:-$S/site}
-OUT=${RESULTS:-$S/results}
-mkdir -p "$S" "$OUT"
+RES=${RESULTS:-$S/results}
+mkdir -p "$S" "$RES"
 export KIT_CACHE_DIR=$S/cache PYTHONPATH=$SITE:$PWD
 NB=$S/nbsite
 nb_site() {
   # install the wheels once (the marker is written only when pip succeeds)
   if [ -n "${WHEELS:-}" ] && [ ! -f "$NB/.installed" ]; then
-    python3 -m pip install -q --no-index --no-deps --target "$NB" "$WHEELS"/*.whl >"$OUT/nb_pip.log" 2>&1 \
-      && touch "$NB/.installed" || tail -5 "$OUT/nb_pip.log"
+    python3 -m pip install -q --no-index --no-deps --target "$NB" "$WHEELS"/*.whl >"$RES/nb_pip.log" 2>&1 \
+      && touch "$NB/.installed" || tail -5 "$RES/nb_pip.log"
   fi
   export PYTHONPATH=$NB:$PYTHONPATH
 }
@@ -44,22 +44,22 @@ install)
 demo)
   D=$(pick_draft)
   t0=$(date +%s)
-  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" ${D:+--draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/demo.log"
-  echo "demo_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/demo.log"
-  tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
+  timeout 540 python3 -m kit demo --gpu --runs-dir "$S/runs" ${D:+--draft "$D"} 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$RES/demo.log"
+  echo "demo_wall_s=$(($(date +%s) - t0))" | tee -a "$RES/demo.log"
+  tar czf "$RES/demo_run.tgz" -C "$S/runs" .
   ;;
 finish)
   mkdir -p "$S/runs" && tar xzf "${RUN_TGZ:?RUN_TGZ names a demo_run.tgz}" -C "$S/runs"
   R=$(ls -d "$S"/runs/2* | tail -1)
   python3 -c "import kit.models as m; print(m.embedded_dir())" 2>&1 | tail -1
-  timeout 200 python3 -m kit.demo_gpu finish "$R" 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$OUT/finish.log"
-  tar czf "$OUT/demo_run.tgz" -C "$S/runs" .
+  timeout 200 python3 -m kit.demo_gpu finish "$R" 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$RES/finish.log"
+  tar czf "$RES/demo_run.tgz" -C "$S/runs" .
   ;;
 parity)
   nb_site
   timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
-    --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$OUT/parity.log"
-  tar czf "$OUT/parity.tgz" -C "$S" parity
+    --concurrency-list 1 16 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$RES/parity.log"
+  tar czf "$RES/parity.tgz" -C "$S" parity
   ;;
 notebooks)
   # executed notebooks in $S/nb, each notebook's run folder in $S/nb/runs/<name>; NB_TIMEOUT bounds each notebook (05 on one H200: 462 s, its three SGLang servers start one by one)
@@ -71,11 +71,11 @@ notebooks)
     t0=$(date +%s)
     timeout ${NB_TIMEOUT:-540} python3 -m papermill "notebooks/$n.ipynb" "$S/nb/$n.ipynb" -k python3 --cwd "$PWD" --log-output \
       -p engine sglang -p quick False -p out_dir "$S/nb/runs/$n" ${D:+-p draft "$D"} ${NB_PARAMS:-} 2>&1 | grep -v -E "it/s\]|Loading weights|Executing:" \
-      | tail -c 6000 | tee "$OUT/nb${n:0:2}.log"
-    echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$OUT/nb${n:0:2}.log"
+      | tail -c 6000 | tee "$RES/nb${n:0:2}.log"
+    echo "${n}_wall_s=$(($(date +%s) - t0))" | tee -a "$RES/nb${n:0:2}.log"
   done
-  tar czf "$OUT/notebooks.tgz" -C "$S" nb
-  ls -l "$OUT/notebooks.tgz"
+  tar czf "$RES/notebooks.tgz" -C "$S" nb
+  ls -l "$RES/notebooks.tgz"
   ;;
 train)
   # each recipe: `kit train-draft $COMMON FLAGS` + its oracle (training.json); detached so it runs on across calls.
@@ -115,9 +115,9 @@ PY
   mkdir -p "$S/picked"
   for d in "$S"/train/*/; do [ -f "$d/training.json" ] && cp "$d/training.json" "$S/picked/$(basename "$d").training.json"; done
   [ -f "$S/best/config.json" ] && cp "$S"/best/*.json "$S/picked/"
-  tar czf "$OUT/pick.tgz" --exclude='*.safetensors' -C "$S" picked train
+  tar czf "$RES/pick.tgz" --exclude='*.safetensors' -C "$S" picked train
   if [ -f "$S/best/model.safetensors" ]; then
-    rm -rf "$OUT/best" && cp -r "$S/best" "$OUT/best"; md5sum "$S/best/model.safetensors"
+    rm -rf "$RES/best" && cp -r "$S/best" "$RES/best"; md5sum "$S/best/model.safetensors"
   fi
   ;;
 *)
