@@ -35,6 +35,7 @@ import ast
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -414,11 +415,11 @@ def runtime_rules(version: str | None = None) -> Rules:
 DROPS_SPECULATORS_KEYS = "0.4.10"
 
 
-def first_release(
+def releases_with(
     feature: str, value: Any = True, architecture: str = LLAMA_EAGLE3, after: str | None = None
-) -> str | None:
-    """The oldest recorded release (after `after`) whose rules (of that draft class, or "runtime") have
-    `feature` == value (class rows: only releases with EAGLE-3 support), for "sglang X+ loads it" messages."""
+) -> Iterator[str]:
+    """The recorded releases (after `after`, oldest first) whose rules (of that draft class, or "runtime") have
+    `feature` == value (class rows: only releases with EAGLE-3 support)."""
     for v in known_versions():
         if after is not None and Version.parse(v) <= Version.parse(after):
             continue
@@ -426,8 +427,19 @@ def first_release(
         if architecture != "runtime" and not r.features.get("has_eagle3"):
             continue
         if feature in r.features and r.features[feature] == value:
-            return v
-    return None
+            yield v
+
+
+def first_release(
+    feature: str, value: Any = True, architecture: str = LLAMA_EAGLE3, after: str | None = None
+) -> str | None:
+    """The oldest of `releases_with`, for "sglang X+ loads it" messages."""
+    return next(releases_with(feature, value, architecture, after), None)
+
+
+def last_release(feature: str, value: Any = True, architecture: str = LLAMA_EAGLE3) -> str | None:
+    """The newest of `releases_with` (notebook 02: the last `midlayer`-era release)."""
+    return ([None, *releases_with(feature, value, architecture)])[-1]
 
 
 def registered_architectures(version: str | None = None) -> set[str]:
