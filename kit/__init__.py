@@ -14,6 +14,7 @@ happen inside the functions that need them. Run `python -m kit --help` for the v
 __version__ = "0.1.0"
 
 import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
 
 
 def _busy_cores(sample_s: float = 0.05) -> float | None:
@@ -75,25 +76,22 @@ class _BeforeTorch:
     @classmethod
     def find_spec(cls, name, path=None, target=None):
         if name == "torch":
-            _disarm()
-            _choose_omp_wait_policy()
+            _choose_if_pending()
         return None  # the real finders import it
 
 
-def _disarm() -> None:
-    import sys
-
-    if _BeforeTorch in sys.meta_path:
-        sys.meta_path.remove(_BeforeTorch)
+def _choose_if_pending() -> None:
+    """Make the choice now if it still waits for torch (the finder is removed first: it fires once)."""
+    if _BeforeTorch in _sys.meta_path:
+        _sys.meta_path.remove(_BeforeTorch)
+        _choose_omp_wait_policy()
 
 
 def _arm() -> None:
-    import sys
-
-    if "torch" in sys.modules:  # too late for libgomp; choose anyway, for the processes this one starts
+    if "torch" in _sys.modules:  # too late for libgomp; choose anyway, for the processes this one starts
         _choose_omp_wait_policy()
-    elif _BeforeTorch not in sys.meta_path:
-        sys.meta_path.insert(0, _BeforeTorch)
+    elif _BeforeTorch not in _sys.meta_path:
+        _sys.meta_path.insert(0, _BeforeTorch)
 
 
 _arm()
@@ -101,9 +99,7 @@ _arm()
 
 def pin_omp_wait_policy() -> None:
     """Keep this process's OpenMP wait policy (chosen as torch loaded, or now) for every process it starts."""
-    if _BeforeTorch in __import__("sys").meta_path:
-        _disarm()
-        _choose_omp_wait_policy()
+    _choose_if_pending()
     if _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO") == "1":
         _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "pinned"
 
