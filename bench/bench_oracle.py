@@ -118,12 +118,12 @@ def main() -> None:
     )
     doc["kimi_probe"] = {
         "total_s": round(time.perf_counter() - s, 2),
-        "build_s": kp["build_s"],
-        "forward_s": kp["forward_s"],
-        "built_as": kp["built_as"],
-        "num_layers": kp["num_layers"],
-        "fused": kp["shapes"]["fused"],
-        "fc": kp["verdict"]["fc"],
+        "build_s": kp.build_s,
+        "forward_s": kp.forward_s,
+        "built_as": kp.built_as,
+        "num_layers": kp.num_layers,
+        "fused": kp.shapes["fused"],
+        "fc": kp.verdict["fc"],
     }
     print(json.dumps(doc))
 

@@ -93,8 +93,8 @@ def test_oracle_results_are_cached_by_inputs(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="loaded a model"):
         run_config(cfg, log=lambda *_: None)
     monkeypatch.setattr(kit.reference.llama, "load_engine_target", real_load)
-    again = run_config(cfg, log=lambda *_: None)["results"]["requested"]
-    assert (again["accept_length"], again["histogram"]) == (
-        first["results"]["requested"]["accept_length"],
-        first["results"]["requested"]["histogram"],
+    again = run_config(cfg, log=lambda *_: None).results["requested"]
+    assert (again.accept_length, again.histogram) == (
+        first.results["requested"].accept_length,
+        first.results["requested"].histogram,
     )

@@ -183,7 +183,7 @@ def oracle_expected(
                 ),
                 log=lambda *_: None,
             )
-            cache[key] = doc["results"]["requested"]["meta_accept_length"]
+            cache[key] = doc.results["requested"].meta_accept_length
         return cache[key]
 
     return expected

@@ -30,7 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Self
 
 from kit import config as kconfig
 from kit.checkpoint.load_sim import dropped_keys
@@ -87,21 +88,24 @@ class OracleConfig:
 
 @dataclass
 class OracleResult:
-    params: str
-    wiring: str
-    prompts: int
-    verify_steps: int
+    """The oracle under one wiring; the figures are defined in this module's docstring. `to_dict` is its entry
+    in `OracleRun.results`: the per-step walk left out, the two rates added."""
+
+    params: str  # SpecParams.label() of the resolved parameters
+    wiring: str  # Wiring.describe()
+    prompts: int  # prompts given (those with a continuation too short to verify are not measured)
+    verify_steps: int  # verify steps of the decode walk
     accept_length: float
     meta_accept_length: float
     position_accept_length: float
     depth_rates: list
-    histogram: dict
-    positions: int
+    histogram: dict  # accepted draft tokens -> verify steps (string keys once written)
+    positions: int  # positions with the full draft depth ahead (position_accept_length, depth_rates)
     target_tokens: int
     target_time_s: float
     draft_steps: int
     draft_time_s: float
-    accept_lengths: list = field(default_factory=list)  # per verify step of the decode walk
+    accept_lengths: list = field(default_factory=list)  # per verify step of the decode walk (not written)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -109,6 +113,62 @@ class OracleResult:
         d["target_tokens_per_s"] = round(self.target_tokens / self.target_time_s, 1) if self.target_time_s else None
         d["draft_steps_per_s"] = round(self.draft_steps / self.draft_time_s, 1) if self.draft_time_s else None
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        """From its written entry (the rates, derived, are dropped; `accept_lengths` reads as empty)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class OracleSkipped:
+    """A wiring `run_captured` could not measure: the capture lacks the target states it reads."""
+
+    skipped: str  # why
+    wiring: str  # Wiring.describe()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class OracleRun:
+    """What `run_config` returns, caches and `kit oracle --json` prints (`to_dict`, the keys in this order, the
+    optional ones only when set): one result per wiring replayed."""
+
+    draft: str  # the draft dir
+    params: str  # SpecParams.label() of the resolved parameters
+    reference_generation_s: float | None = None  # seconds to generate the target's continuations (None: a capture)
+    hidden_states: dict[str, Any] | None = None  # a capture run: {"path", "source", "points"}
+    results: dict[str, OracleResult | OracleSkipped] = field(default_factory=dict)  # wiring name -> result
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"draft": self.draft, "params": self.params}
+        if self.reference_generation_s is not None:
+            d["reference_generation_s"] = self.reference_generation_s
+        if self.hidden_states is not None:
+            d["hidden_states"] = self.hidden_states
+        d["results"] = {name: r.to_dict() for name, r in self.results.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        results = {
+            name: OracleSkipped(**r) if "skipped" in r else OracleResult.from_dict(r)
+            for name, r in d.get("results", {}).items()
+        }
+        return cls(
+            draft=d["draft"],
+            params=d["params"],
+            reference_generation_s=d.get("reference_generation_s"),
+            hidden_states=d.get("hidden_states"),
+            results=results,
+        )
+
+    def written(self) -> OracleRun:
+        """This run as a cached read returns it (through JSON: string keys, lists)."""
+        return OracleRun.from_dict(json.loads(json.dumps(self.to_dict())))
 
 
 # The oracle's products: the module's own fp32 path on every machine, never the GEMM plan a CPU measures (fp16
@@ -333,7 +393,7 @@ def prompt_texts(cfg: OracleConfig) -> list[str]:
     return [r["prompt"] for r in rows[: cfg.num_prompts]]
 
 
-def run_config(cfg: OracleConfig, log=print) -> dict:
+def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
     from pathlib import Path
 
@@ -361,7 +421,7 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     cached = _result_path(cfg, draft_dir, texts)
     if cached.exists() and not cfg.save_states:  # a capture is written by a run, never read from the cache
         log(f"cached: {cached}")
-        return json.loads(cached.read_text())
+        return OracleRun.from_dict(json.loads(cached.read_text()))
     target, tok = load_engine_target(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     t0 = time.perf_counter()
@@ -371,21 +431,20 @@ def run_config(cfg: OracleConfig, log=print) -> dict:
     if cfg.save_states:
         save_capture(target, draft, seqs, cfg.save_states)
         log(f"target states written to {cfg.save_states}")
-    results = {name: r.to_dict() for name, r in evaluate_each(target, draft, seqs, params, runs).items()}
+    results = evaluate_each(target, draft, seqs, params, runs)
     for name, r in results.items():
-        log(f"{name:42s} accept length {r['accept_length']:.3f}  ({r['wiring']})")
-    doc = {
-        "draft": str(draft_dir),
-        "params": params.resolved().label(),
-        "reference_generation_s": round(gen_s, 2),
-        "results": results,
-    }
-    doc = json.loads(json.dumps(doc))  # the shape a cached read returns (string keys, lists)
-    write_cache_json(cached, doc)
+        log(f"{name:42s} accept length {r.accept_length:.3f}  ({r.wiring})")
+    doc = OracleRun(
+        draft=str(draft_dir),
+        params=params.resolved().label(),
+        reference_generation_s=round(gen_s, 2),
+        results=dict(results),
+    ).written()
+    write_cache_json(cached, doc.to_dict())
     return doc
 
 
-def run_captured(cfg: OracleConfig, log=print) -> dict:
+def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     """The oracle on a capture folder: the draft runs on the captured target states, no target forward; each
     wiring whose states the capture lacks (a shifted point, a final state not written) is reported skipped."""
     from pathlib import Path
@@ -405,26 +464,22 @@ def run_captured(cfg: OracleConfig, log=print) -> dict:
     target = cap.target_stub(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
-    results: dict = {}
+    results: dict[str, OracleResult | OracleSkipped] = {}
     for name, w in runs.items():
         try:
-            results[name] = evaluate_each(target, draft, cap.seqs(), params, {name: w}, capture=cap)[name].to_dict()
+            results[name] = evaluate_each(target, draft, cap.seqs(), params, {name: w}, capture=cap)[name]
         except KitInputError as e:
             if len(runs) == 1:
                 raise
-            results[name] = {"skipped": str(e), "wiring": w.describe()}
+            results[name] = OracleSkipped(skipped=str(e), wiring=w.describe())
     for name, r in results.items():
-        log(f"{name:42s} " + (f"accept length {r['accept_length']:.3f}" if "skipped" not in r else r["skipped"]))
-    return json.loads(
-        json.dumps(
-            {
-                "draft": str(draft_dir),
-                "params": params.resolved().label(),
-                "hidden_states": {"path": str(cfg.hidden_states), "source": cap.source, "points": cap.points},
-                "results": results,
-            }
-        )
-    )
+        log(f"{name:42s} " + (r.skipped if isinstance(r, OracleSkipped) else f"accept length {r.accept_length:.3f}"))
+    return OracleRun(
+        draft=str(draft_dir),
+        params=params.resolved().label(),
+        hidden_states={"path": str(cfg.hidden_states), "source": cap.source, "points": cap.points},
+        results=results,
+    ).written()
 
 
 def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
@@ -452,14 +507,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = kconfig.from_namespace(OracleConfig, args)
     doc = run_config(cfg, log=(lambda *_: None) if cfg.json else print)
     if cfg.json:
-        print(json.dumps(doc))
+        print(json.dumps(doc.to_dict()))
     else:
-        for name, r in doc["results"].items():
-            if "skipped" in r:
-                print(f"{name}: skipped: {r['skipped']}")
+        for name, r in doc.results.items():
+            if isinstance(r, OracleSkipped):
+                print(f"{name}: skipped: {r.skipped}")
                 continue
             print(
-                f"{name}: accept length {r['accept_length']} (meta {r['meta_accept_length']}, all positions "
-                f"{r['position_accept_length']}), depth rates {r['depth_rates']}, histogram {r['histogram']}"
+                f"{name}: accept length {r.accept_length} (meta {r.meta_accept_length}, all positions "
+                f"{r.position_accept_length}), depth rates {r.depth_rates}, histogram {r.histogram}"
             )
     return 0

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Self
 
 from kit import config as kconfig
 from kit.findings import KitInputError
@@ -44,6 +44,37 @@ class ProbeConfig:
     config_only: bool = field(default=False, metadata={"help": "no weights: build the target on the meta device"})
     tokens: int = field(default=8, metadata={"help": "probe input length"})
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+
+@dataclass
+class ProbeResult:
+    """The probe's document: what `probe` returns, caches and `kit probe --json` prints (`to_dict`, the keys in
+    this order; `cached_s` only when read back)."""
+
+    target: str  # the target as given: 'embedded', a model dir or a config.json
+    target_class: str | None  # its architecture (`TargetFacts.architecture`)
+    num_layers: int  # its decoder layers
+    built_as: str  # how it was built: "weights (CPU)", a transformers class on the meta device, or a Llama skeleton
+    draft: str  # the draft dir or config.json probed
+    wiring: str  # what the launch gives the draft (`Wiring.describe`)
+    capture_points: list[int]  # points hooked (point p = output of layer p-1, 0 the embeddings)
+    shapes: dict[str, Any]  # `hook_shapes`: {"points": {point: shape}, "fused": shape, "single": shape}
+    verdict: dict[str, Any]  # `fc_gate`: what the draft is fed and what SGLang's fc gate does with it
+    stacks: list[dict]  # `kit.wiring.aux.stack_table`: the ids each stack reads and the points they become
+    build_s: float  # seconds to read the configs and build or load the target
+    forward_s: float  # seconds of the hooked forward passes
+    cached_s: float | None = None  # read back from the cache: seconds the read took (None: probed now)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["cached_s"] is None:
+            del d["cached_s"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") -> dict[str, Any]:
@@ -107,7 +138,7 @@ def fc_gate(shapes: dict[str, Any], draft_cfg: HFConfig | None, wiring, fc_in: i
     return out
 
 
-def probe(cfg: ProbeConfig) -> dict[str, Any]:
+def probe(cfg: ProbeConfig) -> ProbeResult:
     """The probe's document. It is a function of its inputs (the target's config and weights, the draft's files,
     the launch, the release, transformers' modeling code and the kit's): cached under $KIT_CACHE_DIR/probe-results
     by all of them, so a second notebook run or demo reads it back (`cached_s` says when it was read)."""
@@ -124,10 +155,12 @@ def probe(cfg: ProbeConfig) -> dict[str, Any]:
         draft_path = Path(cfg.draft)
     cached = _result_path(cfg, draft_path)
     if cached.exists():
-        return {**json.loads(cached.read_text()), "cached_s": round(time.perf_counter() - t0, 3)}
-    doc = json.loads(json.dumps(_probe(cfg, draft_path, t0)))  # the shape a cached read returns
-    write_cache_json(cached, doc)
-    return doc
+        doc = ProbeResult.from_dict(json.loads(cached.read_text()))
+        doc.cached_s = round(time.perf_counter() - t0, 3)
+        return doc
+    data = json.loads(json.dumps(_probe(cfg, draft_path, t0).to_dict()))  # the shape a cached read returns
+    write_cache_json(cached, data)
+    return ProbeResult.from_dict(data)
 
 
 def _result_path(cfg: ProbeConfig, draft_path):
@@ -151,7 +184,7 @@ def _result_path(cfg: ProbeConfig, draft_path):
     return result_path("probe-results", key, code)
 
 
-def _probe(cfg: ProbeConfig, draft_path, t0: float) -> dict[str, Any]:
+def _probe(cfg: ProbeConfig, draft_path, t0: float) -> ProbeResult:
     from kit.checkpoint.hf_config import read_config, target_facts
     from kit.sglang.cmdline import split_command
     from kit.wiring.aux import fc_in_features, stack_table
@@ -181,20 +214,20 @@ def _probe(cfg: ProbeConfig, draft_path, t0: float) -> dict[str, Any]:
     pts = [p for p in pts if 0 <= p <= L]
     t1 = time.perf_counter()
     shapes = hook_shapes(model, pts, cfg.tokens, device)
-    return {
-        "target": str(cfg.target),
-        "target_class": tf.architecture,
-        "num_layers": L,
-        "built_as": how,
-        "draft": str(draft_path),
-        "wiring": wiring.describe(),
-        "capture_points": pts,
-        "shapes": shapes,
-        "verdict": fc_gate(shapes, dcfg, wiring, fc_in_features(ddir)),
-        "stacks": stack_table(dcfg, L, tf.architecture, cfg.sglang_version),
-        "build_s": round(t1 - t0, 2),
-        "forward_s": round(time.perf_counter() - t1, 2),
-    }
+    return ProbeResult(
+        target=str(cfg.target),
+        target_class=tf.architecture,
+        num_layers=L,
+        built_as=how,
+        draft=str(draft_path),
+        wiring=wiring.describe(),
+        capture_points=pts,
+        shapes=shapes,
+        verdict=fc_gate(shapes, dcfg, wiring, fc_in_features(ddir)),
+        stacks=stack_table(dcfg, L, tf.architecture, cfg.sglang_version),
+        build_s=round(t1 - t0, 2),
+        forward_s=round(time.perf_counter() - t1, 2),
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -210,14 +243,14 @@ def run(args: argparse.Namespace) -> int:
         kconfig.local_path(cfg.draft, "--draft", "a draft directory or its config.json")
     doc = probe(cfg)
     if cfg.json:
-        print(json.dumps(doc))
+        print(json.dumps(doc.to_dict()))
         return 0
-    print(f"target {doc['target_class']} ({doc['num_layers']} layers, {doc['built_as']}); {doc['wiring']}")
-    for p, s in doc["shapes"]["points"].items():
+    print(f"target {doc.target_class} ({doc.num_layers} layers, {doc.built_as}); {doc.wiring}")
+    for p, s in doc.shapes["points"].items():
         print(f"  capture point {p:>3} (output of layer {int(p) - 1:>3}): {s}")
-    print(f"  fused: {doc['shapes']['fused']}   single final state: {doc['shapes']['single']}")
-    v = doc["verdict"]
+    print(f"  fused: {doc.shapes['fused']}   single final state: {doc.shapes['single']}")
+    v = doc.verdict
     print(f"draft receives {v['fed']} (width {v['fed_width']}); fc {v.get('fc', '?')}")
-    for r in doc["stacks"]:
+    for r in doc.stacks:
         print(f"  {r['stack']:13s} ids {r['ids_read']} ({r['read_from']}) -> points {r['capture_points']}")
     return 0

@@ -1,6 +1,7 @@
 """kit.wiring.probe: hook shapes on a tiny target and on the meta device from a Kimi-K2.5-sized config.json."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from kit.reference.speculate import Wiring
@@ -45,9 +46,9 @@ def test_config_only_probe_kimi(tmp_path):
             launch="python -m sglang.launch_server --speculative-algorithm EAGLE",
         )
     )
-    assert doc["num_layers"] == 61 and doc["capture_points"] == [2, 30, 58]
-    assert doc["shapes"]["fused"][-1] == 21504 and doc["shapes"]["single"][-1] == 7168
-    assert doc["verdict"]["fed"] == "single Ht" and doc["verdict"]["fc"] == "bypassed"  # the seed
+    assert doc.num_layers == 61 and doc.capture_points == [2, 30, 58]
+    assert doc.shapes["fused"][-1] == 21504 and doc.shapes["single"][-1] == 7168
+    assert doc.verdict["fed"] == "single Ht" and doc.verdict["fc"] == "bypassed"  # the seed
 
 
 def test_meta_skeleton_for_unknown_model_type():
@@ -82,13 +83,14 @@ def test_a_probe_is_cached_by_its_inputs(tmp_path, monkeypatch):
     cfg = ProbeConfig(target=str(target), draft=str(draft), config_only=True, sglang_version="0.5.23")
     first = probe(cfg)
     again = probe(cfg)
-    assert len(forwards) == 1 and "cached_s" not in first and "cached_s" in again
-    assert {k: v for k, v in again.items() if k != "cached_s"} == first
-    fused = first["shapes"]["fused"][-1]
-    assert fused == 64 * len(first["capture_points"]) > 64 and first["verdict"]["fc"] == "runs"
+    assert len(forwards) == 1 and first.cached_s is None and again.cached_s is not None
+    assert replace(again, cached_s=None) == first
+    assert "cached_s" not in first.to_dict() and list(again.to_dict())[-1] == "cached_s"
+    fused = first.shapes["fused"][-1]
+    assert fused == 64 * len(first.capture_points) > 64 and first.verdict["fc"] == "runs"
     # a draft as wide as the fused states: SGLang's gate would skip its fc
     (draft / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": fused}))
-    assert probe(cfg)["verdict"]["fc"] == "bypassed" and len(forwards) == 2
+    assert probe(cfg).verdict["fc"] == "bypassed" and len(forwards) == 2
 
 
 def test_a_probe_without_a_draft_reads_the_shipped_one(tmp_path, monkeypatch):
@@ -104,6 +106,6 @@ def test_a_probe_without_a_draft_reads_the_shipped_one(tmp_path, monkeypatch):
                                   "intermediate_size": 64, "num_hidden_layers": 30, "num_attention_heads": 9,
                                   "num_key_value_heads": 3, "vocab_size": 49152}))  # fmt: skip
     doc = probe(ProbeConfig(target=str(target), config_only=True, sglang_version="0.5.23"))
-    assert doc["draft"] == str(shipped_draft())
-    assert doc["capture_points"] == [2, 15, 27]  # its aux ids 1, 14, 26: the inputs of the layers after them
-    assert doc["verdict"]["fc"] == "runs"
+    assert doc.draft == str(shipped_draft())
+    assert doc.capture_points == [2, 15, 27]  # its aux ids 1, 14, 26: the inputs of the layers after them
+    assert doc.verdict["fc"] == "runs"
