@@ -21,6 +21,7 @@ from typing import Any
 
 from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
 from kit.hf import HFConfig
+from kit.sglang.draft_config import read_draft_config
 from kit.sglang.flags import flag_value
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
@@ -101,7 +102,7 @@ def training_points(
         conv = CONVENTION_OF.get(trained_with.lower())
         if conv:
             # the ids in the file are taken to be in the training stack's convention
-            ids = read_ids("sglang", draft_cfg)[0] or draft_cfg.get("eagle_aux_hidden_state_layer_ids")
+            ids = read_ids("sglang", draft_cfg)[0] or read_draft_config(draft_cfg).top_level_aux_layer_ids
             return capture_points(conv, ids, L, arch, version), f"--trained-with {trained_with}, ids {ids}"
     return None
 

@@ -79,7 +79,7 @@ class _Facts:
             tf=tf,
             L=tf.num_layers,
             nested=read_ids("sglang", draft_cfg)[0],
-            top=draft_cfg.get("eagle_aux_hidden_state_layer_ids"),
+            top=d.top_level_aux_layer_ids,
             srv=srv,
             rule=rule,
             has_target=target_cfg is not None,
