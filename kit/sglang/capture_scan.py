@@ -183,63 +183,67 @@ def _entry_names(tree: ast.Module) -> list[str]:
     return []
 
 
-def scan_models(files: dict[str, str]) -> dict[str, Any]:
-    """{architecture: {file, method_in, rule...}} for every EntryClass of one release."""
-    by_file: dict[str, dict[str, ast.ClassDef]] = {}
-    imports: dict[str, dict[str, tuple[str, str]]] = {}
-    texts: dict[str, str] = {}
-    entries: list[tuple[str, str]] = []
-    for rel, text in files.items():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        texts[rel] = text
-        by_file[rel] = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        imp = imports.setdefault(rel, {})
-        for n in ast.walk(tree):
-            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.srt.models."):
-                mod = "srt/models/" + n.module.rsplit(".", 1)[1] + ".py"
-                for a in n.names:
-                    imp[a.asname or a.name] = (mod, a.name)
-        entries += [(n, rel) for n in _entry_names(tree)]
+class _Classes:
+    """The classes of one release's model files, found as a file sees them (its own, imported, else anywhere),
+    with what the scan asks of them: a method through the bases, what `__init__` builds."""
 
-    def lookup(name: str, rel: str) -> tuple[str, ast.ClassDef] | None:
+    def __init__(self, files: dict[str, str]):
+        self.by_file: dict[str, dict[str, ast.ClassDef]] = {}
+        self.imports: dict[str, dict[str, tuple[str, str]]] = {}
+        self.texts: dict[str, str] = {}
+        self.entries: list[tuple[str, str]] = []  # (EntryClass architecture, its file)
+        for rel, text in files.items():
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            self.texts[rel] = text
+            self.by_file[rel] = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+            imp = self.imports.setdefault(rel, {})
+            for n in ast.walk(tree):
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.srt.models."):
+                    mod = "srt/models/" + n.module.rsplit(".", 1)[1] + ".py"
+                    for a in n.names:
+                        imp[a.asname or a.name] = (mod, a.name)
+            self.entries += [(n, rel) for n in _entry_names(tree)]
+
+    def lookup(self, name: str, rel: str) -> tuple[str, ast.ClassDef] | None:
         """A class as seen from file `rel`: defined there, imported, or (last resort) anywhere."""
-        if name in by_file.get(rel, {}):
-            return rel, by_file[rel][name]
-        if name in imports.get(rel, {}):
-            mod, orig = imports[rel][name]
-            if orig in by_file.get(mod, {}):
-                return mod, by_file[mod][orig]
-        hits = [(r, c[name]) for r, c in sorted(by_file.items()) if name in c]
+        if name in self.by_file.get(rel, {}):
+            return rel, self.by_file[rel][name]
+        if name in self.imports.get(rel, {}):
+            mod, orig = self.imports[rel][name]
+            if orig in self.by_file.get(mod, {}):
+                return mod, self.by_file[mod][orig]
+        hits = [(r, c[name]) for r, c in sorted(self.by_file.items()) if name in c]
         return hits[0] if hits else None
 
-    def find_method(name: str, rel: str, seen=()) -> tuple[str, str, str] | None:
-        hit = lookup(name, rel)
+    def find_method(self, name: str, rel: str, seen=()) -> tuple[str, str, str] | None:
+        """(owning class, its file, source) of the capture setter `METHOD` as `name` resolves it."""
+        hit = self.lookup(name, rel)
         if hit is None or (hit[0], name) in seen:
             return None
         crel, node = hit
         for item in node.body:
             if isinstance(item, ast.FunctionDef) and item.name == METHOD:
-                return node.name, crel, ast.get_source_segment(texts[crel], item)
+                return node.name, crel, ast.get_source_segment(self.texts[crel], item)
         for b in node.bases:
             bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
-            found = bname and find_method(bname, crel, seen + ((crel, name),))
+            found = bname and self.find_method(bname, crel, seen + ((crel, name),))
             if found:
                 return found
         return None
 
-    def inner_class(name: str, rel: str, attr: str) -> tuple[str, str] | None:
+    def inner_class(self, name: str, rel: str, attr: str) -> tuple[str, str] | None:
         """(class, file) assigned to self.<attr> in __init__ (what a delegating wrapper forwards to)."""
-        hit = lookup(name, rel)
+        hit = self.lookup(name, rel)
         if hit is None:
             return None
-        m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", ast.get_source_segment(texts[hit[0]], hit[1]) or "")
+        m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", ast.get_source_segment(self.texts[hit[0]], hit[1]) or "")
         return (m.group(1), hit[0]) if m else None
 
-    def mro(name: str, rel: str, seen=()) -> list[tuple[str, ast.ClassDef]]:
-        hit = lookup(name, rel)
+    def mro(self, name: str, rel: str, seen=()) -> list[tuple[str, ast.ClassDef]]:
+        hit = self.lookup(name, rel)
         if hit is None or (hit[0], name) in seen:
             return []
         crel, node = hit
@@ -247,132 +251,141 @@ def scan_models(files: dict[str, str]) -> dict[str, Any]:
         for b in node.bases:
             bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
             if bname:
-                out += mro(bname, crel, seen + ((crel, name),))
+                out += self.mro(bname, crel, seen + ((crel, name),))
         return out
 
-    def method_src(name: str, rel: str, meth: str) -> tuple[str, str] | None:
+    def method_src(self, name: str, rel: str, meth: str) -> tuple[str, str] | None:
         """(defining class, source) of `meth` as `name` resolves it through its bases."""
-        for crel, node in mro(name, rel):
+        for crel, node in self.mro(name, rel):
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == meth:
-                    return node.name, ast.get_source_segment(texts[crel], item) or ""
+                    return node.name, ast.get_source_segment(self.texts[crel], item) or ""
         return None
 
-    def param_default(name: str, rel: str, param: str) -> tuple[str, str] | None:
+    def param_default(self, name: str, rel: str, param: str) -> tuple[str, str] | None:
         """(class, file) an `__init__` parameter defaults to, as the class itself resolves it: the first
         `__init__` along the bases that declares the parameter with a class as its default (a VL wrapper passing
         `language_model_cls=...` to its base's `__init__`)."""
-        for crel, node in mro(name, rel):
+        for crel, node in self.mro(name, rel):
             init = next((i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None)
             if init is None:
                 continue
             args = init.args.args[len(init.args.args) - len(init.args.defaults) :]
             for a, d in zip(args, init.args.defaults):
-                if a.arg == param and isinstance(d, ast.Name) and lookup(d.id, crel):
+                if a.arg == param and isinstance(d, ast.Name) and self.lookup(d.id, crel):
                     return d.id, crel
         return None
 
-    def built_class(name: str, rel: str, attr: str) -> tuple[str, str] | None:
+    def built_class(self, name: str, rel: str, attr: str) -> tuple[str, str] | None:
         """(class, file) the first `__init__` along the bases assigns to self.<attr> (a class named there, or the
         default of the `__init__` parameter it calls)."""
-        for crel, node in mro(name, rel):
+        for crel, node in self.mro(name, rel):
             init = next((i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"), None)
-            src = ast.get_source_segment(texts[crel], init) if init else None
+            src = ast.get_source_segment(self.texts[crel], init) if init else None
             if src and re.search(rf"self\.{attr}\s*=", src):
                 m = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", src)
-                if m and lookup(m.group(1), crel):
+                if m and self.lookup(m.group(1), crel):
                     return m.group(1), crel
-                return param_default(name, rel, m.group(1)) if m else None
+                return self.param_default(name, rel, m.group(1)) if m else None
         return None
 
-    def bare_forward(arch: str, rel: str, probe: dict, setter_src: str) -> dict | None:
-        """Why the setter's capture never reaches the forward (a bare tensor where (hidden, aux) is unpacked)."""
-        m = re.fullmatch(r"self\.(\w+)\.layers_to_capture", probe.get("writes") or "")
-        if not m or "_is_layer_to_capture" in setter_src:  # a setter that marks the layers itself is read
-            return None
-        holder = built_class(arch, rel, m.group(1))
-        fwd = method_src(*holder, "forward") if holder else None
-        outer = method_src(arch, rel, "forward")
-        if not fwd or not outer or "capture_aux_hidden_states" not in outer[1]:
-            return None
-        per_layer = [
-            v for v in re.findall(r"(\S+)\s+in\s+self\.layers_to_capture", fwd[1]) if not v.startswith("self.")
-        ]
-        if per_layer or "_is_layer_to_capture" not in fwd[1]:  # the forward tests each layer against the list
-            return None
-        return {
-            "writes": probe["writes"].replace("self.", "", 1),
-            "model_class": holder[0],
-            "forward_of": fwd[0],
-            "reads": "_is_layer_to_capture",
-        }
 
-    def aux_dropped(arch: str, rel: str) -> dict | None:
-        """Where the forward that runs unpacks the aux states (`hidden, aux = hidden` under
-        `capture_aux_hidden_states`) yet calls the logits processor without them: the draft worker reads the
-        logits output's hidden states, so it gets the final hidden state alone (SpecForge issue 310)."""
-        outer = method_src(arch, rel, "forward")
-        if not outer or "capture_aux_hidden_states" not in outer[1]:
-            return None
-        tree = ast.parse(textwrap.dedent(outer[1]))
-        names = {
-            t.elts[1].id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.If) and "capture_aux_hidden_states" in ast.unparse(n.test)
-            for a in n.body
-            if isinstance(a, ast.Assign)
-            for t in a.targets
-            if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name)
-        }
-        calls = [
-            c for c in ast.walk(tree) if isinstance(c, ast.Call) and ast.unparse(c.func) == "self.logits_processor"
-        ]
-        if not names or not calls:
-            return None
-        passed = {
-            n.id
-            for c in calls
-            for arg in [*c.args, *(k.value for k in c.keywords)]
-            for n in ast.walk(arg)
-            if isinstance(n, ast.Name)
-        }
-        if names & passed:
-            return None
-        return {"forward_of": outer[0], "unpacks": sorted(names)[0], "not_passed_to": "self.logits_processor"}
+def _bare_forward(classes: _Classes, arch: str, rel: str, probe: dict, setter_src: str) -> dict | None:
+    """Why the setter's capture never reaches the forward (a bare tensor where (hidden, aux) is unpacked)."""
+    m = re.fullmatch(r"self\.(\w+)\.layers_to_capture", probe.get("writes") or "")
+    if not m or "_is_layer_to_capture" in setter_src:  # a setter that marks the layers itself is read
+        return None
+    holder = classes.built_class(arch, rel, m.group(1))
+    fwd = classes.method_src(*holder, "forward") if holder else None
+    outer = classes.method_src(arch, rel, "forward")
+    if not fwd or not outer or "capture_aux_hidden_states" not in outer[1]:
+        return None
+    per_layer = [v for v in re.findall(r"(\S+)\s+in\s+self\.layers_to_capture", fwd[1]) if not v.startswith("self.")]
+    if per_layer or "_is_layer_to_capture" not in fwd[1]:  # the forward tests each layer against the list
+        return None
+    return {
+        "writes": probe["writes"].replace("self.", "", 1),
+        "model_class": holder[0],
+        "forward_of": fwd[0],
+        "reads": "_is_layer_to_capture",
+    }
 
+
+def _aux_dropped(classes: _Classes, arch: str, rel: str) -> dict | None:
+    """Where the forward that runs unpacks the aux states (`hidden, aux = hidden` under
+    `capture_aux_hidden_states`) yet calls the logits processor without them: the draft worker reads the
+    logits output's hidden states, so it gets the final hidden state alone (SpecForge issue 310)."""
+    outer = classes.method_src(arch, rel, "forward")
+    if not outer or "capture_aux_hidden_states" not in outer[1]:
+        return None
+    tree = ast.parse(textwrap.dedent(outer[1]))
+    names = {
+        t.elts[1].id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.If) and "capture_aux_hidden_states" in ast.unparse(n.test)
+        for a in n.body
+        if isinstance(a, ast.Assign)
+        for t in a.targets
+        if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name)
+    }
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and ast.unparse(c.func) == "self.logits_processor"]
+    if not names or not calls:
+        return None
+    passed = {
+        n.id
+        for c in calls
+        for arg in [*c.args, *(k.value for k in c.keywords)]
+        for n in ast.walk(arg)
+        if isinstance(n, ast.Name)
+    }
+    if names & passed:
+        return None
+    return {"forward_of": outer[0], "unpacks": sorted(names)[0], "not_passed_to": "self.logits_processor"}
+
+
+def _delegated(classes: _Classes, arch: str, rel: str, setter: tuple[str, str, str], to: str) -> dict[str, Any]:
+    """A setter that forwards to the inner model at `to` (rule "delegates"): that model and its rule, or why none."""
+    owner, mrel, src = setter
+    attr = to.split(".")[0]
+    inner = classes.inner_class(owner, mrel, attr) or classes.inner_class(arch, rel, attr)
+    out: dict[str, Any] = {"inner": inner[0] if inner else None}
+    ih = classes.find_method(*inner) if inner else None
+    if ih is None:
+        out["capture"] = "unknown" if inner is None else False
+        return out
+    rule = classify({k: run_method(ih[2], v) for k, v in PROBES.items()})
+    out.update({k: v for k, v in rule.items() if k in ("default", "explicit")})
+    out["silent_noop_if_inner_lacks"] = bool(re.search(rf"hasattr\(\s*self\.{attr},\s*[\"']{METHOD}", src))
+    return out
+
+
+def _model_row(classes: _Classes, arch: str, rel: str) -> dict[str, Any]:
+    """The capture row of one EntryClass architecture: its setter run on the probes, and whether the capture
+    reaches the forward and the draft."""
+    hit = classes.find_method(arch, rel)
+    if hit is None:
+        return {"file": rel, "capture": False}
+    owner, mrel, src = hit
+    res = {k: run_method(src, v) for k, v in PROBES.items()}
+    rule = classify(res)
+    row = {"file": rel, "capture": True, "method_in": f"{owner} ({mrel})", **rule}
+    bare = _bare_forward(classes, arch, rel, res["default"], src)
+    if bare:
+        row["bare_forward"] = bare
+    dropped = _aux_dropped(classes, arch, rel)
+    if dropped:
+        row["aux_dropped"] = dropped
+    if rule["rule"] == "delegates":
+        row.update(_delegated(classes, arch, rel, hit, rule["to"]))
+    return row
+
+
+def scan_models(files: dict[str, str]) -> dict[str, Any]:
+    """{architecture: {file, method_in, rule...}} for every EntryClass of one release."""
+    classes = _Classes(files)
     out: dict[str, Any] = {}
-    for arch, rel in entries:
-        hit = find_method(arch, rel)
-        if hit is None:
-            out[arch] = {"file": rel, "capture": False}
-            continue
-        owner, mrel, src = hit
-        res = {k: run_method(src, v) for k, v in PROBES.items()}
-        rule = classify(res)
-        row = {"file": rel, "capture": True, "method_in": f"{owner} ({mrel})", **rule}
-        bare = bare_forward(arch, rel, res["default"], src)
-        if bare:
-            row["bare_forward"] = bare
-        dropped = aux_dropped(arch, rel)
-        if dropped:
-            row["aux_dropped"] = dropped
-        if rule["rule"] == "delegates":
-            attr = rule["to"].split(".")[0]
-            inner = inner_class(owner, mrel, attr) or inner_class(arch, rel, attr)
-            row["inner"] = inner[0] if inner else None
-            ih = find_method(*inner) if inner else None
-            if ih:
-                row.update(
-                    {
-                        k: v
-                        for k, v in classify({k: run_method(ih[2], v) for k, v in PROBES.items()}).items()
-                        if k in ("default", "explicit")
-                    }
-                )
-                row["silent_noop_if_inner_lacks"] = bool(re.search(rf"hasattr\(\s*self\.{attr},\s*[\"']{METHOD}", src))
-            else:
-                row["capture"] = "unknown" if inner is None else False
-        out[arch] = row
+    for arch, rel in classes.entries:
+        out[arch] = _model_row(classes, arch, rel)
     return out
 
 
