@@ -298,21 +298,12 @@ def adjust_launch(
     flags, _ = server_flags(argv, version)
     res = resolve_flags(flags, version)
     table = table_for(version)
-    opts = table.by_option()
-
-    def dest(name: str) -> str | None:
-        """The release's argparse dest of ServerArgs field `name` (older releases name --tp-size's dest tensor_parallel_size)."""
-        a = opts.get("--" + name.replace("_", "-"))
-        return a["dest"] if a else None
-
-    def option(name: str) -> str:
-        return opts["--" + name.replace("_", "-")]["option_strings"][0]
-
+    opts = _Options(table.by_option())
     changes: list[Change] = []
     notes: list[str] = []
     if not table.exact:
         notes.append(f"no flag table for SGLang {version}: flags located with {table.checked}'s")
-    user_tp = int(res.values.get(dest("tp_size")) or 1)
+    user_tp = int(res.values.get(opts.dest("tp_size")) or 1)
     want = {
         "model_path": target_dir,
         "speculative_draft_model_path": draft_dir,
@@ -327,28 +318,66 @@ def adjust_launch(
         want["max_total_tokens"] = max_total_tokens
     if nccl_port:
         want["nccl_port"] = nccl_port
-    if res.values.get(dest("dist_init_addr") or "") and int(res.values.get(dest("nnodes") or "") or 1) == 1:
-        want["dist_init_addr"] = f"127.0.0.1:{(nccl_port or port) + 1}"
-    for names, cap in GRAPH_CAPS if not res.values.get(dest("disable_cuda_graph") or "") else ():
-        name = next((n for n in names if dest(n)), None)
-        if name and int(res.values.get(dest(name)) or cap + 1) > cap:
+    want.update(_host_settings(res, opts, version, nccl_port or port, notes))
+    program = _program(argv[:k], entry, changes)
+    extra = _bundle_flags(bundle_flags, res, opts, version, changes)
+    kept = _server_flags(res, extra, want, opts, tp, user_tp, changes, notes)
+    new_env = _rehearsal_env(env, site_dir, record, cuda_visible_devices, tp, user_tp, changes)
+    return new_env, program + kept, changes, notes
+
+
+@dataclass(frozen=True)
+class _Options:
+    """A release's server options (`FlagTable.by_option`), asked by ServerArgs field name."""
+
+    by_option: dict[str, Any]
+
+    def dest(self, name: str) -> str | None:
+        """The release's argparse dest of ServerArgs field `name` (older releases name --tp-size's dest tensor_parallel_size)."""
+        a = self.by_option.get("--" + name.replace("_", "-"))
+        return a["dest"] if a else None
+
+    def option(self, name: str) -> str:
+        return self.by_option["--" + name.replace("_", "-")]["option_strings"][0]
+
+
+def _host_settings(res, opts: _Options, version: str, port: int, notes: list[str]) -> dict[str, Any]:
+    """What one host needs beyond the rehearsal's own flags: a local dist-init address (`port` + 1), CUDA graphs
+    capped to the miniature (`GRAPH_CAPS`), the draft loaded from its files while the target is dummy-loaded."""
+    want: dict[str, Any] = {}
+    if res.values.get(opts.dest("dist_init_addr") or "") and int(res.values.get(opts.dest("nnodes") or "") or 1) == 1:
+        want["dist_init_addr"] = f"127.0.0.1:{port + 1}"
+    for names, cap in GRAPH_CAPS if not res.values.get(opts.dest("disable_cuda_graph") or "") else ():
+        name = next((n for n in names if opts.dest(n)), None)
+        if name and int(res.values.get(opts.dest(name)) or cap + 1) > cap:
             want[name] = cap
-    if dest("speculative_draft_load_format"):
+    if opts.dest("speculative_draft_load_format"):
         want["speculative_draft_load_format"] = "auto"
     else:
         notes.append(
             f"SGLang {version} has no --speculative-draft-load-format: the draft would be dummy-loaded too; "
             "a rehearsal needs the miniature target's weights written instead (not built by the kit yet)"
         )
-    out = list(argv[:k]) if entry.startswith("python") else list(argv[:k])
-    if entry.startswith("python") and os.path.basename(argv[0]) != os.path.basename(sys.executable):
+    return want
+
+
+def _program(head: list[str], entry: str, changes: list[Change]) -> list[str]:
+    """The words before the server's flags; a Python entry runs on the interpreter running the kit."""
+    out = list(head)
+    if entry.startswith("python"):
         out[0] = sys.executable
-        changes.append(
-            Change("python", argv[0], sys.executable, "the interpreter running the kit (SGLang or its bundle)")
-        )
-    elif entry.startswith("python"):
-        out[0] = sys.executable
-    if "--dtype" in bundle_flags and str(res.values.get(dest("dtype")) or "auto") not in ("float32", "float"):
+        if os.path.basename(head[0]) != os.path.basename(sys.executable):
+            changes.append(
+                Change("python", head[0], sys.executable, "the interpreter running the kit (SGLang or its bundle)")
+            )
+    return out
+
+
+def _bundle_flags(bundle_flags: tuple[str, ...], res, opts: _Options, version: str, changes: list[Change]):
+    """The bundle's flags resolved (None: none), each that overrides a user's value recorded as a change."""
+    from kit.sglang.flags import resolve_flags
+
+    if "--dtype" in bundle_flags and str(res.values.get(opts.dest("dtype")) or "auto") not in ("float32", "float"):
         # the bundle's --dtype stands in only for a float32 it cannot run (sgl_kernel has no fp32 rmsnorm); `auto`
         # never resolves to float32 (SGLang runs a float32 config as float16), so the user's dtypes stay, and a
         # target/draft dtype fault between them is rehearsed as written
@@ -358,8 +387,16 @@ def adjust_launch(
     for o in extra.occurrences if extra else ():
         if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
             changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
-    revisions = [n for n in ("revision", "speculative_draft_model_revision") if dest(n)]
-    skip = {dest(n) for n in [*want, "tokenizer_path", *revisions]} | {
+    return extra
+
+
+def _server_flags(
+    res, extra, want: dict[str, Any], opts: _Options, tp: int, user_tp: int, changes: list[Change], notes: list[str]
+) -> list[str]:
+    """The server's flags: the user's less those the rehearsal replaces or cannot stage, the bundle's, the
+    rehearsal's `want`, then what the table could not read, as written."""
+    revisions = [n for n in ("revision", "speculative_draft_model_revision") if opts.dest(n)]
+    skip = {opts.dest(n) for n in [*want, "tokenizer_path", *revisions]} | {
         o.dest for o in (extra.occurrences if extra else ())
     }
     for o in res.occurrences:  # one server, one host: PD disaggregation and DeepEP's all-to-all need peers and RDMA
@@ -377,32 +414,44 @@ def adjust_launch(
     if leftover:
         notes.append(f"kept as written for SGLang's parser to judge: {' '.join(leftover)}")
     for name in ("dp_size", "ep_size", "pp_size"):
-        v = res.values.get(dest(name)) if dest(name) else None
+        v = res.values.get(opts.dest(name)) if opts.dest(name) else None
         if v and int(v) > 1 and tp < user_tp:
-            kept = _drop(kept, option(name))
-            changes.append(Change(option(name), v, None, f"TP{tp} rehearsal: no room for {name}={v}"))
+            kept = _drop(kept, opts.option(name))
+            changes.append(Change(opts.option(name), v, None, f"TP{tp} rehearsal: no room for {name}={v}"))
     for name, new in want.items():
-        opt = option(name)
-        old = res.raw(dest(name)) if any(o.dest == dest(name) for o in res.occurrences) else None
-        if name == "tp_size":
-            reason = (
-                "the launch's TP: this host has the GPUs"
-                if tp == user_tp
-                else f"fewer GPUs here than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
-                if tp == 1
-                else f"fewer GPUs here than TP{user_tp}: TP{tp}, sharded over {tp} GPUs and NCCL, at a smaller TP"
-            )
-        else:
-            reason = OWN[name]
+        opt = opts.option(name)
+        old = res.raw(opts.dest(name)) if any(o.dest == opts.dest(name) for o in res.occurrences) else None
         if str(old) != str(new):
-            changes.append(Change(opt, old, new, reason))
+            changes.append(Change(opt, old, new, _tp_reason(tp, user_tp) if name == "tp_size" else OWN[name]))
         kept += [opt] if new is True else [opt, str(new)]
     kept += leftover
-    if dest("tokenizer_path") and res.values.get(dest("tokenizer_path")):
-        changes.append(Change("--tokenizer-path", res.raw(dest("tokenizer_path")), None, OWN["tokenizer_path"]))
+    if opts.dest("tokenizer_path") and res.values.get(opts.dest("tokenizer_path")):
+        changes.append(Change("--tokenizer-path", res.raw(opts.dest("tokenizer_path")), None, OWN["tokenizer_path"]))
     for name in revisions:
-        if res.values.get(dest(name)):
-            changes.append(Change(option(name), res.raw(dest(name)), None, OWN["revision"]))
+        if res.values.get(opts.dest(name)):
+            changes.append(Change(opts.option(name), res.raw(opts.dest(name)), None, OWN["revision"]))
+    return kept
+
+
+def _tp_reason(tp: int, user_tp: int) -> str:
+    """Why the rehearsal runs at TP `tp` where the launch asks for `user_tp`."""
+    if tp == user_tp:
+        return "the launch's TP: this host has the GPUs"
+    if tp == 1:
+        return f"fewer GPUs here than TP{user_tp}: TP1, so TP sharding and NCCL are not rehearsed"
+    return f"fewer GPUs here than TP{user_tp}: TP{tp}, sharded over {tp} GPUs and NCCL, at a smaller TP"
+
+
+def _rehearsal_env(
+    env: dict[str, str],
+    site_dir: str,
+    record: str,
+    cuda_visible_devices: str | None,
+    tp: int,
+    user_tp: int,
+    changes: list[Change],
+) -> dict[str, str]:
+    """The launch's environment with the recorder first on PYTHONPATH, its record file, and the GPUs it sees."""
     new_env = dict(env)
     pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
     new_env["PYTHONPATH"] = pp
@@ -422,7 +471,7 @@ def adjust_launch(
     elif "CUDA_VISIBLE_DEVICES" in env and tp < user_tp:
         changes.append(Change("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"], None, f"TP{tp}: this host's GPUs"))
         new_env.pop("CUDA_VISIBLE_DEVICES")
-    return new_env, out + kept, changes, notes
+    return new_env
 
 
 def _drop(args: list[str], opt: str) -> list[str]:
