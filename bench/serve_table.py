@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,7 +74,13 @@ def main(argv: list[str] | None = None) -> int:
             deadline_s=args.deadline_s,
             abandon_after_s=args.abandon_after_s,
         )
+        load = os.getloadavg()
         doc = run_sync(run_table(url, cfg))
+        # this machine while it ran (on a shared CPU, the server's timings move with its neighbours)
+        doc["client_machine"] = {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": [round(load[0], 2), round(os.getloadavg()[0], 2)],
+        }
     except KitInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

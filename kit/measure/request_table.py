@@ -245,7 +245,7 @@ def bad_rows(context_length: int, vocab_size: int | None = None) -> list[Row]:
 @dataclass
 class TableConfig:
     context_length: int | None = None  # the server's context (None: read from its /v1/models max_model_len)
-    row_timeout_s: float = 20.0  # one row's answer, read to its end
+    row_timeout_s: float = 60.0  # one row's answer, read to its end
     deadline_s: float = 150.0  # the whole table: rows after it are recorded as skipped
     abandon_after_s: float = 3.0  # the abandoned-prompt case: the long prompt's client gives up after this
     abandoned_prompt_tokens: int = 6000  # its length (at most what the context leaves for 64 new tokens)
@@ -297,6 +297,11 @@ def _record(row: Row, ans) -> dict:
     return rec
 
 
+# what a run records of the server it asked (its server info): which server, model and limits answered
+SERVER_KEYS = ("version", "model_path", "context_length", "speculative_algorithm", "chunked_prefill_size",
+               "max_queued_requests", "max_running_requests")  # fmt: skip
+
+
 async def _context_of(client, url: str) -> int:
     from kit.findings import KitInputError
 
@@ -311,13 +316,15 @@ async def run_table(url: str, cfg: TableConfig) -> dict:
     """Every row sent in turn (one connection each), then the abandoned-prompt case, then a normal request."""
     import httpx
 
-    from kit.measure.client import post_body
+    from kit.measure.client import post_body, server_info
 
     t_all = time.perf_counter()
     out: dict[str, Any] = {"url": url, "config": asdict(cfg), "rows": []}
     async with httpx.AsyncClient(trust_env=False, timeout=cfg.row_timeout_s) as client:
         ctx = cfg.context_length or await _context_of(client, url)
         out["context_length"] = ctx
+        info = await server_info(client, url) or {}
+        out["server"] = {k: info.get(k) for k in SERVER_KEYS if info.get(k) is not None}
         deadline = time.monotonic() + cfg.deadline_s
         for row in table(ctx):
             if time.monotonic() > deadline:
