@@ -10,6 +10,8 @@ the latency of a 4-token request sent right after it (bounded: abandon-after + 2
     python bench/serve_table.py --url http://127.0.0.1:30000 [--context-len N] [--out FILE]
     python bench/serve_table.py --compare reference.json sglang.json [--names reference sglang] [--out FILE.md]
 
+(--compare also reads bench/serve_table_sglang.py's sglang_table.json, whose "table" is such a run.)
+
 Prints one JSON document (rows + summary; with --out also written there). --compare prints markdown: the rows
 whose code or message differ between the two runs. Bad input: one line naming the flag, exit 2.
 """
@@ -32,6 +34,8 @@ def _read(path: str, flag: str) -> dict:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise KitInputError(f"{flag} {path}: cannot read a table run ({type(e).__name__}: {e})")
+    if isinstance(doc, dict) and isinstance(doc.get("table"), dict):  # serve_table_sglang.py's file: the run inside
+        doc = doc["table"]
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise KitInputError(f"{flag} {path}: not a table run (no 'rows'; write one with --url ... --out)")
     return doc
