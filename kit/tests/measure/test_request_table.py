@@ -123,3 +123,13 @@ def test_post_body_reports_a_refused_connection_as_dropped():
 
     ans = run_sync(go())
     assert ans.dropped and ans.status is None and not ans.timed_out and ans.error
+
+
+def test_a_server_that_dies_ends_the_table_with_the_row_that_killed_it():
+    """Nothing answers: the first row drops, the ready path fails, every later row is skipped naming it."""
+    url = f"http://127.0.0.1:{free_port()}"
+    doc = run_sync(run_table(url, TableConfig(context_length=CTX)))
+    first, *rest = doc["rows"]
+    assert first["name"] == "ok.generate" and first["dropped"]
+    assert rest and {r["skipped"] for r in rest} == {"server gone after ok.generate"}
+    assert doc["summary"]["server_gone_after"] == "ok.generate" and "abandoned_prompt" not in doc
