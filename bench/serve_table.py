@@ -7,7 +7,7 @@ recording per row the status, the first line of the error message (or of an SSE 
 whether the connection dropped and the time; then a long prompt whose client gives up after a few seconds and
 the latency of a 4-token request sent right after it (bounded: abandon-after + 25 s); then a normal request.
 
-    python bench/serve_table.py --url http://127.0.0.1:30000 [--context-len N] [--out FILE]
+    python bench/serve_table.py --url http://127.0.0.1:30000 [--context-length N] [--out FILE]
     python bench/serve_table.py --compare reference.json sglang.json [--names reference sglang] [--out FILE.md]
 
 (--compare also reads bench/serve_table_sglang.py's sglang_table.json, whose "table" is such a run.)
@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="the server's base URL")
-    ap.add_argument("--context-len", type=int, help="its context length (default: /v1/models max_model_len)")
+    ap.add_argument(
+        "--context-length", "--context-len", type=int, help="its context length (default: /v1/models max_model_len)"
+    )
     ap.add_argument("--out", help="write the JSON (with --compare: the markdown) here too")
     ap.add_argument("--row-timeout-s", type=float, default=TableConfig.row_timeout_s)
     ap.add_argument("--deadline-s", type=float, default=TableConfig.deadline_s, help="rows after it are skipped")
@@ -64,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.url:
             raise KitInputError("--url: give the server's base URL (or --compare A.json B.json)")
-        if args.context_len is not None and args.context_len < 64:
-            raise KitInputError(f"--context-len {args.context_len}: at least 64 (the abandoned prompt needs room)")
+        if args.context_length is not None and args.context_length < 64:
+            raise KitInputError(
+                f"--context-length {args.context_length}: at least 64 (the abandoned prompt needs room)"
+            )
         if not 0 < args.abandon_after_s <= 5:
             raise KitInputError(f"--abandon-after-s {args.abandon_after_s}: in (0, 5] (the case is bounded to 30 s)")
         from kit.measure.client import check_server, run_sync
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         url = args.url.rstrip("/")
         check_server(url, "--url")
         cfg = TableConfig(
-            context_length=args.context_len,
+            context_length=args.context_length,
             row_timeout_s=args.row_timeout_s,
             deadline_s=args.deadline_s,
             abandon_after_s=args.abandon_after_s,

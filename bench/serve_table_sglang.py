@@ -125,7 +125,8 @@ def main() -> int:
         info = ready.get("server_info") or {}
         result["server"] = {"version": info.get("version"), "model": ready.get("model")}
         left = args.timeout_s - (time.monotonic() - t_start) - 25  # room for the stop
-        cfg = TableConfig(context_length=CONTEXT_LENGTH, deadline_s=max(10.0, left - 70))
+        # rows until `left` less the row in flight (20 s), the abandoned prompt (28 s) and the request after (30 s)
+        cfg = TableConfig(context_length=CONTEXT_LENGTH, row_timeout_s=20.0, deadline_s=max(10.0, left - 80))
         result["table"] = asyncio.run(asyncio.wait_for(run_table(srv.base_url, cfg), max(10.0, left)))
     except BaseException as e:  # noqa: BLE001  (written into the JSON, whatever it was)
         result["error"] = f"{type(e).__name__}: {e}"[:4000]

@@ -47,7 +47,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         (["--compare", str(tmp_path / "missing.json"), a], "--compare"),
         ([], "--url"),
         (["--url", "http://127.0.0.1:9", "--abandon-after-s", "9"], "--abandon-after-s"),
-        (["--url", "http://127.0.0.1:9", "--context-len", "10"], "--context-len"),
+        (["--url", "http://127.0.0.1:9", "--context-len", "10"], "--context-length"),
     ]
     for argv, flag in cases:
         assert main(argv) == 2, argv

@@ -331,11 +331,11 @@ async def _context_of(client, url: str) -> int:
     try:
         return int(r.json()["data"][0]["max_model_len"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise KitInputError(f"--url {url}: /v1/models gives no max_model_len; give --context-len")
+        raise KitInputError(f"--url {url}: /v1/models gives no max_model_len; give --context-length")
 
 
 async def run_table(url: str, cfg: TableConfig) -> dict:
-    """Every row sent in turn (one connection each), then the abandoned-prompt case, then a normal request."""
+    """Every row sent in turn, then the abandoned-prompt case, then a normal request."""
     import httpx
 
     from kit.measure.client import post_body, server_info
