@@ -9,6 +9,7 @@
 #   bash bench/gpu_run.sh clients  # kit bench vs sglang.bench_serving on a small random-weight Llama
 #                                  # (bench_serving needs HF `datasets`: WHEELS=dir of wheels installs it)
 #   bash bench/gpu_run.sh rh       # kit rehearse on every case side by side (RH_ONLY="seed llama" for some)
+#   bash bench/gpu_run.sh table    # the request table (bench/serve_table.py) against one SGLang server, after setup
 # Inputs: TOKENIZER (a tokenizer folder for the TP and client targets), WORK (default /tmp/w), SITE (default
 # $WORK/site). Results: RESULTS/<step>/ and RESULTS/<step>.tgz (RESULTS defaults to $WORK/results).
 set -u
@@ -89,7 +90,13 @@ rh)
   python3 bench/rehearse_table.py "$R/rehearse.jsonl" --out "$R" | tail -1
   tail -c 1500 "$R/rehearse.err"
   ;;
+table)
+  install_bundle
+  timeout 260 python3 bench/serve_table_sglang.py --work "$W" --out "$R" --timeout-s 200 2>&1 | tail -1 | cut -c1-1500
+  python3 bench/serve_table.py --compare docs/results/cpu_serve_table_2026-12-04.json "$R/sglang_table.json" \
+    --names kit-serve sglang --out "$R/compare.md" | head -3
+  ;;
 *)
-  echo "gpu_run.sh: unknown step '$STEP' (env, tp, setup, matrix, bench, clients, rh)" >&2; exit 2
+  echo "gpu_run.sh: unknown step '$STEP' (env, tp, setup, matrix, bench, clients, rh, table)" >&2; exit 2
   ;;
 esac

@@ -4,8 +4,9 @@ clients that give up, against the real server process on loopback.
 Why: the reference server is what every CPU user of the kit talks to; it must answer every bad request with
 a 4xx, never a 5xx or a dropped connection, stop the work of clients that left, and hold its memory flat.
 Each client loops: 60% well-formed requests (the three endpoints, streaming or not, 8-32 new tokens), 20% bad
-bodies (the rows of issue 44: huge max_new_tokens, ids outside the vocabulary, wrong types, an empty prompt, a
-prompt over the context, ...), 20% requests abandoned after 0.05-1 s (streaming or not, 64-160 new tokens).
+bodies (a row of the table `kit.measure.request_table`: huge max_new_tokens, ids outside the vocabulary, wrong
+types, an empty prompt, a prompt over the context, malformed JSON, ...), 20% requests abandoned after 0.05-1 s
+(streaming or not, 64-160 new tokens).
 A warm-up of the same mix runs first (its figures are not counted); the server's RSS is sampled every second.
 After the clients leave: the work still running or queued (/get_load) one second later, and after it settles.
 Then two rows of the issue's table are timed: a 6,000-token prompt abandoned after `--abandon-after` s and the
@@ -34,6 +35,7 @@ import time
 import httpx
 import psutil
 
+from kit.measure.request_table import bad_rows
 from kit.serving.process import free_port
 
 WORDS = "the quick brown fox jumps over the lazy dog while a cat watches from the warm window".split()
@@ -54,23 +56,10 @@ def well_formed(rng: random.Random, n: int) -> tuple[str, dict]:
     return "/v1/chat/completions", {"messages": msgs, "max_tokens": n, "stream": stream}
 
 
-def bad(rng: random.Random, context: int) -> tuple[str, dict | bytes]:
-    return rng.choice(
-        [
-            ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 100000000}}),
-            ("/generate", {"input_ids": [99999999, -1]}),
-            ("/generate", {"text": 12345}),
-            ("/generate", {"text": ""}),
-            ("/generate", {"input_ids": [7] * (context + 10), "stream": True}),
-            ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": -5}}),
-            ("/generate", {"text": "hi", "sampling_params": {"temperature": "hot"}}),
-            ("/generate", b"{not json"),
-            ("/v1/completions", {"prompt": "hi", "max_tokens": "many"}),
-            ("/v1/completions", {"prompt": "hi", "top_p": 7, "stream": True}),
-            ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}),
-            ("/v1/chat/completions", {"messages": []}),
-        ]
-    )
+def bad(rng: random.Random, rows: list) -> tuple[str, dict | bytes]:
+    """One bad request: a row of the table `kit.measure.request_table.bad_rows` (all refused with a 400)."""
+    row = rng.choice(rows)
+    return row.endpoint, row.body
 
 
 class Tally:
@@ -101,7 +90,7 @@ async def send(c: httpx.AsyncClient, path: str, body, give_up: float | None = No
     return await asyncio.wait_for(go(), give_up)  # cancelling closes the connection: the client has left
 
 
-async def client(url: str, seed: int, until: float, tally: Tally, context: int) -> None:
+async def client(url: str, seed: int, until: float, tally: Tally, rows: list) -> None:
     rng = random.Random(seed)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=httpx.Limits(max_keepalive_connections=0)) as c:
         while time.monotonic() < until:
@@ -114,7 +103,7 @@ async def client(url: str, seed: int, until: float, tally: Tally, context: int) 
                     if code == 200:
                         tally.latency.append(time.perf_counter() - t0)
                 elif roll < 0.8:
-                    code = await send(c, *bad(rng, context))
+                    code = await send(c, *bad(rng, rows))
                 else:
                     path, body = well_formed(rng, rng.randint(64, 160))
                     try:
@@ -182,6 +171,7 @@ def main() -> int:
             time.sleep(0.5)
         ps = psutil.Process(proc.pid)
         context = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+        rows = bad_rows(context)
         timeline: list[tuple[float, float]] = []
         t_start = time.monotonic()
         stop_sampling = threading.Event()
@@ -198,7 +188,7 @@ def main() -> int:
             until = time.monotonic() + seconds
 
             async def all_clients():
-                await asyncio.gather(*(client(url, seed + i, until, tally, context) for i in range(args.clients)))
+                await asyncio.gather(*(client(url, seed + i, until, tally, rows) for i in range(args.clients)))
 
             asyncio.run(all_clients())
             return tally

@@ -100,6 +100,49 @@ async def send_one(
     return rec
 
 
+@dataclass(slots=True)
+class BodyAnswer:
+    """What a server answered one arbitrary body (`post_body`): its status and whole answer, or how it failed."""
+
+    status: int | None  # None: no HTTP answer (dropped or timed out)
+    body: bytes = b""  # the answer read to its end (a stream: every event), at most 1 MiB kept
+    seconds: float = 0.0
+    dropped: bool = False  # the connection failed or closed before a whole answer
+    timed_out: bool = False  # no whole answer within timeout_s (the client gave up: it left)
+    error: str | None = None
+
+
+async def post_body(client, url: str, body: dict | bytes, timeout_s: float) -> BodyAnswer:
+    """POST one arbitrary body over an httpx.AsyncClient: a dict is sent as JSON, bytes as they are
+    (malformed JSON included), the answer read to its end. Never raises for server or network errors; past
+    `timeout_s` the request is cancelled, which closes its connection (a client that gives up)."""
+    import asyncio
+
+    import httpx
+
+    kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) else {}
+    kw = kw or {"json": body}
+    ans = BodyAnswer(status=None)
+    t0 = time.perf_counter()
+
+    async def go() -> None:
+        async with client.stream("POST", url, **kw) as r:
+            ans.status = r.status_code
+            async for chunk in r.aiter_bytes():
+                if len(ans.body) < 1 << 20:
+                    ans.body += chunk
+
+    try:
+        await asyncio.wait_for(go(), timeout_s)
+    except (TimeoutError, httpx.TimeoutException):
+        ans.timed_out = True
+    except httpx.TransportError as e:  # refused, reset, closed mid-answer
+        ans.dropped = True
+        ans.error = f"{type(e).__name__}: {e}"[:300]
+    ans.seconds = time.perf_counter() - t0  # status stays what the headers said, when they came
+    return ans
+
+
 def _absorb(reply: Reply, rec: RequestRecord) -> None:
     """Fold what one answer says (the engine read it: `Engine.read_response`) into the request's record."""
     if reply.spec:

@@ -482,12 +482,11 @@ class ReferenceEngine:
         return "\n".join(lines) + "\n"
 
     def model_card(self) -> dict:
-        ctx = self.target_config.get("max_position_embeddings")
         return {
             "id": self.model_name,
             "object": "model",
             "created": int(time.time()),
             "owned_by": "sglang",
             "root": self.spec.model_path,
-            "max_model_len": ctx,
+            "max_model_len": self.context_length,  # SGLang's model_config.context_len: --context-length wins
         }
