@@ -170,10 +170,15 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------
     def generate_request(
-        self, text: str, max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = False, stream: bool = False
+        self,
+        text: str | list[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        stream: bool = False,
     ) -> tuple[str, dict]:
         """(path, body) of one request on the engine's native API, the one whose answer carries per-request
-        acceptance (the `api="sglang"` of `kit.measure.client`)."""
+        acceptance (the `api="sglang"` of `kit.measure.client`); `text` a list: the prompt as token ids."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
     # -- answers ------------------------------------------------------------------------------
