@@ -337,8 +337,8 @@ def assemble(
         if output is not None and fed != [int(t) for t in output[: len(fed)]]:
             notes["mismatch"].append(r)
         seq = list(prompt) + (fed + [int(output[len(fed)])] if output is not None and len(output) > len(fed) else fed)
-        a = torch.cat([f["aux"].float() if f["aux"] is not None else torch.zeros(len(f["ids"]), 0) for f in rows])
-        h = torch.cat([f["final"].float() for f in rows])
+        a = torch.cat([_wide(f["aux"]) if f["aux"] is not None else torch.zeros(len(f["ids"]), 0) for f in rows])
+        h = torch.cat([_wide(f["final"]) for f in rows])
         pad = len(seq) - a.shape[0]
         if pad:
             a = torch.cat([a, a.new_zeros(pad, k)])
@@ -358,6 +358,13 @@ def assemble(
         final=final,
         notes={**notes, "last_row": "zeros: the last token is never fed to the target"},
     )
+
+
+def _wide(t):
+    """float32 for the server's half-precision states; a wider dtype stays as it is."""
+    import torch
+
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float = 900.0, log=print) -> dict:

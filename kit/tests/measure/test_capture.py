@@ -1,0 +1,180 @@
+"""The server capture: the recorder (kit.serving.capture_hook) on a decoder laid out as SGLang's LlamaModel,
+driven one request at a time (extend, then one-token decodes), its chunks assembled by kit.measure.capture into
+kit.reference.captured's format; the rank-0 and target-only rules, the token budget; and the oracle on states so
+captured equal to the oracle on the kit's own forward (the fake layers hand out the tiny target's own states).
+
+    python -m pytest kit/tests/measure/test_capture.py -q
+"""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kit.measure.capture import assemble, read_chunks
+from kit.reference.captured import read_capture, write_capture
+from kit.reference.oracle import evaluate_each, target_features
+from kit.reference.speculate import Wiring, capture_points_for, greedy_generate
+from kit.serving import capture_hook as hook
+from kit.sglang.params import SpecParams
+from kit.tests.tinymodels import one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
+
+PROMPTS = [[1, 5, 7, 9, 11, 3, 17], [2, 4, 6, 8, 10]]
+
+
+class Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_extend(self):
+        return self.name == "EXTEND"
+
+
+class Table:
+    """The states the fake layers hand out: per point [N, H] of the sequence being served, and the final state."""
+
+    points: list = []
+    final = None
+
+
+class Layer(torch.nn.Module):
+    """SGLang's decoder-layer call: (positions, hidden_states, forward_batch, residual) -> (hidden, residual);
+    the stream entering the next layer is their sum, split in two unequal parts."""
+
+    def __init__(self, i):
+        super().__init__()
+        self.i = i
+
+    def forward(self, positions, hidden_states, forward_batch, residual):
+        nxt = Table.points[self.i + 1][positions]
+        return nxt * 0.25, nxt * 0.75
+
+
+class Norm(torch.nn.Module):
+    def forward(self, hidden_states, residual=None):
+        x = hidden_states if residual is None else hidden_states + residual
+        return Table.final_rows, x
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, n_layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Layer(i) for i in range(n_layers))
+        self.norm = Norm()
+
+    def forward(self, ids, positions, fb):
+        hidden, residual = Table.points[0][positions].clone(), None  # the embedding (point 0)
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, fb, residual)
+        Table.final_rows = Table.final[positions]
+        out, _ = self.norm(hidden, residual)
+        return out
+
+
+class Model(torch.nn.Module):
+    def __init__(self, n_layers):
+        super().__init__()
+        self.model = Decoder(n_layers)
+
+
+def serve(model, seqs, feats, finals):
+    """One request after another: an extend over the prompt, then a decode per generated token but the last."""
+    for (prompt, cont), f, fin in zip(seqs, feats, finals):
+        H = fin.shape[-1]
+        Table.points = [f[:, j * H : (j + 1) * H] for j in range(f.shape[-1] // H)]
+        Table.final = fin
+        steps = [(prompt, list(range(len(prompt))), "EXTEND")]
+        steps += [([t], [len(prompt) + j], "DECODE") for j, t in enumerate(cont[:-1])]
+        for ids, pos, mode in steps:
+            fb = SimpleNamespace(input_ids=torch.tensor(ids), forward_mode=Mode(mode))
+            model.model(fb.input_ids, torch.tensor(pos), fb)
+    # the kit's closing request: its prefill writes the last request's decodes
+    Table.points = [f[:1] for f in Table.points]
+    fb = SimpleNamespace(input_ids=torch.tensor(seqs[0][0][:1]), forward_mode=Mode("EXTEND"))
+    model.model(fb.input_ids, torch.tensor([0]), fb)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    t = tiny_target()
+    d = tiny_draft(t, draft_vocab=96, seed=3)
+    seqs = [(p, greedy_generate(t, p, 12).tokens) for p in PROMPTS]
+    L = t.config.num_hidden_layers
+    (every, final), _ = target_features(t, seqs, [list(range(L + 1)), None])
+    return t, d, seqs, every, final
+
+
+def runner(L, **kw):
+    r = SimpleNamespace(model=Model(L), is_draft_worker=False, ps=SimpleNamespace(tp_rank=0, pp_size=1))
+    r.__dict__.update(kw)
+    return r
+
+
+def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path):
+    t, d, seqs, every, final = setup
+    L, H = t.config.num_hidden_layers, t.config.hidden_size
+    points = capture_points_for(d, t, Wiring())
+    r = runner(L)
+    rec = hook.attach_to(r, str(tmp_path), points, None)
+    assert rec is not None
+    serve(r.model, seqs, every, final)
+    forwards, events = read_chunks(tmp_path)
+    assert [e["kind"] for e in events] == ["attached"] and events[0]["decoder"] == "model"
+    # every request's forwards are on disk; the closing request's prefill, which wrote them, is still buffered
+    assert [f["mode"] for f in forwards].count("EXTEND") == len(seqs)
+    assert len(forwards) == sum(len(c) for _, c in seqs)
+    cap = assemble(forwards, [(p, c) for p, c in seqs], points, L, H, "server capture (test)")
+    assert cap.ids == [p + c for p, c in seqs] and cap.notes["missing"] == [] and cap.notes["mismatch"] == []
+    for a, h, f, fin, (p, c) in zip(cap.aux, cap.final, every, final, seqs):
+        n = len(p) + len(c)
+        want = torch.cat([f[:, q * H : (q + 1) * H] for q in points], -1)
+        assert torch.equal(a[: n - 1], want[: n - 1]) and torch.equal(h[: n - 1], fin[: n - 1])
+        assert not a[n - 1].any()  # the last token is never fed: zeros
+    write_capture(tmp_path / "cap", cap)
+    back = read_capture(tmp_path / "cap", dtype="float64")
+    wirings = {"correct": Wiring(), "launched as EAGLE": Wiring(algorithm="EAGLE")}
+    p = SpecParams(3, 1, 4)
+    direct = evaluate_each(t, d, seqs, p, wirings)
+    captured = evaluate_each(t, d, back.seqs(), p, wirings, capture=back)
+    for name in wirings:
+        assert captured[name].accept_lengths == direct[name].accept_lengths, name
+
+
+def test_only_the_target_on_rank_0_is_recorded(tmp_path):
+    assert hook.attach_to(runner(4, is_draft_worker=True), str(tmp_path), [1, 2], None) is None
+    assert hook.attach_to(runner(4, ps=SimpleNamespace(tp_rank=1, pp_size=1)), str(tmp_path), [1, 2], None) is None
+    assert not (tmp_path / hook.INDEX).exists()  # nothing recorded, nothing noted
+    assert hook.attach_to(runner(4, ps=SimpleNamespace(tp_rank=0, pp_size=2)), str(tmp_path), [1, 2], None) is None
+    assert "pipeline parallel" in (tmp_path / hook.INDEX).read_text()
+
+
+def test_the_budget_stops_the_recording(setup, tmp_path):
+    t, d, seqs, every, final = setup
+    L, H = t.config.num_hidden_layers, t.config.hidden_size
+    r = runner(L)
+    first = len(seqs[0][0]) + len(seqs[0][1]) - 1  # the tokens the first request feeds
+    hook.attach_to(r, str(tmp_path), [1, 3], first + 2)
+    serve(r.model, seqs, every, final)
+    forwards, events = read_chunks(tmp_path)
+    assert sum(len(f["ids"]) for f in forwards) <= first + 2
+    assert any(e["kind"] == "budget" for e in events)
+    cap = assemble(forwards, [(p, c) for p, c in seqs], [1, 3], L, H, "server capture (test)")
+    assert len(cap.ids) == 1 and cap.notes["missing"] == [1]
+
+
+def test_the_load_model_wrapper_attaches_after_the_load(tmp_path, monkeypatch):
+    monkeypatch.setenv(hook.CAPTURE_ENV, str(tmp_path))
+    monkeypatch.setenv(hook.POINTS_ENV, "1,4")
+
+    class ModelRunner:
+        is_draft_worker = False
+        ps = SimpleNamespace(tp_rank=0, pp_size=1)
+
+        def load_model(self):
+            self.model = Model(4)
+
+    hook.wrap_load_model(ModelRunner)
+    hook.wrap_load_model(ModelRunner)  # once only
+    ModelRunner().load_model()
+    text = (tmp_path / hook.INDEX).read_text()
+    assert '"attached"' in text and "[1, 4]" in text
