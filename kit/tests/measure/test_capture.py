@@ -178,3 +178,38 @@ def test_the_load_model_wrapper_attaches_after_the_load(tmp_path, monkeypatch):
     ModelRunner().load_model()
     text = (tmp_path / hook.INDEX).read_text()
     assert '"attached"' in text and "[1, 4]" in text
+
+
+def test_installed_as_sitecustomize_it_wraps_sglang_model_runner_as_it_loads(tmp_path):
+    """A fresh interpreter with the recorder first on PYTHONPATH: importing an SGLang-shaped model_runner module
+    wraps its ModelRunner.load_model; without KIT_CAPTURE_DIR nothing is installed."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site, fake = tmp_path / "site", tmp_path / "fake"
+    site.mkdir()
+    shutil.copyfile(Path(hook.__file__), site / "sitecustomize.py")
+    pkg = fake / "sglang" / "srt" / "model_executor"
+    pkg.mkdir(parents=True)
+    for d in (fake / "sglang", fake / "sglang" / "srt", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "model_runner.py").write_text("class ModelRunner:\n    def load_model(self):\n        return 1\n")
+    code = (
+        "import sys; from sglang.srt.model_executor.model_runner import ModelRunner as M; "
+        "print(getattr(M.load_model, '_kit_wrapped', False), any(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(fake)])}
+    env.pop(hook.CAPTURE_ENV, None)
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    on = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, hook.CAPTURE_ENV: str(tmp_path / "chunks")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert off.stdout.split() == ["False", "False"]
+    assert on.stdout.split() == ["True", "True"]
