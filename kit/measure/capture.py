@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
+from kit.measure.verdict import SERVER_CAPTURE
 from kit.rehearsal.runner import Change
 
 CHUNKS = ".chunks"
 SITE = ".site"
-SOURCE = "server capture"  # kit.measure.verdict names an expectation from such a folder by this prefix
 # launch flags that would route forwards around the recorder's Python hooks, or skip states
 SPECULATIVE_PREFIX = "--speculative-"
 
@@ -406,7 +406,7 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
         plan.points,
         plan.num_hidden_layers,
         plan.hidden_size,
-        f"{SOURCE} (SGLang {importable_version() or plan.version}, {Path(plan.target_dir).name})",
+        f"{SERVER_CAPTURE} (SGLang {importable_version() or plan.version}, {Path(plan.target_dir).name})",
     )
     cap.notes.update({"failed_requests": bad, "recorder_errors": errors[:5], "launch": plan.spec.command(engine)})
     write_capture(plan.out, cap)
