@@ -136,7 +136,8 @@ def build_plan(work: Path, out: Path) -> dict:
                 "--num-prompts", str(NUM_PROMPTS), "--max-new-tokens", str(MAX_NEW_TOKENS), "--port", str(p_cap),
                 "--mem-fraction-static", str(MEM_FRACTION), "--log-file", str(out / "server_capture.log"),
                 "--extra-args", f"--max-total-tokens {KV_TOKENS} --nccl-port {nccl[0]}",
-                "--bundle", "--sglang-version", VERSION, "--ready-timeout", "240", "--json"]  # fmt: skip
+                "--python", sys.executable, "--bundle", "--sglang-version", VERSION, "--ready-timeout", "240",
+                "--json"]  # fmt: skip
     eagles = {
         name: eagle_spec(target, draft, chain, port, nc, out / f"server_eagle_{name}.log")
         for (name, chain), port, nc in zip(CHAINS.items(), (p_213, p_314), nccl[1:3])
@@ -205,17 +206,9 @@ def run_oracle(run: Run, argv: list[str], log, env: dict, where: str) -> dict | 
     return {k: res.get(k) for k in ("meta_accept_length", "accept_length", "position_accept_length", "verify_steps")}
 
 
-def send_all(base_url: str, ids: list[list[int]], max_new_tokens: int):
-    """Each prompt by token ids, one at a time (batch 1), greedy, through the kit's client; (records, seconds)."""
-    from kit.measure.capture import send_requests
-
-    t = time.monotonic()
-    recs = send_requests(base_url, ids, max_new_tokens)
-    return recs, time.monotonic() - t
-
-
 def measure_server(run: Run, name: str, spec, ids: list[list[int]], results: dict) -> None:
     """Start, wait, one warm-up request (kernel compilation), the prompts at batch 1, stop."""
+    from kit.measure.capture import send_requests
     from kit.measure.metrics import acceptance_from_records
     from kit.serving.process import ServerProcess
 
@@ -223,8 +216,8 @@ def measure_server(run: Run, name: str, spec, ids: list[list[int]], results: dic
     try:
         srv.start()
         srv.wait_ready(min(240.0, run.left(40)))
-        send_all(srv.base_url, ids[:1], 8)
-        recs, secs = send_all(srv.base_url, ids, MAX_NEW_TOKENS)
+        # the capture run's own sequence: a warm-up request, the prompts one at a time, by token ids
+        recs, secs = send_requests(srv.base_url, ids, MAX_NEW_TOKENS, timeout_s=run.left())
         ok = [r for r in recs if r.ok]
         toks = sum(r.completion_tokens or 0 for r in ok)
         acc = acceptance_from_records(ok)
@@ -314,14 +307,33 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
                 run.doc["hf_oracle"][name] = r["meta_accept_length"]
                 run.doc.setdefault("hf_oracle_detail", {})[name] = r
 
-    threads = [threading.Thread(target=hf_oracles, name="hf_oracle")]
-    threads.append(threading.Thread(target=capture_run, args=(run, plan, out, results), name="capture"))
+    def capture_then_oracles():
+        capture_run(run, plan, out, results)
+        if "capture" not in results:
+            return
+        for name, chain in CHAINS.items():  # a few seconds each: the draft alone, on the captured states
+            argv = plan["oracle_argv"][:3] + ["--json", "--hidden-states", plan["capture_dir"], "--target",
+                                              plan["target"], "--draft", plan["draft"]] + chain_args(chain)  # fmt: skip
+            r = run_oracle(run, argv, oracle_log, cpu_env, f"server_oracle {name}")
+            if r is not None:
+                run.doc["server_oracle"][name] = r["meta_accept_length"]
+                run.doc.setdefault("server_oracle_detail", {})[name] = r
+
+    threads = [threading.Thread(target=hf_oracles, name="hf_oracle", daemon=True)]
+    threads.append(threading.Thread(target=capture_then_oracles, name="capture", daemon=True))
     for name, spec in plan["eagles"].items():
         threads.append(
-            threading.Thread(target=measure_server, args=(run, name, spec, plan["prompt_ids"], results), name=name)
+            threading.Thread(
+                target=measure_server, args=(run, name, spec, plan["prompt_ids"], results), name=name, daemon=True
+            )
         )
     threads.append(
-        threading.Thread(target=measure_server, args=(run, "nohook", plan["nohook"], plan["prompt_ids"], results))
+        threading.Thread(
+            target=measure_server,
+            args=(run, "nohook", plan["nohook"], plan["prompt_ids"], results),
+            name="nohook",
+            daemon=True,
+        )
     )
     for t in threads:
         t.start()
@@ -350,23 +362,6 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
             "mismatch": cap.get("mismatch"),
             "points": cap.get("points"),
         }
-        run.save()
-        server_threads = []
-        for name, chain in CHAINS.items():
-            argv = plan["oracle_argv"][:3] + ["--json", "--hidden-states", plan["capture_dir"], "--target",
-                                              plan["target"], "--draft", plan["draft"]] + chain_args(chain)  # fmt: skip
-
-            def one(name=name, argv=argv):
-                r = run_oracle(run, argv, oracle_log, cpu_env, f"server_oracle {name}")
-                if r is not None:
-                    run.doc["server_oracle"][name] = r["meta_accept_length"]
-                    run.doc.setdefault("server_oracle_detail", {})[name] = r
-
-            server_threads.append(threading.Thread(target=one))
-        for t in server_threads:
-            t.start()
-        for t in server_threads:
-            t.join(timeout=run.left())
     hf, so, ob = run.doc["hf_oracle"], run.doc["server_oracle"], run.doc["observed"]
     run.doc["agreement"] = {
         n: {

@@ -216,8 +216,8 @@ def plan_capture(
         "PYTHONPATH": pp,
         CAPTURE_ENV: str(out_abs / CHUNKS),
         POINTS_ENV: ",".join(map(str, points)),
-        # the bound plus room for a probe request the readiness check may send
-        BUDGET_ENV: str(max_tokens + 64),
+        # the bound plus the warm-up and closing requests (`send_requests`)
+        BUDGET_ENV: str(max_tokens + len(warmup_ids(ids)) + WARMUP_TOKENS + 1),
     }
     changes.append(Change("PYTHONPATH", spec.env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
     changes.append(Change(CAPTURE_ENV, None, env[CAPTURE_ENV], f"the recorder's chunks (points {points} + final)"))
@@ -253,8 +253,20 @@ def install_recorder(plan: CapturePlan) -> None:
     shutil.copyfile(Path(__file__).parents[1] / "serving" / "capture_hook.py", site / "sitecustomize.py")
 
 
-def send_requests(base_url: str, ids: list[list[int]], max_new_tokens: int, engine: str = "sglang", timeout_s=600.0):
-    """Each prompt by token ids, one at a time, greedy, through the kit's client; a record per request."""
+WARMUP_TOKENS = 8
+
+
+def warmup_ids(ids: list[list[int]]) -> list[int]:
+    """The warm-up request's prompt: the first prompt's first half (no prompt of the run, so assembly skips it)."""
+    return ids[0][: max(1, len(ids[0]) // 2)]
+
+
+def send_requests(
+    base_url: str, ids: list[list[int]], max_new_tokens: int, engine: str = "sglang", timeout_s: float = 600.0
+):
+    """A short warm-up request (a first request compiles kernels), then each prompt by token ids, one at a time,
+    greedy, through the kit's client, then a one-token request whose prefill makes the recorder write the last
+    request's decode forwards. Returns (a record per prompt, seconds the prompts took)."""
     import asyncio
     from types import SimpleNamespace
 
@@ -262,18 +274,20 @@ def send_requests(base_url: str, ids: list[list[int]], max_new_tokens: int, engi
 
     from kit.measure.client import run_sync, send_one
 
-    opts = SimpleNamespace(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=False, stream=False)
+    def opts(n: int):
+        return SimpleNamespace(max_new_tokens=n, temperature=0.0, ignore_eos=False, stream=False)
 
     async def run():
         recs = []
         async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as c:
+            await send_one(c, base_url, "sglang", warmup_ids(ids), opts(WARMUP_TOKENS), None, engine=engine)
+            t0 = time.perf_counter()
             for p in ids:
-                recs.append(await send_one(c, base_url, "sglang", p, opts, None, engine=engine))
-            # one more short request: its prefill makes the recorder write the last request's decode forwards
-            flush = SimpleNamespace(max_new_tokens=1, temperature=0.0, ignore_eos=False, stream=False)
-            await send_one(c, base_url, "sglang", ids[0][:1], flush, None, engine=engine)
+                recs.append(await send_one(c, base_url, "sglang", p, opts(max_new_tokens), None, engine=engine))
+            secs = time.perf_counter() - t0
+            await send_one(c, base_url, "sglang", ids[0][:1], opts(1), None, engine=engine)
             await asyncio.sleep(0.5)
-        return recs
+        return recs, secs
 
     return run_sync(run())
 
@@ -371,6 +385,7 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
     """Start the plan's server with the recorder, send the prompts, stop it, assemble the capture folder and remove
     the recorder's chunks. Returns a summary (tokens, bytes, seconds, tok/s while capturing)."""
     from kit.reference.captured import write_capture
+    from kit.serving.capture_hook import ARMED
     from kit.serving.process import ServerProcess
 
     install_recorder(plan)
@@ -381,10 +396,10 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
         with server:
             server.wait_ready(ready_timeout)
             summary["startup_s"] = round(time.monotonic() - t0, 1)
+            (Path(plan.out) / CHUNKS / ARMED).touch()
             log(f"kit launch: capturing {len(plan.prompt_ids)} requests at {server.base_url}")
-            t1 = time.monotonic()
-            recs = send_requests(server.base_url, plan.prompt_ids, plan.max_new_tokens, engine)
-            summary["requests_s"] = round(time.monotonic() - t1, 2)
+            recs, secs = send_requests(server.base_url, plan.prompt_ids, plan.max_new_tokens, engine, ready_timeout)
+            summary["requests_s"] = round(secs, 2)
     finally:
         summary["server_log_tail"] = server.tail(20)
     bad = [r.error for r in recs if not r.ok]

@@ -14,9 +14,11 @@ import hook that wraps `ModelRunner.load_model` as its module loads (SGLang's fi
 * from the first layer's arguments, the batch's `forward_batch.input_ids` and `forward_mode` (extend: a new
   request's prompt, requests being sent one at a time; decode: one token, the one sampled last).
 
-Per forward the tensors stay on the GPU in a buffer (no copy, no sync in the hot path); the buffer goes to one
-`chunk_<n>.pt` file (torch.save) at the next extend or every FLUSH_FORWARDS forwards, then one JSON line in
-`index.jsonl` names the file and its forwards (mode, tokens). `KIT_CAPTURE_MAX_TOKENS` bounds the tokens recorded.
+Recording starts when the kit creates `armed` in KIT_CAPTURE_DIR (after the server is ready: a startup's dummy
+forwards are not the user's requests). Per forward the tensors stay on the GPU in a buffer (no copy, no sync in
+the hot path); the buffer goes to one `chunk_<n>.pt` file (torch.save) at the next extend or every
+FLUSH_FORWARDS forwards, then one JSON line in `index.jsonl` names the file and its forwards (mode, tokens).
+`KIT_CAPTURE_MAX_TOKENS` bounds the tokens recorded.
 The kit side (`kit.measure.capture.assemble`) turns the chunks into the capture folder of
 `kit.reference.captured` and removes them.
 
@@ -45,6 +47,7 @@ CAPTURE_ENV = "KIT_CAPTURE_DIR"
 POINTS_ENV = "KIT_CAPTURE_POINTS"
 BUDGET_ENV = "KIT_CAPTURE_MAX_TOKENS"
 INDEX = "index.jsonl"
+ARMED = "armed"  # the kit creates this file once the server is ready: startup's own forwards are never recorded
 FLUSH_FORWARDS = 64
 RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 # where a target class keeps its decoder (`layers` + `norm`): Llama-style, and multimodal wrappers (Kimi-K2.5)
@@ -84,6 +87,7 @@ class Recorder:
         self.full = False
         self.handles: list = []
         self.L = 0
+        self.armed = False
 
     # -- hooks --------------------------------------------------------------------------------------------
     def attach(self, decoder) -> None:
@@ -125,6 +129,10 @@ class Recorder:
         self.current = None
         if n == 0 or self.full:
             return
+        if not self.armed:  # one stat per forward until the kit says the server is ready
+            if not os.path.exists(os.path.join(self.out, ARMED)):
+                return
+            self.armed = True
         is_extend = getattr(mode, "is_extend", None)
         extend = bool(is_extend()) if callable(is_extend) else False
         if extend and self.buffer:

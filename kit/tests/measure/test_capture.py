@@ -110,6 +110,10 @@ def runner(L, **kw):
     return r
 
 
+def armed(d):
+    (d / hook.ARMED).touch()  # what the kit does once the server is ready
+
+
 def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path):
     t, d, seqs, every, final = setup
     L, H = t.config.num_hidden_layers, t.config.hidden_size
@@ -117,6 +121,9 @@ def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path):
     r = runner(L)
     rec = hook.attach_to(r, str(tmp_path), points, None)
     assert rec is not None
+    serve(r.model, seqs[:1], every, final)  # before the kit arms it (a startup's own forwards): nothing
+    assert rec.tokens == 0 and not rec.buffer
+    armed(tmp_path)
     serve(r.model, seqs, every, final)
     forwards, events = read_chunks(tmp_path)
     assert [e["kind"] for e in events] == ["attached"] and events[0]["decoder"] == "model"
@@ -154,6 +161,7 @@ def test_the_budget_stops_the_recording(setup, tmp_path):
     r = runner(L)
     first = len(seqs[0][0]) + len(seqs[0][1]) - 1  # the tokens the first request feeds
     hook.attach_to(r, str(tmp_path), [1, 3], first + 2)
+    armed(tmp_path)
     serve(r.model, seqs, every, final)
     forwards, events = read_chunks(tmp_path)
     assert sum(len(f["ids"]) for f in forwards) <= first + 2
