@@ -125,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
     bundle = (cfg.sglang_version or default_release()) if cfg.bundle else None
     spec = resolve_local(spec_from_namespace(args), cfg.engine, log=_note, bundle=bundle)
     if cfg.capture_hidden is not None:
-        if cfg.engine != "sglang":
-            raise KitInputError(f"--capture-hidden: SGLang launches only (not --engine {cfg.engine})")
+        if not get_engine(cfg.engine).captures:
+            raise KitInputError(
+                f"--capture-hidden: --engine {cfg.engine} does not run the kit's recorder (SGLang does)"
+            )
         from kit.measure.capture import main_capture
 
         return main_capture(spec, cfg, cfg.engine)

@@ -23,9 +23,10 @@ The kit side (`kit.measure.capture.assemble`) turns the chunks into the capture 
 `kit.reference.captured` and removes them.
 
 Environment: KIT_CAPTURE_DIR (chunks and index; unset: this file does nothing), KIT_CAPTURE_POINTS ("3,16,27"),
-KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against SGLang 0.5.17's srt/model_executor/model_runner.py
-(`ModelRunner.load_model`, `is_draft_worker`, `ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder
-layers called as `layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`).
+KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against the source of the release the kit bundles
+(`kit.sglang.bundle`): srt/model_executor/model_runner.py (`ModelRunner.load_model`, `is_draft_worker`,
+`ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder layers called as
+`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`).
 Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded);
 every hook is fail-safe: a failure is an `error` line in the index and SGLang runs on unobserved.
 

@@ -111,6 +111,7 @@ class SGLang(Engine):
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
     accepts_hub_ids = True
     rehearses = True
+    captures = True
 
     def __init__(self, version: str | None = None, api: HttpApi | None = None):
         self.version = version  # None: the installed release, else the default one
