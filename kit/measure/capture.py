@@ -374,6 +374,14 @@ def assemble(
     )
 
 
+def _remove_partial(out: Path, existed: bool) -> None:
+    """A failed capture leaves nothing: the recorder's folders, and the output folder when the run made it."""
+    shutil.rmtree(out / CHUNKS, ignore_errors=True)
+    shutil.rmtree(out / SITE, ignore_errors=True)
+    if not existed and out.exists() and not any(out.iterdir()):
+        out.rmdir()
+
+
 def _wide(t):
     """float32 for the server's half-precision states; a wider dtype stays as it is."""
     import torch
@@ -388,6 +396,8 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
     from kit.serving.capture_hook import ARMED
     from kit.serving.process import ServerProcess
 
+    out = Path(plan.out)
+    existed = out.exists()
     install_recorder(plan)
     t0 = time.monotonic()
     server = ServerProcess.from_spec(plan.spec, engine=engine, on_line=None)
@@ -396,10 +406,13 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
         with server:
             server.wait_ready(ready_timeout)
             summary["startup_s"] = round(time.monotonic() - t0, 1)
-            (Path(plan.out) / CHUNKS / ARMED).touch()
+            (out / CHUNKS / ARMED).touch()
             log(f"kit launch: capturing {len(plan.prompt_ids)} requests at {server.base_url}")
             recs, secs = send_requests(server.base_url, plan.prompt_ids, plan.max_new_tokens, engine, ready_timeout)
             summary["requests_s"] = round(secs, 2)
+    except BaseException:
+        _remove_partial(out, existed)
+        raise
     finally:
         summary["server_log_tail"] = server.tail(20)
     bad = [r.error for r in recs if not r.ok]
@@ -408,6 +421,7 @@ def run_capture(plan: CapturePlan, engine: str = "sglang", ready_timeout: float 
     forwards, events = read_chunks(Path(plan.out) / CHUNKS)
     errors = [e for e in events if e.get("kind") == "error"]
     if not any(e.get("kind") == "attached" for e in events):
+        _remove_partial(out, existed)
         raise KitInputError(
             f"--capture-hidden: the recorder never attached to the target ({errors[:1] or 'no record'}); "
             f"server log: {' | '.join(server.tail(5))}"

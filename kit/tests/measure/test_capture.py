@@ -221,3 +221,49 @@ def test_installed_as_sitecustomize_it_wraps_sglang_model_runner_as_it_loads(tmp
     )
     assert off.stdout.split() == ["False", "False"]
     assert on.stdout.split() == ["True", "True"]
+
+
+def test_the_capture_plan_changes_only_what_a_capture_needs(tmp_path):
+    """The launch keeps its flags; speculation, CUDA graphs, the radix cache and overlap go, each change listed;
+    the size bound is said; bad input is one line, and nothing is written by the plan."""
+    from kit.findings import KitInputError
+    from kit.measure.capture import plan_capture
+    from kit.models import shipped_draft
+    from kit.serving.launch import LaunchSpec
+    from kit.sglang.flags import graphs_off
+
+    spec = LaunchSpec(
+        model_path="embedded",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=str(shipped_draft()),
+        speculative_num_steps=3,
+        chunked_prefill_size=16,
+        extra_args=["--speculative-token-map", "m.pt", "--enable-torch-compile", "--max-total-tokens", "4096"],
+    )
+    plan = plan_capture(spec, str(tmp_path / "cap"), num_prompts=2, max_new_tokens=8, sglang_version="0.5.17")
+    argv = plan.spec.argv()
+    assert "--speculative-algorithm" not in argv and not any(a.startswith("--speculative") for a in argv)
+    assert "--enable-torch-compile" not in argv and argv[argv.index("--max-total-tokens") + 1] == "4096"
+    for flag in [*graphs_off("0.5.17"), "--disable-radix-cache", "--disable-overlap-schedule"]:
+        assert flag in argv
+    assert plan.spec.chunked_prefill_size >= max(len(p) for p in plan.prompt_ids) + 8
+    changed = {c.flag for c in plan.changes}
+    assert {"--speculative-algorithm", "--speculative-token-map", "--chunked-prefill-size", "PYTHONPATH"} <= changed
+    assert plan.points == [2, 15, 27] and plan.spec.env[hook.POINTS_ENV] == "2,15,27"
+    assert plan.max_bytes == plan.max_tokens * 4 * plan.hidden_size * 4 and "MiB" in plan.render()
+    assert not (tmp_path / "cap").exists()  # a plan writes nothing
+    with pytest.raises(KitInputError, match="names no draft"):
+        plan_capture(spec.replace(speculative_draft_model_path=None), str(tmp_path / "c2"), sglang_version="0.5.17")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("mine")
+    with pytest.raises(KitInputError, match="not a capture folder"):
+        plan_capture(spec, str(tmp_path / "other"), sglang_version="0.5.17")
+    assert (tmp_path / "other" / "x.txt").read_text() == "mine"
+
+
+def test_kit_launch_capture_hidden_refuses_an_engine_without_the_recorder(tmp_path, capsys):
+    from kit.cli import main
+
+    out = tmp_path / "cap"
+    assert main(["launch", "--engine", "reference", "--capture-hidden", str(out)]) == 2
+    assert "does not run the kit's recorder" in capsys.readouterr().err and not out.exists()
