@@ -267,3 +267,49 @@ def test_kit_launch_capture_hidden_refuses_an_engine_without_the_recorder(tmp_pa
     out = tmp_path / "cap"
     assert main(["launch", "--engine", "reference", "--capture-hidden", str(out)]) == 2
     assert "does not run the kit's recorder" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.slow
+def test_kit_launch_capture_end_to_end_on_a_stand_in_sglang(setup, tmp_path, monkeypatch):
+    """run_capture through a real process: the recorder as sitecustomize on the server's PYTHONPATH, the armed
+    file, requests by token ids through the kit's client, chunks assembled and removed; the oracle on the folder
+    equals the oracle on the kit's own forward over the same sequences."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from kit.measure import capture as kc
+    from kit.serving.launch import LaunchSpec
+    from kit.serving.process import free_port
+
+    t, d, _, _, _ = setup
+    tdir, ddir, fake = tmp_path / "target", tmp_path / "draft", tmp_path / "fake"
+    t.save_pretrained(tdir)
+    ddir.mkdir()
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}}
+    (ddir / "config.json").write_text(json.dumps(cfg))
+    pkg = fake / "sglang" / "srt" / "model_executor"
+    pkg.mkdir(parents=True)
+    for p in (fake / "sglang", fake / "sglang" / "srt", pkg):
+        (p / "__init__.py").write_text("")
+    (pkg / "model_runner.py").write_text("from kit.tests.fake_sglang_runner import ModelRunner  # noqa: F401\n")
+    (fake / "sglang" / "launch_server.py").write_text("from kit.tests.fake_sglang_runner import main\n\nmain()\n")
+    monkeypatch.setattr(kc, "prompt_ids", lambda target_dir, prompts, n: PROMPTS[:n])
+    root = str(Path(__file__).resolve().parents[3])
+    spec = LaunchSpec(model_path=str(tdir), speculative_algorithm="EAGLE3", speculative_draft_model_path=str(ddir),
+                      python=sys.executable, port=free_port(), env={"PYTHONPATH": f"{fake}:{root}"})  # fmt: skip
+    plan = kc.plan_capture(spec, str(tmp_path / "cap"), num_prompts=2, max_new_tokens=6, sglang_version="0.5.17")
+    assert plan.points == [1, 3, 4]
+    summary = kc.run_capture(plan, ready_timeout=120, log=lambda *a: None)
+    assert summary["requests"] == 2 and summary["missing"] == [] and summary["mismatch"] == []
+    assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == ["capture.json", "states.safetensors"]
+    cap = read_capture(tmp_path / "cap", dtype="float64")
+    assert cap.source.startswith("server capture") and [len(s) for s in cap.ids] == [len(p) + 6 for p in PROMPTS]
+    wirings = {"correct": Wiring(), "launched as EAGLE": Wiring(algorithm="EAGLE")}
+    (aux, fin), _ = target_features(t, cap.seqs(), [plan.points, None])
+    for a, b, f, g, s in zip(cap.aux, aux, cap.final, fin, cap.ids):
+        assert torch.allclose(a[: len(s) - 1], b[: len(s) - 1]) and torch.allclose(f[: len(s) - 1], g[: len(s) - 1])
+    direct = evaluate_each(t, d, cap.seqs(), SpecParams(3, 1, 4), wirings)
+    captured = evaluate_each(t, d, cap.seqs(), SpecParams(3, 1, 4), wirings, capture=cap)
+    for name in wirings:
+        assert captured[name].accept_lengths == direct[name].accept_lengths, name
