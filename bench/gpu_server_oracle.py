@@ -123,7 +123,7 @@ def eagle_spec(target: str, draft: str, chain: tuple, port: int, nccl: int, log:
     return resolve_local(spec, "sglang", log=lambda *_: None, bundle=VERSION)
 
 
-def build_plan(work: Path, out: Path) -> dict:
+def build_plan(work: Path, out: Path, num_prompts: int = NUM_PROMPTS, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
     """Every launch line and command of the run (nothing started)."""
     from kit.measure.capture import plan_capture
     from kit.models import embedded_dir, shipped_draft
@@ -133,7 +133,7 @@ def build_plan(work: Path, out: Path) -> dict:
     cap_dir = work / "capture"
     cap_argv = [sys.executable, "-m", "kit", "launch", "--model-path", target, "--speculative-algorithm", "EAGLE3",
                 "--speculative-draft-model-path", draft, "--capture-hidden", str(cap_dir),
-                "--num-prompts", str(NUM_PROMPTS), "--max-new-tokens", str(MAX_NEW_TOKENS), "--port", str(p_cap),
+                "--num-prompts", str(num_prompts), "--max-new-tokens", str(max_new_tokens), "--port", str(p_cap),
                 "--mem-fraction-static", str(MEM_FRACTION), "--log-file", str(out / "server_capture.log"),
                 "--extra-args", f"--max-total-tokens {KV_TOKENS} --nccl-port {nccl[0]}",
                 "--python", sys.executable, "--bundle", "--sglang-version", VERSION, "--ready-timeout", "240",
@@ -152,14 +152,14 @@ def build_plan(work: Path, out: Path) -> dict:
                    extra_args=["--max-total-tokens", str(KV_TOKENS), "--nccl-port", str(nccl[3])]),
         "sglang", log=lambda *_: None, bundle=VERSION,
     )  # fmt: skip
-    cap_plan = plan_capture(user, str(work / "capture_nohook_plan"), None, NUM_PROMPTS, MAX_NEW_TOKENS, VERSION)
+    cap_plan = plan_capture(user, str(work / "capture_nohook_plan"), None, num_prompts, max_new_tokens, VERSION)
     from kit.serving.capture_hook import BUDGET_ENV, CAPTURE_ENV, POINTS_ENV
 
     env = {k: v for k, v in cap_plan.spec.env.items() if k not in (CAPTURE_ENV, POINTS_ENV, BUDGET_ENV)}
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     nohook = cap_plan.spec.replace(env=env)
     oracle = [sys.executable, "-m", "kit", "oracle", "--json", "--target", target, "--draft", draft,
-              "--num-prompts", str(NUM_PROMPTS), "--max-new-tokens", str(MAX_NEW_TOKENS)]  # fmt: skip
+              "--num-prompts", str(num_prompts), "--max-new-tokens", str(max_new_tokens)]  # fmt: skip
     return {
         "target": target,
         "draft": draft,
@@ -170,6 +170,7 @@ def build_plan(work: Path, out: Path) -> dict:
         "prompt_ids": cap_plan.prompt_ids,
         "points": cap_plan.points,
         "oracle_argv": oracle,
+        "max_new_tokens": max_new_tokens,
     }
 
 
@@ -206,7 +207,7 @@ def run_oracle(run: Run, argv: list[str], log, env: dict, where: str) -> dict | 
     return {k: res.get(k) for k in ("meta_accept_length", "accept_length", "position_accept_length", "verify_steps")}
 
 
-def measure_server(run: Run, name: str, spec, ids: list[list[int]], results: dict) -> None:
+def measure_server(run: Run, name: str, spec, ids: list[list[int]], max_new_tokens: int, results: dict) -> None:
     """Start, wait, one warm-up request (kernel compilation), the prompts at batch 1, stop."""
     from kit.measure.capture import send_requests
     from kit.measure.metrics import acceptance_from_records
@@ -217,7 +218,7 @@ def measure_server(run: Run, name: str, spec, ids: list[list[int]], results: dic
         srv.start()
         srv.wait_ready(min(240.0, run.left(40)))
         # the capture run's own sequence: a warm-up request, the prompts one at a time, by token ids
-        recs, secs = send_requests(srv.base_url, ids, MAX_NEW_TOKENS, timeout_s=run.left())
+        recs, secs = send_requests(srv.base_url, ids, max_new_tokens, timeout_s=run.left())
         ok = [r for r in recs if r.ok]
         toks = sum(r.completion_tokens or 0 for r in ok)
         acc = acceptance_from_records(ok)
@@ -263,6 +264,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="results folder: summary.json and logs")
     ap.add_argument("--timeout-s", type=float, default=330.0, help="wall-clock limit of the whole run")
     ap.add_argument("--dry-run", action="store_true", help="build the plan, print the launch lines; start nothing")
+    ap.add_argument("--num-prompts", type=int, default=NUM_PROMPTS, help="prompts per server and oracle")
+    ap.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="greedy tokens per prompt")
     args = ap.parse_args(argv)
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -270,7 +273,7 @@ def main(argv=None) -> int:
     run = Run(out, args.timeout_s)
     try:
         run.doc["machine"] = machine()
-        plan = build_plan(work, out)
+        plan = build_plan(work, out, args.num_prompts, args.max_new_tokens)
         lines = {
             "capture": " ".join(plan["capture_argv"]),
             **{f"eagle_{n}": s.command() for n, s in plan["eagles"].items()},
@@ -312,7 +315,7 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
         if "capture" not in results:
             return
         for name, chain in CHAINS.items():  # a few seconds each: the draft alone, on the captured states
-            argv = plan["oracle_argv"][:3] + ["--json", "--hidden-states", plan["capture_dir"], "--target",
+            argv = plan["oracle_argv"][:4] + ["--json", "--hidden-states", plan["capture_dir"], "--target",
                                               plan["target"], "--draft", plan["draft"]] + chain_args(chain)  # fmt: skip
             r = run_oracle(run, argv, oracle_log, cpu_env, f"server_oracle {name}")
             if r is not None:
@@ -324,13 +327,16 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
     for name, spec in plan["eagles"].items():
         threads.append(
             threading.Thread(
-                target=measure_server, args=(run, name, spec, plan["prompt_ids"], results), name=name, daemon=True
+                target=measure_server,
+                args=(run, name, spec, plan["prompt_ids"], plan["max_new_tokens"], results),
+                name=name,
+                daemon=True,
             )
         )
     threads.append(
         threading.Thread(
             target=measure_server,
-            args=(run, "nohook", plan["nohook"], plan["prompt_ids"], results),
+            args=(run, "nohook", plan["nohook"], plan["prompt_ids"], plan["max_new_tokens"], results),
             name="nohook",
             daemon=True,
         )
