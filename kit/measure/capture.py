@@ -13,7 +13,8 @@ overlap scheduler off (each decode forward is the previous token's), and the rec
 environment. Nothing of it exists in a launch that does not ask for a capture.
 
 Capture points: the draft's own (`eagle_config.eagle_aux_hidden_state_layer_ids` through
-`kit.checkpoint.aux_ids.capture_points`, SGLang's rule for the target's class), plus the final post-norm state.
+`kit.checkpoint.aux_ids.capture_points`: SGLang's rule for the target's class, and the oracle's reading where the
+two differ, as for Kimi-K2.5's class), plus the final post-norm state.
 Its size is bounded before the start: tokens x (points + 1) x hidden x 4 bytes.
 
     python -m kit launch --model-path T --speculative-algorithm EAGLE3 --speculative-draft-model-path D \\
@@ -98,8 +99,10 @@ def _drop(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str 
     return out, old
 
 
-def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> list[int]:
-    """The points the draft was trained on, as SGLang wires its ids for this target class (kit.checkpoint.aux_ids)."""
+def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> tuple[list[int], list[str]]:
+    """The points of the draft's ids (kit.checkpoint.aux_ids): as SGLang wires them for this target class, and as
+    the oracle reads them (the Llama "+1" rule, `kit.reference.speculate.capture_points_for`); both are captured,
+    so `kit oracle --hidden-states` finds its points whichever the class's rule is. Returns (points, notes)."""
     from kit.checkpoint.aux_ids import capture_points as points_of
     from kit.hf import HFConfig
     from kit.sglang.draft_config import read_draft_config
@@ -110,7 +113,14 @@ def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> li
     except (OSError, ValueError) as e:
         raise KitInputError(f"{f}: cannot read the draft's config ({e})") from None
     L = int(target_cfg.text["num_hidden_layers"])
-    return points_of("sglang", dcfg.aux_layer_ids, L, target_cfg.architecture, version)
+    wired = points_of("sglang", dcfg.aux_layer_ids, L, target_cfg.architecture, version)
+    read = points_of("sglang", dcfg.aux_layer_ids, L, "LlamaForCausalLM", version)
+    notes = (
+        []
+        if wired == read
+        else [f"SGLang wires points {wired} for {target_cfg.architecture}, the oracle reads {read}: both are captured"]
+    )
+    return sorted(set(wired) | set(read)), notes
 
 
 def prompt_ids(target_dir: str | os.PathLike, prompts: str | None, num_prompts: int) -> list[list[int]]:
@@ -154,7 +164,7 @@ def plan_capture(
         )
     if not (Path(draft) / "config.json").is_file():
         raise KitInputError(f"--speculative-draft-model-path {draft}: no config.json there (a local draft folder)")
-    points = capture_points(draft, target_cfg, version)
+    points, notes = capture_points(draft, target_cfg, version)
     ids = prompt_ids(target_dir, prompts, num_prompts)
     longest = max(len(p) for p in ids) + max_new_tokens
     opts = table_for(version).by_option()
@@ -224,7 +234,6 @@ def plan_capture(
     new = spec.replace(**clear, extra_args=extra, chunked_prefill_size=new_chunk, env=env)
     if port is not None:
         new = new.replace(port=port)
-    notes = []
     if (spec.tp_size or 1) > 1:
         notes.append(f"TP{spec.tp_size}: rank 0 writes the states (they are whole on every rank after the all-reduce)")
     return CapturePlan(

@@ -313,3 +313,20 @@ def test_kit_launch_capture_end_to_end_on_a_stand_in_sglang(setup, tmp_path, mon
     captured = evaluate_each(t, d, cap.seqs(), SpecParams(3, 1, 4), wirings, capture=cap)
     for name in wirings:
         assert captured[name].accept_lengths == direct[name].accept_lengths, name
+
+
+def test_both_readings_of_the_draft_ids_are_captured_where_they_differ(tmp_path):
+    """Kimi-K2.5's class takes the ids as points in SGLang; the oracle reads them with the Llama "+1" rule."""
+    import json
+
+    from kit.hf import HFConfig
+    from kit.measure.capture import capture_points
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}})
+    )
+    kimi = HFConfig.of({"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"num_hidden_layers": 61}})
+    llama = HFConfig.of({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 61})
+    points, notes = capture_points(tmp_path, kimi, "0.5.17")
+    assert points == [2, 3, 30, 31, 58, 59] and "both are captured" in notes[0]
+    assert capture_points(tmp_path, llama, "0.5.17") == ([3, 31, 59], [])
