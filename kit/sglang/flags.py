@@ -118,6 +118,9 @@ GRAPHS_OFF = (
     ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"),
     ("--disable-cuda-graph",),
 )
+# switches that compile forwards (torch.compile, piecewise CUDA graphs where a release makes them opt-in): off
+# with GRAPHS_OFF, so that Python hooks on the model see every forward
+COMPILE_ON = ("--enable-torch-compile", "--enable-piecewise-cuda-graph")
 
 
 def graphs_off(version: str | None = None) -> list[str]:
