@@ -145,7 +145,7 @@ def plan_capture(
     """The launch `spec` changed for a capture into `capture_hidden` (nothing is started or written)."""
     from kit.hf import HFConfig
     from kit.models import resolve_target
-    from kit.sglang.flags import graphs_off, table_for
+    from kit.sglang.flags import COMPILE_ON, graphs_off, table_for
     from kit.sglang.versions import default_release, importable_version
 
     version = sglang_version or importable_version() or default_release()
@@ -201,12 +201,10 @@ def plan_capture(
             changes.append(
                 Change(opt, old, value or True, reasons.get(opt, "every forward through Python: the hooks see it"))
             )
-    if "--enable-torch-compile" in opts:
-        extra, old = _drop(extra, "--enable-torch-compile", False)
+    for opt in (o for o in COMPILE_ON if o in opts):
+        extra, old = _drop(extra, opt, False)
         if old is not None:
-            changes.append(
-                Change("--enable-torch-compile", True, None, "every forward through Python: the hooks see it")
-            )
+            changes.append(Change(opt, True, None, "every forward through Python: the hooks see it"))
     chunk = spec.chunked_prefill_size
     new_chunk = chunk if chunk is not None and (chunk == -1 or chunk >= longest) else max(longest, 8192)
     if new_chunk != chunk:
