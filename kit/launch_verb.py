@@ -2,6 +2,7 @@
 
     python -m kit launch --from "python -m sglang.launch_server --model-path T ..." --dry-run
     python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
+    python -m kit launch --speculative-draft-model-path D ... --capture-hidden runs/cap --dry-run  # kit.measure.capture
 
 The spec is `kit.serving.launch.LaunchSpec` (`embedded` and the `demo` draft resolved as the notebooks
 resolve them), the findings those of `kit doctor` for that target, draft and launch
@@ -55,6 +56,19 @@ class LaunchConfig:
             "help": "SGLang release whose parser and flag table judge the flags (default: installed, else newest known)"
         },
     )
+    capture_hidden: str | None = field(
+        default=None,
+        metadata={
+            "help": "instead of serving: run the launch once with the kit's recorder, send the prompts one at a "
+            "time (greedy, speculation off) and write the target's hidden states at the draft's capture points to "
+            "this folder (kit.measure.capture; read by `kit oracle --hidden-states`)"
+        },
+    )
+    prompts: str | None = field(
+        default=None, metadata={"help": "--capture-hidden: JSONL prompt file (default: the oracle's eval prompts)"}
+    )
+    num_prompts: int = field(default=8, metadata={"help": "--capture-hidden: prompts sent (first N)"})
+    max_new_tokens: int = field(default=64, metadata={"help": "--capture-hidden: greedy tokens per prompt"})
     bundle: bool = field(
         default=False,
         metadata={
@@ -110,6 +124,14 @@ def run(args: argparse.Namespace) -> int:
 
     bundle = (cfg.sglang_version or default_release()) if cfg.bundle else None
     spec = resolve_local(spec_from_namespace(args), cfg.engine, log=_note, bundle=bundle)
+    if cfg.capture_hidden is not None:
+        if not get_engine(cfg.engine).captures:
+            raise KitInputError(
+                f"--capture-hidden: --engine {cfg.engine} does not run the kit's recorder (SGLang does)"
+            )
+        from kit.measure.capture import main_capture
+
+        return main_capture(spec, cfg, cfg.engine)
     if get_engine(cfg.engine).runs_here and not cfg.dry_run:
         from kit.refserver.server import check_paths
 

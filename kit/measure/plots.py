@@ -369,13 +369,18 @@ def sweep_heatmaps(
 
 def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs_observed", data: str = ""):
     """Oracle's expected accept length beside the server's observed one (left), and the same pairs
-    against observed = expected (right); wiring faults sit on y = 1."""
+    against observed = expected (right); wiring faults sit on y = 1. The labels name the expectation's source
+    (the rows' `expected_from`, `kit.measure.verdict.expectation_source`: transformers forward, server capture,
+    training log)."""
     import seaborn as sns
+
+    from kit.measure.verdict import TRANSFORMERS_FORWARD
 
     fig, (ax1, ax) = _figure(2, width=4.6, height=4.2)
     pts = [
         r for r in rows if r.get("expected_accept_length") is not None and r.get("observed_accept_length") is not None
     ]
+    source = ", ".join(sorted({r.get("expected_from") or TRANSFORMERS_FORWARD for r in pts})) or TRANSFORMERS_FORWARD
     if not pts:
         _empty(ax1, "no expected/observed pairs")
         _empty(ax, "no expected/observed pairs")
@@ -385,7 +390,7 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
         ys = [r["observed_accept_length"] for r in pts]
         pos = list(range(len(pts)))
         pal = sns.color_palette()
-        b1 = ax1.bar([p - 0.2 for p in pos], xs, width=0.4, label="expected (oracle)", color=pal[0])
+        b1 = ax1.bar([p - 0.2 for p in pos], xs, width=0.4, label=f"expected ({source})", color=pal[0])
         b2 = ax1.bar([p + 0.2 for p in pos], ys, width=0.4, label="observed (server)", color=pal[1])
         for b in (b1, b2):
             ax1.bar_label(b, fmt="%.2f", fontsize=8, padding=2)
@@ -405,10 +410,10 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
             ax.annotate(n, (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
         ax.set_xlim(0.9, top)
         ax.set_ylim(0.9, top)
-        ax.set_xlabel("expected accept length (oracle)")
+        ax.set_xlabel(f"expected accept length ({source})")
         ax.set_ylabel("observed accept length (server)")
         ax.legend(loc="upper left", fontsize=8)
-    _title(fig, "Expected (offline oracle) vs observed (server) accept length", data)
+    _title(fig, f"Expected (oracle on the {source}) vs observed (server) accept length", data)
     save(fig, out_dir, name)
     return fig
 

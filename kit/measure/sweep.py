@@ -210,7 +210,7 @@ def url_of(server: Any) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _row(point: Point, conc: int, res, expected: float | None) -> dict:
+def _row(point: Point, conc: int, res, expected: float | None, expected_from: str | None = None) -> dict:
     agg = res.summary["labels"].get(point_label(point), {})
     keep = (
         "requests",
@@ -236,6 +236,7 @@ def _row(point: Point, conc: int, res, expected: float | None) -> dict:
         **{k: agg.get(k) for k in keep},
         "accept_sources": agg.get("accept_sources"),
         "expected_accept_length": expected,
+        "expected_from": expected_from if expected is not None else None,
         "findings": [f.code for f in res.report.findings],
     }
 
@@ -295,7 +296,7 @@ def run_sweep(
                 )
                 res = run_bench(bcfg, prompts=prompts)
                 exp = expected(point) if expected and point is not None else None
-                row = _row(point, conc, res, exp)
+                row = _row(point, conc, res, exp, getattr(expected, "source", None))
                 results.append(jsonable(row))
                 n_done += 1
                 bar.update(1)

@@ -14,9 +14,12 @@ possible stories:
   both low                                   -> verdict.weak_draft    (warning): train more
   observed ~ expected                        -> verdict.healthy       (info)
 
-When no oracle number exists (a 1T target cannot run the oracle on a laptop), the expected accept length
-comes from the draft's training accuracies (`kit.reference.expect`, `kit expect`): pass `training=` to
-`verdict_table`/`sweep_findings`; each finding's evidence says which source (`expected_from`) it used.
+Where the expectation comes from is named one way (`expectation_source`, in each finding's `expected_from`):
+"transformers forward" (the oracle on the target's forward on one machine: `kit oracle`), "server capture" (the
+oracle on states captured inside the user's own SGLang server: `kit launch --capture-hidden`, then `kit oracle
+--hidden-states`, the path for a target no single machine holds), or "training log" (the draft's training
+accuracies, `kit.reference.expect` / `kit expect`, an upper estimate: pass `training=` to
+`verdict_table`/`sweep_findings` for rows no oracle covered).
 
 Accept lengths here include the bonus token (SGLang's completion_tokens / spec_verify_ct), so
 "no draft token ever accepted" is AL = 1.0.
@@ -36,6 +39,8 @@ from kit.findings import Finding
 ONE_TOL = 0.1  # observed AL within this of 1.0 counts as "never accepts"
 WELL_ABOVE = 1.3  # an expected AL at or above this means the draft is worth wiring
 REL_TOL = 0.2  # observed within this fraction of expected counts as matching
+# the sources of an expected accept length (`expectation_source`)
+TRANSFORMERS_FORWARD, SERVER_CAPTURE, TRAINING_LOG = "transformers forward", "server capture", "training log"
 
 # what produced AL ~ 1.0 in the field (public issues), in the order worth checking
 GENERIC_CAUSES = [
@@ -46,6 +51,18 @@ GENERIC_CAUSES = [
     "draft trained for a different target or tokenizer/chat template",
     "broken collectives (custom all-reduce after a driver update): zero acceptance need not be the draft",
 ]
+
+
+def expectation_source(oracle_doc=None, training=None) -> str:
+    """Where an expected accept length came from: the training log (`training`, a kit.reference.expect
+    Accuracies), states captured in a server (an oracle document, `OracleRun` or its dict, whose `hidden_states` source a server capture
+    wrote, `kit.measure.capture`), or the target's forward (any other oracle document, states the kit's own
+    engine saved included)."""
+    if training is not None:
+        return f"{TRAINING_LOG} ({training.source})"
+    states = oracle_doc.get("hidden_states") if isinstance(oracle_doc, dict) else getattr(oracle_doc, "hidden_states", None)
+    captured = (states or {}).get("source") or ""
+    return SERVER_CAPTURE if captured.startswith(SERVER_CAPTURE) else TRANSFORMERS_FORWARD
 
 
 def _causes(static_findings: Iterable[Any]) -> list[str]:
@@ -72,7 +89,7 @@ def verdict(
     one_tol: float = ONE_TOL,
     well_above: float = WELL_ABOVE,
     rel_tol: float = REL_TOL,
-    expected_from: str = "oracle",
+    expected_from: str = TRANSFORMERS_FORWARD,
 ) -> list[Finding]:
     """One verdict finding for an (observed, expected) accept-length pair; `expected_from` names its source."""
     pre = f"{label}: " if label else ""
@@ -158,9 +175,13 @@ def oracle_expected(
     quick: bool = False,
     num_prompts: int = 6,
     max_new_tokens: int = 32,
+    hidden_states: str | None = None,
 ):
-    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point).
+    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point); its
+    `source` attribute names where the expectation comes from (`expectation_source`).
 
+    `hidden_states`: a capture folder (`kit launch --capture-hidden`): the oracle runs the draft on those states
+    (`kit oracle --hidden-states`), `target` then supplies only the embedding and head.
     Uses the oracle's `meta_accept_length` (completion_tokens / spec_verify_ct, the definition
     the server's meta_info and kit.measure.bench's `accept_length` use)."""
     cache: dict[tuple, float] = {}
@@ -180,12 +201,15 @@ def oracle_expected(
                     speculative_num_steps=key[0],
                     speculative_eagle_topk=key[1],
                     speculative_num_draft_tokens=key[2],
+                    hidden_states=hidden_states,
                 ),
                 log=lambda *_: None,
             )
             cache[key] = doc.results["requested"].meta_accept_length
+            expected.source = expectation_source(doc)
         return cache[key]
 
+    expected.source = SERVER_CAPTURE if hidden_states else TRANSFORMERS_FORWARD
     return expected
 
 
@@ -232,7 +256,8 @@ def training_expected(training, row: dict) -> float | None:
 def verdict_table(
     joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS, training=None
 ) -> list[Finding]:
-    """A verdict per joined row, labelled by its speculative params.
+    """A verdict per joined row, labelled by its speculative params; a row's `expected_from` names the source
+    of its expectation (default: the transformers forward).
 
     `training` (a kit.reference.expect.Accuracies) supplies the expected accept length of rows the
     oracle did not cover."""
@@ -245,9 +270,9 @@ def verdict_table(
             for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
             if k in r
         )
-        expected, source = r.get("expected_accept_length"), "oracle"
+        expected, source = r.get("expected_accept_length"), r.get("expected_from") or TRANSFORMERS_FORWARD
         if expected is None and training is not None:
-            expected, source = training_expected(training, r), f"training accuracies ({training.source})"
+            expected, source = training_expected(training, r), expectation_source(training=training)
         out += verdict(
             r.get("observed_accept_length"), expected, static, label=label, params=params, expected_from=source
         )

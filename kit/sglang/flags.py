@@ -112,6 +112,30 @@ DECODE_GRAPH_CAP = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
 PREFILL_GRAPH_CAP = ("cuda_graph_max_bs_prefill", "piecewise_cuda_graph_max_tokens")
 
 
+# the flags that send every forward through eager Python, prefill and decode (no CUDA graph replay), newest
+# spelling first: 0.5.17 deprecates --disable-cuda-graph for one backend choice per phase
+GRAPHS_OFF = (
+    ("--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"),
+    ("--disable-cuda-graph",),
+)
+# switches that compile forwards (torch.compile, piecewise CUDA graphs where a release makes them opt-in): off
+# with GRAPHS_OFF, so that Python hooks on the model see every forward
+COMPILE_ON = ("--enable-torch-compile", "--enable-piecewise-cuda-graph")
+
+
+def graphs_off(version: str | None = None) -> list[str]:
+    """The release's flags for no CUDA graphs at all (the first spelling of GRAPHS_OFF whose options it has).
+
+    >>> graphs_off("0.5.17"), graphs_off("0.5.2")
+    (['--cuda-graph-backend-decode', 'disabled', '--cuda-graph-backend-prefill', 'disabled'], ['--disable-cuda-graph'])
+    """
+    opts = table_for(version).by_option()
+    for flags in GRAPHS_OFF:
+        if all(f in opts for f in flags if f.startswith("--")):
+            return list(flags)
+    return []
+
+
 def current_option(fields: tuple[str, ...], version: str | None = None) -> str | None:
     """The option string of the first of `fields` (ServerArgs names, current spelling first) that the release's
     parser has; None when it has none of them.

@@ -94,6 +94,7 @@ class Engine:
     resolves_kit_names: bool = False  # it reads the kit's `--model-path embedded` itself (else: a directory)
     accepts_hub_ids: bool = False  # a model path that is a hub id is downloaded by the engine itself
     rehearses: bool = False  # `kit rehearse` runs launches on it (real SGLang: the miniature, the recorder)
+    captures: bool = False  # `kit launch --capture-hidden` runs on it (kit.serving.capture_hook on its PYTHONPATH)
     # several servers may start at once on one machine (each loads on its own); False where they share a device
     # whose memory each sizes its pool from at start (SGLang on one GPU), so they start one after another
     starts_together: bool = False
@@ -170,10 +171,15 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------
     def generate_request(
-        self, text: str, max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = False, stream: bool = False
+        self,
+        text: str | list[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        stream: bool = False,
     ) -> tuple[str, dict]:
         """(path, body) of one request on the engine's native API, the one whose answer carries per-request
-        acceptance (the `api="sglang"` of `kit.measure.client`)."""
+        acceptance (the `api="sglang"` of `kit.measure.client`); `text` a list: the prompt as token ids."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
     # -- answers ------------------------------------------------------------------------------

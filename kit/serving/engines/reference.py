@@ -55,6 +55,7 @@ class ReferenceServer(SGLang):
     resolves_kit_names = True  # 'embedded' is resolved by the server itself
     accepts_hub_ids = False
     rehearses = False  # the rehearsal observes SGLang's own code paths
+    captures = False  # the capture's recorder hooks SGLang's ModelRunner
     starts_together = True  # a start is mostly imports and a model load, on the CPU, with memory to spare
 
     def serves_here(self) -> bool:

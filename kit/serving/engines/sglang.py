@@ -111,6 +111,7 @@ class SGLang(Engine):
     passes_extra_args = True  # every SGLang flag, typed or not, reaches SGLang
     accepts_hub_ids = True
     rehearses = True
+    captures = True
 
     def __init__(self, version: str | None = None, api: HttpApi | None = None):
         self.version = version  # None: the installed release, else the default one
@@ -193,12 +194,18 @@ class SGLang(Engine):
         return exception_line(tail) or line.strip()
 
     def generate_request(
-        self, text: str, max_new_tokens: int, temperature: float = 0.0, ignore_eos: bool = False, stream: bool = False
+        self,
+        text: str | list[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        stream: bool = False,
     ) -> tuple[str, dict]:
         sp: dict[str, Any] = {"max_new_tokens": max_new_tokens, "temperature": temperature}
         if ignore_eos:
             sp["ignore_eos"] = True
-        return self.api.generate_path, {"text": text, "sampling_params": sp, "stream": stream}
+        prompt = {"input_ids": list(text)} if isinstance(text, list) else {"text": text}
+        return self.api.generate_path, {**prompt, "sampling_params": sp, "stream": stream}
 
     def read_native(self, obj: dict) -> Reply:
         return Reply(*self.api.generate_answer(obj))

@@ -82,3 +82,23 @@ def test_join_and_table():
     assert [r["expected_accept_length"] for r in j] == [2.4, 3.0, None]
     codes = [f.code for f in verdict_table(j, STATIC)]
     assert codes == ["verdict.wiring_fault", "verdict.healthy", "verdict.no_data"]
+
+
+def test_the_verdict_names_where_the_expectation_came_from():
+    """One naming: an oracle on server-captured states, on the target's forward, or the training log."""
+    from types import SimpleNamespace
+
+    from kit.measure.verdict import SERVER_CAPTURE, TRAINING_LOG, TRANSFORMERS_FORWARD, expectation_source
+
+    server = {"hidden_states": {"source": "server capture (SGLang 0.5.17, smollm2)", "points": [2, 15, 27]}}
+    kit_engine = {"hidden_states": {"source": "kit engine (smollm2, fp32)", "points": [2, 15, 27]}}
+    assert expectation_source(server) == SERVER_CAPTURE
+    assert expectation_source(kit_engine) == expectation_source({"results": {}}) == TRANSFORMERS_FORWARD
+    assert expectation_source(training=SimpleNamespace(source="train.log")).startswith(TRAINING_LOG)
+    # the seed's EAGLE launch: expected from the draft's own capture points in the server, observed ~1.0
+    row = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    joined = [{**row, "observed_accept_length": 1.0, "expected_accept_length": 2.4, "expected_from": SERVER_CAPTURE}]
+    (f,) = verdict_table(joined, STATIC)
+    assert f.code == "verdict.wiring_fault" and f.evidence["expected_from"] == SERVER_CAPTURE
+    (g,) = verdict_table([{**joined[0], "expected_from": None}], STATIC)
+    assert g.evidence["expected_from"] == TRANSFORMERS_FORWARD

@@ -148,7 +148,7 @@ def test_expected_accept_length_uses_resolved_params():
 
 
 def test_verdict_uses_training_accuracies_when_no_oracle_number_exists():
-    from kit.measure.verdict import verdict_table
+    from kit.measure.verdict import TRAINING_LOG, TRANSFORMERS_FORWARD, verdict_table
 
     row = {
         "speculative_num_steps": 3,
@@ -161,6 +161,6 @@ def test_verdict_uses_training_accuracies_when_no_oracle_number_exists():
     seed = Accuracies([0.745], "conditional", "seed step-0 accuracy")
     f = verdict_table([row], training=seed)[0]
     assert f.code == "verdict.wiring_fault" and f.evidence["expected_accept_length"] == pytest.approx(2.71, abs=0.01)
-    assert "training accuracies" in f.evidence["expected_from"]
+    assert f.evidence["expected_from"] == f"{TRAINING_LOG} (seed step-0 accuracy)"
     oracle = verdict_table([dict(row, expected_accept_length=1.05)], training=seed)[0]
-    assert oracle.evidence["expected_from"] == "oracle"  # an oracle number wins
+    assert oracle.evidence["expected_from"] == TRANSFORMERS_FORWARD  # an oracle number wins

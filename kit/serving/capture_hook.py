@@ -1,0 +1,323 @@
+"""The server capture's recorder: installed as `sitecustomize.py` on SGLang's PYTHONPATH, it copies target states.
+
+`kit launch --capture-hidden DIR` (kit.measure.capture) puts this file, as `sitecustomize.py`, first on the
+PYTHONPATH of one SGLang launch and sets `KIT_CAPTURE_DIR`. Python imports `sitecustomize` in every interpreter
+of that server (the scheduler processes are spawned with the parent's environment); this file then installs an
+import hook that wraps `ModelRunner.load_model` as its module loads (SGLang's files stay untouched). After the
+*target* model is built (not a draft worker's), on TP rank 0 only, it registers torch hooks on the decoder:
+
+* a forward pre-hook on `layers[p]` for each capture point p < L: the residual stream entering layer p, SGLang's
+  own aux expression (`hidden_states + residual`, srt/models/llama.py `LlamaModel.forward`; at layer 0 the
+  residual is None and the embedding alone enters);
+* a forward pre-hook on the final `norm` for p = L (its two inputs summed: the pre-norm last state) and a forward
+  hook on it: the post-norm final state (`output[0]` when the norm returns (normed, residual));
+* from the first layer's arguments, the batch's `forward_batch.input_ids` and `forward_mode` (extend: a new
+  request's prompt, requests being sent one at a time; decode: one token, the one sampled last).
+
+Recording starts when the kit creates `armed` in KIT_CAPTURE_DIR (after the server is ready: a startup's dummy
+forwards are not the user's requests). Per forward the tensors stay on the GPU in a buffer (no copy, no sync in
+the hot path); the buffer goes to one `chunk_<n>.pt` file (torch.save) at the next extend or every
+FLUSH_FORWARDS forwards, then one JSON line in `index.jsonl` names the file and its forwards (mode, tokens).
+`KIT_CAPTURE_MAX_TOKENS` bounds the tokens recorded.
+The kit side (`kit.measure.capture.assemble`) turns the chunks into the capture folder of
+`kit.reference.captured` and removes them.
+
+Environment: KIT_CAPTURE_DIR (chunks and index; unset: this file does nothing), KIT_CAPTURE_POINTS ("3,16,27"),
+KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against the source of the release the kit bundles
+(`kit.sglang.bundle`): srt/model_executor/model_runner.py (`ModelRunner.load_model`, `is_draft_worker`,
+`ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder layers called as
+`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`).
+Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded);
+every hook is fail-safe: a failure is an `error` line in the index and SGLang runs on unobserved.
+
+    KIT_CAPTURE_DIR=/tmp/cap KIT_CAPTURE_POINTS=3,16,27 PYTHONPATH=DIR_WITH_THIS_AS_sitecustomize \
+        python -m sglang.launch_server --disable-radix-cache ...
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import json
+import os
+import sys
+import threading
+import time
+
+CAPTURE_ENV = "KIT_CAPTURE_DIR"
+POINTS_ENV = "KIT_CAPTURE_POINTS"
+BUDGET_ENV = "KIT_CAPTURE_MAX_TOKENS"
+INDEX = "index.jsonl"
+ARMED = "armed"  # the kit creates this file once the server is ready: startup's own forwards are never recorded
+FLUSH_FORWARDS = 64
+RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+# where a target class keeps its decoder (`layers` + `norm`): Llama-style, and multimodal wrappers (Kimi-K2.5)
+DECODER_PATHS = ("model", "language_model.model", "model.language_model", "language_model")
+_lock = threading.Lock()
+
+
+def note(out: str, kind: str, **data) -> None:
+    """Append one JSON line to the index (chunks, errors, the attach and the budget)."""
+    line = json.dumps({"kind": kind, "pid": os.getpid(), "t": time.time(), **data}, default=repr)
+    with _lock, open(os.path.join(out, INDEX), "a") as f:
+        f.write(line + "\n")
+
+
+def find_decoder(model):
+    """The module holding the decoder layers and the final norm, and its path; (None, None) when none is found."""
+    for path in DECODER_PATHS:
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None and hasattr(obj, "layers") and hasattr(obj, "norm"):
+            return obj, path
+    return None, None
+
+
+class Recorder:
+    """Hooks on one decoder; buffers each forward's states and writes them in chunks under `out`."""
+
+    def __init__(self, out: str, points: list[int], max_tokens: int | None = None, rank: int = 0):
+        self.out, self.points, self.max_tokens, self.rank = out, list(points), max_tokens, rank
+        self.tokens = 0
+        self.chunks = 0
+        self.buffer: list[dict] = []
+        self.current: dict | None = None
+        self.full = False
+        self.handles: list = []
+        self.L = 0
+        self.armed = False
+
+    # -- hooks --------------------------------------------------------------------------------------------
+    def attach(self, decoder) -> None:
+        layers = decoder.layers
+        L = self.L = len(layers)
+        bad = [p for p in self.points if not 0 <= p <= L]
+        if bad:
+            raise ValueError(f"capture points {bad} outside 0..{L}")
+        self.handles.append(layers[0].register_forward_pre_hook(self._start, with_kwargs=True))
+        for p in sorted(set(self.points)):
+            if p < L:
+                self.handles.append(
+                    layers[p].register_forward_pre_hook(functools.partial(self._point, p), with_kwargs=True)
+                )
+        if L in self.points:
+            self.handles.append(decoder.norm.register_forward_pre_hook(self._pre_norm, with_kwargs=True))
+        self.handles.append(decoder.norm.register_forward_hook(self._final))
+
+    def detach(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _guard(self, fn, *a):
+        try:
+            return fn(*a)
+        except Exception as e:  # noqa: BLE001 — recording must never break the server
+            self.current = None
+            note(self.out, "error", where=fn.__name__, error=f"{type(e).__name__}: {e}")
+
+    def _start(self, module, args, kwargs):
+        self._guard(self._begin, args, kwargs)
+
+    def _begin(self, args, kwargs) -> None:
+        fb = args[2] if len(args) > 2 else kwargs.get("forward_batch")
+        ids = getattr(fb, "input_ids", None)
+        mode = getattr(fb, "forward_mode", None)
+        n = 0 if ids is None else int(ids.shape[0])
+        self.current = None
+        if n == 0 or self.full:
+            return
+        if not self.armed:  # one stat per forward until the kit says the server is ready
+            if not os.path.exists(os.path.join(self.out, ARMED)):
+                return
+            self.armed = True
+        is_extend = getattr(mode, "is_extend", None)
+        extend = bool(is_extend()) if callable(is_extend) else False
+        if extend and self.buffer:
+            self.flush()  # a new request: the previous one's forwards go to disk now
+        if self.max_tokens is not None and self.tokens + n > self.max_tokens:
+            self.full = True
+            self.flush()
+            note(self.out, "budget", tokens=self.tokens, max_tokens=self.max_tokens)
+            return
+        self.current = {
+            "mode": getattr(mode, "name", str(mode)),
+            "extend": extend,
+            "ids": ids.detach().clone(),
+            "points": {},
+        }
+
+    def _point(self, p, module, args, kwargs):
+        if self.current is not None:
+            self._guard(self._take_point, p, args, kwargs)
+
+    def _take_point(self, p, args, kwargs) -> None:
+        hidden = args[1] if len(args) > 1 else kwargs["hidden_states"]
+        residual = args[3] if len(args) > 3 else kwargs.get("residual")
+        # SGLang's aux state: hidden + residual (a new tensor); layer 0 gets the embedding, which the fused
+        # norms later update in place as the residual, so it is copied
+        self.current["points"][p] = hidden.detach().clone() if residual is None else (hidden + residual).detach()
+
+    def _pre_norm(self, module, args, kwargs):
+        if self.current is not None:
+            self._guard(self._take_pre_norm, args, kwargs)
+
+    def _take_pre_norm(self, args, kwargs) -> None:
+        hidden = args[0]
+        residual = args[1] if len(args) > 1 else kwargs.get("residual")
+        self.current["points"][self.L] = hidden.detach().clone() if residual is None else (hidden + residual).detach()
+
+    def _final(self, module, args, output):
+        if self.current is not None:
+            self._guard(self._end, output)
+
+    def _end(self, output) -> None:
+        import torch
+
+        cur, self.current = self.current, None
+        final = output[0] if isinstance(output, (tuple, list)) else output
+        aux = torch.cat([cur["points"][p] for p in self.points], -1) if self.points else None
+        self.buffer.append({"mode": cur["mode"], "ids": cur["ids"], "aux": aux, "final": final.detach().clone()})
+        self.tokens += int(cur["ids"].shape[0])
+        if len(self.buffer) >= FLUSH_FORWARDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered forwards as one chunk file, then its index line (a file is indexed once whole)."""
+        if not self.buffer:
+            return
+        import torch
+
+        buf, self.buffer = self.buffer, []
+        name = f"chunk_{self.chunks:06d}.pt"
+        self.chunks += 1
+        data = [{k: (v.cpu() if hasattr(v, "cpu") else v) for k, v in f.items()} for f in buf]
+        tmp = os.path.join(self.out, name + ".tmp")
+        torch.save(data, tmp)
+        os.replace(tmp, os.path.join(self.out, name))
+        note(
+            self.out, "chunk", file=name, forwards=[{"mode": f["mode"], "tokens": int(f["ids"].shape[0])} for f in buf]
+        )
+
+
+def attach_to(runner, out: str, points: list[int], max_tokens: int | None) -> Recorder | None:
+    """Hooks on a ModelRunner's model when it is the target on TP rank 0 (and the first PP stage holds it all)."""
+    if getattr(runner, "is_draft_worker", False):
+        return None
+    ps = getattr(runner, "ps", None)
+    rank = getattr(ps, "tp_rank", getattr(runner, "tp_rank", 0)) or 0
+    pp = getattr(ps, "pp_size", getattr(runner, "pp_size", 1)) or 1
+    if int(rank) != 0:
+        return None
+    if int(pp) > 1:
+        note(out, "error", where="attach", error=f"pipeline parallel size {pp}: one stage holds only some layers")
+        return None
+    model = getattr(runner, "model", None)
+    decoder, path = find_decoder(model)
+    if decoder is None:
+        note(out, "error", where="attach", error=f"{type(model).__name__}: no decoder with layers and norm")
+        return None
+    rec = Recorder(out, points, max_tokens, int(rank))
+    rec.attach(decoder)
+    note(out, "attached", model=type(model).__name__, decoder=path, layers=len(decoder.layers), points=points)
+    return rec
+
+
+def config_from_env() -> tuple[str, list[int], int | None] | None:
+    out = os.environ.get(CAPTURE_ENV)
+    if not out:
+        return None
+    points = [int(x) for x in os.environ.get(POINTS_ENV, "").split(",") if x.strip()]
+    budget = os.environ.get(BUDGET_ENV)
+    return out, points, int(budget) if budget else None
+
+
+RECORDERS: list[Recorder] = []
+
+
+def wrap_load_model(cls) -> None:
+    """After `ModelRunner.load_model` builds a model: the recorder on it (when it is the target, TP rank 0)."""
+    orig = cls.__dict__.get("load_model")
+    if orig is None or getattr(orig, "_kit_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def load_model(self, *a, **k):
+        result = orig(self, *a, **k)
+        conf = config_from_env()
+        if conf is not None:
+            try:
+                rec = attach_to(self, *conf)
+                if rec is not None:
+                    RECORDERS.append(rec)
+            except Exception as e:  # noqa: BLE001 — recording must never break the server
+                note(conf[0], "error", where="load_model", error=f"{type(e).__name__}: {e}")
+        return result
+
+    load_model._kit_wrapped = True
+    cls.load_model = load_model
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Delegates finding to the rest of sys.meta_path; wraps ModelRunner right after its module executes."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != RUNNER_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader)
+                return spec
+            if spec is not None:
+                return spec
+        return None
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        cls = getattr(module, "ModelRunner", None)
+        if cls is not None:
+            wrap_load_model(cls)
+
+    def __getattr__(self, name):  # get_source, is_package, ... of the real loader
+        return getattr(self.inner, name)
+
+
+def install() -> None:
+    conf = config_from_env()
+    if conf is None or any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    os.makedirs(conf[0], exist_ok=True)
+    sys.meta_path.insert(0, _Finder())
+
+
+def chain_next_sitecustomize() -> None:
+    """Run the sitecustomize.py this one shadows (a distribution's or an environment's), as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        for d in sys.path:
+            f = os.path.join(d or ".", "sitecustomize.py")
+            if os.path.abspath(d or ".") != here and os.path.isfile(f):
+                with open(f) as fh:
+                    exec(compile(fh.read(), f, "exec"), {"__name__": "sitecustomize", "__file__": f})
+                return
+    except Exception:  # noqa: BLE001 — another sitecustomize failing is not the capture's to raise
+        pass
+
+
+install()
+if __name__ == "sitecustomize":
+    chain_next_sitecustomize()
