@@ -60,7 +60,9 @@ def expectation_source(oracle_doc=None, training=None) -> str:
     engine saved included)."""
     if training is not None:
         return f"{TRAINING_LOG} ({training.source})"
-    states = oracle_doc.get("hidden_states") if isinstance(oracle_doc, dict) else getattr(oracle_doc, "hidden_states", None)
+    states = (
+        oracle_doc.get("hidden_states") if isinstance(oracle_doc, dict) else getattr(oracle_doc, "hidden_states", None)
+    )
     captured = (states or {}).get("source") or ""
     return SERVER_CAPTURE if captured.startswith(SERVER_CAPTURE) else TRANSFORMERS_FORWARD
 
