@@ -1,0 +1,135 @@
+"""bench/gpu_breakeven.py on the CPU: its dry run (model dirs, the launch lines of all servers), the cost of one
+streamed request, and the analysis of a measured document (its numbers made up here).
+
+    python -m pytest tests/test_gpu_breakeven.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import gpu_breakeven as gb  # noqa: E402
+
+from kit.measure.records import RequestRecord  # noqa: E402
+
+SMOLLM2 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 1536,
+           "vocab_size": 49152, "tie_word_embeddings": True, "_model_name_or_path": "x"}  # fmt: skip
+
+
+@pytest.fixture
+def embedded(tmp_path, monkeypatch):
+    """A stand-in for the converted embedded target: its config and tokenizer files, no weights."""
+    from kit.sglang.bundle import RELEASES
+
+    d = tmp_path / "embedded"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(SMOLLM2))
+    (d / "tokenizer.json").write_text("{}")
+    monkeypatch.setattr("kit.models.embedded_dir", lambda: d)
+    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
+    return d
+
+
+def test_dry_run_builds_every_dir_and_launch_line_and_starts_nothing(tmp_path, embedded, capsys):
+    out = tmp_path / "out"
+    assert gb.main(["--work", str(tmp_path / "w"), "--out", str(out), "--dry-run"]) == 0
+    doc = json.loads((out / "breakeven.json").read_text())
+    assert [p.name for p in out.iterdir()] == ["breakeven.json"]
+    assert doc["dry_run"] and doc["errors"] == []
+    # the recorded demo's accept length and paired speedup are the defaults
+    assert doc["inputs"]["accept_length"] == pytest.approx(2.1709, abs=1e-4)
+    assert doc["inputs"]["measured_speedup"] == pytest.approx(0.9317, abs=1e-4)
+    cmds = doc["commands"]
+    assert list(cmds) == ["135m_baseline", "135m_eagle3", "135m_eagle3_probe", "360m_baseline", "360m_eagle3",
+                          "1.7b_baseline", "1.7b_eagle3", "7b_baseline", "7b_eagle3"]  # fmt: skip
+    ports = [c.split("--port ")[1].split()[0] for c in cmds.values()]
+    nccl = [c.split("--nccl-port ")[1].split()[0] for c in cmds.values()]
+    assert len(set(ports + nccl)) == 2 * len(cmds)
+    for name, c in cmds.items():
+        assert "--load-format dummy" in c and "--attention-backend triton" in c and "--cuda-graph-max-bs-decode 4" in c
+        assert "--mem-fraction-static 0.85" in c and "--tp-size" not in c
+        assert ("--speculative-algorithm EAGLE3" in c) == ("eagle3" in name)
+    assert (
+        "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"
+        in cmds["135m_eagle3_probe"]
+    )
+    assert "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in cmds["7b_eagle3"]
+    root = tmp_path / "w" / "breakeven"
+    t135 = json.loads((root / "targets" / "135m" / "config.json").read_text())
+    assert t135 == {k: v for k, v in SMOLLM2.items() if k != "_model_name_or_path"}  # the embedded target's own shape
+    assert (root / "targets" / "7b" / "tokenizer.json").exists()
+    d7 = json.loads((root / "drafts" / "7b" / "config.json").read_text())
+    assert (d7["hidden_size"], d7["target_hidden_size"], d7["head_dim"], d7["num_hidden_layers"]) == (
+        4096,
+        4096,
+        128,
+        1,
+    )
+    assert d7["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 15, 28]
+    assert d7["draft_vocab_size"] == 12000  # the shipped draft's vocabulary
+    d135 = json.loads((root / "drafts" / "135m" / "config.json").read_text())
+    assert d135["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+    assert doc["sizes"]["135m"]["params"] == 134_515_008
+
+
+def test_unknown_size_is_one_line_and_no_output(tmp_path):
+    with pytest.raises(SystemExit, match="--sizes: unknown"):
+        gb.main(["--work", str(tmp_path), "--out", str(tmp_path / "o"), "--sizes", "135m,70b", "--dry-run"])
+    assert not (tmp_path / "o").exists()
+
+
+def _rec(chunks: list[tuple[float, int]], verify: int | None, e2e: float) -> RequestRecord:
+    r = RequestRecord(api="sglang", ok=True, e2e=e2e)
+    r.chunk_t, r.chunk_tok = [t for t, _ in chunks], [k for _, k in chunks]
+    r.ttft, r.completion_tokens = chunks[0][0], sum(k for _, k in chunks)
+    if verify:
+        r.spec = {"verify_ct": verify}
+    return r
+
+
+def test_a_streamed_request_gives_its_decode_step_or_iteration_cost():
+    # baseline: first token at 10 ms, then 127 tokens in chunks of 4 (continuous decode steps) over 254 ms
+    base = _rec([(0.010, 1)] + [(0.010 + 0.008 * i, 4) for i in range(1, 32)] + [(0.264, 3)], None, 0.265)
+    row = gb.request_costs(base)
+    assert row["tokens"] == 128 and row["decode_tokens"] == 127
+    assert row["ms_per_token"] == pytest.approx(254 / 127) and row["ttft_ms"] == pytest.approx(10.0)
+    assert "ms_per_iteration" not in row
+    # EAGLE3: 128 tokens in 59 verify steps over 236 ms after the first token
+    spec = _rec([(0.012, 1), (0.248, 127)], 59, 0.25)
+    row = gb.request_costs(spec)
+    assert row["ms_per_iteration"] == pytest.approx(4.0) and row["accept_length"] == pytest.approx(128 / 59)
+    failed = RequestRecord(api="sglang", ok=False, error="ReadTimeout: x")
+    assert gb.request_costs(failed) == {"ok": False, "error": "ReadTimeout: x"}
+    s = gb.summarize([gb.request_costs(spec), gb.request_costs(failed)])
+    assert (s["n"], s["failed"], s["t_iteration_ms"]) == (1, 1, 4.0)
+
+
+def test_analysis_of_a_measured_document():
+    plan = gb.Plan(sizes=("135m", "7b"), probe_sizes=("135m",))
+    dirs = {"135m": {"params": 134_515_008, "hidden": 576, "layers": 30},
+            "7b": {"params": 6_677_598_208, "hidden": 4096, "layers": 32}}  # fmt: skip
+    doc = {
+        "inputs": {"accept_length": 2.171, "measured_speedup": 0.93},
+        "measured": {
+            "135m_baseline": {"t_decode_ms": 1.6, "ttft_ms": 9.0},
+            "135m_eagle3": {"t_iteration_ms": 3.8, "ttft_ms": 12.0},
+            "135m_eagle3_probe": {"t_iteration_ms": 2.9},
+            "7b_baseline": {"t_decode_ms": 7.0},
+            "7b_eagle3": {"t_iteration_ms": 9.5},
+        },
+    }
+    an = gb.analysis(doc, plan, dirs)
+    assert an["at_demo_target"]["predicted_speedup"] == pytest.approx(2.171 * 1.6 / 3.8, abs=1e-4)
+    assert an["iteration_split"]["135m"]["draft_step_ms"] == pytest.approx(0.9)
+    assert an["iteration_split"]["135m"]["rest_of_iteration_ms"] == pytest.approx(2.0)
+    assert an["break_even"]["where"] == "within" and 134e6 < an["break_even"]["params"] < 6.7e9
+    del doc["measured"]["7b_eagle3"], doc["measured"]["135m_eagle3"]
+    with pytest.raises(RuntimeError, match="no size has both"):
+        gb.analysis(doc, plan, dirs)
