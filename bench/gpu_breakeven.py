@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 REPO = Path(__file__).resolve().parents[1]
 RECORDED_DEMO = REPO / "docs" / "results" / "h200_gpu_demo_20261203" / "summary.json"
 DEMO_SIZE = "135m"
+# seconds of the run kept, once every server was started, for the warm-up, the measurements and the stops
+RESERVE_S = 110.0
 
 # the SmolLM2 architecture at larger widths and depths (head_dim = hidden / heads); 135m is the embedded
 # target's own config, 360m and 1.7b are SmolLM2's, 3b and 7b the usual Llama shapes
@@ -214,42 +216,45 @@ class Opts:
     stream: bool = True
 
 
-async def _requests(base: str, texts: list[str], opts: Opts, timeout_s: float) -> list:
+def _transport(timeout_s: float):
+    """The transport `kit bench` streams over (`kit.measure.client.stream_session`: aiohttp), else httpx."""
     import httpx
 
+    from kit.measure.client import stream_session
+
+    return stream_session(4, timeout_s) or httpx.AsyncClient(timeout=timeout_s)
+
+
+async def _requests(base: str, texts: list[str], opts: Opts, timeout_s: float) -> list:
     from kit.measure.client import send_one
 
     out = []
-    async with httpx.AsyncClient(timeout=timeout_s) as c:
+    async with _transport(timeout_s) as c:
         for t in texts:  # one at a time: batch 1
             out.append(await send_one(c, base, "sglang", t, opts, None, engine="sglang"))
     return out
 
 
 def run_requests(base: str, texts: list[str], opts: Opts, timeout_s: float) -> list:
-    return asyncio.run(asyncio.wait_for(_requests(base, texts, opts, max(timeout_s, 1.0)), max(timeout_s, 1.0)))
+    t = max(timeout_s, 1.0)
+    return asyncio.run(asyncio.wait_for(_requests(base, texts, opts, t), t))
 
 
 def warm_all(bases: dict[str, str], text: str, timeout_s: float) -> dict[str, Any]:
     """One short request to every ready server at once: first-use kernel compilation happens here, in
     parallel, outside the measurement."""
+    from kit.measure.client import send_one
+
+    t = max(timeout_s, 1.0)
 
     async def go():
-        import httpx
-
-        from kit.measure.client import send_one
-
-        async with httpx.AsyncClient(timeout=timeout_s) as c:
-            opts = Opts(16)
-            recs = await asyncio.gather(
-                *(send_one(c, b, "sglang", text, opts, None, engine="sglang") for b in bases.values())
+        async with _transport(t) as c:
+            return await asyncio.gather(
+                *(send_one(c, b, "sglang", text, Opts(16), None, engine="sglang") for b in bases.values())
             )
-        return dict(zip(bases, recs))
 
-    t0 = time.perf_counter()
-    recs = asyncio.run(asyncio.wait_for(go(), max(timeout_s, 1.0)))
-    return {n: {"ok": r.ok, "error": r.error, "e2e_s": round(r.e2e, 2), "t_s": round(time.perf_counter() - t0, 1)}
-            for n, r in recs.items()}  # fmt: skip
+    recs = asyncio.run(asyncio.wait_for(go(), t))
+    return {n: {"ok": r.ok, "error": r.error, "e2e_s": round(r.e2e, 2)} for n, r in zip(bases, recs)}
 
 
 def request_costs(rec) -> dict[str, Any]:
@@ -437,11 +442,10 @@ def run(args) -> int:
             print(f"gpu_breakeven: dry run: {len(specs)} servers, dirs under {root}; {out / 'breakeven.json'}")
             return 0
 
-        import torch
-
+        from kit.demo_gpu import preflight
         from kit.serving.process import ServerExited, ServerProcess
 
-        run_.doc["machine"].update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__)
+        run_.doc["machine"] = preflight()  # SGLang importable and a GPU visible, else one line saying why
         texts = prompts(plan.num_prompts)
         # phase 1: every server starts at once
         t0 = time.monotonic()
@@ -451,7 +455,7 @@ def run(args) -> int:
         started: dict[str, Any] = {}
         for s in specs:
             try:
-                procs[s.name].wait_ready(max(5.0, 0.55 * args.timeout_s - (time.monotonic() - t_start)))
+                procs[s.name].wait_ready(max(5.0, left() - RESERVE_S))
                 ready[s.name] = procs[s.name].base_url
                 started[s.name] = {"ok": True, "ready_s": round(time.monotonic() - t0, 1)}
             except ServerExited as e:  # ServerNotReady too (it is one)
@@ -465,7 +469,7 @@ def run(args) -> int:
         run_.save()
         # phase 2: first-use compilation on all of them at once
         try:
-            run_.doc["warmup"] = warm_all(ready, texts[0], min(120.0, left() - 0.2 * args.timeout_s))
+            run_.doc["warmup"] = warm_all(ready, texts[0], min(90.0, left() - 50.0))
         except Exception as e:
             run_.error("warmup", e)
         run_.save()
@@ -474,7 +478,7 @@ def run(args) -> int:
         with open(out / "records.jsonl", "w") as rec_file:
             for rep in range(plan.repeats):
                 for name, base in ready.items():
-                    budget = min(60.0, left() - 15.0)
+                    budget = min(60.0, left() - 12.0)
                     if budget < 3:
                         run_.error(f"measure {name} repeat {rep}", "out of time")
                         continue

@@ -133,3 +133,75 @@ def test_analysis_of_a_measured_document():
     del doc["measured"]["7b_eagle3"], doc["measured"]["135m_eagle3"]
     with pytest.raises(RuntimeError, match="no size has both"):
         gb.analysis(doc, plan, dirs)
+
+
+class _StubServer:
+    """Stands in for `kit.serving.process.ServerProcess`: each server is a stub of SGLang's HTTP API
+    (kit/tests/sglang_stub.py) that streams 1 prefill token, then 2 tokens a verify step; `fail` names the
+    servers whose start fails as an out-of-memory start does."""
+
+    fail: tuple[str, ...] = ()
+    stopped: list[str] = []
+
+    def __init__(self, spec):
+        self.spec, self.th = spec, None
+
+    @classmethod
+    def from_spec(cls, spec, engine="sglang", grace=10):
+        return cls(spec)
+
+    def start(self):
+        from kit.tests.sglang_stub import StubConfig, StubThread
+
+        spec = self.spec.speculative_algorithm is not None
+        cfg = StubConfig(spec=spec, accept_pattern=[2] if spec else [1], speculative_num_draft_tokens=3, metrics=False)
+        self.th = StubThread(cfg).__enter__()
+        return self
+
+    @property
+    def name(self) -> str:
+        return Path(self.spec.log_file).stem
+
+    def wait_ready(self, timeout):
+        from kit.serving.process import ServerExited
+
+        if self.name in self.fail:
+            raise ServerExited(
+                "server exited with code 1 before it was ready: torch.OutOfMemoryError: CUDA out of memory"
+            )
+        return {}
+
+    @property
+    def base_url(self):
+        return self.th.url
+
+    def stop(self):
+        self.th.__exit__(None, None, None)
+        self.stopped.append(self.name)
+        return 0
+
+
+def test_a_run_measures_every_server_it_started_and_records_the_one_that_did_not(tmp_path, embedded, monkeypatch):
+    monkeypatch.setattr("kit.serving.process.ServerProcess", _StubServer)
+    monkeypatch.setattr(_StubServer, "fail", ("7b_eagle3",))
+    monkeypatch.setattr(_StubServer, "stopped", [])
+    monkeypatch.setattr("kit.demo_gpu.preflight", lambda: {"sglang": "0.5.17", "gpu": "stub"})
+    monkeypatch.setattr(gb, "prompts", lambda n: [f"prompt {i}" for i in range(n)])
+    out = tmp_path / "out"
+    argv = ["--work", str(tmp_path / "w"), "--out", str(out), "--sizes", "135m,7b", "--timeout-s", "120"]
+    assert gb.main(argv) == 1  # an error was recorded
+    doc = json.loads((out / "breakeven.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == ["breakeven.json", "records.jsonl"]
+    assert [e["where"] for e in doc["errors"]] == ["start 7b_eagle3"]
+    assert "CUDA out of memory" in doc["started"]["7b_eagle3"]["error"]
+    assert sorted(_StubServer.stopped) == sorted(doc["started"])  # every server stopped, the failed one too
+    m = doc["measured"]
+    assert set(m) == {"135m_baseline", "135m_eagle3", "135m_eagle3_probe", "7b_baseline"}
+    assert m["135m_baseline"]["n"] == 6 and m["135m_baseline"]["t_iteration_ms"] is None
+    assert m["135m_eagle3"]["accept_length_observed"] == pytest.approx(128 / 64)  # 1 + 2 x 63 + 1: 64 verify steps
+    # only the 135M point has both arms: it pays or not there, and the prediction sits beside the recorded demo's
+    an = doc["analysis"]
+    assert [r["name"] for r in an["sizes"]] == ["135m"]
+    assert an["at_demo_target"]["measured_speedup"] == pytest.approx(0.9317, abs=1e-4)
+    assert set(an["iteration_split"]) == {"135m"}
+    assert len((out / "records.jsonl").read_text().splitlines()) == 4 * 6
