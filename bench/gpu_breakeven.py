@@ -1,28 +1,36 @@
 """Where SGLang's EAGLE-3 chain pays on this GPU: per-iteration costs at several target sizes -> break-even.
 
 `kit demo --gpu` measures SGLang's speedup on the 135M SmolLM2 target; this measures why it is what it is.
-For dummy-weight targets of the SmolLM2 architecture (`--load-format dummy`: the same kernels as real
-weights, no checkpoint) at several sizes, each with a dummy-weight EAGLE-3 draft of the same width (the
-shipped draft's config, one layer), it starts a baseline server and an EAGLE3 server per size, launched as
-`kit demo --gpu` launches them (`kit.demo_gpu.one_gpu`: the seed's line adapted to one GPU, CUDA graphs
-for batch 1..4, the 2-1-3 chain, the bundle's flags), plus a 1-1-2 chain at `--probe-sizes` (one draft
-step's cost, the slope over num_steps). All servers start together on the one GPU; then each is measured
-alone (the others idle): batch-1 greedy streamed requests of 128 new tokens with ignore_eos, a few repeats.
+Per target size it starts a baseline server and an EAGLE3 2-1-3 server, launched as `kit demo --gpu`
+launches its own (`kit.demo_gpu.one_gpu`: the seed's line adapted to one GPU, CUDA graphs for batch 1..4,
+the bundle's flags), plus a 1-1-2 chain at `--probe-sizes` (one draft step's cost: the slope over num_steps):
+
+    135m          the demo's own target (the embedded SmolLM2) and draft (the shipped one)
+    360m .. 7b    the SmolLM2 architecture wider and deeper, `--load-format dummy` (the same kernels as real
+                  weights, no checkpoint), each with a random-weight one-layer EAGLE-3 draft of its width
+                  (the shipped draft's 12000-token vocabulary and d2t map: SGLang's same hot-token path)
+
+All servers start together on the one GPU (each `--mem-fraction-static 0.85` with a small KV pool: SGLang
+keeps 15% of what was free at its start as headroom and takes only what the pool needs), idle ones sleep
+(`--sleep-on-idle`), one short request each compiles first-use kernels in parallel, then each server is
+measured alone: batch-1 greedy streamed requests of 128 new tokens with ignore_eos, a few passes.
 
     baseline  t_decode    = decode time / (completion tokens - the prefill's first)
-    EAGLE3    t_iteration = decode time / spec_verify_ct      (a chain's iteration cost does not depend
-                                                               on what is accepted: random drafts are fine)
+    EAGLE3    t_iteration = decode time / spec_verify_ct      (a chain's iteration runs the same kernels
+                                                               whatever is accepted: random drafts are fine)
 
 `kit.measure.breakeven` turns these into each size's break-even accept length and predicted speedup, the
-smallest target at which `--accept-length` (the shipped draft's, from the recorded demo) pays, and at the
-135M point the predicted speedup beside `--measured-speedup` (the recorded demo's, or a fresh one).
+smallest target at which `--accept-length` (default: the recorded demo's SGLang figure) pays, and at 135M
+the predicted speedup beside `--measured-speedup` (default: the recorded demo's paired median) and beside
+this run's own 135M tok/s ratio.
 
     PYTHONPATH=$SITE:$PWD KIT_CACHE_DIR=$W/cache HF_HUB_OFFLINE=1 \
         python3 bench/gpu_breakeven.py --work $W --out OUT [--timeout-s 300] [--measured-speedup 0.93]
-    python bench/gpu_breakeven.py --work /tmp/w --out /tmp/o --dry-run     # CPU: build the dirs, print the lines
+    python bench/gpu_breakeven.py --work $W --out OUT --dry-run   # build the dirs, print the lines, start nothing
 
-OUT/breakeven.json is written after every phase and at the end, with every error recorded; per-request
-records go to OUT/records.jsonl and the server logs to WORK/breakeven/logs.
+The random drafts (~1.7 GB) are written once under WORK/breakeven/drafts: a `--dry-run` first keeps their
+writing out of the timed run. OUT/breakeven.json is written after every phase and at the end, with every
+error recorded; per-request records go to OUT/records.jsonl and the server logs to WORK/breakeven/logs.
 """
 
 from __future__ import annotations
@@ -82,6 +90,8 @@ class Plan:
     # free at its start as headroom), so servers starting together all find room
     mem_fraction_static: float = 0.85
     max_total_tokens: int = 8192
+    # idle servers wait on their sockets instead of polling in a loop, so the one measured has the CPU
+    sleep_on_idle: bool = True
     timeout_s: float = 300.0
 
 
@@ -108,7 +118,9 @@ def servers_of(plan: Plan) -> list[Server]:
 
 
 # ---------------------------------------------------------------------------------------------
-# model dirs: config-only targets (tokenizer copied) and config-only drafts, loaded with dummy weights
+# model dirs: the demo's own target and draft at 135M; above it config-only targets (the embedded tokenizer
+# copied) loaded with dummy weights, and random-weight drafts of the target's width (with the shipped draft's
+# reduced vocabulary and its d2t map, so SGLang takes the same hot-token path as with the shipped draft)
 # ---------------------------------------------------------------------------------------------
 def target_config(base: dict, size: str) -> dict:
     cfg = {**base, **SIZES[size]}
@@ -117,45 +129,52 @@ def target_config(base: dict, size: str) -> dict:
     return cfg
 
 
-def draft_config(shipped: dict, target: dict, size: str) -> dict:
-    """The shipped draft's config at the target's width (one layer: the target's attention and MLP shape);
-    the capture points scale with depth like the shipped ones (1, 14, 26 of 30)."""
-    cfg = dict(shipped)
-    for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size"):
-        cfg[k] = target[k]
-    cfg["target_hidden_size"] = target["hidden_size"]
-    if size != DEMO_SIZE:
-        n = target["num_hidden_layers"]
-        cfg["eagle_config"] = {
-            **cfg.get("eagle_config", {}),
-            "eagle_aux_hidden_state_layer_ids": [1, n // 2 - 1, n - 4],
-        }
-    return cfg
+def aux_ids(layers: int) -> list[int]:
+    """Capture points placed like the shipped draft's (1, 14, 26 of 30 layers)."""
+    return [1, layers // 2 - 1, layers - 4]
+
+
+def write_draft(out: Path, target: dict, draft_vocab_size: int) -> Path:
+    """A random one-layer EAGLE-3 draft (SGLang layout, bf16) for `target`, written once."""
+    from kit.checkpoint.random_draft import write_random_draft
+    from kit.hf import HFConfig
+
+    want = {"hidden_size": target["hidden_size"], "intermediate_size": target["intermediate_size"]}
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        have = json.loads((out / "config.json").read_text())
+        if all(have.get(k) == v for k, v in want.items()) and have.get("draft_vocab_size") == draft_vocab_size:
+            return out
+    return write_random_draft(out, layout="sglang", target_config=HFConfig.of(target), draft_vocab_size=draft_vocab_size,
+                              aux_layer_ids=aux_ids(target["num_hidden_layers"]), dtype="bfloat16")  # fmt: skip
 
 
 def build_dirs(plan: Plan, root: Path) -> dict[str, dict[str, Any]]:
-    """WORK/breakeven/{targets,drafts}/<size>/ with config.json (targets: the embedded tokenizer too)."""
+    """Each size's target and draft dir: 135M is the embedded target and the shipped draft as they are;
+    the others WORK/breakeven/{targets,drafts}/<size>/."""
     from kit.hf import HFConfig
     from kit.measure.breakeven import llama_params
     from kit.models import embedded_dir, shipped_draft
 
-    emb = embedded_dir()
+    emb, shipped = embedded_dir(), shipped_draft()
     base = json.loads((emb / "config.json").read_text())
-    shipped = json.loads((shipped_draft() / "config.json").read_text())
+    draft_vocab = json.loads((shipped / "config.json").read_text())["draft_vocab_size"]
     out = {}
     for size in plan.sizes:
-        t, d = root / "targets" / size, root / "drafts" / size
-        for p in (t, d):
-            p.mkdir(parents=True, exist_ok=True)
         tcfg = target_config(base, size)
-        (t / "config.json").write_text(json.dumps(tcfg, indent=1))
-        for f in TOKENIZER_FILES:
-            if (emb / f).exists():
-                shutil.copy(emb / f, t / f)
-        (d / "config.json").write_text(json.dumps(draft_config(shipped, tcfg, size), indent=1))
+        if size == DEMO_SIZE:
+            t, d, dummy = emb, shipped, False
+        else:
+            t, dummy = root / "targets" / size, True
+            t.mkdir(parents=True, exist_ok=True)
+            (t / "config.json").write_text(json.dumps(tcfg, indent=1))
+            for f in TOKENIZER_FILES:
+                if (emb / f).exists():
+                    shutil.copy(emb / f, t / f)
+            d = write_draft(root / "drafts" / size, tcfg, draft_vocab)
         out[size] = {
             "target": str(t),
             "draft": str(d),
+            "dummy_weights": dummy,
             "params": llama_params(HFConfig.of(tcfg)),
             "hidden": tcfg["hidden_size"],
             "layers": tcfg["num_hidden_layers"],
@@ -164,8 +183,9 @@ def build_dirs(plan: Plan, root: Path) -> dict[str, dict[str, Any]]:
 
 
 def make_specs(plan: Plan, dirs: dict, logs: Path, version: str | None) -> dict[Server, Any]:
-    """Each server's LaunchSpec, as `kit demo --gpu` builds its own (`one_gpu`), with dummy weights, its own
-    HTTP and NCCL ports and the plan's memory share."""
+    """Each server's LaunchSpec, as `kit demo --gpu` builds its own (`one_gpu`), with its own HTTP and NCCL
+    ports, the plan's memory share, and dummy target weights where the size has no checkpoint (the draft's
+    own weights are loaded)."""
     from kit.demo_gpu import GpuPlan, one_gpu
     from kit.serving import launch as kl
     from kit.serving.process import free_port
@@ -191,17 +211,21 @@ def make_specs(plan: Plan, dirs: dict, logs: Path, version: str | None) -> dict[
     for srv in servers_of(plan):
         d = dirs[srv.size]
         spec = one_gpu(seed, gp, d["target"], d["draft"], port(), logs / f"{srv.name}.log", version)
-        extra = list(spec.extra_args) + ["--load-format", "dummy", "--nccl-port", str(port())]
-        extra += ["--max-total-tokens", str(plan.max_total_tokens)]
-        change: dict[str, Any] = {"mem_fraction_static": plan.mem_fraction_static, "extra_args": extra}
+        extra = list(spec.extra_args) + ["--nccl-port", str(port()), "--max-total-tokens", str(plan.max_total_tokens)]
+        if plan.sleep_on_idle:
+            extra.append("--sleep-on-idle")
+        if d["dummy_weights"]:
+            extra += ["--load-format", "dummy"]
+        change: dict[str, Any] = {"mem_fraction_static": plan.mem_fraction_static}
         if srv.steps is None:
             change.update(speculative_algorithm=None, speculative_draft_model_path=None, speculative_num_steps=None,
                           speculative_eagle_topk=None, speculative_num_draft_tokens=None)  # fmt: skip
         else:
             change.update(speculative_algorithm="EAGLE3", speculative_num_steps=srv.steps,
                           speculative_num_draft_tokens=srv.steps + 1)  # fmt: skip
-            change["extra_args"] = extra + ["--speculative-draft-load-format", "dummy"]
-        specs[srv] = spec.replace(**change)
+            if d["dummy_weights"]:  # the draft's load format follows the target's unless told
+                extra += ["--speculative-draft-load-format", "auto"]
+        specs[srv] = spec.replace(extra_args=extra, **change)
     return specs
 
 
@@ -379,6 +403,19 @@ def analysis(doc: dict, plan: Plan, dirs: dict) -> dict[str, Any]:
     res = analyze(points, inp["accept_length"], at=DEMO_SIZE, measured_speedup=inp["measured_speedup"],
                   new_tokens=plan.max_new_tokens, prefill_ms=prefill)  # fmt: skip
     res["iteration_split"] = steps
+    a_here = demo_e.get("accept_length_observed")
+    if "at_demo_target" in res and a_here and demo_b.get("tok_s") and demo_e.get("tok_s"):
+        # the 135M point runs the demo's own target and draft: its accept length and tok/s ratio here check
+        # the model on this run's requests (128 tokens each, ignore_eos)
+        c = IterationCosts(demo_b["t_decode_ms"], demo_e["t_iteration_ms"])
+        res["at_demo_target"]["this_run"] = {
+            "accept_length": a_here,
+            "measured_speedup": round(demo_e["tok_s"] / demo_b["tok_s"], 4),
+            "predicted_speedup": round(c.predicted_speedup(a_here), 4),
+            "predicted_request_speedup": round(
+                c.request_speedup(a_here, plan.max_new_tokens, prefill["baseline"], prefill["eagle3"]), 4
+            ),
+        }
     return res
 
 
@@ -397,6 +434,10 @@ def _stop_all(procs: dict) -> dict[str, Any]:
     for t in threads:
         t.join(60)
     return res
+
+
+def first_line(e: BaseException) -> str:
+    return next(iter(str(e).splitlines()), "") or type(e).__name__
 
 
 def log_tail(path: str | None, n: int = 8) -> list[str]:
@@ -443,28 +484,34 @@ def run(args) -> int:
             return 0
 
         from kit.demo_gpu import preflight
-        from kit.serving.process import ServerExited, ServerProcess
+        from kit.serving.process import ServerProcess
 
         run_.doc["machine"] = preflight()  # SGLang importable and a GPU visible, else one line saying why
         texts = prompts(plan.num_prompts)
         # phase 1: every server starts at once
         t0 = time.monotonic()
         for s, spec in specs.items():
-            procs[s.name] = ServerProcess.from_spec(spec, engine="sglang", grace=10).start()
+            try:
+                procs[s.name] = ServerProcess.from_spec(spec, engine="sglang", grace=10).start()
+            except Exception as e:  # this one is recorded; the others start
+                run_.error(f"start {s.name}", e)
         ready: dict[str, str] = {}
         started: dict[str, Any] = {}
         for s in specs:
+            if s.name not in procs:
+                started[s.name] = {"ok": False, "error": "did not start"}
+                continue
             try:
                 procs[s.name].wait_ready(max(5.0, left() - RESERVE_S))
                 ready[s.name] = procs[s.name].base_url
                 started[s.name] = {"ok": True, "ready_s": round(time.monotonic() - t0, 1)}
-            except ServerExited as e:  # ServerNotReady too (it is one)
+            except Exception as e:  # ServerExited, ServerNotReady (one of them), or the probe failing
                 started[s.name] = {
                     "ok": False,
-                    "error": str(e).splitlines()[0][:600],
+                    "error": first_line(e)[:600],
                     "log_tail": log_tail(specs[s].log_file),
                 }
-                run_.error(f"start {s.name}", str(e).splitlines()[0])
+                run_.error(f"start {s.name}", first_line(e))
         run_.doc["started"] = started
         run_.save()
         # phase 2: first-use compilation on all of them at once

@@ -37,7 +37,19 @@ def embedded(tmp_path, monkeypatch):
     return d
 
 
-def test_dry_run_builds_every_dir_and_launch_line_and_starts_nothing(tmp_path, embedded, capsys):
+def _config_only_draft(out, target, draft_vocab_size):
+    """`gb.write_draft` without its weights (the 7B-wide draft is 1.1 GB): the config it would write."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"hidden_size": target["hidden_size"], "draft_vocab_size": draft_vocab_size,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": gb.aux_ids(target["num_hidden_layers"])}}  # fmt: skip
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def test_dry_run_builds_every_dir_and_launch_line_and_starts_nothing(tmp_path, embedded, monkeypatch):
+    from kit.models import shipped_draft
+
+    monkeypatch.setattr(gb, "write_draft", _config_only_draft)
     out = tmp_path / "out"
     assert gb.main(["--work", str(tmp_path / "w"), "--out", str(out), "--dry-run"]) == 0
     doc = json.loads((out / "breakeven.json").read_text())
@@ -53,30 +65,40 @@ def test_dry_run_builds_every_dir_and_launch_line_and_starts_nothing(tmp_path, e
     nccl = [c.split("--nccl-port ")[1].split()[0] for c in cmds.values()]
     assert len(set(ports + nccl)) == 2 * len(cmds)
     for name, c in cmds.items():
-        assert "--load-format dummy" in c and "--attention-backend triton" in c and "--cuda-graph-max-bs-decode 4" in c
+        assert "--attention-backend triton" in c and "--cuda-graph-max-bs-decode 4" in c and "--sleep-on-idle" in c
         assert "--mem-fraction-static 0.85" in c and "--tp-size" not in c
         assert ("--speculative-algorithm EAGLE3" in c) == ("eagle3" in name)
-    assert (
-        "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"
-        in cmds["135m_eagle3_probe"]
-    )
+        # 135M: the demo's own target and draft; above it dummy target weights and the random draft's own
+        assert ("--load-format dummy" in c) == (not name.startswith("135m"))
+        assert ("--speculative-draft-load-format auto" in c) == (not name.startswith("135m") and "eagle3" in name)
+    assert f"--model-path {embedded} " in cmds["135m_eagle3"]
+    assert f"--speculative-draft-model-path {shipped_draft()} " in cmds["135m_eagle3"]
+    probe = "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"
+    assert probe in cmds["135m_eagle3_probe"]
     assert "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in cmds["7b_eagle3"]
     root = tmp_path / "w" / "breakeven"
-    t135 = json.loads((root / "targets" / "135m" / "config.json").read_text())
-    assert t135 == {k: v for k, v in SMOLLM2.items() if k != "_model_name_or_path"}  # the embedded target's own shape
+    t7 = json.loads((root / "targets" / "7b" / "config.json").read_text())
+    assert (t7["hidden_size"], t7["head_dim"], t7["num_hidden_layers"], t7["vocab_size"]) == (4096, 128, 32, 49152)
     assert (root / "targets" / "7b" / "tokenizer.json").exists()
     d7 = json.loads((root / "drafts" / "7b" / "config.json").read_text())
-    assert (d7["hidden_size"], d7["target_hidden_size"], d7["head_dim"], d7["num_hidden_layers"]) == (
-        4096,
-        4096,
-        128,
-        1,
-    )
-    assert d7["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 15, 28]
+    assert d7["hidden_size"] == 4096 and d7["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 15, 28]
     assert d7["draft_vocab_size"] == 12000  # the shipped draft's vocabulary
-    d135 = json.loads((root / "drafts" / "135m" / "config.json").read_text())
-    assert d135["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
-    assert doc["sizes"]["135m"]["params"] == 134_515_008
+    assert doc["sizes"]["135m"]["params"] == 134_515_008 and doc["sizes"]["7b"]["params"] == 6_677_598_208
+
+
+def test_a_random_draft_has_the_targets_width_the_shipped_vocabulary_and_its_map(tmp_path):
+    from kit.checkpoint.safetensors_io import read_header
+
+    target = gb.target_config(SMOLLM2, "360m")
+    d = gb.write_draft(tmp_path / "d", target, 12000)
+    cfg = json.loads((d / "config.json").read_text())
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["draft_vocab_size"]) == (960, 1, 12000)
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["torch_dtype"] == "bfloat16"
+    shapes = {t.name: tuple(t.shape) for t in read_header(d / "model.safetensors")[1]}
+    assert shapes["lm_head.weight"] == (12000, 960) and shapes["d2t"] == (12000,)
+    mtime = (d / "model.safetensors").stat().st_mtime_ns
+    gb.write_draft(tmp_path / "d", target, 12000)  # written once
+    assert (d / "model.safetensors").stat().st_mtime_ns == mtime
 
 
 def test_unknown_size_is_one_line_and_no_output(tmp_path):
@@ -182,6 +204,7 @@ class _StubServer:
 
 
 def test_a_run_measures_every_server_it_started_and_records_the_one_that_did_not(tmp_path, embedded, monkeypatch):
+    monkeypatch.setattr(gb, "write_draft", _config_only_draft)
     monkeypatch.setattr("kit.serving.process.ServerProcess", _StubServer)
     monkeypatch.setattr(_StubServer, "fail", ("7b_eagle3",))
     monkeypatch.setattr(_StubServer, "stopped", [])
@@ -204,4 +227,6 @@ def test_a_run_measures_every_server_it_started_and_records_the_one_that_did_not
     assert [r["name"] for r in an["sizes"]] == ["135m"]
     assert an["at_demo_target"]["measured_speedup"] == pytest.approx(0.9317, abs=1e-4)
     assert set(an["iteration_split"]) == {"135m"}
+    here = an["at_demo_target"]["this_run"]
+    assert here["accept_length"] == pytest.approx(2.0) and here["measured_speedup"] > 0
     assert len((out / "records.jsonl").read_text().splitlines()) == 4 * 6
