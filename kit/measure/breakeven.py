@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.findings import KitInputError
 from kit.hf import HFConfig
 
 
@@ -220,9 +221,45 @@ def sentence_for(be: BreakEven) -> str:
     )
 
 
-def load(path: str | os.PathLike) -> dict[str, Any]:
-    """A `breakeven.json` (`bench/gpu_breakeven.py`'s output)."""
-    return json.loads(Path(path).read_text())
+def load(path: str | os.PathLike, flag: str = "--breakeven") -> dict[str, Any]:
+    """A `breakeven.json` (`bench/gpu_breakeven.py`'s output); KitInputError naming `flag` when it is missing
+    or not one."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise KitInputError(f"{flag} {p}: not a readable breakeven.json ({type(e).__name__})") from None
+    if not isinstance(doc, dict) or not ("analysis" in doc or "errors" in doc):
+        raise KitInputError(f"{flag} {p}: not a breakeven.json of bench/gpu_breakeven.py (no analysis, no errors)")
+    return doc
+
+
+def digest(
+    doc: dict[str, Any],
+    accept_length: float | None = None,
+    measured_speedup: float | None = None,
+    source: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """What a run's summary carries from a breakeven.json: the break-even recomputed from its measured sizes for
+    `accept_length` (a run's own, else the file's) and, at the demo's target, the prediction beside
+    `measured_speedup` (a run's own, else the file's); `sentence` says it in one line."""
+    an = doc.get("analysis") or {}
+    rows = an.get("sizes") or []
+    if not rows:
+        return {"sentence": sentence(doc), "file": str(source) if source else None}
+    points = [
+        SizePoint(
+            r["name"], r["params"], r["hidden"], r["layers"], IterationCosts(r["t_decode_ms"], r["t_iteration_ms"])
+        )
+        for r in rows
+    ]
+    at = an.get("at_demo_target") or {}
+    a = accept_length if accept_length is not None else an.get("accept_length")
+    m = measured_speedup if measured_speedup is not None else at.get("measured_speedup")
+    out = analyze(points, a, at=at.get("size"), measured_speedup=m)
+    out["sentence"] = sentence({"analysis": out})
+    out["file"] = str(source) if source else None
+    return out
 
 
 def sentence(doc: dict[str, Any]) -> str:
