@@ -301,7 +301,11 @@ def request_costs(rec) -> dict[str, Any]:
         "tok_s": tokens / rec.e2e if rec.e2e else None,
     }
     if verify:
-        row["ms_per_iteration"] = decode_s * 1e3 / verify
+        # iterations between the first chunk and the last: one chunk each when the server streams every
+        # iteration (then the first chunk, the prefill's token, is surely outside), else the verify count
+        iters = len(rec.chunk_t) - 1 if abs(len(rec.chunk_t) - 1 - verify) <= 1 else verify
+        row["iterations"] = iters
+        row["ms_per_iteration"] = decode_s * 1e3 / iters
         row["accept_length"] = tokens / verify
     return row
 

@@ -64,7 +64,11 @@ def test_dry_run_builds_every_dir_and_launch_line_and_starts_nothing(tmp_path, e
     ports = [c.split("--port ")[1].split()[0] for c in cmds.values()]
     nccl = [c.split("--nccl-port ")[1].split()[0] for c in cmds.values()]
     assert len(set(ports + nccl)) == 2 * len(cmds)
+    from kit.sglang.flags import table_for
+
+    options = table_for("0.5.17").by_option()
     for name, c in cmds.items():
+        assert [t for t in c.split() if t.startswith("--") and t not in options] == []  # all 0.5.17's own
         assert "--attention-backend triton" in c and "--cuda-graph-max-bs-decode 4" in c and "--sleep-on-idle" in c
         assert "--mem-fraction-static 0.85" in c and "--tp-size" not in c
         assert ("--speculative-algorithm EAGLE3" in c) == ("eagle3" in name)
@@ -123,10 +127,14 @@ def test_a_streamed_request_gives_its_decode_step_or_iteration_cost():
     assert row["tokens"] == 128 and row["decode_tokens"] == 127
     assert row["ms_per_token"] == pytest.approx(254 / 127) and row["ttft_ms"] == pytest.approx(10.0)
     assert "ms_per_iteration" not in row
-    # EAGLE3: 128 tokens in 59 verify steps over 236 ms after the first token
+    # EAGLE3: 128 tokens in 59 verify steps over 236 ms after the first token, the chunks not one per step
     spec = _rec([(0.012, 1), (0.248, 127)], 59, 0.25)
     row = gb.request_costs(spec)
     assert row["ms_per_iteration"] == pytest.approx(4.0) and row["accept_length"] == pytest.approx(128 / 59)
+    # one chunk per verify step: 60 verify steps counted, 59 of them after the first chunk
+    streamed = _rec([(0.012, 2)] + [(0.012 + 0.004 * i, 2) for i in range(1, 60)] + [(0.252, 8)], 60, 0.26)
+    row = gb.request_costs(streamed)
+    assert row["iterations"] == 60 and row["ms_per_iteration"] == pytest.approx(240 / 60)
     failed = RequestRecord(api="sglang", ok=False, error="ReadTimeout: x")
     assert gb.request_costs(failed) == {"ok": False, "error": "ReadTimeout: x"}
     s = gb.summarize([gb.request_costs(spec), gb.request_costs(failed)])
