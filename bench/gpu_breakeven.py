@@ -495,6 +495,7 @@ def run(args) -> int:
         # phase 1: every server starts at once
         t0 = time.monotonic()
         for s, spec in specs.items():
+            Path(spec.log_file).unlink(missing_ok=True)  # the kit appends to a server's log: this run's alone
             try:
                 procs[s.name] = ServerProcess.from_spec(spec, engine="sglang", grace=10).start()
             except Exception as e:  # this one is recorded; the others start

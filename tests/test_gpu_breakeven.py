@@ -167,8 +167,9 @@ def test_analysis_of_a_measured_document():
 
 class _StubServer:
     """Stands in for `kit.serving.process.ServerProcess`: each server is a stub of SGLang's HTTP API
-    (kit/tests/sglang_stub.py) that streams 1 prefill token, then 2 tokens a verify step; `fail` names the
-    servers whose start fails as an out-of-memory start does."""
+    (kit/tests/sglang_stub.py) that streams 1 prefill token, then 2 tokens a verify step (0.5 ms a step: every
+    cost positive however loaded the machine); `fail` names the servers whose start fails as an out-of-memory
+    start does."""
 
     fail: tuple[str, ...] = ()
     stopped: list[str] = []
@@ -184,7 +185,8 @@ class _StubServer:
         from kit.tests.sglang_stub import StubConfig, StubThread
 
         spec = self.spec.speculative_algorithm is not None
-        cfg = StubConfig(spec=spec, accept_pattern=[2] if spec else [1], speculative_num_draft_tokens=3, metrics=False)
+        cfg = StubConfig(spec=spec, accept_pattern=[2] if spec else [1], speculative_num_draft_tokens=3, metrics=False,
+                         step_delay=0.0005)  # fmt: skip
         self.th = StubThread(cfg).__enter__()
         return self
 
