@@ -521,7 +521,7 @@ def run(args) -> int:
         run_.save()
         # phase 2: first-use compilation on all of them at once
         try:
-            run_.doc["warmup"] = warm_all(ready, texts[0], min(90.0, left() - 50.0))
+            run_.doc["warmup"] = warm_all(ready, texts[0], min(90.0, left() - 60.0))
         except Exception as e:
             run_.error("warmup", e)
         run_.save()
@@ -530,7 +530,7 @@ def run(args) -> int:
         with open(out / "records.jsonl", "w") as rec_file:
             for rep in range(plan.repeats):
                 for name, base in ready.items():
-                    budget = min(60.0, left() - 12.0)
+                    budget = min(60.0, left() - 20.0)  # the stops (parallel, SIGKILL after 10 s) fit in the rest
                     if budget < 3:
                         run_.error(f"measure {name} repeat {rep}", "out of time")
                         continue
