@@ -20,6 +20,7 @@ start no server and time nothing a figure shows), their output printed one noteb
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -63,6 +64,13 @@ class DemoConfig:
     gpu: bool = field(
         default=False, metadata={"help": "on a GPU host with the SGLang bundle: the seed's story on real SGLang"}
     )
+    breakeven: str | None = field(
+        default=None,
+        metadata={
+            "help": "a breakeven.json of bench/gpu_breakeven.py: the summary (and notebook 05) say from "
+            "what target size EAGLE-3 pays on that GPU"
+        },  # fmt: skip
+    )
 
 
 def notebook_paths(only: list[str] | None = None) -> list[Path]:
@@ -75,7 +83,7 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
 def notebook_parameters(cfg: DemoConfig, out_dir: Path) -> dict:
     """Parameters injected into every notebook (each notebook ignores those it does not declare)."""
     params = {"out_dir": str(out_dir), "quick": cfg.quick, "train_draft": cfg.train_draft}
-    for k in ("target", "draft", "launch"):
+    for k in ("target", "draft", "launch", "breakeven"):
         if getattr(cfg, k) is not None:
             params[k] = getattr(cfg, k)
     return params
@@ -316,6 +324,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = kconfig.from_namespace(DemoConfig, args)
+    if cfg.breakeven is not None:  # checked before any work; the notebooks run elsewhere, so an absolute path
+        from kit.measure.breakeven import load
+
+        load(cfg.breakeven)
+        cfg = dataclasses.replace(cfg, breakeven=str(Path(cfg.breakeven).resolve()))
     if cfg.gpu:
         from kit.demo_gpu import run_gpu_demo
 

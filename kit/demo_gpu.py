@@ -196,21 +196,17 @@ def bench_pair(plan: GpuPlan, base_url: str, url: str, label: str, target: str, 
 
 
 def paired(result, label: str) -> dict[str, Any]:
-    """Speedup of `label` over the baseline from the interleaved repeats: per-repeat ratios of output tok/s
-    (median, t interval over the log ratios: `kit.measure.metrics.paired_speedup`) and the unpaired one."""
+    """Speedup of `label` over the baseline as every output of the run shows it (summary.md, the throughput
+    figure, notebook 05): the bench summary's `launch_speedup` (`kit.measure.metrics.launch_speedup`: the
+    interleaved repeats' tok/s ratios, median and its 95% bootstrap interval), with its ratios and the unpaired
+    figure beside it."""
     from kit.measure import metrics as km
 
-    runs = result.summary["runs"]
-    base = {r["repeat"]: r["output_tok_s"] for r in runs if r["label"] == "baseline"}
-    spec = {r["repeat"]: r["output_tok_s"] for r in runs if r["label"] == label}
-    ratios = [spec[k] / base[k] for k in sorted(base) if k in spec and base[k]]
-    p = km.paired_speedup(ratios)
+    sp = (result.summary.get("launch_speedup") or {}).get(label)
     ci = (result.summary.get("speedup") or {}).get(label, {})
     return {
-        "median": p["median"],
-        "ci95": [p["low"], p["high"]],
-        "n": len(ratios),
-        "ratios": ratios,
+        **(km.brief(sp) or {"median": None, "ci95": [None, None], "n": 0}),
+        "ratios": sp["ratios"] if sp else [],
         "unpaired": {k: ci.get(k) for k in ("speedup", "t_low", "t_high", "boot_low", "boot_high")},
     }
 
@@ -357,6 +353,7 @@ def run_gpu_demo(cfg) -> Path:
             for n in LAUNCHES
         },
         "timings_s": timings,
+        "breakeven": cfg.breakeven,  # bench/gpu_breakeven.py's measured costs on this GPU, when given
     }
     (run_dir / "serving.json").write_text(json.dumps(serving, indent=1, default=str))
     t0 = time.perf_counter()
@@ -382,9 +379,21 @@ def bench_label(name: str, spec, plan: GpuPlan) -> str:
     return f"{name} ({spec.speculative_algorithm} {p})"
 
 
-def finish(run_dir: Path, t_start: float | None = None) -> Path:
+def break_even(path: str | None, observed: dict, speedup: dict) -> dict[str, Any] | None:
+    """The break-even digest of a breakeven.json (`kit.measure.breakeven.digest`) for this run's fixed launch:
+    its observed accept length and its measured speedup beside the prediction."""
+    if not path:
+        return None
+    from kit.measure import breakeven as kb
+
+    fixed = speedup.get("fixed_launch") or {}
+    return kb.digest(kb.load(path), observed.get("fixed_launch"), fixed.get("median"), source=path)
+
+
+def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = None) -> Path:
     """Score a served run directory: the kit's graphed engine on this GPU, the oracle's numbers, verdicts,
-    figures, `summary.json` and `summary.md`. Also `python -m kit.demo_gpu finish RUN_DIR` for a run whose
+    figures, `summary.json` and `summary.md` (with `breakeven`, else the one the run was given, the
+    break-even on this GPU). Also `python -m kit.demo_gpu finish RUN_DIR [--breakeven FILE]` for a run whose
     scoring did not complete (its `serving.json`, `oracle.log` and `bench_*` directories are all it reads)."""
     from kit.measure import plots
     from kit.measure.bench import load_result
@@ -442,6 +451,7 @@ def finish(run_dir: Path, t_start: float | None = None) -> Path:
     plots.expected_vs_observed(pairs, run_dir, data=data)
     plots.engine_comparison(engine_rows(tok_s, speedup, reference), run_dir, data=data)
     figures = sorted(p.name for p in run_dir.glob("*.png"))
+    be = break_even(breakeven or serving.get("breakeven"), observed, speedup)
 
     timings["finish"] = round(time.perf_counter() - t_finish, 1)
     if t_start is not None:
@@ -480,16 +490,19 @@ def finish(run_dir: Path, t_start: float | None = None) -> Path:
                 for n, d in serving["launches"].items()
             },  # fmt: skip
             "timings_s": timings,
+            **({"break_even": be} if be else {}),
         },
     )
     a = summary["accept_length"]
-    sp = {k: round(v["median"], 3) for k, v in speedup.items()}
+    sp = {k: round(v["median"], 3) for k, v in speedup.items() if v.get("median") is not None}
     ref = {n: (reference.get(n) or {}).get("speedup") for n in ("seed", "fixed")}
     print(
         f"kit demo --gpu: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
         f"oracle={a['oracle']}; SGLang speedup over no speculation {sp}; the kit's graphed engine {ref}; "
         f"timings {timings}"
     )
+    if be:
+        print(f"kit demo --gpu: {be['sentence']}")
     print(f"kit demo --gpu: summary -> {run_dir / 'summary.md'}")
     return run_dir
 
@@ -499,11 +512,20 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m kit.demo_gpu", description="score a served `kit demo --gpu` run")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench_*)").add_argument("run_dir")
+    fin = sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench_*)")
+    fin.add_argument("run_dir")
+    fin.add_argument("--breakeven", default=None, help="a breakeven.json of bench/gpu_breakeven.py for the summary")
     a = p.parse_args(argv)
     if not (Path(a.run_dir) / "serving.json").exists():
         raise SystemExit(f"python -m kit.demo_gpu: error: {a.run_dir}: no serving.json (not a served GPU demo run)")
-    finish(Path(a.run_dir))
+    if a.breakeven:
+        from kit.measure.breakeven import load
+
+        try:
+            load(a.breakeven)
+        except KitInputError as e:
+            raise SystemExit(f"python -m kit.demo_gpu: error: {e}") from None
+    finish(Path(a.run_dir), breakeven=a.breakeven)
     return 0
 
 

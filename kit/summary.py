@@ -3,9 +3,9 @@
 A notebook ends with `kit.summary.record(out_dir, "02_checkpoint_keys", verdict=..., findings=report,
 figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>.json`. The demo then calls
 `collect(run_dir)` to build `summary.json` (the steps in order; on top the accept lengths and the speedups
-over no speculation, `speedup: {fixed_launch: {median, ci95}, seed_launch: {...}}`) and a readable
-`summary.md`. Keeping the record a plain JSON file means a notebook run by hand in Jupyter leaves the
-same trail as the headless demo.
+over no speculation, `speedup: {fixed_launch: {median, ci95}, seed_launch: {...}}`, and a step's
+`break_even` digest when one was recorded) and a readable `summary.md`. Keeping the record a plain JSON file
+means a notebook run by hand in Jupyter leaves the same trail as the headless demo.
 
 Where runs go: `run_dir(None)` makes a fresh `<runs root>/<time>/`, the runs root being `$KIT_RUNS_DIR`,
 else `runs/` at the top of the kit's checkout (beside `notebooks/`, whatever the working directory: JupyterLab
@@ -85,6 +85,7 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
     steps = load_steps(run_dir)
     accept: dict[str, Any] = {"seed_launch": None, "fixed_launch": None, "oracle": None}
     speedup: dict[str, Any] = {"fixed_launch": None, "seed_launch": None}  # each {median, ci95: [low, high], n}
+    lifted: dict[str, Any] = {}  # a step's break-even digest (kit.measure.breakeven.digest)
     for rec in steps.values():
         for k, v in (rec.get("accept_length") or {}).items():
             if k in accept and v is not None:
@@ -93,19 +94,23 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
         for k, v in sp.items() if isinstance(sp, dict) else ():
             if k in speedup and v is not None:
                 speedup[k] = v
-    summary = {"accept_length": accept, "speedup": speedup, **(extra or {}), "steps": steps}
+        if rec.get("break_even"):
+            lifted["break_even"] = rec["break_even"]
+    summary = {"accept_length": accept, "speedup": speedup, **lifted, **(extra or {}), "steps": steps}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (run_dir / "summary.md").write_text(render_markdown(summary))
     return summary
 
 
 def fmt_speedup(s: dict[str, Any] | None) -> str:
-    """`1.52x [1.31, 1.70] (n 12)` from a summary speedup entry; n/a when the launch was not benched."""
+    """`1.52x [1.31, 1.70] (n 4 repeats)` from a summary speedup entry (`kit.measure.metrics.launch_speedup`,
+    briefly); n/a when the launch was not benched."""
     if not s or s.get("median") is None:
         return "n/a"
     lo, hi = s.get("ci95") or (None, None)
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"{s['median']:.2f}x{ci} (n {s.get('n')})"
+    unit = f" {s['pairing']}s" if s.get("pairing") else ""
+    return f"{s['median']:.2f}x{ci} (n {s.get('n')}{unit})"
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -120,7 +125,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"| observed, fixed launch | {fmt(a['fixed_launch'])} |",
         f"| expected (oracle) | {fmt(a['oracle'])} |",
         "",
-        "| speedup over no speculation (per-request median, 95% interval) | value |",
+        "| speedup over no speculation (paired median, 95% interval) | value |",
         "|---|---|",
         *(
             f"| {name} | {fmt_speedup((summary.get('speedup') or {}).get(key))} |"
@@ -128,6 +133,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
         ),
         "",
     ]
+    be = summary.get("break_even") or {}
+    if be.get("sentence"):
+        lines += [
+            f"**Where EAGLE-3 pays on this GPU** (measured costs, `bench/gpu_breakeven.py`): {be['sentence']}",
+            "",
+        ]
     for name, rec in summary["steps"].items():
         lines.append(f"## {name}")
         if rec.get("verdict"):

@@ -103,3 +103,47 @@ def test_finish_scores_a_served_run(tmp_path):
 def test_finish_refuses_a_directory_that_was_not_served(tmp_path):
     with pytest.raises(SystemExit, match="no serving.json"):
         demo_gpu.main(["finish", str(tmp_path)])
+
+
+def test_one_speedup_per_launch_in_the_summary_and_its_figure_and_the_break_even_beside_it(tmp_path, monkeypatch):
+    from kit.measure import plots
+    from kit.measure.bench import load_result
+    from kit.measure.breakeven import IterationCosts, SizePoint, analyze
+
+    drawn = {}
+    real = plots.throughput_speedup
+
+    def spy(summary, out_dir, name="throughput_speedup", data="", speedup=None):
+        drawn[name] = speedup
+        return real(summary, out_dir, name=name, data=data, speedup=speedup)
+
+    monkeypatch.setattr(plots, "throughput_speedup", spy)
+    costs = [SizePoint("135m", 134_515_008, 576, 30, IterationCosts(1.6, 4.0)),
+             SizePoint("7b", 6_677_598_208, 4096, 32, IterationCosts(7.0, 9.0))]  # fmt: skip
+    be_file = tmp_path / "breakeven.json"
+    be_file.write_text(json.dumps({"analysis": analyze(costs, 2.171, at="135m", measured_speedup=0.93), "errors": []}))
+    run = _served_run(tmp_path)
+    demo_gpu.main(["finish", str(run), "--breakeven", str(be_file)])
+    s = json.loads((run / "summary.json").read_text())
+    fixed = s["speedup"]["fixed_launch"]
+    label = "fixed (X 2-1-3)"
+    bench = load_result(run / "bench_fixed").summary["launch_speedup"][label]
+    assert fixed["pairing"] == "repeat" and fixed["n"] == 2 and fixed["ratios"] == bench["ratios"]
+    assert fixed["median"] == round(bench["median"], 3) and drawn["throughput_speedup_fixed"] == {label: fixed}
+    md = (run / "summary.md").read_text()
+    assert f"| fixed launch | {fixed['median']:.2f}x" in md and "(n 2 repeats)" in md
+    # the break-even for this run's own accept length and speedup, from the file's measured costs
+    be = s["break_even"]
+    assert be["accept_length"] == s["accept_length"]["fixed_launch"]
+    assert be["at_demo_target"]["measured_speedup"] == fixed["median"]
+    assert be["sentence"].startswith(f"with accept length {be['accept_length']:.2f}, EAGLE-3 pays on this GPU")
+    assert be["sentence"] in md
+
+
+def test_a_breakeven_file_that_is_not_one_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "b.json"
+    bad.write_text("[1, 2]")
+    r = subprocess.run([sys.executable, "-m", "kit", "demo", "--gpu", "--breakeven", str(bad), "--runs-dir",
+                        str(tmp_path / "runs")], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "--breakeven" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

@@ -561,7 +561,8 @@ class BenchResult:
     runs: list[RunRecord]
     # summary.json's document, its keys the file's: "runs" (a row per arm x repeat), "labels" (per arm:
     # `km.ServingSummary.to_dict` + "output_tok_s_runs" + "accept_sources"), "accept_sources" (per arm, every
-    # `km.AcceptSource` as a dict; typed: `accept_sources(label)`), "speedup", "paired_speedup", "resumed"
+    # `km.AcceptSource` as a dict; typed: `accept_sources(label)`), "speedup" (unpaired), "paired_speedup" (per
+    # request), "launch_speedup" (`km.launch_speedup`: the one the summary, the figures and notebook 05 show), "resumed"
     summary: dict[str, Any]
     report: Report
     config: dict[str, Any] = field(default_factory=dict)  # the run's stored settings (config.json)
@@ -713,6 +714,9 @@ def analyze(
             ratios = km.paired_ratios(records, baseline_label, label)
             if ratios:  # the same request under both arms: per-request ratios, median + bootstrap interval
                 summary.setdefault("paired_speedup", {})[label] = km.paired_speedup(ratios)
+            launch = km.launch_speedup(rows, records, baseline_label, label)
+            if launch:  # the one speedup every output of a run shows (per repeat, else per request)
+                summary.setdefault("launch_speedup", {})[label] = launch
             if len(ratios) < 2:  # with paired requests their interval is the evidence, not the runs'
                 report.extend(km.speedup_findings(ci, label))
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
@@ -767,16 +771,13 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     return res
 
 
-def payoff(records: list[RequestRecord], baseline_label: str, labels: dict[str, str]) -> dict[str, dict | None]:
-    """Speedup over the baseline arm per named arm (`{name: its label}`), from the same requests under
-    both (`kit.measure.metrics.paired_ratios` -> `paired_speedup`: median, bootstrap interval), with the
-    per-request ratios kept for the figure; None for an arm without paired requests. `records` may join
-    several runs that share request ids and repeats (a second launch benched after the first)."""
-    out: dict[str, dict | None] = {}
-    for name, label in labels.items():
-        ratios = km.paired_ratios(records, baseline_label, label) if label else []
-        out[name] = {**km.paired_speedup(ratios), "label": label, "ratios": ratios} if ratios else None
-    return out
+def payoff(result: BenchResult, labels: dict[str, str | None]) -> dict[str, dict | None]:
+    """Speedup over the baseline arm per named arm (`{name: its label}`): the run's launch speedup
+    (`kit.measure.metrics.launch_speedup`, kept in summary.json as `launch_speedup`: paired per repeat, or per
+    request in a one-repeat run; median, bootstrap interval, the ratios for the figure); None for an arm
+    without paired runs or requests."""
+    sp = result.summary.get("launch_speedup") or {}
+    return {name: sp.get(label) if label else None for name, label in labels.items()}
 
 
 def load_result(

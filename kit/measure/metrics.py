@@ -720,14 +720,41 @@ def paired_speedup(
     return out
 
 
+def repeat_ratios(runs: Iterable[dict[str, Any]], baseline_label: str, label: str) -> list[float]:
+    """Per-repeat speedups: `label`'s output tok/s over `baseline_label`'s in the same repeat (summary.json's
+    `runs` rows: one per arm x repeat, the arms interleaved within a repeat)."""
+    rows = list(runs)
+    base = {r["repeat"]: r.get("output_tok_s") for r in rows if r.get("label") == baseline_label}
+    spec = {r["repeat"]: r.get("output_tok_s") for r in rows if r.get("label") == label}
+    return [spec[k] / base[k] for k in sorted(base) if spec.get(k) and base[k]]
+
+
+def launch_speedup(
+    runs: Iterable[dict[str, Any]], records: Iterable[RequestRecord], baseline_label: str, label: str
+) -> dict[str, Any] | None:
+    """THE speedup of a launch over no speculation, the one figure a run's summary, its throughput figure and
+    notebook 05 show: paired per repeat (each repeat's output tok/s over the baseline's in the same repeat)
+    when both arms ran two or more repeats, else paired per request (each prompt's tok/s over its baseline
+    twin's: a one-repeat run); `paired_speedup`'s median with its bootstrap interval as `ci95`, `pairing`
+    ("repeat" / "request"), the ratios and the label. None without a paired ratio."""
+    ratios, pairing = repeat_ratios(runs, baseline_label, label), "repeat"
+    if len(ratios) < 2:
+        ratios, pairing = paired_ratios(records, baseline_label, label), "request"
+    if not ratios:
+        return None
+    p = paired_speedup(ratios)
+    return {**p, "ci95": [p["median_low"], p["median_high"]], "pairing": pairing, "label": label, "ratios": ratios}
+
+
 def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
     """`{median, ci95: [low, high], n}` of a `paired_speedup` result (None stays None): what a run
     summary carries."""
     if not speedup or not speedup.get("n"):
         return None
     r = lambda v: None if v != v else round(v, 3)  # noqa: E731  (NaN -> None)
-    return {"median": r(speedup["median"]), "ci95": [r(speedup["median_low"]), r(speedup["median_high"])],
-            "n": speedup["n"]}  # fmt: skip
+    out = {"median": r(speedup["median"]), "ci95": [r(speedup["median_low"]), r(speedup["median_high"])],
+           "n": speedup["n"]}  # fmt: skip
+    return {**out, "pairing": speedup["pairing"]} if speedup.get("pairing") else out
 
 
 def request_rate(rec: RequestRecord) -> float:

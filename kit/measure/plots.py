@@ -12,7 +12,7 @@ an ipywidgets `Image`.
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
     throughput_speedup(summary, out_dir)      output tok/s per run and speedup with its CI
-    payoff(speedups, out_dir)                 per-launch speedup over no speculation: per-request ratios, median, CI
+    payoff(speedups, out_dir)                 per-launch speedup over no speculation: paired ratios, median, CI
     latency_cdfs(records, out_dir)            TTFT / ITL / E2E empirical CDFs (ms)
     sweep_heatmaps(rows, out_dir)             steps x topk -> tok/s and accept length
     expected_vs_observed(rows, out_dir)       oracle vs server accept length, side by side and y = x
@@ -212,8 +212,9 @@ def throughput_speedup(
     speedup: dict[str, dict] | None = None,
 ):
     """Left: output tok/s per configuration (bars: the summary's pooled figure per label, the one a report quotes;
-    dots: repeats). Right: speedup vs baseline with its interval: `speedup` ({label: {median, ci95}}, the paired
-    per-repeat figure `kit demo --gpu` reports) when given, else the summary's unpaired t-interval."""
+    dots: repeats). Right: speedup vs baseline with its interval: `speedup` ({label: {median, ci95}}) when given,
+    else the summary's `launch_speedup` (`kit.measure.metrics.launch_speedup`: the figure the run's summary
+    and notebook 05 report), else (a summary from before it) the unpaired t-interval."""
     import pandas as pd
     import seaborn as sns
 
@@ -233,17 +234,20 @@ def throughput_speedup(
         _fit_ticks(ax1)
     else:
         _empty(ax1, "no runs")
+    speedup = speedup or summary.get("launch_speedup")
     if speedup:
-        rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items()}
-        kind = "speedup, paired per repeat (bars: 95% interval)"
+        rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items() if v}
+        pairing = {v.get("pairing") for v in speedup.values() if v} - {None}
+        kind = f"speedup, paired per {' / '.join(sorted(pairing)) or 'repeat'} (bars: 95% interval)"
     else:
         rows = {k: (v["speedup"], v["t_low"], v["t_high"]) for k, v in (summary.get("speedup") or {}).items()}
         kind = "speedup (bars: 95% t-interval)"
     if rows:
         labels = list(rows)
         vals = [rows[k][0] for k in labels]
-        lo = [v - rows[k][1] if rows[k][1] == rows[k][1] else 0 for k, v in zip(labels, vals)]
-        hi = [rows[k][2] - v if rows[k][2] == rows[k][2] else 0 for k, v in zip(labels, vals)]
+        known = lambda x: x is not None and x == x  # noqa: E731  (no interval: None or NaN)
+        lo = [v - rows[k][1] if known(rows[k][1]) else 0 for k, v in zip(labels, vals)]
+        hi = [rows[k][2] - v if known(rows[k][2]) else 0 for k, v in zip(labels, vals)]
         bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
         ax2.bar_label(
             bars,
@@ -264,8 +268,9 @@ def throughput_speedup(
 
 
 def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data: str = ""):
-    """Speedup over the no-speculation baseline per launch (`kit.measure.bench.payoff`): each request's
-    paired ratio as a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
+    """Speedup over the no-speculation baseline per launch (`kit.measure.bench.payoff`, the run's
+    `kit.measure.metrics.launch_speedup`): each paired ratio (per repeat, or per request in a one-repeat run) as
+    a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
     import seaborn as sns
 
     fig, (ax,) = _figure(1, width=6.0, height=4.2)
@@ -293,11 +298,12 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         ax.set_xticks(range(len(names)), pretty)
         ax.axhline(1.0, color="gray", ls="--")
         ax.set_ylabel("speedup over no speculation")
-        ax.set_xlabel("bars: median with its 95% interval; dots: each request")
+        pairing = " / ".join(sorted({speedups[k].get("pairing") or "request" for k in names}))
+        ax.set_xlabel(f"bars: median with its 95% interval; dots: each {pairing}")
         _fit_ticks(ax, width=22)
     else:
         _empty(ax, "no launch was benched against a baseline")
-    _title(fig, "Does speculation pay? Per-request speedup over the same server without it", data)
+    _title(fig, "Does speculation pay? Paired speedup over the same server without it", data)
     save(fig, out_dir, name)
     return fig
 

@@ -21,3 +21,16 @@ def test_a_run_without_a_payoff_says_n_a(tmp_path):
     s = collect(tmp_path)
     assert s["speedup"] == {"fixed_launch": None, "seed_launch": None}
     assert "| fixed launch | n/a |" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_pairing_and_a_steps_break_even_reach_summary_md(tmp_path):
+    sp = {"fixed_launch": {"median": 0.93, "ci95": [0.81, 1.1], "n": 4, "pairing": "repeat"}, "seed_launch": None}
+    be = {"sentence": "with accept length 2.17, EAGLE-3 pays on this GPU from a target decode step of ≥ 3.10 ms "
+                      "(≈ 1.2 B parameters)"}  # fmt: skip
+    record(tmp_path, "05_acceptance_throughput", speedup=sp, break_even=be)
+    s = collect(tmp_path)
+    assert s["break_even"] == be
+    md = (tmp_path / "summary.md").read_text()
+    assert "| fixed launch | 0.93x [0.81, 1.10] (n 4 repeats) |" in md
+    assert "paired median, 95% interval" in md
+    assert f"**Where EAGLE-3 pays on this GPU** (measured costs, `bench/gpu_breakeven.py`): {be['sentence']}" in md

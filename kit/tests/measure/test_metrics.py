@@ -223,3 +223,22 @@ def test_paired_ratios_pair_by_request_and_repeat_and_the_median_has_an_interval
     short = km.brief(sp)
     assert short["n"] == 8 and short["ci95"] == [round(sp["median_low"], 3), round(sp["median_high"], 3)]
     assert km.brief(km.paired_speedup([])) is None
+
+
+def test_launch_speedup_pairs_repeats_when_there_are_several_else_requests():
+    def rec(label, rid, repeat, e2e):
+        return RequestRecord(label=label, rid=rid, repeat=repeat, ok=True, e2e=e2e, completion_tokens=24)
+
+    # four repeats: each repeat's pooled tok/s over the baseline's in the same repeat, whatever the requests say
+    runs = [{"label": "baseline", "repeat": k, "output_tok_s": 100.0} for k in range(4)]
+    runs += [{"label": "spec", "repeat": k, "output_tok_s": v} for k, v in enumerate((80.0, 90.0, 95.0, 120.0))]
+    records = [rec("baseline", "p0#0", 0, 1.0), rec("spec", "p0#0", 0, 0.5)]  # a per-request ratio of 2.0
+    sp = km.launch_speedup(runs, records, "baseline", "spec")
+    assert sp["pairing"] == "repeat" and sp["ratios"] == pytest.approx([0.8, 0.9, 0.95, 1.2])
+    assert sp["median"] == pytest.approx(0.925) and sp["ci95"] == [sp["median_low"], sp["median_high"]]
+    assert km.brief(sp) == {"median": 0.925, "ci95": [round(sp["median_low"], 3), round(sp["median_high"], 3)],
+                            "n": 4, "pairing": "repeat"}  # fmt: skip
+    # one repeat: each request over its own baseline twin
+    one = km.launch_speedup(runs[:1] + runs[4:5], records, "baseline", "spec")
+    assert one["pairing"] == "request" and one["ratios"] == [2.0] and one["median"] == 2.0
+    assert km.launch_speedup(runs[:4], [], "baseline", "spec") is None  # the launch never ran
