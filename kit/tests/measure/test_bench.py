@@ -198,6 +198,11 @@ def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
     # 24 tokens: baseline 23 decode steps, spec 10 verify steps -> ~2x fewer step delays
     assert 1.3 < ci["speedup"] < 3.5
     assert ci["t_low"] <= ci["speedup"] <= ci["t_high"]
+    # the one speedup the run shows: its three repeats' tok/s ratios, paired
+    launch = res.summary["launch_speedup"]["spec"]
+    assert launch["pairing"] == "repeat" and launch["n"] == 3 and 1.3 < launch["median"] < 3.5
+    assert f"Speedup spec vs baseline: {launch['median']:.3f}x paired median" in res.block()
+    assert "(n 3 repeats)" in res.block() and "t-interval" not in res.block()
     assert res.summary["labels"]["baseline"].get("accept_length") is None
     assert (tmp_path / "b" / "summary.json").exists()
 
