@@ -24,9 +24,10 @@ t_draft_step grows with the hidden width only. Hence t_iteration / t_decode fall
 there is a target size from which a given accept length pays (`break_even`): between measured sizes it is
 interpolated linearly in log(parameters).
 
-`bench/gpu_breakeven.py` measures t_decode and t_iteration on dummy-weight targets of the SmolLM2
-architecture at several sizes and writes `breakeven.json` through `analyze`; `kit demo --gpu`'s summary and
-notebook 05 state its result with `sentence`.
+`bench/gpu_breakeven.py` measures t_decode and t_iteration on targets of the SmolLM2 architecture at several
+sizes (the embedded 135M one, dummy weights above it) and writes `breakeven.json` through `analyze`; `kit demo --gpu --breakeven FILE`
+and notebook 05 (`breakeven`) recompute it for their run's accept length (`digest`) and state it in one
+sentence in `summary.md`.
 
     from kit.measure.breakeven import IterationCosts, SizePoint, analyze, sentence
     IterationCosts(t_decode_ms=1.75, t_iteration_ms=4.1).predicted_speedup(2.17)
