@@ -5,8 +5,9 @@ PYTHONPATH. Each case is materialised the way tests/test_corpus.py does it (real
 each exporter's key names and shapes; the miniature then gets real random tensors); each rehearsal is one
 `python -m kit rehearse ... --json` process, so it is the product path that runs.
 
-Side by side: a pool of `--per-gpu` rehearsals on every visible GPU (CUDA_VISIBLE_DEVICES per rehearsal), each
-with its own --port / --nccl-port, `--mem-fraction` and a KV pool capped by `--max-total-tokens` (both listed
+Side by side: a pool of `--per-gpu` rehearsals on every visible GPU (CUDA_VISIBLE_DEVICES per rehearsal), started
+`--stagger-s` apart (ten SGLang startups at once on 16 cores took 142-189 s each, the ones started later 80-130 s),
+each with its own --port / --nccl-port, `--mem-fraction` and a KV pool capped by `--max-total-tokens` (both listed
 among the plan's changes). SGLang 0.5.17 sizes a server's budget as a fraction of the memory free when *it*
 starts, so the fraction is a share of what others left, and the cap keeps each footprint a few GiB: rehearsals
 starting together never starve each other. With two or more GPUs the seed and its fix also run at TP
@@ -319,6 +320,8 @@ def run_batch(jobs: list[Job], opts, gpus: list[int], emit) -> tuple[list[dict],
     port = opts.base_port
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x)}
     stopping: list[tuple[Job, threading.Thread]] = []  # outran their time: stopped in parallel, GPUs held meanwhile
+    stagger = 0.0 if opts.dry_run else opts.stagger_s
+    last_start = -float("inf")
 
     def retire(job: Job, why: str | None) -> None:
         rows.append(finish(job, why))
@@ -345,7 +348,7 @@ def run_batch(jobs: list[Job], opts, gpus: list[int], emit) -> tuple[list[dict],
                 for g in job.gpus:
                     load[g] -= 1
         left = opts.deadline_s - (time.monotonic() - t_start)
-        while pending and left > opts.min_start_s:
+        while pending and left > opts.min_start_s and time.monotonic() - last_start >= stagger:
             job = pending[0]
             free = sorted((g for g in gpus if load[g] < opts.per_gpu), key=lambda g: (load[g], g))
             if len(free) < job.width:
@@ -355,7 +358,7 @@ def run_batch(jobs: list[Job], opts, gpus: list[int], emit) -> tuple[list[dict],
             job.port, port = port, port + 10
             job.out = str(Path(opts.work) / job.case / ("rehearsal" if job.width == 1 else f"rehearsal-tp{job.width}"))
             Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-            job.t0 = time.monotonic()
+            job.t0 = last_start = time.monotonic()
             job.started_at = job.t0 - t_start
             with open(Path(job.out).with_suffix(".log"), "w") as log:
                 job.proc = subprocess.Popen(
@@ -413,6 +416,12 @@ def main() -> int:
     p.add_argument("--case-timeout", type=float, default=240.0, help="seconds one rehearsal may take")
     p.add_argument("--deadline-s", type=float, default=510.0, help="seconds for the whole batch")
     p.add_argument("--min-start-s", type=float, default=75.0, help="start nothing with less time than this left")
+    p.add_argument(
+        "--stagger-s",
+        type=float,
+        default=8.0,
+        help="seconds between two starts (a start's imports and graph capture are CPU-bound; dry run: 0)",
+    )
     p.add_argument("--base-port", type=int, default=31000, help="first rehearsal's port (each takes 10)")
     p.add_argument("--table", metavar="JSONL", help="write the doctor-vs-rehearsal table of this JSONL and stop")
     p.add_argument("--table-out", default=str(ROOT / "docs" / "results" / "h200_rehearse"))
