@@ -70,7 +70,7 @@ clients)
   python3 -c "import datasets; print('datasets', datasets.__version__)" 2>&1 | tail -1
   python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_two_gpus import build_target; build_target(Path('$TOKENIZER'), Path('$W/tp_target'))" 2>&1 | tail -1
   timeout 250 python3 bench/gpu_sglang.py bench --work "$W" --out "$R/bench" --gpu 0 --num-prompts 16 --row baseline \
-    --target "$W/tp_target" --server-extra=--cuda-graph-max-bs=16 > "$R/bench.txt" 2>&1
+    --target "$W/tp_target" --server-extra=--cuda-graph-max-bs-decode=16 > "$R/bench.txt" 2>&1
   tail -c 800 "$R/bench.txt"
   ;;
 rh)

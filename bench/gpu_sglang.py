@@ -37,6 +37,7 @@ from kit.env.multigpu import MULTICAST_OFF  # noqa: E402  (NVLink multicast off 
 from kit.findings import KitInputError  # noqa: E402
 from kit.measure.records import RequestRecord  # noqa: E402
 from kit.sglang.bundle import RELEASES  # noqa: E402
+from kit.sglang.flags import DECODE_GRAPH_CAP, current_option  # noqa: E402
 
 GGUF_MD5 = "a1231443440b107ff29f02bdb38c9d0a"
 # flags the trimmed 0.5.17 bundle needs (its manifest's launch_flags; the attention backend is a spec field
@@ -645,8 +646,9 @@ def bench_compare(args) -> dict:
     render = chat_renderer(target)
     prompts = [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")]
     row = next(r for r in ROWS if r.name == args.row)
-    h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=args.server_extra)
-    doc: dict = {"row": row.name, "server_extra": args.server_extra, "runs": {}}
+    extra = args.server_extra if args.server_extra is not None else [graph_cap_option(), "16", "--enable-metrics"]
+    h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=extra)
+    doc: dict = {"row": row.name, "server_extra": extra, "runs": {}}
     if not wait(h):
         doc["error"] = h.get("error")
         doc["stop"] = stop(h)
@@ -714,12 +716,19 @@ def parity_table(doc: dict) -> list[dict]:
     return rows
 
 
+def graph_cap_option() -> str:
+    """The decode CUDA-graph batch cap as the importable SGLang spells it (0.5.17 warns on `--cuda-graph-max-bs`)."""
+    from kit.sglang.versions import importable_version
+
+    return current_option(DECODE_GRAPH_CAP, importable_version()) or "--cuda-graph-max-bs"
+
+
 def graphs(args) -> dict:
     """Baseline and EAGLE3 3-1-4 servers WITH CUDA graphs side by side on one GPU (deep_gemm from the bundle);
     `kit bench --baseline-url --url` with repeats at each concurrency gives the speedup and its interval."""
     work, out, target, drafts = _setup_ctx(args)
     doc: dict = {"runs": {}}
-    extra = ["--cuda-graph-max-bs", str(max(args.concurrency_list))]
+    extra = [graph_cap_option(), str(max(args.concurrency_list))]
     hs = {}
     try:
         for i, name in enumerate(("baseline", "eagle3_chain_3-1-4")):
@@ -781,7 +790,7 @@ def main(argv=None) -> int:
     sub.choices["bench"].add_argument("--target", default=None, help="target dir (default: the embedded SmolLM2)")
     sub.choices["graphs"].add_argument("--repeats", type=int, default=2)
     sub.choices["bench"].add_argument(
-        "--server-extra", nargs="*", default=["--cuda-graph-max-bs", "16", "--enable-metrics"]
+        "--server-extra", nargs="*", default=None, help="server flags (default: decode graphs up to 16, metrics on)"
     )
     sub.choices["bench"].add_argument("--min-seconds", type=float, default=60.0, help="least seconds per client run")
     a = p.parse_args(argv)
