@@ -9,7 +9,8 @@ at once on the one GPU (each server a memory share and its own --port / --nccl-p
       (kit.measure.client, completion tokens / verify steps), the same prompts, one request at a time;
   (c) a server with the capture run's flags and no recorder: the capture's cost to throughput (same prompts);
   meanwhile the oracle on the kit's own forward (`kit oracle`, CPU fp32) at both chains; then the oracle on the
-  captured states (`kit oracle --hidden-states`).
+  captured states (`kit oracle --hidden-states`) and the kit's forward on the capture's own text (`kit oracle
+  --token-path`): beside the first, it splits a gap between the two oracles into the text's share and the states'.
 
 OUT/summary.json is written whatever fails ({"hf_oracle", "server_oracle", "observed", "capture", "errors",
 "machine"}); logs beside it (at most 8 files). Every subprocess and wait has a timeout inside `--timeout-s`.
@@ -291,7 +292,14 @@ def main(argv=None) -> int:
         run.error("main", "".join(traceback.format_exception(e))[-3000:])
     finally:
         run.save()
-        print(json.dumps({k: run.doc.get(k) for k in ("hf_oracle", "server_oracle", "observed", "capture", "errors")}))
+        print(
+            json.dumps(
+                {
+                    k: run.doc.get(k)
+                    for k in ("hf_oracle", "server_oracle", "hf_oracle_on_server_text", "observed", "capture", "errors")
+                }
+            )
+        )
     return 0 if not run.doc["errors"] else 1
 
 
@@ -321,6 +329,11 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
             if r is not None:
                 run.doc["server_oracle"][name] = r["meta_accept_length"]
                 run.doc.setdefault("server_oracle_detail", {})[name] = r
+        for name, chain in CHAINS.items():  # the kit's forward on the server's text: its states, SGLang's tokens
+            argv = plan["oracle_argv"] + ["--token-path", plan["capture_dir"]] + chain_args(chain)
+            r = run_oracle(run, argv, oracle_log, cpu_env, f"hf_oracle_on_server_text {name}")
+            if r is not None:
+                run.doc.setdefault("hf_oracle_on_server_text", {})[name] = r["meta_accept_length"]
 
     threads = [threading.Thread(target=hf_oracles, name="hf_oracle", daemon=True)]
     threads.append(threading.Thread(target=capture_then_oracles, name="capture", daemon=True))
@@ -369,9 +382,11 @@ def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
             "points": cap.get("points"),
         }
     hf, so, ob = run.doc["hf_oracle"], run.doc["server_oracle"], run.doc["observed"]
+    same_text = run.doc.get("hf_oracle_on_server_text", {})
     run.doc["agreement"] = {
         n: {
             "server_vs_hf": round(so[n] / hf[n] - 1, 4) if n in so and n in hf else None,
+            "server_vs_hf_same_text": round(so[n] / same_text[n] - 1, 4) if n in so and n in same_text else None,
             "observed_vs_hf": round(ob[n] / hf[n] - 1, 4) if ob.get(n) and n in hf else None,
         }
         for n in CHAINS

@@ -23,6 +23,7 @@ silently, via kit.sglang.loader.simulate_load; `kit.sglang.loader.DROPS_SPECULAT
 
     python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
     python -m kit oracle --hidden-states CAPTURE_DIR --draft DIR [--target T]   # on captured target states
+    python -m kit oracle --token-path CAPTURE_DIR --draft DIR [--target T]      # this forward on that capture's text
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ class OracleConfig:
         metadata={
             "help": "capture folder (kit.reference.captured): run the draft on these target states instead of "
             "a target forward; --target then supplies only the embedding and head"
+        },
+    )
+    token_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "capture folder whose token ids (prompt + continuation) the target's forward runs on instead of "
+            "its own greedy continuation: the server's text scored with this forward's states"
         },
     )
     save_states: str | None = field(
@@ -141,6 +149,7 @@ class OracleRun:
     params: str  # SpecParams.label() of the resolved parameters
     reference_generation_s: float | None = None  # seconds to generate the target's continuations (None: a capture)
     hidden_states: dict[str, Any] | None = None  # a capture run: {"path", "source", "points"}
+    token_path: str | None = None  # the capture folder whose text the target forward ran on (--token-path)
     results: dict[str, OracleResult | OracleSkipped] = field(default_factory=dict)  # wiring name -> result
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,6 +158,8 @@ class OracleRun:
             d["reference_generation_s"] = self.reference_generation_s
         if self.hidden_states is not None:
             d["hidden_states"] = self.hidden_states
+        if self.token_path is not None:
+            d["token_path"] = self.token_path
         d["results"] = {name: r.to_dict() for name, r in self.results.items()}
         return d
 
@@ -163,6 +174,7 @@ class OracleRun:
             params=d["params"],
             reference_generation_s=d.get("reference_generation_s"),
             hidden_states=d.get("hidden_states"),
+            token_path=d.get("token_path"),
             results=results,
         )
 
@@ -419,13 +431,14 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     else:
         draft_dir = Path(cfg.draft)
     cached = _result_path(cfg, draft_dir, texts)
-    if cached.exists() and not cfg.save_states:  # a capture is written by a run, never read from the cache
+    fresh = cfg.save_states or cfg.token_path  # a capture is written, or read, by a run: never the cache
+    if cached.exists() and not fresh:
         log(f"cached: {cached}")
         return OracleRun.from_dict(json.loads(cached.read_text()))
     target, tok = load_engine_target(cfg.target)
     draft = load_draft(draft_dir, target_model=target)
     t0 = time.perf_counter()
-    seqs = continuations(target, tok, texts, cfg.max_new_tokens)
+    seqs = token_path_seqs(cfg.token_path) if cfg.token_path else continuations(target, tok, texts, cfg.max_new_tokens)
     gen_s = time.perf_counter() - t0
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
     if cfg.save_states:
@@ -438,10 +451,20 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
         draft=str(draft_dir),
         params=params.resolved().label(),
         reference_generation_s=round(gen_s, 2),
+        token_path=cfg.token_path,
         results=dict(results),
     ).written()
-    write_cache_json(cached, doc.to_dict())
+    if not cfg.token_path:
+        write_cache_json(cached, doc.to_dict())
     return doc
+
+
+def token_path_seqs(path: str) -> list[tuple[list[int], list[int]]]:
+    """(prompt, continuation) ids of a capture folder (`--token-path`): another server's greedy text, scored with
+    the target forward here, so that a gap between the two oracles splits into the text's share and the states'."""
+    from kit.reference.captured import read_capture
+
+    return read_capture(kconfig.local_path(path, "--token-path", "a capture folder")).seqs()
 
 
 def run_captured(cfg: OracleConfig, log=print) -> OracleRun:

@@ -61,7 +61,8 @@ def test_what_a_capture_lacks_is_named(setup, tmp_path):
 
 @pytest.mark.slow
 def test_kit_oracle_on_states_captured_from_the_embedded_model(tmp_path):
-    """`kit oracle --save-states` then `--hidden-states`: the same accept lengths, without a target forward."""
+    """`kit oracle --save-states` then `--hidden-states`: the same accept lengths, without a target forward; and
+    `--token-path` of that capture (the forward again, on the capture's text) the same too."""
     import subprocess
     import sys
 
@@ -70,7 +71,13 @@ def test_kit_oracle_on_states_captured_from_the_embedded_model(tmp_path):
     env_dir = tmp_path / "states"
     a = subprocess.run([*run, "--save-states", str(env_dir)], capture_output=True, text=True, check=True)
     b = subprocess.run([*run, "--hidden-states", str(env_dir)], capture_output=True, text=True, check=True)
+    c = subprocess.run([*run, "--token-path", str(env_dir)], capture_output=True, text=True, check=True)
     direct = json.loads(a.stdout.splitlines()[-1])["results"]
+    on_its_text = json.loads(c.stdout.splitlines()[-1])  # the forward on the capture's own (its greedy) text
+    assert on_its_text["token_path"] == str(env_dir)
+    assert {k: v["accept_length"] for k, v in on_its_text["results"].items()} == {
+        k: v["accept_length"] for k, v in direct.items()
+    }
     captured = json.loads(b.stdout.splitlines()[-1])
     assert captured["hidden_states"]["source"].startswith("kit engine")
     for name in ("correct", "aux capture off", "launched as EAGLE"):
