@@ -36,6 +36,7 @@ from typing import Any
 from kit.findings import KitInputError
 from kit.measure.verdict import SERVER_CAPTURE
 from kit.rehearsal.runner import Change
+from kit.serving.after_import import install_as_sitecustomize
 
 CHUNKS = ".chunks"
 SITE = ".site"
@@ -257,7 +258,7 @@ def install_recorder(plan: CapturePlan) -> None:
     shutil.rmtree(chunks, ignore_errors=True)
     chunks.mkdir(parents=True)
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).parents[1] / "serving" / "capture_hook.py", site / "sitecustomize.py")
+    install_as_sitecustomize(Path(__file__).parents[1] / "serving" / "capture_hook.py", site)
 
 
 WARMUP_TOKENS = 8

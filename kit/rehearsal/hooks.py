@@ -23,7 +23,8 @@ Written against the source of the release the kit bundles (`kit.sglang.bundle`):
 srt/configs/model_config.py, srt/models/llama_eagle3.py, srt/models/kimi_k25_eagle3.py,
 srt/managers/scheduler.py. Every wrapper is fail-safe: a hook that does not find what it expects records
 `hook_error` and lets SGLang run unobserved. Standard library only (it runs before
-anything else in SGLang's interpreter; the kit need not be importable there).
+anything else in SGLang's interpreter; the kit need not be importable there): its import hook is
+`kit.serving.after_import`, copied beside it as `kit_after_import.py` (`install_as_sitecustomize`).
 
     KIT_REHEARSAL_RECORD=/tmp/rec.jsonl PYTHONPATH=DIR_WITH_THIS_AS_sitecustomize python -m sglang.launch_server ...
 """
@@ -31,13 +32,16 @@ anything else in SGLang's interpreter; the kit need not be importable there).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import json
 import os
 import sys
 import threading
 import time
+
+if __package__:  # imported as kit.rehearsal.hooks
+    from kit.serving import after_import
+else:  # copied as sitecustomize.py, with kit.serving.after_import beside it as kit_after_import.py
+    import kit_after_import as after_import
 
 RECORD_ENV = "KIT_REHEARSAL_RECORD"
 DRAFT_MODULES = ("sglang.srt.models.llama_eagle3", "sglang.srt.models.kimi_k25_eagle3")
@@ -377,55 +381,22 @@ def patch_module(mod) -> None:
                 wrap_capture(obj)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Delegates finding to the rest of sys.meta_path; patches SGLang modules right after they execute."""
-
-    def find_spec(self, fullname, path, target=None):
-        if not fullname.startswith("sglang.srt."):
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader)
-                return spec
-            if spec is not None:
-                return spec
-        return None
+TAG = "kit.rehearsal"
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner):
-        self.inner = inner
-
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module):
-        self.inner.exec_module(module)
-        patch_module(module)
-
-    def __getattr__(self, name):  # get_source, is_package, ... of the real loader
-        return getattr(self.inner, name)
+def _wanted(fullname: str) -> bool:
+    return fullname.startswith("sglang.srt.")
 
 
 def install() -> None:
-    if os.environ.get(RECORD_ENV) and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    if os.environ.get(RECORD_ENV) and after_import.install(TAG, _wanted, patch_module):
         record("process", argv=sys.argv[:3], executable=sys.executable)
 
 
 @_safe("chain")
 def chain_next_sitecustomize() -> None:
     """Run the sitecustomize.py this one shadows (a distribution's or an environment's), as Python would have."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for d in sys.path:
-        f = os.path.join(d or ".", "sitecustomize.py")
-        if os.path.abspath(d or ".") != here and os.path.isfile(f):
-            with open(f) as fh:
-                exec(compile(fh.read(), f, "exec"), {"__name__": "sitecustomize", "__file__": f})
-            return
+    after_import.chain_next_sitecustomize(__file__)
 
 
 install()

@@ -30,6 +30,7 @@ from typing import Any
 
 from kit.findings import Finding, KitInputError
 from kit.hf import HFConfig
+from kit.serving.after_import import install_as_sitecustomize
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 
 RECORD_NAME = "record.jsonl"
@@ -534,7 +535,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     stand_in_note = write_stand_in_processor(tdir, stand_in) if stand_in else None
     write_miniature_draft(dpath, ddir, mini)
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("hooks.py"), site / "sitecustomize.py")
+    install_as_sitecustomize(Path(__file__).with_name("hooks.py"), site)
     record = out / RECORD_NAME
     port = port or cfg.port or free_port()
     from kit.sglang.bundle import RELEASES, installed_bundle_flags

@@ -27,7 +27,8 @@ KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against the source of the re
 (`kit.sglang.bundle`): srt/model_executor/model_runner.py (`ModelRunner.load_model`, `is_draft_worker`,
 `ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder layers called as
 `layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`).
-Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded);
+Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded; the
+import hook is `kit.serving.after_import`, copied beside this file as `kit_after_import.py`);
 every hook is fail-safe: a failure is an `error` line in the index and SGLang runs on unobserved.
 
     KIT_CAPTURE_DIR=/tmp/cap KIT_CAPTURE_POINTS=3,16,27 PYTHONPATH=DIR_WITH_THIS_AS_sitecustomize \
@@ -37,12 +38,15 @@ every hook is fail-safe: a failure is an `error` line in the index and SGLang ru
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import json
 import os
-import sys
 import threading
 import time
+
+if __package__:  # imported as kit.serving.capture_hook
+    from kit.serving import after_import
+else:  # copied as sitecustomize.py, with kit.serving.after_import beside it as kit_after_import.py
+    import kit_after_import as after_import
 
 CAPTURE_ENV = "KIT_CAPTURE_DIR"
 POINTS_ENV = "KIT_CAPTURE_POINTS"
@@ -261,59 +265,27 @@ def wrap_load_model(cls) -> None:
     cls.load_model = load_model
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Delegates finding to the rest of sys.meta_path; wraps ModelRunner right after its module executes."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != RUNNER_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader)
-                return spec
-            if spec is not None:
-                return spec
-        return None
+TAG = "kit.capture"
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner):
-        self.inner = inner
-
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module):
-        self.inner.exec_module(module)
-        cls = getattr(module, "ModelRunner", None)
-        if cls is not None:
-            wrap_load_model(cls)
-
-    def __getattr__(self, name):  # get_source, is_package, ... of the real loader
-        return getattr(self.inner, name)
+def _after(module) -> None:
+    cls = getattr(module, "ModelRunner", None)
+    if cls is not None:
+        wrap_load_model(cls)
 
 
 def install() -> None:
     conf = config_from_env()
-    if conf is None or any(isinstance(f, _Finder) for f in sys.meta_path):
+    if conf is None or after_import.installed(TAG):
         return
     os.makedirs(conf[0], exist_ok=True)
-    sys.meta_path.insert(0, _Finder())
+    after_import.install(TAG, lambda fullname: fullname == RUNNER_MODULE, _after)
 
 
 def chain_next_sitecustomize() -> None:
     """Run the sitecustomize.py this one shadows (a distribution's or an environment's), as Python would have."""
-    here = os.path.dirname(os.path.abspath(__file__))
     try:
-        for d in sys.path:
-            f = os.path.join(d or ".", "sitecustomize.py")
-            if os.path.abspath(d or ".") != here and os.path.isfile(f):
-                with open(f) as fh:
-                    exec(compile(fh.read(), f, "exec"), {"__name__": "sitecustomize", "__file__": f})
-                return
+        after_import.chain_next_sitecustomize(__file__)
     except Exception:  # noqa: BLE001 — another sitecustomize failing is not the capture's to raise
         pass
 

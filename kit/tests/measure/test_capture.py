@@ -16,6 +16,7 @@ from kit.reference.captured import read_capture, write_capture
 from kit.reference.oracle import evaluate_each, target_features
 from kit.reference.speculate import Wiring, capture_points_for, greedy_generate
 from kit.serving import capture_hook as hook
+from kit.serving.after_import import install_as_sitecustomize
 from kit.sglang.params import SpecParams
 from kit.tests.tinymodels import one_thread, tiny_draft, tiny_target  # noqa: F401 (autouse fixture)
 
@@ -192,14 +193,12 @@ def test_installed_as_sitecustomize_it_wraps_sglang_model_runner_as_it_loads(tmp
     """A fresh interpreter with the recorder first on PYTHONPATH: importing an SGLang-shaped model_runner module
     wraps its ModelRunner.load_model; without KIT_CAPTURE_DIR nothing is installed."""
     import os
-    import shutil
     import subprocess
     import sys
     from pathlib import Path
 
     site, fake = tmp_path / "site", tmp_path / "fake"
-    site.mkdir()
-    shutil.copyfile(Path(hook.__file__), site / "sitecustomize.py")
+    install_as_sitecustomize(Path(hook.__file__), site)
     pkg = fake / "sglang" / "srt" / "model_executor"
     pkg.mkdir(parents=True)
     for d in (fake / "sglang", fake / "sglang" / "srt", pkg):
@@ -207,7 +206,7 @@ def test_installed_as_sitecustomize_it_wraps_sglang_model_runner_as_it_loads(tmp
     (pkg / "model_runner.py").write_text("class ModelRunner:\n    def load_model(self):\n        return 1\n")
     code = (
         "import sys; from sglang.srt.model_executor.model_runner import ModelRunner as M; "
-        "print(getattr(M.load_model, '_kit_wrapped', False), any(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+        "print(getattr(M.load_model, '_kit_wrapped', False), any(type(f).__name__ == 'AfterImport' for f in sys.meta_path))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(fake)])}
     env.pop(hook.CAPTURE_ENV, None)

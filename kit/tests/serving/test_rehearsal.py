@@ -19,6 +19,8 @@ import pytest
 from kit.findings import Finding, KitInputError
 from kit.rehearsal import hooks
 from kit.rehearsal.runner import adjust_launch, compare, observed_facts, observed_findings, read_record
+from kit.serving import after_import
+from kit.serving.after_import import COPY_NAME, install_as_sitecustomize
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -292,8 +294,7 @@ def test_sitecustomize_patches_modules_as_they_import_in_a_child_interpreter(tmp
     """The file copied as sitecustomize.py, a fake `sglang.srt.server_args` on the path: the child's ServerArgs
     is recorded after __post_init__, and the module itself is untouched on disk."""
     site, fake = tmp_path / "site", tmp_path / "fake"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(Path(hooks.__file__).read_text())
+    install_as_sitecustomize(Path(hooks.__file__), site)
     pkg = fake / "sglang" / "srt"
     pkg.mkdir(parents=True)
     (fake / "sglang" / "__init__.py").write_text("")
@@ -423,6 +424,7 @@ def test_rehearse_dry_run_writes_the_miniatures_and_the_plan(tmp_path, monkeypat
     report = rehearse(cfg)
     assert {p.name for p in out.iterdir()} >= {"target", "draft", "site", "plan.json", "report.json"}
     assert (out / "site" / "sitecustomize.py").read_text() == Path(hooks.__file__).read_text()
+    assert (out / "site" / COPY_NAME).read_text() == Path(after_import.__file__).read_text()
     mini = json.loads((out / "target" / "config.json").read_text())
     assert mini["num_hidden_layers"] == 30 and mini["architectures"] == ["LlamaForCausalLM"]
     assert list(read_checkpoint(out / "draft").tensors) == list(read_checkpoint(draft).tensors)
@@ -576,8 +578,7 @@ def _fake_plan(tmp_path, crash: bool, slow: bool = False, timeout: float = 30):
     from kit.serving.process import free_port
 
     site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(Path(hooks.__file__).read_text())
+    install_as_sitecustomize(Path(hooks.__file__), site)
     server = tmp_path / "fake_server.py"
     server.write_text(FAKE_SERVER)
     port = free_port()
