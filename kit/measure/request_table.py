@@ -130,7 +130,7 @@ def table(context_length: int, vocab_size: int | None = None) -> list[Row]:
         Row("generate.stop.ints", g, {"text": "hi", "sampling_params": {"stop": [1]}}, "stop: [1] (not strings)",
             names="stop", words="strings"),
         Row("generate.stop.too_many", g, {"text": "hi", "sampling_params": {"stop": ["a"] * 40}},
-            "40 stop strings (the reference speaks 0.5.23: MAX_STOP_COUNT 32; 0.5.17 had no cap and serves them)",
+            "40 stop strings (the release the reference speaks caps them at 32, kit.sglang.http_api; older ones serve them)",
             names="stop", words="at most 32"),
         Row("generate.ignore_eos.string", g, {"text": "hi", "sampling_params": {"ignore_eos": "yes"}},
             "ignore_eos as a string (served: SamplingParams keeps the value, its truth counts)", 200),

@@ -21,8 +21,12 @@ spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (s
 output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
 --stream-interval 1). Greedy only: temperature/top_p are checked (SGLang's ranges) and ignored (logged once).
 
+Batches as SGLang serves them: a list `text`/`input_ids` in /generate answers a list of results (streamed: each
+chunk with its prompt's `index`), a list `prompt` in /v1/completions one choice per prompt.
+
 Bad input and load: every body goes through kit.refserver.validate before any work (a bad one is a 400 naming its
-field, streaming included; a prompt plus max_new_tokens over the context is refused there); past
+field; a prompt plus max_new_tokens over the context is refused there; on a streamed /generate the checks SGLang's
+TokenizerManager makes are refused as SGLang does, inside the 200 stream); past
 --max-queued-requests waiting requests a new one gets 503 with Retry-After; a request whose client disconnects
 (streaming or not) is cancelled in the engine, which drops it before its next step (--chunked-prefill-size keeps
 that step short for a long prompt). GET /get_load: the requests running and waiting.
