@@ -21,8 +21,12 @@ spec_correct_drafts_histogram), POST /v1/completions and /v1/chat/completions (s
 output as it happens: the prefill token, then each verify step's accepted tokens (SGLang with
 --stream-interval 1). Greedy only: temperature/top_p are checked (SGLang's ranges) and ignored (logged once).
 
+Batches as SGLang serves them: a list `text`/`input_ids` in /generate answers a list of results (streamed: each
+chunk with its prompt's `index`), a list `prompt` in /v1/completions one choice per prompt.
+
 Bad input and load: every body goes through kit.refserver.validate before any work (a bad one is a 400 naming its
-field, streaming included; a prompt plus max_new_tokens over the context is refused there); past
+field; a prompt plus max_new_tokens over the context is refused there; on a streamed /generate the checks SGLang's
+TokenizerManager makes are refused as SGLang does, inside the 200 stream); past
 --max-queued-requests waiting requests a new one gets 503 with Retry-After; a request whose client disconnects
 (streaming or not) is cancelled in the engine, which drops it before its next step (--chunked-prefill-size keeps
 that step short for a long prompt). GET /get_load: the requests running and waiting.
@@ -191,17 +195,54 @@ class Generation:
         return m
 
 
-def submit_all(state: State, req, request) -> list[Generation]:
-    """Every prompt of `req` into the engine, or none (a full queue cancels the ones already queued)."""
-    gens: list[Generation] = []
+def submit_all(state: State, req, request) -> list["Generation | None"]:
+    """Every prompt of `req` into the engine, or none (a full queue cancels the ones already queued); None for a
+    batch's empty token list, which is answered aborted (`aborted_result`)."""
+    gens: list[Generation | None] = []
     try:
         for ids in req.prompts:
-            gens.append(Generation(state, ids, req, request))
+            gens.append(None if ids is None else Generation(state, ids, req, request))
     except BaseException:
         for g in gens:
-            state.engine.cancel(g.req)
+            if g is not None:
+                state.engine.cancel(g.req)
         raise
     return gens
+
+
+def aborted_result(rid: str) -> dict:
+    """A batch entry SGLang admits but the reference server cannot run (an empty token list): its place in the
+    answer, finished with SGLang's abort reason."""
+    from kit.sglang.http_api import REQUEST_ERRORS
+
+    reason = {"type": "abort", "message": REQUEST_ERRORS["empty_input_ids"], "status_code": 400}
+    meta = {"id": rid, "finish_reason": reason, "prompt_tokens": 0, "weight_version": "default"}
+    meta.update(num_retractions=0, reasoning_tokens=0, completion_tokens=0, cached_tokens=0, e2e_latency=0.0)
+    return {"text": "", "output_ids": [], "meta_info": meta}
+
+
+async def merged(gens: list["Generation | None"]) -> AsyncIterator[tuple[int, int, bool]]:
+    """(index, tokens so far, finished) of several generations, each update as it comes (SGLang's
+    TokenizerManager._stream_batch_responses: FIRST_COMPLETED over the batch); None entries yield nothing."""
+    its = {i: g.updates().__aiter__() for i, g in enumerate(gens) if g is not None}
+    tasks = {asyncio.ensure_future(it.__anext__()): i for i, it in its.items()}
+    try:
+        while tasks:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                i = tasks.pop(t)
+                try:
+                    n, finished = t.result()
+                except StopAsyncIteration:
+                    continue
+                yield i, n, finished
+                tasks[asyncio.ensure_future(its[i].__anext__())] = i
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # each cancelled update ends (and cancels) its request
+        for it in its.values():
+            await it.aclose()
 
 
 def error_body(message: str, code: int) -> dict:
@@ -244,6 +285,11 @@ async def _body_of(request) -> dict:
     return body
 
 
+async def _one(*chunks: bytes) -> AsyncIterator[bytes]:
+    for c in chunks:
+        yield c
+
+
 def _stream(chunks: AsyncIterator[bytes]):
     """An SSE response; after the 200 and its headers, a failure is one SSE error event (SGLang's shape), then
     [DONE]."""
@@ -265,82 +311,100 @@ def _stream(chunks: AsyncIterator[bytes]):
     return StreamingResponse(guarded(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
+async def _finish_all(state: State, gens: list["Generation | None"]) -> None:
+    """Every generation run to its end; the ones left unfinished (a client gone, a failure) cancelled."""
+    try:
+        for g in gens:
+            if g is not None:
+                await g.result()
+    finally:
+        for g in gens:
+            if g is not None and g.outcome is None:
+                state.engine.cancel(g.req)
+
+
 async def _generate(state: State, request):
-    """SGLang's native /generate: one prompt or a batch, streamed or whole."""
+    """SGLang's native /generate: one prompt or a batch, streamed or whole. A batch is answered as SGLang does
+    (TokenizerManager._handle_batch_request): whole, a JSON list of the results in prompt order; streamed,
+    each result's chunks as they come, each carrying its prompt's `index`."""
     from kit.refserver.validate import generate_request
 
     req = generate_request(await _body_of(request), state.engine.tok, state.limits())
     gens = submit_all(state, req, request)  # submitted together: batched in the engine
+    rids = [req.rid if req.rid and not req.batch else uuid.uuid4().hex for _ in gens]
+
+    def chunk(i: int, done: int, finished: bool) -> dict:
+        g = gens[i]
+        out = aborted_result(rids[i]) if g is None else {
+            "text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rids[i], done, finished)
+        }  # fmt: skip
+        return {**out, "index": i} if req.batch else out
+
     if req.stream:
-        g = gens[0]
-        rid = req.rid or uuid.uuid4().hex
 
         async def chunks():
-            async for done, finished in g.updates():
-                yield _sse(
-                    {"text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rid, done, finished)}
-                )
+            for i, g in enumerate(gens):
+                if g is None:
+                    yield _sse(chunk(i, 0, True))
+            async for i, done, finished in merged(gens):
+                yield _sse(chunk(i, done, finished))
             yield _sse(b"[DONE]")
 
         return _stream(chunks())
-    try:
-        for g in gens:
-            await g.result()
-    finally:
-        for g in gens:
-            if g.outcome is None:
-                state.engine.cancel(g.req)
-    res = [
-        {
-            "text": g.text(),
-            "output_ids": g.tokens,
-            "meta_info": g.meta(req.rid or uuid.uuid4().hex, len(g.tokens), True),
-        }
-        for g in gens
-    ]
-    return res if req.batch else res[0]
+    await _finish_all(state, gens)
+    res = [chunk(i, len(g.tokens) if g else 0, True) for i, g in enumerate(gens)]
+    return [{k: v for k, v in r.items() if k != "index"} for r in res] if req.batch else res[0]
 
 
 async def _openai(state: State, request, chat: bool):
     """OpenAI's /v1/completions (chat=False) and /v1/chat/completions, streamed or whole, with SGLang's
-    `sglext.spec_tokens_details` when asked."""
+    `sglext.spec_tokens_details` when asked. A batch of prompts gets one choice per prompt, `index` its place,
+    and the usage summed over them (serving_completions._build_completion_response,
+    UsageProcessor.calculate_response_usage)."""
     from kit.refserver.validate import openai_request
 
     eng = state.engine
     req = openai_request(await _body_of(request), eng.tok, state.limits(), chat)
-    ids = req.prompts[0]
-    g = submit_all(state, req, request)[0]
+    gens = submit_all(state, req, request)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created, model = int(time.time()), req.model or eng.model_name
     obj = "chat.completion" if chat else "text_completion"
 
-    def closing() -> tuple[str, str | None, dict, dict]:
+    def closing(g) -> tuple[str, str | None, dict]:
         o = g.outcome
         reason = "stop" if o.finish_reason["type"] == "stop" else "length"
         matched = o.finish_reason.get("matched") if reason == "stop" else None
-        usage = {
-            "prompt_tokens": len(ids),
-            "completion_tokens": len(g.tokens),
-            "total_tokens": len(ids) + len(g.tokens),
+        spec = eng.spec_meta(o)
+        ext = {"sglext": {"spec_tokens_details": spec}} if spec and req.return_spec_tokens_details else {}
+        return reason, matched, ext
+
+    def usage() -> dict:
+        prompt = sum(len(g.ids) for g in gens)
+        done = sum(len(g.tokens) for g in gens)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": done,
+            "total_tokens": prompt + done,
             "reasoning_tokens": 0,
             "prompt_tokens_details": None,
         }
-        spec = eng.spec_meta(o)
-        ext = {"sglext": {"spec_tokens_details": spec}} if spec and req.return_spec_tokens_details else {}
-        return reason, matched, usage, ext
 
     if not req.stream:
-        await g.result()
-        reason, matched, usage, ext = closing()
-        choice = {"index": 0, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-        choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
+        await _finish_all(state, gens)
+        choices, ext = [], {}
+        for i, g in enumerate(gens):
+            reason, matched, ext_i = closing(g)
+            ext = ext or ext_i  # the first result's, as SGLang builds sglext
+            choice = {"index": i, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+            choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
+            choices.append(choice)
         return {
             "id": rid,
             "object": obj,
             "created": created,
             "model": model,
-            "choices": [choice],
-            "usage": usage,
+            "choices": choices,
+            "usage": usage(),
             **ext,
         }
     head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
@@ -353,19 +417,20 @@ async def _openai(state: State, request, chat: bool):
                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
                 }
             )
-        prev = ""
-        async for done, finished in g.updates():
+        prev = [""] * len(gens)
+        async for i, done, finished in merged(gens):
+            g = gens[i]
             text = g.text(done)
-            delta, prev = text[len(prev) :], text
-            ch: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": None, "matched_stop": None}
+            delta, prev[i] = text[len(prev[i]) :], text
+            ch: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": None, "matched_stop": None}
             ext: dict = {}
             if finished:
-                reason, matched, usage, ext = closing()
+                reason, matched, ext = closing(g)
                 ch.update(finish_reason=reason, matched_stop=matched)
             ch.update({"delta": {"content": delta}} if chat else {"text": delta})
             yield _sse({**head, "choices": [ch], **ext})
         if req.include_usage:
-            yield _sse({**head, "choices": [], "usage": closing()[2]})
+            yield _sse({**head, "choices": [], "usage": usage()})
         yield _sse(b"[DONE]")
 
     return _stream(chunks())
@@ -428,9 +493,14 @@ def create_app(state: State):
     app.add_middleware(_Gate, state=state)
 
     # the one place a bad request becomes an answer: every check of kit.refserver.validate (and the engine's
-    # own input checks) raises KitInputError, answered 400 with its one line
+    # own input checks) raises KitInputError, answered 400 with its one line; one SGLang's TokenizerManager makes
+    # on a /generate body that asked to stream (RequestRefused.in_stream) is refused as SGLang does: after the
+    # 200, one SSE error event in SGLang's shape, then [DONE] (http_server.generate_request.stream_results)
     @app.exception_handler(KitInputError)
     async def bad_request(_request: Request, e: KitInputError):
+        if getattr(e, "in_stream", False):
+            event = {"error": {"message": str(e), "type": "invalid_request_error", "code": 400, "retryable": False}}
+            return _stream(_one(_sse(event), _sse(b"[DONE]")))
         return JSONResponse(error_body(str(e), 400), status_code=400)
 
     @app.exception_handler(QueueFull)

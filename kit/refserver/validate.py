@@ -12,6 +12,14 @@ before it is admitted.
     limits = Limits(context_length=8192, vocab_size=49152, default_max_tokens=256)
     req = generate_request({"text": "Hi", "sampling_params": {"max_new_tokens": 8}}, tok, limits)
     req.prompts, req.max_new_tokens                      # [[...ids]], 8
+
+A list `text` / `input_ids` in /generate and a list `prompt` in /v1/completions is a batch (SGLang's
+`GenerateReqInput.normalize_batch_and_arguments`): `prompts` holds one entry per prompt, `None` for an empty
+token list inside a batch (SGLang admits it and sends it on; the reference server answers that entry aborted).
+Booleans of the OpenAI bodies and /generate's `stream` take pydantic's coercion ("yes" is true); /generate's
+`sampling_params.ignore_eos` is Python truthiness (SGLang's SamplingParams keeps the raw value). A check SGLang's
+TokenizerManager makes (empty or missing prompt, sampling ranges, context) raises RequestRefused, which a
+streamed /generate answers inside its 200 stream (kit.refserver.server maps it).
 """
 
 from __future__ import annotations
@@ -33,11 +41,20 @@ class Limits:
     max_stop_strings: int | None = None  # None: no limit
 
 
+class RequestRefused(KitInputError):
+    """A body that parsed, refused by a check SGLang makes in its TokenizerManager (a ValueError there: an empty
+    or missing prompt, a sampling value out of range, the context checks). `in_stream`: the body asked /generate
+    to stream, and SGLang then refuses after its 200, as one SSE error event (srt/entrypoints/http_server.py,
+    `generate_request.stream_results`)."""
+
+    in_stream: bool = False
+
+
 @dataclass
 class GenRequest:
     """One validated generation request (several prompts for a batched /generate)."""
 
-    prompts: list[list[int]]
+    prompts: list[list[int] | None]  # None: an empty token list inside a batch (answered aborted)
     max_new_tokens: int
     batch: bool = False
     stream: bool = False
@@ -54,6 +71,10 @@ class GenRequest:
 
 def _bad(name: str, problem: str) -> KitInputError:
     return KitInputError(f"{name}: {problem}")
+
+
+def _refused(name: str, problem: str) -> RequestRefused:
+    return RequestRefused(f"{name}: {problem}")
 
 
 def _show(v: Any) -> str:
@@ -83,12 +104,18 @@ def _num(v: Any, name: str) -> float | None:
     return float(v)
 
 
+# pydantic's lax bool (what SGLang's request models apply): these strings (any case), 0/1 and 0.0/1.0
+_TRUE, _FALSE = {"1", "on", "t", "true", "y", "yes"}, {"0", "off", "f", "false", "n", "no"}
+
+
 def _bool(v: Any, name: str) -> bool:
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        raise _bad(name, f"must be true or false, got {_show(v)}")
-    return v
+    if v is None or isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in _TRUE | _FALSE:
+        return v.lower() in _TRUE
+    if isinstance(v, int | float) and v in (0, 1):
+        return bool(v)
+    raise _bad(name, f"must be true or false, got {_show(v)}")
 
 
 def _obj(v: Any, name: str) -> dict:
@@ -104,7 +131,7 @@ def token_ids(v: Any, name: str, vocab_size: int) -> list[int]:
     if not isinstance(v, list):
         raise _bad(name, f"must be a list of token ids, got {_show(v)}")
     if not v:
-        raise _bad(name, WORDS["empty_input_ids"])
+        raise _refused(name, WORDS["empty_input_ids"])
     for t in v:
         if not _is_int(t):
             raise _bad(name, f"must be a list of token ids (integers), got {_show(t)}")
@@ -118,7 +145,7 @@ def _encode(tok, text: Any, name: str) -> list[int]:
         raise _bad(name, f"must be a string, got {_show(text)}")
     ids = tok.encode(text)
     if not ids:
-        raise _bad(name, "empty prompt: give at least one input token")
+        raise _refused(name, "empty prompt: give at least one input token")
     return ids
 
 
@@ -141,30 +168,30 @@ def _sampling(sp: dict, prefix: str) -> float:
 
     t = num("temperature")
     if t is not None and (not math.isfinite(t) or t < 0.0):
-        raise _bad(prefix + "temperature", WORDS["temperature"].format(v=t))
+        raise _refused(prefix + "temperature", WORDS["temperature"].format(v=t))
     p = num("top_p")
     if p is not None and not 0.0 < p <= 1.0:
-        raise _bad(prefix + "top_p", WORDS["top_p"].format(v=p))
+        raise _refused(prefix + "top_p", WORDS["top_p"].format(v=p))
     m = num("min_p")
     if m is not None and not 0.0 <= m <= 1.0:
-        raise _bad(prefix + "min_p", WORDS["min_p"].format(v=m))
+        raise _refused(prefix + "min_p", WORDS["min_p"].format(v=m))
     k = _int(sp.get("top_k"), prefix + "top_k")
     if k is not None and k < 1 and k != -1:
-        raise _bad(prefix + "top_k", WORDS["top_k"].format(v=k))
+        raise _refused(prefix + "top_k", WORDS["top_k"].format(v=k))
     for key in ("frequency_penalty", "presence_penalty"):
         v = num(key)
         if v is not None and not -2.0 <= v <= 2.0:
-            raise _bad(prefix + key, WORDS["penalty"].format(key=key, v=v))
+            raise _refused(prefix + key, WORDS["penalty"].format(key=key, v=v))
     r = num("repetition_penalty")
     if r is not None and not 0.0 < r <= 2.0:
-        raise _bad(prefix + "repetition_penalty", WORDS["repetition_penalty"].format(v=r))
+        raise _refused(prefix + "repetition_penalty", WORDS["repetition_penalty"].format(v=r))
     return t or 0.0
 
 
 def _max_new(v: Any, name: str) -> int | None:
     n = _int(v, name)
     if n is not None and n < 0:
-        raise _bad(name, WORDS["max_new_tokens"].format(v=n))
+        raise _refused(name, WORDS["max_new_tokens"].format(v=n))
     return n
 
 
@@ -173,59 +200,78 @@ def admit(prompts: list[list[int]], max_new_tokens: int | None, limits: Limits, 
     ctx = limits.context_length
     longest = max(len(p) for p in prompts)
     if longest >= ctx:
-        raise _bad(name, WORDS["input_too_long"].format(n=longest, ctx=ctx))
+        raise _refused(name, WORDS["input_too_long"].format(n=longest, ctx=ctx))
     if max_new_tokens is None:
         return min(limits.default_max_tokens, ctx - longest)
     if max_new_tokens + longest > ctx:
-        raise _bad(
+        raise _refused(
             n_name, WORDS["over_context"].format(ctx=ctx, total=max_new_tokens + longest, n=longest, new=max_new_tokens)
         )
     return max_new_tokens
 
 
-def generate_request(body: dict, tok, limits: Limits) -> GenRequest:
-    """A native `/generate` body (text | input_ids, sampling_params, stream, rid)."""
-    sp = _obj(body.get("sampling_params"), "sampling_params")
+def _generate_prompts(body: dict, tok, vocab_size: int) -> tuple[list[list[int] | None], bool, str]:
+    """(prompts, batch, the field they came from) of a /generate body, as SGLang's
+    GenerateReqInput._determine_batch_size reads them: a list `text`, or `input_ids` whose first item is a list,
+    is a batch (`{"text": []}` a batch of none). An empty token list inside a batch passes SGLang's checks
+    (TokenizerManager._validate_one_request counts 0 tokens): None here."""
     if body.get("input_ids") is not None:
         ids = body["input_ids"]
-        batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-        rows = ids if batch else [ids]
-        prompts = [token_ids(r, "input_ids", limits.vocab_size) for r in rows]
-    elif body.get("text") is not None:
+        if isinstance(ids, list) and not ids:
+            raise _refused("input_ids", WORDS["empty_input_ids"])
+        batch = isinstance(ids, list) and isinstance(ids[0], list)
+        if not batch:
+            return [token_ids(ids, "input_ids", vocab_size)], False, "input_ids"
+        return [token_ids(r, "input_ids", vocab_size) if r else None for r in ids], True, "input_ids"
+    if body.get("text") is not None:
         text = body["text"]
-        batch = isinstance(text, list)
-        if batch and not text:
-            raise _bad("text", "a batch needs at least one prompt")
-        prompts = [_encode(tok, t, "text") for t in (text if batch else [text])]
-    else:
-        raise _bad("text", WORDS["no_prompt"])
+        if not isinstance(text, list):
+            return [_encode(tok, text, "text")], False, "text"
+        return [_encode(tok, t, "text") for t in text], True, "text"
+    raise _refused("text", WORDS["no_prompt"])
+
+
+def generate_request(body: dict, tok, limits: Limits) -> GenRequest:
+    """A native `/generate` body (text | input_ids, sampling_params, stream, rid). The body's types are
+    checked first (SGLang's pydantic parse: a 400 before any stream), then what SGLang's TokenizerManager
+    checks (RequestRefused, `in_stream` when the body asked to stream)."""
     stream = _bool(body.get("stream"), "stream")
-    if stream and batch:
-        raise _bad("stream", "streaming supports one prompt per request")
+    sp = _obj(body.get("sampling_params"), "sampling_params")
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, str):
         raise _bad("rid", f"must be a string, got {_show(rid)}")
-    temperature = _sampling(sp, "sampling_params.")
-    n = _max_new(sp.get("max_new_tokens"), "sampling_params.max_new_tokens")
+    try:
+        prompts, batch, name = _generate_prompts(body, tok, limits.vocab_size)
+        temperature = _sampling(sp, "sampling_params.")
+        n = _max_new(sp.get("max_new_tokens"), "sampling_params.max_new_tokens")
+        admitted = [p for p in prompts if p is not None]
+        max_new = admit(admitted, n, limits, name, "sampling_params.max_new_tokens") if admitted else 0
+    except RequestRefused as e:
+        e.in_stream = stream
+        raise
     return GenRequest(
         prompts=prompts,
-        max_new_tokens=admit(
-            prompts,
-            n,
-            limits,
-            "text" if body.get("input_ids") is None else "input_ids",
-            "sampling_params.max_new_tokens",
-        ),
+        max_new_tokens=max_new,
         batch=batch,
         stream=stream,
         stop=_stops(sp.get("stop"), "sampling_params.stop", limits.max_stop_strings),
-        stop_token_ids=token_ids(sp["stop_token_ids"], "sampling_params.stop_token_ids", limits.vocab_size)
-        if sp.get("stop_token_ids")
-        else [],
-        ignore_eos=_bool(sp.get("ignore_eos"), "sampling_params.ignore_eos"),
+        stop_token_ids=_stop_token_ids(sp.get("stop_token_ids"), "sampling_params.stop_token_ids"),
+        # SGLang's SamplingParams keeps the raw value and tests its truth (schedule_batch: `if ...ignore_eos`)
+        ignore_eos=bool(sp.get("ignore_eos")),
         temperature=temperature,
         rid=rid,
     )
+
+
+def _stop_token_ids(v: Any, name: str) -> list[int]:
+    """Integers, any value: SGLang keeps them as a set the sampled token is looked up in
+    (SamplingParams.__post_init__, schedule_batch `token_id in stop_token_ids`), so one outside the vocabulary
+    never matches and is no error."""
+    if not v:
+        return []
+    if not isinstance(v, list) or not all(_is_int(t) for t in v):
+        raise _bad(name, f"must be a list of token ids (integers), got {_show(v)}")
+    return list(v)
 
 
 def _chat_ids(messages: Any, tok, roles: tuple[str, ...]) -> list[int]:
@@ -264,35 +310,38 @@ def _chat_ids(messages: Any, tok, roles: tuple[str, ...]) -> list[int]:
 
 def openai_request(body: dict, tok, limits: Limits, chat: bool) -> GenRequest:
     """A `/v1/completions` (prompt) or `/v1/chat/completions` (messages) body."""
+    batch = False
     if chat:
-        ids = _chat_ids(body.get("messages"), tok, limits.chat_roles)
+        prompts = [_chat_ids(body.get("messages"), tok, limits.chat_roles)]
         name = "messages"
     else:
         name = "prompt"
         prompt = body.get("prompt")
         if prompt is None:
             raise _bad("prompt", "field required")
-        if isinstance(prompt, list) and prompt and not _is_int(prompt[0]):
-            if len(prompt) != 1:
-                raise _bad("prompt", "the reference server takes one prompt per request")
-            prompt = prompt[0]
-        ids = token_ids(prompt, "prompt", limits.vocab_size) if isinstance(prompt, list) else _encode(tok, prompt, name)
+        # a list of strings or of token lists is a batch: one choice per prompt (serving_completions
+        # _build_completion_response: `index=idx` over the batch's results)
+        batch = isinstance(prompt, list) and bool(prompt) and not _is_int(prompt[0])
+        rows = prompt if batch else [prompt]
+        prompts = [
+            token_ids(p, name, limits.vocab_size) if isinstance(p, list) else _encode(tok, p, name) for p in rows
+        ]
+    longest = max(len(p) for p in prompts)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     n = _max_new(body.get(key), key)
     if n is None and not chat:
-        n = min(16, limits.context_length - len(ids))  # the OpenAI default of /v1/completions
+        n = min(16, limits.context_length - longest)  # the OpenAI default of /v1/completions
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise _bad("model", f"must be a string, got {_show(model)}")
     opts = _obj(body.get("stream_options"), "stream_options")
     return GenRequest(
-        prompts=[ids],
-        max_new_tokens=admit([ids], n, limits, name, key),
+        prompts=prompts,
+        max_new_tokens=admit(prompts, n, limits, name, key),
+        batch=batch,
         stream=_bool(body.get("stream"), "stream"),
         stop=_stops(body.get("stop"), "stop", limits.max_stop_strings),
-        stop_token_ids=token_ids(body["stop_token_ids"], "stop_token_ids", limits.vocab_size)
-        if body.get("stop_token_ids")
-        else [],
+        stop_token_ids=_stop_token_ids(body.get("stop_token_ids"), "stop_token_ids"),
         ignore_eos=_bool(body.get("ignore_eos"), "ignore_eos"),
         temperature=_sampling(body, ""),
         model=model,

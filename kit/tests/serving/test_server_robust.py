@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kit.measure.request_table import bad_rows
+from kit.findings import KitInputError
+from kit.measure.request_table import bad_rows, table
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import free_port
 from kit.tests.tinyserve import VOCAB, build_pair, in_process_server
@@ -77,6 +78,105 @@ def test_bad_request_is_400_naming_its_field(srv, row):
     assert "\n" not in msg and row.names in msg and row.words in msg, msg
     if isinstance(row.body, bytes):
         assert msg.startswith("body:"), msg
+
+
+IN_STREAM = [r for r in table(CTX, VOCAB) if r.in_stream]
+
+
+@pytest.mark.parametrize("row", IN_STREAM, ids=[r.name for r in IN_STREAM])
+def test_streamed_generate_refuses_inside_its_stream(srv, row):
+    """SGLang 0.5.17 srt/entrypoints/http_server.py generate_request: a streamed /generate runs
+    TokenizerManager.generate_request inside `stream_results`, so its ValueError (context, empty prompt) comes
+    after the 200 as one `{"error": {message, type: invalid_request_error, code: 400, retryable: false}}` event,
+    then [DONE]. The reference server's message still names the field."""
+    r = httpx.post(srv[0] + row.endpoint, json=row.body, timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    events = [
+        json.loads(ln[6:]) if ln != "data: [DONE]" else ln for ln in r.text.splitlines() if ln.startswith("data: ")
+    ]
+    assert events[-1] == "data: [DONE]" and len(events) == 2, r.text
+    err = events[0]["error"]
+    assert (err["type"], err["code"], err["retryable"]) == ("invalid_request_error", 400, False)
+    assert row.names in err["message"] and row.words in err["message"], err
+
+
+def sse_events(r: httpx.Response) -> list:
+    lines = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]", r.text
+    return [json.loads(x) for x in lines[:-1]]
+
+
+def test_batched_generate_answers_sglangs_shape(srv):
+    """A list `text` / `input_ids` is a batch (SGLang 0.5.17 io_struct.GenerateReqInput._determine_batch_size);
+    tokenizer_manager._handle_batch_request serves each prompt as its own request and, unstreamed, answers
+    `_collect_batch_responses`: the list of results in prompt order ({"text": []}: []); streamed,
+    `_stream_batch_responses` yields each result's chunks as they come with `result["index"]` its prompt's place.
+    An empty token list inside a batch passes SGLang's checks (_validate_one_request counts 0 tokens): served,
+    its entry aborted here. Each entry equals the prompt asked alone (greedy)."""
+    url = srv[0]
+    sp = {"max_new_tokens": 6, "ignore_eos": True}
+    alone = [httpx.post(url + "/generate", json={"input_ids": p, "sampling_params": sp}).json() for p in ([5, 6], [9])]
+    res = httpx.post(url + "/generate", json={"input_ids": [[5, 6], [9]], "sampling_params": sp}, timeout=60).json()
+    assert isinstance(res, list) and len(res) == 2 and all("index" not in r for r in res)
+    assert [r["output_ids"] for r in res] == [a["output_ids"] for a in alone]
+    assert [r["meta_info"]["prompt_tokens"] for r in res] == [2, 1]
+    assert httpx.post(url + "/generate", json={"text": []}).json() == []
+    mixed = httpx.post(url + "/generate", json={"input_ids": [[5, 6], []], "sampling_params": sp}).json()
+    assert mixed[0]["output_ids"] == alone[0]["output_ids"]
+    assert mixed[1]["meta_info"]["finish_reason"]["type"] == "abort" and mixed[1]["output_ids"] == []
+    r = httpx.post(url + "/generate", json={"input_ids": [[5, 6], [9]], "sampling_params": sp, "stream": True})
+    chunks = sse_events(r)
+    assert {c["index"] for c in chunks} == {0, 1}
+    last = {c["index"]: c for c in chunks}  # each prompt's final chunk: cumulative, finished
+    assert [last[i]["output_ids"] for i in (0, 1)] == [a["output_ids"] for a in alone]
+    assert all(last[i]["meta_info"]["finish_reason"]["type"] == "length" for i in (0, 1))
+
+
+def test_batched_completions_give_one_choice_per_prompt(srv):
+    """A list `prompt` in /v1/completions is a batch (SGLang 0.5.17 serving_completions
+    _convert_to_internal_request: `text` or `input_ids` of the GenerateReqInput); _build_completion_response
+    gives one choice per result, `index=idx`, and UsageProcessor.calculate_response_usage sums the tokens.
+    Streamed, each chunk's choice carries its prompt's index (`content.get("index", 0)`)."""
+    url = srv[0]
+    body = {"prompt": [[5, 6], [9]], "max_tokens": 5, "ignore_eos": True}
+    res = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
+    alone = [httpx.post(url + "/v1/completions", json={**body, "prompt": p}).json() for p in ([5, 6], [9])]
+    assert [c["index"] for c in res["choices"]] == [0, 1]
+    assert [c["text"] for c in res["choices"]] == [a["choices"][0]["text"] for a in alone]
+    assert res["usage"]["prompt_tokens"] == 3 and res["usage"]["completion_tokens"] == 10
+    r = httpx.post(url + "/v1/completions", json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    chunks = sse_events(r)
+    texts = {0: "", 1: ""}
+    for c in chunks[:-1]:
+        (ch,) = c["choices"]
+        texts[ch["index"]] += ch["text"]
+    assert [texts[0], texts[1]] == [a["choices"][0]["text"] for a in alone]
+    assert chunks[-1]["usage"]["completion_tokens"] == 10
+
+
+def test_coercions_follow_sglang(srv):
+    """SGLang 0.5.17: /generate's `stream: bool` is parsed by pydantic (lax: "yes" is true), and so are the
+    OpenAI bodies' booleans; `sampling_params` is an untyped dict whose `ignore_eos` SamplingParams keeps and
+    tests for truth (schedule_batch `if self.sampling_params.ignore_eos`); stop_token_ids is a set the sampled
+    token is looked up in, so an id outside the vocabulary never matches."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from kit.refserver.validate import _bool
+
+    lax = TypeAdapter(bool)
+    for v in ["yes", "NO", "t", "off", "1", "0", 1, 0, 1.0, 0.0, True, False]:
+        assert _bool(v, "x") is lax.validate_python(v), v
+    for v in ["maybe", "", 2, 0.5, [], {}]:
+        with pytest.raises(ValidationError):
+            lax.validate_python(v)
+        with pytest.raises(KitInputError):
+            _bool(v, "x")
+    url = srv[0]
+    r = httpx.post(url + "/generate", json={"text": "hi", "stream": "yes", "sampling_params": {"max_new_tokens": 2}})
+    assert r.headers["content-type"].startswith("text/event-stream") and sse_events(r)
+    sp = {"max_new_tokens": 7, "ignore_eos": "no", "stop_token_ids": [10**8]}  # "no" is a true string
+    r = httpx.post(url + "/generate", json={"input_ids": [5], "sampling_params": sp})
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 7
 
 
 def test_context_admission_leaves_room(srv):
@@ -282,7 +382,10 @@ def test_fuzzed_bodies_never_5xx_then_a_normal_answer(srv, client):
             assert "\n" not in r.json()["error"]["message"]
         elif r.headers["content-type"].startswith("text/event-stream"):
             events = [ln for ln in r.text.splitlines() if ln.startswith("data: ")]
-            assert events[-1] == "data: [DONE]" and all('"error"' not in e for e in events), r.text
+            errors = [e for e in events if '"error"' in e]
+            assert events[-1] == "data: [DONE]", r.text
+            # only a streamed /generate refuses inside its stream (SGLang's TokenizerManager checks): once, first
+            assert not errors or (path == "/generate" and events == [errors[0], "data: [DONE]"]), r.text
         else:
             r.json()
 
