@@ -35,8 +35,9 @@ from typing import Any
 
 from kit.findings import KitInputError
 from kit.measure.verdict import SERVER_CAPTURE
-from kit.rehearsal.runner import Change
+from kit.rehearsal.runner import Change, recorder_first
 from kit.serving.after_import import install_as_sitecustomize
+from kit.serving.launch import drop_option
 
 CHUNKS = ".chunks"
 SITE = ".site"
@@ -80,24 +81,6 @@ class CapturePlan:
         lines += [f"note: {n}" for n in self.notes]
         lines += ["command:", "  " + self.spec.command(engine)]
         return "\n".join(lines)
-
-
-def _drop(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:
-    """`args` without `opt` (and its value); the last value it had (or 'True')."""
-    out, old, i = [], None, 0
-    while i < len(args):
-        a = args[i]
-        if a == opt:
-            old = args[i + 1] if takes_value and i + 1 < len(args) else "True"
-            i += 2 if takes_value else 1
-            continue
-        if a.startswith(opt + "="):
-            old = a.split("=", 1)[1]
-            i += 1
-            continue
-        out.append(a)
-        i += 1
-    return out, old
 
 
 def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> tuple[list[int], list[str]]:
@@ -179,7 +162,7 @@ def plan_capture(
     extra = list(spec.extra_args)
     for a in [a.split("=", 1)[0] for a in extra if a.startswith(SPECULATIVE_PREFIX)]:
         o = opts.get(a)
-        extra, old = _drop(extra, a, bool(o is None or o.get("nargs") != 0))
+        extra, old = drop_option(extra, a, bool(o is None or o.get("nargs") != 0))
         if old is not None:
             changes.append(Change(a, old, None, "the target alone, greedy"))
     graphs = graphs_off(version)
@@ -196,14 +179,14 @@ def plan_capture(
     for opt, value in wanted:
         if opt not in opts:
             continue
-        extra, old = _drop(extra, opt, value is not None)
+        extra, old = drop_option(extra, opt, value is not None)
         extra += [opt] if value is None else [opt, value]
         if str(old) != str(value or True):
             changes.append(
                 Change(opt, old, value or True, reasons.get(opt, "every forward through Python: the hooks see it"))
             )
     for opt in (o for o in COMPILE_ON if o in opts):
-        extra, old = _drop(extra, opt, False)
+        extra, old = drop_option(extra, opt, False)
         if old is not None:
             changes.append(Change(opt, True, None, "every forward through Python: the hooks see it"))
     chunk = spec.chunked_prefill_size
@@ -216,7 +199,7 @@ def plan_capture(
         )
     out_abs = out.resolve()
     site = out_abs / SITE
-    pp = os.pathsep.join(x for x in (str(site), spec.env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
+    pp = recorder_first(str(site), spec.env, changes)
     from kit.serving.capture_hook import BUDGET_ENV, CAPTURE_ENV, POINTS_ENV
 
     max_tokens = sum(len(p) + max_new_tokens for p in ids)
@@ -228,7 +211,6 @@ def plan_capture(
         # the bound plus the warm-up and closing requests (`send_requests`)
         BUDGET_ENV: str(max_tokens + len(warmup_ids(ids)) + WARMUP_TOKENS + 1),
     }
-    changes.append(Change("PYTHONPATH", spec.env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
     changes.append(Change(CAPTURE_ENV, None, env[CAPTURE_ENV], f"the recorder's chunks (points {points} + final)"))
     new = spec.replace(**clear, extra_args=extra, chunked_prefill_size=new_chunk, env=env)
     if port is not None:

@@ -31,6 +31,7 @@ from typing import Any
 from kit.findings import Finding, KitInputError
 from kit.hf import HFConfig
 from kit.serving.after_import import install_as_sitecustomize
+from kit.serving.launch import drop_option
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 
 RECORD_NAME = "record.jsonl"
@@ -417,7 +418,7 @@ def _server_flags(
     for name in ("dp_size", "ep_size", "pp_size"):
         v = res.values.get(opts.dest(name)) if opts.dest(name) else None
         if v and int(v) > 1 and tp < user_tp:
-            kept = _drop(kept, opts.option(name))
+            kept = drop_option(kept, opts.option(name), True)[0]
             changes.append(Change(opts.option(name), v, None, f"TP{tp} rehearsal: no room for {name}={v}"))
     for name, new in want.items():
         opt = opts.option(name)
@@ -454,10 +455,8 @@ def _rehearsal_env(
 ) -> dict[str, str]:
     """The launch's environment with the recorder first on PYTHONPATH, its record file, and the GPUs it sees."""
     new_env = dict(env)
-    pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
-    new_env["PYTHONPATH"] = pp
+    new_env["PYTHONPATH"] = recorder_first(site_dir, env, changes)
     new_env["KIT_REHEARSAL_RECORD"] = record
-    changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
     if cuda_visible_devices is not None:
         if env.get("CUDA_VISIBLE_DEVICES") != cuda_visible_devices:
             changes.append(
@@ -475,15 +474,12 @@ def _rehearsal_env(
     return new_env
 
 
-def _drop(args: list[str], opt: str) -> list[str]:
-    out, i = [], 0
-    while i < len(args):
-        if args[i] == opt:
-            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
-            continue
-        out.append(args[i])
-        i += 1
-    return out
+def recorder_first(site_dir: str, env: dict[str, str], changes: list[Change]) -> str:
+    """The PYTHONPATH that puts a recorder's site folder (its sitecustomize.py) before the launch's own (or this
+    process's), the change listed."""
+    pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
+    changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
+    return pp
 
 
 def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPlan:

@@ -237,6 +237,25 @@ def launch_from_text(
     return spec, out
 
 
+def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:
+    """`args` without `opt` (as `opt value`, `opt=value` or a bare flag), and the last value it had ('True' for a
+    flag); None when `opt` was not there."""
+    out, old, i = [], None, 0
+    while i < len(args):
+        a = args[i]
+        if a == opt:
+            old = args[i + 1] if takes_value and i + 1 < len(args) else "True"
+            i += 2 if takes_value else 1
+            continue
+        if a.startswith(opt + "="):
+            old = a.split("=", 1)[1]
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out, old
+
+
 def spec_from_command(cmd: str, sglang_version: str | None = None) -> LaunchSpec:
     """A whole shell text (env assignments, chains, exports, continuations, quoting) -> LaunchSpec."""
     return launch_from_text(cmd, sglang_version)[0]
