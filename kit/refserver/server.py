@@ -333,11 +333,15 @@ async def _generate(state: State, request):
     gens = submit_all(state, req, request)  # submitted together: batched in the engine
     rids = [req.rid if req.rid and not req.batch else uuid.uuid4().hex for _ in gens]
 
-    def chunk(i: int, done: int, finished: bool) -> dict:
+    def result(i: int, done: int, finished: bool) -> dict:
         g = gens[i]
-        out = aborted_result(rids[i]) if g is None else {
-            "text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rids[i], done, finished)
-        }  # fmt: skip
+        if g is None:
+            return aborted_result(rids[i])
+        return {"text": g.text(done), "output_ids": g.tokens[:done], "meta_info": g.meta(rids[i], done, finished)}
+
+    def chunk(i: int, done: int, finished: bool) -> dict:
+        """A streamed result: a batch's carries its prompt's `index` (the whole answer's list does not)."""
+        out = result(i, done, finished)
         return {**out, "index": i} if req.batch else out
 
     if req.stream:
@@ -352,8 +356,8 @@ async def _generate(state: State, request):
 
         return _stream(chunks())
     await _finish_all(state, gens)
-    res = [chunk(i, len(g.tokens) if g else 0, True) for i, g in enumerate(gens)]
-    return [{k: v for k, v in r.items() if k != "index"} for r in res] if req.batch else res[0]
+    res = [result(i, len(g.tokens) if g else 0, True) for i, g in enumerate(gens)]
+    return res if req.batch else res[0]
 
 
 async def _openai(state: State, request, chat: bool):
