@@ -62,7 +62,7 @@ class CapturePlan:
 
     @property
     def max_tokens(self) -> int:
-        return sum(len(p) + self.max_new_tokens for p in self.prompt_ids)
+        return token_bound(self.prompt_ids, self.max_new_tokens)
 
     @property
     def max_bytes(self) -> int:
@@ -81,6 +81,11 @@ class CapturePlan:
         lines += [f"note: {n}" for n in self.notes]
         lines += ["command:", "  " + self.spec.command(engine)]
         return "\n".join(lines)
+
+
+def token_bound(prompt_ids: list[list[int]], max_new_tokens: int) -> int:
+    """The most tokens a capture records: every prompt plus its new tokens."""
+    return sum(len(p) + max_new_tokens for p in prompt_ids)
 
 
 def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> tuple[list[int], list[str]]:
@@ -202,14 +207,13 @@ def plan_capture(
     pp = recorder_first(str(site), spec.env, changes)
     from kit.serving.capture_hook import BUDGET_ENV, CAPTURE_ENV, POINTS_ENV
 
-    max_tokens = sum(len(p) + max_new_tokens for p in ids)
     env = {
         **spec.env,
         "PYTHONPATH": pp,
         CAPTURE_ENV: str(out_abs / CHUNKS),
         POINTS_ENV: ",".join(map(str, points)),
         # the bound plus the warm-up and closing requests (`send_requests`)
-        BUDGET_ENV: str(max_tokens + len(warmup_ids(ids)) + WARMUP_TOKENS + 1),
+        BUDGET_ENV: str(token_bound(ids, max_new_tokens) + len(warmup_ids(ids)) + WARMUP_TOKENS + 1),
     }
     changes.append(Change(CAPTURE_ENV, None, env[CAPTURE_ENV], f"the recorder's chunks (points {points} + final)"))
     new = spec.replace(**clear, extra_args=extra, chunked_prefill_size=new_chunk, env=env)
