@@ -65,7 +65,11 @@ class LaunchConfig:
         },
     )
     prompts: str | None = field(
-        default=None, metadata={"help": "--capture-hidden: JSONL prompt file (default: the oracle's eval prompts)"}
+        default=None,
+        metadata={
+            "help": '--capture-hidden: JSONL prompt file, rows {"text": ...} (chat-templated) or {"input_ids": '
+            "[...]} (sent as they are) (default: the oracle's eval prompts)"
+        },
     )
     num_prompts: int = field(default=8, metadata={"help": "--capture-hidden: prompts sent (first N)"})
     max_new_tokens: int = field(default=64, metadata={"help": "--capture-hidden: greedy tokens per prompt"})

@@ -12,7 +12,9 @@ so acceptance measured on the evaluation set is held-out.
                                  # the CPU smoke run's, any prefix is balanced across chat/code/math)
     load_prompts_jsonl("p.jsonl")  # lines {"prompt": "...", "id"?: ..., "kind"?: ...}
 
-A JSONL line may also use "text" or OpenAI-style "messages" (the last user message is used).
+A JSONL line may also use "text" or OpenAI-style "messages" (the last user message is used), or carry
+"input_ids", a list of token ids sent as they are (no chat template; `kit launch --capture-hidden` reads them,
+`load_prompts_jsonl(path, ids_ok=True)`), for a target whose tokenizer is a stand-in.
 `python -m kit.prompts [KIND]` prints the set.
 """
 
@@ -361,8 +363,10 @@ def interleave_kinds(rows: list[dict]) -> list[dict]:
     return [x for grp in zip(*by.values()) for x in grp]
 
 
-def load_prompts_jsonl(path) -> list[dict]:
-    """Read a JSONL prompt file; each bad line raises KitInputError naming file and line."""
+def load_prompts_jsonl(path, ids_ok: bool = False) -> list[dict]:
+    """Read a JSONL prompt file; each bad line raises KitInputError naming file and line. With `ids_ok`, a line
+    may carry "input_ids" (a non-empty list of non-negative ints) instead of text: its row gets "input_ids" and
+    "prompt" None (the text too when the line has one)."""
     p = Path(path)
     try:
         lines = p.read_text().splitlines()
@@ -384,9 +388,19 @@ def load_prompts_jsonl(path) -> list[dict]:
         if text is None and isinstance(obj.get("messages"), list):
             users = [m.get("content") for m in obj["messages"] if isinstance(m, dict) and m.get("role") == "user"]
             text = users[-1] if users else None
-        if not isinstance(text, str) or not text.strip():
+        row = {"id": str(obj.get("id", f"line-{n}")), "kind": str(obj.get("kind", "custom")), "prompt": text}
+        if "input_ids" in obj:
+            ids = obj["input_ids"]
+            if not ids_ok:
+                raise KitInputError(f'{p}:{n}: "input_ids" rows are read by `kit launch --capture-hidden` only; '
+                                    'this command needs a "prompt" (or "text"/"messages") string')  # fmt: skip
+            if not (isinstance(ids, list) and ids and all(type(t) is int and t >= 0 for t in ids)):
+                raise KitInputError(f'{p}:{n}: "input_ids" must be a non-empty list of non-negative integers')
+            row["input_ids"] = ids
+            row["prompt"] = text if isinstance(text, str) else None
+        elif not isinstance(text, str) or not text.strip():
             raise KitInputError(f'{p}:{n}: no non-empty "prompt" (or "text"/"messages") string')
-        out.append({"id": str(obj.get("id", f"line-{n}")), "kind": str(obj.get("kind", "custom")), "prompt": text})
+        out.append(row)
     if not out:
         raise KitInputError(f"{p}: no prompts")
     return out

@@ -113,13 +113,24 @@ def capture_points(draft_dir: str | os.PathLike, target_cfg, version: str) -> tu
 
 
 def prompt_ids(target_dir: str | os.PathLike, prompts: str | None, num_prompts: int) -> list[list[int]]:
-    """The oracle's prompts (`kit.reference.oracle.prompt_texts`: built-in eval prompts or a JSONL file), each
-    one user turn in the target's chat template (`kit.models.chat_ids`), as token ids."""
+    """The oracle's prompts (`kit.reference.oracle.prompt_rows`: built-in eval prompts or a JSONL file) as token
+    ids: a row's "input_ids" as they are (a target whose tokenizer is a stand-in), checked against the target's
+    vocabulary; a text row as one user turn in the target's chat template (`kit.models.chat_ids`). The tokenizer
+    is loaded only when a text row needs it."""
+    from kit.hf import HFConfig
     from kit.models import chat_ids, load_tokenizer
-    from kit.reference.oracle import OracleConfig, prompt_texts
+    from kit.reference.oracle import OracleConfig, prompt_rows
 
-    tok = load_tokenizer(target_dir)
-    return [chat_ids(tok, t) for t in prompt_texts(OracleConfig(prompts=prompts, num_prompts=num_prompts))]
+    rows = prompt_rows(OracleConfig(prompts=prompts, num_prompts=num_prompts), ids_ok=True)
+    vocab = HFConfig.of(json.loads((Path(target_dir) / "config.json").read_text())).text.get("vocab_size")
+    for r in rows:
+        if vocab is not None and "input_ids" in r and max(r["input_ids"]) >= int(vocab):
+            raise KitInputError(
+                f"--prompts {prompts}: row {r['id']} has token id {max(r['input_ids'])}, past the target's "
+                f"vocab_size {vocab}"
+            )
+    tok = load_tokenizer(target_dir) if any("input_ids" not in r for r in rows) else None
+    return [list(r["input_ids"]) if "input_ids" in r else chat_ids(tok, r["prompt"]) for r in rows]
 
 
 def plan_capture(

@@ -396,13 +396,19 @@ def seed_faults(draft_dir) -> dict[str, Wiring]:
     return out
 
 
-def prompt_texts(cfg: OracleConfig) -> list[str]:
+def prompt_rows(cfg: OracleConfig, ids_ok: bool = False) -> list[dict]:
+    """The first cfg.num_prompts rows of the JSONL file (`kit.prompts.load_prompts_jsonl`; with `ids_ok` a row
+    may carry "input_ids") or of the built-in eval prompts (kinds interleaved when none is named)."""
     from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
 
-    rows = load_prompts_jsonl(cfg.prompts) if cfg.prompts else builtin_prompts(cfg.kind)
+    rows = load_prompts_jsonl(cfg.prompts, ids_ok) if cfg.prompts else builtin_prompts(cfg.kind)
     if cfg.prompts is None and cfg.kind is None:
         rows = interleave_kinds(rows)
-    return [r["prompt"] for r in rows[: cfg.num_prompts]]
+    return rows[: cfg.num_prompts]
+
+
+def prompt_texts(cfg: OracleConfig) -> list[str]:
+    return [r["prompt"] for r in prompt_rows(cfg)]
 
 
 def run_config(cfg: OracleConfig, log=print) -> OracleRun:
