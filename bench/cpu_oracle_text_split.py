@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import sys
 import tempfile
 import time
@@ -90,7 +90,9 @@ def main(argv=None) -> int:
         r = run_config(cfg, log=lambda *a, **k: None).results["requested"]
         return {"meta_accept_length": r.meta_accept_length, "verify_steps": r.verify_steps}
 
-    doc: dict = {"bench": "cpu_oracle_text_split", "machine": platform.processor() or platform.machine()}
+    from kit.reference.train import cpu_name
+
+    doc: dict = {"bench": "cpu_oracle_text_split", "machine": f"{cpu_name()}, {os.cpu_count()} cores"}
     with tempfile.TemporaryDirectory() as tmp:
         fp32_dir, bf16_dir = Path(tmp) / "fp32", Path(tmp) / "bf16"
         first = accept(CHAINS["2-1-3"], save_states=str(fp32_dir))

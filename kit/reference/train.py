@@ -445,7 +445,7 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         "settings": asdict(cfg),
         "command": command_line(cfg),
         "recipe_version": RECIPE_VERSION,
-        "device": torch.cuda.get_device_name() if cfg.device == "cuda" else _cpu_name(),
+        "device": torch.cuda.get_device_name() if cfg.device == "cuda" else cpu_name(),
         "threads": threads,
         "data_dtype": {"chosen": data_dtype, "why": why_data},
         "train_dtype": {"chosen": train_dtype, "why": why_train},
@@ -461,7 +461,8 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     return _copy_out(dest, cfg.out)
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """This CPU's model name (/proc/cpuinfo), else what platform knows."""
     import platform
 
     try:
