@@ -15,7 +15,8 @@ This module:
   real release (via `kit.sglang.source`, wheel text, never imported): feature flags, each with its evidence
   line, and from the AST of its `load_weights` the stacked mapping, `re.sub` renames and fused pairs;
   `derive_runtime(version)` the release-wide rules any draft meets (`num_nextn_predict_layers: 0` KV sizing,
-  the draft's context length, ModelConfig's draft architecture rewrites, `CONTEXT_LENGTH_KEYS`);
+  the draft's context length, ModelConfig's draft architecture rewrites, `CONTEXT_LENGTH_KEYS`, the
+  multimodal classes whose processor startup loads, the model_types SGLang brings config classes for);
   `scan_registered(version)` lists every `EntryClass` architecture;
 * `kit/sglang/loader_rules.json` records one table per class per release, plus the runtime rules (regenerate
   with `python -m kit.sglang.loader --write V...`); `kit/tests/sglang/test_sglang_rules.py` re-derives them
@@ -243,8 +244,9 @@ def load_weights_structure(src: str, cls: str) -> dict[str, list]:
 
 
 def derive_runtime(version: str, download: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
-    """Release-wide rules for any draft (KV sizing, context length, draft architecture rewrites)."""
-    from kit.sglang.source import source_text
+    """Release-wide rules for any draft (KV sizing, context length, draft architecture rewrites, the multimodal
+    classes whose processor startup loads, SGLang's own config model_types)."""
+    from kit.sglang.source import source_files, source_text
 
     files = sorted({f for fs, _ in RUNTIME_MARKERS.values() for f in fs})
     texts = {f: source_text(version, f, download=download) for f in files}
@@ -256,6 +258,13 @@ def derive_runtime(version: str, download: bool = True) -> tuple[dict[str, Any],
         if hit:
             ev[feat] = hit
     feats["draft_arch_rewrites"] = draft_arch_rewrites(texts[MODEL_CONFIG_FILE] or "")
+    # what decides whether a target starts at all: the classes whose HF processor startup loads, and the
+    # model_types SGLang brings config classes for (kit.rehearsal reads them; recorded so no host needs the source)
+    archs = _processor_archs_in(texts[MODEL_CONFIG_FILE] or "")
+    if archs is not None:
+        feats["processor_archs"] = sorted(archs)
+        ev["processor_archs"] = _first_match(texts, (MODEL_CONFIG_FILE,), r"^multimodal_model_archs\s*=")
+    feats["config_model_types"] = sorted(_config_model_types_in(source_files(version, "srt/configs", download)))
     for f in _CONTEXT_FILES:  # get_context_length moved between releases
         text = source_text(version, f, download=download)
         keys = _list_constant(text or "", "CONTEXT_LENGTH_KEYS")
@@ -968,29 +977,31 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
         sim.params_missing.append({"param": pn, "shape": list(shape), "reason": why, "critical": crit})
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--write"]:
-        from kit.sglang.source import write_table
-
-        write_table(TABLE_PATH, build_table(sys.argv[2:]))
-    else:
-        v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
-        cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3
-        print(json.dumps(derive_runtime(v) if cls == "runtime" else derive_features(v, architecture=cls), indent=1))
-
-
 @lru_cache(maxsize=8)
 def config_model_types(version: str, download: bool = False) -> frozenset[str] | None:
     """model_types SGLang `version` brings its own config class for (`model_type = "x"` in srt/configs/*.py, the
-    classes its AutoConfig registry adds over Transformers'); None when that release's source is not at hand."""
+    classes its AutoConfig registry adds over Transformers'): the recorded row of that release, else its source
+    (the importable SGLang or the cache); None when neither is at hand."""
+    recorded = _recorded_runtime(version, "config_model_types")
+    if recorded is not None:
+        return frozenset(recorded)
     from kit.findings import KitInputError
     from kit.sglang.source import source_files
 
     try:
-        texts = source_files(version, "srt/configs", download)
+        return _config_model_types_in(source_files(version, "srt/configs", download))
     except (KitInputError, OSError):
         return None
+
+
+def _config_model_types_in(texts: dict[str, str]) -> frozenset[str]:
     return frozenset(m for t in texts.values() for m in re.findall(r'^\s+model_type\s*=\s*"([^"]+)"', t, re.M))
+
+
+def _recorded_runtime(version: str, feature: str) -> Any:
+    """A release-wide feature from that release's own recorded row (None: not recorded for exactly it)."""
+    rules = runtime_rules(version)
+    return rules.features.get(feature) if rules.exact else None
 
 
 def _mapping_keys(tree: ast.AST, name: str) -> set[str]:
@@ -1062,18 +1073,25 @@ def processor_archs(version: str, download: bool = False) -> frozenset[str] | No
     """Architectures whose HF processor SGLang `version` loads at startup even with --skip-tokenizer-init
     (TokenizerManager.init_tokenizer_and_processor, whenever ModelConfig.is_multimodal): model_config.py's
     `multimodal_model_archs` less the `mm_disabled_models` it serves text-only unless --enable-multimodal.
-    None when that release's source is not at hand."""
+    The recorded row of that release, else its source (the importable SGLang or the cache); None when neither is
+    at hand."""
+    recorded = _recorded_runtime(version, "processor_archs")
+    if recorded is not None:
+        return frozenset(recorded)
     from kit.findings import KitInputError
     from kit.sglang.source import source_text
 
     try:
-        src = source_text(version, "srt/configs/model_config.py", download)
+        return _processor_archs_in(source_text(version, MODEL_CONFIG_FILE, download) or "")
     except (KitInputError, OSError):
         return None
+
+
+def _processor_archs_in(src: str) -> frozenset[str] | None:
     node = next(
         (
             n.value
-            for n in ast.parse(src or "").body
+            for n in ast.parse(src).body
             if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "multimodal_model_archs" for t in n.targets)
         ),
         None,
@@ -1082,6 +1100,17 @@ def processor_archs(version: str, download: bool = False) -> frozenset[str] | No
         return None
     # the string entries; a `*OTHER_ARCHS` splice (MiMo-V2: multimodal only with vision/audio configs) is left out
     archs = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    m = re.search(r"mm_disabled_models\s*=\s*(\[[^\]]*\])", src or "")
+    m = re.search(r"mm_disabled_models\s*=\s*(\[[^\]]*\])", src)
     disabled = set(ast.literal_eval(m.group(1))) if m else set()
     return frozenset(a for a in archs if a not in disabled)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write"]:
+        from kit.sglang.source import write_table
+
+        write_table(TABLE_PATH, build_table(sys.argv[2:]))
+    else:
+        v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
+        cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3
+        print(json.dumps(derive_runtime(v) if cls == "runtime" else derive_features(v, architecture=cls), indent=1))

@@ -300,3 +300,19 @@ def test_transformers_model_types_read_as_text_are_what_transformers_imports():
     got = sr.transformers_model_types()
     assert got == frozenset(CONFIG_MAPPING_NAMES) and "llama" in got and "gpt-sw3" in got
     assert sr.known_model_type("llama", "0.5.17") is True
+
+
+def test_startup_rules_of_a_recorded_release_need_no_source(tmp_path, monkeypatch):
+    """Which multimodal classes load their processor at startup and which model_types SGLang configures itself
+    come from the recorded row: a host with an empty cache, no network and no SGLang judges as one with all."""
+    monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("kit.sglang.versions.importable_version", lambda: None)
+    sr.processor_archs.cache_clear()
+    try:
+        archs = sr.processor_archs("0.5.17")
+        assert {"KimiK25ForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration"} <= archs
+        assert "LlamaForCausalLM" not in archs
+        assert "kimi_k25" in sr.config_model_types("0.5.17")
+        assert sr.processor_archs("0.4.4") != archs  # per release, not one list for all
+    finally:
+        sr.processor_archs.cache_clear()
