@@ -56,7 +56,7 @@ matrix)
   timeout 560 python3 bench/gpu_sglang.py matrix --work "$W" --out "$R/matrix" --gpus 0 1 2>&1 | grep -E "^\[gpu|^\{" | cut -c1-400
   ;;
 bench)
-  timeout 560 python3 bench/gpu_sglang.py bench --work "$W" --out "$R/bench" --gpu 0 --num-prompts 16 > "$R/bench.txt" 2>&1 &
+  timeout 560 python3 bench/gpu_sglang.py bench --work "$W" --out "$R/bench" --gpu 0 --num-prompts 16 --repeats 1 > "$R/bench.txt" 2>&1 &
   timeout 560 python3 bench/gpu_sglang.py graphs --work "$W" --out "$R/graphs" --gpu 1 --num-prompts 16 --concurrency-list 1 8 > "$R/graphs.txt" 2>&1 &
   wait
   tail -c 1500 "$R/bench.txt"; tail -c 1500 "$R/graphs.txt"
@@ -69,7 +69,7 @@ clients)
   fi
   python3 -c "import datasets; print('datasets', datasets.__version__)" 2>&1 | tail -1
   python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_two_gpus import build_target; build_target(Path('$TOKENIZER'), Path('$W/tp_target'))" 2>&1 | tail -1
-  timeout 250 python3 bench/gpu_sglang.py bench --work "$W" --out "$R/bench" --gpu 0 --num-prompts 16 --row baseline \
+  timeout 250 python3 bench/gpu_sglang.py bench --work "$W" --out "$R/bench" --gpu 0 --num-prompts 16 --repeats 1 --row baseline \
     --target "$W/tp_target" --server-extra=--cuda-graph-max-bs-decode=16 > "$R/bench.txt" 2>&1
   tail -c 800 "$R/bench.txt"
   ;;

@@ -24,6 +24,7 @@ import json
 import os
 import queue
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -638,7 +639,9 @@ def bench_compare(args) -> dict:
     the same prompt texts (the kit's chat-templated prompts, cycled), the same request count, concurrency and
     fixed output length (ignore_eos), streamed `/generate` in both. The request count per concurrency comes
     from a short kit pilot so that each client's run lasts at least --min-seconds; SGLang's /metrics counts
-    the prompt tokens each client sent."""
+    the prompt tokens each client sent. The clients take --repeats turns each in ABBA order (client_order); the
+    table gives each client's median and, per run, SGLang's own decode rate in that client's window
+    (server_window), which says whether a gap is the clients' or the server's."""
     from kit.measure.bench import load_prompts, request_list
     from kit.models import chat_renderer
 
@@ -665,55 +668,119 @@ def bench_compare(args) -> dict:
             rate = pilot["labels"]["pilot"]["req_s"]
             n = max(pilot_n, int(args.min_seconds * rate * 1.3) + conc)
             ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
-            p0 = server_prompt_tokens(base)
-            kb = kit_bench(base, out / f"kit_c{conc}", conc, n, args.max_new_tokens, "kit", chat_template=target)
-            p1 = server_prompt_tokens(base)
-            bs = bench_serving(
-                args.port, target, ds, out / f"bench_serving_c{conc}.jsonl", conc, n, args.max_new_tokens
-            )
-            p2 = server_prompt_tokens(base)
-            doc["runs"][str(conc)] = {
-                "n": n,
-                "pilot_req_s": rate,
-                "server_prompt_tokens": {
-                    "kit": (p1 - p0) if None not in (p0, p1) else None,
-                    "bench_serving": (p2 - p1) if None not in (p1, p2) else None,
-                },
-                "kit_bench": kb,
-                "bench_serving": bs,
-            }
+            run: dict = {"n": n, "pilot_req_s": rate, "order": [], "windows": [], "server_prompt_tokens": []}
+            run |= {"kit_bench": [], "bench_serving": []}
+            for client in client_order(args.repeats):
+                r = len(run[client])
+                p0, t0 = server_prompt_tokens(base), time.time()
+                if client == "kit_bench":
+                    res = kit_bench(
+                        base, out / f"kit_c{conc}_r{r}", conc, n, args.max_new_tokens, "kit", chat_template=target
+                    )
+                else:
+                    res = bench_serving(
+                        args.port, target, ds, out / f"bench_serving_c{conc}_r{r}.jsonl", conc, n, args.max_new_tokens
+                    )
+                p1, t1 = server_prompt_tokens(base), time.time()
+                run[client].append(res)
+                run["order"].append(client)
+                run["windows"].append([t0, t1])
+                run["server_prompt_tokens"].append((p1 - p0) if None not in (p0, p1) else None)
+            doc["runs"][str(conc)] = run
             (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
             print(f"[bench] c={conc} n={n} done", flush=True)
     finally:
         doc["stop"] = stop(h)
         doc["log"] = log_events(h["spec"].log_file)
-    doc["table"] = parity_table(doc)
+    log_file = Path(h["spec"].log_file)
+    doc["table"] = parity_table(doc, log_file.read_text(errors="replace").splitlines() if log_file.exists() else [])
     (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
 
-def parity_table(doc: dict) -> list[dict]:
-    """One row per concurrency: kit bench beside bench_serving (ms, tok/s, seconds, prompt tokens)."""
+def client_order(repeats: int) -> list[str]:
+    """The clients' turns on the one server: kit, bench_serving, then reversed, and so on (ABBA), so that a server
+    that drifts over the run (or a host whose load comes and goes) weighs on both clients alike."""
+    pair = ["kit_bench", "bench_serving"]
+    return [c for i in range(repeats) for c in (pair if i % 2 == 0 else pair[::-1])]
+
+
+def client_figures(client: str, res: dict) -> dict:
+    """One client run's figures in one shape (ms, tok/s, s): kit bench's summary or bench_serving's result."""
+    if client == "kit_bench":
+        k = (res.get("labels") or {}).get("kit") or {}
+        ms = lambda v: round(v * 1e3, 2) if v is not None else None  # noqa: E731
+        return {
+            "ttft_p50_ms": ms(k.get("ttft_p50_s")),
+            "ttft_mean_ms": ms(k.get("ttft_mean_s")),
+            "itl_p50_ms": ms(k.get("itl_p50_s")),
+            "e2e_p50_ms": ms(k.get("e2e_p50_s")),
+            "output_tok_s": k.get("output_tok_s"),
+            "duration_s": k.get("duration_s"),
+            "prompt_tokens_client": k.get("prompt_tokens"),
+        }
+    b = res.get("result") or {}
+    return {
+        "ttft_p50_ms": b.get("median_ttft_ms"),
+        "ttft_mean_ms": b.get("mean_ttft_ms"),
+        "itl_p50_ms": b.get("median_itl_ms"),
+        "e2e_p50_ms": b.get("median_e2e_latency_ms"),
+        "output_tok_s": b.get("output_throughput"),
+        "duration_s": b.get("duration"),
+        "prompt_tokens_client": b.get("total_input_tokens"),
+    }
+
+
+def server_window(log_lines: list[str], t0: float, t1: float) -> dict:
+    """SGLang's own decode lines stamped inside one client's run ([t0, t1], epoch seconds of the same host): the
+    server's generation rate and running requests while that client drove it."""
+    from datetime import datetime
+
+    from kit.sglang.log_format import parse_line
+
+    rates, running = [], []
+    for line in log_lines:
+        row = parse_line(line)
+        if not row or row["kind"] != "decode" or not row.get("time"):
+            continue
+        t = datetime.strptime(row["time"][:19], "%Y-%m-%d %H:%M:%S").timestamp()
+        if t0 <= t <= t1 and row.get("gen_throughput") is not None:
+            rates.append(row["gen_throughput"])
+            running.append(row.get("running_req") or 0)
+    if not rates:
+        return {"decode_lines": 0}
+    return {
+        "decode_lines": len(rates),
+        "gen_tok_s_median": round(statistics.median(rates), 1),
+        "running_req_mean": round(statistics.fmean(running), 2),
+    }
+
+
+def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
+    """One row per concurrency: kit bench beside bench_serving, each the median over its repeats (ms, tok/s, s),
+    every repeat's figures in turn order, and SGLang's own decode rate in each client's windows."""
     rows = []
     for conc, r in doc.get("runs", {}).items():
-        k = (r["kit_bench"].get("labels") or {}).get("kit") or {}
-        b = (r["bench_serving"].get("result")) or {}
-        ms = lambda v: round(v * 1e3, 2) if v is not None else None  # noqa: E731
-        rows.append(
-            {
-                "concurrency": int(conc),
-                "requests": r["n"],
-                "ttft_p50_ms": [ms(k.get("ttft_p50_s")), b.get("median_ttft_ms")],
-                "ttft_mean_ms": [ms(k.get("ttft_mean_s")), b.get("mean_ttft_ms")],
-                "itl_p50_ms": [ms(k.get("itl_p50_s")), b.get("median_itl_ms")],
-                "e2e_p50_ms": [ms(k.get("e2e_p50_s")), b.get("median_e2e_latency_ms")],
-                "output_tok_s": [k.get("output_tok_s"), b.get("output_throughput")],
-                "duration_s": [k.get("duration_s"), b.get("duration")],
-                "prompt_tokens_server": [r["server_prompt_tokens"]["kit"], r["server_prompt_tokens"]["bench_serving"]],
-                "prompt_tokens_client": [k.get("prompt_tokens"), b.get("total_input_tokens")],
-            }
-        )
+        per: dict[str, list[dict]] = {"kit_bench": [], "bench_serving": []}
+        seen = {c: 0 for c in per}
+        for client, (t0, t1), ptok in zip(r["order"], r["windows"], r["server_prompt_tokens"]):
+            fig = client_figures(client, r[client][seen[client]])
+            seen[client] += 1
+            per[client].append({**fig, "prompt_tokens_server": ptok, "server": server_window(list(log_lines), t0, t1)})
+        row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
+        for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):
+            row[key] = [_median([f[key] for f in per[c]]) for c in per]
+        row["server_gen_tok_s_median"] = [_median([f["server"].get("gen_tok_s_median") for f in per[c]]) for c in per]
+        row["prompt_tokens_server"] = [per[c][0]["prompt_tokens_server"] if per[c] else None for c in per]
+        row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]
+        row["repeats"] = per
+        rows.append(row)
     return rows
+
+
+def _median(values: list) -> float | None:
+    got = [v for v in values if v is not None]
+    return round(statistics.median(got), 3) if got else None
 
 
 def graph_cap_option() -> str:
@@ -788,7 +855,8 @@ def main(argv=None) -> int:
         sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 16])
     sub.choices["bench"].add_argument("--row", default="baseline")
     sub.choices["bench"].add_argument("--target", default=None, help="target dir (default: the embedded SmolLM2)")
-    sub.choices["graphs"].add_argument("--repeats", type=int, default=2)
+    for name in ("bench", "graphs"):
+        sub.choices[name].add_argument("--repeats", type=int, default=2, help="runs per client (bench: in ABBA turns)")
     sub.choices["bench"].add_argument(
         "--server-extra", nargs="*", default=None, help="server flags (default: decode graphs up to 16, metrics on)"
     )
