@@ -238,7 +238,9 @@ def throughput_speedup(
     if speedup:
         rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items() if v}
         pairing = {v.get("pairing") for v in speedup.values() if v} - {None}
-        kind = f"speedup over no speculation\n(paired per {' / '.join(sorted(pairing)) or 'repeat'}; bars: 95% interval)"
+        kind = (
+            f"speedup over no speculation\n(paired per {' / '.join(sorted(pairing)) or 'repeat'}; bars: 95% interval)"
+        )
     else:
         rows = {k: (v["speedup"], v["t_low"], v["t_high"]) for k, v in (summary.get("speedup") or {}).items()}
         kind = "speedup over no speculation\n(bars: 95% t-interval)"
