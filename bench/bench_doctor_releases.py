@@ -3,7 +3,7 @@
 Every listed SGLang release (kit.sglang.releases) has its own flag, capture, loader and quant rows; this
 prints what they weigh (bytes per file, rows stored whole vs as `same_as`, distinct flag actions) and how
 long `kit doctor` takes per deployment of the corpus (tests/corpus, each case's own release; side
-environments off, as in tests/test_corpus.py) once the tables are loaded: every case run once to warm,
+environments off, as in tests/corpus_cases.py) once the tables are loaded: every case run once to warm,
 then timed. Target: <= 1 s per deployment on a 2-core CPU. Prints one JSON document (last line).
 
     python bench/bench_doctor_releases.py [--repeat 2]
@@ -49,7 +49,7 @@ def table_sizes() -> dict:
 
 
 def doctor_times(repeat: int) -> dict:
-    from tests.test_corpus import load_cases, run_case
+    from tests.corpus_cases import load_cases, run_case
 
     cases = load_cases()
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """`kit rehearse` over the seed's setup and its fix, the families, the four fault classes and the corpus, side by side.
 
 Runs on the GPU host with SGLang importable (the kit's bundle on PYTHONPATH: pass `--bundle`), the repository on
-PYTHONPATH. Each case is materialised the way tests/test_corpus.py does it (real configs, sparse safetensors with
+PYTHONPATH. Each case is materialised by tests/corpus_cases.py (real configs, sparse safetensors with
 each exporter's key names and shapes; the miniature then gets real random tensors); each rehearsal is one
 `python -m kit rehearse ... --json` process, so it is the product path that runs.
 
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from test_corpus import (  # noqa: E402
+from corpus_cases import (  # noqa: E402
     REHEARSAL_RELEASE,
     build_case,
     load_cases,

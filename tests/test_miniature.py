@@ -2,7 +2,7 @@
 the preserved fields preserved, and SGLang's loader (the kit's replay) saying of the miniature draft exactly what
 it says of the original header.
 
-Drafts are the corpus's sparse safetensors (each exporter's key names and shapes, tests/test_corpus.py), so a
+Drafts are the corpus's sparse safetensors (each exporter's key names and shapes, tests/corpus_cases.py), so a
 7168-wide Kimi draft costs kilobytes; the miniature is written for real (random values).
 
     python -m pytest tests/test_miniature.py -q
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_corpus import load_configs, weight_spec, write_sparse_safetensors
+from corpus_cases import load_configs, weight_spec, write_sparse_safetensors
 
 from kit.rehearsal.miniature import miniature_target, write_miniature_draft, write_miniature_target
 
