@@ -6,9 +6,13 @@ of that server (the scheduler processes are spawned with the parent's environmen
 import hook that wraps `ModelRunner.load_model` as its module loads (SGLang's files stay untouched). After the
 *target* model is built (not a draft worker's), on TP rank 0 only, it registers torch hooks on the decoder:
 
-* a forward pre-hook on `layers[p]` for each capture point p < L: the residual stream entering layer p, SGLang's
-  own aux expression (`hidden_states + residual`, srt/models/llama.py `LlamaModel.forward`; at layer 0 the
-  residual is None and the embedding alone enters);
+* a forward pre-hook on `layers[p]` for each capture point p < L: the residual stream entering layer p. Where
+  the layer takes the residual as an argument (srt/models/llama.py, deepseek_v2.py up to 0.5.17), SGLang's own aux
+  expression `hidden_states + residual` (at layer 0 the residual is None and the embedding alone enters). Where
+  the residual stream lives in the forward batch and the layer takes an aux-capture argument instead (0.5.23:
+  llama.py's `capture_output`, a callable; deepseek_v2.py's `captured_last_layer_outputs`, a collector), the
+  hook passes the recorder's own there (wrapping SGLang's when an EAGLE-3 launch set one), and the layer hands it
+  the state exactly as it hands an EAGLE-3 draft's capture (`capture_style` reads which, per layer);
 * a forward pre-hook on the final `norm` for p = L (its two inputs summed: the pre-norm last state) and a forward
   hook on it: the post-norm final state (`output[0]` when the norm returns (normed, residual));
 * from the first layer's arguments, the batch's `forward_batch.input_ids` and `forward_mode` (extend: a new
@@ -26,7 +30,9 @@ Environment: KIT_CAPTURE_DIR (chunks and index; unset: this file does nothing), 
 KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against the source of the release the kit bundles
 (`kit.sglang.bundle`): srt/model_executor/model_runner.py (`ModelRunner.load_model`, `is_draft_worker`,
 `ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder layers called as
-`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`).
+`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`), and 0.5.23's
+(`layer(positions, hidden_states, forward_batch, capture_output=...)`, srt/layers/layer_boundary/stage.py calling
+`capture(value, owned=...)`; the final norm still `norm(hidden, residual)`).
 Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded; the
 import hook is `kit.serving.after_import`, copied beside this file as `kit_after_import.py`);
 every hook is fail-safe: a failure is an `error` line in the index and SGLang runs on unobserved.
@@ -104,9 +110,9 @@ class Recorder:
         self.handles.append(layers[0].register_forward_pre_hook(self._start, with_kwargs=True))
         for p in sorted(set(self.points)):
             if p < L:
-                self.handles.append(
-                    layers[p].register_forward_pre_hook(functools.partial(self._point, p), with_kwargs=True)
-                )
+                style = capture_style(layers[p])
+                take = self._point if style == "residual" else functools.partial(self._tap, style)
+                self.handles.append(layers[p].register_forward_pre_hook(functools.partial(take, p), with_kwargs=True))
         if L in self.points:
             self.handles.append(decoder.norm.register_forward_pre_hook(self._pre_norm, with_kwargs=True))
         self.handles.append(decoder.norm.register_forward_hook(self._final))
@@ -165,6 +171,22 @@ class Recorder:
         # norms later update in place as the residual, so it is copied
         self.current["points"][p] = hidden.detach().clone() if residual is None else (hidden + residual).detach()
 
+    def _tap(self, style, p, module, args, kwargs):
+        """Pass the layer the recorder's own aux capture (around SGLang's, if any) for this forward."""
+        if self.current is None:
+            return None
+        if style not in kwargs and len(args) > 3:
+            self._guard(_positional, style)
+            return None
+        given = kwargs.get(style)
+        tap = Tap(self, p, given)
+        return args, {**kwargs, style: tap if style == "captured_last_layer_outputs" else tap.capture}
+
+    def took(self, p, hidden) -> None:
+        """A state SGLang handed the recorder's capture (borrowed storage: copied)."""
+        if self.current is not None:
+            self.current["points"][p] = hidden.detach().clone()
+
     def _pre_norm(self, module, args, kwargs):
         if self.current is not None:
             self._guard(self._take_pre_norm, args, kwargs)
@@ -182,6 +204,9 @@ class Recorder:
         import torch
 
         cur, self.current = self.current, None
+        missing = [p for p in self.points if p not in cur["points"]]
+        if missing:
+            raise RuntimeError(f"points {missing} were not handed over in this forward")
         final = output[0] if isinstance(output, (tuple, list)) else output
         aux = torch.cat([cur["points"][p] for p in self.points], -1) if self.points else None
         self.buffer.append({"mode": cur["mode"], "ids": cur["ids"], "aux": aux, "final": final.detach().clone()})
@@ -205,6 +230,51 @@ class Recorder:
         note(
             self.out, "chunk", file=name, forwards=[{"mode": f["mode"], "tokens": int(f["ids"].shape[0])} for f in buf]
         )
+
+
+def capture_style(layer) -> str:
+    """How SGLang's decoder layer gets the stream entering it: `residual` (an argument beside hidden_states),
+    else the name of the layer's aux-capture argument the recorder fills (`capture_output`: a callable
+    `capture(value, owned=...)`; `captured_last_layer_outputs`: a collector with `.capture`)."""
+    import inspect
+
+    params = inspect.signature(layer.forward).parameters
+    for style in ("residual", "capture_output", "captured_last_layer_outputs"):
+        if style in params:
+            return style
+    raise ValueError(f"{type(layer).__name__}.forward takes neither a residual nor an aux-capture argument")
+
+
+def _positional(style: str) -> None:
+    raise TypeError(f"the layer got {style} by position: the recorder passes it by name only")
+
+
+class Tap:
+    """The recorder's aux capture for one layer and forward: records the state SGLang hands over, then passes it
+    to SGLang's own capture when the launch set one (an EAGLE-3 launch's), so both see the same value."""
+
+    def __init__(self, rec: Recorder, p: int, given):
+        self.rec, self.p, self.given = rec, p, given
+
+    def capture(self, hidden, *, owned: bool = False) -> None:
+        self.rec._guard(self.rec.took, self.p, hidden)
+        if callable(self.given) and not hasattr(self.given, "capture"):
+            self.given(hidden, owned=owned)
+        elif self.given is not None:
+            self.given.capture(hidden, owned=owned)
+
+    def append(self, hidden) -> None:
+        self.rec._guard(self.rec.took, self.p, hidden)
+        if self.given is not None:
+            self.given.append(hidden)
+
+    def __len__(self) -> int:
+        return len(self.given) if self.given is not None else 0
+
+    def __getattr__(self, name):  # the rest of SGLang's collector (finalize, slot, ...), when there is one
+        if self.given is None:
+            raise AttributeError(name)
+        return getattr(self.given, name)
 
 
 def attach_to(runner, out: str, points: list[int], max_tokens: int | None) -> Recorder | None:

@@ -51,31 +51,89 @@ class Layer(torch.nn.Module):
         return nxt * 0.25, nxt * 0.75
 
 
+class CaptureLayer(torch.nn.Module):
+    """0.5.23's llama.py call: (positions, hidden_states, forward_batch, capture_output=None) -> hidden; the
+    residual lives in the forward batch, and the layer hands the stream entering it to `capture_output`."""
+
+    def __init__(self, i):
+        super().__init__()
+        self.i = i
+
+    def forward(self, positions, hidden_states, forward_batch, capture_output=None):
+        if capture_output is not None:
+            res = forward_batch.residual
+            capture_output(hidden_states if res is None else hidden_states + res, owned=res is not None)
+        nxt = Table.points[self.i + 1][positions]
+        forward_batch.residual = nxt * 0.75
+        return nxt * 0.25
+
+
+class CollectorLayer(torch.nn.Module):
+    """0.5.23's deepseek_v2.py call: the aux collector `captured_last_layer_outputs` (its `.capture`), and
+    (hidden, topk_indices) back."""
+
+    def __init__(self, i):
+        super().__init__()
+        self.i = i
+
+    def forward(self, positions, hidden_states, forward_batch, zero_allocator, captured_last_layer_outputs=None, **kw):
+        if captured_last_layer_outputs is not None:
+            res = forward_batch.residual
+            captured_last_layer_outputs.capture(hidden_states if res is None else hidden_states + res)
+        nxt = Table.points[self.i + 1][positions]
+        forward_batch.residual = nxt * 0.75
+        return nxt * 0.25, None
+
+
+class AuxList(list):
+    """SGLang's AuxHiddenStateList: what an EAGLE-3 launch passes the layers it captures."""
+
+    def capture(self, hidden, *, owned=False):
+        self.append(hidden if owned else hidden.clone())
+
+
 class Norm(torch.nn.Module):
     def forward(self, hidden_states, residual=None):
         x = hidden_states if residual is None else hidden_states + residual
         return Table.final_rows, x
 
 
+STYLES = ("residual", "capture_output", "captured_last_layer_outputs")
+
+
 class Decoder(torch.nn.Module):
-    def __init__(self, n_layers):
+    """SGLang's decoder loop in each release's layer call; `sglang_captures`: the layers an EAGLE-3 launch
+    captures itself, its collector kept in `aux`."""
+
+    def __init__(self, n_layers, style="residual", sglang_captures=()):
         super().__init__()
-        self.layers = torch.nn.ModuleList(Layer(i) for i in range(n_layers))
+        kind = {"residual": Layer, "capture_output": CaptureLayer, "captured_last_layer_outputs": CollectorLayer}
+        self.layers = torch.nn.ModuleList(kind[style](i) for i in range(n_layers))
         self.norm = Norm()
+        self.style, self.sglang_captures, self.aux = style, set(sglang_captures), AuxList()
 
     def forward(self, ids, positions, fb):
         hidden, residual = Table.points[0][positions].clone(), None  # the embedding (point 0)
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, fb, residual)
+        fb.residual = None
+        self.aux = AuxList()
+        for i, layer in enumerate(self.layers):
+            mine = self.aux if i in self.sglang_captures else None
+            if self.style == "residual":
+                hidden, residual = layer(positions, hidden, fb, residual)
+            elif self.style == "capture_output":
+                hidden = layer(positions, hidden, fb, capture_output=mine.capture if mine is not None else None)
+            else:
+                hidden, _ = layer(positions, hidden, fb, None, captured_last_layer_outputs=mine)
+        residual = residual if self.style == "residual" else fb.residual
         Table.final_rows = Table.final[positions]
         out, _ = self.norm(hidden, residual)
         return out
 
 
 class Model(torch.nn.Module):
-    def __init__(self, n_layers):
+    def __init__(self, n_layers, style="residual", sglang_captures=()):
         super().__init__()
-        self.model = Decoder(n_layers)
+        self.model = Decoder(n_layers, style, sglang_captures)
 
 
 def serve(model, seqs, feats, finals):
@@ -105,8 +163,9 @@ def setup():
     return t, d, seqs, every, final
 
 
-def runner(L, **kw):
-    r = SimpleNamespace(model=Model(L), is_draft_worker=False, ps=SimpleNamespace(tp_rank=0, pp_size=1))
+def runner(L, style="residual", sglang_captures=(), **kw):
+    model = Model(L, style, sglang_captures)
+    r = SimpleNamespace(model=model, is_draft_worker=False, ps=SimpleNamespace(tp_rank=0, pp_size=1))
     r.__dict__.update(kw)
     return r
 
@@ -115,11 +174,14 @@ def armed(d):
     (d / hook.ARMED).touch()  # what the kit does once the server is ready
 
 
-def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path):
+@pytest.mark.parametrize("style", STYLES)
+def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path, style):
+    """Whichever way the release's layer gets the stream entering it (a residual argument, 0.5.23's capture
+    callable or collector), the capture holds the target's own states."""
     t, d, seqs, every, final = setup
     L, H = t.config.num_hidden_layers, t.config.hidden_size
     points = capture_points_for(d, t, Wiring())
-    r = runner(L)
+    r = runner(L, style)
     rec = hook.attach_to(r, str(tmp_path), points, None)
     assert rec is not None
     serve(r.model, seqs[:1], every, final)  # before the kit arms it (a startup's own forwards): nothing
@@ -146,6 +208,36 @@ def test_the_recorder_writes_what_the_oracle_reads(setup, tmp_path):
     captured = evaluate_each(t, d, back.seqs(), p, wirings, capture=back)
     for name in wirings:
         assert captured[name].accept_lengths == direct[name].accept_lengths, name
+
+
+@pytest.mark.parametrize("style", STYLES[1:])
+def test_sglangs_own_capture_gets_the_same_states_beside_the_recorder(setup, tmp_path, style):
+    """An EAGLE-3 launch captures some layers itself: its collector still gets every state, equal to the
+    recorder's, and a layer it does not capture stays uncaptured on its side."""
+    t, d, seqs, every, final = setup
+    L, H = t.config.num_hidden_layers, t.config.hidden_size
+    r = runner(L, style, sglang_captures=(1,))
+    assert hook.capture_style(r.model.model.layers[0]) == style
+    rec = hook.attach_to(r, str(tmp_path), [1, 2], None)
+    armed(tmp_path)
+    prompt = seqs[0][0]
+    Table.points = [every[0][:, j * H : (j + 1) * H] for j in range(L + 1)]
+    Table.final = final[0]
+    fb = SimpleNamespace(input_ids=torch.tensor(prompt), forward_mode=Mode("EXTEND"))
+    r.model.model(fb.input_ids, torch.arange(len(prompt)), fb)
+    (got,) = rec.buffer
+    n = len(prompt)
+    assert len(r.model.model.aux) == 1 and torch.equal(r.model.model.aux[0], Table.points[1][:n])
+    assert torch.equal(got["aux"], torch.cat([Table.points[1][:n], Table.points[2][:n]], -1))
+
+
+def test_a_layer_without_a_residual_or_a_capture_argument_is_named():
+    class Bare(torch.nn.Module):
+        def forward(self, positions, hidden_states, forward_batch):
+            return hidden_states
+
+    with pytest.raises(ValueError, match="Bare.forward takes neither a residual nor an aux-capture argument"):
+        hook.capture_style(Bare())
 
 
 def test_only_the_target_on_rank_0_is_recorded(tmp_path):
