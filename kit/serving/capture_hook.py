@@ -7,11 +7,11 @@ import hook that wraps `ModelRunner.load_model` as its module loads (SGLang's fi
 *target* model is built (not a draft worker's), on TP rank 0 only, it registers torch hooks on the decoder:
 
 * a forward pre-hook on `layers[p]` for each capture point p < L: the residual stream entering layer p. Where
-  the layer takes the residual as an argument (srt/models/llama.py, deepseek_v2.py up to 0.5.17), SGLang's own aux
-  expression `hidden_states + residual` (at layer 0 the residual is None and the embedding alone enters). Where
-  the residual stream lives in the forward batch and the layer takes an aux-capture argument instead (0.5.23:
-  llama.py's `capture_output`, a callable; deepseek_v2.py's `captured_last_layer_outputs`, a collector), the
-  hook passes the recorder's own there (wrapping SGLang's when an EAGLE-3 launch set one), and the layer hands it
+  the layer takes the residual as an argument (srt/models/llama.py, deepseek_v2.py of the bundled release),
+  SGLang's own aux expression `hidden_states + residual` (at layer 0 the residual is None and the embedding alone
+  enters). Where the residual stream lives in the forward batch and the layer takes an aux-capture argument
+  instead (releases with srt/layers/layer_boundary/: llama.py's `capture_output`, a callable; deepseek_v2.py's
+  `captured_last_layer_outputs`, a collector), the hook passes the recorder's own there (wrapping SGLang's when an EAGLE-3 launch set one), and the layer hands it
   the state exactly as it hands an EAGLE-3 draft's capture (`capture_style` reads which, per layer);
 * a forward pre-hook on the final `norm` for p = L (its two inputs summed: the pre-norm last state) and a forward
   hook on it: the post-norm final state (`output[0]` when the norm returns (normed, residual));
@@ -30,8 +30,8 @@ Environment: KIT_CAPTURE_DIR (chunks and index; unset: this file does nothing), 
 KIT_CAPTURE_MAX_TOKENS (default unbounded). Written against the source of the release the kit bundles
 (`kit.sglang.bundle`): srt/model_executor/model_runner.py (`ModelRunner.load_model`, `is_draft_worker`,
 `ps.tp_rank`), srt/models/llama.py and deepseek_v2.py (decoder layers called as
-`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`), and 0.5.23's
-(`layer(positions, hidden_states, forward_batch, capture_output=...)`, srt/layers/layer_boundary/stage.py calling
+`layer(positions, hidden_states, forward_batch, residual, ...)`, then `norm(hidden, residual)`), and the
+layer_boundary releases' (`layer(positions, hidden_states, forward_batch, capture_output=...)`, srt/layers/layer_boundary/stage.py calling
 `capture(value, owned=...)`; the final norm still `norm(hidden, residual)`).
 Standard library only at import (torch is imported inside the hooks, in SGLang's process where it is loaded; the
 import hook is `kit.serving.after_import`, copied beside this file as `kit_after_import.py`);
