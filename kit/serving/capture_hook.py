@@ -11,8 +11,9 @@ import hook that wraps `ModelRunner.load_model` as its module loads (SGLang's fi
   SGLang's own aux expression `hidden_states + residual` (at layer 0 the residual is None and the embedding alone
   enters). Where the residual stream lives in the forward batch and the layer takes an aux-capture argument
   instead (releases with srt/layers/layer_boundary/: llama.py's `capture_output`, a callable; deepseek_v2.py's
-  `captured_last_layer_outputs`, a collector), the hook passes the recorder's own there (wrapping SGLang's when an EAGLE-3 launch set one), and the layer hands it
-  the state exactly as it hands an EAGLE-3 draft's capture (`capture_style` reads which, per layer);
+  `captured_last_layer_outputs`, a collector), the hook passes the recorder's own there (wrapping SGLang's when
+  an EAGLE-3 launch set one), and the layer hands it the state exactly as it hands an EAGLE-3 draft's capture
+  (`capture_style` reads which, per layer);
 * a forward pre-hook on the final `norm` for p = L (its two inputs summed: the pre-norm last state) and a forward
   hook on it: the post-norm final state (`output[0]` when the norm returns (normed, residual));
 * from the first layer's arguments, the batch's `forward_batch.input_ids` and `forward_mode` (extend: a new
