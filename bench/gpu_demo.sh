@@ -6,7 +6,8 @@
 #   bash bench/gpu_demo.sh demo    # `kit demo --gpu` (the draft: $WORK/best if `pick` chose one, else DRAFT, else shipped)
 #   bash bench/gpu_demo.sh finish  # score a served run given as RUN_TGZ (python -m kit.demo_gpu finish)
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16 (PARITY_CONC),
-#                                  # >= 60 s a run, PARITY_REPEATS (default 2) runs per client in ABBA turns
+#                                  # >= 60 s a run, PARITY_REPEATS (default 2) runs per client in ABBA turns;
+#                                  # PARITY_ARGS: more `gpu_sglang.py bench` flags (--order, --target, --dummy-weights)
 #   TRAIN_GPU=1 bash bench/gpu_demo.sh train  # demo-draft recipes (bench/gpu_train_draft.py, $TRAIN_RECIPES), detached, in parallel
 #   bash bench/gpu_demo.sh pick    # wait for them; the best oracle 2-1-3 accept length (vs the shipped draft's)
 #                                  # becomes $WORK/best (used by `demo`), copied to $RESULTS/best
@@ -59,7 +60,7 @@ finish)
 parity)
   nb_site
   timeout ${PARITY_TIMEOUT:-570} python3 bench/gpu_sglang.py bench --work "$S" --out "$S/parity" --gpu 0 --min-seconds 60 \
-    --repeats ${PARITY_REPEATS:-2} --concurrency-list ${PARITY_CONC:-1 16} 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$RES/parity.log"
+    --repeats ${PARITY_REPEATS:-2} --concurrency-list ${PARITY_CONC:-1 16} ${PARITY_ARGS:-} 2>&1 | grep -v -E "it/s\]|Loading weights" | tail -c 3000 | tee "$RES/parity.log"
   tar czf "$RES/parity.tgz" -C "$S" parity
   ;;
 notebooks)

@@ -650,6 +650,9 @@ def bench_compare(args) -> dict:
     prompts = [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")]
     row = next(r for r in ROWS if r.name == args.row)
     extra = args.server_extra if args.server_extra is not None else [graph_cap_option(), "16", "--enable-metrics"]
+    # random weights of the target's shapes: every step costs what the real weights' would, and the clients'
+    # comparison (same prompts, fixed output lengths, ignore_eos) does not read the tokens' values
+    extra = [*extra, "--load-format", "dummy"] if args.dummy_weights else extra
     h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=extra)
     doc: dict = {"row": row.name, "server_extra": extra, "runs": {}}
     if not wait(h):
@@ -670,7 +673,7 @@ def bench_compare(args) -> dict:
             ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
             run: dict = {"n": n, "pilot_req_s": rate, "order": [], "windows": [], "server_prompt_tokens": []}
             run |= {"kit_bench": [], "bench_serving": []}
-            for client in client_order(args.repeats):
+            for client in args.order or client_order(args.repeats):
                 r = len(run[client])
                 p0, t0 = server_prompt_tokens(base), time.time()
                 if client == "kit_bench":
@@ -861,6 +864,15 @@ def main(argv=None) -> int:
         "--server-extra", nargs="*", default=None, help="server flags (default: decode graphs up to 16, metrics on)"
     )
     sub.choices["bench"].add_argument("--min-seconds", type=float, default=60.0, help="least seconds per client run")
+    sub.choices["bench"].add_argument(
+        "--order", nargs="+", choices=["kit_bench", "bench_serving"], default=None,
+        help="the clients' turns, e.g. kit_bench bench_serving kit_bench (default: --repeats in ABBA turns)",
+    )  # fmt: skip
+    sub.choices["bench"].add_argument(
+        "--dummy-weights",
+        action="store_true",
+        help="serve the target's shapes with random weights (--load-format dummy)",
+    )
     a = p.parse_args(argv)
     fn = {
         "setup": lambda: setup(Path(a.drafts_from) if a.drafts_from else None, Path(a.work)),
