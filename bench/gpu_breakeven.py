@@ -49,6 +49,9 @@ from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run_doc import RunDoc  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED_DEMO = REPO / "docs" / "results" / "h200_gpu_demo_20261203" / "summary.json"
@@ -358,24 +361,6 @@ def recorded_defaults(accept_length: float | None, measured_speedup: float | Non
     return out
 
 
-class Run:
-    """The run's document, written to OUT/breakeven.json after every phase."""
-
-    def __init__(self, out: Path, doc: dict):
-        self.out, self.doc = out, doc
-        self.doc.setdefault("errors", [])
-
-    def error(self, where: str, e: BaseException | str) -> None:
-        msg = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
-        self.doc["errors"].append({"where": where, "error": msg[:1500]})
-        print(f"gpu_breakeven: {where}: {msg[:300]}", flush=True)
-
-    def save(self) -> None:
-        tmp = self.out / "breakeven.json.tmp"
-        tmp.write_text(json.dumps(self.doc, indent=1, default=str))
-        tmp.replace(self.out / "breakeven.json")
-
-
 def analysis(doc: dict, plan: Plan, dirs: dict) -> dict[str, Any]:
     """The measured sizes (both arms measured) -> `kit.measure.breakeven.analyze`, and each probed size's
     draft step cost."""
@@ -465,7 +450,9 @@ def run(args) -> int:
     if bad or DEMO_SIZE not in plan.sizes:
         raise SystemExit(f"gpu_breakeven: --sizes: unknown {bad} or {DEMO_SIZE} missing (known: {', '.join(SIZES)})")
     out.mkdir(parents=True, exist_ok=True)
-    run_ = Run(out, {"plan": plan.__dict__, "dry_run": args.dry_run, "measured": {}, "errors": []})
+    run_ = RunDoc(
+        out, "breakeven.json", {"plan": plan.__dict__, "dry_run": args.dry_run, "measured": {}}, echo="gpu_breakeven"
+    )
     run_.doc["inputs"] = recorded_defaults(args.accept_length, args.measured_speedup)
     root = work / "breakeven"
     logs = root / "logs"

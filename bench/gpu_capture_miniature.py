@@ -40,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gpu_server_oracle import Run, run_oracle  # noqa: E402
+from gpu_server_oracle import new_run, run_oracle  # noqa: E402
+from run_doc import RunDoc  # noqa: E402
 
 CHAIN = ("--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")
 PROMPT_LENS = (16, 24, 32)
@@ -116,7 +117,7 @@ def write_oracle_target(plan: dict) -> None:
     write_safetensors(d / "model.safetensors", {"language_model.model.embed_tokens.weight": embed})
 
 
-def check_capture(run: Run, cap_plan) -> dict:
+def check_capture(run: RunDoc, cap_plan) -> dict:
     """The capture folder against the plan: points, per-request shapes, finite states, the notes' failures."""
     import torch
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    run = Run(out, args.timeout_s)
+    run = new_run(out, args.timeout_s)
     run.doc = {"plan": {}, "capture": {}, "shapes": {}, "oracle": {}, "errors": []}
     try:
         plan = build_plan(work, out, args.version, args.bundle, args.dry_run)
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not run.doc["errors"] else 1
 
 
-def _run(run: Run, plan: dict, out: Path) -> None:
+def _run(run: RunDoc, plan: dict, out: Path) -> None:
     from kit.measure.capture import run_capture
 
     cap = plan["capture"]

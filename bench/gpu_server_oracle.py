@@ -32,6 +32,9 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run_doc import RunDoc  # noqa: E402
 
 CHAINS = {"2-1-3": (2, 1, 3), "3-1-4": (3, 1, 4)}
 NUM_PROMPTS, MAX_NEW_TOKENS = 24, 128
@@ -39,30 +42,10 @@ MEM_FRACTION, KV_TOKENS = 0.15, 32768
 VERSION = "0.5.17"
 
 
-class Run:
-    """The run's clock, errors and summary; `save` writes OUT/summary.json (called on every exit path)."""
-
-    def __init__(self, out: Path, timeout_s: float):
-        self.out, self.t0, self.timeout_s = out, time.monotonic(), timeout_s
-        self.lock = threading.Lock()
-        self.doc: dict = {"hf_oracle": {}, "server_oracle": {}, "observed": {}, "capture": {}, "errors": []}
-
-    def left(self, reserve: float = 5.0) -> float:
-        return max(1.0, self.timeout_s - (time.monotonic() - self.t0) - reserve)
-
-    def error(self, where: str, e: BaseException | str) -> None:
-        text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
-        with self.lock:
-            self.doc["errors"].append({"where": where, "error": str(text)[-1500:], "t": self.elapsed()})
-
-    def elapsed(self) -> float:
-        return round(time.monotonic() - self.t0, 1)
-
-    def save(self) -> None:
-        self.doc["wall_s"] = self.elapsed()
-        tmp = self.out / "summary.json.tmp"
-        tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
-        tmp.replace(self.out / "summary.json")
+def new_run(out: Path, timeout_s: float) -> RunDoc:
+    """This bench's document: OUT/summary.json with the oracle's, the server's and the capture's figures."""
+    doc = {"hf_oracle": {}, "server_oracle": {}, "observed": {}, "capture": {}, "errors": []}
+    return RunDoc(out, "summary.json", doc, timeout_s)
 
 
 def machine() -> dict:
@@ -187,7 +170,7 @@ def chain_args(chain: tuple) -> list[str]:
     ]
 
 
-def run_oracle(run: Run, argv: list[str], log, env: dict, where: str) -> dict | None:
+def run_oracle(run: RunDoc, argv: list[str], log, env: dict, where: str) -> dict | None:
     """One `kit oracle --json` subprocess (timeout: what is left of the run); its last JSON line."""
     t = time.monotonic()
     try:
@@ -208,7 +191,7 @@ def run_oracle(run: Run, argv: list[str], log, env: dict, where: str) -> dict | 
     return {k: res.get(k) for k in ("meta_accept_length", "accept_length", "position_accept_length", "verify_steps")}
 
 
-def measure_server(run: Run, name: str, spec, ids: list[list[int]], max_new_tokens: int, results: dict) -> None:
+def measure_server(run: RunDoc, name: str, spec, ids: list[list[int]], max_new_tokens: int, results: dict) -> None:
     """Start, wait, one warm-up request (kernel compilation), the prompts at batch 1, stop."""
     from kit.measure.capture import send_requests
     from kit.measure.metrics import acceptance_from_records
@@ -240,7 +223,7 @@ def measure_server(run: Run, name: str, spec, ids: list[list[int]], max_new_toke
             run.error(f"{name} stop", e)
 
 
-def capture_run(run: Run, plan: dict, out: Path, results: dict) -> None:
+def capture_run(run: RunDoc, plan: dict, out: Path, results: dict) -> None:
     t = time.monotonic()
     with open(out / "capture_cli.log", "w") as log:
         try:
@@ -271,7 +254,7 @@ def main(argv=None) -> int:
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    run = Run(out, args.timeout_s)
+    run = new_run(out, args.timeout_s)
     try:
         run.doc["machine"] = machine()
         plan = build_plan(work, out, args.num_prompts, args.max_new_tokens)
@@ -303,7 +286,7 @@ def main(argv=None) -> int:
     return 0 if not run.doc["errors"] else 1
 
 
-def _run(run: Run, plan: dict, work: Path, out: Path) -> None:
+def _run(run: RunDoc, plan: dict, work: Path, out: Path) -> None:
     import shutil
 
     shutil.rmtree(plan["capture_dir"], ignore_errors=True)

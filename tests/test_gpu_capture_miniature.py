@@ -52,7 +52,7 @@ def test_the_capture_check_names_bad_shapes_and_the_notes_failures(tmp_path):
     final = [a[:, :H].clone() for a in aux]
     notes = {"missing": [], "mismatch": [], "failed_requests": ["HTTPStatusError: 500"], "recorder_errors": []}
     write_capture(tmp_path, Capture("server capture", 3, H, points, ids, [2, 1], aux, final, notes))
-    run = gcm.Run(tmp_path, 10.0)
+    run = gcm.new_run(tmp_path, 10.0)
     run.doc = {"errors": []}
     shapes = gcm.check_capture(run, SimpleNamespace(out=str(tmp_path), points=points, hidden_size=H))
     assert [r["ok"] for r in shapes["requests"]] == [True, False] and shapes["final"]
