@@ -28,6 +28,16 @@ CORPUS = ROOT / "tests" / "corpus"
 DOC = ROOT / "docs" / "corpus.md"
 OUTCOMES = ("caught", "missed", "no false alarm", "false alarm", "exit 2", "crash")
 
+# What every EAGLE-3 draft layer below ends with: the gated MLP and its three norms (`hidden_norm` on the fused
+# target states, beside the embedding's `input_layernorm`).
+_MLP_AND_NORMS = (
+    ("mlp.gate_proj.weight", ("I", "H")),
+    ("mlp.up_proj.weight", ("I", "H")),
+    ("mlp.down_proj.weight", ("H", "I")),
+    ("input_layernorm.weight", ("H",)),
+    ("hidden_norm.weight", ("H",)),
+    ("post_attention_layernorm.weight", ("H",)),
+)
 # The decoder layer of a Llama-style EAGLE-3 draft, as each exporter names it (SpecForge's
 # LlamaForCausalLMEagle3 module tree in specforge/modeling/draft/llama3_eagle.py, which is also the official
 # EAGLE-3 release layout; embeddings are excluded from saved drafts, specforge/export/checkpoint_io.py).
@@ -36,12 +46,7 @@ _LLAMA_LAYER = (
     ("self_attn.k_proj.weight", ("nkv*hd", "2H")),
     ("self_attn.v_proj.weight", ("nkv*hd", "2H")),
     ("self_attn.o_proj.weight", ("H", "nh*hd")),
-    ("mlp.gate_proj.weight", ("I", "H")),
-    ("mlp.up_proj.weight", ("I", "H")),
-    ("mlp.down_proj.weight", ("H", "I")),
-    ("input_layernorm.weight", ("H",)),
-    ("hidden_norm.weight", ("H",)),
-    ("post_attention_layernorm.weight", ("H",)),
+    *_MLP_AND_NORMS,
 )
 # SGLang's MLA draft (srt/models/kimi_k25_eagle3.py load_weights: checkpoint `layers.0.*`, q_a/kv_a fused on load).
 _MLA_LAYER = (
@@ -52,12 +57,7 @@ _MLA_LAYER = (
     ("self_attn.kv_a_layernorm.weight", ("kvr",)),
     ("self_attn.kv_b_proj.weight", ("nh*(nope+v)", "kvr")),
     ("self_attn.o_proj.weight", ("H", "nh*v")),
-    ("mlp.gate_proj.weight", ("I", "H")),
-    ("mlp.up_proj.weight", ("I", "H")),
-    ("mlp.down_proj.weight", ("H", "I")),
-    ("input_layernorm.weight", ("H",)),
-    ("hidden_norm.weight", ("H",)),
-    ("post_attention_layernorm.weight", ("H",)),
+    *_MLP_AND_NORMS,
 )
 WEIGHT_LAYOUTS = {"midlayer": ("midlayer.", _LLAMA_LAYER), "kimi_mla": ("layers.0.", _MLA_LAYER)}
 _DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "BOOL": 1}
