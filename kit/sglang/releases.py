@@ -2,7 +2,7 @@
 
 `releases.json` lists every release from 0.4.4 to the newest, post releases included, as the package
 index listed them when it was last refreshed; each of the kit's per-release tables (flags, capture,
-loader, quant) holds a row for every listed release, derived from that release's own wheel
+loader, quant, env_vars) holds a row for every listed release, derived from that release's own wheel
 (kit/tests/sglang/test_releases.py fails when one lacks a row). A release the kit cannot judge exactly
 says so instead of borrowing another release's row: its flag row records why its parser could not be
 read (`missing`). A release newer than the list is warned about once (`kit.sglang.versions.unlisted_note`,
@@ -11,7 +11,7 @@ $KIT_CACHE_DIR/sglang-tables/V/, which the tables read too: `kit.sglang.versions
 
     python -m kit.sglang.releases               # every listed release and the tables it has
     python -m kit.sglang.releases --refresh     # ask the package index (pip index versions sglang)
-    python -m kit.sglang.releases --derive V    # derive V's flag, capture, loader and quant tables locally
+    python -m kit.sglang.releases --derive V    # derive V's flag, capture, loader, quant and env-var tables locally
     python -m kit.sglang.releases --side-env V  # build the side environment SGLang V's real parser runs in
 """
 
@@ -23,25 +23,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.sglang.versions import FIRST_RELEASE, RELEASES_PATH, TABLES, Version, listed, sort_versions
+from kit.sglang.versions import FIRST_RELEASE, RELEASES_PATH, TABLES, Version, listed, sort_versions, tables_dir
 
 
 def local_dir(version: str) -> Path:
     """Where `--derive V` writes V's tables; the table modules read every release found there."""
-    from kit.models import cache_dir
-
-    return cache_dir() / "sglang-tables" / version
+    return tables_dir(version)
 
 
 def missing(version: str) -> list[str]:
     """The tables with no row for `version` (a flag row that records why its parser could not be read counts)."""
-    from kit.sglang import capture, flags, loader, quant
+    from kit.sglang import capture, env_vars, flags, loader, quant
 
     have = {
         "flags": flags.has_row(version),
         "capture": version in capture.known_versions(),
         "loader": version in loader.known_versions(),
         "quant": version in quant.known_versions(),
+        "env_vars": version in env_vars.known_versions(),
     }
     return [t for t in TABLES if not have[t]]
 
@@ -79,8 +78,8 @@ def refresh() -> list[str]:
 
 
 def derive(version: str) -> Path:
-    """V's four tables from its own wheel, written under local_dir(V) (rows in the stored tables' format)."""
-    from kit.sglang import capture_scan, flag_scan, loader, quant
+    """V's tables from its own wheel, written under local_dir(V) (rows in the stored tables' format)."""
+    from kit.sglang import capture_scan, env_vars, flag_scan, loader, quant
 
     out = local_dir(version)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,6 +92,7 @@ def derive(version: str) -> Path:
         "capture": capture_scan.derive(version),
         "loader": loader.build_table([version], absolute=True)["versions"][version],
         "quant": quant.derive(version),
+        "env_vars": env_vars.derive(version),
     }
     for name, row in rows.items():
         (out / f"{name}.json").write_text(json.dumps(row, sort_keys=True) + "\n")

@@ -29,7 +29,13 @@ BUNDLE_EXAMPLE_RELEASE = "0.5.17"
 # the releases on the package index from EAGLE-3's first (kit.sglang.releases refreshes the list)
 RELEASES_PATH = Path(__file__).with_name("releases.json")
 FIRST_RELEASE = "0.4.4"
-TABLES = ("flags", "capture", "loader", "quant")  # the per-release tables; `--derive V` writes one file each
+TABLES = (
+    "flags",
+    "capture",
+    "loader",
+    "quant",
+    "env_vars",
+)  # the per-release tables; `--derive V` writes one file each
 _WARNED: set[str] = set()
 # SGLang releases after this one ship for CUDA 13 only (its sgl-kernel wheels); this was the last CUDA 12 lane
 LAST_CUDA12_RELEASE = "0.5.19"
@@ -158,9 +164,7 @@ def unlisted_note(version: str) -> str | None:
     """One warning line, the first time it is asked about a release newer than the list; None otherwise."""
     if is_listed(version) or Version.parse(version) <= Version.parse(listed()[-1]) or version in _WARNED:
         return None
-    from kit.models import cache_dir
-
-    if all((cache_dir() / "sglang-tables" / version / f"{t}.json").exists() for t in TABLES):  # derived here
+    if all((tables_dir(version) / f"{t}.json").exists() for t in TABLES):  # derived here
         return None
     _WARNED.add(version)
     return (
@@ -188,12 +192,18 @@ def dedupe_rows(rows: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def tables_dir(version: str | None = None) -> Path:
+    """Where `python -m kit.sglang.releases --derive V` writes V's tables on this machine (all of them: no V)."""
+    from kit.models import cache_dir
+
+    root = cache_dir() / "sglang-tables"
+    return root if version is None else root / version
+
+
 def stored_rows(rows: dict[str, dict], table: str) -> dict[str, dict]:
     """The rows of a stored table with `same_as` resolved, plus the rows derived on this machine for releases
     the table lacks (`python -m kit.sglang.releases --derive V` writes $KIT_CACHE_DIR/sglang-tables/V/)."""
-    from kit.models import cache_dir
-
     out = {v: rows[r["same_as"]] if "same_as" in r else r for v, r in rows.items()}
-    for f in sorted((cache_dir() / "sglang-tables").glob(f"*/{table}.json")):
+    for f in sorted(tables_dir().glob(f"*/{table}.json")):
         out.setdefault(f.parent.name, json.loads(f.read_text()))
     return out

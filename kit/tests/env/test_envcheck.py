@@ -293,9 +293,9 @@ def test_sglang_vars_checked_against_that_releases_source(tmp_path, monkeypatch)
     )
     (root / "srt" / "comm.py").write_text('X = os.getenv("SGLANG_SKIP_P2P_CHECK", "0")\n')
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
-    from kit.sglang.env_vars import sglang_findings, source_vars
+    from kit.sglang.env_vars import release_vars, sglang_findings
 
-    source_vars.cache_clear()
+    release_vars.cache_clear()
     env = {
         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "on",
         "SGLANG_SKIP_P2P_CHECK": "1",
@@ -309,4 +309,4 @@ def test_sglang_vars_checked_against_that_releases_source(tmp_path, monkeypatch)
     )
     assert v["SGLANG_ENABLE_SPEC_V2"].severity == "warning" and "not read" in v["SGLANG_ENABLE_SPEC_V2"].title
     assert sglang_findings(env, "0.0.0-not-cached")[0].evidence.get("declared") is None  # unknown release: explain only
-    source_vars.cache_clear()
+    release_vars.cache_clear()

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kit.sglang import capture, flags, loader, quant, releases, versions
+from kit.sglang import capture, env_vars, flags, loader, quant, releases, versions
 from kit.sglang.versions import Version, dedupe_rows, stored_rows
 
 
@@ -102,6 +102,7 @@ def test_flag_table_read_from_the_wheel_source_is_the_stored_one():
 def _clear_table_caches():
     for fn in (flags._stored, flags.table_for, flags._parser, capture.table, quant.table, loader._table):
         fn.cache_clear()
+    env_vars.release_vars.cache_clear()
 
 
 def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
@@ -120,6 +121,7 @@ def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
             **{k: loader._table()["versions"][newest][k] for k in ("classes", "runtime")},
             "registered": sorted(loader.registered_architectures(newest)),
         },
+        "env_vars": env_vars.recorded_vars(newest),
     }
     for name, row in rows.items():
         (out / f"{name}.json").write_text(json.dumps(row))
@@ -129,6 +131,7 @@ def test_tables_derived_here_answer_for_their_release(tmp_path, monkeypatch):
         assert flags.table_for(v).exact and loader.rules_for(v).exact
         assert capture.recorded_release(v).exact and quant.recorded_release(v).exact
         assert loader.registered_architectures(v) == loader.registered_architectures(newest)
+        assert env_vars.release_vars(v) == env_vars.recorded_vars(newest)
         assert versions.unlisted_note(v) is None
     finally:
         monkeypatch.undo()
