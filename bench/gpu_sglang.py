@@ -734,22 +734,26 @@ def client_figures(client: str, res: dict) -> dict:
     }
 
 
-def server_window(log_lines: list[str], t0: float, t1: float) -> dict:
-    """SGLang's own decode lines stamped inside one client's run ([t0, t1], epoch seconds of the same host): the
-    server's generation rate and running requests while that client drove it."""
+def decode_rows(log_lines: list[str]) -> list[tuple[float, float, int]]:
+    """SGLang's decode lines as (epoch seconds of the same host, gen tok/s, running requests), read once."""
     from datetime import datetime
 
     from kit.sglang.log_format import parse_line
 
-    rates, running = [], []
+    rows = []
     for line in log_lines:
         row = parse_line(line)
-        if not row or row["kind"] != "decode" or not row.get("time"):
-            continue
-        t = datetime.strptime(row["time"][:19], "%Y-%m-%d %H:%M:%S").timestamp()
-        if t0 <= t <= t1 and row.get("gen_throughput") is not None:
-            rates.append(row["gen_throughput"])
-            running.append(row.get("running_req") or 0)
+        if row and row["kind"] == "decode" and row.get("time") and row.get("gen_throughput") is not None:
+            t = datetime.strptime(row["time"][:19], "%Y-%m-%d %H:%M:%S").timestamp()
+            rows.append((t, row["gen_throughput"], row.get("running_req") or 0))
+    return rows
+
+
+def server_window(rows: list[tuple[float, float, int]], t0: float, t1: float) -> dict:
+    """The decode rows (`decode_rows`) inside one client's run [t0, t1]: the server's generation rate and running
+    requests while that client drove it."""
+    inside = [(rate, running) for t, rate, running in rows if t0 <= t <= t1]
+    rates, running = [r for r, _ in inside], [n for _, n in inside]
     if not rates:
         return {"decode_lines": 0}
     return {
@@ -762,6 +766,7 @@ def server_window(log_lines: list[str], t0: float, t1: float) -> dict:
 def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
     """One row per concurrency: kit bench beside bench_serving, each the median over its repeats (ms, tok/s, s),
     every repeat's figures in turn order, and SGLang's own decode rate in each client's windows."""
+    decode = decode_rows(log_lines)
     rows = []
     for conc, r in doc.get("runs", {}).items():
         per: dict[str, list[dict]] = {"kit_bench": [], "bench_serving": []}
@@ -769,7 +774,7 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
         for client, (t0, t1), ptok in zip(r["order"], r["windows"], r["server_prompt_tokens"]):
             fig = client_figures(client, r[client][seen[client]])
             seen[client] += 1
-            per[client].append({**fig, "prompt_tokens_server": ptok, "server": server_window(list(log_lines), t0, t1)})
+            per[client].append({**fig, "prompt_tokens_server": ptok, "server": server_window(decode, t0, t1)})
         row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
         for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):
             row[key] = [_median([f[key] for f in per[c]]) for c in per]

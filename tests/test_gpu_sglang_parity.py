@@ -71,4 +71,4 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     assert kit_runs[1]["server"]["gen_tok_s_median"] > 8000 > bs_runs[0]["server"]["gen_tok_s_median"]
     assert row["server_gen_tok_s_median"][0] > row["server_gen_tok_s_median"][1]
     assert kit_runs[1]["prompt_tokens_server"] == 13 and bs_runs[0]["prompt_tokens_server"] == 11
-    assert gs.server_window(log, t + 1000, t + 2000) == {"decode_lines": 0}
+    assert gs.server_window(gs.decode_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
