@@ -672,10 +672,11 @@ def bench_compare(args) -> dict:
             n = max(pilot_n, int(args.min_seconds * rate * 1.3) + conc)
             ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
             run: dict = {"n": n, "pilot_req_s": rate, "order": [], "windows": [], "server_prompt_tokens": []}
+            run["client_cpu_s"] = []
             run |= {"kit_bench": [], "bench_serving": []}
             for client in args.order or client_order(args.repeats):
                 r = len(run[client])
-                p0, t0 = server_prompt_tokens(base), time.time()
+                p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s(client)
                 if client == "kit_bench":
                     res = kit_bench(
                         base, out / f"kit_c{conc}_r{r}", conc, n, args.max_new_tokens, "kit", chat_template=target
@@ -684,13 +685,20 @@ def bench_compare(args) -> dict:
                     res = bench_serving(
                         args.port, target, ds, out / f"bench_serving_c{conc}_r{r}.jsonl", conc, n, args.max_new_tokens
                     )
-                p1, t1 = server_prompt_tokens(base), time.time()
+                p1, t1, cpu1 = server_prompt_tokens(base), time.time(), client_cpu_s(client)
+                run["client_cpu_s"].append(round(cpu1 - cpu0, 2))
                 run[client].append(res)
                 run["order"].append(client)
                 run["windows"].append([t0, t1])
                 run["server_prompt_tokens"].append((p1 - p0) if None not in (p0, p1) else None)
-            doc["runs"][str(conc)] = run
-            (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+                # each turn is kept as it ends: a run cut short still leaves every finished turn
+                doc["runs"][str(conc)] = run
+                (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+                fig = client_figures(client, res)
+                print(
+                    f"[bench] c={conc} {client} r{r}: {fig['output_tok_s']} tok/s, TTFT p50 {fig['ttft_p50_ms']} ms",
+                    flush=True,
+                )
             print(f"[bench] c={conc} n={n} done", flush=True)
     finally:
         doc["stop"] = stop(h)
@@ -706,6 +714,17 @@ def client_order(repeats: int) -> list[str]:
     that drifts over the run (or a host whose load comes and goes) weighs on both clients alike."""
     pair = ["kit_bench", "bench_serving"]
     return [c for i in range(repeats) for c in (pair if i % 2 == 0 else pair[::-1])]
+
+
+def client_cpu_s(client: str) -> float:
+    """CPU seconds spent so far by a client's process: this one for kit bench (it runs in-process), the finished
+    children for bench_serving (each run is a child that has exited; the server, still running, is not counted).
+    kit bench's figure includes the harness's own threads."""
+    import resource
+
+    who = resource.RUSAGE_SELF if client == "kit_bench" else resource.RUSAGE_CHILDREN
+    ru = resource.getrusage(who)
+    return ru.ru_utime + ru.ru_stime
 
 
 def client_figures(client: str, res: dict) -> dict:
@@ -771,14 +790,17 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
     for conc, r in doc.get("runs", {}).items():
         per: dict[str, list[dict]] = {"kit_bench": [], "bench_serving": []}
         seen = {c: 0 for c in per}
-        for client, (t0, t1), ptok in zip(r["order"], r["windows"], r["server_prompt_tokens"]):
+        cpu = r.get("client_cpu_s") or [None] * len(r["order"])
+        for client, (t0, t1), ptok, cpu_s in zip(r["order"], r["windows"], r["server_prompt_tokens"], cpu):
             fig = client_figures(client, r[client][seen[client]])
             seen[client] += 1
-            per[client].append({**fig, "prompt_tokens_server": ptok, "server": server_window(decode, t0, t1)})
+            server = server_window(decode, t0, t1)
+            per[client].append({**fig, "prompt_tokens_server": ptok, "client_cpu_s": cpu_s, "server": server})
         row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
         for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):
             row[key] = [_median([f[key] for f in per[c]]) for c in per]
         row["server_gen_tok_s_median"] = [_median([f["server"].get("gen_tok_s_median") for f in per[c]]) for c in per]
+        row["client_cpu_s"] = [_median([f["client_cpu_s"] for f in per[c]]) for c in per]
         row["prompt_tokens_server"] = [per[c][0]["prompt_tokens_server"] if per[c] else None for c in per]
         row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]
         row["repeats"] = per

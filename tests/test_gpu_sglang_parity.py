@@ -6,6 +6,7 @@ server log inside each client's window, and one row of medians per concurrency f
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +57,7 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
                 "order": gs.client_order(2),
                 "windows": windows,
                 "server_prompt_tokens": [10, 11, 12, 13],
+                "client_cpu_s": [40.0, 30.0, 31.0, 42.0],
                 "kit_bench": [kit(6700.0), kit(6500.0)],
                 "bench_serving": [bs(5900.0), bs(6000.0)],
             }
@@ -72,3 +74,10 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     assert row["server_gen_tok_s_median"][0] > row["server_gen_tok_s_median"][1]
     assert kit_runs[1]["prompt_tokens_server"] == 13 and bs_runs[0]["prompt_tokens_server"] == 11
     assert gs.server_window(gs.decode_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
+    assert row["client_cpu_s"] == [41.0, 30.5] and kit_runs[1]["client_cpu_s"] == 42.0
+
+
+def test_client_cpu_counts_finished_children_for_bench_serving():
+    before = gs.client_cpu_s("bench_serving")
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    assert gs.client_cpu_s("bench_serving") > before
