@@ -40,6 +40,7 @@ from kit.findings import EXIT_CANNOT_RUN, KitInputError
 HELP = "build an offline SGLang bundle (tar.xz + manifest) for a release, GPU arch and Python; install it"
 
 MANIFEST_MEMBER = "kit_bundle_manifest.json"
+SCRIPTS_DIR = "bin"  # the console scripts `install` writes, beside the unpacked packages
 ARCHES = ("sm90", "sm100")
 # platforms pip may pick a binary wheel for (pip matches manylinux_2_N exactly, so list the ones releases use)
 PLATFORMS = (
@@ -508,23 +509,57 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
     return tar_path
 
 
-def installed_bundle_flags() -> list[str]:
-    """The launch flags of the kit bundle the importable SGLang was installed from (its manifest's
-    `launch_flags`, beside `sglang/` in the same site dir), [] for any other install: the trimmed bundle
-    lacks kernels (FA3, FlashInfer's JIT, xgrammar) that SGLang's defaults reach for."""
+def installed_bundle_site() -> Path | None:
+    """The site folder a kit bundle was installed into, when the importable SGLang came from one (the bundle's
+    manifest lies beside `sglang/`); None for any other install. Found without importing SGLang."""
     import importlib.util
 
-    spec = importlib.util.find_spec("sglang")  # finds the package without importing it
+    spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.origin:
+        return None
+    site = Path(spec.origin).parent.parent
+    return site if (site / MANIFEST_MEMBER).is_file() else None
+
+
+def installed_bundle_flags() -> list[str]:
+    """The launch flags of the kit bundle the importable SGLang was installed from (its manifest's
+    `launch_flags`), [] for any other install: the trimmed bundle lacks kernels (FA3, FlashInfer's JIT,
+    xgrammar) that SGLang's defaults reach for."""
+    site = installed_bundle_site()
+    if site is None:
         return []
-    man = Path(spec.origin).parent.parent / MANIFEST_MEMBER
-    if not man.is_file():
-        return []
-    return list(json.loads(man.read_text()).get("launch_flags") or [])
+    return list(json.loads((site / MANIFEST_MEMBER).read_text()).get("launch_flags") or [])
+
+
+def write_console_scripts(site: Path, python: str) -> list[Path]:
+    """The console scripts pip would write for the packages unpacked in `site` (each `*.dist-info/
+    entry_points.txt`'s [console_scripts]: `sglang`, whose `sglang serve` is the release's own entry), in
+    `site/bin`. Each runs under `python` (its first line), puts `site` first on sys.path and calls its entry."""
+    import configparser
+
+    out = []
+    for ep in sorted(site.glob("*.dist-info/entry_points.txt")):
+        cp = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        cp.optionxform = str  # script names keep their case
+        cp.read_string(ep.read_text())
+        for name, target in cp["console_scripts"].items() if cp.has_section("console_scripts") else []:
+            module, _, attr = target.partition(":")
+            path = site / SCRIPTS_DIR / name
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(
+                f"#!{python}\nimport importlib\nimport sys\n\nsys.path.insert(0, {str(site.resolve())!r})\n"
+                f"entry = importlib.import_module({module.strip()!r})\n"
+                f"for part in {attr.split('[')[0].strip()!r}.split('.'):\n    entry = getattr(entry, part)\n"
+                f"sys.argv[0] = {name!r}\nsys.exit(entry())\n"
+            )
+            path.chmod(0o755)
+            out.append(path)
+    return out
 
 
 def install_bundle(cfg: InstallConfig, log=print) -> Path:
-    """Unpack the bundle into TARGET and check every file against the manifest inside it."""
+    """Unpack the bundle into TARGET, check every file against the manifest inside it, and write the packages'
+    console scripts (`write_console_scripts`, for this interpreter) into TARGET/bin."""
     src, target = Path(cfg.bundle), Path(cfg.target)
     if not src.is_file():
         raise KitInputError(f"{src}: no such bundle file")
@@ -542,8 +577,10 @@ def install_bundle(cfg: InstallConfig, log=print) -> Path:
     bad = [f["path"] for f in manifest["files"] if _sha((target / f["path"]).read_bytes()) != f["sha256"]]
     if bad:
         raise KitInputError(f"{src}: {len(bad)} files differ from the manifest (first: {bad[0]})")
+    scripts = write_console_scripts(target, sys.executable)
     log(
-        f"installed {manifest['name']} ({len(manifest['files'])} files) into {target}; "
+        f"installed {manifest['name']} ({len(manifest['files'])} files, {len(scripts)} console scripts in "
+        f"{target / SCRIPTS_DIR}) into {target}; "
         f"use: export PYTHONPATH={target.resolve()}:$PYTHONPATH"
     )
     return target

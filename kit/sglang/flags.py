@@ -187,17 +187,34 @@ def server_command(python: str, version: str | None = None) -> list[str]:
 
     A release whose package declares a console script with a server subcommand (`sglang serve`, 0.5.x's
     `sglang.cli.main`) gets that script when it lies beside the interpreter (a pip-installed SGLang; its
-    `python -m sglang.launch_server` warns that `sglang serve` is recommended); otherwise, as on a host where
-    SGLang is only importable (the kit's bundle on PYTHONPATH), `python -m sglang.launch_server`."""
+    `python -m sglang.launch_server` warns that `sglang serve` is recommended), or in the bin folder the kit's
+    bundle wrote for this interpreter (`kit.sglang.bundle.write_console_scripts`); otherwise `python -m
+    sglang.launch_server`."""
     import shutil
+
+    from kit.sglang.bundle import SCRIPTS_DIR, installed_bundle_site
 
     ent = table_for(version).entry
     where = python if os.sep in python else shutil.which(python)
+    site = installed_bundle_site()
     for script, sub in ent["console_scripts"].items():
-        candidate = os.path.join(os.path.dirname(where), script) if where else None
-        if sub and candidate and os.access(candidate, os.X_OK):
-            return [candidate, sub]
+        if not sub:
+            continue
+        beside = os.path.join(os.path.dirname(where), script) if where else None
+        if beside and os.access(beside, os.X_OK):
+            return [beside, sub]
+        bundled = site / SCRIPTS_DIR / script if site else None
+        if bundled and os.access(bundled, os.X_OK) and where and _runs_under(bundled, where):
+            return [str(bundled), sub]
     return [python, "-m", ent["launch_modules"][0]]
+
+
+def _runs_under(script: Path, python: str) -> bool:
+    """Does `script`'s first line name `python`? Paths are compared as written, links not followed: two virtual
+    environments' interpreters link to one file but see different packages."""
+    with open(script, "rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+    return first.startswith("#!") and os.path.abspath(first[2:].strip()) == os.path.abspath(python)
 
 
 def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str], list[str]]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -34,6 +37,9 @@ SGLANG_MEMBERS = {
     "sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so": "core",
     "sglang/multimodal_gen/runtime/x.py": "",
     "sglang-1.0.dist-info/METADATA": "Name: sglang\nRequires-Dist: sglang-kernel==9.9\nRequires-Dist: numpy\n",
+    "sglang-1.0.dist-info/entry_points.txt": "[console_scripts]\nsglang = sglang.cli.main:main\n",
+    "sglang/cli/__init__.py": "",
+    "sglang/cli/main.py": "import sys\n\n\ndef main():\n    print(sys.argv[0], *sys.argv[1:])\n    return 3\n",
 }
 KERNEL_RULE = B.WheelRule(
     "sglang-kernel",
@@ -180,6 +186,12 @@ def test_build_and_install_roundtrip(tmp_path):
     assert (target / "sgl_kernel" / "sm90" / "common_ops.abi3.so").read_text() == "sm90-binary"
     with pytest.raises(KitInputError, match="not empty"):
         B.install_bundle(B.InstallConfig(bundle=str(tar_path), target=str(target)), log=lambda *_: None)
+    # the release's own entry, as pip would write it: runs under this interpreter without PYTHONPATH
+    script = target / B.SCRIPTS_DIR / "sglang"
+    assert script.read_text().startswith(f"#!{sys.executable}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([str(script), "serve", "--port", "1"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (3, "sglang serve --port 1\n"), run.stderr
 
 
 def test_build_refuses_table_that_disagrees_with_pins(tmp_path):

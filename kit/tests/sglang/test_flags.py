@@ -127,3 +127,25 @@ def test_server_command_is_the_release_recommended_entry(tmp_path):
     script.chmod(0o755)
     assert server_command(str(python), "0.5.17") == [str(script), "serve"]
     assert server_command(str(python), "0.4.10") == [str(python), "-m", "sglang.launch_server"]
+
+
+def test_server_command_takes_the_bundles_script_written_for_this_interpreter(tmp_path, monkeypatch):
+    """On a host where SGLang came from the kit's bundle, `sglang serve` is the script the bundle wrote into its
+    bin folder, but only for the interpreter that script names: another environment's python keeps `-m`."""
+    from kit.sglang import bundle
+    from kit.sglang.flags import server_command
+
+    site = tmp_path / "site"
+    (site / "sglang-0.5.17.dist-info").mkdir(parents=True)
+    (site / "sglang-0.5.17.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\nsglang = sglang.cli.main:main\n"
+    )
+    python, other = tmp_path / "env" / "python3", tmp_path / "other" / "python3"
+    for p in (python, other):
+        p.parent.mkdir()
+        p.write_text("")
+    monkeypatch.setattr(bundle, "installed_bundle_site", lambda: site)
+    assert server_command(str(python), "0.5.17") == [str(python), "-m", "sglang.launch_server"]
+    [script] = bundle.write_console_scripts(site, str(python))
+    assert server_command(str(python), "0.5.17") == [str(script), "serve"]
+    assert server_command(str(other), "0.5.17") == [str(other), "-m", "sglang.launch_server"]
