@@ -534,7 +534,8 @@ def installed_bundle_flags() -> list[str]:
 def write_console_scripts(site: Path, python: str) -> list[Path]:
     """The console scripts pip would write for the packages unpacked in `site` (each `*.dist-info/
     entry_points.txt`'s [console_scripts]: `sglang`, whose `sglang serve` is the release's own entry), in
-    `site/bin`. Each runs under `python` (its first line), puts `site` first on sys.path and calls its entry."""
+    `site/bin`. Each runs under `python` (its first line), puts `site` first on sys.path and calls its entry under
+    `__main__` only: SGLang starts its scheduler by spawn, which runs the script again in each child."""
     import configparser
 
     out = []
@@ -550,7 +551,7 @@ def write_console_scripts(site: Path, python: str) -> list[Path]:
                 f"#!{python}\nimport importlib\nimport sys\n\nsys.path.insert(0, {str(site.resolve())!r})\n"
                 f"entry = importlib.import_module({module.strip()!r})\n"
                 f"for part in {attr.split('[')[0].strip()!r}.split('.'):\n    entry = getattr(entry, part)\n"
-                f"sys.argv[0] = {name!r}\nsys.exit(entry())\n"
+                f"if __name__ == '__main__':\n    sys.argv[0] = {name!r}\n    sys.exit(entry())\n"
             )
             path.chmod(0o755)
             out.append(path)

@@ -39,7 +39,12 @@ SGLANG_MEMBERS = {
     "sglang-1.0.dist-info/METADATA": "Name: sglang\nRequires-Dist: sglang-kernel==9.9\nRequires-Dist: numpy\n",
     "sglang-1.0.dist-info/entry_points.txt": "[console_scripts]\nsglang = sglang.cli.main:main\n",
     "sglang/cli/__init__.py": "",
-    "sglang/cli/main.py": "import sys\n\n\ndef main():\n    print(sys.argv[0], *sys.argv[1:])\n    return 3\n",
+    # like SGLang's, the entry starts a child by spawn, which runs the script again in the child
+    "sglang/cli/main.py": (
+        "import multiprocessing\nimport sys\n\n\ndef child():\n    pass\n\n\ndef main():\n"
+        "    p = multiprocessing.get_context('spawn').Process(target=child)\n    p.start()\n    p.join()\n"
+        "    print(sys.argv[0], *sys.argv[1:], p.exitcode)\n    return 3\n"
+    ),
 }
 KERNEL_RULE = B.WheelRule(
     "sglang-kernel",
@@ -191,7 +196,7 @@ def test_build_and_install_roundtrip(tmp_path):
     assert script.read_text().startswith(f"#!{sys.executable}\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([str(script), "serve", "--port", "1"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert (run.returncode, run.stdout) == (3, "sglang serve --port 1\n"), run.stderr
+    assert (run.returncode, run.stdout) == (3, "sglang serve --port 1 0\n"), run.stderr
 
 
 def test_build_refuses_table_that_disagrees_with_pins(tmp_path):
