@@ -557,12 +557,16 @@ def kit_bench(
     n: int,
     max_new_tokens: int,
     label: str,
+    chat_template="embedded",
     baseline_url=None,
     repeats=1,
     log_path=None,
-    chat_template="embedded",
     warmup=2,
+    as_command=False,
 ) -> dict:
+    """One `kit bench` run; its summary.json with the run's wall time. `as_command`: as a user runs it, `python -m
+    kit bench` in its own process (flags from the same BenchConfig), as bench_serving runs in its own."""
+    from kit import config as kconfig
     from kit.measure.bench import BenchConfig, run_bench
 
     cfg = BenchConfig(
@@ -581,7 +585,13 @@ def kit_bench(
         log_path=log_path,
     )
     t0 = time.time()
-    run_bench(cfg)
+    if as_command:
+        cmd = [sys.executable, "-m", "kit", "bench", *kconfig.to_argv(cfg)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, **MULTICAST_OFF})
+        if p.returncode != 0:
+            print(f"[bench] kit bench exited {p.returncode}: {p.stderr[-500:]}", flush=True)
+    else:
+        run_bench(cfg)
     doc = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     doc["wall_s"] = round(time.time() - t0, 1)
     return doc
@@ -677,16 +687,16 @@ def bench_compare(args) -> dict:
             run |= {"kit_bench": [], "bench_serving": []}
             for client in args.order or client_order(args.repeats):
                 r = len(run[client])
-                p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s(client)
+                p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s()
                 if client == "kit_bench":
-                    res = kit_bench(
-                        base, out / f"kit_c{conc}_r{r}", conc, n, args.max_new_tokens, "kit", chat_template=target
-                    )
+                    # in its own process, as bench_serving: the harness (and its server-log pump) stays apart
+                    kit_out = out / f"kit_c{conc}_r{r}"
+                    res = kit_bench(base, kit_out, conc, n, args.max_new_tokens, "kit", target, as_command=True)
                 else:
                     res = bench_serving(
                         args.port, target, ds, out / f"bench_serving_c{conc}_r{r}.jsonl", conc, n, args.max_new_tokens
                     )
-                p1, t1, cpu1 = server_prompt_tokens(base), time.time(), client_cpu_s(client)
+                p1, t1, cpu1 = server_prompt_tokens(base), time.time(), client_cpu_s()
                 run["client_cpu_s"].append(round(cpu1 - cpu0, 2))
                 run[client].append(res)
                 run["order"].append(client)
@@ -717,14 +727,13 @@ def client_order(repeats: int) -> list[str]:
     return [c for i in range(repeats) for c in (pair if i % 2 == 0 else pair[::-1])]
 
 
-def client_cpu_s(client: str) -> float:
-    """CPU seconds spent so far by a client's process: this one for kit bench (it runs in-process), the finished
-    children for bench_serving (each run is a child that has exited; the server, still running, is not counted).
-    kit bench's figure includes the harness's own threads."""
+def client_cpu_s() -> float:
+    """CPU seconds spent so far by this process's finished children: each client run (`python -m kit bench`,
+    `python -m sglang.bench_serving`) is a child that has exited when its turn ends; the server, still running,
+    is not counted."""
     import resource
 
-    who = resource.RUSAGE_SELF if client == "kit_bench" else resource.RUSAGE_CHILDREN
-    ru = resource.getrusage(who)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
 
