@@ -683,8 +683,7 @@ def bench_compare(args) -> dict:
             n = max(pilot_n, int(args.min_seconds * rate * args.pilot_margin) + conc)
             ds = sharegpt_file(request_list(prompts, n), out / f"sharegpt_n{n}.json")
             run: dict = {"n": n, "pilot_req_s": rate, "order": [], "windows": [], "server_prompt_tokens": []}
-            run["client_cpu_s"] = []
-            run |= {"kit_bench": [], "bench_serving": []}
+            run |= {"client_cpu_s": [], "kit_bench": [], "bench_serving": []}
             for client in args.order or client_order(args.repeats):
                 r = len(run[client])
                 p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s()
