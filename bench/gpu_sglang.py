@@ -813,8 +813,36 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
         row["prompt_tokens_server"] = [per[c][0]["prompt_tokens_server"] if per[c] else None for c in per]
         row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]
         row["repeats"] = per
+        turns = _in_turns(r["order"], per)
+        row["paired"] = {key: paired_ratio(r["order"], turns, key) for key in ("output_tok_s", "ttft_p50_ms")}
         rows.append(row)
     return rows
+
+
+def _in_turns(order: list[str], per: dict[str, list[dict]]) -> list[dict]:
+    """Each client's figures back in turn order (`order`), one per turn."""
+    seen = {c: 0 for c in per}
+    out = []
+    for client in order:
+        out.append(per[client][seen[client]])
+        seen[client] += 1
+    return out
+
+
+def paired_ratio(order: list[str], turns: list[dict], key: str) -> dict:
+    """kit bench over bench_serving, each kit run against the bench_serving runs next to it in turn order (the one
+    before, the one after, their mean where both exist): a server whose speed drifts over the session weighs on
+    each pair alike, where the ratio of two medians carries the drift. Returns every pair's ratio and their median."""
+    ratios = []
+    for i, client in enumerate(order):
+        if client != "kit_bench" or turns[i].get(key) is None:
+            continue
+        near = [turns[j][key] for j in (i - 1, i + 1) if 0 <= j < len(order) and order[j] == "bench_serving"]
+        near = [v for v in near if v is not None]
+        if near:
+            ratios.append(turns[i][key] / statistics.fmean(near))
+    median = round(statistics.median(ratios), 4) if ratios else None
+    return {"ratios": [round(x, 4) for x in ratios], "median": median}
 
 
 def _median(values: list) -> float | None:

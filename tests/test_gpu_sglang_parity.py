@@ -75,6 +75,16 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     assert kit_runs[1]["prompt_tokens_server"] == 13 and bs_runs[0]["prompt_tokens_server"] == 11
     assert gs.server_window(gs.decode_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
     assert row["client_cpu_s"] == [41.0, 30.5] and kit_runs[1]["client_cpu_s"] == 42.0
+    # each kit run against its neighbouring bench_serving run: 6700/5900 (turn 1 vs 2), 6500/6000 (turn 4 vs 3)
+    assert row["paired"]["output_tok_s"] == {"ratios": [1.1356, 1.0833], "median": 1.1095}
+    assert row["paired"]["ttft_p50_ms"]["median"] == round(44.0 / 52.0, 4)
+
+
+def test_a_kit_run_between_two_bench_serving_runs_is_held_to_their_mean():
+    order = ["bench_serving", "kit_bench", "bench_serving", "kit_bench"]
+    turns = [{"x": 100.0}, {"x": 110.0}, {"x": 120.0}, {"x": None}]
+    assert gs.paired_ratio(order, turns, "x") == {"ratios": [1.0], "median": 1.0}
+    assert gs.paired_ratio(["kit_bench", "kit_bench"], [{"x": 1.0}, {"x": 2.0}], "x")["median"] is None
 
 
 def test_client_cpu_counts_finished_children():
