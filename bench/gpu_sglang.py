@@ -762,39 +762,48 @@ def client_figures(client: str, res: dict) -> dict:
     }
 
 
-def decode_rows(log_lines: list[str]) -> list[tuple[float, float, int]]:
-    """SGLang's decode lines as (epoch seconds of the same host, gen tok/s, running requests), read once."""
+def log_rows(log_lines: list[str]) -> dict[str, list[tuple]]:
+    """SGLang's batch lines, read once, in epoch seconds of the same host: "decode" as (t, gen tok/s, running
+    requests), "prefill" as (t, new sequences)."""
     from datetime import datetime
 
     from kit.sglang.log_format import parse_line
 
-    rows = []
+    rows: dict[str, list[tuple]] = {"decode": [], "prefill": []}
     for line in log_lines:
         row = parse_line(line)
-        if row and row["kind"] == "decode" and row.get("time") and row.get("gen_throughput") is not None:
-            t = datetime.strptime(row["time"][:19], "%Y-%m-%d %H:%M:%S").timestamp()
-            rows.append((t, row["gen_throughput"], row.get("running_req") or 0))
+        if not row or not row.get("time"):
+            continue
+        t = datetime.strptime(row["time"][:19], "%Y-%m-%d %H:%M:%S").timestamp()
+        if row["kind"] == "decode" and row.get("gen_throughput") is not None:
+            rows["decode"].append((t, row["gen_throughput"], row.get("running_req") or 0))
+        elif row["kind"] == "prefill" and row.get("new_seq") is not None:
+            rows["prefill"].append((t, row["new_seq"]))
     return rows
 
 
-def server_window(rows: list[tuple[float, float, int]], t0: float, t1: float) -> dict:
-    """The decode rows (`decode_rows`) inside one client's run [t0, t1]: the server's generation rate and running
-    requests while that client drove it."""
-    inside = [(rate, running) for t, rate, running in rows if t0 <= t <= t1]
+def server_window(rows: dict[str, list[tuple]], t0: float, t1: float) -> dict:
+    """The batch lines (`log_rows`) inside one client's run [t0, t1]: the server's generation rate and running
+    requests while that client drove it, and how its requests reached the server (prefill batches, the new
+    sequences each took in)."""
+    inside = [(rate, running) for t, rate, running in rows["decode"] if t0 <= t <= t1]
     rates, running = [r for r, _ in inside], [n for _, n in inside]
     if not rates:
         return {"decode_lines": 0}
+    new_seq = [n for t, n in rows["prefill"] if t0 <= t <= t1]
     return {
         "decode_lines": len(rates),
         "gen_tok_s_median": round(statistics.median(rates), 1),
         "running_req_mean": round(statistics.fmean(running), 2),
+        "prefill_batches": len(new_seq),
+        "new_seq_mean": round(statistics.fmean(new_seq), 2) if new_seq else None,
     }
 
 
 def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
     """One row per concurrency: kit bench beside bench_serving, each the median over its repeats (ms, tok/s, s),
     every repeat's figures in turn order, and SGLang's own decode rate in each client's windows."""
-    decode = decode_rows(log_lines)
+    batches = log_rows(log_lines)
     rows = []
     for conc, r in doc.get("runs", {}).items():
         per: dict[str, list[dict]] = {"kit_bench": [], "bench_serving": []}
@@ -803,7 +812,7 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
         for client, (t0, t1), ptok, cpu_s in zip(r["order"], r["windows"], r["server_prompt_tokens"], cpu):
             fig = client_figures(client, r[client][seen[client]])
             seen[client] += 1
-            server = server_window(decode, t0, t1)
+            server = server_window(batches, t0, t1)
             per[client].append({**fig, "prompt_tokens_server": ptok, "client_cpu_s": cpu_s, "server": server})
         row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
         for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):

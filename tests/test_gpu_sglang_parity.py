@@ -41,6 +41,8 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     for (a, b), rate in zip(windows, rates):
         log += [_decode(x, 16, rate + (x - a)) for x in range(int(a) + 1, int(b), 5)]
     log.append(_decode(t + 65, 3, 99999.0))  # between runs: in no window
+    log += [f"[{_stamp(t + 2 + i)}] Prefill batch, #new-seq: {n}, #new-token: 9, #cached-token: 0, #running-req: 9"
+            for i, n in enumerate((1, 4))]  # fmt: skip
 
     def kit(tok_s):
         return {"labels": {"kit": {"output_tok_s": tok_s, "ttft_p50_s": 0.044, "duration_s": 70.0, "prompt_tokens": 9}}}
@@ -72,8 +74,10 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     assert [r["server"]["decode_lines"] for r in kit_runs + bs_runs] == [12, 12, 12, 12]
     assert kit_runs[1]["server"]["gen_tok_s_median"] > 8000 > bs_runs[0]["server"]["gen_tok_s_median"]
     assert row["server_gen_tok_s_median"][0] > row["server_gen_tok_s_median"][1]
+    assert kit_runs[0]["server"]["prefill_batches"] == 2 and kit_runs[0]["server"]["new_seq_mean"] == 2.5
+    assert bs_runs[0]["server"]["prefill_batches"] == 0 and bs_runs[0]["server"]["new_seq_mean"] is None
     assert kit_runs[1]["prompt_tokens_server"] == 13 and bs_runs[0]["prompt_tokens_server"] == 11
-    assert gs.server_window(gs.decode_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
+    assert gs.server_window(gs.log_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
     assert row["client_cpu_s"] == [41.0, 30.5] and kit_runs[1]["client_cpu_s"] == 42.0
     # each kit run against its neighbouring bench_serving run: 6700/5900 (turn 1 vs 2), 6500/6000 (turn 4 vs 3)
     assert row["paired"]["output_tok_s"] == {"ratios": [1.1356, 1.0833], "median": 1.1095}
