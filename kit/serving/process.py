@@ -54,7 +54,11 @@ class ServerNotReady(ServerExited):
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """Whether a server could not bind `port` now. Bound as the servers bind (uvicorn, SGLang's and the reference
+    server's, sets SO_REUSEADDR): a port whose last server just stopped, its connections still in TIME_WAIT, is
+    free to them and so free here; a socket listening on it is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1" if host in ("localhost",) else host, port))
         except OSError:

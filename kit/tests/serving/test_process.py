@@ -15,7 +15,7 @@ import time
 import pytest
 
 from kit.findings import KitInputError
-from kit.serving.process import ServerExited, ServerProcess, free_port
+from kit.serving.process import ServerExited, ServerProcess, free_port, port_in_use
 
 # answers /health 200 after 0.3 s; spawns a grandchild that ignores SIGTERM (a stubborn worker)
 FAKE = textwrap.dedent("""
@@ -119,6 +119,27 @@ def test_port_in_use_reported_before_launch():
         with pytest.raises(KitInputError, match=f"port {port}"):
             srv.start()
         assert srv.proc is None
+
+
+def test_a_port_whose_server_just_stopped_is_free():
+    # the server's end of a closed connection waits in TIME_WAIT; a server binding with SO_REUSEADDR (as uvicorn
+    # does) takes the port at once, so the check before launch must not refuse it
+    with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = srv.accept()
+        conn.close()  # the server side closes first
+        time.sleep(0.05)
+        client.close()
+    assert not port_in_use("127.0.0.1", port)
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+        again.listen()
+        assert port_in_use("127.0.0.1", port)  # a listening socket still counts
 
 
 def test_no_orphans_when_starter_is_sigkilled(tmp_path):
