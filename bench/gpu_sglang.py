@@ -802,7 +802,9 @@ def server_window(rows: dict[str, list[tuple]], t0: float, t1: float) -> dict:
 
 def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
     """One row per concurrency: kit bench beside bench_serving, each the median over its repeats (ms, tok/s, s),
-    every repeat's figures in turn order, and SGLang's own decode rate in each client's windows."""
+    every repeat's figures in turn order, SGLang's own decode rate in each client's windows and the share of it each
+    client reports (`served_share`: output tok/s over that rate), and each kit run paired with its neighbours
+    (`paired_ratio`)."""
     batches = log_rows(log_lines)
     rows = []
     for conc, r in doc.get("runs", {}).items():
@@ -813,11 +815,18 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
             fig = client_figures(client, r[client][seen[client]])
             seen[client] += 1
             server = server_window(batches, t0, t1)
-            per[client].append({**fig, "prompt_tokens_server": ptok, "client_cpu_s": cpu_s, "server": server})
+            rate, got = server.get("gen_tok_s_median"), fig["output_tok_s"]
+            # what the client reports of the server's own generation rate in its window: a server that runs
+            # faster or slower in one window than in another moves both numbers alike
+            share = round(got / rate, 4) if rate and got is not None else None
+            per[client].append(
+                {**fig, "prompt_tokens_server": ptok, "client_cpu_s": cpu_s, "server": server, "served_share": share}
+            )
         row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
         for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):
             row[key] = [_median([f[key] for f in per[c]]) for c in per]
         row["server_gen_tok_s_median"] = [_median([f["server"].get("gen_tok_s_median") for f in per[c]]) for c in per]
+        row["served_share"] = [_median([f["served_share"] for f in per[c]]) for c in per]
         row["client_cpu_s"] = [_median([f["client_cpu_s"] for f in per[c]]) for c in per]
         row["prompt_tokens_server"] = [per[c][0]["prompt_tokens_server"] if per[c] else None for c in per]
         row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]

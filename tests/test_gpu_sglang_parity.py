@@ -6,6 +6,7 @@ server log inside each client's window, and one row of medians per concurrency f
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 from datetime import datetime
@@ -78,6 +79,9 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     assert bs_runs[0]["server"]["prefill_batches"] == 0 and bs_runs[0]["server"]["new_seq_mean"] is None
     assert kit_runs[1]["prompt_tokens_server"] == 13 and bs_runs[0]["prompt_tokens_server"] == 11
     assert gs.server_window(gs.log_rows(log), t + 1000, t + 2000) == {"decode_lines": 0}
+    # the kit's 6700 tok/s over the server's own median in its window (8000 + the median of 1, 6, ... 56 s: 28.5)
+    assert kit_runs[0]["served_share"] == round(6700 / 8028.5, 4)
+    assert row["served_share"][1] == round(statistics.median([5900 / 7028.5, 6000 / 7128.5]), 3)
     assert row["client_cpu_s"] == [41.0, 30.5] and kit_runs[1]["client_cpu_s"] == 42.0
     # each kit run against its neighbouring bench_serving run: 6700/5900 (turn 1 vs 2), 6500/6000 (turn 4 vs 3)
     assert row["paired"]["output_tok_s"] == {"ratios": [1.1356, 1.0833], "median": 1.1095}
