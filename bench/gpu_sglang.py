@@ -809,19 +809,19 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
     rows = []
     for conc, r in doc.get("runs", {}).items():
         per: dict[str, list[dict]] = {"kit_bench": [], "bench_serving": []}
-        seen = {c: 0 for c in per}
+        turns: list[dict] = []  # the same figures in turn order
         cpu = r.get("client_cpu_s") or [None] * len(r["order"])
         for client, (t0, t1), ptok, cpu_s in zip(r["order"], r["windows"], r["server_prompt_tokens"], cpu):
-            fig = client_figures(client, r[client][seen[client]])
-            seen[client] += 1
+            fig = client_figures(client, r[client][len(per[client])])
             server = server_window(batches, t0, t1)
             rate, got = server.get("gen_tok_s_median"), fig["output_tok_s"]
             # what the client reports of the server's own generation rate in its window: a server that runs
             # faster or slower in one window than in another moves both numbers alike
             share = round(got / rate, 4) if rate and got is not None else None
-            per[client].append(
+            turns.append(
                 {**fig, "prompt_tokens_server": ptok, "client_cpu_s": cpu_s, "server": server, "served_share": share}
             )
+            per[client].append(turns[-1])
         row = {"concurrency": int(conc), "requests": r["n"], "order": r["order"]}
         for key in ("ttft_p50_ms", "ttft_mean_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "duration_s"):
             row[key] = [_median([f[key] for f in per[c]]) for c in per]
@@ -831,20 +831,9 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
         row["prompt_tokens_server"] = [per[c][0]["prompt_tokens_server"] if per[c] else None for c in per]
         row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]
         row["repeats"] = per
-        turns = _in_turns(r["order"], per)
         row["paired"] = {key: paired_ratio(r["order"], turns, key) for key in ("output_tok_s", "ttft_p50_ms")}
         rows.append(row)
     return rows
-
-
-def _in_turns(order: list[str], per: dict[str, list[dict]]) -> list[dict]:
-    """Each client's figures back in turn order (`order`), one per turn."""
-    seen = {c: 0 for c in per}
-    out = []
-    for client in order:
-        out.append(per[client][seen[client]])
-        seen[client] += 1
-    return out
 
 
 def paired_ratio(order: list[str], turns: list[dict], key: str) -> dict:

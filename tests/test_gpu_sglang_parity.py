@@ -1,5 +1,6 @@
-"""bench/gpu_sglang.py's parity table on the CPU: the clients' ABBA turns, SGLang's own decode rate read from the
-server log inside each client's window, and one row of medians per concurrency from a synthetic run.
+"""bench/gpu_sglang.py's parity table on the CPU: the clients' ABBA turns, SGLang's own decode rate and prefill
+batches read from the server log inside each client's window, the share of that rate each client reports, each kit
+run paired with its neighbouring bench_serving runs, and one row of medians per concurrency from a synthetic run.
 
     python -m pytest tests/test_gpu_sglang_parity.py -q
 """
