@@ -664,7 +664,7 @@ def bench_compare(args) -> dict:
     # comparison (same prompts, fixed output lengths, ignore_eos) does not read the tokens' values
     extra = [*extra, "--load-format", "dummy"] if args.dummy_weights else extra
     h = run_server(row, target, drafts, args.gpu, args.port, out, args.engine, extra=extra)
-    doc: dict = {"row": row.name, "server_extra": extra, "runs": {}}
+    doc: dict = {"row": row.name, "server_extra": extra, "min_seconds": args.min_seconds, "runs": {}}
     if not wait(h):
         doc["error"] = h.get("error")
         doc["stop"] = stop(h)
@@ -832,6 +832,9 @@ def parity_table(doc: dict, log_lines: list[str] = ()) -> list[dict]:
         row["prompt_tokens_client"] = [per[c][0]["prompt_tokens_client"] if per[c] else None for c in per]
         row["repeats"] = per
         row["paired"] = {key: paired_ratio(r["order"], turns, key) for key in ("output_tok_s", "ttft_p50_ms")}
+        # the turns that ran shorter than the run length asked for (their request count came from a pilot's rate)
+        least = doc.get("min_seconds")
+        row["short_turns"] = [i for i, f in enumerate(turns) if least and (f["duration_s"] or 0) < least]
         rows.append(row)
     return rows
 

@@ -55,6 +55,7 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
         }
 
     doc = {
+        "min_seconds": 75.0,
         "runs": {
             "16": {
                 "n": 100,
@@ -65,7 +66,7 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
                 "kit_bench": [kit(6700.0), kit(6500.0)],
                 "bench_serving": [bs(5900.0), bs(6000.0)],
             }
-        }
+        },
     }
     (row,) = gs.parity_table(doc, log)
     assert row["order"] == ["kit_bench", "bench_serving", "bench_serving", "kit_bench"]
@@ -87,6 +88,7 @@ def test_the_table_gives_medians_and_the_servers_rate_in_each_window():
     # each kit run against its neighbouring bench_serving run: 6700/5900 (turn 1 vs 2), 6500/6000 (turn 4 vs 3)
     assert row["paired"]["output_tok_s"] == {"ratios": [1.1356, 1.0833], "median": 1.1095}
     assert row["paired"]["ttft_p50_ms"]["median"] == round(44.0 / 52.0, 4)
+    assert row["short_turns"] == [0, 3]  # the kit's 70 s runs, under the 75 s asked for; bench_serving's 80 s are not
 
 
 def test_a_kit_run_between_two_bench_serving_runs_is_held_to_their_mean():
