@@ -224,10 +224,13 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
     for f in _weight_files(d):
         state.update(load_file(str(f)))
     model = LlamaLayout(c, set(state))
+    # Each weight gets memory of its own. Loaded tensors sit at their file offsets (8-byte aligned); at some
+    # thread counts the CPU GEMM splits an unaligned operand differently, and its sums then differ in the last
+    # bits from those of the same weights in memory torch allocated (64-byte aligned), as transformers' are.
+    state = {k: v.to(dtype, copy=True) for k, v in state.items()}
     tied = "lm_head.weight" not in state
     if tied:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    state = {k: v.to(dtype) for k, v in state.items()}
     missing, _ = model.load_state_dict(state, strict=False, assign=True)  # unexpected: e.g. stored inv_freq
     if missing:
         raise ValueError(f"{d}: weights missing for {missing[:3]}")
