@@ -688,7 +688,7 @@ def bench_compare(args) -> dict:
                 r = len(run[client])
                 p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s()
                 if client == "kit_bench":
-                    # in its own process, as bench_serving: the harness (and its server-log pump) stays apart
+                    # in its own process, as bench_serving: the harness (and its server-log reader) stays apart
                     kit_out = out / f"kit_c{conc}_r{r}"
                     res = kit_bench(base, kit_out, conc, n, args.max_new_tokens, "kit", target, as_command=True)
                 else:

@@ -12,6 +12,10 @@ server may be started from any thread). When the starter is gone — even SIGKIL
 terminates the group (SIGTERM, then SIGKILL after GRACE).
 The supervisor exits with the server's exit code. A port in use is reported before launching.
 
+The server writes its output straight to the log file (an unnamed temporary file without `log_file`),
+opened for appending, and a reader thread follows that file: a pipe would hold a server that logs faster
+than a busy starter process reads, a file never does.
+
 What is engine-specific (readiness and server-info paths, the log line that says startup failed, the
 stop signal and grace) is the serving engine's (`kit.serving.engines`, default SGLang): a startup that
 fails is reported with the server's own exception line as soon as the log says so, not at a timeout.
@@ -20,12 +24,14 @@ fails is reported with the server's own exception line as soon as the log says s
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -190,8 +196,6 @@ class ServerProcess:
         ]
         # multicast off unless the launch itself says otherwise (kit.env.multigpu.MULTICAST_OFF)
         env = {**os.environ, **MULTICAST_OFF, **self.env, "PYTHONUNBUFFERED": "1"}
-        if self.log_file:
-            Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
         bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
         # under the port lock: a child forked while another thread's probe socket (free_port, this check) is
         # open holds a copy of it until it execs, and that thread would find its own port taken
@@ -201,41 +205,69 @@ class ServerProcess:
                     f"port {self.port} on {self.host} is already in use; stop that server "
                     f"or choose another --port (kit.serving.process.free_port() gives a free one)"
                 )
-            self.proc = subprocess.Popen(
-                cmd,
-                env=env,
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                text=True,
-                errors="replace",
-                bufsize=1,
-            )
-        self._reader = threading.Thread(target=self._pump, name="kit-server-log", daemon=True)
+            with self._open_log() as out:
+                start_at = out.seek(0, os.SEEK_END)
+                self.proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                fd = os.dup(out.fileno())  # the reader's own descriptor, read at explicit offsets (pread)
+        self._reader = threading.Thread(target=self._follow, args=(fd, start_at), name="kit-server-log", daemon=True)
         self._reader.start()
         return self
 
-    def _pump(self) -> None:
-        log = open(self.log_file, "a") if self.log_file else None
+    def _open_log(self):
+        """The file the server writes to: `log_file`, appended to, else an unnamed temporary file. O_APPEND:
+        the supervisor and every process the server forks write through it, each write at the end."""
+        if self.log_file:
+            Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_file, "a+b")  # the reader reads through a copy of this descriptor
+        else:
+            out = tempfile.TemporaryFile()
+        fcntl.fcntl(out.fileno(), fcntl.F_SETFL, fcntl.fcntl(out.fileno(), fcntl.F_GETFL) | os.O_APPEND)
+        return out
+
+    def _follow(self, fd: int, pos: int, idle_s: float = 0.05) -> None:
+        """Read the log from byte `pos` as the server writes it, a line at a time, until the server has exited
+        and the file is read to its end. Lines end at \\n, \\r\\n or a lone \\r (a progress bar's redraw), as
+        a text-mode pipe would split them."""
+        buf = b""
         try:
-            for line in self.proc.stdout:
-                line = line.rstrip("\n")
-                self.lines.append(line)
-                if not self.ready and self.startup_failure is None:
-                    self.startup_failure = self.engine.startup_failure(line, list(self.lines))
-                if log:
-                    log.write(line + "\n")
-                    log.flush()
-                if self.on_line:
-                    try:
-                        self.on_line(line)
-                    except Exception:  # a notebook callback must not kill the log pump
-                        pass
+            while True:
+                exited = self.proc.poll() is not None  # before the read: what it wrote before exiting is read
+                chunk = os.pread(fd, 1 << 16, pos)
+                if chunk:
+                    pos += len(chunk)
+                    buf += chunk
+                    # a \r at the end may be the first half of \r\n: it waits for the next chunk
+                    cut = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
+                    *done, rest = buf[:cut].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+                    buf = rest + buf[cut:]
+                    for raw in done:
+                        self._take(raw.decode(errors="replace"))
+                    continue
+                if exited:
+                    break
+                time.sleep(idle_s)
+            if buf.rstrip(b"\r"):  # a last line without its newline
+                self._take(buf.rstrip(b"\r").decode(errors="replace"))
         finally:
-            if log:
-                log.close()
+            os.close(fd)
+
+    def _take(self, line: str) -> None:
+        self.lines.append(line)
+        if not self.ready and self.startup_failure is None:
+            self.startup_failure = self.engine.startup_failure(line, list(self.lines))
+        if self.on_line:
+            try:
+                self.on_line(line)
+            except Exception:  # a notebook callback must not stop the log reader
+                pass
 
     def tail(self, n: int = 30) -> list[str]:
         return list(self.lines)[-n:]

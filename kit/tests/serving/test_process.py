@@ -67,6 +67,38 @@ def test_ready_log_and_group_stop(tmp_path):
     assert "fired up" in log.read_text() and any("fired up" in l for l in lines)
 
 
+def test_a_server_logging_while_its_starter_is_busy_is_never_held(tmp_path):
+    """1 MB of log (sixteen times a pipe's buffer) while the starter's log callback is stuck: the server
+    writes it all and says so; the starter then reads every line, split as a text pipe splits them."""
+    done = tmp_path / "done"
+    talker = textwrap.dedent(f"""
+        import sys
+        for i in range(16384):
+            sys.stdout.write("line %05d ".ljust(63, "x") % i + "\\n")
+        sys.stdout.write("bar 1\\rbar 2\\r\\nwindows\\r\\nno newline")
+        sys.stdout.flush()
+        open({str(done)!r}, "w").close()
+    """)
+    lines, written_while_stuck = [], []
+
+    def busy(line):
+        if not written_while_stuck:  # the first line: stuck until the server has written all (or 20 s)
+            end = time.monotonic() + 20
+            while not done.exists() and time.monotonic() < end:
+                time.sleep(0.01)
+            written_while_stuck.append(done.exists())
+        lines.append(line)
+
+    log = tmp_path / "server.log"
+    srv = ServerProcess([sys.executable, "-c", talker], port=free_port(), log_file=str(log), on_line=busy, grace=1)
+    with srv:
+        srv.wait()
+    assert written_while_stuck == [True]  # the server finished while nothing read its output
+    assert len(lines) == 16384 + 4 and lines[16383].startswith("line 16383 ")
+    assert lines[-4:] == ["bar 1", "bar 2", "windows", "no newline"]
+    assert log.read_bytes().endswith(b"bar 1\rbar 2\r\nwindows\r\nno newline")  # the server's own bytes
+
+
 def test_early_exit_reports_code_and_tail():
     srv = ServerProcess(
         [sys.executable, "-c", "print('loading'); print('ValueError: boom'); raise SystemExit(3)"], port=free_port()
