@@ -327,8 +327,10 @@ class ServerProcess:
             return False
 
     def _join_reader(self) -> None:
+        """Wait for the reader to take the lines the server wrote before it exited. It ends when it reaches the
+        file's end after the exit; the bound only matters for a stray process that goes on writing."""
         if self._reader:
-            self._reader.join(timeout=2)
+            self._reader.join(timeout=10)
 
     def stop(self, grace: float | None = None) -> int | None:
         """The engine's stop signal (SIGTERM) to the whole group, SIGKILL after `grace` s; returns the exit code."""
