@@ -130,6 +130,7 @@ def llamacpp_agreement(tmp: Path) -> dict:
     with srv:
         url = srv.base_url
         _wait(url)
+        srv.catch_up()
         n0 = len(lines)
         res = run_bench(
             BenchConfig(
@@ -144,7 +145,7 @@ def llamacpp_agreement(tmp: Path) -> dict:
             ),
             prompts=PROMPTS[:8],
         )
-        time.sleep(0.5)
+        srv.catch_up()
         perf = llamacpp_timings(lines[n0:])[1:]  # drop the warmup's block
         recs = [r for r in res.records if not r.warmup]
         usage = []

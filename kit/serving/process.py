@@ -4,6 +4,7 @@
     with ServerProcess(argv, env=env, port=30000, log_file="server.log", on_line=print) as srv:
         info = srv.wait_ready(timeout=600)     # the engine's ready path, then its server info and models
         ...                                    # srv.base_url, srv.tail(20), srv.lines
+        srv.catch_up()                         # the lines logged about requests that just returned
     # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
 
 No orphans: the server runs under a tiny supervisor (`python -m kit.serving.process --supervise PPID
@@ -14,7 +15,9 @@ The supervisor exits with the server's exit code. A port in use is reported befo
 
 The server writes its output straight to the log file (an unnamed temporary file without `log_file`),
 opened for appending, and a reader thread follows that file: a pipe would hold a server that logs faster
-than a busy starter process reads, a file never does.
+than a busy starter process reads, a file never does. The reader polls, so a line can reach `lines` a few
+milliseconds after the reply it was written before; `catch_up()` waits until what the server has written
+so far has been taken.
 
 What is engine-specific (readiness and server-info paths, the log line that says startup failed, the
 stop signal and grace) is the serving engine's (`kit.serving.engines`, default SGLang): a startup that
@@ -153,6 +156,9 @@ class ServerProcess:
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
+        self._log_fd: int | None = None  # a descriptor of the log kept to ask its size (catch_up)
+        self._taken = threading.Condition()
+        self._taken_pos = 0  # the log's bytes read so far, every whole line in them taken
 
     @classmethod
     def from_spec(cls, spec, engine: str | Engine = "sglang", **kw) -> ServerProcess:
@@ -217,6 +223,8 @@ class ServerProcess:
                     start_new_session=True,
                 )
                 fd = os.dup(out.fileno())  # the reader's own descriptor, read at explicit offsets (pread)
+                self._log_fd = os.dup(out.fileno())
+        self._taken_pos = start_at
         self._reader = threading.Thread(target=self._follow, args=(fd, start_at), name="kit-server-log", daemon=True)
         self._reader.start()
         return self
@@ -232,7 +240,7 @@ class ServerProcess:
         fcntl.fcntl(out.fileno(), fcntl.F_SETFL, fcntl.fcntl(out.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         return out
 
-    def _follow(self, fd: int, pos: int, idle_s: float = 0.05) -> None:
+    def _follow(self, fd: int, pos: int, idle_s: float = 0.01) -> None:
         """Read the log from byte `pos` as the server writes it, a line at a time, until the server has exited
         and the file is read to its end. Lines end at \\n, \\r\\n or a lone \\r (a progress bar's redraw), as
         a text-mode pipe would split them."""
@@ -250,6 +258,9 @@ class ServerProcess:
                     buf = rest + buf[cut:]
                     for raw in done:
                         self._take(raw.decode(errors="replace"))
+                    with self._taken:
+                        self._taken_pos = pos  # read this far, and every whole line in it taken
+                        self._taken.notify_all()
                     continue
                 if exited:
                     break
@@ -258,6 +269,22 @@ class ServerProcess:
                 self._take(buf.rstrip(b"\r").decode(errors="replace"))
         finally:
             os.close(fd)
+            with self._taken:
+                self._taken_pos = pos
+                self._taken.notify_all()
+
+    def catch_up(self, timeout: float = 5.0) -> bool:
+        """Wait until every line the server had written when this is called has been taken (into `lines` and
+        through `on_line`); a line it has not finished yet is not waited for. The reader polls the file, so a
+        line written just before a reply can reach `lines` after the reply reaches the caller: call this before
+        reading what the server logged about requests that have just returned. False when `timeout` passed."""
+        if self._log_fd is None:
+            return True
+        end = os.fstat(self._log_fd).st_size
+        with self._taken:
+            return self._taken.wait_for(
+                lambda: self._taken_pos >= end or not (self._reader and self._reader.is_alive()), timeout=timeout
+            )
 
     def _take(self, line: str) -> None:
         self.lines.append(line)
@@ -331,6 +358,9 @@ class ServerProcess:
         file's end after the exit; the bound only matters for a stray process that goes on writing."""
         if self._reader:
             self._reader.join(timeout=10)
+        if self._log_fd is not None and not (self._reader and self._reader.is_alive()):
+            os.close(self._log_fd)
+            self._log_fd = None
 
     def stop(self, grace: float | None = None) -> int | None:
         """The engine's stop signal (SIGTERM) to the whole group, SIGKILL after `grace` s; returns the exit code."""

@@ -99,6 +99,35 @@ def test_a_server_logging_while_its_starter_is_busy_is_never_held(tmp_path):
     assert log.read_bytes().endswith(b"bar 1\rbar 2\r\nwindows\r\nno newline")  # the server's own bytes
 
 
+def test_catch_up_waits_for_every_line_written_before_it_and_not_for_an_unfinished_one(tmp_path):
+    """The server logs 20,000 lines, then says so through a file (as a reply would), then starts a line it
+    does not finish: once `catch_up()` returns, every whole line is taken; the unfinished one holds nothing."""
+    replied = tmp_path / "replied"
+    talker = textwrap.dedent(f"""
+        import sys, time
+        for i in range(20000):
+            sys.stdout.write("request line %05d\\n" % i)
+        sys.stdout.flush()
+        open({str(replied)!r}, "w").close()
+        sys.stdout.write("a line not finished")
+        sys.stdout.flush()
+        time.sleep(60)
+    """)
+    taken = []
+    srv = ServerProcess([sys.executable, "-c", talker], port=free_port(), on_line=taken.append, grace=1)
+    with srv:
+        end = time.monotonic() + 30
+        while not replied.exists() and time.monotonic() < end:
+            time.sleep(0.001)
+        t0 = time.monotonic()
+        assert srv.catch_up(timeout=20)
+        waited = time.monotonic() - t0
+        assert len(taken) == 20000 and taken[-1] == "request line 19999"
+        assert waited < 10  # the unfinished line is not waited for
+    assert taken[-1] == "a line not finished"  # taken once the server has gone
+    assert srv.catch_up(timeout=1)  # after the stop: nothing left to wait for
+
+
 def test_early_exit_reports_code_and_tail():
     srv = ServerProcess(
         [sys.executable, "-c", "print('loading'); print('ValueError: boom'); raise SystemExit(3)"], port=free_port()
