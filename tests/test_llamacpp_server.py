@@ -7,14 +7,22 @@ llama-cpp-python streams one token per chunk and has no /flush_cache, /server_in
 so this also checks the client degrades cleanly on a non-SGLang server.
 """
 
+import os
 import time
 
 import pytest
 
-pytest.importorskip("llama_cpp")
-pytest.importorskip("sse_starlette")
-pytest.importorskip("starlette_context")
-httpx = pytest.importorskip("httpx")
+try:
+    import httpx
+    import llama_cpp  # noqa: F401
+    import sse_starlette  # noqa: F401
+    import starlette_context  # noqa: F401
+except ImportError as e:  # a third-party peer, optional for users; .ci/run installs it
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"llama.cpp's server is not installed ({e}); pip install -r requirements-peers.txt", pytrace=False)
+    pytest.skip(
+        f"llama.cpp's server is not installed ({e}): pip install -r requirements-peers.txt", allow_module_level=True
+    )
 
 from kit.measure.bench import BenchConfig, run_bench  # noqa: E402
 from kit.measure.metrics import llamacpp_timings  # noqa: E402
@@ -74,6 +82,7 @@ def _usage_tokens(url, api, text, n):
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
+    assert server.catch_up()  # the last test's requests' perf lines are behind us, not in this window
     n_before = len(server.log_lines)
     cfg = BenchConfig(
         url=server.base_url,
@@ -86,7 +95,7 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
         progress=False,
     )
     res = run_bench(cfg, prompts=PROMPTS)
-    time.sleep(0.5)  # let the log pump catch the last perf lines
+    assert server.catch_up()  # llama.cpp prints a request's perf block before its reply
     recs = [r for r in res.records if not r.warmup]
     assert len(recs) == 3 and all(r.ok for r in recs), [r.error for r in recs]
     assert not res.report.errors
