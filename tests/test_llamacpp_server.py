@@ -1,7 +1,9 @@
 """kit.measure.bench against a REAL third-party server: llama-cpp-python's OpenAI-compatible server on the
 embedded SmolLM2 GGUF (2 threads). No stub: the client's token counts must equal what the server
 reports (`usage.completion_tokens` of the same greedy request, non-streamed), and the client's
-timings must agree with llama.cpp's own `llama_perf_context_print` timings from the server log.
+timings must fit llama.cpp's own `llama_perf_context_print` timings from the server log (the server's
+total inside the client's end-to-end time, the client's decode span between llama.cpp's eval time and
+its total).
 
 llama-cpp-python streams one token per chunk and has no /flush_cache, /server_info or /metrics,
 so this also checks the client degrades cleanly on a non-SGLang server.
@@ -117,10 +119,13 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
         # and HTTP + SSE framing adds little on top
         assert server_total <= r.e2e + 0.005
         assert r.e2e - server_total < 0.5
-        # decode speed seen by the client (chunk arrivals) vs llama.cpp's eval speed
+        # the client's decode span (first to last chunk) against llama.cpp's clocks, both wall time of the
+        # same generation, so the bounds hold on a busy host too: the decode steps between the first and the
+        # last token (llama.cpp's eval runs) lie inside the span, and the span inside the server's total
         if runs >= 4 and len(r.chunk_t) >= 4:
-            client_s_per_tok = (r.chunk_t[-1] - r.chunk_t[0]) / (len(r.chunk_t) - 1)
-            assert client_s_per_tok == pytest.approx(ev_s / runs, rel=0.5)
+            span = r.chunk_t[-1] - r.chunk_t[0]
+            assert span >= 0.5 * ev_s * (len(r.chunk_t) - 1) / runs
+            assert span <= server_total + 0.25  # the last chunk still has to be sent and read
     summ = res.summary["labels"]["spec"]
     assert summ["output_tokens"] == sum(r.client_tokens for r in recs)
     assert summ["ttft_p50_s"] > 0 and summ["itl_p50_s"] > 0
