@@ -2,8 +2,8 @@
 embedded SmolLM2 GGUF (2 threads). No stub: the client's token counts must equal what the server
 reports (`usage.completion_tokens` of the same greedy request, non-streamed), and the client's
 timings must fit llama.cpp's own `llama_perf_context_print` timings from the server log (the server's
-total inside the client's end-to-end time, the client's decode span between llama.cpp's eval time and
-its total).
+total inside the client's end-to-end time, the last chunk read after llama.cpp's decode steps, the
+client's decode span inside the server's total).
 
 llama-cpp-python streams one token per chunk and has no /flush_cache, /server_info or /metrics,
 so this also checks the client degrades cleanly on a non-SGLang server.
@@ -119,13 +119,15 @@ def test_token_counts_and_timings_agree_with_llamacpp(server, tmp_path, api):
         # and HTTP + SSE framing adds little on top
         assert server_total <= r.e2e + 0.005
         assert r.e2e - server_total < 0.5
-        # the client's decode span (first to last chunk) against llama.cpp's clocks, both wall time of the
-        # same generation, so the bounds hold on a busy host too: the decode steps between the first and the
-        # last token (llama.cpp's eval runs) lie inside the span, and the span inside the server's total
+        # the client's chunk times against llama.cpp's clocks, both wall time of the same generation, so the
+        # bounds hold on a busy host too. Causality: the last token is read after the decode steps that made it
+        # (every eval run but at most one after it). Chunks may reach the client together (a busy server or
+        # client reads several at once), so the span has no lower bound, only the server's total above it.
+        assert r.chunk_t == sorted(r.chunk_t) and r.ttft == (r.chunk_t[0] if r.chunk_t else None)
         if runs >= 4 and len(r.chunk_t) >= 4:
-            span = r.chunk_t[-1] - r.chunk_t[0]
-            assert span >= 0.5 * ev_s * (len(r.chunk_t) - 1) / runs
-            assert span <= server_total + 0.25  # the last chunk still has to be sent and read
+            assert r.chunk_t[-1] >= ev_s * (runs - 1) / runs
+            assert r.chunk_t[-1] <= r.e2e
+            assert r.chunk_t[-1] - r.chunk_t[0] <= server_total + 0.25  # the last chunk still has to be sent and read
     summ = res.summary["labels"]["spec"]
     assert summ["output_tokens"] == sum(r.client_tokens for r in recs)
     assert summ["ttft_p50_s"] > 0 and summ["itl_p50_s"] > 0
