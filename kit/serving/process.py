@@ -156,7 +156,7 @@ class ServerProcess:
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
-        self._log_fd: int | None = None  # a descriptor of the log kept to ask its size (catch_up)
+        self._log_fd: int | None = None  # the log, read at explicit offsets (pread) and sized by catch_up
         self._taken = threading.Condition()
         self._taken_pos = 0  # the log's bytes read so far, every whole line in them taken
 
@@ -222,10 +222,11 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-                fd = os.dup(out.fileno())  # the reader's own descriptor, read at explicit offsets (pread)
-                self._log_fd = os.dup(out.fileno())
+                self._log_fd = os.dup(out.fileno())  # ours: `out` closes here, the server keeps its own
         self._taken_pos = start_at
-        self._reader = threading.Thread(target=self._follow, args=(fd, start_at), name="kit-server-log", daemon=True)
+        self._reader = threading.Thread(
+            target=self._follow, args=(self._log_fd, start_at), name="kit-server-log", daemon=True
+        )
         self._reader.start()
         return self
 
@@ -258,20 +259,25 @@ class ServerProcess:
                     buf = rest + buf[cut:]
                     for raw in done:
                         self._take(raw.decode(errors="replace"))
-                    with self._taken:
-                        self._taken_pos = pos  # read this far, and every whole line in it taken
-                        self._taken.notify_all()
+                    self._mark_taken(pos)
                     continue
                 if exited:
                     break
                 time.sleep(idle_s)
             if buf.rstrip(b"\r"):  # a last line without its newline
                 self._take(buf.rstrip(b"\r").decode(errors="replace"))
-        finally:
-            os.close(fd)
-            with self._taken:
-                self._taken_pos = pos
-                self._taken.notify_all()
+        finally:  # the descriptor stays open for catch_up; _join_reader closes it
+            self._mark_taken(pos)
+
+    def _mark_taken(self, pos: int) -> None:
+        """The log is read up to byte `pos` and every whole line in it taken: wake whoever waits in catch_up."""
+        with self._taken:
+            self._taken_pos = pos
+            self._taken.notify_all()
+
+    def _reading(self) -> bool:
+        """Whether the reader thread still follows the log."""
+        return bool(self._reader and self._reader.is_alive())
 
     def catch_up(self, timeout: float = 5.0) -> bool:
         """Wait until every line the server had written when this is called has been taken (into `lines` and
@@ -282,9 +288,7 @@ class ServerProcess:
             return True
         end = os.fstat(self._log_fd).st_size
         with self._taken:
-            return self._taken.wait_for(
-                lambda: self._taken_pos >= end or not (self._reader and self._reader.is_alive()), timeout=timeout
-            )
+            return self._taken.wait_for(lambda: self._taken_pos >= end or not self._reading(), timeout=timeout)
 
     def _take(self, line: str) -> None:
         self.lines.append(line)
@@ -358,7 +362,7 @@ class ServerProcess:
         file's end after the exit; the bound only matters for a stray process that goes on writing."""
         if self._reader:
             self._reader.join(timeout=10)
-        if self._log_fd is not None and not (self._reader and self._reader.is_alive()):
+        if self._log_fd is not None and not self._reading():
             os.close(self._log_fd)
             self._log_fd = None
 
