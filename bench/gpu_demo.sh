@@ -5,6 +5,9 @@
 #   bash bench/gpu_demo.sh install # install the bundle into $SITE
 #   bash bench/gpu_demo.sh demo    # `kit demo --gpu` (the draft: $WORK/best if `pick` chose one, else DRAFT, else shipped)
 #   bash bench/gpu_demo.sh finish  # score a served run given as RUN_TGZ (python -m kit.demo_gpu finish)
+#   bash bench/gpu_demo.sh load    # bench/bench_demo.py --gpu: the demo quiet (empty cache), then beside a second job
+#                                  # on the card; LOAD_RUNS="loaded" LOAD_MERGE=$RESULTS/demo_load.json for the second
+#                                  # half in a call of its own
 #   bash bench/gpu_demo.sh parity  # kit bench vs sglang.bench_serving on a no-speculation server, c=1 and 16 (PARITY_CONC),
 #                                  # >= 60 s a run, PARITY_REPEATS (default 2) runs per client in ABBA turns;
 #                                  # PARITY_ARGS: more `gpu_sglang.py bench` flags (--order, --target, --dummy-weights)
@@ -56,6 +59,10 @@ finish)
   python3 -c "import kit.models as m; print(m.embedded_dir())" 2>&1 | tail -1
   timeout 200 python3 -m kit.demo_gpu finish "$R" 2>&1 | grep -v -E "it/s\]|Loading weights" | tee "$RES/finish.log"
   tar czf "$RES/demo_run.tgz" -C "$S/runs" .
+  ;;
+load)
+  timeout ${LOAD_TIMEOUT:-580} python3 bench/bench_demo.py --gpu --runs ${LOAD_RUNS:-empty_cache loaded} --cache-dir "$S/load_cache" \
+    --keep --out "$RES/demo_load.json" ${LOAD_MERGE:+--merge "$LOAD_MERGE"} | tail -c 4000
   ;;
 parity)
   nb_site

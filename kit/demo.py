@@ -64,6 +64,10 @@ class DemoConfig:
     gpu: bool = field(
         default=False, metadata={"help": "on a GPU host with the SGLang bundle: the seed's story on real SGLang"}
     )
+    quiet_check: bool = field(
+        default=False,
+        metadata={"help": "before benchmarking, wait up to 60 s for a quiet machine (kit bench --quiet-check)"},
+    )
     breakeven: str | None = field(
         default=None,
         metadata={
@@ -82,7 +86,12 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
 
 def notebook_parameters(cfg: DemoConfig, out_dir: Path) -> dict:
     """Parameters injected into every notebook (each notebook ignores those it does not declare)."""
-    params = {"out_dir": str(out_dir), "quick": cfg.quick, "train_draft": cfg.train_draft}
+    params = {
+        "out_dir": str(out_dir),
+        "quick": cfg.quick,
+        "train_draft": cfg.train_draft,
+        "quiet_check": cfg.quiet_check,
+    }
     for k in ("target", "draft", "launch", "breakeven"):
         if getattr(cfg, k) is not None:
             params[k] = getattr(cfg, k)
@@ -276,6 +285,7 @@ def _run_group(group: list[Path], run_dir: Path, params: dict, index: dict[Path,
 
 
 def run_demo(cfg: DemoConfig) -> Path:
+    from kit.measure.machine import brief as machine_brief
     from kit.summary import collect, fmt_speedup, new_run_dir
 
     for p, label in ((cfg.target, "--target"), (cfg.draft, "--draft")):
@@ -313,6 +323,10 @@ def run_demo(cfg: DemoConfig) -> Path:
         f"kit demo: speedup over no speculation seed_launch={fmt_speedup(sp['seed_launch'])}"
         f" fixed_launch={fmt_speedup(sp['fixed_launch'])}"
     )
+    if any((v or {}).get("inconclusive") for v in sp.values()):
+        print("kit demo: the accept lengths above do not depend on the clock: they are this run's verdict")
+    for label, m in (summary.get("machine_watch") or {}).items():
+        print(f"kit demo: {label}: {machine_brief(m)}")
     print(f"kit demo: summary -> {run_dir / 'summary.md'}")
     return run_dir
 

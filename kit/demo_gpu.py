@@ -8,10 +8,11 @@ draft with real SGLang and measures them the way `kit bench` does:
 2. three launches built from the seed's command line (`SEED_LAUNCH`, 8 GPUs) adapted to one GPU
    (`one_gpu`): the seed's own (`--speculative-algorithm EAGLE`), the kit's fix of it (`apply_fixes` of
    its lint: `EAGLE3`) and the same line without speculation (the baseline). They start together on the
-   one GPU (startup dominates: ~1 min each) and are benched one after the other;
+   one GPU (startup dominates: ~1 min each);
 3. the oracle (`kit oracle --compare`, CPU) computes the expected accept length of both launches while
-   the servers start; `kit bench` measures baseline vs seed and baseline vs fixed (interleaved repeats,
-   batch 1, CUDA graphs), each with every acceptance source and the speedup's interval;
+   the servers start; one `kit bench` run measures the three (request by request, the order rotating, so
+   outside load on the GPU hits every arm alike; repeats, batch 1, CUDA graphs), each speculative launch
+   with every acceptance source and its speedup (or why the run cannot support one);
 4. after the servers stop, the kit's own engine decodes the same prompts in CUDA graphs
    (`kit.reference.graphs`: greedy, the seed's wiring, the fixed wiring), for its figures beside SGLang's;
 5. verdicts (`kit.measure.verdict`), figures and `runs/<time>/summary.json` + `summary.md`.
@@ -175,20 +176,29 @@ def startup_error(log_file: str | None) -> str | None:
     return hits[-1][:400] if hits else None
 
 
-def bench_pair(plan: GpuPlan, base_url: str, url: str, label: str, target: str, log_file: str, out: Path):
+def bench_all(plan: GpuPlan, urls: dict[str, str], labels: dict[str, str], target: str, log_file: str, out: Path,
+              quiet_check: bool = False):  # fmt: skip
+    """One `kit bench` run over every launch that started (`urls`: baseline, fixed, seed), interleaved request
+    by request with the order rotating, so outside load on the GPU lands on every arm alike; the fixed launch's
+    log feeds the decode-log acceptance source."""
     from kit.measure.bench import BenchConfig, run_bench
 
+    seed = [f"{labels['seed']}={urls['seed']}"] if "seed" in urls else None
+    main = "fixed" if "fixed" in urls else "seed"
     cfg = BenchConfig(
-        url=url,
-        baseline_url=base_url,
-        label=label,
+        url=urls[main],
+        baseline_url=urls["baseline"],
+        label=labels[main],
+        also_url=seed if main == "fixed" else None,
         num_prompts=plan.num_prompts,
         max_new_tokens=plan.max_new_tokens,
         concurrency=plan.concurrency,
         repeats=plan.repeats,
+        interleave=True,
+        quiet_check=quiet_check,
         warmup=2,
         chat_template=target,
-        log_path=log_file,
+        log_path=log_file if main == "fixed" else None,
         out_dir=str(out),
         progress=False,
     )
@@ -264,7 +274,8 @@ def engine_rows(tok_s: dict, speedup: dict, reference: dict) -> list[dict]:
     """SGLang's and the kit engine's tok/s and speedups as rows for `kit.measure.plots.engine_comparison`."""
     rows = [{"engine": "SGLang", "launch": "no speculation", "tok_s": tok_s.get("baseline"), "speedup": 1.0}]
     for n in ("seed", "fixed"):
-        sp = (speedup.get(f"{n}_launch") or {}).get("median")
+        sp = speedup.get(f"{n}_launch") or {}
+        sp = None if sp.get("inconclusive") else sp.get("median")
         rows.append({"engine": "SGLang", "launch": n, "tok_s": tok_s.get(f"{n}_launch"), "speedup": sp})
     g = reference.get("greedy") or {}
     rows.append({"engine": "kit engine (graphs)", "launch": "no speculation", "tok_s": g.get("tok_s"), "speedup": 1.0})
@@ -312,6 +323,7 @@ def run_gpu_demo(cfg) -> Path:
     t0 = time.perf_counter()
     specs, lints = launches(plan, target, draft, run_dir, facts["sglang"])
     oracle_proc = start_oracle(plan, target, draft, run_dir / "oracle.log")
+    labels = {n: bench_label(n, specs[n], plan) for n in ("seed", "fixed")}
     servers = {n: ServerProcess.from_spec(specs[n], engine="sglang", grace=10) for n in LAUNCHES}
     for n in LAUNCHES:
         print(f"  {n}: {specs[n].command()}", flush=True)
@@ -329,12 +341,11 @@ def run_gpu_demo(cfg) -> Path:
     try:
         if not started["baseline"]["ok"]:
             raise KitInputError(f"the baseline server did not start: {started['baseline']['error']}")
-        for n in ("seed", "fixed"):
-            if started[n]["ok"]:
-                t0 = time.perf_counter()
-                bench_pair(plan, servers["baseline"].base_url, servers[n].base_url, bench_label(n, specs[n], plan),
-                           target, specs[n].log_file, run_dir / f"bench_{n}")  # fmt: skip
-                step(f"bench_{n}", t0)
+        urls = {n: servers[n].base_url for n in LAUNCHES if started[n]["ok"]}
+        if len(urls) > 1:
+            t0 = time.perf_counter()
+            bench_all(plan, urls, labels, target, specs["fixed"].log_file, run_dir / "bench", cfg.quiet_check)
+            step("bench", t0)
     finally:
         t0 = time.perf_counter()
         _stop_all(servers)
@@ -352,6 +363,7 @@ def run_gpu_demo(cfg) -> Path:
             }
             for n in LAUNCHES
         },
+        "bench_labels": labels,
         "timings_s": timings,
         "breakeven": cfg.breakeven,  # bench/gpu_breakeven.py's measured costs on this GPU, when given
     }
@@ -394,11 +406,11 @@ def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = 
     """Score a served run directory: the kit's graphed engine on this GPU, the oracle's numbers, verdicts,
     figures, `summary.json` and `summary.md` (with `breakeven`, else the one the run was given, the
     break-even on this GPU). Also `python -m kit.demo_gpu finish RUN_DIR [--breakeven FILE]` for a run whose
-    scoring did not complete (its `serving.json`, `oracle.log` and `bench_*` directories are all it reads)."""
+    scoring did not complete (its `serving.json`, `oracle.log` and `bench/` directory are all it reads)."""
     from kit.measure import plots
     from kit.measure.bench import load_result
     from kit.measure.verdict import verdict
-    from kit.summary import collect, record
+    from kit.summary import collect, fmt_speedup, record
 
     run_dir = Path(run_dir)
     t_finish = time.perf_counter()
@@ -415,29 +427,24 @@ def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = 
     # scores: observed (SGLang, pooled completion/verify), expected (oracle), speedups, verdicts
     observed, tok_s, speedup, sources = {}, {}, {}, {}
     findings = Report()
-    for n in ("seed", "fixed"):
-        if not (run_dir / f"bench_{n}" / "summary.json").exists():
-            continue
-        res = load_result(run_dir / f"bench_{n}")
-        label = next(lab for lab in res.summary["labels"] if lab != "baseline")
+    res = load_result(run_dir / "bench") if (run_dir / "bench" / "summary.json").exists() else None
+    for n, label in serving["bench_labels"].items() if res else ():
         labels = res.summary["labels"]
+        if label not in labels:
+            continue
         observed[f"{n}_launch"] = labels[label].get("accept_length")
         sources[f"{n}_launch"] = labels[label].get("accept_sources")
         tok_s[f"{n}_launch"] = labels[label].get("output_tok_s")
         tok_s.setdefault("baseline", labels["baseline"].get("output_tok_s"))
         speedup[f"{n}_launch"] = paired(res, label)
-        findings.extend(res.report.findings)
         static = launch_findings(serving["launches"][n], facts.get("sglang"))
         # both launches against what the draft reaches when wired right (the oracle's fixed-launch figure);
         # the oracle replaying the seed's own wiring is kept beside it (accept_length_expected)
         findings.extend(verdict(observed[f"{n}_launch"], oracle.get("fixed_launch"), static, label=f"{n} launch"))
-        plots.throughput_speedup(
-            res.summary,
-            run_dir,
-            name=f"throughput_speedup_{n}",
-            data=res.describe(),
-            speedup={label: speedup[f"{n}_launch"]},
-        )
+    if res:
+        findings.extend(res.report.findings)
+        shown = {serving["bench_labels"][k.removesuffix("_launch")]: v for k, v in speedup.items()}
+        plots.throughput_speedup(res.summary, run_dir, data=res.describe(), speedup=shown)
     pairs = [
         {"label": f"{n} launch", "expected_accept_length": oracle.get("fixed_launch"), "observed_accept_length": v}
         for n, v in ((k.removesuffix("_launch"), v) for k, v in observed.items())
@@ -482,6 +489,11 @@ def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = 
             "accept_sources": sources,
             "tok_s": tok_s,
             "speedup": speedup,
+            "machine_watch": {
+                n: (res.summary["labels"].get(lab) or {}).get("machine") for n, lab in serving["bench_labels"].items()
+            }
+            if res
+            else {},  # fmt: skip
             "reference_engine_graphed": reference,
             "oracle": oracle,
             "launches": {
@@ -494,7 +506,7 @@ def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = 
         },
     )
     a = summary["accept_length"]
-    sp = {k: round(v["median"], 3) for k, v in speedup.items() if v.get("median") is not None}
+    sp = {k: fmt_speedup(v) for k, v in speedup.items()}
     ref = {n: (reference.get(n) or {}).get("speedup") for n in ("seed", "fixed")}
     print(
         f"kit demo --gpu: accept length seed_launch={a['seed_launch']} fixed_launch={a['fixed_launch']} "
@@ -512,7 +524,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m kit.demo_gpu", description="score a served `kit demo --gpu` run")
     sub = p.add_subparsers(dest="cmd", required=True)
-    fin = sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench_*)")
+    fin = sub.add_parser("finish", help="score RUN_DIR (serving.json, oracle.log, bench/)")
     fin.add_argument("run_dir")
     fin.add_argument("--breakeven", default=None, help="a breakeven.json of bench/gpu_breakeven.py for the summary")
     a = p.parse_args(argv)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import Report
+from kit.measure.machine import brief as machine_brief
 
 RUNS_ENV = "KIT_RUNS_DIR"
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -85,6 +86,7 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
     steps = load_steps(run_dir)
     accept: dict[str, Any] = {"seed_launch": None, "fixed_launch": None, "oracle": None}
     speedup: dict[str, Any] = {"fixed_launch": None, "seed_launch": None}  # each {median, ci95: [low, high], n}
+    machine: dict[str, Any] = {}  # per bench arm: what the host did while it ran (kit.measure.machine)
     lifted: dict[str, Any] = {}  # a step's break-even digest (kit.measure.breakeven.digest)
     for rec in steps.values():
         for k, v in (rec.get("accept_length") or {}).items():
@@ -94,9 +96,11 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
         for k, v in sp.items() if isinstance(sp, dict) else ():
             if k in speedup and v is not None:
                 speedup[k] = v
+        machine.update(rec.get("machine_watch") or {})
         if rec.get("break_even"):
             lifted["break_even"] = rec["break_even"]
-    summary = {"accept_length": accept, "speedup": speedup, **lifted, **(extra or {}), "steps": steps}
+    summary = {"accept_length": accept, "speedup": speedup, "machine_watch": machine, **lifted, **(extra or {}),
+               "steps": steps}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (run_dir / "summary.md").write_text(render_markdown(summary))
     return summary
@@ -104,9 +108,11 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
 
 def fmt_speedup(s: dict[str, Any] | None) -> str:
     """`1.52x [1.31, 1.70] (n 4 repeats)` from a summary speedup entry (`kit.measure.metrics.launch_speedup`,
-    briefly); n/a when the launch was not benched."""
+    briefly); `inconclusive: <why>` when the run cannot support a headline; n/a when the launch was not benched."""
     if not s or s.get("median") is None:
         return "n/a"
+    if s.get("inconclusive"):
+        return f"inconclusive: {s['inconclusive']}"
     lo, hi = s.get("ci95") or (None, None)
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
     unit = f" {s['pairing']}s" if s.get("pairing") else ""
@@ -131,6 +137,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"| {name} | {fmt_speedup((summary.get('speedup') or {}).get(key))} |"
             for key, name in (("seed_launch", "seed's launch"), ("fixed_launch", "fixed launch"))
         ),
+        "",
+        *(f"- {label}: {machine_brief(m)}" for label, m in (summary.get("machine_watch") or {}).items()),
         "",
     ]
     be = summary.get("break_even") or {}

@@ -10,7 +10,7 @@ in flight, snapshots again. Arms are interleaved per repeat so drift hits both a
 they take turns every `concurrency` requests, so a request and its twin on the other arm run seconds apart
 (the per-request paired speedup, `summary["paired_speedup"]`, then holds on a shared, loaded machine).
 `--also-url LABEL=URL` adds arms beside `--url` (another launch of the same model, e.g. the seed's), each
-scored against the same baseline twins; `--also-num-prompts N` gives them the first N requests only.
+scored against the same baseline twins; every arm answers the same requests the same number of times.
 
 Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
 `runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
@@ -69,6 +69,8 @@ from kit.measure.client import (
     snapshot_metrics,
     stream_session,
 )
+from kit.measure.machine import Watch
+from kit.measure.machine import brief as machine_brief
 from kit.measure.records import RequestRecord, RunRecord
 from kit.models import chat_renderer
 from kit.serving.engines import ENGINES, Engine, get_engine
@@ -138,11 +140,8 @@ class BenchConfig:
         default=None,
         metadata={
             "help": "more arms beside --url, each LABEL=URL (another launch of the same model): with --interleave "
-            "each of their requests runs right after its --url twin, against the same baseline twin"
+            "each of their requests runs beside its --url and baseline twins, the order rotating"
         },
-    )
-    also_num_prompts: int | None = field(
-        default=None, metadata={"help": "the --also-url arms answer only the first N measured requests (default: all)"}
     )
     log_path: str | None = field(
         default=None,
@@ -152,6 +151,11 @@ class BenchConfig:
         default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"}
     )
     timeout_s: float = field(default=600.0, metadata={"help": "per-request timeout"})
+    quiet_check: bool = field(
+        default=False,
+        metadata={"help": "before measuring, wait up to 60 s for the machine to be quiet (no outside CPU load, "
+                  "steal, throttled GPU clocks or other GPU processes); stop with what was seen if it never is"},
+    )  # fmt: skip
     out_dir: str | None = field(
         default=None,
         metadata={
@@ -174,9 +178,8 @@ class BenchConfig:
                 raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
         if self.num_prompts < 0 or self.warmup < 0:
             raise KitInputError("--num-prompts and --warmup must be >= 0")
-        for name in ("also_num_prompts", "warmup_max_new_tokens"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise KitInputError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.warmup_max_new_tokens is not None and self.warmup_max_new_tokens < 1:
+            raise KitInputError("--warmup-max-new-tokens must be >= 1")
         self.also_arms()  # a malformed LABEL=URL is a one-line error before anything runs
 
     def also_arms(self) -> list[tuple[str, str]]:
@@ -201,12 +204,6 @@ class BenchConfig:
             raise KitInputError(f"arm labels {labels}: each arm needs its own label (--label, --also-url LABEL=URL)")
         return [(lab, u.rstrip("/")) for lab, u in arms]
 
-    def requests_for(self, label: str, reqs: list[dict]) -> list[dict]:
-        """The measured requests the arm `label` answers: all of them, or an --also-url arm's first N."""
-        if self.also_num_prompts is not None and label in {lab for lab, _ in self.also_arms()}:
-            return reqs[: self.also_num_prompts]
-        return reqs
-
 
 # ---------------------------------------------------------------------------------------------
 # the run directory: fresh per run, or resumed on request
@@ -218,7 +215,6 @@ RUN_CONFIG = "config.json"
 MEASURED_SETTINGS = (
     "api", "engine", "prompts", "num_prompts", "max_new_tokens", "temperature", "ignore_eos", "concurrency", "warmup",
     "warmup_max_new_tokens", "repeats", "stream", "interleave", "flush_cache", "chat_template", "model", "label", "baseline_label",
-    "also_num_prompts",
 )  # fmt: skip
 # not stored: where the run lives and how it is shown
 _NOT_STORED = ("out_dir", "resume", "progress", "json")
@@ -288,7 +284,7 @@ def _store_config(cfg: BenchConfig, out: Path) -> None:
 
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
-    want = {lab: {r["rid"] for r in cfg.requests_for(lab, reqs)} for lab, _ in cfg.arms()}  # per arm
+    want = {lab: {r["rid"] for r in reqs} for lab, _ in cfg.arms()}  # per arm
     total = cfg.repeats * sum(len(ids) for ids in want.values())
     reused = sum(len(ids & want[lab]) for (lab, _), ids in done.items())
     parts = [
@@ -493,7 +489,7 @@ async def run_arm(
 ) -> RunRecord | None:
     """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
     `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
-    todo = [r for r in cfg.requests_for(label, reqs) if r["rid"] not in done]
+    todo = [r for r in reqs if r["rid"] not in done]
     if not todo:
         return None
     arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
@@ -505,15 +501,19 @@ async def run_arm(
 
 async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
                           log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
-    """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm
-    in order, then the next `concurrency`; each arm's run is recorded at the end. A request and its twins
-    on the other arms run seconds apart, under the same machine load (what paired ratios need)."""
-    todo = {lab: [r for r in cfg.requests_for(lab, reqs) if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
+    """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm,
+    then the next `concurrency`, the arms' order rotating from turn to turn; each arm's run is recorded at the
+    end. A request and its twins on the other arms run seconds apart, under the same machine load (what paired
+    ratios need), and every arm answers the same requests."""
+    todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
     open_ = [(lab, base) for lab, base in arms if todo[lab]]
+    if not open_:
+        return
     state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in open_}
     for i in range(0, len(reqs), cfg.concurrency):
         group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
-        for lab, base in open_:
+        turn = (i // cfg.concurrency + repeat) % len(open_)  # the order rotates: no arm always runs first
+        for lab, base in open_[turn:] + open_[:turn]:
             batch = [r for r in todo[lab] if r["rid"] in group]
             if batch:
                 a = state[lab]
@@ -535,15 +535,15 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     transport = stream_session(cfg.concurrency, cfg.timeout_s) if cfg.stream else None
     try:
-        async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
-            for repeat in range(cfg.repeats):
-                if cfg.interleave:
-                    await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
-                    continue
-                for label, base in cfg.arms():
-                    await run_arm(
-                        client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render, transport
-                    )
+        with Watch(out / "machine.jsonl"):  # what else the host does while the arms run (`kit.measure.machine`)
+            async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
+                for repeat in range(cfg.repeats):
+                    if cfg.interleave:
+                        await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
+                        continue
+                    for label, base in cfg.arms():
+                        await run_arm(client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render,
+                                      transport)  # fmt: skip
     finally:
         if transport is not None:
             await transport.close()
@@ -622,6 +622,7 @@ class BenchResult:
                 f"concurrency {c['concurrency']}" if c.get("concurrency") else "",
                 f"{c['repeats']} repeat(s)" if c.get("repeats") else "",
                 f"api {c['api']}" if c.get("api") else "",
+                machine_brief(self.summary["machine"]) if self.summary.get("machine") else "",
             )
             if x
         )
@@ -633,10 +634,15 @@ def analyze(
     baseline_label: str = "baseline",
     expected_accept_length: float | None = None,
     static_findings=(),
+    machine: list[dict] | None = None,
 ) -> tuple[dict, Report]:
-    """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings."""
+    """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings; `machine` (the
+    run's `machine.jsonl` samples) gives each label what the host did while its requests ran."""
+    from kit.measure import machine as kmach
+
     report = Report()
     labels = list(dict.fromkeys(r.label for r in records if r.label is not None))
+    watched = kmach.by_label(machine or [], records)
     rows, per_label, source_detail = [], {}, {}
     for label in labels:
         lrec = [r for r in records if r.label == label]
@@ -646,6 +652,7 @@ def analyze(
         summ = km.summarize(lrec)
         agg = summ.to_dict()  # summary.json's entry: ServingSummary's fields, the runs' tok/s, the sources
         agg["output_tok_s_runs"] = [r["output_tok_s"] for r in rows if r["label"] == label]
+        agg["machine"] = watched.get(label)
         sources: dict[str, km.AcceptSource] = {}
         for info in [x for x in runs if x.label == label]:
             srec = [r for r in lrec if r.session == info.session]
@@ -713,7 +720,8 @@ def analyze(
                     "return_spec_tokens_details; check the server runs with speculation",
                 )
             )
-    summary: dict[str, Any] = {"runs": rows, "labels": per_label, "accept_sources": source_detail}
+    summary: dict[str, Any] = {"runs": rows, "labels": per_label, "accept_sources": source_detail,
+                               "machine": kmach.summarize(machine or [])}  # fmt: skip
     if baseline_label in per_label:
         for label in labels:
             if label == baseline_label:
@@ -723,9 +731,28 @@ def analyze(
             ratios = km.paired_ratios(records, baseline_label, label)
             if ratios:  # the same request under both arms: per-request ratios, median + bootstrap interval
                 summary.setdefault("paired_speedup", {})[label] = km.paired_speedup(ratios)
-            launch = km.launch_speedup(rows, records, baseline_label, label)
+            busy = kmach.busy_reason(watched.get(baseline_label)) or kmach.busy_reason(watched.get(label))
+            launch = km.launch_speedup(
+                rows, records, baseline_label, label, per_label[label].get("accept_length"), busy
+            )
             if launch:  # the one speedup every output of a run shows (per repeat, else per request)
                 summary.setdefault("launch_speedup", {})[label] = launch
+                if launch["inconclusive"]:
+                    report.add(
+                        Finding(
+                            code="bench.speedup_uncertain",
+                            severity="warning",
+                            title=f"{label}: speedup inconclusive: {launch['inconclusive']}",
+                            evidence={
+                                "median": launch["median"],
+                                "ci95": launch["ci95"],
+                                "n": launch["n"],
+                                "tok_s_ratio": launch["tok_s_ratio"],
+                            },  # fmt: skip
+                            fix="more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine "
+                            "of its own; the accept length does not depend on the clock and stands",
+                        )
+                    )
             if len(ratios) < 2:  # with paired requests their interval is the evidence, not the runs'
                 report.extend(km.speedup_findings(ci, label))
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
@@ -765,9 +792,14 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     ids = {r["rid"] for r in reqs}
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
     for lab, base in cfg.arms():
-        want = {r["rid"] for r in cfg.requests_for(lab, reqs)}
+        want = {r["rid"] for r in reqs}
         if any(want - done[(lab, rep)] for rep in range(cfg.repeats)):
             check_server(base, flags.get(lab, "--also-url"), engine=cfg.engine)
+    if cfg.quiet_check:
+        from kit.measure.machine import wait_quiet
+
+        if busy := wait_quiet():
+            raise KitInputError(f"--quiet-check: the machine stayed busy for 60 s ({busy}); measure when it is quiet")
     if resumed:
         note(resume_note(out, reqs, cfg, done))
     else:
@@ -798,7 +830,10 @@ def load_result(
     runs = [RunRecord.from_dict(d) for d in RecordLog(out / "runs.jsonl").read()]
     if not records:
         raise KitInputError(f"{out / 'records.jsonl'}: no records")
-    summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings)
+    from kit.measure.machine import read_samples
+
+    machine = read_samples(out / "machine.jsonl")
+    summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings, machine)
     doc = {**summary, "findings": report.to_dict()}
     tmp = out / ".summary.json.tmp"
     tmp.write_text(json.dumps(jsonable(doc), indent=2, default=str))

@@ -730,31 +730,93 @@ def repeat_ratios(runs: Iterable[dict[str, Any]], baseline_label: str, label: st
 
 
 def launch_speedup(
-    runs: Iterable[dict[str, Any]], records: Iterable[RequestRecord], baseline_label: str, label: str
+    runs: Iterable[dict[str, Any]],
+    records: Iterable[RequestRecord],
+    baseline_label: str,
+    label: str,
+    accept_length: float | None = None,
+    busy: str | None = None,
 ) -> dict[str, Any] | None:
     """THE speedup of a launch over no speculation, the one figure a run's summary, its throughput figure and
     notebook 05 show: paired per repeat (each repeat's output tok/s over the baseline's in the same repeat)
     when both arms ran two or more repeats, else paired per request (each prompt's tok/s over its baseline
     twin's: a one-repeat run); `paired_speedup`'s median with its bootstrap interval as `ci95`, `pairing`
-    ("repeat" / "request"), the ratios and the label. None without a paired ratio."""
+    ("repeat" / "request"), the ratios and the label. `tok_s_ratio` is the same arms' pooled output tok/s
+    ratio over the paired requests (the throughput panel's bars), and `inconclusive` says why the run cannot
+    support a headline (`inconclusive`), None when it can. None without a paired ratio."""
+    records = list(records)
     ratios, pairing = repeat_ratios(runs, baseline_label, label), "repeat"
     if len(ratios) < 2:
         ratios, pairing = paired_ratios(records, baseline_label, label), "request"
     if not ratios:
         return None
     p = paired_speedup(ratios)
-    return {**p, "ci95": [p["median_low"], p["median_high"]], "pairing": pairing, "label": label, "ratios": ratios}
+    tok = pooled_ratio(records, baseline_label, label)
+    why = inconclusive(p["median"], (p["median_low"], p["median_high"]), tok, accept_length, busy)
+    return {**p, "ci95": [p["median_low"], p["median_high"]], "pairing": pairing, "label": label, "ratios": ratios,
+            "tok_s_ratio": tok, "inconclusive": why}  # fmt: skip
+
+
+# a headline needs an interval no wider than this (high / low); wider, the run cannot tell 1.2x from 1.8x
+MAX_CI_SPREAD = 1.5
+
+
+def inconclusive(
+    median: float,
+    ci95: tuple[float, float],
+    tok_s_ratio: float | None,
+    accept_length: float | None = None,
+    busy: str | None = None,
+) -> str | None:
+    """Why a paired speedup cannot be a headline, or None when it can: its interval is missing or wider than
+    `MAX_CI_SPREAD` (high / low); the pooled tok/s ratio of the same requests points the other way from 1.0
+    (one of them more than 5% off it); or it beats what the accept length allows (each verify costs at least
+    one target step, so a launch that accepts A tokens per verify runs at most about A times as fast). The
+    reason names what the machine was doing (`kit.measure.machine.busy_reason`) when that was observed."""
+    lo, hi = ci95
+    said = []
+    if not (lo == lo and hi == hi and lo > 0):
+        said.append("no interval (too few paired requests)")
+    elif hi / lo > MAX_CI_SPREAD:
+        said.append(f"its 95% interval [{lo:.2f}, {hi:.2f}] is {hi / lo:.1f}x wide")
+    if tok_s_ratio and median == median and (median - 1) * (tok_s_ratio - 1) < 0:
+        if max(abs(math.log(median)), abs(math.log(tok_s_ratio))) > math.log(1.05):
+            said.append(f"the paired median {median:.2f}x and the arms' tok/s ratio {tok_s_ratio:.2f}x disagree")
+    if accept_length and median == median and median > 1.05 * max(1.0, accept_length):
+        said.append(f"{median:.2f}x exceeds what accept length {accept_length:.2f} allows")
+    if not said:
+        return None
+    machine = f"the machine was busy: {busy}" if busy else "no outside load was observed"
+    return f"{'; '.join(said)} ({machine}); rerun with more prompts or repeats, `--quiet-check`, on a quieter machine"
+
+
+def pooled_ratio(records: Iterable[RequestRecord], baseline_label: str, label: str) -> float | None:
+    """`label`'s output tok/s over `baseline_label`'s, each pooled (tokens over seconds) over the requests both
+    arms answered (same id and repeat), so an arm that ran fewer or other prompts is not compared with more."""
+    recs = [r for r in measured(list(records)) if r.label in (baseline_label, label) and r.e2e]
+    keys = {lab: {(r.rid, r.repeat) for r in recs if r.label == lab} for lab in (baseline_label, label)}
+    both = keys[baseline_label] & keys[label]
+    tok = {lab: [0, 0.0] for lab in (baseline_label, label)}
+    for r in recs:
+        if (r.rid, r.repeat) in both:
+            tok[r.label][0] += r.output_tokens
+            tok[r.label][1] += r.e2e
+    (bt, bs), (st, ss) = tok[baseline_label], tok[label]
+    return (st / ss) / (bt / bs) if bs and ss and bt else None
 
 
 def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
     """`{median, ci95: [low, high], n}` of a `paired_speedup` result (None stays None): what a run
-    summary carries."""
+    summary carries; a launch speedup adds its `pairing`, `tok_s_ratio` and `inconclusive` reason."""
     if not speedup or not speedup.get("n"):
         return None
-    r = lambda v: None if v != v else round(v, 3)  # noqa: E731  (NaN -> None)
+    r = lambda v: None if v is None or v != v else round(v, 3)  # noqa: E731  (NaN -> None)
     out = {"median": r(speedup["median"]), "ci95": [r(speedup["median_low"]), r(speedup["median_high"])],
            "n": speedup["n"]}  # fmt: skip
-    return {**out, "pairing": speedup["pairing"]} if speedup.get("pairing") else out
+    for k in ("pairing", "tok_s_ratio", "inconclusive"):
+        if k in speedup:
+            out[k] = r(speedup[k]) if k == "tok_s_ratio" else speedup[k]
+    return out
 
 
 def request_rate(rec: RequestRecord) -> float:

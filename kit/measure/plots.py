@@ -237,12 +237,14 @@ def throughput_speedup(
     speedup = speedup or summary.get("launch_speedup")
     if speedup:
         rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items() if v}
+        unsure = {k for k, v in speedup.items() if v and v.get("inconclusive")}
         pairing = {v.get("pairing") for v in speedup.values() if v} - {None}
         kind = (
             f"speedup over no speculation\n(paired per {' / '.join(sorted(pairing)) or 'repeat'}; bars: 95% interval)"
         )
     else:
         rows = {k: (v["speedup"], v["t_low"], v["t_high"]) for k, v in (summary.get("speedup") or {}).items()}
+        unsure = set()
         kind = "speedup over no speculation\n(bars: 95% t-interval)"
     if rows:
         labels = list(rows)
@@ -250,10 +252,11 @@ def throughput_speedup(
         known = lambda x: x is not None and x == x  # noqa: E731  (no interval: None or NaN)
         lo = [v - rows[k][1] if known(rows[k][1]) else 0 for k, v in zip(labels, vals)]
         hi = [rows[k][2] - v if known(rows[k][2]) else 0 for k, v in zip(labels, vals)]
-        bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=sns.color_palette()[1])
+        colors = ["lightgray" if k in unsure else sns.color_palette()[1] for k in labels]
+        bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=colors)
         ax2.bar_label(
             bars,
-            labels=[f"{v:.2f}x" for v in vals],
+            labels=["inconclusive" if k in unsure else f"{v:.2f}x" for k, v in zip(labels, vals)],
             fontsize=9,
             label_type="center",
             bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
@@ -272,7 +275,8 @@ def throughput_speedup(
 def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data: str = ""):
     """Speedup over the no-speculation baseline per launch (`kit.measure.bench.payoff`, the run's
     `kit.measure.metrics.launch_speedup`): each paired ratio (per repeat, or per request in a one-repeat run) as
-    a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed."""
+    a dot, the median as a bar with its 95% bootstrap interval, 1.0 dashed; a launch whose run cannot support a
+    figure (`inconclusive`) is a gray bar labelled so, its dots still shown."""
     import seaborn as sns
 
     fig, (ax,) = _figure(1, width=6.0, height=4.2)
@@ -282,7 +286,11 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         med = [speedups[k]["median"] for k in names]
         lo = [max(0.0, m - speedups[k]["median_low"]) for k, m in zip(names, med)]
         hi = [max(0.0, speedups[k]["median_high"] - m) for k, m in zip(names, med)]
-        colors = [sns.color_palette()[2] if m >= 1.0 else sns.color_palette()[3] for m in med]
+        unsure = [bool(speedups[k].get("inconclusive")) for k in names]
+        colors = [
+            "lightgray" if u else sns.color_palette()[2] if m >= 1.0 else sns.color_palette()[3]
+            for m, u in zip(med, unsure)
+        ]
         bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=8, color=colors, alpha=0.6, width=0.5)
         for i, k in enumerate(names):
             rs = speedups[k]["ratios"]
@@ -290,8 +298,10 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         ax.bar_label(
             bars,
             labels=[
-                f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
-                for k, m in zip(names, med)
+                "inconclusive\n(the run cannot\nsupport a figure)"
+                if u
+                else f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
+                for k, m, u in zip(names, med, unsure)
             ],
             fontsize=9,
             label_type="center",

@@ -34,3 +34,17 @@ def test_the_pairing_and_a_steps_break_even_reach_summary_md(tmp_path):
     assert "| fixed launch | 0.93x [0.81, 1.10] (n 4 repeats) |" in md
     assert "paired median, 95% interval" in md
     assert f"**Where EAGLE-3 pays on this GPU** (measured costs, `bench/gpu_breakeven.py`): {be['sentence']}" in md
+
+
+def test_an_inconclusive_speedup_is_no_headline_and_the_machine_is_said_beside_it(tmp_path):
+    why = "its 95% interval [0.31, 30.86] is 99.5x wide (the machine was busy: other work used 1.0 cores on average)"
+    sp = {"seed_launch": {"median": 9.48, "ci95": [0.31, 30.86], "n": 18, "inconclusive": why},
+          "fixed_launch": {"median": 1.6, "ci95": [1.4, 1.8], "n": 18}}  # fmt: skip
+    watch = {"EAGLE (seed) 2-1-3": {"samples": 40, "others_cores": {"mean": 1.0, "max": 1.3},
+                                    "load1": {"mean": 3.1, "max": 3.4}}}  # fmt: skip
+    record(tmp_path, "05_acceptance_throughput", speedup=sp, machine_watch=watch)
+    s = collect(tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert "9.48" not in md and f"| seed's launch | inconclusive: {why} |" in md
+    assert "| fixed launch | 1.60x [1.40, 1.80] (n 18) |" in md
+    assert s["machine_watch"] == watch and "- EAGLE (seed) 2-1-3: machine: others 1.0 cores, load 3.1" in md

@@ -283,7 +283,8 @@ def test_interleave_alternates_arms_request_by_request(tmp_path):
             _cfg(tmp_path, s.url, baseline_url=b.url, concurrency=1, warmup=1, interleave=True), prompts=PROMPTS
         )
     measured = [r for r in sorted(res.records, key=lambda r: r.t_start) if not r.warmup]
-    assert [r.label for r in measured] == ["baseline", "spec"] * 6  # twins run back to back
+    # twins run back to back, the arms' order rotating turn by turn
+    assert [r.label for r in measured] == ["baseline", "spec", "spec", "baseline"] * 3
     assert [r.rid for r in measured[::2]] == [r.rid for r in measured[1::2]]
     assert sorted(r.label for r in res.runs) == ["baseline", "spec"] and all(r.requests == 6 for r in res.runs)
     assert res.summary["paired_speedup"]["spec"]["n"] == 6
@@ -328,9 +329,9 @@ def test_next_request_starts_before_the_finished_one_is_written(tmp_path, monkey
     assert seen[:3] == [2, 3, 3]  # record k is written once request k+1 has started
 
 
-def test_also_url_arm_shares_the_baseline_twins_of_its_first_requests(tmp_path):
-    """A third arm (the seed's launch) runs right after the --url arm's request, against the same baseline
-    twin, on the first --also-num-prompts requests only; the server log stays the --url arm's."""
+def test_also_url_arm_answers_every_request_beside_its_twins_in_rotating_order(tmp_path):
+    """A third arm (the seed's launch) answers the same requests as the others, each beside its twins, the
+    order rotating so no arm always runs first; the server log stays the --url arm's."""
     logf = tmp_path / "spec.log"
     logf.write_text("")
     with (
@@ -339,15 +340,21 @@ def test_also_url_arm_shares_the_baseline_twins_of_its_first_requests(tmp_path):
         StubThread(StubConfig(accept_pattern=[1], step_delay=0.001)) as seed,
     ):
         cfg = _cfg(tmp_path, s.url, baseline_url=b.url, concurrency=1, warmup=1, interleave=True,
-                   log_path=str(logf), also_url=[f"seed={seed.url}"], also_num_prompts=2)  # fmt: skip
+                   log_path=str(logf), also_url=[f"seed={seed.url}"])  # fmt: skip
         res = run_bench(cfg, prompts=PROMPTS)
     measured = [r for r in sorted(res.records, key=lambda r: r.t_start) if not r.warmup]
-    assert [r.label for r in measured] == ["baseline", "spec", "seed"] * 2 + ["baseline", "spec"] * 4
-    assert [r.rid for r in measured[:3]] == [measured[0].rid] * 3
-    assert res.summary["paired_speedup"]["seed"]["n"] == 2 and res.summary["paired_speedup"]["spec"]["n"] == 6
+    turns = [measured[i : i + 3] for i in range(0, len(measured), 3)]
+    assert [[r.label for r in t] for t in turns[:3]] == [
+        ["baseline", "spec", "seed"], ["spec", "seed", "baseline"], ["seed", "baseline", "spec"]]  # fmt: skip
+    assert all(len({r.rid for r in t}) == 1 for t in turns) and len(turns) == 6
+    assert res.summary["paired_speedup"]["seed"]["n"] == 6 and res.summary["paired_speedup"]["spec"]["n"] == 6
     assert res.summary["labels"]["seed"]["accept_length"] == pytest.approx(32 / 31)
     assert "log" not in res.summary["labels"]["seed"]["accept_sources"]  # the spec server's lines are not its own
     assert not res.report.by_code("bench.accept_mismatch")
+    # the seed's launch accepts nothing: whatever the clock said, it gets no headline above 1.0x
+    seed_sp = res.summary["launch_speedup"]["seed"]
+    assert seed_sp["median"] <= 1.05 * 32 / 31 or seed_sp["inconclusive"]
+    assert res.summary["labels"]["seed"]["machine"]["samples"] >= 1  # the host was watched during its requests
 
 
 @pytest.mark.parametrize(
@@ -355,9 +362,9 @@ def test_also_url_arm_shares_the_baseline_twins_of_its_first_requests(tmp_path):
     [
         dict(also_url=["no-equals-sign"]),
         dict(also_url=["spec=http://y"]),
-        dict(also_url=["s=http://y"], also_num_prompts=0),
+        dict(also_url=["s=http://y"], warmup_max_new_tokens=0),
     ],
 )
 def test_bad_also_url_is_one_line_error(kw):
-    with pytest.raises(KitInputError, match="also|label"):
+    with pytest.raises(KitInputError, match="also|label|warmup"):
         BenchConfig(url="http://x", **kw).arms()

@@ -236,9 +236,41 @@ def test_launch_speedup_pairs_repeats_when_there_are_several_else_requests():
     sp = km.launch_speedup(runs, records, "baseline", "spec")
     assert sp["pairing"] == "repeat" and sp["ratios"] == pytest.approx([0.8, 0.9, 0.95, 1.2])
     assert sp["median"] == pytest.approx(0.925) and sp["ci95"] == [sp["median_low"], sp["median_high"]]
+    # the one request both arms answered says 2.0x where the repeats say 0.925x: the run cannot be headlined
+    assert sp["tok_s_ratio"] == pytest.approx(2.0) and "disagree" in sp["inconclusive"]
     assert km.brief(sp) == {"median": 0.925, "ci95": [round(sp["median_low"], 3), round(sp["median_high"], 3)],
-                            "n": 4, "pairing": "repeat"}  # fmt: skip
+                            "n": 4, "pairing": "repeat", "tok_s_ratio": 2.0, "inconclusive": sp["inconclusive"]}  # fmt: skip
     # one repeat: each request over its own baseline twin
     one = km.launch_speedup(runs[:1] + runs[4:5], records, "baseline", "spec")
     assert one["pairing"] == "request" and one["ratios"] == [2.0] and one["median"] == 2.0
     assert km.launch_speedup(runs[:4], [], "baseline", "spec") is None  # the launch never ran
+
+
+@pytest.mark.parametrize(
+    "median, ci95, tok_s_ratio, accept_length, why",
+    [
+        (1.6, (1.4, 1.8), 1.55, 2.1, None),  # a run that supports its headline
+        (0.98, (0.95, 1.02), 1.01, 1.05, None),  # both within 5% of 1.0: no direction to disagree on
+        (9.48, (0.31, 30.86), 0.46, 1.05, "interval"),  # the seed's arm on a busy 2-core VM (issue 53)
+        (1.3, (1.2, 1.4), 0.8, 2.0, "disagree"),  # paired median and pooled tok/s on opposite sides of 1.0
+        (1.4, (1.3, 1.5), 1.4, 1.05, "accept length"),  # faster than a launch accepting nothing can run
+        (1.5, (float("nan"), float("nan")), 1.5, 2.0, "no interval"),
+    ],
+)
+def test_inconclusive_names_why_a_run_cannot_support_its_headline(median, ci95, tok_s_ratio, accept_length, why):
+    got = km.inconclusive(median, ci95, tok_s_ratio, accept_length)
+    if why is None:
+        assert got is None
+    else:
+        assert why in got and "no outside load was observed" in got and "--quiet-check" in got
+    busy = km.inconclusive(9.48, (0.31, 30.86), 0.46, 1.05, busy="other work used 1.0 cores on average")
+    assert "the machine was busy: other work used 1.0 cores" in busy
+
+
+def test_pooled_ratio_compares_only_the_requests_both_arms_answered():
+    def rec(label, rid, e2e, tokens=10):
+        return RequestRecord(label=label, rid=rid, repeat=0, ok=True, e2e=e2e, completion_tokens=tokens)
+
+    recs = [rec("baseline", "a", 1.0), rec("baseline", "b", 4.0), rec("seed", "a", 2.0)]  # seed skipped "b"
+    assert km.pooled_ratio(recs, "baseline", "seed") == pytest.approx(0.5)  # not (10/2) / (20/5) = 1.25
+    assert km.pooled_ratio(recs, "baseline", "nobody") is None
