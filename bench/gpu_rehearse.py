@@ -64,11 +64,11 @@ LAUNCH = (
 )  # 2048: within every family draft's trained context, so a healthy family shows the speculative path run
 # six target families (+ the MLA draft), each with a draft trained for it (configs from tests/corpus)
 FAMILIES = {
-    "llama": ("target/llama-3.1-8b-instruct.json", "draft/specforge-llama3-8B-eagle3.json", "midlayer"),
+    "llama": ("target/llama-3.1-8b-instruct.json", "draft/specforge-llama3-8B-eagle3.exported.json", "midlayer"),
     "qwen3": ("target/qwen3-8b.json", "draft/specforge-qwen3-8b-eagle3.json", "midlayer"),
     "qwen3-moe": ("target/qwen3-30b-a3b.json", "draft/specforge-qwen3-30B-A3B-eagle3.json", "midlayer"),
     "gpt-oss": ("target/gpt-oss-120b.json", "draft/specforge-gpt-oss-120B-eagle3.json", "midlayer"),
-    "deepseek-v3": ("target/deepseek-v3.json", "draft/specforge-deepseek-v3-671b-eagle3.json", "midlayer"),
+    "deepseek-v3": ("target/deepseek-v3.json", "draft/specforge-deepseek-v3-671b-eagle3.exported.json", "midlayer"),
     "kimi-mla": ("target/kimi-k2.5.json", "draft/kimi-k2.6-eagle3.1-mla.json", "kimi_mla"),
     "llama4-newer": (
         "target/llama-4-scout-17b-16e-instruct.json",
@@ -90,8 +90,24 @@ def family_case(name: str, tp: int) -> dict:
         "target": target,
         "draft": {"config": draft, "weights": layout},
         "launch": LAUNCH.format(tp=tp, alg="EAGLE3") + FAMILY_FLAGS.get(name, ""),
-        "truth": {"verdict": "healthy"},
+        "truth": {
+            "verdict": "healthy",
+            "release": REHEARSAL_RELEASE,
+            "stated": "by construction: the target with a draft trained for it, within its trained context",
+        },
     }
+
+
+def known_cases() -> dict[str, dict]:
+    """Every case a batch rehearses, by id, with its truth (verdict, codes, the release it holds for): the seed and
+    its fix, the families, the classes and the corpus."""
+    seed = {"verdict": "fault", "codes": ["aux.algorithm", "draft.config"], "release": REHEARSAL_RELEASE}
+    out = {
+        "seed": {"id": "seed", "truth": {**seed, "stated": "a speculators-layout draft launched as EAGLE"}},
+        "seed-fix": {"id": "seed-fix", "truth": {"verdict": "healthy", "release": REHEARSAL_RELEASE}},
+    }
+    out.update((n, {"id": n, **family_case(n, 1)}) for n in FAMILIES)
+    return out | {c["id"]: c for c in load_classes() + load_cases()}
 
 
 def seed_dirs(root: Path, fixed: bool) -> dict:
@@ -461,6 +477,8 @@ def main() -> int:
     rows, not_run = run_batch(jobs, opts, gpus, emit)
     for j in not_run:
         emit(row_of(j, None, 0.0, "not run: batch deadline") | {"wall_s": None})
+    from kit.sglang.versions import importable_version
+
     summary = summarize(rows)
     summary.update(
         batch_wall_s=round(time.monotonic() - t0, 1),
@@ -468,6 +486,7 @@ def main() -> int:
         per_gpu=opts.per_gpu,
         not_rehearsable=[j.case for j in skipped],
         not_run=[j.name for j in not_run],
+        version=opts.version or importable_version() or REHEARSAL_RELEASE,
         end_check="per rehearsal: its own processes gone and holding no GPU memory (nvidia-smi compute apps); "
         "per batch: every GPU's memory back to its level before the first start",
     )

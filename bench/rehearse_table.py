@@ -1,9 +1,16 @@
-"""The doctor-vs-rehearsal table of a `bench/gpu_rehearse.py` JSONL: one row per case, markdown and JSON.
+"""The doctor-vs-rehearsal-vs-truth table of a `bench/gpu_rehearse.py` JSONL: one row per case, markdown and JSON.
 
-Per case: doctor's errors at the rehearsal's release, what real SGLang showed (started, or its exception line;
-the layers the target captured; the width of the hidden states reaching the draft and whether `fc` took them;
-spec_verify_ct per request; checkpoint tensors the loader skipped / draft parameters it never filled), each
-finding marked confirmed / refuted / new / not reached, and the wall time. A dry-run JSONL gives the plans only.
+Per case: the truth (the corpus's, at the release it holds for), doctor's errors at the rehearsal's release, what
+real SGLang showed (started, or its exception line; the layers the target captured; the width of the hidden states
+reaching the draft and whether `fc` took them; spec_verify_ct per request; checkpoint tensors the loader skipped /
+draft parameters it never filled), each finding marked confirmed / refuted / new / not reached, and the wall time.
+Agreement with doctor is one question; the other is whether the rehearsal ended as the truth says at the rehearsed
+release (a fault: it did not start, or a finding was confirmed or new). The truth comes from the case's data
+(gpu_rehearse.known_cases: tests/corpus, the families, the seed), a fault fixed in a later release (`fixed_in`)
+counting as healthy from there; a row that differs carries its explanation from the case's data: why a rehearsal
+cannot show that truth (`truth.rehearsal`, or the case's `xfail`), or a corrected corpus config (`corrects`) whose
+codes the run's doctor column still names (the run judged the file before the correction). A dry-run JSONL gives
+the plans only.
 
     python bench/rehearse_table.py RESULTS.jsonl [--out docs/results/h200_rehearse]
     python bench/gpu_rehearse.py --table RESULTS.jsonl [--table-out DIR]      # the same
@@ -16,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+from gpu_rehearse import REHEARSAL_RELEASE, known_cases, load_configs
 
 SHOWN = ("confirmed", "refuted", "new", "not reached", "timed out")  # "not rehearsed": codes a rehearsal cannot observe
 
@@ -46,13 +55,39 @@ def fc_used(f: dict) -> str:
     return "?"
 
 
-def case_row(r: dict) -> dict:
-    """The table's fields of one JSONL row."""
+def truth_at(truth: dict, release: str) -> str:
+    """healthy or fault: what the case's truth says at `release` (a fault `fixed_in` a release up to it: healthy)."""
+    from kit.sglang.versions import Version
+
+    fixed = truth.get("fixed_in")
+    if fixed and not Version.parse(release) < Version.parse(fixed):
+        return "healthy"
+    return "healthy" if truth["verdict"] in ("healthy", "ok") else "fault"
+
+
+def explanation(case: dict, doctor_errors: list[str]) -> str | None:
+    """Why a rehearsal of this case may end otherwise than its truth, from the case's data (None: nothing says)."""
+    why = case["truth"].get("rehearsal") or case.get("xfail")
+    if why:
+        return why
+    for name in (case.get("target"), (case.get("draft") or {}).get("config")):
+        fix = load_configs().get(name or "", {}).get("provenance", {}).get("corrects")
+        if fix and set(fix["codes"]) & set(doctor_errors):
+            return f"the run judged {name} before its correction: {fix['why']}"
+    return None
+
+
+def case_row(r: dict, case: dict | None = None, release: str = REHEARSAL_RELEASE) -> dict:
+    """The table's fields of one JSONL row; `case`: its corpus entry (truth, configs), `release`: the rehearsed one."""
     f = r.get("facts") or {}
     errors = sorted({d.split(":")[0] for d in r.get("doctor") or [] if d.endswith(":error")})
+    truth = (case or {}).get("truth") or {"verdict": "healthy" if r.get("truth") == "healthy" else "fault"}
     out = {
         "case": r["case"],
         "truth": r.get("truth", ""),
+        "truth_release": truth.get("release"),
+        "truth_fixed_in": truth.get("fixed_in"),
+        "truth_at_rehearsal": truth_at(truth, release),
         "doctor_errors": errors,
         "tp": r.get("tp"),
         "wall_s": r.get("wall_s"),
@@ -78,6 +113,12 @@ def case_row(r: dict) -> dict:
         agreed=None if timed_out else not any(t["verdict"] in ("refuted", "new") for t in r["table"]),
         clean=f.get("clean", f.get("gpu_memory_returned")),
     )
+    if not timed_out:
+        fault = not f.get("started") or any(t["verdict"] in ("confirmed", "new") for t in r["table"])
+        out["outcome"] = "fault" if fault else "healthy"
+        out["matches_truth"] = out["outcome"] == out["truth_at_rehearsal"]
+        if not out["matches_truth"]:
+            out["explanation"] = explanation(case, errors) if case else None
     return out
 
 
@@ -91,9 +132,9 @@ def _cell(v) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| case | truth | doctor errors | TP | SGLang | captured | width | fc | verify_ct | dropped / unfilled | "
-        "findings | agreed | clean | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| case | truth (release) | doctor errors | TP | SGLang | captured | width | fc | verify_ct | dropped / unfilled | "
+        "findings | agreed | truth matched | clean | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in rows:
         tp = c.get("tp") or {}
@@ -101,13 +142,20 @@ def markdown(rows: list[dict]) -> str:
         sg = c["status"] + (": `" + c["exception"][:160].replace("`", "'") + "`" if c.get("exception") else "")
         fnd = "; ".join(f"{k}: {v}" for k, v in (c.get("findings") or {}).items() if v in SHOWN)
         dropped = "—" if c.get("dropped") is None else f"{c['dropped']} / {c['unfilled']}"
-        agreed = {True: "yes", False: "**no**"}.get(c.get("agreed"), "—")
+        agreed, matched = ({True: "yes", False: "**no**"}.get(c.get(k), "—") for k in ("agreed", "matches_truth"))
+        truth = f"{_cell(c['truth'])} ({c['truth_release']})" if c.get("truth_release") else _cell(c["truth"])
+        if c.get("truth_fixed_in"):
+            truth += f", fixed in {c['truth_fixed_in']}"
         lines.append(
-            f"| `{c['case']}` | {_cell(c['truth'])} | {_cell(c['doctor_errors'])} | {tp_s} | {_cell(sg)} | "
+            f"| `{c['case']}` | {truth} | {_cell(c['doctor_errors'])} | {tp_s} | {_cell(sg)} | "
             f"{_cell(c.get('captured'))} | {_cell(c.get('hidden_width'))} | {_cell(c.get('fc_used'))} | "
-            f"{_cell(c.get('verify_ct'))} | {dropped} | {_cell(fnd)} | {agreed} | {_cell(c.get('clean'))} | "
-            f"{_cell(c.get('wall_s'))} |"
+            f"{_cell(c.get('verify_ct'))} | {dropped} | {_cell(fnd)} | {agreed} | {matched} | "
+            f"{_cell(c.get('clean'))} | {_cell(c.get('wall_s'))} |"
         )
+    differ = [c for c in rows if c.get("matches_truth") is False]
+    if differ:
+        lines += ["", "Rows that end otherwise than their truth:", ""]
+        lines += [f"- `{c['case']}`: {c.get('explanation') or '**unexplained**'}" for c in differ]
     return "\n".join(lines)
 
 
@@ -115,12 +163,16 @@ def summary_line(rows: list[dict], run: dict | None) -> str:
     timed_out = [c["case"] for c in rows if c["status"] == "timed out"]
     ran = [c for c in rows if "agreed" in c and c["case"] not in timed_out]
     bad = [c["case"] for c in ran if not c["agreed"]]
+    differ = [c for c in ran if not c["matches_truth"]]
+    unexplained = [c["case"] for c in differ if not c.get("explanation")]
     walls = [c["wall_s"] for c in ran if c.get("wall_s") is not None]
     planned = sum(1 for c in rows if c["status"] == "planned (dry run)")
     s = (
-        f"{len(rows)} cases ({sum(not c['status'].startswith('not rehearsable') for c in rows)} rehearsable), "
-        f"{len(ran)} rehearsed, {len(ran) - len(bad)} agreed, {len(bad)} disagreements"
-        f"{' (' + ', '.join(bad) + ')' if bad else ''}, max wall {max(walls) if walls else '—'} s"
+        f"{len(ran)} rehearsed: {len(ran) - len(bad)} agree with doctor, {len(ran) - len(differ)} match the truth, "
+        f"{len(differ)} differ ({'unexplained: ' + ', '.join(unexplained) if unexplained else 'each explained'})"
+        f"; {len(rows)} cases ({sum(not c['status'].startswith('not rehearsable') for c in rows)} rehearsable), "
+        f"{len(bad)} disagreements with doctor{' (' + ', '.join(bad) + ')' if bad else ''}, "
+        f"max wall {max(walls) if walls else '—'} s"
     )
     if timed_out:
         s += f", {len(timed_out)} timed out ({', '.join(timed_out)})"
@@ -137,9 +189,15 @@ def summary_line(rows: list[dict], run: dict | None) -> str:
     return s
 
 
-def write_table(jsonl: Path, out: Path) -> str:
+def table_rows(jsonl: Path) -> tuple[list[dict], dict | None]:
+    """(the table's rows, the run's summary line) of a JSONL, each row judged against its case's truth."""
     raw, run = read_rows(jsonl)
-    rows = [case_row(r) for r in raw]
+    cases, release = known_cases(), (run or {}).get("version") or REHEARSAL_RELEASE
+    return [case_row(r, cases.get(r["case"]), release) for r in raw], run
+
+
+def write_table(jsonl: Path, out: Path) -> str:
+    rows, run = table_rows(jsonl)
     md = markdown(rows)
     line = summary_line(rows, run)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,11 @@
-"""The registry of finding codes: one home per code (section, usual severity, meaning, fix, raising modules).
+"""The registry of finding codes: one home per code (section, highest severity, meaning, fix, raising modules).
 
-Every finding the kit reports carries a stable code (`kit.findings.Finding.code`). What each code means, how
-severe it usually is, what fixes it and which modules raise it is written once, in `kit/codes.json`;
-`docs/findings.md` is generated from it, and `kit/tests/test_codes.py` fails when a module raises a code the
-registry lacks, when the registry names a code no module raises or a module that does not raise it, or when
-the generated page differs from the file.
+Every finding the kit reports carries a stable code (`kit.findings.Finding.code`). What each code means, the
+highest severity it may be raised at (`ceiling`: a `Finding` above it is refused where it is made), what fixes
+it and which modules raise it is written once, in `kit/codes.json`; `docs/findings.md` is generated from it,
+and `kit/tests/test_codes.py` fails when a module raises a code the registry lacks, or above its ceiling, when
+the registry names a code no module raises or a module that does not raise it, or when the generated page
+differs from the file.
 
     python -m kit.codes --check        # docs/findings.md is what the registry generates (exit 1 if not)
     python -m kit.codes --write        # regenerate docs/findings.md
@@ -20,7 +21,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 REGISTRY = Path(__file__).with_name("codes.json")
@@ -29,7 +30,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
 PREAMBLE = """# Finding codes
 
 Every check in the kit reports findings with one of these stable codes. `severity` is the
-usual one; a check may lower it where the evidence is weaker (say so in the title).
+highest a check may raise it at (a policy such as "error / warning" lists the severities it is raised
+at, the first the highest; `kit.findings.Finding` refuses one above it); a check may lower it where the
+evidence is weaker (say so in the title).
 This page is generated from the registry `kit/codes.json` (`python -m kit.codes --write`); a test
 (`kit/tests/test_codes.py`) fails when a code raised in `kit/` is missing there, a registered code is raised
 nowhere, or this page differs from what the registry generates.
@@ -40,7 +43,7 @@ nowhere, or this page differs from what the registry generates.
 class CodeInfo:
     code: str
     section: str  # the notebook stage that shows it, e.g. "env: notebook 01"
-    severity: str  # the usual one: "error", "warning", "info" or a policy such as "error / warning"
+    severity: str  # the ceiling: "error", "warning", "info" or a policy such as "error / warning" (first: highest)
     meaning: str
     fix: str
     owners: tuple[str, ...]  # the modules that raise it
@@ -55,6 +58,13 @@ def registry() -> dict[str, CodeInfo]:
 
 def lookup(code: str) -> CodeInfo | None:
     return registry().get(code)
+
+
+@cache
+def ceiling(code: str) -> str | None:
+    """The highest severity `code` may be raised at (a policy's first), None for a code the registry lacks."""
+    info = registry().get(code)
+    return info.severity.split(" / ")[0] if info else None
 
 
 def render_markdown() -> str:

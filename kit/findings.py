@@ -1,8 +1,9 @@
 """Findings: the one currency every check in the kit pays in.
 
 A check looks at facts (a config, a safetensors header, a launch command, the GPU) and
-returns `Finding`s — a stable `code` (documented in docs/findings.md), a `severity`, a
-one-line `title`, the `evidence` it saw and the `fix`. A `Report` collects them and renders
+returns `Finding`s — a stable `code` (documented in docs/findings.md), a `severity` (at most the
+one kit/codes.json registers for the code: `kit.codes.ceiling`), a one-line `title`, the `evidence` it
+saw and the `fix`. A `Report` collects them and renders
 the same content four ways: plain text wrapped to the terminal (what a pipe or a log gets), a
 `rich` table with colours on a terminal, an HTML table / pandas DataFrame for notebooks, and
 JSON (one document, printed as the last line of stdout by `--json`). Text, table and HTML show
@@ -51,6 +52,13 @@ class Finding:
             raise ValueError(f"finding {self.code}: severity {self.severity!r} not in {SEVERITIES}")
         if "\n" in self.title:
             raise ValueError(f"finding {self.code}: title must be one line")
+        from kit.codes import ceiling  # the registry (json, read once) is loaded by the first finding
+
+        top = ceiling(self.code)
+        if top and SEVERITIES.index(self.severity) < SEVERITIES.index(top):
+            raise ValueError(
+                f"finding {self.code}: severity {self.severity!r} above {top!r}, its kit/codes.json ceiling"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,7 +10,7 @@ and dtypes, random values, its real config.json with shrunk widths), rewrites th
 listed with its reason; kit.rehearsal.runner) and, unless `--dry-run`, starts real SGLang on it with the
 kit's recorder on PYTHONPATH (kit.rehearsal.hooks), sends a few requests by input_ids, stops it and
 checks GPU memory went back. What it saw is mapped to doctor's finding codes and each is marked confirmed /
-refuted / new against doctor's static verdict on the *original* files. `--dry-run` runs on any machine.
+refuted / new against doctor's static verdict on the *original* files. `--dry-run`: the plan (and why not), exit 0.
 Writes DIR/plan.json, DIR/record.jsonl (the recorder's lines) and DIR/report.json.
 
 Exit status: 0 it ran as doctor said (no refuted or new error), 1 a disagreement or the rehearsal failed

@@ -1,8 +1,8 @@
 """The package's shape, checked: one-way dependencies, no import cycles, no silent guards, a true map, ruff clean.
 
 Layers, lowest first (a module may import its own layer or lower ones, never higher):
-    base (kit.findings, kit.config, kit.models, kit.prompts, kit.venvs: the side environments real third-party code
-    runs in, each built from the recipe its caller gives)
+    base (kit.findings, kit.codes, kit.config, kit.hf, kit.models, kit.prompts, kit.venvs: the side environments real
+    third-party code runs in, each built from the recipe its caller gives)
     kit.sglang
     -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
     -> kit.measure
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "refserver", "rehearsal", "measure"]
-BASE = {"kit", "kit.findings", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
+BASE = {"kit", "kit.findings", "kit.codes", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
 SAME_AS: dict[str, str] = {}  # a module placed in another package's layer
 
 

@@ -2,9 +2,11 @@
 
 Every case in `tests/corpus/cases.json` names a draft config, a target config and a launch command taken from a
 public source (SGLang, SpecForge, EAGLE, AngelSlim pull requests, issues and docs) and the truth that source
-states: healthy, or which fault (a finding code). `tests/corpus/configs.json` holds every config with its own
-provenance (repository, path, commit and URL for verbatim files; for reconstructed ones, which fields the
-source states).
+states: healthy, or which fault (a finding code), and the release that truth holds for. `tests/corpus/configs.json`
+holds every config with its own provenance (repository, path, commit and URL for verbatim files; for any other,
+the fields filled in, `reconstructed`, and the published fields it lacks, `absent`: doctor may read none of those,
+which `corpus_cases.reads_noted` checks). A recorded GPU rehearsal of the corpus is held to the same truths: a row
+that ends otherwise says why from the case's data (bench/rehearse_table.py).
 Draft weights are not needed: the draft directory gets a safetensors file whose header carries the key names and
 shapes that draft's exporter writes (`WEIGHT_LAYOUTS`, computed from its config) over a sparse file, so a 7168-wide
 Kimi draft costs a few kilobytes on disk.
@@ -54,7 +56,7 @@ def test_case_matches_truth(case, request):
 
 @pytest.mark.parametrize("case", load_classes(), ids=[c["id"] for c in load_classes()])
 def test_built_class_matches_truth(case):
-    r = run_case(case)
+    r = run_all()[case["id"]]
     assert r["outcome"] in ("caught", "no false alarm"), f"{r['outcome']}: {r['detail'] or r}"
 
 
@@ -72,6 +74,91 @@ def test_corpus_has_real_cases_with_provenance():
         assert c["truth"]["verdict"] in ("healthy", "fault") and c["truth"]["stated"]
         for f in [c["target"]] + ([c["draft"]["config"]] if c.get("draft") else []):
             assert f in prov, f"{f}: no provenance"
+
+
+def test_each_truth_names_the_release_it_holds_for():
+    from kit.sglang.versions import Version, is_version
+
+    for c in CASES + load_classes():
+        t = c["truth"]
+        assert is_version(t.get("release") or ""), f"{c['id']}: the truth names no release"
+        assert c.get("sglang_version") in (None, t["release"]), f"{c['id']}: judged at another release than its truth's"
+        assert "fixed_in" not in t or Version.parse(t["release"]) < Version.parse(t["fixed_in"]), c["id"]
+
+
+def test_a_config_that_is_not_the_published_file_says_what_it_lacks_and_what_was_filled_in():
+    """Verbatim files carry repository, path and commit; any other lists `reconstructed` (values not copied from the
+    published file, each said in `fidelity`) and `absent` (fields the published file has that the copy lacks)."""
+    for name, c in load_configs().items():
+        p, cfg = c["provenance"], c["config"]
+        if p["fidelity"] == "verbatim":
+            assert p.get("repository") and p.get("commit") and not {"reconstructed", "absent"} & set(p), name
+            continue
+        assert isinstance(p.get("reconstructed"), list) and isinstance(p.get("absent"), list), name
+        assert all(_at(cfg, k) is not _MISSING for k in p["reconstructed"]), name
+        assert all(_at(cfg, k) is _MISSING for k in p["absent"]), name
+
+
+_MISSING = object()
+
+
+def _at(cfg: dict, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(cfg, dict) or part not in cfg:
+            return _MISSING
+        cfg = cfg[part]
+    return cfg
+
+
+def test_no_rule_reads_a_field_the_corpus_copy_lacks():
+    """doctor judges the published files only where it reads what they say: a rule that looks up a field the copy
+    marks `absent` (the published file has it, the copy not) would judge an artifact of the corpus."""
+    cfgs = load_configs()
+    hits = {}
+    for c in CASES + load_classes():
+        for role, name in (("target", c.get("target")), ("draft", (c.get("draft") or {}).get("config"))):
+            absent = set(cfgs[name]["provenance"].get("absent") or ()) if name else set()
+            if absent & set(run_all()[c["id"]]["reads"].get(role, ())):
+                hits[f"{c['id']} {name}"] = sorted(absent & set(run_all()[c["id"]]["reads"][role]))
+    assert not hits, hits
+    # the notes are real: the dtype rule reads Kimi-K2.5's where it sits, under text_config
+    kimi = run_all()["sglang-pr19689-kimi-k25-eagle3"]["reads"]["target"]
+    assert {"text_config.torch_dtype", "text_config.max_position_embeddings", "quantization_config"} <= set(kimi)
+
+
+def _recorded_rehearsal() -> Path:
+    """The newest recorded GPU rehearsal of the corpus (docs/results/*_rehearse_YYYYMMDD/, 20 rows or more)."""
+    runs = [p for p in ROOT.glob("docs/results/*_rehearse_*/rehearse.jsonl") if p.parent.name[-8:].isdigit()]
+    full = [p for p in runs if sum('"table"' in line for line in p.read_text().splitlines()) >= 20]
+    return max(full, key=lambda p: p.parent.name[-8:])
+
+
+def test_a_recorded_rehearsal_that_ends_otherwise_than_its_truth_says_why():
+    """The table compares each rehearsal's outcome with the truth at the rehearsed release; a row that differs
+    carries its explanation from the case's data (bench/rehearse_table.py), or this fails."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from rehearse_table import table_rows
+
+    rows, _ = table_rows(_recorded_rehearsal())
+    differ = {c["case"]: c.get("explanation") for c in rows if c.get("matches_truth") is False}
+    assert len([c for c in rows if "matches_truth" in c]) >= 20
+    assert all(differ.values()), {k: v for k, v in differ.items() if not v}
+
+
+def test_a_corrected_config_no_longer_gives_what_the_correction_explains():
+    """A `corrects` note explains a recorded row only while the run's doctor column names its codes: doctor on the
+    corrected file must not, or the note would explain a fault that is still there."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_rehearse import known_cases
+
+    checked = 0
+    for c in known_cases().values():
+        for name in (c.get("target"), (c.get("draft") or {}).get("config")):
+            fix = load_configs().get(name or "", {}).get("provenance", {}).get("corrects")
+            if fix:
+                assert not set(fix["codes"]) & set(run_case(c)["errors"]), (c["id"], name)
+                checked += 1
+    assert checked >= 3  # the llama and deepseek-v3 families, sglang-pr14280
 
 
 def test_sparse_header_round_trips_through_the_kit_reader(tmp_path):

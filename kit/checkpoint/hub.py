@@ -168,12 +168,23 @@ def resolve(
             )
         return _fetch_headers(value, revision, head, commit)
     if offline():
-        raise KitInputError(
-            f"{head}{'@' + revision if revision else ''}: not in the Hugging Face cache ({hub_cache()}) and "
-            f"HF_HUB_OFFLINE is set: download it where there is network (hf download {value}"
-            f"{' --revision ' + revision if revision else ''}), or unset HF_HUB_OFFLINE"
-        )
+        raise not_cached(head, value, revision, "HF_HUB_OFFLINE is set")
     return _fetch_headers(value, revision, head, None)
+
+
+def not_cached(head: str, repo_id: str, revision: str | None, why: str, weights: bool = False) -> KitInputError:
+    """The one line for an id that is not in the local cache and cannot be fetched here (`why`), with the download
+    a host with network makes: its JSON files only (config.json, the shard index; the checks of the weights' headers
+    then do not run), or the whole model where the `weights` are needed (`kit convert`)."""
+    rev = f" --revision {revision}" if revision else ""
+    what = "its weights are " if weights else ""
+    get = "" if weights else " --include '*.json'"
+    return KitInputError(
+        f"{head}{'@' + revision if revision else ''}: {what}not in the Hugging Face cache ({hub_cache()}) and {why}: "
+        f"on a host with network run `hf download {repo_id}{rev}{get}`"
+        + ("" if weights else " (config.json and the shard index, no weights)")
+        + f", copy its models--{repo_id.replace('/', '--')} folder into {hub_cache()} and run with HF_HUB_OFFLINE=1"
+    )
 
 
 def _at(repo_id: str, revision: str | None, commit: str | None) -> str:
@@ -204,8 +215,8 @@ def _has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors"))
 
 
-def hub_error(e: Exception, head: str, repo_id: str, revision: str | None) -> KitInputError:
-    """huggingface_hub's exception as the kit's one line (the cases users hit, named)."""
+def hub_error(e: Exception, head: str, repo_id: str, revision: str | None, weights: bool = False) -> KitInputError:
+    """huggingface_hub's exception as the kit's one line (the cases users hit, named; `weights`: see not_cached)."""
     from huggingface_hub import errors
 
     rev = revision or "main"
@@ -222,9 +233,26 @@ def hub_error(e: Exception, head: str, repo_id: str, revision: str | None) -> Ki
             "or log in (hf auth login, or HF_TOKEN)"
         )
     if isinstance(e, errors.OfflineModeIsEnabled):
-        return KitInputError(f"{head}: HF_HUB_OFFLINE is set and the files are not in the cache ({hub_cache()})")
+        return not_cached(head, repo_id, revision, "HF_HUB_OFFLINE is set", weights)
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    if _unreachable(e):
+        return not_cached(head, repo_id, revision, f"the hub ({endpoint()}) cannot be reached ({first})", weights)
     return KitInputError(f"{head}: cannot read it from the Hugging Face hub ({endpoint()}): {first}")
+
+
+def _unreachable(e: BaseException | None) -> bool:
+    """Did the request fail before the hub answered: a name not resolved, a connection refused or timed out, no
+    route? (the socket's error, under huggingface_hub's and its HTTP client's wrappers)"""
+    import errno
+    import socket
+
+    while e is not None:
+        if isinstance(e, (ConnectionError, TimeoutError, socket.gaierror)) or (
+            isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+        ):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | None) -> ModelFiles:
@@ -369,11 +397,7 @@ def download(
             value, snapshot, f"Hugging Face cache {snapshot} ({_at(value, revision, commit)})", value, revision, commit
         )
     if offline():
-        raise KitInputError(
-            f"{head}{'@' + revision if revision else ''}: its weights are not in the Hugging Face cache "
-            f"({hub_cache()}) and HF_HUB_OFFLINE is set: download it where there is network (hf download {value}), "
-            "or unset HF_HUB_OFFLINE"
-        )
+        raise not_cached(head, value, revision, "HF_HUB_OFFLINE is set", weights=True)
     from huggingface_hub import snapshot_download
 
     try:
@@ -387,7 +411,7 @@ def download(
             )
         )
     except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
-        raise hub_error(e, head, value, revision) from None
+        raise hub_error(e, head, value, revision, weights=True) from None
     return ModelFiles(
         value,
         folder,

@@ -374,8 +374,9 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     ]
 
 
-def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
-    """Everything `kit inspect` reports, as data. Raises CheckpointError for unreadable input."""
+def inspect(path: str | Path, sglang_version: str | None = None, target_vocab: int | None = None) -> Inspection:
+    """Everything `kit inspect` reports, as data; `target_vocab`: the target's vocab_size when one is known (else
+    t2d's length, else the draft config's vocab_size stand for it). Raises CheckpointError for unreadable input."""
     p = Path(path)
     ck = read_checkpoint(p)
     cp = find_config(p)
@@ -434,14 +435,17 @@ def inspect(path: str | Path, sglang_version: str | None = None) -> Inspection:
             )
         rep.extend(simulation_findings(ins.simulation, lay))
         names = {to_canonical(k, lay): k for k in ck.tensors}
+        t2d = names.get("t2d", "t2d")
+        t2d_shape = ck.tensors[t2d].shape if t2d in ck.tensors else ()
         rep.extend(
             check_vocab(
                 ck,
-                dc.vocab_size,
+                target_vocab or (t2d_shape[0] if len(t2d_shape) == 1 else dc.vocab_size),
                 dc.draft_vocab_or_target,
                 lm_head=names.get("lm_head.weight"),
                 d2t_name=names.get("d2t", "d2t"),
-                t2d_name=names.get("t2d", "t2d"),
+                t2d_name=t2d,
+                reads_t2d=any(o.key == t2d and o.status != "dropped" for o in sim.keys),
             )
         )
     return ins
@@ -512,8 +516,9 @@ def doctor_checks(ctx) -> list[Finding]:
                 )
             )
         return out + (quant_findings(d, ctx.cfg.sglang_version) if d is not None else [])
+    vocab = ctx.target_config.text.get("vocab_size") if ctx.target_config is not None else None
     try:
-        ins = inspect(d, ctx.cfg.sglang_version)
+        ins = inspect(d, ctx.cfg.sglang_version, vocab if isinstance(vocab, int) else None)
     except CheckpointError as e:
         return corrupt_report(e).findings
     return ins.report.findings

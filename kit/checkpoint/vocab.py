@@ -2,10 +2,11 @@
 
 `d2t[i]` is an offset: draft id i means target id `i + d2t[i]`; SGLang turns it into
 `hot_token_id = d2t + arange(Vd)` and ignores `t2d`. Every trainer builds them from the sorted
-kept ids, so `arange(Vd) + d2t` must be strictly increasing inside `[0, V)`, and `t2d` (bool
-`[V]`) must mark exactly those ids (`t2d.sum() == Vd`). A draft with `Vd < V` and no `d2t`
-is served with draft ids used *as* target ids: graded by the share of draft ids its `t2d` says mean another
-target id (none when the vocabulary is the first Vd target ids).
+kept ids, so `arange(Vd) + d2t` must be strictly increasing inside `[0, V)` (V: the target's vocabulary,
+whatever the draft config's `vocab_size` says), and `t2d` (bool `[V]`) must mark exactly those ids
+(`t2d.sum() == Vd`); `t2d` is graded only for a release whose loader reads it (the loader simulation says).
+A draft with `Vd < V` and no `d2t` is served with draft ids used *as* target ids: graded by the share of draft
+ids its `t2d` says mean another target id (none when the vocabulary is the first Vd target ids).
 
 The tensors are small (Vd int64, V bool), read with the stdlib (`array`), no torch:
 
@@ -94,8 +95,10 @@ def check_vocab(
     lm_head: str | None = None,
     d2t_name: str = "d2t",
     t2d_name: str = "t2d",
+    reads_t2d: bool = False,
 ) -> list[Finding]:
-    """Findings (code draft.d2t) for the d2t/t2d tensors of a checkpoint."""
+    """Findings (code draft.d2t) for the d2t/t2d tensors of a checkpoint, `V` the target's vocabulary. t2d is
+    graded when the release reads it (`reads_t2d`); otherwise it only tells what draft ids mean without d2t."""
     d, t = ck.tensors.get(d2t_name), ck.tensors.get(t2d_name)
     ev = {"V": V, "Vd": Vd}
     fix = "rebuild the maps from the sorted kept target ids: d2t[i] = kept[i] - i, t2d[kept] = True"
@@ -144,6 +147,7 @@ def check_vocab(
                 )
             )
         return out
+    t = t if reads_t2d else None
     shape_errs = []
     if d.dtype not in _INT_CODES:
         shape_errs.append(f"d2t dtype {d.dtype} is not an integer type (I64 expected)")

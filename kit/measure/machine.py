@@ -13,7 +13,8 @@ inside each arm's request windows, so every arm of a run reports what the machin
   not the benchmark's (a second job on the card).
 
 `busy_reason(summary)` is one line naming what was observed when any of it was enough to disturb a
-timing, else None. Linux reads; elsewhere the CPU fields are None.
+timing, else None; `kit.measure.metrics.inconclusive` then withholds the run's speedup headline (other work
+changes the arms' relative costs, which pairing cannot cancel). Linux reads; elsewhere the CPU fields are None.
 
     with Watch(out_dir / "machine.jsonl"):
         ...measure...
@@ -32,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 INTERVAL_S = 0.5
-# what counts as a disturbed run: a quarter of a core used by others on average, 2% steal, SM clocks under
-# 90% of their maximum, or any other process on the GPU
-OTHERS_CORES, STEAL_PCT, CLOCK_SHARE = 0.25, 2.0, 0.9
+# what counts as a disturbed run: other work using a quarter of the host's cores on average (at least half a
+# core: one busy core on a 2-core laptop is a disturbed run, on a 16-core GPU host it is not), 2% steal, SM
+# clocks under 90% of their maximum, or any other process on the GPU
+OTHERS_SHARE, OTHERS_MIN, STEAL_PCT, CLOCK_SHARE = 0.25, 0.5, 2.0, 0.9
 
 
 def _cpu_jiffies() -> tuple[int, int, int] | None:
@@ -115,7 +117,8 @@ class Watch:
                     stopped = self._stop.wait(self.interval_s)
                     t, cpu, (tree, tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
                     dt = t - prev_t
-                    s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "load1": round(os.getloadavg()[0], 2)}
+                    s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "cpus": os.cpu_count(),
+                                         "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
                     if cpu and prev_cpu and cpu[2] > prev_cpu[2]:
                         busy_s = (cpu[0] - prev_cpu[0]) / hz
                         s["others_cores"] = round(max(0.0, busy_s - (tree_cpu - prev_tree_cpu)) / dt, 3)
@@ -146,14 +149,14 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
     against its maximum, the most other GPU processes seen at once. None without samples."""
     if not samples:
         return None
-    out: dict[str, Any] = {"samples": len(samples)}
+    out: dict[str, Any] = {"samples": len(samples), "cpus": max((s.get("cpus") or 0) for s in samples) or None}
     for key in ("others_cores", "load1", "steal_pct"):
         xs = [s[key] for s in samples if s.get(key) is not None]
         if xs:
             out[key] = {"mean": round(statistics.fmean(xs), 2), "max": round(max(xs), 2)}
     clocks = [min(s["sm_clock_mhz"]) for s in samples if s.get("sm_clock_mhz")]
     if clocks:
-        out["sm_clock_mhz"] = {"median": statistics.median(clocks), "min": min(clocks),
+        out["sm_clock_mhz"] = {"median": round(statistics.median(clocks)), "min": min(clocks),
                                "max_rated": max(max(s["sm_clock_max_mhz"]) for s in samples if s.get("sm_clock_max_mhz"))}  # fmt: skip
         out["gpu_other_procs"] = max(s.get("gpu_other_procs", 0) for s in samples)
     return out
@@ -179,7 +182,8 @@ def busy_reason(summary: dict[str, Any] | None) -> str | None:
         return None
     said = []
     oc, st = summary.get("others_cores") or {}, summary.get("steal_pct") or {}
-    if oc.get("mean", 0) >= OTHERS_CORES:
+    cpus = summary.get("cpus") or os.cpu_count() or 1  # the watched host's, else this one's
+    if oc.get("mean", 0) >= max(OTHERS_MIN, OTHERS_SHARE * cpus):
         load = (summary.get("load1") or {}).get("max")
         said.append(
             f"other work used {oc['mean']:.1f} cores on average (up to {oc['max']:.1f}; load average up to {load})"

@@ -768,13 +768,14 @@ def inconclusive(
     accept_length: float | None = None,
     busy: str | None = None,
 ) -> str | None:
-    """Why a paired speedup cannot be a headline, or None when it can: its interval is missing or wider than
+    """Why a paired speedup cannot be a headline, or None when it can: the machine was busy while it ran
+    (`busy`: `kit.measure.machine.busy_reason`: other work on the CPUs or the GPU, steal, throttled clocks, which
+    change the arms' relative costs, so pairing cannot cancel them); its interval is missing or wider than
     `MAX_CI_SPREAD` (high / low); the pooled tok/s ratio of the same requests points the other way from 1.0
     (one of them more than 5% off it); or it beats what the accept length allows (each verify costs at least
-    one target step, so a launch that accepts A tokens per verify runs at most about A times as fast). The
-    reason names what the machine was doing (`kit.measure.machine.busy_reason`) when that was observed."""
+    one target step, so a launch that accepts A tokens per verify runs at most about A times as fast)."""
     lo, hi = ci95
-    said = []
+    said = [f"the machine was busy ({busy})"] if busy else []
     if not (lo == lo and hi == hi and lo > 0):
         said.append("no interval (too few paired requests)")
     elif hi / lo > MAX_CI_SPREAD:
@@ -786,8 +787,8 @@ def inconclusive(
         said.append(f"{median:.2f}x exceeds what accept length {accept_length:.2f} allows")
     if not said:
         return None
-    machine = f"the machine was busy: {busy}" if busy else "no outside load was observed"
-    return f"{'; '.join(said)} ({machine}); rerun with more prompts or repeats, `--quiet-check`, on a quieter machine"
+    quiet = "" if busy else " (no outside load was observed)"
+    return f"{'; '.join(said)}{quiet}; rerun with more prompts or repeats, `--quiet-check`, on a quieter machine"
 
 
 def pooled_ratio(records: Iterable[RequestRecord], baseline_label: str, label: str) -> float | None:

@@ -31,6 +31,7 @@ from typing import Any
 from kit.findings import Finding, KitInputError
 from kit.hf import HFConfig
 from kit.serving.after_import import install_as_sitecustomize
+from kit.serving.engines.sglang import BUNDLE_REASON
 from kit.serving.launch import drop_option
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 
@@ -54,6 +55,8 @@ OWN = {
     "max_total_tokens": "caps the KV pool: the miniature's footprint stays small (rehearsals can share a GPU)",
     "nccl_port": "a port of its own for the torch.distributed rendezvous (rehearsals side by side never race)",
     "dist_init_addr": "one host: loopback, with a port of its own",
+    "nnodes": "one host: a rehearsal runs on this host's GPUs",
+    "node_rank": "one host: a rehearsal runs on this host's GPUs",
     "cuda_graph_max_bs": "CUDA graphs captured up to the rehearsal's few requests (capture is most of a startup)",
     "cuda_graph_max_bs_prefill": "prefill CUDA graphs captured up to the rehearsal's prompt lengths",
 }
@@ -325,7 +328,26 @@ def adjust_launch(
     extra = _bundle_flags(bundle_flags, res, opts, version, changes)
     kept = _server_flags(res, extra, want, opts, tp, user_tp, changes, notes)
     new_env = _rehearsal_env(env, site_dir, record, cuda_visible_devices, tp, user_tp, changes)
+    if _fp8(target_dir) and not any(k in env for k in DEEPGEMM_JIT):
+        new_env[DEEPGEMM_JIT[0]] = "0"
+        changes.append(Change(DEEPGEMM_JIT[0], None, "0", "DeepGEMM's JIT warm-up compiles an FP8 kernel per batch "
+                              "size (minutes) before the server is ready; the miniature's FP8 GEMMs take SGLang's "
+                              "other kernels"))  # fmt: skip
     return new_env, program + kept, changes, notes
+
+
+# SGLang's switch of DeepGEMM's JIT FP8 kernels (on by default; the older name first read before 0.5)
+DEEPGEMM_JIT = ("SGLANG_ENABLE_JIT_DEEPGEMM", "SGL_ENABLE_JIT_DEEPGEMM")
+
+
+def _fp8(target_dir: str) -> bool:
+    """Whether the miniature target keeps a block-FP8 quantization (its config.json, or its text_config's)."""
+    try:
+        cfg = json.loads((Path(target_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    return q.get("quant_method") == "fp8"
 
 
 @dataclass(frozen=True)
@@ -347,8 +369,10 @@ def _host_settings(res, opts: _Options, version: str, port: int, notes: list[str
     """What one host needs beyond the rehearsal's own flags: a local dist-init address (`port` + 1), CUDA graphs
     capped to the miniature (`GRAPH_CAPS`), the draft loaded from its files while the target is dummy-loaded."""
     want: dict[str, Any] = {}
-    if res.values.get(opts.dest("dist_init_addr") or "") and int(res.values.get(opts.dest("nnodes") or "") or 1) == 1:
+    if res.values.get(opts.dest("dist_init_addr") or ""):
         want["dist_init_addr"] = f"127.0.0.1:{port + 1}"
+    if int(res.values.get(opts.dest("nnodes") or "") or 1) > 1:  # a multi-node launch, rehearsed on this host
+        want.update({"nnodes": 1, **({"node_rank": 0} if opts.dest("node_rank") else {})})
     for names, cap in GRAPH_CAPS if not res.values.get(opts.dest("disable_cuda_graph") or "") else ():
         name = next((n for n in names if opts.dest(n)), None)
         if name and int(res.values.get(opts.dest(name)) or cap + 1) > cap:
@@ -386,9 +410,10 @@ def _bundle_flags(bundle_flags: tuple[str, ...], res, opts: _Options, version: s
         i = bundle_flags.index("--dtype")
         bundle_flags = (*bundle_flags[:i], *bundle_flags[i + 2 :])
     extra = resolve_flags(list(bundle_flags), version) if bundle_flags else None
-    for o in extra.occurrences if extra else ():
-        if any(u.dest == o.dest for u in res.occurrences) and res.raw(o.dest) != (" ".join(o.raws) or None):
-            changes.append(Change(o.canonical, res.raw(o.dest), " ".join(o.raws) or True, "the kit's bundle needs it"))
+    for o in extra.occurrences if extra else ():  # each flag added, or replacing the user's value (a switch: True)
+        old = next((" ".join(u.raws) or True for u in reversed(res.occurrences) if u.dest == o.dest), None)
+        if old != (" ".join(o.raws) or True):
+            changes.append(Change(o.canonical, old, " ".join(o.raws) or True, BUNDLE_REASON))
     return extra
 
 
@@ -458,15 +483,8 @@ def _rehearsal_env(
     new_env["PYTHONPATH"] = recorder_first(site_dir, env, changes)
     new_env["KIT_REHEARSAL_RECORD"] = record
     if cuda_visible_devices is not None:
-        if env.get("CUDA_VISIBLE_DEVICES") != cuda_visible_devices:
-            changes.append(
-                Change(
-                    "CUDA_VISIBLE_DEVICES",
-                    env.get("CUDA_VISIBLE_DEVICES"),
-                    cuda_visible_devices,
-                    "this rehearsal's GPUs",
-                )
-            )
+        if (old := env.get("CUDA_VISIBLE_DEVICES")) != cuda_visible_devices:
+            changes.append(Change("CUDA_VISIBLE_DEVICES", old, cuda_visible_devices, "this rehearsal's GPUs"))
         new_env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     elif "CUDA_VISIBLE_DEVICES" in env and tp < user_tp:
         changes.append(Change("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"], None, f"TP{tp}: this host's GPUs"))
@@ -510,7 +528,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     if found is None:
         raise KitInputError(f"{cfg.launch_file}: no SGLang launch found in it")
     why = not_rehearsable(HFConfig.of(tcfg), found, version, tpath if tpath.is_dir() else tpath.parent)
-    if why:
+    if why and not cfg.dry_run:  # a dry run shows the plan and why it cannot run
         raise KitInputError(f"not rehearsable: {why}")
     user_tp = int(flag_value(found.argv, "--tp-size", version) or 1)
     if cfg.cuda_visible_devices is not None:
@@ -567,7 +585,7 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
         ]
     )
     notes += [f"not seen by the server in the user's shell: {k} ({why})" for k, why in found.unseen.items()]
-    blocked = next((n for n in notes if "not built by the kit yet" in n), None)
+    blocked = f"not rehearsable: {why}" if why else next((n for n in notes if "not built by the kit yet" in n), None)
     plan = RehearsalPlan(
         cfg, version, env, argv, changes, notes, str(tdir), str(ddir), str(record), port, tp, user_tp, blocked
     )

@@ -10,7 +10,8 @@ Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value
 and then crashes on while it starts, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
 EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.remote_code_needed` (a multimodal target whose
 processor is remote code, without --trust-remote-code), `launch.mem` (weights vs
-mem-fraction-static), `launch.backend` (attention backend vs topk/page size), `launch.engine`
+mem-fraction-static), `launch.shard` (a size of the target or draft the launch's --tp/--dp/--ep do not split,
+`kit.sglang.sharding`), `launch.backend` (attention backend vs topk/page size), `launch.engine`
 (flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
 Target/draft configs are read from local `model_path` / draft paths when not given.
 """
@@ -30,6 +31,7 @@ from kit.sglang.params import (
     resolve,
     spec_v2_refuses_tree,
 )
+from kit.sglang.sharding import shard_findings
 from kit.sglang.versions import Version, default_release
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
@@ -429,6 +431,7 @@ def lint(
     r.extend(trust_findings(spec))
     r.extend(remote_processor_findings(spec, target_config, target_dir or spec.model_path, sglang_version))
     r.extend(mem_findings(spec, gpu_memory_gib, target_dir, draft_dir))
+    r.extend(shard_findings(target_config, draft_config if alg in EAGLE_FAMILY else None, spec.flags(), sglang_version))
     params = spec.resolved_params(arch, sglang_version)
     r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))

@@ -59,6 +59,9 @@ class DraftConfig:
     v_head_dim: int | None = None
     num_nextn_predict_layers: Any = ABSENT
     raw: dict = field(repr=False, default_factory=dict)
+    # where the decoder's own fields are declared (speculators: transformer_layer_config; else the config), for a
+    # rule that looks fields up by SGLang's own key list (the context-length keys), read as if flattened
+    layer: HFConfig = field(repr=False, default_factory=HFConfig)
 
     @property
     def num_aux(self) -> int:
@@ -152,6 +155,7 @@ def read_draft_config(cfg: HFConfig) -> DraftConfig:
         v_head_dim=_int(tl.get("v_head_dim")),
         num_nextn_predict_layers=tl.get("num_nextn_predict_layers", ABSENT),
         raw=cfg,
+        layer=HFConfig.of(tl, getattr(cfg, "path", None)),
     )
 
 

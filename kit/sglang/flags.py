@@ -78,9 +78,10 @@ def known_versions() -> list[str]:
 
 def recorded_closure(version: str) -> dict[str, str] | None:
     """{distribution: version} the release's parser imported in its side environment when its table was
-    derived (beyond the kit's own packages), or None for a release without a table."""
-    t = _all_tables().get(version)
-    return dict(t["closure"]) if t and "closure" in t else None
+    derived (beyond the kit's own packages), or None for a release without a table or one read from its
+    wheel's source (closure null: no side environment was involved)."""
+    t = _all_tables().get(version) or {}
+    return dict(t["closure"]) if t.get("closure") else None
 
 
 @dataclass(frozen=True)

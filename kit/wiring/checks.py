@@ -311,7 +311,7 @@ def _fc_width(f: _Facts) -> list[Finding]:
                 fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
             )
         )
-    n_aux = f.draft_cfg.get("num_aux_hidden_states")
+    n_aux = read_draft_config(f.draft_cfg).num_aux_hidden_states
     if n_aux and k_ids and n_aux != k_ids:
         out.append(
             Finding(
@@ -415,8 +415,9 @@ def draft_target_checks(
     argv: list[str] | None = None,
     version: str | None = None,
 ) -> list[Finding]:
-    """Draft config fields that SGLang reads at startup, against the target and the served context."""
-    from kit.checkpoint.hf_config import text_config
+    """Draft config fields that SGLang reads at startup, against the target and the served context (a speculators
+    draft's nested fields read as if flattened, as its `draft.config` finding says)."""
+    from kit.checkpoint.hf_config import declared_draft, text_config
     from kit.sglang.flags import flag_value
     from kit.sglang.loader import (
         MLA_EAGLE3,
@@ -432,7 +433,7 @@ def draft_target_checks(
     f, ev = rt.features, rt.evidence
     ver = f"sglang {rt.version}" + ("" if rt.exact else f" (rules of {rt.checked})")
     cls, _ = resolve_draft_class(draft_cfg, version)
-    d = text_config(draft_cfg)
+    d = declared_draft(draft_cfg).layer
     t = text_config(target_cfg) if target_cfg else None
 
     nnpl = d.get("num_nextn_predict_layers")

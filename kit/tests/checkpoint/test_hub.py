@@ -348,7 +348,9 @@ def test_hub_refusals_are_one_line(local, hub, capsys, args, says):
     assert len(err.splitlines()) == 1 and says in err and args[1] in err
 
 
-def test_no_network_is_one_line(monkeypatch, capsys):
+def test_no_network_is_one_line(monkeypatch, capsys, tmp_path):
+    """The hub unreachable (a laptop offline, HF_HUB_OFFLINE unset) and the id not cached: the one line names the
+    cache looked in and gives the download a host with network makes (JSON files only), as HF_HUB_OFFLINE=1 does."""
     import socket
 
     from huggingface_hub import constants
@@ -356,13 +358,20 @@ def test_no_network_is_one_line(monkeypatch, capsys):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    download = f"hf download {DRAFT_ID} --include '*.json'"
+    assert main(["doctor", "--draft", DRAFT_ID]) == 2  # HF_HUB_OFFLINE=1 (the suite's)
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert f"not in the Hugging Face cache ({tmp_path / 'hf'}) and HF_HUB_OFFLINE is set" in err and download in err
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 2, raising=False)
-    assert main(["doctor", "--draft", DRAFT_ID]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "cannot read it from the Hugging Face hub" in err
+    assert main(["doctor", "--draft", DRAFT_ID, "--draft-revision", "v2"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--draft {DRAFT_ID}@v2: not in the Hugging Face cache ({tmp_path / 'hf'})" in err
+    assert f"the hub (http://127.0.0.1:{port}) cannot be reached ([Errno 111] Connection refused)" in err
+    assert f"hf download {DRAFT_ID} --revision v2 --include '*.json'" in err and "HF_HUB_OFFLINE=1" in err
 
 
 def test_a_cached_config_without_weights_is_checked_as_a_lone_config_offline(local):

@@ -1,5 +1,7 @@
 """d2t/t2d checks on values and on real safetensors tensors."""
 
+import json
+
 import torch
 
 from kit.checkpoint.safetensors_io import read_checkpoint, write_safetensors
@@ -68,3 +70,33 @@ def test_missing_d2t_graded_by_the_share_t2d_says_is_misnumbered(tmp_path):
     assert early.severity == "error" and "75.00%" in early.title
     assert misnumbered_share([True] * 3 + [False] * 7, 4) is None  # t2d marks 3 ids, not Vd
     assert 3 / Vd <= WRONG_SHARE_ERROR < 150 / Vd
+
+
+def test_t2d_is_graded_by_the_target_vocabulary_and_only_where_the_release_reads_it(tmp_path):
+    """A draft config whose vocab_size (32) is below the target's (64), with t2d of the target's length and d2t
+    mapping into the target's ids: SGLang 0.5.17 never reads t2d and serves it; no draft.d2t finding."""
+    from safetensors.torch import load_file
+
+    from kit.checkpoint import inspect as ci
+    from kit.checkpoint.random_draft import write_random_draft
+    from kit.preflight import DoctorConfig, DoctorContext
+    from kit.tests.checkpoint.test_checkpoint import TINY
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({**TINY, "model_type": "llama"}))
+    d = write_random_draft(tmp_path / "draft", "sglang", TINY, draft_vocab_size=32)
+    (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()), "vocab_size": 32}))
+    state = load_file(d / "model.safetensors")
+    state["embed_tokens.weight"] = state["embed_tokens.weight"][:32].clone()
+    write_safetensors(d / "model.safetensors", state)
+    assert list(state["t2d"].shape) == [64] and int((state["d2t"] + torch.arange(32)).max()) >= 32
+    for tgt in (target, None):  # without a target, t2d's length stands for its vocabulary
+        ctx = DoctorContext(DoctorConfig(target=tgt and str(target), draft=str(d), sglang_version="0.5.17"))
+        assert [f for f in ci.doctor_checks(ctx) if f.code == "draft.d2t"] == []
+    # a release that read t2d would grade it against the target's vocabulary
+    ck = read_checkpoint(d)
+    assert check_vocab(ck, 64, 32, reads_t2d=True) == []
+    (f,) = check_vocab(ck, 128, 32, reads_t2d=True)
+    assert f.severity == "error" and "t2d is BOOL [64], expected BOOL [128]" in f.title
+    assert check_vocab(ck, 128, 32) == []  # SGLang's loaders skip t2d: not graded

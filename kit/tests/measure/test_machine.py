@@ -10,10 +10,10 @@ from kit.measure import machine as mach
 from kit.measure.records import RequestRecord
 
 
-def test_a_busy_process_outside_the_benchmark_shows_as_other_work(tmp_path):
+def test_a_busy_process_outside_the_benchmark_shows_as_other_work(tmp_path, monkeypatch):
     # the shell exits at once, so the busy loop is re-parented away from this process tree: outside work
     out = subprocess.run(
-        ["sh", "-c", f"{sys.executable} -c 'import time\nt=time.time()\nwhile time.time()-t<8: pass' >/dev/null & echo $!"],
+        ["sh", "-c", f"{sys.executable} -c 'import time\nt=time.time()\nwhile time.time()-t<8: pass' >/dev/null 2>&1 & echo $!"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     pid = int(out.stdout.strip())
@@ -27,6 +27,7 @@ def test_a_busy_process_outside_the_benchmark_shows_as_other_work(tmp_path):
     assert len(samples) >= 5 and all(s["dt"] > 0 for s in samples)
     summary = mach.summarize(samples)
     assert summary["others_cores"]["mean"] >= 0.5  # one busy core (plus whatever else this host runs)
+    monkeypatch.setattr(mach.os, "cpu_count", lambda: 2)  # judged as on a 2-core laptop, whatever runs the test
     assert "other work used" in mach.busy_reason(summary)
 
 
@@ -51,7 +52,8 @@ def test_work_of_the_benchmark_itself_is_not_outside_work(tmp_path, monkeypatch)
     assert own and max(own) < 0.3 and all(s["steal_pct"] == 0 for s in mach.read_samples(path))
 
 
-def test_samples_are_pooled_per_arm_by_the_windows_of_its_requests():
+def test_samples_are_pooled_per_arm_by_the_windows_of_its_requests(monkeypatch):
+    monkeypatch.setattr(mach.os, "cpu_count", lambda: 2)
     samples = [{"t": t, "dt": 0.5, "load1": float(t), "others_cores": 0.0 if t < 3 else 1.0} for t in (1, 2, 3, 4)]
     recs = [RequestRecord(label="baseline", rid="a", ok=True, t_start=0.6, e2e=1.2),
             RequestRecord(label="spec", rid="a", ok=True, t_start=2.6, e2e=1.2),
@@ -77,3 +79,11 @@ def test_busy_reason_names_what_disturbed_a_timing(summary, said):
     got = mach.busy_reason(summary)
     assert got is None if said is None else said in got
     assert mach.brief(summary).startswith("machine: ")
+
+
+def test_other_work_is_judged_against_the_hosts_cores(monkeypatch):
+    summary = {"samples": 9, "others_cores": {"mean": 1.6, "max": 1.9}}  # one busy core and a bit
+    assert "other work used 1.6 cores" in mach.busy_reason({**summary, "cpus": 2})  # most of a 2-core laptop
+    assert mach.busy_reason({**summary, "cpus": 16}) is None  # a tenth of a 16-core GPU host
+    monkeypatch.setattr(mach.os, "cpu_count", lambda: 2)  # samples from before hosts were recorded: this host's
+    assert "other work used" in mach.busy_reason(summary)

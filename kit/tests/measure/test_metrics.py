@@ -264,7 +264,10 @@ def test_inconclusive_names_why_a_run_cannot_support_its_headline(median, ci95, 
     else:
         assert why in got and "no outside load was observed" in got and "--quiet-check" in got
     busy = km.inconclusive(9.48, (0.31, 30.86), 0.46, 1.05, busy="other work used 1.0 cores on average")
-    assert "the machine was busy: other work used 1.0 cores" in busy
+    assert busy.startswith("the machine was busy (other work used 1.0 cores") and "no outside load" not in busy
+    # a busy machine alone withholds a headline: a second job on the card changes the arms' relative costs
+    tight = km.inconclusive(1.16, (1.15, 1.17), 1.16, 2.17, busy="1 other process(es) on the GPU")
+    assert tight and tight.startswith("the machine was busy (1 other process(es) on the GPU)")
 
 
 def test_pooled_ratio_compares_only_the_requests_both_arms_answered():

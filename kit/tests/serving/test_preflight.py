@@ -14,6 +14,7 @@ from kit.checkpoint.random_draft import write_random_draft
 from kit.cli import main
 from kit.preflight import DoctorConfig, diagnose, launch_report
 from kit.serving.launch import LaunchSpec
+from kit.sglang.versions import listed
 from kit.tests.checkpoint.test_checkpoint import TINY
 
 SHORT = {"max_position_embeddings": 64}  # the target serves 128 positions
@@ -119,6 +120,21 @@ def test_launch_and_doctor_report_the_same_findings(target, tmp_path):
     launched = launch_report(spec)
     assert [f.to_dict() for f in launched.findings] == [f.to_dict() for f in doctor.findings]
     assert {"draft.context_short", "draft.shape", "launch.spec_verify"} <= {f.code for f in launched.errors}
+
+
+@pytest.mark.parametrize("version", listed())
+def test_doctor_on_every_release_gives_findings_or_one_line(target, tmp_path, capsys, version):
+    """Side environments off (the autouse fixture: the offline laptop), a sound deployment on each release of
+    kit/sglang/releases.json: findings (exit 0 or 1) or a one-line error (exit 2), never a traceback."""
+    d = draft(tmp_path)
+    cmd = LaunchSpec(model_path=str(target), speculative_algorithm="EAGLE3", speculative_draft_model_path=str(d))
+    rc = main(["doctor", "--launch", cmd.command() + " " + " ".join(PARAMS), "--sglang-version", version, "--json"])
+    out, err = capsys.readouterr()
+    if rc == 2:
+        assert len(err.strip().splitlines()) == 1, err
+    else:
+        doc = json.loads(out.strip().splitlines()[-1])
+        assert rc == int(not doc["summary"]["ok"]) and doc["findings"], doc
 
 
 def test_a_missing_draft_path_is_an_error(target, tmp_path, capsys, no_start):

@@ -445,6 +445,9 @@ def test_the_bundles_flags_go_over_the_users_with_a_reason():
     v = resolve(new_argv[3:], "0.5.17").values
     assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch" and v["skip_server_warmup"]
     assert any(c.flag == "--attention-backend" and c.original == "fa3" for c in changes)
+    # every flag the bundle adds is a change with its reason too (docs/sglang-bundle.md), not only the replaced ones
+    added = {c.flag: c.new for c in changes if c.original is None and c.reason == "the kit's SGLang bundle needs it"}
+    assert added == {"--sampling-backend": "pytorch", "--grammar-backend": "none", "--skip-server-warmup": True}
     # the bundle's --dtype replaces only a float32 it cannot run: auto (and float16) stay, so a dtype fault rehearses
     assert "dtype" not in v or v["dtype"] == "auto"
     for given, want in ((["--dtype", "float16"], "float16"), (["--dtype", "float32"], "bfloat16")):
@@ -780,6 +783,13 @@ def test_what_sglang_cannot_start_as_written_is_not_rehearsable(tmp_path):
     kw = _case_dir(tmp_path, launch.replace("/m", "<target-model-path>"))
     with pytest.raises(KitInputError, match="not rehearsable: .*placeholders"):
         plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "a")))
+    # a dry run shows the plan with the reason, and `kit rehearse --dry-run` exits 0 (2 is for user errors)
+    plan = plan_rehearsal(RehearsalConfig(**kw, out=str(tmp_path / "b"), dry_run=True))
+    assert plan.blocked.startswith("not rehearsable: ") and "cannot run: not rehearsable" in plan.render()
+    from kit.cli import main
+
+    argv = [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
+    assert main(["rehearse", *argv, f"--out={tmp_path / 'c'}", "--dry-run"]) == 0
     # a model_type neither Transformers nor SGLang knows, without its configuration code: AutoConfig raises
     from kit.sglang.loader import config_model_types
 

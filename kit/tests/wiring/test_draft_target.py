@@ -62,6 +62,23 @@ def test_draft_context_shorter_than_the_target():
     assert "draft.context_short" not in by_code(draft_target_checks(LLAMA_TARGET, d2, version="0.5.23"))
 
 
+def test_a_speculators_draft_context_is_read_from_its_layer_config():
+    """speculators nests the decoder's sizes under transformer_layer_config: the context is read there (as if
+    flattened, as draft.config says), not as SGLang's 2048 default for an absent top-level field."""
+    from kit.checkpoint.layouts import sglang_to_speculators_config
+
+    def speculators(ctx):
+        cfg = sglang_to_speculators_config(llama_config(max_position_embeddings=ctx))
+        assert "max_position_embeddings" not in cfg and cfg["transformer_layer_config"]["max_position_embeddings"]
+        return cfg
+
+    assert "draft.context_short" not in by_code(
+        draft_target_checks(LLAMA_TARGET, speculators(131072), version="0.5.23")
+    )
+    f = by_code(draft_target_checks(LLAMA_TARGET, speculators(32768), version="0.5.23"))["draft.context_short"]
+    assert f.evidence["draft_context"] == 32768 == f.evidence["draft_max_position_embeddings"]
+
+
 def test_served_context_flag_replaces_the_target_context():
     d = llama_config(max_position_embeddings=2048)
     argv = ["python", "-m", "sglang.launch_server", "--context-length", "2048"]
