@@ -24,10 +24,9 @@ checked once, at the end of the batch, against its level before the first start.
 
     python bench/gpu_rehearse.py --work /tmp/rh --version 0.5.17 --bundle [--only seed seed-fix llama ...]
     python bench/gpu_rehearse.py --work /tmp/rh --dry-run            # CPU: miniatures and plans only
-    python bench/gpu_rehearse.py --table rehearse.jsonl [--table-out docs/results/h200_rehearse]
 
 Prints one JSON line per case as it ends ({"case", "rehearsable", "wall_s", "facts", "table", ...}) and a
-summary JSON line last. `--table` turns such a JSONL into the doctor-vs-rehearsal table (markdown + JSON).
+summary JSON line last; `bench/rehearse_table.py` turns such a JSONL into the doctor-vs-rehearsal-vs-truth table.
 """
 
 from __future__ import annotations
@@ -413,7 +412,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--work", help="where the cases, miniatures and logs go")
+    p.add_argument("--work", required=True, help="where the cases, miniatures and logs go")
     p.add_argument("--version", default=None, help="SGLang release (default: the installed one)")
     p.add_argument(
         "--bundle",
@@ -439,16 +438,7 @@ def main() -> int:
         help="seconds between two starts (a start's imports and graph capture are CPU-bound; dry run: 0)",
     )
     p.add_argument("--base-port", type=int, default=31000, help="first rehearsal's port (each takes 10)")
-    p.add_argument("--table", metavar="JSONL", help="write the doctor-vs-rehearsal table of this JSONL and stop")
-    p.add_argument("--table-out", default=str(ROOT / "docs" / "results" / "h200_rehearse"))
     opts = p.parse_args()
-    if opts.table:
-        from rehearse_table import write_table
-
-        print(write_table(Path(opts.table), Path(opts.table_out)))
-        return 0
-    if not opts.work:
-        p.error("--work is required")
     from kit.rehearsal.runner import gpu_memory_used
 
     gpus = visible_gpus()

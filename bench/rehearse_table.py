@@ -13,7 +13,6 @@ codes the run's doctor column still names (the run judged the file before the co
 the plans only.
 
     python bench/rehearse_table.py RESULTS.jsonl [--out docs/results/h200_rehearse]
-    python bench/gpu_rehearse.py --table RESULTS.jsonl [--table-out DIR]      # the same
 
 Writes OUT/rehearse_table.md and OUT/rehearse_table.json and prints the markdown, then one summary line.
 """
