@@ -879,3 +879,26 @@ def test_the_stand_in_processor_is_what_sglangs_kimi_wrapper_reads(tmp_path):
         pytest.skip(f"sglang 0.5.17 source not available: {e}")
     read = set(re.findall(r'media_proc_cfg\[\s*"(\w+)"\s*\]', src))
     assert read and read <= set(proc.media_processor.media_proc_cfg)
+
+
+def test_a_multi_node_fp8_launch_is_rehearsed_on_this_host_without_deepgemms_warm_up(tmp_path):
+    """Two nodes at TP16 become one host (nnodes 1, a loopback rendezvous); an FP8 miniature target runs without
+    DeepGEMM's JIT warm-up (minutes of kernel compiles before ready), unless the user's launch set the switch."""
+    from kit.sglang.flags import resolve_flags
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text('{"quantization_config": {"quant_method": "fp8"}}')
+    argv = ("python -m sglang.launch_server --model-path /m --tp 16 --nnodes 2 --node-rank 0 --dist-init-addr "
+            "10.0.0.1:5000 --speculative-algorithm EAGLE3 --speculative-draft-model-path /d").split()  # fmt: skip
+    env, new_argv, changes, _ = adjust_launch({}, argv, "0.5.17", str(target), "/d", 1, 31000, 0.3, "/s", "/r")
+    v = resolve_flags(new_argv[3:], "0.5.17").values
+    assert v["nnodes"] == 1 and v["node_rank"] == 0 and v["dist_init_addr"] == "127.0.0.1:31001" and v["tp_size"] == 1
+    by = {c.flag: c for c in changes}
+    assert by["--nnodes"].original == "2" and "one host" in by["--nnodes"].reason
+    assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0" and "DeepGEMM" in by["SGLANG_ENABLE_JIT_DEEPGEMM"].reason
+    kept, _, changes, _ = adjust_launch({"SGL_ENABLE_JIT_DEEPGEMM": "1"}, argv, "0.5.17", str(target), "/d", 1,
+                                        31000, 0.3, "/s", "/r")  # fmt: skip
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM" not in kept and not any("DEEPGEMM" in c.flag for c in changes)
+    bf16, _, changes, _ = adjust_launch({}, argv, "0.5.17", str(tmp_path), "/d", 1, 31000, 0.3, "/s", "/r")
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM" not in bf16  # no FP8 target: nothing to skip
