@@ -582,11 +582,14 @@ class BenchResult:
         for label, agg in self.summary["labels"].items():
             s = km.ServingSummary.from_dict(agg)
             lines += km.serving_block(s, label, backend, self.config.get("concurrency"), self.accept_sources(label))
-            lines.append("")
+            lines += [machine_brief(agg["machine"]), ""] if agg.get("machine") else [""]
         base = self.config.get("baseline_label", "baseline")
         launch = self.summary.get("launch_speedup") or {}
         for lab, ci in (self.summary.get("speedup") or {}).items():
             sp = launch.get(lab)
+            if sp and sp.get("inconclusive"):  # no headline: why, and what would settle it
+                lines.append(f"Speedup {lab} vs {base}: inconclusive: {sp['inconclusive']}")
+                continue
             if sp:  # the one figure the run's summary, figures and notebook 05 show
                 lo, hi = sp["ci95"]
                 interval = f"95% interval [{lo:.3f}, {hi:.3f}]  " if lo == lo and hi == hi else ""

@@ -187,7 +187,9 @@ def test_truncated_last_line_is_ignored(tmp_path):
     assert log.read() == [{"a": 1}]
 
 
-def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
+def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path, monkeypatch):
+    # the stubs' arms share this host with the other test workers: judged as a quiet host, so the headline shows
+    monkeypatch.setattr("kit.measure.machine.busy_reason", lambda summary: None)
     with StubThread(StubConfig(step_delay=0.002)) as s, StubThread(StubConfig(spec=False, step_delay=0.002)) as b:
         res = run_bench(
             _cfg(tmp_path, s.url, baseline_url=b.url, repeats=3, max_new_tokens=24, warmup=1), prompts=PROMPTS
@@ -205,6 +207,13 @@ def test_baseline_vs_spec_speedup_ci_and_interleaving(tmp_path):
     assert "(n 3 repeats)" in res.block() and "t-interval" not in res.block()
     assert res.summary["labels"]["baseline"].get("accept_length") is None
     assert (tmp_path / "b" / "summary.json").exists()
+    # the same records on a busy host: no headline, the reason and the machine instead
+    monkeypatch.setattr("kit.measure.machine.busy_reason", lambda summary: "other work used 1.0 cores on average")
+    busy = load_result(tmp_path / "b")
+    assert busy.summary["launch_speedup"]["spec"]["inconclusive"].startswith("the machine was busy (other work")
+    assert "Speedup spec vs baseline: inconclusive: the machine was busy" in busy.block()
+    assert "paired median" not in busy.block() and "machine: " in busy.block()
+    assert busy.report.by_code("bench.speedup_uncertain")
 
 
 def test_baseline_that_speculates_and_spec_without_acceptance_are_flagged(tmp_path):
