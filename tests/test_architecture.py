@@ -4,9 +4,14 @@ Layers, lowest first (a module may import its own layer or lower ones, never hig
     base (kit.findings, kit.codes, kit.config, kit.hf, kit.models, kit.prompts, kit.venvs: the side environments real
     third-party code runs in, each built from the recipe its caller gives)
     kit.sglang
+    -> kit.derive (the scanners; kit.sglang.releases, whose --derive runs them, sits in this layer)
     -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
     -> kit.measure
     top (kit.cli, kit.doctor, kit.preflight, kit.launch_verb, kit.rehearse, kit.demo, kit.summary, kit.__main__)
+
+The core (what the notebooks' story needs) never imports a side room (SIDE_ROOMS: the scanners, the reference
+server, the rehearsal, the server capture, the GPU bundle's builder, the GPU demo); only the entry modules that
+dispatch a verb to one (ENTRY) may.
 
 Run: python -m pytest tests/test_architecture.py
 """
@@ -19,9 +24,33 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["sglang", "env", "checkpoint", "reference", "wiring", "serving", "refserver", "rehearsal", "measure"]
+LAYERS = [
+    "sglang",
+    "derive",
+    "env",
+    "checkpoint",
+    "reference",
+    "wiring",
+    "serving",
+    "refserver",
+    "rehearsal",
+    "measure",
+]
 BASE = {"kit", "kit.findings", "kit.codes", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
-SAME_AS: dict[str, str] = {}  # a module placed in another package's layer
+SAME_AS: dict[str, str] = {"kit.sglang.releases": "kit.derive"}  # a module placed in another package's layer
+# the side rooms: machinery beside the notebooks' story (a package, or a module with its submodules)
+SIDE_ROOMS = {
+    "kit.derive": "the maintainer's scanners that derive kit.sglang's tables from each release's wheel",
+    "kit.sglang.releases": "the release list's upkeep: --refresh asks the package index, --derive runs the scanners",
+    "kit.refserver": "the CPU reference server (`kit serve`)",
+    "kit.rehearsal": "the rehearsal in miniature and its recorder (`kit rehearse`)",
+    "kit.measure.capture": "the server capture (`kit launch --capture-hidden`)",
+    "kit.serving.capture_hook": "the server capture's recorder, copied into SGLang's interpreter",
+    "kit.sglang.bundle": "the offline SGLang bundle's builder and installer (`kit bundle`)",
+    "kit.demo_gpu": "the main job on real SGLang (`kit demo --gpu`)",
+}
+# the entry modules that dispatch a verb to a side room: the only non-side modules that may import one
+ENTRY = {"kit.cli", "kit.__main__", "kit.demo", "kit.launch_verb", "kit.rehearse"}
 
 
 def modules() -> dict[str, Path]:
@@ -83,6 +112,37 @@ def test_no_import_cycles():
         if m not in state:
             visit(m)
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def side_room(name: str) -> str | None:
+    return next((r for r in SIDE_ROOMS if name == r or name.startswith(r + ".")), None)
+
+
+def core_into_side_rooms(g: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{m} -> {d} ({SIDE_ROOMS[side_room(d)]})"
+        for m, ds in g.items()
+        if side_room(m) is None and m not in ENTRY
+        for d in ds
+        if side_room(d) is not None
+    )
+
+
+def test_the_core_never_imports_a_side_room(tmp_path):
+    """The notebooks' story (every module but the side rooms and the entry modules) imports no side room, at
+    module level or inside a function: what both need lives in the core (`kit.sglang.bundle_site`,
+    `kit.serving.launch.Change`), and the side room imports it from there."""
+    mods = modules()
+    assert all(any(m == r or m.startswith(r + ".") for m in mods) for r in SIDE_ROOMS), "a side room moved: update"
+    assert ENTRY <= set(mods), ENTRY - set(mods)
+    bad = core_into_side_rooms(graph())
+    assert not bad, "the core imports a side room (move the shared fact into the core):\n" + "\n".join(bad)
+    # the check sees an import inside a function of a core module
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""probe"""\n\n\ndef f():\n    from kit.rehearsal.runner import plan_rehearsal\n')
+    assert core_into_side_rooms({"kit.measure.probe": kit_imports(probe, mods)}) == [
+        f"kit.measure.probe -> kit.rehearsal.runner ({SIDE_ROOMS['kit.rehearsal']})"
+    ]
 
 
 def test_runtime_never_imports_checks():
@@ -197,7 +257,8 @@ def test_configs_travel_typed():
 
 
 def test_release_numbers_only_in_kit_sglang():
-    """What a release does is knowledge of `kit.sglang` (versioned there); no other package names a release:
+    """What a release does is knowledge of `kit.sglang` (versioned there, derived by `kit.derive`'s scanners); no
+    other package names a release:
     neither a 0.4.x/0.5.x literal nor any release the recorded tables hold (kit.sglang.loader.known_versions)."""
     from kit.sglang.loader import known_versions
 
@@ -206,7 +267,7 @@ def test_release_numbers_only_in_kit_sglang():
     hits = [
         f"{path.relative_to(ROOT)}:{i}: {line.strip()[:100]}"
         for name, path in modules().items()
-        if not name.startswith("kit.sglang")
+        if not name.startswith(("kit.sglang", "kit.derive"))
         for i, line in enumerate(path.read_text().splitlines(), 1)
         if release.search(line)
     ]

@@ -36,7 +36,7 @@ def test_the_seeds_launch_on_one_gpu_keeps_its_fault_and_drops_its_8_gpus(tmp_pa
     from kit.sglang.bundle import RELEASES
 
     # SGLang installed from the kit's 0.5.17 bundle: its launch flags come from the bundle's manifest
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
     plan = demo_gpu.GpuPlan()
     seed = kl.spec_from_command(demo_gpu.SEED_LAUNCH)
     spec = demo_gpu.one_gpu(seed, plan, "/t", "/d", 31001, tmp_path / "s.log", "0.5.17")

@@ -33,7 +33,7 @@ def embedded(tmp_path, monkeypatch):
     (d / "config.json").write_text(json.dumps(SMOLLM2))
     (d / "tokenizer.json").write_text("{}")
     monkeypatch.setattr("kit.models.embedded_dir", lambda: d)
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
     return d
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.derive.flag_scan import derive
 from kit.serving.checks import lint
 from kit.serving.launch import FIELDS, LaunchSpec, spec_from_command
-from kit.sglang.flag_scan import derive
 from kit.sglang.flags import resolve_flags, table_for
 from kit.sglang.parser import parse_argvs
 

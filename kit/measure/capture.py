@@ -35,9 +35,8 @@ from typing import Any
 
 from kit.findings import KitInputError
 from kit.measure.verdict import SERVER_CAPTURE
-from kit.rehearsal.runner import Change, recorder_first
 from kit.serving.after_import import install_as_sitecustomize
-from kit.serving.launch import drop_option
+from kit.serving.launch import Change, drop_option, recorder_first
 
 CHUNKS = ".chunks"
 SITE = ".site"

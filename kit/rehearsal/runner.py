@@ -32,7 +32,8 @@ from kit.findings import Finding, KitInputError
 from kit.hf import HFConfig
 from kit.serving.after_import import install_as_sitecustomize
 from kit.serving.engines.sglang import BUNDLE_REASON
-from kit.serving.launch import drop_option
+from kit.serving.launch import Change, drop_option, recorder_first
+from kit.sglang.bundle_site import bundle_launch_flags
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 
 RECORD_NAME = "record.jsonl"
@@ -131,14 +132,6 @@ class RehearsalConfig:
         False,
     )
     json: bool = _f("print one JSON document as the last line", False)
-
-
-@dataclass
-class Change:
-    flag: str
-    original: Any
-    new: Any
-    reason: str
 
 
 @dataclass
@@ -492,14 +485,6 @@ def _rehearsal_env(
     return new_env
 
 
-def recorder_first(site_dir: str, env: dict[str, str], changes: list[Change]) -> str:
-    """The PYTHONPATH that puts a recorder's site folder (its sitecustomize.py) before the launch's own (or this
-    process's), the change listed."""
-    pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
-    changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
-    return pp
-
-
 def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPlan:
     """Build the miniatures under cfg.out and the adjusted launch (nothing is started)."""
     from kit.checkpoint.processors import STAND_IN_PROCESSORS
@@ -552,13 +537,8 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     install_as_sitecustomize(Path(__file__).with_name("hooks.py"), site)
     record = out / RECORD_NAME
     port = port or cfg.port or free_port()
-    from kit.sglang.bundle import RELEASES, installed_bundle_flags
-
-    bundle_flags = tuple(installed_bundle_flags())  # SGLang installed from the kit's bundle: its manifest's flags
-    if cfg.bundle and not bundle_flags:
-        if version not in RELEASES:
-            raise KitInputError(f"--bundle: the kit has no bundle of SGLang {version} ({', '.join(RELEASES)})")
-        bundle_flags = tuple(RELEASES[version].launch_flags)
+    # SGLang installed from the kit's bundle: its manifest's flags; else, with --bundle, the release's bundle's
+    bundle_flags = tuple(bundle_launch_flags(version if cfg.bundle else None))
     env, argv, changes, notes = adjust_launch(
         found.server_env,  # what the user's server sees: an unexported shell variable stays out
         found.argv,

@@ -21,6 +21,7 @@ server, which takes SGLang's flag names and semantics.
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -254,6 +255,25 @@ def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str]
         out.append(a)
         i += 1
     return out, old
+
+
+@dataclass
+class Change:
+    """One change the kit makes to a user's launch before running it (a rehearsal, a server capture): the flag or
+    variable, its value as written (None: unset), the value run (None: dropped; True: a switch), and why."""
+
+    flag: str
+    original: Any
+    new: Any
+    reason: str
+
+
+def recorder_first(site_dir: str, env: dict[str, str], changes: list[Change]) -> str:
+    """The PYTHONPATH that puts a recorder's site folder (its sitecustomize.py) before the launch's own (or this
+    process's), the change listed."""
+    pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
+    changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
+    return pp
 
 
 def spec_from_command(cmd: str, sglang_version: str | None = None) -> LaunchSpec:

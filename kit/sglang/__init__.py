@@ -4,7 +4,7 @@
   answer for a requested one.
 * `params`: speculative parameters (steps, topk, draft tokens) and how SGLang resolves them.
 * `loader` (+ `loader_rules.json`): what `load_weights` of each EAGLE-3 draft class does with each key.
-* `capture` (+ `capture_rules.json`, derived by `capture_scan`): which target layers SGLang captures for
+* `capture` (+ `capture_rules.json`, derived by `kit.derive.capture_scan`): which target layers SGLang captures for
   the draft's aux hidden states, per target class.
   `bare_forward` there names classes whose forward never sees the layers their setter writes.
 * `quant` (+ `quant_rules.json`): how each release sets a checkpoint's quantization up from its
@@ -14,5 +14,8 @@
 * `source`: a release's wheel, read as text (never imported).
 
 Nothing here imports torch or sglang; `python -m kit.sglang.loader VERSION` and
-`python -m kit.sglang.capture_scan VERSION` re-derive the tables from a real wheel.
+`python -m kit.derive.capture_scan VERSION` re-derive the tables from a real wheel (the scanners live in
+`kit.derive`, the maintainer's side room, which nothing here imports; `releases --derive` runs them). The side
+modules `bundle` (the offline bundle's builder) and `releases` (the release list and its derivation) are imported
+by no core module either; what a launch needs of a bundle is `bundle_site`.
 """

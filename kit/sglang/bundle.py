@@ -36,11 +36,10 @@ from pathlib import Path
 
 from kit import config as kconfig
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
+from kit.sglang.bundle_site import LAUNCH_FLAGS, MANIFEST_MEMBER, SCRIPTS_DIR
 
 HELP = "build an offline SGLang bundle (tar.xz + manifest) for a release, GPU arch and Python; install it"
 
-MANIFEST_MEMBER = "kit_bundle_manifest.json"
-SCRIPTS_DIR = "bin"  # the console scripts `install` writes, beside the unpacked packages
 ARCHES = ("sm90", "sm100")
 # platforms pip may pick a binary wheel for (pip matches manylinux_2_N exactly, so list the ones releases use)
 PLATFORMS = (
@@ -226,17 +225,7 @@ RELEASE_0_5_17 = Release(
         ),
     ),
     bench_wheels=_small("datasets==5.2.0", "multiprocess==0.70.19"),
-    launch_flags=(
-        "--attention-backend",
-        "triton",
-        "--sampling-backend",
-        "pytorch",
-        "--grammar-backend",
-        "none",
-        "--skip-server-warmup",
-        "--dtype",
-        "bfloat16",
-    ),
+    launch_flags=LAUNCH_FLAGS["0.5.17"],
     not_carried=(
         ("helion", "logged as ignored"),
         ("openai-harmony", "logged as ignored"),
@@ -507,28 +496,6 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
         f"unpacked, {len(files)} files) in {time.time() - t0:.0f} s; manifest {man_path}"
     )
     return tar_path
-
-
-def installed_bundle_site() -> Path | None:
-    """The site folder a kit bundle was installed into, when the importable SGLang came from one (the bundle's
-    manifest lies beside `sglang/`); None for any other install. Found without importing SGLang."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
-        return None
-    site = Path(spec.origin).parent.parent
-    return site if (site / MANIFEST_MEMBER).is_file() else None
-
-
-def installed_bundle_flags() -> list[str]:
-    """The launch flags of the kit bundle the importable SGLang was installed from (its manifest's
-    `launch_flags`), [] for any other install: the trimmed bundle lacks kernels (FA3, FlashInfer's JIT,
-    xgrammar) that SGLang's defaults reach for."""
-    site = installed_bundle_site()
-    if site is None:
-        return []
-    return list(json.loads((site / MANIFEST_MEMBER).read_text()).get("launch_flags") or [])
 
 
 def write_console_scripts(site: Path, python: str) -> list[Path]:

@@ -4,7 +4,7 @@ A capture point p is the residual stream entering decoder layer p (p = 0: embedd
 pre-norm state). Each target class's `set_eagle3_layers_to_capture` turns the draft's
 `eagle_config.eagle_aux_hidden_state_layer_ids` (or its default) into points; the rule per class and
 release is recorded in `capture_rules.json`, derived from real SGLang source by
-`python -m kit.sglang.capture_scan VERSION` (method bodies executed on probe ids) and re-checked by the
+`python -m kit.derive.capture_scan VERSION` (method bodies executed on probe ids) and re-checked by the
 tests against the real wheels.
 
     rule = capture_rule("LlamaForCausalLM", "0.5.17")   # None: the class cannot capture

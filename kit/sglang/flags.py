@@ -10,7 +10,7 @@ cannot be imported, so:
 * `kit/sglang/server_flags.json` records, per release, every action of the real parser (option
   strings, dest, action kind, nargs, type, choices, default, const) and the release's launch entry
   points (console scripts from the wheel's entry_points.txt, `python -m` modules). It is derived by
-  running the real parser once: `python -m kit.sglang.flag_scan --write VERSION...`.
+  running the real parser once: `python -m kit.derive.flag_scan --write VERSION...`.
 * `resolve_flags(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse
   itself apply the prefix, `=`, repetition, type and choice rules; every flag occurrence is recorded
   with the option as written and its canonical spelling. Faults do not stop the reading: each bad
@@ -193,7 +193,7 @@ def server_command(python: str, version: str | None = None) -> list[str]:
     sglang.launch_server`."""
     import shutil
 
-    from kit.sglang.bundle import SCRIPTS_DIR, installed_bundle_site
+    from kit.sglang.bundle_site import SCRIPTS_DIR, installed_bundle_site
 
     ent = table_for(version).entry
     where = python if os.sep in python else shutil.which(python)

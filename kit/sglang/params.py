@@ -12,7 +12,7 @@ really runs:
   `topk + (steps - 1) * topk**2` candidates, so draft tokens must lie in 2 .. that + 1;
 * topk > 1, from 0.5.13: unless draft tokens >= steps + 1 the server crashes while it starts, at the verify of
   the first request it runs (its warm-up), and never reports ready (`VERIFY_SHAPE`, derived from each release's
-  source by `kit.sglang.verify_scan`).
+  source by `kit.derive.verify_scan`).
 
 The oracle, the reference server, the launch checks and the sweeps all call `resolve`; the field names
 are SGLang's own `ServerArgs` names, from the CLI flag to the innermost function.
@@ -65,7 +65,7 @@ _DEEPSEEK_GPTOSS_BAILING = (
 )
 _MISTRAL = ("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "MiMoV2FlashForCausalLM")
 # per release, from the first release that has it (the newest record not after a release answers); derived
-# from each release's source by `kit.sglang.auto_scan`, checked by kit/tests/sglang/test_auto_scan.py.
+# from each release's source by `kit.derive.auto_scan`, checked by kit/tests/sglang/test_auto_scan.py.
 # Until 0.5.7 every class not listed gets 5-4-8; from 0.5.8 only Llama and Grok do.
 AUTO_RULES: dict[str, AutoRule] = {
     "0.4.5": AutoRule(AUTO_TREE, (), standalone_chain=False),
@@ -99,7 +99,7 @@ def auto_rule(sglang_version: str | None = None) -> AutoRule:
 #                  _finalize_accept_tree_path from run_eagle_verify (`finalize_tree_path and ... topk > 1`;
 #                  the EAGLE/EAGLE3/STANDALONE workers pass finalize_tree_path=True)
 # 0.5.12 and older have no such step: their topk > 1 launches run the v1 worker (eagle_worker.py;
-# server_args.py: "spec v2 currently only supports topk = 1"). `kit.sglang.verify_scan` runs the real
+# server_args.py: "spec v2 currently only supports topk = 1"). `kit.derive.verify_scan` runs the real
 # function body over a grid and finds exactly {topk > 1, draft tokens <= steps} in 0.5.13-0.5.23;
 # kit/tests/sglang/test_verify_scan.py re-derives it from the wheels.
 VERIFY_SHAPE = {

@@ -460,7 +460,7 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
     else:
         fix = (
             "install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
-            f"(python -m kit.sglang.releases --side-env {version}), or store its table (python -m kit.sglang.flag_scan --write "
+            f"(python -m kit.sglang.releases --side-env {version}), or store its table (python -m kit.derive.flag_scan --write "
             f"{version})"
         )
     return Finding(

@@ -7,7 +7,8 @@ loader, quant, env_vars) holds a row for every listed release, derived from that
 says so instead of borrowing another release's row: its flag row records why its parser could not be
 read (`missing`). A release newer than the list is warned about once (`kit.sglang.versions.unlisted_note`,
 where the list is read), with the one command that derives its tables on this machine (into
-$KIT_CACHE_DIR/sglang-tables/V/, which the tables read too: `kit.sglang.versions.stored_rows`).
+$KIT_CACHE_DIR/sglang-tables/V/, which the tables read too: `kit.sglang.versions.stored_rows`). A side room
+(docs/architecture.md): no core module imports it; `--derive` runs the scanners of `kit.derive`.
 
     python -m kit.sglang.releases               # every listed release and the tables it has
     python -m kit.sglang.releases --refresh     # ask the package index (pip index versions sglang)
@@ -79,7 +80,8 @@ def refresh() -> list[str]:
 
 def derive(version: str) -> Path:
     """V's tables from its own wheel, written under local_dir(V) (rows in the stored tables' format)."""
-    from kit.sglang import capture_scan, env_vars, flag_scan, loader, quant
+    from kit.derive import capture_scan, flag_scan
+    from kit.sglang import env_vars, loader, quant
 
     out = local_dir(version)
     out.mkdir(parents=True, exist_ok=True)

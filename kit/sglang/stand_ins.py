@@ -78,7 +78,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def install_named(roots) -> None:
     """Stand in for these top-level modules (the ones a release's wheel source imports without guarding that
-    this interpreter lacks: kit.sglang.flag_scan.derive_from_source names them one failed import at a time)."""
+    this interpreter lacks: kit.derive.flag_scan.derive_from_source names them one failed import at a time)."""
     sys.meta_path.append(_Finder(roots))
 
 

@@ -16,7 +16,6 @@ import dataclasses
 import sys
 from typing import Any
 
-from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, Reply, exception_line, visible_gpus
 from kit.sglang import log_format
 from kit.sglang.http_api import HttpApi, http_api
@@ -160,17 +159,10 @@ class SGLang(Engine):
     def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
         """An SGLang from the kit's bundle starts only with the bundle's launch flags (it carries one attention
         and one sampling backend: `kit.sglang.bundle`): those of the bundle the importable SGLang came from (its
-        manifest), else, with `bundle`, those of the kit's bundle of that release (`bundle_changes`)."""
-        from kit.sglang import bundle as kb
+        manifest), else, with `bundle`, those of the kit's bundle of that release (`kit.sglang.bundle_site`)."""
+        from kit.sglang.bundle_site import bundle_launch_flags
 
-        flags = kb.installed_bundle_flags()
-        if not flags and bundle:
-            if bundle not in kb.RELEASES:
-                raise KitInputError(
-                    f"--bundle: the kit has no bundle of SGLang {bundle} (known: {', '.join(kb.RELEASES)}); "
-                    "name one with --sglang-version"
-                )
-            flags = list(kb.RELEASES[bundle].launch_flags)
+        flags = bundle_launch_flags(bundle)
         return bundle_changes(spec, flags)
 
     def share_device(self, spec, servers: int):

@@ -290,7 +290,7 @@ def test_sglang_localize_resolves_embedded_and_adds_the_bundles_flags(tmp_path, 
 
     import kit.models
     from kit.serving.engines import get_engine
-    from kit.sglang.bundle import MANIFEST_MEMBER
+    from kit.sglang.bundle_site import MANIFEST_MEMBER
     from kit.sglang.cmdline import SEED_LAUNCH
 
     site = tmp_path / "site"
@@ -321,7 +321,7 @@ def test_launch_on_a_bundle_installed_sglang_adds_the_bundles_flags_and_says_why
     monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))
     monkeypatch.setenv("KIT_NO_VENV_BUILD", "1")
     bundle = list(RELEASES["0.5.17"].launch_flags)
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: bundle)
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: bundle)
     written = "python -m sglang.launch_server --model-path /m --attention-backend fa3 --sampling-backend flashinfer"
     main(["launch", "--from", written, "--dry-run", "--sglang-version", "0.5.17"])
     out, err = capsys.readouterr()
@@ -333,7 +333,7 @@ def test_launch_on_a_bundle_installed_sglang_adds_the_bundles_flags_and_says_why
     assert f"--sampling-backend pytorch: replaces the launch's flashinfer, {reason}" in err
     assert f"--skip-server-warmup: added, {reason}" in err
 
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: [])  # any other install: as written
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: [])  # any other install: as written
     plain = ["launch", "--from", written, "--dry-run", "--json", "--sglang-version", "0.5.17"]
     main(plain)
     out, err = capsys.readouterr()

@@ -756,13 +756,13 @@ def test_a_bundle_installed_sglang_gets_the_bundles_flags_without_being_asked(tm
 
     monkeypatch.setattr("kit.serving.engines.resolve_engine", lambda name: "reference")
     kw = _case_dir(tmp_path, (DATA / "seed_launch.sh").read_text())
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: list(RELEASES["0.5.17"].launch_flags))
     plan = rehearse_launch(kw["target"], kw["draft"], (DATA / "seed_launch.sh").read_text(), str(tmp_path / "r"))[
         "plan"
     ]
     v = resolve_flags(plan["argv"][3:], "0.5.17").values
     assert v["attention_backend"] == "triton" and v["sampling_backend"] == "pytorch"
-    monkeypatch.setattr("kit.sglang.bundle.installed_bundle_flags", lambda: [])  # any other install: none added
+    monkeypatch.setattr("kit.sglang.bundle_site.installed_bundle_flags", lambda: [])  # any other install: none added
     plan = rehearse_launch(kw["target"], kw["draft"], (DATA / "seed_launch.sh").read_text(), str(tmp_path / "s"))[
         "plan"
     ]

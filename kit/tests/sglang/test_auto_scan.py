@@ -1,13 +1,13 @@
 """What SGLang auto-chooses for steps/topk/draft tokens, per release: the recorded rule against the real function.
 
 `kit.sglang.params.AUTO_RULES` against `_auto_choose_speculative_params` of each release, read from its
-source by `kit.sglang.auto_scan` (wheels downloaded once, cached; skipped offline).
+source by `kit.derive.auto_scan` (wheels downloaded once, cached; skipped offline).
 Run: python -m pytest kit/tests/sglang/test_auto_scan.py -q
 """
 
 import pytest
 
-from kit.sglang.auto_scan import read_chain
+from kit.derive.auto_scan import read_chain
 from kit.sglang.params import AUTO_RULES, SpecParams, auto_params, resolve
 from kit.tests.sglang import derive_or_skip
 
@@ -16,7 +16,7 @@ RELEASES = ["0.4.5", "0.4.6.post5", "0.4.7", "0.5.1", "0.5.2", "0.5.3", "0.5.4",
 
 
 def _derive_or_skip(version):
-    from kit.sglang.auto_scan import derive
+    from kit.derive.auto_scan import derive
 
     return derive_or_skip(derive, version)
 

@@ -169,6 +169,14 @@ def test_release_0_5_17_table_is_consistent():
     assert "sgl-deep-gemm" not in names and {"datasets", "multiprocess"} <= names
 
 
+def test_every_bundle_release_has_its_launch_flags_in_the_core_table():
+    """A launch here reads a bundle's flags from `kit.sglang.bundle_site` (the core never imports this builder):
+    every release row carries that table's flags, and the table names no release without a row."""
+    from kit.sglang.bundle_site import LAUNCH_FLAGS
+
+    assert {v: r.launch_flags for v, r in B.RELEASES.items()} == LAUNCH_FLAGS
+
+
 def test_build_and_install_roundtrip(tmp_path):
     cfg = B.BuildConfig(sglang_version="1.0", arch="sm90", out=str(tmp_path / "out"), wheels=str(_wheels(tmp_path)))
     tar_path = B.build_bundle(cfg, release=RELEASE, log=lambda *_: None)

@@ -132,7 +132,7 @@ def test_server_command_is_the_release_recommended_entry(tmp_path):
 def test_server_command_takes_the_bundles_script_written_for_this_interpreter(tmp_path, monkeypatch):
     """On a host where SGLang came from the kit's bundle, `sglang serve` is the script the bundle wrote into its
     bin folder, but only for the interpreter that script names: another environment's python keeps `-m`."""
-    from kit.sglang import bundle
+    from kit.sglang import bundle, bundle_site
     from kit.sglang.flags import server_command
 
     site = tmp_path / "site"
@@ -144,7 +144,7 @@ def test_server_command_takes_the_bundles_script_written_for_this_interpreter(tm
     for p in (python, other):
         p.parent.mkdir()
         p.write_text("")
-    monkeypatch.setattr(bundle, "installed_bundle_site", lambda: site)
+    monkeypatch.setattr(bundle_site, "installed_bundle_site", lambda: site)
     assert server_command(str(python), "0.5.17") == [str(python), "-m", "sglang.launch_server"]
     [script] = bundle.write_console_scripts(site, str(python))
     assert server_command(str(python), "0.5.17") == [str(script), "serve"]

@@ -87,8 +87,8 @@ def test_cli_warns_once_for_a_newer_release(capsys):
 def test_flag_table_read_from_the_wheel_source_is_the_stored_one():
     """The newest release's parser, read from its wheel source in this interpreter (what `--derive V` does), gives
     the stored table: same actions, same entry points."""
+    from kit.derive.flag_scan import derive_from_source
     from kit.findings import KitInputError
-    from kit.sglang.flag_scan import derive_from_source
 
     v = versions.listed()[-1]
     try:

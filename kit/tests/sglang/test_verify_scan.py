@@ -1,7 +1,7 @@
 """Trees whose accepted path does not fit in their draft tokens: SGLang crashes while it starts, never ready.
 
 The recorded rule (`kit.sglang.params.VERIFY_SHAPE`) against the real `_compact_accept_to_front` of each
-release, run on the CPU by `kit.sglang.verify_scan` (wheels downloaded once, cached; skipped offline), and
+release, run on the CPU by `kit.derive.verify_scan` (wheels downloaded once, cached; skipped offline), and
 the one rule as the launch checks and `kit serve` report it.
 Run: python -m pytest kit/tests/sglang/test_verify_scan.py -q
 """
@@ -18,7 +18,7 @@ RELEASES = ["0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.23"]
 
 
 def _derive_or_skip(version):
-    from kit.sglang.verify_scan import derive
+    from kit.derive.verify_scan import derive
 
     return derive_or_skip(derive, version)
 

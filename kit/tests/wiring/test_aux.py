@@ -1,4 +1,4 @@
-"""kit.wiring.aux / kit.wiring.checks / kit.sglang.capture_scan: id conventions, SGLang rules derived from source, wiring findings.
+"""kit.wiring.aux / kit.wiring.checks / kit.derive.capture_scan: id conventions, SGLang rules derived from source, wiring findings.
 
 Static checks run on config dicts only (a Kimi-K2.5-sized config ships in kit/tests/data). The
 rule table is re-derived from real SGLang wheels when they can be fetched (cached by
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.sglang.capture_scan import classify, run_method
+from kit.derive.capture_scan import classify, run_method
 from kit.wiring import aux
 from kit.wiring.checks import wiring_checks
 from kit.wiring.plan import wiring_from_launch
@@ -104,7 +104,7 @@ DEEPSEEK = PLUS1.replace(
 
 
 def test_classify_executes_method_bodies():
-    from kit.sglang.capture_scan import PROBES
+    from kit.derive.capture_scan import PROBES
 
     assert classify({k: run_method(PLUS1, v) for k, v in PROBES.items()})["explicit"] == "plus1"
     assert classify({k: run_method(DEEPSEEK, v) for k, v in PROBES.items()})["explicit"] == "plus1_if_first_is_1"
@@ -136,8 +136,8 @@ def _wheel_or_skip(version):
 )
 def test_recorded_table_matches_real_sglang_source(version):
     _wheel_or_skip(version)
+    from kit.derive.capture_scan import derive
     from kit.sglang.capture import table
-    from kit.sglang.capture_scan import derive
 
     recorded = table()["versions"][version]
     assert derive(version) == recorded
@@ -316,8 +316,8 @@ def test_no_torch_import_for_static_checks():
 def test_scan_names_an_inherited_setter_whose_model_reads_only_its_own_marks():
     """A class inheriting LlamaForCausalLM's setter (writes self.model.layers_to_capture) that builds a
     Qwen2MoeModel (captures only layers marked _is_layer_to_capture): real 0.5.17 source plus that subclass."""
+    from kit.derive.capture_scan import scan_models
     from kit.findings import KitInputError
-    from kit.sglang.capture_scan import scan_models
     from kit.sglang.source import source_files
 
     try:
@@ -384,7 +384,7 @@ def test_scan_names_a_forward_that_drops_the_captured_states():
     """A forward that unpacks (hidden, aux) but calls the logits processor without aux (the shape of
     Qwen2_5_VLForConditionalGeneration.forward in 0.5.5.post3) is recorded as aux_dropped; passing aux, positionally
     or by keyword, is not."""
-    from kit.sglang.capture_scan import scan_models
+    from kit.derive.capture_scan import scan_models
 
     src = (
         _SETTER
@@ -409,7 +409,7 @@ def test_scan_names_a_forward_that_drops_the_captured_states():
 def test_scan_follows_the_language_model_cls_default_to_the_forward_that_runs():
     """A VL wrapper whose base's __init__ builds `self.model = language_model_cls(...)`: the decoder model is the
     class the most derived __init__ defaults that parameter to (Qwen3.5 over Qwen3-VL, 0.5.11-0.5.21)."""
-    from kit.sglang.capture_scan import scan_models
+    from kit.derive.capture_scan import scan_models
 
     src = (
         _SETTER + "class ListModel:\n"

@@ -7,7 +7,7 @@ what changed between releases is which classes get which triple and what the oth
 that chain with `ast` and returns it as data, so the per-release rule `kit.sglang.params.AUTO_RULES`
 records is checked against SGLang's code (kit/tests/sglang/test_auto_scan.py; skipped offline).
 
-    python -m kit.sglang.auto_scan [VERSION ...]     # each release's chain as JSON
+    python -m kit.derive.auto_scan [VERSION ...]     # each release's chain as JSON
 """
 
 from __future__ import annotations

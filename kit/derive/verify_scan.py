@@ -11,7 +11,7 @@ under `if ... topk > 1`). The path is `accept_index`, whose rows are `EagleVerif
 2. reads the condition that guards the call (`topk > 1`) and the accept width (`spec_steps + 1`);
 
 so the crash set `kit.sglang.params.verify_shape_issue` records is what SGLang's code does, not what we
-think it does. `python -m kit.sglang.verify_scan [VERSION ...]` prints each release's derivation as JSON;
+think it does. `python -m kit.derive.verify_scan [VERSION ...]` prints each release's derivation as JSON;
 kit/tests/sglang/test_verify_scan.py compares it with the recorded rule (skipped offline).
 """
 
