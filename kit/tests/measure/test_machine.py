@@ -87,3 +87,22 @@ def test_other_work_is_judged_against_the_hosts_cores(monkeypatch):
     assert mach.busy_reason({**summary, "cpus": 16}) is None  # a tenth of a 16-core GPU host
     monkeypatch.setattr(mach.os, "cpu_count", lambda: 2)  # samples from before hosts were recorded: this host's
     assert "other work used" in mach.busy_reason(summary)
+
+
+def test_quiet_check_waits_for_a_quiet_window_and_says_what_it_saw_when_none_came(monkeypatch):
+    seen = iter(["other work used 1.2 cores on average", None])
+    monkeypatch.setattr(mach, "busy_reason", lambda summary: next(seen))
+    assert mach.wait_quiet(timeout_s=5, window_s=0.1) is None  # busy, then quiet: go
+    monkeypatch.setattr(mach, "busy_reason", lambda summary: "1 other process(es) on the GPU")
+    assert mach.wait_quiet(timeout_s=0.3, window_s=0.1) == "1 other process(es) on the GPU"
+
+
+def test_bench_quiet_check_refuses_to_measure_on_a_busy_host_in_one_line(tmp_path, monkeypatch):
+    from kit.findings import KitInputError
+    from kit.measure.bench import BenchConfig, run_bench
+    from kit.tests.sglang_stub import StubThread
+
+    monkeypatch.setattr(mach, "wait_quiet", lambda: "other work used 1.0 cores on average")
+    with StubThread() as s, pytest.raises(KitInputError, match="--quiet-check: the machine stayed busy"):
+        run_bench(BenchConfig(url=s.url, quiet_check=True, out_dir=str(tmp_path / "b"), progress=False))
+    assert not (tmp_path / "b").exists()  # nothing written
