@@ -1,9 +1,10 @@
 """Findings: the one currency every check in the kit pays in.
 
 A check looks at facts (a config, a safetensors header, a launch command, the GPU) and
-returns `Finding`s — a stable `code` (documented in docs/findings.md), a `severity` (at most the
-one kit/codes.json registers for the code: `kit.codes.ceiling`), a one-line `title`, the `evidence` it
-saw and the `fix`. A `Report` collects them and renders
+returns `Finding`s — a stable `code`, a `severity`, a one-line `title`, the `evidence` it saw and the
+`fix`. Each code is declared once, beside the rule that raises it, as a `Code` (section, highest severity,
+meaning, typical fix); a check raises through it (`KEYS_DROPPED(title, evidence={...})`), a severity above
+the declared one is refused, and docs/findings.md is generated from the declarations (`kit.codes`). A `Report` collects them and renders
 the same content four ways: plain text wrapped to the terminal (what a pipe or a log gets), a
 `rich` table with colours on a terminal, an HTML table / pandas DataFrame for notebooks, and
 JSON (one document, printed as the last line of stdout by `--json`). Text, table and HTML show
@@ -52,16 +53,67 @@ class Finding:
             raise ValueError(f"finding {self.code}: severity {self.severity!r} not in {SEVERITIES}")
         if "\n" in self.title:
             raise ValueError(f"finding {self.code}: title must be one line")
-        from kit.codes import ceiling  # the registry (json, read once) is loaded by the first finding
-
-        top = ceiling(self.code)
-        if top and SEVERITIES.index(self.severity) < SEVERITIES.index(top):
+        declared = CODES.get(self.code)  # a code no module declares (a test's, a toy engine's) has no ceiling
+        if declared and SEVERITIES.index(self.severity) < SEVERITIES.index(declared.ceiling):
             raise ValueError(
-                f"finding {self.code}: severity {self.severity!r} above {top!r}, its kit/codes.json ceiling"
+                f"finding {self.code}: severity {self.severity!r} above {declared.ceiling!r}, "
+                f"the ceiling {declared.module} declares"
             )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# the notebook stage that shows a code: docs/findings.md's sections, in this order
+SECTIONS = (
+    "env: notebook 01",
+    "ckpt/draft: notebook 02",
+    "aux/probe/oracle: notebook 03",
+    "launch/process/logs: notebook 04",
+    "bench/verdict: notebook 05",
+)
+CODES: dict[str, Code] = {}  # every declared code, filled as the declaring modules import (kit.codes imports all)
+
+
+@dataclass(frozen=True)
+class Code:
+    """A finding code, declared once at module level beside the rule that raises it, and the way to raise it:
+    `KEYS_DROPPED = Code("draft.keys_dropped", "ckpt/draft: notebook 02", "error", meaning, fix)`, then
+    `KEYS_DROPPED(title, evidence={...})`. `severity` is the highest it may be raised at, or a policy such as
+    "error / info" listing the ones it is raised at (the first the highest); `fix` is the typical fix the page
+    shows (a raise passes its own, concrete one). Declaring registers it in `CODES` (a second, different
+    declaration of the same code is refused); `module` is the declaring module."""
+
+    code: str
+    section: str
+    severity: str
+    meaning: str
+    fix: str
+    module: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[a-z]+\.[a-z0-9_]+", self.code):
+            raise ValueError(f"finding code {self.code!r}: expected area.name")
+        if self.section not in SECTIONS:
+            raise ValueError(f"finding code {self.code}: section {self.section!r} not in {SECTIONS}")
+        if not set(self.severity.split(" / ")) <= set(SEVERITIES) or not (self.meaning and self.fix):
+            raise ValueError(f"finding code {self.code}: severity {self.severity!r}, meaning and fix required")
+        if not self.module:
+            object.__setattr__(self, "module", sys._getframe(2).f_globals.get("__name__", ""))
+        old = CODES.get(self.code)
+        if old and (old != self or "__main__" not in (old.module, self.module) and old.module != self.module):
+            raise ValueError(f"finding code {self.code} declared twice: in {old.module} and in {self.module}")
+        CODES[self.code] = self
+
+    @property
+    def ceiling(self) -> str:
+        return self.severity.split(" / ")[0]
+
+    def __call__(
+        self, title: str, evidence: dict[str, Any] | None = None, severity: str | None = None, fix: str = ""
+    ) -> Finding:
+        """A finding of this code, at the declared severity unless a lower one is given."""
+        return Finding(self.code, severity or self.ceiling, title, {} if evidence is None else evidence, fix)
 
 
 def _evidence_text(ev: dict[str, Any]) -> str:

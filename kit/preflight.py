@@ -25,8 +25,24 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.checkpoint.hub import resolve
-from kit.findings import Finding, KitInputError, Report, fill_placeholders
+from kit.findings import Code, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+LAUNCH_PATH = Code(
+    "launch.path",
+    SECTION,
+    "error / warning",
+    (
+        "a model the launch names (`--model-path`, `--speculative-draft-model-path`; `kit launch`, and `kit "
+        "doctor` when `--target`/`--draft` are not given) cannot be read here: a local path that does not "
+        "exist (error), or a hub id that is not in the Hugging Face cache while offline, gated, unknown, or "
+        "at a revision that does not exist (error for the draft, which every EAGLE-3 check needs; warning for"
+        " the target); the checks that need its files did not run"
+    ),
+    "a path that exists here; `hf download ID [--revision R]` into the cache, or log in for a gated repository",
+)
 
 # check modules, in report order; each exposes doctor_checks(ctx)
 PROVIDERS: list[str] = [
@@ -272,11 +288,10 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
             m = resolve(value, revision, flag, what)
         except KitInputError as e:
             return None, [
-                Finding(
-                    code="launch.path",
-                    severity="error" if role == "draft" else "warning",
-                    title=f"{e} — the checks that need this model's files did not run",
+                LAUNCH_PATH(
+                    f"{e} — the checks that need this model's files did not run",
                     evidence={"flag": flag, "path": value, "revision": revision, "engine": engine},
+                    severity="error" if role == "draft" else "warning",
                     fix=f"hf download {value}{' --revision ' + revision if revision else ''} (into the Hugging Face "
                     f"cache, where the kit and SGLang look first), or {flag} DIR with a local copy",
                 )
@@ -285,10 +300,8 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     if Path(value).expanduser().exists():
         return resolve(value, None, flag, what), []
     return None, [
-        Finding(
-            code="launch.path",
-            severity="error",
-            title=kconfig.missing_path(value, flag, what),
+        LAUNCH_PATH(
+            kconfig.missing_path(value, flag, what),
             evidence={"flag": flag, "path": value, "engine": engine},
             fix=f"{flag} with a path that exists on this machine",
         )

@@ -44,7 +44,7 @@ from typing import Any
 from kit import __version__
 from kit import config as kconfig
 from kit.checkpoint.hf_config import declared_draft
-from kit.checkpoint.inspect import corrupt_report, find_config
+from kit.checkpoint.inspect import CONFIG, KEYS_DROPPED, corrupt_report, find_config
 from kit.checkpoint.layouts import (
     detect_layout,
     from_canonical,
@@ -64,9 +64,26 @@ from kit.checkpoint.safetensors_io import (
     sha256_of,
     write_stream,
 )
-from kit.findings import Finding, KitInputError, Report, emit
+from kit.findings import Code, Finding, KitInputError, Report, emit
 from kit.hf import HFConfig
 from kit.sglang.draft_config import read_draft_config
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "aux/probe/oracle: notebook 03"
+LAYER_SHIFT = Code(
+    "aux.layer_shift",
+    SECTION,
+    "error / warning",
+    (
+        "the points SGLang captures (its per-class, per-version id rule, kit/sglang/capture_rules.json) "
+        "differ from the points the draft was trained on (speculators config, the `kit_aux_source` record "
+        "`kit convert` writes into config.json, `kit_provenance.json`, or `--trained-with`); a warning when "
+        "only a speculators config's ids say so and, read as ids `speculators convert` copied, they are the "
+        "points SGLang captures; `kit convert` warns when it translates top-level ids that, read as ids "
+        "`speculators convert` copied, would mean SGLang's default points (the fix names both id sets)"
+    ),
+    "write the ids the finding gives; if none exist for that class/version, retrain on points it can capture",
+)
 
 HELP = "convert a draft between speculators, SGLang and official EAGLE layouts (strict, streaming)"
 DESTS = ("sglang", "speculators", "eagle")
@@ -282,13 +299,12 @@ def plan_conversion(
     if copied:
         rec = aux["record"]
         plan.notes.append(
-            Finding(
-                code="aux.layer_shift",
-                severity="warning",
-                title=f"top-level aux ids {rec['aux_layer_ids']} read as speculators-trained ids (points "
+            LAYER_SHIFT(
+                f"top-level aux ids {rec['aux_layer_ids']} read as speculators-trained ids (points "
                 f"{rec['capture_points']}, written as {aux['ids']}); if `speculators convert` copied them from a "
                 f"SGLang/SpecForge/ModelOpt head, they mean SGLang's default points {copied['points']} instead",
                 evidence={"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied},
+                severity="warning",
                 fix=f"if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = "
                 f"{copied['ids']} in the output (kit doctor shows both readings)",
             )
@@ -445,12 +461,7 @@ def _plan_embed_and_head(
             raise KitInputError(f"--target {target}: no embed_tokens of shape [{V}, {H}]")
         canon["embed_tokens.weight"] = temb
         plan.notes.append(
-            Finding(
-                code="draft.config",
-                severity="info",
-                title=f"embed_tokens copied from target {temb.name}",
-                evidence={"target": target},
-            )
+            CONFIG(f"embed_tokens copied from target {temb.name}", evidence={"target": target}, severity="info")
         )
     if need_head and "lm_head.weight" not in canon:
         if thead is None or thead.shape[1] != H or thead.shape[0] != V:
@@ -458,13 +469,7 @@ def _plan_embed_and_head(
         rows = hot if hot is not None else list(range(V))
         plan.tensors["lm_head.weight"] = _rows(thead, rows, f"target:{thead.name} rows t2d")
         canon.pop("lm_head.weight", None)
-        plan.notes.append(
-            Finding(
-                code="draft.config",
-                severity="info",
-                title=f"lm_head built from target {thead.name} ({len(rows)} kept rows)",
-            )
-        )
+        plan.notes.append(CONFIG(f"lm_head built from target {thead.name} ({len(rows)} kept rows)", severity="info"))
     return head_from_target
 
 
@@ -529,10 +534,9 @@ def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None
         scfg = speculators_to_sglang_config(cfg, k)
         if cfg.get("norm_before_residual"):
             plan.notes.append(
-                Finding(
-                    code="draft.config",
+                CONFIG(
+                    "source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
                     severity="warning",
-                    title="source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
                     fix="expect lower acceptance outside vLLM, or retrain with it off",
                 )
             )
@@ -652,7 +656,7 @@ def convert(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for key, why in plan.dropped:
-        rep.add(Finding(code="draft.keys_dropped", severity="info", title=f"not written: {key} ({why})"))
+        rep.add(KEYS_DROPPED(f"not written: {key} ({why})", severity="info"))
     rep.facts.update(
         {"dst": str(dst), "to": to, "tensors": len(plan.tensors), "source_layout": plan.provenance["source_layout"]}
     )

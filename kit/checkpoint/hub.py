@@ -51,7 +51,21 @@ from kit.checkpoint.safetensors_io import (
     parse_header,
 )
 from kit.config import is_hub_id, missing_path
-from kit.findings import Finding, KitInputError
+from kit.findings import Code, Finding, KitInputError
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "ckpt/draft: notebook 02"
+SOURCE = Code(
+    "ckpt.source",
+    SECTION,
+    "info",
+    (
+        "where the files of a model named by Hugging Face id came from (`kit.checkpoint.hub`): the local "
+        "cache's snapshot, a header view read earlier, or the hub (config.json and safetensors headers by "
+        "range reads, bytes read; the weights not downloaded), with the revision and its commit"
+    ),
+    "none (pin `--revision` / `--speculative-draft-model-revision` to a commit for a repeatable check)",
+)
 
 # the first range read of a shard: huggingface_hub's safetensors metadata API reads the same 100 kB
 FIRST_READ = 100_000
@@ -76,10 +90,8 @@ class ModelFiles:
 
     def finding(self, flag: str | None) -> Finding:
         """`ckpt.source`: where the files of `flag`'s model came from (info)."""
-        return Finding(
-            code="ckpt.source",
-            severity="info",
-            title=f"{flag + ' ' if flag else ''}{self.name}{'@' + self.revision if self.revision else ''}: {self.source}",
+        return SOURCE(
+            f"{flag + ' ' if flag else ''}{self.name}{'@' + self.revision if self.revision else ''}: {self.source}",
             evidence={
                 "flag": flag,
                 "name": self.name,

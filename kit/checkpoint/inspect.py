@@ -33,11 +33,124 @@ from typing import Any
 from kit import config as kconfig
 from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
-from kit.checkpoint.safetensors_io import HEADER_VIEW, Checkpoint, CheckpointError, read_checkpoint
-from kit.findings import Finding, KitInputError, Report, emit, fill_placeholders, write_json_line
+from kit.checkpoint.safetensors_io import CORRUPT, HEADER_VIEW, Checkpoint, CheckpointError, read_checkpoint
+from kit.findings import Code, Finding, KitInputError, Report, emit, fill_placeholders, write_json_line
 from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
 from kit.sglang.versions import sort_versions
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "ckpt/draft: notebook 02"
+PICKLE = Code(
+    "ckpt.pickle",
+    SECTION,
+    "warning",
+    "`.bin`/`.pt` pickle weight files sit next to the safetensors; the kit ignores them",
+    "delete them or re-save as safetensors",
+)
+LAYOUT = Code(
+    "draft.layout",
+    SECTION,
+    "warning / info",
+    (
+        "which stack wrote the draft (sglang, eagle, speculators, specforge, kimi_mla, unknown) and the "
+        "evidence; warning when it matches no stack's layout (unknown)"
+    ),
+    "—",
+)
+ARCH = Code(
+    "draft.arch",
+    SECTION,
+    "error",
+    (
+        "the class SGLang dispatches `architectures` to (draft rewrites of `architectures[0]` first, e.g. "
+        "`DeepseekV3ForCausalLM` -> `DeepseekV3ForCausalLMNextN`, an MTP class; then the first registered "
+        "name) is not an EAGLE-3 draft class of that release (`LlamaForCausalLMEagle3`; "
+        "`Eagle3DeepseekV2ForCausalLM` from 0.5.12). E.g. `Eagle3DraftModel` (speculators), SpecForge's "
+        "`DeepseekV3ForCausalLMEagle3`, TorchSpec's `DeepSeekForCausalLMEagle3`, plain `LlamaForCausalLM`"
+    ),
+    "`kit convert SRC DST --to sglang`",
+)
+KEYS_DROPPED = Code(
+    "draft.keys_dropped",
+    SECTION,
+    "error",
+    (
+        "the loader of the draft's class in that release drops checkpoint keys (Llama class: `layers.0.*` "
+        "before 0.5.12, silently; MLA class: unexpected names are logged and skipped, half of the "
+        "`q_a_proj`+`kv_a_proj_with_mqa` pair without the other is never loaded, without a log); warning when"
+        " no draft weight is among them; info lines from `convert` list what it did not write"
+    ),
+    "`kit convert --to sglang --sglang-version X`",
+)
+PARAMS_MISSING = Code(
+    "draft.params_missing",
+    SECTION,
+    "error",
+    (
+        "parameters SGLang builds that neither the checkpoint nor the runtime (target embed/head sharing) "
+        "fills — they keep their init (lm_head -> accept length ~1.00); warning when only norms"
+    ),
+    "supply the tensors (`convert --target`), or `draft_vocab_size: null` for the target head",
+)
+SHAPE = Code(
+    "draft.shape",
+    SECTION,
+    "error",
+    (
+        "config.json and tensor shapes disagree (hidden, heads, kv heads, head_dim, intermediate, vocab, "
+        "draft vocab, aux count implied by `fc`), or a key would fail SGLang's shape assertion"
+    ),
+    "use the config the draft was trained with",
+)
+LAYERS = Code(
+    "draft.layers",
+    SECTION,
+    "error",
+    "`num_hidden_layers` disagrees with the saved layers, or the SGLang release loads single-layer drafts only",
+    "fix the config / use SGLang >= 0.5.12",
+)
+CONFIG = Code(
+    "draft.config",
+    SECTION,
+    "error",
+    (
+        "config.json missing or unusable by SGLang: no `model_type` (a speculators config; transformers' "
+        "AutoConfig raises 'Unrecognized model' and SGLang does not start, seen on real SGLang 0.5.17 on an "
+        "H200), speculators nesting, no `draft_vocab_size`, `target_hidden_size: null`; warning for ignored "
+        "fields (`norm_before_residual`); info notes from `convert`"
+    ),
+    "`kit convert --to sglang` writes a loadable config",
+)
+UNUSED_WEIGHTS = Code(
+    "draft.unused_weights",
+    SECTION,
+    "warning",
+    (
+        "weights load into parameters that SGLang's forward never reads (`layers.N.input_layernorm`, N>=1: "
+        "SGLang uses `hidden_norm`)"
+    ),
+    "`kit convert --to sglang` renames them",
+)
+QUANT = Code(
+    "draft.quant",
+    SECTION,
+    "error",
+    (
+        "an `hf_quant_config.json` beside the draft makes that release set the draft up quantized against "
+        'what the file says: releases that read *any* ModelOpt file as `{"quant_method": "modelopt"}` '
+        '(`ModelOptFp8Config`), and then the loader: for a BF16 head exported with `"quant_algo": null` (FP8 '
+        "KV cache only) 0.4.5.post3-0.4.8 fail at startup, and from 0.4.9 `get_quant_config` keeps a "
+        "`LlamaForCausalLMEagle3` head unquantized (info) and raises for any other class (the parse derived "
+        "by executing each release's `ModelConfig._parse_quant_hf_config` on probe files: "
+        "kit/sglang/quant_rules.json; the loader branch scanned from `weight_utils.py`: kit.sglang.quant); "
+        "info: how the release sets the draft up"
+    ),
+    (
+        "remove `hf_quant_config.json` from a copy of the draft directory, or serve with a release that "
+        "parses `quant_algo`"
+    ),
+)
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
 _PREFIX = re.compile(r"^(\D*?\.\d+)\.")  # up to and including the first numeric component
@@ -125,10 +238,8 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
         if fc[0] != H or implied != k:
             bad.append(("fc.weight", list(fc), [H, k * Ht]))
             out.append(
-                Finding(
-                    code="draft.shape",
-                    severity="error",
-                    title=f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
+                SHAPE(
+                    f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
                     evidence={"fc.weight": list(fc), "hidden_size": H, "target_hidden_size": Ht, "num_aux": k},
                     fix="set num_aux_hidden_states / eagle_config.eagle_aux_hidden_state_layer_ids (and "
                     "target_hidden_size) to match the trained fc",
@@ -137,10 +248,8 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
             bad.pop()
     if bad:
         out.append(
-            Finding(
-                code="draft.shape",
-                severity="error",
-                title=f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}",
+            SHAPE(
+                f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}",
                 evidence={
                     "mismatches": bad[:20],
                     "config": {
@@ -159,10 +268,8 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
     present = sorted(layer_indices(canon))
     if present and (present != list(range(len(present))) or len(present) != L):
         out.append(
-            Finding(
-                code="draft.layers",
-                severity="error",
-                title=f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}",
+            LAYERS(
+                f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}",
                 evidence={"num_hidden_layers": L, "layers_in_checkpoint": present},
                 fix="make num_hidden_layers equal the number of saved layers",
             )
@@ -180,22 +287,18 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
             "not_registered": f"{sim.architecture} is not registered",
         }[sim.arch_status]
         out.append(
-            Finding(
-                code="draft.arch",
-                severity="error",
-                title=f"{what} in {ver}",
+            ARCH(
+                f"{what} in {ver}",
                 evidence={"architecture": sim.architecture, "layout": layout.name},
                 fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes LlamaForCausalLMEagle3)",
             )
         )
     for e in sim.build_errors:
-        code = "draft.layers" if e.startswith("num_hidden_layers") else "draft.config"
+        code = LAYERS if e.startswith("num_hidden_layers") else CONFIG
         title = e if len(e) <= 160 else e[:157] + "..."
         out.append(
-            Finding(
-                code=code,
-                severity="error",
-                title=title,
+            code(
+                title,
                 evidence={"detail": e, "sglang": ver},
                 fix="fix config.json (kit convert --to sglang writes a loadable one)",
             )
@@ -203,10 +306,8 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
     fails = sim.by_status("fails")
     if fails:
         out.append(
-            Finding(
-                code="draft.shape",
-                severity="error",
-                title=f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})",
+            SHAPE(
+                f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})",
                 evidence={"keys": [(k.key, k.reason) for k in fails[:10]]},
                 fix="config and weights disagree; use the config the draft was trained with",
             )
@@ -215,12 +316,11 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
     if dropped:
         weights = [k for k in dropped if DRAFT_WEIGHTS.match(to_canonical(k.key, layout) or "")]
         out.append(
-            Finding(
-                code="draft.keys_dropped",
-                severity="error" if weights else "warning",
-                title=f"{ver} {'drops' if any(k.loud for k in dropped) else 'silently drops'} {len(dropped)} "
+            KEYS_DROPPED(
+                f"{ver} {'drops' if any(k.loud for k in dropped) else 'silently drops'} {len(dropped)} "
                 f"checkpoint key(s), e.g. {dropped[0].key}",
                 evidence={"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)},
+                severity="error" if weights else "warning",
                 fix="python -m kit convert SRC DST --to sglang --sglang-version "
                 f"{sim.version} (renames keys for that release, refuses what cannot load)",
             )
@@ -229,21 +329,18 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
         crit = [m for m in sim.params_missing if m["critical"]]
         m0 = (crit or sim.params_missing)[0]
         out.append(
-            Finding(
-                code="draft.params_missing",
-                severity="error" if crit else "warning",
-                title=f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})",
+            PARAMS_MISSING(
+                f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})",
                 evidence={"params": [(m["param"], m["reason"]) for m in sim.params_missing[:12]]},
+                severity="error" if crit else "warning",
                 fix="supply the tensors (kit convert --target PATH copies embed_tokens/lm_head from the "
                 "target) or set draft_vocab_size: null to take the target's lm_head",
             )
         )
     if sim.unused_loaded:
         out.append(
-            Finding(
-                code="draft.unused_weights",
-                severity="warning",
-                title=f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}",
+            UNUSED_WEIGHTS(
+                f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}",
                 evidence={"params": sim.unused_loaded[:12]},
                 fix="SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert "
                 "--to sglang renames input_layernorm there",
@@ -255,22 +352,15 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
 def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
     if cfg is None:
         return [
-            Finding(
-                code="draft.config",
-                severity="error",
-                title="no config.json next to the weights",
-                fix="copy the training run's config.json next to the weights",
-            )
+            CONFIG("no config.json next to the weights", fix="copy the training run's config.json next to the weights")
         ]
     out = []
     if not cfg.get("model_type"):
         # SGLang builds the draft's ModelConfig through transformers' AutoConfig, which needs model_type
         # (seen on real SGLang: "Unrecognized model in ... Should have a `model_type` key")
         out.append(
-            Finding(
-                code="draft.config",
-                severity="error",
-                title="SGLang will not start: config.json has no model_type, so transformers' AutoConfig raises "
+            CONFIG(
+                "SGLang will not start: config.json has no model_type, so transformers' AutoConfig raises "
                 "'Unrecognized model' before SGLang reads architectures",
                 evidence={"layout": layout.name, "keys": sorted(cfg)[:20]},
                 fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes a flat llama config)",
@@ -278,11 +368,10 @@ def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
         )
     if cfg.get("norm_before_residual"):
         out.append(
-            Finding(
-                code="draft.config",
-                severity="warning",
-                title="norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training",
+            CONFIG(
+                "norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training",
                 evidence={"norm_before_residual": True},
+                severity="warning",
                 fix="retrain with norm_before_residual=false for SGLang, or serve with vLLM",
             )
         )
@@ -308,7 +397,7 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     try:
         hq = json.loads(f.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        return [Finding(code="draft.quant", severity="warning", title=f"{f}: unreadable ({e})", evidence={})]
+        return [QUANT(f"{f}: unreadable ({e})", evidence={}, severity="warning")]
     q = draft_quantization(sglang_version, hq) if isinstance(hq, dict) else None
     if q is None:
         return []
@@ -322,21 +411,18 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     loader = no_algo_loader(q["requested"], _architecture(draft_dir)) if wrong and q["probe"] == "no_algo" else None
     if loader and loader["outcome"] == "unquantized":
         return [
-            Finding(
-                code="draft.quant",
-                severity="info",
-                title=f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}, but its loader "
+            QUANT(
+                f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}, but its loader "
                 f"sets this head up unquantized: get_quant_config returns no quant config for a "
                 f"{_architecture(draft_dir)} head whose file names no algorithm",
                 evidence={**evidence, "loader": loader["evidence"]},
+                severity="info",
             )
         ]
     if loader:
         return [
-            Finding(
-                code="draft.quant",
-                severity="error",
-                title=f"{ver} does not start: it reads the draft's {FILE} (quant_algo {algo!r}) as "
+            QUANT(
+                f"{ver} does not start: it reads the draft's {FILE} (quant_algo {algo!r}) as "
                 f"{q['quant_method']}, and its loader raises ValueError ('Invalid quant_config') for a "
                 f"{_architecture(draft_dir)!s} head whose file names no algorithm",
                 evidence={**evidence, "loader": loader["evidence"]},
@@ -347,10 +433,8 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     if wrong:
         misread = sort_versions(misread_releases())
         return [
-            Finding(
-                code="draft.quant",
-                severity="error",
-                title=f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']} and builds "
+            QUANT(
+                f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']} and builds "
                 + (
                     f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm "
                     "as a string and startup fails (TypeError)"
@@ -363,13 +447,12 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
             )
         ]
     return [
-        Finding(
-            code="draft.quant",
-            severity="info",
-            title=f"{ver} sets the draft up as "
+        QUANT(
+            f"{ver} sets the draft up as "
             + (f"{q['quant_method']} ({q['class']})" if q["quant_method"] else "unquantized")
             + f" from its {FILE} (quant_algo {algo!r})",
             evidence=evidence,
+            severity="info",
         )
     ]
 
@@ -389,19 +472,16 @@ def inspect(path: str | Path, sglang_version: str | None = None, target_vocab: i
     dc = declared_draft(cfg) if cfg else None
     rep = Report()
     rep.add(
-        Finding(
-            code="draft.layout",
-            severity="info" if lay.name != "unknown" else "warning",
-            title=f"layout: {lay.name} — {lay.evidence.get('why')}",
+        LAYOUT(
+            f"layout: {lay.name} — {lay.evidence.get('why')}",
             evidence=lay.evidence,
+            severity="info" if lay.name != "unknown" else "warning",
         )
     )
     if ck.pickle_files:
         rep.add(
-            Finding(
-                code="ckpt.pickle",
-                severity="warning",
-                title=f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}",
+            PICKLE(
+                f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}",
                 evidence={"files": ck.pickle_files},
                 fix="delete them or re-save as safetensors; pickle can run code when loaded",
             )
@@ -473,14 +553,7 @@ def prefix_totals(ck: Checkpoint) -> dict[str, dict[str, int]]:
 
 def corrupt_report(e: CheckpointError) -> Report:
     return Report(
-        [
-            Finding(
-                code="ckpt.corrupt",
-                severity="error",
-                title=str(e)[:300],
-                fix="re-export the checkpoint; the kit never loads a file it cannot validate",
-            )
-        ]
+        [CORRUPT(str(e)[:300], fix="re-export the checkpoint; the kit never loads a file it cannot validate")]
     )
 
 
@@ -506,10 +579,8 @@ def doctor_checks(ctx) -> list[Finding]:
         dispatched, status = resolve_draft_class(cfg, r.version)
         if status != "eagle3":
             out.append(
-                Finding(
-                    code="draft.arch",
-                    severity="error",
-                    title=f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}"
+                ARCH(
+                    f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}"
                     + (f" (loaded as {dispatched})" if dispatched and dispatched != arch else ""),
                     evidence={"architecture": arch, "dispatched_to": dispatched, "layout": lay.name},
                     fix="python -m kit convert SRC DST --to sglang",

@@ -41,7 +41,21 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from kit.findings import KitInputError
+from kit.findings import Code, KitInputError
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "ckpt/draft: notebook 02"
+CORRUPT = Code(
+    "ckpt.corrupt",
+    SECTION,
+    "error",
+    (
+        "a checkpoint file cannot be validated: truncated, header length past EOF, invalid header JSON, "
+        "unknown dtype, overlapping/out-of-range offsets, an index naming a missing shard, or pickle-only "
+        "weights (never unpickled); `kit inspect`/`convert` exit 2"
+    ),
+    "re-export with safetensors; never load a file that fails validation",
+)
 
 # dtype -> bits per element (safetensors 0.8 set); sub-byte types pack several elements per byte
 DTYPE_BITS: dict[str, int] = {
@@ -80,7 +94,7 @@ HEADER_VIEW_BYTES = "kit_safetensors_kept.bin"
 class CheckpointError(KitInputError):
     """The checkpoint cannot be read as declared (truncated, malformed, pickle...). Code ckpt.corrupt."""
 
-    code = "ckpt.corrupt"
+    code = CORRUPT.code
 
 
 class TensorInfo(NamedTuple):

@@ -21,7 +21,21 @@ from array import array
 from collections.abc import Sequence
 
 from kit.checkpoint.safetensors_io import Checkpoint, TensorInfo, read_bytes
-from kit.findings import Finding
+from kit.findings import Code, Finding
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "ckpt/draft: notebook 02"
+D2T = Code(
+    "draft.d2t",
+    SECTION,
+    "error / warning / info",
+    (
+        "`d2t`/`t2d` wrong: dtype/shape, `arange(Vd)+d2t` not strictly increasing or outside `[0,V)`, `t2d` "
+        "disagreeing, or no `d2t` while `Vd < V` (graded by the share of draft ids `t2d` says mean another "
+        "target id: info at none, warning up to 5%, error above)"
+    ),
+    "rebuild the maps from the sorted kept ids",
+)
 
 _INT_CODES = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B"}
 READ_LIMIT = 256 << 20
@@ -114,10 +128,8 @@ def check_vocab(
                 share = misnumbered_share(_bools(t), Vd)
             if share is None:
                 out.append(
-                    Finding(
-                        code="draft.d2t",
-                        severity="error",
-                        title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
+                    D2T(
+                        f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
                         "ids" + (", and t2d does not mark Vd ids to tell which" if t is not None else ""),
                         evidence=ev,
                         fix=fix_missing,
@@ -127,10 +139,8 @@ def check_vocab(
             wrong, first = share
             sev = "info" if wrong == 0 else "warning" if wrong / Vd <= WRONG_SHARE_ERROR else "error"
             out.append(
-                Finding(
-                    code="draft.d2t",
-                    severity=sev,
-                    title=f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
+                D2T(
+                    f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
                     f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
                     + (
                         " (the draft vocabulary is the first Vd target ids: served as trained)"
@@ -143,6 +153,7 @@ def check_vocab(
                         "first_misnumbered": first,
                         "error_above_share": WRONG_SHARE_ERROR,
                     },
+                    severity=sev,
                     fix="" if wrong == 0 else fix_missing,
                 )
             )
@@ -158,24 +169,10 @@ def check_vocab(
     if lm_head and lm_head in ck.tensors and d.shape and ck.tensors[lm_head].shape[0] != d.shape[0]:
         shape_errs.append(f"lm_head has {ck.tensors[lm_head].shape[0]} rows but d2t has {d.shape[0]}")
     if shape_errs:
-        return [
-            Finding(
-                code="draft.d2t",
-                severity="error",
-                title=shape_errs[0],
-                evidence={**ev, "problems": shape_errs},
-                fix=fix,
-            )
-        ]
+        return [D2T(shape_errs[0], evidence={**ev, "problems": shape_errs}, fix=fix)]
     if d.nbytes > READ_LIMIT or (t is not None and t.nbytes > READ_LIMIT):
-        return [
-            Finding(
-                code="draft.d2t", severity="info", title="d2t/t2d too large to read; values not checked", evidence=ev
-            )
-        ]
+        return [D2T("d2t/t2d too large to read; values not checked", evidence=ev, severity="info")]
     errs = check_maps(_ints(d), _bools(t) if t is not None else None, V, Vd)
     if errs:
-        out.append(
-            Finding(code="draft.d2t", severity="error", title=errs[0], evidence={**ev, "problems": errs}, fix=fix)
-        )
+        out.append(D2T(errs[0], evidence={**ev, "problems": errs}, fix=fix))
     return out

@@ -36,10 +36,163 @@ from kit.env.gpu_arch import (
     vtuple,
 )
 from kit.env.machine import driver_version, gpu_list
-from kit.findings import Finding, KitInputError, Report, emit
+from kit.findings import Code, Finding, KitInputError, Report, emit
 from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
 from kit.sglang.versions import LAST_CUDA12_RELEASE
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "env: notebook 01"
+NO_GPU = Code(
+    "env.no_gpu",
+    SECTION,
+    "info",
+    "no NVIDIA GPU visible (NVML/nvidia-smi/torch); GPU rules skipped, packages and variables still checked",
+    "— (run on the GPU host, or `kit env --facts` on its recording)",
+)
+ENV_GPU = Code(
+    "env.gpu",
+    SECTION,
+    "info",
+    (
+        "one line per GPU model: count, compute capability, family (Hopper sm_90, Blackwell datacenter "
+        "sm_100/103, Thor sm_110, Blackwell workstation/consumer sm_120/121), memory, power limit"
+    ),
+    "—",
+)
+GPU_MIXED = Code(
+    "env.gpu_mixed",
+    SECTION,
+    "warning",
+    "different GPU models / capabilities on one host",
+    "identical GPUs per TP group (`CUDA_VISIBLE_DEVICES`)",
+)
+GPU_COUNT = Code(
+    "env.gpu_count",
+    SECTION,
+    "error",
+    "fewer GPUs than `--tp-size`; warning when more and `CUDA_VISIBLE_DEVICES` is unset",
+    "lower `--tp-size` / pin the GPUs",
+)
+POWER = Code(
+    "env.power",
+    SECTION,
+    "info",
+    "RTX PRO 6000 power-limited below 450 W (Max-Q edition or capped)",
+    "record it with benchmarks",
+)
+TORCH = Code(
+    "env.torch",
+    SECTION,
+    "error / warning / info",
+    (
+        "torch version and CUDA build; error when a CPU-only build sits on a GPU machine; warning when torch "
+        "is not importable"
+    ),
+    "install a cu128/cu130 build",
+)
+TORCH_ARCH = Code(
+    "env.torch_arch",
+    SECTION,
+    "error / warning / info",
+    (
+        "`torch.cuda.get_arch_list()` has the device's `sm_XY`; warning when only a same-major lower-minor "
+        'cubin or PTX covers it; error when nothing does ("no kernel image is available")'
+    ),
+    "torch >= 2.7 from the cu128/cu130 index",
+)
+TORCH_CUDA = Code(
+    "env.torch_cuda",
+    SECTION,
+    "error",
+    (
+        "torch's CUDA runtime predates the arch (12.8 for sm_100/sm_120, 13.0 for sm_110; warning for 12.9 on"
+        " sm_103/sm_121); warning when sglang > 0.5.19 (CUDA 13 only) meets a CUDA 12 torch"
+    ),
+    "cu130 torch + matching sgl-kernel",
+)
+CUDA_SMOKE = Code(
+    "env.cuda_smoke",
+    SECTION,
+    "error",
+    "a one-element CUDA op failed on a GPU (child process)",
+    "torch whose arch list covers the GPU; check the driver",
+)
+DRIVER = Code(
+    "env.driver",
+    SECTION,
+    "error / warning / info",
+    (
+        "driver version vs torch's CUDA: error when the driver's CUDA major is older or below the floor (R580"
+        " for 13.x, 570.26 for 12.8); warning for an older minor"
+    ),
+    "update the NVIDIA driver",
+)
+NCCL_VERSION = Code(
+    "env.nccl_version",
+    SECTION,
+    "error / warning / info",
+    (
+        "NCCL version vs the arch floor: error below 2.25.1 on sm_100/103 or below 2.26.2 on sm_120/121 "
+        "(2.25.1 shared-memory bug); warning when the version cannot be read"
+    ),
+    "upgrade torch / `nvidia-nccl-cu1x`",
+)
+PACKAGE = Code(
+    "env.package",
+    SECTION,
+    "info",
+    (
+        "installed version of sglang, sgl-kernel/sglang-kernel, flashinfer, flash-attn (2/3/4), triton, "
+        "transformers, safetensors, and what it means on this arch"
+    ),
+    "—",
+)
+SGL_KERNEL_LANE = Code(
+    "env.sgl_kernel_lane",
+    SECTION,
+    "warning",
+    "sgl-kernel's `+cuXYZ` tag differs from torch's CUDA",
+    "install the matching `+cu` wheel",
+)
+TRITON = Code(
+    "env.triton",
+    SECTION,
+    "error",
+    "Triton < 3.3 on Blackwell (\"ptxas fatal : Value 'sm_120' is not defined\")",
+    "the Triton pinned by torch >= 2.7",
+)
+FLASH_ATTN = Code(
+    "env.flash_attn",
+    SECTION,
+    "error / warning / info",
+    (
+        "flash-attn < 2.7.3 on Blackwell (no sm_100/120 gencode) or FA3 installed on non-sm_90; info when FA2"
+        " is present on Blackwell; error when flash-attn is installed and a tiny call fails on the GPU"
+    ),
+    "rebuild with `FLASH_ATTN_CUDA_ARCHS`, or rely on flashinfer/triton",
+)
+SGLANG_REQUIRES = Code(
+    "env.sglang_requires",
+    SECTION,
+    "warning",
+    "an installed package does not satisfy sglang's declared requirement",
+    "install the pinned version in the serving env",
+)
+ENV_SHM = Code(
+    "env.shm",
+    SECTION,
+    "warning",
+    "`/dev/shm` < 1 GiB (guessed floor) on a multi-GPU host: NCCL's SHM transport may fail",
+    "`--shm-size=16g` or `--ipc=host`",
+)
+PROBE = Code(
+    "env.probe",
+    SECTION,
+    "warning",
+    "a probe child timed out or crashed; its facts are unknown",
+    "rerun on the host; a wedged GPU may need a reset",
+)
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
 SHM_MIN = 1 << 30  # a guess, not a documented floor; NCCL's SHM transport needs room in containers
@@ -74,10 +227,8 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
         errs = facts.get("errors") or {}
         tv = (facts.get("torch") or {}).get("version")
         return [
-            Finding(
-                code="env.no_gpu",
-                severity="info",
-                title="no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked",
+            NO_GPU(
+                "no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked",
                 evidence={"torch": tv, "nvml": errs.get("nvml"), "nvidia-smi": errs.get("nvidia-smi query")},
             )
         ]
@@ -90,10 +241,8 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
         mem = gs[0]["memory_mib"]
         pw = gs[0]["power_limit_w"]
         out.append(
-            Finding(
-                code="env.gpu",
-                severity="info",
-                title=f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB" + (f", {pw:.0f} W" if pw else ""),
+            ENV_GPU(
+                f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB" + (f", {pw:.0f} W" if pw else ""),
                 evidence={
                     "indices": [g["index"] for g in gs],
                     "cc": f"{cc[0]}.{cc[1]}" if cc else None,
@@ -105,10 +254,8 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
         )
         if pw and "RTX PRO 6000" in (name or "") and pw < 450:
             out.append(
-                Finding(
-                    code="env.power",
-                    severity="info",
-                    title=f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run "
+                POWER(
+                    f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run "
                     "~30% faster at high concurrency)",
                     evidence={"power_limit_w": pw},
                     fix="record it with every benchmark; do not compare 300 W and 600 W runs",
@@ -116,10 +263,8 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
             )
     if len(groups) > 1:
         out.append(
-            Finding(
-                code="env.gpu_mixed",
-                severity="warning",
-                title="different GPU models/capabilities on one host",
+            GPU_MIXED(
+                "different GPU models/capabilities on one host",
                 evidence={"models": [f"{n} ({c})" for n, c in groups]},
                 fix="use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)",
             )
@@ -127,21 +272,18 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
     if tp:
         if len(gpus) < tp:
             out.append(
-                Finding(
-                    code="env.gpu_count",
-                    severity="error",
-                    title=f"--tp-size {tp} but {len(gpus)} GPU(s) visible",
+                GPU_COUNT(
+                    f"--tp-size {tp} but {len(gpus)} GPU(s) visible",
                     evidence={"tp": tp, "gpus": len(gpus)},
                     fix="lower --tp-size or expose more GPUs",
                 )
             )
         elif len(gpus) > tp and "CUDA_VISIBLE_DEVICES" not in (facts.get("env") or {}):
             out.append(
-                Finding(
-                    code="env.gpu_count",
-                    severity="warning",
-                    title=f"--tp-size {tp} on a host with {len(gpus)} GPUs and no CUDA_VISIBLE_DEVICES",
+                GPU_COUNT(
+                    f"--tp-size {tp} on a host with {len(gpus)} GPUs and no CUDA_VISIBLE_DEVICES",
                     evidence={"tp": tp, "gpus": len(gpus)},
+                    severity="warning",
                     fix="pin the GPUs with CUDA_VISIBLE_DEVICES",
                 )
             )
@@ -153,22 +295,20 @@ def torch_findings(facts: dict) -> list[Finding]:
     gpus = gpu_list(facts)
     if not t.get("version"):
         return [
-            Finding(
-                code="env.torch",
-                severity="warning",
-                title="torch not importable: " + str(t.get("error") or (facts.get("errors") or {}).get("torch")),
+            TORCH(
+                "torch not importable: " + str(t.get("error") or (facts.get("errors") or {}).get("torch")),
                 evidence={},
+                severity="warning",
                 fix="install torch",
             )
         ]
     cuda = t.get("cuda")
     out = [
-        Finding(
-            code="env.torch",
-            severity="error" if gpus and not cuda else "info",
-            title=f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}"
+        TORCH(
+            f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}"
             + (" on a GPU machine" if gpus and not cuda else ""),
             evidence={"arch_list": t.get("arch_list"), "nccl": t.get("nccl")},
+            severity="error" if gpus and not cuda else "info",
             fix="install a CUDA build (cu128/cu130 wheel index)" if gpus and not cuda else "",
         )
     ]
@@ -186,11 +326,10 @@ def torch_findings(facts: dict) -> list[Finding]:
             "none": "has no kernel for it: 'no kernel image is available for execution on the device'",
         }[how]
         out.append(
-            Finding(
-                code="env.torch_arch",
-                severity=sev,
-                title=f"torch arch list vs {fam['sm']}: {text}",
+            TORCH_ARCH(
+                f"torch arch list vs {fam['sm']}: {text}",
                 evidence={"arch_list": t.get("arch_list"), "torch_warnings": warn[:2]},
+                severity=sev,
                 fix=""
                 if how == "exact"
                 else "install torch >= 2.7 from the cu128 or cu130 index (arch list must include " + fam["sm"] + ")",
@@ -200,21 +339,18 @@ def torch_findings(facts: dict) -> list[Finding]:
         if need and have and have < need:
             sev = CUDA_NATIVE_FLOOR_SEVERITY.get(cc, "error")
             out.append(
-                Finding(
-                    code="env.torch_cuda",
-                    severity=sev,
-                    title=f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}",
+                TORCH_CUDA(
+                    f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}",
                     evidence={"torch_cuda": cuda, "cc": list(cc)},
+                    severity=sev,
                     fix="move to a cu128/cu130 torch",
                 )
             )
     for s in t.get("smoke") or []:
         if not s.get("ok"):
             out.append(
-                Finding(
-                    code="env.cuda_smoke",
-                    severity="error",
-                    title=f"GPU {s['index']}: a one-element CUDA op failed",
+                CUDA_SMOKE(
+                    f"GPU {s['index']}: a one-element CUDA op failed",
                     evidence={"error": s.get("error")},
                     fix="install a torch whose arch list covers the GPU; check the driver",
                 )
@@ -222,12 +358,11 @@ def torch_findings(facts: dict) -> list[Finding]:
     sg = vtuple((facts.get("packages") or {}).get("sglang"))
     if sg and sg > vtuple(LAST_CUDA12_RELEASE) and vtuple(cuda, 1) == (12,):
         out.append(
-            Finding(
-                code="env.torch_cuda",
-                severity="warning",
-                title=f"sglang {'.'.join(map(str, sg))} ships "
+            TORCH_CUDA(
+                f"sglang {'.'.join(map(str, sg))} ships "
                 f"for CUDA 13 only ({LAST_CUDA12_RELEASE} was the last CUDA 12 lane), torch is CUDA {cuda}",
                 evidence={"torch_cuda": cuda},
+                severity="warning",
                 fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image",
             )
         )
@@ -247,20 +382,17 @@ def driver_findings(facts: dict) -> list[Finding]:
     }
     if drv is None:
         return [
-            Finding(
-                code="env.driver",
-                severity="warning",
-                title="driver version unknown (NVML and nvidia-smi unreadable)",
+            DRIVER(
+                "driver version unknown (NVML and nvidia-smi unreadable)",
                 evidence=ev,
+                severity="warning",
                 fix="check nvidia-smi",
             )
         ]
     if cuda and dcuda and cuda[0] > dcuda[0]:
         return [
-            Finding(
-                code="env.driver",
-                severity="error",
-                title=f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, torch needs CUDA {cuda[0]}.{cuda[1]}",
+            DRIVER(
+                f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, torch needs CUDA {cuda[0]}.{cuda[1]}",
                 evidence=ev,
                 fix="update the NVIDIA driver (R580+ for CUDA 13)",
             )
@@ -268,31 +400,25 @@ def driver_findings(facts: dict) -> list[Finding]:
     for (ma, mi), floor in DRIVER_FLOOR.items():
         if cuda and (cuda[0] == ma and cuda >= (ma, mi)) and vtuple(drv, 2) < floor:
             return [
-                Finding(
-                    code="env.driver",
-                    severity="error",
-                    title=f"driver {drv} < {floor[0]}.{floor[1]:02d}, the floor for CUDA {ma}.{mi}",
+                DRIVER(
+                    f"driver {drv} < {floor[0]}.{floor[1]:02d}, the floor for CUDA {ma}.{mi}",
                     evidence=ev,
                     fix="update the NVIDIA driver",
                 )
             ]
     if cuda and dcuda and cuda > dcuda:
         return [
-            Finding(
-                code="env.driver",
-                severity="warning",
-                title=f"driver CUDA {dcuda[0]}.{dcuda[1]} older than "
+            DRIVER(
+                f"driver CUDA {dcuda[0]}.{dcuda[1]} older than "
                 f"torch's {cuda[0]}.{cuda[1]}: runs by minor-version compatibility, PTX JIT of newer PTX fails",
                 evidence=ev,
+                severity="warning",
                 fix="update the driver",
             )
         ]
     return [
-        Finding(
-            code="env.driver",
-            severity="info",
-            title=f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch CUDA {ev['torch_cuda']}",
-            evidence=ev,
+        DRIVER(
+            f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch CUDA {ev['torch_cuda']}", evidence=ev, severity="info"
         )
     ]
 
@@ -307,32 +433,23 @@ def nccl_version_findings(facts: dict) -> list[Finding]:
     floors = [(family(cc)["min_nccl"], family(cc)["sm"]) for cc in ccs if family(cc)["min_nccl"]]
     if v is None:
         return [
-            Finding(
-                code="env.nccl_version",
-                severity="warning",
-                title="NCCL version unknown",
-                evidence={},
-                fix="check torch.cuda.nccl.version()",
-            )
+            NCCL_VERSION("NCCL version unknown", evidence={}, severity="warning", fix="check torch.cuda.nccl.version()")
         ]
     for floor, sm in sorted(floors, reverse=True):
         if vtuple(v) < floor:
             why = " (2.25.1 overflows sm_120 shared memory; fixed in 2.26.2)" if sm.startswith("sm_12") else ""
             return [
-                Finding(
-                    code="env.nccl_version",
-                    severity="error",
-                    title=f"NCCL {v} < {'.'.join(map(str, floor))} needed on {sm}{why}",
+                NCCL_VERSION(
+                    f"NCCL {v} < {'.'.join(map(str, floor))} needed on {sm}{why}",
                     evidence={"nccl": v},
                     fix="upgrade torch / nvidia-nccl-cu1x",
                 )
             ]
     return [
-        Finding(
-            code="env.nccl_version",
-            severity="info",
-            title=f"NCCL {v}: new enough for " + (", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"),
+        NCCL_VERSION(
+            f"NCCL {v}: new enough for " + (", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"),
             evidence={"nccl": v},
+            severity="info",
         )
     ]
 
@@ -377,31 +494,24 @@ def package_findings(facts: dict) -> list[Finding]:
         if v is None:
             continue
         out.append(
-            Finding(
-                code="env.package",
-                severity="info",
-                title=f"{name} {v}" + (f": {notes[name]}" if name in notes else ""),
-                evidence={"package": name, "version": v},
+            PACKAGE(
+                f"{name} {v}" + (f": {notes[name]}" if name in notes else ""), evidence={"package": name, "version": v}
             )
         )
         if name in ("sgl-kernel", "sglang-kernel") and "+cu" in v and cuda:
             lane = v.split("+cu")[1][:3]
             if lane != cuda.replace(".", "")[:3]:
                 out.append(
-                    Finding(
-                        code="env.sgl_kernel_lane",
-                        severity="warning",
-                        title=f"{name} {v} is built for cu{lane}, torch is CUDA {cuda}",
+                    SGL_KERNEL_LANE(
+                        f"{name} {v} is built for cu{lane}, torch is CUDA {cuda}",
                         evidence={"package": v, "torch_cuda": cuda},
                         fix=f"install the {name} wheel tagged +cu{cuda.replace('.', '')}",
                     )
                 )
         if name == "triton" and bw and vtuple(v, 2) < TRITON_BLACKWELL:
             out.append(
-                Finding(
-                    code="env.triton",
-                    severity="error",
-                    title=f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : Value sm_120 is not defined'",
+                TRITON(
+                    f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : Value sm_120 is not defined'",
                     evidence={"triton": v},
                     fix="use the triton pinned by torch >= 2.7",
                 )
@@ -409,33 +519,29 @@ def package_findings(facts: dict) -> list[Finding]:
     fa = pk.get("flash-attn")
     if fa and bw and vtuple(fa) < FLASH_ATTN_BLACKWELL:
         out.append(
-            Finding(
-                code="env.flash_attn",
-                severity="warning",
-                title=f"flash-attn {fa} predates Blackwell gencode (v2.7.3)",
+            FLASH_ATTN(
+                f"flash-attn {fa} predates Blackwell gencode (v2.7.3)",
                 evidence={"flash-attn": fa},
+                severity="warning",
                 fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
                 "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)",
             )
         )
     elif fa and bw:
         out.append(
-            Finding(
-                code="env.flash_attn",
-                severity="info",
-                title=f"flash-attn {fa} on Blackwell: FA2 only runs "
+            FLASH_ATTN(
+                f"flash-attn {fa} on Blackwell: FA2 only runs "
                 "if built with FLASH_ATTN_CUDA_ARCHS covering the arch (its README lists Ampere/Ada/Hopper)",
                 evidence={"flash-attn": fa},
+                severity="info",
                 fix="SGLang does not need FA2 on sm_100/sm_120",
             )
         )
     fa_run = (facts.get("torch") or {}).get("flash_attn")
     if fa_run and not fa_run.get("ok"):
         out.append(
-            Finding(
-                code="env.flash_attn",
-                severity="error",
-                title="flash-attn is installed but a tiny call fails on GPU 0 (not built for this arch?)",
+            FLASH_ATTN(
+                "flash-attn is installed but a tiny call fails on GPU 0 (not built for this arch?)",
                 evidence={"error": fa_run.get("error")},
                 fix="rebuild with FLASH_ATTN_CUDA_ARCHS set to this arch (nvcc >= 12.8 for Blackwell, "
                 "MAX_JOBS sized to RAM, ~5 GB per nvcc thread), or uninstall it",
@@ -444,11 +550,10 @@ def package_findings(facts: dict) -> list[Finding]:
     fa3 = pk.get("flash_attn_3") or pk.get("flash-attn-3")
     if fa3 and ccs and any(c != (9, 0) for c in ccs):
         out.append(
-            Finding(
-                code="env.flash_attn",
-                severity="warning",
-                title="FlashAttention-3 installed on a non-sm_90 GPU (FA3 is sm_90a only)",
+            FLASH_ATTN(
+                "FlashAttention-3 installed on a non-sm_90 GPU (FA3 is sm_90a only)",
                 evidence={"flash_attn_3": fa3},
+                severity="warning",
                 fix="do not force --attention-backend fa3",
             )
         )
@@ -471,10 +576,8 @@ def _requirement_findings(req: list[str], pk: dict) -> list[Finding]:
         have = pk.get(q.name) or pk.get(q.name.replace("_", "-"))
         if have and q.specifier and not q.specifier.contains(have.split("+")[0], prereleases=True):
             out.append(
-                Finding(
-                    code="env.sglang_requires",
-                    severity="warning",
-                    title=f"sglang requires {r}, installed {q.name} {have}",
+                SGLANG_REQUIRES(
+                    f"sglang requires {r}, installed {q.name} {have}",
                     evidence={"requirement": r, "installed": have},
                     fix=f"pip install '{r}' in the serving environment",
                 )
@@ -487,11 +590,8 @@ def shm_findings(facts: dict) -> list[Finding]:
     if b is None or len(gpu_list(facts)) < 2 or b >= SHM_MIN:
         return []
     return [
-        Finding(
-            code="env.shm",
-            severity="warning",
-            title=f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed "
-            "floor): NCCL's SHM transport may fail in a container",
+        ENV_SHM(
+            f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed floor): NCCL's SHM transport may fail in a container",
             evidence={"shm_bytes": b},
             fix="docker run --shm-size=16g or --ipc=host",
         )
@@ -503,10 +603,8 @@ def probe_error_findings(facts: dict) -> list[Finding]:
     for part, msg in (facts.get("errors") or {}).items():
         if "timed out" in msg or "child exited" in msg:
             out.append(
-                Finding(
-                    code="env.probe",
-                    severity="warning",
-                    title=f"{part} probe failed: {msg[:160]}",
+                PROBE(
+                    f"{part} probe failed: {msg[:160]}",
                     evidence={"part": part},
                     fix="its facts are unknown; run the probe again on the host",
                 )

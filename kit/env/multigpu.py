@@ -31,7 +31,59 @@ import time
 from typing import Any
 
 from kit.env.machine import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
-from kit.findings import Finding
+from kit.findings import Code, Finding
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "env: notebook 01"
+CUSTOM_ALLREDUCE = Code(
+    "env.custom_allreduce",
+    SECTION,
+    "warning / info",
+    (
+        "SGLang's custom all-reduce on this host: off by itself on > 2 PCIe-only GPUs "
+        "(`--disable-custom-all-reduce` only silences it); warning for 2 PCIe GPUs without P2P, or the flag "
+        "on NVLink"
+    ),
+    "per the title",
+)
+ENV_P2P = Code(
+    "env.p2p",
+    SECTION,
+    "warning / info",
+    "CUDA P2P (torch `can_device_access_peer`, NVML READ/WRITE) between all GPUs; warning for pairs without it",
+    "BIOS IOMMU/ACS, `iommu=pt`, `pci=noacs`",
+)
+TOPOLOGY = Code(
+    "env.topology",
+    SECTION,
+    "warning / info",
+    "`nvidia-smi topo -m` classes; warning when NODE/PHB/SYS pairs lie beyond NCCL's default P2P level (PXB)",
+    "raise `NCCL_P2P_LEVEL` only after the smoke test passes",
+)
+ENV_IOMMU = Code(
+    "env.iommu",
+    SECTION,
+    "warning",
+    "IOMMU active (groups exposed, no `iommu=pt/off`) on a PCIe multi-GPU host: the known P2P hang cause",
+    "`iommu=pt`, disable ACS, check `lspci -vvv \\| grep ACSCtl`",
+)
+ALLREDUCE = Code(
+    "env.allreduce",
+    SECTION,
+    "error / info",
+    (
+        "NCCL all-reduce smoke test (one process per GPU, exact sums, bus bandwidth) passed or was skipped (<"
+        " 2 GPUs); error on timeout (hang), failure or wrong sums"
+    ),
+    "`NCCL_P2P_DISABLE=1` to confirm a P2P problem, fix ACS/IOMMU",
+)
+ALLREDUCE_TRANSPORT = Code(
+    "env.allreduce_transport",
+    SECTION,
+    "warning",
+    "NCCL used host shared memory for every channel, no P2P",
+    "expected beyond the P2P level; else check P2P/IOMMU",
+)
 
 SIZES = (4 << 10, 1 << 20, 16 << 20, 64 << 20)
 # NVLink multicast off in NCCL, torch symmetric memory and NVSHMEM: on shared multi-GPU hosts a program
@@ -51,22 +103,20 @@ def custom_allreduce_findings(facts: dict, tp: int | None, argv: list[str]) -> l
     ev = {"world_size": n, "full_nvlink": nvl, "disable_custom_all_reduce": disabled_flag}
     if n not in SGLANG_CAR_WORLD_SIZES:
         return [
-            Finding(
-                code="env.custom_allreduce",
-                severity="info",
+            CUSTOM_ALLREDUCE(
+                f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it",
                 evidence=ev,
+                severity="info",
                 fix="",
-                title=f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it",
             )
         ]
     if nvl is False and n > 2:
         return [
-            Finding(
-                code="env.custom_allreduce",
-                severity="info",
-                evidence=ev,
-                title=f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
+            CUSTOM_ALLREDUCE(
+                f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
                 + ("; --disable-custom-all-reduce only silences the warning" if disabled_flag else ""),
+                evidence=ev,
+                severity="info",
                 fix=""
                 if disabled_flag
                 else "pass --disable-custom-all-reduce to silence 'Custom allreduce "
@@ -77,24 +127,19 @@ def custom_allreduce_findings(facts: dict, tp: int | None, argv: list[str]) -> l
         p2p = (facts.get("torch") or {}).get("p2p")
         if p2p is not None and not all(all(r) for r in p2p) and not disabled_flag:
             return [
-                Finding(
-                    code="env.custom_allreduce",
-                    severity="warning",
-                    evidence=ev,
-                    title="2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
+                CUSTOM_ALLREDUCE(
+                    "2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
                     "('peer access is not supported between these two devices')",
+                    evidence=ev,
                     fix="pass --disable-custom-all-reduce",
                 )
             ]
         return []
     if nvl and disabled_flag:
         return [
-            Finding(
-                code="env.custom_allreduce",
-                severity="warning",
+            CUSTOM_ALLREDUCE(
+                "--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message all-reduce",
                 evidence=ev,
-                title="--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message "
-                "all-reduce",
                 fix="drop the flag unless it was added to work around a bug",
             )
         ]
@@ -117,16 +162,14 @@ def p2p_findings(facts: dict) -> list[Finding]:
     n = len(t or nv.get("read") or [])
     ev = {"pairs_without_p2p": bad[:16], "n_pairs_without": len(bad), "nvml_read_write": nv_bad or "OK"}
     if not bad and not nv_bad:
-        return [Finding(code="env.p2p", severity="info", title=f"CUDA P2P available between all {n} GPUs", evidence=ev)]
+        return [ENV_P2P(f"CUDA P2P available between all {n} GPUs", evidence=ev, severity="info")]
     names = {d["name"] for d in gpu_list(facts)}
     geforce = any("GeForce" in (x or "") for x in names)
     return [
-        Finding(
-            code="env.p2p",
-            severity="warning",
-            evidence=ev,
-            title=f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
+        ENV_P2P(
+            f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
             + (" (expected on GeForce with the stock driver)" if geforce else ""),
+            evidence=ev,
             fix="check BIOS IOMMU/ACS (iommu=pt or off, pci=noacs / setpci ECAP_ACS+6.w=0000); NVML status "
             "DISABLED_BY_REGKEY points at driver registry keys",
         )
@@ -142,20 +185,17 @@ def topology_findings(facts: dict) -> list[Finding]:
     if not far:
         kind = "NVLink" if set(counts) == {"NV"} else "PCIe switch / NVLink"
         return [
-            Finding(
-                code="env.topology",
-                severity="info",
+            TOPOLOGY(
+                f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it",
                 evidence={"pairs": counts},
-                title=f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it",
+                severity="info",
             )
         ]
     return [
-        Finding(
-            code="env.topology",
-            severity="warning",
-            evidence={"pairs": counts},
-            title="topology: " + ", ".join(f"{n} {k}" for k, n in far.items()) + " GPU pairs lie beyond NCCL's "
+        TOPOLOGY(
+            "topology: " + ", ".join(f"{n} {k}" for k, n in far.items()) + " GPU pairs lie beyond NCCL's "
             "default P2P level (PXB), so NCCL uses host shared memory there",
+            evidence={"pairs": counts},
             fix="leave it (correct, slower) or raise NCCL_P2P_LEVEL to PHB/SYS only after the all-reduce smoke "
             "test passes under it and is faster",
         )
@@ -172,31 +212,25 @@ def iommu_findings(facts: dict) -> list[Finding]:
     ev = {"cmdline_flags": flags, "iommu_groups": s.get("iommu_groups")}
     if any(f in ("iommu=pt", "iommu=off", "intel_iommu=off", "amd_iommu=off") for f in flags):
         return [
-            Finding(
-                code="env.iommu",
-                severity="info",
-                evidence=ev,
-                title="IOMMU passthrough/off on the kernel command line (good for PCIe P2P)",
+            ENV_IOMMU(
+                "IOMMU passthrough/off on the kernel command line (good for PCIe P2P)", evidence=ev, severity="info"
             )
         ]
     if s.get("iommu_groups"):
         return [
-            Finding(
-                code="env.iommu",
-                severity="warning",
-                evidence=ev,
-                title=f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is "
+            ENV_IOMMU(
+                f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is "
                 "the known NCCL hang cause",
+                evidence=ev,
                 fix="kernel iommu=pt (or off); disable ACS on root and switch ports (BIOS, pci=noacs or "
                 "setpci ... ECAP_ACS+6.w=0000); check with `sudo lspci -vvv | grep ACSCtl`",
             )
         ]
     return [
-        Finding(
-            code="env.iommu",
-            severity="info",
+        ENV_IOMMU(
+            "no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)",
             evidence=ev,
-            title="no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)",
+            severity="info",
         )
     ]
 
@@ -346,22 +380,13 @@ def allreduce_findings(res: dict[str, Any]) -> list[Finding]:
     st = res.get("status")
     ev = {k: res.get(k) for k in ("nprocs", "backend", "elapsed_s", "transports", "env_applied") if k in res}
     if st == "skipped":
-        return [
-            Finding(
-                code="env.allreduce",
-                severity="info",
-                title=f"all-reduce smoke test skipped: {res.get('reason')}",
-                evidence=ev,
-            )
-        ]
+        return [ALLREDUCE(f"all-reduce smoke test skipped: {res.get('reason')}", evidence=ev, severity="info")]
     if st == "timeout":
         return [
-            Finding(
-                code="env.allreduce",
-                severity="error",
-                evidence=ev,
-                title=f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P "
+            ALLREDUCE(
+                f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P "
                 "symptom on PCIe rigs: GPUs busy, no progress)",
+                evidence=ev,
                 fix="retry with NCCL_P2P_DISABLE=1 to confirm a P2P problem, then fix ACS/IOMMU; "
                 "a GPU reset may be needed after a hang",
             )
@@ -369,33 +394,28 @@ def allreduce_findings(res: dict[str, Any]) -> list[Finding]:
     if st in ("failed", "wrong_sum"):
         tail = (res.get("log_tail") or "").strip().splitlines()[-3:]
         return [
-            Finding(
-                code="env.allreduce",
-                severity="error",
-                evidence={**ev, "log_tail": tail},
-                title="all-reduce smoke test "
+            ALLREDUCE(
+                "all-reduce smoke test "
                 + ("returned wrong sums" if st == "wrong_sum" else f"failed (exit {res.get('returncode')})"),
+                evidence={**ev, "log_tail": tail},
                 fix="read the NCCL WARN lines; unset the NCCL_* variables one by one to find the culprit",
             )
         ]
     rows = res.get("sizes", [])
     bw = ", ".join(f"{r['bytes'] >> 10} KiB {r['busbw_gbs']:.3g} GB/s" for r in rows)
     out = [
-        Finding(
-            code="env.allreduce",
-            severity="info",
+        ALLREDUCE(
+            f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}",
             evidence={**ev, "sizes": rows},
-            title=f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}",
+            severity="info",
         )
     ]
     tr = res.get("transports") or {}
     if res.get("backend") == "nccl" and tr.get("SHM") and not tr.get("P2P"):
         out.append(
-            Finding(
-                code="env.allreduce_transport",
-                severity="warning",
+            ALLREDUCE_TRANSPORT(
+                "NCCL chose host shared memory (SHM) for every channel, no P2P",
                 evidence={"transports": tr},
-                title="NCCL chose host shared memory (SHM) for every channel, no P2P",
                 fix="expected beyond the default P2P level (NODE/SYS pairs) or with NCCL_P2P_DISABLE=1; "
                 "otherwise check P2P/IOMMU",
             )

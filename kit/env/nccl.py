@@ -23,7 +23,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.env.nccl_vars import KNOWN, NCCL_VERSION_OF_LIST
-from kit.findings import Finding
+from kit.findings import Code, Finding
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "env: notebook 01"
+NCCL_VAR = Code(
+    "env.nccl_var",
+    SECTION,
+    "error / warning / info",
+    (
+        "one verdict per `NCCL_*` variable by NCCL 2.30.7's own parsing (valid, ignored, clamped, fatal) and "
+        "its effect on this machine; warning for ignored/clamped/risky values (lowercase or numeric "
+        "`NCCL_P2P_LEVEL`, `NTHREADS` not a multiple of 32, `16M` sizes, LL128 forced on PCIe, P2P level "
+        "opening NODE/SYS pairs, typo of a known name); error when NCCL fails (unknown "
+        "`NCCL_PROTO`/`NCCL_ALGO` token, empty `NCCL_GRAPH_FILE`, non-positive buffer)"
+    ),
+    "follow the verdict; unset what is not needed",
+)
+NCCL_COMBO = Code(
+    "env.nccl_combo",
+    SECTION,
+    "error",
+    (
+        "variables that only fail together: `NCCL_PROTO`+`NCCL_ALGO` leave AllReduce no algorithm/protocol; "
+        "warning for MIN > MAX channels, P2P and SHM both disabled"
+    ),
+    "include Ring or Tree with a protocol it supports",
+)
 
 PROTOS = ("LL", "LL128", "Simple")
 ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -492,10 +518,8 @@ def _combined(env: dict, m: Machine) -> list[Finding]:
         paths = [(a, p) for a, ps in usable.items() if algo.get(a) for p in sorted(ps)]
         if not paths:
             out.append(
-                Finding(
-                    code="env.nccl_combo",
-                    severity="error",
-                    title="NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: "
+                NCCL_COMBO(
+                    "NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: "
                     "'No algorithm/protocol available'",
                     evidence={"NCCL_PROTO": env.get("NCCL_PROTO"), "NCCL_ALGO": env.get("NCCL_ALGO")},
                     fix="NVLS needs NVSwitch and Simple; PAT serves only AllGather/ReduceScatter; CollNet "
@@ -506,22 +530,20 @@ def _combined(env: dict, m: Machine) -> list[Finding]:
     hi = strtoll(env.get("NCCL_MAX_NCHANNELS", env.get("NCCL_MAX_NRINGS", "")))[0]
     if lo is not None and hi is not None and lo > hi:
         out.append(
-            Finding(
-                code="env.nccl_combo",
-                severity="warning",
-                title=f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins",
+            NCCL_COMBO(
+                f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins",
                 evidence={"min": lo, "max": hi},
+                severity="warning",
                 fix="make MIN <= MAX",
             )
         )
     if strtoll(env.get("NCCL_P2P_DISABLE", ""))[0] == 1 and strtoll(env.get("NCCL_SHM_DISABLE", ""))[0] == 1:
         out.append(
-            Finding(
-                code="env.nccl_combo",
-                severity="warning",
-                title="NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network "
+            NCCL_COMBO(
+                "NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network "
                 "transport (very slow)",
                 evidence={},
+                severity="warning",
                 fix="keep SHM on",
             )
         )
@@ -536,12 +558,11 @@ def nccl_findings(env: dict[str, str], facts: dict | None = None, source: str = 
     for name in sorted(ncclenv):
         v = _judge(name, ncclenv[name], m, ncclenv)
         out.append(
-            Finding(
-                code="env.nccl_var",
-                severity=v.severity,
-                title=v.title,
-                fix=v.fix,
+            NCCL_VAR(
+                v.title,
                 evidence={"var": name, "value": ncclenv[name], "source": source, **v.evidence},
+                severity=v.severity,
+                fix=v.fix,
             )
         )
     return out + _combined(ncclenv, m)

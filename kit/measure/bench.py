@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
-from kit.findings import Finding, KitInputError, Report, emit
+from kit.findings import Code, KitInputError, Report, emit
 from kit.measure import metrics as km
 from kit.measure.client import (
     API_PATHS,
@@ -71,9 +71,41 @@ from kit.measure.client import (
 )
 from kit.measure.machine import Watch
 from kit.measure.machine import brief as machine_brief
+from kit.measure.metrics import SPEEDUP_UNCERTAIN
 from kit.measure.records import RequestRecord, RunRecord
 from kit.models import chat_renderer
 from kit.serving.engines import ENGINES, Engine, get_engine
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "bench/verdict: notebook 05"
+REQUEST_ERRORS = Code(
+    "bench.request_errors",
+    SECTION,
+    "error",
+    "some measured requests failed (HTTP error, timeout)",
+    "read the server log; rerun the same command to retry only those requests",
+)
+TOKEN_COUNT_MISMATCH = Code(
+    "bench.token_count_mismatch",
+    SECTION,
+    "info",
+    "streamed chunks counted by the client differ from the server's completion_tokens (several tokens per chunk)",
+    "none needed: totals use the server count",
+)
+BASELINE_IS_SPECULATIVE = Code(
+    "bench.baseline_is_speculative",
+    SECTION,
+    "warning",
+    "the baseline server reports speculative fields",
+    "launch the baseline without `--speculative-algorithm`",
+)
+NO_ACCEPTANCE = Code(
+    "bench.no_acceptance",
+    SECTION,
+    "warning",
+    "the speculative arm reported no acceptance (no spec_verify_ct)",
+    "use `--api sglang`, or an SGLang with `return_spec_tokens_details`; check speculation is on",
+)
 
 HELP = "benchmark a live server: acceptance, throughput, latency; baseline vs speculative"
 APIS = tuple(API_PATHS)
@@ -668,10 +700,8 @@ def analyze(
         failed = [r for r in lrec if not r.ok and not r.warmup]
         if failed:
             report.add(
-                Finding(
-                    code="bench.request_errors",
-                    severity="error",
-                    title=f"{label}: {len(failed)} request(s) failed",
+                REQUEST_ERRORS(
+                    f"{label}: {len(failed)} request(s) failed",
                     evidence={"first_error": failed[0].error, "count": len(failed)},
                     fix="read the server log; rerun the same command to retry only the failed requests",
                 )
@@ -688,10 +718,8 @@ def analyze(
         ]
         if mism:
             report.add(
-                Finding(
-                    code="bench.token_count_mismatch",
-                    severity="info",
-                    title=f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
+                TOKEN_COUNT_MISMATCH(
+                    f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
                     evidence={
                         "example_client": mism[0].client_tokens,
                         "example_server": mism[0].completion_tokens,
@@ -703,10 +731,8 @@ def analyze(
         has_spec = summ.accept_requests_with_spec > 0
         if label == baseline_label and has_spec:
             report.add(
-                Finding(
-                    code="bench.baseline_is_speculative",
-                    severity="warning",
-                    title=f"{label}: the baseline server reports speculative fields",
+                BASELINE_IS_SPECULATIVE(
+                    f"{label}: the baseline server reports speculative fields",
                     evidence={"accept_length": summ.accept_length},
                     fix="launch the baseline without --speculative-algorithm; otherwise the "
                     "speedup compares speculation with itself",
@@ -714,10 +740,8 @@ def analyze(
             )
         if label != baseline_label and not has_spec and ok:
             report.add(
-                Finding(
-                    code="bench.no_acceptance",
-                    severity="warning",
-                    title=f"{label}: no request reported acceptance (spec_verify_ct)",
+                NO_ACCEPTANCE(
+                    f"{label}: no request reported acceptance (spec_verify_ct)",
                     evidence={"api": ok[0].api, "requests": len(ok)},
                     fix="use --api sglang (/generate meta_info) or an SGLang with "
                     "return_spec_tokens_details; check the server runs with speculation",
@@ -742,16 +766,14 @@ def analyze(
                 summary.setdefault("launch_speedup", {})[label] = launch
                 if launch["inconclusive"]:
                     report.add(
-                        Finding(
-                            code="bench.speedup_uncertain",
-                            severity="warning",
-                            title=f"{label}: speedup inconclusive: {launch['inconclusive']}",
+                        SPEEDUP_UNCERTAIN(
+                            f"{label}: speedup inconclusive: {launch['inconclusive']}",
                             evidence={
                                 "median": launch["median"],
                                 "ci95": launch["ci95"],
                                 "n": launch["n"],
                                 "tok_s_ratio": launch["tok_s_ratio"],
-                            },  # fmt: skip
+                            },
                             fix="more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine "
                             "of its own; the accept length does not depend on the clock and stands",
                         )

@@ -43,9 +43,49 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kit.findings import Finding
+from kit.findings import Code, Finding
 from kit.measure.records import JsonRecord, RequestRecord, RunRecord
 from kit.serving.engines import Engine, get_engine
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "bench/verdict: notebook 05"
+ACCEPT_MISMATCH = Code(
+    "bench.accept_mismatch",
+    SECTION,
+    "warning",
+    (
+        "two acceptance sources for the same run disagree beyond tolerance (per-request meta_info vs /metrics"
+        " deltas, /server_info lifetime, decode log lines, streamed chunk sizes)"
+    ),
+    (
+        "trust per-request meta_info; restart the server per configuration for cumulative sources; check "
+        "--stream-interval / --decode-log-interval"
+    ),
+)
+SPEEDUP_SINGLE_RUN = Code(
+    "bench.speedup_single_run",
+    SECTION,
+    "warning",
+    "speedup computed from one run per arm: no confidence interval",
+    "repeat both arms (`--repeats 3`+)",
+)
+SPEEDUP_UNCERTAIN = Code(
+    "bench.speedup_uncertain",
+    SECTION,
+    "warning",
+    (
+        "the run cannot support a speedup headline (it shows as inconclusive, with what the machine was doing"
+        " while each arm ran: `kit.measure.machine`): the paired interval is missing or wider than 1.5x "
+        "(high/low), the paired median and the arms' pooled tok/s ratio over the same requests lie on "
+        "opposite sides of 1.0, or the speedup exceeds the launch's accept length (each verify costs at least"
+        " one target step); with unpaired runs, an interval that straddles 1.0 or is wider than half the "
+        "speedup"
+    ),
+    (
+        "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; the "
+        "accept length stands either way"
+    ),
+)
 
 # ---------------------------------------------------------------------------------------------
 # basic statistics
@@ -484,10 +524,8 @@ def reconcile_acceptance(
         if rel > tol.get(name, 0.1):
             short, why, fix = explain_mismatch(name, a, b)
             out.append(
-                Finding(
-                    code="bench.accept_mismatch",
-                    severity="warning",
-                    title=f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
+                ACCEPT_MISMATCH(
+                    f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
                     f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
                     evidence={
                         "source": name,
@@ -661,10 +699,8 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
     pre = f"{label}: " if label else ""
     if ci["n_baseline"] < 2 or ci["n_spec"] < 2:
         return [
-            Finding(
-                code="bench.speedup_single_run",
-                severity="warning",
-                title=f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
+            SPEEDUP_SINGLE_RUN(
+                f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
                 evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
                 fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can "
                 "inflate a speedup severalfold",
@@ -673,10 +709,8 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
     lo, hi = ci["t_low"], ci["t_high"]
     if lo <= 1.0 <= hi or (hi - lo) > 0.5 * ci["speedup"]:
         return [
-            Finding(
-                code="bench.speedup_uncertain",
-                severity="warning",
-                title=f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} interval [{lo:.2f}, {hi:.2f}]",
+            SPEEDUP_UNCERTAIN(
+                f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} interval [{lo:.2f}, {hi:.2f}]",
                 evidence={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()},
                 fix="add repeats, more prompts or longer outputs until the interval excludes 1.0 and is narrow",
             )

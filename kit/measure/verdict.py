@@ -34,7 +34,45 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kit.findings import Finding
+from kit.findings import Code, Finding
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "bench/verdict: notebook 05"
+WIRING_FAULT = Code(
+    "verdict.wiring_fault",
+    SECTION,
+    "error",
+    "observed accept length ≈ 1 while the oracle expects well above 1: the serving stack is mis-wired",
+    "fix the static findings listed (kit doctor), launch with EAGLE3, convert the checkpoint; do not retrain",
+)
+BELOW_EXPECTED = Code(
+    "verdict.below_expected",
+    SECTION,
+    "warning",
+    "observed accept length clearly below the oracle's (but not ≈ 1): partly mis-wired or mismatched settings",
+    "check aux layer ids, chat template, sampling settings",
+)
+WEAK_DRAFT = Code(
+    "verdict.weak_draft",
+    SECTION,
+    "warning",
+    "expected and observed accept lengths both low: the draft itself is weak",
+    "train longer / on data closer to the traffic",
+)
+HEALTHY = Code(
+    "verdict.healthy",
+    SECTION,
+    "info",
+    "observed accept length matches the oracle's expectation",
+    "—",
+)
+NO_DATA = Code(
+    "verdict.no_data",
+    SECTION,
+    "info",
+    "no verdict: observed or expected accept length missing",
+    "run the oracle with the same params; bench with `--api sglang`",
+)
 
 ONE_TOL = 0.1  # observed AL within this of 1.0 counts as "never accepts"
 WELL_ABOVE = 1.3  # an expected AL at or above this means the draft is worth wiring
@@ -108,10 +146,8 @@ def verdict(
         or any(isinstance(x, float) and math.isnan(x) for x in (observed, expected))
     ):
         return [
-            Finding(
-                code="verdict.no_data",
-                severity="info",
-                title=f"{pre}no verdict: observed or expected accept length missing",
+            NO_DATA(
+                f"{pre}no verdict: observed or expected accept length missing",
                 evidence=ev,
                 fix="run the oracle (kit oracle) with the same target, draft and "
                 "speculative parameters, and bench with --api sglang",
@@ -124,10 +160,8 @@ def verdict(
         ev["probable_causes_generic"] = GENERIC_CAUSES
         first = f"; first static suspect: {causes[0].split(':')[0]}" if causes else ""
         return [
-            Finding(
-                code="verdict.wiring_fault",
-                severity="error",
-                title=f"{pre}server accepts nothing (AL {observed:.2f}) while the draft should reach "
+            WIRING_FAULT(
+                f"{pre}server accepts nothing (AL {observed:.2f}) while the draft should reach "
                 f"{expected:.2f}: the serving stack is mis-wired{first}",
                 evidence=ev,
                 fix="fix the static findings listed in evidence (kit doctor), launch with "
@@ -137,10 +171,8 @@ def verdict(
         ]
     if expected < well_above and observed < well_above:
         return [
-            Finding(
-                code="verdict.weak_draft",
-                severity="warning",
-                title=f"{pre}draft is weak: expected AL {expected:.2f}, observed {observed:.2f}; "
+            WEAK_DRAFT(
+                f"{pre}draft is weak: expected AL {expected:.2f}, observed {observed:.2f}; "
                 f"wiring is not the bottleneck",
                 evidence=ev,
                 fix="train longer or on data closer to the served traffic "
@@ -150,25 +182,15 @@ def verdict(
     if observed < expected * (1 - rel_tol):
         ev["probable_causes_static"] = causes
         return [
-            Finding(
-                code="verdict.below_expected",
-                severity="warning",
-                title=f"{pre}observed AL {observed:.2f} is {1 - observed / expected:.0%} below the "
+            BELOW_EXPECTED(
+                f"{pre}observed AL {observed:.2f} is {1 - observed / expected:.0%} below the "
                 f"expected {expected:.2f}: partly mis-wired or mismatched settings",
                 evidence=ev,
                 fix="check aux layer ids (off-by-one between stacks), chat template and "
                 "sampling settings match the oracle's; compare per-position acceptance",
             )
         ]
-    return [
-        Finding(
-            code="verdict.healthy",
-            severity="info",
-            title=f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}",
-            evidence=ev,
-            fix="",
-        )
-    ]
+    return [HEALTHY(f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}", evidence=ev, fix="")]
 
 
 def oracle_expected(

@@ -28,13 +28,38 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.findings import Finding, KitInputError
+from kit.checkpoint.inspect import KEYS_DROPPED, PARAMS_MISSING, QUANT
+from kit.findings import Code, Finding, KitInputError
 from kit.hf import HFConfig
 from kit.serving.after_import import install_as_sitecustomize
 from kit.serving.engines.sglang import BUNDLE_REASON
 from kit.serving.launch import Change, drop_option, recorder_first
 from kit.sglang.bundle_site import bundle_launch_flags
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
+from kit.wiring.aux import ALGORITHM
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+STARTUP = Code(
+    "rehearse.startup",
+    SECTION,
+    "error",
+    (
+        "`kit rehearse`: the miniature of the deployment did not start on real SGLang, for a reason no other "
+        "code names (the exception is in the evidence)"
+    ),
+    "read the exception; a miniature-only failure (kernel shapes) is worth reporting to the kit",
+)
+TIMED_OUT = Code(
+    "rehearse.timeout",
+    SECTION,
+    "warning",
+    (
+        "`kit rehearse`: the miniature was still starting when `--timeout` ran out (the last line SGLang "
+        "logged says what it was doing); no verdict either way, doctor's findings are marked not reached"
+    ),
+    "a longer `--timeout`, or fewer rehearsals side by side on one GPU (CUDA-graph capture is CPU-bound)",
+)
 
 RECORD_NAME = "record.jsonl"
 SITE_DIR = "site"
@@ -744,7 +769,7 @@ EXCEPTION_CODES = (
     (r"contains custom code which must be executed", "launch.remote_code_needed"),
 )
 RUNTIME_FILLED = ("embed_tokens", "lm_head")  # set from the target after load_weights when shared
-TIMEOUT = "rehearse.timeout"  # the server was still starting at the limit: no verdict either way
+TIMEOUT = TIMED_OUT.code  # the server was still starting at the limit: no verdict either way
 
 
 def _startup_text(result: dict[str, Any]) -> str:
@@ -767,16 +792,14 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
     if result.get("timed_out"):
         t = result["timed_out"]
         out.append(
-            Finding(
-                code="rehearse.timeout",  # TIMEOUT
-                severity="warning",
-                title=f"SGLang was not ready within {t['after_s']} s (still starting: {t['last_log_line'][:200]!r})",
+            TIMED_OUT(
+                f"SGLang was not ready within {t['after_s']} s (still starting: {t['last_log_line'][:200]!r})",
                 evidence={"exception": _startup_text(result)[-2000:]},
             )
         )
     elif not result.get("started"):
         text = _startup_text(result)
-        code = "rehearse.startup"  # unless one of the kit's codes names the exception
+        code = STARTUP.code  # unless one of the kit's codes names the exception
         code = next((c for rx, c in EXCEPTION_CODES if re.search(rx, text)), code)
         lines = [ln for ln in text.splitlines() if ln.strip()]
         errs = [ln for ln in lines if re.search(r"\w+(Error|Exception)\b:?", ln)]
@@ -792,10 +815,8 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
     for obs in rec.get("load_weights", []):
         if obs.get("skipped"):
             out.append(
-                Finding(
-                    code="draft.keys_dropped",
-                    severity="error",
-                    title=f"{obs['draft_class']}.load_weights skipped {len(obs['skipped'])} checkpoint tensor(s)",
+                KEYS_DROPPED(
+                    f"{obs['draft_class']}.load_weights skipped {len(obs['skipped'])} checkpoint tensor(s)",
                     evidence={"skipped": obs["skipped"]},
                 )
             )
@@ -803,11 +824,10 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
         if missing:
             norms_only = all("norm" in p for p in missing)
             out.append(
-                Finding(
-                    code="draft.params_missing",
-                    severity="warning" if norms_only else "error",
-                    title=f"{len(missing)} draft parameter(s) never filled by load_weights",
+                PARAMS_MISSING(
+                    f"{len(missing)} draft parameter(s) never filled by load_weights",
                     evidence={"unfilled": missing},
+                    severity="warning" if norms_only else "error",
                 )
             )
     inputs = target_inputs(rec)
@@ -816,12 +836,7 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
         widths = {o["width"] for o in inputs}
         if w.get("draft_hidden") in widths and (w.get("fc_in") or 0) not in widths:
             out.append(
-                Finding(
-                    code="aux.algorithm",
-                    severity="error",
-                    title=f"the draft receives width {w['width']} = its hidden size: fc is bypassed",
-                    evidence=w,
-                )
+                ALGORITHM(f"the draft receives width {w['width']} = its hidden size: fc is bypassed", evidence=w)
             )
     # ModelConfig.quantization is the parse; the loader may still build the draft unquantized (a ModelOpt file
     # without quant_algo on a LlamaForCausalLMEagle3 head, kit.sglang.quant.no_algo_loader)
@@ -829,14 +844,7 @@ def observed_findings(result: dict[str, Any]) -> list[Finding]:
     unquantized = bool(built) and all(q is None for q in built)
     for mc in rec.get("model_config", []):
         if mc.get("is_draft_model") and mc.get("quantization") and not unquantized:
-            out.append(
-                Finding(
-                    code="draft.quant",
-                    severity="error",
-                    title=f"the draft was set up quantized: {mc['quantization']}",
-                    evidence=mc,
-                )
-            )
+            out.append(QUANT(f"the draft was set up quantized: {mc['quantization']}", evidence=mc))
     return out
 
 

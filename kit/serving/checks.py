@@ -21,10 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kit.findings import Finding, KitInputError, Report
+from kit.findings import CODES, Code, Finding, KitInputError, Report
 from kit.hf import HFConfig
 from kit.sglang.params import (
     EAGLE_FAMILY,
+    SPEC_PARAMS,
     SPEC_V2_RUNS_TREES,
     SPEC_V2_TOPK_REFUSED,
     SPEC_V2_TOPK_STARTUP_ERROR,
@@ -33,6 +34,70 @@ from kit.sglang.params import (
 )
 from kit.sglang.sharding import shard_findings
 from kit.sglang.versions import Version, default_release
+from kit.wiring.aux import ALGORITHM
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+BIND = Code(
+    "launch.bind",
+    SECTION,
+    "warning",
+    "`--host 0.0.0.0` (or `::`) without `--api-key`: the server is open to the network",
+    "`--host 127.0.0.1` plus an SSH tunnel, or `--api-key`",
+)
+TRUST_REMOTE_CODE = Code(
+    "launch.trust_remote_code",
+    SECTION,
+    "warning",
+    "`--trust-remote-code` runs Python from the model repository",
+    "keep it only for a repository you have read; pin the revision",
+)
+REMOTE_CODE_NEEDED = Code(
+    "launch.remote_code_needed",
+    SECTION,
+    "error",
+    (
+        "SGLang loads a multimodal target's HF processor while it starts (`--skip-tokenizer-init` or not); "
+        "that processor is remote code (an `auto_map` in the target's processor/tokenizer files, or the "
+        "vendor ships it so: Kimi-K2.5) and the launch has no `--trust-remote-code`: Transformers refuses it "
+        "(`contains custom code which must be executed`) and the server never starts"
+    ),
+    "add `--trust-remote-code` after reading the repository's Python files; pin `--revision`",
+)
+MEM = Code(
+    "launch.mem",
+    SECTION,
+    "error",
+    (
+        "target+draft weight bytes (safetensors headers) per GPU exceed `--mem-fraction-static` × GPU memory;"
+        " warning: less than 10% of the static pool left for the KV cache; info: the bytes per GPU when GPU "
+        "memory or the fraction is unknown"
+    ),
+    "raise `--mem-fraction-static`, add GPUs (`--tp-size`), or quantize",
+)
+BACKEND = Code(
+    "launch.backend",
+    SECTION,
+    "error",
+    (
+        "attention backend / env incompatible with the resolved topk: `trtllm_mha` with topk > 1, "
+        "`SGLANG_ENABLE_SPEC_V2` with topk > 1 in 0.5.5-0.5.10 (0.5.5-0.5.6 fail at the first decode, "
+        "0.5.7-0.5.10 raise `ValueError` at startup; 0.5.11-0.5.12 fall back to the v1 worker, 0.5.13+ run "
+        "trees on v2, 0.5.17+ no longer read it), page size > 1 with topk > 1 outside flashinfer/fa3/triton; "
+        "warning: `fa4` with speculative decoding"
+    ),
+    "`--speculative-eagle-topk 1` or `--attention-backend flashinfer`",
+)
+ENGINE = Code(
+    "launch.engine",
+    SECTION,
+    "info",
+    (
+        "the serving engine (`--engine`) ignores these SGLang flags (the CPU reference server: tp size, "
+        "memory, backends, extras)"
+    ),
+    "none: they matter only on a GPU host",
+)
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
 MTP_TARGETS = {
@@ -88,11 +153,10 @@ def spec_param_findings(spec, target_arch: str | None, sglang_version: str | Non
     if not alg:
         if not given.is_unset() or spec.speculative_draft_model_path:
             return [
-                Finding(
-                    code="launch.spec_params",
-                    severity="warning",
-                    title="speculative flags given without --speculative-algorithm: speculation is off",
+                SPEC_PARAMS(
+                    "speculative flags given without --speculative-algorithm: speculation is off",
                     evidence=given.given(),
+                    severity="warning",
                     fix="add --speculative-algorithm EAGLE3 (EAGLE-3 draft)",
                 )
             ]
@@ -100,9 +164,7 @@ def spec_param_findings(spec, target_arch: str | None, sglang_version: str | Non
     if alg not in EAGLE_FAMILY:
         return []
     res = resolve(given, alg, target_arch, sglang_version)
-    return [
-        Finding(code=i.code, severity=i.severity, title=i.title, evidence=i.evidence, fix=i.fix) for i in res.issues
-    ]
+    return [CODES[i.code](i.title, evidence=i.evidence, severity=i.severity, fix=i.fix) for i in res.issues]
 
 
 def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | None = None) -> list[Finding]:
@@ -110,16 +172,15 @@ def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | 
     if draft_config is not None:  # the wiring rules decide (one rule for doctor, notebook 03 and here)
         from kit.wiring.checks import wiring_checks
 
-        return [f for f in wiring_checks(target_config, draft_config, spec.argv()) if f.code == "aux.algorithm"]
+        return [f for f in wiring_checks(target_config, draft_config, spec.argv()) if f.code == ALGORITHM.code]
     path = spec.speculative_draft_model_path or ""
     if alg in ("EAGLE", "NEXTN") and "eagle3" in path.lower().replace("-", "").replace("_", ""):
         return [
-            Finding(
-                code="aux.algorithm",
-                severity="warning",
-                title=f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
+            ALGORITHM(
+                f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
                 "aux capture is off and accept length drops to ~1.0",
                 evidence={"algorithm": alg, "draft_path": path, "draft_config": "not readable here"},
+                severity="warning",
                 fix="--speculative-algorithm EAGLE3 (check the draft's config.json architectures)",
             )
         ]
@@ -129,10 +190,8 @@ def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | 
 def bind_findings(spec) -> list[Finding]:
     if spec.host in ("0.0.0.0", "::", "[::]") and not spec.api_key:
         return [
-            Finding(
-                code="launch.bind",
-                severity="warning",
-                title=f"binds {spec.host} without --api-key: anyone on the network can use the server",
+            BIND(
+                f"binds {spec.host} without --api-key: anyone on the network can use the server",
                 evidence={"host": spec.host, "port": spec.port},
                 fix="--host 127.0.0.1 (and an SSH tunnel), or add --api-key",
             )
@@ -177,14 +236,10 @@ def remote_processor_findings(
     if not remote:
         return []
     return [
-        Finding(
-            code="launch.remote_code_needed",
-            severity="error",
-            title=(
-                f"SGLang {version} loads the HF processor of {', '.join(archs)} while it starts, and that processor "
-                f"is remote code ({why}): without --trust-remote-code Transformers refuses it and the server never "
-                "starts"
-            ),
+        REMOTE_CODE_NEEDED(
+            f"SGLang {version} loads the HF processor of {', '.join(archs)} while it starts, and that processor "
+            f"is remote code ({why}): without --trust-remote-code Transformers refuses it and the server never "
+            "starts",
             evidence={"architectures": archs, "remote": remote, "sglang": version},
             fix="add --trust-remote-code (after reading the repository's Python files; pin --revision)",
         )
@@ -194,10 +249,8 @@ def remote_processor_findings(
 def trust_findings(spec) -> list[Finding]:
     if spec.trust_remote_code:
         return [
-            Finding(
-                code="launch.trust_remote_code",
-                severity="warning",
-                title="--trust-remote-code runs Python shipped with the model repository",
+            TRUST_REMOTE_CODE(
+                "--trust-remote-code runs Python shipped with the model repository",
                 evidence={"model_path": spec.model_path},
                 fix="keep it only for a model you have read (Kimi-K2.5 needs it); pin the revision",
             )
@@ -253,11 +306,10 @@ def mem_findings(
     frac = spec.mem_fraction_static
     if gpu is None or frac is None:
         return [
-            Finding(
-                code="launch.mem",
-                severity="info",
-                title=f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
+            MEM(
+                f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
                 evidence={**ev, "gpu_memory_gib": gpu, "mem_fraction_static": frac},
+                severity="info",
                 fix="mem-fraction-static x GPU memory must exceed this, with room for the KV cache",
             )
         ]
@@ -265,21 +317,18 @@ def mem_findings(
     ev.update(gpu_memory_gib=round(gpu, 2), mem_fraction_static=frac, static_pool_gib=round(pool / 2**30, 2))
     if per_gpu >= pool:
         return [
-            Finding(
-                code="launch.mem",
-                severity="error",
-                title="weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
+            MEM(
+                "weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
                 evidence=ev,
                 fix="raise --mem-fraction-static, use more GPUs (--tp-size) or a smaller quant",
             )
         ]
     if per_gpu > 0.9 * pool:
         return [
-            Finding(
-                code="launch.mem",
-                severity="warning",
-                title=f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
+            MEM(
+                f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
                 evidence=ev,
+                severity="warning",
                 fix="raise --mem-fraction-static a little or add GPUs",
             )
         ]
@@ -302,10 +351,8 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
             else "starts, then fails on tensor sizes at the first decode (sglang #13352, #14077)"
         )
         out.append(
-            Finding(
-                code="launch.backend",
-                severity="error",
-                title=f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
+            BACKEND(
+                f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
                 evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
                 fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 "
                 f"(SGLang >= {SPEC_V2_RUNS_TREES} runs trees on v2)",
@@ -313,10 +360,8 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
         )
     if "trtllm_mha" in backends and topk > 1:
         out.append(
-            Finding(
-                code="launch.backend",
-                severity="error",
-                title=f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
+            BACKEND(
+                f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
                 evidence={"backends": sorted(backends), "topk": topk},
                 fix="--speculative-eagle-topk 1, or --attention-backend flashinfer",
             )
@@ -328,21 +373,18 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
         and spec.attention_backend not in PAGE_TREE_BACKENDS
     ):
         out.append(
-            Finding(
-                code="launch.backend",
-                severity="error",
-                title=f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
+            BACKEND(
+                f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
                 evidence={"attention_backend": spec.attention_backend, "page_size": spec.page_size},
                 fix="--page-size 1 or --attention-backend flashinfer",
             )
         )
     if "fa4" in backends:
         out.append(
-            Finding(
-                code="launch.backend",
-                severity="warning",
-                title="fa4 has no speculative-decoding support",
+            BACKEND(
+                "fa4 has no speculative-decoding support",
                 evidence={"backends": sorted(backends)},
+                severity="warning",
                 fix="use flashinfer (or fa3 on Hopper)",
             )
         )
@@ -355,15 +397,7 @@ def engine_findings(spec, engine: str) -> list[Finding]:
     dropped = get_engine(engine).ignored_flags(spec)
     if not dropped:
         return []
-    return [
-        Finding(
-            code="launch.engine",
-            severity="info",
-            title=f"the {engine} engine ignores {len(dropped)} SGLang flag(s)",
-            evidence={"ignored": dropped},
-            fix="",
-        )
-    ]
+    return [ENGINE(f"the {engine} engine ignores {len(dropped)} SGLang flag(s)", evidence={"ignored": dropped}, fix="")]
 
 
 def nccl_findings(env: dict[str, str]) -> list[Finding]:
@@ -381,18 +415,15 @@ def _missing_draft_path(spec, alg: str, arch: str | None, sglang_version: str | 
     table = table_for(sglang_version)
     maybe = [t for t in spec.extra_args if t.startswith("--") and flag.startswith(t.split("=", 1)[0])]
     if maybe and not table.exact:
-        return Finding(
-            code="launch.spec_params",
-            severity="warning",
-            title=f"{alg}: the draft path is given as {maybe[0]!r}, which SGLang {table.checked}'s flag table cannot "
+        return SPEC_PARAMS(
+            f"{alg}: the draft path is given as {maybe[0]!r}, which SGLang {table.checked}'s flag table cannot "
             f"resolve; no table is recorded for SGLang {table.version}, whose parser may read it as {flag}",
             evidence={"target_arch": arch, "unresolved": maybe, "table": table.checked},
+            severity="warning",
             fix=f"spell the flag out: {flag} DRAFT_DIR",
         )
-    return Finding(
-        code="launch.spec_params",
-        severity="error",
-        title=f"{alg} without {flag}: SGLang loads the target as the draft and fails",
+    return SPEC_PARAMS(
+        f"{alg} without {flag}: SGLang loads the target as the draft and fails",
         evidence={"target_arch": arch},
         fix=f"{flag} DRAFT_DIR",
     )

@@ -28,9 +28,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit import config as kconfig
-from kit.findings import Finding, KitInputError, Report
+from kit.findings import Code, Finding, KitInputError, Report
 from kit.serving.engines import SGLANG_MODULE, get_engine
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+UNPARSED = Code(
+    "launch.unparsed",
+    SECTION,
+    "warning / info",
+    (
+        "warning: parts of the launch text the kit cannot attribute and that may change the launch "
+        "(`source`/`eval`, `$(...)` or undefined `$VAR`, `--env-file`, `--config FILE`, a further launch); "
+        "info: other commands in the text (not checked)"
+    ),
+    "write the values out in the command to have them checked",
+)
+ENV_SCOPE = Code(
+    "launch.env_scope",
+    SECTION,
+    "warning",
+    (
+        "a variable the text sets for the server does not reach it as written: `VAR=1 && python ...` or "
+        "`VAR=1;` (a shell variable, not exported), a host variable not passed into `docker run` with `-e`, "
+        "`sudo` without `-E`"
+    ),
+    "export it, put `VAR=value` right before the command, or `docker run -e VAR=value`",
+)
 
 # not SGLang flags: the interpreter, environment, unparsed extras and the kit's log file
 KIT_ONLY = {"python", "env", "extra_args", "log_file"}
@@ -200,10 +225,8 @@ def launch_from_text(
             f"--config {c} (its flags were not read)" for c in config
         ]
         out.append(
-            Finding(
-                code="launch.unparsed",
-                severity="warning",
-                title=f"{len(items)} part(s) of the launch text could not be attributed; the "
+            UNPARSED(
+                f"{len(items)} part(s) of the launch text could not be attributed; the "
                 "checks below do not include them: " + "; ".join(items)[:300],
                 evidence={
                     "items": unread + [{"kind": "config", "text": c} for c in config],
@@ -215,21 +238,17 @@ def launch_from_text(
         )
     if others:
         out.append(
-            Finding(
-                code="launch.unparsed",
-                severity="info",
-                title="not part of the SGLang launch, not checked: " + "; ".join(others)[:300],
+            UNPARSED(
+                "not part of the SGLang launch, not checked: " + "; ".join(others)[:300],
                 evidence={"commands": others, "entry": found.entry},
+                severity="info",
                 fix="",
             )
         )
     if found.unseen:
         out.append(
-            Finding(
-                code="launch.env_scope",
-                severity="warning",
-                title="the server does not see "
-                + "; ".join(f"{k} ({why})" for k, why in sorted(found.unseen.items()))[:300],
+            ENV_SCOPE(
+                "the server does not see " + "; ".join(f"{k} ({why})" for k, why in sorted(found.unseen.items()))[:300],
                 evidence={"unseen": found.unseen, "forms": found.env_forms},
                 fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
                 "the kit's own command line (`kit launch --from`) passes them",

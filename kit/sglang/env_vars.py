@@ -25,9 +25,41 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from kit.findings import Finding, KitInputError
+from kit.findings import Code, Finding, KitInputError
 from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "env: notebook 01"
+SGLANG_VAR = Code(
+    "env.sglang_var",
+    SECTION,
+    "warning / info",
+    (
+        "what an `SGLANG_*` variable does (seed: `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`); warning when "
+        "that SGLang release (its recorded variables, kit/sglang/env_vars.json) does not read it or an "
+        "EnvBool gets an invalid value"
+    ),
+    "drop or fix the variable",
+)
+ATTN_BACKEND = Code(
+    "env.attn_backend",
+    SECTION,
+    "error / warning / info",
+    (
+        "attention backend SGLang picks for this GPU and model (MHA vs Kimi/DeepSeek MLA); error when a "
+        "forced backend cannot run on the arch (`trtllm_*` sm_100 only, `fa3` sm_90 only) or `trtllm_mha` "
+        "with topk > 1; warning `fa4` with speculation"
+    ),
+    "drop the override (flashinfer/triton on sm_120)",
+)
+DEEPGEMM = Code(
+    "env.deepgemm",
+    SECTION,
+    "warning",
+    "block-FP8 target on sm_12x with DeepGEMM on (`SGLANG_ENABLE_JIT_DEEPGEMM` not 0): DeepGEMM needs WGMMA/tcgen05",
+    "`SGLANG_ENABLE_JIT_DEEPGEMM=0`, `--fp8-gemm-backend triton`",
+)
 
 EXPLAIN = {
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": (
@@ -172,7 +204,7 @@ def sglang_findings(env: dict[str, str], version: str | None = None, source: str
                 fix = f"write {name}=1 (or 0)"
         if meaning:
             ev["meaning"] = meaning
-        out.append(Finding(code="env.sglang_var", severity=sev, title=title, evidence=ev, fix=fix))
+        out.append(SGLANG_VAR(title, evidence=ev, severity=sev, fix=fix))
     return out
 
 
@@ -218,10 +250,8 @@ def attention_backend_findings(
     }
     if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
         return [
-            Finding(
-                code="env.attn_backend",
-                severity="error",
-                title=f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
+            ATTN_BACKEND(
+                f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
                 f"(built for sm_{'/'.join(str(m) + '0' for m in ONLY_ON[forced])} only)",
                 evidence=ev,
                 fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)",
@@ -229,32 +259,28 @@ def attention_backend_findings(
         ]
     if forced == "trtllm_mha" and spec and (topk or 1) > 1:
         return [
-            Finding(
-                code="env.attn_backend",
-                severity="error",
-                title="trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only",
+            ATTN_BACKEND(
+                "trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only",
                 evidence=ev,
                 fix="topk 1 or flashinfer",
             )
         ]
     if forced == "fa4" and spec:
         return [
-            Finding(
-                code="env.attn_backend",
-                severity="warning",
-                title="fa4 is prefill-only in SGLang and has no speculative-decoding support",
+            ATTN_BACKEND(
+                "fa4 is prefill-only in SGLang and has no speculative-decoding support",
                 evidence=ev,
+                severity="warning",
                 fix="use flashinfer for decode",
             )
         ]
     d = default_backend(cc, mla, spec, topk)
     note = " (Kimi/DeepSeek MLA target)" if mla else ""
     return [
-        Finding(
-            code="env.attn_backend",
-            severity="info",
-            title=f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
+        ATTN_BACKEND(
+            f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
             evidence={**ev, "default": d},
+            severity="info",
             fix="",
         )
     ]
@@ -274,12 +300,10 @@ def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config:
     if not on:
         return []
     return [
-        Finding(
-            code="env.deepgemm",
-            severity="warning",
-            evidence={"on": on, "quantization": q.get("quant_method")},
-            title=f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
+        DEEPGEMM(
+            f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
             "('Assertion error (kernel_runtime.hpp:45)')",
+            evidence={"on": on, "quantization": q.get("quant_method")},
             fix="SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)",
         )
     ]

@@ -28,8 +28,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.findings import KitInputError
+from kit.findings import Code, KitInputError
 from kit.sglang.versions import Version, default_release, pick_recorded
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+SPEC_PARAMS = Code(
+    "launch.spec_params",
+    SECTION,
+    "error",
+    (
+        "steps/topk/draft tokens partly set (SGLang asserts or crashes), draft tokens outside "
+        "2..1+topk+(steps-1)·topk², or EAGLE/EAGLE3 without a draft path; warning: topk 1 with draft tokens ≠"
+        " steps+1 (SGLang overrides), speculative flags without an algorithm; info: what SGLang auto-chooses "
+        "when all unset"
+    ),
+    "set all three (e.g. 3-1-4) or none; add `--speculative-draft-model-path`",
+)
+SPEC_VERIFY = Code(
+    "launch.spec_verify",
+    SECTION,
+    "error",
+    (
+        "a tree (topk > 1) with draft tokens ≤ steps: SGLang ≥ 0.5.13 crashes while it starts and never "
+        "reports ready: the first request it runs (`srt/entrypoints/http_server.py`: its warm-up `/generate`,"
+        " `_execute_server_warmup`, or with `--skip-server-warmup` the first `/health` probe, a one-token "
+        "generate) runs a verify, which raises `RuntimeError: The expanded size of the tensor (N) must match "
+        "the existing size (steps+1)` in `_compact_accept_to_front` (0.5.13-0.5.15 `eagle_worker_v2.py`, "
+        "0.5.16+ `eagle_worker_common.py`: the accepted path, `accept_index` rows steps+1 wide, is copied "
+        "into the first slots of each request's N draft-token block). Derived per release from the real "
+        "function body (`kit.derive.verify_scan`, rule `kit.sglang.params.VERIFY_SHAPE`); CUDA-graph capture "
+        "does not reach it (it captures the target's forward only). 0.5.12 and older run trees on the v1 "
+        "worker and are not affected. `kit serve` refuses the same values with the same line"
+    ),
+    "`--speculative-num-draft-tokens` ≥ steps+1 (e.g. 3-2-4), or fewer steps",
+)
 
 # speculative algorithms that run an EAGLE-style draft worker (NEXTN is SGLang's alias of EAGLE)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
@@ -165,7 +198,7 @@ class Issue:
     title: str
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
-    code: str = "launch.spec_params"  # the finding code a launch check reports it under
+    code: str = SPEC_PARAMS.code  # the finding code a launch check reports it under
 
 
 @dataclass(frozen=True)
@@ -230,7 +263,7 @@ def verify_shape_issue(
             "sglang": version,
             "source": f"{_verify_file(version)} {VERIFY_SHAPE['function']}",
         },
-        code="launch.spec_verify",
+        code=SPEC_VERIFY.code,
     )
 
 

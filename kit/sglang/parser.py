@@ -33,8 +33,40 @@ import sys
 import threading
 from pathlib import Path
 
-from kit.findings import Finding, KitInputError
+from kit.findings import Code, Finding, KitInputError
 from kit.sglang.versions import default_release, installed_version
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+FLAG = Code(
+    "launch.flag",
+    SECTION,
+    "error / info",
+    (
+        "error: the requested release's own argument parser (`ServerArgs.add_cli_args`, run in the installed "
+        "sglang or the kit's side environment `sglang-<version>`; else that release's recorded flag table, "
+        "`kit/sglang/server_flags.json`) rejects a flag or its value (unknown or ambiguous flag, bad "
+        "int/float, value outside the choices, a value after a store_true flag): the server would exit at "
+        "startup. info: flags given as prefixes (`--speculative-algo` is read as `--speculative-algorithm`)"
+    ),
+    "fix the spelling/value (`python -m sglang.launch_server --help`); spell flags out",
+)
+PARSER = Code(
+    "launch.parser",
+    SECTION,
+    "warning",
+    (
+        "the release's own parser could not be run (no sglang of that release here, side environment not "
+        "buildable): the flags were checked against the stored table of that release (prefixes, `=`, repeats,"
+        " types, choices), the evidence lists what only the real parser checks; for a release outside every "
+        "stored table the flags are **not checked** and the warning says so (no other release's table stands "
+        "in: flags and choices such as `--reasoning-parser` differ between releases)"
+    ),
+    (
+        "install that sglang or allow its side environment; `python -m kit.derive.flag_scan --write VERSION` "
+        "stores its table"
+    ),
+)
 
 # Runs inside the interpreter that has sglang; reads a JSON list of argvs on stdin and prints a
 # JSON list of results as its last stdout line. Built exactly like `prepare_server_args` (prog,
@@ -447,10 +479,8 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
 
     why = missing_reason(version)
     if why:  # a listed release whose parser could not be read from its wheel: said as such, nothing borrowed
-        return Finding(
-            code="launch.parser",
-            severity="warning",
-            title=f"flags not checked for SGLang {version}: {why}",
+        return PARSER(
+            f"flags not checked for SGLang {version}: {why}",
             evidence={"reason": why, "run_reason": str(reason), "sglang_version": version, "checked": False},
             fix=f"install that sglang, set $KIT_SGLANG_PYTHON, or build its side environment "
             f"(python -m kit.sglang.releases --side-env {version})",
@@ -463,10 +493,8 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
             f"(python -m kit.sglang.releases --side-env {version}), or store its table (python -m kit.derive.flag_scan --write "
             f"{version})"
         )
-    return Finding(
-        code="launch.parser",
-        severity="warning",
-        title=f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
+    return PARSER(
+        f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
         f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)",
         evidence={
             "reason": str(reason),
@@ -510,10 +538,8 @@ def flag_findings(
         if table.unchecked:
             skipped[0] += f": {', '.join('--' + d.replace('_', '-') for d in table.unchecked)}"
         out.append(
-            Finding(
-                code="launch.parser",
-                severity="warning",
-                title=f"SGLang {version}'s own parser could not be run; flags were checked against the kit's "
+            PARSER(
+                f"SGLang {version}'s own parser could not be run; flags were checked against the kit's "
                 f"recorded table of SGLang {table.checked} (prefixes, types, choices)",
                 evidence={"reason": str(e), "table": table.checked, "exact": table.exact, "skipped": skipped},
                 fix="install sglang, set $KIT_SGLANG_PYTHON, or allow the side environment build "
@@ -526,33 +552,29 @@ def flag_findings(
         severity, borrowed = "error", ""
     for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
         out.append(
-            Finding(
-                code="launch.flag",
-                severity=severity,
-                title=f"SGLang does not accept {flag!r}: the server would exit at startup{borrowed}",
+            FLAG(
+                f"SGLang does not accept {flag!r}: the server would exit at startup{borrowed}",
                 evidence={"unknown": unknown, "judge": judge},
+                severity=severity,
                 fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
             )
         )
     for msg in errors:
         out.append(
-            Finding(
-                code="launch.flag",
-                severity=severity,
-                title=f"SGLang's parser rejects the command: {msg}{borrowed}",
+            FLAG(
+                f"SGLang's parser rejects the command: {msg}{borrowed}",
                 evidence={"error": msg, "judge": judge},
+                severity=severity,
                 fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
             )
         )
     abbrev = table.abbreviated()
     if abbrev:
         out.append(
-            Finding(
-                code="launch.flag",
-                severity="info",
-                title="flags given as prefixes, read as: "
-                + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),
+            FLAG(
+                "flags given as prefixes, read as: " + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),
                 evidence={"abbreviated": [list(x) for x in abbrev]},
+                severity="info",
                 fix="spell flags out: a later release adding a flag with the same prefix makes it ambiguous",
             )
         )

@@ -21,9 +21,30 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from kit.findings import Finding
+from kit.findings import Code, Finding
 from kit.hf import HFConfig
 from kit.sglang.versions import DEFAULT_RELEASE, default_release, pick_recorded, sort_versions
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "launch/process/logs: notebook 04"
+SHARD = Code(
+    "launch.shard",
+    SECTION,
+    "error / info",
+    (
+        "a size of the target or the draft that SGLang splits under the launch's `--tp-size`/`--dp-size` "
+        "(`--enable-dp-attention`)/`--ep-size` does not divide: attention or KV heads (the draft's "
+        "`LlamaAttention` asserts `total_num_heads % tp_size == 0`), MLA heads over attention TP, MLP/MoE "
+        "intermediate sizes, routed experts over EP, the padded vocabulary, FP8 blocks or INT4 groups of a "
+        "shard; SGLang asserts or raises while it builds the model (per release, file:line from its source, "
+        "`kit.sglang.sharding`). Static, not yet rehearsed on multiple GPUs; info: the draft's KV heads "
+        "replicated over more GPUs than it has"
+    ),
+    (
+        "a `--tp-size` (or `--ep-size`, `--dp-size` with `--enable-dp-attention`, `--moe-dense-tp-size 1`) "
+        "the finding lists, or a draft whose heads divide it"
+    ),
+)
 
 TABLE_PATH = Path(__file__).with_name("sharding_rules.json")
 RELEASES = ("0.4.4", "0.4.6.post5", "0.4.10", "0.5.1", "0.5.8", "0.5.17", DEFAULT_RELEASE)  # the recorded ones
@@ -217,10 +238,8 @@ def _finding(x: Split, p: Parallel, s: dict[str, int], requested: str, facts: di
         ("raises ValueError" if x.fact in RAISES else "asserts") + " at startup and never serves")  # fmt: skip
     ev = {"side": x.side, "size": x.size, "divided_by": {x.by_name: x.by}, "shard_multiple_of": x.multiple}
     ev.update(parallel={**s, "dp_size": p.dp_size}, sglang=requested, source=facts[x.fact], static=STATIC)
-    return Finding(
-        code="launch.shard",
-        severity="error",
-        title=f"{STATIC}: {what}; SGLang {requested} {how} ({facts[x.fact]})",
+    return SHARD(
+        f"{STATIC}: {what}; SGLang {requested} {how} ({facts[x.fact]})",
         evidence=ev,
         fix=f"a {x.by_name} size among {[n for n in POWERS if not x.fails(n)]} (--tp-size; --dp-size with "
         f"--enable-dp-attention; --ep-size){x.hint}",
@@ -250,7 +269,7 @@ def shard_findings(
     for kv in (x for x in splits if x.side == "draft" and x.kv and not x.fails()):
         title = f"{STATIC}: the draft's {kv.size} KV heads are replicated {kv.by // kv.size}x over TP {kv.by}"
         ev = {"num_key_value_heads": kv.size, "tp_size": kv.by, "source": facts.get(kv.fact)}
-        out.append(Finding("launch.shard", "info", title + " (each GPU holds its heads' whole KV cache)", ev, ""))
+        out.append(SHARD(title + " (each GPU holds its heads' whole KV cache)", evidence=ev, severity="info", fix=""))
     return out
 
 

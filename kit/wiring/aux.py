@@ -20,9 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
+from kit.findings import Code
 from kit.hf import HFConfig
 from kit.sglang.draft_config import read_draft_config
 from kit.sglang.flags import flag_value
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+SECTION = "aux/probe/oracle: notebook 03"
+ALGORITHM = Code(
+    "aux.algorithm",
+    SECTION,
+    "error",
+    (
+        "an EAGLE-3 draft is launched with `--speculative-algorithm EAGLE`/`NEXTN` (or "
+        "`eagle_config.use_aux_hidden_state: false`): the target sends one hidden state, SGLang's fc gate "
+        "(`shape[-1] != embeds.shape[-1]`) is false, fc is skipped, accept length ≈ 1.00"
+    ),
+    "launch with `--speculative-algorithm EAGLE3`",
+)
 
 # a Kimi-K2.5-sized target config and a SpecForge-style EAGLE-3 draft config for it (laptop examples)
 KIMI_TARGET_CONFIG = Path(__file__).parent.parent / "examples" / "kimi_k25_config.json"

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.checkpoint.aux_ids import top_level_points
+from kit.checkpoint.convert import LAYER_SHIFT
 from kit.checkpoint.hf_config import target_facts
-from kit.findings import Finding
+from kit.findings import Code, Finding
 from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
 from kit.sglang.draft_config import read_draft_config
 from kit.wiring.aux import (
+    ALGORITHM,
     fc_in_features,
     is_eagle3_draft,
     launch_algorithm,
@@ -30,6 +32,137 @@ from kit.wiring.aux import (
     training_points,
 )
 from kit.wiring.plan import serving_points
+
+# the finding codes this module declares (kit.codes collects them into docs/findings.md)
+DTYPE = Code(
+    "draft.dtype",
+    "ckpt/draft: notebook 02",
+    "error",
+    (
+        "the target and the draft run different dtypes: SGLang resolves the one `--dtype` (default `auto`) "
+        "against each model's own config (`model_config.py` `_get_and_verify_dtype`; the draft worker builds "
+        "its own ModelConfig from the same `server_args.dtype`), `auto` keeping a 16-bit config dtype and "
+        "running a float32 config, or one naming none, as float16 (Gemma: bfloat16), and nothing casts "
+        "between them: the draft takes the target's embedding and hidden states as they are "
+        "(`torch.cat([embeds, hidden_states])`), so its first forward, the CUDA-graph capture at startup, "
+        "raises `expected mat1 and mat2 to have the same dtype` (real SGLang 0.5.17 on an H200: the kit's "
+        "float32-config embedded target beside the bfloat16 demo draft, no `--dtype`). Not reported where "
+        "ServerArgs forces bfloat16 on both (GptOss MXFP4, MistralLarge3, Pixtral targets). Rule per release:"
+        " `kit.sglang.dtype.DTYPE_RULES`"
+    ),
+    (
+        "`--dtype bfloat16` (or the dtype the title names) on the launch, or write that `torch_dtype` into "
+        "the other model's config.json"
+    ),
+)
+LAYER_IDS_IGNORED = Code(
+    "aux.layer_ids_ignored",
+    "aux/probe/oracle: notebook 03",
+    "error / warning / info",
+    (
+        "aux layer ids sit at the top level of the draft config (speculators style); SGLang reads only "
+        "`eagle_config.eagle_aux_hidden_state_layer_ids` and captures its default points. The ids are "
+        "converted before the comparison (kit.checkpoint.aux_ids.top_level_points): info (harmless) when, as "
+        "speculators ids (point = id, vLLM's hidden state before layer id), they are SGLang's default points;"
+        " warning when they are those points only as the output-convention ids `speculators convert` copies "
+        "from a SGLang/SpecForge/ModelOpt head (point = id + 1); error otherwise"
+    ),
+    "move the ids under `eagle_config`, in SGLang's convention for the target class (`kit convert`)",
+)
+FC_WIDTH = Code(
+    "aux.fc_width",
+    "aux/probe/oracle: notebook 03",
+    "error / warning",
+    (
+        "`fc.weight` input width ≠ k × target hidden size, or `num_aux_hidden_states` ≠ number of ids "
+        "(error); k × Ht equals H so the fc gate never fires (warning)"
+    ),
+    "make k, `target_hidden_size` and `fc.weight` agree",
+)
+HIDDEN_WIDTH = Code(
+    "aux.hidden_width",
+    "aux/probe/oracle: notebook 03",
+    "error",
+    (
+        "the target's hidden size differs from the draft's `target_hidden_size` (or hidden size): the draft "
+        "was built for another target; SGLang does not start (fc's matmul fails in the first draft forward "
+        "during startup: `mat1 and mat2 shapes cannot be multiplied`, real SGLang 0.5.17)"
+    ),
+    "use the matching target or fix `target_hidden_size`",
+)
+NEXTN_ZERO = Code(
+    "draft.nextn_zero",
+    "aux/probe/oracle: notebook 03",
+    "error",
+    (
+        "the draft config says `num_nextn_predict_layers: 0` (ModelOpt's Kimi/DeepSeek MLA exports, e.g. "
+        "nvidia/Kimi-K2.5-Thinking-Eagle3): sglang 0.4.10-0.5.12 test `is not None`, take the MTP branch and "
+        "size the draft KV cache at zero layers; the first draft forward raises `IndexError` in "
+        "`set_mla_kv_buffer` (`model_runner.py` `model_has_mtp_layers = ... is not None`; fixed in 0.5.13 by "
+        "`_nnpl > 0`, sglang PR #26726)"
+    ),
+    "delete the key from the draft config, or use sglang >= 0.5.13",
+)
+CONTEXT_SHORT = Code(
+    "draft.context_short",
+    "aux/probe/oracle: notebook 03",
+    "error",
+    (
+        "the served context (`--context-length`, else the target's derived context, which SGLang hands to the"
+        " draft's ModelConfig: `draft_worker_common.py` `context_length=target_model_config.context_len`) "
+        "exceeds the draft's derived context (`get_context_length`: `max_position_embeddings` x rope factor):"
+        ' startup `ValueError` ("To allow overriding this maximum ...", `model_config.py` '
+        "`_derive_context_length`) unless `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`; with it, a warning: "
+        "SGLang rewrites the draft's `max_position_embeddings` and the draft runs past its training range "
+        "(acceptance drops, sglang #6783); error again in releases that keep the draft's rotary cache short "
+        "(illegal memory access, sglang #3574 / PR #9388)"
+    ),
+    "`--context-length` <= the draft's, or a draft trained for the longer context",
+)
+MLA_GEOMETRY = Code(
+    "draft.mla_geometry",
+    "aux/probe/oracle: notebook 03",
+    "warning",
+    (
+        "an MLA draft (`Eagle3DeepseekV2ForCausalLM`) whose "
+        "`kv_lora_rank`/`q_lora_rank`/`qk_rope_head_dim`/`qk_nope_head_dim`/`v_head_dim` differ from those of"
+        " an MLA target (an MLA draft for a non-MLA target is a design, e.g. TorchSpec's Qwen3 MLA draft, and"
+        " not compared): SGLang gives the draft its own MLA KV pool from the draft config (`model_config.py` "
+        "MLA branch lists `Eagle3DeepseekV2ForCausalLM`), so it loads; the config was not taken from this "
+        "target (tensor shapes are checked by `draft.shape`)"
+    ),
+    "check the draft was trained for this target",
+)
+ROPE = Code(
+    "draft.rope",
+    "aux/probe/oracle: notebook 03",
+    "warning",
+    (
+        "an MLA draft's `rope_theta`/`rope_scaling` differ from its MLA target's: `kimi_k25_eagle3.py` builds"
+        " the draft attention from the draft config, and YaRN's mscale also rescales the MLA softmax "
+        "(`deepseek_v2.py` `compute_mla_mscale_scaling`)"
+    ),
+    "give the draft config the rope it was trained with (usually the target's)",
+)
+TARGET_CAPTURE = Code(
+    "aux.target_capture",
+    "aux/probe/oracle: notebook 03",
+    "error",
+    (
+        "the target class cannot capture aux states in that SGLang release (no "
+        "`set_eagle3_layers_to_capture`, derived from its source); or it has the setter (its own or "
+        "inherited) but the setter writes `self.model.layers_to_capture` while the decoder model it builds "
+        "captures only layers marked `_is_layer_to_capture` (marked only by that model's own setter), so the "
+        "forward returns a bare tensor where it unpacks `(hidden, aux)`: startup crash (derived per release: "
+        "`bare_forward` in capture_rules.json, e.g. `MiniMaxM3SparseForCausalLM` in 0.5.16-0.5.17; 0.5.18 "
+        "marks the layers in the setter; Qwen3.5's VL wrappers in 0.5.11-0.5.21, whose decoder model comes "
+        "from the `language_model_cls` default); or the forward that runs unpacks the aux states but calls "
+        "the logits processor without them, so the draft gets the final hidden state alone, accept length "
+        "near 1 (`aux_dropped`: `Qwen2_5_VLForConditionalGeneration` in 0.5.5.post3; SpecForge issue 310, "
+        "sglang PR 13904); or the ids map to points the class never produces (≥ L outside GptOss)"
+    ),
+    "use a release/class that captures, or ids inside the target's layers",
+)
 
 
 @dataclass
@@ -101,10 +234,8 @@ def _algorithm(f: _Facts) -> list[Finding]:
     """`aux.algorithm`: EAGLE (not EAGLE3) or use_aux_hidden_state false: fc is skipped."""
     if f.alg == "EAGLE":
         return [
-            Finding(
-                code="aux.algorithm",
-                severity="error",
-                title=f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(f.argv)}: fc is skipped, accept length 1.00",
+            ALGORITHM(
+                f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(f.argv)}: fc is skipped, accept length 1.00",
                 evidence={
                     "algorithm": f.alg,
                     "draft_architecture": (f.draft_cfg.get("architectures") or [None])[0],
@@ -117,10 +248,8 @@ def _algorithm(f: _Facts) -> list[Finding]:
         ]
     if f.alg == "EAGLE3" and f.use_aux is False:
         return [
-            Finding(
-                code="aux.algorithm",
-                severity="error",
-                title="eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
+            ALGORITHM(
+                "eagle_config.use_aux_hidden_state is false: the target sends one state, fc is skipped",
                 evidence={"use_aux_hidden_state": False, "fc_expects": f.fed, "embed_width": f.H},
                 fix="set eagle_config.use_aux_hidden_state to true (or remove it) for an EAGLE-3 draft",
             )
@@ -158,10 +287,8 @@ def _top_level_ids(f: _Facts) -> list[Finding]:
             ),
         )
     return [
-        Finding(
-            code="aux.layer_ids_ignored",
-            severity=sev,
-            title="aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
+        LAYER_IDS_IGNORED(
+            "aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
             evidence={
                 "top_level_ids": f.top,
                 "sglang_reads": "eagle_config.eagle_aux_hidden_state_layer_ids",
@@ -169,6 +296,7 @@ def _top_level_ids(f: _Facts) -> list[Finding]:
                 "points_meant_by_ids": readings.get("speculators"),
                 "points_if_copied_by_speculators_convert": readings.get("copied"),
             },
+            severity=sev,
             fix="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention "
             "(python -m kit convert does this)",
         )
@@ -186,10 +314,8 @@ def _layer_shift(f: _Facts) -> list[Finding]:
     # known only from a speculators config's top-level ids that, read as copied ones, mean what SGLang serves
     unsure = f.copied_matches and trained[1].startswith("speculators config")
     return [
-        Finding(
-            code="aux.layer_shift",
-            severity="warning" if unsure else "error",
-            title=f"SGLang captures points {f.srv}, the draft was trained on {list(trained[0])}"
+        LAYER_SHIFT(
+            f"SGLang captures points {f.srv}, the draft was trained on {list(trained[0])}"
             + (" if speculators trained it; if speculators convert copied its ids, on exactly these" if unsure else ""),
             evidence={
                 "serving_points": f.srv,
@@ -200,11 +326,10 @@ def _layer_shift(f: _Facts) -> list[Finding]:
                 "rule_from_sglang": f.rule["version"],
                 "ids_in_eagle_config": f.nested,
             },
-            fix=(
-                f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}"
-                if ok_ids
-                else "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture"
-            ),
+            severity="warning" if unsure else "error",
+            fix=f"write eagle_config.eagle_aux_hidden_state_layer_ids = {ok_ids}"
+            if ok_ids
+            else "these points cannot be expressed for this target class in this SGLang; retrain on points it can capture",
         )
     ]
 
@@ -218,10 +343,8 @@ def _points_out_of_range(f: _Facts) -> list[Finding]:
     if not bad:
         return []
     return [
-        Finding(
-            code="aux.target_capture",
-            severity="error",
-            title=f"capture points {bad} are never produced by {f.tf.architecture} ({L} layers)",
+        TARGET_CAPTURE(
+            f"capture points {bad} are never produced by {f.tf.architecture} ({L} layers)",
             evidence={"serving_points": f.srv, "num_layers": L},
             fix="use ids inside the target's layers (the final state is reachable only on GptOss)",
         )
@@ -235,10 +358,8 @@ def _class_cannot_capture(f: _Facts) -> list[Finding]:
         return []
     v = recorded_release(f.version).checked
     return [
-        Finding(
-            code="aux.target_capture",
-            severity="error",
-            title=f"{arch} cannot capture aux hidden states in SGLang {v}",
+        TARGET_CAPTURE(
+            f"{arch} cannot capture aux hidden states in SGLang {v}",
             evidence={
                 "target_architecture": arch,
                 "sglang_version": v,
@@ -256,10 +377,8 @@ def _forward_drops_capture(f: _Facts) -> list[Finding]:
     bare = rule.get("bare_forward") if f.captures else None
     if bare:
         return [
-            Finding(
-                code="aux.target_capture",
-                severity="error",
-                title=f"SGLang {rule['version']} does not start: {f.tf.architecture} sets {bare['writes']}, but "
+            TARGET_CAPTURE(
+                f"SGLang {rule['version']} does not start: {f.tf.architecture} sets {bare['writes']}, but "
                 f"{bare['forward_of']}.forward captures only layers marked {bare['reads']}, so it returns a bare "
                 "tensor where the forward unpacks (hidden, aux)",
                 evidence={
@@ -276,10 +395,8 @@ def _forward_drops_capture(f: _Facts) -> list[Finding]:
     if not dropped:
         return []
     return [
-        Finding(
-            code="aux.target_capture",
-            severity="error",
-            title=f"SGLang {rule['version']} captures {f.tf.architecture}'s aux states but drops them: "
+        TARGET_CAPTURE(
+            f"SGLang {rule['version']} captures {f.tf.architecture}'s aux states but drops them: "
             f"{dropped['forward_of']}.forward unpacks {dropped['unpacks']} and calls "
             f"{dropped['not_passed_to']} without it, so the draft gets the final hidden state alone "
             "(accept length near 1)",
@@ -303,10 +420,8 @@ def _fc_width(f: _Facts) -> list[Finding]:
     k_ids = len(f.nested) if f.nested else None
     if fc_in is not None and f.fed is not None and fc_in != f.fed:
         out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="error",
-                title=f"fc input width {fc_in} != k x target hidden = {f.k} x {f.Ht}",
+            FC_WIDTH(
+                f"fc input width {fc_in} != k x target hidden = {f.k} x {f.Ht}",
                 evidence={"fc_in_features": fc_in, "k": f.k, "target_hidden_size": f.Ht},
                 fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
             )
@@ -314,21 +429,18 @@ def _fc_width(f: _Facts) -> list[Finding]:
     n_aux = read_draft_config(f.draft_cfg).num_aux_hidden_states
     if n_aux and k_ids and n_aux != k_ids:
         out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="error",
-                title=f"num_aux_hidden_states {n_aux} != {k_ids} layer ids",
+            FC_WIDTH(
+                f"num_aux_hidden_states {n_aux} != {k_ids} layer ids",
                 evidence={"num_aux_hidden_states": n_aux, "ids": f.nested},
                 fix="list exactly num_aux_hidden_states ids (fc width and captured states must agree)",
             )
         )
     if f.fed is not None and f.H and f.fed == f.H:
         out.append(
-            Finding(
-                code="aux.fc_width",
-                severity="warning",
-                title=f"k x target hidden = {f.fed} equals the draft hidden size: SGLang's fc gate never fires",
+            FC_WIDTH(
+                f"k x target hidden = {f.fed} equals the draft hidden size: SGLang's fc gate never fires",
                 evidence={"k": f.k, "target_hidden_size": f.Ht, "hidden_size": f.H},
+                severity="warning",
                 fix="SGLang applies fc only when the incoming width differs from H; change k or H",
             )
         )
@@ -341,10 +453,8 @@ def _hidden_width(f: _Facts) -> list[Finding]:
     if not (th and Ht and th != Ht):
         return []
     return [
-        Finding(
-            code="aux.hidden_width",
-            severity="error",
-            title=f"SGLang will not start: target hidden size {th} != draft target_hidden_size "
+        HIDDEN_WIDTH(
+            f"SGLang will not start: target hidden size {th} != draft target_hidden_size "
             f"{Ht} (fc's matmul fails in the first draft forward)",
             evidence={"target_hidden_size_of_target": th, "draft_target_hidden_size": Ht, "draft_hidden_size": f.H},
             fix="this draft was built for another target; set target_hidden_size or use the right target",
@@ -440,10 +550,8 @@ def draft_target_checks(
     if nnpl == 0 and f.get("nnpl_zero_sizes_draft_kv_at_zero"):
         fixed = first_release("nnpl_zero_sizes_draft_kv_at_zero", False, "runtime", after=rt.checked)
         out.append(
-            Finding(
-                code="draft.nextn_zero",
-                severity="error",
-                title=f"num_nextn_predict_layers: 0 in the draft config: {ver} sizes the draft KV cache at zero "
+            NEXTN_ZERO(
+                f"num_nextn_predict_layers: 0 in the draft config: {ver} sizes the draft KV cache at zero "
                 "layers and the first draft forward raises IndexError",
                 evidence={
                     "num_nextn_predict_layers": 0,
@@ -498,11 +606,10 @@ def draft_target_checks(
                     f"{drafted} positions; longer requests fault in the draft (illegal memory access)"
                 )
             out.append(
-                Finding(
-                    code="draft.context_short",
-                    severity=sev,
-                    title=title,
+                CONTEXT_SHORT(
+                    title,
                     evidence=evidence,
+                    severity=sev,
                     fix=f"serve with --context-length {drafted} or less, or use a draft trained for the longer "
                     "context (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 only silences the check)",
                 )
@@ -513,10 +620,8 @@ def draft_target_checks(
         diff = {k: [d.get(k), t.get(k)] for k in MLA_FIELDS if d.get(k) != t.get(k)}
         if diff:
             out.append(
-                Finding(
-                    code="draft.mla_geometry",
-                    severity="warning",
-                    title=f"MLA draft geometry differs from the target's ({', '.join(diff)}): SGLang builds the "
+                MLA_GEOMETRY(
+                    f"MLA draft geometry differs from the target's ({', '.join(diff)}): SGLang builds the "
                     "draft's own MLA cache from the draft config, so it loads, but the draft config was not "
                     "taken from this target",
                     evidence={"draft_vs_target": diff, "sglang": ver, "source": ev.get("mla_draft_kv_cache")},
@@ -527,10 +632,8 @@ def draft_target_checks(
         rdiff = {k: [dr[k], tr[k]] for k in dr if dr[k] != tr[k]}
         if rdiff:
             out.append(
-                Finding(
-                    code="draft.rope",
-                    severity="warning",
-                    title=f"MLA draft RoPE differs from the target's ({', '.join(rdiff)}): SGLang applies the "
+                ROPE(
+                    f"MLA draft RoPE differs from the target's ({', '.join(rdiff)}): SGLang applies the "
                     "draft config's rope (YaRN mscale also rescales its attention softmax)",
                     evidence={"draft_vs_target": rdiff, "sglang": ver},
                     fix="give the draft config the rope_theta/rope_scaling it was trained with (usually the target's)",
@@ -573,10 +676,8 @@ def draft_dtype_checks(
     side = "the target" if t.dtype != want else "the draft"
     how = "no --dtype on the launch: SGLang's default auto" if given is None else f"--dtype {given}"
     return [
-        Finding(
-            code="draft.dtype",
-            severity="error",
-            title=f"the target runs {t.dtype} ({t.why}) and the draft {d.dtype} ({d.why}): the draft takes the "
+        DTYPE(
+            f"the target runs {t.dtype} ({t.why}) and the draft {d.dtype} ({d.why}): the draft takes the "
             f"target's embedding and hidden states uncast, and its first forward (CUDA-graph capture at startup) "
             f"raises 'expected mat1 and mat2 to have the same dtype' ({ver}, {how})",
             evidence={
