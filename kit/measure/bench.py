@@ -56,6 +56,7 @@ from typing import Any
 
 from kit import config as kconfig
 from kit.findings import Code, KitInputError, Report, emit
+from kit.measure import machine as kmach
 from kit.measure import metrics as km
 from kit.measure.client import (
     API_PATHS,
@@ -69,8 +70,6 @@ from kit.measure.client import (
     snapshot_metrics,
     stream_session,
 )
-from kit.measure.machine import Watch
-from kit.measure.machine import brief as machine_brief
 from kit.measure.metrics import SPEEDUP_UNCERTAIN
 from kit.measure.records import RequestRecord, RunRecord
 from kit.models import chat_renderer
@@ -567,7 +566,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     transport = stream_session(cfg.concurrency, cfg.timeout_s) if cfg.stream else None
     try:
-        with Watch(out / "machine.jsonl"):  # what else the host does while the arms run (`kit.measure.machine`)
+        with kmach.Watch(out / "machine.jsonl"):  # what else the host does while the arms run (`kit.measure.machine`)
             async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
                 for repeat in range(cfg.repeats):
                     if cfg.interleave:
@@ -614,7 +613,7 @@ class BenchResult:
         for label, agg in self.summary["labels"].items():
             s = km.ServingSummary.from_dict(agg)
             lines += km.serving_block(s, label, backend, self.config.get("concurrency"), self.accept_sources(label))
-            lines += [machine_brief(agg["machine"]), ""] if agg.get("machine") else [""]
+            lines += [kmach.brief(agg["machine"]), ""] if agg.get("machine") else [""]
         base = self.config.get("baseline_label", "baseline")
         launch = self.summary.get("launch_speedup") or {}
         for lab, ci in (self.summary.get("speedup") or {}).items():
@@ -657,7 +656,7 @@ class BenchResult:
                 f"concurrency {c['concurrency']}" if c.get("concurrency") else "",
                 f"{c['repeats']} repeat(s)" if c.get("repeats") else "",
                 f"api {c['api']}" if c.get("api") else "",
-                machine_brief(self.summary["machine"]) if self.summary.get("machine") else "",
+                kmach.brief(self.summary["machine"]) if self.summary.get("machine") else "",
             )
             if x
         )
@@ -673,8 +672,6 @@ def analyze(
 ) -> tuple[dict, Report]:
     """Summaries per label x repeat and per label, acceptance sources, speedup CI, findings; `machine` (the
     run's `machine.jsonl` samples) gives each label what the host did while its requests ran."""
-    from kit.measure import machine as kmach
-
     report = Report()
     labels = list(dict.fromkeys(r.label for r in records if r.label is not None))
     watched = kmach.by_label(machine or [], records)
@@ -821,9 +818,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
         if any(want - done[(lab, rep)] for rep in range(cfg.repeats)):
             check_server(base, flags.get(lab, "--also-url"), engine=cfg.engine)
     if cfg.quiet_check:
-        from kit.measure.machine import wait_quiet
-
-        if busy := wait_quiet():
+        if busy := kmach.wait_quiet():
             raise KitInputError(f"--quiet-check: the machine stayed busy for 60 s ({busy}); measure when it is quiet")
     if resumed:
         note(resume_note(out, reqs, cfg, done))
@@ -855,9 +850,7 @@ def load_result(
     runs = [RunRecord.from_dict(d) for d in RecordLog(out / "runs.jsonl").read()]
     if not records:
         raise KitInputError(f"{out / 'records.jsonl'}: no records")
-    from kit.measure.machine import read_samples
-
-    machine = read_samples(out / "machine.jsonl")
+    machine = kmach.read_samples(out / "machine.jsonl")
     summary, report = analyze(records, runs, baseline_label, expected_accept_length, static_findings, machine)
     doc = {**summary, "findings": report.to_dict()}
     tmp = out / ".summary.json.tmp"

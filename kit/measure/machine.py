@@ -84,11 +84,12 @@ class _Gpus:
 
 
 class Watch:
-    """Samples the host every `interval_s` in a daemon thread from `__enter__` to `__exit__`, appending one
-    JSON line per sample to `path` (`t` is the sample's end, `dt` the span it covers)."""
+    """Samples the host every `interval_s` in a daemon thread from `__enter__` to `__exit__` into `samples`, and
+    appends each as one JSON line to `path` when given (`t` is the sample's end, `dt` the span it covers)."""
 
-    def __init__(self, path: str | os.PathLike, interval_s: float = INTERVAL_S):
-        self.path, self.interval_s = Path(path), interval_s
+    def __init__(self, path: str | os.PathLike | None = None, interval_s: float = INTERVAL_S):
+        self.path, self.interval_s = Path(path) if path is not None else None, interval_s
+        self.samples: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kit-machine-watch", daemon=True)
 
@@ -110,25 +111,29 @@ class Watch:
         hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         gpus = _Gpus()
         prev_t, prev_cpu, (_, prev_tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
+        f = self.path.open("a") if self.path is not None else None
         try:
-            with self.path.open("a") as f:
-                stopped = False
-                while not stopped:  # the last sample, at the stop, covers the tail (a short run gets one)
-                    stopped = self._stop.wait(self.interval_s)
-                    t, cpu, (tree, tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
-                    dt = t - prev_t
-                    s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "cpus": os.cpu_count(),
-                                         "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
-                    if cpu and prev_cpu and cpu[2] > prev_cpu[2]:
-                        busy_s = (cpu[0] - prev_cpu[0]) / hz
-                        s["others_cores"] = round(max(0.0, busy_s - (tree_cpu - prev_tree_cpu)) / dt, 3)
-                        s["steal_pct"] = round(100 * (cpu[1] - prev_cpu[1]) / (cpu[2] - prev_cpu[2]), 2)
-                    s.update(gpus.read(tree))
+            stopped = False
+            while not stopped:  # the last sample, at the stop, covers the tail (a short run gets one)
+                stopped = self._stop.wait(self.interval_s)
+                t, cpu, (tree, tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
+                dt = t - prev_t
+                s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "cpus": os.cpu_count(),
+                                     "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
+                if cpu and prev_cpu and cpu[2] > prev_cpu[2]:
+                    busy_s = (cpu[0] - prev_cpu[0]) / hz
+                    s["others_cores"] = round(max(0.0, busy_s - (tree_cpu - prev_tree_cpu)) / dt, 3)
+                    s["steal_pct"] = round(100 * (cpu[1] - prev_cpu[1]) / (cpu[2] - prev_cpu[2]), 2)
+                s.update(gpus.read(tree))
+                self.samples.append(s)
+                if f is not None:
                     f.write(json.dumps(s) + "\n")
                     f.flush()
-                    prev_t, prev_cpu, prev_tree_cpu = t, cpu, tree_cpu
+                prev_t, prev_cpu, prev_tree_cpu = t, cpu, tree_cpu
         finally:
             gpus.close()
+            if f is not None:
+                f.close()
 
     def __enter__(self) -> Watch:
         self._thread.start()
@@ -217,15 +222,11 @@ def brief(summary: dict[str, Any] | None) -> str:
 def wait_quiet(timeout_s: float = 60.0, window_s: float = 3.0) -> str | None:
     """Watch the host in windows of `window_s` until one is quiet (`busy_reason` None) or `timeout_s` has
     passed; returns what the last window saw when none was quiet (`--quiet-check` before measuring)."""
-    import tempfile
-
     deadline, reason = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "machine.jsonl"
-            with Watch(path):
-                time.sleep(window_s)
-            reason = busy_reason(summarize(read_samples(path)))
+        with Watch() as w:
+            time.sleep(window_s)
+        reason = busy_reason(summarize(w.samples))
         if reason is None:
             return None
     return reason
