@@ -25,9 +25,9 @@ import argparse
 
 from kit import config as kconfig
 from kit.findings import emit
-from kit.preflight import PROVIDERS, DoctorConfig, DoctorContext, diagnose, diagnose_each
+from kit.preflight import PROVIDERS, Deployment, DoctorConfig, diagnose, diagnose_each
 
-__all__ = ["PROVIDERS", "DoctorConfig", "DoctorContext", "diagnose", "diagnose_each", "add_arguments", "run"]
+__all__ = ["PROVIDERS", "Deployment", "DoctorConfig", "diagnose", "diagnose_each", "add_arguments", "run"]
 
 HELP = "run every static check (environment, checkpoint, wiring, launch command)"
 

@@ -4,8 +4,9 @@
     diagnose(DoctorConfig(target=T, draft=D, launch=CMD))          # kit doctor
     launch_report(spec, engine="sglang")                            # kit launch (and --dry-run)
 
-Each stage's check module exposes `doctor_checks(ctx: DoctorContext) -> list[Finding]` and is listed in
-`PROVIDERS`; a provider looks at what the context holds and returns nothing when its inputs are absent.
+The deployment is built once (`Deployment.build`: the target, the draft, the launch, the release, where each came
+from); each stage's check module exposes `doctor_checks(dep: Deployment) -> list[Finding]` and is listed in
+`PROVIDERS`; a provider looks at what the deployment holds and returns nothing when its inputs are absent.
 The target and the draft are `--target`/`--draft` when given, else the launch's own `--model-path` and
 `--speculative-draft-model-path` (`launch_model`: `embedded` resolved as the notebooks resolve it); a path or a
 Hugging Face id is read through `kit.checkpoint.hub.resolve` (the local cache first, else config.json and the
@@ -19,14 +20,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
-from kit.checkpoint.hub import resolve
-from kit.findings import Code, KitInputError, Report, fill_placeholders
+from kit.checkpoint import hf_config
+from kit.checkpoint.hub import ModelFiles, resolve
+from kit.findings import Code, Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
+from kit.serving.launch import LaunchSpec
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
@@ -44,7 +46,7 @@ LAUNCH_PATH = Code(
     "a path that exists here; `hf download ID [--revision R]` into the cache, or log in for a gated repository",
 )
 
-# check modules, in report order; each exposes doctor_checks(ctx)
+# check modules, in report order; each exposes doctor_checks(dep: Deployment)
 PROVIDERS: list[str] = [
     "kit.env.checks",
     "kit.checkpoint.inspect",
@@ -96,117 +98,134 @@ class DoctorConfig:
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
-@dataclass
-class DoctorContext:
-    """What a check may look at; parsed lazily and cached so each file is read once.
+@dataclass(frozen=True)
+class Model:
+    """A model the deployment names, read once: where its files came from (`files`: a local folder or config.json,
+    a hub id resolved by `kit.checkpoint.hub`) and its config.json (`config`)."""
+
+    files: ModelFiles
+    config: HFConfig
+
+    @property
+    def path(self) -> Path:
+        """What the checks read: a folder, or a lone config.json."""
+        return self.files.path
+
+    @property
+    def dir(self) -> Path:
+        """The model's folder (around a lone config.json)."""
+        return self.path if self.path.is_dir() else self.path.parent
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder when one was given (None for a lone config.json: no weights to read)."""
+        return self.path if self.path.is_dir() else None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch command, parsed once: SGLang's arguments (`spec`), the findings on the shell text around them
+    (`shell`: launch.unparsed, launch.env_scope), every variable the text meant for the server (`env`), the ones
+    the server process sees (`server_env`), and the launched argv."""
+
+    text: str
+    spec: LaunchSpec
+    shell: tuple[Finding, ...]
+    env: dict[str, str]
+    server_env: dict[str, str]
+    argv: list[str]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment as every check sees it, built once per `kit doctor` / `kit launch` / `kit rehearse` run
+    (`Deployment.build`): the target and the draft (each from its flag, else from the launch), the launch, the
+    release to judge against (`sglang_version`: None = installed, else the newest known), the draft's training
+    stack, whether to probe this machine, and the findings on where the models came from (`ckpt.source`,
+    `launch.path`). Each provider's `doctor_checks(dep)` is a function of it.
 
     `lint_options`: what `kit launch` adds to the launch lint (engine, sglang_python, gpu_memory_gib)."""
 
-    cfg: DoctorConfig
+    target: Model | None
+    draft: Model | None
+    launch: Launch | None
+    sglang_version: str | None = None
+    trained_with: str | None = None
+    probe_env: bool = False
     lint_options: dict[str, Any] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
 
-    @cached_property
-    def launch_command(self) -> str | None:
-        if self.cfg.launch and self.cfg.launch_file:
-            raise KitInputError("give --launch or --launch-file, not both")
-        if self.cfg.launch_file:
-            p = Path(self.cfg.launch_file)
-            try:
-                return p.read_text()
-            except OSError as e:
-                raise KitInputError(f"{p}: cannot read launch file ({e.strerror})")
-        return self.cfg.launch
-
-    @cached_property
-    def launch_env_argv(self) -> tuple[dict[str, str], list[str]] | None:
-        from kit.sglang.cmdline import split_command
-
-        cmd = self.launch_command
-        if cmd is None:
-            return None
-        return split_command(cmd, source=self.cfg.launch_file or "--launch", version=self.cfg.sglang_version)
-
-    @cached_property
-    def launch_spec(self):
-        """(LaunchSpec, the findings on the shell text around it) of the launch command; None without one."""
-        from kit.serving.launch import launch_from_text
-
-        if self.launch_command is None:
-            return None
-        return launch_from_text(self.launch_command, self.cfg.sglang_version, source=self.cfg.launch_file or "--launch")
-
-    @cached_property
-    def models(self) -> dict[str, Any]:
-        """{"target": ModelFiles | None, "draft": ModelFiles | None, "findings": [...]}: each model from its flag,
-        else from the launch (`kit.checkpoint.hub.resolve`: a local path, the Hugging Face cache, or headers over
-        the network). A model named on the command line that cannot be read is an error (KitInputError); one
-        named by the launch is a `launch.path` finding; `ckpt.source` says where a hub id's files came from."""
-        spec = self.launch_spec[0] if self.launch_command is not None else None
-        out: dict[str, Any] = {"target": None, "draft": None, "findings": []}
+    @classmethod
+    def build(cls, cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> Deployment:
+        """Read every input `cfg` names, once; an unreadable file fails here, before any check runs."""
+        opts = dict(lint_options or {})
+        launch = read_launch(cfg)
+        found: list[Finding] = []
+        models: dict[str, Model | None] = {}
         for role, given, revision, flag, what in (
-            ("target", self.cfg.target, self.cfg.revision, "--target", "a model directory or a config.json"),
-            ("draft", self.cfg.draft, self.cfg.draft_revision, "--draft", "a draft directory or its config.json"),
+            ("target", cfg.target, cfg.revision, "--target", "a model directory or a config.json"),
+            ("draft", cfg.draft, cfg.draft_revision, "--draft", "a draft directory or its config.json"),
         ):
+            files = None
             if given:
-                m = resolve(given, revision, flag, what)
-                out[role] = m
-                out["findings"] += [m.finding(flag)] if m.repo_id else []
-            elif spec is not None:
-                out[role], found = launch_model(spec, role, self.lint_options.get("engine", "sglang"), revision)
-                out["findings"] += found
-        return out
+                files = resolve(given, revision, flag, what)
+                found += [files.finding(flag)] if files.repo_id else []
+            elif launch is not None:
+                files, said = launch_model(launch.spec, role, opts.get("engine", "sglang"), revision)
+                found += said
+            models[role] = Model(files, hf_config.read_config(files.path)[0]) if files is not None else None
+        return cls(
+            models["target"],
+            models["draft"],
+            launch,
+            cfg.sglang_version,
+            cfg.trained_with,
+            cfg.probe_env,
+            opts,
+            tuple(found),
+        )
 
     @property
-    def target_path(self) -> str | None:
-        """The target as the checks read it: a local folder or config.json (a hub id resolved), or None."""
-        m = self.models["target"]
-        return str(m.path) if m is not None else None
-
-    @property
-    def draft_path(self) -> str | None:
-        m = self.models["draft"]
-        return str(m.path) if m is not None else None
-
-    @cached_property
     def target_config(self) -> HFConfig | None:
-        from kit.checkpoint.hf_config import read_config
+        return self.target.config if self.target is not None else None
 
-        return read_config(self.target_path)[0] if self.target_path else None
 
-    @cached_property
-    def draft_config(self) -> HFConfig | None:
-        from kit.checkpoint.hf_config import read_config
+def read_launch(cfg: DoctorConfig) -> Launch | None:
+    """The launch `--launch`/`--launch-file` hold, parsed (None without one); a text that holds no SGLang launch,
+    or an unreadable file, is a one-line KitInputError."""
+    from kit.serving.launch import parse_launch
 
-        return read_config(self.draft_path)[0] if self.draft_path else None
-
-    @property
-    def draft_dir(self) -> Path | None:
-        p = Path(self.draft_path) if self.draft_path else None
-        return p if p is not None and p.is_dir() else None
-
-    @property
-    def target_dir(self) -> Path | None:
-        """The target's folder (around a lone config.json), None without a target."""
-        p = Path(self.target_path) if self.target_path else None
-        return None if p is None else p if p.is_dir() else p.parent
+    if cfg.launch and cfg.launch_file:
+        raise KitInputError("give --launch or --launch-file, not both")
+    text = cfg.launch
+    if cfg.launch_file:
+        p = Path(cfg.launch_file)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise KitInputError(f"{p}: cannot read launch file ({e.strerror})")
+    if text is None:
+        return None
+    found, spec, shell = parse_launch(text, cfg.sglang_version, source=cfg.launch_file or "--launch")
+    return Launch(text, spec, tuple(shell), dict(found.env), found.server_env, list(found.argv))
 
 
 def validate(cfg: DoctorConfig) -> None:
     """One-line errors before any check runs: something to check, and the launch file exists (the models are
-    resolved, or refused in one line, by `DoctorContext.models`)."""
+    resolved, or refused in one line, by `Deployment.build`)."""
     if not (cfg.target or cfg.draft or cfg.launch or cfg.launch_file or cfg.probe_env):
         raise KitInputError(
             "nothing to check: give --target, --draft, --launch or --launch-file (and --probe-env for this machine)"
         )
-    if cfg.launch_file:  # --target/--draft may be hub ids: resolved (or refused) by DoctorContext.models
+    if cfg.launch_file:  # --target/--draft may be hub ids: resolved (or refused) by Deployment.build
         kconfig.local_path(cfg.launch_file, "--launch-file", "a file holding the launch command")
 
 
-def fix_values(ctx: DoctorContext) -> dict[str, str | None]:
+def fix_values(dep: Deployment) -> dict[str, str | None]:
     """The user's names for the placeholders in fixes (SRC, DST, DRAFT_DIR, TARGET_DIR, PATH): paths as given,
     hub ids as given (the kit's verbs take them too)."""
-    t, dm = ctx.models["target"], ctx.models["draft"]
-    target = t.name if t is not None else None
+    target = dep.target.files.name if dep.target is not None else None
+    dm = dep.draft.files if dep.draft is not None else None
     d = None
     if dm is not None:
         draft = Path(dm.name)
@@ -218,15 +237,17 @@ def fix_values(ctx: DoctorContext) -> dict[str, str | None]:
 
 
 def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> Report:
-    """Every provider's findings for what `cfg` names."""
+    """Every provider's findings for what `cfg` names: the deployment built once, each provider run once on it."""
     validate(cfg)
-    ctx = DoctorContext(cfg, dict(lint_options or {}))
-    # touch the inputs first so an unreadable file fails before any check runs
-    _ = ctx.launch_env_argv, ctx.target_config, ctx.draft_config
-    report = Report(list(ctx.models["findings"]))
+    return check(Deployment.build(cfg, lint_options))
+
+
+def check(dep: Deployment) -> Report:
+    """Every provider's findings for a built deployment, the fixes' placeholders filled with the user's names."""
+    report = Report(list(dep.findings))
     for name in PROVIDERS:  # each fact has one owning provider (kit.serving.checks.shared_with_doctor)
-        report.extend(importlib.import_module(name).doctor_checks(ctx))
-    report.findings = fill_placeholders(report.findings, fix_values(ctx))
+        report.extend(importlib.import_module(name).doctor_checks(dep))
+    report.findings = fill_placeholders(report.findings, fix_values(dep))
     return report
 
 
@@ -240,9 +261,9 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
     opts = dict(lint_options or {})
     by_version: dict[str, list[list[str]]] = {}
     for cfg in cfgs:
-        ctx = DoctorContext(cfg, opts)
-        if ctx.launch_env_argv is not None:
-            by_version.setdefault(cfg.sglang_version or default_release(), []).append(ctx.launch_spec[0].flags())
+        launch = read_launch(cfg)
+        if launch is not None:
+            by_version.setdefault(cfg.sglang_version or default_release(), []).append(launch.spec.flags())
     for version, flags in by_version.items():
         try:
             parse_argvs(flags, python=opts.get("sglang_python"), build=opts.get("build_venv"), version=version)

@@ -41,36 +41,38 @@ END_CHECKS = {
 HELP = "run the deployment in miniature on real SGLang (one GPU, minutes) and check doctor's verdict by execution"
 
 
-def static_verdict(cfg: RehearsalConfig):
-    from kit.doctor import DoctorConfig, diagnose
-
-    return diagnose(
-        DoctorConfig(target=cfg.target, draft=cfg.draft, launch_file=cfg.launch_file, sglang_version=cfg.sglang_version)
-    ).findings
-
-
 def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
-    """Plan, (run), compare; the report as a dict (also written to OUT/report.json)."""
+    """Plan, (run), compare; the report as a dict (also written to OUT/report.json). The deployment is built once
+    (`kit.preflight.Deployment`): doctor's verdict is checked on it and the rehearsal reads the same folders (a hub
+    id resolved to the cache, else its headers)."""
     from dataclasses import replace
 
-    from kit.checkpoint.hub import resolve
+    from kit.preflight import Deployment, DoctorConfig, check
 
     for name in ("target", "draft", "launch_file"):
         if not getattr(cfg, name):
             raise KitInputError(f"--{name.replace('_', '-')} is required")
     kconfig.local_path(cfg.launch_file, "--launch-file")
-    # a hub id becomes the folder it resolves to (the cache, else its headers): the rehearsal and doctor read that
-    target = resolve(cfg.target, cfg.revision, "--target", "a model directory or a config.json")
-    draft = resolve(cfg.draft, cfg.draft_revision, "--draft", "a draft directory")
-    sources = {role: m.source for role, m in (("target", target), ("draft", draft)) if m.repo_id}
-    cfg = replace(cfg, target=str(target.path), draft=str(draft.path), revision=None, draft_revision=None)
     if not cfg.sglang_version:  # doctor judges by the release the rehearsal runs
         from kit.sglang.versions import importable_version
 
         cfg = replace(cfg, sglang_version=importable_version())
+    dep = Deployment.build(
+        DoctorConfig(
+            target=cfg.target,
+            draft=cfg.draft,
+            revision=cfg.revision,
+            draft_revision=cfg.draft_revision,
+            launch_file=cfg.launch_file,
+            sglang_version=cfg.sglang_version,
+        )
+    )
+    models = (("target", dep.target.files), ("draft", dep.draft.files))
+    sources = {role: m.source for role, m in models if m.repo_id}
+    cfg = replace(cfg, target=str(dep.target.path), draft=str(dep.draft.path), revision=None, draft_revision=None)
     plan = plan_rehearsal(cfg)
     report: dict = {"sources": sources, "plan": plan.to_dict(), "rendered_plan": plan.render()}
-    static = static_verdict(cfg)
+    static = check(dep).findings
     report["doctor"] = [
         {"code": f.code, "severity": f.severity, "title": f.title} for f in static if f.severity != "info"
     ]

@@ -457,14 +457,20 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     ]
 
 
-def inspect(path: str | Path, sglang_version: str | None = None, target_vocab: int | None = None) -> Inspection:
+def inspect(
+    path: str | Path,
+    sglang_version: str | None = None,
+    target_vocab: int | None = None,
+    config: HFConfig | None = None,
+) -> Inspection:
     """Everything `kit inspect` reports, as data; `target_vocab`: the target's vocab_size when one is known (else
-    t2d's length, else the draft config's vocab_size stand for it). Raises CheckpointError for unreadable input."""
+    t2d's length, else the draft config's vocab_size stand for it); `config`: the checkpoint's config.json when the
+    caller has read it already. Raises CheckpointError for unreadable input."""
     p = Path(path)
     ck = read_checkpoint(p)
     cp = find_config(p)
-    cfg = None
-    if cp is not None:
+    cfg = config
+    if cfg is None and cp is not None:
         from kit.checkpoint.hf_config import read_config
 
         cfg = read_config(cp)[0]
@@ -558,10 +564,12 @@ def corrupt_report(e: CheckpointError) -> Report:
 
 
 # -- doctor provider --------------------------------------------------------------------------
-def doctor_checks(ctx) -> list[Finding]:
-    if ctx.draft_config is None:  # no draft (a draft's config.json is read whenever one is named)
+def doctor_checks(dep) -> list[Finding]:
+    """kit doctor provider (`dep`: a `kit.preflight.Deployment`): the draft's checkpoint, keys through the
+    release's loader rules when its folder has weights (or their headers), else its config alone."""
+    if dep.draft is None:
         return []
-    d = ctx.draft_dir
+    d = dep.draft.folder
     if d is None or not (
         any(d.glob("*.safetensors"))
         or (d / "model.safetensors.index.json").exists()
@@ -571,9 +579,9 @@ def doctor_checks(ctx) -> list[Finding]:
         # a lone config: architecture and config-level checks only
         from kit.sglang.loader import resolve_draft_class, rules_for
 
-        cfg = ctx.draft_config or {}
+        cfg = dep.draft.config
         lay = detect_layout([], cfg)
-        r = rules_for(ctx.cfg.sglang_version)
+        r = rules_for(dep.sglang_version)
         arch = (cfg.get("architectures") or [None])[0]
         out = config_findings(cfg, lay)
         dispatched, status = resolve_draft_class(cfg, r.version)
@@ -586,10 +594,10 @@ def doctor_checks(ctx) -> list[Finding]:
                     fix="python -m kit convert SRC DST --to sglang",
                 )
             )
-        return out + (quant_findings(d, ctx.cfg.sglang_version) if d is not None else [])
-    vocab = ctx.target_config.text.get("vocab_size") if ctx.target_config is not None else None
+        return out + (quant_findings(d, dep.sglang_version) if d is not None else [])
+    vocab = dep.target_config.text.get("vocab_size") if dep.target_config is not None else None
     try:
-        ins = inspect(d, ctx.cfg.sglang_version, vocab if isinstance(vocab, int) else None)
+        ins = inspect(d, dep.sglang_version, vocab if isinstance(vocab, int) else None, dep.draft.config)
     except CheckpointError as e:
         return corrupt_report(e).findings
     return ins.report.findings

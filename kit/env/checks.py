@@ -755,14 +755,14 @@ def run_env(cfg: EnvConfig) -> Report:
     return check(facts, env, argv, sglang_version=cfg.sglang_version, allreduce=ar)
 
 
-def doctor_checks(ctx) -> list[Finding]:
-    """Doctor provider: probe (unless --no-probe-env), then judge with the launch command's env and flags."""
+def doctor_checks(dep) -> list[Finding]:
+    """Doctor provider (`dep`: a `kit.preflight.Deployment`): probe this machine when asked (`probe_env`), then
+    judge it with the launch command's env and flags."""
     from kit.env.machine import probe_machine
 
-    env, argv = ctx.launch_env_argv or ({}, [])
-    facts = probe_machine() if ctx.cfg.probe_env else {"schema": "kit.env.facts/1", "label": "not probed"}
-    rep = check(facts, env, argv, target_config=ctx.target_config, sglang_version=ctx.cfg.sglang_version)
-    return rep.findings
+    env, argv = (dep.launch.env, dep.launch.argv) if dep.launch is not None else ({}, [])
+    facts = probe_machine() if dep.probe_env else {"schema": "kit.env.facts/1", "label": "not probed"}
+    return check(facts, env, argv, target_config=dep.target_config, sglang_version=dep.sglang_version).findings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

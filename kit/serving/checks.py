@@ -480,25 +480,23 @@ def shared_with_doctor(has_draft_config: bool) -> frozenset[str]:
     return frozenset({"env.nccl_var"} | ({"aux.algorithm"} if has_draft_config else set()))
 
 
-def doctor_checks(ctx) -> list[Finding]:
-    """`kit doctor --launch` (and `kit launch`, through `kit.preflight`): the launch findings, with
-    --target/--draft configs when given and the launch verb's lint options (engine, parser, GPU memory); the
-    rules another provider owns (`shared_with_doctor`) are not run."""
-    if ctx.launch_env_argv is None:
+def doctor_checks(dep) -> list[Finding]:
+    """`kit doctor --launch` (and `kit launch`, through `kit.preflight`; `dep`: its `Deployment`): the launch
+    findings, with the deployment's target and draft and the launch verb's lint options (engine, parser, GPU
+    memory); the rules another provider owns (`shared_with_doctor`) are not run."""
+    if dep.launch is None:
         return []
-    version = ctx.cfg.sglang_version
-    spec, shell = ctx.launch_spec
-    found = (
-        shell
+    t, d = dep.target, dep.draft
+    return (
+        list(dep.launch.shell)
         + lint(
-            spec,
-            target_config=ctx.target_config,
-            draft_config=ctx.draft_config,
-            sglang_version=version,
-            target_dir=str(ctx.target_dir) if ctx.target_dir else None,
-            draft_dir=str(ctx.draft_dir) if ctx.draft_dir else None,
-            judged_elsewhere=shared_with_doctor(ctx.draft_config is not None),
-            **ctx.lint_options,
+            dep.launch.spec,
+            target_config=t.config if t else None,
+            draft_config=d.config if d else None,
+            sglang_version=dep.sglang_version,
+            target_dir=str(t.dir) if t else None,
+            draft_dir=str(d.folder) if d and d.folder else None,
+            judged_elsewhere=shared_with_doctor(d is not None),
+            **dep.lint_options,
         ).findings
     )
-    return found

@@ -67,7 +67,9 @@ def _f(help_: str, default: Any = None, **meta) -> Any:
 
 @dataclass
 class LaunchSpec:
-    """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's."""
+    """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's. The three
+    speculative fields are a `SpecParams`: `spec_params()` reads them, `LaunchSpec(**params.given())` or
+    `spec.replace(**params.given())` sets them."""
 
     model_path: str = _f(
         "target model: a local dir, 'embedded' (SmolLM2, its cached dir for SGLang) or a Hugging Face id (checked "
@@ -206,6 +208,13 @@ def launch_from_text(
     The findings say what the kit could not attribute (`launch.unparsed`) and which variables the
     server would not see as written (`launch.env_scope`); the spec's env holds every variable the
     text meant for the server. KitInputError (exit 2) only when the text holds no SGLang launch."""
+    _, spec, out = parse_launch(text, sglang_version, source)
+    return spec, out
+
+
+def parse_launch(text: str, sglang_version: str | None = None, source: str = "launch command"):
+    """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`: the argv, the
+    environment the text sets and the part the server sees): (found, spec, findings)."""
     from kit.sglang.cmdline import find_launch
 
     found = find_launch(text, source=source, version=sglang_version)
@@ -254,7 +263,7 @@ def launch_from_text(
                 "the kit's own command line (`kit launch --from`) passes them",
             )
         )
-    return spec, out
+    return found, spec, out
 
 
 def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:

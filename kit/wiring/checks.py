@@ -22,7 +22,7 @@ from kit.checkpoint.hf_config import target_facts
 from kit.findings import Code, Finding
 from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
-from kit.sglang.draft_config import read_draft_config
+from kit.sglang.draft_config import DraftConfig, read_draft_config
 from kit.wiring.aux import (
     ALGORITHM,
     fc_in_features,
@@ -170,6 +170,7 @@ class _Facts:
     """What every wiring rule reads, derived once from the configs, the launch and the release."""
 
     draft_cfg: HFConfig
+    draft: DraftConfig  # the same config in its one typed form
     argv: list[str] | None
     version: str | None
     draft_dir: Any
@@ -199,6 +200,7 @@ class _Facts:
         srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
         f = cls(
             draft_cfg=draft_cfg,
+            draft=d,
             argv=argv,
             version=version,
             draft_dir=draft_dir,
@@ -426,7 +428,7 @@ def _fc_width(f: _Facts) -> list[Finding]:
                 fix="make num_aux_hidden_states / the eagle_config id count and target_hidden_size match fc.weight",
             )
         )
-    n_aux = read_draft_config(f.draft_cfg).num_aux_hidden_states
+    n_aux = f.draft.num_aux_hidden_states
     if n_aux and k_ids and n_aux != k_ids:
         out.append(
             FC_WIDTH(
@@ -694,18 +696,14 @@ def draft_dtype_checks(
     ]
 
 
-def doctor_checks(ctx) -> list[Finding]:
-    """kit doctor provider: needs at least a draft config."""
-    if ctx.draft_config is None:
+def doctor_checks(dep) -> list[Finding]:
+    """kit doctor provider (`dep`: a `kit.preflight.Deployment`): needs at least a draft. SGLang reads its own
+    process environment, so the launch's variables are the ones its server sees (a `VAR=1 && python ...` shell
+    variable never reaches it)."""
+    if dep.draft is None:
         return []
-    env, argv = ctx.launch_env_argv if ctx.launch_env_argv else ({}, None)
-    if env:  # SGLang reads its own process environment: a `VAR=1 && python ...` shell variable never reaches it
-        from kit.sglang.cmdline import find_launch
-
-        found = find_launch(ctx.launch_command, version=ctx.cfg.sglang_version)
-        env = {k: v for k, v in env.items() if found is None or k in found.server_env}
-    out = wiring_checks(
-        ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version, ctx.draft_dir, ctx.cfg.trained_with
-    )
-    out += draft_dtype_checks(ctx.target_config, ctx.draft_config, argv, ctx.cfg.sglang_version)
-    return out + draft_target_checks(ctx.target_config, ctx.draft_config, env, argv, ctx.cfg.sglang_version)
+    env, argv = (dep.launch.server_env, dep.launch.argv) if dep.launch is not None else ({}, None)
+    t, d, version = dep.target_config, dep.draft.config, dep.sglang_version
+    out = wiring_checks(t, d, argv, version, dep.draft.folder, dep.trained_with)
+    out += draft_dtype_checks(t, d, argv, version)
+    return out + draft_target_checks(t, d, env, argv, version)

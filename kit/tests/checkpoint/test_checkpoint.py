@@ -109,19 +109,19 @@ def test_inspect_never_imports_torch(tmp_path):
 
 
 def test_doctor_provider(tmp_path):
-    from kit.doctor import DoctorConfig, DoctorContext
+    from kit.doctor import Deployment, DoctorConfig
 
     d = draft(tmp_path)
-    fs = doctor_checks(DoctorContext(DoctorConfig(draft=str(d), sglang_version="0.5.8")))
+    fs = doctor_checks(Deployment.build(DoctorConfig(draft=str(d), sglang_version="0.5.8")))
     assert {"draft.arch", "draft.keys_dropped"} <= {f.code for f in fs}
     lone = tmp_path / "lone"
     lone.mkdir()
     (lone / "config.json").write_text((d / "config.json").read_text())
-    fs = doctor_checks(DoctorContext(DoctorConfig(draft=str(lone / "config.json"))))
+    fs = doctor_checks(Deployment.build(DoctorConfig(draft=str(lone / "config.json"))))
     # a speculators config has no model_type: AutoConfig refuses it before SGLang reads architectures
     assert [f.code for f in fs if f.severity == "error"] == ["draft.config", "draft.arch"]
     assert "will not start" in fs[0].title
-    assert doctor_checks(DoctorContext(DoctorConfig())) == []
+    assert doctor_checks(Deployment.build(DoctorConfig())) == []
     (d / "model.safetensors").write_bytes(b"\0" * 3)
-    fs = doctor_checks(DoctorContext(DoctorConfig(draft=str(d))))
+    fs = doctor_checks(Deployment.build(DoctorConfig(draft=str(d))))
     assert [f.code for f in fs] == ["ckpt.corrupt"]

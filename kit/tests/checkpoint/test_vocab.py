@@ -79,7 +79,7 @@ def test_t2d_is_graded_by_the_target_vocabulary_and_only_where_the_release_reads
 
     from kit.checkpoint import inspect as ci
     from kit.checkpoint.random_draft import write_random_draft
-    from kit.preflight import DoctorConfig, DoctorContext
+    from kit.preflight import Deployment, DoctorConfig
     from kit.tests.checkpoint.test_checkpoint import TINY
 
     target = tmp_path / "target"
@@ -92,7 +92,7 @@ def test_t2d_is_graded_by_the_target_vocabulary_and_only_where_the_release_reads
     write_safetensors(d / "model.safetensors", state)
     assert list(state["t2d"].shape) == [64] and int((state["d2t"] + torch.arange(32)).max()) >= 32
     for tgt in (target, None):  # without a target, t2d's length stands for its vocabulary
-        ctx = DoctorContext(DoctorConfig(target=tgt and str(target), draft=str(d), sglang_version="0.5.17"))
+        ctx = Deployment.build(DoctorConfig(target=tgt and str(target), draft=str(d), sglang_version="0.5.17"))
         assert [f for f in ci.doctor_checks(ctx) if f.code == "draft.d2t"] == []
     # a release that read t2d would grade it against the target's vocabulary
     ck = read_checkpoint(d)

@@ -247,15 +247,15 @@ def test_cli_env_replay_record_and_bad_input(tmp_path):
 
 
 def test_doctor_provider_reports_each_seed_nccl_variable():
-    from kit.doctor import DoctorConfig, DoctorContext
+    from kit.doctor import Deployment, DoctorConfig
     from kit.env.checks import doctor_checks
 
-    fs = doctor_checks(DoctorContext(DoctorConfig(launch=SEED_LAUNCH, probe_env=True)))
+    fs = doctor_checks(Deployment.build(DoctorConfig(launch=SEED_LAUNCH, probe_env=True)))
     verdicts = {f.evidence["var"]: f.severity for f in fs if f.code == "env.nccl_var"}
     assert sorted(verdicts) == sorted(SEED_NCCL_VARS)  # exactly one verdict per variable
     assert verdicts["NCCL_PROTO"] == "info" and verdicts["NCCL_P2P_LEVEL"] == "warning"
     assert any(f.code == "env.no_gpu" for f in fs)
-    unprobed = doctor_checks(DoctorContext(DoctorConfig(launch=SEED_LAUNCH, probe_env=False)))
+    unprobed = doctor_checks(Deployment.build(DoctorConfig(launch=SEED_LAUNCH, probe_env=False)))
     assert {f.code for f in unprobed} == {"env.nccl_var", "env.sglang_var"}
 
 

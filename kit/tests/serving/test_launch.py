@@ -241,16 +241,16 @@ def test_verb_dry_run_json(monkeypatch, tmp_path, capsys):
 
 
 def test_doctor_provider():
-    from kit.doctor import DoctorConfig, DoctorContext
+    from kit.doctor import Deployment, DoctorConfig
     from kit.serving.checks import doctor_checks
 
-    assert doctor_checks(DoctorContext(DoctorConfig(probe_env=False))) == []
+    assert doctor_checks(Deployment.build(DoctorConfig(probe_env=False))) == []
     import kit.serving.checks as lc
 
     orig = lc.flag_findings
     lc.flag_findings = lambda *a, **k: []  # hermetic: SGLang's parser is tested in tests/
     try:
-        found = doctor_checks(DoctorContext(DoctorConfig(launch=SEED, probe_env=False)))
+        found = doctor_checks(Deployment.build(DoctorConfig(launch=SEED, probe_env=False)))
     finally:
         lc.flag_findings = orig
     assert {"launch.bind", "aux.algorithm"} <= {f.code for f in found}

@@ -160,13 +160,13 @@ def test_kimi_mla_draft_through_the_doctor_providers(tmp_path):
     """The issue's case: a healthy Kimi-K2.5 MLA draft gets no error; a broken one still does."""
     import kit.checkpoint.inspect as ci
     import kit.wiring.checks as wc
-    from kit.doctor import DoctorConfig, DoctorContext
+    from kit.doctor import Deployment, DoctorConfig
     from kit.tests.checkpoint.test_exporter_keys import modelopt_mla, write_draft
 
     target = str(Path(__file__).parents[2] / "examples" / "kimi_k25_config.json")
 
     def errors(keys, cfg, version, name):
-        ctx = DoctorContext(
+        ctx = Deployment.build(
             DoctorConfig(draft=str(write_draft(tmp_path / name, keys, cfg)), target=target, sglang_version=version)
         )
         return {f.code for f in ci.doctor_checks(ctx) + wc.doctor_checks(ctx) if f.severity == "error"}
