@@ -459,9 +459,9 @@ def build_table(versions: list[str]) -> dict[str, Any]:
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--write"]
     if "--write" in sys.argv:
+        from kit.derive import write_table
         from kit.sglang.capture import TABLE_PATH
         from kit.sglang.loader import known_versions
-        from kit.sglang.source import write_table
 
         write_table(TABLE_PATH, build_table(args or known_versions()))
     else:

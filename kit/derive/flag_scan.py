@@ -147,10 +147,15 @@ def derive_from_source(version: str, python: str | None = None, stand_ins_first:
     SGLang's own `ServerArgs.add_cli_args`. Raises KitInputError with the release's own import error when its
     code needs packages (e.g. an older transformers) that the interpreter does not have. An installed package is
     never stood in for (the stand-ins' finder comes last)."""
-    from kit.sglang.source import dist_info_root
+    from kit.models import cache_dir, cache_lock
+    from kit.sglang.source import download_wheel
     from kit.sglang.stand_ins import __file__ as stand_ins
 
-    root = dist_info_root(version)
+    root = cache_dir() / "sglang-src" / version  # its source with the wheel's METADATA and entry_points.txt
+    if not list(root.glob("sglang-*.dist-info/METADATA")):  # a folder cached without them is fetched again
+        with cache_lock(root):
+            if not list(root.glob("sglang-*.dist-info/METADATA")):
+                download_wheel(version, root)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     roots: list[str] = list(stand_ins_first)  # e.g. what the previous release needed: fewer rounds
     for _ in range(16):  # each round stands in for one more module the source imports that is not installed
@@ -191,8 +196,9 @@ def derive(version: str, python: str | None = None) -> dict[str, Any]:
 def write_table(rows: dict[str, dict]) -> None:
     """kit/sglang/server_flags.json from {version: row}: each distinct action stored once (rows name them by
     index), a row equal to an earlier release's stored as {"same_as": release}."""
+    from kit.derive import dedupe_rows
     from kit.sglang.flags import TABLE_PATH
-    from kit.sglang.versions import dedupe_rows, sort_versions
+    from kit.sglang.versions import sort_versions
 
     pool: list[dict] = []
     index: dict[str, int] = {}

@@ -11,9 +11,9 @@
   `hf_quant_config.json`, the draft's included (its own `_parse_quant_hf_config`, executed).
 * `parser`: SGLang's own argument parser (`ServerArgs.add_cli_args`) run on a launch line.
 * `env_vars`: the `SGLANG_*` environment variables a release reads.
-* `source`: a release's wheel, read as text (never imported).
+* `source`: a release's wheel, read as text (never imported): for the scanners, and for a release the tables lack.
 
-Nothing here imports torch or sglang; `python -m kit.sglang.loader VERSION` and
+Nothing here imports torch or sglang; `python -m kit.derive.loader_scan VERSION` and
 `python -m kit.derive.capture_scan VERSION` re-derive the tables from a real wheel (the scanners live in
 `kit.derive`, the maintainer's side room, which nothing here imports; `releases --derive` runs them). The side
 modules `bundle` (the offline bundle's builder) and `releases` (the release list and its derivation) are imported

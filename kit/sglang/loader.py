@@ -1,4 +1,4 @@
-"""What each SGLang release does with an EAGLE-3 draft checkpoint, per draft class — derived from its real source.
+"""What each SGLang release does with an EAGLE-3 draft checkpoint, per draft class, read from its recorded rules.
 
 SGLang registers two EAGLE-3 draft classes (an `EntryClass` scan of 28 releases, 0.4.4-0.5.23):
 `LlamaForCausalLMEagle3` (0.4.5+; also the class of Qwen, GptOss and Llama-4 EAGLE-3 drafts, e.g.
@@ -9,25 +9,16 @@ Each has its own `load_weights`, and both changed across releases: the Llama cla
 (`midlayer` vs `layers.N`), legacy renames, silent drops (0.4.9+) or delegation to the Llama loader
 (0.4.5-0.4.8: KeyError / warning); the MLA class's `layers.0.` -> `midlayer.` rename, gate/up stacking, the
 `q_a_proj` + `kv_a_proj_with_mqa` -> `fused_qkv_a_proj_with_mqa` fusion, logged skips, `fc_norm` (0.5.13+).
-This module:
+This module reads `kit/sglang/loader_rules.json` (per class and release: feature flags with their evidence line,
+and the stacked mapping, renames and fused pairs of its `load_weights`; the release-wide rules any draft meets; the
+registered architectures), derived from each release's wheel by `kit.derive.loader_scan` and re-derived by
+kit/tests/sglang/test_sglang_rules.py, so an SGLang change breaks our test, not our users.
+`resolve_draft_class(config, version)` is SGLang's dispatch from `architectures`; `simulate_load(ckpt_shapes,
+draft_config, version)` replays that class's loader on names and shapes only: every key loaded (into which
+parameter) / renamed / dropped (why), and every parameter left at its initial value after the runtime's
+embed/head sharing. Aux capture rules live in kit.sglang.capture. Used by `kit doctor` (`kit.checkpoint.inspect`):
 
-* `derive_features(version, architecture=...)` reads the class's file (+ `llama.py` for the Llama class) of a
-  real release (via `kit.sglang.source`, wheel text, never imported): feature flags, each with its evidence
-  line, and from the AST of its `load_weights` the stacked mapping, `re.sub` renames and fused pairs;
-  `derive_runtime(version)` the release-wide rules any draft meets (`num_nextn_predict_layers: 0` KV sizing,
-  the draft's context length, ModelConfig's draft architecture rewrites, `CONTEXT_LENGTH_KEYS`, the
-  multimodal classes whose processor startup loads, the model_types SGLang brings config classes for);
-  `scan_registered(version)` lists every `EntryClass` architecture;
-* `kit/sglang/loader_rules.json` records one table per class per release, plus the runtime rules (regenerate
-  with `python -m kit.sglang.loader --write V...`); `kit/tests/sglang/test_sglang_rules.py` re-derives them
-  from the real wheels, so an SGLang change breaks our test, not our users;
-* `resolve_draft_class(config, version)` is SGLang's dispatch from `architectures`;
-  `simulate_load(ckpt_shapes, draft_config, version)` replays that class's loader on names and shapes only:
-  for every key loaded (into which parameter) / renamed / dropped (why), and every parameter left at its
-  initial value after the runtime's embed/head sharing.
-
-Aux-layer-id / capture rules live in kit.sglang.capture, not here.
-How to run: `python -m kit.sglang.loader [VERSION [CLASS]]` prints the derived features.
+    simulate_load({"fc.weight": (576, 1728), ...}, HFConfig.of(draft_config), "0.5.17").ok
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -44,109 +34,16 @@ from typing import Any
 
 from kit.hf import HFConfig
 from kit.sglang.draft_config import ABSENT, read_draft_config
-from kit.sglang.versions import DEFAULT_RELEASE, Version, pick_recorded, sort_versions, stored_rows
+from kit.sglang.versions import Version, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("loader_rules.json")
 LLAMA_EAGLE3 = "LlamaForCausalLMEagle3"
 MLA_EAGLE3 = "Eagle3DeepseekV2ForCausalLM"
 EAGLE_FILE = "srt/models/llama_eagle3.py"
-LLAMA_FILE = "srt/models/llama.py"
 MLA_FILE = "srt/models/kimi_k25_eagle3.py"
 MODEL_CONFIG_FILE = "srt/configs/model_config.py"
-
-# feature -> (file, regex whose first match is the evidence); absence means False
-MARKERS: dict[str, tuple[str, str]] = {
-    "delegates_to_llama_loader": (EAGLE_FILE, r"super\(\)\.load_weights\("),
-    "decoder_is_midlayer": (EAGLE_FILE, r"self\.midlayer\s*=\s*LlamaDecoderLayer"),
-    "single_layer_only": (EAGLE_FILE, r"only supports 1 layer"),
-    "legacy_name_map": (EAGLE_FILE, r"legacy_name_map\s*=\s*\{"),
-    "num_aux_configurable": (EAGLE_FILE, r"num_aux_hidden_states\s*=\s*getattr\(config"),
-    "fc_bias_from_config": (EAGLE_FILE, r"bias=getattr\(config, \"bias\""),
-    "fc_default_bias": (EAGLE_FILE, r"self\.fc = torch\.nn\.Linear\(.*config\.hidden_size\)\s*$"),
-    "fc_norm": (EAGLE_FILE, r"getattr\(\s*config, \"fc_norm\""),
-    "norm_before_fc": (EAGLE_FILE, r"self\.norm_before_fc\s*=\s*bool"),
-    "norm_output": (EAGLE_FILE, r"self\.norm_output\s*=\s*getattr"),
-    "null_draft_vocab_uses_target_head": (EAGLE_FILE, r"if config\.draft_vocab_size is None"),
-    "tied_lm_head_is_embed": (EAGLE_FILE, r"self\.lm_head\s*=\s*self\.model\.embed_tokens"),
-    "later_layers_prenorm_is_hidden_norm": (EAGLE_FILE, r"self\.hidden_norm\(hidden_states, residual\)"),
-    "d2t_sets_hot_token_id": (EAGLE_FILE, r"self\.hot_token_id\s*=\s*loaded_weight \+ torch\.arange"),
-    "set_embed_skips_if_target_hidden_differs": (
-        LLAMA_FILE,
-        r"self\.config\.target_hidden_size != self\.config\.hidden_size",
-    ),
-    "llama_loader_keyerror_on_unknown_stacked": (LLAMA_FILE, r"^\s+param = params_dict\[name\]\s*$"),
-    "llama_loader_warns_unknown": (LLAMA_FILE, r"not found in params_dict"),
-}
-
-# Eagle3DeepseekV2ForCausalLM (kimi_k25_eagle3.py): one MLA decoder layer, its own load_weights
-MLA_MARKERS: dict[str, tuple[str, str]] = {
-    "single_layer_only": (MLA_FILE, r"only supports 1 layer"),
-    "requires_q_lora_rank": (MLA_FILE, r"requires q_lora_rank"),
-    "decoder_is_midlayer": (MLA_FILE, r"self\.midlayer\s*=\s*Eagle3MLADecoderLayer"),
-    "fused_a_proj_input_2h": (MLA_FILE, r"^\s*2 \* config\.hidden_size,\s*$"),
-    "fc_bias_from_config": (MLA_FILE, r"bias=getattr\(config, \"bias\""),
-    "fc_norm": (MLA_FILE, r"getattr\(\s*config, \"fc_norm\""),
-    "norm_output": (MLA_FILE, r"self\.norm_output\s*=\s*getattr"),
-    "num_aux_from_layer_ids": (MLA_FILE, r"def _get_eagle_aux_layer_count"),
-    "null_target_hidden_falls_back": (
-        MLA_FILE,
-        r"getattr\(config, \"target_hidden_size\", None\) or config\.hidden_size",
-    ),
-    "missing_draft_vocab_uses_target_head": (MLA_FILE, r"self\.load_lm_head_from_target = True"),
-    "tied_lm_head_is_embed": (MLA_FILE, r"self\.lm_head\s*=\s*self\.model\.embed_tokens"),
-    "d2t_sets_hot_token_id": (MLA_FILE, r"self\.hot_token_id\s*=\s*loaded_weight \+ torch\.arange"),
-    "set_embed_skips_if_target_hidden_differs": (
-        MLA_FILE,
-        r"self\.config\.target_hidden_size != self\.config\.hidden_size",
-    ),
-    "model_prefix_except_lm_head": (MLA_FILE, r"if not mapped_name\.startswith\(\"lm_head\.\"\)"),
-    "unknown_key_warns": (MLA_FILE, r"logger\.warning\(\"Eagle3 MLA: skipping unexpected weight"),
-    "kv_b_proj_split_after_load": (MLA_FILE, r"w = self_attn\.kv_b_proj\.weight"),
-}
-
-# EAGLE-3 draft classes: class -> (file with its load_weights, markers, class whose stacked mapping
-# applies when load_weights delegates to super())
-DRAFT_CLASSES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
-    LLAMA_EAGLE3: (EAGLE_FILE, MARKERS),
-    MLA_EAGLE3: (MLA_FILE, MLA_MARKERS),
-}
-
-# release-wide rules for any draft: feature -> (files searched in order, regex)
-_RUNNER_FILES = (
-    "srt/model_executor/model_runner.py",
-    "srt/model_executor/model_runner_components/layer_setup.py",
-)
-_SPEC_WORKER_FILES = (
-    "srt/speculative/eagle_worker.py",
-    "srt/speculative/draft_worker_common.py",
-    "srt/speculative/eagle_worker_v2.py",
-)
-RUNTIME_MARKERS: dict[str, tuple[tuple[str, ...], str]] = {
-    # `num_nextn_predict_layers: 0` in a draft config takes the MTP branch: the draft KV pool gets
-    # zero layers and the first draft forward raises IndexError (fixed by testing `> 0`)
-    "nnpl_zero_sizes_draft_kv_at_zero": (
-        _RUNNER_FILES,
-        r"model_has_mtp_layers = self\.model_config\.num_nextn_predict_layers is not None\s*$",
-    ),
-    "nnpl_zero_treated_as_absent": (_RUNNER_FILES, r"model_has_mtp_layers = _nnpl is not None and _nnpl > 0"),
-    # the draft's ModelConfig is built with the target's context length
-    "draft_context_is_target_context": (
-        _SPEC_WORKER_FILES,
-        r"context_length\s*=\s*target\w*(\.model_runner\.model_config)?\.context_len",
-    ),
-    # a context length above the model's derived one raises unless the env var allows it
-    "longer_context_raises": ((MODEL_CONFIG_FILE,), r"To allow overriding this maximum"),
-    "longer_context_allowed_by_default": (
-        (MODEL_CONFIG_FILE,),
-        r"\"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN\", default=\"True\"",
-    ),
-    "draft_context_override_rewrites_draft": (
-        (MODEL_CONFIG_FILE,),
-        r"Overriding the draft model's max_position_embeddings",
-    ),
-    # the MLA draft class gets an MLA KV pool sized from its own kv_lora_rank/qk_rope_head_dim
-    "mla_draft_kv_cache": ((MODEL_CONFIG_FILE,), r"\"Eagle3DeepseekV2ForCausalLM\" in self\.hf_config\.architectures"),
-}
+# EAGLE-3 draft classes: class -> the file with its load_weights
+DRAFT_CLASSES: dict[str, str] = {LLAMA_EAGLE3: EAGLE_FILE, MLA_EAGLE3: MLA_FILE}
 
 
 @dataclass(frozen=True)
@@ -157,140 +54,6 @@ class Rules:
     features: dict[str, Any]
     evidence: dict[str, list]  # feature -> [file, line number, line text]
     architecture: str = LLAMA_EAGLE3  # the draft class these rules describe ("runtime": release-wide)
-
-
-# -- deriving from real source ----------------------------------------------------------------
-def _first_match(texts: dict[str, str | None], files, rx: str) -> list | None:
-    for f in files:
-        for i, line in enumerate((texts.get(f) or "").splitlines(), 1):
-            if re.search(rx, line):
-                return [f, i, line.strip()]
-    return None
-
-
-def derive_features(
-    version: str, download: bool = True, architecture: str = LLAMA_EAGLE3
-) -> tuple[dict[str, Any], dict[str, list]]:
-    """Feature flags + evidence of one EAGLE-3 draft class in one release, read from its wheel's source."""
-    from kit.sglang.source import source_text
-
-    cls_file, markers = DRAFT_CLASSES[architecture]
-    files = sorted({cls_file, *(f for f, _ in markers.values())})
-    texts = {f: source_text(version, f, download=download) for f in files}
-    feats: dict[str, Any] = {"has_eagle3": texts[cls_file] is not None}
-    ev: dict[str, list] = {}
-    if texts[cls_file] is None:
-        return feats, ev
-    for feat, (f, rx) in markers.items():
-        hit = _first_match(texts, (f,), rx)
-        feats[feat] = hit is not None
-        if hit:
-            ev[feat] = hit
-    if architecture == LLAMA_EAGLE3:
-        feats["legacy_name_map"] = _legacy_map(texts[EAGLE_FILE]) if feats["legacy_name_map"] else {}
-    feats.update(load_weights_structure(texts[cls_file], architecture))
-    if not feats["stacked"] and feats.get("delegates_to_llama_loader"):
-        # 0.4.5-0.4.8: load_weights hands every name to LlamaForCausalLM.load_weights
-        feats["stacked"] = load_weights_structure(texts[LLAMA_FILE] or "", "LlamaForCausalLM")["stacked"]
-    return feats, ev
-
-
-def load_weights_structure(src: str, cls: str) -> dict[str, list]:
-    """What `cls.load_weights` does with names, read from its AST: the stacked mapping
-    (`stacked_params_mapping`), `re.sub` renames, and fused projections (two checkpoint tensors
-    concatenated into one parameter, e.g. q_a_proj + kv_a_proj_with_mqa -> fused_qkv_a_proj_with_mqa)."""
-    out: dict[str, list] = {"stacked": [], "renames": [], "fused": []}
-    tree = ast.parse(src)
-    fn = next(
-        (
-            f
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ClassDef) and node.name == cls
-            for f in node.body
-            if isinstance(f, ast.FunctionDef) and f.name == "load_weights"
-        ),
-        None,
-    )
-    if fn is None:
-        return out
-    for node in ast.walk(fn):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.List)
-            and any(isinstance(t, ast.Name) and t.id == "stacked_params_mapping" for t in node.targets)
-        ):
-            out["stacked"] = [list(ast.literal_eval(e)) for e in node.value.elts]
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "sub"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "re"
-            and len(node.args) >= 2
-            and all(isinstance(a, ast.Constant) for a in node.args[:2])
-        ):
-            out["renames"].append([node.args[0].value, node.args[1].value])
-    seg = ast.get_source_segment(src, fn) or ""
-    # `if "<a>" in mapped_name or "<b>" in mapped_name:` caches both parts; `.replace("<a>", "fused_...")`
-    # names the parameter; `torch.cat([cached[a], cached[b]])` fuses them in that order
-    pair = re.search(r'if "(\w+)" in mapped_name or "(\w+)" in mapped_name', seg)
-    fused = re.search(r'\.replace\("(\w+)", "(fused_\w+)"\)', seg)
-    if pair and fused and "torch.cat(" in seg:
-        parts = [pair.group(1), pair.group(2)]
-        if fused.group(1) != parts[0]:
-            parts.reverse()
-        out["fused"].append({"param": fused.group(2), "parts": parts})
-    return out
-
-
-def derive_runtime(version: str, download: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
-    """Release-wide rules for any draft (KV sizing, context length, draft architecture rewrites, the multimodal
-    classes whose processor startup loads, SGLang's own config model_types)."""
-    from kit.sglang.source import source_files, source_text
-
-    files = sorted({f for fs, _ in RUNTIME_MARKERS.values() for f in fs})
-    texts = {f: source_text(version, f, download=download) for f in files}
-    feats: dict[str, Any] = {}
-    ev: dict[str, list] = {}
-    for feat, (fs, rx) in RUNTIME_MARKERS.items():
-        hit = _first_match(texts, fs, rx)
-        feats[feat] = hit is not None
-        if hit:
-            ev[feat] = hit
-    feats["draft_arch_rewrites"] = draft_arch_rewrites(texts[MODEL_CONFIG_FILE] or "")
-    # what decides whether a target starts at all: the classes whose HF processor startup loads, and the
-    # model_types SGLang brings config classes for (kit.rehearsal reads them; recorded so no host needs the source)
-    archs = _processor_archs_in(texts[MODEL_CONFIG_FILE] or "")
-    if archs is not None:
-        feats["processor_archs"] = sorted(archs)
-        ev["processor_archs"] = _first_match(texts, (MODEL_CONFIG_FILE,), r"^multimodal_model_archs\s*=")
-    feats["config_model_types"] = sorted(_config_model_types_in(source_files(version, "srt/configs", download)))
-    for f in _CONTEXT_FILES:  # get_context_length moved between releases
-        text = source_text(version, f, download=download)
-        keys = _list_constant(text or "", "CONTEXT_LENGTH_KEYS")
-        if keys:
-            feats["context_length_keys"] = keys
-            ev["context_length_keys"] = _first_match({f: text}, (f,), r"^CONTEXT_LENGTH_KEYS\s*=")
-            break
-    return feats, ev
-
-
-_CONTEXT_FILES = (
-    "srt/utils/hf_transformers/common.py",
-    "srt/utils/hf_transformers_utils.py",
-    "srt/hf_transformers_utils.py",
-)
-
-
-def _list_constant(src: str, name: str) -> list | None:
-    for node in ast.parse(src).body if src else ():
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, (ast.List, ast.Tuple))
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-        ):
-            return list(ast.literal_eval(node.value))
-    return None
 
 
 def context_keys(version: str | None = None) -> list[str]:
@@ -312,87 +75,6 @@ def derived_context_length(text_config: HFConfig, version: str | None = None) ->
     return 2048
 
 
-def draft_arch_rewrites(src: str) -> dict[str, str]:
-    """ModelConfig's draft-only architecture rewrites (`if is_draft_model and architectures[0] == X:
-    architectures[0] = Y`), e.g. DeepseekV3ForCausalLM -> DeepseekV3ForCausalLMNextN (an MTP class)."""
-
-    def arch0(n) -> bool:
-        return (
-            isinstance(n, ast.Subscript)
-            and isinstance(n.value, ast.Attribute)
-            and n.value.attr == "architectures"
-            and isinstance(n.slice, ast.Constant)
-            and n.slice.value == 0
-        )
-
-    out: dict[str, str] = {}
-    for node in ast.walk(ast.parse(src)):
-        if not isinstance(node, ast.If) or not any(
-            getattr(n, "id", getattr(n, "attr", None)) == "is_draft_model" for n in ast.walk(node.test)
-        ):
-            continue
-        froms: list[str] = []
-        for c in ast.walk(node.test):
-            if isinstance(c, ast.Compare) and arch0(c.left) and len(c.ops) == 1:
-                r = c.comparators[0]
-                if isinstance(c.ops[0], ast.Eq) and isinstance(r, ast.Constant):
-                    froms.append(r.value)
-                elif isinstance(c.ops[0], ast.In) and isinstance(r, (ast.List, ast.Tuple)):
-                    froms += [e.value for e in r.elts if isinstance(e, ast.Constant)]
-        to = [
-            st.value.value
-            for st in node.body
-            if isinstance(st, ast.Assign) and any(arch0(t) for t in st.targets) and isinstance(st.value, ast.Constant)
-        ]
-        for f in froms if to else ():
-            out[f] = to[-1]
-    return out
-
-
-def _legacy_map(text: str) -> dict[str, str]:
-    for node in ast.walk(ast.parse(text)):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Dict)
-            and any(isinstance(t, ast.Name) and t.id == "legacy_name_map" for t in node.targets)
-        ):
-            return ast.literal_eval(node.value)
-    return {}
-
-
-def scan_registered(version: str, download: bool = True) -> set[str]:
-    """Class names SGLang's ModelRegistry registers: the `EntryClass` of each srt/models/*.py."""
-    from kit.sglang.source import source_root
-
-    base = source_root(version, download) / "sglang" / "srt" / "models"
-    names: set[str] = set()
-    for p in sorted(base.glob("*.py")):
-        try:
-            tree = ast.parse(p.read_text())
-        except SyntaxError:
-            continue
-        aliases: dict[str, str] = {}
-        for node in tree.body:
-            # `Foo = Bar` and `from x import Bar as Foo` register under Bar (the class __name__)
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-                for t in node.targets:
-                    if isinstance(t, ast.Name) and t.id != "EntryClass":
-                        aliases[t.id] = node.value.id
-            if isinstance(node, ast.ImportFrom):
-                for a in node.names:
-                    if a.asname:
-                        aliases[a.asname] = a.name
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
-            ):
-                vals = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
-                for v in vals:
-                    if isinstance(v, ast.Name):
-                        names.add(aliases.get(v.id, v.id))
-    return names
-
-
 # -- the recorded table -----------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
@@ -407,7 +89,7 @@ def known_versions() -> list[str]:
 
 def rules_for(version: str | None = None, architecture: str = LLAMA_EAGLE3) -> Rules:
     """Rules of one draft class in `version`: its own recorded row, else the newest checked release
-    not after it. architecture="runtime" gives the release-wide rules (derive_runtime)."""
+    not after it. architecture="runtime" gives the release-wide rules any draft meets."""
     rel = pick_recorded(version, known_versions())
     row = _table()["versions"][rel.checked]
     part = row["runtime"] if architecture == "runtime" else row["classes"].get(architecture)
@@ -486,35 +168,6 @@ def resolve_draft_class(draft_config: HFConfig, version: str | None = None) -> t
     if arch is None:
         return None, "not_registered"
     return arch, "eagle3" if arch in eagle3_draft_architectures(version) else "registered_not_eagle3"
-
-
-def build_table(versions: list[str], absolute: bool = False) -> dict[str, Any]:
-    """Rows of `versions`; the registered classes as deltas from the previous row, or whole (`absolute`: a row
-    derived alone, `python -m kit.sglang.releases --derive V`)."""
-    out: dict[str, Any] = {
-        "_doc": "generated by `python -m kit.sglang.loader --write V...` from real "
-        "sglang wheels; checked by kit/tests/sglang/test_sglang_rules.py",
-        "versions": {},
-    }
-    prev: set[str] = set()
-    for v in sort_versions(versions):
-        classes = {}
-        for cls in DRAFT_CLASSES:
-            feats, ev = derive_features(v, architecture=cls)
-            classes[cls] = {"features": feats, "evidence": ev}
-        rt, rt_ev = derive_runtime(v)
-        reg = scan_registered(v)
-        out["versions"][v] = {
-            "classes": classes,
-            "runtime": {"features": rt, "evidence": rt_ev},
-            **(
-                {"registered": sorted(reg)}
-                if absolute
-                else {"registered_delta": {"added": sorted(reg - prev), "removed": sorted(prev - reg)}}
-            ),
-        }
-        prev = reg
-    return out
 
 
 # -- simulation -------------------------------------------------------------------------------
@@ -853,7 +506,7 @@ def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: 
     f = r.features
     sim = LoadSimulation(r.version, r.checked, r.exact, written, status, cls)
     if not f.get("has_eagle3"):
-        src = DRAFT_CLASSES[cls][0]
+        src = DRAFT_CLASSES[cls]
         sim.build_errors.append(f"sglang {r.version} has no {src} ({cls}): it cannot load this draft")
         sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason=f"no {cls} loader") for k, s in ckpt_shapes.items()]
         return sim
@@ -989,12 +642,12 @@ def config_model_types(version: str, download: bool = False) -> frozenset[str] |
     from kit.sglang.source import source_files
 
     try:
-        return _config_model_types_in(source_files(version, "srt/configs", download))
+        return config_model_types_in(source_files(version, "srt/configs", download))
     except (KitInputError, OSError):
         return None
 
 
-def _config_model_types_in(texts: dict[str, str]) -> frozenset[str]:
+def config_model_types_in(texts: dict[str, str]) -> frozenset[str]:
     return frozenset(m for t in texts.values() for m in re.findall(r'^\s+model_type\s*=\s*"([^"]+)"', t, re.M))
 
 
@@ -1082,12 +735,12 @@ def processor_archs(version: str, download: bool = False) -> frozenset[str] | No
     from kit.sglang.source import source_text
 
     try:
-        return _processor_archs_in(source_text(version, MODEL_CONFIG_FILE, download) or "")
+        return processor_archs_in(source_text(version, MODEL_CONFIG_FILE, download) or "")
     except (KitInputError, OSError):
         return None
 
 
-def _processor_archs_in(src: str) -> frozenset[str] | None:
+def processor_archs_in(src: str) -> frozenset[str] | None:
     node = next(
         (
             n.value
@@ -1103,14 +756,3 @@ def _processor_archs_in(src: str) -> frozenset[str] | None:
     m = re.search(r"mm_disabled_models\s*=\s*(\[[^\]]*\])", src)
     disabled = set(ast.literal_eval(m.group(1))) if m else set()
     return frozenset(a for a in archs if a not in disabled)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--write"]:
-        from kit.sglang.source import write_table
-
-        write_table(TABLE_PATH, build_table(sys.argv[2:]))
-    else:
-        v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
-        cls = sys.argv[2] if len(sys.argv) > 2 else LLAMA_EAGLE3
-        print(json.dumps(derive_runtime(v) if cls == "runtime" else derive_features(v, architecture=cls), indent=1))

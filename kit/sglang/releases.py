@@ -80,8 +80,8 @@ def refresh() -> list[str]:
 
 def derive(version: str) -> Path:
     """V's tables from its own wheel, written under local_dir(V) (rows in the stored tables' format)."""
-    from kit.derive import capture_scan, flag_scan
-    from kit.sglang import env_vars, loader, quant
+    from kit.derive import capture_scan, flag_scan, loader_scan, quant_scan
+    from kit.sglang import env_vars
 
     out = local_dir(version)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,8 +92,8 @@ def derive(version: str) -> Path:
     rows = {
         "flags": flag_row,
         "capture": capture_scan.derive(version),
-        "loader": loader.build_table([version], absolute=True)["versions"][version],
-        "quant": quant.derive(version),
+        "loader": loader_scan.build_table([version], absolute=True)["versions"][version],
+        "quant": quant_scan.derive(version),
         "env_vars": env_vars.derive(version),
     }
     for name, row in rows.items():

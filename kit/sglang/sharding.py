@@ -3,8 +3,8 @@
 SGLang splits attention heads, KV heads, MLP and MoE intermediate sizes, experts and the vocabulary over the GPUs
 while it builds the target and the draft, and asserts (or raises) where a size does not divide: a draft with 20
 heads under `--tp-size 8` never starts (`assert self.total_num_heads % tp_size == 0`, srt/models/llama.py). Where
-each division lives is read from each release's own source (`derive`: one regex per fact over the wheel's text,
-recorded as file:line in kit/sglang/sharding_rules.json: `python -m kit.sglang.sharding --write`); the launch's
+each division lives is read from each release's own source (`kit.derive.sharding_scan`: one regex per fact over
+the wheel's text, recorded as file:line in kit/sglang/sharding_rules.json, which this module reads); the launch's
 sizes are read as its ServerArgs resolves them (`Parallel`); `shard_findings` judges the target and the draft
 (`DraftConfig`) against them: `launch.shard`, static (not yet rehearsed on several GPUs).
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import NamedTuple
 
 from kit.findings import Code, Finding
 from kit.hf import HFConfig
-from kit.sglang.versions import DEFAULT_RELEASE, default_release, pick_recorded, sort_versions
+from kit.sglang.versions import default_release, pick_recorded
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
@@ -47,65 +46,11 @@ SHARD = Code(
 )
 
 TABLE_PATH = Path(__file__).with_name("sharding_rules.json")
-RELEASES = ("0.4.4", "0.4.6.post5", "0.4.10", "0.5.1", "0.5.8", "0.5.17", DEFAULT_RELEASE)  # the recorded ones
 STATIC = "static check (not yet rehearsed on multiple GPUs)"
-FILES = {
-    "llama": "models/llama.py", "dsv2": "models/deepseek_v2.py", "linear": "layers/linear.py",
-    "vocab": "layers/vocab_parallel_embedding.py", "moe": "layers/moe/fused_moe_triton/layer.py",
-    "epmoe": "layers/moe/ep_moe/layer.py", "ps": "distributed/parallel_state.py", "rc": "runtime_context.py",
-    "args": "server_args.py", "over": "arg_groups/overrides.py", "par": "arg_groups/parallel_hook.py",
-    "dpa": "layers/dp_attention.py", "fp8": "layers/quantization/fp8.py", "marlin": "layers/quantization/marlin_utils.py",
-    "ct": "layers/quantization/compressed_tensors/schemes/compressed_tensors_wNa16.py",
-    "ctmoe": "layers/quantization/compressed_tensors/compressed_tensors_moe.py",
-    "ctmoe2": "layers/quantization/compressed_tensors/schemes/compressed_tensors_wNa16_moe.py",
-}  # fmt: skip
-# fact, files (searched in order), regex whose first match is the fact's line; a release without it lacks the division
-_FACT_LINES = r"""
-heads llama assert self\.total_num_heads % tp_size == 0
-kv_heads llama assert self\.total_num_kv_heads % tp_size == 0
-kv_replicas llama assert tp_size % self\.total_num_kv_heads == 0
-mla_heads_attn_tp dsv2 assert num_heads % attn_tp_size == 0
-mla_heads_tp dsv2 assert num_heads % tp_size == 0
-qkv_heads linear self\.num_heads = divide\(self\.total_num_heads, tp_size\)
-qkv_kv linear self\.num_kv_heads = divide\(self\.total_num_kv_heads, (kv_)?tp_size\)
-qkv_kv_replicas linear self\.num_kv_head_replicas = divide\((kv_)?tp_size, self\.total_num_kv_heads\)
-column linear divide\(output_size, tp_size\) for output_size in self\.output_sizes
-vocab vocab self\.num_embeddings_per_partition = divide\(
-vocab_pad_64 vocab ^DEFAULT_VOCAB_PADDING_SIZE = 64$
-vocab_pads_to_tp vocab ^\s*if pad_vocab_size\(self\.org_vocab_size, padding_size\) % self\.tp_size != 0:
-experts moe|epmoe assert \(?(self\._num_global_routed|num_experts|self\.num_experts)[^%]*% \S+ == 0
-moe_inter moe assert intermediate_size % self\.moe_tp_size == 0
-moe_inter_floor moe self\.intermediate_size_per_partition = intermediate_size // self\.tp_size
-moe_tp ps|rc moe_tp_size"?:?\s*=?\s*(tensor_model_parallel_size|tp_size) // moe_ep_size
-ep_is_tp args|over self\.ep_size = self\.tp_size|return \{"ep_size": view\.tp_size\}
-attn_tp dpa|rc attn_tp_size = tp_size // |def derive_attn_tp_size
-dp_is_tp args if self\.enable_dp_attention:\n\s+self\.dp_size = self\.tp_size
-tp_dp args|par assert self\.tp_size % self\.dp_size == 0|assert cfg\.tp_size % \(cfg\.attn_dp_size
-fp8_moe_block fp8 if intermediate_size(_per_partition)? % block_n != 0:
-fp8_column fp8 if output_partition_size % block_n != 0:
-marlin_group marlin input_size_per_partition % group_size != 0
-ct_group ct assert input_size_per_partition % group_size == 0
-ct_moe_groups ctmoe|ctmoe2 num_groups_w2 = w2_scales_size // self\.group_size
-"""
-FACTS = {n: (files.split("|"), rx) for n, files, rx in (line.split(" ", 2) for line in _FACT_LINES.split("\n")[1:-1])}
 FLOORS = {"moe_inter_floor", "ct_moe_groups"}  # no check: the shard is sized by floor division
 RAISES = {"fp8_moe_block", "fp8_column", "marlin_group"}  # ValueError rather than an assert
 ALIASES = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size", "expert_parallel_size": "ep_size"}
 POWERS = (1, 2, 4, 8, 16, 32, 64)
-
-
-def derive(version: str, download: bool = True) -> dict[str, str]:
-    """{fact: "srt/file.py:line"} of every FACTS regex found in that release's source."""
-    from kit.sglang.source import source_text
-
-    out = {}
-    for fact, (keys, rx) in FACTS.items():
-        for f in (f"srt/{FILES[k]}" for k in keys):
-            text = source_text(version, f, download) or ""
-            if m := re.search(rx, text, re.M):
-                out[fact] = f"{f}:{text.count(chr(10), 0, m.start()) + 1}"
-                break
-    return out
 
 
 @lru_cache(maxsize=1)
@@ -271,12 +216,3 @@ def shard_findings(
         ev = {"num_key_value_heads": kv.size, "tp_size": kv.by, "source": facts.get(kv.fact)}
         out.append(SHARD(title + " (each GPU holds its heads' whole KV cache)", evidence=ev, severity="info", fix=""))
     return out
-
-
-if __name__ == "__main__":
-    if "--write" in sys.argv:  # one line per release
-        rows = [f'  "{v}": {json.dumps(derive(v))}' for v in sort_versions(RELEASES)]
-        about = "`python -m kit.sglang.sharding --write` from real wheels; kit/tests/sglang/test_sharding.py"
-        TABLE_PATH.write_text(f'{{\n "_doc": "{about}",\n "versions": {{\n' + ",\n".join(rows) + "\n }\n}\n")
-    for v in [a for a in sys.argv[1:] if a != "--write"] or RELEASES:
-        print(v, json.dumps(derive(v)))

@@ -1,11 +1,12 @@
 """Real SGLang source, per version, read as text — never imported.
 
 The kit's per-version rules (loader eras, registered draft architectures, which targets can
-capture aux hidden states, the aux layer-id shift) are *derived from* SGLang's own source.
-This module fetches a release's pure-Python wheel with `pip download --no-deps sglang==X`
-(a few MB, no dependencies, no GPU), unpacks its `.py` files once into the cache, and hands
-out file texts. Tests use it to check our recorded rule tables against the real thing, so a
-change in SGLang breaks our test rather than our users.
+capture aux hidden states, the aux layer-id shift) are *derived from* SGLang's own source by the
+scanners of `kit.derive`, and tests re-derive them, so a change in SGLang breaks our test rather than
+our users. At runtime a release the tables lack is read here too, from its source at hand
+(`kit.sglang.loader.processor_archs`, `kit.sglang.env_vars.release_vars`). This module fetches a
+release's pure-Python wheel with `pip download --no-deps sglang==X` (a few MB, no dependencies, no
+GPU), unpacks its `.py` files once into the cache, and hands out file texts.
 
     from kit.sglang.source import source_text
     text = source_text("0.5.23", "srt/models/llama_eagle3.py")
@@ -17,8 +18,6 @@ network), else $KIT_CACHE_DIR/sglang-src/<version>/sglang/... (downloaded once; 
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,6 @@ from pathlib import Path
 
 from kit.findings import KitInputError
 from kit.models import cache_dir, cache_lock
-from kit.sglang.versions import DEFAULT_RELEASE
 
 
 def source_root(version: str, download: bool = True) -> Path:
@@ -46,12 +44,13 @@ def source_root(version: str, download: bool = True) -> Path:
         raise KitInputError(f"sglang {version}: source not cached under {root} and download disabled")
     with cache_lock(root):  # a second process asking for the same release waits, then finds it cached
         if not (root / "sglang" / "__init__.py").exists():
-            _download(version, root)
+            download_wheel(version, root)
     return root
 
 
-def _download(version: str, root: Path) -> None:
-    """`sglang/**/*.py` of that release's wheel into `root` (renamed into place whole)."""
+def download_wheel(version: str, root: Path) -> None:
+    """`sglang/**/*.py` of that release's wheel and its METADATA/entry_points.txt into `root` (renamed into place
+    whole)."""
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{version}-"))
     try:
         r = subprocess.run(
@@ -90,19 +89,6 @@ def _is_metadata(name: str) -> bool:
     return len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in ("METADATA", "entry_points.txt")
 
 
-def dist_info_root(version: str, download: bool = True) -> Path:
-    """The cached source folder of that release with its wheel's METADATA and entry_points.txt beside `sglang/`
-    (fetched again when a folder cached before this was kept lacks them)."""
-    root = cache_dir() / "sglang-src" / version
-    if not list(root.glob("sglang-*.dist-info/METADATA")):
-        if not download:
-            raise KitInputError(f"sglang {version}: wheel metadata not cached under {root} and download disabled")
-        with cache_lock(root):
-            if not list(root.glob("sglang-*.dist-info/METADATA")):
-                _download(version, root)
-    return root
-
-
 def source_text(version: str, relpath: str, download: bool = True) -> str | None:
     """Text of `sglang/<relpath>` in that release, or None if the file does not exist there."""
     p = source_root(version, download) / "sglang" / relpath
@@ -113,19 +99,3 @@ def source_files(version: str, subdir: str, download: bool = True) -> dict[str, 
     """All `.py` files under `sglang/<subdir>` as {relative path: text}."""
     base = source_root(version, download) / "sglang"
     return {str(p.relative_to(base)): p.read_text() for p in sorted((base / subdir).rglob("*.py"))}
-
-
-if __name__ == "__main__":
-    v = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE
-    print(source_root(v))
-    os.system(f"ls {source_root(v)}/sglang/srt/models | head")
-
-
-def write_table(path: Path, doc: dict) -> None:
-    """Write a derived rule table (`python -m kit.sglang.<scan> --write`) as the repository stores it: rows equal
-    to an earlier release's as {"same_as": release} (kit.sglang.versions.dedupe_rows)."""
-    from kit.sglang.versions import dedupe_rows
-
-    doc = {**doc, "versions": dedupe_rows(doc["versions"])}
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {path}")

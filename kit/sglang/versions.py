@@ -180,18 +180,8 @@ def default_release() -> str:
 
 # -- stored tables ------------------------------------------------------------------------------
 # Each per-release table (flags, capture, loader, quant) stores a row per release; a row identical to an
-# earlier release's is stored as {"same_as": that release} (post releases mostly repeat their base release).
-def dedupe_rows(rows: dict[str, dict]) -> dict[str, dict]:
-    """Rows in release order, each one equal to an earlier row replaced by {"same_as": the first such release}."""
-    seen: dict[str, str] = {}
-    out: dict[str, dict] = {}
-    for v in sort_versions(rows):
-        key = json.dumps(rows[v], sort_keys=True)
-        out[v] = {"same_as": seen[key]} if key in seen else rows[v]
-        seen.setdefault(key, v)
-    return out
-
-
+# earlier release's is stored as {"same_as": that release} (post releases mostly repeat their base release;
+# kit.derive.dedupe_rows writes them).
 def tables_dir(version: str | None = None) -> Path:
     """Where `python -m kit.sglang.releases --derive V` writes V's tables on this machine (all of them: no V)."""
     from kit.models import cache_dir

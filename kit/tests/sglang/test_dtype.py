@@ -1,8 +1,9 @@
 """kit.sglang.dtype: the dtype each release runs the target and the draft in, and `draft.dtype`.
 
-The recorded rule is checked by running each release's own `_get_and_verify_dtype` on the probe grid (skipped
-when that release's source is not cached). The finding: an embedded-like target whose config says float32 beside
-a bfloat16 EAGLE-3 draft crashed real SGLang 0.5.17 during the draft's CUDA-graph capture.
+The recorded rule is checked by running each release's own `_get_and_verify_dtype` on the probe grid
+(`kit.derive.dtype_scan`; skipped when that release's source is not cached). The finding: an embedded-like target
+whose config says float32 beside a bfloat16 EAGLE-3 draft crashed real SGLang 0.5.17 during the draft's CUDA-graph
+capture.
 
     python -m pytest kit/tests/sglang/test_dtype.py -q
 """
@@ -14,16 +15,9 @@ import re
 
 import pytest
 
-from kit.sglang.dtype import (
-    DTYPE_RULES,
-    NO_CAST_EVIDENCE,
-    derive,
-    derive_forced,
-    dtype_rule,
-    forced_dtype,
-    predict,
-    resolve_model_dtype,
-)
+from kit.derive.dtype_scan import derive, derive_forced, predict
+from kit.sglang.dtype import DTYPE_RULES, NO_CAST_EVIDENCE, dtype_rule, forced_dtype, resolve_model_dtype
+from kit.tests.sglang import source_or_skip
 from kit.wiring.checks import draft_dtype_checks
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576}
@@ -35,20 +29,10 @@ LAUNCH = (
 ).split()
 
 
-def _source_or_skip(version):
-    from kit.findings import KitInputError
-    from kit.sglang.source import source_root
-
-    try:
-        source_root(version, download=False)
-    except KitInputError as e:
-        pytest.skip(f"sglang {version} source not cached: {e}")
-
-
 # -- the recorded rule against the real source ----------------------------------------------------------------
 @pytest.mark.parametrize("version", ["0.4.4", "0.4.5", "0.5.1", "0.5.4", "0.5.8", "0.5.17", "0.5.23"])
 def test_recorded_rule_matches_the_real_source(version):
-    _source_or_skip(version)
+    source_or_skip(version)
     got = derive(version, download=False)
     assert got["grid"] == predict(version)
     assert got["reads"] == dtype_rule(version).reads
@@ -59,7 +43,7 @@ def test_recorded_rule_matches_the_real_source(version):
 def test_each_rule_evidence_is_that_line_of_its_first_release(version):
     from kit.sglang.source import source_text
 
-    _source_or_skip(version)
+    source_or_skip(version)
     path, line, text = re.match(r"(\S+):(\d+) (.*?)(?: \(.*\))?$", DTYPE_RULES[version].evidence).groups()
     assert source_text(version, path, download=False).splitlines()[int(line) - 1].strip() == text
 
@@ -68,7 +52,7 @@ def test_each_rule_evidence_is_that_line_of_its_first_release(version):
 def test_no_release_casts_between_target_and_draft(version):
     from kit.sglang.source import source_files, source_text
 
-    _source_or_skip(version)
+    source_or_skip(version)
     if version == "0.5.17":  # the crash's release: the lines the finding cites
         for path, line in NO_CAST_EVIDENCE:
             assert line in source_text(version, path, download=False), path

@@ -1,4 +1,5 @@
-"""kit.sglang.quant: each release's own `_parse_quant_hf_config` run on ModelOpt probe files, and `draft.quant`.
+"""kit.sglang.quant: each release's own `_parse_quant_hf_config` run on ModelOpt probe files (kit.derive.quant_scan),
+and `draft.quant`.
 
 The realistic case: a BF16 EAGLE-3 head exported by NVIDIA ModelOpt with only an FP8 KV cache writes
 `hf_quant_config.json` with `"quant_algo": null`; releases that read any such file as `modelopt` build
@@ -13,7 +14,9 @@ import json
 
 import pytest
 
-from kit.sglang.quant import PROBES, derive, draft_quantization, misread_releases, table
+from kit.derive.quant_scan import PROBES, derive, scan_no_algo_loader
+from kit.sglang.quant import LOADER_SRC, NO_ALGO_LOADER, draft_quantization, misread_releases, table
+from kit.tests.sglang import source_or_skip
 
 MODELOPT_KV_ONLY = {
     "producer": {"name": "modelopt", "version": "0.29.0"},
@@ -21,19 +24,9 @@ MODELOPT_KV_ONLY = {
 }
 
 
-def _source_or_skip(version):
-    from kit.findings import KitInputError
-    from kit.sglang.source import source_root
-
-    try:
-        source_root(version, download=False)
-    except KitInputError as e:
-        pytest.skip(f"sglang {version} source not cached: {e}")
-
-
 @pytest.mark.parametrize("version", ["0.4.10", "0.5.17"])
 def test_recorded_table_matches_the_real_source(version):
-    _source_or_skip(version)
+    source_or_skip(version)
     assert derive(version, download=False) == table()["versions"][version]
 
 
@@ -81,13 +74,10 @@ def test_loader_fact_matches_every_cached_release():
     """NO_ALGO_LOADER (class and first release) against each cached release's own get_quant_config."""
     import os
 
-    from kit.sglang.quant import LOADER_SRC, NO_ALGO_LOADER, scan_no_algo_loader
-    from kit.sglang.source import source_root, source_text
+    from kit.sglang.source import source_text
     from kit.sglang.versions import Version
 
-    root = source_root("0.5.17", download=False).parent if _cached("0.5.17") else None
-    if root is None:
-        pytest.skip("no cached sglang source")
+    root = source_or_skip("0.5.17").parent
     versions = [v for v in os.listdir(root) if v[0].isdigit() and (root / v / "sglang").is_dir()]
     if not {"0.4.8", "0.4.9"} <= set(versions):
         pytest.skip("the releases on both sides of the branch are not cached")
@@ -95,14 +85,3 @@ def test_loader_fact_matches_every_cached_release():
     for v in versions:
         want = NO_ALGO_LOADER["architecture"] if Version.parse(v) >= since else None
         assert scan_no_algo_loader(source_text(v, LOADER_SRC, download=False) or "") == want, v
-
-
-def _cached(version) -> bool:
-    from kit.findings import KitInputError
-    from kit.sglang.source import source_root
-
-    try:
-        source_root(version, download=False)
-    except KitInputError:
-        return False
-    return True

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from kit.derive import dedupe_rows
 from kit.sglang import capture, env_vars, flags, loader, quant, releases, versions
-from kit.sglang.versions import Version, dedupe_rows, stored_rows
+from kit.sglang.versions import Version, stored_rows
 
 
 def test_list_is_every_final_and_post_release_from_0_4_4():

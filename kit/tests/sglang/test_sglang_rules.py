@@ -1,13 +1,14 @@
 """The recorded SGLang rule table matches real sglang wheels, and simulate_load replays each era.
 
 `test_table_matches_real_source` downloads (pip download --no-deps, cached) the releases on
-each side of every loader boundary and re-derives the features from their source text.
+each side of every loader boundary and re-derives the features from their source text (kit.derive.loader_scan).
 """
 
 import pytest
 
-from kit.findings import KitInputError
+from kit.derive import loader_scan
 from kit.sglang import loader as sr
+from kit.tests.sglang import derive_or_skip
 
 BOUNDARIES = [
     "0.4.4",
@@ -73,12 +74,9 @@ def keys(prefix="layers.0", layers=1, lm_head=True, embed=True):
 
 @pytest.mark.parametrize("version", BOUNDARIES)
 def test_table_matches_real_source(version):
-    try:
-        derived = {cls: sr.derive_features(version, architecture=cls) for cls in sr.DRAFT_CLASSES}
-        runtime = sr.derive_runtime(version)
-        reg = sr.scan_registered(version)
-    except KitInputError as e:
-        pytest.skip(f"sglang {version} source unavailable offline: {e}")
+    runtime = derive_or_skip(loader_scan.derive_runtime, version)
+    derived = {cls: loader_scan.derive_features(version, architecture=cls) for cls in sr.DRAFT_CLASSES}
+    reg = loader_scan.scan_registered(version)
     row = sr._table()["versions"][version]
     for cls, (feats, ev) in derived.items():
         assert feats == row["classes"][cls]["features"], f"sglang {version} {cls} changed: re-run --write"

@@ -1,6 +1,6 @@
 """Sharding under --tp/--dp/--ep, statically (`kit.sglang.sharding`, `launch.shard`): the recorded per-release facts
-against each release's real source (wheels downloaded once, cached; skipped offline), the rule on tiny configs, and
-the seed's TP8 launch and its fix.
+against each release's real source (`kit.derive.sharding_scan`; wheels downloaded once, cached; skipped offline),
+the rule on tiny configs, and the seed's TP8 launch and its fix.
 Run: python -m pytest kit/tests/sglang/test_sharding.py -q
 """
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.derive.sharding_scan import RELEASES, derive
 from kit.hf import HFConfig
-from kit.sglang.sharding import RELEASES, Parallel, derive, shard_findings, table
+from kit.sglang.sharding import Parallel, shard_findings, table
 from kit.tests.sglang import derive_or_skip
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
