@@ -22,7 +22,6 @@ Machine used for the committed numbers: 2-core CPU, no GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _run import emit
 
 from kit.measure.bench import BenchConfig, run_bench
 from kit.measure.metrics import llamacpp_timings
@@ -209,7 +209,7 @@ def main() -> None:
         doc["bench_serving"] = bench_serving_status()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(doc))
+    emit(doc)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The draft is Llama-3.1-8B-shaped (hidden 4096, vocab 128256, draft vocab 32000, bf16; largest
 tensor: embed_tokens, 1.05 GB), written once with random bytes (the converter copies bytes and
-never interprets weights). Each run is a fresh process timed until `sync` returns; peak RSS comes from wait4's rusage.
+never interprets weights). Each run is a fresh process timed until `sync` returns, its peak RSS its own
+(`bench/_run.py`).
 Target: peak RSS <= largest tensor + 300 MB. Throughput is reported next to `cp -r` of the same
 files (the converter also hashes every tensor twice: while writing and when re-verifying).
 
@@ -15,13 +16,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from array import array
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _run import emit, run_timed  # noqa: E402
 
 from kit.checkpoint.safetensors_io import WriteEntry, write_stream  # noqa: E402
 
@@ -98,17 +99,6 @@ def make_draft(d: Path) -> dict:
     return {"largest_tensor_bytes": V * H * 2}
 
 
-def timed(cmd) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    os.sync()  # count the time until the bytes are on disk, for both (cp returns with them still dirty)
-    dt = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd}: {p.stderr.read().decode()[-500:]}")
-    return dt, ru.ru_maxrss / 1024
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/kit-bench-convert")
@@ -129,25 +119,25 @@ def main() -> None:
         for d in (root / "out", root / "cp", root / "cpn"):
             shutil.rmtree(d, ignore_errors=True)
         os.sync()  # no run pays for another's dirty pages
-        cp.append(timed(["cp", "-r", str(src), str(root / "cp")]))
+        cp.append(run_timed(["cp", "-r", src, root / "cp"], sync=True))
         # coreutils 9 cp uses copy_file_range, which this VM's disk may offload: also time a byte copy
-        cpn.append(timed(["cp", "--reflink=never", "-r", str(src), str(root / "cpn")]))
-        argv = [str(src), str(root / "out"), "--to", "sglang", "--target", str(root / "target")]
-        conv.append(timed([sys.executable, "-m", "kit", "convert", *argv]))
-    best_c, best_cp, best_cpn = min(t for t, _ in conv), min(t for t, _ in cp), min(t for t, _ in cpn)
-    rss = max(r for _, r in conv)
+        cpn.append(run_timed(["cp", "--reflink=never", "-r", src, root / "cpn"], sync=True))
+        argv = [src, root / "out", "--to", "sglang", "--target", root / "target"]
+        conv.append(run_timed([sys.executable, "-m", "kit", "convert", *argv], sync=True))
+    best_c, best_cp, best_cpn = (min(t.seconds for t in runs) for runs in (conv, cp, cpn))
+    rss = max(t.peak_rss_mb for t in conv)
     limit = info["largest_tensor_bytes"] / 2**20 + 300
     out = {
         "bench": "convert",
         "machine": f"{os.cpu_count()} CPU",
         "bytes": nbytes,
         "largest_tensor_mb": round(info["largest_tensor_bytes"] / 2**20, 1),
-        "convert_s": [round(t, 3) for t, _ in conv],
-        "cp_s": [round(t, 3) for t, _ in cp],
+        "convert_s": [round(t.seconds, 3) for t in conv],
+        "cp_s": [round(t.seconds, 3) for t in cp],
         "convert_mb_per_s": round(nbytes / 2**20 / best_c, 1),
         "cp_mb_per_s": round(nbytes / 2**20 / best_cp, 1),
         "slowdown_vs_cp": round(best_c / best_cp, 2),
-        "cp_byte_copy_s": [round(t, 3) for t, _ in cpn],
+        "cp_byte_copy_s": [round(t.seconds, 3) for t in cpn],
         "cp_byte_copy_mb_per_s": round(nbytes / 2**20 / best_cpn, 1),
         "slowdown_vs_byte_copy": round(best_c / best_cpn, 2),
         "convert_peak_rss_mb": round(rss, 1),
@@ -155,7 +145,7 @@ def main() -> None:
         "pass_rss": rss <= limit,
     }
     shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(out))
+    emit(out)
 
 
 if __name__ == "__main__":

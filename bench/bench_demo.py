@@ -22,7 +22,7 @@ no launch accepting under 1.1 tokens per verify headlined above 1.0x in any run,
 cache as it is, beside the standard load) within 15% of the quiet run's, or said inconclusive. The standard
 loads (`--load`; default `gpu` with `--gpu`, else `cpu`): `cpu`, one process spinning on one core; `gpu`, a
 second process on the card multiplying 8192x8192 bf16 matrices back to back. `--merge FILE` adds the runs of
-an earlier document (a quiet run measured in another call). Prints one JSON document (last line), also written
+an earlier document (e.g. a quiet run measured before). Prints one JSON document (last line), also written
 to `--out` after every run.
 """
 
@@ -36,8 +36,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _run import emit, load_avg, run_timed, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 # what an AVX2-only CPU gives the kernels: oneDNN, ATen's dispatch, MKL and FBGEMM (the fp16 products) capped at AVX2
@@ -95,13 +96,10 @@ def start_load(kind: str) -> subprocess.Popen:
 def run_demo(cache: Path, runs_dir: Path, env: dict, quick: bool, gpu: bool = False) -> dict:
     cmd = [sys.executable, "-m", "kit", "demo", "--runs-dir", str(runs_dir)] + (["--quick"] if quick else [])
     cmd += ["--gpu"] if gpu else []
-    before = os.getloadavg()
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=runs_dir, env={**os.environ, **env, "KIT_CACHE_DIR": str(cache)},
-                       capture_output=True, text=True)  # fmt: skip
-    wall = time.perf_counter() - t0
-    out: dict = {"wall_s": round(wall, 1), "exit": r.returncode, "loadavg_before": before,
-                 "loadavg_after": os.getloadavg()}  # fmt: skip
+    before = load_avg()
+    r = run_timed(cmd, cwd=runs_dir, env={**os.environ, **env, "KIT_CACHE_DIR": str(cache)}, ok=None)
+    out: dict = {"wall_s": round(r.seconds, 1), "exit": r.returncode, "loadavg_before": before,
+                 "loadavg_after": load_avg()}  # fmt: skip
     if r.returncode != 0:
         out["stderr_tail"] = r.stderr[-2000:]
         return out
@@ -190,12 +188,14 @@ def main() -> None:
             if load is not None:
                 doc["runs"][name]["load"] = kind
             if a.out:
-                Path(a.out).write_text(json.dumps(doc))
+                write_json(Path(a.out), doc, indent=None)
         doc["targets"] = verdict(doc["runs"], a.quick, a.gpu)
+        if a.out:
+            write_json(Path(a.out), doc, indent=None)
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(doc))
+    emit(doc)
 
 
 if __name__ == "__main__":

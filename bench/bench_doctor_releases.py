@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _run import emit  # noqa: E402
+
 
 def table_sizes() -> dict:
     from kit.sglang import capture, flags, loader, quant, releases
@@ -82,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     out = {"cpus": os.cpu_count(), "tables": table_sizes(), "doctor": doctor_times(args.repeat)}
     out["target_met"] = out["doctor"]["warm_max_s"] <= 1.0
-    print(json.dumps(out))
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,13 @@ the load average before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import subprocess
 import time
+
+from _run import emit, load_avg
 
 # an AVX2-only CPU emulated: ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
 ISA_VARS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
@@ -196,7 +197,7 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "platform": platform.platform(),
             "device": a.device,
-            "loadavg_before": os.getloadavg(),
+            "loadavg_before": load_avg(),
             "isa_env": {k: os.environ[k] for k in ISA_VARS if k in os.environ},
         },
     }
@@ -213,8 +214,8 @@ def main() -> None:
 
     if a.server_only:
         doc["server"] = server_section()
-        doc["machine"]["loadavg_after"] = os.getloadavg()
-        print(json.dumps(doc))
+        doc["machine"]["loadavg_after"] = load_avg()
+        emit(doc)
         return
     target, tok = load_target(device=a.device)
     draft = load_draft(draft_dir, target_model=target).to(a.device)
@@ -338,8 +339,8 @@ def main() -> None:
             }
     if not a.no_server and a.device == "cpu":
         doc["server"] = server_section()
-    doc["machine"]["loadavg_after"] = os.getloadavg()
-    print(json.dumps(doc))
+    doc["machine"]["loadavg_after"] = load_avg()
+    emit(doc)
 
 
 if __name__ == "__main__":

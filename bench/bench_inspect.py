@@ -4,7 +4,7 @@ The checkpoint is made of sparse files (headers only, data regions are holes: ~2
 a few MB on disk), shaped like a Kimi-K2-class MoE (61 layers, 384 experts, hidden 7168). The
 floor is a plain Python script that reads each shard's 8-byte length and header, parses the JSON
 and prints the same listing (name, dtype, shape, file) as JSON. Both run as fresh processes
-(interpreter start included), stdout to a file; peak RSS from wait4's rusage of that child.
+(interpreter start included), stdout to a file; peak RSS that child's own (`bench/_run.py`).
 Targets: kit <= 1.5x floor wall time, peak RSS <= 200 MB.
 
     python bench/bench_inspect.py [--dir /tmp/kit-bench-1t] [--repeats 5]
@@ -18,10 +18,10 @@ import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _run import emit, run_timed
 
 FLOOR = r"""
 import json, struct, sys, os
@@ -89,18 +89,6 @@ def make_checkpoint(root: Path, shards: int = 64) -> dict:
     return {"tensors": len(tensors), "params": params, "shards": shards}
 
 
-def timed(cmd, out_path) -> tuple[float, float]:
-    with open(out_path, "wb") as out:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
-        _, status, ru = os.wait4(p.pid, 0)
-        dt = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode not in (0, 1):
-        raise RuntimeError(f"{cmd} failed: {p.stderr.read().decode()[-400:]}")
-    return dt, ru.ru_maxrss / 1024  # KiB -> MiB on Linux
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/kit-bench-1t")
@@ -116,16 +104,18 @@ def main() -> None:
     env_py = sys.executable
     runs = {"floor": [], "kit": []}
     for _ in range(a.repeats):  # interleaved so both see the same cache state
-        runs["floor"].append(timed([env_py, str(floor), str(root)], root.parent / "floor.out"))
-        runs["kit"].append(timed([env_py, "-m", "kit", "inspect", str(root), "--json"], root.parent / "kit.out"))
+        runs["floor"].append(run_timed([env_py, floor, root], stdout=root.parent / "floor.out"))
+        # `kit inspect` exits 1 when a finding is an error: the listing is written all the same
+        kit = [env_py, "-m", "kit", "inspect", root, "--json"]
+        runs["kit"].append(run_timed(kit, stdout=root.parent / "kit.out", ok=(0, 1)))
     listing = json.loads((root.parent / "floor.out").read_text())
     kit_doc = json.loads((root.parent / "kit.out").read_text().strip().splitlines()[-1])
     assert len(kit_doc["tensors"]) == len(listing) == info["tensors"], "listings differ"
     res = {
         k: {
-            "wall_s_median": statistics.median(t for t, _ in v),
-            "wall_s_min": min(t for t, _ in v),
-            "peak_rss_mb": max(r for _, r in v),
+            "wall_s_median": statistics.median(t.seconds for t in v),
+            "wall_s_min": min(t.seconds for t in v),
+            "peak_rss_mb": max(t.peak_rss_mb for t in v),
         }
         for k, v in runs.items()
     }
@@ -149,7 +139,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
         for f in (floor, root.parent / "floor.out", root.parent / "kit.out"):
             f.unlink(missing_ok=True)
-    print(json.dumps(out))
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ Machine used for the committed numbers: 2-core CPU, no GPU (other work on it add
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
+
+from _run import emit
 
 
 def main() -> None:
@@ -125,7 +126,7 @@ def main() -> None:
         "fused": kp.shapes["fused"],
         "fc": kp.verdict["fc"],
     }
-    print(json.dumps(doc))
+    emit(doc)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+from _run import emit, load_avg
 
 from kit.measure.bench import BenchConfig, RecordLog, _run_requests
 from kit.measure.client import stream_session
@@ -203,7 +204,7 @@ def main() -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "kit.tests.sglang_stub", "--port", str(port), "--no-spec"]
     cmd += ["--step-delay", str(a.step_delay)]
-    load0 = os.getloadavg()
+    load0 = load_avg()
     stub = ServerProcess(cmd, port=port) if a.url is None else contextlib.nullcontext()
     with stub, tempfile.TemporaryDirectory() as tmp:
         url = a.url or f"http://127.0.0.1:{port}"
@@ -217,12 +218,12 @@ def main() -> None:
     doc = {
         "label": a.label,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "aiohttp": aiohttp.__version__},
-        "load_avg_before": [round(x, 2) for x in load0],
-        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "load_avg_before": load0,
+        "load_avg_after": load_avg(),
         "settings": {k: v for k, v in vars(a).items() if k != "label"},
         **res,
     }
-    print(json.dumps(doc))
+    emit(doc)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _run import emit, load_avg, run_timed
+
 AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 MODES = [
     ("native", {}, "auto"),
@@ -60,12 +62,10 @@ def run_mode(cpu: str, env_extra: dict, dtype: str, a, cache: Path) -> dict:
             "'threads': pick_threads(0)}))"  # fmt: skip
     seen = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                                      check=True).stdout.strip().splitlines()[-1])  # fmt: skip
-    load0 = os.getloadavg()
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "kit", "train-draft", *args], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    row = {"cpu": cpu, "env": env_extra, "requested": dtype, "kit_sees": seen, "wall_s": round(wall, 1),
-           "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    load0 = load_avg()
+    p = run_timed([sys.executable, "-m", "kit", "train-draft", *args], env=env, ok=None)
+    row = {"cpu": cpu, "env": env_extra, "requested": dtype, "kit_sees": seen, "wall_s": round(p.seconds, 1),
+           "loadavg_before": load0, "loadavg_after": load_avg()}  # fmt: skip
     if p.returncode:
         row["error"] = p.stderr.strip().splitlines()[-1:]
         return row
@@ -124,7 +124,7 @@ def main() -> None:
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "runs": rows,
     }
-    print(json.dumps(doc))
+    emit(doc)
 
 
 if __name__ == "__main__":

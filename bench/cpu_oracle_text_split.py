@@ -20,7 +20,6 @@ Prints one JSON document (last line). About 2 min on 2 cores at the defaults.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _run import emit  # noqa: E402
 
 CHAINS = {"2-1-3": (2, 1, 3), "3-1-4": (3, 1, 4)}
 
@@ -76,16 +77,11 @@ def main(argv=None) -> int:
 
     from kit.reference.captured import read_capture
     from kit.reference.oracle import OracleConfig, run_config
+    from kit.sglang.params import SpecParams
 
     def accept(chain: tuple, **kw) -> dict:
-        s, k, n = chain
         cfg = OracleConfig(
-            num_prompts=args.num_prompts,
-            max_new_tokens=args.max_new_tokens,
-            speculative_num_steps=s,
-            speculative_eagle_topk=k,
-            speculative_num_draft_tokens=n,
-            **kw,
+            num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, spec=SpecParams(*chain), **kw
         )
         r = run_config(cfg, log=lambda *a, **k: None).results["requested"]
         return {"meta_accept_length": r.meta_accept_length, "verify_steps": r.verify_steps}
@@ -117,7 +113,7 @@ def main(argv=None) -> int:
                 "states_share": round(states["meta_accept_length"] / text["meta_accept_length"] - 1, 4),
             }
         doc["chains"] = rows
-    print(json.dumps(doc, indent=1))
+    emit(doc)
     return 0
 
 

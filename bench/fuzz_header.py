@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _run import emit  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st
 
@@ -140,7 +141,7 @@ def main() -> None:
     }
     FILE.unlink(missing_ok=True)
     FILE.parent.rmdir()
-    print(json.dumps(out))
+    emit(out)
 
 
 if __name__ == "__main__":

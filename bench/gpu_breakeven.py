@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -51,7 +51,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_doc import RunDoc  # noqa: E402
+from _run import Record, emit  # noqa: E402
+
+from kit.sglang.params import SpecParams  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED_DEMO = REPO / "docs" / "results" / "h200_gpu_demo_20261203" / "summary.json"
@@ -85,9 +87,7 @@ class Plan:
     num_prompts: int = 3
     repeats: int = 2
     max_new_tokens: int = 128
-    speculative_num_steps: int = 2
-    speculative_eagle_topk: int = 1
-    speculative_num_draft_tokens: int = 3
+    spec: SpecParams = field(default_factory=lambda: SpecParams(2, 1, 3))
     cuda_graph_max_bs: int = 4
     # every server fills at most this share (weights + its capped KV pool; SGLang keeps 1 - share of the memory
     # free at its start as headroom), so servers starting together all find room
@@ -114,9 +114,9 @@ class Server:
 def servers_of(plan: Plan) -> list[Server]:
     out = []
     for s in plan.sizes:
-        out += [Server(s, "baseline"), Server(s, "eagle3", plan.speculative_num_steps)]
-        if s in plan.probe_sizes and plan.speculative_num_steps > 1:
-            out.append(Server(s, "eagle3_probe", plan.speculative_num_steps - 1))
+        out += [Server(s, "baseline"), Server(s, "eagle3", plan.spec.speculative_num_steps)]
+        if s in plan.probe_sizes and plan.spec.speculative_num_steps > 1:
+            out.append(Server(s, "eagle3_probe", plan.spec.speculative_num_steps - 1))
     return out
 
 
@@ -195,9 +195,7 @@ def make_specs(plan: Plan, dirs: dict, logs: Path, version: str | None) -> dict[
     from kit.sglang.cmdline import SEED_LAUNCH
 
     gp = GpuPlan(
-        speculative_num_steps=plan.speculative_num_steps,
-        speculative_eagle_topk=plan.speculative_eagle_topk,
-        speculative_num_draft_tokens=plan.speculative_num_draft_tokens,
+        spec=plan.spec,
         servers=1,  # the memory share is set here, for servers of different sizes
         cuda_graph_max_bs=plan.cuda_graph_max_bs,
     )
@@ -221,11 +219,10 @@ def make_specs(plan: Plan, dirs: dict, logs: Path, version: str | None) -> dict[
             extra += ["--load-format", "dummy"]
         change: dict[str, Any] = {"mem_fraction_static": plan.mem_fraction_static}
         if srv.steps is None:
-            change.update(speculative_algorithm=None, speculative_draft_model_path=None, speculative_num_steps=None,
-                          speculative_eagle_topk=None, speculative_num_draft_tokens=None)  # fmt: skip
+            change.update(speculative_algorithm=None, speculative_draft_model_path=None, **SpecParams().given())
         else:
-            change.update(speculative_algorithm="EAGLE3", speculative_num_steps=srv.steps,
-                          speculative_num_draft_tokens=srv.steps + 1)  # fmt: skip
+            chain = SpecParams(srv.steps, plan.spec.speculative_eagle_topk, srv.steps + 1)
+            change.update(speculative_algorithm="EAGLE3", **chain.given())
             if d["dummy_weights"]:  # the draft's load format follows the target's unless told
                 extra += ["--speculative-draft-load-format", "auto"]
         specs[srv] = spec.replace(extra_args=extra, **change)
@@ -377,11 +374,11 @@ def analysis(doc: dict, plan: Plan, dirs: dict) -> dict[str, Any]:
                                 IterationCosts(b["t_decode_ms"], e["t_iteration_ms"])))  # fmt: skip
         p = meas.get(f"{size}_eagle3_probe") or {}
         if p.get("t_iteration_ms"):
-            ds = draft_step_ms(e["t_iteration_ms"], plan.speculative_num_steps, p["t_iteration_ms"],
-                               plan.speculative_num_steps - 1)  # fmt: skip
+            s = plan.spec.speculative_num_steps
+            ds = draft_step_ms(e["t_iteration_ms"], s, p["t_iteration_ms"], s - 1)
             steps[size] = {
                 "draft_step_ms": round(ds, 4),
-                "rest_of_iteration_ms": round(e["t_iteration_ms"] - plan.speculative_num_steps * ds, 4),
+                "rest_of_iteration_ms": round(e["t_iteration_ms"] - s * ds, 4),
                 "t_decode_ms": b["t_decode_ms"],
             }
     if not points:
@@ -450,8 +447,8 @@ def run(args) -> int:
     if bad or DEMO_SIZE not in plan.sizes:
         raise SystemExit(f"gpu_breakeven: --sizes: unknown {bad} or {DEMO_SIZE} missing (known: {', '.join(SIZES)})")
     out.mkdir(parents=True, exist_ok=True)
-    run_ = RunDoc(
-        out, "breakeven.json", {"plan": plan.__dict__, "dry_run": args.dry_run, "measured": {}}, echo="gpu_breakeven"
+    run_ = Record(
+        out, "breakeven.json", {"plan": asdict(plan), "dry_run": args.dry_run, "measured": {}}, echo="gpu_breakeven"
     )
     run_.doc["inputs"] = recorded_defaults(args.accept_length, args.measured_speedup)
     root = work / "breakeven"
@@ -545,7 +542,7 @@ def run(args) -> int:
             run_.doc["stopped"] = _stop_all(procs)
         run_.doc["wall_s"] = round(time.monotonic() - t_start, 1)
         run_.save()
-    print(json.dumps({k: run_.doc.get(k) for k in ("measured", "errors", "wall_s")}, default=str))
+    emit({k: run_.doc.get(k) for k in ("measured", "errors", "wall_s")})
     return 0 if not run_.doc["errors"] else 1
 
 

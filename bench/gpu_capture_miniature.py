@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from _run import Record, emit  # noqa: E402
 from gpu_server_oracle import new_run, run_oracle  # noqa: E402
-from run_doc import RunDoc  # noqa: E402
 
 CHAIN = ("--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")
 PROMPT_LENS = (16, 24, 32)
@@ -117,7 +117,7 @@ def write_oracle_target(plan: dict) -> None:
     write_safetensors(d / "model.safetensors", {"language_model.model.embed_tokens.weight": embed})
 
 
-def check_capture(run: RunDoc, cap_plan) -> dict:
+def check_capture(run: Record, cap_plan) -> dict:
     """The capture folder against the plan: points, per-request shapes, finite states, the notes' failures."""
     import torch
 
@@ -206,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.doc["elapsed_s"] = run.elapsed()
         run.save()
-        print(json.dumps({k: run.doc.get(k) for k in ("capture", "oracle", "errors", "elapsed_s")}, default=str))
+        emit({k: run.doc.get(k) for k in ("capture", "oracle", "errors", "elapsed_s")})
     return 0 if not run.doc["errors"] else 1
 
 
-def _run(run: RunDoc, plan: dict, out: Path) -> None:
+def _run(run: Record, plan: dict, out: Path) -> None:
     from kit.measure.capture import run_capture
 
     cap = plan["capture"]

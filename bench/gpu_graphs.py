@@ -45,6 +45,9 @@ import platform
 import random
 import statistics
 import time
+from pathlib import Path
+
+from _run import emit, write_json
 
 
 def build_models(dtype, seed: int = 0):
@@ -98,7 +101,6 @@ def real_prompts(tok, n: int) -> list[list[int]]:
 def models_info(target_dir, draft_dir) -> dict:
     """Which weights ran: file digests and the draft's provenance (what it was trained against)."""
     import hashlib
-    from pathlib import Path
 
     def md5(p: Path) -> str | None:
         return hashlib.md5(p.read_bytes()).hexdigest() if p.exists() else None
@@ -450,13 +452,8 @@ def main() -> None:
     for dt in a.dtype:
         doc["runs"].extend(run_dtype(a, dt))
         if a.out:  # what finished so far survives a later failure
-            with open(a.out, "w") as f:
-                f.write(json.dumps(doc) + "\n")
-    text = json.dumps(doc)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
+            write_json(Path(a.out), doc, indent=None)
+    emit(doc)
 
 
 if __name__ == "__main__":

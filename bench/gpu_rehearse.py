@@ -22,11 +22,12 @@ and kills it by pid. The check after each rehearsal is `--end-check own` (its pr
 memory: under concurrency the whole GPU's memory says nothing of one rehearsal); the whole GPUs' memory is
 checked once, at the end of the batch, against its level before the first start.
 
-    python bench/gpu_rehearse.py --work /tmp/rh --version 0.5.17 --bundle [--only seed seed-fix llama ...]
+    python bench/gpu_rehearse.py --work /tmp/rh --version 0.5.17 --bundle --out OUT [--only seed seed-fix llama ...]
     python bench/gpu_rehearse.py --work /tmp/rh --dry-run            # CPU: miniatures and plans only
 
 Prints one JSON line per case as it ends ({"case", "rehearsable", "wall_s", "facts", "table", ...}) and a
-summary JSON line last; `bench/rehearse_table.py` turns such a JSONL into the doctor-vs-rehearsal-vs-truth table.
+summary JSON line last; `bench/rehearse_table.py` turns such a JSONL into the doctor-vs-rehearsal-vs-truth table
+(`--out OUT` keeps the lines in OUT/rehearse.jsonl and writes that table beside them).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -438,6 +440,12 @@ def main() -> int:
         help="seconds between two starts (a start's imports and graph capture are CPU-bound; dry run: 0)",
     )
     p.add_argument("--base-port", type=int, default=31000, help="first rehearsal's port (each takes 10)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="also write here: rehearse.jsonl (every line printed), the table of bench/rehearse_table.py and the "
+        "reports of the seed and its fix",
+    )
     opts = p.parse_args()
     from kit.rehearsal.runner import gpu_memory_used
 
@@ -457,8 +465,17 @@ def main() -> int:
     skipped = [j for j in jobs if j.rehearsable != "yes"]
     jobs = [j for j in jobs if j.rehearsable == "yes"]
 
+    out = Path(opts.out) if opts.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rehearse.jsonl").write_text("")
+
     def emit(row: dict) -> None:
-        print(json.dumps(row, default=str), flush=True)
+        line = json.dumps(row, default=str)
+        print(line, flush=True)
+        if out:
+            with open(out / "rehearse.jsonl", "a") as f:
+                f.write(line + "\n")
 
     for j in skipped:
         emit(row_of(j, None, 0.0) | {"wall_s": None})
@@ -489,7 +506,15 @@ def main() -> int:
             "after_mib": after,
             "returned": None if after is None else all(a <= b + 64 for a, b in zip(after, mem_before)),
         }
-    print(json.dumps(summary, default=str), flush=True)
+    emit(summary)
+    if out:
+        for j in jobs:
+            report = Path(j.out) / "report.json" if j.out else None
+            if j.case in ("seed", "seed-fix") and report and report.exists():
+                shutil.copy(report, out / f"{j.case}{'' if j.width == 1 else f'-tp{j.width}'}.report.json")
+        from rehearse_table import write_table
+
+        print(write_table(out / "rehearse.jsonl", out).splitlines()[-1], file=sys.stderr)
     return 0
 
 

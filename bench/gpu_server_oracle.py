@@ -13,7 +13,7 @@ at once on the one GPU (each server a memory share and its own --port / --nccl-p
   --token-path`): beside the first, it splits a gap between the two oracles into the text's share and the states'.
 
 OUT/summary.json is written whatever fails ({"hf_oracle", "server_oracle", "observed", "capture", "errors",
-"machine"}); logs beside it (at most 8 files). Every subprocess and wait has a timeout inside `--timeout-s`.
+"machine"}); its logs beside it. Every subprocess and wait has a timeout inside `--timeout-s`.
 
     python bench/gpu_server_oracle.py --work W --out OUT [--timeout-s 330]
     python bench/gpu_server_oracle.py --work W --out OUT --dry-run     # the plan and launch lines; starts nothing
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_doc import RunDoc  # noqa: E402
+from _run import Record, emit  # noqa: E402
 
 CHAINS = {"2-1-3": (2, 1, 3), "3-1-4": (3, 1, 4)}
 NUM_PROMPTS, MAX_NEW_TOKENS = 24, 128
@@ -42,10 +42,10 @@ MEM_FRACTION, KV_TOKENS = 0.15, 32768
 VERSION = "0.5.17"
 
 
-def new_run(out: Path, timeout_s: float) -> RunDoc:
+def new_run(out: Path, timeout_s: float) -> Record:
     """This bench's document: OUT/summary.json with the oracle's, the server's and the capture's figures."""
     doc = {"hf_oracle": {}, "server_oracle": {}, "observed": {}, "capture": {}, "errors": []}
-    return RunDoc(out, "summary.json", doc, timeout_s)
+    return Record(out, "summary.json", doc, timeout_s)
 
 
 def machine() -> dict:
@@ -87,15 +87,13 @@ def eagle_spec(target: str, draft: str, chain: tuple, port: int, nccl: int, log:
     """The shipped draft's EAGLE-3 launch as `kit demo --gpu` runs it: CUDA graphs on (decode batch up to 4)."""
     from kit.serving.launch import LaunchSpec, resolve_local
     from kit.sglang.flags import DECODE_GRAPH_CAP, current_option
+    from kit.sglang.params import SpecParams
 
-    s, k, n = chain
     spec = LaunchSpec(
         model_path=target,
         speculative_algorithm="EAGLE3",
         speculative_draft_model_path=draft,
-        speculative_num_steps=s,
-        speculative_eagle_topk=k,
-        speculative_num_draft_tokens=n,
+        **SpecParams(*chain).given(),
         host="127.0.0.1",
         port=port,
         mem_fraction_static=MEM_FRACTION,
@@ -170,7 +168,7 @@ def chain_args(chain: tuple) -> list[str]:
     ]
 
 
-def run_oracle(run: RunDoc, argv: list[str], log, env: dict, where: str) -> dict | None:
+def run_oracle(run: Record, argv: list[str], log, env: dict, where: str) -> dict | None:
     """One `kit oracle --json` subprocess (timeout: what is left of the run); its last JSON line."""
     t = time.monotonic()
     try:
@@ -191,7 +189,7 @@ def run_oracle(run: RunDoc, argv: list[str], log, env: dict, where: str) -> dict
     return {k: res.get(k) for k in ("meta_accept_length", "accept_length", "position_accept_length", "verify_steps")}
 
 
-def measure_server(run: RunDoc, name: str, spec, ids: list[list[int]], max_new_tokens: int, results: dict) -> None:
+def measure_server(run: Record, name: str, spec, ids: list[list[int]], max_new_tokens: int, results: dict) -> None:
     """Start, wait, one warm-up request (kernel compilation), the prompts at batch 1, stop."""
     from kit.measure.capture import send_requests
     from kit.measure.metrics import acceptance_from_records
@@ -223,7 +221,7 @@ def measure_server(run: RunDoc, name: str, spec, ids: list[list[int]], max_new_t
             run.error(f"{name} stop", e)
 
 
-def capture_run(run: RunDoc, plan: dict, out: Path, results: dict) -> None:
+def capture_run(run: Record, plan: dict, out: Path, results: dict) -> None:
     t = time.monotonic()
     with open(out / "capture_cli.log", "w") as log:
         try:
@@ -275,18 +273,12 @@ def main(argv=None) -> int:
         run.error("main", "".join(traceback.format_exception(e))[-3000:])
     finally:
         run.save()
-        print(
-            json.dumps(
-                {
-                    k: run.doc.get(k)
-                    for k in ("hf_oracle", "server_oracle", "hf_oracle_on_server_text", "observed", "capture", "errors")
-                }
-            )
-        )
+        keys = ("hf_oracle", "server_oracle", "hf_oracle_on_server_text", "observed", "capture", "errors")
+        emit({k: run.doc.get(k) for k in keys})
     return 0 if not run.doc["errors"] else 1
 
 
-def _run(run: RunDoc, plan: dict, work: Path, out: Path) -> None:
+def _run(run: Record, plan: dict, work: Path, out: Path) -> None:
     import shutil
 
     shutil.rmtree(plan["capture_dir"], ignore_errors=True)

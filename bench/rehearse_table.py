@@ -12,7 +12,7 @@ cannot show that truth (`truth.rehearsal`, or the case's `xfail`), or a correcte
 codes the run's doctor column still names (the run judged the file before the correction). A dry-run JSONL gives
 the plans only.
 
-    python bench/rehearse_table.py RESULTS.jsonl [--out docs/results/h200_rehearse]
+    python bench/rehearse_table.py RESULTS.jsonl [--out DIR]      # DIR: the JSONL's folder unless given
 
 Writes OUT/rehearse_table.md and OUT/rehearse_table.json and prints the markdown, then one summary line.
 """
@@ -208,9 +208,9 @@ def write_table(jsonl: Path, out: Path) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("jsonl")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "results" / "h200_rehearse"))
+    p.add_argument("--out", default=None, help="where the table goes (default: the JSONL's folder)")
     a = p.parse_args()
-    print(write_table(Path(a.jsonl), Path(a.out)))
+    print(write_table(Path(a.jsonl), Path(a.out) if a.out else Path(a.jsonl).parent))
     return 0
 
 

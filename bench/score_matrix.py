@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _run import emit  # noqa: E402
 from gpu_sglang import ROWS, make_variants  # noqa: E402
 
 VERSION = "0.5.17"
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
         scored[row.name] = out
         print(f"{row.name}: {json.dumps({k: out.get(k) for k in ('started', 'observed', 'expected')})}", flush=True)
         Path(a.out).write_text(json.dumps(scored, indent=1, default=str))
-    print(json.dumps({k: {"expected": (v.get("expected") or {}).get("accept_length")} for k, v in scored.items()}))
+    emit({k: {"expected": (v.get("expected") or {}).get("accept_length")} for k, v in scored.items()})
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -34,6 +33,7 @@ import time
 
 import httpx
 import psutil
+from _run import emit
 
 from kit.measure.request_table import bad_rows
 from kit.serving.process import free_port
@@ -258,7 +258,7 @@ def main() -> int:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-    print(json.dumps(out))
+    emit(out)
     return 0
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _run import emit  # noqa: E402
+
 from kit.findings import KitInputError  # noqa: E402
 
 
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc))
+    emit(doc)
     return 0
 
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _run import emit  # noqa: E402
+
 CONTEXT_LENGTH = 2048
 MAX_TOTAL_TOKENS = 16384  # the KV pool: a few long-prompt rows at a time
 
@@ -145,7 +147,7 @@ def main() -> int:
         if not args.dry_run:
             dest.write_text(json.dumps(result, indent=1) + "\n")
     summary = (result.get("table") or {}).get("summary")
-    print(json.dumps({"out": str(dest), "error": result["error"], "summary": summary, "wall_s": result["wall_s"]}))
+    emit({"out": str(dest), "error": result["error"], "summary": summary, "wall_s": result["wall_s"]})
     return 0 if result["error"] is None else 1
 
 

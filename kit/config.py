@@ -7,10 +7,12 @@ same field names, so `Cls(**params)` is the notebook twin of the command line.
 
     @dataclass
     class OracleConfig:
-        num_steps: int = field(default=3, metadata={"help": "draft steps per verify"})
+        max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
 
 Field types understood: bool (store_true / --no-x), int, float, str, Optional[...] of those,
-and list[...] of those (nargs="+"). A field with metadata {"positional": True} is positional.
+and list[...] of those (nargs="+"). A field with metadata {"positional": True} is positional. A dataclass-typed
+field (`spec: SpecParams`) is flattened: its fields are flags, defaulting to the outer field's default; a notebook
+passes `spec=SpecParams(...)`, built from its parameters of the same names.
 `add_arguments(p, Cls, only=..., notes=...)` registers a subset of fields (a flag the verb would
 ignore is then refused by argparse) and appends a note to some flags' help.
 
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,6 +61,24 @@ class _Refused(argparse.Action):
         parser.error(f"{option_string}: {self.why}")
 
 
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+def _leaves(cls: type, default: Any = None) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any, Any]]:
+    """(path of attribute names, field, annotation, default) per flag of `cls`, dataclass-typed fields flattened."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        value = _default(f) if default is None else getattr(default, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            for path, *rest in _leaves(hints[f.name], value):
+                yield ((f.name, *path), *rest)
+        else:
+            yield (f.name,), f, hints[f.name], value
+
+
 def add_arguments(
     parser: argparse.ArgumentParser,
     cls: type,
@@ -67,8 +88,7 @@ def add_arguments(
 ) -> argparse.ArgumentParser:
     """One flag per field of `cls`. With `only`, the other fields' flags are refused when given, with
     the reason `refuse` (hidden from --help). `notes[field]` is appended to that flag's help in brackets."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for _, f, hint, default in _leaves(cls):
         if f.metadata.get("cli") is False:
             continue
         if only is not None and f.name not in only:
@@ -77,15 +97,10 @@ def add_arguments(
                     "--" + f.name.replace("_", "-"), action=_Refused, why=refuse, default=argparse.SUPPRESS
                 )
             continue
-        tp, is_list = _base_type(hints[f.name])
+        tp, is_list = _base_type(hint)
         help_ = f.metadata.get("help", "")
         if notes and f.name in notes:
             help_ = f"{help_} [{notes[f.name]}]"
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )
         flag = "--" + f.name.replace("_", "-")
         if f.metadata.get("positional"):
             parser.add_argument(f.name, type=tp, help=help_, nargs="+" if is_list else None)
@@ -102,9 +117,16 @@ def add_arguments(
     return parser
 
 
-def from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in vars(ns).items() if k in names})
+def from_namespace(cls: type[T], ns: argparse.Namespace, default: T | None = None) -> T:
+    """`cls` from the parsed flags; a dataclass-typed field from its own fields' flags, over its default."""
+    hints, given = typing.get_type_hints(cls), vars(ns)
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            kw[f.name] = from_namespace(hints[f.name], ns, _default(f))
+        elif f.name in given:
+            kw[f.name] = given[f.name]
+    return cls(**kw) if default is None else dataclasses.replace(default, **kw)
 
 
 def to_dict(cfg) -> dict[str, Any]:
@@ -114,15 +136,13 @@ def to_dict(cfg) -> dict[str, Any]:
 def to_argv(cfg, skip: Collection[str] = ()) -> list[str]:
     """The flags that rebuild `cfg` from its class's defaults (the inverse of `add_arguments` +
     `from_namespace`), for recording a run as the one command that repeats it."""
-    hints = typing.get_type_hints(type(cfg))
     out: list[str] = []
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    for path, f, hint, default in _leaves(type(cfg)):
+        v = functools.reduce(getattr, path, cfg)
         if f.name in skip or v == default or f.metadata.get("cli") is False:
             continue
         flag = "--" + f.name.replace("_", "-")
-        tp, is_list = _base_type(hints[f.name])
+        tp, is_list = _base_type(hint)
         if tp is bool:
             out.append(flag if v else "--no-" + f.name.replace("_", "-"))
         elif is_list:

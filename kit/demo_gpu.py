@@ -29,12 +29,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit import config as kconfig
 from kit.findings import KitInputError, Report
 from kit.sglang.cmdline import SEED_LAUNCH  # the seed's 8-GPU Kimi-K2.5 line, verbatim
+from kit.sglang.params import SpecParams
 
 LAUNCHES = ("baseline", "seed", "fixed")
 
@@ -49,9 +51,7 @@ class GpuPlan:
     concurrency: int = 1
     # the one-GPU point of both speculative launches: the demo draft's chain (the seed's 3-4-5 is a tree
     # sized for a 1T target on 8 GPUs; the kit's graphed engine runs chains only, so both engines share it)
-    speculative_num_steps: int = 2
-    speculative_eagle_topk: int = 1
-    speculative_num_draft_tokens: int = 3
+    spec: SpecParams = field(default_factory=lambda: SpecParams(2, 1, 3))
     servers: int = 3  # baseline, seed and fixed share the GPU (memory: kit.serving.engines.sglang.share_device)
     cuda_graph_max_bs: int = 4
     ready_timeout_s: float = 480.0
@@ -98,9 +98,7 @@ def one_gpu(spec, plan: GpuPlan, target: str, draft: str, port: int, log_file: P
     extra = list(local.extra_args) + [current_option(DECODE_GRAPH_CAP, version), str(plan.cuda_graph_max_bs)]
     return local.replace(
         tp_size=None,
-        speculative_num_steps=plan.speculative_num_steps,
-        speculative_eagle_topk=plan.speculative_eagle_topk,
-        speculative_num_draft_tokens=plan.speculative_num_draft_tokens,
+        **plan.spec.given(),
         python=sys.executable,
         log_file=str(log_file),
         extra_args=extra,
@@ -126,9 +124,7 @@ def launches(plan: GpuPlan, target: str, draft: str, log_dir: Path, version: str
     base = seed.replace(
         speculative_algorithm=None,
         speculative_draft_model_path=None,
-        speculative_num_steps=None,
-        speculative_eagle_topk=None,
-        speculative_num_draft_tokens=None,
+        **SpecParams().given(),
         port=port["baseline"],
         log_file=str(log["baseline"]),
     )
@@ -141,9 +137,7 @@ def start_oracle(plan: GpuPlan, target: str, draft: str, out: Path) -> subproces
     """`kit oracle --compare` on the CPU (fp32) in a subprocess: correct wiring and the seed's EAGLE path."""
     argv = [sys.executable, "-m", "kit", "oracle", "--compare", "--json", "--target", target, "--draft", draft]
     argv += ["--num-prompts", str(plan.num_prompts), "--max-new-tokens", str(plan.max_new_tokens)]
-    argv += ["--speculative-num-steps", str(plan.speculative_num_steps)]
-    argv += ["--speculative-eagle-topk", str(plan.speculative_eagle_topk)]
-    argv += ["--speculative-num-draft-tokens", str(plan.speculative_num_draft_tokens)]
+    argv += kconfig.to_argv(plan.spec)  # --speculative-num-steps 2 ...
     # CPU only, and few threads: the servers being benched share this host's cores
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4"}
     return subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env)
@@ -231,7 +225,6 @@ def reference_graphed(plan: GpuPlan, target: str, draft: str) -> dict[str, Any]:
     from kit.reference.draft_io import load_draft
     from kit.reference.graphs import GraphedChainDecoder, GraphedGreedy
     from kit.reference.speculate import Wiring
-    from kit.sglang.params import SpecParams
 
     model, tok = load_target(target, dtype="bfloat16", device="cuda")
     d = load_draft(draft, target_model=model, dtype=torch.bfloat16).to("cuda")
@@ -239,14 +232,13 @@ def reference_graphed(plan: GpuPlan, target: str, draft: str) -> dict[str, Any]:
         d.hot_token_id = d.hot_token_id.cuda()
     rows = [chat_ids(tok, r["prompt"]) for r in interleave_kinds(builtin_prompts())][: plan.num_prompts]
     eos = model.generation_config.eos_token_id
-    params = SpecParams(plan.speculative_num_steps, plan.speculative_eagle_topk, plan.speculative_num_draft_tokens)
     cap = max(len(r) for r in rows) + plan.max_new_tokens + 16
     arms = {
         "greedy": GraphedGreedy(model, capacity=cap),
-        "seed": GraphedChainDecoder(model, d, params, Wiring(algorithm="EAGLE"), capacity=cap),
-        "fixed": GraphedChainDecoder(model, d, params, Wiring(), capacity=cap),
+        "seed": GraphedChainDecoder(model, d, plan.spec, Wiring(algorithm="EAGLE"), capacity=cap),
+        "fixed": GraphedChainDecoder(model, d, plan.spec, Wiring(), capacity=cap),
     }
-    out: dict[str, Any] = {"dtype": "bfloat16", "params": params.resolved().label(), "prompts": len(rows)}
+    out: dict[str, Any] = {"dtype": "bfloat16", "params": plan.spec.resolved().label(), "prompts": len(rows)}
     for name, dec in arms.items():
         dec.generate(rows[0], 8, eos)  # first-use kernel selection outside the timing
         toks = steps = kept = 0
@@ -387,8 +379,7 @@ def launch_findings(launch: dict, version: str | None) -> list[dict]:
 
 
 def bench_label(name: str, spec, plan: GpuPlan) -> str:
-    p = f"{plan.speculative_num_steps}-{plan.speculative_eagle_topk}-{plan.speculative_num_draft_tokens}"
-    return f"{name} ({spec.speculative_algorithm} {p})"
+    return f"{name} ({spec.speculative_algorithm} {plan.spec.label()})"
 
 
 def break_even(path: str | None, observed: dict, speedup: dict) -> dict[str, Any] | None:
@@ -415,7 +406,8 @@ def finish(run_dir: Path, t_start: float | None = None, breakeven: str | None = 
     run_dir = Path(run_dir)
     t_finish = time.perf_counter()
     serving = json.loads((run_dir / "serving.json").read_text())
-    plan, facts, timings = GpuPlan(**serving["plan"]), serving["machine"], serving["timings_s"]
+    plan = GpuPlan(**{**serving["plan"], "spec": SpecParams(**serving["plan"]["spec"])})
+    facts, timings = serving["machine"], serving["timings_s"]
     t0 = time.perf_counter()
     try:
         reference = reference_graphed(plan, serving["target"], serving["draft"])

@@ -1,7 +1,7 @@
 """`kit demo --gpu` (kit/demo_gpu.py) without a GPU: its preflight, the seed's launch adapted to one GPU, and the
 scoring of a served run directory whose benches ran against STUBS of SGLang's HTTP API (kit/tests/sglang_stub.py).
 
-The serving half needs real SGLang on a GPU (bench/gpu_demo.sh runs it on an H200).
+The serving half needs real SGLang on a GPU (`kit demo --gpu` there; its figures: docs/performance.md).
 Run: python -m pytest tests/test_demo_gpu.py
 """
 

@@ -76,11 +76,11 @@ def test_oracle_results_are_cached_by_inputs(tmp_path, monkeypatch):
     import kit.reference.llama
     from kit.models import shipped_draft
     from kit.reference.oracle import OracleConfig, run_config
+    from kit.sglang.params import SpecParams
 
     draft = tmp_path / "draft"
     shutil.copytree(shipped_draft(), draft)
-    cfg = OracleConfig(draft=str(draft), num_prompts=1, max_new_tokens=6, speculative_num_steps=2,
-                       speculative_num_draft_tokens=3)  # fmt: skip
+    cfg = OracleConfig(draft=str(draft), num_prompts=1, max_new_tokens=6, spec=SpecParams(2, 1, 3))
     first = run_config(cfg, log=lambda *_: None)
     real_load = kit.reference.llama.load_engine_target  # what the oracle loads its target with
 

@@ -58,6 +58,17 @@ def point_fields(point: Point) -> dict[str, int]:
 
 
 @dataclass
+class SpecGrid:
+    """The values a sweep tries for each speculative parameter (`grid` crosses them)."""
+
+    speculative_num_steps: list[int] = field(default_factory=lambda: [1, 3], metadata={"help": "speculative num steps"})
+    speculative_eagle_topk: list[int] = field(default_factory=lambda: [1], metadata={"help": "eagle topk"})
+    speculative_num_draft_tokens: list[int] = field(
+        default_factory=lambda: [0], metadata={"help": "draft tokens (0: as many as the tree has)"}
+    )
+
+
+@dataclass
 class SweepConfig:
     launch: str | None = field(
         default=None,
@@ -67,11 +78,7 @@ class SweepConfig:
         default="sglang",
         metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
     )
-    speculative_num_steps: list[int] = field(default_factory=lambda: [1, 3], metadata={"help": "speculative num steps"})
-    speculative_eagle_topk: list[int] = field(default_factory=lambda: [1], metadata={"help": "eagle topk"})
-    speculative_num_draft_tokens: list[int] = field(
-        default_factory=lambda: [0], metadata={"help": "draft tokens (0: as many as the tree has)"}
-    )
+    spec: SpecGrid = field(default_factory=SpecGrid)
     concurrency: list[int] = field(default_factory=lambda: [1], metadata={"help": "concurrency levels"})
     baseline: bool = field(default=True, metadata={"help": "also measure a no-speculation launch"})
     api: str = field(default="sglang", metadata={"help": "endpoint for kit.measure.bench"})
@@ -90,9 +97,14 @@ class SweepConfig:
 
 
 def grid(
-    speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, baseline: bool = True
+    speculative_num_steps,
+    speculative_eagle_topk,
+    speculative_num_draft_tokens,
+    baseline: bool = True,
+    refused: dict[str, str] | None = None,
 ) -> list[Point]:
-    """Points SGLang would run, resolved as SGLang resolves them, de-duplicated, baseline first.
+    """Points SGLang would run, resolved as SGLang resolves them, de-duplicated, baseline first; `refused` (a
+    dict) gets {label: SGLang's reason} for each combination it would not run.
 
     A draft-token count of 0 means "as many as the tree has" (`max_draft_tokens`)."""
     pts: list[Point] = [None] if baseline else []
@@ -104,16 +116,13 @@ def grid(
                 res = resolve(SpecParams(s, k, n or max_draft_tokens(s, k)))
                 if res.params is not None and res.params not in pts:
                     pts.append(res.params)
+                elif res.params is None and refused is not None:
+                    refused[SpecParams(s, k, n).label()] = res.errors()[0].title
     return pts
 
 
 def row_key(row: dict) -> tuple:
-    return (
-        row["speculative_num_steps"],
-        row["speculative_eagle_topk"],
-        row["speculative_num_draft_tokens"],
-        row["concurrency"],
-    )
+    return tuple(row[k] for k in (*point_fields(None), "concurrency"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +269,7 @@ def run_sweep(
     out = Path(cfg.out_dir)
     results = RecordLog(out / "results.jsonl")
     done = {row_key(r) for r in results.read()}
-    points = grid(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens, cfg.baseline)
+    points = grid(**dataclasses.asdict(cfg.spec), baseline=cfg.baseline)
     if not points:
         raise KitInputError(
             "sweep grid is empty: check --speculative-num-steps/--speculative-eagle-topk/--speculative-num-draft-tokens"
@@ -423,14 +432,9 @@ class SweepPanel:
         self._stop_requested = False
         self._hint_id = f"kit-sweep-hint-{uuid.uuid4().hex[:12]}"
         label = {"style": {"description_width": "190px"}, "layout": w.Layout(width="400px")}
+        values = {**dataclasses.asdict(self.base.spec), "concurrency": self.base.concurrency}
         self.boxes = {
-            name: w.Text(value=" ".join(map(str, getattr(self.base, name))), description=name, **label)
-            for name in (
-                "speculative_num_steps",
-                "speculative_eagle_topk",
-                "speculative_num_draft_tokens",
-                "concurrency",
-            )
+            name: w.Text(value=" ".join(map(str, v)), description=name, **label) for name, v in values.items()
         }
         self.boxes["speculative_num_draft_tokens"].description = "draft tokens (0 = auto)"
         self.boxes["speculative_num_draft_tokens"].tooltip = "0: let SGLang choose"
@@ -509,7 +513,8 @@ class SweepPanel:
                 raise KitInputError(f"{name}: {box.value!r} is not a list of integers")
             if not values[name]:
                 raise KitInputError(f"{name}: give at least one value")
-        return dataclasses.replace(self.base, **values)
+        concurrency = values.pop("concurrency")
+        return dataclasses.replace(self.base, spec=SpecGrid(**values), concurrency=concurrency)
 
     def start(self) -> None:
         """What **Run sweep** does: check the grid, then measure the missing rows in a background thread."""
@@ -519,9 +524,7 @@ class SweepPanel:
             return
         try:
             cfg = self.config()
-            points = grid(
-                cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens, cfg.baseline
-            )
+            points = grid(**dataclasses.asdict(cfg.spec), baseline=cfg.baseline)
             if not points:
                 raise KitInputError("the grid has no point SGLang would run; check steps and topk")
         except KitInputError as e:

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kit.findings import Code, Finding
+from kit.sglang.params import SpecParams
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "bench/verdict: notebook 05"
@@ -208,11 +209,10 @@ def oracle_expected(
     (`kit oracle --hidden-states`), `target` then supplies only the embedding and head.
     Uses the oracle's `meta_accept_length` (completion_tokens / spec_verify_ct, the definition
     the server's meta_info and kit.measure.bench's `accept_length` use)."""
-    cache: dict[tuple, float] = {}
+    cache: dict[Any, float] = {}  # SpecParams -> the oracle's accept length
 
     def expected(point) -> float:
-        key = (point.speculative_num_steps, point.speculative_eagle_topk, point.speculative_num_draft_tokens)
-        if key not in cache:
+        if point not in cache:
             from kit.reference.oracle import OracleConfig, run_config
 
             doc = run_config(
@@ -222,22 +222,21 @@ def oracle_expected(
                     quick=quick,
                     num_prompts=num_prompts,
                     max_new_tokens=max_new_tokens,
-                    speculative_num_steps=key[0],
-                    speculative_eagle_topk=key[1],
-                    speculative_num_draft_tokens=key[2],
+                    spec=point,
                     hidden_states=hidden_states,
                 ),
                 log=lambda *_: None,
             )
-            cache[key] = doc.results["requested"].meta_accept_length
+            cache[point] = doc.results["requested"].meta_accept_length
             expected.source = expectation_source(doc)
-        return cache[key]
+        return cache[point]
 
     expected.source = SERVER_CAPTURE if hidden_states else TRANSFORMERS_FORWARD
     return expected
 
 
-SPEC_KEYS = ("target", "draft", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+PARAM_KEYS = tuple(SpecParams().given())  # a row's speculative columns, SGLang's names
+SPEC_KEYS = ("target", "draft", *PARAM_KEYS)
 
 
 def join_expected(
@@ -269,12 +268,10 @@ def join_expected(
 def training_expected(training, row: dict) -> float | None:
     """Expected accept length of a row's speculative params from training accuracies (kit.reference.expect)."""
     from kit.reference.expect import expected_accept_length
-    from kit.sglang.params import SpecParams
 
-    names = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-    if training is None or any(r not in row or row[r] is None for r in names):
+    if training is None or any(row.get(k) is None for k in PARAM_KEYS):
         return None
-    return round(expected_accept_length(training, SpecParams(*(row[n] for n in names))), 3)
+    return round(expected_accept_length(training, SpecParams(**{k: row[k] for k in PARAM_KEYS})), 3)
 
 
 def verdict_table(
@@ -289,11 +286,7 @@ def verdict_table(
     out = []
     for r in joined:
         params = {k: r[k] for k in keys if k in r}
-        label = "-".join(
-            str(r[k])
-            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-            if k in r
-        )
+        label = "-".join(str(r[k]) for k in PARAM_KEYS if k in r)
         expected, source = r.get("expected_accept_length"), r.get("expected_from") or TRANSFORMERS_FORWARD
         if expected is None and training is not None:
             expected, source = training_expected(training, r), expectation_source(training=training)

@@ -71,9 +71,7 @@ class ExpectConfig:
     split: str = field(
         default="auto", metadata={"help": "which logged split to use", "choices": ["auto", "train", "eval"]}
     )
-    speculative_num_steps: int = field(default=3, metadata={"help": "--speculative-num-steps"})
-    speculative_eagle_topk: int = field(default=1, metadata={"help": "--speculative-eagle-topk"})
-    speculative_num_draft_tokens: int = field(default=4, metadata={"help": "--speculative-num-draft-tokens"})
+    spec: SpecParams = field(default_factory=lambda: SpecParams(3, 1, 4))
     second_choice_share: float = field(
         default=DEFAULT_SECOND_CHOICE_SHARE,
         metadata={"help": "share of top-1 misses the next-ranked candidate catches (trees only)"},
@@ -232,19 +230,18 @@ def expect(cfg: ExpectConfig) -> dict:
             acc = Accuracies(acc.values, cfg.accuracy_kind, acc.source)
     if not 0.0 <= cfg.second_choice_share <= 1.0:
         raise KitInputError(f"--second-choice-share {cfg.second_choice_share}: give a fraction in [0, 1]")
-    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
-    requested = expected_accept_length(acc, params, cfg.second_choice_share)
-    steps = params.resolved().speculative_num_steps
+    requested = expected_accept_length(acc, cfg.spec, cfg.second_choice_share)
+    steps = cfg.spec.resolved().speculative_num_steps
     chain = {s: round(chain_accept_length(acc.conditional(), s), 3) for s in range(1, max(steps, 7) + 1)}
     return {
         "source": acc.source,
         "accuracies": acc.values,
         "accuracy_kind": acc.kind,
         "conditional": [round(c, 4) for c in acc.conditional()],
-        "params": params.resolved().label(),
+        "params": cfg.spec.resolved().label(),
         "expected_accept_length": round(requested, 3),
         "chain_by_steps": chain,
-        "assumptions": assumptions(acc, max(steps, 7), cfg.second_choice_share, params.speculative_eagle_topk > 1),
+        "assumptions": assumptions(acc, max(steps, 7), cfg.second_choice_share, cfg.spec.speculative_eagle_topk > 1),
     }
 
 

@@ -28,7 +28,7 @@ modules its layers (as `Eagle3Draft.forward`), so the numerics are the models' o
 The prefill runs the same static-shape code eagerly (its length varies). Outputs equal greedy
 decoding up to the rounding of different kernels (the full-capacity masked attention vs the eager
 engine's exact-length one): identical in fp32 with TF32 off on the benchmark prompts, while bf16 can
-flip near-ties (as the eager engine does; docs/results-h200.md).
+flip near-ties (as the eager engine does; docs/performance.md).
 
     dec = GraphedChainDecoder(target, draft, SpecParams(3, 1, 4), Wiring(), capacity=1024)
     res = dec.generate(ids, 64)            # SpecResult: tokens, accept_lengths, verify_steps

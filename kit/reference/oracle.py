@@ -21,7 +21,7 @@ Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc by
 `--drop-keys-version V [--drop-keys-layout speculators]` (keys that SGLang release's loader drops
 silently, via kit.sglang.loader.simulate_load; `kit.sglang.loader.DROPS_SPECULATORS_KEYS` is one).
 
-    python -m kit oracle [--draft DIR] [--num-steps 3 --topk 1 --num-draft-tokens 4] [--json]
+    python -m kit oracle [--draft DIR] [--speculative-num-steps 3 --speculative-eagle-topk 1 ...] [--json]
     python -m kit oracle --hidden-states CAPTURE_DIR --draft DIR [--target T]   # on captured target states
     python -m kit oracle --token-path CAPTURE_DIR --draft DIR [--target T]      # this forward on that capture's text
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Self
 
 from kit import config as kconfig
@@ -54,9 +54,7 @@ class OracleConfig:
     kind: str | None = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
     num_prompts: int = field(default=8, metadata={"help": "prompts used (first N)"})
     max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
-    speculative_num_steps: int = field(default=3, metadata={"help": "--speculative-num-steps"})
-    speculative_eagle_topk: int = field(default=1, metadata={"help": "--speculative-eagle-topk"})
-    speculative_num_draft_tokens: int = field(default=4, metadata={"help": "--speculative-num-draft-tokens"})
+    spec: SpecParams = field(default_factory=lambda: SpecParams(3, 1, 4))
     aux_capture: bool = field(
         default=True, metadata={"help": "fused aux states (--no-aux-capture: single final state)"}
     )
@@ -422,9 +420,8 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     if cfg.hidden_states is not None:
         return run_captured(cfg, log)
     if cfg.quick and cfg.num_prompts == 8 and cfg.max_new_tokens == 64:
-        cfg = OracleConfig(**{**asdict(cfg), "num_prompts": 6, "max_new_tokens": 48})
-    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
-    params.resolved()  # bad parameters fail before any model work
+        cfg = replace(cfg, num_prompts=6, max_new_tokens=48)
+    cfg.spec.resolved()  # bad parameters fail before any model work
     if cfg.target not in (None, "", "embedded"):  # and so do paths that do not exist
         kconfig.local_path(cfg.target, "--target", "a model directory or 'embedded'")
     if cfg.draft is not None:
@@ -450,12 +447,12 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     if cfg.save_states:
         save_capture(target, draft, seqs, cfg.save_states)
         log(f"target states written to {cfg.save_states}")
-    results = evaluate_each(target, draft, seqs, params, runs)
+    results = evaluate_each(target, draft, seqs, cfg.spec, runs)
     for name, r in results.items():
         log(f"{name:42s} accept length {r.accept_length:.3f}  ({r.wiring})")
     doc = OracleRun(
         draft=str(draft_dir),
-        params=params.resolved().label(),
+        params=cfg.spec.resolved().label(),
         reference_generation_s=round(gen_s, 2),
         token_path=cfg.token_path,
         results=dict(results),
@@ -481,8 +478,7 @@ def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     from kit.reference.captured import read_capture
     from kit.reference.draft_io import load_draft
 
-    params = SpecParams(cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens)
-    params.resolved()
+    cfg.spec.resolved()
     cap = read_capture(kconfig.local_path(cfg.hidden_states, "--hidden-states", "a capture folder"))
     if cfg.draft is None:
         from kit.reference.train import demo_draft
@@ -496,7 +492,7 @@ def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     results: dict[str, OracleResult | OracleSkipped] = {}
     for name, w in runs.items():
         try:
-            results[name] = evaluate_each(target, draft, cap.seqs(), params, {name: w}, capture=cap)[name]
+            results[name] = evaluate_each(target, draft, cap.seqs(), cfg.spec, {name: w}, capture=cap)[name]
         except KitInputError as e:
             if len(runs) == 1:
                 raise
@@ -505,7 +501,7 @@ def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
         log(f"{name:42s} " + (r.skipped if isinstance(r, OracleSkipped) else f"accept length {r.accept_length:.3f}"))
     return OracleRun(
         draft=str(draft_dir),
-        params=params.resolved().label(),
+        params=cfg.spec.resolved().label(),
         hidden_states={"path": str(cfg.hidden_states), "source": cap.source, "points": cap.points},
         results=results,
     ).written()

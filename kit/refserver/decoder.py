@@ -429,12 +429,7 @@ class ReferenceEngine:
 
         d = {n: getattr(self.spec, n) for n in FIELDS}
         if self.params is not None:
-            d.update(
-                speculative_algorithm=self.algorithm,
-                speculative_num_steps=self.params.speculative_num_steps,
-                speculative_eagle_topk=self.params.speculative_eagle_topk,
-                speculative_num_draft_tokens=self.params.speculative_num_draft_tokens,
-            )
+            d.update(speculative_algorithm=self.algorithm, **self.params.given())
         d.update(
             host=self.spec.host or "127.0.0.1",
             port=self.spec.port or 30000,

@@ -67,9 +67,8 @@ def _f(help_: str, default: Any = None, **meta) -> Any:
 
 @dataclass
 class LaunchSpec:
-    """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's. The three
-    speculative fields are a `SpecParams`: `spec_params()` reads them, `LaunchSpec(**params.given())` or
-    `spec.replace(**params.given())` sets them."""
+    """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's. Its three
+    speculative fields as one `SpecParams`: `spec_params()` reads, `replace(**params.given())` writes them."""
 
     model_path: str = _f(
         "target model: a local dir, 'embedded' (SmolLM2, its cached dir for SGLang) or a Hugging Face id (checked "

@@ -25,7 +25,7 @@ are SGLang's own `ServerArgs` names, from the CLI flag to the innermost function
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kit.findings import Code, KitInputError
@@ -165,16 +165,12 @@ SPEC_V2_RUNS_TREES = "0.5.13"  # from here on the v2 worker runs trees
 class SpecParams:
     """One launch's speculative parameters; None = not given on the command line."""
 
-    speculative_num_steps: int | None = None
-    speculative_eagle_topk: int | None = None
-    speculative_num_draft_tokens: int | None = None
+    speculative_num_steps: int | None = field(default=None, metadata={"help": "--speculative-num-steps"})
+    speculative_eagle_topk: int | None = field(default=None, metadata={"help": "--speculative-eagle-topk"})
+    speculative_num_draft_tokens: int | None = field(default=None, metadata={"help": "--speculative-num-draft-tokens"})
 
     def given(self) -> dict[str, int | None]:
-        return {
-            "speculative_num_steps": self.speculative_num_steps,
-            "speculative_eagle_topk": self.speculative_eagle_topk,
-            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
-        }
+        return asdict(self)
 
     def is_unset(self) -> bool:
         return all(v is None for v in self.given().values())

@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kit.config import add_arguments, from_namespace, local_path, missing_path
+from kit.config import add_arguments, from_namespace, local_path, missing_path, to_argv
 from kit.findings import KitInputError
+from kit.sglang.params import SpecParams
 
 
 @dataclass
@@ -42,6 +43,25 @@ def test_only_refuses_the_other_flags_and_notes_mark_help(capsys):
     assert "--tp-size" not in p.format_help()
     q = add_arguments(argparse.ArgumentParser(), Spec, notes={"tp_size": "SGLang only"})
     assert "tensor parallel size [SGLang only]" in " ".join(q.format_help().split())
+
+
+@dataclass
+class Nested:
+    spec: SpecParams = field(default_factory=lambda: SpecParams(3, 1, 4))
+    quick: bool = False
+
+
+def test_a_dataclass_field_is_its_own_fields_flags_with_the_outer_default():
+    p = add_arguments(argparse.ArgumentParser(), Nested)
+    assert from_namespace(Nested, p.parse_args([])) == Nested()
+    cfg = from_namespace(Nested, p.parse_args(["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]))
+    assert cfg == Nested(spec=SpecParams(3, 4, 8))
+    assert to_argv(cfg) == ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
+    assert from_namespace(Nested, p.parse_args(to_argv(cfg))) == cfg
+    help_ = p.format_help()
+    assert "--speculative-num-steps SPECULATIVE_NUM_STEPS" in help_ and "--spec " not in help_
+    only = add_arguments(argparse.ArgumentParser(), Nested, only={"quick"}, refuse="not here")
+    assert from_namespace(Nested, only.parse_args([])) == Nested()  # flags not registered: the outer default
 
 
 def test_local_path_explains_hub_ids(tmp_path):

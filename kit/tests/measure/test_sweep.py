@@ -14,6 +14,7 @@ import pytest
 
 from kit.measure.sweep import (
     Point,
+    SpecGrid,
     SweepConfig,
     grid,
     load_rows,
@@ -64,8 +65,7 @@ def test_grid_follows_sglang_rules():
 
 def test_sweep_runs_resumes_and_joins(tmp_path):
     cfg = SweepConfig(
-        speculative_num_steps=[1, 3],
-        speculative_eagle_topk=[1],
+        spec=SpecGrid(speculative_num_steps=[1, 3], speculative_eagle_topk=[1]),
         concurrency=[1, 2],
         num_prompts=2,
         max_new_tokens=16,
@@ -113,8 +113,7 @@ class FailingLauncher(FakeLauncher):
 
 def _cfg(tmp_path, steps=(1, 2)):
     return SweepConfig(
-        speculative_num_steps=list(steps),
-        speculative_eagle_topk=[1],
+        spec=SpecGrid(speculative_num_steps=list(steps), speculative_eagle_topk=[1]),
         concurrency=[1],
         num_prompts=1,
         max_new_tokens=4,

@@ -104,17 +104,12 @@ def test_expect_document_and_seed_figure():
     doc = expect(ExpectConfig(acc=[0.745]))
     assert doc["params"] == "3-1-4" and doc["expected_accept_length"] == pytest.approx(2.71, abs=0.01)
     assert any("repeat the last logged accuracy" in a for a in doc["assumptions"])
-    tree = expect(
-        ExpectConfig(acc=[0.745], speculative_num_steps=5, speculative_eagle_topk=8, speculative_num_draft_tokens=32)
-    )
+    tree = expect(ExpectConfig(acc=[0.745], spec=SpecParams(5, 8, 32)))
     assert tree["expected_accept_length"] > doc["chain_by_steps"][5] and any(
         "top-k coverage" in a for a in tree["assumptions"]
     )
-    assert expect(
-        ExpectConfig(
-            acc=[0.7, 0.49], accuracy_kind="cumulative", speculative_num_steps=2, speculative_num_draft_tokens=3
-        )
-    )["expected_accept_length"] == pytest.approx(2.19)
+    cumulative = ExpectConfig(acc=[0.7, 0.49], accuracy_kind="cumulative", spec=SpecParams(2, 1, 3))
+    assert expect(cumulative)["expected_accept_length"] == pytest.approx(2.19)
 
 
 @pytest.mark.parametrize(
