@@ -4,7 +4,8 @@ Why: the reference engine (`kit.reference.speculate.BatchDecoder` over `RaggedTa
 PyTorch with per-sequence Python loops and host syncs; on a GPU it is bound by the host (about
 1,200 kernel launches per token), so its speculative path measures Python, not the algorithm.
 Here every decode step is one CUDA graph replay and one host sync, so speculative and greedy
-decoding are compared on what the GPU does.
+decoding are compared on what the GPU does. A side room (docs/architecture.md): `kit demo --gpu`
+(`kit.demo_gpu`), `bench/gpu_graphs.py` and tests import it, the core never does.
 
 How: static shapes throughout. The target KV cache is [layers, 2, kv heads, capacity, head dim] and
 the draft's the same over its layers; the current lengths live in device tensors; every attention

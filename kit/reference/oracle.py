@@ -428,9 +428,10 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
         kconfig.local_path(cfg.draft, "--draft", "a draft directory")
     texts = prompt_texts(cfg)
     if cfg.draft is None:
-        from kit.reference.train import demo_draft
+        from kit.models import shipped_draft
 
-        draft_dir = demo_draft(log=log)
+        draft_dir = shipped_draft()
+        log(f"shipped draft: {draft_dir}")
     else:
         draft_dir = Path(cfg.draft)
     cached = _result_path(cfg, draft_dir, texts)
@@ -481,9 +482,10 @@ def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     cfg.spec.resolved()
     cap = read_capture(kconfig.local_path(cfg.hidden_states, "--hidden-states", "a capture folder"))
     if cfg.draft is None:
-        from kit.reference.train import demo_draft
+        from kit.models import shipped_draft
 
-        draft_dir = demo_draft(log=log)
+        draft_dir = shipped_draft()
+        log(f"shipped draft: {draft_dir}")
     else:
         draft_dir = Path(kconfig.local_path(cfg.draft, "--draft", "a draft directory"))
     target = cap.target_stub(cfg.target)

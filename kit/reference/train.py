@@ -2,7 +2,9 @@
 
 Why: the notebooks need a real draft for the embedded SmolLM2 target, and a user gets a wiring
 smoke test for their own target before a long training run: if a 3-minute head does not beat
-accept length 1 under your serving wiring, a 3-day head will not either.
+accept length 1 under your serving wiring, a 3-day head will not either. A side room (docs/architecture.md):
+the core takes the shipped draft (`kit.models.shipped_draft`) and never imports this module; `kit train-draft`,
+the notebooks' `train_draft=True` (`demo_draft`), bench scripts and tests do.
 
 How:
 1. the target continues built-in training prompts (kit.prompts, disjoint from the evaluation

@@ -347,7 +347,7 @@ DEMO_DRAFT = "demo"
 def resolve_local(spec: LaunchSpec, engine: str, log=print, bundle: str | None = None) -> LaunchSpec:
     """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
     directory for SGLang (which cannot read the name; the reference server resolves it itself), and
-    `--speculative-draft-model-path demo` -> the demo draft (`demo_draft`: the kit's shipped one); then the
+    `--speculative-draft-model-path demo` -> the kit's shipped demo draft (`kit.models.shipped_draft`); then the
     flags the engine installed here needs (`Engine.required_changes`: an SGLang from the kit's bundle, or with
     `bundle` that release's bundle, gets the bundle's launch flags), each one `log`ged with its reason."""
     from kit.models import DEFAULT_TARGET
@@ -358,9 +358,11 @@ def resolve_local(spec: LaunchSpec, engine: str, log=print, bundle: str | None =
 
         changes["model_path"] = str(embedded_dir())
     if spec.speculative_draft_model_path == DEMO_DRAFT:
-        from kit.reference.train import demo_draft
+        from kit.models import shipped_draft
 
-        changes["speculative_draft_model_path"] = str(demo_draft(log=log))
+        draft = shipped_draft()
+        log(f"shipped draft: {draft}")
+        changes["speculative_draft_model_path"] = str(draft)
     spec = spec.replace(**changes)
     changes, notes = get_engine(engine).required_changes(spec, bundle)
     for note in notes:

@@ -144,13 +144,11 @@ def probe(cfg: ProbeConfig) -> ProbeResult:
     by all of them, so a second notebook run or demo reads it back (`cached_s` says when it was read)."""
     from pathlib import Path
 
-    from kit.models import write_cache_json
+    from kit.models import shipped_draft, write_cache_json
 
     t0 = time.perf_counter()
     if cfg.draft is None:
-        from kit.reference.train import demo_draft
-
-        draft_path = demo_draft(log=lambda *_: None)  # stdout may carry --json
+        draft_path = shipped_draft()
     else:
         draft_path = Path(cfg.draft)
     cached = _result_path(cfg, draft_path)

@@ -94,13 +94,11 @@ def test_a_probe_is_cached_by_its_inputs(tmp_path, monkeypatch):
 
 
 def test_a_probe_without_a_draft_reads_the_shipped_one(tmp_path, monkeypatch):
-    """No --draft: the kit's shipped demo draft (`kit.reference.train.demo_draft`), as `kit demo` serves it, never
-    one trained on this CPU."""
-    import kit.reference.train
+    """No --draft: the kit's shipped demo draft (`kit.models.shipped_draft`), as `kit demo` serves it, never
+    one trained on this CPU (the probe does not import the trainer, a side room)."""
     from kit.models import shipped_draft
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(kit.reference.train, "ensure_demo_draft", lambda **_: (_ for _ in ()).throw(AssertionError))
     target = tmp_path / "config.json"
     target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
                                   "intermediate_size": 64, "num_hidden_layers": 30, "num_attention_heads": 9,
