@@ -65,6 +65,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 --repeats 3",
     ),
     "sweep": ("kit.measure.sweep", 'kit sweep --launch "$(cat launch.sh)" --speculative-num-steps 1 3 5'),
+    "tune": ("kit.tune.run", 'kit tune --launch "$(cat launch.sh)" --batch-size 1 4 16 --speculative-num-steps 1 2 3'),
     "rehearse": (
         "kit.rehearse",
         "kit rehearse --target ~/models/Kimi-K2.5 --draft ~/drafts/eagle3 --launch-file launch.sh --dry-run",

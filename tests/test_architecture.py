@@ -6,12 +6,12 @@ Layers, lowest first (a module may import its own layer or lower ones, never hig
     kit.sglang
     -> kit.derive (the scanners; kit.sglang.releases, whose --derive runs them, sits in this layer)
     -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
-    -> kit.measure
+    -> kit.measure -> kit.tune
     top (kit.cli, kit.doctor, kit.preflight, kit.launch_verb, kit.rehearse, kit.demo, kit.summary, kit.__main__)
 
 The core (what the notebooks' story needs) never imports a side room (SIDE_ROOMS: the scanners, the reference
-server, the rehearsal, the server capture, the GPU bundle's builder, the GPU demo); only the entry modules that
-dispatch a verb to one (ENTRY) may.
+server, the rehearsal, the server capture, the GPU bundle's builder, the GPU demo and its CUDA-graph timing, the
+draft trainer, the request table, the llama.cpp peer); only the entry modules that dispatch a verb to one (ENTRY) may.
 
 Run: python -m pytest tests/test_architecture.py
 """
@@ -35,6 +35,7 @@ LAYERS = [
     "refserver",
     "rehearsal",
     "measure",
+    "tune",
 ]
 BASE = {"kit", "kit.findings", "kit.codes", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
 SAME_AS: dict[str, str] = {"kit.sglang.releases": "kit.derive"}  # a module placed in another package's layer
@@ -48,6 +49,11 @@ SIDE_ROOMS = {
     "kit.serving.capture_hook": "the server capture's recorder, copied into SGLang's interpreter",
     "kit.sglang.bundle": "the offline SGLang bundle's builder and installer (`kit bundle`)",
     "kit.demo_gpu": "the main job on real SGLang (`kit demo --gpu`)",
+    "kit.reference.graphs": "the reference step and greedy decoding in CUDA graphs, for GPU timing (`kit demo --gpu`)",
+    "kit.reference.train": "the draft trainer on this machine (`kit train-draft`, the notebooks' `train_draft=True`)",
+    "kit.measure.request_table": "the bad and control requests the reference server's tests and bench/serve_*.py send",
+    "kit.serving.peers": "llama.cpp's server argv, the third-party peer the engine benchmark and client tests run",
+    "kit.tune": "the speculative parameters that pay per batch size, predicted then measured (`kit tune`)",
 }
 # the entry modules that dispatch a verb to a side room: the only non-side modules that may import one
 ENTRY = {"kit.cli", "kit.__main__", "kit.demo", "kit.launch_verb", "kit.rehearse"}

@@ -106,6 +106,7 @@ BAD_INPUT = {
     "serve": (["--speculative-draft-model-path", "/nonexistent/draft"], "--speculative-draft-model-path"),
     "bench": (["--url", "http://127.0.0.1:9", "--no-progress"], "--url http://127.0.0.1:9"),
     "sweep": (["--prompts", "builtin"], "--launch"),
+    "tune": (["--launch", "python -m sglang.launch_server --model-path m", "--batch-size", "0"], "--batch-size"),
     "bundle": (["install", "/nonexistent/b.tar.xz"], "/nonexistent/b.tar.xz"),
     "demo": (["--draft", "/nonexistent/draft"], "/nonexistent/draft"),
     "expect": (["--log", "/nonexistent/train.log"], "/nonexistent/train.log"),

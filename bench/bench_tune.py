@@ -1,0 +1,120 @@
+"""Benchmark: `kit tune` against the blind grid (`kit sweep`) on the same engine, grid, batch sizes and prompts.
+
+Why: tune must name the grid's best point per batch size (or one inside its interval), "no speculation" included,
+in a fraction of the grid's wall time. Both verbs run as fresh processes, one after the other; then per batch size:
+tune's answer, the grid's best point (its speedup per request over the baseline's answer to the same prompt, the
+median and its bootstrap interval: `kit.measure.metrics.paired_speedup`, judged by the same rule as tune's,
+`kit.tune.predict.best`), whether they agree, and both wall times with their ratio. Prints one JSON document
+(last line).
+
+    python bench/bench_tune.py                                            # CPU reference server, embedded SmolLM2
+    python bench/bench_tune.py --engine sglang --launch "python -m sglang.launch_server --model-path T \\
+        --speculative-algorithm EAGLE3 --speculative-draft-model-path D" --batch-size 1 4 16 64 --num-prompts 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _run import emit, load_avg
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_LAUNCH = (
+    "python -m sglang.launch_server --model-path embedded --speculative-algorithm EAGLE3 "
+    "--speculative-draft-model-path kit/assets/demo_draft"
+)
+
+
+def timed(argv: list[str], log: Path) -> float:
+    """Run a kit verb to its end from the checkout's top (its output in `log`); its wall seconds."""
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(
+            [sys.executable, "-m", "kit", *argv], stdout=f, stderr=subprocess.STDOUT, cwd=ROOT
+        ).returncode
+    if rc not in (0, 1):
+        raise RuntimeError(f"kit {argv[0]} exited {rc}: see {log}")
+    return round(time.perf_counter() - t0, 1)
+
+
+def grid_answers(sweep_dir: Path, batch_sizes: list[int]) -> dict[str, dict]:
+    """Per batch size, every grid point's paired per-request speedup over the baseline, and the best one."""
+    from kit.measure.bench import read_records
+    from kit.measure.metrics import paired_ratios, paired_speedup
+    from kit.tune.predict import best
+
+    out = {}
+    for b in batch_sizes:
+        base = read_records(sweep_dir / "points" / f"baseline_c{b}" / "records.jsonl")
+        rows = {}
+        for d in sorted((sweep_dir / "points").glob(f"*_c{b}")):
+            label = d.name.rsplit("_c", 1)[0]
+            if label != "baseline":
+                p = paired_speedup(paired_ratios(base + read_records(d / "records.jsonl"), "baseline", label))
+                rows[label] = {"median": p["median"], "ci95": [p["median_low"], p["median_high"]], "inconclusive": None}
+        out[str(b)] = {"points": rows, "best": best(rows)}
+    return out
+
+
+def agree(tune_best: dict, grid: dict) -> bool:
+    """Tune names the grid's best point, or one whose grid speedup lies inside the best one's interval, or both
+    say no speculation."""
+    want, got = grid["best"]["point"], tune_best.get("point")
+    if want == got:
+        return True
+    if got is None or want is None:
+        return False
+    lo, hi = grid["points"][want]["ci95"]
+    return lo <= grid["points"][got]["median"] <= hi
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default="reference", choices=["reference", "sglang"])
+    ap.add_argument("--launch", default=REFERENCE_LAUNCH)
+    ap.add_argument("--batch-size", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--speculative-num-steps", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--speculative-eagle-topk", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--speculative-num-draft-tokens", type=int, nargs="+", default=[0])
+    ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--chat-template", default="embedded", help="'' for none (a GPU host's own target: its dir)")
+    ap.add_argument("--out", default=None, help="folder for both runs (default: a temporary one)")
+    a = ap.parse_args()
+
+    out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    n = max(a.num_prompts, *a.batch_size)  # tune fills each batch; the grid gets as many requests
+    grid = ["--speculative-num-steps", *map(str, a.speculative_num_steps)]
+    grid += ["--speculative-eagle-topk", *map(str, a.speculative_eagle_topk)]
+    grid += ["--speculative-num-draft-tokens", *map(str, a.speculative_num_draft_tokens)]
+    common = ["--engine", a.engine, "--launch", a.launch, *grid, "--max-new-tokens", str(a.max_new_tokens)]
+    common += ["--chat-template", a.chat_template] if a.chat_template else []
+    load_before = load_avg()
+    tune_s = timed(["tune", *common, "--batch-size", *map(str, a.batch_size), "--num-prompts", str(n),
+                    "--out-dir", str(out / "tune")], out / "tune.log")  # fmt: skip
+    grid_s = timed(["sweep", *common, "--concurrency", *map(str, a.batch_size), "--num-prompts", str(n),
+                    "--no-progress", "--out-dir", str(out / "sweep")], out / "sweep.log")  # fmt: skip
+    doc = json.loads((out / "tune" / "tune.json").read_text())
+    answers = grid_answers(out / "sweep", a.batch_size)
+    per_batch = {}
+    for b in map(str, a.batch_size):
+        t = doc.get("best", {}).get(b, {})
+        per_batch[b] = {"tune": {"point": t.get("point"), "verdict": t.get("verdict"),
+                                 "measured": sorted(doc.get("measured", {}).get(b, {}))},
+                        "grid": {"point": answers[b]["best"]["point"], "verdict": answers[b]["best"]["verdict"]},
+                        "agree": agree(t, answers[b])}  # fmt: skip
+    emit({"engine": a.engine, "batch_sizes": a.batch_size, "grid_points": len(doc["predicted"][str(a.batch_size[0])]),
+          "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
+          "tune_s": tune_s, "grid_s": grid_s, "tune_over_grid": round(tune_s / grid_s, 3),
+          "load_avg_before": load_before, "load_avg_after": load_avg(), "out": str(out)})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""kit.tune.run with a fake launcher that starts a STUB of SGLang's HTTP API per point (kit/tests/sglang_stub.py):
+the flow (calibrate, predict, measure the best predicted, answer), tune.json, resume, the budget, bad input and
+the launch line. The stub accepts every drafted token (steps + 1 per verify) and sleeps per step a little longer
+the more it drafts, so the answer is known in advance; the real servers are tests/test_tune_reference.py's."""
+
+import contextlib
+import json
+
+import pytest
+
+from kit.cli import main
+from kit.findings import KitInputError
+from kit.measure.sweep import Point, SpecGrid, point_label
+from kit.serving.launch import spec_from_command
+from kit.sglang.params import SpecParams
+from kit.tests.sglang_stub import StubConfig, StubThread
+from kit.tune.run import TuneConfig, launch_line, plan, run_tune
+
+PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"prompt {i}"} for i in range(4)]
+
+
+class FakeLauncher:
+    def __init__(self):
+        self.launched: list[str] = []
+
+    @contextlib.contextmanager
+    def __call__(self, point: Point):
+        self.launched.append(point_label(point))
+        n = point.speculative_num_draft_tokens if point else 1
+        cfg = StubConfig(spec=point is not None, accept_pattern=[n], speculative_num_draft_tokens=max(n, 2),
+                         step_delay=0.004 * (1 + 0.1 * (n - 1)))  # fmt: skip
+        with StubThread(cfg) as s:
+            yield s.url
+
+
+def expected(p: SpecParams) -> tuple[float, str]:
+    return p.speculative_num_draft_tokens * 0.95, "made up"
+
+
+def _cfg(tmp_path, **kw) -> TuneConfig:
+    base = dict(batch_size=[1, 2], spec=SpecGrid([1, 2, 3], [1], [0]), top=2, num_prompts=4, calibration_prompts=2,
+                max_new_tokens=12, warmup=0, out_dir=str(tmp_path / "tune"))  # fmt: skip
+    return TuneConfig(**{**base, **kw})
+
+
+def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
+    fl, heard = FakeLauncher(), []
+    doc = run_tune(_cfg(tmp_path), fl, expected, prompts=PROMPTS, on_update=lambda d, m: heard.append(m))
+    # the calibration chains beside the baseline, then the two best predicted: 2-1-3 joins, 1-1-2 is stopped
+    assert fl.launched == ["baseline", "1-1-2", "3-1-4", "2-1-3"], fl.launched
+    assert doc["status"] == "done" and heard[0] == "calibrating batch 1: baseline, 1-1-2, 3-1-4"
+    assert set(doc["calibration"]) == {"1", "2"} and doc["calibration"]["1"]["growth"] >= 0
+    for b in ("1", "2"):
+        pred = doc["predicted"][b]
+        assert set(pred) == {"1-1-2", "2-1-3", "3-1-4"} and pred["3-1-4"] > pred["1-1-2"]
+        assert set(doc["measured"][b]) == {"3-1-4", "2-1-3"}
+        row = doc["measured"][b]["3-1-4"]
+        assert row["median"] > 1 and row["accept_length"] > 3 and row["predicted"] == pred["3-1-4"]
+        assert doc["best"][b]["point"] == "3-1-4" and "3-1-4 --speculative-eagle-topk" not in str(
+            doc["best"][b]["launch"]
+        )
+    assert doc["accept_length"]["3-1-4"] == {"value": pytest.approx(3.8), "source": "made up"}
+    out = tmp_path / "tune"
+    assert json.loads((out / "tune.json").read_text())["measured"] == doc["measured"]
+    assert (out / "tune.png").stat().st_size > 0
+    # resume: everything measured, nothing launched; an added batch size is calibrated and measured alone
+    fl2 = FakeLauncher()
+    again = run_tune(_cfg(tmp_path, resume=True), fl2, expected, prompts=PROMPTS)
+    assert fl2.launched == [] and again["measured"] == doc["measured"]
+    third = run_tune(_cfg(tmp_path, resume=True, batch_size=[1, 2, 3]), fl2, expected, prompts=PROMPTS)
+    assert set(third["measured"]) == {"1", "2", "3"} and fl2.launched[:3] == ["baseline", "1-1-2", "3-1-4"]
+    assert third["measured"]["1"] == doc["measured"]["1"]
+
+
+def test_budget_and_stop_end_the_run_and_resume_goes_on(tmp_path):
+    fl = FakeLauncher()
+    doc = run_tune(_cfg(tmp_path), fl, expected, prompts=PROMPTS, stop=lambda: True)
+    assert doc["status"] == "stopped: --resume continues" and fl.launched == [] and not doc["measured"]
+    doc = run_tune(_cfg(tmp_path, resume=True, budget_s=1e-9), fl, expected, prompts=PROMPTS)
+    assert doc["status"].startswith("budget spent") and not doc["calibration"]
+    doc = run_tune(_cfg(tmp_path, resume=True), fl, expected, prompts=PROMPTS)
+    assert doc["status"] == "done" and set(doc["best"]) == {"1", "2"}
+
+
+def test_refused_points_are_kept_with_sglangs_reason():
+    points, refused = plan(TuneConfig(spec=SpecGrid([2], [2], [3, 40])))
+    assert [p.label() for p in points] == ["2-2-3"]
+    assert list(refused) == ["2-2-40"] and "outside 2..7" in refused["2-2-40"]
+    with pytest.raises(KitInputError, match="the grid has no point SGLang would run.*2-2-40"):
+        plan(TuneConfig(spec=SpecGrid([2], [2], [40])))
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"batch_size": [0, 4]}, r"--batch-size \[0, 4\]"),
+        ({"spec": SpecGrid([1], [0], [0])}, "--speculative-eagle-topk"),
+        ({"top": 0}, "--top 0"),
+        ({"miss": 0}, "--miss 0"),
+    ],
+)
+def test_bad_values_are_one_line_errors(kw, msg):
+    with pytest.raises(KitInputError, match=msg):
+        TuneConfig(**kw)
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["tune", "--engine", "reference", "--out-dir", str(out)]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "kit tune: error: --launch is required: the command that starts the speculative server"
+    )
+    line = "python -m sglang.launch_server --model-path embedded --speculative-algorithm EAGLE3"
+    assert main(["tune", "--launch", line, "--out-dir", str(out)]) == 2
+    assert "no --speculative-draft-model-path" in capsys.readouterr().err
+    assert (
+        main(
+            ["tune", "--launch", line + " --speculative-draft-model-path d", "--batch-size", "0", "--out-dir", str(out)]
+        )
+        == 2
+    )
+    assert "--batch-size [0]" in capsys.readouterr().err
+    assert not out.exists()
+    (out / "x").mkdir(parents=True)  # a folder that holds something else: refused without --resume
+    with pytest.raises(KitInputError, match="exists and is not empty"):
+        run_tune(_cfg(tmp_path, out_dir=str(out)), FakeLauncher(), expected)
+    assert sorted(p.name for p in out.iterdir()) == ["x"]
+
+
+def test_the_launch_line_sets_the_point_or_drops_speculation():
+    base = spec_from_command(
+        "python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path D --speculative-num-steps 5 --speculative-eagle-topk 4 "
+        "--speculative-num-draft-tokens 8 --port 30000"
+    )
+    line = launch_line(base, SpecParams(2, 1, 3), "sglang")
+    assert "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in line
+    assert "--port 30000" in line and "--model-path T" in line
+    off = launch_line(base, None, "sglang")
+    assert "--speculative" not in off and "--model-path T" in off
+
+
+def test_the_panel_runs_on_click_and_fills_in(tmp_path):
+    import time
+
+    from kit.tune.run import panel
+
+    box = panel(_cfg(tmp_path, batch_size=[1]), FakeLauncher(), expected, prompts=PROMPTS)
+    (run_b, stop_b), status, tab, img = box.children[0].children, *box.children[1:]
+    assert "press <b>Run tune</b>" in status.value and not tab.value  # inert until pressed
+    run_b.click()
+    deadline = time.monotonic() + 60
+    while run_b.disabled and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert status.value == "done" and stop_b.disabled, status.value
+    assert "batch_size" in tab.value and img.value and img.layout.display is None
+    assert (tmp_path / "tune" / "tune.json").exists()

@@ -1,0 +1,363 @@
+"""`python -m kit tune`: the speculative parameters that pay, per batch size, predicted first and then measured.
+
+A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` ranks them first:
+1. the grid as SGLang resolves it (`kit.measure.sweep.grid`; what a release refuses is left out, its reason kept);
+2. each point's expected accept length: the draft's recorded oracle for that chain (`training.json`), else the
+   oracle run here (`kit.reference.oracle`, cached);
+3. per batch size a calibration (the baseline and two points, interleaved), then every point's predicted speedup
+   (`kit.tune.predict`: the model and its assumptions);
+4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
+   same prompts, the order rotating), each server started once through the sweep's launcher, kept while needed;
+5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
+   "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
+   `bench.prediction_miss` finding.
+
+`--out-dir`: tune.json (accept lengths, calibration, predictions, every measured arm, the answer), tune.png/.svg
+(speedup vs batch size: predicted dashed, measured solid), the bench folders. `--budget-s` is checked before each
+bench; `--resume` continues a stopped run. In a notebook: `panel(cfg, launcher, expected, base)`.
+
+    python -m kit tune --engine reference --launch "python -m sglang.launch_server --model-path embedded \\
+        --speculative-algorithm EAGLE3 --speculative-draft-model-path kit/assets/demo_draft" --batch-size 1 4
+    python -m kit tune --launch "$(cat launch.sh)" --batch-size 1 4 16 64 --speculative-eagle-topk 1 2 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import importlib.util
+import json
+import math
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from kit import config as kconfig
+from kit.findings import Finding, KitInputError, Report, emit
+from kit.measure.bench import BenchConfig, jsonable, resumable, run_bench
+from kit.measure.sweep import Point, SpecGrid, grid, launch_all, point_label, spec_launcher, url_of
+from kit.serving.engines import ENGINES
+from kit.sglang.params import SpecParams
+from kit.tune import predict
+
+HELP = "the speculative parameters that pay per batch size: predicted from a calibration, the best ones measured"
+
+
+@dataclass
+class TuneConfig:
+    launch: str | None = field(default=None, metadata={"help": "launch command (its spec flags are set per point)"})
+    engine: str = field(default="sglang", metadata={"help": "serving engine", "choices": list(ENGINES)})
+    batch_size: list[int] = field(default_factory=lambda: [1, 4, 16], metadata={"help": "requests in flight"})
+    spec: SpecGrid = field(default_factory=lambda: SpecGrid([1, 2, 3], [1, 2], [0]))  # the grid's three flags
+    top: int = field(default=2, metadata={"help": "points measured per batch size beside the baseline"})
+    miss: float = field(default=0.35, metadata={"help": "measured/predicted - 1 beyond this is a finding"})
+    api: str = field(default="sglang", metadata={"help": "endpoint for kit.measure.bench"})
+    prompts: str = field(default="builtin", metadata={"help": "builtin, builtin:<kind> or a JSONL file"})
+    chat_template: str | None = field(default=None, metadata={"help": "tokenizer dir (or 'embedded') for prompts"})
+    num_prompts: int = field(default=8, metadata={"help": "measured requests per arm (at least the batch size)"})
+    calibration_prompts: int = field(default=4, metadata={"help": "calibration requests per arm"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens per request"})
+    warmup: int = field(default=1, metadata={"help": "warmup requests per arm"})
+    budget_s: float = field(default=3600.0, metadata={"help": "no bench starts after this many seconds"})
+    ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for each launch"})
+    out_dir: str = field(default="runs/tune", metadata={"help": "tune.json, tune.png, bench folders, logs"})
+    resume: bool = field(default=False, metadata={"help": "continue the run in --out-dir"})
+    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+
+    def __post_init__(self):
+        lists = {"batch_size": self.batch_size, **asdict(self.spec)}
+        for name, values in lists.items():
+            if not values or min(values) < (0 if name == "speculative_num_draft_tokens" else 1):
+                raise KitInputError(f"--{name.replace('_', '-')} {values}: give integers >= 1 (draft tokens: >= 0)")
+        for name in ("top", "num_prompts", "calibration_prompts", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise KitInputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
+        if not (self.miss > 0 and self.budget_s > 0):
+            raise KitInputError(f"--miss {self.miss} and --budget-s {self.budget_s} must be > 0")
+
+
+def plan(cfg: TuneConfig) -> tuple[list[SpecParams], dict[str, str]]:
+    """The grid's points SGLang runs, and {label: why} for each it refuses; no point is a KitInputError."""
+    refused: dict[str, str] = {}
+    points = grid(**asdict(cfg.spec), baseline=False, refused=refused)
+    if not points:
+        why = "; ".join(f"{lab}: {w}" for lab, w in refused.items())
+        raise KitInputError(f"the grid has no point SGLang would run ({why[:300]})")
+    return points, refused
+
+
+def accept_lengths(target: str, draft: str):
+    """point -> (expected accept length, where it came from): the draft's recorded oracle for that chain,
+    else the oracle run here (`kit.measure.verdict.oracle_expected`, cached per point)."""
+    from kit.measure.verdict import oracle_expected
+    from kit.reference.chain import recorded_accept_lengths
+
+    recorded = recorded_accept_lengths(draft) if Path(draft).is_dir() else {}
+    oracle = oracle_expected(target, draft, quick=True)
+
+    def expected(p: SpecParams) -> tuple[float, str]:
+        if p.label() in recorded:
+            return recorded[p.label()], "the draft's recorded oracle (training.json)"
+        return oracle(p), oracle.source
+
+    return expected
+
+
+def launch_line(base, point: Point, engine: str) -> str:
+    """The launch to paste: `base` with the point's parameters, or without speculation."""
+    off = dict(speculative_algorithm=None, speculative_draft_model_path=None, **SpecParams().given())
+    on = dict(speculative_algorithm=base.speculative_algorithm or "EAGLE3", **(point or SpecParams()).given())
+    return base.replace(**(off if point is None else on)).command(engine)
+
+
+class Servers:
+    """The servers the arms need, each started once through the launcher and kept while wanted; servers that
+    started together (`launch_all`) are stopped together, once none of them is wanted."""
+
+    def __init__(self, launcher, engine: str):
+        self.launcher, self.engine, self.waves = launcher, engine, []
+
+    def up(self, points: list[Point]) -> dict[str, str]:
+        from kit.serving.process import start_together
+
+        want = {point_label(p) for p in points}
+        for wave in [w for w in self.waves if not want & set(w[1])]:
+            self.waves.remove(wave)
+            wave[0].close()
+        live = {lab: s for _, servers in self.waves for lab, s in servers.items()}
+        missing = [p for p in points if point_label(p) not in live]
+        groups = [missing] if start_together(self.engine, len(missing)) else [[p] for p in missing]
+        for group in filter(None, groups):
+            stack = contextlib.ExitStack()
+            servers = launch_all(stack, [self.launcher(p) for p in group], self.engine)
+            started = dict(zip(map(point_label, group), servers))
+            self.waves.append((stack, started))
+            live.update(started)
+        return {point_label(p): url_of(live[point_label(p)])[0] for p in points}
+
+    def close(self) -> None:
+        while self.waves:
+            self.waves.pop()[0].close()
+
+
+def bench_arms(cfg: TuneConfig, urls: dict[str, str], batch: int, requests: int, out: Path, prompts=None):
+    """One interleaved `kit bench` of the arms (`{label: url}`, the baseline first) at `batch` requests in flight."""
+    base, first, *more = urls
+    bcfg = BenchConfig(url=urls[first], label=first, baseline_url=urls[base], baseline_label=base,
+                       also_url=[f"{lab}={urls[lab]}" for lab in more] or None, engine=cfg.engine, api=cfg.api,
+                       prompts=cfg.prompts, num_prompts=max(requests, batch), max_new_tokens=cfg.max_new_tokens,
+                       concurrency=batch, warmup=cfg.warmup, warmup_max_new_tokens=min(8, cfg.max_new_tokens),
+                       interleave=True, chat_template=cfg.chat_template, progress=False, **resumable(out))  # fmt: skip
+    return run_bench(bcfg, prompts=prompts)
+
+
+def measured_row(summary: dict, label: str, predicted: float) -> dict:
+    sp = (summary.get("launch_speedup") or {}).get(label) or {}
+    agg = summary["labels"].get(label, {})
+    return jsonable({"median": sp.get("median"), "ci95": sp.get("ci95"), "inconclusive": sp.get("inconclusive"),
+                     "n": sp.get("n"), "accept_length": agg.get("accept_length"), "output_tok_s": agg.get("output_tok_s"),
+                     "predicted": predicted})  # fmt: skip
+
+
+def open_doc(cfg: TuneConfig) -> dict:
+    """tune.json to continue (`--resume`), or {} for a fresh run in an empty --out-dir (checked, nothing written)."""
+    out = Path(cfg.out_dir)
+    if cfg.resume and (out / "tune.json").exists():  # written whole each time (`write_doc`)
+        return json.loads((out / "tune.json").read_text())
+    if not cfg.resume and out.exists() and any(out.iterdir()):
+        raise KitInputError(f"--out-dir {out}: exists and is not empty; --resume continues it, or choose a new one")
+    return {}
+
+
+def write_doc(doc: dict, out: Path) -> None:
+    (tmp := out / ".tune.json.tmp").write_text(json.dumps(jsonable(doc), indent=1))
+    tmp.replace(out / "tune.json")  # whole or not at all
+
+
+def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_update=None, stop=None) -> dict:
+    """Calibrate, predict, measure the best predicted points per batch size, answer; returns tune.json's
+    document. `expected(point)` -> (accept length, source); `base` (the LaunchSpec) gives the launch lines;
+    `on_update(doc, message)` hears each step; `stop()` true ends the run before its next bench."""
+    t0, out = time.monotonic(), Path(cfg.out_dir)
+    points, refused = plan(cfg)
+    doc = open_doc(cfg)
+    by_label = {p.label(): p for p in points}
+    acc = doc.setdefault("accept_length", {})
+    for p in points:
+        acc.setdefault(p.label(), dict(zip(("value", "source"), expected(p))))
+    out.mkdir(parents=True, exist_ok=True)
+    doc.update(config=asdict(cfg), refused=refused, status="running")
+    cal, measured, doc["predicted"] = doc.setdefault("calibration", {}), doc.setdefault("measured", {}), {}
+    batches, ends = sorted(set(cfg.batch_size)), predict.calibration_points(points)
+
+    def step(message: str) -> bool:
+        """Save, tell, and say whether the run must end here (stopped or out of budget)."""
+        halt = "stopped" if stop and stop() else "budget spent" if time.monotonic() - t0 > cfg.budget_s else None
+        doc["status"] = f"{halt}: --resume continues" if halt else doc["status"]
+        write_doc(doc, out)
+        if on_update:
+            on_update(doc, doc["status"] if halt else message)
+        return bool(halt)
+
+    servers = Servers(launcher, cfg.engine)
+    try:
+        for b in batches:
+            if str(b) not in cal:
+                if step(f"calibrating batch {b}: baseline, {', '.join(p.label() for p in ends)}"):
+                    return finish(cfg, doc, out, base, t0, on_update)
+                urls = servers.up([None, *ends])
+                res = bench_arms(cfg, urls, b, cfg.calibration_prompts, out / "calibration" / f"b{b}", prompts)
+                cal[str(b)] = predict.calibrated(b, res.summary["labels"], ends)
+            costs = predict.StepCosts(*(cal[str(b)][k] for k in ("t_decode_s", "t_draft_s", "growth")))
+            doc["predicted"][str(b)] = {
+                lab: round(costs.speedup(p, acc[lab]["value"]), 3) for lab, p in by_label.items()
+            }
+        for b in batches:
+            chosen = predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss)
+            if all(lab in measured.get(str(b), {}) for lab in chosen):
+                continue
+            if step(f"measuring batch {b}: baseline, {', '.join(chosen)}"):
+                break
+            try:
+                urls = servers.up([None, *(by_label[lab] for lab in chosen)])
+            except Exception as e:  # a point whose server does not start: said, and the next batch size goes on
+                doc.setdefault("failed", {})[str(b)] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                continue
+            res = bench_arms(cfg, urls, b, cfg.num_prompts, out / "bench" / f"b{b}-{'_'.join(chosen)}", prompts)
+            rows = {lab: measured_row(res.summary, lab, doc["predicted"][str(b)][lab]) for lab in chosen}
+            measured[str(b)] = {**measured.get(str(b), {}), **rows}  # a resumed run's earlier points stay
+            doc.get("failed", {}).pop(str(b), None)
+        else:
+            doc["status"] = "done"
+    finally:
+        servers.close()
+    return finish(cfg, doc, out, base, t0, on_update)
+
+
+def finish(cfg: TuneConfig, doc: dict, out: Path, base, t0: float, on_update=None) -> dict:
+    """The answer per measured batch size, the findings, the figure; tune.json written."""
+    findings, by_label = [], {p.label(): p for p in plan(cfg)[0]}
+    for b, rows in doc.get("measured", {}).items():
+        answer = predict.best(rows)
+        point = by_label.get(answer["point"])
+        answer["launch"] = launch_line(base, point, cfg.engine) if base is not None else None
+        doc.setdefault("best", {})[b] = answer
+        for lab, r in rows.items():
+            if r["median"] is not None:
+                findings.append(predict.miss_finding(int(b), lab, r["predicted"], r["median"], cfg.miss))
+    doc["findings"] = [f.to_dict() for f in findings if f is not None]
+    doc["wall_s"] = round(doc.get("wall_s", 0) + time.monotonic() - t0, 1)
+    if doc.get("predicted"):
+        figure(doc, out)
+    write_doc(doc, out)
+    if on_update:
+        on_update(doc, doc["status"])
+    return doc
+
+
+def figure(doc: dict, out_dir):
+    """Speedup vs batch size per configuration: predicted dashed, measured solid with its 95% interval."""
+    from matplotlib.figure import Figure
+
+    from kit.measure import plots
+
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.add_subplot()
+    pred, meas = doc["predicted"], doc.get("measured", {})
+    batches = sorted(map(int, pred))
+    first = pred[str(batches[0])]
+    shown = sorted({lab for b in map(str, batches) for lab in meas.get(b, {})}) or [max(first, key=first.get)]
+    for i, lab in enumerate(shown):
+        ax.plot(batches, [pred[str(b)].get(lab, math.nan) for b in batches], "--x", color=f"C{i}", alpha=0.6)
+        rows = [(b, meas[str(b)][lab]) for b in batches if meas.get(str(b), {}).get(lab, {}).get("median") is not None]
+        xs, ys = [b for b, _ in rows], [r["median"] for _, r in rows]
+        lo, hi = (
+            [y - (r["ci95"][0] or y) for y, (_, r) in zip(ys, rows)],
+            [(r["ci95"][1] or y) - y for y, (_, r) in zip(ys, rows)],
+        )
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="-o", color=f"C{i}", capsize=3, label=lab)
+    ax.axhline(1.0, color="gray", lw=1, ls=":")
+    if len(batches) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.set(xlabel="batch size (requests in flight)", ylabel="speedup over no speculation")
+    ax.set_title("kit tune: predicted (dashed) vs measured (solid, 95% interval)", fontsize=10)
+    ax.legend(fontsize=8, title="steps-topk-draft tokens", title_fontsize=8)
+    plots.save(fig, out_dir, "tune")
+    return fig
+
+
+def table(doc: dict) -> list[dict]:
+    """One row per batch size: the answer, its prediction, the launch line."""
+    return [{"batch_size": int(b), "answer": a["verdict"], "predicted": doc["predicted"].get(b, {}).get(a["point"]),
+             "launch": a["launch"]} for b, a in sorted(doc.get("best", {}).items(), key=lambda x: int(x[0]))]  # fmt: skip
+
+
+def panel(cfg: TuneConfig, launcher, expected, base=None, prompts=None):
+    """Run/Stop, the phase, the table and the figure as they fill in (inert until Run is pressed); where ipywidgets
+    is not installed, a line naming the shell twin."""
+    if importlib.util.find_spec("ipywidgets") is None:
+        return "no tune panel: ipywidgets is not installed here (pip install ipywidgets); the same run: kit tune"
+    import ipywidgets as w
+    import pandas as pd
+
+    from kit.measure import plots
+
+    run_b, stop_b = w.Button(description="Run tune", button_style="primary"), w.Button(description="Stop")
+    stop_b.disabled = True
+    status, tab = w.HTML(f"grid {point_label(None)} + {len(plan(cfg)[0])} points; press <b>Run tune</b>"), w.HTML()
+    img, halt = w.Image(format="png", layout=w.Layout(display="none")), threading.Event()
+
+    def show(doc: dict, message: str) -> None:
+        status.value = html.escape(message)
+        tab.value = pd.DataFrame(table(doc)).to_html(index=False, border=0) if doc.get("best") else ""
+        if doc.get("predicted"):
+            img.value, img.layout.display = plots.png_bytes(figure(doc, cfg.out_dir)), None
+
+    def work() -> None:
+        try:
+            # resumed: a press continues what the folder holds (a rerun cell, a second press after Stop)
+            run_tune(replace(cfg, resume=True), launcher, expected, base, prompts, show, halt.is_set)
+        except Exception as e:  # the panel shows it; the kernel stays usable
+            status.value = f"<b style='color:#b00'>tune failed: {html.escape(f'{type(e).__name__}: {e}')}</b>"
+        finally:
+            run_b.disabled, stop_b.disabled = False, True
+
+    def start(_) -> None:
+        halt.clear()
+        run_b.disabled, stop_b.disabled = True, False
+        threading.Thread(target=work, name="kit-tune", daemon=True).start()
+
+    run_b.on_click(start)
+    stop_b.on_click(lambda _: (halt.set(), setattr(stop_b, "disabled", True)))
+    return w.VBox([w.HBox([run_b, stop_b]), status, tab, img])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    kconfig.add_arguments(parser, TuneConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kit.serving.engines import get_engine
+    from kit.serving.launch import spec_from_command
+
+    cfg = kconfig.from_namespace(TuneConfig, args)
+    if not cfg.launch:
+        raise KitInputError("--launch is required: the command that starts the speculative server")
+    spec = spec_from_command(cfg.launch)
+    if not spec.speculative_draft_model_path:
+        raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
+    spec = get_engine(cfg.engine).share_device(spec, 1 + max(cfg.top, 2))  # the arms run at once
+    launcher = spec_launcher(spec, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
+    expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path)
+    note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))
+    doc = run_tune(cfg, launcher, expected, base=spec, on_update=note)
+    report = Report([Finding(**f) for f in doc["findings"]], facts={"tune": table(doc), "status": doc["status"]})
+    if not cfg.json:
+        for row in table(doc):
+            print(f"batch {row['batch_size']}: {row['answer']}\n    {row['launch']}")
+        print(f"{doc['status']} in {doc['wall_s']:.0f} s; {Path(cfg.out_dir) / 'tune.json'}, tune.png")
+    return emit(report, cfg.json)
