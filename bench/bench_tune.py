@@ -86,6 +86,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--chat-template", default="embedded", help="'' for none (a GPU host's own target: its dir)")
     ap.add_argument("--out", default=None, help="folder for both runs (default: a temporary one)")
+    ap.add_argument("--only", choices=["tune", "grid"], default=None,
+                    help="run one side into --out (its wall time kept there); the comparison once both are in")  # fmt: skip
     a = ap.parse_args()
 
     out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune-")).resolve()
@@ -96,11 +98,21 @@ def main() -> None:
     grid += ["--speculative-num-draft-tokens", *map(str, a.speculative_num_draft_tokens)]
     common = ["--engine", a.engine, "--launch", a.launch, *grid, "--max-new-tokens", str(a.max_new_tokens)]
     common += ["--chat-template", a.chat_template] if a.chat_template else []
-    load_before = load_avg()
-    tune_s = timed(["tune", *common, "--batch-size", *map(str, a.batch_size), "--num-prompts", str(n),
-                    "--out-dir", str(out / "tune")], out / "tune.log")  # fmt: skip
-    grid_s = timed(["sweep", *common, "--concurrency", *map(str, a.batch_size), "--num-prompts", str(n),
-                    "--no-progress", "--out-dir", str(out / "sweep")], out / "sweep.log")  # fmt: skip
+    walls_file = out / "walls.json"
+    walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
+    walls.setdefault("load_avg_before", load_avg())
+    if a.only in (None, "tune"):
+        walls["tune_s"] = timed(["tune", *common, "--batch-size", *map(str, a.batch_size), "--num-prompts", str(n),
+                                 "--out-dir", str(out / "tune")], out / "tune.log")  # fmt: skip
+        walls_file.write_text(json.dumps(walls))
+    if a.only in (None, "grid"):
+        walls["grid_s"] = timed(["sweep", *common, "--concurrency", *map(str, a.batch_size), "--num-prompts", str(n),
+                                 "--no-progress", "--out-dir", str(out / "sweep")], out / "sweep.log")  # fmt: skip
+        walls_file.write_text(json.dumps(walls))
+    if not {"tune_s", "grid_s"} <= set(walls):
+        emit({"engine": a.engine, "out": str(out), **walls})
+        return
+    tune_s, grid_s, load_before = walls["tune_s"], walls["grid_s"], walls["load_avg_before"]
     doc = json.loads((out / "tune" / "tune.json").read_text())
     answers = grid_answers(out / "sweep", a.batch_size)
     per_batch = {}

@@ -375,7 +375,8 @@ class _Options:
     by_option: dict[str, Any]
 
     def dest(self, name: str) -> str | None:
-        """The release's argparse dest of ServerArgs field `name` (older releases name --tp-size's dest tensor_parallel_size)."""
+        """The dest `resolve_flags` reads ServerArgs field `name` under (its current name on every release:
+        `kit.sglang.flags.table_for`), or None when the release has no such option."""
         a = self.by_option.get("--" + name.replace("_", "-"))
         return a["dest"] if a else None
 

@@ -15,6 +15,10 @@ cannot be imported, so:
   itself apply the prefix, `=`, repetition, type and choice rules; every flag occurrence is recorded
   with the option as written and its canonical spelling. Faults do not stop the reading: each bad
   occurrence becomes an error entry (the same message SGLang's parser prints) and the rest is read.
+* Every table is handed out under SGLang's current names: where a release's parser stores an option under
+  another dest than the newest recorded release stores the same option under (0.4.4-0.5.13 keep `--tp-size` in
+  `tensor_parallel_size`, which their `ServerArgs.from_cli_args` copies into `tp_size`), the action's dest is
+  the current name (`current_names`), so `values`, `occurrences` and `by_dest` say `tp_size` on every release.
 * `launch_entry(argv, version)` says whether an argv runs an SGLang server, and where its flags start.
 
     from kit.sglang.flags import resolve_flags, flag_value
@@ -89,8 +93,9 @@ class FlagTable:
     version: str  # the release asked about
     checked: str  # the release whose parser the table was derived from
     exact: bool
-    actions: tuple  # dicts: option_strings, dest, kind, nargs, type, choices, default, const, required
+    actions: tuple  # dicts: option_strings, dest (SGLang's current name), kind, nargs, type, choices, default, ...
     entry: dict  # console_scripts, serve_subcommand, launch_modules, serve_strips, serve_positional
+    own_dests: dict = field(default_factory=dict)  # current name -> the release's own argparse dest, where they differ
 
     def by_option(self) -> dict[str, dict]:
         return {o: a for a in self.actions for o in a["option_strings"]}
@@ -99,12 +104,37 @@ class FlagTable:
         return {a["dest"]: a for a in self.actions}
 
 
+def current_names(actions: list[dict], newest: list[dict]) -> dict[str, str]:
+    """{a release's argparse dest: SGLang's current name} for the dests that differ: an action's current name is
+    the dest the newest recorded release stores any of its option strings under. A dest is left as it is where
+    its options reach several current names, or where the name is taken by another action of the release.
+
+    >>> current_names([{"dest": "tensor_parallel_size", "option_strings": ["--tensor-parallel-size", "--tp-size"]}],
+    ...               [{"dest": "tp_size", "option_strings": ["--tp-size", "--tensor-parallel-size"]}])
+    {'tensor_parallel_size': 'tp_size'}
+    """
+    now = {o: a["dest"] for a in newest for o in a["option_strings"]}
+    own = {a["dest"] for a in actions}
+    cand = {}
+    for a in actions:
+        names = {now[o] for o in a["option_strings"] if o in now}
+        if len(names) == 1 and (name := names.pop()) != a["dest"] and name not in own:
+            cand[a["dest"]] = name
+    hits = list(cand.values())
+    return {d: n for d, n in cand.items() if hits.count(n) == 1}
+
+
 @lru_cache(maxsize=16)
 def table_for(version: str | None = None) -> FlagTable:
-    """The flag table of that release, else of the nearest older release that has one (exact=False)."""
-    rec = pick_recorded(version or default_release(), _all_tables())
-    t = _all_tables()[rec.checked]
-    return FlagTable(rec.requested, rec.checked, rec.exact, tuple(t["actions"]), t["entry"])
+    """The flag table of that release, else of the nearest older release that has one (exact=False), its dests
+    under SGLang's current names (`current_names`)."""
+    tables = _all_tables()
+    rec = pick_recorded(version or default_release(), tables)
+    t = tables[rec.checked]
+    names = current_names(t["actions"], tables[sort_versions(tables)[-1]]["actions"])
+    actions = tuple({**a, "dest": names[a["dest"]]} if a["dest"] in names else a for a in t["actions"])
+    own = {n: d for d, n in names.items()}
+    return FlagTable(rec.requested, rec.checked, rec.exact, actions, t["entry"], own)
 
 
 # ServerArgs fields that cap CUDA-graph capture, the current spelling first: releases that split the decode and
@@ -253,7 +283,7 @@ def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str]
 # -- resolution ---------------------------------------------------------------------------------
 @dataclass
 class Occurrence:
-    dest: str
+    dest: str  # SGLang's current name (`table_for`)
     written: str  # the option string argparse matched (an alias or the full name; prefixes are expanded)
     canonical: str  # the option's first spelling in SGLang's parser
     raws: list[str]  # the value strings it consumed
@@ -264,7 +294,7 @@ class FlagResolution:
     version: str
     checked: str
     exact: bool
-    values: dict[str, Any] = field(default_factory=dict)  # dest -> value SGLang ends with (given flags only)
+    values: dict[str, Any] = field(default_factory=dict)  # dest (current name) -> value SGLang ends with, given flags
     occurrences: list[Occurrence] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # tokens no flag takes
     errors: list[dict] = field(default_factory=list)  # {"option", "message", "tokens"}

@@ -49,7 +49,6 @@ TABLE_PATH = Path(__file__).with_name("sharding_rules.json")
 STATIC = "static check (not yet rehearsed on multiple GPUs)"
 FLOORS = {"moe_inter_floor", "ct_moe_groups"}  # no check: the shard is sized by floor division
 RAISES = {"fp8_moe_block", "fp8_column", "marlin_group"}  # ValueError rather than an assert
-ALIASES = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size", "expert_parallel_size": "ep_size"}
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -60,7 +59,8 @@ def table() -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class Parallel:
-    """The launch's parallel flags under SGLang's own names (ServerArgs fields), and the sizes a release derives."""
+    """The launch's parallel flags under SGLang's current names (ServerArgs fields, whatever dest the release's
+    parser uses: `kit.sglang.flags.table_for`), and the sizes a release derives."""
 
     tp_size: int = 1
     dp_size: int = 1
@@ -75,9 +75,7 @@ class Parallel:
     def of(cls, flags: list[str], version: str | None = None) -> Parallel:
         from kit.sglang.flags import resolve_flags
 
-        v = dict(resolve_flags(flags, version).values)
-        for old, new in ALIASES.items():  # ServerArgs.from_cli_args: args.tp_size = args.tensor_parallel_size
-            v.setdefault(new, v.get(old))
+        v = resolve_flags(flags, version).values
         return cls(**{f.name: v[f.name] for f in fields(cls) if v.get(f.name) is not None})
 
     def sizes(self, facts: dict[str, str]) -> dict[str, int]:

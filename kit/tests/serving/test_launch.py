@@ -169,6 +169,45 @@ def test_mem_from_checkpoint_headers(tmp_path):
     assert info[0].severity == "info" and info[0].evidence["target_bytes"] == 1 << 20
 
 
+@pytest.mark.parametrize("version", ["0.4.4", "0.4.10", "0.5.1", "0.5.8", "0.5.23"])
+def test_tp_size_is_read_on_every_release(version):
+    """0.4.4-0.5.13's parsers store --tp-size under `tensor_parallel_size`: the spec's tp_size gets it all the same."""
+    for flag in ("--tp-size", "--tensor-parallel-size", "--tp"):
+        s = spec_from_argv(["python", "-m", "sglang.launch_server", "--model-path", "m", flag, "8"], None, version)
+        assert (s.tp_size, s.extra_args) == (8, []), flag
+        assert s.flags() == ["--model-path", "m", "--tp-size", "8"]
+
+
+def _sparse_target(d: Path, nbytes: int) -> Path:
+    """A model folder whose one safetensors file declares `nbytes` of BF16 weights (a hole on disk)."""
+    import struct
+
+    d.mkdir()
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [nbytes // 2], "data_offsets": [0, nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(d / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + nbytes)
+    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    return d
+
+
+def test_mem_divides_the_weights_by_tp_on_older_releases_too(tmp_path):
+    """A 140 GiB target at --tp-size 8: 17.5 GiB per GPU on 0.5.1 as on 0.5.23, so no false `launch.mem` error
+    on an 80 GiB GPU (read as TP1 it would need 140 GiB on one)."""
+    t = _sparse_target(tmp_path / "t", 140 << 30)
+    cmd = f"python -m sglang.launch_server --model-path {t} --tp-size 8"
+    per_gpu = {}
+    for v in ("0.5.1", "0.5.8", "0.5.23"):
+        s = spec_from_command(cmd, v)
+        [info] = lint(s, parse_flags=False, gpu_memory_gib=80.0, sglang_version=v).by_code("launch.mem")
+        assert info.severity == "info" and info.evidence["tp_size"] == 8, v
+        per_gpu[v] = info.evidence["weights_per_gpu_gib"]
+        full = lint(s.replace(mem_fraction_static=0.85), parse_flags=False, gpu_memory_gib=80.0, sglang_version=v)
+        assert full.by_code("launch.mem") == [], v
+    assert per_gpu == {"0.5.1": 17.5, "0.5.8": 17.5, "0.5.23": 17.5}
+
+
 def test_parser_unavailable_is_a_warning_and_the_table_still_checks(monkeypatch, tmp_path):
     """No side environment: `launch.parser` warns what was skipped, the recorded table still rejects `abc`."""
     monkeypatch.setenv("KIT_VENV_DIR", str(tmp_path))

@@ -8,6 +8,7 @@ import argparse
 
 import pytest
 
+from kit.sglang import flags
 from kit.sglang.flags import flag_value, known_versions, launch_entry, resolve_flags, server_flags, table_for
 
 
@@ -64,6 +65,33 @@ def test_ambiguous_and_unknown():
     assert r.values["model_path"] == "m"
     r = resolve_flags(["--speculative-num-stepz", "3", "--tp", "2"])
     assert r.unknown == ["--speculative-num-stepz", "3"] and r.values["tp_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "version, own",
+    [("0.4.4", True), ("0.4.10", True), ("0.5.1", True), ("0.5.8", True), ("0.5.13.post1", True), ("0.5.14", False)],
+)
+def test_older_parsers_dests_are_handed_out_under_current_names(version, own):
+    """0.4.4-0.5.13's parsers store --tp-size/--dp-size/--ep-size under tensor_/data_/expert_parallel_size
+    (ServerArgs.from_cli_args copies them over); resolution and the table say tp_size/dp_size/ep_size."""
+    r = resolve_flags(["--model-path", "m", "--tp-size", "8", "--dp-size", "2", "--ep-size", "4"], version)
+    assert not r.errors and (r.values["tp_size"], r.values["dp_size"], r.values["ep_size"]) == (8, 2, 4)
+    assert not {"tensor_parallel_size", "data_parallel_size", "expert_parallel_size"} & set(r.values)
+    assert [o.dest for o in r.occurrences][1:] == ["tp_size", "dp_size", "ep_size"]
+    assert flag_value(["--tensor-parallel-size", "8"], "--tp-size", version) == "8"
+    t = table_for(version)
+    assert t.by_dest()["tp_size"]["option_strings"][0] in ("--tp-size", "--tensor-parallel-size")
+    assert t.own_dests.get("tp_size") == ("tensor_parallel_size" if own else None)
+
+
+def test_every_table_names_an_option_as_the_newest_release_does():
+    """An option string the newest recorded release has is stored under that release's dest on every release."""
+    newest = table_for(known_versions()[-1]).by_option()
+    for v in known_versions():
+        t = table_for(v)
+        for o, a in t.by_option().items():
+            assert o not in newest or a["dest"] == newest[o]["dest"] or newest[o]["dest"] in t.own_dests, (v, o)
+        assert len(t.by_dest()) == len({a["dest"] for a in flags._stored()[v]["actions"]}), v  # no name merged
 
 
 def test_reconstructed_parser_agrees_with_argparse_on_a_toy_table():

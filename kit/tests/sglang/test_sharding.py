@@ -112,7 +112,9 @@ def test_the_release_decides_padding_and_flag_names():
     draft = {**LLAMA_DRAFT, "num_attention_heads": 24, "num_key_value_heads": 6}
     assert any("vocabulary" in f.title for f in _errors(draft=draft, flags="--tp 6", version="0.5.17"))
     assert not any("vocabulary" in f.title for f in _errors(draft=draft, flags="--tp 6", version="0.5.23"))
-    assert Parallel.of(["--tp", "8", "--dp", "2"], "0.5.1").tp_size == 8  # dest tensor_parallel_size there
+    for v in ("0.4.4", "0.4.10", "0.5.1", "0.5.8", "0.5.23"):  # dest tensor_parallel_size etc. up to 0.5.13
+        p = Parallel.of(["--tp", "8", "--dp", "2", "--ep-size", "4"], v)
+        assert (p.tp_size, p.dp_size, p.ep_size) == (8, 2, 4), v
     assert Parallel.of(["--tp", "8", "--enable-dp-attention"], "0.4.4").sizes(table()["0.4.4"])["attn_tp_size"] == 1
 
 
