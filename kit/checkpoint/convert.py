@@ -149,10 +149,6 @@ class Plan:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def _from_tensor(t: TensorInfo, origin: str) -> Source:
-    return Source(t.dtype, t.shape, lambda: iter_bytes(t), origin)
-
-
 def _rows(t: TensorInfo, rows: list[int], origin: str) -> Source:
     """Selected rows of a 2-D tensor, read row by row (bounded memory)."""
     width = DTYPE_BITS[t.dtype] * t.shape[1] // 8
@@ -515,7 +511,7 @@ def _plan_weights(canon: dict[str, TensorInfo], plan: Plan, L: int | None, head_
         ):
             plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))
             continue
-        plan.tensors[from_canonical(c, to, L or 1)] = _from_tensor(t, t.name)
+        plan.tensors[from_canonical(c, to, L or 1)] = Source(t.dtype, t.shape, lambda t=t: iter_bytes(t), t.name)
 
 
 def _plan_fc_bias(fc: TensorInfo, plan: Plan, sglang_version: str | None) -> None:

@@ -308,11 +308,6 @@ def _resumed_config(cfg: BenchConfig, stored: dict[str, Any], d: Path) -> BenchC
     return replace(cfg, **merged, out_dir=None, resume=str(d))
 
 
-def _store_config(cfg: BenchConfig, out: Path) -> None:
-    doc = {k: v for k, v in asdict(cfg).items() if k not in _NOT_STORED}
-    (out / RUN_CONFIG).write_text(json.dumps(doc, indent=2))
-
-
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
     want = {lab: {r["rid"] for r in reqs} for lab, _ in cfg.arms()}  # per arm
@@ -824,7 +819,8 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
         note(resume_note(out, reqs, cfg, done))
     else:
         out.mkdir(parents=True, exist_ok=True)
-        _store_config(cfg, out)
+        doc = {k: v for k, v in asdict(cfg).items() if k not in _NOT_STORED}
+        (out / RUN_CONFIG).write_text(json.dumps(doc, indent=2))
     run_sync(_bench(cfg, out, reqs, done))
     res = load_result(out, cfg.baseline_label, cfg.expected_accept_length, static_findings)
     if resumed:

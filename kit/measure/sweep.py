@@ -125,6 +125,13 @@ def row_key(row: dict) -> tuple:
     return tuple(row[k] for k in (*point_fields(None), "concurrency"))
 
 
+def missing(out_dir, points: list[Point], concurrency: list[int]) -> dict[Point, list[int]]:
+    """{point: its concurrencies not yet in out_dir's results.jsonl}, the points with none left out."""
+    done = {row_key(r) for r in RecordLog(Path(out_dir) / "results.jsonl").read()}
+    todo = {p: [c for c in concurrency if row_key({**point_fields(p), "concurrency": c}) not in done] for p in points}
+    return {p: cs for p, cs in todo.items() if cs}
+
+
 # ---------------------------------------------------------------------------------------------
 # launchers
 # ---------------------------------------------------------------------------------------------
@@ -139,21 +146,31 @@ class Launched:
 Launcher = Callable[[Point], AbstractContextManager[Any]]
 
 
+def point_spec(base, point: Point):
+    """`base` (a kit.serving.launch.LaunchSpec) with the point's speculative parameters, or without speculation
+    for the baseline (`.command(engine)` is the launch line to paste)."""
+    if point is None:
+        return base.replace(speculative_algorithm=None, speculative_draft_model_path=None, **SpecParams().given())
+    return base.replace(speculative_algorithm=base.speculative_algorithm or "EAGLE3", **point.given())
+
+
 def spec_launcher(base, engine: str = "sglang", log_dir: str | None = None, ready_timeout: float = 900.0) -> Launcher:
-    """Launcher from a kit.serving.launch.LaunchSpec: per point, replace the speculative fields (all
-    cleared for the baseline), pick a free port, enable /metrics, start through
-    kit.serving.process.ServerProcess (no orphans) and wait for readiness."""
+    """Launcher from a kit.serving.launch.LaunchSpec: the kit's names resolved and the flags this machine's
+    engine needs added once (`kit.serving.launch.resolve_local`: `embedded`, the demo draft, the bundle's flags,
+    each said on stderr); then per point, replace the speculative fields (all cleared for the baseline), pick a
+    free port, enable /metrics, start through kit.serving.process.ServerProcess (no orphans) and wait for
+    readiness."""
+    import sys
+
+    from kit.serving.launch import resolve_local
     from kit.serving.process import ServerProcess, free_port
+
+    base = resolve_local(base, engine, log=lambda line: print(f"kit: {line}", file=sys.stderr))
 
     @contextlib.contextmanager
     def launch(point: Point) -> Iterator[Launched]:
-        spec_fields = (
-            dict(speculative_algorithm=None, speculative_draft_model_path=None, **SpecParams().given())
-            if point is None
-            else dict(speculative_algorithm=base.speculative_algorithm or "EAGLE3", **point.given())
-        )
         log = str(Path(log_dir) / f"{point_label(point)}.log") if log_dir else None
-        spec = base.replace(port=free_port(), enable_metrics=True, log_file=log, **spec_fields)
+        spec = point_spec(base, point).replace(port=free_port(), enable_metrics=True, log_file=log)
         with ServerProcess.from_spec(spec, engine=engine) as srv:
             srv.wait_ready(ready_timeout)
             yield Launched(srv.base_url, log)
@@ -250,6 +267,13 @@ def _row(point: Point, conc: int, res, expected: float | None, expected_from: st
     }
 
 
+def bench_config(cfg, out_dir, **given) -> BenchConfig:
+    """The `kit bench` of one measurement of a sweep or a tune (`cfg`: its request settings), resumable in
+    out_dir; `given`: the arms, concurrency and the rest."""
+    return BenchConfig(api=cfg.api, prompts=cfg.prompts, max_new_tokens=cfg.max_new_tokens, warmup=cfg.warmup,
+                       chat_template=cfg.chat_template, progress=False, **resumable(out_dir), **given)  # fmt: skip
+
+
 def run_sweep(
     cfg: SweepConfig,
     launcher: Launcher,
@@ -268,14 +292,14 @@ def run_sweep(
     launch and each measurement; once it is true the sweep ends, its server stopped."""
     out = Path(cfg.out_dir)
     results = RecordLog(out / "results.jsonl")
-    done = {row_key(r) for r in results.read()}
     points = grid(**dataclasses.asdict(cfg.spec), baseline=cfg.baseline)
     if not points:
         raise KitInputError(
             "sweep grid is empty: check --speculative-num-steps/--speculative-eagle-topk/--speculative-num-draft-tokens"
         )
-    plan = [(p, c) for p in points for c in cfg.concurrency]
-    total, n_done = len(plan), sum(row_key({**point_fields(p), "concurrency": c}) in done for p, c in plan)
+    todo = missing(out, points, cfg.concurrency)
+    total = len(points) * len(cfg.concurrency)
+    n_done = total - sum(map(len, todo.values()))
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=n_done, desc="sweep", disable=not cfg.progress)
@@ -287,23 +311,10 @@ def run_sweep(
             for conc in todo:
                 if stop and stop():
                     return
-                bcfg = BenchConfig(
-                    url=url,
-                    label=point_label(point),
-                    api=cfg.api,
-                    prompts=cfg.prompts,
-                    num_prompts=cfg.num_prompts,
-                    max_new_tokens=cfg.max_new_tokens,
-                    concurrency=conc,
-                    warmup=cfg.warmup,
-                    repeats=cfg.repeats,
-                    log_path=log_file,
-                    progress=False,
-                    chat_template=cfg.chat_template,
-                    # a point cut short by a crash resumes in its own directory
-                    **resumable(out / "points" / f"{point_label(point)}_c{conc}"),
-                )
-                res = run_bench(bcfg, prompts=prompts)
+                # a point cut short by a crash resumes in its own directory
+                at = out / "points" / f"{point_label(point)}_c{conc}"
+                given = dict(num_prompts=cfg.num_prompts, concurrency=conc, repeats=cfg.repeats, log_path=log_file)
+                res = run_bench(bench_config(cfg, at, url=url, label=point_label(point), **given), prompts=prompts)
                 exp = expected(point) if expected and point is not None else None
                 row = _row(point, conc, res, exp, getattr(expected, "source", None))
                 results.append(jsonable(row))
@@ -313,12 +324,11 @@ def run_sweep(
                     on_row(n_done, total, row)
 
     try:
-        for point in points:
-            todo = [c for c in cfg.concurrency if row_key({**point_fields(point), "concurrency": c}) not in done]
-            if not todo or (stop and stop()):
+        for point, concs in todo.items():
+            if stop and stop():
                 continue
             try:
-                measure(point, todo)
+                measure(point, concs)
             except Exception as e:  # one point's launch or benchmark failed: say so, go on with the next
                 if on_error is None:
                     raise
@@ -550,15 +560,8 @@ class SweepPanel:
 
         from kit.serving.process import http_json
 
-        done = {row_key(r) for r in RecordLog(self.out_dir / "results.jsonl").read()}
-        todo = [
-            p
-            for p in points
-            if any(row_key({**point_fields(p), "concurrency": c}) not in done for c in cfg.concurrency)
-        ]
-        rows_todo = sum(
-            row_key({**point_fields(p), "concurrency": c}) not in done for p in points for c in cfg.concurrency
-        )
+        todo = missing(self.out_dir, points, cfg.concurrency)
+        rows_todo = sum(map(len, todo.values()))
         t0, measured, failed = time.monotonic(), [0], []
         state = {"index": 0, "point": None, "url": None, "last_url": None}
         self.progress.max, self.progress.value = max(rows_todo, 1), 0

@@ -487,10 +487,6 @@ def _settle_fused(pending: dict, f: dict, P: dict, shards: dict, filled: dict) -
             filled.setdefault(fused, set()).add(part)
 
 
-def _looks_mla(ckpt_shapes: dict[str, Any]) -> bool:
-    return any("kv_a_proj_with_mqa" in k or "q_a_proj" in k for k in ckpt_shapes)
-
-
 def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: str | None = None) -> LoadSimulation:
     """Replay `version`'s EAGLE-3 loader on checkpoint names/shapes and the draft config.json.
 
@@ -501,7 +497,7 @@ def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: 
     written = archs[0] if archs else None
     cls, status = resolve_draft_class(draft_config, version)
     if status != "eagle3":
-        cls = MLA_EAGLE3 if _looks_mla(ckpt_shapes) else LLAMA_EAGLE3
+        cls = MLA_EAGLE3 if any("kv_a_proj_with_mqa" in k or "q_a_proj" in k for k in ckpt_shapes) else LLAMA_EAGLE3
     r = rules_for(version, cls)
     f = r.features
     sim = LoadSimulation(r.version, r.checked, r.exact, written, status, cls)

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from kit import config as kconfig
 from kit.findings import Finding, KitInputError, Report, emit
-from kit.measure.bench import BenchConfig, jsonable, resumable, run_bench
-from kit.measure.sweep import Point, SpecGrid, grid, launch_all, point_label, spec_launcher, url_of
+from kit.measure.bench import jsonable, run_bench
+from kit.measure.sweep import Point, SpecGrid, bench_config, grid, launch_all, point_label, point_spec, url_of
 from kit.serving.engines import ENGINES
 from kit.sglang.params import SpecParams
 from kit.tune import predict
@@ -106,13 +106,6 @@ def accept_lengths(target: str, draft: str):
     return expected
 
 
-def launch_line(base, point: Point, engine: str) -> str:
-    """The launch to paste: `base` with the point's parameters, or without speculation."""
-    off = dict(speculative_algorithm=None, speculative_draft_model_path=None, **SpecParams().given())
-    on = dict(speculative_algorithm=base.speculative_algorithm or "EAGLE3", **(point or SpecParams()).given())
-    return base.replace(**(off if point is None else on)).command(engine)
-
-
 class Servers:
     """The servers the arms need, each started once through the launcher and kept while wanted; servers that
     started together (`launch_all`) are stopped together, once none of them is wanted."""
@@ -146,11 +139,10 @@ class Servers:
 def bench_arms(cfg: TuneConfig, urls: dict[str, str], batch: int, requests: int, out: Path, prompts=None):
     """One interleaved `kit bench` of the arms (`{label: url}`, the baseline first) at `batch` requests in flight."""
     base, first, *more = urls
-    bcfg = BenchConfig(url=urls[first], label=first, baseline_url=urls[base], baseline_label=base,
-                       also_url=[f"{lab}={urls[lab]}" for lab in more] or None, engine=cfg.engine, api=cfg.api,
-                       prompts=cfg.prompts, num_prompts=max(requests, batch), max_new_tokens=cfg.max_new_tokens,
-                       concurrency=batch, warmup=cfg.warmup, warmup_max_new_tokens=min(8, cfg.max_new_tokens),
-                       interleave=True, chat_template=cfg.chat_template, progress=False, **resumable(out))  # fmt: skip
+    bcfg = bench_config(cfg, out, url=urls[first], label=first, baseline_url=urls[base], baseline_label=base,
+                        also_url=[f"{lab}={urls[lab]}" for lab in more] or None, engine=cfg.engine,
+                        num_prompts=max(requests, batch), concurrency=batch, interleave=True,
+                        warmup_max_new_tokens=min(8, cfg.max_new_tokens))  # fmt: skip
     return run_bench(bcfg, prompts=prompts)
 
 
@@ -243,7 +235,7 @@ def finish(cfg: TuneConfig, doc: dict, out: Path, base, t0: float, on_update=Non
     for b, rows in doc.get("measured", {}).items():
         answer = predict.best(rows)
         point = by_label.get(answer["point"])
-        answer["launch"] = launch_line(base, point, cfg.engine) if base is not None else None
+        answer["launch"] = point_spec(base, point).command(cfg.engine) if base is not None else None
         doc.setdefault("best", {})[b] = answer
         for lab, r in rows.items():
             if r["median"] is not None:
@@ -341,6 +333,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kit.measure.sweep import spec_launcher
     from kit.serving.engines import get_engine
     from kit.serving.launch import spec_from_command
 

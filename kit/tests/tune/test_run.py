@@ -10,11 +10,11 @@ import pytest
 
 from kit.cli import main
 from kit.findings import KitInputError
-from kit.measure.sweep import Point, SpecGrid, point_label
+from kit.measure.sweep import Point, SpecGrid, point_label, point_spec
 from kit.serving.launch import spec_from_command
 from kit.sglang.params import SpecParams
 from kit.tests.sglang_stub import StubConfig, StubThread
-from kit.tune.run import TuneConfig, launch_line, plan, run_tune
+from kit.tune.run import TuneConfig, plan, run_tune
 
 PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"prompt {i}"} for i in range(4)]
 
@@ -134,10 +134,10 @@ def test_the_launch_line_sets_the_point_or_drops_speculation():
         "--speculative-draft-model-path D --speculative-num-steps 5 --speculative-eagle-topk 4 "
         "--speculative-num-draft-tokens 8 --port 30000"
     )
-    line = launch_line(base, SpecParams(2, 1, 3), "sglang")
+    line = point_spec(base, SpecParams(2, 1, 3)).command("sglang")
     assert "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in line
     assert "--port 30000" in line and "--model-path T" in line
-    off = launch_line(base, None, "sglang")
+    off = point_spec(base, None).command("sglang")
     assert "--speculative" not in off and "--model-path T" in off
 
 
