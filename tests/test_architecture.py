@@ -54,6 +54,8 @@ SIDE_ROOMS = {
     "kit.measure.request_table": "the bad and control requests the reference server's tests and bench/serve_*.py send",
     "kit.serving.peers": "llama.cpp's server argv, the third-party peer the engine benchmark and client tests run",
     "kit.tune": "the speculative parameters that pay per batch size, predicted then measured (`kit tune`)",
+    "kit.codes": "the finding codes collected from their declarations, docs/findings.md written (`python -m kit.codes`)",
+    "kit.serving.after_import": "the import hook both server recorders stand on, copied beside each",
 }
 # the entry modules that dispatch a verb to a side room: the only non-side modules that may import one
 ENTRY = {"kit.cli", "kit.__main__", "kit.demo", "kit.launch_verb", "kit.rehearse"}

@@ -88,7 +88,7 @@ class SweepConfig:
     )
     num_prompts: int = field(default=8, metadata={"help": "measured requests per run"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per request"})
-    warmup: int = field(default=1, metadata={"help": "warmup requests per run"})
+    warmup: int = field(default=1, metadata={"help": "warmup requests per run (0: none; else at least one full batch)"})
     repeats: int = field(default=1, metadata={"help": "runs per point (>= 2 for speedup intervals)"})
     ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for each launch"})
     out_dir: str = field(default="runs/sweep", metadata={"help": "results.jsonl/.csv, per-point bench dirs, logs"})
@@ -269,8 +269,12 @@ def _row(point: Point, conc: int, res, expected: float | None, expected_from: st
 
 def bench_config(cfg, out_dir, **given) -> BenchConfig:
     """The `kit bench` of one measurement of a sweep or a tune (`cfg`: its request settings), resumable in
-    out_dir; `given`: the arms, concurrency and the rest."""
-    return BenchConfig(api=cfg.api, prompts=cfg.prompts, max_new_tokens=cfg.max_new_tokens, warmup=cfg.warmup,
+    out_dir; `given`: the arms, concurrency and the rest. A warm-up (`--warmup` above 0) sends at least one full
+    batch (`--warmup` or the concurrency, whichever is more): a server compiles or captures the kernels of a batch shape the first
+    time it runs one (SGLang's Triton attention under `--skip-server-warmup`), and a measured batch that pays for
+    that is not the launch's speed."""
+    warmup = max(cfg.warmup, given.get("concurrency", 1)) if cfg.warmup else 0
+    return BenchConfig(api=cfg.api, prompts=cfg.prompts, max_new_tokens=cfg.max_new_tokens, warmup=warmup,
                        chat_template=cfg.chat_template, progress=False, **resumable(out_dir), **given)  # fmt: skip
 
 

@@ -60,7 +60,7 @@ class TuneConfig:
     num_prompts: int = field(default=8, metadata={"help": "measured requests per arm (at least the batch size)"})
     calibration_prompts: int = field(default=4, metadata={"help": "calibration requests per arm"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per request"})
-    warmup: int = field(default=1, metadata={"help": "warmup requests per arm"})
+    warmup: int = field(default=1, metadata={"help": "warmup requests per arm (0: none; else at least one full batch)"})
     budget_s: float = field(default=3600.0, metadata={"help": "no bench starts after this many seconds"})
     ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for each launch"})
     out_dir: str = field(default="runs/tune", metadata={"help": "tune.json, tune.png, bench folders, logs"})
@@ -89,18 +89,19 @@ def plan(cfg: TuneConfig) -> tuple[list[SpecParams], dict[str, str]]:
     return points, refused
 
 
-def accept_lengths(target: str, draft: str):
-    """point -> (expected accept length, where it came from): the draft's recorded oracle for that chain,
-    else the oracle run here (`kit.measure.verdict.oracle_expected`, cached per point)."""
+def accept_lengths(target: str, draft: str, cfg: TuneConfig):
+    """point -> (expected accept length, where it came from), from one source for the whole grid, so the ranking
+    compares like with like: the draft's recorded oracle (`training.json`) when it has every point of `cfg`'s grid,
+    else the oracle run here for every point (`kit.measure.verdict.oracle_expected`, cached per point)."""
     from kit.measure.verdict import oracle_expected
     from kit.reference.chain import recorded_accept_lengths
 
     recorded = recorded_accept_lengths(draft) if Path(draft).is_dir() else {}
+    if all(p.label() in recorded for p in plan(cfg)[0]):
+        return lambda p: (recorded[p.label()], "the draft's recorded oracle (training.json)")
     oracle = oracle_expected(target, draft, quick=True)
 
     def expected(p: SpecParams) -> tuple[float, str]:
-        if p.label() in recorded:
-            return recorded[p.label()], "the draft's recorded oracle (training.json)"
         return oracle(p), oracle.source
 
     return expected
@@ -345,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
     spec = get_engine(cfg.engine).share_device(spec, 1 + max(cfg.top, 2))  # the arms run at once
     launcher = spec_launcher(spec, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
-    expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path)
+    expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))
     doc = run_tune(cfg, launcher, expected, base=spec, on_update=note)
     report = Report([Finding(**f) for f in doc["findings"]], facts={"tune": table(doc), "status": doc["status"]})

@@ -9,6 +9,7 @@ per step, so more draft tokens -> higher accept length -> fewer steps -> faster.
 
 import contextlib
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,7 @@ from kit.measure.sweep import (
     Point,
     SpecGrid,
     SweepConfig,
+    bench_config,
     grid,
     load_rows,
     panel,
@@ -274,3 +276,12 @@ def test_panel_without_ipywidgets_says_so_and_names_the_shell_twin(tmp_path, mon
     msg = panel(lambda point: None, tmp_path)
     assert isinstance(msg, str) and "ipywidgets" in msg and "kit sweep" in msg
     assert not any(tmp_path.iterdir())
+
+
+def test_a_warmup_sends_a_full_batch(tmp_path):
+    """The first batch of a shape pays for its kernels' compile or capture: a warm-up is at least one full batch,
+    none when --warmup 0."""
+    cfg = replace(_cfg(tmp_path), warmup=1)
+    assert bench_config(cfg, tmp_path / "a", url="http://x", concurrency=16).warmup == 16
+    assert bench_config(replace(cfg, warmup=20), tmp_path / "b", url="http://x", concurrency=16).warmup == 20
+    assert bench_config(replace(cfg, warmup=0), tmp_path / "c", url="http://x", concurrency=16).warmup == 0
