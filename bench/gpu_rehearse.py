@@ -512,9 +512,10 @@ def main() -> int:
             report = Path(j.out) / "report.json" if j.out else None
             if j.case in ("seed", "seed-fix") and report and report.exists():
                 shutil.copy(report, out / f"{j.case}{'' if j.width == 1 else f'-tp{j.width}'}.report.json")
-        from rehearse_table import write_table
-
-        print(write_table(out / "rehearse.jsonl", out).splitlines()[-1], file=sys.stderr)
+        # the table is bench/rehearse_table.py's, run as its own command (it reads this module's cases)
+        table = Path(__file__).with_name("rehearse_table.py")
+        done = subprocess.run([sys.executable, str(table), str(out / "rehearse.jsonl")], capture_output=True, text=True)
+        print((done.stdout.strip().splitlines() or [done.stderr.strip()])[-1], file=sys.stderr)
     return 0
 
 
