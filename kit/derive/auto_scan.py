@@ -77,6 +77,27 @@ def derive(version: str) -> dict[str, Any]:
     return {"version": version, "file": None}
 
 
+def compare(version: str) -> str | None:
+    """None when `kit.sglang.params.AUTO_RULES` answers for the release as its chain does; else what differs."""
+    from kit.sglang.params import SpecParams, auto_params
+
+    d = derive(version)
+    if not d["file"]:
+        return f"no {FUNCTIONS[0]} in {' or '.join(FILES)}"
+    bad = [
+        f"{arch}: {'-'.join(map(str, triple))}"
+        for classes, triple in d["branches"]
+        for arch in classes
+        if auto_params("EAGLE3", arch, version).given() != SpecParams(*triple).given()
+    ]
+    if auto_params("EAGLE3", "NoSuchForCausalLM", version) != SpecParams(*d["default"]):
+        bad.append(f"any other target: {'-'.join(map(str, d['default']))}")
+    standalone = d["standalone"] or d["default"]  # no STANDALONE branch: it goes down the chain
+    if auto_params("STANDALONE", "NoSuchForCausalLM", version) != SpecParams(*standalone):
+        bad.append(f"STANDALONE: {'-'.join(map(str, standalone))}")
+    return f"{d['file']} chooses {'; '.join(bad)}" if bad else None
+
+
 if __name__ == "__main__":
     for v in sys.argv[1:] or [DEFAULT_RELEASE]:
         print(json.dumps(derive(v)))

@@ -114,9 +114,22 @@ def derive_forced(version: str, download: bool = True) -> tuple[str, ...]:
     return tuple(n for n, (_, _, rx) in FORCED_BF16.items() if any(re.search(rx, t) for t in texts))
 
 
+def check(version: str) -> dict[str, Any]:
+    """The derived grid against the recorded rule: what it reads, the grid cells that differ, the bf16 overrides."""
+    got, rule = derive(version), dtype_rule(version)
+    diff = {k: (g, p) for (k, g), p in zip(got["grid"].items(), predict(version).values()) if g != p}
+    forced = {"derived": derive_forced(version), "recorded": rule.forced_bf16}
+    return {"reads": got["reads"], "recorded": rule.reads, "differs": diff, "forced": forced}
+
+
+def compare(version: str) -> str | None:
+    """None when the release's source gives what the recorded rule says; else what differs."""
+    c = check(version)
+    if c["reads"] == c["recorded"] and not c["differs"] and tuple(c["forced"]["derived"]) == c["forced"]["recorded"]:
+        return None
+    return json.dumps(c)
+
+
 if __name__ == "__main__":
     for v in sys.argv[1:] or ["0.5.17"]:
-        got, rule = derive(v), dtype_rule(v)
-        diff = {k: (g, p) for (k, g), p in zip(got["grid"].items(), predict(v).values()) if g != p}
-        forced = {"derived": derive_forced(v), "recorded": rule.forced_bf16}
-        print(v, json.dumps({"reads": got["reads"], "recorded": rule.reads, "differs": diff, "forced": forced}))
+        print(v, json.dumps(check(v)))

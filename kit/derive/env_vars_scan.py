@@ -3,7 +3,7 @@
 Per variable, the spans of consecutive releases that read it with one declared type (`kit.sglang.env_vars.derive`
 reads a release's source), one line per variable; kit/tests/sglang/test_env_vars_table.py re-derives releases.
 
-    python -m kit.derive.env_vars_scan --write V...    # rewrite kit/sglang/env_vars.json with these releases
+    python -m kit.derive.env_vars_scan --write V...    # re-derive these releases' rows in kit/sglang/env_vars.json
     python -m kit.derive.env_vars_scan 0.5.17          # how many variables that release reads
 """
 
@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
+from kit.derive import write_text
 from kit.sglang.env_vars import TABLE_PATH, derive, release_vars
 from kit.sglang.versions import sort_versions
 
 
 def build_table(versions: list[str]) -> dict:
+    """The table of these releases, each derived from its wheel (`spans_table`)."""
+    return spans_table({v: derive(v) for v in versions})
+
+
+def spans_table(rows: dict[str, dict[str, str]]) -> dict:
     """The releases in order and, per variable, its spans [type, first release, last release] of consecutive
     releases that read it with that type (a variable dropped and brought back has two spans)."""
-    order = sort_versions(versions)
+    order = sort_versions(rows)
     spans: dict[str, list[list[str]]] = {}
     for i, v in enumerate(order):
-        for name, typ in derive(v).items():
+        for name, typ in rows[v].items():
             s = spans.setdefault(name, [])
             if s and s[-1][0] == typ and i and s[-1][2] == order[i - 1]:
                 s[-1][2] = v
@@ -37,6 +44,24 @@ def build_table(versions: list[str]) -> dict:
     }
 
 
+def stored(path: Path = TABLE_PATH) -> dict[str, dict[str, str]]:
+    """The repository's rows: {release: {variable: type}}, the spans unfolded."""
+    t = json.loads(path.read_text())
+    at = {v: i for i, v in enumerate(t["releases"])}
+    out: dict[str, dict[str, str]] = {v: {} for v in t["releases"]}
+    for name, spans in t["vars"].items():
+        for typ, a, b in spans:
+            for v in t["releases"][at[a] : at[b] + 1]:
+                out[v][name] = typ
+    return {v: dict(sorted(r.items())) for v, r in out.items()}
+
+
+def add_rows(rows: dict[str, dict[str, str]], path: Path = TABLE_PATH) -> bool:
+    """Store these releases' rows (`kit.sglang.env_vars.derive`), every other release's as it was; True when the
+    file changed."""
+    return write_text(path, dump_table(spans_table({**stored(path), **rows})))
+
+
 def dump_table(table: dict) -> str:
     """The table as JSON with one line per variable (a release's change is a one-line diff)."""
     lines = [f'"{k}": {json.dumps(table[k])},' for k in ("_doc", "releases")]
@@ -46,8 +71,7 @@ def dump_table(table: dict) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
-        TABLE_PATH.write_text(dump_table(build_table(sys.argv[2:])))
-        print(f"wrote {TABLE_PATH}")
+        add_rows({v: derive(v) for v in sys.argv[2:]})
     else:
         for v in sys.argv[1:] or ["0.5.17"]:
             got = release_vars(v)

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
@@ -193,10 +194,45 @@ def derive(version: str, python: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def write_table(rows: dict[str, dict]) -> None:
+def derive_row(version: str) -> dict[str, Any]:
+    """V's flag row: its real parser when its side environment is built here (`python -m kit.sglang.releases
+    --side-env V` builds it), else `ServerArgs.add_cli_args` read from the wheel's source, else why neither could
+    be read ({"missing": why}: doctor says so rather than borrow another release's table)."""
+    from kit.sglang.flags import recorded_closure
+    from kit.sglang.parser import venv_name
+    from kit.venvs import is_built
+
+    try:
+        if is_built(venv_name(version), recorded_closure(version)):
+            return derive(version)
+        return derive_from_source(version)
+    except Exception as e:  # noqa: BLE001 - any failure of the release's own import chain is its reason
+        return {"missing": str(e)}
+
+
+def stored(path: Path | None = None) -> dict[str, dict]:
+    """The repository's rows ("actions" expanded from the file's pool), without rows derived on this machine."""
+    from kit.derive import read_rows
+    from kit.sglang.flags import TABLE_PATH
+
+    path = path or TABLE_PATH
+    pool = json.loads(path.read_text()).get("actions", [])
+    out = {}
+    for v, r in read_rows(path).items():
+        acts = r.get("actions")
+        out[v] = {**r, "actions": [pool[i] for i in acts]} if acts and isinstance(acts[0], int) else r
+    return out
+
+
+def add_rows(rows: dict[str, dict], path: Path | None = None) -> bool:
+    """Store these releases' rows in server_flags.json, every other release's row as it was; True when it changed."""
+    return write_table({**stored(path), **rows}, path)
+
+
+def write_table(rows: dict[str, dict], path: Path | None = None) -> bool:
     """kit/sglang/server_flags.json from {version: row}: each distinct action stored once (rows name them by
-    index), a row equal to an earlier release's stored as {"same_as": release}."""
-    from kit.derive import dedupe_rows
+    index), a row equal to an earlier release's stored as {"same_as": release}. True when the file changed."""
+    from kit.derive import dedupe_rows, write_text
     from kit.sglang.flags import TABLE_PATH
     from kit.sglang.versions import sort_versions
 
@@ -222,22 +258,19 @@ def write_table(rows: dict[str, dict]) -> None:
         "actions": pool,
         "versions": dedupe_rows(out),
     }
-    TABLE_PATH.write_text(json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
+    return write_text(path or TABLE_PATH, json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
-    from kit.sglang.flags import _stored
-
     args = [a for a in sys.argv[1:] if a != "--write"]
     if "--write" in sys.argv:
-        rows = dict(_stored())
+        rows = {}
         for v in args:
             try:
                 rows[v] = derive(v)
             except KitInputError:  # no side environment for it: read the parser from the wheel source
                 rows[v] = derive_from_source(v)
-        write_table(rows)
-        print(f"wrote server_flags.json ({', '.join(args)})")
+        add_rows(rows)
     else:
         d = derive(args[0] if args else DEFAULT_RELEASE)
         print(f"sglang {d['version']} (python {d['python']}): {len(d['actions'])} flags; entry points {d['entry']}")

@@ -71,6 +71,24 @@ def derive(version: str, download: bool = True) -> dict[str, str]:
     return out
 
 
+def compare(version: str) -> str | None:
+    """None when each fact is in the same file as in the newest recorded release not after `version` (its line may
+    move); else the facts that moved, appeared or went."""
+    from kit.sglang.sharding import table
+    from kit.sglang.versions import pick_recorded
+
+    rows = table()
+    ref = pick_recorded(version, rows).checked
+    got = {f: at.split(":")[0] for f, at in derive(version).items()}
+    had = {f: at.split(":")[0] for f, at in rows[ref].items()}
+    moved = [
+        f"{f}: {had.get(f, 'absent')} -> {got.get(f, 'absent')}"
+        for f in sorted({*got, *had})
+        if got.get(f) != had.get(f)
+    ]
+    return f"against {ref}: {'; '.join(moved)}" if moved else None
+
+
 if __name__ == "__main__":
     if "--write" in sys.argv:  # one line per release
         rows = [f'  "{v}": {json.dumps(derive(v))}' for v in sort_versions(RELEASES)]

@@ -134,6 +134,27 @@ def derive(version: str, max_steps: int = 6, max_topk: int = 4) -> dict[str, Any
     }
 
 
+def compare(version: str) -> str | None:
+    """None when `kit.sglang.params.VERIFY_SHAPE` gives the crash set the release's verify path has; else both."""
+    from kit.sglang.params import max_draft_tokens, verify_shape_issue
+
+    d = derive(version)
+    recorded = {
+        (s, k, n)
+        for s in range(1, 7)
+        for k in range(2, 5)
+        for n in range(2, max_draft_tokens(s, k) + 1)
+        if verify_shape_issue(s, k, n, version) is not None
+    }
+    found = set(map(tuple, d["crashes"]))
+    if found == recorded and (
+        not found or verify_shape_issue(3, 2, 3, version).evidence["source"].split()[0] == d["file"]
+    ):
+        return None
+    name = lambda ps: ", ".join(f"{s}-{k}-{n}" for s, k, n in sorted(ps)) or "none"  # noqa: E731
+    return f"{d['function']} in {d.get('file')} crashes on {name(found)}; the record on {name(recorded)}"
+
+
 if __name__ == "__main__":
     for v in sys.argv[1:] or [DEFAULT_RELEASE]:
         d = derive(v)

@@ -282,16 +282,13 @@ def test_broken_mla_drafts_still_fail(tmp_path):
 
 
 def test_lone_config_uses_sglang_dispatch(tmp_path):
-    from types import SimpleNamespace
-
     from kit.checkpoint.inspect import doctor_checks
+    from kit.preflight import Deployment, DoctorConfig
 
     def run(cfg):
         (tmp_path / "config.json").write_text(json.dumps(cfg))
-        ctx = SimpleNamespace(
-            cfg=SimpleNamespace(draft=str(tmp_path), sglang_version="0.5.23"), draft_dir=tmp_path, draft_config=cfg
-        )
-        return {f.code: f for f in doctor_checks(ctx)}
+        dep = Deployment.build(DoctorConfig(draft=str(tmp_path), sglang_version="0.5.23"))
+        return {f.code: f for f in doctor_checks(dep)}
 
     assert "draft.arch" not in run(mla_config())
     # a Kimi MLA draft exported under the base architecture: ModelConfig makes it the MTP class

@@ -1,12 +1,15 @@
 """Every listed SGLang release has every rule table; no other release's row stands in for it."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from kit.derive import dedupe_rows
+from kit.findings import KitInputError
 from kit.sglang import capture, env_vars, flags, loader, quant, releases, versions
 from kit.sglang.versions import Version, stored_rows
+from kit.tests.sglang import source_or_skip
 
 
 def test_list_is_every_final_and_post_release_from_0_4_4():
@@ -146,3 +149,61 @@ def test_post_releases_are_judged_by_their_own_rows():
     assert "LlamaForCausalLMEagle3" in loader.registered_architectures("0.4.4.post2")
     assert loader.rules_for("0.4.4.post2").features["has_eagle3"]
     assert capture.capture_rule("Qwen2_5_VLForConditionalGeneration", "0.5.5.post3")["version"] == "0.5.5.post3"
+
+
+# -- `python -m kit.sglang.releases --add V`: the list without the index, every table rewritten byte for byte, and a
+# second run (or a run for a recorded release) that changes nothing
+KIT_SGLANG = Path(releases.__file__).parent
+
+
+def test_the_list_takes_a_release_as_given_and_keeps_it_sorted():
+    vs = ["0.4.4", "0.5.9", "0.5.10"]
+    assert releases.with_release(vs, "0.5.9.post1") == ["0.4.4", "0.5.9", "0.5.9.post1", "0.5.10"]
+    assert releases.with_release(vs, "0.6.0") == [*vs, "0.6.0"]
+    assert releases.with_release(vs, "0.5.10") == vs  # listed: unchanged
+    for bad in ("0.5.11rc0", "0.4.3", "latest"):
+        with pytest.raises(KitInputError):
+            releases.with_release(vs, bad)
+
+
+def test_the_list_file_is_rewritten_only_when_it_changes(tmp_path, monkeypatch):
+    path = tmp_path / "releases.json"
+    path.write_text(releases.RELEASES_PATH.read_text())
+    monkeypatch.setattr(releases, "RELEASES_PATH", path)
+    vs = releases.listed()
+    assert releases.write_list(vs) is False and path.read_text() == releases.RELEASES_PATH.read_text()
+    new = releases.with_release(vs, "99.0")
+    assert releases.write_list(new) is True and json.loads(path.read_text())["releases"] == new
+    assert releases.write_list(new) is False
+
+
+@pytest.mark.parametrize("table", releases.ADD_ORDER)
+def test_each_table_is_rewritten_byte_for_byte_from_its_rows(table, tmp_path):
+    """A scanner's `add_rows` keeps every stored row: with nothing to add the file is left alone, and the table
+    rebuilt from its rows alone is the stored file (adding V's row changes V's row only)."""
+    scan = releases._scanners()[table]
+    mod = {"loader": loader, "flags": flags, "capture": capture, "quant": quant, "env_vars": env_vars}[table]
+    stored = mod.TABLE_PATH
+    copy = tmp_path / stored.name
+    copy.write_text(stored.read_text())
+    assert scan.add_rows({}, copy) is False
+    copy.write_text('{"releases": [], "vars": {}}' if table == "env_vars" else '{"versions": {}}')
+    scan.add_rows(scan.stored(stored), copy)
+    assert copy.read_bytes() == stored.read_bytes()
+
+
+def test_add_on_a_recorded_release_changes_nothing(capsys):
+    v = "0.5.23"
+    source_or_skip(v)
+    before = {p.name: p.read_bytes() for p in KIT_SGLANG.glob("*.json")}
+    try:
+        for _ in range(2):
+            assert releases.main(["--add", v]) == 0
+            out = capsys.readouterr().out
+            assert {p.name: p.read_bytes() for p in KIT_SGLANG.glob("*.json")} == before
+            assert "every table already has its row" in out and out.count(releases.SAME) == 4
+            assert "kit/sglang/http_api.json" in out and "python -m pytest" in out.splitlines()[-1]
+    finally:
+        for name, data in before.items():
+            if (KIT_SGLANG / name).read_bytes() != data:
+                (KIT_SGLANG / name).write_bytes(data)
