@@ -134,18 +134,26 @@ def derive(version: str, max_steps: int = 6, max_topk: int = 4) -> dict[str, Any
     }
 
 
-def compare(version: str) -> str | None:
-    """None when `kit.sglang.params.VERIFY_SHAPE` gives the crash set the release's verify path has; else both."""
+def recorded_crashes(version: str) -> set[tuple[int, int, int]]:
+    """The (steps, topk, draft tokens) trees `kit.sglang.params.VERIFY_SHAPE` says `version`'s verify crashes on,
+    over the grid `derive` probes."""
     from kit.sglang.params import max_draft_tokens, verify_shape_issue
 
-    d = derive(version)
-    recorded = {
+    return {
         (s, k, n)
         for s in range(1, 7)
         for k in range(2, 5)
         for n in range(2, max_draft_tokens(s, k) + 1)
         if verify_shape_issue(s, k, n, version) is not None
     }
+
+
+def compare(version: str) -> str | None:
+    """None when `kit.sglang.params.VERIFY_SHAPE` gives the crash set the release's verify path has; else both."""
+    from kit.sglang.params import verify_shape_issue
+
+    d = derive(version)
+    recorded = recorded_crashes(version)
     found = set(map(tuple, d["crashes"]))
     if found == recorded and (
         not found or verify_shape_issue(3, 2, 3, version).evidence["source"].split()[0] == d["file"]

@@ -9,7 +9,7 @@ Run: python -m pytest kit/tests/sglang/test_verify_scan.py -q
 import pytest
 
 from kit.findings import KitInputError
-from kit.sglang.params import VERIFY_SHAPE, SpecParams, max_draft_tokens, resolve, verify_shape_issue
+from kit.sglang.params import VERIFY_SHAPE, SpecParams, resolve, verify_shape_issue
 from kit.sglang.versions import Version
 from kit.tests.sglang import derive_or_skip
 
@@ -25,14 +25,10 @@ def _derive_or_skip(version):
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_recorded_rule_matches_the_real_function(version):
+    from kit.derive.verify_scan import recorded_crashes
+
     d = _derive_or_skip(version)
-    recorded = {
-        (s, k, n)
-        for s in range(1, 7)
-        for k in range(2, 5)
-        for n in range(2, max_draft_tokens(s, k) + 1)
-        if verify_shape_issue(s, k, n, version) is not None
-    }
+    recorded = recorded_crashes(version)
     assert set(map(tuple, d["crashes"])) == recorded
     if d["function"] is None:  # before the compaction: no crash anywhere in the grid
         assert Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]) and not recorded
