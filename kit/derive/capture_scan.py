@@ -457,10 +457,6 @@ def _table_doc(rows: dict[str, dict]) -> dict[str, Any]:
     }
 
 
-def build_table(versions: list[str]) -> dict[str, Any]:
-    return _table_doc({v: derive(v) for v in versions})
-
-
 def stored(path: Path | None = None) -> dict[str, dict]:
     """The repository's rows (without rows derived on this machine)."""
     from kit.derive import read_rows

@@ -18,11 +18,6 @@ from kit.sglang.env_vars import TABLE_PATH, derive, release_vars
 from kit.sglang.versions import sort_versions
 
 
-def build_table(versions: list[str]) -> dict:
-    """The table of these releases, each derived from its wheel (`spans_table`)."""
-    return spans_table({v: derive(v) for v in versions})
-
-
 def spans_table(rows: dict[str, dict[str, str]]) -> dict:
     """The releases in order and, per variable, its spans [type, first release, last release] of consecutive
     releases that read it with that type (a variable dropped and brought back has two spans)."""

@@ -379,12 +379,6 @@ def add_rows(rows: dict[str, dict], path: Path = loader.TABLE_PATH) -> bool:
     return write_table(path, {"_doc": DOC, "versions": as_deltas({**stored(path), **rows})})
 
 
-def build_table(versions: list[str], absolute: bool = False) -> dict[str, Any]:
-    """Rows of `versions`; the registered classes as deltas from the previous row, or whole (`absolute`)."""
-    rows = {v: derive_row(v) for v in sort_versions(versions)}
-    return {"_doc": DOC, "versions": rows if absolute else as_deltas(rows)}
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
         add_rows({v: derive_row(v) for v in sys.argv[2:]})

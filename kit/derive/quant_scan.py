@@ -25,7 +25,6 @@ from typing import Any
 from kit.derive import read_rows, write_table
 from kit.sglang.quant import FILE, TABLE_PATH
 from kit.sglang.source import source_text
-from kit.sglang.versions import sort_versions
 
 # ModelOpt's hf_quant_config.json shapes: a BF16 head exported with an FP8 KV cache only, and real FP8 / NVFP4
 PROBES = {
@@ -147,10 +146,6 @@ def _table_doc(rows: dict[str, dict]) -> dict[str, Any]:
         "probes": PROBES,
         "versions": rows,
     }
-
-
-def build_table(versions: list[str]) -> dict[str, Any]:
-    return _table_doc({v: derive(v) for v in sort_versions(versions)})
 
 
 def stored(path: Path = TABLE_PATH) -> dict[str, dict]:

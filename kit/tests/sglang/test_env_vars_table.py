@@ -41,8 +41,7 @@ def test_a_host_without_the_source_judges_from_the_table(tmp_path, monkeypatch):
         env_vars.release_vars.cache_clear()
 
 
-def test_a_variable_dropped_and_brought_back_keeps_both_spans(monkeypatch):
+def test_a_variable_dropped_and_brought_back_keeps_both_spans():
     rows = {"1.0": {"SGLANG_A": "EnvBool"}, "1.1": {}, "1.2": {"SGLANG_A": "EnvBool"}, "1.3": {"SGLANG_A": "EnvInt"}}
-    monkeypatch.setattr(env_vars_scan, "derive", lambda v, download=True: rows[v])
-    t = env_vars_scan.build_table(list(rows))
+    t = env_vars_scan.spans_table(rows)
     assert t["vars"]["SGLANG_A"] == [["EnvBool", "1.0", "1.0"], ["EnvBool", "1.2", "1.2"], ["EnvInt", "1.3", "1.3"]]
