@@ -58,6 +58,9 @@ def missing(version: str) -> list[str]:
     return [t for t in TABLES if not have[t]]
 
 
+FINAL_OR_POST = re.compile(r"\d+(\.\d+)*(\.post\d+)?")  # a release the list holds (no rc, dev or local versions)
+
+
 def index_versions() -> list[str]:
     """Final and post releases of sglang on the package index, from FIRST_RELEASE on (`pip index versions`)."""
     r = subprocess.run(
@@ -69,7 +72,7 @@ def index_versions() -> list[str]:
 
         raise KitInputError(f"pip index versions sglang: {(r.stderr.strip().splitlines() or ['no answer'])[-1]}")
     vs = [v.strip() for v in m.group(1).split(",")]
-    final = [v for v in vs if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", v)]
+    final = [v for v in vs if FINAL_OR_POST.fullmatch(v)]
     return sort_versions(v for v in final if Version.parse(v) >= Version.parse(FIRST_RELEASE))
 
 
@@ -98,7 +101,7 @@ def refresh() -> list[str]:
 
 def with_release(vs: list[str], version: str) -> list[str]:
     """The list with `version` in its place (accepted as given, no index asked); unchanged when it is listed."""
-    if not re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", version) or Version.parse(version) < Version.parse(FIRST_RELEASE):
+    if not FINAL_OR_POST.fullmatch(version) or Version.parse(version) < Version.parse(FIRST_RELEASE):
         from kit.findings import KitInputError
 
         raise KitInputError(f"{version}: not a final or post release from {FIRST_RELEASE} on")
@@ -108,35 +111,29 @@ def with_release(vs: list[str], version: str) -> list[str]:
 
 
 # the five tables in the order a release is added: the loader table first (capture and quant's `--write` default to
-# its releases); each is written by its scanner's `add_rows` and read back by its `stored`
+# its releases)
 ADD_ORDER = ("loader", "flags", "capture", "quant", "env_vars")
 
 
 def _scanners() -> dict:
+    """Each table's scanner (its `stored` reads the table back, its `add_rows` writes rows into it) and the
+    function that derives one release's row."""
     from kit.derive import capture_scan, env_vars_scan, flag_scan, loader_scan, quant_scan
+    from kit.sglang import env_vars
 
     return {
-        "loader": loader_scan,
-        "flags": flag_scan,
-        "capture": capture_scan,
-        "quant": quant_scan,
-        "env_vars": env_vars_scan,
+        "loader": (loader_scan, loader_scan.derive_row),
+        "flags": (flag_scan, flag_scan.derive_row),
+        "capture": (capture_scan, capture_scan.derive),
+        "quant": (quant_scan, quant_scan.derive),
+        "env_vars": (env_vars_scan, env_vars.derive),
     }
 
 
 def release_rows(version: str, tables: tuple[str, ...] = ADD_ORDER) -> dict[str, dict]:
     """V's row of each of these tables, from its own wheel (`--derive` and `--add` both)."""
-    from kit.derive import capture_scan, flag_scan, loader_scan, quant_scan
-    from kit.sglang import env_vars
-
-    make = {
-        "loader": loader_scan.derive_row,
-        "flags": flag_scan.derive_row,
-        "capture": capture_scan.derive,
-        "quant": quant_scan.derive,
-        "env_vars": env_vars.derive,
-    }
-    return {t: make[t](version) for t in tables}
+    scan = _scanners()
+    return {t: scan[t][1](version) for t in tables}
 
 
 def derive(version: str) -> Path:
@@ -151,7 +148,7 @@ def derive(version: str) -> Path:
 def add_rows(version: str) -> list[str]:
     """V's rows derived into the repository's tables that lack one (a stored row is never re-derived or altered);
     the tables written."""
-    scan = _scanners()
+    scan = {t: module for t, (module, _) in _scanners().items()}
     todo = tuple(t for t in ADD_ORDER if version not in scan[t].stored())
     rows = release_rows(version, todo)
     return [t for t in todo if scan[t].add_rows({version: rows[t]})]
