@@ -252,24 +252,26 @@ def check(dep: Deployment) -> Report:
 
 
 def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None = None) -> list[Report]:
-    """`diagnose` of each config, SGLang's parser started once for all of their launches: importing SGLang
+    """`diagnose` of each config (each deployment built once), SGLang's parser started once for all of their launches: importing SGLang
     is most of a launch lint's time, so the launches' flags are parsed together first (`parse_argvs` keeps
     each result) and every lint then reads its own. A parser that cannot run is left for each lint to report."""
     from kit.sglang.parser import parse_argvs
     from kit.sglang.versions import default_release
 
     opts = dict(lint_options or {})
-    by_version: dict[str, list[list[str]]] = {}
     for cfg in cfgs:
-        launch = read_launch(cfg)
-        if launch is not None:
-            by_version.setdefault(cfg.sglang_version or default_release(), []).append(launch.spec.flags())
+        validate(cfg)
+    deps = [Deployment.build(cfg, opts) for cfg in cfgs]
+    by_version: dict[str, list[list[str]]] = {}
+    for dep in deps:
+        if dep.launch is not None:
+            by_version.setdefault(dep.sglang_version or default_release(), []).append(dep.launch.spec.flags())
     for version, flags in by_version.items():
         try:
             parse_argvs(flags, python=opts.get("sglang_python"), build=opts.get("build_venv"), version=version)
         except KitInputError:
             pass
-    return [diagnose(cfg, opts) for cfg in cfgs]
+    return [check(dep) for dep in deps]
 
 
 # -- the models a launch names ------------------------------------------------------------------
