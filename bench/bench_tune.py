@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _run import emit, load_avg
+from _run import emit, load_avg, run_timed
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_LAUNCH = (
@@ -32,15 +30,13 @@ REFERENCE_LAUNCH = (
 
 
 def timed(argv: list[str], log: Path) -> float:
-    """Run a kit verb to its end from the checkout's top (its output in `log`); its wall seconds."""
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.run(
-            [sys.executable, "-m", "kit", *argv], stdout=f, stderr=subprocess.STDOUT, cwd=ROOT
-        ).returncode
-    if rc not in (0, 1):
-        raise RuntimeError(f"kit {argv[0]} exited {rc}: see {log}")
-    return round(time.perf_counter() - t0, 1)
+    """Run a kit verb to its end from the checkout's top (its stdout, then its stderr, in `log`); its wall seconds."""
+    t = run_timed([sys.executable, "-m", "kit", *argv], stdout=log, cwd=ROOT, ok=None)
+    with open(log, "a") as f:
+        f.write(t.stderr)
+    if t.returncode not in (0, 1):
+        raise RuntimeError(f"kit {argv[0]} exited {t.returncode}: see {log}")
+    return round(t.seconds, 1)
 
 
 def grid_answers(sweep_dir: Path, batch_sizes: list[int]) -> dict[str, dict]:
