@@ -28,7 +28,7 @@ from kit.checkpoint import hf_config
 from kit.checkpoint.hub import ModelFiles, resolve
 from kit.findings import Code, Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
-from kit.serving.launch import LaunchSpec
+from kit.serving.launch import LaunchSpec, launch_from_text, parse_launch
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
@@ -193,8 +193,6 @@ class Deployment:
 def read_launch(cfg: DoctorConfig) -> Launch | None:
     """The launch `--launch`/`--launch-file` hold, parsed (None without one); a text that holds no SGLang launch,
     or an unreadable file, is a one-line KitInputError."""
-    from kit.serving.launch import parse_launch
-
     if cfg.launch and cfg.launch_file:
         raise KitInputError("give --launch or --launch-file, not both")
     text = cfg.launch
@@ -344,8 +342,6 @@ def launch_report(
     """`kit doctor --launch COMMAND [--probe-env]` for the launch `spec` describes: its target and draft are the
     launch's own (`launch_model`: `launch.path` when one cannot be read here) and, with `from_command`, what the
     `--from` text holds besides the launch."""
-    from kit.serving.launch import launch_from_text
-
     cfg = DoctorConfig(launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env)
     report = diagnose(cfg, dict(engine=engine, sglang_python=sglang_python, gpu_memory_gib=gpu_memory_gib))
     if from_command:  # what the shell text holds besides the launch (launch.unparsed, launch.env_scope)
