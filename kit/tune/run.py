@@ -2,8 +2,8 @@
 
 A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` ranks them first:
 1. the grid as SGLang resolves it (`kit.measure.sweep.grid`; what a release refuses is left out, its reason kept);
-2. each point's expected accept length: the draft's recorded oracle for that chain (`training.json`), else the
-   oracle run here (`kit.reference.oracle`, cached);
+2. each point's expected accept length, from one source for the whole grid: the draft's recorded oracle
+   (`training.json`) when it has every point, else the oracle run here for every point (`kit.reference.oracle`, cached);
 3. per batch size a calibration (the baseline and two points, interleaved), then every point's predicted speedup
    (`kit.tune.predict`: the model and its assumptions);
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
