@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
 import threading
@@ -66,16 +67,22 @@ def run_timed(
     cwd: Path | str | None = None,
     sync: bool = False,
     ok: Container[int] | None = (0,),
+    interrupt_after: float | None = None,
 ) -> Timed:
     """Run `argv` as a fresh process to its end. The time includes the interpreter's start (and, with `sync`, the
     wait for its bytes to reach the disk); the peak RSS is the child's own (wait4's rusage). Its stdout goes to
     `stdout` when given, else it is kept; RuntimeError naming the command when its exit status is not in `ok`
-    (None: any status)."""
+    (None: any status). `interrupt_after` seconds: the process gets SIGINT then (a kit verb stops its servers and
+    keeps what it measured), and the time is what it ran."""
     argv = [str(a) for a in argv]
     with tempfile.TemporaryFile() as err, open(stdout, "wb") if stdout else tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
+        timer = threading.Timer(interrupt_after or 0, p.send_signal, [signal.SIGINT])
+        if interrupt_after:
+            timer.start()
         _, status, usage = os.wait4(p.pid, 0)
+        timer.cancel()
         if sync:
             os.sync()
         seconds = time.perf_counter() - t0

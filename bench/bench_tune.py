@@ -29,12 +29,13 @@ REFERENCE_LAUNCH = (
 )
 
 
-def timed(argv: list[str], log: Path) -> float:
-    """Run a kit verb to its end from the checkout's top (its stdout, then its stderr, in `log`); its wall seconds."""
-    t = run_timed([sys.executable, "-m", "kit", *argv], stdout=log, cwd=ROOT, ok=None)
+def timed(argv: list[str], log: Path, interrupt_after: float | None = None) -> float:
+    """Run a kit verb to its end, or until SIGINT after `interrupt_after` s, from the checkout's top (its stdout,
+    then its stderr, in `log`); its wall seconds."""
+    t = run_timed([sys.executable, "-m", "kit", *argv], stdout=log, cwd=ROOT, ok=None, interrupt_after=interrupt_after)
     with open(log, "a") as f:
         f.write(t.stderr)
-    if t.returncode not in (0, 1):
+    if t.returncode not in (0, 1) and not interrupt_after:
         raise RuntimeError(f"kit {argv[0]} exited {t.returncode}: see {log}")
     return round(t.seconds, 1)
 
@@ -56,6 +57,14 @@ def grid_answers(sweep_dir: Path, batch_sizes: list[int]) -> dict[str, dict]:
                 rows[label] = {"median": p["median"], "ci95": [p["median_low"], p["median_high"]], "inconclusive": None}
         out[str(b)] = {"points": rows, "best": best(rows)}
     return out
+
+
+def grid_done(sweep_dir: Path, a: argparse.Namespace) -> bool:
+    """Whether the grid has measured every (point, batch size)."""
+    from kit.measure.sweep import grid, missing
+
+    points = grid(a.speculative_num_steps, a.speculative_eagle_topk, a.speculative_num_draft_tokens)
+    return not any(missing(sweep_dir, points, a.batch_size).values())
 
 
 def agree(tune_best: dict, grid: dict) -> bool:
@@ -84,6 +93,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="folder for both runs (default: a temporary one)")
     ap.add_argument("--only", choices=["tune", "grid"], default=None,
                     help="run one side into --out (its wall time kept there); the comparison once both are in")  # fmt: skip
+    ap.add_argument("--grid-part-s", type=float, default=None,
+                    help="stop the grid after this long; the same command again continues it, the walls add up")  # fmt: skip
     a = ap.parse_args()
 
     out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune-")).resolve()
@@ -101,11 +112,15 @@ def main() -> None:
         walls["tune_s"] = timed(["tune", *common, "--batch-size", *map(str, a.batch_size), "--num-prompts", str(n),
                                  "--out-dir", str(out / "tune")], out / "tune.log")  # fmt: skip
         walls_file.write_text(json.dumps(walls))
-    if a.only in (None, "grid"):
-        walls["grid_s"] = timed(["sweep", *common, "--concurrency", *map(str, a.batch_size), "--num-prompts", str(n),
-                                 "--no-progress", "--out-dir", str(out / "sweep")], out / "sweep.log")  # fmt: skip
+    if a.only in (None, "grid") and not grid_done(out / "sweep", a):
+        parts = walls.get("grid_parts_s", [])
+        part = timed(["sweep", *common, "--concurrency", *map(str, a.batch_size), "--num-prompts", str(n),
+                      "--no-progress", "--out-dir", str(out / "sweep")], out / f"sweep{len(parts)}.log",
+                     a.grid_part_s)  # fmt: skip
+        walls["grid_parts_s"] = [*parts, part]
+        walls["grid_s"] = round(sum(walls["grid_parts_s"]), 1)
         walls_file.write_text(json.dumps(walls))
-    if not {"tune_s", "grid_s"} <= set(walls):
+    if not {"tune_s", "grid_s"} <= set(walls) or not grid_done(out / "sweep", a):
         emit({"engine": a.engine, "out": str(out), **walls})
         return
     tune_s, grid_s, load_before = walls["tune_s"], walls["grid_s"], walls["load_avg_before"]

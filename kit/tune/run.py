@@ -3,7 +3,8 @@
 A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` ranks them first:
 1. the grid as SGLang resolves it (`kit.measure.sweep.grid`; what a release refuses is left out, its reason kept);
 2. each point's expected accept length, from one source for the whole grid: the draft's recorded oracle
-   (`training.json`) when it has every point, else the oracle run here for every point (`kit.reference.oracle`, cached);
+   (`training.json`) when it has every point, else the oracle run here for every point (`kit.reference.oracle`,
+   cached), while the calibration's servers start;
 3. per batch size a calibration (the baseline and two points, interleaved), then every point's predicted speedup
    (`kit.tune.predict`: the model and its assumptions);
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
@@ -32,6 +33,7 @@ import math
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -179,8 +181,10 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
     doc = open_doc(cfg)
     by_label = {p.label(): p for p in points}
     acc = doc.setdefault("accept_length", {})
-    for p in points:
-        acc.setdefault(p.label(), dict(zip(("value", "source"), expected(p))))
+    # the accept lengths (an oracle run per point, on this machine's CPU) come while the first servers start
+    todo = [p for p in points if p.label() not in acc]
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kit-tune-oracle")
+    lengths = pool.submit(lambda: {p.label(): dict(zip(("value", "source"), expected(p))) for p in todo})
     out.mkdir(parents=True, exist_ok=True)
     doc.update(config=asdict(cfg), refused=refused, status="running")
     cal, measured, doc["predicted"] = doc.setdefault("calibration", {}), doc.setdefault("measured", {}), {}
@@ -202,8 +206,10 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
                 if step(f"calibrating batch {b}: baseline, {', '.join(p.label() for p in ends)}"):
                     return finish(cfg, doc, out, base, t0, on_update)
                 urls = servers.up([None, *ends])
+                acc.update(lengths.result())  # before a bench: the oracle's CPU load stays out of its timing
                 res = bench_arms(cfg, urls, b, cfg.calibration_prompts, out / "calibration" / f"b{b}", prompts)
                 cal[str(b)] = predict.calibrated(b, res.summary["labels"], ends)
+            acc.update(lengths.result())
             costs = predict.StepCosts(*(cal[str(b)][k] for k in ("t_decode_s", "t_draft_s", "growth")))
             doc["predicted"][str(b)] = {
                 lab: round(costs.speedup(p, acc[lab]["value"]), 3) for lab, p in by_label.items()
@@ -227,6 +233,7 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
             doc["status"] = "done"
     finally:
         servers.close()
+        pool.shutdown(cancel_futures=True)
     return finish(cfg, doc, out, base, t0, on_update)
 
 
