@@ -1,17 +1,10 @@
 """Each training/serving stack's aux layer-id convention: where it reads the ids, which target layers they name.
 
-The same integers name different target layers in different stacks. We speak in *capture
-points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state).
-
-* `read_ids(stack, cfg)`: the ids exactly where that stack reads them (SGLang: only
-  `eagle_config.eagle_aux_hidden_state_layer_ids`; speculators: top level; vLLM: either).
-* `capture_points(stack, ids, L, arch, version)`: ids -> physical points. SGLang's rule per target class
-  and release is `kit.sglang.capture`.
-* `top_level_points(ids, L)`: what top-level ids (speculators' place) mean, read as speculators-trained ids
-  (point = id: speculators trains on vLLM hidden states, captured before layer id) or as ids `speculators convert`
-  copied from an output-convention head (point = id + 1).
-
-Used by `kit convert` (translation between layouts) and kit.wiring (the shift checks).
+The same integers name different target layers in different stacks, so we speak in *capture points*: p is the
+residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state). `read_ids` reads the ids
+where a stack reads them, `capture_points` maps them to points (SGLang's rule per class and release:
+`kit.sglang.capture`), `top_level_points` gives both readings of top-level (speculators-placed) ids. Used by
+`kit convert` and kit.wiring.
 
     capture_points("speculators", [2, 4, 5], 8)                        # -> [2, 4, 5]
     capture_points("sglang", [2, 4, 5], 8, "LlamaForCausalLM", DEFAULT_RELEASE)  # -> [3, 5, 6]
@@ -24,31 +17,24 @@ from kit.sglang.capture import capture_rule, default_ids, sglang_points
 
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
-CONVENTION_OF = {
-    "speculators": "speculators",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "specforge": "specforge",
-    "specforge-hf": "specforge-hf",
-    "eagle": "eagle",
-    "kit": "sglang",
-}
+CONVENTION_OF = {**{s: s for s in STACKS}, "kit": "sglang"}
+NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
+TOP = "eagle_aux_hidden_state_layer_ids"
 
 
-# -- per stack -------------------------------------------------------------------------------
 def read_ids(stack: str, cfg: HFConfig) -> tuple[list[int] | None, str]:
-    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default."""
-    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if stack == "sglang":
-        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
-    if stack in ("speculators",):
-        return (list(top), "eagle_aux_hidden_state_layer_ids") if top else (None, "absent")
-    if stack in ("vllm", "specforge", "specforge-hf"):
-        if top:
-            return list(top), "eagle_aux_hidden_state_layer_ids"
-        return (list(nested), "eagle_config.eagle_aux_hidden_state_layer_ids") if nested else (None, "absent")
-    return None, "not read (official EAGLE has no ids)"
+    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default.
+
+    SGLang reads only `eagle_config`, speculators only the top level, vLLM and SpecForge either (top first)."""
+    nested = (cfg.get("eagle_config") or {}).get(TOP)
+    top = cfg.get(TOP)
+    if stack == "eagle":
+        return None, "not read (official EAGLE has no ids)"
+    if stack != "sglang" and top:
+        return list(top), TOP
+    if stack != "speculators" and nested:
+        return list(nested), NESTED
+    return None, "absent"
 
 
 # `speculators convert` copies a head's ids into the speculators config unchanged (speculators'
@@ -59,14 +45,11 @@ COPIED_BY_SPECULATORS_CONVERT = "specforge-hf"
 
 
 def top_level_points(ids: list[int] | None, L: int) -> dict[str, list[int]]:
-    """The capture points a config's top-level `eagle_aux_hidden_state_layer_ids` can mean: {"speculators": ids
-    trained by speculators on vLLM hidden states (point = id), "copied": ids `speculators convert` copied from an
-    output-convention head (point = id + 1)}. The one rule both kit convert and the wiring checks use."""
+    """What top-level ids mean: {"speculators": as ids speculators trained on vLLM hidden states (point = id),
+    "copied": as ids `speculators convert` copied from an output-convention head (point = id + 1)}."""
     return {
         "speculators": capture_points("speculators", ids, L),
-        "copied": capture_points(COPIED_BY_SPECULATORS_CONVERT, ids, L)
-        if ids
-        else capture_points("speculators", ids, L),
+        "copied": capture_points(COPIED_BY_SPECULATORS_CONVERT if ids else "speculators", ids, L),
     }
 
 

@@ -1,31 +1,23 @@
 """`python -m kit convert SRC DST --to sglang|speculators|eagle [--target PATH] [--sglang-version X] [--force]`
 
-Rewrites an EAGLE-3 draft into the layout another stack loads (`kit.checkpoint.layouts`):
+Rewrites an EAGLE-3 draft into the layout another stack loads (`kit.checkpoint.layouts`): speculators -> SGLang
+(`midlayer.*` for one layer, else `layers.N.*` with `hidden_norm` as SGLang's pre-attention norm for N >= 1, and a
+flat `LlamaForCausalLMEagle3` config); SGLang / SpecForge / EAGLE -> speculators (`Eagle3DraftModel`); anything
+the kit reads -> official EAGLE (`midlayer.*`, plain Llama config).
 
-* speculators -> SGLang: `midlayer.*` (one layer; loads in every SGLang era) or `layers.N.*`
-  with `hidden_norm` as SGLang's pre-attention norm for N >= 1, and a flat
-  `LlamaForCausalLMEagle3` config (aux ids under `eagle_config`, draft vocab, target hidden
-  size, norm flags, rope fields);
-* SGLang / SpecForge / EAGLE -> speculators (`layers.N.*`, `Eagle3DraftModel` config);
-* anything the kit reads -> official EAGLE (`midlayer.*`, plain Llama config).
+Strict: refuses when the destination needs a tensor the source lacks (unless `--target` supplies
+`embed_tokens`/`lm_head`) or would drop a weight (q/k norms, fc_norm in an SGLang without it...). Safe: never
+touches SRC, refuses DST inside SRC (or SRC inside DST) and a non-empty DST without `--force`; streams tensor by
+tensor into a temporary directory, verifies it (keys, shapes, sha256 of every tensor), then renames it.
+`kit_provenance.json` records the source layout, its aux layer-id convention and the kit version. SRC may be a
+Hugging Face id (`--revision`; downloaded into the cache by kit.checkpoint.hub.download); of a hub `--target`
+only the embed_tokens/lm_head rows a draft lacks are fetched, by range reads.
 
-Strict: refuses when the destination needs a tensor the source lacks, unless `--target` names
-where `embed_tokens`/`lm_head` come from; refuses weights the destination would drop (q/k norms,
-fc_norm in an SGLang without it...). Safe: never touches SRC, refuses DST inside SRC (or SRC
-inside DST) and a non-empty DST without `--force`; streams tensor by tensor into a temporary
-directory, re-reads and verifies it (keys, shapes, sha256 of every tensor), then renames.
-`kit_provenance.json` records the source layout, its aux layer-id convention and the kit version.
-SRC may be a Hugging Face id (`--revision`): the draft is taken from the local cache or downloaded into it
-(kit.checkpoint.hub.download: JSON and safetensors files); a hub `--target` (`--target-revision`) is read from
-its config.json and headers, and only the embed_tokens/lm_head rows a draft lacks are fetched, by range reads.
-
-Aux layer ids: the same integers name different target layers in each stack (kit.wiring.aux), so the
-converter translates them through capture points: the source's ids in its stack's convention -> the
-points the draft was trained on -> the ids that make the destination capture those points on the target
-(`--target`: a model directory or its config.json; SGLang's rule per target class and release is
-kit.sglang.capture). When the meaning depends on the target and none is given, it refuses. The output's
-config.json itself records the source's ids, their convention and the points under `kit_aux_source`, so a
-copied config keeps the fact that `kit doctor` judges the wiring by.
+Aux layer ids name different target layers in each stack (kit.checkpoint.aux_ids), so they are translated through
+capture points: the source's ids -> the points the draft was trained on -> the ids that make the destination
+capture them on `--target` (SGLang's rule per class and release: kit.sglang.capture); without a target where the
+meaning depends on one, it refuses. The output config.json records the source's ids, convention and points under
+`kit_aux_source`, so a copied config keeps what `kit doctor` judges the wiring by.
 """
 
 from __future__ import annotations
@@ -36,6 +28,7 @@ import os
 import shutil
 import tempfile
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +52,7 @@ from kit.checkpoint.safetensors_io import (
     TensorInfo,
     WriteEntry,
     _umask,
+    bytes_to_torch,
     iter_bytes,
     read_checkpoint,
     sha256_of,
@@ -74,14 +68,12 @@ LAYER_SHIFT = Code(
     "aux.layer_shift",
     SECTION,
     "error / warning",
-    (
-        "the points SGLang captures (its per-class, per-version id rule, kit/sglang/capture_rules.json) "
-        "differ from the points the draft was trained on (speculators config, the `kit_aux_source` record "
-        "`kit convert` writes into config.json, `kit_provenance.json`, or `--trained-with`); a warning when "
-        "only a speculators config's ids say so and, read as ids `speculators convert` copied, they are the "
-        "points SGLang captures; `kit convert` warns when it translates top-level ids that, read as ids "
-        "`speculators convert` copied, would mean SGLang's default points (the fix names both id sets)"
-    ),
+    "the points SGLang captures (its per-class, per-version id rule, kit/sglang/capture_rules.json) "
+    "differ from the points the draft was trained on (speculators config, the `kit_aux_source` record "
+    "`kit convert` writes into config.json, `kit_provenance.json`, or `--trained-with`); a warning when "
+    "only a speculators config's ids say so and, read as ids `speculators convert` copied, they are the "
+    "points SGLang captures; `kit convert` warns when it translates top-level ids that, read as ids "
+    "`speculators convert` copied, would mean SGLang's default points (the fix names both id sets)",
     "write the ids the finding gives; if none exist for that class/version, retrain on points it can capture",
 )
 
@@ -90,8 +82,6 @@ DESTS = ("sglang", "speculators", "eagle")
 PROVENANCE = "kit_provenance.json"
 # the output config's record of the source's aux ids, their convention and the points they name
 AUX_SOURCE_KEY = "kit_aux_source"
-# whose integers the source's aux layer ids are (kit/aux.py turns this into a shift check)
-AUX_CONVENTION = {"speculators": "speculators", "sglang": "sglang", "specforge": "specforge", "eagle": "eagle"}
 TARGET_EMBED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
 
 
@@ -162,22 +152,15 @@ def _rows(t: TensorInfo, rows: list[int], origin: str) -> Source:
     return Source(t.dtype, (len(rows), t.shape[1]), gen, origin)
 
 
-def _i64(vals: list[int]) -> bytes:
-    from array import array
-
-    a = array("q", vals)
-    return a.tobytes()
-
-
-def _target_tensors(target: str) -> tuple[TensorInfo | None, TensorInfo | None, dict]:
+def _target_tensors(target: str) -> tuple[TensorInfo | None, TensorInfo | None]:
+    """The target's embed_tokens and lm_head (the embedding when tied)."""
     from kit.models import resolve_target
 
     d = resolve_target(target)
     ck = read_checkpoint(d)
-    tcfg = json.loads((d / "config.json").read_text())
     emb = next((ck.tensors[k] for k in TARGET_EMBED if k in ck.tensors), None)
-    head = ck.tensors.get("lm_head.weight") or (emb if tcfg.get("tie_word_embeddings") else None)
-    return emb, head, tcfg
+    tied = json.loads((d / "config.json").read_text()).get("tie_word_embeddings")
+    return emb, ck.tensors.get("lm_head.weight") or (emb if tied else None)
 
 
 def _target_config(target: str) -> HFConfig:
@@ -190,24 +173,15 @@ def _target_config(target: str) -> HFConfig:
 
 
 def plan_aux(
-    cfg: HFConfig,
-    layout: str,
-    to: str,
-    target: str | None,
-    sglang_version: str | None,
-    require_target: bool = True,
+    cfg: HFConfig, layout: str, to: str, target: str | None, sglang_version: str | None, require_target: bool = True
 ) -> dict[str, Any]:
-    """{"ids": ids for the destination (None: keep none), "record": the AUX_SOURCE_KEY record}.
-
-    Points come from the source's record when the kit wrote it, else from the source's ids in its
-    stack's convention on the target; the destination ids are the ones that capture those points.
-    """
+    """{"ids": ids for the destination (None: keep none), "record": the AUX_SOURCE_KEY record}. Points come from the
+    source's record when the kit wrote it, else from its ids on the target; the destination ids capture them."""
     from kit.checkpoint.aux_ids import capture_points, read_ids, top_level_points
     from kit.checkpoint.hf_config import target_facts
     from kit.sglang.capture import capture_rule, default_ids, ids_for_points
 
-    conv = AUX_CONVENTION.get(layout, layout)
-    src_ids, _ = read_ids(conv, cfg)
+    src_ids, _ = read_ids(layout, cfg)  # in the convention of the stack the layout names
     prior = cfg.get(AUX_SOURCE_KEY) or {}
     tcfg = _target_config(target) if target else None
     tf = target_facts(tcfg) if tcfg else None
@@ -215,19 +189,18 @@ def plan_aux(
     points = None
     if prior.get("capture_points") and (tf is None or prior.get("num_layers") in (None, L)):
         points = list(prior["capture_points"])
-    elif conv == "speculators" and src_ids:
+    elif layout == "speculators" and src_ids:
         points = top_level_points(src_ids, L)["speculators"]  # id = point on every target
-    needs_target = points is None or to != "speculators"
     record = {
         "layout": layout,
-        "convention": conv,
+        "convention": layout,
         "aux_layer_ids": src_ids,
         "capture_points": points,
         "target_class": arch,
         "num_layers": L,
         "sglang_version": None,
     }
-    if needs_target and tf is None:
+    if (points is None or to != "speculators") and tf is None:
         if not require_target:
             return {"ids": src_ids, "record": dict(record, translated=False)}
         raise KitInputError(
@@ -237,7 +210,7 @@ def plan_aux(
     if not L:
         raise KitInputError(f"--target {target}: no num_hidden_layers in its config")
     if points is None:
-        points = capture_points(conv, src_ids, L, arch, sglang_version)
+        points = capture_points(layout, src_ids, L, arch, sglang_version)
     record.update(capture_points=points, translated=True)
     if to == "speculators":
         return {"ids": list(points), "record": record}
@@ -253,7 +226,7 @@ def plan_aux(
         raise KitInputError(f"--target: {arch} cannot capture aux hidden states in the SGLang release checked")
     ids = ids_for_points(points, L, rule)
     record["sglang_version"] = rule["version"]
-    if conv == "speculators" and src_ids and not prior.get("capture_points"):
+    if layout == "speculators" and src_ids and not prior.get("capture_points"):
         from kit.sglang.capture import sglang_points
 
         readings, default = top_level_points(src_ids, L), sglang_points(None, L, rule)
@@ -272,11 +245,7 @@ def plan_conversion(
     src: str | Path, to: str, target: str | None = None, sglang_version: str | None = None, require_target: bool = True
 ) -> Plan:
     """Decide every output tensor and the output config; raise KitInputError when strictness forbids.
-
-    `require_target=False` (in-memory loading) keeps untranslatable aux ids as they are, recorded as such.
-    Steps: read the source, name its tensors canonically, refuse what the destination cannot hold, plan the
-    aux ids, the vocab maps, embed/lm_head, the weights, fc's bias, the config and the provenance.
-    """
+    `require_target=False` (in-memory loading) keeps untranslatable aux ids as they are, recorded as such."""
     src = Path(src)
     ck, cfg, lay = _read_source(src, to)
     d = declared_draft(cfg)
@@ -412,7 +381,7 @@ def _plan_vocab_maps(src: Path, canon: dict[str, TensorInfo], plan: Plan, d) -> 
             plan.tensors["d2t"] = Source(
                 "I64",
                 (len(hot),),
-                lambda h=hot: [_i64([x - i for i, x in enumerate(h)])],
+                lambda h=hot: [array("q", [x - i for i, x in enumerate(h)]).tobytes()],
                 d2t_t.name if d2t_t is not None else "derived from t2d",
             )
             mask = bytearray(V or (max(hot) + 1))
@@ -439,48 +408,35 @@ def _plan_embed_and_head(
     head_from_target = to == "sglang" and "draft_vocab_size" in cfg and cfg.get("draft_vocab_size") is None
     need_embed = to == "speculators" or (to == "sglang" and Ht not in (None, H))
     need_head = not head_from_target
-    temb = thead = None
-    if (need_embed and "embed_tokens.weight" not in canon) or (need_head and "lm_head.weight" not in canon):
-        if not target:
-            miss = [
-                n
-                for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head))
-                if need and n not in canon
-            ]
-            raise KitInputError(
-                f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
-                "name its source with --target TARGET_MODEL_DIR"
-            )
-        temb, thead, _ = _target_tensors(target)
-    if need_embed and "embed_tokens.weight" not in canon:
+    miss = [
+        n for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head)) if need and n not in canon
+    ]
+    if miss and not target:
+        raise KitInputError(
+            f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
+            "name its source with --target TARGET_MODEL_DIR"
+        )
+    temb, thead = _target_tensors(target) if miss else (None, None)
+    if "embed_tokens.weight" in miss:
         if temb is None or tuple(temb.shape) != (V, H):
             raise KitInputError(f"--target {target}: no embed_tokens of shape [{V}, {H}]")
         canon["embed_tokens.weight"] = temb
         plan.notes.append(
             CONFIG(f"embed_tokens copied from target {temb.name}", evidence={"target": target}, severity="info")
         )
-    if need_head and "lm_head.weight" not in canon:
-        if thead is None or thead.shape[1] != H or thead.shape[0] != V:
+    if "lm_head.weight" in miss:
+        if thead is None or tuple(thead.shape[:2]) != (V, H):
             raise KitInputError(f"--target {target}: no lm_head of shape [{V}, {H}]")
         rows = hot if hot is not None else list(range(V))
         plan.tensors["lm_head.weight"] = _rows(thead, rows, f"target:{thead.name} rows t2d")
-        canon.pop("lm_head.weight", None)
         plan.notes.append(CONFIG(f"lm_head built from target {thead.name} ({len(rows)} kept rows)", severity="info"))
     return head_from_target
 
 
 # the tensors every layer of a Llama-class EAGLE-3 draft has
-_LAYER_TENSORS = (
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-)
+_LAYER_TENSORS = [f"self_attn.{p}_proj.weight" for p in "qkvo"]
+_LAYER_TENSORS += [f"mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+_LAYER_TENSORS += ["input_layernorm.weight", "post_attention_layernorm.weight"]
 
 
 def _check_required(src: Path, canon: dict[str, TensorInfo], L: int | None) -> None:
@@ -504,10 +460,10 @@ def _plan_weights(canon: dict[str, TensorInfo], plan: Plan, L: int | None, head_
     # an embed_tokens SGLang does not need is still written: it replaces it with the target's, others use it
     for c, t in canon.items():
         if (
-            c.startswith("layers.")
-            and c.endswith("hidden_norm.weight")
+            to != "sglang"
+            and c.startswith("layers.")
             and not c.startswith("layers.0.")
-            and to != "sglang"
+            and c.endswith("hidden_norm.weight")
         ):
             plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))
             continue
@@ -562,7 +518,7 @@ def _record_provenance(plan: Plan, cfg: HFConfig, src: Path, lay, target) -> Non
             "source": str(src.resolve()),
             "source_layout": lay.name,
             "source_layout_evidence": lay.evidence,
-            "source_aux_layer_id_convention": AUX_CONVENTION.get(lay.name),
+            "source_aux_layer_id_convention": lay.name,
             "aux_layer_ids": ids,
             "destination_layout": plan.to,
             "target": target,
@@ -661,17 +617,8 @@ def convert(
 
 def convert_in_memory(src: str | Path, sglang_version: str | None = None) -> tuple[dict, dict]:
     """(SGLang config, {SGLang key: torch.Tensor}) for a draft in any layout — for kit.draft."""
-    import torch
-
-    from kit.checkpoint.safetensors_io import TORCH_DTYPES
-
     plan = plan_conversion(src, "sglang", None, sglang_version, require_target=False)
-    state = {}
-    for n, s in plan.tensors.items():
-        buf = bytearray(b"".join(s.chunks()))
-        dt = getattr(torch, TORCH_DTYPES[s.dtype])
-        state[n] = (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(s.shape)
-    return plan.config, state
+    return plan.config, {n: bytes_to_torch(b"".join(s.chunks()), s.dtype, s.shape) for n, s in plan.tensors.items()}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

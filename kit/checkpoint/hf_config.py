@@ -17,23 +17,16 @@ from kit.findings import KitInputError
 from kit.hf import HFConfig
 
 
-def config_path(path: str | Path) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.exists():
-        from kit.config import missing_path
-
-        if Path(path).is_dir():
-            raise KitInputError(f"{p}: no such file (a model directory holds its config.json)")
-        raise KitInputError(missing_path(str(path), what="a model directory or a config.json"))
-    return p
-
-
 def read_config(path: str | Path) -> tuple[HFConfig, Path | None]:
     """Return (the parsed config, model directory or None when given a lone config file)."""
     src = Path(path)
-    p = config_path(src)
+    p = src / "config.json" if src.is_dir() else src
+    if not p.exists():
+        from kit.config import missing_path
+
+        if src.is_dir():
+            raise KitInputError(f"{p}: no such file (a model directory holds its config.json)")
+        raise KitInputError(missing_path(str(path), what="a model directory or a config.json"))
     try:
         cfg = json.loads(p.read_text())
     except UnicodeDecodeError:
@@ -72,5 +65,4 @@ def target_facts(cfg: HFConfig | None) -> TargetFacts:
     if not cfg:
         return TargetFacts(None, None, None)
     cfg = HFConfig.of(cfg)
-    tc = cfg.text
-    return TargetFacts(cfg.architecture, tc.get("num_hidden_layers"), tc.get("hidden_size"))
+    return TargetFacts(cfg.architecture, cfg.text.get("num_hidden_layers"), cfg.text.get("hidden_size"))

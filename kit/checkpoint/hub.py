@@ -1,25 +1,19 @@
 """Models named by Hugging Face id, resolved as SGLang resolves them, without downloading their weights.
 
-Most published EAGLE-3 launch lines name the target and the draft by hub id (`--model-path
-meta-llama/Llama-3.1-8B-Instruct --speculative-draft-model-path lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B`).
-SGLang hands such an id to `huggingface_hub`, which looks in the local cache first (`HF_HUB_CACHE`, else
-`HF_HOME/hub`: `models--org--name/refs/<revision>` holds a commit, `snapshots/<commit>/` its files) and goes
-to the network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in this order:
+Published EAGLE-3 launch lines name the target and the draft by hub id. SGLang hands such an id to
+`huggingface_hub`, which looks in the local cache first (`HF_HUB_CACHE`, else `HF_HOME/hub`) and goes to the
+network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in this order:
 
 1. a local path: itself (a revision does not apply to it, as in SGLang);
-2. the cache's snapshot for that revision, when it holds the weights: that folder;
+2. the cache's snapshot for that revision, when it holds the weights;
 3. a header view written earlier for that commit (below), beside a cached config.json;
-4. offline: the cached config.json alone (checks that need the weights' headers do not run), else a one-line
-   error;
-5. online: the repository's listing (one API call: the commit, the files; gated, unknown ids and revisions
-   are refused here), its small JSON files (config.json, the shard index, hf_quant_config.json, ... downloaded
-   into the cache by `hf_hub_download`, as SGLang would), and each safetensors shard's *header* by HTTP range
-   reads (the requests of huggingface_hub's safetensors metadata API: the first 100 kB, the rest of a longer
-   header after). The headers are kept raw in a header view (`kit.checkpoint.safetensors_io.HEADER_VIEW`,
-   under `$KIT_CACHE_DIR/hub/`), so `read_checkpoint` validates them with the same code as a local file and
-   every check reads the folder as it reads a local one. The weights stay on the hub; the small tensors whose
-   values the checks read (`d2t`, `t2d`: `KEPT_TENSORS`) are fetched by one range read each and kept in the
-   view, so a view answers offline too.
+4. offline: the cached config.json alone (the checks of the weights' headers do not run), else a one-line error;
+5. online: the repository's listing (one API call; gated, unknown ids and revisions are refused here), its small
+   JSON files (into the cache by `hf_hub_download`, as SGLang would), and each safetensors shard's *header* by HTTP
+   range reads (as huggingface_hub's safetensors metadata API: the first 100 kB, then the rest of a longer one),
+   kept raw in a header view (`safetensors_io.HEADER_VIEW`, under `$KIT_CACHE_DIR/hub/`) that `read_checkpoint`
+   validates like a local file. The weights stay on the hub; the small tensors the checks read (`KEPT_TENSORS`)
+   are fetched by one range read each and kept in the view, so a view answers offline too.
 
 `download` (for `kit convert`, which rewrites the draft) fetches the whole model into the cache instead.
 
@@ -48,7 +42,7 @@ from kit.checkpoint.safetensors_io import (
     INDEX_NAME,
     MAX_HEADER_BYTES,
     CheckpointError,
-    parse_header,
+    _parse_view_shard,
 )
 from kit.config import is_hub_id, missing_path
 from kit.findings import Code, Finding, KitInputError
@@ -59,11 +53,9 @@ SOURCE = Code(
     "ckpt.source",
     SECTION,
     "info",
-    (
-        "where the files of a model named by Hugging Face id came from (`kit.checkpoint.hub`): the local "
-        "cache's snapshot, a header view read earlier, or the hub (config.json and safetensors headers by "
-        "range reads, bytes read; the weights not downloaded), with the revision and its commit"
-    ),
+    "where the files of a model named by Hugging Face id came from (`kit.checkpoint.hub`): the local "
+    "cache's snapshot, a header view read earlier, or the hub (config.json and safetensors headers by "
+    "range reads, bytes read; the weights not downloaded), with the revision and its commit",
     "none (pin `--revision` / `--speculative-draft-model-revision` to a commit for a repeatable check)",
 )
 
@@ -90,19 +82,14 @@ class ModelFiles:
 
     def finding(self, flag: str | None) -> Finding:
         """`ckpt.source`: where the files of `flag`'s model came from (info)."""
+        ev = {"flag": flag, "name": self.name, "path": str(self.path), "revision": self.revision, "commit": self.commit}
         return SOURCE(
             f"{flag + ' ' if flag else ''}{self.name}{'@' + self.revision if self.revision else ''}: {self.source}",
-            evidence={
-                "flag": flag,
-                "name": self.name,
-                "path": str(self.path),
-                "revision": self.revision,
-                "commit": self.commit,
-            },
+            evidence=ev,
         )
 
 
-# -- where huggingface_hub keeps things (read when called, as the environment says now) ----------------
+# where huggingface_hub keeps things, read when called (as the environment says now)
 def offline() -> bool:
     from huggingface_hub import constants
 
@@ -133,7 +120,6 @@ def view_dir(repo_id: str, commit: str) -> Path:
     return cache_dir() / "hub" / ("models--" + repo_id.replace("/", "--")) / commit
 
 
-# -- resolution ----------------------------------------------------------------------------------------
 def _local(value: str, flag: str | None, what: str) -> ModelFiles | None:
     """`value` as an existing local path; None for a hub id; KitInputError for a missing path that is no hub id."""
     p = Path(value).expanduser()
@@ -156,38 +142,30 @@ def resolve(
     if cached is not None:
         snapshot, commit = cached
         at = _at(value, revision, commit)
-        if _has_weights(snapshot):
-            return ModelFiles(value, snapshot, f"Hugging Face cache {snapshot} ({at})", value, revision, commit)
         view = view_dir(value, commit)
-        if (view / HEADER_VIEW).is_file():
-            return ModelFiles(
-                value,
-                view,
-                f"config.json and safetensors headers read earlier from the hub ({at}; {view})",
-                value,
-                revision,
-                commit,
-            )
-        if offline():
-            return ModelFiles(
-                value,
+        if _has_weights(snapshot):
+            path, source = snapshot, f"Hugging Face cache {snapshot} ({at})"
+        elif (view / HEADER_VIEW).is_file():
+            path, source = view, f"config.json and safetensors headers read earlier from the hub ({at}; {view})"
+        elif offline():
+            path, source = (
                 snapshot,
-                f"Hugging Face cache {snapshot} ({at}): config.json only, the weights are not "
-                "cached and HF_HUB_OFFLINE is set, so checks of the weights' headers did not run",
-                value,
-                revision,
-                commit,
+                (
+                    f"Hugging Face cache {snapshot} ({at}): config.json only, the weights are not "
+                    "cached and HF_HUB_OFFLINE is set, so checks of the weights' headers did not run"
+                ),
             )
-        return _fetch_headers(value, revision, head, commit)
+        else:
+            return _fetch_headers(value, revision, head, commit)
+        return ModelFiles(value, path, source, value, revision, commit)
     if offline():
         raise not_cached(head, value, revision, "HF_HUB_OFFLINE is set")
     return _fetch_headers(value, revision, head, None)
 
 
 def not_cached(head: str, repo_id: str, revision: str | None, why: str, weights: bool = False) -> KitInputError:
-    """The one line for an id that is not in the local cache and cannot be fetched here (`why`), with the download
-    a host with network makes: its JSON files only (config.json, the shard index; the checks of the weights' headers
-    then do not run), or the whole model where the `weights` are needed (`kit convert`)."""
+    """The one line for an id neither cached nor fetchable here (`why`), naming the download to make elsewhere: its
+    JSON files, or the whole model where the `weights` are needed (`kit convert`)."""
     rev = f" --revision {revision}" if revision else ""
     what = "its weights are " if weights else ""
     get = "" if weights else " --include '*.json'"
@@ -215,16 +193,22 @@ def _from_cache(repo_id: str, revision: str | None) -> tuple[Path, str] | None:
     return snapshot, snapshot.name
 
 
+def _index_shards(index: Path) -> list[str]:
+    """The sorted shard files a shard index names (raises on an unreadable one)."""
+    return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+
+
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError)
+
+
 def _has_weights(folder: Path) -> bool:
     """Does a snapshot hold every safetensors file its index names (or one without an index)?"""
-    index = folder / INDEX_NAME
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return True  # present but unreadable: read_checkpoint reports it (ckpt.corrupt)
-        return all((folder / s).is_file() for s in shards)
-    return any(folder.glob("*.safetensors"))
+    if not (folder / INDEX_NAME).is_file():
+        return any(folder.glob("*.safetensors"))
+    try:
+        return all((folder / s).is_file() for s in _index_shards(folder / INDEX_NAME))
+    except _UNREADABLE:
+        return True  # present but unreadable: read_checkpoint reports it (ckpt.corrupt)
 
 
 def hub_error(e: Exception, head: str, repo_id: str, revision: str | None, weights: bool = False) -> KitInputError:
@@ -253,8 +237,7 @@ def hub_error(e: Exception, head: str, repo_id: str, revision: str | None, weigh
 
 
 def _unreachable(e: BaseException | None) -> bool:
-    """Did the request fail before the hub answered: a name not resolved, a connection refused or timed out, no
-    route? (the socket's error, under huggingface_hub's and its HTTP client's wrappers)"""
+    """Did the request fail before the hub answered (the socket's error under the HTTP client's wrappers)?"""
     import errno
     import socket
 
@@ -287,8 +270,8 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
                 )
         if INDEX_NAME in local:
             try:
-                shards = sorted(set(json.loads(local[INDEX_NAME].read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                shards = _index_shards(local[INDEX_NAME])
+            except _UNREADABLE as e:
                 raise CheckpointError(f"{head}: {INDEX_NAME}: unreadable shard index ({e})")
         else:
             shards = [f for f in files if "/" not in f and f.endswith(".safetensors")]
@@ -300,17 +283,12 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
         raise hub_error(e, head, repo_id, revision) from None
     view = view_dir(repo_id, commit)
     _write_view(view, local, headers, kept)
-    at = _at(repo_id, revision, commit)
-    return ModelFiles(
-        repo_id,
-        view,
-        f"{endpoint()} ({at}): config.json and the safetensors headers of {len(shards)} file(s) read "
-        f"({nread:,} bytes of weight files{', and the ' + '/'.join(kept) + ' values' if kept else ''}), "
-        "the weights not downloaded",
-        repo_id,
-        revision,
-        commit,
+    source = (
+        f"{endpoint()} ({_at(repo_id, revision, commit)}): config.json and the safetensors headers of {len(shards)} "
+        f"file(s) read ({nread:,} bytes of weight files{', and the ' + '/'.join(kept) + ' values' if kept else ''}), "
+        "the weights not downloaded"
     )
+    return ModelFiles(repo_id, view, source, repo_id, revision, commit)
 
 
 def _shard_headers(repo_id: str, commit: str, shards: list[str]) -> tuple[dict[str, dict], int]:
@@ -358,9 +336,8 @@ def _kept_tensors(headers: dict[str, dict]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     total = 0
     for shard in headers.values():
-        raw = shard["header"].encode()
         try:
-            _, infos = parse_header(raw, shard["size"] - 8 - len(raw), shard["url"], shard["url"], 8 + len(raw))
+            _, infos = _parse_view_shard(shard["url"], shard["size"], shard["header"].encode())
         except CheckpointError:  # read_checkpoint reports it from the view, as for a local file (ckpt.corrupt)
             continue
         for t in infos:
@@ -392,7 +369,6 @@ def _write_view(view: Path, files: dict[str, Path], headers: dict[str, dict], ke
         raise
 
 
-# -- the whole model (kit convert) -----------------------------------------------------------------------
 def download(
     value: str, revision: str | None = None, flag: str | None = None, what: str = "a model directory"
 ) -> ModelFiles:
@@ -413,25 +389,17 @@ def download(
     from huggingface_hub import snapshot_download
 
     try:
+        patterns = ["*.json", "*.safetensors"]
         folder = Path(
             snapshot_download(
-                value,
-                revision=revision,
-                cache_dir=hub_cache(),
-                endpoint=endpoint(),
-                allow_patterns=["*.json", "*.safetensors"],
+                value, revision=revision, cache_dir=hub_cache(), endpoint=endpoint(), allow_patterns=patterns
             )
         )
     except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
         raise hub_error(e, head, value, revision, weights=True) from None
-    return ModelFiles(
-        value,
-        folder,
-        f"downloaded from {endpoint()} into the Hugging Face cache {folder} ({_at(value, revision, folder.name)})",
-        value,
-        revision,
-        folder.name,
-    )
+    at = _at(value, revision, folder.name)
+    source = f"downloaded from {endpoint()} into the Hugging Face cache {folder} ({at})"
+    return ModelFiles(value, folder, source, value, revision, folder.name)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,11 @@
 """`python -m kit inspect PATH [--json] [--sglang-version X]` — a draft checkpoint from its headers.
 
-PATH may be a Hugging Face id (`--revision R`): kit.checkpoint.hub resolves it from the local cache, else reads
-its config.json and safetensors headers over the network (no weights downloaded), and says where they came from.
-
-Reads safetensors headers only (one file, a sharded index, or a directory; never tensor data
-for the listing, never torch), then:
-
-* lists keys, dtypes, shapes, bytes and totals per prefix;
-* names the layout (kit.checkpoint.layouts) with the evidence;
-* checks config.json against the tensors (hidden size, heads, kv heads, head_dim, intermediate
-  size, vocab / draft vocab, layer count, number of aux states implied by `fc`);
-* replays the chosen SGLang release's loader (kit.sglang.loader.simulate_load): what loads,
-  what is renamed, what is dropped silently, which parameters are never filled;
-* checks `d2t`/`t2d` (kit.checkpoint.vocab; these two small tensors are read).
+PATH is a file, a sharded index, a directory, or a Hugging Face id (`--revision R`; kit.checkpoint.hub: the local
+cache, else config.json and the safetensors headers over the network, no weights). From headers only (no torch):
+lists keys, dtypes, shapes, bytes and per-prefix totals; names the layout (kit.checkpoint.layouts); checks
+config.json against the shapes (widths, heads, vocab, layers, aux count implied by `fc`); replays the SGLang
+release's loader (kit.sglang.loader.simulate_load: loaded, renamed, silently dropped, never filled); checks
+`d2t`/`t2d` (kit.checkpoint.vocab reads those two small tensors).
 
 Also the `kit doctor --draft PATH` provider (`doctor_checks`). Codes: draft.arch, draft.keys_dropped,
 draft.params_missing, draft.shape, draft.d2t, draft.layers, draft.config, draft.layout,
@@ -52,55 +45,45 @@ LAYOUT = Code(
     "draft.layout",
     SECTION,
     "warning / info",
-    (
-        "which stack wrote the draft (sglang, eagle, speculators, specforge, kimi_mla, unknown) and the "
-        "evidence; warning when it matches no stack's layout (unknown)"
-    ),
+    "which stack wrote the draft (sglang, eagle, speculators, specforge, kimi_mla, unknown) and the "
+    "evidence; warning when it matches no stack's layout (unknown)",
     "—",
 )
 ARCH = Code(
     "draft.arch",
     SECTION,
     "error",
-    (
-        "the class SGLang dispatches `architectures` to (draft rewrites of `architectures[0]` first, e.g. "
-        "`DeepseekV3ForCausalLM` -> `DeepseekV3ForCausalLMNextN`, an MTP class; then the first registered "
-        "name) is not an EAGLE-3 draft class of that release (`LlamaForCausalLMEagle3`; "
-        "`Eagle3DeepseekV2ForCausalLM` from 0.5.12). E.g. `Eagle3DraftModel` (speculators), SpecForge's "
-        "`DeepseekV3ForCausalLMEagle3`, TorchSpec's `DeepSeekForCausalLMEagle3`, plain `LlamaForCausalLM`"
-    ),
+    "the class SGLang dispatches `architectures` to (draft rewrites of `architectures[0]` first, e.g. "
+    "`DeepseekV3ForCausalLM` -> `DeepseekV3ForCausalLMNextN`, an MTP class; then the first registered "
+    "name) is not an EAGLE-3 draft class of that release (`LlamaForCausalLMEagle3`; "
+    "`Eagle3DeepseekV2ForCausalLM` from 0.5.12). E.g. `Eagle3DraftModel` (speculators), SpecForge's "
+    "`DeepseekV3ForCausalLMEagle3`, TorchSpec's `DeepSeekForCausalLMEagle3`, plain `LlamaForCausalLM`",
     "`kit convert SRC DST --to sglang`",
 )
 KEYS_DROPPED = Code(
     "draft.keys_dropped",
     SECTION,
     "error",
-    (
-        "the loader of the draft's class in that release drops checkpoint keys (Llama class: `layers.0.*` "
-        "before 0.5.12, silently; MLA class: unexpected names are logged and skipped, half of the "
-        "`q_a_proj`+`kv_a_proj_with_mqa` pair without the other is never loaded, without a log); warning when"
-        " no draft weight is among them; info lines from `convert` list what it did not write"
-    ),
+    "the loader of the draft's class in that release drops checkpoint keys (Llama class: `layers.0.*` "
+    "before 0.5.12, silently; MLA class: unexpected names are logged and skipped, half of the "
+    "`q_a_proj`+`kv_a_proj_with_mqa` pair without the other is never loaded, without a log); warning when"
+    " no draft weight is among them; info lines from `convert` list what it did not write",
     "`kit convert --to sglang --sglang-version X`",
 )
 PARAMS_MISSING = Code(
     "draft.params_missing",
     SECTION,
     "error",
-    (
-        "parameters SGLang builds that neither the checkpoint nor the runtime (target embed/head sharing) "
-        "fills — they keep their init (lm_head -> accept length ~1.00); warning when only norms"
-    ),
+    "parameters SGLang builds that neither the checkpoint nor the runtime (target embed/head sharing) "
+    "fills — they keep their init (lm_head -> accept length ~1.00); warning when only norms",
     "supply the tensors (`convert --target`), or `draft_vocab_size: null` for the target head",
 )
 SHAPE = Code(
     "draft.shape",
     SECTION,
     "error",
-    (
-        "config.json and tensor shapes disagree (hidden, heads, kv heads, head_dim, intermediate, vocab, "
-        "draft vocab, aux count implied by `fc`), or a key would fail SGLang's shape assertion"
-    ),
+    "config.json and tensor shapes disagree (hidden, heads, kv heads, head_dim, intermediate, vocab, "
+    "draft vocab, aux count implied by `fc`), or a key would fail SGLang's shape assertion",
     "use the config the draft was trained with",
 )
 LAYERS = Code(
@@ -114,42 +97,34 @@ CONFIG = Code(
     "draft.config",
     SECTION,
     "error",
-    (
-        "config.json missing or unusable by SGLang: no `model_type` (a speculators config; transformers' "
-        "AutoConfig raises 'Unrecognized model' and SGLang does not start, seen on real SGLang 0.5.17 on an "
-        "H200), speculators nesting, no `draft_vocab_size`, `target_hidden_size: null`; warning for ignored "
-        "fields (`norm_before_residual`); info notes from `convert`"
-    ),
+    "config.json missing or unusable by SGLang: no `model_type` (a speculators config; transformers' "
+    "AutoConfig raises 'Unrecognized model' and SGLang does not start, seen on real SGLang 0.5.17 on an "
+    "H200), speculators nesting, no `draft_vocab_size`, `target_hidden_size: null`; warning for ignored "
+    "fields (`norm_before_residual`); info notes from `convert`",
     "`kit convert --to sglang` writes a loadable config",
 )
 UNUSED_WEIGHTS = Code(
     "draft.unused_weights",
     SECTION,
     "warning",
-    (
-        "weights load into parameters that SGLang's forward never reads (`layers.N.input_layernorm`, N>=1: "
-        "SGLang uses `hidden_norm`)"
-    ),
+    "weights load into parameters that SGLang's forward never reads (`layers.N.input_layernorm`, N>=1: "
+    "SGLang uses `hidden_norm`)",
     "`kit convert --to sglang` renames them",
 )
 QUANT = Code(
     "draft.quant",
     SECTION,
     "error",
-    (
-        "an `hf_quant_config.json` beside the draft makes that release set the draft up quantized against "
-        'what the file says: releases that read *any* ModelOpt file as `{"quant_method": "modelopt"}` '
-        '(`ModelOptFp8Config`), and then the loader: for a BF16 head exported with `"quant_algo": null` (FP8 '
-        "KV cache only) 0.4.5.post3-0.4.8 fail at startup, and from 0.4.9 `get_quant_config` keeps a "
-        "`LlamaForCausalLMEagle3` head unquantized (info) and raises for any other class (the parse derived "
-        "by executing each release's `ModelConfig._parse_quant_hf_config` on probe files: "
-        "kit/sglang/quant_rules.json; the loader branch scanned from `weight_utils.py`: kit.sglang.quant); "
-        "info: how the release sets the draft up"
-    ),
-    (
-        "remove `hf_quant_config.json` from a copy of the draft directory, or serve with a release that "
-        "parses `quant_algo`"
-    ),
+    "an `hf_quant_config.json` beside the draft makes that release set the draft up quantized against "
+    'what the file says: releases that read *any* ModelOpt file as `{"quant_method": "modelopt"}` '
+    '(`ModelOptFp8Config`), and then the loader: for a BF16 head exported with `"quant_algo": null` (FP8 '
+    "KV cache only) 0.4.5.post3-0.4.8 fail at startup, and from 0.4.9 `get_quant_config` keeps a "
+    "`LlamaForCausalLMEagle3` head unquantized (info) and raises for any other class (the parse derived "
+    "by executing each release's `ModelConfig._parse_quant_hf_config` on probe files: "
+    "kit/sglang/quant_rules.json; the loader branch scanned from `weight_utils.py`: kit.sglang.quant); "
+    "info: how the release sets the draft up",
+    "remove `hf_quant_config.json` from a copy of the draft directory, or serve with a release that "
+    "parses `quant_algo`",
 )
 
 HELP = "list a draft checkpoint's keys from headers, name its layout, simulate SGLang's loader"
@@ -192,37 +167,17 @@ class Inspection:
         ]
 
 
-# -- config reading ---------------------------------------------------------------------------
 def find_config(path: Path) -> Path | None:
     d = path if path.is_dir() else path.parent
     return d / "config.json" if (d / "config.json").is_file() else None
 
 
-def sglang_view(cfg: HFConfig, layout: str) -> dict[str, Any]:
-    """The config SGLang would see after `kit convert --to sglang` (for simulating a non-SGLang draft)."""
-    if layout != "speculators":
-        return cfg
-    from kit.checkpoint.layouts import speculators_to_sglang_config
-
-    return speculators_to_sglang_config(cfg, None)
-
-
-# -- checks -----------------------------------------------------------------------------------
 def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding]:
     """draft.shape / draft.layers: config numbers vs tensor shapes (canonical names)."""
-    canon = {}
-    for k, t in ck.tensors.items():
-        c = to_canonical(k, layout)
-        if c:
-            canon[c] = t.shape
-    H, nh, nkv, hd, I_ = (
-        d.hidden_size,
-        d.num_attention_heads,
-        d.num_key_value_heads,
-        d.head_dim_or_default,
-        d.intermediate_size,
-    )
-    V, Vd, Ht, k = d.vocab_size, d.draft_vocab_or_target, d.effective_target_hidden_size, d.trained_num_aux
+    canon = {c: t.shape for k, t in ck.tensors.items() if (c := to_canonical(k, layout))}
+    H, nh, nkv, hd = d.hidden_size, d.num_attention_heads, d.num_key_value_heads, d.head_dim_or_default
+    I_, V, Vd = d.intermediate_size, d.vocab_size, d.draft_vocab_or_target
+    Ht, k = d.effective_target_hidden_size, d.trained_num_aux
     out: list[Finding] = []
     if not all(isinstance(x, int) for x in (H, nh, nkv, hd, I_)):
         return out
@@ -236,7 +191,6 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
     if fc is not None and len(fc) == 2:
         implied = fc[1] / Ht if Ht else None
         if fc[0] != H or implied != k:
-            bad.append(("fc.weight", list(fc), [H, k * Ht]))
             out.append(
                 SHAPE(
                     f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
@@ -245,7 +199,6 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
                     "target_hidden_size) to match the trained fc",
                 )
             )
-            bad.pop()
     if bad:
         out.append(
             SHAPE(
@@ -379,7 +332,7 @@ def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
 
 
 def _architecture(draft_dir: Path) -> str | None:
-    """architectures[0] of the config.json in the draft directory (what SGLang's loader compares)."""
+    """architectures[0] of the draft directory's config.json (what SGLang's loader compares)."""
     try:
         archs = json.loads((Path(draft_dir) / "config.json").read_text()).get("architectures") or [None]
     except (OSError, json.JSONDecodeError, AttributeError):
@@ -401,20 +354,22 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     q = draft_quantization(sglang_version, hq) if isinstance(hq, dict) else None
     if q is None:
         return []
-    algo = (hq.get("quantization") or {}).get("quant_algo") if isinstance(hq.get("quantization"), dict) else None
+    algo = hq["quantization"].get("quant_algo") if isinstance(hq.get("quantization"), dict) else None
     ver = f"sglang {q['requested']}" + ("" if q["exact"] else f" (rules of {q['version']})")
     evidence = {"file": str(f), "quant_algo": algo, "quant_method": q["quant_method"], "class": q["class"]}
     evidence["derived_from"] = q["evidence"]
     wrong = (q["probe"] == "no_algo" and q["quant_method"]) or (
         q["probe"] == "nvfp4" and q["class"] and "Fp4" not in q["class"] and "FP4" not in q["class"]
     )
-    loader = no_algo_loader(q["requested"], _architecture(draft_dir)) if wrong and q["probe"] == "no_algo" else None
+    arch = _architecture(draft_dir)
+    loader = no_algo_loader(q["requested"], arch) if wrong and q["probe"] == "no_algo" else None
+    fix = f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a release that parses quant_algo"
     if loader and loader["outcome"] == "unquantized":
         return [
             QUANT(
                 f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}, but its loader "
                 f"sets this head up unquantized: get_quant_config returns no quant config for a "
-                f"{_architecture(draft_dir)} head whose file names no algorithm",
+                f"{arch} head whose file names no algorithm",
                 evidence={**evidence, "loader": loader["evidence"]},
                 severity="info",
             )
@@ -424,10 +379,9 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
             QUANT(
                 f"{ver} does not start: it reads the draft's {FILE} (quant_algo {algo!r}) as "
                 f"{q['quant_method']}, and its loader raises ValueError ('Invalid quant_config') for a "
-                f"{_architecture(draft_dir)!s} head whose file names no algorithm",
+                f"{arch!s} head whose file names no algorithm",
                 evidence={**evidence, "loader": loader["evidence"]},
-                fix=f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a "
-                "release that parses quant_algo",
+                fix=fix,
             )
         ]
     if wrong:
@@ -442,8 +396,7 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
                     else f"{q['class']}: the draft head is set up quantized and acceptance collapses"
                 ),
                 evidence={**evidence, "releases_that_misread": misread},
-                fix=f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a "
-                "release that parses quant_algo",
+                fix=fix,
             )
         ]
     return [
@@ -458,22 +411,17 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
 
 
 def inspect(
-    path: str | Path,
-    sglang_version: str | None = None,
-    target_vocab: int | None = None,
-    config: HFConfig | None = None,
+    path: str | Path, sglang_version: str | None = None, target_vocab: int | None = None, config: HFConfig | None = None
 ) -> Inspection:
     """Everything `kit inspect` reports, as data; `target_vocab`: the target's vocab_size when one is known (else
     t2d's length, else the draft config's vocab_size stand for it); `config`: the checkpoint's config.json when the
     caller has read it already. Raises CheckpointError for unreadable input."""
+    from kit.checkpoint.hf_config import read_config
+
     p = Path(path)
     ck = read_checkpoint(p)
     cp = find_config(p)
-    cfg = config
-    if cfg is None and cp is not None:
-        from kit.checkpoint.hf_config import read_config
-
-        cfg = read_config(cp)[0]
+    cfg = read_config(cp)[0] if config is None and cp is not None else config
     lay = detect_layout(ck.tensors, cfg)
     dc = declared_draft(cfg) if cfg else None
     rep = Report()
@@ -499,13 +447,14 @@ def inspect(
     rep.extend(quant_findings(cp.parent if cp else (p if p.is_dir() else p.parent), sglang_version))
     if cfg:
         rep.extend(shape_checks(ck, lay, dc))
+        from kit.checkpoint.layouts import speculators_to_sglang_config
         from kit.checkpoint.vocab import check_vocab
-        from kit.sglang.loader import simulate_load
+        from kit.sglang.loader import registered_architectures, simulate_load
 
-        sim = ins.simulation = simulate_load(ck.shapes(), sglang_view(cfg, lay.name), sglang_version)
+        # a speculators draft is simulated with the config `kit convert --to sglang` would write
+        view = speculators_to_sglang_config(cfg, None) if lay.name == "speculators" else cfg
+        sim = ins.simulation = simulate_load(ck.shapes(), view, sglang_version)
         if lay.name == "speculators":  # simulated as if its config were flattened; the real one is not
-            from kit.sglang.loader import registered_architectures
-
             sim.architecture = (cfg.get("architectures") or [None])[0]
             sim.arch_status = (
                 "missing"
@@ -541,19 +490,15 @@ def prefix_totals(ck: Checkpoint) -> dict[str, dict[str, int]]:
     """{prefix: tensors, params, bytes}; prefix = name up to its first numeric part ("layers.3")."""
     out: dict[str, dict[str, int]] = {}
     cur, row = "\0", None
-    prod = math.prod
     for t in ck.tensors.values():
-        name = t[0]
-        if not name.startswith(cur):  # names of one layer are usually adjacent: regex once per run
-            m = _PREFIX.match(name)
-            pre = m.group(1) if m else name.split(".", 1)[0]
+        if not t.name.startswith(cur):  # names of one layer are usually adjacent: regex once per run
+            m = _PREFIX.match(t.name)
+            pre = m.group(1) if m else t.name.split(".", 1)[0]
             cur = pre + "."
-            row = out.get(pre)
-            if row is None:
-                row = out[pre] = {"tensors": 0, "params": 0, "bytes": 0}
+            row = out.setdefault(pre, {"tensors": 0, "params": 0, "bytes": 0})
         row["tensors"] += 1
-        row["params"] += prod(t[2])
-        row["bytes"] += t[5] - t[4]
+        row["params"] += math.prod(t.shape)
+        row["bytes"] += t.nbytes
     return out
 
 
@@ -570,12 +515,8 @@ def doctor_checks(dep) -> list[Finding]:
     if dep.draft is None:
         return []
     d = dep.draft.folder
-    if d is None or not (
-        any(d.glob("*.safetensors"))
-        or (d / "model.safetensors.index.json").exists()
-        or any(d.glob("*.bin"))
-        or (d / HEADER_VIEW).is_file()
-    ):
+    weights = ("*.safetensors", "*.bin", "model.safetensors.index.json", HEADER_VIEW)
+    if d is None or not any(any(d.glob(w)) for w in weights):
         # a lone config: architecture and config-level checks only
         from kit.sglang.loader import resolve_draft_class, rules_for
 

@@ -10,10 +10,9 @@ The same EAGLE-3 draft is spelled differently by each stack:
     kimi_mla     Eagle3DeepseekV2ForCausalLM (MLA attention: q_a_proj, kv_a_proj_with_mqa ...)
     unknown      none of the above (the evidence says what was seen)
 
-`detect_layout(keys, config)` returns the verdict with its evidence. `to_canonical` /
-`from_canonical` translate key names through one canonical spelling (speculators-style
-`layers.N.*`, where layers >= 1 use `input_layernorm` as their pre-attention norm; SGLang
-applies `hidden_norm` there instead, so the maps rename it). No torch; names only.
+`detect_layout(keys, config)` names it, with evidence. `to_canonical` / `from_canonical` translate key names
+through one canonical spelling (speculators-style `layers.N.*`, whose layers >= 1 use `input_layernorm` as the
+pre-attention norm where SGLang uses `hidden_norm`). No torch; names only.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from typing import Any
 
 from kit.hf import HFConfig
 
-LAYOUTS = ("sglang", "eagle", "speculators", "specforge", "kimi_mla", "unknown")
 SPECULATORS_ARCHS = ("Eagle3DraftModel", "Eagle3Speculator")
 MLA_MARKERS = ("q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj", "q_b_proj", "kv_a_layernorm", "q_a_layernorm")
 LEGACY_AUX = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1", "aux_norm_high": "fc_norm.2"}
@@ -51,10 +49,9 @@ def _strip_prefix(keys: list[str]) -> str:
     return ""
 
 
-def layer_indices(keys: Iterable[str], prefix: str = "") -> set[int]:
+def layer_indices(keys: Iterable[str]) -> set[int]:
     out = set()
     for k in keys:
-        k = k[len(prefix) :] if prefix and k.startswith(prefix) else k
         if k.startswith("midlayer."):
             out.add(0)
         m = _LAYER.match(k)
@@ -145,27 +142,10 @@ def from_canonical(key: str, dest: str, num_layers: int = 1) -> str:
 
 
 # -- config.json translations -----------------------------------------------------------------
-_LAYER_FIELDS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "hidden_act",
-    "rms_norm_eps",
-    "max_position_embeddings",
-    "vocab_size",
-    "num_hidden_layers",
-    "rope_parameters",
-    "rope_theta",
-    "rope_scaling",
-    "attention_bias",
-    "mlp_bias",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "initializer_range",
-    "model_type",
+_LAYER_FIELDS = tuple(
+    """hidden_size intermediate_size num_attention_heads num_key_value_heads head_dim hidden_act rms_norm_eps
+    max_position_embeddings vocab_size num_hidden_layers rope_parameters rope_theta rope_scaling attention_bias
+    mlp_bias bos_token_id eos_token_id pad_token_id initializer_range model_type""".split()
 )
 
 
@@ -179,11 +159,8 @@ def _rope_top_level(out: dict[str, Any]) -> None:
 
 
 def speculators_to_sglang_config(cfg: HFConfig, num_aux: int | None) -> dict[str, Any]:
-    """Flatten an Eagle3SpeculatorConfig into the LlamaForCausalLMEagle3 config SGLang reads (§2.1).
-
-    Aux layer ids are copied unchanged under `eagle_config` (their convention is recorded in
-    kit_provenance.json; kit/aux.py judges the shift).
-    """
+    """Flatten an Eagle3SpeculatorConfig into the LlamaForCausalLMEagle3 config SGLang reads (§2.1); aux layer ids
+    are copied unchanged under `eagle_config` (kit convert translates them, kit.wiring judges the shift)."""
     tl = dict(cfg.get("transformer_layer_config") or {})
     out: dict[str, Any] = {k: tl[k] for k in _LAYER_FIELDS if k in tl}
     out["model_type"] = "llama" if tl.get("model_type") in (None, "llama") else tl["model_type"]
@@ -219,18 +196,13 @@ def sglang_to_speculators_config(
     tl = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
     tl["model_type"] = "llama"
     tl["tie_word_embeddings"] = False
-    tl.pop("rope_theta", None) if "rope_parameters" in tl else None
     if "rope_parameters" not in tl:
-        tl["rope_parameters"] = {
-            "rope_theta": cfg.get("rope_theta", 10000.0),
-            "rope_type": "default",
-            **(cfg.get("rope_scaling") or {}),
-        }
-        tl.pop("rope_theta", None)
+        rope = {"rope_theta": cfg.get("rope_theta", 10000.0), "rope_type": "default", **(cfg.get("rope_scaling") or {})}
+        tl["rope_parameters"] = rope
         tl.pop("rope_scaling", None)
+    tl.pop("rope_theta", None)
     eagle = cfg.get("eagle_config") or {}
-    H = cfg.get("hidden_size")
-    Vd = cfg.get("draft_vocab_size")
+    H, Vd = cfg.get("hidden_size"), cfg.get("draft_vocab_size")
     return {
         "architectures": ["Eagle3DraftModel"],
         "speculators_model_type": "eagle3",

@@ -1,8 +1,5 @@
-"""A draft on disk through SGLang's loader rules: the keys a release drops silently, from the headers alone.
-
-The rules are `kit.sglang.loader` (per release, derived from its source); this applies them to a
-checkpoint directory (config.json + safetensors headers, no tensors read). Runtime code (the wiring a
-launch gives the draft, the oracle's faults) uses it without importing the `kit inspect` verb.
+"""A draft on disk through SGLang's loader rules (`kit.sglang.loader`): the keys a release drops silently, from
+config.json and the safetensors headers alone. Runtime code (kit.wiring.plan, the oracle) uses it, not `kit inspect`.
 
     from kit.checkpoint.load_sim import dropped_keys
     dropped_keys("drafts/seed", DROPS_SPECULATORS_KEYS, layout="speculators")   # ('midlayer.self_attn.q_proj.weight', ...)

@@ -1,10 +1,8 @@
 """What a multimodal target's processor is made of, for the checks that read a target folder and for the miniature.
 
 SGLang loads a multimodal target's HF processor while it starts (`kit.sglang.loader.processor_archs` names the
-classes per release). This module holds the facts about those processors that more than one stage reads: which
-files of a target folder declare one, and, per class the kit can stand a processor in for, what the vendor's
-processor carries that SGLang's wrapper reads (and whether the vendor ships it as remote code, which
-`launch.remote_code_needed` checks). Data only; no imports beyond typing.
+classes per release). Data only: which files of a target folder declare a processor, and, per class the kit can
+stand one in for, what the vendor's processor carries that SGLang's wrapper reads (and whether it is remote code).
 
     from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
 """
@@ -35,5 +33,5 @@ STAND_IN_PROCESSORS: dict[str, dict[str, Any]] = {
             "temporal_merge_kernel_size": 4,
             "sample_fps": 2.0,
         },
-    },
+    }
 }

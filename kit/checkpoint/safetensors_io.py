@@ -1,26 +1,21 @@
 """safetensors checkpoints read from their headers, and written tensor by tensor — no torch, no mmap.
 
-Why: a 1T-parameter checkpoint must be inspectable on a laptop. `safetensors.safe_open` maps
-the whole file and fails on a 32 GB shard with 24 GB of RAM; importing torch costs seconds. A
-safetensors file is `u64 little-endian N`, `N bytes of JSON header`, then raw tensor bytes, so
-the header alone gives every name, dtype, shape and byte range. This module reads exactly
-that, validates it (header length vs file size, JSON, dtypes, shapes x dtype size == byte span,
-offsets in range, contiguous and non-overlapping) and never allocates memory in proportion to
-a size the file declares. Pickle weights (`.bin`, `.pt`) are reported, never unpickled.
+Why: a 1T-parameter checkpoint must be inspectable on a laptop. `safetensors.safe_open` maps the whole file (and
+fails on a 32 GB shard with 24 GB of RAM); importing torch costs seconds. A safetensors file is `u64 little-endian
+N`, N bytes of JSON header, then raw tensor bytes: the header alone gives every name, dtype, shape and byte range.
+This module reads and validates it (length vs file size, JSON, dtypes, shape x dtype size == byte span, offsets in
+range, contiguous) without allocating in proportion to a declared size. Pickle weights are reported, never unpickled.
 
-A model on the Hugging Face hub is read the same way without its weights: `kit.checkpoint.hub` fetches each
-shard's header by HTTP range reads and writes a *header view* (`HEADER_VIEW` in a folder beside the model's
-config.json: per shard its URL, size and raw header); `read_checkpoint` validates those headers with the same
-`parse_header`, and a tensor's bytes (the few small ones the checks read, e.g. `d2t`) come by a range read.
+A hub model is read the same way without its weights: `kit.checkpoint.hub` writes a *header view* (`HEADER_VIEW`:
+per shard its URL, size and raw header), validated by the same `parse_header`; tensor bytes come by range reads.
 
     from kit.checkpoint.safetensors_io import read_checkpoint
     ck = read_checkpoint("draft_dir")            # file, directory, or sharded index
     for t in ck.tensors.values(): print(t.name, t.dtype, t.shape, t.nbytes)
 
-Writing (`convert`, the trainer): `write_stream` builds the header from declared
-(name, dtype, shape) entries and then copies each tensor's bytes in bounded chunks from a
-producer, hashing as it goes; `write_safetensors(path, {name: torch.Tensor}, metadata)` is
-the convenience form (imports torch lazily). Both write to a temporary file and rename.
+Writing (`convert`, the trainer): `write_stream` builds the header from (name, dtype, shape) entries, then copies
+each tensor's bytes in bounded chunks from a producer, hashing as it goes; `write_safetensors(path, {name:
+torch.Tensor})` is the torch form. Both write a temporary file and rename it.
 
 How to run: `python -m kit.checkpoint.safetensors_io FILE_OR_DIR` prints the tensor listing as JSON.
 """
@@ -34,6 +29,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
@@ -49,36 +45,20 @@ CORRUPT = Code(
     "ckpt.corrupt",
     SECTION,
     "error",
-    (
-        "a checkpoint file cannot be validated: truncated, header length past EOF, invalid header JSON, "
-        "unknown dtype, overlapping/out-of-range offsets, an index naming a missing shard, or pickle-only "
-        "weights (never unpickled); `kit inspect`/`convert` exit 2"
-    ),
+    "a checkpoint file cannot be validated: truncated, header length past EOF, invalid header JSON, "
+    "unknown dtype, overlapping/out-of-range offsets, an index naming a missing shard, or pickle-only "
+    "weights (never unpickled); `kit inspect`/`convert` exit 2",
     "re-export with safetensors; never load a file that fails validation",
 )
 
 # dtype -> bits per element (safetensors 0.8 set); sub-byte types pack several elements per byte
 DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8,
-    "U8": 8,
-    "I8": 8,
-    "F8_E5M2": 8,
-    "F8_E4M3": 8,
-    "F8_E8M0": 8,
+    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0"), 8),
     "F4": 4,
-    "F6_E2M3": 6,
-    "F6_E3M2": 6,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "F64": 64,
-    "I64": 64,
-    "U64": 64,
-    "C64": 64,
+    **dict.fromkeys(("F6_E2M3", "F6_E3M2"), 6),
+    **dict.fromkeys(("I16", "U16", "F16", "BF16"), 16),
+    **dict.fromkeys(("I32", "U32", "F32"), 32),
+    **dict.fromkeys(("F64", "I64", "U64", "C64"), 64),
 }
 # the Rust library refuses headers above 100 MB; we do too, before reading them
 MAX_HEADER_BYTES = 100_000_000
@@ -182,12 +162,10 @@ def _explain(name: str, e: Any, data_len: int, path: Any) -> None:
 def parse_header(
     raw: bytes, data_len: int, path: Any = "<bytes>", file: str | None = None, base: int = 0
 ) -> tuple[dict, list]:
-    """Validate one header's JSON bytes against `data_len` bytes of data after it.
+    """Validate one header's JSON bytes against `data_len` bytes of data after it; a CheckpointError otherwise.
 
-    Returns (metadata, entries sorted by offset): with `file`, TensorInfo whose offsets are
-    absolute (`base` + relative); without, (name, dtype, shape, begin, end) relative tuples.
-    Raises CheckpointError with one line naming the problem.
-    """
+    Returns (metadata, entries sorted by offset): with `file`, TensorInfo whose offsets are absolute (`base` +
+    relative); without, (name, dtype, shape, begin, end) relative tuples."""
     try:
         doc = orjson.loads(raw)  # the same document as json.loads, in ~45% of its time on a 1k-tensor header
     except (UnicodeDecodeError, ValueError) as e:
@@ -226,13 +204,13 @@ def parse_header(
         else:
             add(make(TensorInfo, (name, dtype, tuple(shape), file, base + b, base + en)))
     s_i, e_i = (3, 4) if file is None else (4, 5)
-    pos = base if file is not None else 0
+    pos = base
     for t in entries:  # usually already in offset order: sort only when not
         if t[s_i] < pos:
             entries.sort(key=itemgetter(s_i, e_i))
             break
         pos = t[e_i]
-    pos = base if file is not None else 0
+    pos = base
     for t in entries:
         b, e = t[s_i], t[e_i]
         if b != pos:
@@ -244,7 +222,7 @@ def parse_header(
                 )
             raise _bad(path, f"tensor {t[0]!r}: gap of {b - pos} bytes before it (offsets must be contiguous)")
         pos = e
-    if pos - (base if file is not None else 0) != data_len:
+    if pos - base != data_len:
         raise _bad(
             path,
             f"tensors cover {pos - base} bytes but the file holds {data_len} data bytes "
@@ -288,79 +266,76 @@ def _read_index(index: Path) -> dict[str, str]:
     return wm
 
 
+def _add_shard(tensors: dict[str, TensorInfo], infos: list[TensorInfo], where: Any) -> list[str]:
+    """Add one shard's tensors; a name two shards hold is a CheckpointError. Returns the shard's names."""
+    names = [t[0] for t in infos]
+    dup = tensors.keys() & set(names)
+    if dup:
+        n = sorted(dup)[0]
+        raise _bad(where, f"tensor {n!r} also appears in {tensors[n].file}")
+    tensors.update(zip(names, infos))
+    return names
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read every header of a .safetensors file, a sharded index, or a model directory."""
     p = Path(path)
     if not p.exists():
         raise KitInputError(f"{p}: no such file or directory")
-    pickles: list[str] = []
-    wm: dict[str, str] | None = None
-    shards: list[str] | None = None
     if p.is_dir() and (p / HEADER_VIEW).is_file() and not any(p.glob("*.safetensors")):
         return read_header_view(p / HEADER_VIEW)
+    pickles: list[str] = []
+    index = p if p.name.endswith(".index.json") else None
+    files = [p]
     if p.is_dir():
         pickles = sorted(str(q) for q in p.iterdir() if q.suffix in PICKLE_SUFFIXES)
-        if (p / INDEX_NAME).exists():
-            wm = _read_index(p / INDEX_NAME)
-            root = p.resolve()
-            files = []
-            shards = sorted(set(wm.values()))
-            for shard in shards:
-                q = p / shard
-                if not q.resolve().is_relative_to(root):
-                    raise _bad(p / INDEX_NAME, f"shard {shard!r} lies outside the checkpoint directory")
-                if not q.is_file():
-                    raise _bad(p / INDEX_NAME, f"names shard {shard!r}, which does not exist")
-                files.append(q)
-        else:
-            files = sorted(p.glob("*.safetensors"))
-        if not files:
-            if pickles:
-                raise _bad(
-                    p,
-                    f"only pickle weights ({', '.join(Path(x).name for x in pickles)}); "
-                    "pickle files can run code when loaded and are never opened by the kit — "
-                    "re-save as safetensors (save_pretrained(..., safe_serialization=True))",
-                )
-            raise _bad(p, "no .safetensors files and no model.safetensors.index.json")
+        index = p / INDEX_NAME if (p / INDEX_NAME).exists() else None
+        files = sorted(p.glob("*.safetensors"))
     elif p.suffix in PICKLE_SUFFIXES:
         raise _bad(p, "pickle weights are never unpickled by the kit (they can run code); re-save as safetensors")
-    elif p.name.endswith(".index.json"):
-        wm = _read_index(p)
+    wm: dict[str, str] | None = None
+    shards: list[str | None] = [None] * len(files)
+    if index is not None:
+        wm = _read_index(index)
         shards = sorted(set(wm.values()))
-        files = [p.parent / s for s in shards]
-        for q in files:
+        files = [index.parent / s for s in shards]
+        root = p.resolve() if p.is_dir() else None
+        for shard, q in zip(shards, files):
+            if root and not q.resolve().is_relative_to(root):
+                raise _bad(index, f"shard {shard!r} lies outside the checkpoint directory")
             if not q.is_file():
-                raise _bad(p, f"names shard {q.name!r}, which does not exist")
-    else:
-        files = [p]
+                raise _bad(index, f"names shard {shard!r}, which does not exist")
+    if p.is_dir() and not files:
+        if pickles:
+            raise _bad(
+                p,
+                f"only pickle weights ({', '.join(Path(x).name for x in pickles)}); "
+                "pickle files can run code when loaded and are never opened by the kit — "
+                "re-save as safetensors (save_pretrained(..., safe_serialization=True))",
+            )
+        raise _bad(p, "no .safetensors files and no model.safetensors.index.json")
     tensors: dict[str, TensorInfo] = {}
     metas: dict[str, dict[str, str]] = {}
     actual: dict[str, str] = {}  # tensor -> shard name as the index spells it
-    for f, shard in zip(files, shards or [None] * len(files)):
+    for f, shard in zip(files, shards):
         meta, infos = read_header(f)
         metas[str(f)] = meta
-        names = [t[0] for t in infos]
-        dup = tensors.keys() & set(names)
-        if dup:
-            n = sorted(dup)[0]
-            raise _bad(f, f"tensor {n!r} also appears in {tensors[n].file}")
-        tensors.update(zip(names, infos))
+        names = _add_shard(tensors, infos, f)
         if shard is not None:
             actual.update(zip(names, repeat(shard)))
     if wm is not None and actual != wm:  # dict equality runs in C; find the culprit only on failure
-        shard_file = {s: str(p / s if p.is_dir() else p.parent / s) for s in set(wm.values())}
-        get, sf = wm.get, shard_file.get
-        wrong = [n for n, t in tensors.items() if sf(get(n, "")) != t[3]]
-        if not wrong:  # every tensor matched, so the index names extra ones
-            n = next(x for x in wm if x not in tensors)
-            raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
-        if wrong:
-            n = wrong[0]
-            if n not in wm:
-                raise _bad(p, f"shards hold {len(wrong)} tensor(s) the index does not list, e.g. {n!r}")
-            raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
+        shard_file = {s: str(index.parent / s) for s in set(wm.values())}
+        wrong = [n for n, t in tensors.items() if shard_file.get(wm.get(n, "")) != t[3]]
+        n = wrong[0] if wrong else next(x for x in wm if x not in tensors)  # else the index names extra ones
+        if n not in wm:
+            raise _bad(p, f"shards hold {len(wrong)} tensor(s) the index does not list, e.g. {n!r}")
+        raise _bad(p, f"index maps {n!r} to {wm[n]!r}, which does not hold it")
     return Checkpoint(str(p), [str(f) for f in files], tensors, metas, pickles)
+
+
+def _parse_view_shard(url: str, size: int, raw: bytes) -> tuple[dict, list]:
+    """parse_header for one shard of a header view (its URL, file size and raw header)."""
+    return parse_header(raw, size - 8 - len(raw), url, url, 8 + len(raw))
 
 
 def read_header_view(view: str | Path) -> Checkpoint:
@@ -368,20 +343,14 @@ def read_header_view(view: str | Path) -> Checkpoint:
     view = Path(view)
     try:
         doc = json.loads(view.read_text())
-        files = doc["files"]
-        items = [(str(f["url"]), int(f["size"]), str(f["header"]).encode()) for f in files.values()]
+        items = [(str(f["url"]), int(f["size"]), str(f["header"]).encode()) for f in doc["files"].values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise _bad(view, f"unreadable header view ({e})")
     tensors: dict[str, TensorInfo] = {}
     metas: dict[str, dict[str, str]] = {}
     for url, size, raw in items:
-        meta, infos = parse_header(raw, size - 8 - len(raw), url, url, 8 + len(raw))
-        metas[url] = meta
-        dup = tensors.keys() & {t[0] for t in infos}
-        if dup:
-            n = sorted(dup)[0]
-            raise _bad(url, f"tensor {n!r} also appears in {tensors[n].file}")
-        tensors.update((t[0], t) for t in infos)
+        metas[url], infos = _parse_view_shard(url, size, raw)
+        _add_shard(tensors, infos, url)
     kept = str(view.parent / HEADER_VIEW_BYTES)
     for name, offset in (doc.get("kept") or {}).items():  # read from the view, not the hub (works offline)
         t = tensors.get(name)
@@ -393,11 +362,6 @@ def read_header_view(view: str | Path) -> Checkpoint:
 
 # (shard URL, start) -> (local file, offset): where a header view keeps a tensor's bytes (filled by read_header_view)
 _KEPT: dict[tuple[str, int], tuple[str, int]] = {}
-
-
-def is_remote(file: str) -> bool:
-    """Is this shard read over HTTP (a header view's URL) rather than from disk?"""
-    return file.startswith(("http://", "https://"))
 
 
 def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
@@ -423,7 +387,7 @@ def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
 def iter_bytes(t: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
     """The tensor's raw bytes in chunks of at most `chunk` (bounded memory)."""
     file, start = t.file, t.start
-    if is_remote(file):
+    if file.startswith(("http://", "https://")):  # a header view's shard
         if (file, start) not in _KEPT:
             yield from _remote_bytes(t, chunk)
             return
@@ -465,13 +429,15 @@ def sha256_of(t: TensorInfo) -> str:
 
 def load_tensor(t: TensorInfo):
     """A torch tensor with the data of `t` (imports torch; for small tensors and tests)."""
+    return bytes_to_torch(read_bytes(t), t.dtype, t.shape)
+
+
+def bytes_to_torch(data: bytes, dtype: str, shape: tuple):
+    """A torch tensor of safetensors `dtype` and `shape` holding a copy of `data`."""
     import torch
 
-    buf = bytearray(read_bytes(t))
-    dt = TORCH_DTYPES[t.dtype]
-    if not buf:
-        return torch.empty(t.shape, dtype=getattr(torch, dt))
-    return torch.frombuffer(buf, dtype=getattr(torch, dt)).reshape(t.shape)
+    dt = getattr(torch, TORCH_DTYPES[dtype])
+    return torch.frombuffer(bytearray(data), dtype=dt).reshape(shape) if data else torch.empty(shape, dtype=dt)
 
 
 # safetensors dtype <-> torch dtype attribute name
@@ -520,10 +486,8 @@ def build_header(entries: list[WriteEntry], metadata: dict[str, str] | None = No
 
 
 def write_stream(path: str | Path, entries: list[WriteEntry], metadata: dict[str, str] | None = None) -> dict[str, str]:
-    """Write a .safetensors file tensor by tensor; returns {name: sha256 of its bytes}.
-
-    Memory stays at one chunk per tensor. The file appears at `path` only when complete.
-    """
+    """Write a .safetensors file tensor by tensor (one chunk in memory), renamed into `path` when complete; returns
+    {name: sha256 of its bytes}."""
     import hashlib
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
@@ -565,37 +529,31 @@ def _umask() -> int:
 
 
 def torch_to_st_dtype(dtype) -> str:
-    name = str(dtype).removeprefix("torch.")
-    for st, tn in TORCH_DTYPES.items():
-        if tn == name:
-            return st
-    raise ValueError(f"dtype {dtype} has no safetensors equivalent")
+    st = {tn: st for st, tn in TORCH_DTYPES.items()}.get(str(dtype).removeprefix("torch."))
+    if st is None:
+        raise ValueError(f"dtype {dtype} has no safetensors equivalent")
+    return st
+
+
+def _torch_chunks(t) -> Iterator[bytes]:
+    import torch
+
+    c = t.detach().to("cpu").contiguous().reshape(-1)
+    flat = c.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+    for i in range(0, flat.numel(), CHUNK):
+        yield flat[i : i + CHUNK].numpy().tobytes()
 
 
 def write_safetensors(
     path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> dict[str, str]:
     """Save {name: torch.Tensor} as safetensors (readable by `safetensors`/HF); returns sha256s."""
-    import torch
-
-    def producer(t):
-        def gen():
-            c = t.detach().to("cpu").contiguous().reshape(-1)
-            flat = c.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
-            step = CHUNK
-            for i in range(0, flat.numel(), step):
-                yield flat[i : i + step].numpy().tobytes()
-
-        return gen
-
-    entries = [WriteEntry(k, torch_to_st_dtype(v.dtype), tuple(v.shape), producer(v)) for k, v in tensors.items()]
+    entries = [
+        WriteEntry(k, torch_to_st_dtype(v.dtype), tuple(v.shape), partial(_torch_chunks, v)) for k, v in tensors.items()
+    ]
     return write_stream(path, entries, {"format": "pt", **(metadata or {})})
 
 
 if __name__ == "__main__":
-    ck = read_checkpoint(sys.argv[1])
-    print(
-        json.dumps(
-            [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "file": t.file} for t in ck.tensors.values()]
-        )
-    )
+    tensors = read_checkpoint(sys.argv[1]).tensors.values()
+    print(json.dumps([{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "file": t.file} for t in tensors]))

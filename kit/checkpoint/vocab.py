@@ -1,14 +1,10 @@
 """Draft-vocabulary maps `d2t` / `t2d`: are they what SGLang needs?
 
-`d2t[i]` is an offset: draft id i means target id `i + d2t[i]`; SGLang turns it into
-`hot_token_id = d2t + arange(Vd)` and ignores `t2d`. Every trainer builds them from the sorted
-kept ids, so `arange(Vd) + d2t` must be strictly increasing inside `[0, V)` (V: the target's vocabulary,
-whatever the draft config's `vocab_size` says), and `t2d` (bool `[V]`) must mark exactly those ids
-(`t2d.sum() == Vd`); `t2d` is graded only for a release whose loader reads it (the loader simulation says).
-A draft with `Vd < V` and no `d2t` is served with draft ids used *as* target ids: graded by the share of draft
-ids its `t2d` says mean another target id (none when the vocabulary is the first Vd target ids).
-
-The tensors are small (Vd int64, V bool), read with the stdlib (`array`), no torch:
+`d2t[i]` is an offset: draft id i means target id `i + d2t[i]` (SGLang's `hot_token_id = d2t + arange(Vd)`).
+Trainers build the maps from the sorted kept ids, so `arange(Vd) + d2t` must be strictly increasing inside `[0, V)`
+(V: the target's vocabulary), and `t2d` (bool `[V]`) must mark exactly those ids; `t2d` is graded only for a release
+whose loader reads it. A draft with `Vd < V` and no `d2t` is served with draft ids used *as* target ids: graded by
+the share of draft ids its `t2d` says mean another target id. The tensors are small, read with `array`, no torch:
 
     from kit.checkpoint.vocab import check_vocab
     findings = check_vocab(checkpoint, V=49152, Vd=8192)
@@ -29,11 +25,9 @@ D2T = Code(
     "draft.d2t",
     SECTION,
     "error / warning / info",
-    (
-        "`d2t`/`t2d` wrong: dtype/shape, `arange(Vd)+d2t` not strictly increasing or outside `[0,V)`, `t2d` "
-        "disagreeing, or no `d2t` while `Vd < V` (graded by the share of draft ids `t2d` says mean another "
-        "target id: info at none, warning up to 5%, error above)"
-    ),
+    "`d2t`/`t2d` wrong: dtype/shape, `arange(Vd)+d2t` not strictly increasing or outside `[0,V)`, `t2d` "
+    "disagreeing, or no `d2t` while `Vd < V` (graded by the share of draft ids `t2d` says mean another "
+    "target id: info at none, warning up to 5%, error above)",
     "rebuild the maps from the sorted kept ids",
 )
 
@@ -116,48 +110,46 @@ def check_vocab(
     d, t = ck.tensors.get(d2t_name), ck.tensors.get(t2d_name)
     ev = {"V": V, "Vd": Vd}
     fix = "rebuild the maps from the sorted kept target ids: d2t[i] = kept[i] - i, t2d[kept] = True"
-    out: list[Finding] = []
+    if d is None and not (Vd is not None and V is not None and Vd < V):
+        return []
     if d is None:
-        if Vd is not None and V is not None and Vd < V:
-            fix_missing = (
-                "save the d2t offsets with the draft (speculators/SpecForge write them when draft_vocab_size "
-                "differs from vocab_size; python -m kit convert derives them from t2d)"
-            )
-            share = None
-            if t is not None and t.dtype == "BOOL" and list(t.shape) == [V] and t.nbytes <= READ_LIMIT:
-                share = misnumbered_share(_bools(t), Vd)
-            if share is None:
-                out.append(
-                    D2T(
-                        f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
-                        "ids" + (", and t2d does not mark Vd ids to tell which" if t is not None else ""),
-                        evidence=ev,
-                        fix=fix_missing,
-                    )
-                )
-                return out
-            wrong, first = share
-            sev = "info" if wrong == 0 else "warning" if wrong / Vd <= WRONG_SHARE_ERROR else "error"
-            out.append(
+        fix_missing = (
+            "save the d2t offsets with the draft (speculators/SpecForge write them when draft_vocab_size "
+            "differs from vocab_size; python -m kit convert derives them from t2d)"
+        )
+        share = None
+        if t is not None and t.dtype == "BOOL" and list(t.shape) == [V] and t.nbytes <= READ_LIMIT:
+            share = misnumbered_share(_bools(t), Vd)
+        if share is None:
+            return [
                 D2T(
-                    f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
-                    f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
-                    + (
-                        " (the draft vocabulary is the first Vd target ids: served as trained)"
-                        if wrong == 0
-                        else f" (from draft id {first} on): proposals of those ids are rejected"
-                    ),
-                    evidence={
-                        **ev,
-                        "misnumbered_draft_ids": wrong,
-                        "first_misnumbered": first,
-                        "error_above_share": WRONG_SHARE_ERROR,
-                    },
-                    severity=sev,
-                    fix="" if wrong == 0 else fix_missing,
+                    f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
+                    "ids" + (", and t2d does not mark Vd ids to tell which" if t is not None else ""),
+                    evidence=ev,
+                    fix=fix_missing,
                 )
+            ]
+        wrong, first = share
+        sev = "info" if wrong == 0 else "warning" if wrong / Vd <= WRONG_SHARE_ERROR else "error"
+        return [
+            D2T(
+                f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
+                f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
+                + (
+                    " (the draft vocabulary is the first Vd target ids: served as trained)"
+                    if wrong == 0
+                    else f" (from draft id {first} on): proposals of those ids are rejected"
+                ),
+                evidence={
+                    **ev,
+                    "misnumbered_draft_ids": wrong,
+                    "first_misnumbered": first,
+                    "error_above_share": WRONG_SHARE_ERROR,
+                },
+                severity=sev,
+                fix="" if wrong == 0 else fix_missing,
             )
-        return out
+        ]
     t = t if reads_t2d else None
     shape_errs = []
     if d.dtype not in _INT_CODES:
@@ -173,6 +165,4 @@ def check_vocab(
     if d.nbytes > READ_LIMIT or (t is not None and t.nbytes > READ_LIMIT):
         return [D2T("d2t/t2d too large to read; values not checked", evidence=ev, severity="info")]
     errs = check_maps(_ints(d), _bools(t) if t is not None else None, V, Vd)
-    if errs:
-        out.append(D2T(errs[0], evidence={**ev, "problems": errs}, fix=fix))
-    return out
+    return [D2T(errs[0], evidence={**ev, "problems": errs}, fix=fix)] if errs else []

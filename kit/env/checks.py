@@ -1,12 +1,9 @@
 """`python -m kit env`: is this machine (and this launch command's environment) fit to serve EAGLE-3 with SGLang?
 
-Facts come from `kit.env.machine` (live, or `--facts FILE` recorded on another machine); the rules
-here are pure functions facts -> findings, in this order: GPUs and
-their family (Hopper sm_90, Blackwell datacenter sm_100/103, Thor sm_110, Blackwell
-workstation/consumer sm_120/121), torch's arch list and CUDA build, driver, NCCL version and
-variables (kit.env.nccl), Triton, packages (sglang, sgl-kernel, flashinfer, flash-attn, transformers,
-safetensors), P2P/topology/custom all-reduce/IOMMU (kit.env.multigpu), /dev/shm, SGLANG_* variables and
-the attention backend (kit.sglang.env_vars). Without a GPU it says so (info) and still checks the rest.
+Facts come from `kit.env.machine` (live, or `--facts FILE` recorded elsewhere); the rules are pure functions
+facts -> findings: GPUs and their family, torch's arch list and CUDA build, driver, NCCL version and variables
+(kit.env.nccl), packages, P2P/topology/custom all-reduce/IOMMU (kit.env.multigpu), /dev/shm, SGLANG_* variables
+and the attention backend (kit.sglang.env_vars). Without a GPU it says so (info) and still checks the rest.
 
     python -m kit env [--json] [--launch "NCCL_PROTO=LL ... python -m sglang.launch_server ..."]
     python -m kit env --record facts.json         # keep what was read, judge it elsewhere
@@ -54,10 +51,8 @@ ENV_GPU = Code(
     "env.gpu",
     SECTION,
     "info",
-    (
-        "one line per GPU model: count, compute capability, family (Hopper sm_90, Blackwell datacenter "
-        "sm_100/103, Thor sm_110, Blackwell workstation/consumer sm_120/121), memory, power limit"
-    ),
+    "one line per GPU model: count, compute capability, family (Hopper sm_90, Blackwell datacenter "
+    "sm_100/103, Thor sm_110, Blackwell workstation/consumer sm_120/121), memory, power limit",
     "—",
 )
 GPU_MIXED = Code(
@@ -85,10 +80,8 @@ TORCH = Code(
     "env.torch",
     SECTION,
     "error / warning / info",
-    (
-        "torch version and CUDA build; error when a CPU-only build sits on a GPU machine; warning when torch "
-        "is not importable"
-    ),
+    "torch version and CUDA build; error when a CPU-only build sits on a GPU machine; warning when torch "
+    "is not importable",
     "install a cu128/cu130 build",
 )
 TORCH_ARCH = Code(
@@ -105,10 +98,8 @@ TORCH_CUDA = Code(
     "env.torch_cuda",
     SECTION,
     "error",
-    (
-        "torch's CUDA runtime predates the arch (12.8 for sm_100/sm_120, 13.0 for sm_110; warning for 12.9 on"
-        " sm_103/sm_121); warning when sglang > 0.5.19 (CUDA 13 only) meets a CUDA 12 torch"
-    ),
+    "torch's CUDA runtime predates the arch (12.8 for sm_100/sm_120, 13.0 for sm_110; warning for 12.9 on"
+    " sm_103/sm_121); warning when sglang > 0.5.19 (CUDA 13 only) meets a CUDA 12 torch",
     "cu130 torch + matching sgl-kernel",
 )
 CUDA_SMOKE = Code(
@@ -122,30 +113,24 @@ DRIVER = Code(
     "env.driver",
     SECTION,
     "error / warning / info",
-    (
-        "driver version vs torch's CUDA: error when the driver's CUDA major is older or below the floor (R580"
-        " for 13.x, 570.26 for 12.8); warning for an older minor"
-    ),
+    "driver version vs torch's CUDA: error when the driver's CUDA major is older or below the floor (R580"
+    " for 13.x, 570.26 for 12.8); warning for an older minor",
     "update the NVIDIA driver",
 )
 NCCL_VERSION = Code(
     "env.nccl_version",
     SECTION,
     "error / warning / info",
-    (
-        "NCCL version vs the arch floor: error below 2.25.1 on sm_100/103 or below 2.26.2 on sm_120/121 "
-        "(2.25.1 shared-memory bug); warning when the version cannot be read"
-    ),
+    "NCCL version vs the arch floor: error below 2.25.1 on sm_100/103 or below 2.26.2 on sm_120/121 "
+    "(2.25.1 shared-memory bug); warning when the version cannot be read",
     "upgrade torch / `nvidia-nccl-cu1x`",
 )
 PACKAGE = Code(
     "env.package",
     SECTION,
     "info",
-    (
-        "installed version of sglang, sgl-kernel/sglang-kernel, flashinfer, flash-attn (2/3/4), triton, "
-        "transformers, safetensors, and what it means on this arch"
-    ),
+    "installed version of sglang, sgl-kernel/sglang-kernel, flashinfer, flash-attn (2/3/4), triton, "
+    "transformers, safetensors, and what it means on this arch",
     "—",
 )
 SGL_KERNEL_LANE = Code(
@@ -166,10 +151,8 @@ FLASH_ATTN = Code(
     "env.flash_attn",
     SECTION,
     "error / warning / info",
-    (
-        "flash-attn < 2.7.3 on Blackwell (no sm_100/120 gencode) or FA3 installed on non-sm_90; info when FA2"
-        " is present on Blackwell; error when flash-attn is installed and a tiny call fails on the GPU"
-    ),
+    "flash-attn < 2.7.3 on Blackwell (no sm_100/120 gencode) or FA3 installed on non-sm_90; info when FA2"
+    " is present on Blackwell; error when flash-attn is installed and a tiny call fails on the GPU",
     "rebuild with `FLASH_ATTN_CUDA_ARCHS`, or rely on flashinfer/triton",
 )
 SGLANG_REQUIRES = Code(
@@ -220,7 +203,6 @@ class EnvConfig:
     json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
 
 
-# ---------------------------------------------------------------------------------------------
 def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
     gpus = gpu_list(facts)
     if not gpus:
@@ -238,8 +220,7 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
         groups.setdefault((g["name"], g["cc"]), []).append(g)
     for (name, cc), gs in groups.items():
         fam = family(cc)
-        mem = gs[0]["memory_mib"]
-        pw = gs[0]["power_limit_w"]
+        mem, pw = gs[0]["memory_mib"], gs[0]["power_limit_w"]
         out.append(
             ENV_GPU(
                 f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB" + (f", {pw:.0f} W" if pw else ""),
@@ -269,24 +250,18 @@ def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
                 fix="use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)",
             )
         )
-    if tp:
-        if len(gpus) < tp:
-            out.append(
-                GPU_COUNT(
-                    f"--tp-size {tp} but {len(gpus)} GPU(s) visible",
-                    evidence={"tp": tp, "gpus": len(gpus)},
-                    fix="lower --tp-size or expose more GPUs",
-                )
+    n, pinned = len(gpus), "CUDA_VISIBLE_DEVICES" in (facts.get("env") or {})
+    if tp and (n < tp or (n > tp and not pinned)):
+        out.append(
+            GPU_COUNT(
+                f"--tp-size {tp} but {n} GPU(s) visible"
+                if n < tp
+                else f"--tp-size {tp} on a host with {n} GPUs and no CUDA_VISIBLE_DEVICES",
+                evidence={"tp": tp, "gpus": n},
+                severity="error" if n < tp else "warning",
+                fix="lower --tp-size or expose more GPUs" if n < tp else "pin the GPUs with CUDA_VISIBLE_DEVICES",
             )
-        elif len(gpus) > tp and "CUDA_VISIBLE_DEVICES" not in (facts.get("env") or {}):
-            out.append(
-                GPU_COUNT(
-                    f"--tp-size {tp} on a host with {len(gpus)} GPUs and no CUDA_VISIBLE_DEVICES",
-                    evidence={"tp": tp, "gpus": len(gpus)},
-                    severity="warning",
-                    fix="pin the GPUs with CUDA_VISIBLE_DEVICES",
-                )
-            )
+        )
     return out
 
 
@@ -373,54 +348,31 @@ def driver_findings(facts: dict) -> list[Finding]:
     drv = driver_version(facts)
     if not gpu_list(facts):
         return []
-    cuda = vtuple((facts.get("torch") or {}).get("cuda"), 2)
-    dcuda = vtuple((facts.get("nvml") or {}).get("cuda_driver"), 2)
     ev = {
         "driver": drv,
         "driver_cuda": (facts.get("nvml") or {}).get("cuda_driver"),
         "torch_cuda": (facts.get("torch") or {}).get("cuda"),
     }
+    cuda, dcuda = vtuple(ev["torch_cuda"], 2), vtuple(ev["driver_cuda"], 2)
+    floors = [(k, f) for k, f in DRIVER_FLOOR.items() if drv and cuda and cuda[0] == k[0] and cuda >= k]
+    low = next(((k, f) for k, f in floors if vtuple(drv, 2) < f), None)  # the CUDA runtime's driver floor, unmet
     if drv is None:
-        return [
-            DRIVER(
-                "driver version unknown (NVML and nvidia-smi unreadable)",
-                evidence=ev,
-                severity="warning",
-                fix="check nvidia-smi",
-            )
-        ]
-    if cuda and dcuda and cuda[0] > dcuda[0]:
-        return [
-            DRIVER(
-                f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, torch needs CUDA {cuda[0]}.{cuda[1]}",
-                evidence=ev,
-                fix="update the NVIDIA driver (R580+ for CUDA 13)",
-            )
-        ]
-    for (ma, mi), floor in DRIVER_FLOOR.items():
-        if cuda and (cuda[0] == ma and cuda >= (ma, mi)) and vtuple(drv, 2) < floor:
-            return [
-                DRIVER(
-                    f"driver {drv} < {floor[0]}.{floor[1]:02d}, the floor for CUDA {ma}.{mi}",
-                    evidence=ev,
-                    fix="update the NVIDIA driver",
-                )
-            ]
-    if cuda and dcuda and cuda > dcuda:
-        return [
-            DRIVER(
-                f"driver CUDA {dcuda[0]}.{dcuda[1]} older than "
-                f"torch's {cuda[0]}.{cuda[1]}: runs by minor-version compatibility, PTX JIT of newer PTX fails",
-                evidence=ev,
-                severity="warning",
-                fix="update the driver",
-            )
-        ]
-    return [
-        DRIVER(
-            f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch CUDA {ev['torch_cuda']}", evidence=ev, severity="info"
+        title, sev, fix = "driver version unknown (NVML and nvidia-smi unreadable)", "warning", "check nvidia-smi"
+    elif cuda and dcuda and cuda[0] > dcuda[0]:
+        title = f"driver {drv} supports CUDA {dcuda[0]}.{dcuda[1]}, torch needs CUDA {cuda[0]}.{cuda[1]}"
+        sev, fix = "error", "update the NVIDIA driver (R580+ for CUDA 13)"
+    elif low:
+        title = f"driver {drv} < {low[1][0]}.{low[1][1]:02d}, the floor for CUDA {low[0][0]}.{low[0][1]}"
+        sev, fix = "error", "update the NVIDIA driver"
+    elif cuda and dcuda and cuda > dcuda:
+        title = (
+            f"driver CUDA {dcuda[0]}.{dcuda[1]} older than torch's {cuda[0]}.{cuda[1]}: runs by minor-version "
+            "compatibility, PTX JIT of newer PTX fails"
         )
-    ]
+        sev, fix = "warning", "update the driver"
+    else:
+        title, sev, fix = f"driver {drv} (CUDA {ev['driver_cuda']}) fits torch CUDA {ev['torch_cuda']}", "info", ""
+    return [DRIVER(title, evidence=ev, severity=sev, fix=fix)]
 
 
 def nccl_version_findings(facts: dict) -> list[Finding]:
@@ -461,43 +413,28 @@ def package_findings(facts: dict) -> list[Finding]:
     sm120 = any(c[0] == 12 for c in ccs)
     cuda = (facts.get("torch") or {}).get("cuda")
     out = []
-    notes = {
+    notes = {  # in the order the findings come
         "sglang": "serving engine; on sm_120 it defaults attention to flashinfer (MHA) or triton (MLA)"
         if sm120
         else "serving engine",
-        "flashinfer-python": "SGLang's default attention on sm_120/sm_100 (MHA)"
-        + ("; NVFP4 mm_fp4 broken on sm_120 up to 0.6.3" if sm120 else ""),
-        "transformers": "pure Python, arch-independent (SGLang pins its own version)",
-        "safetensors": "arch-independent",
-        "triton": (
-            "Blackwell needs >= 3.3" if bw else "JIT kernels (SGLang's triton backends); Blackwell would need >= 3.3"
-        ),
         "sgl-kernel": "SGLang's CUDA kernels; its +cuXYZ wheel lane must match torch's CUDA",
         "sglang-kernel": "SGLang's CUDA kernels (newer name of sgl-kernel); lane must match torch's CUDA",
+        "flashinfer-python": "SGLang's default attention on sm_120/sm_100 (MHA)"
+        + ("; NVFP4 mm_fp4 broken on sm_120 up to 0.6.3" if sm120 else ""),
         "flash-attn": "FA2: Ampere/Ada/Hopper per its README; Blackwell only when built for it (>= 2.7.3)",
         "flash_attn_3": "FA3: sm_90a only",
         "flash-attn-4": "FA4 (CuTe DSL): 8.x-12.x; sm_120 forward path uses SM80-era MMA; SGLang uses it for prefill only",
+        "triton": (
+            "Blackwell needs >= 3.3" if bw else "JIT kernels (SGLang's triton backends); Blackwell would need >= 3.3"
+        ),
+        "transformers": "pure Python, arch-independent (SGLang pins its own version)",
+        "safetensors": "arch-independent",
     }
-    for name in (
-        "sglang",
-        "sgl-kernel",
-        "sglang-kernel",
-        "flashinfer-python",
-        "flash-attn",
-        "flash_attn_3",
-        "flash-attn-4",
-        "triton",
-        "transformers",
-        "safetensors",
-    ):
+    for name, note in notes.items():
         v = pk.get(name)
         if v is None:
             continue
-        out.append(
-            PACKAGE(
-                f"{name} {v}" + (f": {notes[name]}" if name in notes else ""), evidence={"package": name, "version": v}
-            )
-        )
+        out.append(PACKAGE(f"{name} {v}: {note}", evidence={"package": name, "version": v}))
         if name in ("sgl-kernel", "sglang-kernel") and "+cu" in v and cuda:
             lane = v.split("+cu")[1][:3]
             if lane != cuda.replace(".", "")[:3]:
@@ -517,24 +454,20 @@ def package_findings(facts: dict) -> list[Finding]:
                 )
             )
     fa = pk.get("flash-attn")
-    if fa and bw and vtuple(fa) < FLASH_ATTN_BLACKWELL:
+    if fa and bw:
+        old = vtuple(fa) < FLASH_ATTN_BLACKWELL
         out.append(
             FLASH_ATTN(
-                f"flash-attn {fa} predates Blackwell gencode (v2.7.3)",
-                evidence={"flash-attn": fa},
-                severity="warning",
-                fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
-                "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)",
-            )
-        )
-    elif fa and bw:
-        out.append(
-            FLASH_ATTN(
-                f"flash-attn {fa} on Blackwell: FA2 only runs "
+                f"flash-attn {fa} predates Blackwell gencode (v2.7.3)"
+                if old
+                else f"flash-attn {fa} on Blackwell: FA2 only runs "
                 "if built with FLASH_ATTN_CUDA_ARCHS covering the arch (its README lists Ampere/Ada/Hopper)",
                 evidence={"flash-attn": fa},
-                severity="info",
-                fix="SGLang does not need FA2 on sm_100/sm_120",
+                severity="warning" if old else "info",
+                fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
+                "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)"
+                if old
+                else "SGLang does not need FA2 on sm_100/sm_120",
             )
         )
     fa_run = (facts.get("torch") or {}).get("flash_attn")
@@ -612,7 +545,6 @@ def probe_error_findings(facts: dict) -> list[Finding]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
 def check(
     facts: dict,
     env: dict[str, str] | None = None,
@@ -740,21 +672,6 @@ def launch_parts(launch: str | None) -> tuple[dict[str, str], list[str]]:
     return split_command(launch, source="launch") if launch else ({}, [])
 
 
-def run_env(cfg: EnvConfig) -> Report:
-    from kit.env.machine import write_facts
-
-    env, argv = launch_parts(cfg.launch)
-    facts = read_facts(cfg.facts, cfg.timeout)
-    if cfg.record:
-        write_facts(facts, cfg.record)
-    ar = None
-    if cfg.allreduce:
-        from kit.env.multigpu import smoke_if_possible
-
-        ar = smoke_if_possible(facts, env, live=not cfg.facts, timeout_s=cfg.timeout)
-    return check(facts, env, argv, sglang_version=cfg.sglang_version, allreduce=ar)
-
-
 def doctor_checks(dep) -> list[Finding]:
     """Doctor provider (`dep`: a `kit.preflight.Deployment`): probe this machine when asked (`probe_env`), then
     judge it with the launch command's env and flags."""
@@ -770,8 +687,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kit.env.machine import write_facts
+    from kit.env.multigpu import smoke_if_possible
+
     cfg = kconfig.from_namespace(EnvConfig, args)
-    rep = run_env(cfg)
+    env, argv = launch_parts(cfg.launch)
+    facts = read_facts(cfg.facts, cfg.timeout)
+    if cfg.record:
+        write_facts(facts, cfg.record)
+    ar = smoke_if_possible(facts, env, live=not cfg.facts, timeout_s=cfg.timeout) if cfg.allreduce else None
+    rep = check(facts, env, argv, sglang_version=cfg.sglang_version, allreduce=ar)
     if not cfg.json:
         print("\n".join(f"{k:<24} {v}" for k, v in facts_rows(rep.facts) if v is not None))
         print()

@@ -17,34 +17,14 @@ import re
 
 # (major, minor) -> family facts. min_cuda: first toolkit that targets the arch natively.
 FAMILIES = {
-    (9, 0): dict(family="Hopper", sm="sm_90", products="H100, H200, GH200", min_cuda=(11, 8), min_nccl=None),
-    (10, 0): dict(
-        family="Blackwell datacenter", sm="sm_100", products="B200, GB200", min_cuda=(12, 8), min_nccl=(2, 25, 1)
-    ),
-    (10, 3): dict(
-        family="Blackwell datacenter", sm="sm_103", products="B300, GB300", min_cuda=(12, 9), min_nccl=(2, 25, 1)
-    ),
-    (11, 0): dict(
-        family="Blackwell Thor",
-        sm="sm_110",
-        products="Jetson T5000/T4000 (Thor; sm_101 before CUDA 13)",
-        min_cuda=(13, 0),
-        min_nccl=None,
-    ),
-    (12, 0): dict(
-        family="Blackwell workstation/consumer",
-        sm="sm_120",
-        products="RTX PRO 6000/5000/4500/4000/2000 Blackwell, GeForce RTX 50xx",
-        min_cuda=(12, 8),
-        min_nccl=(2, 26, 2),
-    ),
-    (12, 1): dict(
-        family="Blackwell workstation/consumer",
-        sm="sm_121",
-        products="GB10 (DGX Spark)",
-        min_cuda=(12, 9),
-        min_nccl=(2, 26, 2),
-    ),
+    (9, 0): dict(family="Hopper", sm="sm_90", min_cuda=(11, 8), min_nccl=None),  # H100, H200, GH200
+    (10, 0): dict(family="Blackwell datacenter", sm="sm_100", min_cuda=(12, 8), min_nccl=(2, 25, 1)),  # B200, GB200
+    (10, 3): dict(family="Blackwell datacenter", sm="sm_103", min_cuda=(12, 9), min_nccl=(2, 25, 1)),  # B300, GB300
+    # Jetson T5000/T4000 (Thor; sm_101 before CUDA 13)
+    (11, 0): dict(family="Blackwell Thor", sm="sm_110", min_cuda=(13, 0), min_nccl=None),
+    # RTX PRO 6000/5000/4500/4000/2000 Blackwell, GeForce RTX 50xx
+    (12, 0): dict(family="Blackwell workstation/consumer", sm="sm_120", min_cuda=(12, 8), min_nccl=(2, 26, 2)),
+    (12, 1): dict(family="Blackwell workstation/consumer", sm="sm_121", min_cuda=(12, 9), min_nccl=(2, 26, 2)),  # GB10
 }
 # a binary built for the lower minor of the same major still runs (cubin forward compat within a major)
 CUDA_NATIVE_FLOOR_SEVERITY = {(10, 3): "warning", (12, 1): "warning"}
@@ -67,12 +47,12 @@ def vtuple(v: str | None, n: int = 3) -> tuple[int, ...] | None:
 def family(cc: tuple[int, int] | None) -> dict:
     """Family facts for a compute capability; unknown ones get a generic entry."""
     if cc is None:
-        return dict(family="unknown", sm=None, products="", min_cuda=None, min_nccl=None)
+        return dict(family="unknown", sm=None, min_cuda=None, min_nccl=None)
     cc = tuple(cc)
     if cc in FAMILIES:
         return {"cc": cc, **FAMILIES[cc]}
     fam = {8: "Ampere/Ada", 7: "Volta/Turing"}.get(cc[0], "other")
-    return dict(cc=cc, family=fam, sm=f"sm_{cc[0]}{cc[1]}", products="", min_cuda=None, min_nccl=None)
+    return dict(cc=cc, family=fam, sm=f"sm_{cc[0]}{cc[1]}", min_cuda=None, min_nccl=None)
 
 
 def is_blackwell(cc) -> bool:
@@ -88,12 +68,9 @@ def _parse_arch(entry: str) -> tuple[str, int, int] | None:
 def arch_cover(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str | None]:
     """How a torch arch list covers a device: ('exact'|'same_major'|'ptx'|'none', the entry used).
 
-    exact: sm_XY present. same_major: a cubin of the same major and lower minor (runs, per CUDA's
-    forward-compat rule and torch's own `_check_cubins`). ptx: only PTX of a lower-or-equal arch, JIT
-    compiled at first use. none: torch warns 'is not compatible' and kernels fail with
-    'no kernel image is available for execution on the device'."""
-    parsed = [(e, _parse_arch(e)) for e in arch_list]
-    parsed = [(e, p) for e, p in parsed if p]
+    same_major: a cubin of the same major, lower minor (runs: CUDA's forward compat, torch's `_check_cubins`);
+    ptx: only PTX of a lower-or-equal arch (JIT at first use); none: 'no kernel image is available'."""
+    parsed = [(e, p) for e in arch_list if (p := _parse_arch(e))]
     for e, (kind, ma, mi) in parsed:
         if kind == "sm" and (ma, mi) == tuple(cc):
             return "exact", e

@@ -1,28 +1,23 @@
 """Probe the machine: GPUs, driver, CUDA, torch, NCCL, packages, topology — facts only, no verdicts.
 
-Why separate from the rules: the facts are one plain JSON-able dict, so a run on the GPU host can be
-recorded (`python -m kit env --record facts.json`) and judged anywhere, and the rules in
-`kit.env.checks` / `kit.env.nccl` / `kit.env.multigpu` are tested on recorded machines (kit/tests/facts/).
+The facts are one JSON-able dict, so a run on the GPU host can be recorded (`python -m kit env --record
+facts.json`) and judged anywhere; the rules are tested on recorded machines (kit/tests/facts/). Each part is
+wrapped so a missing tool or field becomes `None` plus an entry in `facts["errors"]`, never a crash:
 
-How it reads the machine, each part wrapped so a missing tool or field becomes `None` plus an
-entry in `facts["errors"]`, never a crash:
+* torch, in a child process with a timeout (CUDA init can fail, wedge or warn): arch list, CUDA build, NCCL
+  version, devices, the P2P matrix and a one-element smoke test per GPU;
+* NVML, also in a child: driver, driver CUDA, per-GPU facts and the P2P status matrices;
+* `nvidia-smi topo -m` and `--query-gpu`; package versions (`importlib.metadata`, nothing imported);
+  /proc/cmdline, IOMMU groups, /dev/shm, the CPU; the NCCL_* / SGLANG_* / CUDA_* environment.
 
-* torch — in a child process (`python -m kit.env.machine torch`) with a timeout: CUDA init can fail,
-  wedge or print warnings, and must not take the parent down. Arch list, CUDA build, NCCL version,
-  devices, the P2P matrix (`can_device_access_peer`) and a one-element smoke test per GPU.
-* NVML (nvidia-ml-py) — also in a child: driver, driver CUDA version, per-GPU name / compute
-  capability / memory / power limit, and the NVML P2P status matrices (NVLINK, READ, WRITE caps).
-* `nvidia-smi topo -m` and `--query-gpu` — subprocesses with timeouts, parsed here.
-* package versions — `importlib.metadata` (one scan, nothing imported); /proc/cmdline, the
-  IOMMU groups, /dev/shm, the CPU vendor; the NCCL_* / SGLANG_* / CUDA_* environment.
-
-The children run concurrently, so `python -m kit env` stays at about one torch import (~2 s).
+The children run concurrently: `python -m kit env` costs about one torch import (~2 s).
 
     python -m kit.env.machine            # print this machine's facts as JSON
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -35,45 +30,17 @@ from typing import Any
 
 SCHEMA = "kit.env.facts/1"
 
-# distributions whose versions the rules look at (first found name wins for aliases)
-PACKAGES = (
-    "torch",
-    "triton",
-    "sglang",
-    "sgl-kernel",
-    "sglang-kernel",
-    "flashinfer-python",
-    "flashinfer",
-    "flash-attn",
-    "flash_attn_3",
-    "flash-attn-3",
-    "flash-attn-4",
-    "nvidia-cutlass-dsl",
-    "transformers",
-    "safetensors",
-    "nvidia-nccl-cu12",
-    "nvidia-nccl-cu13",
-    "nvidia-ml-py",
-    "pynvml",
-    "vllm",
-    "speculators",
-    "specforge",
-    "accelerate",
-    "packaging",
+# distributions whose versions the rules look at, in this order
+PACKAGES = tuple(
+    """torch triton sglang sgl-kernel sglang-kernel flashinfer-python flashinfer flash-attn flash_attn_3 flash-attn-3
+    flash-attn-4 nvidia-cutlass-dsl transformers safetensors nvidia-nccl-cu12 nvidia-nccl-cu13 nvidia-ml-py pynvml
+    vllm speculators specforge accelerate packaging""".split()
 )
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "FLASH_ATTN", "FLASHINFER_", "NVIDIA_", "PYTORCH_")
-NVML_P2P_STATUS = {
-    0: "OK",
-    1: "CHIPSET_NOT_SUPPORTED",
-    2: "GPU_NOT_SUPPORTED",
-    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
-    4: "DISABLED_BY_REGKEY",
-    5: "NOT_SUPPORTED",
-    6: "UNKNOWN",
-}
+_P2P = "OK CHIPSET_NOT_SUPPORTED GPU_NOT_SUPPORTED IOH_TOPOLOGY_NOT_SUPPORTED DISABLED_BY_REGKEY NOT_SUPPORTED UNKNOWN"
+NVML_P2P_STATUS = dict(enumerate(_P2P.split()))  # nvmlGpuP2PStatus_t, 0..6
 
 
-# ---------------------------------------------------------------------------------------------
 # children: run with `python -m kit.env.machine torch|nvml`, print one JSON document
 def _torch_child() -> dict[str, Any]:
     import warnings
@@ -86,19 +53,8 @@ def _torch_child() -> dict[str, Any]:
         except Exception as e:  # not installed or broken install
             out["error"] = f"import torch: {type(e).__name__}: {e}"
             return out
-        out.update(
-            version=torch.__version__,
-            cuda=torch.version.cuda,
-            hip=getattr(torch.version, "hip", None),
-            arch_list=[],
-            devices=[],
-            smoke=[],
-            nccl=None,
-            p2p=None,
-            cuda_available=False,
-            device_count=0,
-        )
-        steps = []
+        out.update(version=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
+        out.update(arch_list=[], devices=[], smoke=[], nccl=None, p2p=None, cuda_available=False, device_count=0)
         try:
             out["arch_list"] = list(torch.cuda.get_arch_list())
             out["cuda_available"] = bool(torch.cuda.is_available())
@@ -116,7 +72,6 @@ def _torch_child() -> dict[str, Any]:
                         "sm_count": getattr(p, "multi_processor_count", None),
                     }
                 )
-            steps.append("devices")
             if n:
                 try:
                     v = torch.cuda.nccl.version()
@@ -185,14 +140,12 @@ def _nvml_child() -> dict[str, Any]:
     out["cuda_driver"] = f"{cv // 1000}.{cv % 1000 // 10}" if cv else None
     n = _try(pynvml.nvmlDeviceGetCount) or 0
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+    max_links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
     for i, h in enumerate(handles):
         mem = _try(pynvml.nvmlDeviceGetMemoryInfo, h)
         plim = _try(pynvml.nvmlDeviceGetPowerManagementLimit, h)
         pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
-        links = 0
-        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-            if _try(pynvml.nvmlDeviceGetNvLinkState, h, link) == 1:
-                links += 1
+        links = sum(_try(pynvml.nvmlDeviceGetNvLinkState, h, k) == 1 for k in range(max_links))
         cc = _try(pynvml.nvmlDeviceGetCudaComputeCapability, h)
         out["devices"].append(
             {
@@ -205,35 +158,23 @@ def _nvml_child() -> dict[str, Any]:
                 "nvlinks_active": links,
             }
         )
+
+    def p2p(i: int, j: int, idx: int) -> str:
+        if i == j:
+            return "X"
+        return NVML_P2P_STATUS.get(_try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx), "UNKNOWN")
+
     if n > 1:
-        caps = {
-            "nvlink": "NVML_P2P_CAPS_INDEX_NVLINK",
-            "read": "NVML_P2P_CAPS_INDEX_READ",
-            "write": "NVML_P2P_CAPS_INDEX_WRITE",
-        }
         out["p2p"] = {}
-        for key, const in caps.items():
-            idx = getattr(pynvml, const, None)
-            if idx is None:
-                continue
-            out["p2p"][key] = [
-                [
-                    "X"
-                    if i == j
-                    else NVML_P2P_STATUS.get(
-                        _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx), "UNKNOWN"
-                    )
-                    for j in range(n)
-                ]
-                for i in range(n)
-            ]
+        for key in ("nvlink", "read", "write"):
+            idx = getattr(pynvml, f"NVML_P2P_CAPS_INDEX_{key.upper()}", None)
+            if idx is not None:
+                out["p2p"][key] = [[p2p(i, j, idx) for j in range(n)] for i in range(n)]
     out["ok"] = True
     _try(pynvml.nvmlShutdown)
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# parsing of tool output (pure; tested on recorded text)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -267,18 +208,18 @@ SMI_QUERY = "index,name,compute_cap,memory.total,power.limit,driver_version,pci.
 
 def parse_smi_query(text: str) -> list[dict[str, Any]]:
     """`nvidia-smi --query-gpu=SMI_QUERY --format=csv,noheader,nounits` -> one dict per GPU."""
+
+    def num(x):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+
     rows = []
     for ln in text.strip().splitlines():
         f = [x.strip() for x in ln.split(",")]
         if len(f) < 7 or not f[0].isdigit():
             continue
-
-        def num(x):
-            try:
-                return float(x)
-            except ValueError:
-                return None
-
         cc = [int(p) for p in f[2].split(".")] if re.fullmatch(r"\d+\.\d+", f[2]) else None
         mem = num(f[3])
         rows.append(
@@ -295,26 +236,17 @@ def parse_smi_query(text: str) -> list[dict[str, Any]]:
     return rows
 
 
-# ---------------------------------------------------------------------------------------------
-# the probe
-def _child(part: str, timeout: float) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kit.env.machine", part],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+def _child(part: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "kit.env.machine", part]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _collect(proc: subprocess.Popen, timeout: float, name: str, errors: dict) -> dict | None:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, 9)
-        except OSError:
-            pass
         proc.communicate()
         errors[name] = f"timed out after {timeout:.0f} s (a wedged GPU or driver?)"
         return None
@@ -345,46 +277,33 @@ def package_versions() -> tuple[dict[str, str | None], dict[str, list[str]]]:
     for dist in md.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         found.setdefault(name, dist)
-    versions = {
-        p: (found[p.lower().replace("_", "-")].version if p.lower().replace("_", "-") in found else None)
-        for p in PACKAGES
+    versions = {p: getattr(found.get(p.lower().replace("_", "-")), "version", None) for p in PACKAGES}
+    requires = {
+        p: [r for r in (found[p].requires or []) if "extra ==" not in r]
+        for p in ("sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python")
+        if p in found
     }
-    requires = {}
-    for p in ("sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python"):
-        d = found.get(p)
-        if d is not None:
-            requires[p] = [r for r in (d.requires or []) if "extra ==" not in r]
     return versions, requires
 
 
 def _system(errors: dict) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "cmdline": None,
-        "iommu_groups": None,
-        "shm_bytes": None,
-        "cpu_vendor": None,
-        "cpu_model": None,
-    }
+    s: dict[str, Any] = dict.fromkeys(("cmdline", "iommu_groups", "shm_bytes", "cpu_vendor", "cpu_model"))
     try:
         s["cmdline"] = open("/proc/cmdline").read().strip()
     except OSError as e:
         errors["cmdline"] = str(e)
-    try:
+    with contextlib.suppress(OSError):  # absent directory: no IOMMU groups exposed (or not Linux)
         s["iommu_groups"] = len(os.listdir("/sys/kernel/iommu_groups"))
-    except OSError:
-        pass  # absent directory: no IOMMU groups exposed (or not Linux)
     try:
         s["shm_bytes"] = shutil.disk_usage("/dev/shm").total
     except OSError as e:
         errors["shm"] = str(e)
-    try:
+    with contextlib.suppress(OSError):
         for ln in open("/proc/cpuinfo"):
             if ln.startswith("vendor_id") and not s["cpu_vendor"]:
                 s["cpu_vendor"] = ln.split(":", 1)[1].strip()
             elif ln.startswith("model name") and not s["cpu_model"]:
                 s["cpu_model"] = ln.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return s
 
 
@@ -392,7 +311,7 @@ def probe_machine(timeout: float = 60.0, label: str | None = None) -> dict[str, 
     """Read this machine. Never raises for a missing GPU/tool: unknowns are None, reasons in 'errors'."""
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
-    kids = {"torch": _child("torch", timeout), "nvml": _child("nvml", timeout)}
+    kids = {"torch": _child("torch"), "nvml": _child("nvml")}
     topo_text, err = _run(["nvidia-smi", "topo", "-m"], timeout)
     if err:
         errors["nvidia-smi topo"] = err
@@ -441,7 +360,6 @@ def write_facts(facts: dict, path) -> None:
     os.replace(path + ".tmp", path)
 
 
-# ---------------------------------------------------------------------------------------------
 # reading facts (the rules' view; works on live and recorded facts alike)
 def gpu_list(facts: dict) -> list[dict[str, Any]]:
     """One dict per GPU: index, name, cc (tuple), memory_mib, power_limit_w — NVML first, then torch, then smi."""
@@ -501,9 +419,7 @@ def full_nvlink(facts: dict) -> bool | None:
     if p2p:
         return all(c in ("X", "OK") for row in p2p for c in row)
     pairs = topo_pairs(facts)
-    if pairs:
-        return set(pairs) == {"NV"}
-    return None
+    return set(pairs) == {"NV"} if pairs else None
 
 
 def _main(argv: list[str]) -> int:

@@ -1,17 +1,12 @@
 """Several GPUs on one host: P2P matrix, topology, SGLang's custom all-reduce, and an NCCL all-reduce smoke test.
 
-Why: on PCIe-only rigs (8x RTX PRO 6000: NODE/SYS topology, no NVLink) tensor parallelism lives or
-dies by NCCL's transport choice; a P2P path through an IOMMU/ACS-enabled root complex hangs the
-first all-reduce with GPUs at 100% and no progress. These rules read the probe's facts
-(kit.env.machine); the smoke test runs the real thing with a time limit, so a bad combination of
-NCCL variables shows up as a failed or slow run, not a hang.
-
-Smoke test: one process per GPU (torch.multiprocessing.spawn in a child `python -m kit.env.multigpu`
-started in its own process group, killed whole on timeout), a few message sizes, every result
-checked against the exact sum, bus bandwidth = algbw * 2(n-1)/n as nccl-tests reports it. It runs
-under the NCCL_* (and CUDA_VISIBLE_DEVICES) variables of a launch command, always with
-NCCL_NVLS_ENABLE=0 (NVLink multicast off) and NCCL_DEBUG=INFO to see the transport per channel.
-`backend="gloo"` runs the same code on CPU processes (what the tests use).
+Why: on PCIe-only rigs (8x RTX PRO 6000: NODE/SYS, no NVLink) tensor parallelism lives or dies by NCCL's
+transport; P2P through an IOMMU/ACS-enabled root complex hangs the first all-reduce (GPUs at 100%, no progress).
+The rules read the probe's facts; the smoke test runs the real thing with a time limit, so bad NCCL variables
+show up as a failed or slow run, not a hang: one process per GPU (spawned in a child `python -m
+kit.env.multigpu` in its own process group, killed whole on timeout), every result checked against the exact
+sum, busbw = algbw * 2(n-1)/n as nccl-tests reports it, under the launch's NCCL_* and CUDA_VISIBLE_DEVICES,
+multicast off and NCCL_DEBUG=INFO (the transport per channel). `backend="gloo"` runs it on CPU (the tests).
 
     python -m kit env --allreduce --launch "NCCL_P2P_LEVEL=SYS python -m sglang.launch_server ..."
 """
@@ -39,11 +34,9 @@ CUSTOM_ALLREDUCE = Code(
     "env.custom_allreduce",
     SECTION,
     "warning / info",
-    (
-        "SGLang's custom all-reduce on this host: off by itself on > 2 PCIe-only GPUs "
-        "(`--disable-custom-all-reduce` only silences it); warning for 2 PCIe GPUs without P2P, or the flag "
-        "on NVLink"
-    ),
+    "SGLang's custom all-reduce on this host: off by itself on > 2 PCIe-only GPUs "
+    "(`--disable-custom-all-reduce` only silences it); warning for 2 PCIe GPUs without P2P, or the flag "
+    "on NVLink",
     "per the title",
 )
 ENV_P2P = Code(
@@ -71,10 +64,8 @@ ALLREDUCE = Code(
     "env.allreduce",
     SECTION,
     "error / info",
-    (
-        "NCCL all-reduce smoke test (one process per GPU, exact sums, bus bandwidth) passed or was skipped (<"
-        " 2 GPUs); error on timeout (hang), failure or wrong sums"
-    ),
+    "NCCL all-reduce smoke test (one process per GPU, exact sums, bus bandwidth) passed or was skipped (<"
+    " 2 GPUs); error on timeout (hang), failure or wrong sums",
     "`NCCL_P2P_DISABLE=1` to confirm a P2P problem, fix ACS/IOMMU",
 )
 ALLREDUCE_TRANSPORT = Code(
@@ -92,8 +83,6 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 SGLANG_CAR_WORLD_SIZES = (2, 4, 6, 8)  # custom_all_reduce.py _SUPPORTED_WORLD_SIZES
 
 
-# ---------------------------------------------------------------------------------------------
-# rules over facts
 def custom_allreduce_findings(facts: dict, tp: int | None, argv: list[str]) -> list[Finding]:
     n = tp or len(gpu_list(facts))
     if n < 2:
@@ -244,8 +233,6 @@ def multi_gpu_findings(facts: dict, tp: int | None = None, argv: list[str] | Non
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# the smoke test
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -316,21 +303,8 @@ def allreduce_smoke(
     if nprocs < 2:
         return {"status": "skipped", "nprocs": nprocs, "reason": f"{nprocs} GPU(s): needs 2 or more"}
     env = {**os.environ, **applied}
-    cmd = [
-        sys.executable,
-        "-m",
-        "kit.env.multigpu",
-        "--nprocs",
-        str(nprocs),
-        "--backend",
-        backend,
-        "--iters",
-        str(iters),
-        "--port",
-        str(_free_port()),
-        "--sizes",
-        *map(str, sizes),
-    ]
+    cmd = [sys.executable, "-m", "kit.env.multigpu", "--nprocs", str(nprocs), "--backend", backend]
+    cmd += ["--iters", str(iters), "--port", str(_free_port()), "--sizes", *map(str, sizes)]
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: NCCL INFO output must never block the ranks
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -1,18 +1,13 @@
 """NCCL environment variables judged by NCCL's own parsing rules — one verdict per variable.
 
-Why: NCCL reads its variables silently and differently per variable. An unknown `NCCL_PROTO` or
-`NCCL_ALGO` token makes every collective fail (ncclInvalidUsage); a lowercase `NCCL_P2P_LEVEL=sys`
-is ignored (names are compared with strcmp); `NCCL_NTHREADS=100` becomes 512, not 96;
-`NCCL_BUFFSIZE=16M` is read by strtoll as 16 bytes. The rules below follow the NVIDIA/nccl source
-at v2.30.7 (src/graph/tuning.cc parseList/getNthreads, src/graph/paths.cc ncclGetLevel,
-src/graph/connect.cc, src/misc/param.cc, src/debug.cc), with the version gates that matter
-(prefix syntax and fatal unknown tokens since 2.24.3, PAT since 2.23.4, P2C since 2.27.3).
+Why: NCCL reads its variables silently and differently per variable: an unknown `NCCL_PROTO` token makes every
+collective fail (ncclInvalidUsage), `NCCL_P2P_LEVEL=sys` is ignored (strcmp), `NCCL_NTHREADS=100` becomes 512,
+`NCCL_BUFFSIZE=16M` is read by strtoll as 16 bytes. The rules follow the NVIDIA/nccl source at v2.30.7
+(src/graph/tuning.cc parseList/getNthreads, src/graph/paths.cc ncclGetLevel, src/graph/connect.cc,
+src/misc/param.cc, src/debug.cc) and its version gates (prefixes and fatal unknown tokens since 2.24.3, PAT since
+2.23.4, P2C since 2.27.3). `facts` (kit.env.machine) add NVLink, the pairs a P2P level opens, the NCCL version.
 
-    from kit.env.nccl import nccl_findings
     nccl_findings({"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}, facts)   # -> [Finding, Finding]
-
-`facts` (from kit.env.machine, live or recorded) adds what the machine makes of a value: whether the
-GPUs are NVLink-connected, which pairs a P2P level newly opens, the NCCL version.
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.env.machine import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
 from kit.env.nccl_vars import KNOWN, NCCL_VERSION_OF_LIST
 from kit.findings import Code, Finding
 
@@ -31,23 +27,19 @@ NCCL_VAR = Code(
     "env.nccl_var",
     SECTION,
     "error / warning / info",
-    (
-        "one verdict per `NCCL_*` variable by NCCL 2.30.7's own parsing (valid, ignored, clamped, fatal) and "
-        "its effect on this machine; warning for ignored/clamped/risky values (lowercase or numeric "
-        "`NCCL_P2P_LEVEL`, `NTHREADS` not a multiple of 32, `16M` sizes, LL128 forced on PCIe, P2P level "
-        "opening NODE/SYS pairs, typo of a known name); error when NCCL fails (unknown "
-        "`NCCL_PROTO`/`NCCL_ALGO` token, empty `NCCL_GRAPH_FILE`, non-positive buffer)"
-    ),
+    "one verdict per `NCCL_*` variable by NCCL 2.30.7's own parsing (valid, ignored, clamped, fatal) and "
+    "its effect on this machine; warning for ignored/clamped/risky values (lowercase or numeric "
+    "`NCCL_P2P_LEVEL`, `NTHREADS` not a multiple of 32, `16M` sizes, LL128 forced on PCIe, P2P level "
+    "opening NODE/SYS pairs, typo of a known name); error when NCCL fails (unknown "
+    "`NCCL_PROTO`/`NCCL_ALGO` token, empty `NCCL_GRAPH_FILE`, non-positive buffer)",
     "follow the verdict; unset what is not needed",
 )
 NCCL_COMBO = Code(
     "env.nccl_combo",
     SECTION,
     "error",
-    (
-        "variables that only fail together: `NCCL_PROTO`+`NCCL_ALGO` leave AllReduce no algorithm/protocol; "
-        "warning for MIN > MAX channels, P2P and SHM both disabled"
-    ),
+    "variables that only fail together: `NCCL_PROTO`+`NCCL_ALGO` leave AllReduce no algorithm/protocol; "
+    "warning for MIN > MAX channels, P2P and SHM both disabled",
     "include Ring or Tree with a protocol it supports",
 )
 
@@ -128,15 +120,11 @@ class Machine:
     nvlink: bool | None = None  # every pair NVLink-connected
     pairs: dict[str, list] | None = None  # topo class -> pairs
     amd_cpu: bool | None = None
-    iommu: str | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def machine_from_facts(facts: dict | None) -> Machine:
     if not facts:
         return Machine()
-    from kit.env.machine import full_nvlink, gpu_list, topo_pairs
-
     t = facts.get("torch") or {}
     pk = facts.get("packages") or {}
     nccl = (
@@ -288,8 +276,6 @@ def _p2p_level(v: str, m: Machine, env: dict) -> Verdict:
             return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect, every GPU pair is NVLink-connected", "")
         opened = {}
         for cls, prs in m.pairs.items():
-            from kit.env.machine import SMI_TO_NCCL_PATH
-
             path = SMI_TO_NCCL_PATH.get(cls)
             if path and P2P_LEVELS.index(default) < P2P_LEVELS.index(path) <= rank:
                 opened[cls] = len(prs)

@@ -1,43 +1,33 @@
 """`python -m kit bench`: measure acceptance and throughput of a live server, baseline vs speculative.
 
-An async client (httpx, kit.measure.client) for SGLang's native `/generate` and the OpenAI
-`/v1/completions` and `/v1/chat/completions` endpoints, streaming by default. For each arm (a label + a server URL;
-typically `baseline` = no speculation and `spec` = EAGLE-3, same prompts, same concurrency) and
-each repeat it: flushes the server's cache (SGLang `/flush_cache`, when the server has one),
-sends `warmup` requests that are recorded but excluded from every total, flushes again,
-snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency`
-in flight, snapshots again. Arms are interleaved per repeat so drift hits both alike; with `--interleave`
-they take turns every `concurrency` requests, so a request and its twin on the other arm run seconds apart
-(the per-request paired speedup, `summary["paired_speedup"]`, then holds on a shared, loaded machine).
-`--also-url LABEL=URL` adds arms beside `--url` (another launch of the same model, e.g. the seed's), each
-scored against the same baseline twins; every arm answers the same requests the same number of times.
+The client (kit.measure.client, httpx/aiohttp) speaks SGLang's `/generate` and OpenAI's `/v1/completions` and
+`/v1/chat/completions`, streaming by default. Each arm is a label + a server URL (typically `baseline`, no
+speculation, and `spec`, EAGLE-3; same prompts, same concurrency); per arm and repeat it flushes the cache
+(SGLang `/flush_cache`), sends `warmup` requests (recorded, excluded from every total), flushes again,
+snapshots `/metrics` and `/server_info`, sends the measured requests with at most `concurrency` in flight and
+snapshots again. Arms are interleaved per repeat so drift hits both alike; with `--interleave` they take turns
+every `concurrency` requests, so a request and its twin run seconds apart (the paired speedup then holds on a
+shared machine). `--also-url LABEL=URL` adds arms beside `--url`, each scored against the same baseline twins.
 
-Every run gets a fresh directory: `--out-dir DIR` (which must not exist or be empty), by default
-`runs/bench/<UTC time>-<labels>`. `--resume DIR` continues a run instead: its stored settings
-(`config.json`) are kept, a flag that contradicts them is refused, completed request ids are not
-sent again, and a line on stderr says what was reused. Before anything is sent, each server is
-checked (one-line error, exit 2, when none answers). Files in the run directory (every line is
-appended and flushed as soon as it exists, so a crash loses only requests in flight):
+Every run gets a fresh directory: `--out-dir DIR` (new or empty), by default `runs/bench/<UTC time>-<labels>`.
+`--resume DIR` continues one: its `config.json` settings are kept (a contradicting flag is refused), completed
+requests are not sent again, and stderr says what was reused. Each server is checked first (one-line error,
+exit 2). Every line is appended and flushed as soon as it exists, so a crash loses only requests in flight:
 
     config.json     the settings of the run (what --resume keeps)
-    records.jsonl   one line per request, a `kit.measure.records.RequestRecord` (its fields: label,
-                    repeat, rid, ok, t_start, ttft, e2e, chunk_t/chunk_tok, completion_tokens,
-                    client_tokens, spec, ...); `read_records` reads a file back
-    runs.jsonl      one line per arm x repeat x session, a `kit.measure.records.RunRecord`: server
-                    snapshots before/after, decode-log accept lengths seen during the run
-    summary.json    per-arm summaries, acceptance sources, speedup with confidence intervals,
-                    findings (written atomically at the end)
+    records.jsonl   one `kit.measure.records.RequestRecord` per request (`read_records` reads them back)
+    runs.jsonl      one `kit.measure.records.RunRecord` per arm x repeat x session: server snapshots, log lines
+    machine.jsonl   what else the host did meanwhile (`kit.measure.machine`)
+    summary.json    per-arm summaries, acceptance sources, speedups with intervals, findings (written last)
 
     kit bench --url http://127.0.0.1:30000 --baseline-url http://127.0.0.1:30001 \\
         --repeats 3 --num-prompts 16 --concurrency 4
     kit bench --resume runs/bench/20261130-141500-baseline-vs-spec     # finish an interrupted run
     kit bench --url http://127.0.0.1:8000 --api completions   # any OpenAI server
 
-The printed summary is one block per arm in the shape of `python -m sglang.bench_serving` (same
-metric names, milliseconds), each followed by its acceptance sources, then the speedup.
-
-Python: `result = run_bench(BenchConfig(url=..., ...))`; `result.report`, `result.table()`, `result.block()`.
-Exit status: 0 ok, 1 error findings (failed requests, wiring fault), 2 cannot run.
+The printed summary is one `python -m sglang.bench_serving`-shaped block per arm (its metric names, ms), each
+with its acceptance sources, then the speedup. Python: `run_bench(BenchConfig(url=...))` -> `BenchResult`
+(`.report`, `.table()`, `.block()`). Exit status: 0 ok, 1 error findings, 2 cannot run.
 """
 
 from __future__ import annotations
@@ -55,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import Code, KitInputError, Report, emit
 from kit.measure import machine as kmach
 from kit.measure import metrics as km
@@ -112,93 +103,59 @@ APIS = tuple(API_PATHS)
 
 @dataclass
 class BenchConfig:
-    url: str | None = field(default=None, metadata={"help": "speculative server base URL, e.g. http://127.0.0.1:30000"})
-    baseline_url: str | None = field(
-        default=None, metadata={"help": "baseline (no speculation) server base URL, same model"}
+    url: str | None = opt("speculative server base URL, e.g. http://127.0.0.1:30000")
+    baseline_url: str | None = opt("baseline (no speculation) server base URL, same model")
+    api: str = opt("endpoint: sglang (/generate), completions, chat", "sglang", choices=APIS)
+    engine: str = opt(
+        "serving engine behind the URLs: its paths, speculative fields and metric names "
+        "(the reference server speaks SGLang's)",
+        "sglang",
+        choices=list(ENGINES),
     )
-    api: str = field(
-        default="sglang", metadata={"help": "endpoint: sglang (/generate), completions, chat", "choices": APIS}
+    prompts: str = opt("builtin, builtin:<kind> (chat/code/math) or a JSONL file", "builtin")
+    num_prompts: int = opt("measured requests per run (prompts repeat if fewer); 0 = all prompts once", 8)
+    max_new_tokens: int = opt("tokens to generate per request", 64)
+    temperature: float = opt("sampling temperature (0 = greedy, as SGLang's EAGLE benchmarks)", 0.0)
+    ignore_eos: bool = opt("ask the server to ignore EOS (fixed output length)", False)
+    concurrency: int = opt("requests in flight at once", 4)
+    warmup: int = opt("warmup requests before each run (excluded from totals)", 2)
+    warmup_max_new_tokens: int | None = opt(
+        "tokens per warmup request (default: --max-new-tokens); a few decode steps warm every path"
     )
-    engine: str = field(
-        default="sglang",
-        metadata={
-            "help": "serving engine behind the URLs: its paths, speculative fields and metric names "
-            "(the reference server speaks SGLang's)",
-            "choices": list(ENGINES),
-        },
+    repeats: int = opt("runs per arm; >= 2 gives a speedup confidence interval", 1)
+    stream: bool = opt("stream responses (needed for TTFT/ITL)", True)
+    interleave: bool = opt(
+        "arms take turns every `concurrency` requests instead of every run: a request and its twin "
+        "on the other arm see the same machine load (paired speedups on a shared machine)",
+        False,
     )
-    prompts: str = field(
-        default="builtin", metadata={"help": "builtin, builtin:<kind> (chat/code/math) or a JSONL file"}
+    flush_cache: bool = opt("POST /flush_cache before warmup and before each run (SGLang)", True)
+    chat_template: str | None = opt(
+        "tokenizer dir (or 'embedded') to render prompts with its chat template for /generate and /v1/completions"
     )
-    num_prompts: int = field(
-        default=8, metadata={"help": "measured requests per run (prompts repeat if fewer); 0 = all prompts once"}
+    model: str | None = opt("model name for OpenAI endpoints (default: first of /v1/models)")
+    label: str = opt("label of the --url arm", "spec")
+    baseline_label: str = opt("label of the --baseline-url arm", "baseline")
+    also_url: list[str] | None = opt(
+        "more arms beside --url, each LABEL=URL (another launch of the same model): with --interleave "
+        "each of their requests runs beside its --url and baseline twins, the order rotating"
     )
-    max_new_tokens: int = field(default=64, metadata={"help": "tokens to generate per request"})
-    temperature: float = field(
-        default=0.0, metadata={"help": "sampling temperature (0 = greedy, as SGLang's EAGLE benchmarks)"}
+    log_path: str | None = opt("server log file; decode lines written during each run become an acceptance source")
+    expected_accept_length: float | None = opt(
+        "oracle's expected accept length for this target/draft/params (adds a verdict)"
     )
-    ignore_eos: bool = field(default=False, metadata={"help": "ask the server to ignore EOS (fixed output length)"})
-    concurrency: int = field(default=4, metadata={"help": "requests in flight at once"})
-    warmup: int = field(default=2, metadata={"help": "warmup requests before each run (excluded from totals)"})
-    warmup_max_new_tokens: int | None = field(
-        default=None,
-        metadata={"help": "tokens per warmup request (default: --max-new-tokens); a few decode steps warm every path"},
+    timeout_s: float = opt("per-request timeout", 600.0)
+    quiet_check: bool = opt(
+        "before measuring, wait up to 60 s for the machine to be quiet (no outside CPU load, "
+        "steal, throttled GPU clocks or other GPU processes); stop with what was seen if it never is",
+        False,
     )
-    repeats: int = field(default=1, metadata={"help": "runs per arm; >= 2 gives a speedup confidence interval"})
-    stream: bool = field(default=True, metadata={"help": "stream responses (needed for TTFT/ITL)"})
-    interleave: bool = field(
-        default=False,
-        metadata={
-            "help": "arms take turns every `concurrency` requests instead of every run: a request and its twin "
-            "on the other arm see the same machine load (paired speedups on a shared machine)"
-        },
+    out_dir: str | None = opt(
+        "new directory for this run, must not exist or be empty (default: runs/bench/<time>-<labels>)"
     )
-    flush_cache: bool = field(
-        default=True, metadata={"help": "POST /flush_cache before warmup and before each run (SGLang)"}
-    )
-    chat_template: str | None = field(
-        default=None,
-        metadata={
-            "help": "tokenizer dir (or 'embedded') to render prompts with its chat template for /generate and /v1/completions"
-        },
-    )
-    model: str | None = field(
-        default=None, metadata={"help": "model name for OpenAI endpoints (default: first of /v1/models)"}
-    )
-    label: str = field(default="spec", metadata={"help": "label of the --url arm"})
-    baseline_label: str = field(default="baseline", metadata={"help": "label of the --baseline-url arm"})
-    also_url: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "more arms beside --url, each LABEL=URL (another launch of the same model): with --interleave "
-            "each of their requests runs beside its --url and baseline twins, the order rotating"
-        },
-    )
-    log_path: str | None = field(
-        default=None,
-        metadata={"help": "server log file; decode lines written during each run become an acceptance source"},
-    )
-    expected_accept_length: float | None = field(
-        default=None, metadata={"help": "oracle's expected accept length for this target/draft/params (adds a verdict)"}
-    )
-    timeout_s: float = field(default=600.0, metadata={"help": "per-request timeout"})
-    quiet_check: bool = field(
-        default=False,
-        metadata={"help": "before measuring, wait up to 60 s for the machine to be quiet (no outside CPU load, "
-                  "steal, throttled GPU clocks or other GPU processes); stop with what was seen if it never is"},
-    )  # fmt: skip
-    out_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "new directory for this run, must not exist or be empty (default: runs/bench/<time>-<labels>)"
-        },
-    )
-    resume: str | None = field(
-        default=None,
-        metadata={"help": "continue the run in this directory: its settings and completed requests are kept"},
-    )
-    progress: bool = field(default=True, metadata={"help": "tqdm progress bars"})
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    resume: str | None = opt("continue the run in this directory: its settings and completed requests are kept")
+    progress: bool = opt("tqdm progress bars", True)
+    json: bool = opt("print one JSON document as the last line", False)
 
     def __post_init__(self):
         if self.api not in APIS:
@@ -236,9 +193,7 @@ class BenchConfig:
         return [(lab, u.rstrip("/")) for lab, u in arms]
 
 
-# ---------------------------------------------------------------------------------------------
-# the run directory: fresh per run, or resumed on request
-# ---------------------------------------------------------------------------------------------
+# --- the run directory: fresh per run, or resumed on request ---
 
 RUNS_ROOT = Path("runs") / "bench"
 RUN_CONFIG = "config.json"
@@ -310,21 +265,17 @@ def _resumed_config(cfg: BenchConfig, stored: dict[str, Any], d: Path) -> BenchC
 
 def resume_note(out: Path, reqs: list[dict], cfg: BenchConfig, done: dict[tuple[str, int], set[str]]) -> str:
     """What a resumed run reuses and what it still sends, in one line."""
-    want = {lab: {r["rid"] for r in reqs} for lab, _ in cfg.arms()}  # per arm
-    total = cfg.repeats * sum(len(ids) for ids in want.values())
-    reused = sum(len(ids & want[lab]) for (lab, _), ids in done.items())
-    parts = [
-        f"{lab}#{rep} {len(ids & want[lab])}/{len(want[lab])}" for (lab, rep), ids in done.items() if ids & want[lab]
-    ]
+    want = {r["rid"] for r in reqs}  # what each arm x repeat sends
+    total = cfg.repeats * len(cfg.arms()) * len(want)
+    reused = sum(len(ids & want) for ids in done.values())
+    parts = [f"{lab}#{rep} {len(ids & want)}/{len(want)}" for (lab, rep), ids in done.items() if ids & want]
     head = f"resuming {out}: reusing {reused} of {total} completed request(s)"
     if parts:
         head += " (" + ", ".join(parts) + ")"
     return head + (f"; sending {total - reused}" if total > reused else "; nothing left to send, re-scoring")
 
 
-# ---------------------------------------------------------------------------------------------
-# prompts
-# ---------------------------------------------------------------------------------------------
+# --- prompts ---
 
 
 def load_prompts(spec: str) -> list[dict]:
@@ -340,12 +291,8 @@ def load_prompts(spec: str) -> list[dict]:
         items = kp.load_prompts_jsonl(spec)
     out = []
     for i, p in enumerate(items):
-        if isinstance(p, str):
-            out.append({"id": f"p{i:03d}", "kind": "user", "text": p})
-            continue
-        get = p.get if isinstance(p, dict) else (lambda k, d=None, _p=p: getattr(_p, k, d))
-        text = get("text") or get("prompt")
-        out.append({"id": str(get("id") or f"p{i:03d}"), "kind": get("kind") or "user", "text": text})
+        text = p.get("text") or p.get("prompt")
+        out.append({"id": str(p.get("id") or f"p{i:03d}"), "kind": p.get("kind") or "user", "text": text})
     if not out:
         raise KitInputError(f"prompts {spec!r}: no prompts")
     return out
@@ -353,15 +300,11 @@ def load_prompts(spec: str) -> list[dict]:
 
 def request_list(prompts: list[dict], n: int) -> list[dict]:
     """n requests cycling over the prompts; request ids stay stable across reruns (resume key)."""
-    n = n or len(prompts)
-    return [
-        {**prompts[i % len(prompts)], "rid": f"{prompts[i % len(prompts)]['id']}#{i // len(prompts)}"} for i in range(n)
-    ]
+    k = len(prompts)
+    return [{**prompts[i % k], "rid": f"{prompts[i % k]['id']}#{i // k}"} for i in range(n or k)]
 
 
-# ---------------------------------------------------------------------------------------------
-# records file (append-only, resumable)
-# ---------------------------------------------------------------------------------------------
+# --- records file (append-only, resumable) ---
 
 
 class RecordLog:
@@ -373,10 +316,8 @@ class RecordLog:
         self._lock = threading.Lock()
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
         out = []
-        for line in self.path.read_text().splitlines():
+        for line in self.path.read_text().splitlines() if self.path.exists() else ():
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError:  # a line cut by a crash mid-write: that request reruns
@@ -399,9 +340,7 @@ def completed_ids(records: list[RequestRecord], label: str, repeat: int) -> set[
     return {r.rid for r in records if r.label == label and r.repeat == repeat and r.ok and not r.warmup}
 
 
-# ---------------------------------------------------------------------------------------------
-# running an arm
-# ---------------------------------------------------------------------------------------------
+# --- running an arm ---
 
 
 async def _run_requests(
@@ -445,11 +384,20 @@ class _Arm:
     engine: Engine
     extra: dict | None  # body fields every request adds (`Engine.request_extra`)
     log_off: int | None  # the server log's size when the measured requests began; None: no log is read
+    via: Any  # what carries the requests: a `stream_session`, else the httpx client
+    log: RecordLog
+    render: Any
 
-    @property
-    def tags(self) -> dict[str, Any]:
-        """The RequestRecord fields every request of this arm carries."""
-        return {"label": self.run.label, "repeat": self.run.repeat, "session": self.run.session}
+    async def send(self, reqs: list[dict], cfg: BenchConfig, warmup: bool = False) -> None:
+        """Send `reqs` to this arm's server, each record tagged with its label, repeat and session."""
+        run = self.run
+        tags = {"label": run.label, "repeat": run.repeat, "session": run.session}
+        if warmup:
+            tags["warmup"] = True
+        desc = f"{run.label}#{run.repeat}" + (" warmup" if warmup else "")
+        await _run_requests(
+            self.via, run.url, run.api, reqs, cfg, run.model, self.log, tags, desc, self.render, self.extra
+        )
 
 
 async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict], cfg: BenchConfig, log: RecordLog,
@@ -459,24 +407,13 @@ async def open_arm(client, label: str, base: str, repeat: int, reqs: list[dict],
     probe = await probe_server(client, base, engine)
     run = RunRecord(label=label, repeat=repeat, session=uuid.uuid4().hex[:8], url=base, api=cfg.api,
                     model=cfg.model or probe.model, sglang=probe.sglang, engine=engine.name)  # fmt: skip
-    arm = _Arm(run, engine, engine.request_extra(run.api) if run.sglang else None, None)
+    extra = engine.request_extra(run.api) if run.sglang else None
+    arm = _Arm(run, engine, extra, None, transport or client, log, render)
     if cfg.flush_cache:
         await flush_cache(client, base, engine)
     if cfg.warmup:
         warm = [{**reqs[i % len(reqs)], "rid": f"warmup{i}"} for i in range(cfg.warmup)]
-        await _run_requests(
-            transport or client,
-            base,
-            run.api,
-            warm,
-            replace(cfg, max_new_tokens=cfg.warmup_max_new_tokens or cfg.max_new_tokens),
-            run.model,
-            log,
-            {**arm.tags, "warmup": True},
-            f"{label}#{repeat} warmup",
-            render,
-            arm.extra,
-        )
+        await arm.send(warm, replace(cfg, max_new_tokens=cfg.warmup_max_new_tokens or cfg.max_new_tokens), True)
     run.flushed = await flush_cache(client, base, engine) if cfg.flush_cache else False
     # the server log is the --url arm's: another arm's window would read that server's decode lines as its own
     if cfg.log_path and label == cfg.label and os.path.exists(cfg.log_path):
@@ -519,18 +456,16 @@ async def run_arm(
     if not todo:
         return None
     arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
-    await _run_requests(transport or client, base, arm.run.api, todo, cfg, arm.run.model, log, arm.tags,
-                        f"{label}#{repeat}", render, arm.extra)  # fmt: skip
+    await arm.send(todo, cfg)
     arm.run.requests = len(todo)
     return await close_arm(client, arm, cfg, runs, bool(done))
 
 
 async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
                           log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
-    """Every arm warmed up and snapshotted, then the requests in turns: `concurrency` requests to each arm,
-    then the next `concurrency`, the arms' order rotating from turn to turn; each arm's run is recorded at the
-    end. A request and its twins on the other arms run seconds apart, under the same machine load (what paired
-    ratios need), and every arm answers the same requests."""
+    """Every arm warmed up and snapshotted, then the requests in turns of `concurrency` to each arm, the arms'
+    order rotating from turn to turn; each arm's run recorded at the end. A request and its twins on the other
+    arms run seconds apart, under the same machine load (what paired ratios need)."""
     todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
     open_ = [(lab, base) for lab, base in arms if todo[lab]]
     if not open_:
@@ -539,13 +474,10 @@ async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs
     for i in range(0, len(reqs), cfg.concurrency):
         group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
         turn = (i // cfg.concurrency + repeat) % len(open_)  # the order rotates: no arm always runs first
-        for lab, base in open_[turn:] + open_[:turn]:
-            batch = [r for r in todo[lab] if r["rid"] in group]
-            if batch:
-                a = state[lab]
-                await _run_requests(transport or client, base, a.run.api, batch, cfg, a.run.model, log, a.tags,
-                                    f"{lab}#{repeat}", render, a.extra)  # fmt: skip
-                a.run.requests += len(batch)
+        for lab, _ in open_[turn:] + open_[:turn]:
+            if batch := [r for r in todo[lab] if r["rid"] in group]:
+                await state[lab].send(batch, cfg)
+                state[lab].run.requests += len(batch)
     for lab, _ in open_:
         await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
@@ -555,8 +487,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
 
     render = chat_renderer(cfg.chat_template) if cfg.api != "chat" else None
     if render:  # rendered once before anything is in flight: a chat template costs the event loop ~1 ms
-        rendered = {r["text"]: render(r["text"]) for r in reqs}
-        render = rendered.__getitem__
+        render = {r["text"]: render(r["text"]) for r in reqs}.__getitem__
     log, runs = RecordLog(out / "records.jsonl"), RecordLog(out / "runs.jsonl")
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency + 4)
     transport = stream_session(cfg.concurrency, cfg.timeout_s) if cfg.stream else None
@@ -575,9 +506,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
             await transport.close()
 
 
-# ---------------------------------------------------------------------------------------------
-# results
-# ---------------------------------------------------------------------------------------------
+# --- results ---
 
 
 @dataclass
@@ -615,19 +544,18 @@ class BenchResult:
             sp = launch.get(lab)
             if sp and sp.get("inconclusive"):  # no headline: why, and what would settle it
                 lines.append(f"Speedup {lab} vs {base}: inconclusive: {sp['inconclusive']}")
-                continue
-            if sp:  # the one figure the run's summary, figures and notebook 05 show
+            elif sp:  # the one figure the run's summary, figures and notebook 05 show
                 lo, hi = sp["ci95"]
                 interval = f"95% interval [{lo:.3f}, {hi:.3f}]  " if lo == lo and hi == hi else ""
                 lines.append(f"Speedup {lab} vs {base}: {sp['median']:.3f}x paired median  {interval}"
                              f"(n {sp['n']} {sp['pairing']}s)")  # fmt: skip
-                continue
-            lines.append(
-                f"Speedup {lab} vs {base}: {ci['speedup']:.3f}x  "
-                f"95% t-interval [{ci['t_low']:.3f}, {ci['t_high']:.3f}]  "
-                f"bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]  "
-                f"({ci['n_baseline']} vs {ci['n_spec']} runs)"
-            )
+            else:
+                lines.append(
+                    f"Speedup {lab} vs {base}: {ci['speedup']:.3f}x  "
+                    f"95% t-interval [{ci['t_low']:.3f}, {ci['t_high']:.3f}]  "
+                    f"bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]  "
+                    f"({ci['n_baseline']} vs {ci['n_spec']} runs)"
+                )
         return "\n".join(lines).rstrip()
 
     def accept_sources(self, label: str) -> dict[str, km.AcceptSource]:
@@ -641,20 +569,17 @@ class BenchResult:
         c = self.config
         models = sorted({str(r.model) for r in self.runs if r.model})
         n = c.get("num_prompts")
-        return ", ".join(
-            x
-            for x in (
-                f"model {', '.join(models)}" if models else "",
-                f"prompts {c['prompts']}" + (f" x{n}" if n else "") if c.get("prompts") else "",
-                f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else "",
-                f"temperature {c['temperature']}" if c.get("temperature") is not None else "",
-                f"concurrency {c['concurrency']}" if c.get("concurrency") else "",
-                f"{c['repeats']} repeat(s)" if c.get("repeats") else "",
-                f"api {c['api']}" if c.get("api") else "",
-                kmach.brief(self.summary["machine"]) if self.summary.get("machine") else "",
-            )
-            if x
+        parts = (
+            f"model {', '.join(models)}" if models else "",
+            f"prompts {c['prompts']}" + (f" x{n}" if n else "") if c.get("prompts") else "",
+            f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else "",
+            f"temperature {c['temperature']}" if c.get("temperature") is not None else "",
+            f"concurrency {c['concurrency']}" if c.get("concurrency") else "",
+            f"{c['repeats']} repeat(s)" if c.get("repeats") else "",
+            f"api {c['api']}" if c.get("api") else "",
+            kmach.brief(self.summary["machine"]) if self.summary.get("machine") else "",
         )
+        return ", ".join(p for p in parts if p)
 
 
 def analyze(
@@ -712,10 +637,7 @@ def analyze(
             report.add(
                 TOKEN_COUNT_MISMATCH(
                     f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
-                    evidence={
-                        "example_client": mism[0].client_tokens,
-                        "example_server": mism[0].completion_tokens,
-                    },
+                    evidence={"example_client": mism[0].client_tokens, "example_server": mism[0].completion_tokens},
                     fix="expected when the server packs several tokens per chunk (speculative "
                     "decoding); totals use the server's count, ITL spreads chunk gaps per token",
                 )
@@ -760,12 +682,7 @@ def analyze(
                     report.add(
                         SPEEDUP_UNCERTAIN(
                             f"{label}: speedup inconclusive: {launch['inconclusive']}",
-                            evidence={
-                                "median": launch["median"],
-                                "ci95": launch["ci95"],
-                                "n": launch["n"],
-                                "tok_s_ratio": launch["tok_s_ratio"],
-                            },
+                            evidence={k: launch[k] for k in ("median", "ci95", "n", "tok_s_ratio")},
                             fix="more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine "
                             "of its own; the accept length does not depend on the clock and stands",
                         )
@@ -778,27 +695,17 @@ def analyze(
 
         for lab in spec_labels:
             report.extend(verdict(per_label[lab]["accept_length"], expected_accept_length, static_findings, label=lab))
-    report.facts = jsonable(
-        {
-            "bench": {
-                lab: {
-                    k: per_label[lab].get(k)
-                    for k in ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")
-                }
-                for lab in labels
-            }
-        }
-    )
+    keys = ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")
+    report.facts = jsonable({"bench": {lab: {k: per_label[lab].get(k) for k in keys} for lab in labels}})
     return summary, report
 
 
 def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None = None, note=None) -> BenchResult:
     """Run every arm x repeat into a fresh run directory (or the one `cfg.resume` names) and score it.
 
-    `prompts` ([{"id", "kind", "text"}]) overrides `cfg.prompts`; `static_findings` (kit doctor's)
-    feed the verdict's probable causes when `cfg.expected_accept_length` is set; `note(line)` hears
-    what a resumed run reused (default: stderr). Every input is checked, and every server that still
-    has requests to answer, before the directory is created or anything is sent."""
+    `prompts` ([{"id", "kind", "text"}]) overrides `cfg.prompts`; `static_findings` (kit doctor's) feed the
+    verdict's probable causes; `note(line)` hears what a resumed run reused (default: stderr). Every input, and
+    every server that still has requests to answer, is checked before anything is created or sent."""
     import sys
 
     note = note or (lambda line: print(f"kit bench: {line}", file=sys.stderr))
@@ -809,8 +716,7 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
     ids = {r["rid"] for r in reqs}
     flags = {cfg.baseline_label: "--baseline-url", cfg.label: "--url"}
     for lab, base in cfg.arms():
-        want = {r["rid"] for r in reqs}
-        if any(want - done[(lab, rep)] for rep in range(cfg.repeats)):
+        if any(ids - done[(lab, rep)] for rep in range(cfg.repeats)):
             check_server(base, flags.get(lab, "--also-url"), engine=cfg.engine)
     if cfg.quiet_check:
         if busy := kmach.wait_quiet():
@@ -829,10 +735,8 @@ def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None =
 
 
 def payoff(result: BenchResult, labels: dict[str, str | None]) -> dict[str, dict | None]:
-    """Speedup over the baseline arm per named arm (`{name: its label}`): the run's launch speedup
-    (`kit.measure.metrics.launch_speedup`, kept in summary.json as `launch_speedup`: paired per repeat, or per
-    request in a one-repeat run; median, bootstrap interval, the ratios for the figure); None for an arm
-    without paired runs or requests."""
+    """The launch speedup (`kit.measure.metrics.launch_speedup`, summary.json's `launch_speedup`) per named arm
+    (`{name: its label}`); None for an arm without paired runs or requests."""
     sp = result.summary.get("launch_speedup") or {}
     return {name: sp.get(label) if label else None for name, label in labels.items()}
 

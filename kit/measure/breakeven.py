@@ -1,12 +1,8 @@
 """Break-even of SGLang's EAGLE-3 chain at batch 1: measured per-iteration costs -> predicted speedup.
 
-At batch 1 (CUDA graphs, greedy) the two servers cost:
-
-    baseline      one target decode step, t_decode, yields 1 token
-    EAGLE-3 chain one iteration, t_iteration = t_draft_extend + num_steps * t_draft_step + t_verify(num_draft_tokens)
-                  (+ the scheduler's bookkeeping), yields `accept_length` tokens (accepted drafts + the bonus token)
-
-so, per generated token,
+At batch 1 (CUDA graphs, greedy) the baseline's target decode step, t_decode, yields 1 token, and one EAGLE-3
+chain iteration, t_iteration = t_draft_extend + num_steps * t_draft_step + t_verify(num_draft_tokens) (+ the
+scheduler's bookkeeping), yields `accept_length` tokens (accepted drafts + the bonus token). Per token,
 
     predicted speedup          = accept_length * t_decode / t_iteration
     break-even accept length   = t_iteration / t_decode          (speedup 1)
@@ -15,21 +11,16 @@ and for a whole request of N new tokens after a prefill (what a tok/s benchmark 
 
     request speedup = (t_prefill_base + (N - 1) * t_decode) / (t_prefill_spec + (N - 1) / accept_length * t_iteration)
 
-Assumptions: batch 1, a chain (topk 1), so every iteration runs the same kernels whatever is accepted: the
-iteration cost measured with a random-weight draft (accept length ~1) is the iteration cost of a trained one;
-accept_length is tokens per verify step as SGLang reports it (meta_info completion_tokens / spec_verify_ct).
-The verify of k tokens at batch 1 is memory-bound, so t_verify grows with the target's weights like
-t_decode; the draft is one decoder layer of the target's width plus its (draft-vocabulary) head, so
-t_draft_step grows with the hidden width only. Hence t_iteration / t_decode falls as the target grows, and
-there is a target size from which a given accept length pays (`break_even`): between measured sizes it is
-interpolated linearly in log(parameters).
+A chain (topk 1) runs the same kernels whatever is accepted, so the iteration cost measured with a
+random-weight draft is a trained one's. The verify at batch 1 is memory-bound and grows with the target's
+weights like t_decode, while the draft step grows with the hidden width only: t_iteration / t_decode falls as
+the target grows, and there is a size from which a given accept length pays (`break_even`, linear in
+log(parameters) between measured sizes).
 
-`bench/gpu_breakeven.py` measures t_decode and t_iteration on targets of the SmolLM2 architecture at several
-sizes (the embedded 135M one, dummy weights above it) and writes `breakeven.json` through `analyze`; `kit demo --gpu --breakeven FILE`
-and notebook 05 (`breakeven`) recompute it for their run's accept length (`digest`) and state it in one
-sentence in `summary.md`.
+`bench/gpu_breakeven.py` measures both on SmolLM2-architecture targets of several sizes and writes
+`breakeven.json` through `analyze`; `kit demo --gpu --breakeven FILE` and notebook 05 recompute it for their
+run's accept length (`digest`) and state it in one sentence in `summary.md`.
 
-    from kit.measure.breakeven import IterationCosts, SizePoint, analyze, sentence
     IterationCosts(t_decode_ms=1.75, t_iteration_ms=4.1).predicted_speedup(2.17)
 """
 
@@ -140,31 +131,21 @@ def break_even(points: list[SizePoint], accept_length: float) -> BreakEven:
             return BreakEven(accept_length, "smallest", float(p.params), p.costs.t_decode_ms)
         q, rq = pts[i - 1], ratios[i - 1]
         f = (rq - accept_length) / (rq - r)  # 0 at the smaller size, 1 at this one
-        return BreakEven(
-            accept_length,
-            "within",
-            _log_lerp(q.params, p.params, f),
-            _log_lerp(q.costs.t_decode_ms, p.costs.t_decode_ms, f),
-        )
+        t_decode = _log_lerp(q.costs.t_decode_ms, p.costs.t_decode_ms, f)
+        return BreakEven(accept_length, "within", _log_lerp(q.params, p.params, f), t_decode)
     return BreakEven(accept_length, "beyond", None, None)
 
 
 def llama_params(cfg: HFConfig) -> int:
     """Parameters of a Llama config (attention with GQA, SwiGLU MLP, two RMSNorms a layer, the final norm,
     the embedding, and a separate head unless tied)."""
-    h, n_layers, inter, vocab = (
-        cfg["hidden_size"],
-        cfg["num_hidden_layers"],
-        cfg["intermediate_size"],
-        cfg["vocab_size"],
-    )
-    heads = cfg["num_attention_heads"]
+    h, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or h // heads
     kv = cfg.get("num_key_value_heads") or heads
     attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
     layer = attn + 3 * h * inter + 2 * h
-    embed = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
-    return n_layers * layer + h + embed
+    embed = cfg["vocab_size"] * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    return cfg["num_hidden_layers"] * layer + h + embed
 
 
 def analyze(
@@ -189,12 +170,10 @@ def analyze(
         cmp: dict[str, Any] = {"size": at, "predicted_speedup": round(point.costs.predicted_speedup(accept_length), 4)}
         if new_tokens:
             pre = prefill_ms or {}
-            cmp["predicted_request_speedup"] = round(
-                point.costs.request_speedup(
-                    accept_length, new_tokens, pre.get("baseline", 0.0), pre.get("eagle3", 0.0)
-                ),
-                4,
+            req = point.costs.request_speedup(
+                accept_length, new_tokens, pre.get("baseline", 0.0), pre.get("eagle3", 0.0)
             )
+            cmp["predicted_request_speedup"] = round(req, 4)
         if measured_speedup is not None:
             cmp["measured_speedup"] = measured_speedup
             cmp["relative_error"] = round(cmp["predicted_speedup"] / measured_speedup - 1, 4)
@@ -248,12 +227,8 @@ def digest(
     rows = an.get("sizes") or []
     if not rows:
         return {"sentence": sentence(doc), "file": str(source) if source else None}
-    points = [
-        SizePoint(
-            r["name"], r["params"], r["hidden"], r["layers"], IterationCosts(r["t_decode_ms"], r["t_iteration_ms"])
-        )
-        for r in rows
-    ]
+    costs = [IterationCosts(r["t_decode_ms"], r["t_iteration_ms"]) for r in rows]
+    points = [SizePoint(r["name"], r["params"], r["hidden"], r["layers"], c) for r, c in zip(rows, costs)]
     at = an.get("at_demo_target") or {}
     a = accept_length if accept_length is not None else an.get("accept_length")
     m = measured_speedup if measured_speedup is not None else at.get("measured_speedup")

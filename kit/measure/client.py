@@ -1,19 +1,14 @@
-"""HTTP client for one benchmark request: SGLang `/generate`, OpenAI `/v1/completions` and
-`/v1/chat/completions`, streamed or not, plus the server probes kit.measure.bench needs around a run.
+"""HTTP client for one benchmark request (SGLang `/generate`, OpenAI `/v1/completions` and `/v1/chat/completions`,
+streamed or not), plus the server probes kit.measure.bench needs around a run, at the engine's paths.
 
-`send_one` turns one request into one record (`kit.measure.records.RequestRecord`): arrival time and
-token count of every streamed chunk (`chunk_t`, `chunk_tok`), TTFT, end-to-end latency, the server's token counts and its
-speculative fields as the serving engine names them (`kit.serving.engines`: `Engine.spec_fields`, default
-SGLang, whose field names per release are `kit.sglang.http_api`). It never raises for server or network
-errors: a failed request is a record with `ok=False` and the error, so one bad request cannot
-end a run. Token counts per chunk are exact for `/generate` (the cumulative
-`meta_info.completion_tokens`); OpenAI streams carry none, so a content chunk counts as one token
-and the server's `usage` (when sent) is kept beside it.
+`send_one` turns one request into one `kit.measure.records.RequestRecord`: arrival time and token count of every
+streamed chunk, TTFT, end-to-end latency, the server's token counts and its speculative fields as the engine
+names them (`Engine.spec_fields`). It never raises for server or network errors: a failed request is a record
+with `ok=False`, so one bad request cannot end a run. Per-chunk token counts are exact for `/generate` (its
+cumulative `meta_info.completion_tokens`); an OpenAI content chunk counts as one token, its `usage` kept beside.
 
     async with httpx.AsyncClient() as c:       # or stream_session(...) (aiohttp) for streamed requests
         rec = await send_one(c, "http://127.0.0.1:30000", "sglang", "Hello", opts, model=None)
-
-The paths the probes use (readiness, server info, /metrics, cache flush) are the engine's too.
 
 `opts` is anything with max_new_tokens, temperature, ignore_eos, stream (kit.measure.bench.BenchConfig).
 """
@@ -34,9 +29,7 @@ from kit.serving.engines.base import Reply
 # endpoint of each API a benchmark can speak: the engine's native one (SGLang's /generate), and OpenAI's
 API_PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
-# ---------------------------------------------------------------------------------------------
-# one request
-# ---------------------------------------------------------------------------------------------
+# --- one request ---
 
 
 def build_payload(
@@ -113,9 +106,9 @@ class BodyAnswer:
 
 
 async def post_body(client, url: str, body: dict | bytes, timeout_s: float) -> BodyAnswer:
-    """POST one arbitrary body over an httpx.AsyncClient: a dict is sent as JSON, bytes as they are
-    (malformed JSON included), the answer read to its end. Never raises for server or network errors; past
-    `timeout_s` the request is cancelled, which closes its connection (a client that gives up)."""
+    """POST one arbitrary body over an httpx.AsyncClient (a dict as JSON, bytes as they are), the answer read to
+    its end. Never raises for server or network errors; past `timeout_s` the request is cancelled, closing its
+    connection (a client that gives up)."""
     import asyncio
 
     import httpx
@@ -147,22 +140,17 @@ def _absorb(reply: Reply, rec: RequestRecord) -> None:
     """Fold what one answer says (the engine read it: `Engine.read_response`) into the request's record."""
     if reply.spec:
         rec.spec = reply.spec
-    if reply.completion_tokens is not None:
-        rec.completion_tokens = reply.completion_tokens
-    if reply.prompt_tokens is not None:
-        rec.prompt_tokens = reply.prompt_tokens
-    if reply.finish_reason is not None:
-        rec.finish_reason = reply.finish_reason
+    for name in ("completion_tokens", "prompt_tokens", "finish_reason"):
+        if getattr(reply, name) is not None:
+            setattr(rec, name, getattr(reply, name))
 
 
 def stream_session(concurrency: int, timeout_s: float):
-    """An aiohttp session for streamed requests, or None when aiohttp is not installed (httpx streams then).
+    """An aiohttp session for streamed requests (connections kept alive), or None without aiohttp (httpx streams).
 
-    Per streamed chunk, httpx (h11 + httpcore + anyio, pure Python) costs ~2.5x the client CPU of aiohttp's
-    C parser (110-140 vs 45-50 us at 16 streams from a local SSE server, 2-core machine); with many streams
-    on one event loop that cost queues every chunk behind the others and shows up as TTFT and ITL. aiohttp
-    is also what `sglang.bench_serving` uses.
-    Connections are kept alive and reused (bench_serving opens one per request)."""
+    Per streamed chunk httpx (pure Python) costs ~2.5x the client CPU of aiohttp's C parser (110-140 vs 45-50 us
+    at 16 streams, 2-core machine); with many streams on one event loop that cost queues every chunk behind the
+    others and shows up as TTFT and ITL. aiohttp is also what `sglang.bench_serving` uses."""
     try:
         import aiohttp
     except ImportError:  # optional transport, third-party
@@ -191,24 +179,17 @@ async def _open_stream(client, url: str, body: dict):
         yield resp.aiter_bytes()
 
 
-def _json_loader():
-    """orjson's parser when installed (2-3x faster on SGLang's cumulative chunks), else json's; both take bytes."""
-    try:
-        import orjson
-    except ImportError:  # optional speed-up, third-party
-        return json.loads
-    return orjson.loads
-
-
-_loads = _json_loader()
+try:  # orjson parses SGLang's cumulative chunks 2-3x faster; both take bytes
+    from orjson import loads as _loads
+except ImportError:  # optional speed-up, third-party
+    _loads = json.loads
 
 
 async def _stream(client, url: str, body: dict, api: str, rec: RequestRecord, t0: float, engine: Engine) -> None:
-    """Read a server-sent-event stream as raw bytes: events are split on newlines here and parsed from
-    bytes, each network read is stamped once on arrival (before any parsing), and for `/generate` (whose
-    meta_info is cumulative) only the last event is absorbed in full. The client's own cost per chunk is
-    what inflates TTFT and ITL once many streams share one event loop, so the per-chunk lists are local
-    names here and the record's counters are set once, at the end."""
+    """Read a server-sent-event stream as raw bytes: each network read stamped on arrival (before parsing),
+    events split on newlines and parsed from bytes, and for `/generate` (cumulative meta_info) only the last
+    absorbed in full. The client's cost per chunk inflates TTFT and ITL once many streams share one event
+    loop, so the per-chunk lists are local names and the record's counters are set once, at the end."""
     prev_tokens = 0
     last = None
     buf = b""
@@ -248,15 +229,12 @@ async def _stream(client, url: str, body: dict, api: str, rec: RequestRecord, t0
         _absorb(engine.read_response(last, api), rec)
 
 
-# ---------------------------------------------------------------------------------------------
-# server probing and snapshots
-# ---------------------------------------------------------------------------------------------
+# --- server probing and snapshots ---
 
 
 def check_server(base: str, flag: str = "--url", timeout_s: float = 5.0, engine: str | Engine | None = None) -> None:
-    """Is a server answering at `base`? A one-line KitInputError naming the flag when not, before any
-    request is sent: no connection, or the engine's ready path answering 503 (SGLang while it loads its
-    weights). Any other HTTP answer counts as alive (OpenAI-compatible servers may have no /health)."""
+    """A one-line KitInputError naming `flag` when no server answers at `base`, or its ready path answers 503
+    (SGLang loading its weights); any other HTTP answer counts as alive (OpenAI servers may have no /health)."""
     import httpx
 
     from kit.findings import KitInputError
@@ -297,25 +275,15 @@ class ServerProbe:
     """What a server offers, asked once before an arm's requests (`probe_server`)."""
 
     sglang: bool  # the engine's server info answered: its speculative fields can be asked for
-    server_info: dict | None  # that answer, as the server sent it
     model: str | None  # the first model id its models path lists (what OpenAI endpoints are sent)
-    metrics: bool  # its metrics path answered
 
 
 async def probe_server(client, base: str, engine: str | Engine | None = None) -> ServerProbe:
-    """What this server offers: the engine's server info, /metrics, model id."""
+    """What this server offers: the engine's server info, the model id."""
     engine = get_engine(engine)
     info = await server_info(client, base, engine)
-    models = await get_json(client, base + engine.models_path)
-    model = None
-    if models and models.get("data"):
-        model = models["data"][0].get("id")
-    return ServerProbe(
-        sglang=info is not None,
-        server_info=info,
-        model=model,
-        metrics=await snapshot_metrics(client, base, engine) is not None,
-    )
+    models = (await get_json(client, base + engine.models_path) or {}).get("data")
+    return ServerProbe(sglang=info is not None, model=models[0].get("id") if models else None)
 
 
 async def snapshot_metrics(client, base: str, engine: str | Engine | None = None) -> dict[str, float] | None:
@@ -355,32 +323,18 @@ def log_accept_lengths(text: str, engine: str | Engine | None = None) -> list[fl
     return [r["accept_len"] for r in rows if r["kind"] == "decode" and isinstance(r.get("accept_len"), (int, float))]
 
 
-# ---------------------------------------------------------------------------------------------
-# a few answers at once, for a look at a live server (notebook 04)
-# ---------------------------------------------------------------------------------------------
+# --- a few answers at once, for a look at a live server (notebook 04) ---
 def run_sync(coro):
     """asyncio.run, also from inside a running loop (Jupyter/papermill) via a helper thread."""
     import asyncio
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["v"] = asyncio.run(coro)
-        except BaseException as e:  # re-raised in the caller's thread
-            box["e"] = e
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "e" in box:
-        raise box["e"]
-    return box["v"]
+    with ThreadPoolExecutor(1) as pool:  # its exception is re-raised here, in the caller's thread
+        return pool.submit(asyncio.run, coro).result()
 
 
 def server_info_now(base_url: str, api_key: str | None = None, engine: str | Engine | None = None) -> dict | None:
@@ -409,14 +363,13 @@ def ask(
     engine: str | Engine = "sglang",
     chat_template: str | None = None,
 ):
-    """Send chat requests all at once (the server batches them); a DataFrame of tokens, verify steps and
-    accept length per prompt, in prompt order (latency_s: seconds from the first send to that answer).
+    """Send chat requests all at once (the server batches them); a DataFrame of tokens, verify steps and accept
+    length per prompt, in prompt order (latency_s: seconds from the first send to that answer).
 
-    Per-request acceptance comes from the source every release serves: the engine's native generate API
-    (`Engine.generate_request`, read by `Engine.read_response`), with the prompt rendered by the chat template
-    of `chat_template` (a tokenizer dir or 'embedded'; default: the server's own tokenizer path when it is a
-    local directory). Without a local tokenizer the OpenAI chat endpoint answers instead, and its acceptance
-    columns stay empty on releases whose chat endpoint carries no speculative fields."""
+    Acceptance comes from the engine's native generate API, which every release serves, the prompt rendered by
+    the chat template of `chat_template` (a tokenizer dir or 'embedded'; default: the server's tokenizer path
+    when local). Without a local tokenizer the OpenAI chat endpoint answers, its acceptance columns empty on
+    releases whose chat endpoint carries no speculative fields."""
     import asyncio
 
     import httpx

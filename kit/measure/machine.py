@@ -1,20 +1,14 @@
 """What else the machine did while a benchmark measured: load, CPU steal, GPU clocks, other GPU processes.
 
-A speedup is a ratio of two clocks; work the benchmark did not start (a browser, a build, a second job on
-the GPU) slows whichever arm it lands on. `Watch` samples the host every half second in a thread while
-`kit bench` runs (its samples go to the run's `machine.jsonl`), and `by_label` pools the samples that fall
-inside each arm's request windows, so every arm of a run reports what the machine was doing while it ran:
+A speedup is a ratio of two clocks; work the benchmark did not start slows whichever arm it lands on. `Watch`
+samples the host every half second in a thread while `kit bench` runs (into the run's `machine.jsonl`), and
+`by_label` pools the samples inside each arm's request windows: `others_cores` (cores busy outside the
+benchmark's process tree: /proc/stat busy time minus the tree's CPU time), `load1`, `steal_pct` (CPU time
+the hypervisor gave other guests) and, on NVIDIA GPUs (NVML), each SM clock against its maximum and the
+GPU processes that are not the benchmark's. Linux reads; elsewhere the CPU fields are None.
 
-- `others_cores`: CPU cores busy with processes outside the benchmark's own process tree (`/proc/stat`
-  busy time minus the tree's CPU time), the load that competes with a CPU server;
-- `load1`: the 1-minute load average (every runnable process, the benchmark's own included);
-- `steal_pct`: the share of CPU time the hypervisor gave to other guests;
-- on NVIDIA GPUs (NVML): each GPU's SM clock against its maximum, and the processes on the GPUs that are
-  not the benchmark's (a second job on the card).
-
-`busy_reason(summary)` is one line naming what was observed when any of it was enough to disturb a
-timing, else None; `kit.measure.metrics.inconclusive` then withholds the run's speedup headline (other work
-changes the arms' relative costs, which pairing cannot cancel). Linux reads; elsewhere the CPU fields are None.
+`busy_reason(summary)` names what was enough to disturb a timing, else None; `kit.measure.metrics.inconclusive`
+then withholds the speedup headline (other work changes the arms' relative costs, which pairing cannot cancel).
 
     with Watch(out_dir / "machine.jsonl"):
         ...measure...
@@ -63,7 +57,7 @@ class _Gpus:
             self.nvml = pynvml
             self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         except Exception:  # no driver, no library: no GPU facts
-            self.handles = []
+            pass
 
     def read(self, tree: set[int]) -> dict[str, Any]:
         if not self.handles:

@@ -1,14 +1,11 @@
 """Benchmark metrics: latency/throughput summaries, acceptance from every source, speedup CIs.
 
-Pure functions over the per-request records (`kit.measure.records.RequestRecord`, one line of
-`records.jsonl` each) — no HTTP, no pandas at import time, so the same code scores a live run, a resumed
-JSONL file or a record set built by hand in a test. What a server-side
-snapshot means (/metrics counter names, the server-info field) is the serving engine's
-(`kit.serving.engines`; a run record names its engine, default SGLang).
+Pure functions over request records (`kit.measure.records.RequestRecord`, one line of `records.jsonl` each):
+no HTTP, no pandas at import time, so a live run, a resumed JSONL file and a hand-built test set score alike.
+What a server snapshot means (/metrics names, the server-info field) is the engine's (`kit.serving.engines`).
 
-Acceptance length (AL) is "tokens emitted per target verify step, bonus token included", the
-SGLang definition (one request's: `RequestRecord.accept_length`). SGLang exposes it several ways and they
-do NOT measure the same thing:
+Acceptance length (AL) is "tokens emitted per target verify step, bonus token included" (SGLang's; one
+request's: `RequestRecord.accept_length`). SGLang exposes it several ways that do NOT measure the same thing:
 
   source            scope                     formula
   meta              this run, per request     `Acceptance.length` (pooled over the requests)
@@ -21,16 +18,9 @@ do NOT measure the same thing:
   stream            client side               mean tokens per streamed chunk after the first
                                               (one chunk per verify step when --stream-interval 1)
 
-`reconcile_acceptance` compares each source with the meta value of the same scope and returns
-`bench.accept_mismatch` findings when they disagree beyond a tolerance, each saying why that
-source can differ (`explain_mismatch`) — the seed's team had three numbers and no way to know
-which to trust; this says which ones agree, and why the others do not.
-
-`serving_block` prints one arm's summary the way `python -m sglang.bench_serving` does (its metric
-names, order, milliseconds, two decimals), followed by `acceptance_block`: every source, its scope,
-and whether it agrees.
-
-    from kit.measure.metrics import summarize, acceptance_sources, reconcile_acceptance, serving_block, speedup_ci
+`reconcile_acceptance` returns a `bench.accept_mismatch` finding for each source that disagrees with the meta
+value of its scope, saying why it can differ (`explain_mismatch`). `serving_block` prints one arm's summary as
+`python -m sglang.bench_serving` does, then `acceptance_block`: every source, its scope, whether it agrees.
 """
 
 from __future__ import annotations
@@ -53,14 +43,10 @@ ACCEPT_MISMATCH = Code(
     "bench.accept_mismatch",
     SECTION,
     "warning",
-    (
-        "two acceptance sources for the same run disagree beyond tolerance (per-request meta_info vs /metrics"
-        " deltas, /server_info lifetime, decode log lines, streamed chunk sizes)"
-    ),
-    (
-        "trust per-request meta_info; restart the server per configuration for cumulative sources; check "
-        "--stream-interval / --decode-log-interval"
-    ),
+    "two acceptance sources for the same run disagree beyond tolerance (per-request meta_info vs /metrics"
+    " deltas, /server_info lifetime, decode log lines, streamed chunk sizes)",
+    "trust per-request meta_info; restart the server per configuration for cumulative sources; check "
+    "--stream-interval / --decode-log-interval",
 )
 SPEEDUP_SINGLE_RUN = Code(
     "bench.speedup_single_run",
@@ -73,23 +59,15 @@ SPEEDUP_UNCERTAIN = Code(
     "bench.speedup_uncertain",
     SECTION,
     "warning",
-    (
-        "the run cannot support a speedup headline (it shows as inconclusive, with what the machine was doing"
-        " while each arm ran: `kit.measure.machine`): the paired interval is missing or wider than 1.5x "
-        "(high/low), the paired median and the arms' pooled tok/s ratio over the same requests lie on "
-        "opposite sides of 1.0, or the speedup exceeds the launch's accept length (each verify costs at least"
-        " one target step); with unpaired runs, an interval that straddles 1.0 or is wider than half the "
-        "speedup"
-    ),
-    (
-        "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; the "
-        "accept length stands either way"
-    ),
+    "the run cannot support a speedup headline (it shows as inconclusive, with what the machine was doing"
+    " while each arm ran: `kit.measure.machine`): the paired interval is missing or wider than 1.5x "
+    "(high/low), the paired median and the arms' pooled tok/s ratio over the same requests lie on "
+    "opposite sides of 1.0, or the speedup exceeds the launch's accept length (each verify costs at least"
+    " one target step); with unpaired runs, an interval that straddles 1.0 or is wider than half the "
+    "speedup",
+    "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; the "
+    "accept length stands either way",
 )
-
-# ---------------------------------------------------------------------------------------------
-# basic statistics
-# ---------------------------------------------------------------------------------------------
 
 
 def percentile(xs: Sequence[float], q: float) -> float:
@@ -108,39 +86,18 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def busy_time(intervals: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of [start, end] intervals.
-
-    Throughput divides by this instead of (last end - first start) so a run resumed an hour
+    """Length of the union of [start, end] intervals: throughput divides by it, so a run resumed an hour
     later does not count the hour it was not running."""
-    total, cur_s, cur_e = 0.0, None, None
+    total, covered = 0.0, -math.inf
     for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+        total += max(0.0, e - max(s, covered))
+        covered = max(covered, e)
     return total
 
 
-# ---------------------------------------------------------------------------------------------
-# per-request derived values
-# ---------------------------------------------------------------------------------------------
-
-
-def output_tokens(rec: RequestRecord) -> int:
-    """Server-reported completion tokens when present, else what the client counted."""
-    return rec.output_tokens
-
-
 def itls(rec: RequestRecord) -> list[float]:
-    """Inter-token latencies of one streamed request.
-
-    A chunk carrying k tokens (speculative decoding emits several per verify step) contributes
-    k gaps of (chunk gap / k) — the convention of sglang.bench_serving — so ITL stays a
-    per-token figure and is comparable between baseline and speculative runs."""
+    """Inter-token latencies of one streamed request: a chunk of k tokens (one verify step's) is k gaps of
+    (chunk gap / k), sglang.bench_serving's convention, so ITL stays per token across baseline and spec."""
     ts, ks = rec.chunk_t, rec.chunk_tok
     out: list[float] = []
     for i in range(1, len(ts)):
@@ -156,17 +113,10 @@ def measured(records: Iterable[RequestRecord], label: str | None = None) -> list
     return [r for r in records if r.ok and not r.warmup and (label is None or r.label == label)]
 
 
-# ---------------------------------------------------------------------------------------------
-# summaries
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(slots=True)
 class ServingSummary(JsonRecord):
-    """Throughput, latency and acceptance of one set of requests (`summarize`); `to_dict` is the per-arm and
-    per-run entry of summary.json, under these names. Only measured requests count (`measured`: successful,
-    not warmup); seconds throughout. Latencies: mean and percentiles (`percentile`) over requests (ttft, tpot,
-    e2e) or over tokens (itl)."""
+    """Throughput, latency and acceptance of one set of measured requests (`summarize`), seconds throughout;
+    `to_dict` is summary.json's per-arm and per-run entry. Latency percentiles are over requests, ITL's over tokens."""
 
     _UNSET_OMITTED = ("accept_length", "accept_length_decode", "accept_length_req_mean", "accept_length_field_mean",
                       "accept_rate")  # fmt: skip
@@ -312,20 +262,15 @@ def merge_histograms(hists: Iterable[Sequence[int] | None]) -> list[int]:
     """Element-wise sum of per-request correct-drafts histograms (bucket k = k drafts accepted)."""
     out: list[int] = []
     for h in hists:
-        if not h:
-            continue
-        if len(h) > len(out):
-            out += [0] * (len(h) - len(out))
-        for i, c in enumerate(h):
+        out += [0] * (len(h or ()) - len(out))
+        for i, c in enumerate(h or ()):
             out[i] += int(c)
     return out
 
 
 def per_position_acceptance(hist: Sequence[int]) -> list[float]:
-    """P(draft position i is accepted), i = 1..K, from a correct-drafts histogram.
-
-    Greedy verification accepts a prefix, so position i is accepted in every verify step
-    that accepted >= i drafts: sum(h[i:]) / sum(h)."""
+    """P(draft position i is accepted), i = 1..K, from a correct-drafts histogram: verification accepts a
+    prefix, so position i is accepted in every verify step that accepted >= i drafts: sum(h[i:]) / sum(h)."""
     total = sum(hist)
     if not total:
         return []
@@ -333,16 +278,13 @@ def per_position_acceptance(hist: Sequence[int]) -> list[float]:
 
 
 def stream_accept_length(recs: Sequence[RequestRecord]) -> float | None:
-    """Client-side AL: mean tokens per streamed chunk after the first (the first holds the
-    prefill token). Meaningful only for /generate streams where chunks carry exact token
-    counts; over-estimates if the server coalesces chunks for a slow reader."""
+    """Client-side AL: mean tokens per streamed chunk after the first (which holds the prefill token); exact
+    only for /generate streams, over-estimated when the server coalesces chunks for a slow reader."""
     ks = [k for r in recs if r.api == "sglang" for k in r.chunk_tok[1:] if k > 0]
     return sum(ks) / len(ks) if ks else None
 
 
-# ---------------------------------------------------------------------------------------------
-# server-side sources
-# ---------------------------------------------------------------------------------------------
+# --- server-side sources ---
 
 _PROM = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
@@ -351,12 +293,9 @@ def parse_prometheus(text: str) -> dict[str, float]:
     """Prometheus text format -> {metric name: value summed over label sets}."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _PROM.match(line.strip())
-        if m:
+        if m := _PROM.match(line.strip()):  # comments (# HELP, # TYPE) do not match
             try:
-                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+                out[m[1]] = out.get(m[1], 0.0) + float(m[3])
             except ValueError:
                 continue
     return out
@@ -385,17 +324,13 @@ _LLAMA_EVAL = re.compile(r"llama_perf_context_print:\s+eval time =\s+([\d.]+) ms
 
 def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
     """Per-generation timings llama.cpp prints (`llama_perf_context_print` blocks, in order):
-    [{"total_s", "total_tokens", "eval_s", "eval_runs"}] — the reference a client's timings are
-    checked against on llama-cpp-python's server."""
+    [{"total_s", "total_tokens", "eval_s", "eval_runs"}], what a client's timings are checked against."""
     out: list[dict] = []
     cur: dict = {}
     for line in lines:
-        m = _LLAMA_EVAL.search(line)
-        if m:
+        if m := _LLAMA_EVAL.search(line):
             cur = {"eval_s": float(m[1]) / 1000, "eval_runs": int(m[2])}
-            continue
-        m = _LLAMA_TOTAL.search(line)
-        if m:
+        elif m := _LLAMA_TOTAL.search(line):
             out.append({**cur, "total_s": float(m[1]) / 1000, "total_tokens": int(m[2])})
             cur = {}
     return out
@@ -411,11 +346,8 @@ class AcceptSource:
 
 
 def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | None = None) -> dict[str, AcceptSource]:
-    """Every AL source we can compute for one run -> {name: AcceptSource}.
-
-    `run_info` is the run record `kit.measure.bench` writes: server snapshots before/after
-    (`metrics_before`, `metrics_after`, `server_info_after`), parsed `log_accept_lengths`, and the
-    `engine` that reads the snapshots (default SGLang)."""
+    """Every AL source we can compute for one run -> {name: AcceptSource}; `run_info` (kit.measure.bench's run
+    record) holds the server snapshots, the decode log's accept lengths and the engine that reads them."""
     recs = measured(records)
     acc = acceptance_from_records(recs)
     run_info = run_info or RunRecord()
@@ -430,18 +362,10 @@ def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | N
     put("meta_decode", acc.length_decode, Acceptance.scope("length_decode"), None)
     put("meta_req_mean", acc.length_req_mean, Acceptance.scope("length_req_mean"), None)
     put("meta_field", acc.length_field_mean, Acceptance.scope("length_field_mean"), "meta_req_mean")
-    put(
-        "metrics_delta",
-        metrics_delta_accept_length(run_info.metrics_before, run_info.metrics_after, eng),
-        "run, /metrics counter deltas",
-        "meta",
-    )
-    put(
-        "server_info",
-        server_info_accept_length(run_info.server_info_after, eng),
-        "server lifetime (includes warmup and earlier runs)",
-        "meta_decode",
-    )
+    delta = metrics_delta_accept_length(run_info.metrics_before, run_info.metrics_after, eng)
+    put("metrics_delta", delta, "run, /metrics counter deltas", "meta")
+    lifetime = server_info_accept_length(run_info.server_info_after, eng)
+    put("server_info", lifetime, "server lifetime (includes warmup and earlier runs)", "meta_decode")
     logs = run_info.log_accept_lengths or []
     put("log", _mean(logs) if logs else None, f"decode log lines ({len(logs)})", "meta_decode")
     put("stream", stream_accept_length(recs), "client, tokens per streamed chunk", "meta_decode")
@@ -508,43 +432,47 @@ def explain_mismatch(name: str, value: float, reference: float) -> tuple[str, st
     return ("a different scope", f"{name} measures a different scope than the per-request value", trust)
 
 
-def reconcile_acceptance(
-    sources: dict[str, AcceptSource], label: str = "", tolerance: dict[str, float] | None = None
-) -> list[Finding]:
+def _off(sources: dict[str, AcceptSource], name: str) -> tuple[str, float, float, float, bool] | None:
+    """(reference, value, reference value, relative gap, within TOLERANCE?) of the source `name` against the
+    source it should agree with, None when there is none."""
+    ref = sources[name].compare_to
+    if ref not in sources:
+        return None
+    a, b = sources[name].value, sources[ref].value
+    rel = abs(a - b) / max(abs(b), 1e-9)
+    return ref, a, b, rel, rel <= TOLERANCE.get(name, 0.1)
+
+
+def reconcile_acceptance(sources: dict[str, AcceptSource], label: str = "") -> list[Finding]:
     """`bench.accept_mismatch` for each source that disagrees with the per-request value; the
     finding says why that source can differ (`explain_mismatch`) and which value to trust."""
-    tol = {**TOLERANCE, **(tolerance or {})}
     out = []
     for name, s in sources.items():
-        ref = s.compare_to
-        if not ref or ref not in sources:
+        off = _off(sources, name)
+        if off is None or off[4]:
             continue
-        a, b = s.value, sources[ref].value
-        rel = abs(a - b) / max(abs(b), 1e-9)
-        if rel > tol.get(name, 0.1):
-            short, why, fix = explain_mismatch(name, a, b)
-            out.append(
-                ACCEPT_MISMATCH(
-                    f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
-                    f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
-                    evidence={
-                        "source": name,
-                        "scope": s.scope,
-                        "value": round(a, 4),
-                        "reference": ref,
-                        "reference_value": round(b, 4),
-                        "why": why,
-                        "all_sources": {k: round(v.value, 4) for k, v in sources.items()},
-                    },
-                    fix=fix,
-                )
+        ref, a, b, rel, _ = off
+        short, why, fix = explain_mismatch(name, a, b)
+        out.append(
+            ACCEPT_MISMATCH(
+                f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
+                f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
+                evidence={
+                    "source": name,
+                    "scope": s.scope,
+                    "value": round(a, 4),
+                    "reference": ref,
+                    "reference_value": round(b, 4),
+                    "why": why,
+                    "all_sources": {k: round(v.value, 4) for k, v in sources.items()},
+                },
+                fix=fix,
             )
+        )
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# the result block, in the shape of `python -m sglang.bench_serving`
-# ---------------------------------------------------------------------------------------------
+# --- the result block, in the shape of `python -m sglang.bench_serving` ---
 
 # bench_serving's sections: (heading, summary key, metric name in its lines)
 _LATENCY_SECTIONS = (
@@ -573,12 +501,9 @@ def serving_block(
     max_concurrency: int | None,
     sources: dict[str, AcceptSource] | None = None,
 ) -> list[str]:
-    """One result block from a `summarize` result: the metric names, order, units (ms) and format of
-    `python -m sglang.bench_serving`, then an acceptance block with every source of this run.
-
-    Lines bench_serving prints that the kit does not measure (retokenized counts, goodput) are
-    left out; 'Failed requests' is added; 'Accept length' is the per-request value (meta), not the
-    server-lifetime figure bench_serving reads from /server_info (that one is listed below it)."""
+    """One result block of a `summarize` result in `python -m sglang.bench_serving`'s names, order, units (ms) and
+    format, then every acceptance source. Lines the kit does not measure (retokenized counts, goodput) are left
+    out, 'Failed requests' is added, and 'Accept length' is the per-request value (meta), not /server_info's."""
     lines = [
         "{s:{c}^{n}}".format(s=f" Serving Benchmark Result: {title} ", n=50, c="="),
         _line("Backend:", backend),
@@ -609,29 +534,20 @@ def serving_block(
     return lines
 
 
-def acceptance_block(sources: dict[str, AcceptSource], tolerance: dict[str, float] | None = None) -> list[str]:
+def acceptance_block(sources: dict[str, AcceptSource]) -> list[str]:
     """Every acceptance source of one run: its value, what it counts, and whether it agrees with the
     per-request value of the same scope (and if not, why not, in a few words)."""
-    tol = {**TOLERANCE, **(tolerance or {})}
     lines = ["{s:{c}^{n}}".format(s="Acceptance (tokens per verify step)", n=50, c="-")]
     for name, src in sources.items():
         note = src.scope
-        ref = src.compare_to
-        if ref in sources:
-            a, b = src.value, sources[ref].value
-            rel = abs(a - b) / max(abs(b), 1e-9)
-            note += (
-                f"; agrees with {ref}"
-                if rel <= tol.get(name, 0.1)
-                else (f"; {rel:.0%} off {ref}: {explain_mismatch(name, a, b)[0]}")
-            )
+        if off := _off(sources, name):
+            ref, a, b, rel, agrees = off
+            note += f"; agrees with {ref}" if agrees else f"; {rel:.0%} off {ref}: {explain_mismatch(name, a, b)[0]}"
         lines.append(_line(f"Accept length, {name}:", src.value) + f" {note}")
     return lines
 
 
-# ---------------------------------------------------------------------------------------------
-# speedup with a confidence interval from repeated runs
-# ---------------------------------------------------------------------------------------------
+# --- speedup with a confidence interval from repeated runs ---
 
 
 def _t_quantile(p: float, df: float) -> float:
@@ -646,27 +562,15 @@ def _t_quantile(p: float, df: float) -> float:
 def speedup_ci(
     baseline: Sequence[float], spec: Sequence[float], level: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """Speedup = mean(spec) / mean(baseline) of a per-run figure (e.g. output tok/s), with
-    two intervals over the repeated runs:
-
-    * t: Welch interval on log(throughput) differences (Satterthwaite df), exponentiated —
-      honest with 2-5 runs per arm, which is all a GPU budget usually allows;
-    * bootstrap: percentile interval resampling runs within each arm.
-
-    One unlucky baseline run can inflate a single-run speedup severalfold (the SpecBundle
-    FinanceQA row); with one run per arm the interval is reported as nan and flagged."""
+    """Speedup = mean(spec) / mean(baseline) of a per-run figure (e.g. output tok/s), with two intervals over
+    the repeated runs: `t_*`, Welch's on log throughput (Satterthwaite df), honest with the 2-5 runs a GPU
+    budget allows, and `boot_*`, a percentile bootstrap of runs within each arm. With one run per arm (where
+    one unlucky baseline can inflate a speedup severalfold) the intervals are nan."""
     b = [x for x in baseline if x and x > 0]
     s = [x for x in spec if x and x > 0]
-    out: dict[str, Any] = {
-        "n_baseline": len(b),
-        "n_spec": len(s),
-        "level": level,
-        "speedup": (_mean(s) / _mean(b)) if b and s else math.nan,
-        "t_low": math.nan,
-        "t_high": math.nan,
-        "boot_low": math.nan,
-        "boot_high": math.nan,
-    }
+    speedup = (_mean(s) / _mean(b)) if b and s else math.nan
+    out: dict[str, Any] = {"n_baseline": len(b), "n_spec": len(s), "level": level, "speedup": speedup}
+    out.update(dict.fromkeys(("t_low", "t_high", "boot_low", "boot_high"), math.nan))
     if len(b) < 2 or len(s) < 2:
         return out
     lb, ls = [math.log(x) for x in b], [math.log(x) for x in s]
@@ -687,15 +591,13 @@ def speedup_ci(
 
 
 def _bootstrap(resample: Callable[[], float], n_boot: int, level: float) -> tuple[float, float]:
-    """Percentile-bootstrap interval: `n_boot` draws of `resample()` (one statistic of one resample), sorted,
-    read at the interval's two quantiles."""
+    """Percentile-bootstrap interval of `n_boot` draws of `resample()` (one statistic of one resample)."""
     boots = sorted(resample() for _ in range(n_boot))
     return boots[int((1 - level) / 2 * (n_boot - 1))], boots[int((0.5 + level / 2) * (n_boot - 1))]
 
 
 def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
-    """Flag a speedup the repeats cannot support: one run per arm, or an interval that is wide
-    or straddles 1.0."""
+    """Flag a speedup the repeats cannot support: one run per arm, or an interval that is wide or straddles 1.0."""
     pre = f"{label}: " if label else ""
     if ci["n_baseline"] < 2 or ci["n_spec"] < 2:
         return [
@@ -721,14 +623,10 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
 def paired_speedup(
     ratios: Sequence[float], level: float = 0.95, target_half_width: float = 0.2, n_boot: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """Speedup from per-request ratios of one prompt under both arms (spec tok/s over baseline tok/s,
-    the arms interleaved so both see the same machine load): the median with a percentile-bootstrap
-    interval (`median_low`/`median_high`: resampled requests, seeded), and the geometric mean with a
-    t interval on the log ratios (`low`/`high`). Pairing removes the prompt-to-prompt spread that
-    dominates unpaired intervals. `brief` turns the result into `{median, ci95}`.
-
-    When the t interval's half width exceeds `target_half_width` (relative), `note` says so and how
-    many requests would narrow it (the half width shrinks as 1/sqrt(n))."""
+    """Speedup from paired ratios (spec tok/s over baseline tok/s of the same prompt, or repeat): the median
+    with a seeded percentile-bootstrap interval (`median_low`/`median_high`) and the geometric mean with a t
+    interval on the log ratios (`low`/`high`); pairing removes the prompt-to-prompt spread. When the t half
+    width exceeds `target_half_width`, `note` says how many requests would narrow it (it shrinks as 1/sqrt(n))."""
     ok = [r for r in ratios if r and r > 0]
     logs = [math.log(r) for r in ok]
     n = len(logs)
@@ -755,8 +653,8 @@ def paired_speedup(
 
 
 def repeat_ratios(runs: Iterable[dict[str, Any]], baseline_label: str, label: str) -> list[float]:
-    """Per-repeat speedups: `label`'s output tok/s over `baseline_label`'s in the same repeat (summary.json's
-    `runs` rows: one per arm x repeat, the arms interleaved within a repeat)."""
+    """Per-repeat speedups: `label`'s output tok/s over `baseline_label`'s in the same repeat (`runs`: summary.json's
+    rows, one per arm x repeat)."""
     rows = list(runs)
     base = {r["repeat"]: r.get("output_tok_s") for r in rows if r.get("label") == baseline_label}
     spec = {r["repeat"]: r.get("output_tok_s") for r in rows if r.get("label") == label}
@@ -771,13 +669,10 @@ def launch_speedup(
     accept_length: float | None = None,
     busy: str | None = None,
 ) -> dict[str, Any] | None:
-    """THE speedup of a launch over no speculation, the one figure a run's summary, its throughput figure and
-    notebook 05 show: paired per repeat (each repeat's output tok/s over the baseline's in the same repeat)
-    when both arms ran two or more repeats, else paired per request (each prompt's tok/s over its baseline
-    twin's: a one-repeat run); `paired_speedup`'s median with its bootstrap interval as `ci95`, `pairing`
-    ("repeat" / "request"), the ratios and the label. `tok_s_ratio` is the same arms' pooled output tok/s
-    ratio over the paired requests (the throughput panel's bars), and `inconclusive` says why the run cannot
-    support a headline (`inconclusive`), None when it can. None without a paired ratio."""
+    """THE speedup of a launch over no speculation (what a run's summary, its figures and notebook 05 show):
+    `paired_speedup` of the per-repeat ratios when both arms ran two or more repeats, else of the per-request
+    ones, plus `ci95`, `pairing` ("repeat" / "request"), the ratios, the label, `tok_s_ratio` (`pooled_ratio`)
+    and `inconclusive` (why no headline, else None). None without a paired ratio."""
     records = list(records)
     ratios, pairing = repeat_ratios(runs, baseline_label, label), "repeat"
     if len(ratios) < 2:
@@ -802,12 +697,11 @@ def inconclusive(
     accept_length: float | None = None,
     busy: str | None = None,
 ) -> str | None:
-    """Why a paired speedup cannot be a headline, or None when it can: the machine was busy while it ran
-    (`busy`: `kit.measure.machine.busy_reason`: other work on the CPUs or the GPU, steal, throttled clocks, which
-    change the arms' relative costs, so pairing cannot cancel them); its interval is missing or wider than
-    `MAX_CI_SPREAD` (high / low); the pooled tok/s ratio of the same requests points the other way from 1.0
-    (one of them more than 5% off it); or it beats what the accept length allows (each verify costs at least
-    one target step, so a launch that accepts A tokens per verify runs at most about A times as fast)."""
+    """Why a paired speedup cannot be a headline, or None when it can: the machine was busy (`busy`,
+    `kit.measure.machine.busy_reason`: other work changes the arms' relative costs, which pairing cannot
+    cancel); its interval is missing or wider than `MAX_CI_SPREAD`; the pooled tok/s ratio points the other way
+    from 1.0 (one of them over 5% off it); or it beats the accept length (each verify costs at least one
+    target step, so accepting A tokens per verify runs at most about A times as fast)."""
     lo, hi = ci95
     said = [f"the machine was busy ({busy})"] if busy else []
     if not (lo == lo and hi == hi and lo > 0):
@@ -841,8 +735,8 @@ def pooled_ratio(records: Iterable[RequestRecord], baseline_label: str, label: s
 
 
 def brief(speedup: dict[str, Any] | None) -> dict[str, Any] | None:
-    """`{median, ci95: [low, high], n}` of a `paired_speedup` result (None stays None): what a run
-    summary carries; a launch speedup adds its `pairing`, `tok_s_ratio` and `inconclusive` reason."""
+    """`{median, ci95: [low, high], n}` of a `paired_speedup` result (None stays None), plus a launch speedup's
+    `pairing`, `tok_s_ratio` and `inconclusive`: what a run summary carries."""
     if not speedup or not speedup.get("n"):
         return None
     r = lambda v: None if v is None or v != v else round(v, 3)  # noqa: E731  (NaN -> None)

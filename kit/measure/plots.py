@@ -1,13 +1,9 @@
 """Benchmark, sweep and oracle figures (seaborn), each saved as PNG and SVG next to the results.
 
-Every function takes request records (`kit.measure.records.RequestRecord`, what kit.measure.bench writes)
-or plain rows (kit.measure.sweep's, a summary),
-draws on a `matplotlib.figure.Figure` (no pyplot state, so nothing leaks between calls and it works
-headless with the Agg canvas), saves `<out_dir>/<name>.png` and `.svg`, and returns the figure. The
-figure carries its own PNG representation (`_repr_png_`), so Jupyter shows it as a picture whatever
-the matplotlib backend: a bare `Figure` is only drawn inline once pyplot's inline backend has been
-activated, which code that never touches pyplot does not do. `png_bytes(fig)` gives the same PNG for
-an ipywidgets `Image`.
+Every function takes request records (`kit.measure.records.RequestRecord`) or plain rows (a sweep's, a
+summary), draws on a `matplotlib.figure.Figure` (no pyplot state: nothing leaks between calls, and it works
+headless), saves `<out_dir>/<name>.png` and `.svg`, and returns the figure. The figure carries its own PNG
+(`_repr_png_`), so Jupyter shows it whatever the matplotlib backend; `png_bytes(fig)` gives it to an ipywidgets Image.
 
     accept_length_hist(records, out_dir)      tokens accepted per verify step, per configuration
     per_position_acceptance(records, out_dir) P(draft position i accepted), per configuration
@@ -20,12 +16,9 @@ an ipywidgets `Image`.
     decode_accept_len(frame, out_dir)         decode-log accept length per launch (notebook 04)
     engine_comparison(rows, out_dir)          tok/s and speedup per launch, one group per engine (GPU demo)
 
-Every figure reads without the code: a title says what is shown and `data` (a line built by
-`describe(...)`: model, draft, prompts, settings) says on what; axes are labelled with units,
-bars carry their values, long tick labels wrap.
-
-Figures answer "is speculation paying off and where": histograms and per-position curves
-show *how* a draft fails (position 1 already rejected = wiring; decaying tail = capacity).
+Every figure reads without the code: a title says what is shown, `data` (`describe(...)`) on what; axes carry
+units, bars their values. Per-position curves show *how* a draft fails (position 1 already rejected = wiring;
+decaying tail = capacity).
 """
 
 from __future__ import annotations
@@ -106,12 +99,8 @@ def _fit_ticks(ax, width: int = 14) -> None:
 def _label_bars(ax, fmt: str = "{:.2f}") -> None:
     for c in ax.containers:
         if hasattr(c, "patches"):
-            ax.bar_label(
-                c,
-                labels=[fmt.format(p.get_height()) if p.get_height() == p.get_height() else "" for p in c.patches],
-                fontsize=8,
-                padding=2,
-            )
+            heights = [p.get_height() for p in c.patches]
+            ax.bar_label(c, labels=[fmt.format(h) if h == h else "" for h in heights], fontsize=8, padding=2)
 
 
 def save(fig, out_dir: str | os.PathLike, name: str) -> list[Path]:
@@ -121,6 +110,13 @@ def save(fig, out_dir: str | os.PathLike, name: str) -> list[Path]:
     for p in paths:
         fig.savefig(p, dpi=120)
     return paths
+
+
+def _done(fig, what: str, data: str, out_dir, name: str):
+    """Title the figure (`_title`), save it (`save`), return it."""
+    _title(fig, what, data)
+    save(fig, out_dir, name)
+    return fig
 
 
 def _empty(ax, msg: str):
@@ -153,10 +149,9 @@ def accept_length_hist(records: Sequence[RequestRecord], out_dir, name: str = "a
         per_req += [{"config": label, "accept length": r.accept_length} for r in recs if r.verify_ct]
     if rows:
         sns.barplot(pd.DataFrame(rows), x="tokens per verify step", y="share", hue="config", ax=ax)
-        ax.set_xlabel("tokens emitted per verify step (bonus token included)")
-        ax.set_ylabel("share of verify steps")
+        ax.set(xlabel="tokens emitted per verify step (bonus token included)", ylabel="share of verify steps")
         _label_bars(ax)
-        _title(fig, "Tokens emitted per verify step", data)
+        what = "Tokens emitted per verify step"
     elif per_req:
         sns.histplot(
             pd.DataFrame(per_req),
@@ -167,14 +162,12 @@ def accept_length_hist(records: Sequence[RequestRecord], out_dir, name: str = "a
             stat="probability",
             common_norm=False,
         )
-        ax.set_xlabel("accept length of one request (tokens per verify step)")
-        ax.set_ylabel("share of requests")
-        _title(fig, "Per-request accept length", data)
+        ax.set(xlabel="accept length of one request (tokens per verify step)", ylabel="share of requests")
+        what = "Per-request accept length"
     else:
         _empty(ax, "no acceptance reported")
-        _title(fig, "Tokens emitted per verify step", data)
-    save(fig, out_dir, name)
-    return fig
+        what = "Tokens emitted per verify step"
+    return _done(fig, what, data, out_dir, name)
 
 
 def per_position_acceptance(
@@ -194,14 +187,11 @@ def per_position_acceptance(
     if rows:
         sns.lineplot(pd.DataFrame(rows), x="draft position", y="P(accepted)", hue="config", marker="o", ax=ax)
         ax.set_ylim(0, 1.02)
-        ax.set_xlabel("draft position (1 = first drafted token)")
-        ax.set_ylabel("P(position accepted)")
+        ax.set(xlabel="draft position (1 = first drafted token)", ylabel="P(position accepted)")
         ax.set_xticks(sorted({r["draft position"] for r in rows}))
     else:
         _empty(ax, "no acceptance histogram reported")
-    _title(fig, "Per-position acceptance (position 1 near 0 = wiring fault)", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Per-position acceptance (position 1 near 0 = wiring fault)", data, out_dir, name)
 
 
 def throughput_speedup(
@@ -211,10 +201,9 @@ def throughput_speedup(
     data: str = "",
     speedup: dict[str, dict] | None = None,
 ):
-    """Left: output tok/s per configuration (bars: the summary's pooled figure per label, the one a report quotes;
-    dots: repeats). Right: speedup vs baseline with its interval: `speedup` ({label: {median, ci95}}) when given,
-    else the summary's `launch_speedup` (`kit.measure.metrics.launch_speedup`: the figure the run's summary
-    and notebook 05 report), else (a summary from before it) the unpaired t-interval."""
+    """Left: output tok/s per configuration (bars: the summary's pooled figure; dots: repeats). Right: speedup vs
+    baseline with its interval: `speedup` ({label: {median, ci95}}), else the summary's `launch_speedup`, else
+    (an older summary) the unpaired t-interval."""
     import pandas as pd
     import seaborn as sns
 
@@ -229,8 +218,7 @@ def throughput_speedup(
         bars = ax1.bar(order, heights, alpha=0.6, color=sns.color_palette()[0])
         ax1.bar_label(bars, fmt="%.1f", fontsize=8, label_type="center")
         sns.stripplot(runs, x="label", y="output_tok_s", order=order, ax=ax1, color="black", size=5)
-        ax1.set_xlabel("configuration")
-        ax1.set_ylabel("output tok/s (dots: repeats)")
+        ax1.set(xlabel="configuration", ylabel="output tok/s (dots: repeats)")
         _fit_ticks(ax1)
     else:
         _empty(ax1, "no runs")
@@ -267,9 +255,7 @@ def throughput_speedup(
         _fit_ticks(ax2)
     else:
         _empty(ax2, "no baseline arm")
-    _title(fig, "Output throughput and speedup over the baseline", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Output throughput and speedup over the baseline", data, out_dir, name)
 
 
 def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data: str = ""):
@@ -315,9 +301,7 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         _fit_ticks(ax, width=22)
     else:
         _empty(ax, "no launch was benched against a baseline")
-    _title(fig, "Does speculation pay? Paired speedup over the same server without it", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Does speculation pay? Paired speedup over the same server without it", data, out_dir, name)
 
 
 def latency_cdfs(records: Sequence[RequestRecord], out_dir, name: str = "latency_cdfs", data: str = ""):
@@ -337,13 +321,13 @@ def latency_cdfs(records: Sequence[RequestRecord], out_dir, name: str = "latency
         sub = df[df["metric"] == metric] if len(df) else df
         if len(sub):
             sns.ecdfplot(sub, x="value", hue="config", ax=ax)
-            ax.set_xlabel(metric)
-            ax.set_ylabel("share of requests at or below" if metric != "ITL (ms)" else "share of tokens at or below")
+            ax.set(
+                xlabel=metric,
+                ylabel="share of requests at or below" if metric != "ITL (ms)" else "share of tokens at or below",
+            )
         else:
             _empty(ax, f"no {metric}")
-    _title(fig, "Latency distributions (time to first token, inter-token, end to end)", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Latency distributions (time to first token, inter-token, end to end)", data, out_dir, name)
 
 
 def sweep_heatmaps(
@@ -375,14 +359,11 @@ def sweep_heatmaps(
             if piv.notna().any().any():
                 sns.heatmap(piv, annot=True, fmt=fmt, cmap="viridis", ax=ax, cbar=False)
                 ax.set_title(what + " (best --speculative-num-draft-tokens)", fontsize=9)
-                ax.set_xlabel("--speculative-eagle-topk")
-                ax.set_ylabel("--speculative-num-steps")
+                ax.set(xlabel="--speculative-eagle-topk", ylabel="--speculative-num-steps")
             else:
                 _empty(ax, f"no {what}")
     conc = f"concurrency {concurrency}" if concurrency is not None else ""
-    _title(fig, "Speculative parameter sweep", ", ".join(x for x in (data, conc) if x))
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Speculative parameter sweep", ", ".join(x for x in (data, conc) if x), out_dir, name)
 
 
 def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs_observed", data: str = ""):
@@ -416,8 +397,7 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
         ax1.set_xticks(pos)
         ax1.set_xticklabels(names)
         _fit_ticks(ax1)
-        ax1.set_xlabel("configuration")
-        ax1.set_ylabel("accept length (tokens per verify step)")
+        ax1.set(xlabel="configuration", ylabel="accept length (tokens per verify step)")
         ax1.set_ylim(0, max(xs + ys) * 1.2)
         ax1.legend(loc="upper right", fontsize=8)
         top = max(xs + ys) * 1.1
@@ -428,12 +408,9 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
             ax.annotate(n, (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
         ax.set_xlim(0.9, top)
         ax.set_ylim(0.9, top)
-        ax.set_xlabel(f"expected accept length ({source})")
-        ax.set_ylabel("observed accept length (server)")
+        ax.set(xlabel=f"expected accept length ({source})", ylabel="observed accept length (server)")
         ax.legend(loc="upper left", fontsize=8)
-    _title(fig, f"Expected (oracle on the {source}) vs observed (server) accept length", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, f"Expected (oracle on the {source}) vs observed (server) accept length", data, out_dir, name)
 
 
 def engine_comparison(rows: Sequence[dict], out_dir, name: str = "engine_comparison", data: str = ""):
@@ -447,23 +424,19 @@ def engine_comparison(rows: Sequence[dict], out_dir, name: str = "engine_compari
     if len(df):
         sns.barplot(df, x="engine", y="tok_s", hue="launch", ax=ax1, errorbar=None)
         _label_bars(ax1, "{:.0f}")
-        ax1.set_xlabel("engine")
-        ax1.set_ylabel("output tok/s")
+        ax1.set(xlabel="engine", ylabel="output tok/s")
         sp = df.dropna(subset=["speedup"]) if "speedup" in df else df.iloc[0:0]
         if len(sp):
             sns.barplot(sp, x="engine", y="speedup", hue="launch", ax=ax2, errorbar=None)
             _label_bars(ax2, "{:.2f}x")
             ax2.axhline(1.0, color="gray", ls="--")
-            ax2.set_xlabel("engine")
-            ax2.set_ylabel("speedup over no speculation")
+            ax2.set(xlabel="engine", ylabel="speedup over no speculation")
         else:
             _empty(ax2, "no speedups")
     else:
         _empty(ax1, "no throughput")
         _empty(ax2, "no speedups")
-    _title(fig, "Speculation on real SGLang beside the kit's engine", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Speculation on real SGLang beside the kit's engine", data, out_dir, name)
 
 
 def oracle_wiring(results: dict[str, dict], out_dir, name: str = "03_oracle_wiring", data: str = ""):
@@ -480,14 +453,11 @@ def oracle_wiring(results: dict[str, dict], out_dir, name: str = "03_oracle_wiri
         bars = ax.bar(names, vals, color=sns.color_palette()[: len(names)])
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
         ax.axhline(1.0, color="grey", linestyle="--", label="1.0 = no draft token accepted")
-        ax.set_xlabel("wiring replayed by the oracle")
-        ax.set_ylabel("accept length (bonus included)")
+        ax.set(xlabel="wiring replayed by the oracle", ylabel="accept length (bonus included)")
         ax.set_ylim(0, max(vals) * 1.2)
         ax.legend(loc="upper right", fontsize=8)
         _fit_ticks(ax)
-    _title(fig, "Offline oracle: accept length per wiring", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Offline oracle: accept length per wiring", data, out_dir, name)
 
 
 def decode_accept_len(frame, out_dir, name: str = "04_accept_len", data: str = ""):
@@ -499,12 +469,9 @@ def decode_accept_len(frame, out_dir, name: str = "04_accept_len", data: str = "
         for launch, sub in frame.groupby("launch", sort=False):
             ax.plot(sub["interval"], sub["accept_len"], marker="o", label=str(launch))
         ax.axhline(1.0, color="grey", linestyle="--", lw=0.8)
-        ax.set_xlabel("decode-log interval (one 'Decode batch' line each)")
-        ax.set_ylabel("accept len (decode log)")
+        ax.set(xlabel="decode-log interval (one 'Decode batch' line each)", ylabel="accept len (decode log)")
         ax.legend(fontsize=8)
-    _title(fig, "Decode-log acceptance per launch", data)
-    save(fig, out_dir, name)
-    return fig
+    return _done(fig, "Decode-log acceptance per launch", data, out_dir, name)
 
 
 def bench_figures(result, out_dir, data: str | None = None) -> dict[Path, Any]:

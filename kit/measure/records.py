@@ -1,18 +1,14 @@
-"""The records of a benchmark, typed: one `RequestRecord` per request, as `kit.measure.client.send_one` builds it,
-`kit.measure.bench` tags and writes it and `kit.measure.metrics` scores it; one `RunRecord` per arm x repeat x
-session, what the server said around those requests (its snapshots, its log), which metrics reads as well.
+"""The records of a benchmark, typed: one `RequestRecord` per request (`kit.measure.client.send_one` builds it,
+`kit.measure.bench` tags and writes it, `kit.measure.metrics` scores it) and one `RunRecord` per arm x repeat x
+session (what the server said around those requests: its snapshots, its log).
 
-A record is one line of a run's `records.jsonl` (`runs.jsonl`). `to_dict` is what is written (the fields in
-declaration order, the optional ones only when set), so files written before the records were typed and after
-are the same; `from_dict` reads any such line back, ignoring keys it does not know and defaulting the ones it lacks.
-
-What a request's own figures mean is stated here once: `output_tokens` (which count wins) and `accept_length`
-(tokens per verify step of this one request); how the figures of many requests are pooled is
-`kit.measure.metrics.Acceptance`.
+A record is one line of a run's `records.jsonl` (`runs.jsonl`): `to_dict` writes the fields in order, the
+optional ones only when set, and `from_dict` reads any kit version's line back (unknown keys ignored, missing
+ones defaulted). What a request's own `output_tokens` and `accept_length` mean is stated here once; how many
+requests' figures are pooled is `kit.measure.metrics.Acceptance`.
 
     rec = RequestRecord(api="sglang", ok=True, completion_tokens=12, spec={"verify_ct": 5})
     rec.accept_length                                   # 2.4
-    RequestRecord.from_dict(json.loads(line)).to_dict() == json.loads(line)   # for a line the kit wrote
 """
 
 from __future__ import annotations
@@ -24,9 +20,8 @@ from typing import Any, Self
 
 
 class JsonRecord:
-    """A slots dataclass written as one JSON object (a JSONL line, a summary entry): `to_dict` writes the fields
-    in order and leaves out those named in `_UNSET_OMITTED` while they hold their default; `from_dict` is its
-    inverse for what any kit version wrote."""
+    """A slots dataclass written as one JSON object (a JSONL line, a summary entry); the fields named in
+    `_UNSET_OMITTED` are left out while they hold their default."""
 
     __slots__ = ()
     _UNSET_OMITTED: tuple[str, ...] = ()

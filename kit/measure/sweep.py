@@ -1,24 +1,19 @@
 """`python -m kit sweep`: a grid over speculative parameters and concurrency, one results table.
 
-For every (steps, topk, draft tokens) point — plus a no-speculation baseline — the
-server is relaunched through a *launcher* (a callable: point -> context manager yielding the
-server; `spec_launcher` wraps kit.serving.launch + kit.serving.process for SGLang or the CPU reference
-server), then `kit.measure.bench` runs each concurrency against it. A row per (point, concurrency)
-is appended to `results.jsonl` as soon as it is measured; rerunning skips measured rows (and
-inside a half-measured point, kit.measure.bench skips measured requests). `results.csv` is rewritten
-at the end with the speedup against the baseline at the same concurrency.
-
-Points are resolved the way SGLang resolves them (`kit.sglang.params.resolve`): a chain's draft
-tokens become steps + 1, and a tree point SGLang would refuse is skipped.
+For every (steps, topk, draft tokens) point, plus a no-speculation baseline, the server is relaunched through
+a *launcher* (point -> context manager yielding the server; `spec_launcher` wraps kit.serving.launch +
+kit.serving.process), then `kit.measure.bench` runs each concurrency against it. A row per (point, concurrency)
+is appended to `results.jsonl` as soon as it is measured; a rerun skips measured rows (and, inside a
+half-measured point, measured requests). `results.csv` is rewritten at the end with the speedup against the
+baseline at the same concurrency. Points are resolved as SGLang resolves them (`kit.sglang.params.resolve`):
+a chain's draft tokens become steps + 1, and a tree point SGLang would refuse is skipped.
 
     python -m kit sweep --launch "python -m sglang.launch_server --model-path T \\
         --speculative-algorithm EAGLE3 --speculative-draft-model-path D" \\
         --speculative-num-steps 1 3 5 --speculative-eagle-topk 1 4 --speculative-num-draft-tokens 4 8 --concurrency 1 8 --out-dir runs/sweep
     python -m kit sweep --engine reference --launch "python -m kit serve --speculative-draft-model-path D ..."
 
-In a notebook, `panel(launcher, out_dir)` shows an ipywidgets grid picker with Run and Stop buttons,
-progress per point, the growing results table and plots redrawn after each point (inert until clicked;
-`SweepPanel` says what it does).
+In a notebook, `panel(launcher, out_dir)` shows an ipywidgets grid picker with Run and Stop buttons (`SweepPanel`).
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import KitInputError, Report, emit
 from kit.measure.bench import BenchConfig, RecordLog, jsonable, resumable, run_bench
 from kit.serving.engines import ENGINES
@@ -70,30 +66,22 @@ class SpecGrid:
 
 @dataclass
 class SweepConfig:
-    launch: str | None = field(
-        default=None,
-        metadata={"help": "launch command of the speculative server (its spec flags are replaced per point)"},
-    )
-    engine: str = field(
-        default="sglang",
-        metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
-    )
+    launch: str | None = opt("launch command of the speculative server (its spec flags are replaced per point)")
+    engine: str = opt("sglang, or the kit's CPU reference server", "sglang", choices=list(ENGINES))
     spec: SpecGrid = field(default_factory=SpecGrid)
     concurrency: list[int] = field(default_factory=lambda: [1], metadata={"help": "concurrency levels"})
-    baseline: bool = field(default=True, metadata={"help": "also measure a no-speculation launch"})
-    api: str = field(default="sglang", metadata={"help": "endpoint for kit.measure.bench"})
-    prompts: str = field(default="builtin", metadata={"help": "builtin, builtin:<kind> or a JSONL file"})
-    chat_template: str | None = field(
-        default=None, metadata={"help": "tokenizer dir (or 'embedded') to render prompts with its chat template"}
-    )
-    num_prompts: int = field(default=8, metadata={"help": "measured requests per run"})
-    max_new_tokens: int = field(default=64, metadata={"help": "tokens per request"})
-    warmup: int = field(default=1, metadata={"help": "warmup requests per run (0: none; else at least one full batch)"})
-    repeats: int = field(default=1, metadata={"help": "runs per point (>= 2 for speedup intervals)"})
-    ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for each launch"})
-    out_dir: str = field(default="runs/sweep", metadata={"help": "results.jsonl/.csv, per-point bench dirs, logs"})
-    progress: bool = field(default=True, metadata={"help": "progress bars"})
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    baseline: bool = opt("also measure a no-speculation launch", True)
+    api: str = opt("endpoint for kit.measure.bench", "sglang")
+    prompts: str = opt("builtin, builtin:<kind> or a JSONL file", "builtin")
+    chat_template: str | None = opt("tokenizer dir (or 'embedded') to render prompts with its chat template")
+    num_prompts: int = opt("measured requests per run", 8)
+    max_new_tokens: int = opt("tokens per request", 64)
+    warmup: int = opt("warmup requests per run (0: none; else at least one full batch)", 1)
+    repeats: int = opt("runs per point (>= 2 for speedup intervals)", 1)
+    ready_timeout: float = opt("seconds to wait for each launch", 900.0)
+    out_dir: str = opt("results.jsonl/.csv, per-point bench dirs, logs", "runs/sweep")
+    progress: bool = opt("progress bars", True)
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 def grid(
@@ -103,10 +91,8 @@ def grid(
     baseline: bool = True,
     refused: dict[str, str] | None = None,
 ) -> list[Point]:
-    """Points SGLang would run, resolved as SGLang resolves them, de-duplicated, baseline first; `refused` (a
-    dict) gets {label: SGLang's reason} for each combination it would not run.
-
-    A draft-token count of 0 means "as many as the tree has" (`max_draft_tokens`)."""
+    """Points SGLang would run, resolved as SGLang resolves them, de-duplicated, baseline first; `refused` gets
+    {label: SGLang's reason} for each combination it would not run. 0 draft tokens: as many as the tree has."""
     pts: list[Point] = [None] if baseline else []
     for s in speculative_num_steps:
         for k in speculative_eagle_topk:
@@ -132,9 +118,7 @@ def missing(out_dir, points: list[Point], concurrency: list[int]) -> dict[Point,
     return {p: cs for p, cs in todo.items() if cs}
 
 
-# ---------------------------------------------------------------------------------------------
-# launchers
-# ---------------------------------------------------------------------------------------------
+# --- launchers ---
 
 
 @dataclass
@@ -155,11 +139,9 @@ def point_spec(base, point: Point):
 
 
 def spec_launcher(base, engine: str = "sglang", log_dir: str | None = None, ready_timeout: float = 900.0) -> Launcher:
-    """Launcher from a kit.serving.launch.LaunchSpec: the kit's names resolved and the flags this machine's
-    engine needs added once (`kit.serving.launch.resolve_local`: `embedded`, the demo draft, the bundle's flags,
-    each said on stderr); then per point, replace the speculative fields (all cleared for the baseline), pick a
-    free port, enable /metrics, start through kit.serving.process.ServerProcess (no orphans) and wait for
-    readiness."""
+    """Launcher from a kit.serving.launch.LaunchSpec, resolved once for this machine's engine
+    (`kit.serving.launch.resolve_local`, said on stderr); per point: its speculative fields (`point_spec`), a free
+    port, /metrics on, started through kit.serving.process.ServerProcess (no orphans), waited for."""
     import sys
 
     from kit.serving.launch import resolve_local
@@ -179,12 +161,11 @@ def spec_launcher(base, engine: str = "sglang", log_dir: str | None = None, read
 
 
 def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglang") -> list[Any]:
-    """Enter every launch (a `Launcher`'s context for one point; None passes through as None) and register its
-    stop on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the CPU
-    reference server, whose start is mostly imports and a model load), else one after another (SGLang on one
-    GPU sizes its memory pool from what is free as it starts, and after a failure the rest are not started);
-    servers started together keep this process's OpenMP wait policy (`kit.pin_omp_wait_policy`). If one fails,
-    those already up are stopped and its error is raised. Servers started together are stopped together."""
+    """Enter every launch (a `Launcher`'s context for one point; None passes through as None), its stop
+    registered on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the
+    CPU reference server), else one after another (SGLang on one GPU sizes its memory pool from what is free as
+    it starts; after a failure the rest are not started). If one fails, those already up are stopped and its
+    error raised. Servers started together are stopped together."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kit.serving.process import start_together
@@ -231,9 +212,7 @@ def url_of(server: Any) -> tuple[str, str | None]:
     return server.url, getattr(server, "log_file", None)
 
 
-# ---------------------------------------------------------------------------------------------
-# running
-# ---------------------------------------------------------------------------------------------
+# --- running ---
 
 
 def _row(point: Point, conc: int, res, expected: float | None, expected_from: str | None = None) -> dict:
@@ -269,10 +248,9 @@ def _row(point: Point, conc: int, res, expected: float | None, expected_from: st
 
 def bench_config(cfg, out_dir, **given) -> BenchConfig:
     """The `kit bench` of one measurement of a sweep or a tune (`cfg`: its request settings), resumable in
-    out_dir; `given`: the arms, concurrency and the rest. A warm-up (`--warmup` above 0) sends at least one full
-    batch (`--warmup` or the concurrency, whichever is more): a server compiles or captures the kernels of a batch shape the first
-    time it runs one (SGLang's Triton attention under `--skip-server-warmup`), and a measured batch that pays for
-    that is not the launch's speed."""
+    out_dir; `given`: the arms, concurrency and the rest. A warm-up sends at least one full batch: a server
+    compiles or captures the kernels of a batch shape the first time it runs one (SGLang's Triton attention
+    under `--skip-server-warmup`), and a measured batch that pays for that is not the launch's speed."""
     warmup = max(cfg.warmup, given.get("concurrency", 1)) if cfg.warmup else 0
     return BenchConfig(api=cfg.api, prompts=cfg.prompts, max_new_tokens=cfg.max_new_tokens, warmup=warmup,
                        chat_template=cfg.chat_template, progress=False, **resumable(out_dir), **given)  # fmt: skip
@@ -289,11 +267,9 @@ def run_sweep(
 ) -> list[dict]:
     """Measure every not-yet-measured (point, concurrency); returns all rows of results.jsonl.
 
-    `expected(point)` (e.g. the oracle) adds the expected accept length to each row;
-    `on_row(done, total, row)` is called after each row (progress bars, widget redraws).
-    A point whose launch or measurement raises is passed to `on_error(point, exc)` and the sweep goes
-    on with the next point (without `on_error` the exception propagates). `stop()` is asked before each
-    launch and each measurement; once it is true the sweep ends, its server stopped."""
+    `expected(point)` (e.g. the oracle) adds the expected accept length to each row; `on_row(done, total, row)`
+    hears each row; a point whose launch or measurement raises goes to `on_error(point, exc)` and the sweep
+    goes on (without `on_error` it propagates); `stop()` is asked before each launch and measurement."""
     out = Path(cfg.out_dir)
     results = RecordLog(out / "results.jsonl")
     points = grid(**dataclasses.asdict(cfg.spec), baseline=cfg.baseline)
@@ -364,11 +340,9 @@ def write_table(rows: list[dict], out: Path) -> Path:
     """results.csv (atomic), one row per (point, concurrency), with speedups."""
     import pandas as pd
 
-    df = pd.DataFrame(with_speedup(rows)).drop(
-        columns=["accept_sources", "findings", "output_tok_s_runs"], errors="ignore"
-    )
+    dropped = ["accept_sources", "findings", "output_tok_s_runs"]
     tmp = out / ".results.csv.tmp"
-    df.to_csv(tmp, index=False)
+    pd.DataFrame(with_speedup(rows)).drop(columns=dropped, errors="ignore").to_csv(tmp, index=False)
     tmp.replace(out / "results.csv")
     return out / "results.csv"
 
@@ -389,24 +363,14 @@ def sweep_findings(rows: list[dict], static_findings=(), training=None) -> Repor
     return Report().extend(verdict_table(joined, static_findings, training=training))
 
 
-# ---------------------------------------------------------------------------------------------
-# ipywidgets panel
-# ---------------------------------------------------------------------------------------------
+# --- ipywidgets panel ---
 
 
 RESTORE_HINT = "Sweep panel: run this cell to restore the panel (its controls live in the notebook's running kernel)."
 DRAFT_TOKENS_HINT = (
     "draft tokens <b>0</b> = let SGLang choose: steps + 1 for a chain (topk 1), every token the tree holds otherwise"
 )
-TABLE_COLUMNS = (
-    "label",
-    "concurrency",
-    "output_tok_s",
-    "accept_length",
-    "expected_accept_length",
-    "speedup",
-    "failed",
-)
+TABLE_COLUMNS = ("label", "concurrency", "output_tok_s", "accept_length", "expected_accept_length", "speedup", "failed")
 
 
 def _clock(seconds: float) -> str:
@@ -415,18 +379,13 @@ def _clock(seconds: float) -> str:
 
 
 class SweepPanel:
-    """The notebook's sweep panel: grid boxes, **Run sweep** / **Stop**, progress per point (which point,
-    elapsed, ETA), a results table that grows row by row, heatmaps redrawn after each point, and one message
-    line per event (a failed point is named, and the sweep goes on).
+    """The notebook's sweep panel: grid boxes, **Run sweep** / **Stop**, progress per point (elapsed, ETA), a
+    results table growing row by row, heatmaps redrawn after each point, one message line per event.
 
-    The sweep runs in a background thread, so the kernel stays responsive and **Stop** is heard: the sweep
-    ends before its next measurement and the server of the current point is stopped (the panel checks that
-    it no longer answers). Rows land in `results.jsonl` / `results.csv` as they are measured; a new panel on
-    the same folder (rerunning the cell) shows them and measures only the missing rows.
-
-    Displayed, it is two outputs: a one-line hint, hidden by the live widget's own style, then the widget.
-    A saved notebook reopened without its kernel shows the hint ("run this cell to restore the panel")
-    where the widget cannot be drawn."""
+    The sweep runs in a background thread, so **Stop** is heard: the sweep ends before its next measurement
+    and the current point's server is stopped (checked to no longer answer). A new panel on the same folder
+    shows the rows measured and measures only the missing ones. Displayed, it is a one-line hint (hidden by the
+    live widget's style; what a notebook reopened without its kernel shows), then the widget."""
 
     def __init__(
         self,
@@ -464,29 +423,14 @@ class SweepPanel:
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.request_stop())
         hide_hint = w.HTML(f"<style>#{self._hint_id} {{display: none}}</style>")
-        self.widget = w.VBox(
-            [
-                hide_hint,
-                w.HBox(
-                    [
-                        w.VBox([*self.boxes.values(), w.HTML(f"<small>{DRAFT_TOKENS_HINT}</small>")]),
-                        w.VBox([w.HBox([self.run_button, self.stop_button]), self.progress, self.status]),
-                    ]
-                ),
-                self.log,
-                self.table,
-                self.heatmap,
-                self.scatter,
-            ]
-        )
-        rows = load_rows(self.out_dir) if (self.out_dir / "results.jsonl").exists() else []
-        if rows:
+        grid = w.VBox([*self.boxes.values(), w.HTML(f"<small>{DRAFT_TOKENS_HINT}</small>")])
+        buttons = w.VBox([w.HBox([self.run_button, self.stop_button]), self.progress, self.status])
+        self.widget = w.VBox([hide_hint, w.HBox([grid, buttons]), self.log, self.table, self.heatmap, self.scatter])
+        if rows := load_rows(self.out_dir):
             self._say(
                 f"resuming: {len(rows)} rows already in {self.out_dir / 'results.csv'}; Run sweep measures the rest"
             )
             self._redraw(rows)
-
-    # -- display ----------------------------------------------------------------------------------
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -505,17 +449,14 @@ class SweepPanel:
         from kit.measure import plots
 
         cell = lambda v: "" if v is None or v != v else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
-        self.table.value = pd.DataFrame([{c: cell(r.get(c)) for c in TABLE_COLUMNS} for r in rows]).to_html(
-            index=False, border=0
-        )
+        table = pd.DataFrame([{c: cell(r.get(c)) for c in TABLE_COLUMNS} for r in rows])
+        self.table.value = table.to_html(index=False, border=0)
         spec_rows = [
             {**r, "observed_accept_length": r.get("accept_length")} for r in rows if r["speculative_num_steps"]
         ]
         self.heatmap.value = plots.png_bytes(plots.sweep_heatmaps(rows, self.out_dir))
         self.scatter.value = plots.png_bytes(plots.expected_vs_observed(spec_rows, self.out_dir))
         self.heatmap.layout.display = self.scatter.layout.display = None
-
-    # -- running ----------------------------------------------------------------------------------
 
     def config(self) -> SweepConfig:
         """The grid in the boxes as a SweepConfig; a box that is not a list of integers is a KitInputError."""
@@ -567,7 +508,7 @@ class SweepPanel:
         todo = missing(self.out_dir, points, cfg.concurrency)
         rows_todo = sum(map(len, todo.values()))
         t0, measured, failed = time.monotonic(), [0], []
-        state = {"index": 0, "point": None, "url": None, "last_url": None}
+        state = {"index": 0, "point": None, "last_url": None}
         self.progress.max, self.progress.value = max(rows_todo, 1), 0
 
         def show(phase: str) -> None:
@@ -584,10 +525,9 @@ class SweepPanel:
             state.update(index=state["index"] + 1, point=point)
             show("starting the server")
             with self.launcher(point) as server:
-                state["url"] = state["last_url"] = url_of(server)[0]
-                show(f"measuring on {state['url']}")
+                state["last_url"] = url_of(server)[0]
+                show(f"measuring on {state['last_url']}")
                 yield server
-            state["url"] = None
 
         def on_row(n: int, total: int, row: dict) -> None:
             measured[0] += 1
@@ -659,9 +599,7 @@ def panel(
     return SweepPanel(launcher, out_dir, base, expected, prompts)
 
 
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
+# --- CLI ---
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -681,14 +619,8 @@ def run(args: argparse.Namespace) -> int:
 
     plots.sweep_heatmaps(rows, cfg.out_dir)
     report = sweep_findings(rows)
-    report.facts = jsonable(
-        {
-            "sweep": [
-                {k: r.get(k) for k in ("label", "concurrency", "output_tok_s", "accept_length", "speedup")}
-                for r in rows
-            ]
-        }
-    )
+    keys = ("label", "concurrency", "output_tok_s", "accept_length", "speedup")
+    report.facts = jsonable({"sweep": [{k: r.get(k) for k in keys} for r in rows]})
     if not cfg.json:
         print(json.dumps(report.facts["sweep"], indent=1))
     return emit(report, cfg.json)

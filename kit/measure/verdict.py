@@ -1,30 +1,21 @@
 """Expected vs observed acceptance: is a low accept length a wiring fault or a weak draft?
 
-The oracle (`kit.reference.oracle`) runs the target and draft offline, in plain PyTorch, with the wiring
-done right, and says what accept length (AL) the draft *should* reach for given speculative
-parameters. The server says what it *does* reach. Joining the two separates the seed's three
-possible stories:
+The oracle (`kit.reference.oracle`) runs target and draft offline, in plain PyTorch, wired right, and says
+what accept length (AL, bonus token included: no draft token ever accepted is 1.0) the draft *should* reach;
+the server says what it *does* reach. Joining the two separates the seed's stories:
 
-  observed ~ 1 while expected well above 1   -> verdict.wiring_fault  (error)
-        the server never accepts a draft token although the draft can predict the target:
-        the serving stack is mis-wired. The static checks (`kit doctor` findings passed in as
-        `static_findings`) name the probable causes; the generic list below covers the rest.
-  observed clearly below expected (not ~1)   -> verdict.below_expected (warning)
-        partly wired: an aux-layer off-by-one, a different chat template, sampling settings.
+  observed ~ 1 while expected well above 1   -> verdict.wiring_fault  (error): the serving stack is mis-wired;
+        the static findings (`kit doctor`, passed as `static_findings`) name the probable causes
+  observed clearly below expected (not ~1)   -> verdict.below_expected (warning): partly wired
   both low                                   -> verdict.weak_draft    (warning): train more
   observed ~ expected                        -> verdict.healthy       (info)
 
-Where the expectation comes from is named one way (`expectation_source`, in each finding's `expected_from`):
-"transformers forward" (the oracle on the target's forward on one machine: `kit oracle`), "server capture" (the
-oracle on states captured inside the user's own SGLang server: `kit launch --capture-hidden`, then `kit oracle
---hidden-states`, the path for a target no single machine holds), or "training log" (the draft's training
-accuracies, `kit.reference.expect` / `kit expect`, an upper estimate: pass `training=` to
-`verdict_table`/`sweep_findings` for rows no oracle covered).
+Where the expectation comes from (`expectation_source`, each finding's `expected_from`): "transformers forward"
+(`kit oracle` on the target's forward), "server capture" (the oracle on states captured inside the user's
+SGLang server: `kit launch --capture-hidden`, then `kit oracle --hidden-states`), or "training log" (the
+draft's training accuracies, `kit expect`, an upper estimate: `training=` of `verdict_table`/`sweep_findings`).
 
-Accept lengths here include the bonus token (SGLang's completion_tokens / spec_verify_ct), so
-"no draft token ever accepted" is AL = 1.0.
-
-    from kit.measure.verdict import verdict, join_expected
+    from kit.measure.verdict import verdict
     findings = verdict(observed=1.0, expected=2.1, static_findings=doctor_report.findings)
 """
 
@@ -60,13 +51,7 @@ WEAK_DRAFT = Code(
     "expected and observed accept lengths both low: the draft itself is weak",
     "train longer / on data closer to the traffic",
 )
-HEALTHY = Code(
-    "verdict.healthy",
-    SECTION,
-    "info",
-    "observed accept length matches the oracle's expectation",
-    "—",
-)
+HEALTHY = Code("verdict.healthy", SECTION, "info", "observed accept length matches the oracle's expectation", "—")
 NO_DATA = Code(
     "verdict.no_data",
     SECTION,
@@ -93,10 +78,9 @@ GENERIC_CAUSES = [
 
 
 def expectation_source(oracle_doc=None, training=None) -> str:
-    """Where an expected accept length came from: the training log (`training`, a kit.reference.expect
-    Accuracies), states captured in a server (an oracle document, `OracleRun` or its dict, whose `hidden_states` source a server capture
-    wrote, `kit.measure.capture`), or the target's forward (any other oracle document, states the kit's own
-    engine saved included)."""
+    """Where an expected accept length came from: the training log (`training`, kit.reference.expect Accuracies),
+    states a server capture wrote (an oracle document, or its dict, whose `hidden_states` source says so), or
+    the target's forward (any other oracle document)."""
     if training is not None:
         return f"{TRAINING_LOG} ({training.source})"
     states = (
@@ -107,17 +91,14 @@ def expectation_source(oracle_doc=None, training=None) -> str:
 
 
 def _causes(static_findings: Iterable[Any]) -> list[str]:
-    """Static findings that could explain a fault, as 'code: title': errors first, then warnings, each in
-    the order found (the first is the verdict's first suspect: an `aux.algorithm` error before an NCCL
-    variable's warning)."""
+    """Static findings (Finding objects or their dicts) that could explain a fault, as 'code: title': errors
+    first, then warnings, each in the order found (the first is the verdict's first suspect)."""
     rank = {"error": 0, "warning": 1}
     found = []
     for f in static_findings or ():
-        sev = getattr(f, "severity", None) or (f.get("severity") if isinstance(f, dict) else None)
-        if sev in rank:
-            code = getattr(f, "code", None) or f.get("code")
-            title = getattr(f, "title", None) or f.get("title")
-            found.append((rank[sev], f"{code}: {title}"))
+        get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
+        if get("severity") in rank:
+            found.append((rank[get("severity")], f"{get('code')}: {get('title')}"))
     return [c for _, c in sorted(found, key=lambda r: r[0])]
 
 
@@ -134,18 +115,11 @@ def verdict(
 ) -> list[Finding]:
     """One verdict finding for an (observed, expected) accept-length pair; `expected_from` names its source."""
     pre = f"{label}: " if label else ""
-    ev: dict[str, Any] = {
-        "observed_accept_length": observed,
-        "expected_accept_length": expected,
-        "expected_from": expected_from,
-    }
+    ev: dict[str, Any] = {"observed_accept_length": observed, "expected_accept_length": expected}
+    ev["expected_from"] = expected_from
     if params:
         ev["params"] = params
-    if (
-        observed is None
-        or expected is None
-        or any(isinstance(x, float) and math.isnan(x) for x in (observed, expected))
-    ):
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (observed, expected)):
         return [
             NO_DATA(
                 f"{pre}no verdict: observed or expected accept length missing",
@@ -202,31 +176,18 @@ def oracle_expected(
     max_new_tokens: int = 32,
     hidden_states: str | None = None,
 ):
-    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point); its
-    `source` attribute names where the expectation comes from (`expectation_source`).
-
-    `hidden_states`: a capture folder (`kit launch --capture-hidden`): the oracle runs the draft on those states
-    (`kit oracle --hidden-states`), `target` then supplies only the embedding and head.
-    Uses the oracle's `meta_accept_length` (completion_tokens / spec_verify_ct, the definition
-    the server's meta_info and kit.measure.bench's `accept_length` use)."""
+    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point), its
+    `source` attribute naming where the expectation comes from (`expectation_source`). `hidden_states`: a
+    capture folder (`kit launch --capture-hidden`) the draft runs on, `target` then supplying only the embedding
+    and head. The oracle's `meta_accept_length` is the server's definition (completion_tokens / spec_verify_ct)."""
     cache: dict[Any, float] = {}  # SpecParams -> the oracle's accept length
 
     def expected(point) -> float:
         if point not in cache:
             from kit.reference.oracle import OracleConfig, run_config
 
-            doc = run_config(
-                OracleConfig(
-                    target=target,
-                    draft=draft,
-                    quick=quick,
-                    num_prompts=num_prompts,
-                    max_new_tokens=max_new_tokens,
-                    spec=point,
-                    hidden_states=hidden_states,
-                ),
-                log=lambda *_: None,
-            )
+            kw = dict(target=target, draft=draft, quick=quick, num_prompts=num_prompts, max_new_tokens=max_new_tokens)
+            doc = run_config(OracleConfig(**kw, spec=point, hidden_states=hidden_states), log=lambda *_: None)
             cache[point] = doc.results["requested"].meta_accept_length
             expected.source = expectation_source(doc)
         return cache[point]
@@ -246,22 +207,14 @@ def join_expected(
     observed_col: str = "accept_length",
     expected_col: str = "expected_accept_length",
 ) -> list[dict]:
-    """Left-join observed rows (sweep/bench results) with oracle rows on the speculative params.
-
-    Keys absent from both sides are ignored (e.g. no `target` column), so the same call works on
-    a single-model sweep and on a table spanning several drafts."""
+    """Left-join observed rows (sweep/bench results) with oracle rows on the speculative params; keys absent
+    from either side are ignored (e.g. no `target` column in a single-model sweep)."""
     use = [k for k in keys if any(k in r for r in observed_rows) and any(k in r for r in expected_rows)]
     index = {tuple(r.get(k) for k in use): r for r in expected_rows}
     out = []
     for r in observed_rows:
-        e = index.get(tuple(r.get(k) for k in use))
-        out.append(
-            {
-                **r,
-                "expected_accept_length": e.get(expected_col) if e else None,
-                "observed_accept_length": r.get(observed_col),
-            }
-        )
+        e = index.get(tuple(r.get(k) for k in use)) or {}
+        out.append({**r, "expected_accept_length": e.get(expected_col), "observed_accept_length": r.get(observed_col)})
     return out
 
 
@@ -277,11 +230,9 @@ def training_expected(training, row: dict) -> float | None:
 def verdict_table(
     joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS, training=None
 ) -> list[Finding]:
-    """A verdict per joined row, labelled by its speculative params; a row's `expected_from` names the source
-    of its expectation (default: the transformers forward).
-
-    `training` (a kit.reference.expect.Accuracies) supplies the expected accept length of rows the
-    oracle did not cover."""
+    """A verdict per joined row, labelled by its speculative params; a row's `expected_from` names the source of
+    its expectation (default: the transformers forward); `training` (kit.reference.expect.Accuracies) supplies
+    the expected accept length of rows the oracle did not cover."""
     static = list(static_findings or ())
     out = []
     for r in joined:

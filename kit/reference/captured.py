@@ -1,12 +1,8 @@
 """Target hidden states captured along the target's greedy path: one folder format, and the oracle's input from it.
 
-Why: the oracle's expected accept length needs the target's states at the draft's capture points over the
-target's own greedy continuation. The kit computes them with its own engine when the target fits one machine;
-for a target that does not (Kimi-K2.5: ~1T parameters, TP8) they have to come from the serving stack that
-already holds it. This module is the one format every producer writes and the oracle reads, so the draft runs
-offline on them exactly as on the kit's own forward (`kit.reference.oracle._walk`). Besides the folder, the oracle
-needs only the target's embedding (and head, for an `EAGLE` launch): two tensors read from the target's
-checkpoint, never the rest of its weights.
+Why: a target too big for one machine (Kimi-K2.5: ~1T parameters, TP8) has its states captured by the serving
+stack that holds it; every producer writes this one format and the oracle runs the draft on it as on the kit's own
+forward. Besides the folder it needs only the target's embedding (and head, for `EAGLE`) from its checkpoint.
 
 Folder layout (`write_capture` / `read_capture`):
 
@@ -51,12 +47,11 @@ class Capture:
     notes: dict = field(default_factory=dict)
 
     def seqs(self) -> list[tuple[list[int], list[int]]]:
-        """(prompt ids, continuation ids) per request, the shape `kit.reference.oracle` works on."""
+        """(prompt ids, continuation ids) per request."""
         return [(s[:n], s[n:]) for s, n in zip(self.ids, self.prompt_lens)]
 
     def features(self, points: list[int] | None) -> list:
-        """Per request the draft's input under a wiring: the columns of `points` in that order, or the final
-        state (None). A point or the final state the capture lacks is a one-line error naming them."""
+        """Per request the draft's input: the columns of `points` in that order, or the final state (None)."""
         import torch
 
         if points is None:
@@ -69,11 +64,6 @@ class Capture:
         H = self.hidden_size
         cols = [self.points.index(p) for p in points]
         return [torch.cat([a[:, j * H : (j + 1) * H] for j in cols], -1) for a in self.aux]
-
-    def target_stub(self, target_dir: str | os.PathLike | None, dtype: str = "float32"):
-        """What the draft takes from its target (`Eagle3Draft.attach_target`, `capture_points_for`): the layer
-        count, the input embedding and the output head, the last two read alone from the target's checkpoint."""
-        return EmbeddingTarget(target_dir, self.num_hidden_layers, dtype)
 
 
 def write_capture(out: str | os.PathLike, cap: Capture) -> Path:
@@ -159,9 +149,8 @@ def read_capture(path: str | os.PathLike, dtype: str = "float32") -> Capture:
 
 
 class EmbeddingTarget:
-    """A target reduced to what a draft takes from it: `config` (layer count), `get_input_embeddings()` and
-    `get_output_embeddings()` (the head is the embedding when the checkpoint ties them). Tensors are found by
-    name suffix (`embed_tokens.weight`, `lm_head.weight`), so wrapper classes (`language_model.model...`) work."""
+    """A target reduced to `config` (layer count), `get_input_embeddings()` and `get_output_embeddings()` (the
+    embedding when tied), tensors found by name suffix so wrapper classes (`language_model.model...`) work."""
 
     def __init__(self, target_dir: str | os.PathLike | None, num_hidden_layers: int, dtype: str = "float32"):
         from kit.models import resolve_target
@@ -172,7 +161,7 @@ class EmbeddingTarget:
         self._embed = self._head = None
 
     def _tensor(self, suffix: str):
-        """The one tensor named `...suffix` (the shortest such name), read alone (safetensors maps the shard)."""
+        """The tensor named `...suffix` (the shortest such name), read alone."""
         import torch
         from safetensors import safe_open
 

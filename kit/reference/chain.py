@@ -1,15 +1,11 @@
 """Which EAGLE-3 chain pays on this machine: the target's forward cost by token count, measured here, against
 the draft's recorded accept length per chain.
 
-A chain s-1-(s+1) drafts s tokens and verifies s+1 in one target forward. Per verify it gains the accept
-length (tokens kept, bonus included) and costs that forward plus s + 1 draft forwards (s steps, one extend).
-What a forward of n tokens costs against one token is the CPU's small-M GEMM, and CPUs differ: on a 2-core AMD
-EPYC with AVX2 only, 1/2/3/4 tokens took 88/83/104/90 ms in fp32, 1/3/4 tokens 51/61/58 ms on fp16 weights
-(`GemmPlan.half`; 3-1-4 beats 2-1-3 either way); on a 2-core Xeon with AMX 60/61/62/81 ms in fp32 (2-1-3
-wins). So the pick is measured: `forward_ms` times the target on this machine, a draft step is priced at one
-target token's time scaled by the draft's share of the target's weights (what a bandwidth-bound step reads), and
-the accept lengths come from the draft's `training.json` (its oracle run per chain, which `kit train-draft`
-records).
+A chain s-1-(s+1) gains the accept length per verify and costs one target forward of s+1 tokens plus s + 1 draft
+forwards. An n-token forward's cost is the CPU's small-M GEMM, and CPUs differ (2-core EPYC AVX2, 1/2/3/4
+tokens: 88/83/104/90 ms fp32, 3-1-4 wins; 2-core Xeon AMX: 60/61/62/81 ms, 2-1-3 wins). So `forward_ms` times
+the target here, a draft step costs one target token scaled by the draft's share of the weights, and the accept
+lengths come from the draft's `training.json` (its oracle run per chain, recorded by `kit train-draft`).
 
     python -m kit.reference.chain                 # the pick for the embedded target and the shipped draft
     pick_chain("embedded", draft_dir)             # ChainPick(params, why, forward_ms, predicted)
@@ -106,14 +102,7 @@ def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, de
     The measurement is cached under $KIT_CACHE_DIR/chain-pick, keyed by target, draft files, CPU and torch."""
     import hashlib
 
-    from kit.models import (
-        cache_dir,
-        measurement_machine,
-        resolve_target,
-        shipped_draft,
-        target_id,
-        write_cache_json,
-    )
+    from kit.models import cache_dir, measurement_machine, resolve_target, shipped_draft, target_id, write_cache_json
 
     draft_dir = Path(draft_dir or shipped_draft())
     record = draft_dir / "training.json"

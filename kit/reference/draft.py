@@ -1,23 +1,15 @@
-"""Reference EAGLE-3 draft in plain PyTorch, with the numerics of SGLang's default release.
+"""Reference EAGLE-3 draft in plain PyTorch computing what SGLang's `LlamaForCausalLMEagle3` computes
+(`srt/models/llama_eagle3.py`, default release), for the oracle, the CPU reference server and the trainer:
 
-Why: the oracle, the CPU reference server and the smoke trainer need a draft that computes
-exactly what SGLang's `LlamaForCausalLMEagle3` computes (`srt/models/llama_eagle3.py`):
+* the fc gate: `fc` (after `input_norm` / per-chunk `fc_norm`) runs only when the incoming hidden width differs
+  from the embedding width: a single-layer state skips it silently;
+* layer 0 input `cat([input_layernorm(embeds), hidden_norm(h)])`, residual = un-normalized h; layers i>=1 use
+  `hidden_norm` as their fused residual-add pre-norm; final `norm(h + residual)`, the next step's state pre-norm
+  unless `norm_output`; logits over the draft vocab, mapped to target ids through `d2t`;
+* `embed_tokens` / `lm_head` taken from the target as SGLang's worker does (`set_embed`, `set_embed_and_head`).
 
-* the fc gate: `fc` (with `input_norm` / per-chunk `fc_norm` first) runs only when the incoming
-  hidden width differs from the embedding width — a single-layer state skips it silently;
-* layer 0 input `cat([input_layernorm(embeds), hidden_norm(h)])`, residual = un-normalized h;
-  layers i>=1 use `hidden_norm` as their fused residual-add pre-norm (SGLang, not HF naming);
-* final `norm(h + residual)`; the state fed to the next draft step is pre-norm unless
-  `norm_output`; logits over the draft vocab, mapped to target ids through `d2t`;
-* `embed_tokens` / `lm_head` replaced by the target's as SGLang's worker does (`set_embed`,
-  `set_embed_and_head`), when a target model is given.
-
-    from kit.reference.draft_io import load_draft
-    draft = load_draft("path/to/draft", target_model=model)   # SGLang layout (others converted; kit.reference.draft_io)
+    draft = kit.reference.draft_io.load_draft("path/to/draft", target_model=model)   # checkpoint I/O lives there
     logits, aux, kv = draft(input_ids, hidden, positions)     # [B,T,Vd], [B,T,H], per-layer (k, v)
-
-Checkpoint I/O (SGLang's key renames, layouts, saving) is kit.reference.draft_io;
-`python -m kit.reference.draft_io DIR` loads a draft and prints its structure.
 """
 
 from __future__ import annotations
@@ -30,7 +22,7 @@ from torch import nn
 
 from kit.findings import KitInputError
 from kit.hf import HFConfig
-from kit.reference.llama import activation
+from kit.reference.llama import RMSNorm, activation
 from kit.reference.target import half_applies, half_product, half_weight
 from kit.sglang.draft_config import ABSENT, read_draft_config
 from kit.sglang.loader import rules_for
@@ -85,30 +77,18 @@ class DraftSpec:
             )
         if c.target_hidden_size is None:
             raise KitInputError(f"{source}: target_hidden_size is null (SGLang fails building fc)")
-        H = c.hidden_size
+        same = ("hidden_size", "num_aux", "vocab_size", "draft_vocab_size", "rms_norm_eps", "hidden_act")
+        same += ("tie_word_embeddings", "norm_before_fc", "fc_norm", "norm_output", "attention_bias", "rope_theta")
         return cls(
-            hidden_size=H,
+            **{k: getattr(c, k) for k in (*same, "rope_scaling", "aux_layer_ids")},
             target_hidden_size=int(c.effective_target_hidden_size),
-            num_aux=c.num_aux,
             num_layers=c.num_hidden_layers or 1,
             num_heads=c.num_attention_heads,
             num_kv_heads=c.num_key_value_heads,
             head_dim=c.head_dim_or_default,
-            intermediate_size=c.intermediate_size or 4 * H,
-            vocab_size=c.vocab_size,
-            draft_vocab_size=c.draft_vocab_size,
-            rms_norm_eps=c.rms_norm_eps,
-            hidden_act=c.hidden_act,
-            tie_word_embeddings=c.tie_word_embeddings,
-            norm_before_fc=c.norm_before_fc,
-            fc_norm=c.fc_norm,
-            norm_output=c.norm_output,
+            intermediate_size=c.intermediate_size or 4 * c.hidden_size,
             fc_bias=c.bias,
-            attention_bias=c.attention_bias,
-            rope_theta=c.rope_theta,
-            rope_scaling=c.rope_scaling,
             has_target_hidden_size=c.target_hidden_size is not ABSENT,
-            aux_layer_ids=c.aux_layer_ids,
             raw=cfg,
         )
 
@@ -123,19 +103,6 @@ class Linear(nn.Linear):
         if half_applies(self.half, self.weight, self.bias):
             return half_product(self, self.weight, x)
         return super().forward(x)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dt = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dt)
 
 
 def rope_inv_freq(spec: DraftSpec) -> torch.Tensor:
@@ -254,16 +221,11 @@ class Eagle3Draft(nn.Module):
         self.load_lm_head_from_target = spec.draft_vocab_size is None and not spec.tie_word_embeddings
         self.head_rows: int | None = None  # logits sliced to the first N columns (SGLang logits processor)
         self.load_report: dict | None = None  # set by kit.reference.draft_io.load_draft: dropped / missing keys
-        self.source_dir = None  # the checkpoint directory it was loaded from
         self.half = False  # products on fp16-packed weights (`use_plan`)
-
-    # -- vocab ------------------------------------------------------------------------------
-    def head_weight(self) -> torch.Tensor:
-        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     def head_rows_weight(self) -> torch.Tensor:
         """The rows of the head the logits use (`head_rows`: the EAGLE worker keeps the first Vd of the target's)."""
-        w = self.head_weight()
+        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return w if self.head_rows is None else w[: self.head_rows]
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
@@ -282,7 +244,6 @@ class Eagle3Draft(nn.Module):
             if half_applies(self.half, self.head_rows_weight()):
                 half_weight(self, self.head_rows_weight())
 
-    # -- forward ----------------------------------------------------------------------------
     def project(self, hidden: torch.Tensor, embed_width: int) -> torch.Tensor:
         """SGLang's fc gate: fc (and its norms) only when the incoming width != embedding width."""
         if hidden.shape[-1] == embed_width:
@@ -295,15 +256,10 @@ class Eagle3Draft(nn.Module):
         return self.fc(hidden)
 
     def forward(self, input_ids, hidden, positions, past_kv=None, mask=None, logits_at=None):
-        """One draft pass.
-
-        input_ids [B,T]; hidden [B,T,W] (W = k*Ht fused, or H for a single state / a draft step);
-        positions [B,T]; past_kv: per-layer (k, v) [B,nkv,S,hd] the new tokens attend to (all of it);
-        mask: bool [T, S+T] overriding the default (past visible, new causal); logits_at: long [B], the
-        one position per row whose logits are wanted (a draft extend needs only its last token's: the
-        vocabulary projection of a whole prompt is skipped), logits then [B,1,Vd'].
-        Returns (logits [B,T,Vd'], next-step hidden [B,T,H], per-layer (k, v) of the new tokens).
-        """
+        """One draft pass: input_ids [B,T]; hidden [B,T,W] (k*Ht fused, or H); positions [B,T]; past_kv: per-layer
+        (k, v) [B,nkv,S,hd], all visible; mask: bool [T, S+T] overriding past-visible/new-causal; logits_at: long
+        [B], the one position per row whose logits are wanted (logits then [B,1,Vd']).
+        Returns (logits [B,T,Vd'], next-step hidden [B,T,H], per-layer (k, v) of the new tokens)."""
         embeds = self.embed_tokens(input_ids)
         h = self.project(hidden, embeds.shape[-1])
         residual = None
@@ -333,7 +289,6 @@ class Eagle3Draft(nn.Module):
             return half_product(self, w, normed)
         return normed @ w.t()
 
-    # -- SGLang worker behaviour ------------------------------------------------------------
     def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:
         """Share the target's embedding / lm_head exactly as SGLang's `init_lm_head` does."""
         embed = target_model.get_input_embeddings().weight
@@ -355,15 +310,11 @@ class Eagle3Draft(nn.Module):
         return self
 
     def _set(self, name: str, weight: torch.Tensor):
-        if name == "lm_head":
-            if self.lm_head is None:  # tied: lm_head is the embedding
-                return
+        if not isinstance(weight, nn.Parameter):
+            weight = nn.Parameter(weight, requires_grad=False)
+        if name == "embed_tokens":
+            self.embed_tokens.weight = weight
+        elif self.lm_head is not None:  # tied: lm_head is the embedding
             if self.lm_head.weight.shape != weight.shape:
                 self.lm_head = Linear(weight.shape[1], weight.shape[0], bias=False)
-            self.lm_head.weight = (
-                weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
-            )
-        else:
-            self.embed_tokens.weight = (
-                weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
-            )
+            self.lm_head.weight = weight

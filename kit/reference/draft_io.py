@@ -1,13 +1,12 @@
 """EAGLE-3 draft checkpoints in and out of `kit.reference.draft.Eagle3Draft`, the way SGLang's default release loads them.
 
-Loading follows `LlamaForCausalLMEagle3.load_weights`: legacy renames (`midlayer` -> `layers.0`,
-`aux_norm_*` -> `fc_norm.*`), `model.` prefix fallback, `d2t` -> `hot_token_id`, `t2d` skipped,
-unmatched keys dropped (reported here, silent in SGLang), shape mismatches loud, parameters the
-checkpoint lacks left at their constructor value. Saving writes the SGLang layout (`midlayer.*` for
-one layer, so every SGLang era loads it) plus `d2t`/`t2d`, atomically.
+Loading follows `LlamaForCausalLMEagle3.load_weights`: legacy renames (`midlayer` -> `layers.0`, `aux_norm_*` ->
+`fc_norm.*`), `model.` prefix fallback, `d2t` -> `hot_token_id`, `t2d` skipped, unmatched keys dropped (reported
+here, silent in SGLang), shape mismatches loud, missing parameters left at init. Saving writes the SGLang layout
+(`midlayer.*` for one layer, which every SGLang era loads) plus `d2t`/`t2d`, atomically.
 
-    from kit.reference.draft_io import load_draft, save_draft
     draft = load_draft("dir", target_model=model)        # speculators layout goes through kit.checkpoint.convert
+    python -m kit.reference.draft_io DIR                 # load a draft and print its structure
 """
 
 from __future__ import annotations
@@ -82,45 +81,33 @@ def read_state_dict(d: Path) -> dict[str, torch.Tensor]:
         return torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True)
     if not files:
         raise KitInputError(f"{d}: no *.safetensors or pytorch_model.bin")
-    state = {}
-    for f in files:
-        state.update(load_file(f))
-    return state
-
-
-def _to_sglang_layout(d: Path, cfg: HFConfig) -> tuple[HFConfig, dict[str, torch.Tensor]]:
-    """Non-SGLang layouts (speculators) go through the converter (kit.checkpoint.convert) in memory."""
-    from kit.checkpoint.convert import convert_in_memory
-
-    config, state = convert_in_memory(d)
-    return HFConfig.of(config, d / "config.json"), state
+    return {k: v for f in files for k, v in load_file(f).items()}
 
 
 def load_draft(
     path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.float32, drop_keys: tuple = ()
 ) -> Eagle3Draft:
-    """Load a draft directory (SGLang layout; speculators via kit.checkpoint.convert) into an `Eagle3Draft`.
-
-    With `target_model`, embedding/lm_head are shared from it as SGLang's worker does for
-    `algorithm`. `drop_keys` simulates a loader that silently drops those checkpoint keys.
-    The load report (dropped keys, params left at init) is kept on `draft.load_report`.
-    """
+    """Load a draft directory into an `Eagle3Draft` (report on `draft.load_report`). With `target_model`,
+    embedding/lm_head are shared as SGLang's worker does for `algorithm`; `drop_keys` simulates a loader that
+    silently drops those checkpoint keys."""
     from kit.checkpoint.hf_config import read_config
 
     cfg, d = read_config(path)
     if d is None:
         raise KitInputError(f"{path}: give the draft directory (weights are needed), not a lone config")
     if "speculators_model_type" in cfg or "transformer_layer_config" in cfg:
-        cfg, state = _to_sglang_layout(d, cfg)
+        from kit.checkpoint.convert import convert_in_memory
+
+        config, state = convert_in_memory(d)
+        cfg = HFConfig.of(config, d / "config.json")
     else:
         state = read_state_dict(d)
     spec = DraftSpec.from_config(cfg, str(d / "config.json"))
     model = Eagle3Draft(spec).to(dtype)
     rep = load_state(model, state, tuple(drop_keys))
     model.load_report = rep
-    model.source_dir = d
     if drop_keys:
-        reset_params(model, [k for k in rep["dropped"]])
+        reset_params(model, rep["dropped"])
     if target_model is not None:
         model.attach_target(target_model, algorithm)
     return model.eval()
@@ -134,11 +121,8 @@ def save_draft(
     include_embed: bool = False,
     dtype=torch.float32,
 ) -> Path:
-    """Write an SGLang-layout checkpoint (`midlayer.*` for one layer: loads in old and new SGLang), weights
-    in `dtype` (d2t/t2d keep their integer/bool types).
-
-    Atomic: written to a temp dir, then renamed. `extra_files` are JSON-dumped next to it.
-    """
+    """Write an SGLang-layout checkpoint, weights in `dtype` (d2t/t2d keep their types), via a temp dir renamed
+    into place; `extra_files` are JSON-dumped next to it."""
     import shutil
     import tempfile
 

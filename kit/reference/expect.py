@@ -1,34 +1,26 @@
 """`python -m kit expect`: the accept length a draft should reach, from its training accuracies alone.
 
-A 1T-parameter target cannot run the oracle (kit.reference.oracle) on a laptop, but every EAGLE-3 trainer
-logs per-position (TTT step) accuracies. This turns them into the accept length SGLang would report
-(bonus token included) for a chain (`--speculative-eagle-topk 1`) or a tree (topk, num_draft_tokens).
+A 1T-parameter target cannot run the oracle on a laptop, but every EAGLE-3 trainer logs per-position (TTT step)
+accuracies. This turns them into the accept length SGLang would report (bonus included) for a chain or a tree.
 
-Sources it reads (the last value logged per position; eval before train unless `--split`):
-* SpecForge logs: `train/acc_0 ... train/acc_6` (and `eval/acc_k`, `ploss_k` beside them). SpecForge
-  computes acc_k over all positions with the true tokens as input (test-time training); its own
+Sources (the last value logged per position; eval before train unless `--split`):
+* SpecForge logs: `train/acc_k`, `eval/acc_k`, computed with the true tokens as input; its own
   `simulated_acc_len` multiplies them, i.e. reads them as *conditional* accuracies.
-* speculators logs: `full_acc_k` (all of steps 0..k correct: *cumulative*) and `cond_acc_k` (step k
-  correct given 0..k-1 correct: *conditional*); cond_acc is preferred.
-* the kit's own trainer: `kit_provenance.json` of a draft (`epochs[-1].step_acc`, SpecForge's definition).
-* typed by hand: `--acc 0.745 0.62 0.55` (`--accuracy-kind` says which kind; default conditional).
+* speculators logs: `full_acc_k` (*cumulative*: steps 0..k all correct) and `cond_acc_k` (*conditional*), preferred.
+* the kit's trainer: a draft's `kit_provenance.json` (`epochs[-1].step_acc`, SpecForge's definition).
+* by hand: `--acc 0.745 0.62 0.55` (`--accuracy-kind`; default conditional).
 
 Model (assumptions, printed with every answer):
-1. Position k accepts with the conditional probability c_k; a chain of s steps reaches
-   AL = 1 + sum_k prod_{j<=k} c_j (SpecForge's simulated_acc_len plus SGLang's bonus token).
+1. Position k accepts with conditional probability c_k: a chain of s steps reaches AL = 1 + sum_k prod_{j<=k} c_j.
 2. Positions beyond the logged ones repeat the last logged accuracy.
-3. Trees: at depth j the true token is the draft's rank-r candidate with probability c_j for r = 1 and
-   (1 - c_j) q (1 - q)^(r-2) for r >= 2 (`--second-choice-share` q: the share of top-1 misses caught by the
-   next candidate, geometric after it); the draft's scores are calibrated, so SGLang's selection of the
-   num_draft_tokens - 1 best-scored nodes (topk beams per depth) keeps the nodes most likely to be on the
-   true path, and AL = 1 + the sum of the kept nodes' path probabilities.
+3. Trees: at depth j the true token is the rank-r candidate with probability c_j for r = 1 and
+   (1 - c_j) q (1 - q)^(r-2) for r >= 2 (`--second-choice-share` q); scores are calibrated, so SGLang's
+   num_draft_tokens - 1 best-scored nodes are the likeliest, and AL = 1 + the sum of their path probabilities.
 
-Checked against the oracle on the kit's quick demo draft (SmolLM2-135M target, 4 prompts x 40 tokens, CPU):
-its training accuracies [0.54, 0.387, 0.234] predict a 3-1-4 chain AL of 1.80, the oracle measures 1.21
-(per-position 1.23); fed the oracle's own depth rates the same formula gives 1.229, so the chain formula
-holds and the gap is training vs served data (training accuracy is optimistic: read the answer as an upper
-estimate). For the 3-4-8 tree the oracle measures 1.34; its depth-1 top-4 coverage (0.31 against 0.17 top-1)
-gives q = 0.06, hence the default 0.1 (0.25 would predict 2.16, 0.1 gives 1.96 from the same accuracies).
+Checked against the oracle on the quick demo draft (SmolLM2-135M, 4 prompts x 40 tokens): training accuracies
+[0.54, 0.387, 0.234] predict a 3-1-4 chain AL of 1.80, the oracle measures 1.21, and its own depth rates give
+1.229: the formula holds, training accuracy is optimistic (read an upper estimate). For the 3-4-8 tree (oracle
+1.34) the depth-1 top-4 coverage (0.31 against 0.17 top-1) gives q = 0.06, hence the default 0.1.
 
     python -m kit expect --acc 0.745                               # the seed's step-0 accuracy
     python -m kit expect --log train.log --speculative-eagle-topk 8 --speculative-num-draft-tokens 32
@@ -95,7 +87,6 @@ class Accuracies:
         return out
 
 
-# -- reading -------------------------------------------------------------------------------------
 def _last_per_index(hits: list[tuple[str, int, float]], split: str) -> tuple[list[float], str] | None:
     """Values by position index, the last logged one per index, for the chosen split."""
     splits = {s for s, _, _ in hits}
@@ -153,7 +144,6 @@ def read_accuracies(path: str | Path, split: str = "auto") -> Accuracies:
     return parse_log(text, split, str(p))
 
 
-# -- the model -----------------------------------------------------------------------------------
 def extend(cond: list[float], steps: int) -> list[float]:
     """Positions 1..steps: the logged ones, then the last logged one repeated (assumption 2)."""
     if not cond:

@@ -1,16 +1,10 @@
 """Llama-layout targets (llama, mistral, qwen2, qwen3) built from `config.json` + safetensors with torch alone.
 
-Why: the CPU reference server starts five times in `kit demo`, and importing transformers' model classes
-costs about 5 s of CPU in each process on a 2-core EPYC, more than reading SmolLM2's weights. The modules
-here carry the attribute names and the arithmetic of transformers' Llama family for everything
-`kit.reference.target.RaggedTarget` runs (RMSNorm, projections, rotary tables, SiLU MLP, tied head), so a
-`RaggedTarget` over either model gives the same tokens and features, bit for bit
-(kit/tests/reference/test_llama.py compares them). Only the modules are ours: the weights are the
-checkpoint's own tensors, and what a checkpoint has (attention biases, qwen3's q/k norms) is read from
-its keys, not assumed from its model type.
-
-A target this does not cover (a scaled rope type, another layout, weights that are not plain safetensors)
-is named by `unsupported` and loaded by transformers instead (`kit.models.load_target`).
+Why: importing transformers' model classes costs ~5 s of CPU per process on a 2-core EPYC (the reference server
+starts five times in `kit demo`). These modules carry the attribute names and arithmetic of transformers' Llama
+family for everything `kit.reference.target.RaggedTarget` runs, so either model gives the same tokens and
+features bit for bit (kit/tests/reference/test_llama.py). What a checkpoint has (attention biases, qwen3's q/k
+norms) is read from its keys. A target this does not cover is named by `unsupported` and loaded by transformers.
 
     from kit.reference.llama import load_llama, unsupported
     why = unsupported(model_dir)            # None: load_llama(model_dir) serves it
@@ -32,8 +26,8 @@ LAYOUT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 def activation(name: str):
-    """The activation `hidden_act` names: SiLU here (transformers' ACT2FN["silu"] is nn.SiLU, i.e. F.silu),
-    any other from transformers' table (importing it costs about 2 s of CPU)."""
+    """The activation `hidden_act` names: F.silu (what transformers' ACT2FN["silu"] runs), else transformers'
+    table (a ~2 s import)."""
     if name == "silu":
         return F.silu
     from transformers.activations import ACT2FN
@@ -121,12 +115,11 @@ class Rotary(nn.Module):
         super().__init__()
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
-        self.attention_scaling = 1.0
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
         freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)  # transformers scales both by 1.0 here
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -224,9 +217,8 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
     for f in _weight_files(d):
         state.update(load_file(str(f)))
     model = LlamaLayout(c, set(state))
-    # Each weight gets memory of its own. Loaded tensors sit at their file offsets (8-byte aligned); at some
-    # thread counts the CPU GEMM splits an unaligned operand differently, and its sums then differ in the last
-    # bits from those of the same weights in memory torch allocated (64-byte aligned), as transformers' are.
+    # Each weight gets memory of its own: loaded tensors sit at 8-byte-aligned file offsets, and at some thread
+    # counts the CPU GEMM splits an unaligned operand differently, changing the last bits of its sums.
     state = {k: v.to(dtype, copy=True) for k, v in state.items()}
     tied = "lm_head.weight" not in state
     if tied:
@@ -242,10 +234,9 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
 
 
 def load_engine_target(target, dtype: str = "float32", device: str = "cpu"):
-    """(model, tokenizer) for code that runs the target's modules through `RaggedTarget` and never calls its
-    forward (the decode engine `kit.refserver.decoder`, the oracle): on a CPU, `load_llama` when it covers the target (a
-    server start then imports no transformers model code), else `kit.models.load_target`. On a GPU the start
-    is not what a run waits for, and the CUDA-graph engine keeps transformers' modules."""
+    """(model, tokenizer) for code that runs the target's modules through `RaggedTarget` (the decode engine, the
+    oracle): `load_llama` on a CPU when it covers the target, else `kit.models.load_target` (on a GPU the
+    CUDA-graph engine keeps transformers' modules)."""
     from kit.models import load_target, load_tokenizer, resolve_target
 
     d = resolve_target(target)

@@ -1,25 +1,20 @@
 """`python -m kit oracle`: the accept length a draft *should* get, measured offline on CPU.
 
-Greedy target, given prompts. The target runs once over its own greedy continuation (teacher
-forcing) with the aux states captured in the same pass, both through the kit's engine
-(`kit.reference.target.RaggedTarget`, the module's fp32 products: `ORACLE_PLAN`; on a CPU the target is
-loaded by `kit.reference.llama` when it covers it, so no transformers model code is imported); the draft extends over the whole
-sequence; then at every position the draft tree is expanded exactly as SGLang would
-(kit.reference.speculate.draft_trees: chain for speculative_eagle_topk 1, tree by cumulative score otherwise) and we count
-how many of the target's next greedy tokens the tree contains.
+The target runs once over its own greedy continuation (teacher forcing) through the kit's engine
+(`kit.reference.target.RaggedTarget` on fp32 products, `ORACLE_PLAN`), capturing the aux states in the same
+pass; the draft extends over the whole sequence; at every position the draft tree is expanded as SGLang would
+(`kit.reference.speculate.draft_trees`) and we count how many of the target's next greedy tokens it holds.
 
 Reported (SGLang's definitions, bonus token included):
-* `accept_length`: the decode walk — start after the prefill token, accept, jump, repeat —
-  i.e. what the server log's `accept len` would show for these requests;
+* `accept_length`: the decode walk (after the prefill token: accept, jump, repeat), the server log's `accept len`;
 * `meta_accept_length`: completion_tokens / spec_verify_ct as in `/generate` meta_info;
 * `position_accept_length`: the mean over every position (less noisy, not what SGLang shows);
 * `depth_rates[d]`: share of positions whose first d+1 draft tokens were all accepted;
 * `histogram`: accepted draft tokens per verify step of the walk.
 
-Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc bypassed),
-`--algorithm EAGLE` (the seed's launch: aux off + target head), `--layer-shift 1`,
-`--drop-keys-version V [--drop-keys-layout speculators]` (keys that SGLang release's loader drops
-silently, via kit.sglang.loader.simulate_load; `kit.sglang.loader.DROPS_SPECULATORS_KEYS` is one).
+Fault switches reproduce the seed: `--no-aux-capture` (single final state, fc bypassed), `--algorithm EAGLE`
+(aux off + target head), `--layer-shift 1`, `--drop-keys-version V [--drop-keys-layout speculators]` (the keys
+that release's loader drops silently; `kit.sglang.loader.DROPS_SPECULATORS_KEYS` is one).
 
     python -m kit oracle [--draft DIR] [--speculative-num-steps 3 --speculative-eagle-topk 1 ...] [--json]
     python -m kit oracle --hidden-states CAPTURE_DIR --draft DIR [--target T]   # on captured target states
@@ -32,6 +27,7 @@ import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Self
 
 from kit import config as kconfig
@@ -94,8 +90,7 @@ class OracleConfig:
 
 @dataclass
 class OracleResult:
-    """The oracle under one wiring; the figures are defined in this module's docstring. `to_dict` is its entry
-    in `OracleRun.results`: the per-step walk left out, the two rates added."""
+    """The oracle under one wiring (figures: the module docstring); `to_dict` leaves the walk out, adds two rates."""
 
     params: str  # SpecParams.label() of the resolved parameters
     wiring: str  # Wiring.describe()
@@ -122,7 +117,7 @@ class OracleResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
-        """From its written entry (the rates, derived, are dropped; `accept_lengths` reads as empty)."""
+        """From its written entry (the derived rates dropped; `accept_lengths` reads as empty)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -140,8 +135,10 @@ class OracleSkipped:
 
 @dataclass
 class OracleRun:
-    """What `run_config` returns, caches and `kit oracle --json` prints (`to_dict`, the keys in this order, the
-    optional ones only when set): one result per wiring replayed."""
+    """What `run_config` returns, caches and `kit oracle --json` prints: one result per wiring replayed
+    (`to_dict`: keys in this order, the optional ones only when set)."""
+
+    _OPTIONAL = ("reference_generation_s", "hidden_states", "token_path")
 
     draft: str  # the draft dir
     params: str  # SpecParams.label() of the resolved parameters
@@ -152,12 +149,7 @@ class OracleRun:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"draft": self.draft, "params": self.params}
-        if self.reference_generation_s is not None:
-            d["reference_generation_s"] = self.reference_generation_s
-        if self.hidden_states is not None:
-            d["hidden_states"] = self.hidden_states
-        if self.token_path is not None:
-            d["token_path"] = self.token_path
+        d |= {k: getattr(self, k) for k in self._OPTIONAL if getattr(self, k) is not None}
         d["results"] = {name: r.to_dict() for name, r in self.results.items()}
         return d
 
@@ -167,30 +159,21 @@ class OracleRun:
             name: OracleSkipped(**r) if "skipped" in r else OracleResult.from_dict(r)
             for name, r in d.get("results", {}).items()
         }
-        return cls(
-            draft=d["draft"],
-            params=d["params"],
-            reference_generation_s=d.get("reference_generation_s"),
-            hidden_states=d.get("hidden_states"),
-            token_path=d.get("token_path"),
-            results=results,
-        )
+        return cls(d["draft"], d["params"], *(d.get(k) for k in cls._OPTIONAL), results=results)
 
     def written(self) -> OracleRun:
         """This run as a cached read returns it (through JSON: string keys, lists)."""
         return OracleRun.from_dict(json.loads(json.dumps(self.to_dict())))
 
 
-# The oracle's products: the module's own fp32 path on every machine, never the GEMM plan a CPU measures (fp16
-# weights where they stream faster). Its results are cached by settings, target, draft and code, so they must
-# not depend on whether this machine was quiet enough to measure a plan when the oracle first ran.
+# The module's own fp32 products on every machine, never a measured GEMM plan: cached results must not depend on
+# whether this machine was quiet enough to measure a plan when the oracle first ran.
 ORACLE_PLAN = MODULE_PATH
 
 
 def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, the target's greedy continuation) per prompt, decoded together by the kit's engine on the
-    module's own fp32 products (`ORACLE_PLAN`); cached under $KIT_CACHE_DIR/oracle-refs keyed by the target's
-    weights identity, the prompt ids and the length (generation dominates the cost)."""
+    """(prompt ids, the target's greedy continuation) per prompt, decoded together on `ORACLE_PLAN`; cached under
+    $KIT_CACHE_DIR/oracle-refs by the target's weights, the prompt ids and the length."""
     import hashlib
 
     from kit.models import cache_dir, chat_ids, write_cache_json
@@ -198,15 +181,9 @@ def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> 
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
     ident = getattr(getattr(target, "config", None), "_name_or_path", "") or type(target).__name__
-    blob = json.dumps(
-        {
-            "t": ident,
-            "n": sum(p.numel() for p in target.parameters()),
-            "w": float(target.get_output_embeddings().weight[:4].detach().sum()),
-            "rows": rows,
-            "m": max_new_tokens,
-        }
-    )
+    n = sum(p.numel() for p in target.parameters())
+    w = float(target.get_output_embeddings().weight[:4].detach().sum())
+    blob = json.dumps({"t": ident, "n": n, "w": w, "rows": rows, "m": max_new_tokens})
     f = cache_dir() / "oracle-refs" / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
     if f.exists():
         return [(r, c) for r, c in json.loads(f.read_text())]
@@ -227,10 +204,8 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
 
 
 def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[list[list], float]:
-    """The features each capture point set gives the draft over every (prompt, continuation), from one
-    teacher-forced `RaggedTarget` pass over all sequences that captures the union of the sets. Per sequence
-    [N, H * len(points)] in the set's order (None: the final post-norm state, the target's norm over the last
-    layer's output, as the engine computes it). Returns ([per set: per sequence features], seconds)."""
+    """Per capture point set, per sequence, the draft's features [N, H * len(points)] (None: the final post-norm
+    state), from one teacher-forced `RaggedTarget` pass capturing the union of the sets; and its seconds."""
     import torch
 
     from kit.reference.target import Piece, RaggedTarget, decoder_of
@@ -258,9 +233,8 @@ def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[l
 def evaluate_each(
     target, draft, seqs, params: SpecParams, wirings: dict[str, Wiring], capture=None
 ) -> dict[str, OracleResult]:
-    """The oracle per named wiring over the same (prompt_ids, continuation) pairs: the target's features come
-    from one shared pass (`target_features`), or from `capture` (a `kit.reference.captured.Capture` of these
-    sequences, `target` then only its embedding and head); each wiring then runs its draft over them."""
+    """The oracle per named wiring over the same (prompt_ids, continuation) pairs, the target's features from one
+    shared pass or from `capture` (a `kit.reference.captured.Capture`; `target` then only embedding and head)."""
     from kit.reference.speculate import capture_points_for, prepare_draft
 
     p = params.resolved()
@@ -282,8 +256,8 @@ def evaluate_each(
 
 
 def save_capture(target, draft, seqs, out, wiring: Wiring = Wiring()) -> None:
-    """Write the target states the oracle reads for `draft` under `wiring` (its capture points) and the final
-    state, over `seqs`, as a capture folder (`kit.reference.captured`): what a serving stack's capture writes."""
+    """Write the target states the oracle reads for `draft` under `wiring`, and the final state, over `seqs`, as a
+    capture folder (`kit.reference.captured`)."""
     from kit.reference.captured import Capture, write_capture
     from kit.reference.speculate import capture_points_for
 
@@ -312,9 +286,7 @@ def _walk(d, seqs, feats_per_seq, p: SpecParams, wiring: Wiring, t_target: float
     from kit.reference.speculate import draft_trees
 
     per_pos, walk, hist = [], [], {}
-    meta_tokens = 0
-    t_draft = 0.0
-    n_tok = n_steps = 0
+    t_draft, meta_tokens, n_tok, n_steps = 0.0, 0, 0, 0
     for (prompt, cont), feats in zip(seqs, feats_per_seq):
         S = list(prompt) + list(cont)
         n, N = len(prompt), len(S)
@@ -325,31 +297,23 @@ def _walk(d, seqs, feats_per_seq, p: SpecParams, wiring: Wiring, t_target: float
                 torch.tensor([S[1:]], device=dev), feats[None, : N - 1], torch.arange(N - 1, device=dev)[None]
             )
         roots = list(range(n, N - 1))  # position of the last verified token
-        trees = draft_trees(
-            d,
-            logits[0, [r - 1 for r in roots]],
-            aux[0, [r - 1 for r in roots]],
-            kv,
-            prefix_len=roots,
-            pos=[r - 1 for r in roots],
-            p=p,
-        )
+        last = [r - 1 for r in roots]
+        trees = draft_trees(d, logits[0, last], aux[0, last], kv, prefix_len=roots, pos=last, p=p)
         t_draft += time.perf_counter() - t1
         n_tok += N
         n_steps += len(roots) * p.speculative_num_steps
         acc = {r: accepted(tk, pa, S[r + 1 : r + 1 + p.speculative_num_steps]) for r, (tk, pa, _) in zip(roots, trees)}
         per_pos += [a for r, a in acc.items() if r + p.speculative_num_steps < N]  # full depth available
         # the decode walk: the prefill token is S[n]; each verify step emits accepted + bonus
-        r, steps, emitted = n, 0, 1
+        r = n
+        meta_tokens += 1
         while r < N - 1:
             a = acc[r]
             kept = min(a + 1, N - 1 - r)
             walk.append(kept)
             hist[a] = hist.get(a, 0) + 1
-            steps += 1
-            emitted += kept
+            meta_tokens += kept
             r += a + 1
-        meta_tokens += emitted
     depth = [round(sum(a > j for a in per_pos) / max(len(per_pos), 1), 4) for j in range(p.speculative_num_steps)]
     return OracleResult(
         params=p.label(),
@@ -395,8 +359,8 @@ def seed_faults(draft_dir) -> dict[str, Wiring]:
 
 
 def prompt_rows(cfg: OracleConfig, ids_ok: bool = False) -> list[dict]:
-    """The first cfg.num_prompts rows of the JSONL file (`kit.prompts.load_prompts_jsonl`; with `ids_ok` a row
-    may carry "input_ids") or of the built-in eval prompts (kinds interleaved when none is named)."""
+    """The first cfg.num_prompts rows of the JSONL file (with `ids_ok` a row may carry "input_ids") or of the
+    built-in eval prompts (kinds interleaved when none is named)."""
     from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
 
     rows = load_prompts_jsonl(cfg.prompts, ids_ok) if cfg.prompts else builtin_prompts(cfg.kind)
@@ -411,8 +375,6 @@ def prompt_texts(cfg: OracleConfig) -> list[str]:
 
 def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
-    from pathlib import Path
-
     from kit.models import write_cache_json
     from kit.reference.draft_io import load_draft
     from kit.reference.llama import load_engine_target
@@ -424,16 +386,8 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     cfg.spec.resolved()  # bad parameters fail before any model work
     if cfg.target not in (None, "", "embedded"):  # and so do paths that do not exist
         kconfig.local_path(cfg.target, "--target", "a model directory or 'embedded'")
-    if cfg.draft is not None:
-        kconfig.local_path(cfg.draft, "--draft", "a draft directory")
+    draft_dir = _draft_dir(cfg, log)
     texts = prompt_texts(cfg)
-    if cfg.draft is None:
-        from kit.models import shipped_draft
-
-        draft_dir = shipped_draft()
-        log(f"shipped draft: {draft_dir}")
-    else:
-        draft_dir = Path(cfg.draft)
     cached = _result_path(cfg, draft_dir, texts)
     fresh = cfg.save_states or cfg.token_path  # a capture is written, or read, by a run: never the cache
     if cached.exists() and not fresh:
@@ -464,31 +418,23 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
 
 
 def token_path_seqs(path: str) -> list[tuple[list[int], list[int]]]:
-    """(prompt, continuation) ids of a capture folder (`--token-path`): another server's greedy text, scored with
-    the target forward here, so that a gap between the two oracles splits into the text's share and the states'."""
+    """(prompt, continuation) ids of a capture folder (`--token-path`): another server's text scored with the
+    forward here, so a gap between the two oracles splits into the text's share and the states'."""
     from kit.reference.captured import read_capture
 
     return read_capture(kconfig.local_path(path, "--token-path", "a capture folder")).seqs()
 
 
 def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
-    """The oracle on a capture folder: the draft runs on the captured target states, no target forward; each
-    wiring whose states the capture lacks (a shifted point, a final state not written) is reported skipped."""
-    from pathlib import Path
-
-    from kit.reference.captured import read_capture
+    """The oracle on a capture folder's target states, no target forward; a wiring whose states the capture
+    lacks (a shifted point, no final state) is reported skipped."""
+    from kit.reference.captured import EmbeddingTarget, read_capture
     from kit.reference.draft_io import load_draft
 
     cfg.spec.resolved()
     cap = read_capture(kconfig.local_path(cfg.hidden_states, "--hidden-states", "a capture folder"))
-    if cfg.draft is None:
-        from kit.models import shipped_draft
-
-        draft_dir = shipped_draft()
-        log(f"shipped draft: {draft_dir}")
-    else:
-        draft_dir = Path(kconfig.local_path(cfg.draft, "--draft", "a draft directory"))
-    target = cap.target_stub(cfg.target)
+    draft_dir = _draft_dir(cfg, log)
+    target = EmbeddingTarget(cfg.target, cap.num_hidden_layers)  # the embedding and head, read alone
     draft = load_draft(draft_dir, target_model=target)
     runs = seed_faults(draft_dir) if cfg.compare else {"requested": wiring_from_config(cfg, draft_dir)}
     results: dict[str, OracleResult | OracleSkipped] = {}
@@ -509,12 +455,19 @@ def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     ).written()
 
 
-def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
-    """Where this run's results are cached ($KIT_CACHE_DIR/oracle-results): keyed by the settings, the target's
-    identity, the draft's file contents, the prompt texts and the source of the code that computes them, so any
-    change to one of those is a new entry (a second notebook run or demo reads it in milliseconds)."""
-    from pathlib import Path
+def _draft_dir(cfg: OracleConfig, log) -> Path:
+    if cfg.draft is not None:
+        return Path(kconfig.local_path(cfg.draft, "--draft", "a draft directory"))
+    from kit.models import shipped_draft
 
+    draft_dir = shipped_draft()
+    log(f"shipped draft: {draft_dir}")
+    return draft_dir
+
+
+def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
+    """Where this run's results are cached ($KIT_CACHE_DIR/oracle-results), keyed by the settings, the target,
+    the draft's files, the prompt texts and this package's source."""
     from kit.models import files_id, resolve_target, result_path, target_id
 
     key = {

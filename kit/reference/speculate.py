@@ -1,25 +1,16 @@
-"""Speculative decoding as SGLang's EAGLE worker does it — one implementation, batched, any device.
+"""Speculative decoding as SGLang's EAGLE worker does it: one implementation, batched, any device, used by the
+CPU reference server (kit.refserver.decoder), the oracle and the benchmarks.
 
-Used by the CPU reference server (kit.refserver.decoder), the oracle (kit.reference.oracle: draft
-trees and the acceptance walk) and the benchmarks.
-
-* Drafting (`draft_trees`): SGLang's `eagle_worker_v2.draft_forward` +
-  `spec_utils.select_top_k_tokens` + `eagle_utils.organize_draft_results`. Step 0 takes the
-  top-k of the draft's last extend logits; each later step expands every lane, scores
-  children by cumulative probability (parent score x softmax prob) and keeps the top-k lanes;
-  finally the `speculative_num_draft_tokens - 1` best nodes by cumulative score form the tree. Draft
-  attention in a tree step is per lane (prefix + that lane's own earlier steps), like SGLang's
-  `generate_draft_decode_kv_indices`. topk 1 is a chain (kit.sglang.params resolves the parameters as SGLang does).
-* Verification (`BatchDecoder.step`): the target scores root + tree of every running sequence in
-  one ragged forward (kit.reference.target.RaggedTarget) with a tree attention mask; greedy
-  acceptance (`walk_tree`) goes from the root to the child whose token equals the target's
-  argmax, then emits the target's bonus token. The draft then extends over the accepted tokens
-  with the target's hidden states at those positions (SGLang's draft-extend-after-decode).
-  Each sequence keeps its own target and draft KV caches, so sequences join and leave between
-  steps (continuous batching); prefill of new sequences shares the step with the others' verify.
-* Aux wiring (`Wiring`): which target states the draft receives — the fused capture points
-  (EAGLE3), the final post-norm state (aux capture off: `EAGLE` launch), shifted points, or a
-  draft whose checkpoint keys were dropped at load.
+* Drafting (`draft_trees`): SGLang's `eagle_worker_v2.draft_forward` + `spec_utils.select_top_k_tokens` +
+  `eagle_utils.organize_draft_results`: top-k lanes scored by cumulative probability, then the
+  `speculative_num_draft_tokens - 1` best nodes form the tree; attention per lane (prefix + the lane's own
+  steps), as `generate_draft_decode_kv_indices` lays it out. topk 1 is a chain.
+* Verification (`BatchDecoder.step`): one ragged target forward (kit.reference.target.RaggedTarget) over
+  every sequence's root + tree; greedy acceptance (`walk_tree`), the bonus token, then the draft extends over
+  the accepted tokens (draft-extend-after-decode). Per-sequence caches: sequences join and leave between
+  steps (continuous batching).
+* Aux wiring (`Wiring`): which target states the draft receives (fused capture points, the final post-norm
+  state of an `EAGLE` launch, shifted points) and checkpoint keys dropped at load.
 
     res = speculative_generate(target, draft, ids, 64, SpecParams(3, 1, 4), Wiring())
     res.tokens == reference_greedy(target, ids, 64)      # greedy verification (kit.reference.target)
@@ -97,7 +88,6 @@ def capture_points_for(draft, target, wiring: Wiring) -> list[int] | None:
     return [p + wiring.layer_shift for p in pts]
 
 
-# -- draft side ----------------------------------------------------------------------------
 def _topk(x: torch.Tensor, k: int):
     # SGLang's fast_topk: max for k=1, torch.topk otherwise
     return x.max(-1, keepdim=True) if k == 1 else torch.topk(x, k, dim=-1)
@@ -109,12 +99,9 @@ def draft_trees(
 ):
     """SGLang's draft tree for R roots at once (the oracle batches every position of a sequence).
 
-    logits [R, Vd] / aux [R, H]: the draft's extend output at the last verified position of each
-    root; kv: the draft's per-layer (k, v) [1 or R, nkv, S, hd] (one cache all roots share, or one
-    per root, right-padded); root r sees its first prefix_len[r] entries; pos[r]: position of that
-    last extend output. Returns per root (tokens, parents, scores) with node order = SGLang's
-    sorted candidate index (parents precede children, parent -1 = the root token).
-    """
+    logits [R, Vd] / aux [R, H]: the draft's extend output at each root's last verified position pos[r]; kv:
+    per-layer (k, v) [1 or R, nkv, S, hd] (shared, or per root right-padded to prefix_len[r]). Returns per root
+    (tokens, parents, scores) in SGLang's sorted candidate order (parents first, -1 = the root token)."""
     k, R, dev = p.speculative_eagle_topk, logits.shape[0], logits.device
     topk_p, topk_i = _topk(torch.softmax(logits.float(), -1), k)  # [R, k]
     topk_i = draft.to_target_ids(topk_i)
@@ -174,19 +161,10 @@ def draft_trees(
     return out
 
 
-def draft_tree(draft, logits: torch.Tensor, aux: torch.Tensor, prefix_kv, pos: int, p: SpecParams):
-    """One root: (tokens, parents, scores) of SGLang's tree from logits [Vd] / aux [H] at `pos`."""
-    S = prefix_kv[0][0].shape[2]
-    return draft_trees(draft, logits[None], aux[None], prefix_kv, [S], [pos], p)[0]
-
-
 def walk_tree(tokens: list[int], parents: list[int], want) -> list[int]:
-    """Greedy acceptance: from the root, step to the child whose token is the one the target emits next.
-
-    want(node, depth) -> that token after `node` (-1 = the root) at `depth` accepted tokens, or None to
-    stop. Returns the accepted node indices along the path (root excluded). Serving passes the
-    verify forward's argmax (`lambda node, depth: pred[node + 1]`); the oracle the target's own
-    continuation (`lambda node, depth: truth[depth]`)."""
+    """Greedy acceptance: from the root (-1), step to the child whose token is `want(node, depth)` (the target's
+    next token; None stops). Returns the accepted node indices. Serving passes the verify argmax, the oracle
+    the target's continuation."""
     path, cur = [], -1
     while True:
         t = want(cur, len(path))
@@ -232,7 +210,6 @@ def _deep_except_embed(draft):
     return copy.deepcopy(draft, memo)
 
 
-# -- decoding --------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Sequence:
     """One request's decoding state: its tokens, its target and draft caches, its acceptance record."""
@@ -273,15 +250,10 @@ class Sequence:
 class BatchDecoder:
     """One decoding step at a time over any set of sequences: greedy without a draft, speculative with one.
 
-    `step(seqs)` prefills the sequences seen for the first time and advances the others by one
-    decode (greedy) or one draft + verify (speculative) step, all in one target forward; it
-    returns the tokens each sequence gained. `times` accumulates seconds per phase (draft tree,
-    target forward, host-side acceptance, draft extend); `steps` counts decode/verify steps.
-
-    chunked_prefill_size (SGLang's flag; None or -1: off) caps the prompt tokens one step prefills, over all
-    sequences together: a long prompt is prefilled a chunk per step (its draft extended chunk by chunk), so
-    the others' decode steps go on between its chunks, and a prompt whose request is cancelled stops within
-    one chunk. A sequence still prefilling gains no token until its last chunk."""
+    `step(seqs)` prefills new sequences and advances the others by one decode or draft + verify step, all in
+    one target forward, and returns the tokens each gained. `times`: seconds per phase; `steps`: verify steps.
+    chunked_prefill_size (SGLang's flag; None or -1: off) caps the prompt tokens one step prefills over all
+    sequences: long prompts go a chunk per step, the others' decodes going on between."""
 
     def __init__(
         self,
@@ -371,7 +343,6 @@ class BatchDecoder:
             self.times[k] += dt
         return [gained.get(id(s), []) for s in seqs]
 
-    # -- draft side ------------------------------------------------------------------------
     def _draft_trees(self, seqs: list[Sequence]) -> list[tuple[list[int], list[int]]]:
         kv, lens = self._draft_cache(seqs)
         out = draft_trees(
@@ -403,9 +374,8 @@ class BatchDecoder:
         return kv, lens
 
     def _extend(self, items) -> None:
-        """Draft extend of (sequence, tokens, target features, first position) items in one padded batch.
-
-        Token i is the token after position start + i, fed with the target's features there."""
+        """Draft extend of (sequence, tokens, target features, first position) items in one padded batch; token
+        i follows position start + i and is fed the target's features there."""
         seqs = [it[0] for it in items]
         dev = items[0][2].device
         T = max(len(it[1]) for it in items)
@@ -440,8 +410,7 @@ class BatchDecoder:
 
 
 def decode_all(decoder: BatchDecoder, rows: list[list[int]], max_new_tokens: int, eos_token_id=None) -> list[Sequence]:
-    """Run sequences to their ends together through `decoder`: each step is one batched forward over every
-    sequence still going (eos_token_id: an int, a list of ints, or None)."""
+    """Run sequences to their ends together, one batched step at a time (eos_token_id: int, list or None)."""
     eos = frozenset(eos_ids(eos_token_id))
     seqs = [Sequence(list(r), max_new_tokens, eos) for r in rows]
     while live := [s for s in seqs if not s.done]:
@@ -450,7 +419,7 @@ def decode_all(decoder: BatchDecoder, rows: list[list[int]], max_new_tokens: int
 
 
 def decode_one(decoder: BatchDecoder, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> Sequence:
-    """Run one sequence to its end through `decoder` (eos_token_id: an int, a list of ints, or None)."""
+    """Run one sequence to its end through `decoder`."""
     return decode_all(decoder, [input_ids], max_new_tokens, eos_token_id)[0]
 
 
@@ -463,10 +432,7 @@ def speculative_generate(
     wiring: Wiring = Wiring(),
     eos_token_id: int | None = None,
 ) -> SpecResult:
-    """Greedy speculative decoding of one request, as SGLang runs EAGLE-3.
-
-    Returns the new tokens (prefill token first, truncated at max_new_tokens / after EOS) and
-    per verify step the number of tokens kept (accepted drafts + bonus)."""
+    """Greedy speculative decoding of one request, as SGLang runs EAGLE-3."""
     dec = BatchDecoder(target, draft, params, wiring)
     s = decode_one(dec, input_ids, max_new_tokens, eos_token_id)
     return SpecResult(
@@ -480,9 +446,7 @@ def speculative_generate(
 
 
 def greedy_generate(target, input_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> SpecResult:
-    """Plain greedy decoding through the same batched engine (the no-speculation baseline).
-
-    Returns a SpecResult with verify_steps 0 and empty accept_lengths; verify_time_s is the decode time."""
+    """Plain greedy decoding through the same engine (verify_steps 0; verify_time_s is the decode time)."""
     dec = BatchDecoder(target)
     s = decode_one(dec, input_ids, max_new_tokens, eos_token_id)
     return SpecResult(tokens=s.tokens, accept_lengths=[], verify_steps=0, verify_time_s=sum(dec.times.values()))

@@ -1,16 +1,11 @@
 """Running an HF target the way the EAGLE-3 oracle, the trainer and the reference server need it.
 
-* `TargetCapture`: forward hooks recording the residual stream at capture points p (p = output
-  of layer p-1, p = 0 the embeddings, p = L the final pre-norm state), or the final post-norm
-  state SGLang hands the draft when aux capture is off (over one forward, or every forward of a
-  KV-cached `generate` with accumulate=True);
+* `TargetCapture`: hooks recording the residual stream at capture points p (p = output of layer p-1, 0 the
+  embeddings, L the final pre-norm state), or the final post-norm state (aux capture off);
 * `reference_greedy`: the target's plain greedy continuation (HF `generate`), the ground truth;
-* `RaggedTarget`: the serving path — one forward over the new tokens of many sequences, each
-  with its own KV cache (`SeqKV`), causal or with a draft-tree mask (`tree_layout`), its matmuls run
-  as this CPU's measured `GemmPlan` says (fp32 kernels per row count, or fp16-packed weights); the oracle
-  runs it too, on the module's own products;
-* `batch_continue`: many continuations at once (left-padded `generate`), greedy or sampled with the
-  greedy token recorded at every step (the trainer's data).
+* `RaggedTarget`: the serving path: one forward over the new tokens of many sequences, each with its own KV
+  cache (`SeqKV`), causal or with a draft-tree mask, matmuls run as this CPU's measured `GemmPlan` says;
+* `batch_continue`: many continuations at once (left-padded `generate`), the trainer's data.
 
     with TargetCapture(model, [2, 15, 27]) as cap:
         model(input_ids=ids)
@@ -33,9 +28,7 @@ from kit.reference.llama import LAYOUT_TYPES, apply_rotary_pos_emb
 
 def decoder_of(model):
     base = getattr(model, "model", None)
-    if base is None or not hasattr(base, "layers"):
-        base = model.get_decoder()
-    return base
+    return base if base is not None and hasattr(base, "layers") else model.get_decoder()
 
 
 def default_points(L: int) -> list[int]:
@@ -89,10 +82,8 @@ class TargetCapture:
 
 
 def tree_layout(parents: list[int], prefix: int) -> tuple[list[int], torch.Tensor]:
-    """Depths and visibility [T, prefix + T] (bool, True = attend) of a draft tree appended to a prefix.
-
-    Node j (parent parents[j], -1 = none) sees the whole prefix, itself and its ancestors, and sits
-    at position prefix + depth(j), as in SGLang's tree verify."""
+    """Depths and visibility [T, prefix + T] (True = attend) of a draft tree after a prefix: node j (parent
+    parents[j], -1 = none) sees the prefix, itself and its ancestors, at position prefix + depth(j)."""
     T = len(parents)
     depth = [0] * T
     vis = torch.zeros(T, prefix + T, dtype=torch.bool)  # built on the host, moved by the caller
@@ -112,8 +103,8 @@ def eos_ids(eos_token_id) -> list[int]:
 
 
 def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
-    """The target's plain greedy continuation (HF `generate`, batch 1, no padding): the ground truth that
-    every decoding path of the kit must reproduce. Stops after the first EOS (int or list of ints)."""
+    """The target's plain greedy continuation (HF `generate`, batch 1), the ground truth every decoding path
+    must reproduce; stops after the first EOS."""
     dev = next(model.parameters()).device
     x = torch.tensor([list(input_ids)], device=dev)
     eos = eos_ids(eos_token_id)
@@ -127,36 +118,23 @@ def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token
             pad_token_id=eos[0] if eos else 0,
         )
     row = out[0, x.shape[1] :].tolist()
-    for i, t in enumerate(row):
-        if t in eos:
-            return row[: i + 1]
-    return row
+    return row[: next((i + 1 for i, t in enumerate(row) if t in eos), len(row))]
 
 
 PLAN_ROWS = range(1, 7)  # row counts of a decode step, a verify, or a few requests batched
-
-
 WAYS = ("linear", "transposed", "packed")  # how GemmPlan computes an m-row linear (see its docstring)
 
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """How an n-row linear runs on this CPU, per weight shape and for n in a shape's table: computed as m >= n
-    rows (the last row repeated, the extra outputs dropped) one of three ways: "linear", x @ W^T (the module's
-    own kernel); "transposed", W @ x^T; "packed", x @ W^T through MKL with the weight reordered once for m
-    rows (`packed_weight`: a copy of the weight, kept beside it). All are the same weights times the same
-    inputs; what differs is which BLAS kernel runs, and CPUs differ in it: on a 2-core AMD EPYC with AVX2 a
-    one-row GEMV streamed the weights at about half the speed of W @ x^T over four rows; on a 2-core Xeon
-    with AVX-512 W @ x^T took twice x @ W^T; with the kernels capped at AVX2 there, x @ W^T over 2-6 rows
-    took twice one row (the weight repacked on every call) and a packed weight brought 4 rows back to about
-    one row's time.
+    """How an n-row linear runs on this CPU, per weight shape: as m >= n rows (last row repeated, extra outputs
+    dropped) one of `WAYS`: "linear" x @ W^T, "transposed" W @ x^T, "packed" x @ W^T on an MKL-reordered copy.
+    Same products, different BLAS kernels, and CPUs differ (2-core EPYC AVX2: a one-row GEMV ran at half the
+    speed of W @ x^T over four rows; a Xeon with AVX-512: W @ x^T took twice x @ W^T).
 
-    `half`: every bias-free fp32 linear instead runs on its weight rounded to fp16 and packed once by FBGEMM
-    (`half_weight`: half the fp32 weight's bytes), fp32 inputs and accumulation. A few-row forward streams
-    every weight from memory, so half the bytes is up to half the time: on the 2-core EPYC a SmolLM2 forward's
-    matmuls took 17-20 ms for 1-4 rows against 37-43 ms in fp32. It is a precision choice (weights to fp16,
-    as a GPU serves bf16), so it is made for the whole model or not at all: a decode step and a verify see
-    the same weights, and greedy and speculative decoding agree token for token."""
+    `half`: every bias-free fp32 linear runs instead on its weight rounded to fp16 and packed by FBGEMM, fp32
+    inputs and accumulation: half the bytes streamed (EPYC, SmolLM2: 17-20 ms against 37-43 ms). A precision
+    choice, so made for the whole model: decode and verify see the same weights, greedy and speculative agree."""
 
     shapes: dict[tuple[int, int], dict[int, tuple[int, str]]]  # weight shape -> n -> (m, way in WAYS)
     why: str = ""  # every timing, for the plan's record
@@ -179,14 +157,8 @@ class GemmPlan:
         shapes = {}
         for key, rows in doc["shapes"].items():
             o, i = key.split("x")
-            shapes[(int(o), int(i))] = {int(n): (int(m), _way(w)) for n, (m, w) in rows.items()}
+            shapes[(int(o), int(i))] = {int(n): (int(m), w) for n, (m, w) in rows.items()}
         return cls(shapes, doc["why"], bool(doc.get("half", False)), str(doc.get("half_why", "")))
-
-
-def _way(w) -> str:
-    if w not in WAYS:
-        raise ValueError(f"unknown GEMM way {w!r}")
-    return w
 
 
 MODULE_PATH = GemmPlan({}, "the module's own path")
@@ -220,9 +192,8 @@ def can_half(w: torch.Tensor) -> bool:
 
 
 def half_applies(half: bool, w: torch.Tensor, bias=None) -> bool:
-    """Whether a product on `w` runs on its fp16-packed copy (`half_product`): the plan says so (`GemmPlan.half`,
-    or a draft following it), there is no bias, no gradient is wanted (the packed copy carries none) and this
-    torch can pack `w`. The one gate for the target's linears, the draft's and the draft's head."""
+    """The one gate for a product on `w`'s fp16-packed copy (target linears, draft linears, draft head): the plan
+    says so, no bias, no gradient wanted (the packed copy carries none), and this torch can pack `w`."""
     return half and bias is None and not torch.is_grad_enabled() and can_half(w)
 
 
@@ -243,8 +214,7 @@ def packed_weight(mod, m: int) -> torch.Tensor:
 
 
 def half_weight(owner, w: torch.Tensor | None = None) -> torch.Tensor:
-    """`w` (default `owner.weight`) rounded to fp16 and packed by FBGEMM, kept on `owner`: made on first use and
-    again if the weight changed."""
+    """`w` (default `owner.weight`) rounded to fp16 and packed by FBGEMM, cached per owner and weight version."""
     w = owner.weight if w is None else w
     version = (w._version, w.data_ptr(), tuple(w.shape))
     got = _HALF.get(owner)
@@ -261,8 +231,7 @@ def half_product(owner, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _product(way: str, w: torch.Tensor, x: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w^T computed `way` (WAYS, or "half"), with `packed` the weight MKL-packed for x's rows when way is
-    "packed", FBGEMM's fp16-packed copy (`half_weight`) when it is "half"."""
+    """x @ w^T computed `way` (WAYS, or "half" with `packed` FBGEMM's fp16 copy)."""
     if way == "transposed":
         return (w @ x.t()).t()
     if way == "packed":
@@ -303,16 +272,11 @@ class RowTable(NamedTuple):
 
 
 def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, ways=(*WAYS, "half")) -> RowTable:
-    """One shape's row table on this CPU, timed over `weights` (a model's matrices of that shape, so they
-    stream from memory as in a forward): every computed row count m in `rows` each of `ways` (`WAYS` and "half";
-    "packed" where MKL can, "half" where FBGEMM can), interleaved so each sees the same machine load, `reps` rounds
-    after a warm-up round; then for each n the cheapest fp32 (m >= n, way) by its best round, kept only when
-    that beats the module's own path by 10% and it was also the faster of the two in every round. A burst of
-    other work on the machine (a build beside the first run) slows some timings and not others: the second
-    condition keeps such a burst from choosing a plan that the quiet machine runs slower, since the plan is
-    cached and every later forward follows it. A packed weight is a copy of the weight (MKL's layout: about
-    twice its size in memory), so a shape packs for one m at most: the one whose table costs least over all
-    row counts. The "half" timings are summed per round for `measure_plan`, which decides for the model."""
+    """One shape's row table, timed over a model's `weights` of that shape: each m in `rows` each of `ways`,
+    interleaved, `reps` rounds after a warm-up. For each n the cheapest fp32 (m >= n, way) is kept only when it
+    beats the module's own path by 10% and in every round (a burst of other work must not pick a plan the
+    quiet machine runs slower: the plan is cached). A shape packs for one m at most (a packed copy is about
+    twice the weight): the one whose table costs least. "half" timings go to `measure_plan`, which decides."""
     import time
 
     rows = list(rows)
@@ -373,16 +337,9 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, way
 
 
 def measure_plan(model) -> GemmPlan:
-    """The `GemmPlan` of a model on this CPU, from `measure_rows` per weight shape of its bias-free linears
-    (q/o, k/v, gate/up, down, the output head), each over every matrix of that shape, in two rounds:
-
-    1. the fp16 weights (`GemmPlan.half`) against the module's own fp32 products: taken when every shape can have
-       them and, summed over the shapes and row counts, they beat fp32 by 10% and in every round (the same guard
-       against a burst as the rows'). Then no fp32 table is needed: every product runs on fp16 weights.
-    2. otherwise the fp32 row tables, every way (`WAYS`).
-
-    On a 2-core AVX2 EPYC the first round decides (fp16 weights at about half the fp32 time) in ~2 s, where
-    timing every way for SmolLM2 took ~11 s."""
+    """The `GemmPlan` of a model on this CPU from `measure_rows` per bias-free weight shape: first fp16 weights
+    against fp32, taken when every shape can have them and they win by 10% in sum and in every round (~2 s for
+    SmolLM2 on the EPYC); otherwise the fp32 row tables, every way (~11 s)."""
     by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear) and mod.bias is None and mod.weight.device.type == "cpu":
@@ -409,13 +366,9 @@ _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its 
 
 
 def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
-    """`measure_plan` for the model: measured on the first engine built on it and reused by later ones (a
-    greedy or speculative call per prompt builds one each), and kept in $KIT_CACHE_DIR/gemm-plan under this
-    CPU, torch, thread count and the model's weight shapes, so a server started later on the same machine
-    reads it back instead of timing again (about 2 s for SmolLM2 on a 2-core CPU). One process measures at a
-    time (a lock on the entry): servers started together measure once, the others read what it wrote.
-    `wait_quiet_s`: how long to wait for the machine to go quiet before measuring (`_measure_if_quiet`), for a
-    server whose siblings are still loading; 0 decides at once."""
+    """`measure_plan` for the model, once per model in this process and cached in $KIT_CACHE_DIR/gemm-plan by CPU,
+    torch, threads and weight shapes; a lock on the entry lets servers started together measure once.
+    `wait_quiet_s`: how long to wait for a quiet machine before measuring (`_measure_if_quiet`)."""
     if model in _PLANS:
         return _PLANS[model]
     if next(model.parameters()).device.type != "cpu":
@@ -452,9 +405,8 @@ def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
 
 
 def pack_for(model, plan: GemmPlan) -> None:
-    """Make now the packed weights `plan` uses (`packed_weight`, `half_weight`), so a first forward does not pay
-    for them. FBGEMM's fp16 packing runs on one core per weight (~5 s for SmolLM2's 135M weights on a 2-core
-    EPYC) and releases the GIL: the weights are packed on torch's threads at once."""
+    """Make the packed weights `plan` uses now, not in a first forward. FBGEMM's fp16 packing runs on one core per
+    weight and releases the GIL (~5 s for SmolLM2 on the EPYC), so weights are packed on torch's threads."""
     halves = []
     with torch.no_grad():  # the products run without gradients: half_applies judges them the same way here
         for mod in model.modules():
@@ -469,8 +421,7 @@ def pack_for(model, plan: GemmPlan) -> None:
 
 
 def in_threads(fn, items: list) -> list:
-    """[fn(x) for x in items] on torch's thread count of Python threads (for ops that release the GIL and run
-    on one core each)."""
+    """[fn(x) for x in items] on torch's thread count of Python threads (ops that release the GIL)."""
     if len(items) < 2 or torch.get_num_threads() < 2:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor
@@ -480,10 +431,8 @@ def in_threads(fn, items: list) -> list:
 
 
 def _measure_if_quiet(model, wait_quiet_s: float = 0.0) -> GemmPlan:
-    """`measure_plan` when no other work at normal priority holds half a core or more, before and after; else
-    the module's own path, not cached, so that a process on a quiet machine measures it (other work preempts
-    the matmuls' OpenMP threads and slows each timing by up to 100x, unevenly: such a plan is noise). A busy
-    machine is polled for up to `wait_quiet_s` first."""
+    """`measure_plan` when no other work holds half a core, before and after (it slows timings up to 100x,
+    unevenly); else MODULE_PATH, not cached. A busy machine is polled for up to `wait_quiet_s` first."""
     import time
 
     import kit
@@ -497,7 +446,6 @@ def _measure_if_quiet(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     return MODULE_PATH if kit._other_work() else plan
 
 
-# -- the serving path: ragged batches over per-sequence KV caches ---------------------------------------
 class SeqKV:
     """One sequence's target KV cache, [layers, 2 (k, v), kv heads, capacity, head dim], grown by doubling."""
 
@@ -536,13 +484,10 @@ class Piece:
 class RaggedTarget:
     """A Llama-layout HF target run over many sequences at once, each with its own KV cache.
 
-    The new tokens of all sequences are concatenated into one [N, hidden] batch, so every weight
-    is read once per step whatever the number of requests (what makes batching pay on a
-    bandwidth-bound CPU); attention runs per sequence over its own cache, causal or with a tree
-    mask. The HF modules themselves compute norms, projections, rotary tables and MLPs, so the
-    numerics are the model's own; capture points are read off the residual stream between layers
-    (p = 0 the embeddings, p = output of layer p - 1), or the final post-norm state (points None).
-    """
+    All new tokens form one [N, hidden] batch, so each weight is read once per step (what makes batching pay on
+    a bandwidth-bound CPU); attention runs per sequence, causal or with a tree mask. The model's own modules
+    compute norms, rotary tables and MLPs; capture points are read off the residual stream (points None: the
+    final post-norm state)."""
 
     def __init__(self, model, points: list[int] | None, plan: GemmPlan | None = None):
         cfg = model.config.get_text_config()
@@ -561,11 +506,9 @@ class RaggedTarget:
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.scale = self.layers[0].self_attn.scaling
-        self.rope = apply_rotary_pos_emb  # transformers' rotate-half, written once in kit.reference.llama
         w = next(model.parameters())
         self.dtype, self.device = w.dtype, w.device
-        # how a few-row forward (a decode step, a verify) runs its matmuls on this CPU: measured once (or as given:
-        # MODULE_PATH keeps the module's own fp32 products, the same on every machine)
+        # plan None: measured on this CPU; MODULE_PATH keeps the module's own fp32 products on every machine
         self.plan = gemm_plan(model) if plan is None else plan
         pack_for(model, self.plan)
 
@@ -582,7 +525,7 @@ class RaggedTarget:
         v = linear(at.v_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
         if getattr(at, "q_norm", None) is not None:  # qwen3
             q, k = at.q_norm(q), at.k_norm(k)
-        q, k = self.rope(q, k, cos, sin)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
         return q, k, v
 
     def finish(self, layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -593,9 +536,6 @@ class RaggedTarget:
         if not all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
             return x + mlp(h)
         return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h, t)) * linear(mlp.up_proj, h, t), t)
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.model.lm_head, x, self.plan)
 
     @torch.inference_mode()
     def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:
@@ -646,7 +586,7 @@ class RaggedTarget:
         for (a, b, _), pc in zip(spans, pieces):
             rows += range(a, b) if pc.logits == "all" else [b - 1]
         head_in = normed if len(rows) == n else normed[torch.tensor(rows, device=dev)]
-        am = self.head(head_in).argmax(-1).tolist()
+        am = linear(self.model.lm_head, head_in, self.plan).argmax(-1).tolist()
         feats = torch.cat([store[p] for p in self.points], -1) if self.points else normed
         out, r = [], 0
         for (a, b, P), pc in zip(spans, pieces):
@@ -668,17 +608,15 @@ def batch_continue(
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Continuations of many prompts (left-padded HF generate) and the target's greedy token at each step.
 
-    temperature 0: greedy, and the greedy tokens are the continuation itself. temperature > 0: the
-    continuation is sampled from softmax(logits / temperature) (no top-k / top-p), and a forward hook
-    on the output head records each step's argmax, so position k of the second list is the token greedy
-    decoding would pick after the prompt and the first k sampled tokens. Both stop after the first EOS
-    of the continuation."""
+    temperature > 0 samples from softmax(logits / temperature) (no top-k/top-p) while a hook on the head records
+    each step's argmax: the greedy pick after the prompt and the sampled tokens so far. Both stop after an EOS."""
     conts, greedy = [], []
     dev = next(model.parameters()).device
     sample = temperature > 0
     steps: list[torch.Tensor] = []
     head = model.get_output_embeddings()
     hook = head.register_forward_hook(lambda _m, _i, out: steps.append(out[:, -1].argmax(-1))) if sample else None
+    how = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if sample else {"do_sample": False}
     try:
         for b0 in range(0, len(rows), batch):
             chunk = rows[b0 : b0 + batch]
@@ -686,11 +624,6 @@ def batch_continue(
             ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
             att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
             steps.clear()
-            how = (
-                {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-                if sample
-                else {"do_sample": False}
-            )
             g = model.generate(
                 input_ids=ids,
                 attention_mask=att,

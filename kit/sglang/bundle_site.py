@@ -1,11 +1,8 @@
-"""The kit's SGLang bundle as a launch on this machine sees it: whether the importable SGLang came from one, and
-the launch flags it needs.
+"""The kit's SGLang bundle as a launch here sees it: whether the importable SGLang came from one, and its flags.
 
-A bundle (`kit.sglang.bundle`, the side room that builds and installs it) carries one attention and one sampling
-backend; SGLang's defaults reach for kernels it leaves out (FA3, FlashInfer's JIT, xgrammar), so a launch on a
-bundle-installed SGLang adds the bundle's flags. Those flags are written here, per release (`LAUNCH_FLAGS`), and
-into each bundle's manifest at build time; a launch reads the installed bundle's manifest, else the table when
-asked (`--bundle`). Nothing here builds or unpacks anything, and SGLang is never imported.
+A bundle (built and installed by the side room `kit.sglang.bundle`) carries one attention and one sampling backend;
+SGLang's defaults reach for kernels it leaves out (FA3, FlashInfer's JIT, xgrammar), so a launch on it adds the
+bundle's flags: the installed bundle's manifest, else this table per release when asked (`--bundle`).
 
     from kit.sglang.bundle_site import bundle_launch_flags
     bundle_launch_flags("0.5.17")   # the installed bundle's flags, else the kit's 0.5.17 bundle's
@@ -38,21 +35,16 @@ LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
 
 
 def installed_bundle_site() -> Path | None:
-    """The site folder a kit bundle was installed into, when the importable SGLang came from one (the bundle's
-    manifest lies beside `sglang/`); None for any other install. Found without importing SGLang."""
-    import importlib.util
+    """The site folder a kit bundle was installed into (its manifest beside `sglang/`), when the importable SGLang
+    came from one; None for any other install."""
+    from kit.sglang.versions import importable_root
 
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
-        return None
-    site = Path(spec.origin).parent.parent
-    return site if (site / MANIFEST_MEMBER).is_file() else None
+    site = importable_root()
+    return site if site is not None and (site / MANIFEST_MEMBER).is_file() else None
 
 
 def installed_bundle_flags() -> list[str]:
-    """The launch flags of the kit bundle the importable SGLang was installed from (its manifest's
-    `launch_flags`), [] for any other install: the trimmed bundle lacks kernels (FA3, FlashInfer's JIT,
-    xgrammar) that SGLang's defaults reach for."""
+    """The launch flags (manifest `launch_flags`) of the kit bundle the importable SGLang came from; [] otherwise."""
     site = installed_bundle_site()
     if site is None:
         return []
@@ -60,8 +52,7 @@ def installed_bundle_flags() -> list[str]:
 
 
 def bundle_launch_flags(version: str | None = None) -> list[str]:
-    """The bundle flags a launch here gets: the installed bundle's (its manifest), else, with `version` (`--bundle`),
-    those of the kit's bundle of that release; [] for any other install."""
+    """The installed bundle's flags, else with `version` (`--bundle`) those of the kit's bundle of that release."""
     flags = installed_bundle_flags()
     if flags or not version:
         return flags

@@ -1,11 +1,9 @@
 """Which target layers SGLang captures for an EAGLE-3 draft, per target class and release.
 
-A capture point p is the residual stream entering decoder layer p (p = 0: embeddings; p = L: the final
-pre-norm state). Each target class's `set_eagle3_layers_to_capture` turns the draft's
-`eagle_config.eagle_aux_hidden_state_layer_ids` (or its default) into points; the rule per class and
-release is recorded in `capture_rules.json`, derived from real SGLang source by
-`python -m kit.derive.capture_scan VERSION` (method bodies executed on probe ids) and re-checked by the
-tests against the real wheels.
+A capture point p is the residual stream entering decoder layer p (0: embeddings; L: the final pre-norm state).
+Each target class's `set_eagle3_layers_to_capture` turns the draft's `eagle_aux_hidden_state_layer_ids` (or its
+default) into points; `capture_rules.json` records the rule per class and release, derived by
+`python -m kit.derive.capture_scan VERSION` (method bodies executed on probe ids) and re-checked by the tests.
 
     rule = capture_rule("LlamaForCausalLM", "0.5.17")   # None: the class cannot capture
     sglang_points(ids=[2, 4, 5], num_layers=8, rule=rule)  # -> [3, 5, 6]
@@ -39,11 +37,10 @@ def recorded_release(version: str | None) -> RecordedRelease:
 
 
 def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any] | None:
-    """{"default", "explicit", "version", "exact", "delegates"?, "bare_forward"?} for a target class; None if it
-    cannot capture. "bare_forward" (the class, or the class a wrapper delegates to, builds a decoder model whose
-    forward never sees the layers the setter writes, so it returns a bare tensor where SGLang unpacks
-    (hidden, aux): a startup crash) says why. "aux_dropped" (its forward unpacks the aux states but calls the
-    logits processor without them, so the draft gets the final hidden state alone) says where."""
+    """{"default", "explicit", "version", "exact", "delegates"?, "bare_forward"?, "aux_dropped"?} for a target class;
+    None if it cannot capture. "bare_forward": its (or its delegate's) decoder forward never sees the layers the
+    setter writes and returns a bare tensor where SGLang unpacks (hidden, aux), a startup crash. "aux_dropped": its
+    forward calls the logits processor without the aux states, so the draft gets the final hidden state alone."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
     for key, archs in rec["rules"].items():
@@ -53,11 +50,10 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
             if arch in rec.get("delegates", {}):
                 out["delegates"] = rec["delegates"][arch]
             inner = out.get("delegates", {}).get("inner")
-            bare = rec.get("bare_forward", {}).get(arch) or rec.get("bare_forward", {}).get(inner)
-            if bare:
+            bare_of = rec.get("bare_forward", {})
+            if bare := bare_of.get(arch) or bare_of.get(inner):
                 out["bare_forward"] = bare
-            dropped = rec.get("aux_dropped", {}).get(arch)
-            if dropped:
+            if dropped := rec.get("aux_dropped", {}).get(arch):
                 out["aux_dropped"] = dropped
             return out
     return None

@@ -1,24 +1,21 @@
 """Shell text -> the one command that launches SGLang, with the environment it really gets; flag lookup.
 
-Launch lines arrive as people write them: `A=1 && B=2 && python -m sglang.launch_server ...`,
-`export` lines, `env VAR=...`, backslash continuations, comments, `nohup ... &`, `bash -c "..."`,
-`docker run -e VAR=... image python3 -m ...`. This module reads such text the way a POSIX shell
-would (quotes, escapes, `$VAR` / `${VAR:-x}` expansion from the script's own assignments,
-`&&`/`||`/`;`/`|`/`&`/newline lists, redirections), unwraps launcher prefixes (env, nohup, exec,
-time, sudo, nice, taskset, numactl, timeout, stdbuf, uv/conda/poetry/pixi run, docker/podman run,
-apptainer/singularity exec, `bash -c`) and hands each resulting argv to a predicate that knows
-which programs are launches (by default: SGLang's entry points of that release, `kit.sglang.flags`,
-and the kit's own `python -m kit serve`). It also records what the launched process does *not*
-see: a plain `VAR=1` command is a shell variable, not exported, and host variables do not cross
-into a container unless `-e` passes them.
+Launch lines arrive as people write them (`A=1 && python -m sglang.launch_server ...`, `export`, `env VAR=...`,
+continuations, comments, `nohup ... &`, `bash -c "..."`, `docker run -e VAR=... image python3 -m ...`). This module
+reads such text as a POSIX shell would (quotes, escapes, `$VAR` / `${VAR:-x}` from the script's own assignments,
+command lists, redirections), unwraps launcher prefixes (env, nohup, sudo, taskset, numactl, timeout, uv/conda run,
+docker/podman run, apptainer exec, `bash -c`, ...) and hands each argv to a predicate that knows which programs are
+launches (by default SGLang's entry points of that release, `kit.sglang.flags`, and `python -m kit serve`). It also
+records what the launched process does *not* see: a plain `VAR=1` is an unexported shell variable, and host
+variables do not cross into a container unless `-e` passes them.
 
     from kit.sglang.cmdline import find_launch, split_command
     shell = find_launch(text)                   # ShellLaunch: env, argv, flags_at, notes; None if no launch
     env, argv = split_command("A=1 && python3 -m sglang.launch_server --tp 8")
     kit.sglang.flags.flag_value(argv, "--tp-size")   # "8": prefixes, `=`, repeats as SGLang's argparse reads them
 
-No subprocess is run and nothing is evaluated: command substitutions `$(...)` stay literal and
-are reported as not understood. Run `python -m kit.sglang.cmdline < launch.sh` to see what is found.
+Nothing is run or evaluated: `$(...)` stays literal and is reported as not understood.
+Run `python -m kit.sglang.cmdline < launch.sh` to see what is found.
 """
 
 from __future__ import annotations
@@ -48,54 +45,11 @@ _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _OPS = ("&&", "||", ";;", ";", "|&", "|", "&", "(", ")")
 
 # commands that neither launch nor change the launch's environment
-HARMLESS = {
-    "cd",
-    "pushd",
-    "popd",
-    "echo",
-    "printf",
-    "sleep",
-    "mkdir",
-    "wait",
-    "true",
-    "false",
-    ":",
-    "trap",
-    "ulimit",
-    "shift",
-    "exit",
-    "tee",
-    "cat",
-    "tail",
-    "head",
-    "grep",
-    "ls",
-    "rm",
-    "cp",
-    "mv",
-    "ln",
-    "touch",
-    "chmod",
-    "kill",
-    "pkill",
-    "nvidia-smi",
-    "git",
-    "curl",
-    "wget",
-    "pip",
-    "pip3",
-    "uv",
-    "huggingface-cli",
-    "hf",
-    "date",
-    "which",
-    "clear",
-    "set",
-    "shopt",
-    "disown",
-    "tmux",
-    "screen",
-}
+HARMLESS = set(
+    "cd pushd popd echo printf sleep mkdir wait true false : trap ulimit shift exit tee cat tail head "
+    "grep ls rm cp mv ln touch chmod kill pkill nvidia-smi git curl wget pip pip3 uv huggingface-cli hf "
+    "date which clear set shopt disown tmux screen".split()
+)
 # commands after which the launch's environment is unknown to us
 OPAQUE = {"source", ".", "eval", "conda", "mamba", "micromamba", "module", "ml", "spack", "direnv"}
 
@@ -129,17 +83,11 @@ class ShellLaunch:
 
 
 # -- lexing -----------------------------------------------------------------------------------
-def _lex(text: str, variables: dict[str, str], used: set) -> Iterator[tuple[str, object]]:
-    """Yield ('word', Word) | ('op', str) | ('redir', str) | ('placeholder', str). Expansion reads `variables` lazily,
-    so assignments the consumer records between commands apply to the next command."""
-    return _Lexer(text, variables, used).tokens()
-
-
 def _expand(text: str, j: int, variables: dict[str, str], used: set) -> tuple[int, str | None, str]:
     """At text[j] == '$': (next index, value or None when unknown here, literal source). `$(...)`/`$((...))` are
     never run; `${K:-default}` / `${K-default}` / `${K:=default}` take the default as the shell would."""
     n = len(text)
-    if text.startswith("$((", j) or text.startswith("$(", j):
+    if text.startswith("$(", j):  # `$(...)` and `$((...))`
         depth, k = 0, j + 1
         while k < n:
             depth += text[k] == "("
@@ -151,17 +99,14 @@ def _expand(text: str, j: int, variables: dict[str, str], used: set) -> tuple[in
     if text.startswith("${", j):
         k = text.find("}", j)
         k = n - 1 if k < 0 else k
-        body = text[j + 2 : k]
-        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", body, re.S)
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?([-=])(.*))?$", text[j + 2 : k], re.S)
         if not m:
             return k + 1, None, text[j : k + 1]
         name, op, default = m.groups()
         used.add(name)
         if name in variables and (variables[name] or not op):
             return k + 1, variables[name], text[j : k + 1]
-        if op:
-            return k + 1, default, text[j : k + 1]
-        return k + 1, None, text[j : k + 1]
+        return k + 1, default if op else None, text[j : k + 1]
     m = _NAME.match(text, j + 1)
     if m:
         name = m.group(0)
@@ -175,9 +120,8 @@ _PLACEHOLDER = re.compile(r"<[A-Za-z][\w.\-]*>")
 
 
 class _Lexer:
-    """A POSIX-shell word splitter for launch lines: quotes, escapes, `$` expansion from known variables (the
-    unknown ones kept as written and marked opaque), operators, redirections and comments. Each `_scan_*` method
-    consumes one construct at `self.i` and returns the tokens it completes."""
+    """A POSIX-shell word splitter: quotes, escapes, `$` expansion from known variables (unknown ones kept as written
+    and marked opaque), operators, redirections, comments. Each `_scan_*` consumes one construct at `self.i`."""
 
     def __init__(self, text: str, variables: dict[str, str], used: set):
         self.text, self.n, self.variables, self.used = text, len(text), variables, used
@@ -201,17 +145,19 @@ class _Lexer:
             self.plain = len("".join(self.buf))
 
     def tokens(self) -> Iterator[tuple[str, object]]:
+        """('word', Word) | ('op', str) | ('redir', str) | ('placeholder', str). `variables` is read lazily, so
+        assignments the consumer records between commands apply to the next command."""
         text = self.text
         while self.i < self.n:
             c = text[self.i]
             if c == "\\" and self.i + 1 < self.n:
-                yield from self._scan_escape()
+                self._scan_escape()
             elif c == "'":
-                yield from self._scan_single()
+                self._scan_single()
             elif c == '"':
-                yield from self._scan_double()
+                self._scan_double()
             elif c == "`":
-                yield from self._scan_backtick()
+                self._scan_backtick()
             elif c == "$":
                 yield from self._scan_dollar()
             elif c in " \t\r":
@@ -237,7 +183,7 @@ class _Lexer:
         yield from self._flush()
         yield "op", "\n"
 
-    def _scan_escape(self) -> list:
+    def _scan_escape(self) -> None:
         text, i = self.text, self.i
         if text[i + 1] == "\n":  # a line continuation
             self.i += 2
@@ -248,9 +194,8 @@ class _Lexer:
             self.buf.append(text[i + 1])
             self.started = True
             self.i += 2
-        return []
 
-    def _scan_single(self) -> list:
+    def _scan_single(self) -> None:
         self._unplain()
         k = self.text.find("'", self.i + 1)
         if k < 0:
@@ -258,9 +203,8 @@ class _Lexer:
         self.buf.append(self.text[self.i + 1 : k])
         self.started = self.quoted = True
         self.i = k + 1
-        return []
 
-    def _scan_double(self) -> list:
+    def _scan_double(self) -> None:
         """A double-quoted string: `\\$`, `\\"`, `\\\\`, `\\` newline escapes, `$` expansion, no splitting."""
         text, n = self.text, self.n
         self._unplain()
@@ -272,7 +216,7 @@ class _Lexer:
             c = text[self.i]
             if c == '"':
                 self.i += 1
-                return []
+                return
             if c == "\\" and self.i + 1 < n and text[self.i + 1] in '$`"\\\n':
                 if text[self.i + 1] != "\n":
                     self.buf.append(text[self.i + 1])
@@ -288,7 +232,7 @@ class _Lexer:
             self.buf.append(c)
             self.i += 1
 
-    def _scan_backtick(self) -> list:
+    def _scan_backtick(self) -> None:
         """A command substitution: never run, kept as written and marked opaque."""
         self._unplain()
         k = self.text.find("`", self.i + 1)
@@ -297,7 +241,6 @@ class _Lexer:
         self.buf.append(self.text[self.i : k + 1])
         self.started = True
         self.i = k + 1
-        return []
 
     def _scan_dollar(self) -> list:
         """An unquoted expansion: a known value is split on whitespace like the shell's field splitting."""
@@ -352,7 +295,7 @@ class _State:
 def _commands(text: str, st: _State) -> Iterator[list[Word]]:
     words: list[Word] = []
     pending_redirect = False
-    for kind, tok in _lex(text, st.variables, st.used):
+    for kind, tok in _Lexer(text, st.variables, st.used).tokens():
         if kind == "word":
             if pending_redirect:
                 pending_redirect = False
@@ -494,15 +437,7 @@ def _record_launch(argv, hit, env, forms, st: _State, wrappers, opaque, unseen) 
             unseen.setdefault(k, "a shell variable (`K=v` on its own or before `&&`/`;`), never exported")
     full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
     full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
-    sl = ShellLaunch(
-        argv=list(argv),
-        flags_at=flags_at,
-        entry=entry,
-        env=full_env,
-        env_forms=full_forms,
-        unseen=unseen,
-        wrappers=list(wrappers),
-    )
+    sl = ShellLaunch(list(argv), flags_at, entry, full_env, full_forms, unseen, wrappers=list(wrappers))
     for o in opaque:
         sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
     st.launches.append(sl)
@@ -569,23 +504,9 @@ def _peel_prefix(argv, env, forms, st, unseen, wrappers):
 
 
 # environment managers' `run` options that take a value
-_RUNNER_VALUED = (
-    "-n",
-    "--name",
-    "-p",
-    "--prefix",
-    "--with",
-    "--python",
-    "-e",
-    "--environment",
-    "--env-file",
-    "--project",
-    "--directory",
-    "--extra",
-    "--group",
-    "--index",
-    "--index-url",
-    "--from",
+_RUNNER_VALUED = tuple(
+    "-n --name -p --prefix --with --python -e --environment --env-file --project --directory --extra "
+    "--group --index --index-url --from".split()
 )
 
 
@@ -608,19 +529,8 @@ def _peel_container(argv, env, forms, st, unseen, wrappers):
 
 
 # apptainer/singularity exec|run options that take a value
-_APPTAINER_VALUED = (
-    "-B",
-    "--bind",
-    "--home",
-    "-H",
-    "--overlay",
-    "-W",
-    "--workdir",
-    "--pwd",
-    "--app",
-    "--security",
-    "--network",
-    "--hostname",
+_APPTAINER_VALUED = tuple(
+    "-B --bind --home -H --overlay -W --workdir --pwd --app --security --network --hostname".split()
 )
 
 
@@ -649,24 +559,9 @@ def _peel_apptainer(argv, env, forms, st, unseen, wrappers):
     return argv[j + 1 :], cenv, forms, unseen, wrappers + [prog]
 
 
-_PREFIXES = (
-    "nohup",
-    "exec",
-    "command",
-    "builtin",
-    "time",
-    "stdbuf",
-    "nice",
-    "ionice",
-    "chrt",
-    "taskset",
-    "numactl",
-    "timeout",
-    "sudo",
-    "srun",
-    "xargs",
-    "setsid",
-    "unbuffer",
+_PREFIXES = tuple(
+    "nohup exec command builtin time stdbuf nice ionice chrt taskset numactl timeout sudo srun xargs "
+    "setsid unbuffer".split()
 )
 _RUNNERS = ("uv", "conda", "mamba", "micromamba", "poetry", "pixi", "pipenv", "hatch", "rye")
 _PEELERS = {
@@ -679,29 +574,11 @@ _PEELERS = {
 
 
 # docker/podman run options that take no value; every other option takes one
-_DOCKER_BOOL = {
-    "-d",
-    "--detach",
-    "-i",
-    "--interactive",
-    "-t",
-    "--tty",
-    "--rm",
-    "--privileged",
-    "--init",
-    "--read-only",
-    "-P",
-    "--publish-all",
-    "--no-healthcheck",
-    "--oom-kill-disable",
-    "-q",
-    "--quiet",
-    "--sig-proxy",
-    "--help",
-    "--replace",
-    "--tls-verify",
-    "--disable-content-trust",
-}
+_DOCKER_BOOL = set(
+    "-d --detach -i --interactive -t --tty --rm --privileged --init --read-only -P --publish-all "
+    "--no-healthcheck --oom-kill-disable -q --quiet --sig-proxy --help --replace --tls-verify "
+    "--disable-content-trust".split()
+)
 
 
 def _container(argv, env, forms, st: _State, unseen, wrappers):
@@ -732,18 +609,15 @@ def _container(argv, env, forms, st: _State, unseen, wrappers):
         elif name == "--env-file" and val is not None:
             _note(st, "env-file", val, "variables in an env file were not read")
         j += 1 if (inline is not None or not takes) else 2
-    if sub != "exec" and j < len(argv):
-        j += 1  # the image
-    elif sub == "exec" and j < len(argv):
-        j += 1  # the container name
-    rest = argv[j:]
+    if j < len(argv):
+        j += 1  # the image (exec: the container name)
     for k in env:
         if k not in cenv:
             unseen.setdefault(k, f"set on the host; `{prog} {sub}` passes only -e variables into the container")
     st_env = {**{k: v for k, v in env.items() if k in unseen}, **cenv}
     st_forms = {**{k: forms.get(k, "host") for k in env if k in unseen}, **cforms}
     # host-only variables stay in the record (what the user meant), marked unseen
-    return rest, st_env, st_forms, unseen, wrappers + [f"{prog} {sub}"]
+    return argv[j:], st_env, st_forms, unseen, wrappers + [f"{prog} {sub}"]
 
 
 def _skip_options(argv: list[str], prog: str) -> int:

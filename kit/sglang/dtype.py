@@ -1,34 +1,23 @@
 """The dtype each SGLang release runs the target and the draft in, from its real source: the one home of that rule.
 
-SGLang resolves a dtype once per model: `ModelConfig.__init__` sets `self.dtype = _get_and_verify_dtype(
-self.hf_text_config, dtype)` (srt/configs/model_config.py) with `dtype = server_args.dtype` (`--dtype`, default
-"auto"). The draft worker builds its own `ModelConfig` from the same `server_args` and the draft's directory
-(srt/managers/tp_worker.py: `ModelConfig.from_server_args(server_args, model_path=...speculative_draft_model_path,
-is_draft_model=True)`; 0.4.4: `ModelConfig(..., dtype=server_args.dtype)`); there is no draft-only dtype flag. So
-one `--dtype` is resolved twice, against each model's own (text) config:
+`ModelConfig.__init__` resolves `self.dtype = _get_and_verify_dtype(self.hf_text_config, dtype)` with `dtype =
+server_args.dtype` (`--dtype`, default "auto"), and the draft worker builds its own `ModelConfig` from the same
+`server_args` (no draft-only dtype flag). So one `--dtype` is resolved twice, against each model's own text config:
 
 * `--dtype bfloat16 | float16 | half | float32 | float`: both models run that dtype;
-* `--dtype auto`: the config's dtype, except that a float32 config, or one naming none, runs float16 ("Following
-  the common practice, we use float16 for float32 models") and bfloat16 for Gemma: model_type `gemma2` only in
-  0.4.4, any `gemma*` from 0.4.5. The config attribute read is `torch_dtype` until 0.5.4 and `dtype` from 0.5.8
-  (transformers >= 4.56 makes either key of config.json answer for both);
-* before either, ServerArgs itself rewrites `--dtype` to bfloat16, whatever was asked, for some targets: GptOss
-  with an MXFP4 `quantization_config` (0.5.1+, "use bf16 for mxfp4 triton kernels") and MistralLarge3 / Pixtral
-  (0.5.8+); the draft then runs bfloat16 too (`FORCED_BF16`, `forced_dtype`).
+* `--dtype auto`: the config's dtype, except that a float32 config, or one naming none, runs float16, and bfloat16
+  for Gemma (`gemma2` only in 0.4.4, any `gemma*` from 0.4.5). The attribute read is `torch_dtype` until 0.5.4 and
+  `dtype` from 0.5.8 (transformers >= 4.56 makes either key answer for both);
+* before either, ServerArgs rewrites `--dtype` to bfloat16 for some targets: GptOss with MXFP4 (0.5.1+) and
+  MistralLarge3 / Pixtral (0.5.8+); the draft then runs bfloat16 too (`FORCED_BF16`, `forced_dtype`).
 
-SGLang never casts one model's tensors to the other's dtype: the EAGLE worker gives the draft the target's
-embedding tensor (`set_embed` / `set_embed_and_head`) and the target's hidden states, and the draft layer
-concatenates them with its own (`torch.cat([embeds, hidden_states], dim=-1)`, llama_eagle3.py). A float16 target
-and a bfloat16 draft concatenate to float32, and the draft's first linear raises "expected mat1 and mat2 to have the
-same dtype, but got: float != c10::BFloat16" (real SGLang 0.5.17 on an H200, during the draft's CUDA-graph
-capture: a float32 config.json target with the kit's bfloat16 demo draft, no `--dtype`; the same failure with a
-float16 draft beside a bfloat16 Llama is sgl-project/sglang#3431 and SpecForge#348, where `--dtype` is the fix).
-No recorded release gives the draft the target's dtype (sgl-project/sglang#25894, open, would); the test checks
-that no release's srt/speculative/ rewrites `server_args.dtype`.
-
-`DTYPE_RULES` records the rule per release where it changes; `kit.derive.dtype_scan` checks it against each
-release's own `_get_and_verify_dtype` run on a grid of probe configs, and finds the bfloat16 overrides in its
-ServerArgs code (kit/tests/sglang/test_dtype.py compares both with the record). `kit doctor` reports a mismatch
+SGLang never casts one model's tensors to the other's dtype: the draft concatenates the target's embedding and
+hidden states with its own (`torch.cat([embeds, hidden_states], dim=-1)`, llama_eagle3.py), so a float16 target
+and a bfloat16 draft fail in the draft's first linear ("expected mat1 and mat2 to have the same dtype", real
+SGLang 0.5.17 on an H200; sgl-project/sglang#3431, SpecForge#348, where `--dtype` is the fix; #25894, open, would
+give the draft the target's dtype). `DTYPE_RULES` records the rule per release where it changes;
+`kit.derive.dtype_scan` checks it against each release's own `_get_and_verify_dtype` on probe configs, and finds
+the bfloat16 overrides in its ServerArgs code (kit/tests/sglang/test_dtype.py). `kit doctor` reports a mismatch
 as `draft.dtype` (kit.wiring.checks).
 
     resolve_model_dtype({"torch_dtype": "float32"}, None, "0.5.17").dtype   # 'float16'
@@ -116,8 +105,7 @@ def dtype_rule(version: str | None) -> DtypeRule:
 
 # -- the rule, for a model's config ------------------------------------------------------------------------
 def forced_dtype(target_cfg: HFConfig | None, version: str | None = None) -> str | None:
-    """The FORCED_BF16 name whose override rewrites `--dtype` to bfloat16 for this target (None: none applies).
-    ServerArgs reads the target's own config (architectures[0], quantization_config.quant_method)."""
+    """The FORCED_BF16 name whose override rewrites `--dtype` to bfloat16 for this target (None: none applies)."""
     if not target_cfg:
         return None
     target_cfg = HFConfig.of(target_cfg)
@@ -146,9 +134,8 @@ class ResolvedDtype:
 
 
 def config_dtype(cfg: HFConfig | None, version: str | None = None) -> tuple[str | None, str | None]:
-    """(the dtype the release reads from a config, the key it is under): its text config's `torch_dtype` /
-    `dtype` (the key the release reads first, the other as transformers >= 4.56 aliases it), normalised to
-    bfloat16/float16/float32; a name the release's table lacks counts as none, as SGLang's `.get(..., None)` does."""
+    """(dtype, key) the release reads from a text config's `torch_dtype` / `dtype` (its own key first), normalised;
+    a name SGLang's table lacks counts as none, as its `.get(..., None)` does."""
     if not cfg:
         return None, None
     text = HFConfig.of(cfg).text

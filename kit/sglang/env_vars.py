@@ -1,19 +1,14 @@
 """SGLANG_* environment variables explained, and checked against the SGLang release that will read them.
 
-Why: SGLang reads ~800 `SGLANG_*` switches (declared in `srt/environ.py` since 0.5.x as
-`EnvBool(...)`, `EnvInt(...)`, ...). A misspelt or retired name is silently ignored; an EnvBool
-given `on` logs a Python warning and falls back to its default. The seed launched with
-`SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`; what that really does for an EAGLE draft is below.
-
-How: a short table explains the variables that matter for EAGLE-3 serving, and each variable is
-looked up in the variables that release reads: its declared type in `srt/environ.py`, or "referenced"
-for a mention anywhere else in the package. `env_vars.json` records them for every listed release
-(`derive` scans a release's wheel as text; `python -m kit.derive.env_vars_scan --write V...` rewrites the
-table; kit/tests/sglang/test_env_vars_table.py re-derives it), each name with the spans of releases
-that read it, so a laptop without SGLang's source judges as a GPU host does. A release the table lacks
-is read from `--derive`'s local rows, else from its source at hand (`derive`, never downloading).
-`attention_backend_findings` judges `--attention-backend` against the GPU family (`default_backend`).
-`kit env` and `kit doctor` report them (kit.env.checks):
+SGLang reads ~800 `SGLANG_*` switches (`EnvBool(...)`, `EnvInt(...)`, ... in `srt/environ.py` since 0.5.x). A
+misspelt or retired name is silently ignored; an EnvBool given `on` warns and falls back to its default. A short
+table (`EXPLAIN`) explains the variables that matter for EAGLE-3 serving, and each variable is looked up in what
+that release reads: its declared type in `srt/environ.py`, or "referenced" for a mention elsewhere.
+`env_vars.json` records them for every listed release, each name with the spans of releases that read it (`derive`
+scans a wheel as text; `python -m kit.derive.env_vars_scan --write V...` rewrites the table;
+kit/tests/sglang/test_env_vars_table.py re-derives it), so a laptop judges as a GPU host does. A release the table
+lacks is read from `--derive`'s local rows, else from its source at hand. `attention_backend_findings` judges
+`--attention-backend` against the GPU family (`default_backend`). `kit env` and `kit doctor` report them:
 
     sglang_findings({"SGLANG_ENABLE_SPEC_V2": "1"}, "0.5.17")
 """
@@ -137,9 +132,8 @@ def recorded_vars(version: str) -> dict[str, str] | None:
 
 @lru_cache(maxsize=8)
 def release_vars(version: str) -> dict[str, str] | None:
-    """{name: declared type or 'referenced'} that release reads: the table's row, else the row `python -m
-    kit.sglang.releases --derive V` wrote on this machine, else its source at hand (the importable SGLang or the
-    cache; never downloaded here); None when none of these has it."""
+    """{name: declared type or 'referenced'} that release reads: the table's row, else the row `--derive V` wrote on
+    this machine, else its source at hand (never downloaded here); None when none of these has it."""
     rec = recorded_vars(version)
     if rec is not None:
         return rec
@@ -210,50 +204,22 @@ def attention_backend_findings(
     topk = flag_value(argv, "--speculative-eagle-topk")
     topk = int(topk) if topk and topk.isdigit() else None
     forced = flag_value(argv, "--attention-backend") or flag_value(argv, "--decode-attention-backend")
-    ev = {
-        "cc": f"{cc[0]}.{cc[1]}",
-        "model_type": mtype or None,
-        "mla": mla,
-        "mla_guessed_from_path": guessed,
-        "forced": forced,
-        "topk": topk,
-    }
+    ev = {"cc": f"{cc[0]}.{cc[1]}", "model_type": mtype or None, "mla": mla, "mla_guessed_from_path": guessed}
+    ev.update(forced=forced, topk=topk)
     if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
-        return [
-            ATTN_BACKEND(
-                f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} "
-                f"(built for sm_{'/'.join(str(m) + '0' for m in ONLY_ON[forced])} only)",
-                evidence=ev,
-                fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)",
-            )
-        ]
+        built = "/".join(str(m) + "0" for m in ONLY_ON[forced])
+        title = f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} (built for sm_{built} only)"
+        return [ATTN_BACKEND(title, ev, fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)")]
     if forced == "trtllm_mha" and spec and (topk or 1) > 1:
-        return [
-            ATTN_BACKEND(
-                "trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only",
-                evidence=ev,
-                fix="topk 1 or flashinfer",
-            )
-        ]
+        title = "trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only"
+        return [ATTN_BACKEND(title, ev, fix="topk 1 or flashinfer")]
     if forced == "fa4" and spec:
-        return [
-            ATTN_BACKEND(
-                "fa4 is prefill-only in SGLang and has no speculative-decoding support",
-                evidence=ev,
-                severity="warning",
-                fix="use flashinfer for decode",
-            )
-        ]
+        title = "fa4 is prefill-only in SGLang and has no speculative-decoding support"
+        return [ATTN_BACKEND(title, ev, severity="warning", fix="use flashinfer for decode")]
     d = default_backend(cc, mla, spec, topk)
     note = " (Kimi/DeepSeek MLA target)" if mla else ""
-    return [
-        ATTN_BACKEND(
-            f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}",
-            evidence={**ev, "default": d},
-            severity="info",
-            fix="",
-        )
-    ]
+    title = f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}"
+    return [ATTN_BACKEND(title, {**ev, "default": d}, severity="info", fix="")]
 
 
 def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config: HFConfig | None) -> list[Finding]:
@@ -261,19 +227,11 @@ def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config:
     q = (target_config or {}).get("quantization_config") or {}
     if cc is None or cc[0] != 12 or q.get("quant_method") != "fp8":
         return []
-    off = ("0", "false", "no", "n")
-    on = [
-        k
-        for k, default in (("SGLANG_ENABLE_JIT_DEEPGEMM", "1"), ("SGLANG_ENABLE_DEEP_GEMM", "0"))
-        if env.get(k, default).strip().lower() not in off
-    ]  # JIT DeepGEMM defaults on (srt/environ.py)
+    defaults = {"SGLANG_ENABLE_JIT_DEEPGEMM": "1", "SGLANG_ENABLE_DEEP_GEMM": "0"}  # JIT DeepGEMM defaults on
+    on = [k for k, default in defaults.items() if env.get(k, default).strip().lower() not in ("0", "false", "no", "n")]
     if not on:
         return []
-    return [
-        DEEPGEMM(
-            f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
-            "('Assertion error (kernel_runtime.hpp:45)')",
-            evidence={"on": on, "quantization": q.get("quant_method")},
-            fix="SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)",
-        )
-    ]
+    title = f"FP8 target on sm_{cc[0]}{cc[1]} with DeepGEMM enabled: DeepGEMM needs sm_90/sm_100 "
+    title += "('Assertion error (kernel_runtime.hpp:45)')"
+    fix = "SGLANG_ENABLE_JIT_DEEPGEMM=0 and --fp8-gemm-backend triton (or flashinfer_cutlass)"
+    return [DEEPGEMM(title, {"on": on, "quantization": q.get("quant_method")}, fix=fix)]

@@ -1,32 +1,26 @@
 """SGLang's command-line flags per release, and launch argv resolved exactly as SGLang's argparse does.
 
-SGLang parses its flags with `argparse` (`ServerArgs.add_cli_args` in `srt/server_args.py`,
-`prepare_server_args`): any unambiguous prefix of a long option is accepted (`--speculative-algo
-EAGLE` is `--speculative-algorithm EAGLE`), `--flag=value` works, a repeated flag's last value
-wins, values go through `type=` and `choices=`, store_true flags take no value. The kit needs the
-same reading everywhere (LaunchSpec fields, wiring checks, environment checks) even where SGLang
-cannot be imported, so:
+SGLang parses its flags with `argparse` (`ServerArgs.add_cli_args`, `prepare_server_args`): any unambiguous prefix
+of a long option is accepted, `--flag=value` works, a repeated flag's last value wins, values go through `type=`
+and `choices=`, store_true flags take no value. The kit needs that reading everywhere, even where SGLang cannot be
+imported, so:
 
-* `kit/sglang/server_flags.json` records, per release, every action of the real parser (option
-  strings, dest, action kind, nargs, type, choices, default, const) and the release's launch entry
-  points (console scripts from the wheel's entry_points.txt, `python -m` modules). It is derived by
-  running the real parser once: `python -m kit.derive.flag_scan --write VERSION...`.
-* `resolve_flags(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse
-  itself apply the prefix, `=`, repetition, type and choice rules; every flag occurrence is recorded
-  with the option as written and its canonical spelling. Faults do not stop the reading: each bad
-  occurrence becomes an error entry (the same message SGLang's parser prints) and the rest is read.
-* Every table is handed out under SGLang's current names: where a release's parser stores an option under
-  another dest than the newest recorded release stores the same option under (0.4.4-0.5.13 keep `--tp-size` in
-  `tensor_parallel_size`, which their `ServerArgs.from_cli_args` copies into `tp_size`), the action's dest is
-  the current name (`current_names`), so `values`, `occurrences` and `by_dest` say `tp_size` on every release.
+* `kit/sglang/server_flags.json` records, per release, every action of the real parser (option strings, dest,
+  kind, nargs, type, choices, default, const) and its launch entry points (console scripts, `python -m` modules),
+  derived by running the real parser once: `python -m kit.derive.flag_scan --write VERSION...`.
+* `resolve_flags(flags, version)` rebuilds an `argparse.ArgumentParser` from that table and lets argparse apply
+  its own rules, recording every occurrence as written and canonically; each bad occurrence becomes an error
+  entry (SGLang's own message) and the rest is still read.
+* Tables are handed out under SGLang's current names: where a release stores an option under another dest than
+  the newest release (0.4.4-0.5.13 keep `--tp-size` in `tensor_parallel_size`, copied into `tp_size` by
+  `from_cli_args`), the dest is the current name (`current_names`), so results say `tp_size` on every release.
 * `launch_entry(argv, version)` says whether an argv runs an SGLang server, and where its flags start.
 
     from kit.sglang.flags import resolve_flags, flag_value
     r = resolve_flags(["--speculative-algo", "EAGLE", "--tp", "8"], "0.5.23")
     r.values["speculative_algorithm"], r.errors          # 'EAGLE', []
 
-Python's own argparse does the matching, so results follow the rules of the Python running the
-kit; SGLang's servers run Python 3.10-3.12, whose prefix/`=` rules for long options agree.
+Python's own argparse does the matching; SGLang's servers run Python 3.10-3.12, whose long-option rules agree.
 """
 
 from __future__ import annotations
@@ -81,11 +75,10 @@ def known_versions() -> list[str]:
 
 
 def recorded_closure(version: str) -> dict[str, str] | None:
-    """{distribution: version} the release's parser imported in its side environment when its table was
-    derived (beyond the kit's own packages), or None for a release without a table or one read from its
-    wheel's source (closure null: no side environment was involved)."""
-    t = _all_tables().get(version) or {}
-    return dict(t["closure"]) if t.get("closure") else None
+    """{distribution: version} the release's parser imported in its side environment when its table was derived;
+    None without a table or for one read from its wheel's source (no side environment involved)."""
+    closure = (_all_tables().get(version) or {}).get("closure")
+    return dict(closure) if closure else None
 
 
 @dataclass(frozen=True)
@@ -214,12 +207,9 @@ def launch_entry(argv: list[str], version: str | None = None) -> tuple[str, int]
 
 
 def server_command(python: str, version: str | None = None) -> list[str]:
-    """The entry the release recommends for starting its server, for the interpreter `python`.
-
-    A release whose package declares a console script with a server subcommand (`sglang serve`, 0.5.x's
-    `sglang.cli.main`) gets that script when it lies beside the interpreter (a pip-installed SGLang; its
-    `python -m sglang.launch_server` warns that `sglang serve` is recommended), or in the bin folder the kit's
-    bundle wrote for this interpreter (`kit.sglang.bundle.write_console_scripts`); otherwise `python -m
+    """The entry the release recommends for starting its server under `python`: its console script with a server
+    subcommand (`sglang serve`; `python -m sglang.launch_server` warns it is recommended) beside the interpreter or
+    in the bin folder the kit's bundle wrote for it (`kit.sglang.bundle.write_console_scripts`), else `python -m
     sglang.launch_server`."""
     import shutil
 
@@ -249,10 +239,8 @@ def _runs_under(script: Path, python: str) -> bool:
 
 
 def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str], list[str]]:
-    """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv.
-
-    `sglang serve` removes `--model-type X` and turns a leading positional into `--model-path`
-    (cli/serve.py), as recorded for the release."""
+    """(flags SGLang's server parser sees, tokens the entry point consumed itself) for a launch argv: `sglang serve`
+    removes `--model-type X` and turns a leading positional into `--model-path` (cli/serve.py), as recorded."""
     hit = launch_entry(argv, version)
     if hit is None:
         return list(argv), []
@@ -260,20 +248,12 @@ def server_flags(argv: list[str], version: str | None = None) -> tuple[list[str]
     flags, own = list(argv[k:]), []
     ent = table_for(version).entry
     if entry.endswith(" serve"):
-        out: list[str] = []
-        i = 0
+        strips, out, i = ent.get("serve_strips", []), [], 0
         while i < len(flags):
-            a = flags[i]
-            if a in ent.get("serve_strips", []) and i + 1 < len(flags):
-                own += flags[i : i + 2]
-                i += 2
-                continue
-            if any(a.startswith(s + "=") for s in ent.get("serve_strips", [])):
-                own.append(a)
-                i += 1
-                continue
-            out.append(a)
-            i += 1
+            n = 2 if flags[i] in strips and i + 1 < len(flags) else 1
+            taken = n == 2 or any(flags[i].startswith(s + "=") for s in strips)
+            (own if taken else out).extend(flags[i : i + n])
+            i += n
         flags = out
         if ent.get("serve_positional") and flags and not flags[0].startswith("-"):
             flags = ["--model-path"] + flags
@@ -477,14 +457,8 @@ def resolve_flags(flags: list[str], version: str | None = None) -> FlagResolutio
         break
     missing = [a for a in t.actions if a["required"] and a["dest"] not in res.values]
     if missing:  # argparse's own wording, raised after everything else was read
-        names = ", ".join("/".join(a["option_strings"]) for a in missing)
-        res.errors.append(
-            {
-                "option": missing[0]["option_strings"][0],
-                "tokens": [],
-                "message": f"the following arguments are required: {names}",
-            }
-        )
+        msg = "the following arguments are required: " + ", ".join("/".join(a["option_strings"]) for a in missing)
+        res.errors.append({"option": missing[0]["option_strings"][0], "tokens": [], "message": msg})
     res.unchecked = sorted(
         {o.dest for o in res.occurrences if (t.by_dest()[o.dest].get("type") or "builtins.str") not in KNOWN_TYPES}
     )
@@ -523,7 +497,4 @@ def flag_value(argv: list[str], name: str, version: str | None = None) -> str | 
     if a["dest"] not in r.values:
         return None
     raw = r.raw(a["dest"])
-    if raw is None:  # a store_true/const flag
-        v = r.values[a["dest"]]
-        return str(v)
-    return raw
+    return str(r.values[a["dest"]]) if raw is None else raw  # None: a store_true/const flag

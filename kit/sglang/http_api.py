@@ -1,10 +1,8 @@
 """SGLang's HTTP API per release: paths, the speculative fields of a response, the /metrics counters.
 
-What a client reads from a running SGLang, written once per release it changed in, derived from each
-release's `srt/entrypoints/http_server.py`, `srt/entrypoints/openai/` and
-`srt/observability/metrics_collector.py`. The serving-engine object `kit.serving.engines.sglang` and
-the kit's CPU reference server (which speaks the same API) read it from here; nothing else names these
-fields.
+What a client reads from a running SGLang, recorded per release it changed in (from `srt/entrypoints/` and
+`srt/observability/metrics_collector.py`). Only `kit.serving.engines.sglang` and the kit's CPU reference server
+(which speaks the same API) read it.
 
     from kit.sglang.http_api import http_api
     api = http_api("0.5.17")     # the records: http_api.json
@@ -92,9 +90,8 @@ class HttpApi:
     max_stop_strings: int | None = None
 
     def generate_answer(self, obj: dict) -> tuple[int | None, int | None, str | None, str | None]:
-        """(completion tokens, prompt tokens, finish reason, text) of one /generate answer or stream chunk:
-        `meta_info` holds the counts (cumulative in a stream) and `finish_reason` (a dict with a `type`, or a
-        plain string in older releases)."""
+        """(completion tokens, prompt tokens, finish reason, text) of one /generate answer or stream chunk (counts are
+        cumulative in a stream; `finish_reason` is a dict with a `type`, or a string in older releases)."""
         meta = obj.get("meta_info") or {}
         fr = meta.get("finish_reason")
         fr = fr.get("type") if isinstance(fr, dict) else fr
@@ -127,8 +124,7 @@ def recorded() -> dict[str, HttpApi]:
 
 
 def http_api(version: str | None = None) -> HttpApi:
-    """The HTTP API of that release (default: the installed SGLang, else the default release), answered by
-    the newest recorded release not after it (`kit.sglang.versions.pick_recorded`)."""
+    """The HTTP API of that release (default: the installed SGLang, else the default release)."""
     table = recorded()
     return table[pick_recorded(version, table).checked]
 

@@ -1,22 +1,19 @@
 """What each SGLang release does with an EAGLE-3 draft checkpoint, per draft class, read from its recorded rules.
 
-SGLang registers two EAGLE-3 draft classes (an `EntryClass` scan of 28 releases, 0.4.4-0.5.23):
-`LlamaForCausalLMEagle3` (0.4.5+; also the class of Qwen, GptOss and Llama-4 EAGLE-3 drafts, e.g.
-nvidia/Llama-4-Maverick-17B-128E-Eagle3 in weight_utils.py) and `Eagle3DeepseekV2ForCausalLM` (0.5.12+,
-`kimi_k25_eagle3.py`: one DeepSeek-V2 MLA layer for Kimi/DeepSeek targets). The Mistral classes
-(`mistral_eagle.py`, `mistral_large_3_eagle.py`) are EAGLE-1/2 drafts (fc over 2H), not EAGLE-3.
-Each has its own `load_weights`, and both changed across releases: the Llama class's decoder name
-(`midlayer` vs `layers.N`), legacy renames, silent drops (0.4.9+) or delegation to the Llama loader
-(0.4.5-0.4.8: KeyError / warning); the MLA class's `layers.0.` -> `midlayer.` rename, gate/up stacking, the
-`q_a_proj` + `kv_a_proj_with_mqa` -> `fused_qkv_a_proj_with_mqa` fusion, logged skips, `fc_norm` (0.5.13+).
-This module reads `kit/sglang/loader_rules.json` (per class and release: feature flags with their evidence line,
-and the stacked mapping, renames and fused pairs of its `load_weights`; the release-wide rules any draft meets; the
-registered architectures), derived from each release's wheel by `kit.derive.loader_scan` and re-derived by
-kit/tests/sglang/test_sglang_rules.py, so an SGLang change breaks our test, not our users.
-`resolve_draft_class(config, version)` is SGLang's dispatch from `architectures`; `simulate_load(ckpt_shapes,
-draft_config, version)` replays that class's loader on names and shapes only: every key loaded (into which
-parameter) / renamed / dropped (why), and every parameter left at its initial value after the runtime's
-embed/head sharing. Aux capture rules live in kit.sglang.capture. Used by `kit doctor` (`kit.checkpoint.inspect`):
+SGLang registers two EAGLE-3 draft classes (an `EntryClass` scan of 0.4.4-0.5.23): `LlamaForCausalLMEagle3`
+(0.4.5+; also the class of Qwen, GptOss and Llama-4 EAGLE-3 drafts) and `Eagle3DeepseekV2ForCausalLM` (0.5.12+,
+`kimi_k25_eagle3.py`: one DeepSeek-V2 MLA layer for Kimi/DeepSeek targets); the Mistral classes are EAGLE-1/2
+drafts. Each has its own `load_weights`, and both changed across releases: the Llama class's decoder name
+(`midlayer` vs `layers.N`), legacy renames, silent drops (0.4.9+) or delegation to the Llama loader (0.4.5-0.4.8:
+KeyError / warning); the MLA class's `layers.0.` -> `midlayer.` rename, gate/up stacking, the `q_a_proj` +
+`kv_a_proj_with_mqa` fusion, logged skips, `fc_norm` (0.5.13+). `kit/sglang/loader_rules.json` records, per class
+and release, feature flags with their evidence line and the stacked mapping, renames and fused pairs, plus the
+release-wide rules and registered architectures; `kit.derive.loader_scan` derives it from each wheel and
+kit/tests/sglang/test_sglang_rules.py re-derives it, so an SGLang change breaks our test, not our users.
+
+`resolve_draft_class(config, version)` is SGLang's dispatch from `architectures`; `simulate_load` replays that
+class's loader on names and shapes only: every key loaded / renamed / dropped (why), and every parameter left at
+its initial value after the runtime's embed/head sharing. Used by `kit doctor` (`kit.checkpoint.inspect`):
 
     simulate_load({"fc.weight": (576, 1728), ...}, HFConfig.of(draft_config), "0.5.17").ok
 """
@@ -26,7 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -213,29 +210,13 @@ class LoadSimulation:
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per checkpoint key and per never-filled parameter (for a table)."""
-        out = [
-            {
-                "key": k.key,
-                "shape": list(k.shape),
-                "status": k.status,
-                "param": k.param,
-                "renamed": k.renamed,
-                "reason": k.reason,
-            }
-            for k in self.keys
+        unfilled = [
+            KeyOutcome(None, m["shape"], "never_filled", m["param"], reason=m["reason"]) for m in self.params_missing
         ]
-        out += [
-            {
-                "key": None,
-                "shape": list(m["shape"]),
-                "status": "never_filled",
-                "param": m["param"],
-                "renamed": False,
-                "reason": m["reason"],
-            }
-            for m in self.params_missing
+        return [
+            {**{n: v for n, v in asdict(k).items() if n != "loud"}, "shape": list(k.shape)}
+            for k in self.keys + unfilled
         ]
-        return out
 
 
 def _param_shapes(
@@ -316,21 +297,10 @@ def _param_shapes(
             P[f"{pre}.{n}.weight"] = (H,)
     if not tie:
         P["lm_head.weight"] = (Vd, H)
-    facts = {
-        "H": H,
-        "Ht": Ht,
-        "k": k,
-        "V": V,
-        "Vd": Vd,
-        "tie": tie,
-        "head_from_target": head_from_target,
-        "layers": layers,
-        # LlamaForCausalLM.set_embed tests hasattr(config, "target_hidden_size") and inequality
-        "own_embed": bool(f.get("set_embed_skips_if_target_hidden_differs"))
-        and c.target_hidden_size is not ABSENT
-        and c.target_hidden_size != H,
-    }
-    return P, shards, facts
+    # LlamaForCausalLM.set_embed tests hasattr(config, "target_hidden_size") and inequality
+    own_embed = c.target_hidden_size is not ABSENT and c.target_hidden_size != H
+    own_embed = own_embed and bool(f.get("set_embed_skips_if_target_hidden_differs"))
+    return P, shards, {"H": H, "tie": tie, "head_from_target": head_from_target, "own_embed": own_embed}
 
 
 def _mla_param_shapes(
@@ -404,19 +374,9 @@ def _mla_param_shapes(
             P[f"model.fc_norm.{j}.weight"] = (Ht,)
     if not tie:
         P["lm_head.weight"] = (Vd, H)
-    facts = {
-        "H": H,
-        "Ht": Ht,
-        "k": k,
-        "V": V,
-        "Vd": Vd,
-        "tie": tie,
-        "head_from_target": head_from_target,
-        "layers": [pre],
-        # Eagle3DeepseekV2ForCausalLM.set_embed: skips only for a non-null, different target_hidden_size
-        "own_embed": bool(f.get("set_embed_skips_if_target_hidden_differs")) and Ht_cfg is not None and Ht_cfg != H,
-    }
-    return P, shards, facts
+    # Eagle3DeepseekV2ForCausalLM.set_embed: skips only for a non-null, different target_hidden_size
+    own_embed = bool(f.get("set_embed_skips_if_target_hidden_differs")) and Ht_cfg is not None and Ht_cfg != H
+    return P, shards, {"H": H, "tie": tie, "head_from_target": head_from_target, "own_embed": own_embed}
 
 
 def _load_own(name: str, f: dict, P: dict) -> tuple[str | None, Any, str]:
@@ -628,29 +588,30 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
 
 @lru_cache(maxsize=8)
 def config_model_types(version: str, download: bool = False) -> frozenset[str] | None:
-    """model_types SGLang `version` brings its own config class for (`model_type = "x"` in srt/configs/*.py, the
-    classes its AutoConfig registry adds over Transformers'): the recorded row of that release, else its source
-    (the importable SGLang or the cache); None when neither is at hand."""
-    recorded = _recorded_runtime(version, "config_model_types")
-    if recorded is not None:
-        return frozenset(recorded)
-    from kit.findings import KitInputError
+    """model_types SGLang `version` brings its own config class for (`model_type = "x"` in srt/configs/*.py, added
+    to Transformers' by its AutoConfig registry): `_recorded_or_read`."""
     from kit.sglang.source import source_files
 
-    try:
-        return config_model_types_in(source_files(version, "srt/configs", download))
-    except (KitInputError, OSError):
-        return None
+    read = lambda: config_model_types_in(source_files(version, "srt/configs", download))
+    return _recorded_or_read(version, "config_model_types", read)
 
 
 def config_model_types_in(texts: dict[str, str]) -> frozenset[str]:
     return frozenset(m for t in texts.values() for m in re.findall(r'^\s+model_type\s*=\s*"([^"]+)"', t, re.M))
 
 
-def _recorded_runtime(version: str, feature: str) -> Any:
-    """A release-wide feature from that release's own recorded row (None: not recorded for exactly it)."""
+def _recorded_or_read(version: str, feature: str, read: Callable[[], frozenset[str] | None]) -> frozenset[str] | None:
+    """A release-wide feature from that release's own recorded row, else `read()` from its source (the importable
+    SGLang or the cache); None when neither is at hand."""
+    from kit.findings import KitInputError
+
     rules = runtime_rules(version)
-    return rules.features.get(feature) if rules.exact else None
+    if rules.exact and rules.features.get(feature) is not None:
+        return frozenset(rules.features[feature])
+    try:
+        return read()
+    except (KitInputError, OSError):
+        return None
 
 
 def _mapping_keys(tree: ast.AST, name: str) -> set[str]:
@@ -721,19 +682,12 @@ def known_model_type(model_type: str, version: str, download: bool = False) -> b
 def processor_archs(version: str, download: bool = False) -> frozenset[str] | None:
     """Architectures whose HF processor SGLang `version` loads at startup even with --skip-tokenizer-init
     (TokenizerManager.init_tokenizer_and_processor, whenever ModelConfig.is_multimodal): model_config.py's
-    `multimodal_model_archs` less the `mm_disabled_models` it serves text-only unless --enable-multimodal.
-    The recorded row of that release, else its source (the importable SGLang or the cache); None when neither is
-    at hand."""
-    recorded = _recorded_runtime(version, "processor_archs")
-    if recorded is not None:
-        return frozenset(recorded)
-    from kit.findings import KitInputError
+    `multimodal_model_archs` less the `mm_disabled_models` it serves text-only unless --enable-multimodal
+    (`_recorded_or_read`)."""
     from kit.sglang.source import source_text
 
-    try:
-        return processor_archs_in(source_text(version, MODEL_CONFIG_FILE, download) or "")
-    except (KitInputError, OSError):
-        return None
+    read = lambda: processor_archs_in(source_text(version, MODEL_CONFIG_FILE, download) or "")
+    return _recorded_or_read(version, "processor_archs", read)
 
 
 def processor_archs_in(src: str) -> frozenset[str] | None:

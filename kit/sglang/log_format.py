@@ -1,24 +1,16 @@
 """SGLang's server log lines, per release: decode/prefill lines, events, and the lines that end a startup.
 
-SGLang 0.5.23 logs, every `--decode-log-interval` decode forwards (`metrics_reporter.py`
-`report_decode_stats`):
+SGLang 0.5.23 logs, every `--decode-log-interval` decode forwards (`metrics_reporter.py` `report_decode_stats`):
 
     [2026-05-01 12:00:00 TP0] Decode batch, #running-req: 1, #token: 88, token usage: 0.00,
         accept len: 2.35, accept rate: 0.45, cuda graph: True, gen throughput (token/s): 91.20, #queue-req: 0
 
-Older releases (e.g. 0.4.6) wrote `Decode batch. ` and only `accept len: x.xx, ` (no rate);
-`cuda graph` is `cpu graph`/`npu graph`/`musa graph` on other devices; `Decode batch [iter]`
-with SGLANG_LOG_FORWARD_ITERS=1; the line may end without a comma or carry MFU suffixes. So a
-line is parsed as its `key: value` pairs, not by one rigid regex; one parser reads every recorded
-release. Also recognised: prefill lines, readiness ("The server is fired up and ready to roll!"),
-load warnings ("skipping unexpected weight", "not found in params_dict"), architecture errors
-("Model architectures [...] are not supported for now") and exception lines.
-
-A startup that fails in a child process (scheduler, detokenizer) is announced by the parent's SIGQUIT
-handler (`tokenizer_manager.py`: "SIGQUIT received. ... It usually means one child failed.";
-`entrypoints/engine.py`: "Received sigquit from a child process. It usually means the child failed."),
-after the child's traceback; SGLang then sleeps 5 s for crash diagnostics before it kills its tree.
-`STARTUP_FAILED` matches those lines, so the starter reports the traceback's exception line at once.
+Older releases (0.4.6) wrote `Decode batch. ` and no rate; other devices log `cpu graph`/`npu graph`/`musa graph`;
+SGLANG_LOG_FORWARD_ITERS=1 gives `Decode batch [iter]`; a line may carry MFU suffixes. So a line is parsed as its
+`key: value` pairs, one parser for every release. Also recognised: prefill lines, readiness, load warnings,
+architecture errors and exception lines. A startup that fails in a child process is announced by the parent's
+SIGQUIT handler ("It usually means one child failed.", tokenizer_manager.py / engine.py) after the child's
+traceback, 5 s before SGLang kills its tree: `STARTUP_FAILED` matches it, so the starter reports at once.
 
     from kit.sglang.log_format import parse_line
     parse_line("[2026-05-01 12:00:00 TP0] Decode batch, ..., accept len: 2.35, ...")["accept_len"]
@@ -60,13 +52,12 @@ STARTUP_FAILED = re.compile(r"It usually means (?:one|the) child failed")
 def _num(v: str):
     if v in ("True", "False"):
         return v == "True"
-    try:
-        return int(v)
-    except ValueError:
+    for cast in (int, float):
         try:
-            return float(v)
+            return cast(v)
         except ValueError:
-            return v
+            pass
+    return v
 
 
 def parse_line(line: str) -> dict | None:

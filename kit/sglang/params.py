@@ -72,8 +72,8 @@ AUTO_CHAIN = (3, 1, 4)
 
 @dataclass(frozen=True)
 class AutoRule:
-    """`_auto_choose_speculative_params` of a release: the triple every target class not listed gets, the
-    classes that get the other one, and whether STANDALONE always gets AUTO_CHAIN."""
+    """`_auto_choose_speculative_params` of a release: the triple unlisted target classes get, the classes that
+    get the other one, and whether STANDALONE always gets AUTO_CHAIN."""
 
     default: tuple[int, int, int]
     others: tuple[str, ...]  # the classes that get the triple `default` is not
@@ -116,32 +116,20 @@ def auto_rule(sglang_version: str | None = None) -> AutoRule:
     return AUTO_RULES[pick_recorded(sglang_version, AUTO_RULES).checked]
 
 
-# The verify step's shape assumption for trees (topk > 1), per release. `_compact_accept_to_front`
-# moves each request's accepted path, `accept_index` rows `EagleVerifyInput.max_tree_depth` =
-# spec_steps + 1 wide, to the front of its block of num_draft_tokens nodes:
-# `out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)` raises "The expanded size of the tensor (nd) must
-# match the existing size (s1)" whenever nd < steps + 1. It runs under `topk > 1` at every verify of a
-# request (not in CUDA-graph capture, which captures only the target's forward), so a launch SGLang accepts
-# dies at the first request it runs, before it reports ready (srt/entrypoints/http_server.py): the warm-up
-# `_execute_server_warmup` (an 8-token /generate before the server marks itself up), or with
-# --skip-server-warmup the first /health probe (`health_generate`: a one-token generate, which the overlap
-# scheduler decodes once more before it reads the prefill's result). Where it lives:
-#   0.5.13-0.5.15  srt/speculative/eagle_worker_v2.py, method EAGLEWorkerV2._compact_accept_to_front,
-#                  called by EAGLEWorkerV2._finalize_accept_tree_path from verify()
-#   0.5.16-0.5.23  srt/speculative/eagle_worker_common.py, _compact_accept_to_front, called by
-#                  _finalize_accept_tree_path from run_eagle_verify (`finalize_tree_path and ... topk > 1`;
-#                  the EAGLE/EAGLE3/STANDALONE workers pass finalize_tree_path=True)
-# 0.5.12 and older have no such step: their topk > 1 launches run the v1 worker (eagle_worker.py;
-# server_args.py: "spec v2 currently only supports topk = 1"). `kit.derive.verify_scan` runs the real
-# function body over a grid and finds exactly {topk > 1, draft tokens <= steps} in 0.5.13-0.5.23;
+# The verify step's shape assumption for trees (topk > 1), per release (see SPEC_VERIFY for the crash):
+# `_compact_accept_to_front` copies each request's accepted path, `accept_index` rows steps + 1 wide, to the front
+# of its block of num_draft_tokens nodes (`out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)`), so it raises
+# whenever nd < steps + 1, at every verify under `topk > 1` (not in CUDA-graph capture). Where it lives:
+#   0.5.13-0.5.15  srt/speculative/eagle_worker_v2.py, EAGLEWorkerV2._compact_accept_to_front (from verify())
+#   0.5.16-0.5.23  srt/speculative/eagle_worker_common.py, called by _finalize_accept_tree_path from
+#                  run_eagle_verify (`finalize_tree_path and ... topk > 1`; EAGLE/EAGLE3/STANDALONE pass True)
+# 0.5.12 and older run topk > 1 on the v1 worker (eagle_worker.py), which has no such step. `kit.derive.verify_scan`
+# runs the real function body over a grid and finds exactly {topk > 1, draft tokens <= steps} in 0.5.13-0.5.23;
 # kit/tests/sglang/test_verify_scan.py re-derives it from the wheels.
 VERIFY_SHAPE = {
     "since": "0.5.13",
     "function": "_compact_accept_to_front",
-    "files": {
-        "0.5.13": "srt/speculative/eagle_worker_v2.py",
-        "0.5.16": "srt/speculative/eagle_worker_common.py",
-    },
+    "files": {"0.5.13": "srt/speculative/eagle_worker_v2.py", "0.5.16": "srt/speculative/eagle_worker_common.py"},
 }
 
 
@@ -223,12 +211,7 @@ def auto_params(algorithm: str | None, target_arch: str | None, sglang_version: 
 
 
 def _verify_file(version: str) -> str:
-    want = Version.parse(version)
-    return [
-        f
-        for v, f in sorted(VERIFY_SHAPE["files"].items(), key=lambda x: Version.parse(x[0]))
-        if Version.parse(v) <= want
-    ][-1]
+    return VERIFY_SHAPE["files"][pick_recorded(version, VERIFY_SHAPE["files"]).checked]
 
 
 def verify_shape_issue(
@@ -237,9 +220,8 @@ def verify_shape_issue(
     speculative_num_draft_tokens: int,
     sglang_version: str | None,
 ) -> Issue | None:
-    """`launch.spec_verify`: a tree whose accepted path (up to steps + 1 tokens) does not fit in its draft
-    tokens crashes SGLang >= VERIFY_SHAPE["since"] while it starts, at the verify of the first request it runs
-    (see VERIFY_SHAPE)."""
+    """`launch.spec_verify`: a tree whose accepted path (steps + 1 tokens) does not fit in its draft tokens
+    crashes SGLang >= VERIFY_SHAPE["since"] at its first verify (see VERIFY_SHAPE)."""
     s, k, n = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
     version = sglang_version or default_release()
     if k <= 1 or n >= s + 1 or Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]):
@@ -270,6 +252,10 @@ def spec_v2_refuses_tree(speculative_eagle_topk: int | None, sglang_version: str
     return (speculative_eagle_topk or 1) > 1 and first <= v <= last
 
 
+def _refused(title: str, fix: str, evidence: dict) -> Resolution:
+    return Resolution(None, issues=(Issue("error", title, fix, evidence),))
+
+
 def resolve(
     given: SpecParams,
     algorithm: str | None = "EAGLE3",
@@ -291,68 +277,34 @@ def resolve(
         )
         return Resolution(a, auto=True, issues=(note,))
     if s is None:
-        return Resolution(
-            None,
-            issues=(
-                Issue(
-                    "error",
-                    "topk/draft tokens set but --speculative-num-steps unset: SGLang's assert fails at startup",
-                    "set --speculative-num-steps too, or none of the three",
-                    ev,
-                ),
-            ),
+        return _refused(
+            "topk/draft tokens set but --speculative-num-steps unset: SGLang's assert fails at startup",
+            "set --speculative-num-steps too, or none of the three",
+            ev,
         )
     if k is None:
-        return Resolution(
-            None,
-            issues=(
-                Issue(
-                    "error",
-                    "--speculative-eagle-topk unset while steps are set: SGLang crashes comparing None > 1",
-                    "set --speculative-eagle-topk (1 = chain)",
-                    ev,
-                ),
-            ),
+        return _refused(
+            "--speculative-eagle-topk unset while steps are set: SGLang crashes comparing None > 1",
+            "set --speculative-eagle-topk (1 = chain)",
+            ev,
         )
     if s < 1 or k < 1:
-        return Resolution(None, issues=(Issue("error", "steps and topk must be >= 1", "use positive values", ev),))
+        return _refused("steps and topk must be >= 1", "use positive values", ev)
     if k == 1:
         issues: tuple[Issue, ...] = ()
         if n is not None and n != s + 1:
-            issues = (
-                Issue(
-                    "warning",
-                    f"topk 1: SGLang replaces num_draft_tokens={n} by steps+1={s + 1}",
-                    f"--speculative-num-draft-tokens {s + 1}",
-                    ev,
-                ),
-            )
+            msg = f"topk 1: SGLang replaces num_draft_tokens={n} by steps+1={s + 1}"
+            issues = (Issue("warning", msg, f"--speculative-num-draft-tokens {s + 1}", ev),)
         return Resolution(SpecParams(s, 1, s + 1), issues=issues)
     top = max_draft_tokens(s, k)
     if n is None:
-        return Resolution(
-            None,
-            issues=(
-                Issue(
-                    "error",
-                    "topk > 1 needs --speculative-num-draft-tokens",
-                    f"set it between 2 and {top}",
-                    ev,
-                ),
-            ),
-        )
+        return _refused("topk > 1 needs --speculative-num-draft-tokens", f"set it between 2 and {top}", ev)
     if n < 2 or n > top:
-        return Resolution(
-            None,
-            issues=(
-                Issue(
-                    "error",
-                    f"num_draft_tokens={n} outside 2..{top} for steps={s}, topk={k}: "
-                    "torch.topk fails in organize_draft_results",
-                    f"use at most {top} draft tokens, or more steps/topk",
-                    {**ev, "max_draft_tokens": top},
-                ),
-            ),
+        return _refused(
+            f"num_draft_tokens={n} outside 2..{top} for steps={s}, topk={k}: "
+            "torch.topk fails in organize_draft_results",
+            f"use at most {top} draft tokens, or more steps/topk",
+            {**ev, "max_draft_tokens": top},
         )
     crash = verify_shape_issue(s, k, n, sglang_version)
     if crash is not None:

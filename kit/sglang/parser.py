@@ -1,21 +1,15 @@
 """Parse launch flags with SGLang's REAL argument parser (`ServerArgs.add_cli_args`) of the requested release.
 
-SGLang's parser is the truth about its flags, and it imports on a CPU. For release V it runs:
-
-1. in this interpreter, when the sglang installed here is V (a GPU host with SGLang installed);
-2. else in the interpreter named by `python=` / $KIT_SGLANG_PYTHON;
-3. else in the kit's side environment `sglang-V` (`kit.venvs.ensure_venv`: sglang==V `--no-deps` over
-   this interpreter's packages). Built on first use for the releases with a recorded flag table
-   (unless $KIT_NO_VENV_BUILD=1); for any other release on request: `python -m kit.sglang.releases --side-env V`.
-
-Several argvs are parsed in one call, and the parser process stays up for the next call (importing SGLang
-takes ~8 s). Each result is
+SGLang's parser is the truth about its flags, and it imports on a CPU. For release V it runs in this interpreter
+when the sglang installed here is V; else in the interpreter named by `python=` / $KIT_SGLANG_PYTHON; else in the
+kit's side environment `sglang-V` (`kit.venvs.ensure_venv`: sglang==V `--no-deps` over this interpreter's
+packages), built on first use for releases with a recorded flag table (unless $KIT_NO_VENV_BUILD=1), for any other
+on request (`python -m kit.sglang.releases --side-env V`). Several argvs are parsed per call, and the parser
+process stays up (importing SGLang takes ~8 s). Each result is
 {"ok": bool, "unknown": [...], "error": str|None, "args": {dest: value}|None}.
 
-`flag_findings(flags, version)` turns one parse into findings. When the real parser cannot run,
-`launch.parser` is a warning naming the checks skipped, and the release's recorded flag table
-(`kit.sglang.flags`, derived from the same parser) still applies argparse's prefix, `=`, type and
-choice rules, so a bad value is never silently accepted.
+`flag_findings(flags, version)` turns one parse into findings. When the real parser cannot run, `launch.parser`
+warns, and the release's recorded flag table (`kit.sglang.flags`) still applies argparse's rules.
 
     from kit.sglang.parser import parse_argvs, flag_findings
     [res] = parse_argvs([["--model-path", "m", "--tp-size", "8"]], version="0.5.17")
@@ -269,15 +263,19 @@ def _with_port(res: dict, port: int | None) -> dict:
     return {**res, "args": {**res["args"], "port": port}}
 
 
-def _disk_cache(py: str | None) -> Path | None:
-    """Where a kit side environment keeps its parses: beside it, since a built environment never changes
-    (its directory name carries its recipe). None for this interpreter or a user-named one."""
+def _side_env(py: str | None) -> Path | None:
+    """The kit side environment `py` belongs to; None for this interpreter or a user-named one."""
     from kit.venvs import venv_root
 
-    if py is None:
-        return None
-    env = Path(py).parent.parent
-    return env / "kit-parse-cache" if venv_root().resolve() in env.resolve().parents else None
+    env = Path(py).parent.parent if py is not None else None
+    return env if env is not None and venv_root().resolve() in env.resolve().parents else None
+
+
+def _disk_cache(py: str | None) -> Path | None:
+    """Where a kit side environment keeps its parses: beside it, since a built environment never changes (its
+    directory name carries its recipe)."""
+    env = _side_env(py)
+    return env / "kit-parse-cache" if env is not None else None
 
 
 def _argv_key(argv: list[str]) -> str:
@@ -331,13 +329,10 @@ def _ask_worker(py: str, argvs: list[list[str]], timeout: float) -> list[dict]:
     raise KitInputError(f"{py}: SGLang's parser did not run ({tail})")
 
 
-# A kit side environment's parser is one daemon per machine, shared by every process (each notebook's kernel,
-# each `kit lint`): importing SGLang's server arguments takes ~9-12 s of CPU on a 2-core EPYC, and a demo lints
-# in two notebooks. It listens on a Unix socket named after the environment, answers one request per connection
-# and exits after DAEMON_IDLE_S ($KIT_PARSER_IDLE_S) without one. `warm` starts it ahead of need (`kit demo` does,
-# as it starts).
-# Any other interpreter (a user's, whose packages may change) gets a worker per process instead: one parser
-# process kept for the life of this one, reading a request per stdin line, ending when its stdin closes.
+# A kit side environment's parser is one daemon per machine, shared by every process (importing SGLang's server
+# arguments takes ~9-12 s of CPU on a 2-core EPYC): a Unix socket named after the environment, one request per
+# connection, exiting after DAEMON_IDLE_S ($KIT_PARSER_IDLE_S) idle; `warm` starts it ahead of need. Any other
+# interpreter (a user's, whose packages may change) gets a worker per process, reading a request per stdin line.
 DAEMON_IDLE_S = float(os.environ.get("KIT_PARSER_IDLE_S", "600"))
 _WORKERS: dict[str, subprocess.Popen] = {}
 
@@ -349,10 +344,7 @@ def _daemon_socket(py: str) -> Path | None:
     import hashlib
     import tempfile
 
-    from kit.venvs import venv_root
-
-    env = Path(py).parent.parent
-    if venv_root().resolve() not in env.resolve().parents:
+    if _side_env(py) is None:
         return None
     home = Path(tempfile.gettempdir()) / f"kit-{os.getuid()}"
     home.mkdir(mode=0o700, exist_ok=True)
@@ -382,15 +374,10 @@ def _ask_daemon(py: str, sock: Path, argvs: list[list[str]], timeout: float) -> 
 
 
 def warm(version: str | None = None) -> None:
-    """Build release `version`'s side environment if it is not built yet, checking the build through the parser
-    daemon: the daemon's import of SGLang is the check, and the daemon stays up for the lint that follows (a
-    first `kit demo` runs this beside notebooks 01-03). Nothing when the environment is already built (its
-    parses are mostly on disk by then), or for an in-process or user-named parser."""
-
-    def through_daemon(py: str) -> None:
-        _ask_daemon(py, _daemon_socket(py), [], timeout=300)
-
-    parser_python(version=version, check=through_daemon)
+    """Build release `version`'s side environment if not built yet, checked through the parser daemon (its import
+    of SGLang is the check, and it stays up for the lint that follows: a first `kit demo` runs this beside notebooks
+    01-03). Nothing when already built, or for an in-process or user-named parser."""
+    parser_python(version=version, check=lambda py: _ask_daemon(py, _daemon_socket(py), [], timeout=300))
 
 
 def _connect(py: str, sock: Path):
@@ -471,9 +458,8 @@ def _stop_worker(py: str) -> None:
 
 
 def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
-    """A release outside every stored flag table, whose parser cannot run here: its flags are not judged.
-    Another release's table cannot stand in: flags, choices (`--reasoning-parser`) and prefixes change between
-    releases, so it would convict good commands and pass bad ones."""
+    """A release outside every stored flag table, whose parser cannot run here: its flags are not judged (another
+    release's flags, choices and prefixes differ: it would convict good commands and pass bad ones)."""
     from kit.sglang.flags import known_versions, missing_reason
     from kit.sglang.versions import derive_command, is_listed
 
@@ -528,7 +514,6 @@ def flag_findings(
     try:
         [res] = parse_argvs([flags], python=python, build=build, version=version)
         unknown, errors, judge = res["unknown"], [res["error"]] if res["error"] else [], f"SGLang {version}'s parser"
-        severity, borrowed = "error", ""
         if res["error"] and not unknown:  # it stops at the first error; the table still names the unknown flags
             unknown = table.unknown
     except KitInputError as e:
@@ -549,22 +534,19 @@ def flag_findings(
         unknown = table.unknown
         errors = [err["message"] for err in table.errors]
         judge = f"SGLang {table.checked}'s flag table"
-        severity, borrowed = "error", ""
     for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
         out.append(
             FLAG(
-                f"SGLang does not accept {flag!r}: the server would exit at startup{borrowed}",
+                f"SGLang does not accept {flag!r}: the server would exit at startup",
                 evidence={"unknown": unknown, "judge": judge},
-                severity=severity,
                 fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
             )
         )
     for msg in errors:
         out.append(
             FLAG(
-                f"SGLang's parser rejects the command: {msg}{borrowed}",
+                f"SGLang's parser rejects the command: {msg}",
                 evidence={"error": msg, "judge": judge},
-                severity=severity,
                 fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
             )
         )

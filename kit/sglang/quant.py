@@ -1,13 +1,11 @@
 """How each SGLang release reads a checkpoint's quantization config, the draft's included, from its recorded rules.
 
-SGLang builds the draft's `ModelConfig` from the draft directory like any model, so a quantization config
-shipped beside a draft head decides whether the draft is set up quantized. ModelOpt exports write
-`hf_quant_config.json`; for a BF16 head with only an FP8 KV cache it holds `"quant_algo": null`. Old releases
-read *any* `hf_quant_config.json` as `{"quant_method": "modelopt"}`, which `QUANTIZATION_METHODS` maps to
-`ModelOptFp8Config` (srt/configs/model_config.py `_parse_quant_hf_config`); newer ones parse `quant_algo` and
-leave an unnamed algorithm unquantized. The rule per release is derived, not typed (`kit.derive.quant_scan` runs
-each release's own parse on probe files) into kit/sglang/quant_rules.json, which this module reads; `kit doctor`
-reports it as `draft.quant` (kit.checkpoint.inspect).
+SGLang builds the draft's `ModelConfig` from the draft directory like any model, so a quantization config beside a
+draft head decides whether it is set up quantized. ModelOpt exports write `hf_quant_config.json` (a BF16 head with
+only an FP8 KV cache: `"quant_algo": null`). Old releases read *any* such file as `{"quant_method": "modelopt"}`
+(`ModelOptFp8Config`, `_parse_quant_hf_config`); newer ones leave an unnamed algorithm unquantized.
+`kit.derive.quant_scan` runs each release's own parse on probe files into quant_rules.json, read here; `kit doctor`
+reports it as `draft.quant`.
 
     draft_quantization("0.4.10", {"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}})
     # -> {"quant_method": "modelopt", "class": "ModelOptFp8Config", ...}
@@ -20,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.sglang.versions import RecordedRelease, pick_recorded, sort_versions, stored_rows
+from kit.sglang.versions import RecordedRelease, Version, pick_recorded, sort_versions, stored_rows
 
 TABLE_PATH = Path(__file__).with_name("quant_rules.json")
 FILE = "hf_quant_config.json"
@@ -38,7 +36,7 @@ def known_versions() -> list[str]:
 
 
 def recorded_release(version: str | None) -> RecordedRelease:
-    return pick_recorded(version, sort_versions(table()["versions"]))
+    return pick_recorded(version, known_versions())
 
 
 # -- the rule, for a draft directory ------------------------------------------------------------------------
@@ -78,13 +76,10 @@ def misread_releases() -> list[str]:
 
 
 # -- the loader's path for a head whose file names no algorithm -----------------------------------------------
-# The parse above decides `model_config.quantization`; the loader then builds the quant config from the file
-# (srt/model_loader/weight_utils.py get_quant_config). From 0.4.9 on it has a branch for a ModelOpt file whose
-# quant_algo is null: `return None` (the head loads unquantized; loader.py's _get_quantization_config passes the
-# None on) when `architectures[0]` is one class, ValueError("Invalid quant_config") for any other. The branch is
-# the workaround for nvidia/Llama-4-Maverick-17B-128E-Eagle3 (sglang PR 6985). The fact below is what
-# `kit.derive.quant_scan.scan_no_algo_loader` reads from each release's source; kit/tests/sglang/test_quant.py
-# re-scans every cached release and checks it (no table file: one class and one first release).
+# The parse above decides `model_config.quantization`; the loader's get_quant_config then has, from 0.4.9, a branch
+# for a ModelOpt file whose quant_algo is null: `return None` (unquantized) for one class, ValueError("Invalid
+# quant_config") for any other. `kit.derive.quant_scan.scan_no_algo_loader` reads it from each release's source;
+# kit/tests/sglang/test_quant.py re-scans every cached release (no table file: one class, one first release).
 LOADER_SRC = "srt/model_loader/weight_utils.py"
 NO_ALGO_LOADER = {
     "architecture": "LlamaForCausalLMEagle3",
@@ -95,13 +90,9 @@ NO_ALGO_LOADER = {
 
 
 def no_algo_loader(version: str | None, architecture: str | None) -> dict[str, Any] | None:
-    """What release `version`'s loader does with a draft of `architecture` whose ModelOpt file names no algorithm,
-    once the parse has called it quantized: {"outcome": "unquantized" | "raises", "evidence"}; None where the
-    release has no such branch (the parse's class is built)."""
-    from kit.sglang.versions import Version
-
-    requested = recorded_release(version).requested
-    if Version.parse(requested) < Version.parse(NO_ALGO_LOADER["since"]):
+    """{"outcome": "unquantized" | "raises", "evidence"}: what the release's loader does with a draft of
+    `architecture` whose ModelOpt file names no algorithm; None where it has no such branch (the parse's class)."""
+    if Version.parse(recorded_release(version).requested) < Version.parse(NO_ALGO_LOADER["since"]):
         return None
     keep = architecture == NO_ALGO_LOADER["architecture"]
     return {"outcome": "unquantized" if keep else "raises", "evidence": NO_ALGO_LOADER["evidence"]}

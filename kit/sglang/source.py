@@ -1,19 +1,14 @@
 """Real SGLang source, per version, read as text — never imported.
 
-The kit's per-version rules (loader eras, registered draft architectures, which targets can
-capture aux hidden states, the aux layer-id shift) are *derived from* SGLang's own source by the
-scanners of `kit.derive`, and tests re-derive them, so a change in SGLang breaks our test rather than
-our users. At runtime a release the tables lack is read here too, from its source at hand
-(`kit.sglang.loader.processor_archs`, `kit.sglang.env_vars.release_vars`). This module fetches a
-release's pure-Python wheel with `pip download --no-deps sglang==X` (a few MB, no dependencies, no
-GPU), unpacks its `.py` files once into the cache, and hands out file texts.
+The kit's per-version rules are *derived from* SGLang's own source by the scanners of `kit.derive`, and tests
+re-derive them, so a change in SGLang breaks our test rather than our users; at runtime a release the tables lack
+is read here too (`kit.sglang.loader.processor_archs`, `kit.sglang.env_vars.release_vars`). A release's text comes
+from the SGLang this interpreter would import when it is that release (an installed package or the kit's bundle:
+no network), else from $KIT_CACHE_DIR/sglang-src/<version>/, where `pip download --no-deps sglang==X` (a few MB of
+pure Python) is unpacked once.
 
     from kit.sglang.source import source_text
     text = source_text("0.5.23", "srt/models/llama_eagle3.py")
-
-Where a release's text comes from: the SGLang this interpreter would import when it is that release (an
-installed package or the kit's bundle on PYTHONPATH: what a rehearsal or a launch here runs, readable with no
-network), else $KIT_CACHE_DIR/sglang-src/<version>/sglang/... (downloaded once; offline use works once cached).
 """
 
 from __future__ import annotations
@@ -49,25 +44,11 @@ def source_root(version: str, download: bool = True) -> Path:
 
 
 def download_wheel(version: str, root: Path) -> None:
-    """`sglang/**/*.py` of that release's wheel and its METADATA/entry_points.txt into `root` (renamed into place
-    whole)."""
+    """`sglang/**/*.py` and the METADATA/entry_points.txt of that release's wheel into `root`, renamed into place."""
     tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{version}-"))
     try:
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--quiet",
-                f"sglang=={version}",
-                "-d",
-                str(tmp / "whl"),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}", "-d"]
+        r = subprocess.run([*pip, str(tmp / "whl")], capture_output=True, text=True)
         wheels = list((tmp / "whl").glob("sglang-*.whl")) if r.returncode == 0 else []
         if not wheels:
             last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]

@@ -1,12 +1,10 @@
 """Stand-ins for modules SGLang imports on the way to its argument parser that cannot be installed on a CPU.
 
-No CPU build of torchvision exists for the kit's CPU torch (PyPI and the PyTorch CPU index both ship CUDA
-builds, which fail to load: "operator torchvision::nms does not exist"), yet SGLang 0.5.17 imports it at
-module level (`srt/utils/common.py`: `decode_jpeg`; `multimodal/internvl_utils.py`: transforms), for image
-helpers the parser never calls. `kit.venvs` copies this file into every SGLang side environment as
-`kit_stand_ins.py`, with a `.pth` line that calls `install()`; the kit itself never imports it. Each name in
-STAND_INS that is *not* installed then imports as an inert module tree whose attributes are inert classes.
-This is a mock, used only because nothing real can run here; a real torchvision, when present, wins.
+No CPU build of torchvision exists for the kit's CPU torch (the CUDA builds fail to load: "operator
+torchvision::nms does not exist"), yet SGLang 0.5.17 imports it at module level for image helpers the parser never
+calls. `kit.venvs` copies this file into every SGLang side environment as `kit_stand_ins.py`, with a `.pth` line
+that calls `install()` (the kit never imports it): each name in STAND_INS that is *not* installed then imports as
+an inert module tree of inert classes. A mock, only because nothing real can run here; a real torchvision wins.
 """
 
 import importlib.abc
@@ -50,10 +48,7 @@ class _Inert(type):
 
 
 class _InertModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert(name, (), {"_kit_inert": True})
+    __getattr__ = _Inert.__getattr__
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -85,4 +80,4 @@ def install_named(roots) -> None:
 def install():
     missing = [m for m in STAND_INS if importlib.util.find_spec(m) is None]
     if missing:
-        sys.meta_path.append(_Finder(missing))
+        install_named(missing)

@@ -29,13 +29,7 @@ BUNDLE_EXAMPLE_RELEASE = "0.5.17"
 # the releases on the package index from EAGLE-3's first (kit.sglang.releases refreshes the list)
 RELEASES_PATH = Path(__file__).with_name("releases.json")
 FIRST_RELEASE = "0.4.4"
-TABLES = (
-    "flags",
-    "capture",
-    "loader",
-    "quant",
-    "env_vars",
-)  # the per-release tables; `--derive V` writes one file each
+TABLES = ("flags", "capture", "loader", "quant", "env_vars")  # the per-release tables; `--derive V` writes each
 _WARNED: set[str] = set()
 # SGLang releases after this one ship for CUDA 13 only (its sgl-kernel wheels); this was the last CUDA 12 lane
 LAST_CUDA12_RELEASE = "0.5.19"
@@ -118,8 +112,7 @@ def installed_version() -> str | None:
 
 
 def importable_root() -> Path | None:
-    """The folder holding the `sglang/` package this interpreter would import (an installed distribution, or
-    a bundle on PYTHONPATH), found without importing it; None when there is none."""
+    """The folder holding the `sglang/` package this interpreter would import, found without importing it."""
     import importlib.util
 
     spec = importlib.util.find_spec("sglang")
@@ -129,14 +122,11 @@ def importable_root() -> Path | None:
 
 
 def importable_version() -> str | None:
-    """The version of the SGLang this interpreter would import: its distribution's metadata, or for a bundle on
-    PYTHONPATH without metadata its sglang/_version.py or version.py; read without importing it."""
-    v = installed_version()
-    if v:
-        return v
+    """The version of the SGLang this interpreter would import, without importing it: its distribution's metadata,
+    else (a bundle on PYTHONPATH) its sglang/_version.py or version.py."""
     root = importable_root()
-    if root is None:
-        return None
+    if (v := installed_version()) or root is None:
+        return v
     for name in ("_version.py", "version.py"):  # setuptools-scm writes _version.py; version.py re-exports it
         f = root / "sglang" / name
         m = re.search(r"__version__[^=\n]*=\s*(?:version\s*=\s*)?[\"']([^\"']+)", f.read_text()) if f.exists() else None
@@ -178,10 +168,7 @@ def default_release() -> str:
     return installed_version() or DEFAULT_RELEASE
 
 
-# -- stored tables ------------------------------------------------------------------------------
-# Each per-release table (flags, capture, loader, quant) stores a row per release; a row identical to an
-# earlier release's is stored as {"same_as": that release} (post releases mostly repeat their base release;
-# kit.derive.dedupe_rows writes them).
+# -- stored tables: a row equal to an earlier release's is stored as {"same_as": it} (kit.derive.dedupe_rows)
 def tables_dir(version: str | None = None) -> Path:
     """Where `python -m kit.sglang.releases --derive V` writes V's tables on this machine (all of them: no V)."""
     from kit.models import cache_dir

@@ -1,14 +1,9 @@
-"""Aux hidden-state layer ids: what each stack means by them, and the facts the wiring checks read.
+"""Aux hidden-state layer ids: each stack's convention (`kit.checkpoint.aux_ids`) and the facts the wiring
+checks read from the files (draft dims, training provenance, fc width).
 
-The same integers name different target layers in different stacks (`kit.checkpoint.aux_ids`). We speak
-in *capture points*: p is the residual stream entering decoder layer p (p=0 embeddings, p=L the
-final pre-norm state) — HF `output_hidden_states[p]` for p < L.
-
-* `read_ids(stack, cfg)` / `capture_points(stack, ids, L, arch, version)`: each stack's id convention,
-  kit.checkpoint.aux_ids (the converter translates through it too).
-* facts read from the files: draft dims, target facts, training provenance, fc width.
-
-The checks over these facts are in kit.wiring.checks; the Wiring a launch gives is kit.wiring.plan.
+Capture point p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm
+state): HF `output_hidden_states[p]` for p < L. The checks are kit.wiring.checks; the Wiring a launch gives is
+kit.wiring.plan.
 
     python -m kit doctor --target T --draft D --launch "python -m sglang.launch_server ..."
 """
@@ -31,11 +26,9 @@ ALGORITHM = Code(
     "aux.algorithm",
     SECTION,
     "error",
-    (
-        "an EAGLE-3 draft is launched with `--speculative-algorithm EAGLE`/`NEXTN` (or "
-        "`eagle_config.use_aux_hidden_state: false`): the target sends one hidden state, SGLang's fc gate "
-        "(`shape[-1] != embeds.shape[-1]`) is false, fc is skipped, accept length ≈ 1.00"
-    ),
+    "an EAGLE-3 draft is launched with `--speculative-algorithm EAGLE`/`NEXTN` (or "
+    "`eagle_config.use_aux_hidden_state: false`): the target sends one hidden state, SGLang's fc gate "
+    "(`shape[-1] != embeds.shape[-1]`) is false, fc is skipped, accept length ≈ 1.00",
     "launch with `--speculative-algorithm EAGLE3`",
 )
 
@@ -49,18 +42,11 @@ def stack_table(draft_cfg: HFConfig, L: int, arch: str | None, version: str | No
     rows = []
     for st in STACKS:
         ids, where = read_ids(st, draft_cfg)
-        rows.append(
-            {
-                "stack": st,
-                "ids_read": ids,
-                "read_from": where,
-                "capture_points": capture_points(st, ids, L, arch, version),
-            }
-        )
+        points = capture_points(st, ids, L, arch, version)
+        rows.append({"stack": st, "ids_read": ids, "read_from": where, "capture_points": points})
     return rows
 
 
-# -- facts from the files --------------------------------------------------------------------
 def is_eagle3_draft(cfg: HFConfig) -> bool:
     archs = " ".join(cfg.get("architectures") or [])
     return (
@@ -77,39 +63,28 @@ def launch_algorithm(argv: list[str] | None) -> str | None:
 
 
 def provenance(draft_dir: Path | None) -> dict[str, Any] | None:
-    p = Path(draft_dir) / "kit_provenance.json" if draft_dir else None
-    if p is None or not p.exists():
-        return None
     try:
-        return json.loads(p.read_text())
+        return json.loads((Path(draft_dir) / "kit_provenance.json").read_text()) if draft_dir else None
     except (OSError, json.JSONDecodeError):
         return None
 
 
 def training_points(
-    draft_cfg: HFConfig,
-    L: int,
-    arch: str | None,
-    version: str | None,
-    draft_dir=None,
-    trained_with: str | None = None,
+    draft_cfg: HFConfig, L: int, arch: str | None, version: str | None, draft_dir=None, trained_with: str | None = None
 ) -> tuple[list[int], str] | None:
     """(points the draft was trained on, how we know) or None when the convention is unknown."""
     rec = draft_cfg.get("kit_aux_source") or {}  # written into config.json by kit convert
     if rec.get("capture_points") and rec.get("num_layers") in (None, L):
-        return list(
-            rec["capture_points"]
-        ), f"config.json kit_aux_source: {rec.get('convention')} ids {rec.get('aux_layer_ids')}"
-    prov = provenance(draft_dir)
-    if prov and prov.get("capture_points"):
+        why = f"config.json kit_aux_source: {rec.get('convention')} ids {rec.get('aux_layer_ids')}"
+        return list(rec["capture_points"]), why
+    prov = provenance(draft_dir) or {}
+    if prov.get("capture_points"):
         return list(prov["capture_points"]), "kit_provenance.json capture_points"
-    if prov and (prov.get("source_aux_layer_id_convention") or prov.get("aux_convention")):
-        conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov["aux_convention"])
-        if conv:
-            ids = prov.get("aux_layer_ids")
-            return capture_points(
-                conv, ids, L, arch, prov.get("sglang_version") or version
-            ), f"kit_provenance.json: {conv} convention, ids {ids}"
+    conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov.get("aux_convention"))
+    if conv:
+        ids = prov.get("aux_layer_ids")
+        points = capture_points(conv, ids, L, arch, prov.get("sglang_version") or version)
+        return points, f"kit_provenance.json: {conv} convention, ids {ids}"
     if draft_cfg.get("speculators_model_type"):
         ids, _ = read_ids("speculators", draft_cfg)
         return capture_points("speculators", ids, L), "speculators config (ids = points, vLLM hidden states)"
@@ -134,6 +109,6 @@ def fc_in_features(draft_dir) -> int | None:
     except KitInputError:  # CheckpointError included; unreadable files are reported by the checkpoint checks
         return None
     for name, t in ck.tensors.items():
-        if name.split(".")[-2:] == ["fc", "weight"] or name in ("fc.weight", "model.fc.weight"):
+        if name.split(".")[-2:] == ["fc", "weight"]:  # fc.weight, model.fc.weight, ...
             return int(t.shape[1])
     return None

@@ -1,11 +1,9 @@
 """Static EAGLE-3 wiring checks: configs + a launch command -> findings (no weights, no torch).
 
-Codes (docs/findings.md): aux.algorithm, aux.layer_ids_ignored, aux.layer_shift, aux.fc_width,
-aux.hidden_width, aux.target_capture; and, from `draft_target_checks` (draft config against the target and
-the served context, by the rules of kit.sglang.loader): draft.nextn_zero, draft.context_short,
-draft.mla_geometry, draft.rope; from `draft_dtype_checks` (the dtype SGLang runs each side in, by the rules
-of kit.sglang.dtype): draft.dtype. Used by `kit doctor` (provider "kit.wiring.aux") and notebook 03.
-`kit.wiring.plan.wiring_from_launch` turns the same facts into the `Wiring` SGLang would give the draft.
+Codes (docs/findings.md): aux.algorithm, aux.layer_ids_ignored, aux.layer_shift, aux.fc_width, aux.hidden_width,
+aux.target_capture; from `draft_target_checks` (kit.sglang.loader rules): draft.nextn_zero, draft.context_short,
+draft.mla_geometry, draft.rope; from `draft_dtype_checks` (kit.sglang.dtype rules): draft.dtype. Used by
+`kit doctor` and notebook 03; kit.wiring.plan gives the `Wiring` SGLang would give the draft.
 
     from kit.wiring.checks import wiring_checks
     findings = wiring_checks(target_cfg, draft_cfg, argv, version=None, draft_dir=None)  # None: the default release
@@ -13,7 +11,6 @@ of kit.sglang.dtype): draft.dtype. Used by `kit doctor` (provider "kit.wiring.au
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from kit.checkpoint.aux_ids import top_level_points
@@ -22,15 +19,9 @@ from kit.checkpoint.hf_config import target_facts
 from kit.findings import Code, Finding
 from kit.hf import HFConfig
 from kit.sglang.capture import capture_rule, ids_for_points, recorded_release, sglang_points
-from kit.sglang.draft_config import DraftConfig, read_draft_config
-from kit.wiring.aux import (
-    ALGORITHM,
-    fc_in_features,
-    is_eagle3_draft,
-    launch_algorithm,
-    read_ids,
-    training_points,
-)
+from kit.sglang.draft_config import read_draft_config
+from kit.sglang.flags import flag_value
+from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, launch_algorithm, read_ids, training_points
 from kit.wiring.plan import serving_points
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
@@ -38,193 +29,140 @@ DTYPE = Code(
     "draft.dtype",
     "ckpt/draft: notebook 02",
     "error",
-    (
-        "the target and the draft run different dtypes: SGLang resolves the one `--dtype` (default `auto`) "
-        "against each model's own config (`model_config.py` `_get_and_verify_dtype`; the draft worker builds "
-        "its own ModelConfig from the same `server_args.dtype`), `auto` keeping a 16-bit config dtype and "
-        "running a float32 config, or one naming none, as float16 (Gemma: bfloat16), and nothing casts "
-        "between them: the draft takes the target's embedding and hidden states as they are "
-        "(`torch.cat([embeds, hidden_states])`), so its first forward, the CUDA-graph capture at startup, "
-        "raises `expected mat1 and mat2 to have the same dtype` (real SGLang 0.5.17 on an H200: the kit's "
-        "float32-config embedded target beside the bfloat16 demo draft, no `--dtype`). Not reported where "
-        "ServerArgs forces bfloat16 on both (GptOss MXFP4, MistralLarge3, Pixtral targets). Rule per release:"
-        " `kit.sglang.dtype.DTYPE_RULES`"
-    ),
-    (
-        "`--dtype bfloat16` (or the dtype the title names) on the launch, or write that `torch_dtype` into "
-        "the other model's config.json"
-    ),
+    "the target and the draft run different dtypes: SGLang resolves the one `--dtype` (default `auto`) "
+    "against each model's own config (`model_config.py` `_get_and_verify_dtype`; the draft worker builds "
+    "its own ModelConfig from the same `server_args.dtype`), `auto` keeping a 16-bit config dtype and "
+    "running a float32 config, or one naming none, as float16 (Gemma: bfloat16), and nothing casts "
+    "between them: the draft takes the target's embedding and hidden states as they are "
+    "(`torch.cat([embeds, hidden_states])`), so its first forward, the CUDA-graph capture at startup, "
+    "raises `expected mat1 and mat2 to have the same dtype` (real SGLang 0.5.17 on an H200: the kit's "
+    "float32-config embedded target beside the bfloat16 demo draft, no `--dtype`). Not reported where "
+    "ServerArgs forces bfloat16 on both (GptOss MXFP4, MistralLarge3, Pixtral targets). Rule per release:"
+    " `kit.sglang.dtype.DTYPE_RULES`",
+    "`--dtype bfloat16` (or the dtype the title names) on the launch, or write that `torch_dtype` into "
+    "the other model's config.json",
 )
 LAYER_IDS_IGNORED = Code(
     "aux.layer_ids_ignored",
     "aux/probe/oracle: notebook 03",
     "error / warning / info",
-    (
-        "aux layer ids sit at the top level of the draft config (speculators style); SGLang reads only "
-        "`eagle_config.eagle_aux_hidden_state_layer_ids` and captures its default points. The ids are "
-        "converted before the comparison (kit.checkpoint.aux_ids.top_level_points): info (harmless) when, as "
-        "speculators ids (point = id, vLLM's hidden state before layer id), they are SGLang's default points;"
-        " warning when they are those points only as the output-convention ids `speculators convert` copies "
-        "from a SGLang/SpecForge/ModelOpt head (point = id + 1); error otherwise"
-    ),
+    "aux layer ids sit at the top level of the draft config (speculators style); SGLang reads only "
+    "`eagle_config.eagle_aux_hidden_state_layer_ids` and captures its default points. The ids are "
+    "converted before the comparison (kit.checkpoint.aux_ids.top_level_points): info (harmless) when, as "
+    "speculators ids (point = id, vLLM's hidden state before layer id), they are SGLang's default points;"
+    " warning when they are those points only as the output-convention ids `speculators convert` copies "
+    "from a SGLang/SpecForge/ModelOpt head (point = id + 1); error otherwise",
     "move the ids under `eagle_config`, in SGLang's convention for the target class (`kit convert`)",
 )
 FC_WIDTH = Code(
     "aux.fc_width",
     "aux/probe/oracle: notebook 03",
     "error / warning",
-    (
-        "`fc.weight` input width ≠ k × target hidden size, or `num_aux_hidden_states` ≠ number of ids "
-        "(error); k × Ht equals H so the fc gate never fires (warning)"
-    ),
+    "`fc.weight` input width ≠ k × target hidden size, or `num_aux_hidden_states` ≠ number of ids "
+    "(error); k × Ht equals H so the fc gate never fires (warning)",
     "make k, `target_hidden_size` and `fc.weight` agree",
 )
 HIDDEN_WIDTH = Code(
     "aux.hidden_width",
     "aux/probe/oracle: notebook 03",
     "error",
-    (
-        "the target's hidden size differs from the draft's `target_hidden_size` (or hidden size): the draft "
-        "was built for another target; SGLang does not start (fc's matmul fails in the first draft forward "
-        "during startup: `mat1 and mat2 shapes cannot be multiplied`, real SGLang 0.5.17)"
-    ),
+    "the target's hidden size differs from the draft's `target_hidden_size` (or hidden size): the draft "
+    "was built for another target; SGLang does not start (fc's matmul fails in the first draft forward "
+    "during startup: `mat1 and mat2 shapes cannot be multiplied`, real SGLang 0.5.17)",
     "use the matching target or fix `target_hidden_size`",
 )
 NEXTN_ZERO = Code(
     "draft.nextn_zero",
     "aux/probe/oracle: notebook 03",
     "error",
-    (
-        "the draft config says `num_nextn_predict_layers: 0` (ModelOpt's Kimi/DeepSeek MLA exports, e.g. "
-        "nvidia/Kimi-K2.5-Thinking-Eagle3): sglang 0.4.10-0.5.12 test `is not None`, take the MTP branch and "
-        "size the draft KV cache at zero layers; the first draft forward raises `IndexError` in "
-        "`set_mla_kv_buffer` (`model_runner.py` `model_has_mtp_layers = ... is not None`; fixed in 0.5.13 by "
-        "`_nnpl > 0`, sglang PR #26726)"
-    ),
+    "the draft config says `num_nextn_predict_layers: 0` (ModelOpt's Kimi/DeepSeek MLA exports, e.g. "
+    "nvidia/Kimi-K2.5-Thinking-Eagle3): sglang 0.4.10-0.5.12 test `is not None`, take the MTP branch and "
+    "size the draft KV cache at zero layers; the first draft forward raises `IndexError` in "
+    "`set_mla_kv_buffer` (`model_runner.py` `model_has_mtp_layers = ... is not None`; fixed in 0.5.13 by "
+    "`_nnpl > 0`, sglang PR #26726)",
     "delete the key from the draft config, or use sglang >= 0.5.13",
 )
 CONTEXT_SHORT = Code(
     "draft.context_short",
     "aux/probe/oracle: notebook 03",
     "error",
-    (
-        "the served context (`--context-length`, else the target's derived context, which SGLang hands to the"
-        " draft's ModelConfig: `draft_worker_common.py` `context_length=target_model_config.context_len`) "
-        "exceeds the draft's derived context (`get_context_length`: `max_position_embeddings` x rope factor):"
-        ' startup `ValueError` ("To allow overriding this maximum ...", `model_config.py` '
-        "`_derive_context_length`) unless `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`; with it, a warning: "
-        "SGLang rewrites the draft's `max_position_embeddings` and the draft runs past its training range "
-        "(acceptance drops, sglang #6783); error again in releases that keep the draft's rotary cache short "
-        "(illegal memory access, sglang #3574 / PR #9388)"
-    ),
+    "the served context (`--context-length`, else the target's derived context, which SGLang hands to the"
+    " draft's ModelConfig: `draft_worker_common.py` `context_length=target_model_config.context_len`) "
+    "exceeds the draft's derived context (`get_context_length`: `max_position_embeddings` x rope factor):"
+    ' startup `ValueError` ("To allow overriding this maximum ...", `model_config.py` '
+    "`_derive_context_length`) unless `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`; with it, a warning: "
+    "SGLang rewrites the draft's `max_position_embeddings` and the draft runs past its training range "
+    "(acceptance drops, sglang #6783); error again in releases that keep the draft's rotary cache short "
+    "(illegal memory access, sglang #3574 / PR #9388)",
     "`--context-length` <= the draft's, or a draft trained for the longer context",
 )
 MLA_GEOMETRY = Code(
     "draft.mla_geometry",
     "aux/probe/oracle: notebook 03",
     "warning",
-    (
-        "an MLA draft (`Eagle3DeepseekV2ForCausalLM`) whose "
-        "`kv_lora_rank`/`q_lora_rank`/`qk_rope_head_dim`/`qk_nope_head_dim`/`v_head_dim` differ from those of"
-        " an MLA target (an MLA draft for a non-MLA target is a design, e.g. TorchSpec's Qwen3 MLA draft, and"
-        " not compared): SGLang gives the draft its own MLA KV pool from the draft config (`model_config.py` "
-        "MLA branch lists `Eagle3DeepseekV2ForCausalLM`), so it loads; the config was not taken from this "
-        "target (tensor shapes are checked by `draft.shape`)"
-    ),
+    "an MLA draft (`Eagle3DeepseekV2ForCausalLM`) whose "
+    "`kv_lora_rank`/`q_lora_rank`/`qk_rope_head_dim`/`qk_nope_head_dim`/`v_head_dim` differ from those of"
+    " an MLA target (an MLA draft for a non-MLA target is a design, e.g. TorchSpec's Qwen3 MLA draft, and"
+    " not compared): SGLang gives the draft its own MLA KV pool from the draft config (`model_config.py` "
+    "MLA branch lists `Eagle3DeepseekV2ForCausalLM`), so it loads; the config was not taken from this "
+    "target (tensor shapes are checked by `draft.shape`)",
     "check the draft was trained for this target",
 )
 ROPE = Code(
     "draft.rope",
     "aux/probe/oracle: notebook 03",
     "warning",
-    (
-        "an MLA draft's `rope_theta`/`rope_scaling` differ from its MLA target's: `kimi_k25_eagle3.py` builds"
-        " the draft attention from the draft config, and YaRN's mscale also rescales the MLA softmax "
-        "(`deepseek_v2.py` `compute_mla_mscale_scaling`)"
-    ),
+    "an MLA draft's `rope_theta`/`rope_scaling` differ from its MLA target's: `kimi_k25_eagle3.py` builds"
+    " the draft attention from the draft config, and YaRN's mscale also rescales the MLA softmax "
+    "(`deepseek_v2.py` `compute_mla_mscale_scaling`)",
     "give the draft config the rope it was trained with (usually the target's)",
 )
 TARGET_CAPTURE = Code(
     "aux.target_capture",
     "aux/probe/oracle: notebook 03",
     "error",
-    (
-        "the target class cannot capture aux states in that SGLang release (no "
-        "`set_eagle3_layers_to_capture`, derived from its source); or it has the setter (its own or "
-        "inherited) but the setter writes `self.model.layers_to_capture` while the decoder model it builds "
-        "captures only layers marked `_is_layer_to_capture` (marked only by that model's own setter), so the "
-        "forward returns a bare tensor where it unpacks `(hidden, aux)`: startup crash (derived per release: "
-        "`bare_forward` in capture_rules.json, e.g. `MiniMaxM3SparseForCausalLM` in 0.5.16-0.5.17; 0.5.18 "
-        "marks the layers in the setter; Qwen3.5's VL wrappers in 0.5.11-0.5.21, whose decoder model comes "
-        "from the `language_model_cls` default); or the forward that runs unpacks the aux states but calls "
-        "the logits processor without them, so the draft gets the final hidden state alone, accept length "
-        "near 1 (`aux_dropped`: `Qwen2_5_VLForConditionalGeneration` in 0.5.5.post3; SpecForge issue 310, "
-        "sglang PR 13904); or the ids map to points the class never produces (≥ L outside GptOss)"
-    ),
+    "the target class cannot capture aux states in that SGLang release (no "
+    "`set_eagle3_layers_to_capture`, derived from its source); or it has the setter (its own or "
+    "inherited) but the setter writes `self.model.layers_to_capture` while the decoder model it builds "
+    "captures only layers marked `_is_layer_to_capture` (marked only by that model's own setter), so the "
+    "forward returns a bare tensor where it unpacks `(hidden, aux)`: startup crash (derived per release: "
+    "`bare_forward` in capture_rules.json, e.g. `MiniMaxM3SparseForCausalLM` in 0.5.16-0.5.17; 0.5.18 "
+    "marks the layers in the setter; Qwen3.5's VL wrappers in 0.5.11-0.5.21, whose decoder model comes "
+    "from the `language_model_cls` default); or the forward that runs unpacks the aux states but calls "
+    "the logits processor without them, so the draft gets the final hidden state alone, accept length "
+    "near 1 (`aux_dropped`: `Qwen2_5_VLForConditionalGeneration` in 0.5.5.post3; SpecForge issue 310, "
+    "sglang PR 13904); or the ids map to points the class never produces (≥ L outside GptOss)",
     "use a release/class that captures, or ids inside the target's layers",
 )
 
 
-@dataclass
 class _Facts:
     """What every wiring rule reads, derived once from the configs, the launch and the release."""
 
-    draft_cfg: HFConfig
-    draft: DraftConfig  # the same config in its one typed form
-    argv: list[str] | None
-    version: str | None
-    draft_dir: Any
-    trained_with: str | None
-    use_aux: bool | None  # eagle_config.use_aux_hidden_state as declared
-    H: int | None  # the draft's hidden size
-    Ht: int | None  # the target hidden size the draft expects
-    k: int | None  # aux states it fuses
-    fed: int | None  # fc's input width: k x Ht
-    alg: str | None  # the launch's --speculative-algorithm
-    tf: Any  # kit.checkpoint.hf_config.TargetFacts
-    L: int | None  # the target's layers
-    nested: list[int] | None  # eagle_config ids (the ones SGLang reads)
-    top: list[int] | None  # top-level ids (speculators' place)
-    srv: list[int] | None  # the points SGLang captures for this launch
-    rule: dict | None  # the release's capture rule for the target class
-    has_target: bool
-    readings: dict = field(default_factory=dict)  # top-level ids read in each convention (kit.checkpoint.aux_ids)
-    default: list[int] | None = None  # SGLang's default points
-    copied_matches: bool = False  # the top-level ids, read as ids speculators convert copied, mean the default
-
-    @classmethod
-    def of(cls, target_cfg, draft_cfg, argv, version, draft_dir, trained_with) -> _Facts:
-        d = read_draft_config(draft_cfg)
-        Ht, k = d.effective_target_hidden_size, d.num_aux
-        tf = target_facts(target_cfg)
-        srv, rule = serving_points(draft_cfg, tf, version) if target_cfg else (None, None)
-        f = cls(
-            draft_cfg=draft_cfg,
-            draft=d,
-            argv=argv,
-            version=version,
-            draft_dir=draft_dir,
-            trained_with=trained_with,
-            use_aux=d.use_aux_hidden_state,
-            H=d.hidden_size,
-            Ht=Ht,
-            k=k,
-            fed=k * Ht if Ht and k else None,
-            alg=launch_algorithm(argv),
-            tf=tf,
-            L=tf.num_layers,
-            nested=read_ids("sglang", draft_cfg)[0],
-            top=d.top_level_aux_layer_ids,
-            srv=srv,
-            rule=rule,
-            has_target=target_cfg is not None,
-        )
-        if f.top and not f.nested:
-            f.readings = top_level_points(f.top, f.L) if f.L else {}
-            f.default = sglang_points(None, f.L, rule) if (f.L and rule) else None
-            same = f.default is not None and f.readings["speculators"] == f.default
-            f.copied_matches = f.default is not None and not same and f.readings["copied"] == f.default
-        return f
+    def __init__(self, target_cfg, draft_cfg, argv, version, draft_dir, trained_with):
+        self.draft_cfg, self.argv, self.version = draft_cfg, argv, version
+        self.draft_dir, self.trained_with = draft_dir, trained_with
+        d = self.draft = read_draft_config(draft_cfg)  # the same config in its one typed form
+        self.use_aux = d.use_aux_hidden_state  # eagle_config.use_aux_hidden_state as declared
+        # the draft's hidden size, the target hidden size it expects, the aux states it fuses, fc's input width k x Ht
+        self.H, self.Ht, self.k = d.hidden_size, d.effective_target_hidden_size, d.num_aux
+        self.fed = self.k * self.Ht if self.Ht and self.k else None
+        self.alg = launch_algorithm(argv)  # the launch's --speculative-algorithm
+        self.tf = target_facts(target_cfg)
+        self.L = self.tf.num_layers  # the target's layers
+        self.nested = read_ids("sglang", draft_cfg)[0]  # eagle_config ids (the ones SGLang reads)
+        self.top = d.top_level_aux_layer_ids  # top-level ids (speculators' place)
+        # the points SGLang captures for this launch, and the release's capture rule for the target class
+        self.srv, self.rule = serving_points(draft_cfg, self.tf, version) if target_cfg else (None, None)
+        self.has_target = target_cfg is not None
+        self.readings: dict = {}  # top-level ids read in each convention (kit.checkpoint.aux_ids)
+        self.default = None  # SGLang's default points
+        self.copied_matches = False  # the top-level ids, read as ids speculators convert copied, mean the default
+        if self.top and not self.nested:
+            self.readings = top_level_points(self.top, self.L) if self.L else {}
+            self.default = sglang_points(None, self.L, self.rule) if (self.L and self.rule) else None
+            same = self.default is not None and self.readings["speculators"] == self.default
+            self.copied_matches = self.default is not None and not same and self.readings["copied"] == self.default
 
     @property
     def captures(self) -> bool:
@@ -237,7 +175,8 @@ def _algorithm(f: _Facts) -> list[Finding]:
     if f.alg == "EAGLE":
         return [
             ALGORITHM(
-                f"EAGLE-3 draft launched with --speculative-algorithm {_flag_text(f.argv)}: fc is skipped, accept length 1.00",
+                f"EAGLE-3 draft launched with --speculative-algorithm {flag_value(f.argv or [], '--speculative-algorithm')}: "
+                "fc is skipped, accept length 1.00",
                 evidence={
                     "algorithm": f.alg,
                     "draft_architecture": (f.draft_cfg.get("architectures") or [None])[0],
@@ -266,28 +205,25 @@ def _top_level_ids(f: _Facts) -> list[Finding]:
         return []
     default, readings = f.default, f.readings
     if default is not None and readings["speculators"] == default:
-        sev, why = (
-            "info",
+        sev = "info"
+        why = (
             f"; harmless here: as speculators ids (point = id) they mean SGLang's default points {default}, so "
-            "SGLang serves this draft exactly as if it read them",
+            "SGLang serves this draft exactly as if it read them"
         )
     elif f.copied_matches:
-        sev, why = (
-            "warning",
+        sev = "warning"
+        why = (
             f"; as speculators-trained ids (point = id) they mean points {readings['speculators']}, not the "
             f"{default} SGLang captures; as ids `speculators convert` copied from a SGLang/SpecForge/ModelOpt head "
-            f"(output of layer id) they mean exactly {default}: check which trained the draft",
+            f"(output of layer id) they mean exactly {default}: check which trained the draft"
         )
     else:
-        sev, why = (
-            "error",
-            (
+        sev, why = "error", ""
+        if default is not None:
+            why = (
                 f"; they mean points {readings['speculators']} as speculators ids and {readings.get('copied')} as "
                 f"copied output-convention ids, SGLang captures {default}"
-                if default is not None
-                else ""
-            ),
-        )
+            )
     return [
         LAYER_IDS_IGNORED(
             "aux layer ids are at the top level; SGLang reads only eagle_config and uses its default" + why,
@@ -376,7 +312,9 @@ def _forward_drops_capture(f: _Facts) -> list[Finding]:
     """`aux.target_capture`: the forward that runs never collects the aux states (`bare_forward`: startup crash),
     or collects them and drops them before the logits processor (`aux_dropped`: accept length near 1)."""
     rule = f.rule or {}
-    bare = rule.get("bare_forward") if f.captures else None
+    bare, dropped = rule.get("bare_forward"), rule.get("aux_dropped")
+    if not f.captures:
+        return []
     if bare:
         return [
             TARGET_CAPTURE(
@@ -393,7 +331,6 @@ def _forward_drops_capture(f: _Facts) -> list[Finding]:
                 "(kit doctor --sglang-version), or use a target class that captures",
             )
         ]
-    dropped = rule.get("aux_dropped") if f.captures else None
     if not dropped:
         return []
     return [
@@ -488,14 +425,8 @@ def wiring_checks(
     """Every wiring rule's findings for an EAGLE-3 draft (nothing for another draft)."""
     if not is_eagle3_draft(draft_cfg):
         return []
-    facts = _Facts.of(target_cfg, draft_cfg, argv, version, draft_dir, trained_with)
+    facts = _Facts(target_cfg, draft_cfg, argv, version, draft_dir, trained_with)
     return [finding for rule in WIRING_RULES for finding in rule(facts)]
-
-
-def _flag_text(argv) -> str:
-    from kit.sglang.flags import flag_value
-
-    return flag_value(argv or [], "--speculative-algorithm") or "?"
 
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -515,11 +446,6 @@ def _rope(c: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _truthy(value: str | None) -> bool:
-    # SGLang's get_bool_env_var / envs bool: "1" or "true", any case
-    return (value or "").strip().lower() in ("1", "true")
-
-
 def draft_target_checks(
     target_cfg: HFConfig | None,
     draft_cfg: HFConfig,
@@ -530,7 +456,6 @@ def draft_target_checks(
     """Draft config fields that SGLang reads at startup, against the target and the served context (a speculators
     draft's nested fields read as if flattened, as its `draft.config` finding says)."""
     from kit.checkpoint.hf_config import declared_draft, text_config
-    from kit.sglang.flags import flag_value
     from kit.sglang.loader import (
         MLA_EAGLE3,
         context_keys,
@@ -548,25 +473,20 @@ def draft_target_checks(
     d = declared_draft(draft_cfg).layer
     t = text_config(target_cfg) if target_cfg else None
 
-    nnpl = d.get("num_nextn_predict_layers")
-    if nnpl == 0 and f.get("nnpl_zero_sizes_draft_kv_at_zero"):
-        fixed = first_release("nnpl_zero_sizes_draft_kv_at_zero", False, "runtime", after=rt.checked)
+    nnpl_zero = "nnpl_zero_sizes_draft_kv_at_zero"
+    if d.get("num_nextn_predict_layers") == 0 and f.get(nnpl_zero):
+        fixed = first_release(nnpl_zero, False, "runtime", after=rt.checked)
         out.append(
             NEXTN_ZERO(
                 f"num_nextn_predict_layers: 0 in the draft config: {ver} sizes the draft KV cache at zero "
                 "layers and the first draft forward raises IndexError",
-                evidence={
-                    "num_nextn_predict_layers": 0,
-                    "sglang": ver,
-                    "source": ev["nnpl_zero_sizes_draft_kv_at_zero"],
-                },
+                evidence={"num_nextn_predict_layers": 0, "sglang": ver, "source": ev[nnpl_zero]},
                 fix="delete num_nextn_predict_layers from the draft config.json"
                 + (f" (or use sglang >= {fixed}, which treats 0 as absent)" if fixed else ""),
             )
         )
 
-    env = env or {}
-    flag = flag_value(argv or [], "--context-length", version) if argv else None
+    flag = flag_value(argv, "--context-length", version) if argv else None
     served, origin = None, None
     if flag is not None and str(flag).isdigit():
         served, origin = int(flag), "--context-length"
@@ -576,9 +496,9 @@ def draft_target_checks(
     if served is not None and f.get("draft_context_is_target_context"):
         drafted = derived_context_length(d, version)
         if served > drafted:
-            allowed = f.get("longer_context_allowed_by_default") or _truthy(
-                env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
-            )
+            overwrite = ((env or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") or "").strip().lower()
+            # SGLang's get_bool_env_var: "1" or "true", any case
+            allowed = f.get("longer_context_allowed_by_default") or overwrite in ("1", "true")
             evidence = {
                 "served_context": served,
                 "from": origin,
@@ -645,17 +565,13 @@ def draft_target_checks(
 
 
 def draft_dtype_checks(
-    target_cfg: HFConfig | None,
-    draft_cfg: HFConfig,
-    argv: list[str] | None = None,
-    version: str | None = None,
+    target_cfg: HFConfig | None, draft_cfg: HFConfig, argv: list[str] | None = None, version: str | None = None
 ) -> list[Finding]:
     """`draft.dtype`: the one `--dtype` SGLang resolves against the target's config and against the draft's
     (kit.sglang.dtype); two different results crash the first draft forward, since the EAGLE draft takes the
     target's embedding and hidden states as they are. Judged for EAGLE launches (STANDALONE drafts share no
     tensors), or, with no launch given, for a draft whose architecture is an EAGLE class."""
     from kit.sglang.dtype import NO_CAST_EVIDENCE, dtype_rule, forced_dtype, recorded_release, resolve_model_dtype
-    from kit.sglang.flags import flag_value
 
     if target_cfg is None:
         return []

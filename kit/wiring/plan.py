@@ -1,7 +1,6 @@
 """The wiring SGLang gives a draft under a launch: algorithm, aux capture on/off, capture points, dropped keys.
 
-This is runtime knowledge, used by the CPU reference server (kit.refserver.decoder), the probe and the
-oracle; the static checks (kit.wiring.checks) import it, never the reverse.
+Runtime knowledge (the CPU reference server, the probe, the oracle); kit.wiring.checks imports it, never the reverse.
 
     from kit.wiring.plan import wiring_from_launch
     wiring = wiring_from_launch(argv, draft_config, target_config, draft_dir=draft_dir)
@@ -27,11 +26,7 @@ def serving_points(draft_cfg: HFConfig, tf: TargetFacts, version: str | None):
 
 
 def wiring_from_launch(
-    argv: list[str],
-    draft_config: HFConfig,
-    target_config: HFConfig,
-    version: str | None = None,
-    draft_dir=None,
+    argv: list[str], draft_config: HFConfig, target_config: HFConfig, version: str | None = None, draft_dir=None
 ):
     """The Wiring SGLang would give the draft: algorithm, aux capture on/off, physical points,
     and (with draft_dir and kit.sglang.loader) the checkpoint keys its loader drops."""
@@ -48,13 +43,10 @@ def wiring_from_launch(
         notes.append(f"{tf.architecture}'s forward never sees the layers its setter writes: SGLang raises at startup")
     elif aux_on and rule.get("aux_dropped"):
         notes.append(f"{tf.architecture}'s forward drops the captured aux states: the draft sees the final state only")
-    dropped: tuple = ()
-    if draft_dir is not None and rule is not None:
-        dropped = dropped_keys(draft_dir, rule["version"])
     return Wiring(
         aux_capture=aux_on,
         capture_points=tuple(pts) if (aux_on and pts) else None,
-        dropped_keys=dropped,
-        algorithm=alg if alg in ("EAGLE", "EAGLE3") else alg,
+        dropped_keys=dropped_keys(draft_dir, rule["version"]) if draft_dir is not None and rule is not None else (),
+        algorithm=alg,
         notes=tuple(notes),
     )

@@ -1,12 +1,10 @@
 """`python -m kit probe`: capture the target's hidden states where SGLang would, and show what the draft gets.
 
-Forward hooks at the physical capture points (kit.reference.speculate.TargetCapture: point p = output of
-layer p-1, p=0 the embeddings) on a real HF target, or — with `--config-only` — on the meta
-device from config.json alone, so a 61-layer 7168-wide Kimi-K2.5 target is probed without
-weights (the real transformers class when it builds, else a Llama residual-stream skeleton with
-the same depth and width). The verdict says what a serving configuration feeds the draft:
-k·Ht fused states or one Ht state, and whether SGLang's fc gate
-(`hidden_states.shape[-1] != embeds.shape[-1]`) runs fc or bypasses it.
+Forward hooks at the physical capture points (kit.reference.target.TargetCapture: point p = output of layer p-1,
+p=0 the embeddings) on a real HF target, or with `--config-only` on the meta device from config.json alone (the
+transformers class when it builds, else a Llama skeleton of the same depth and width), so a Kimi-K2.5 target is
+probed without weights. The verdict: what a launch feeds the draft (k·Ht fused states or one Ht state) and whether
+SGLang's fc gate (`hidden_states.shape[-1] != embeds.shape[-1]`) runs fc or bypasses it.
 
     python -m kit probe                                    # embedded SmolLM2 + demo draft
     python -m kit probe --target DIR --draft DIR --launch "python -m sglang.launch_server ..."
@@ -19,6 +17,7 @@ import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Self
 
 from kit import config as kconfig
@@ -84,7 +83,6 @@ def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") 
     from kit.reference.target import TargetCapture
 
     ids = torch.zeros(1, tokens, dtype=torch.long, device=device)
-    shapes = {}
     with torch.no_grad():
         with TargetCapture(model, points) as cap:
             model(input_ids=ids)
@@ -92,8 +90,7 @@ def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") 
         with TargetCapture(model, None) as cap1:
             model(input_ids=ids)
             final = list(cap1.store["final"].shape)
-    fused = [1, tokens, sum(s[-1] for s in shapes.values())]
-    return {"points": shapes, "fused": fused, "single": final}
+    return {"points": shapes, "fused": [1, tokens, sum(s[-1] for s in shapes.values())], "single": final}
 
 
 def meta_model(cfg: HFConfig):
@@ -110,7 +107,7 @@ def meta_model(cfg: HFConfig):
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16), f"transformers {type(hf).__name__}"
     except Exception as e:  # noqa: BLE001 — unknown / remote-code model types: a residual-stream skeleton
-        why = f"{type(e).__name__}"
+        why = type(e).__name__
     sk = LlamaConfig(
         hidden_size=tc["hidden_size"],
         num_hidden_layers=tc["num_hidden_layers"],
@@ -131,10 +128,11 @@ def fc_gate(shapes: dict[str, Any], draft_cfg: HFConfig | None, wiring, fc_in: i
     out = {"fed": "fused k*Ht" if wiring.aux_capture else "single Ht", "fed_width": fed}
     if draft_cfg:
         d = read_draft_config(draft_cfg)
-        out.update({"embed_width": d.hidden_size, "fc_in_features": fc_in or d.fed_width})
+        fc_in = fc_in or d.fed_width
+        out.update({"embed_width": d.hidden_size, "fc_in_features": fc_in})
         out["fc"] = "runs" if fed != d.hidden_size else "bypassed"
-        if fed != d.hidden_size and out["fc_in_features"] and fed != out["fc_in_features"]:
-            out["fc"] = f"shape error: fc expects {out['fc_in_features']}, gets {fed}"
+        if fed != d.hidden_size and fc_in and fed != fc_in:
+            out["fc"] = f"shape error: fc expects {fc_in}, gets {fed}"
     return out
 
 
@@ -142,15 +140,10 @@ def probe(cfg: ProbeConfig) -> ProbeResult:
     """The probe's document. It is a function of its inputs (the target's config and weights, the draft's files,
     the launch, the release, transformers' modeling code and the kit's): cached under $KIT_CACHE_DIR/probe-results
     by all of them, so a second notebook run or demo reads it back (`cached_s` says when it was read)."""
-    from pathlib import Path
-
     from kit.models import shipped_draft, write_cache_json
 
     t0 = time.perf_counter()
-    if cfg.draft is None:
-        draft_path = shipped_draft()
-    else:
-        draft_path = Path(cfg.draft)
+    draft_path = shipped_draft() if cfg.draft is None else Path(cfg.draft)
     cached = _result_path(cfg, draft_path)
     if cached.exists():
         doc = ProbeResult.from_dict(json.loads(cached.read_text()))
@@ -163,7 +156,6 @@ def probe(cfg: ProbeConfig) -> ProbeResult:
 
 def _result_path(cfg: ProbeConfig, draft_path):
     import importlib.metadata
-    from pathlib import Path
 
     from kit.checkpoint.hf_config import read_config
     from kit.models import files_id, resolve_target, result_path, target_id
@@ -185,30 +177,27 @@ def _result_path(cfg: ProbeConfig, draft_path):
 def _probe(cfg: ProbeConfig, draft_path, t0: float) -> ProbeResult:
     from kit.checkpoint.hf_config import read_config, target_facts
     from kit.sglang.cmdline import split_command
-    from kit.wiring.aux import fc_in_features, stack_table
+    from kit.wiring.aux import capture_points, fc_in_features, read_ids, stack_table
     from kit.wiring.plan import wiring_from_launch
 
     dcfg, ddir = read_config(draft_path)
     if cfg.config_only:
-        tcfg, _ = read_config(cfg.target)
-        model, how = meta_model(tcfg)
-        device = "meta"
+        tcfg = read_config(cfg.target)[0]
+        (model, how), device = meta_model(tcfg), "meta"
     else:
         from kit.models import load_target, resolve_target
 
-        tcfg, _ = read_config(resolve_target(cfg.target))
-        model, _tok = load_target(cfg.target)
-        how, device = "weights (CPU)", "cpu"
+        tcfg = read_config(resolve_target(cfg.target))[0]
+        model, how, device = load_target(cfg.target)[0], "weights (CPU)", "cpu"
     argv = split_command(cfg.launch)[1] if cfg.launch else ["--speculative-algorithm", (cfg.algorithm or "EAGLE3")]
     wiring = wiring_from_launch(argv, dcfg, tcfg, cfg.sglang_version, draft_dir=None)
     tf = target_facts(tcfg)
     if not tf.num_layers:
         raise KitInputError(f"{cfg.target}: config has no num_hidden_layers")
-    serving = list(wiring.capture_points) if wiring.capture_points else None
-    from kit.wiring.aux import capture_points, read_ids
-
     L = tf.num_layers
-    pts = serving or capture_points("sglang", read_ids("sglang", dcfg)[0], L, tf.architecture, cfg.sglang_version)
+    pts = wiring.capture_points or capture_points(
+        "sglang", read_ids("sglang", dcfg)[0], L, tf.architecture, cfg.sglang_version
+    )
     pts = [p for p in pts if 0 <= p <= L]
     t1 = time.perf_counter()
     shapes = hook_shapes(model, pts, cfg.tokens, device)

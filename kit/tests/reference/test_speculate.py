@@ -8,7 +8,7 @@ from kit.reference.speculate import (
     BatchDecoder,
     Sequence,
     Wiring,
-    draft_tree,
+    draft_trees,
     greedy_generate,
     speculative_generate,
     walk_tree,
@@ -98,7 +98,7 @@ def test_tree_shape_and_scores(pair):
     logits = torch.randn(96, dtype=torch.float64)
     aux = torch.randn(32, dtype=torch.float64)
     kv = [(torch.randn(1, 2, 5, 8, dtype=torch.float64), torch.randn(1, 2, 5, 8, dtype=torch.float64))]
-    toks, pars, scores = draft_tree(d, logits, aux, kv, 4, SpecParams(3, 2, 6).resolved())
+    toks, pars, scores = draft_trees(d, logits[None], aux[None], kv, [5], [4], SpecParams(3, 2, 6).resolved())[0]
     assert len(toks) == 5
     for j, pa in enumerate(pars):
         assert pa < j  # parents precede children
