@@ -18,9 +18,8 @@ import sys as _sys  # noqa: E402
 
 
 def _busy_cores(sample_s: float = 0.05) -> float | None:
-    """Cores busy right now with work at normal priority, from /proc/stat over `sample_s` (None where there is
-    no /proc/stat). Niced work counts as free: it yields its core to ours (the kit's own background builds
-    run niced for that reason, `kit.demo.prefetch`)."""
+    """Cores busy now with work at normal priority, from /proc/stat over `sample_s` (None without it). Niced
+    work counts as free: it yields its core to ours (the kit's background builds run niced, `kit.demo.prefetch`)."""
     import time
 
     def read() -> tuple[int, int]:
@@ -38,40 +37,30 @@ def _busy_cores(sample_s: float = 0.05) -> float | None:
     return cores * (1 - (i1 - i0) / max(t1 - t0, 1))
 
 
-def _omp_wait_policy() -> str | None:
-    """How torch's OpenMP threads wait between kernels (libgomp reads OMP_WAIT_POLICY once, when torch loads).
-
-    Spinning (libgomp's default) is fastest with free cores and the worst on a busy machine: on a 2-core
-    AMD EPYC the reference server's 3-token verify took 106 ms spinning vs 188 ms passive when quiet, and
-    447 ms vs 165 ms beside one other busy process (a spinning thread starves the one it waits for). So
-    passive when other work holds half a core or more as torch loads (a 50 ms sample), else spin."""
-    return "PASSIVE" if _other_work() else None
-
-
 def _other_work() -> bool:
-    """Whether other work at normal priority holds half a core or more right now (`_busy_cores`; False where it
-    cannot be read): what makes spinning OpenMP threads starve, and timings on this machine untrustworthy."""
+    """Whether other work at normal priority holds half a core or more now (False where it cannot be read)."""
     busy = _busy_cores()
     return busy is not None and busy >= 0.5
 
 
 def _choose_omp_wait_policy() -> None:
-    """Set OMP_WAIT_POLICY for this process (and what it starts) unless the user set it: a value the user set
-    wins; one a parent kit process chose (marked "1") is chosen again for this process, unless the parent pinned
-    its choice for its children (marked "pinned": servers started together, each of which would read its loading
-    siblings as other work)."""
+    """Set OMP_WAIT_POLICY (libgomp reads it once, as torch loads) unless the user set it: PASSIVE when other work
+    holds half a core or more, else libgomp's spinning default. Spinning is fastest on a quiet machine and worst
+    on a busy one: on a 2-core AMD EPYC the reference server's 3-token verify took 106 ms spinning vs 188 ms
+    passive when quiet, 447 ms vs 165 ms beside one busy process. A parent kit's choice (marked "1") is made
+    again here, unless the parent pinned it for its children (marked "pinned": servers started together would
+    each read their loading siblings as other work)."""
     mark = _os.environ.get("KIT_OMP_WAIT_POLICY_AUTO")
     if mark != "pinned" and ("OMP_WAIT_POLICY" not in _os.environ or mark == "1"):
         _os.environ.pop("OMP_WAIT_POLICY", None)
-        policy = _omp_wait_policy()
-        if policy:
-            _os.environ["OMP_WAIT_POLICY"] = policy
+        if _other_work():
+            _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
         _os.environ["KIT_OMP_WAIT_POLICY_AUTO"] = "1"
 
 
 class _BeforeTorch:
-    """A meta-path finder that makes the choice just before torch is first imported (libgomp reads the policy
-    once, as torch loads), so a verb that never loads torch (`kit doctor`, `kit inspect`) pays no 50 ms sample."""
+    """A meta-path finder that makes the choice just before torch is first imported, so a verb that never loads
+    torch (`kit doctor`, `kit inspect`) pays no 50 ms sample."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
@@ -81,20 +70,15 @@ class _BeforeTorch:
 
 
 def _choose_if_pending() -> None:
-    """Make the choice now if it still waits for torch (the finder is removed first: it fires once)."""
-    if _BeforeTorch in _sys.meta_path:
+    if _BeforeTorch in _sys.meta_path:  # removed first: it fires once
         _sys.meta_path.remove(_BeforeTorch)
         _choose_omp_wait_policy()
 
 
-def _arm() -> None:
-    if "torch" in _sys.modules:  # too late for libgomp; choose anyway, for the processes this one starts
-        _choose_omp_wait_policy()
-    elif _BeforeTorch not in _sys.meta_path:
-        _sys.meta_path.insert(0, _BeforeTorch)
-
-
-_arm()
+if "torch" in _sys.modules:  # too late for libgomp; choose anyway, for the processes this one starts
+    _choose_omp_wait_policy()
+elif _BeforeTorch not in _sys.meta_path:
+    _sys.meta_path.insert(0, _BeforeTorch)
 
 
 def pin_omp_wait_policy() -> None:

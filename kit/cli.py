@@ -2,19 +2,12 @@
 
     kit --help                   one line per verb, in notebook order
     kit doctor --help            a verb's flags, their defaults and an example
-    kit doctor --target DIR --draft DIR --launch-file launch.sh
 
-Each verb lives in its own module, imported only when that verb runs (so `kit inspect` never
-imports torch; the top-level help reads each module's HELP line from its source). A verb module
-exposes:
-
-    HELP: str                                   one line for `kit --help`
-    def add_arguments(parser) -> None           its flags (usually kit.config.add_arguments)
-    def run(args: argparse.Namespace) -> int    exit code: 0 ok, 1 error findings, 2 cannot run
-
-One error style for every verb: a `KitInputError` (or an unreadable file the user named) becomes
-one line `kit VERB: error: ...` on stderr and exit status 2; a bad flag prints the verb's own usage
-line and the error; a closed pipe (`kit doctor ... | head -1`) ends the verb quietly.
+Each verb lives in its own module, imported only when that verb runs (`kit --help` reads each module's HELP line
+from its source). A verb module exposes `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`
+(0 ok, 1 error findings, 2 cannot run). One error style for every verb: a `KitInputError` (or an unreadable file
+the user named) is one line `kit VERB: error: ...` on stderr and exit 2; a bad flag prints the verb's usage and
+the error; a closed pipe (`kit doctor ... | head -1`) ends the verb quietly.
 """
 
 from __future__ import annotations
@@ -31,9 +24,8 @@ from kit.findings import EXIT_CANNOT_RUN, KitInputError
 
 PROG = "kit"
 
-# verb -> (module, one example); order is the walk-through (notebooks 01..05, then the demo). {release}
-# and {bundle_release} are filled from kit.sglang.versions when a verb's help is built (the top help imports
-# no verb module and no release table)
+# verb -> (module, one example), in notebook order; {release} and {bundle_release} are filled from
+# kit.sglang.versions when a verb's help is built
 VERBS: dict[str, tuple[str, str]] = {
     "env": ("kit.env.checks", "kit env --launch-file launch.sh"),
     "doctor": (
@@ -151,19 +143,13 @@ def verb_parser(verb: str, mod) -> VerbParser:
     return p
 
 
-def _quiet_broken_pipe() -> int:
-    """The reader went away (`| head -1`): point stdout at /dev/null so the exit flush cannot raise again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 128 + 13  # what a shell reports for a command ended by SIGPIPE
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         return _main(argv)
-    except BrokenPipeError:
-        return _quiet_broken_pipe()
+    except BrokenPipeError:  # the reader went away: stdout to /dev/null, so the exit flush cannot raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # what a shell reports for a command ended by SIGPIPE
 
 
 def _main(argv: list[str]) -> int:
@@ -226,7 +212,6 @@ def _check_release(verb: str, args: argparse.Namespace) -> None:
 
     if not is_version(requested):
         raise KitInputError(f"--sglang-version {requested!r}: not a version (e.g. {DEFAULT_RELEASE})")
-    # a release newer than the list: the one command that derives its tables; an older one: whose rules stand in
     note = unlisted_note(requested) or (
         pick_recorded(requested, known_versions()).note() if not is_listed(requested) else None
     )

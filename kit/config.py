@@ -1,25 +1,18 @@
 """Typed configuration: one dataclass per verb, mapped one-to-one onto CLI flags and notebook parameters.
 
-Every verb declares a dataclass; `add_arguments(parser, Cls)` turns each field into a
-kebab-case flag (`num_steps` -> `--num-steps`) with the field's `help` metadata, and
-`from_namespace(Cls, ns)` builds the dataclass back. A notebook's `parameters` cell uses the
-same field names, so `Cls(**params)` is the notebook twin of the command line.
+`add_arguments(parser, Cls)` turns each field into a kebab-case flag (`num_steps` -> `--num-steps`) with its `help`
+metadata; `from_namespace(Cls, ns)` builds the dataclass back; a notebook's `parameters` cell uses the same names,
+so `Cls(**params)` is its twin. Field types: bool (--x / --no-x), int, float, str, Optional and list (nargs="+")
+of those; metadata {"positional": True} makes a field positional, {"cli": False} keeps it off the command line;
+a dataclass-typed field (`spec: SpecParams`) is flattened into its fields' flags.
 
     @dataclass
     class OracleConfig:
-        max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
+        max_new_tokens: int = opt("greedy continuation length", 64)
 
-Field types understood: bool (store_true / --no-x), int, float, str, Optional[...] of those,
-and list[...] of those (nargs="+"). A field with metadata {"positional": True} is positional. A dataclass-typed
-field (`spec: SpecParams`) is flattened: its fields are flags, defaulting to the outer field's default; a notebook
-passes `spec=SpecParams(...)`, built from its parameters of the same names.
-`add_arguments(p, Cls, only=..., notes=...)` registers a subset of fields (a flag the verb would
-ignore is then refused by argparse) and appends a note to some flags' help.
-
-Paths a user names are checked here, before any slow work: `local_path(value, "--target")`
-returns the path or raises a one-line `KitInputError`; a Hugging Face hub id, where a verb needs a local
-directory, gets the download command instead of "no such file" (verbs that take hub ids resolve them with
-`kit.checkpoint.hub`).
+Paths a user names are checked here, before any slow work: `local_path(value, "--target")` returns the path or
+raises a one-line `KitInputError`; a Hugging Face hub id where a local directory is needed gets the download
+command instead of "no such file".
 """
 
 from __future__ import annotations
@@ -37,6 +30,11 @@ from typing import Any, TypeVar
 from kit.findings import KitInputError
 
 T = TypeVar("T")
+
+
+def opt(help_: str, default: Any = None, **meta) -> Any:
+    """A dataclass field with its flag's help (and any further metadata: choices, positional, cli)."""
+    return dataclasses.field(default=default, metadata={"help": help_, **meta})
 
 
 def _base_type(tp):
@@ -89,31 +87,25 @@ def add_arguments(
     """One flag per field of `cls`. With `only`, the other fields' flags are refused when given, with
     the reason `refuse` (hidden from --help). `notes[field]` is appended to that flag's help in brackets."""
     for _, f, hint, default in _leaves(cls):
+        flag = "--" + f.name.replace("_", "-")
         if f.metadata.get("cli") is False:
             continue
         if only is not None and f.name not in only:
             if refuse and not f.metadata.get("positional"):
-                parser.add_argument(
-                    "--" + f.name.replace("_", "-"), action=_Refused, why=refuse, default=argparse.SUPPRESS
-                )
+                parser.add_argument(flag, action=_Refused, why=refuse, default=argparse.SUPPRESS)
             continue
         tp, is_list = _base_type(hint)
         help_ = f.metadata.get("help", "")
         if notes and f.name in notes:
             help_ = f"{help_} [{notes[f.name]}]"
-        flag = "--" + f.name.replace("_", "-")
+        nargs = "+" if is_list else None
         if f.metadata.get("positional"):
-            parser.add_argument(f.name, type=tp, help=help_, nargs="+" if is_list else None)
-            continue
-        if tp is bool:
+            parser.add_argument(f.name, type=tp, help=help_, nargs=nargs)
+        elif tp is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_)
-            continue
-        kw: dict[str, Any] = dict(dest=f.name, type=tp, default=default, help=help_)
-        if is_list:
-            kw["nargs"] = "+"
-        if "choices" in f.metadata:
-            kw["choices"] = f.metadata["choices"]
-        parser.add_argument(flag, **kw)
+        else:
+            kw = dict(dest=f.name, type=tp, default=default, help=help_, nargs=nargs)
+            parser.add_argument(flag, choices=f.metadata.get("choices"), **kw)
     return parser
 
 
@@ -129,13 +121,11 @@ def from_namespace(cls: type[T], ns: argparse.Namespace, default: T | None = Non
     return cls(**kw) if default is None else dataclasses.replace(default, **kw)
 
 
-def to_dict(cfg) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+to_dict = dataclasses.asdict
 
 
 def to_argv(cfg, skip: Collection[str] = ()) -> list[str]:
-    """The flags that rebuild `cfg` from its class's defaults (the inverse of `add_arguments` +
-    `from_namespace`), for recording a run as the one command that repeats it."""
+    """The flags that rebuild `cfg` from its class's defaults (the inverse of `add_arguments` + `from_namespace`)."""
     out: list[str] = []
     for path, f, hint, default in _leaves(type(cfg)):
         v = functools.reduce(getattr, path, cfg)
@@ -159,8 +149,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def is_hub_id(value: str) -> bool:
-    """Does `value` read as a Hugging Face hub id (owner/name) rather than a local path? (`drafts/x` with a
-    local `drafts/` is a path.)"""
+    """Does `value` read as a hub id (owner/name) rather than a local path? (`drafts/x` with a local `drafts/` is a path.)"""
     return bool(_HUB_ID.match(str(value))) and not Path(value).parent.exists()
 
 

@@ -1,18 +1,14 @@
 """`python -m kit demo`: the main job — the numbered notebooks, executed headless, in order.
 
-On the embedded default (SmolLM2-135M target, the kit's shipped demo draft — `--train-draft` trains
-one on this CPU instead, to watch training happen — and the CPU reference server) the run replays
-the seed's story, names its faults and measures what the fix buys (the fixed launch's speedup over
-no speculation, and the seed's, each with a 95% interval); with `--target/--draft/--launch`
-it runs the same pipeline on a user's own files (static checks always; model runs where the
-hardware allows). Everything lands in `runs/<timestamp>/`: the executed notebooks, figures,
-`steps/*.json`, `summary.json` and `summary.md`. Notebooks 01-03 run side by side (`SIDE_BY_SIDE`: they
-start no server and time nothing a figure shows), their output printed one notebook after another; 04 and
-05 then run alone.
+On the embedded default (SmolLM2-135M target, the kit's shipped demo draft or, with `--train-draft`, one trained
+on this CPU, and the CPU reference server) the run replays the seed's story, names its faults and measures what
+the fix buys (the fixed and the seed's launch's speedup over no speculation, each with a 95% interval); with
+`--target/--draft/--launch` it runs the same pipeline on a user's own files. Everything lands in
+`runs/<timestamp>/`: the executed notebooks, figures, `steps/*.json`, `summary.json` and `summary.md`.
+Notebooks 01-03 run side by side (`SIDE_BY_SIDE`), their output printed one after another; 04 and 05 run alone.
 
     python -m kit demo                      # the seed replayed on the embedded default
     python -m kit demo --quick              # smaller settings (what the tests run)
-    python -m kit demo --train-draft        # train the demo draft here (minutes) instead of the shipped one
     python -m kit demo --target T --draft D --launch "python -m sglang.launch_server ..."
     python -m kit demo --gpu                # the same story on real SGLang (GPU host, bundle installed): kit/demo_gpu.py
 """
@@ -20,16 +16,23 @@ start no server and time nothing a figure shows), their output printed one noteb
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import io
 import json
+import logging
 import os
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import KitInputError
 
 HELP = "run the notebooks headless on the embedded default (or your files) into runs/<timestamp>/"
@@ -40,40 +43,22 @@ NOTEBOOKS = REPO / "notebooks"
 
 @dataclass
 class DemoConfig:
-    target: str | None = field(
-        default=None, metadata={"help": "target model dir or config.json (default: embedded SmolLM2)"}
+    target: str | None = opt("target model dir or config.json (default: embedded SmolLM2)")
+    draft: str | None = opt("draft checkpoint dir (default: the kit's shipped demo draft)")
+    launch: str | None = opt("your SGLang launch command (default: the seed's)")
+    runs_dir: str | None = opt(
+        "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"
     )
-    draft: str | None = field(
-        default=None, metadata={"help": "draft checkpoint dir (default: the kit's shipped demo draft)"}
+    quick: bool = opt("small settings: fewer prompts and tokens, quick draft", False)
+    train_draft: bool = opt(
+        "train the demo draft on this CPU (minutes, then cached) instead of using the shipped one", False
     )
-    launch: str | None = field(default=None, metadata={"help": "your SGLang launch command (default: the seed's)"})
-    runs_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "parent directory of the run folder (default: $KIT_RUNS_DIR, else runs/ at the checkout's top)"
-        },
-    )
-    quick: bool = field(default=False, metadata={"help": "small settings: fewer prompts and tokens, quick draft"})
-    train_draft: bool = field(
-        default=False,
-        metadata={"help": "train the demo draft on this CPU (minutes, then cached) instead of using the shipped one"},
-    )
-    only: list[str] | None = field(
-        default=None, metadata={"help": "run only notebooks whose name contains one of these"}
-    )
-    gpu: bool = field(
-        default=False, metadata={"help": "on a GPU host with the SGLang bundle: the seed's story on real SGLang"}
-    )
-    quiet_check: bool = field(
-        default=False,
-        metadata={"help": "before benchmarking, wait up to 60 s for a quiet machine (kit bench --quiet-check)"},
-    )
-    breakeven: str | None = field(
-        default=None,
-        metadata={
-            "help": "a breakeven.json of bench/gpu_breakeven.py: the summary (and notebook 05) say from "
-            "what target size EAGLE-3 pays on that GPU"
-        },  # fmt: skip
+    only: list[str] | None = opt("run only notebooks whose name contains one of these")
+    gpu: bool = opt("on a GPU host with the SGLang bundle: the seed's story on real SGLang", False)
+    quiet_check: bool = opt("before benchmarking, wait up to 60 s for a quiet machine (kit bench --quiet-check)", False)
+    breakeven: str | None = opt(
+        "a breakeven.json of bench/gpu_breakeven.py: the summary (and notebook 05) say from "
+        "what target size EAGLE-3 pays on that GPU"
     )
 
 
@@ -86,22 +71,13 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
 
 def notebook_parameters(cfg: DemoConfig, out_dir: Path) -> dict:
     """Parameters injected into every notebook (each notebook ignores those it does not declare)."""
-    params = {
-        "out_dir": str(out_dir),
-        "quick": cfg.quick,
-        "train_draft": cfg.train_draft,
-        "quiet_check": cfg.quiet_check,
-    }
-    for k in ("target", "draft", "launch", "breakeven"):
-        if getattr(cfg, k) is not None:
-            params[k] = getattr(cfg, k)
-    return params
+    params = dict(out_dir=str(out_dir), quick=cfg.quick, train_draft=cfg.train_draft, quiet_check=cfg.quiet_check)
+    given = {k: getattr(cfg, k) for k in ("target", "draft", "launch", "breakeven")}
+    return params | {k: v for k, v in given.items() if v is not None}
 
 
 def declared_parameters(nb_path: Path) -> set[str]:
     """Names assigned in the notebook's `parameters` cell, so we inject only what it declares."""
-    import ast
-
     nb = json.loads(nb_path.read_text())
     for cell in nb["cells"]:
         if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
@@ -116,11 +92,8 @@ _SAVED_ONLY_CELL_METADATA = ("execution", "scrolled")
 
 
 def strip_saved_outputs(model: dict, path: str, contents_manager, **kwargs) -> None:
-    """Jupyter server pre-save hook, set by `jupyter_server_config.py` (the README's
-    `jupyter lab --config=jupyter_server_config.py notebooks/`): the kit's own notebooks under notebooks/ are
-    written without outputs, execution counts and the metadata a session adds, byte for byte as committed,
-    so running them in JupyterLab leaves `git status` clean. What they produced is in their run folder
-    (`runs/<time>/`). Any other notebook is saved as it is."""
+    """Jupyter pre-save hook (`jupyter_server_config.py`): the kit's own notebooks are saved without outputs,
+    execution counts and session metadata, byte for byte as committed, so `git status` stays clean."""
     if model.get("type") != "notebook":
         return
     if (Path(contents_manager.root_dir) / path).resolve().parent != NOTEBOOKS.resolve():
@@ -136,8 +109,7 @@ def strip_saved_outputs(model: dict, path: str, contents_manager, **kwargs) -> N
 
 
 class _CellEcho:
-    """Where a running cell's stdout goes: the terminal, indented under the step line, so a long step
-    (training the draft, the oracle, the benchmark) shows its own progress while it runs."""
+    """A running cell's stdout, indented under the step line, so a long step shows its progress as it runs."""
 
     def __init__(self, stream=None):
         self.stream, self.at_line_start = stream or sys.stdout, True
@@ -155,13 +127,8 @@ class _CellEcho:
 
 
 def _ipc_kernel_manager():
-    """A kernel manager that talks to the kernel over Unix sockets: local, and without ipykernel's warning
-    that a TCP kernel runs unencrypted (the warning is true of the default transport). Each kernel gets its
-    own socket prefix: jupyter_client numbers ipc sockets from 1 under one prefix, so two kernels started at
-    once (notebooks run side by side) would otherwise pick the same sockets."""
-    import tempfile
-    import uuid
-
+    """A kernel manager over Unix sockets (no warning that a TCP kernel runs unencrypted), each kernel with its own
+    socket prefix: jupyter_client numbers ipc sockets from 1 per prefix, so kernels started at once would collide."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
@@ -173,12 +140,9 @@ def _ipc_kernel_manager():
 
 
 def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int = 1800, echo=None) -> Path:
-    import logging
-
     import papermill as pm
 
-    # papermill warns about every parameter line it cannot type-infer (a quoted launch command with
-    # '=' in it); the values are injected correctly, so keep a newcomer's terminal quiet
+    # papermill warns about every parameter it cannot type-infer (a launch command with '='): injected correctly
     logging.getLogger("papermill").setLevel(logging.ERROR)
     declared = declared_parameters(nb_path)
     out_nb = out_dir / nb_path.name
@@ -198,17 +162,11 @@ def execute_notebook(nb_path: Path, out_dir: Path, params: dict, timeout_s: int 
 
 
 def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
-    """Fill, in the background while the first notebooks run, what later notebooks would otherwise wait for
-    on a first run: the embedded target converted from its GGUF (notebook 02 needs it a few seconds in; 01
-    does not) and SGLang's parser (notebook 04 lints with the real parser: its side environment, mostly pip's
-    downloads and unpacking on a first run, then its daemon, whose import of SGLang takes ~10 s of CPU). Both
-    are lock-protected, so a notebook arriving first waits for the one build; a failure is left for the
-    notebook to report in its own words. Both run niced (the thread, and pip and the daemon under it): against
-    other threads of this process and its children, the notebooks' work keeps the cores. Where Linux groups the
-    scheduler by session (`sched_autogroup_enabled`), each notebook's kernel and the daemon are sessions of
-    their own and a nice value ranks a thread only within its session, so these jobs then share the cores
-    with the 01-03 kernels as equals. Those time nothing; what is timed (the GEMM plan, the chain's forward
-    costs, the benchmark) runs in 04 and 05, once that work is done (the daemon then waits, idle)."""
+    """Fill in the background, while the first notebooks run, what later ones would wait for on a first run: the
+    embedded target converted from its GGUF (notebook 02) and SGLang's parser side environment and daemon (04's
+    lint). Both are lock-protected (a notebook arriving first waits for the one build) and a failure is left for
+    the notebook to report. Both run niced, so the notebooks keep the cores; where Linux groups the scheduler by
+    session (`sched_autogroup_enabled`) they share them with the 01-03 kernels, which time nothing."""
     from kit.models import embedded_dir
     from kit.sglang.parser import warm
 
@@ -232,11 +190,9 @@ def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
     return threads
 
 
-# Notebooks that read files and cached results, start no server and time nothing a figure shows: run side by
-# side. Their work is mostly single-threaded imports and model loads (01 ~7 s, 02 ~8 s, 03 ~20 s cached on a
-# 2-core EPYC), so together they take about the longest one. 04 and 05 start servers and run alone after them
-# (04 beside them measured no faster cached, and slower with an empty cache: its lint waited on the niced
-# build of SGLang's parser environment).
+# Notebooks that start no server and time nothing a figure shows run side by side: mostly single-threaded imports
+# and model loads (01 ~7 s, 02 ~8 s, 03 ~20 s cached on a 2-core EPYC). 04 and 05 start servers and run alone
+# (04 beside them measured no faster cached, and slower uncached: its lint waited on the niced parser build).
 SIDE_BY_SIDE = ("01_", "02_", "03_")
 
 
@@ -253,12 +209,8 @@ def notebook_groups(nbs: list[Path]) -> list[list[Path]]:
 
 
 def _run_group(group: list[Path], run_dir: Path, params: dict, index: dict[Path, int], total: int) -> dict:
-    """Execute a group's notebooks at once: the first echoes its cells live, the others' output is held and
-    printed when each is done, so the terminal reads as one notebook after another. {path: seconds or the
-    exception it raised}."""
-    import io
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Execute a group's notebooks at once, the first echoing live and the others' output printed when each is done
+    (the terminal reads as one notebook after another): {path: seconds or the exception it raised}."""
     held = {nb: io.StringIO() for nb in group[1:]}
     t0 = time.perf_counter()
 
@@ -347,6 +299,6 @@ def run(args: argparse.Namespace) -> int:
         from kit.demo_gpu import run_gpu_demo
 
         run_gpu_demo(cfg)
-        return 0
-    run_demo(cfg)
+    else:
+        run_demo(cfg)
     return 0

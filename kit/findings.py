@@ -1,30 +1,26 @@
 """Findings: the one currency every check in the kit pays in.
 
-A check looks at facts (a config, a safetensors header, a launch command, the GPU) and
-returns `Finding`s — a stable `code`, a `severity`, a one-line `title`, the `evidence` it saw and the
-`fix`. Each code is declared once, beside the rule that raises it, as a `Code` (section, highest severity,
-meaning, typical fix); a check raises through it (`KEYS_DROPPED(title, evidence={...})`), a severity above
-the declared one is refused, and docs/findings.md is generated from the declarations (`kit.codes`). A `Report` collects them and renders
-the same content four ways: plain text wrapped to the terminal (what a pipe or a log gets), a
-`rich` table with colours on a terminal, an HTML table / pandas DataFrame for notebooks, and
-JSON (one document, printed as the last line of stdout by `--json`). Text, table and HTML show
-errors and warnings in full and fold info findings under a count unless asked for (`verbose`).
+A check looks at facts (a config, a safetensors header, a launch command, the GPU) and returns `Finding`s: a stable
+`code`, a `severity`, a one-line `title`, the `evidence` it saw and the `fix`. Each code is declared once, beside
+the rule that raises it, as a `Code` (section, highest severity, meaning, typical fix; docs/findings.md is generated
+from the declarations by `kit.codes`). A `Report` renders its findings as plain text (a pipe or a log), a `rich`
+table on a terminal, HTML / a DataFrame in notebooks, and one JSON line (`--json`); all but JSON fold info findings
+under a count unless `verbose`.
 
-Exit codes (shared by every verb):
-    0  ran, no error findings
-    1  ran, at least one error finding
-    2  could not run: bad arguments or unreadable input (`KitInputError`), one-line message
+Exit codes (shared by every verb): 0 no error findings, 1 at least one, 2 could not run (`KitInputError`: bad
+arguments or unreadable input, a one-line message).
 
-    >>> r = Report([Finding(code="env.no_gpu", severity="info", title="no GPU", fix="")])
-    >>> r.exit_code()
+    >>> Report([Finding(code="env.no_gpu", severity="info", title="no GPU", fix="")]).exit_code()
     0
 """
 
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 import re
+import shlex
 import shutil
 import sys
 import textwrap
@@ -77,12 +73,11 @@ CODES: dict[str, Code] = {}  # every declared code, filled as the declaring modu
 
 @dataclass(frozen=True)
 class Code:
-    """A finding code, declared once at module level beside the rule that raises it, and the way to raise it:
-    `KEYS_DROPPED = Code("draft.keys_dropped", "ckpt/draft: notebook 02", "error", meaning, fix)`, then
-    `KEYS_DROPPED(title, evidence={...})`. `severity` is the highest it may be raised at, or a policy such as
-    "error / info" listing the ones it is raised at (the first the highest); `fix` is the typical fix the page
-    shows (a raise passes its own, concrete one). Declaring registers it in `CODES` (a second, different
-    declaration of the same code is refused); `module` is the declaring module."""
+    """A finding code, declared once beside the rule that raises it, and the way to raise it:
+    `KEYS_DROPPED = Code("draft.keys_dropped", SECTION, "error", meaning, fix)`, then `KEYS_DROPPED(title,
+    evidence={...})`. `severity`: the highest it may be raised at, or a policy such as "error / info" (the first
+    the highest); `fix`: the typical fix docs show. Declaring registers it in `CODES` (a second, different
+    declaration of the same code is refused)."""
 
     code: str
     section: str
@@ -168,12 +163,8 @@ class Report:
         rows = [{**f.to_dict(), "evidence": _evidence_text(f.evidence)} for f in self.findings]
         return pd.DataFrame(rows, columns=["severity", "code", "title", "evidence", "fix"])
 
-    def _ordered(self) -> list[Finding]:
-        order = {s: i for i, s in enumerate(SEVERITIES)}
-        return sorted(self.findings, key=lambda f: order[f.severity])
-
     def _shown_and_folded(self, verbose: bool) -> tuple[list[Finding], list[Finding]]:
-        ordered = self._ordered()
+        ordered = sorted(self.findings, key=lambda f: SEVERITIES.index(f.severity))
         if verbose:
             return ordered, []
         return [f for f in ordered if f.severity != "info"], [f for f in ordered if f.severity == "info"]
@@ -228,8 +219,7 @@ class Report:
             console.print(t)
         if folded:
             console.print(Text(self._folded_line(folded), style="dim"))
-        s = self.summary()
-        console.print(Text(self.summary_line(), style="bold red" if s["error"] else "bold green"))
+        console.print(Text(self.summary_line(), style="bold red" if self.errors else "bold green"))
 
     def _repr_html_(self) -> str:
         """The notebook twin of the terminal table: errors and warnings shown, info folded under a count."""
@@ -238,11 +228,8 @@ class Report:
         def rows(items):
             out = []
             for f in items:
-                ev = (
-                    f"<br><small style='opacity:.7'>evidence: {html.escape(_evidence_text(f.evidence))}</small>"
-                    if f.evidence
-                    else ""
-                )
+                ev = html.escape(_evidence_text(f.evidence))
+                ev = f"<br><small style='opacity:.7'>evidence: {ev}</small>" if f.evidence else ""
                 fix = f"<br><b style='color:#1a7f37'>fix:</b> <code>{html.escape(f.fix)}</code>" if f.fix else ""
                 out.append(
                     f"<tr><td style='color:{_HTML_COLOR[f.severity]};font-weight:bold'>"
@@ -283,10 +270,8 @@ def _fix_lines(fix: str, width: int, ind: str) -> list[str]:
             break_on_hyphens=False,
             break_long_words=False,
         )
-    cmd, note = fix, ""
     m = re.match(r"^(.*?)\s+\(([^()]*)\)$", fix)
-    if m:
-        cmd, note = m.group(1), m.group(2)
+    cmd, note = m.groups() if m else (fix, "")
     body = textwrap.wrap(cmd, max(20, width - len(ind) - 4), break_on_hyphens=False, break_long_words=False)
     out = [ind + "fix:"]
     if note:
@@ -306,8 +291,6 @@ def _count(n: int, word: str) -> str:
 def fill_placeholders(findings: Iterable[Finding], values: dict[str, str | None]) -> list[Finding]:
     """Fixes written with the user's own paths: each whole-word placeholder (SRC, DST, DRAFT_DIR, ...)
     in a fix becomes its value, shell-quoted, so the fix can be pasted as it is."""
-    import shlex
-
     subs = {k: shlex.quote(v) for k, v in values.items() if v}
     if not subs:
         return list(findings)
@@ -317,13 +300,7 @@ def fill_placeholders(findings: Iterable[Finding], values: dict[str, str | None]
 
 def _use_rich() -> bool:
     """Tables and colours on a terminal; plain text when piped (or when `rich` is not installed)."""
-    if not sys.stdout.isatty():
-        return False
-    try:
-        import rich  # noqa: F401  (optional third-party renderer)
-    except ImportError:
-        return False
-    return True
+    return sys.stdout.isatty() and importlib.util.find_spec("rich") is not None
 
 
 def write_json_line(doc: Any) -> None:

@@ -1,11 +1,8 @@
 """`HFConfig`: one parsed HF-style `config.json` (a target's or a draft's), read-only, with the file it came from.
 
-Every static rule (layout detection, the loader simulation, the wiring checks, the converter) reads a
-config.json it did not write; this wrapper is the one type those rules take, so a signature says "a
-parsed config" instead of "some dict". It is a read-only `Mapping` (rules look keys up the way the
-writing stack spelled them) plus typed accessors for the facts several rules share. Reading and
-errors live in `kit.checkpoint.hf_config.read_config`; typed draft facts in
-`kit.sglang.draft_config.DraftConfig`; typed target facts in `kit.checkpoint.hf_config.TargetFacts`.
+The one type the static rules take for a config they did not write: a read-only `Mapping` (keys as the writing stack
+spelled them) plus typed accessors for facts several rules share. Reading: `kit.checkpoint.hf_config.read_config`;
+typed facts: `kit.sglang.draft_config.DraftConfig`, `kit.checkpoint.hf_config.TargetFacts`.
 
     cfg = HFConfig.of({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30})
     cfg.architecture, cfg.text.get("num_hidden_layers"), cfg.to_dict()

@@ -4,21 +4,21 @@
     python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
     python -m kit launch --speculative-draft-model-path D ... --capture-hidden runs/cap --dry-run  # kit.measure.capture
 
-The spec is `kit.serving.launch.LaunchSpec` (`embedded` and the `demo` draft resolved as the notebooks
-resolve them), the findings those of `kit doctor` for that target, draft and launch
-(`kit.preflight.launch_report`, one gathering for both verbs) plus whether its paths exist here;
-an error finding stops the start (exit 1, the findings printed) unless `--force`. The process is
-`kit.serving.process.ServerProcess` (its own process group, no orphans).
+The spec is `kit.serving.launch.LaunchSpec` (`embedded` and the `demo` draft resolved as the notebooks resolve
+them); the findings are `kit doctor`'s for that launch (`kit.preflight.launch_report`). An error finding stops the
+start (exit 1) unless `--force`. The process is `kit.serving.process.ServerProcess` (its own group, no orphans).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
 from kit.preflight import launch_report
 from kit.serving.engines import ENGINES, get_engine
@@ -29,56 +29,36 @@ HELP = "build, lint (SGLang's own parser), start and watch an SGLang or referenc
 
 @dataclass
 class LaunchConfig:
-    engine: str = field(
-        default="sglang",
-        metadata={"help": "sglang, or the kit's CPU reference server", "choices": list(ENGINES)},
+    engine: str = opt("sglang, or the kit's CPU reference server", "sglang", choices=list(ENGINES))
+    dry_run: bool = opt("lint and print argv/env; start nothing", False)
+    force: bool = opt("start even when the checks find errors (still printed)", False)
+    probe_env: bool = opt(
+        "also check this machine's GPUs, driver, torch, NCCL, as `kit doctor --probe-env` does", False
     )
-    dry_run: bool = field(default=False, metadata={"help": "lint and print argv/env; start nothing"})
-    force: bool = field(default=False, metadata={"help": "start even when the checks find errors (still printed)"})
-    probe_env: bool = field(
-        default=False,
-        metadata={"help": "also check this machine's GPUs, driver, torch, NCCL, as `kit doctor --probe-env` does"},
+    json: bool = opt("last line: one JSON document", False)
+    sglang_python: str | None = opt(
+        "interpreter with sglang for the flag lint (default: in-process, $KIT_SGLANG_PYTHON, or the kit's side venv)"
     )
-    json: bool = field(default=False, metadata={"help": "last line: one JSON document"})
-    sglang_python: str | None = field(
-        default=None,
-        metadata={
-            "help": "interpreter with sglang for the flag lint (default: in-process, $KIT_SGLANG_PYTHON, or the kit's side venv)"
-        },
+    ready_timeout: float = opt("seconds to wait for /health", 900.0)
+    gpu_memory_gib: float | None = opt("memory per GPU for launch.mem (default: detected)")
+    sglang_version: str | None = opt(
+        "SGLang release whose parser and flag table judge the flags (default: installed, else newest known)"
     )
-    ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for /health"})
-    gpu_memory_gib: float | None = field(
-        default=None, metadata={"help": "memory per GPU for launch.mem (default: detected)"}
+    capture_hidden: str | None = opt(
+        "instead of serving: run the launch once with the kit's recorder, send the prompts one at a "
+        "time (greedy, speculation off) and write the target's hidden states at the draft's capture points to "
+        "this folder (kit.measure.capture; read by `kit oracle --hidden-states`)"
     )
-    sglang_version: str | None = field(
-        default=None,
-        metadata={
-            "help": "SGLang release whose parser and flag table judge the flags (default: installed, else newest known)"
-        },
+    prompts: str | None = opt(
+        '--capture-hidden: JSONL prompt file, rows {"text": ...} (chat-templated) or {"input_ids": '
+        "[...]} (sent as they are) (default: the oracle's eval prompts)"
     )
-    capture_hidden: str | None = field(
-        default=None,
-        metadata={
-            "help": "instead of serving: run the launch once with the kit's recorder, send the prompts one at a "
-            "time (greedy, speculation off) and write the target's hidden states at the draft's capture points to "
-            "this folder (kit.measure.capture; read by `kit oracle --hidden-states`)"
-        },
-    )
-    prompts: str | None = field(
-        default=None,
-        metadata={
-            "help": '--capture-hidden: JSONL prompt file, rows {"text": ...} (chat-templated) or {"input_ids": '
-            "[...]} (sent as they are) (default: the oracle's eval prompts)"
-        },
-    )
-    num_prompts: int = field(default=8, metadata={"help": "--capture-hidden: prompts sent (first N)"})
-    max_new_tokens: int = field(default=64, metadata={"help": "--capture-hidden: greedy tokens per prompt"})
-    bundle: bool = field(
-        default=False,
-        metadata={
-            "help": "add the launch flags of the kit's bundle of that release even when the importable SGLang is "
-            "not bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)"
-        },
+    num_prompts: int = opt("--capture-hidden: prompts sent (first N)", 8)
+    max_new_tokens: int = opt("--capture-hidden: greedy tokens per prompt", 64)
+    bundle: bool = opt(
+        "add the launch flags of the kit's bundle of that release even when the importable SGLang is "
+        "not bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)",
+        False,
     )
 
 
@@ -104,8 +84,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def spec_from_namespace(ns: argparse.Namespace) -> LaunchSpec:
-    import shlex
-
     spec = spec_from_command(ns.from_command, getattr(ns, "sglang_version", None)) if ns.from_command else LaunchSpec()
     given = {k: v for k, v in vars(ns).items() if k in FIELDS or k in ("python", "log_file")}
     env = dict(spec.env)
@@ -146,18 +124,8 @@ def run(args: argparse.Namespace) -> int:
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:
         if cfg.json:
-            print(
-                json.dumps(
-                    {
-                        "argv": argv,
-                        "env": spec.env,
-                        "findings": [f.to_dict() for f in report.findings],
-                        "summary": report.summary(),
-                    },
-                    default=str,
-                    separators=(",", ":"),
-                )
-            )
+            doc = {"argv": argv, "env": spec.env, "findings": report.to_dict()["findings"], "summary": report.summary()}
+            print(json.dumps(doc, default=str, separators=(",", ":")))
         else:
             print(report.render_text())
             print("\n" + spec.command(cfg.engine))
@@ -179,5 +147,4 @@ def run(args: argparse.Namespace) -> int:
             server.wait()
     except KeyboardInterrupt:
         return 0
-    rc = server.returncode
-    return 0 if rc in (0, None) else EXIT_CANNOT_RUN
+    return 0 if server.returncode in (0, None) else EXIT_CANNOT_RUN

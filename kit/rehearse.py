@@ -2,25 +2,23 @@
 
     kit rehearse --target T --draft D --launch-file launch.sh [--out DIR] [--dry-run] [--sglang-version X]
 
-T and D may be Hugging Face ids (`--revision`, `--draft-revision`), resolved as `kit doctor` resolves them
-(kit.checkpoint.hub: the local cache first, else config.json and safetensors headers; no weights downloaded).
+T and D may be Hugging Face ids (`--revision`, `--draft-revision`), resolved as `kit doctor` resolves them. It
+builds a miniature of the target (config.json only, dummy-loaded) and of the draft (the user's tensor names and
+dtypes, random values, its config.json with shrunk widths), rewrites the launch (each change with its reason;
+kit.rehearsal.runner) and, unless `--dry-run` (the plan only), starts real SGLang on it with the kit's recorder
+(kit.rehearsal.hooks), sends a few requests, stops it and checks GPU memory went back. What it saw is mapped to
+doctor's codes, each marked confirmed / refuted / new against doctor's verdict on the *original* files. Writes
+DIR/plan.json, DIR/record.jsonl and DIR/report.json.
 
-Builds a miniature of the target (config.json only, dummy-loaded) and of the draft (the user's tensor names
-and dtypes, random values, its real config.json with shrunk widths), rewrites the user's launch (each change
-listed with its reason; kit.rehearsal.runner) and, unless `--dry-run`, starts real SGLang on it with the
-kit's recorder on PYTHONPATH (kit.rehearsal.hooks), sends a few requests by input_ids, stops it and
-checks GPU memory went back. What it saw is mapped to doctor's finding codes and each is marked confirmed /
-refuted / new against doctor's static verdict on the *original* files. `--dry-run`: the plan (and why not), exit 0.
-Writes DIR/plan.json, DIR/record.jsonl (the recorder's lines) and DIR/report.json.
-
-Exit status: 0 it ran as doctor said (no refuted or new error), 1 a disagreement or the rehearsal failed
-where doctor saw no fault, 2 the kit could not run.
+Exit status: 0 it ran as doctor said, 1 a refuted or new error (or a failed rehearsal where doctor saw no fault),
+2 the kit could not run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from kit import config as kconfig
@@ -42,11 +40,8 @@ HELP = "run the deployment in miniature on real SGLang (one GPU, minutes) and ch
 
 
 def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
-    """Plan, (run), compare; the report as a dict (also written to OUT/report.json). The deployment is built once
-    (`kit.preflight.Deployment`): doctor's verdict is checked on it and the rehearsal reads the same folders (a hub
-    id resolved to the cache, else its headers)."""
-    from dataclasses import replace
-
+    """Plan, (run), compare; the report as a dict (also written to OUT/report.json). Doctor's verdict and the
+    rehearsal read the one `kit.preflight.Deployment` (a hub id resolved to the cache, else its headers)."""
     from kit.preflight import Deployment, DoctorConfig, check
 
     for name in ("target", "draft", "launch_file"):
@@ -57,16 +52,8 @@ def rehearse(cfg: RehearsalConfig, on_line=None) -> dict:
         from kit.sglang.versions import importable_version
 
         cfg = replace(cfg, sglang_version=importable_version())
-    dep = Deployment.build(
-        DoctorConfig(
-            target=cfg.target,
-            draft=cfg.draft,
-            revision=cfg.revision,
-            draft_revision=cfg.draft_revision,
-            launch_file=cfg.launch_file,
-            sglang_version=cfg.sglang_version,
-        )
-    )
+    given = ("target", "draft", "revision", "draft_revision", "launch_file", "sglang_version")
+    dep = Deployment.build(DoctorConfig(**{k: getattr(cfg, k) for k in given}))
     models = (("target", dep.target.files), ("draft", dep.draft.files))
     sources = {role: m.source for role, m in models if m.repo_id}
     cfg = replace(cfg, target=str(dep.target.path), draft=str(dep.draft.path), revision=None, draft_revision=None)
@@ -94,10 +81,8 @@ _rehearse = rehearse  # rehearse_launch's parameter `rehearse` (the notebook's n
 
 def rehearse_launch(target: str, draft: str, launch: str, out_dir: str, rehearse: str = "auto") -> dict | None:
     """Notebook 04's dress rehearsal of `launch` (shell text) over target and draft; the report, None when off.
-
-    rehearse: "auto" runs real SGLang when this machine serves with it (a GPU and SGLang importable, the kit's
-    bundle included), else shows the dry-run plan; "run", "dry-run" or "off" force one. A bundle-installed
-    SGLang gets the bundle's launch flags in the plan (plan_rehearsal reads its manifest)."""
+    rehearse: "auto" runs real SGLang where this machine serves with it, else shows the dry-run plan; "run",
+    "dry-run" or "off" force one."""
     from kit.models import resolve_target
     from kit.serving.engines import get_engine, resolve_engine
 

@@ -1,16 +1,13 @@
 """Step records: what each notebook concluded, gathered into one `summary.json` per run.
 
-A notebook ends with `kit.summary.record(out_dir, "02_checkpoint_keys", verdict=..., findings=report,
-figures=[...], figures_dir=..., **numbers)`; this writes `<out_dir>/steps/<step>.json`. The demo then calls
-`collect(run_dir)` to build `summary.json` (the steps in order; on top the accept lengths and the speedups
-over no speculation, `speedup: {fixed_launch: {median, ci95}, seed_launch: {...}}`, and a step's
-`break_even` digest when one was recorded) and a readable `summary.md`. Keeping the record a plain JSON file
-means a notebook run by hand in Jupyter leaves the same trail as the headless demo.
+A notebook ends with `kit.summary.record(out_dir, "02_checkpoint_keys", verdict=..., findings=report, figures=[...],
+**numbers)`, which writes `<out_dir>/steps/<step>.json`; the demo's `collect(run_dir)` builds `summary.json` (the
+steps in order; on top the accept lengths, the speedups over no speculation `{fixed_launch: {median, ci95},
+seed_launch: ...}` and a step's `break_even` digest) and a readable `summary.md`. A notebook run by hand in Jupyter
+leaves the same trail as the headless demo.
 
-Where runs go: `run_dir(None)` makes a fresh `<runs root>/<time>/`, the runs root being `$KIT_RUNS_DIR`,
-else `runs/` at the top of the kit's checkout (beside `notebooks/`, whatever the working directory: JupyterLab
-starts a notebook's kernel in `notebooks/`), else `./runs`. `kit demo` and every notebook's `out_dir = None`
-use it, so no output lands in the source tree.
+Where runs go: `run_dir(None)` makes a fresh `<runs root>/<time>/`, the root being `$KIT_RUNS_DIR`, else `runs/` at
+the top of the kit's checkout (whatever the working directory), else `./runs`; no output lands in the source tree.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kit.findings import Report
 from kit.measure.machine import brief as machine_brief
 
 RUNS_ENV = "KIT_RUNS_DIR"
@@ -54,8 +50,6 @@ def run_dir(out_dir: str | os.PathLike | None) -> Path:
 
 
 def _jsonable(v: Any) -> Any:
-    if isinstance(v, Report):
-        return v.to_dict()
     if hasattr(v, "to_dict") and callable(v.to_dict):
         return v.to_dict()
     if isinstance(v, Path):

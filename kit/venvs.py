@@ -1,34 +1,24 @@
 """Side environments for the real third-party programs the kit checks itself against.
 
-SGLang pins a CUDA torch and GPU kernels; speculators pins transformers<=5.19 and pulls CUDA
-torchvision. Neither belongs in the notebook environment. Their *pure-Python* parts still run
-on a CPU, so we build small virtual environments that see the packages of the interpreter running
-the kit (the CPU torch is shared, nothing CUDA is installed) and add the third-party package with
-`--no-deps` plus the light packages it really imports:
+SGLang pins a CUDA torch and GPU kernels; speculators pins transformers<=5.19 and pulls CUDA torchvision. Neither
+belongs in the notebook environment, but their pure-Python parts run on a CPU, so each gets a small venv that sees
+the kit interpreter's packages (the CPU torch is shared, nothing CUDA installed) plus the package `--no-deps` and the
+light packages it really imports:
 
-    sglang-<version>  that release's own argument parser (ServerArgs.add_cli_args) and sources: sglang
-                      `--no-deps`, then, for a release with a recorded flag table, exactly the distributions
-                      its parser imported when the table was derived (`closure` in kit/sglang/server_flags.json,
-                      e.g. the transformers and triton each release pins), `--no-deps`, no resolver
-                      run; for any other release the requirements its wheel declares minus the GPU/kernel/media
-                      stacks, at its own pins. Plus stand-ins for modules with no CPU build
+    sglang-<version>  the release's argument parser and sources: for a release with a recorded flag table exactly the
+                      distributions its parser imported when the table was derived (`closure` in
+                      kit/sglang/server_flags.json), `--no-deps`; for any other the requirements its wheel declares
+                      minus the GPU/kernel/media stacks. Plus stand-ins for modules with no CPU build
                       (kit/sglang/stand_ins.py: torchvision)
     speculators       speculators 0.9.0 + SpecForge 0.2.0 draft classes (genuine checkpoints)
 
-How a side environment sees the kit's packages: `python -m venv` without system site-packages,
-plus a `kit-parent.pth` whose line runs `site.addsitedir(...)` for every site-packages directory of
-the *current* interpreter (a virtualenv's own, a conda env's, the system's and the user site),
-so it works when the kit runs in a venv (whose base interpreter lacks torch), in conda or in
-system Python. Packages installed in the side environment come first on its sys.path. Each
-environment is built once per (recipe, parent interpreter) under `<name>-<hash of the parent's
-prefix>`, checked by importing what it is for, and marked complete only then; a failed build is
-remembered for an hour with its reason (then retried). Builds of the same environment by two
-processes are serialised by a file lock. Build times measured on the shared 2-core
-machine under load ~10 (2026-11-30): 180-233 s per SGLang release, speculators 222 s.
+A venv sees the kit's packages through a `kit-parent.pth` that runs `site.addsitedir(...)` for every site-packages
+directory of the current interpreter (venv, conda or system Python); its own packages come first. Each is built once
+per (recipe, parent interpreter) under `<name>-<hash>`, checked by importing what it is for and only then marked
+complete; a failed build is remembered for an hour; concurrent builds are serialised by a file lock. Builds took
+180-233 s per SGLang release, 222 s for speculators, on a shared 2-core machine under load.
 
-    from kit.venvs import ensure_venv
     py = ensure_venv("sglang-" + DEFAULT_RELEASE)   # path of that venv's python; built once, cached
-    subprocess.run([py, "-c", "import sglang"])
 
 Root: $KIT_VENV_DIR (default $KIT_CACHE_DIR/venvs). `python -m kit.venvs speculators` builds that one;
 `python -m kit.sglang.releases --side-env V` builds SGLang V's.
@@ -51,11 +41,10 @@ from pathlib import Path
 from kit.findings import KitInputError
 from kit.models import cache_dir, cache_lock
 
-# An SGLang side environment gets sglang itself `--no-deps`, then the requirements its wheel declares except
-# the GPU/kernel/media stacks (SGLANG_SKIP), with the release's own pins (each release's
-# transformers pin, ...); compiled helpers whose own requirements would pull a CUDA torch go in `--no-deps`.
-# triton is imported at module level by SGLang's kernels (the CPU torch does not bring it), dill by its
-# sampling code (a dependency of a skipped package).
+# Without recorded pins, an SGLang side environment gets the requirements its wheel declares except the
+# GPU/kernel/media stacks (SGLANG_SKIP), at the release's own pins; compiled helpers whose requirements would pull a
+# CUDA torch go in `--no-deps`. triton is imported by SGLang's kernels (the CPU torch does not bring it), dill by
+# its sampling code (a dependency of a skipped package).
 SGLANG_SKIP = re.compile(
     r"^(torch|torchvision|torchaudio|torchao|torchcodec|torch[-_]memory[-_]saver|triton|flashinfer|cuda|nvidia|sgl|"
     r"sglang|tilelang|flash[-_]attn|flash[-_]mla|quack|humming|numba|decord|av|soundfile|timm|kernels|llguidance|"
@@ -90,19 +79,15 @@ FAILED_TTL_S = 3600
 
 
 def recipe(name: str, pins: dict[str, str] | None = None) -> tuple[list[list[str]], str]:
-    """(pip install steps, import check) of a side environment. `pins` ({distribution: version}): for
-    `sglang-V`, exactly what that release's parser imported when its table was derived (the caller,
-    `kit.sglang.parser.side_python`, reads them from the release's table): installed without a resolver run."""
+    """(pip install steps, import check) of a side environment. `pins` ({distribution: version}): for `sglang-V`,
+    what that release's parser imported when its table was derived, installed without a resolver run."""
     m = _SGLANG.match(name)
     if m:
+        first = ["--no-deps", f"sglang=={m.group(1)}"]
         if pins:
-            pinned = [f"{d}=={v}" for d, v in sorted(pins.items())]
-            return [["--no-deps", f"sglang=={m.group(1)}"], ["--no-deps", *pinned]], "import sglang.srt.server_args"
-        steps = [
-            ["--no-deps", f"sglang=={m.group(1)}"],
-            ["@requires:sglang"] + SGLANG_EXTRA,
-            ["--no-deps", "@requires-no-deps:sglang"],
-        ]
+            steps = [first, ["--no-deps", *(f"{d}=={v}" for d, v in sorted(pins.items()))]]
+        else:
+            steps = [first, ["@requires:sglang"] + SGLANG_EXTRA, ["--no-deps", "@requires-no-deps:sglang"]]
         return steps, "import sglang.srt.server_args"
     if name == "speculators":
         return SPECULATORS, "import speculators.models.eagle3, specforge.modeling.auto"
@@ -136,8 +121,8 @@ def venv_python(name: str) -> Path:
 
 
 def side_env() -> dict[str, str]:
-    """The environment a side environment's interpreter runs in: this one without PYTHON* variables (this
-    interpreter's PYTHONPATH and PYTHONHOME would mix our site-packages into its own) and offline for the hub."""
+    """The environment a side interpreter runs in: this one without PYTHON* variables (they would mix our
+    site-packages into its own), offline for the hub."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
@@ -157,10 +142,8 @@ def is_built(name: str, pins: dict[str, str] | None = None) -> bool:
 
 
 def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] | None = None) -> Path:
-    """Path of that side environment's python; builds it when missing or stale. KitInputError if it cannot be.
-    `check(python)`: how a new build is checked (raises KitInputError when it does not work); default: the
-    recipe's import, run there (`kit.sglang.parser.warm` checks through the parser daemon it keeps).
-    `pins`: see `recipe`."""
+    """Path of that side environment's python, built when missing or stale (KitInputError if it cannot be).
+    `check(python)` checks a new build (raises KitInputError); default: the recipe's import, run there."""
     stamp = _stamp(name, pins)
     d = venv_dir(name)
     if is_built(name, pins):
@@ -189,12 +172,8 @@ def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:
     if r.returncode != 0:
         raise KitInputError(f"side environment {name}: `python -m venv` failed ({_tail(r.stderr)})")
     py = d / "bin" / "python"
-    purelib = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     lines = [f"import site; site.addsitedir({p!r})" for p in stamp["parent"]]
     Path(purelib, "kit-parent.pth").write_text("\n".join(lines) + "\n")
     if _SGLANG.match(name):
@@ -204,19 +183,9 @@ def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:
         step = _expand(step, py)
         if not [a for a in step if not a.startswith("-")]:
             continue
-        # --no-compile: the first import compiles what it imports (a few hundred modules); byte-compiling every
-        # installed file (transformers, triton) took ~17 s of a 60 s build on a 2-core EPYC
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(py),
-            "install",
-            "--disable-pip-version-check",
-            "--no-compile",
-        ]
-        cmd += (["--quiet"] if quiet else []) + step
+        # --no-compile: byte-compiling every installed file took ~17 s of a 60 s build; imports compile what they use
+        cmd = [sys.executable, "-m", "pip", "--python", str(py), "install", "--disable-pip-version-check"]
+        cmd += ["--no-compile", *(["--quiet"] if quiet else []), *step]
         r = subprocess.run(cmd, capture_output=quiet, text=True)
         if r.returncode != 0:
             raise KitInputError(

@@ -1,23 +1,18 @@
 """Launch-spec findings: SGLang's real parser plus the semantic rules of the SGLang release it judges.
 
-    from kit.serving.launch import spec_from_command
-    from kit.serving.checks import lint
     report = lint(spec_from_command(cmd), target_config=cfg_or_None, draft_config=cfg_or_None)
 
-Codes (docs/findings.md): `launch.flag` (SGLang's parser rejects a flag or value),
-`launch.parser` (the parser could not be run), `launch.spec_params` (steps/topk/draft tokens,
-`_handle_eagle_family` in `srt/arg_groups/speculative_hook.py`), `launch.spec_verify` (values SGLang accepts
-and then crashes on while it starts, `kit.sglang.params.VERIFY_SHAPE`), `aux.algorithm` (EAGLE with an
-EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`, `launch.remote_code_needed` (a multimodal target whose
-processor is remote code, without --trust-remote-code), `launch.mem` (weights vs
-mem-fraction-static), `launch.shard` (a size of the target or draft the launch's --tp/--dp/--ep do not split,
-`kit.sglang.sharding`), `launch.backend` (attention backend vs topk/page size), `launch.engine`
-(flags the serving engine ignores), `env.nccl_var` (kit.env.nccl).
-Target/draft configs are read from local `model_path` / draft paths when not given.
+Codes (docs/findings.md): `launch.flag` / `launch.parser` (SGLang's parser rejects a flag, or could not run),
+`launch.spec_params` / `launch.spec_verify` (steps/topk/draft tokens: refused, changed, or crashing at startup;
+`kit.sglang.params`), `aux.algorithm` (EAGLE with an EAGLE-3 draft), `launch.bind`, `launch.trust_remote_code`,
+`launch.remote_code_needed`, `launch.mem` (weights vs mem-fraction-static), `launch.shard` (`kit.sglang.sharding`),
+`launch.backend` (attention backend vs topk/page size), `launch.engine` (flags the serving engine ignores),
+`env.nccl_var` (kit.env.nccl). Target/draft configs are read from the launch's local paths when not given.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -202,14 +197,10 @@ def bind_findings(spec) -> list[Finding]:
 def remote_processor_findings(
     spec, target_config: HFConfig | None, target_dir: str | None, sglang_version: str | None
 ) -> list[Finding]:
-    """`launch.remote_code_needed`: SGLang loads a multimodal target's HF processor while it starts
-    (kit.sglang.loader.processor_archs); when that processor is remote code (an `auto_map` in the target folder's
-    processor/tokenizer files, or, without them, a class whose vendor ships it so) and the launch has no
-    --trust-remote-code, Transformers refuses to run it and the server never starts."""
+    """`launch.remote_code_needed`: SGLang loads a multimodal target's HF processor while it starts; one that is remote
+    code (an `auto_map` in the target's processor files, or a vendor that ships it so) needs --trust-remote-code."""
     if spec.trust_remote_code or target_config is None:
         return []
-    import json
-
     from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
     from kit.sglang.loader import processor_archs
 
@@ -223,12 +214,11 @@ def remote_processor_findings(
         remote = []
         for f in files:
             try:
-                if any(
-                    k in (json.loads(f.read_text()).get("auto_map") or {}) for k in ("AutoProcessor", "AutoTokenizer")
-                ):
-                    remote.append(f.name)
+                auto_map = json.loads(f.read_text()).get("auto_map") or {}
             except (OSError, ValueError, AttributeError):
                 continue
+            if "AutoProcessor" in auto_map or "AutoTokenizer" in auto_map:
+                remote.append(f.name)
         why = f"auto_map in {', '.join(remote)}"
     else:
         remote = [a for a in archs if STAND_IN_PROCESSORS.get(a, {}).get("vendor_remote_code")]
@@ -296,12 +286,9 @@ def mem_findings(
         return []
     tp = spec.tp_size or 1
     per_gpu = (tb + (db or 0)) / tp
-    ev: dict[str, Any] = {
-        "target_bytes": tb,
-        "draft_bytes": db,
-        "tp_size": tp,
-        "weights_per_gpu_gib": round(per_gpu / 2**30, 3),
-    }
+    ev: dict[str, Any] = dict(
+        target_bytes=tb, draft_bytes=db, tp_size=tp, weights_per_gpu_gib=round(per_gpu / 2**30, 3)
+    )
     gpu = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib()
     frac = spec.mem_fraction_static
     if gpu is None or frac is None:
@@ -366,12 +353,8 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
                 fix="--speculative-eagle-topk 1, or --attention-backend flashinfer",
             )
         )
-    if (
-        (spec.page_size or 1) > 1
-        and topk > 1
-        and spec.attention_backend
-        and spec.attention_backend not in PAGE_TREE_BACKENDS
-    ):
+    backend = spec.attention_backend
+    if (spec.page_size or 1) > 1 and topk > 1 and backend and backend not in PAGE_TREE_BACKENDS:
         out.append(
             BACKEND(
                 f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
@@ -398,12 +381,6 @@ def engine_findings(spec, engine: str) -> list[Finding]:
     if not dropped:
         return []
     return [ENGINE(f"the {engine} engine ignores {len(dropped)} SGLang flag(s)", evidence={"ignored": dropped}, fix="")]
-
-
-def nccl_findings(env: dict[str, str]) -> list[Finding]:
-    from kit.env.nccl import nccl_findings as rules  # the environment rules of notebook 01
-
-    return list(rules(env))
 
 
 def _missing_draft_path(spec, alg: str, arch: str | None, sglang_version: str | None) -> Finding:
@@ -467,6 +444,8 @@ def lint(
     r.extend(backend_findings(spec, params, sglang_version))
     r.extend(engine_findings(spec, engine))
     if "env.nccl_var" not in judged_elsewhere:
+        from kit.env.nccl import nccl_findings  # the environment rules of notebook 01
+
         r.extend(nccl_findings(spec.env))
     r.facts.update(
         effective_params=params.label() if params else None, target_arch=arch, draft_arch=_arch(draft_config)

@@ -1,21 +1,15 @@
 """Launch specs: a typed SGLang launch line that the kit builds, parses back, lints, starts and watches.
 
-The seed's launch line was a wall of NCCL variables and flags that ran `--speculative-algorithm
-EAGLE` for an EAGLE-3 draft. Here a launch is a `LaunchSpec` dataclass whose field names are
-SGLang's own argument names (`speculative_num_steps` <-> `--speculative-num-steps`, the rule of
-SGLang's `arg_utils.py`), so:
+The seed's launch line was a wall of NCCL variables and flags that ran `--speculative-algorithm EAGLE` for an EAGLE-3
+draft. Here a launch is a `LaunchSpec` whose field names are SGLang's own argument names (`speculative_num_steps` <->
+`--speculative-num-steps`), so:
 
     spec = spec_from_command(open("seed_launch.sh").read())   # env assignments and all
     spec.argv(), spec.env                                      # back to argv + environment
     report = lint(spec)                                        # kit.serving.checks: real parser + rules
 
-`--engine reference` turns the same spec into `python -m kit serve ...`, the kit's CPU reference
-server, which takes SGLang's flag names and semantics.
-
-    python -m kit launch --from "$(cat seed_launch.sh)" --dry-run --json
-    python -m kit launch --engine reference --speculative-algorithm EAGLE3 --speculative-draft-model-path D
-
-`--dry-run` starts nothing; with `--json` the last line is {"argv": [...], "env": {...}, "findings": [...]}.
+`--engine reference` turns the same spec into `python -m kit serve ...`, the kit's CPU reference server.
+`python -m kit launch --from "$(cat seed_launch.sh)" --dry-run --json` ends with {"argv", "env", "findings", ...}.
 """
 
 from __future__ import annotations
@@ -28,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report
 from kit.serving.engines import SGLANG_MODULE, get_engine
+from kit.serving.engines.sglang import drop_option  # noqa: F401  (kit.rehearsal and kit.measure.capture use it from here)
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
@@ -61,48 +57,44 @@ ENV_SCOPE = Code(
 KIT_ONLY = {"python", "env", "extra_args", "log_file"}
 
 
-def _f(help_: str, default: Any = None, **meta) -> Any:
-    return field(default=default, metadata={"help": help_, **meta})
-
-
 @dataclass
 class LaunchSpec:
     """One server launch. Field names are SGLang argument names; KIT_ONLY fields are the kit's. Its three
     speculative fields as one `SpecParams`: `spec_params()` reads, `replace(**params.given())` writes them."""
 
-    model_path: str = _f(
+    model_path: str = opt(
         "target model: a local dir, 'embedded' (SmolLM2, its cached dir for SGLang) or a Hugging Face id (checked "
         "from the local cache, else from its config.json and safetensors headers; SGLang downloads it)",
         "embedded",
     )
-    revision: str | None = _f("the target's hub revision: branch, tag or commit (a hub id only)")
-    speculative_algorithm: str | None = _f("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
-    speculative_draft_model_path: str | None = _f(
+    revision: str | None = opt("the target's hub revision: branch, tag or commit (a hub id only)")
+    speculative_algorithm: str | None = opt("EAGLE3 for an EAGLE-3 draft (EAGLE skips aux capture)")
+    speculative_draft_model_path: str | None = opt(
         "draft checkpoint dir or Hugging Face id (`kit launch`: 'demo' = the kit's demo draft)"
     )
-    speculative_draft_model_revision: str | None = _f("the draft's hub revision (a hub id only)")
-    speculative_num_steps: int | None = _f("draft steps per verify (set steps/topk/draft tokens together)")
-    speculative_eagle_topk: int | None = _f("branching factor per step (1 = chain)")
-    speculative_num_draft_tokens: int | None = _f("tokens verified per step, root included")
-    tp_size: int | None = _f("tensor parallel size")
-    mem_fraction_static: float | None = _f("fraction of GPU memory for weights + KV cache")
-    context_length: int | None = _f("most tokens per request, prompt + output (default: the model's config)")
-    host: str | None = _f("bind address (SGLang default 127.0.0.1)")
-    port: int | None = _f("HTTP port (SGLang default 30000)")
-    api_key: str | None = _f("API key the server requires")
-    served_model_name: str | None = _f("model name reported by /v1/models")
-    trust_remote_code: bool = _f("run the model repo's Python code", False)
-    attention_backend: str | None = _f("attention backend (flashinfer, triton, fa3, trtllm_mha, ...)")
-    speculative_draft_attention_backend: str | None = _f("draft attention backend")
-    page_size: int | None = _f("KV cache page size")
-    max_running_requests: int | None = _f("max concurrent requests")
-    max_queued_requests: int | None = _f("most requests waiting for a slot; past it a request gets 503 + Retry-After")
-    chunked_prefill_size: int | None = _f("most prompt tokens one step prefills, over all requests (-1: no chunking)")
-    decode_log_interval: int | None = _f("decode forwards between 'Decode batch' log lines (default 40)")
-    enable_metrics: bool = _f("serve Prometheus /metrics", False)
-    log_level: str | None = _f("log level")
-    python: str = _f("interpreter that runs SGLang", "python3")
-    log_file: str | None = _f("file the kit streams the server log to")
+    speculative_draft_model_revision: str | None = opt("the draft's hub revision (a hub id only)")
+    speculative_num_steps: int | None = opt("draft steps per verify (set steps/topk/draft tokens together)")
+    speculative_eagle_topk: int | None = opt("branching factor per step (1 = chain)")
+    speculative_num_draft_tokens: int | None = opt("tokens verified per step, root included")
+    tp_size: int | None = opt("tensor parallel size")
+    mem_fraction_static: float | None = opt("fraction of GPU memory for weights + KV cache")
+    context_length: int | None = opt("most tokens per request, prompt + output (default: the model's config)")
+    host: str | None = opt("bind address (SGLang default 127.0.0.1)")
+    port: int | None = opt("HTTP port (SGLang default 30000)")
+    api_key: str | None = opt("API key the server requires")
+    served_model_name: str | None = opt("model name reported by /v1/models")
+    trust_remote_code: bool = opt("run the model repo's Python code", False)
+    attention_backend: str | None = opt("attention backend (flashinfer, triton, fa3, trtllm_mha, ...)")
+    speculative_draft_attention_backend: str | None = opt("draft attention backend")
+    page_size: int | None = opt("KV cache page size")
+    max_running_requests: int | None = opt("max concurrent requests")
+    max_queued_requests: int | None = opt("most requests waiting for a slot; past it a request gets 503 + Retry-After")
+    chunked_prefill_size: int | None = opt("most prompt tokens one step prefills, over all requests (-1: no chunking)")
+    decode_log_interval: int | None = opt("decode forwards between 'Decode batch' log lines (default 40)")
+    enable_metrics: bool = opt("serve Prometheus /metrics", False)
+    log_level: str | None = opt("log level")
+    python: str = opt("interpreter that runs SGLang", "python3")
+    log_file: str | None = opt("file the kit streams the server log to")
     extra_args: list = field(default_factory=list, metadata={"cli": False})
     env: dict = field(default_factory=dict, metadata={"cli": False})
 
@@ -158,19 +150,11 @@ _HINTS = typing.get_type_hints(LaunchSpec)
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchSpec) if f.name not in KIT_ONLY}
 
 
-def _scalar_type(name: str):
-    return kconfig._base_type(_HINTS[name])[0]
-
-
 # -- argv -> spec ---------------------------------------------------------------------------------
 def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_version: str | None = None) -> LaunchSpec:
-    """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`.
-
-    Flags are read as that release's argparse reads them (`kit.sglang.flags.resolve_flags`: prefixes,
-    `--flag=value`, aliases, last repeat wins, types, choices). Flags the spec types become fields;
-    every other flag goes to `extra_args` in its full spelling; unknown flags and values SGLang would
-    reject are kept there verbatim, for SGLang's parser (and `launch.flag`) to judge.
-    """
+    """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`, the flags read as
+    that release's argparse reads them (`kit.sglang.flags.resolve_flags`). Flags the spec types become fields; every
+    other flag goes to `extra_args` in its full spelling, unknown flags and rejected values verbatim."""
     from kit.sglang.cmdline import sglang_launch_test
     from kit.sglang.flags import resolve_flags, server_flags
 
@@ -189,7 +173,7 @@ def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_ve
     for name in FIELDS:
         if name not in res.values:
             continue
-        v, tp = res.values[name], _scalar_type(name)
+        v, tp = res.values[name], kconfig._base_type(_HINTS[name])[0]
         try:
             values[name] = v if tp is bool or isinstance(v, tp) else tp(v)
         except (TypeError, ValueError):
@@ -202,18 +186,15 @@ def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_ve
 def launch_from_text(
     text: str, sglang_version: str | None = None, source: str = "launch command"
 ) -> tuple[LaunchSpec, list[Finding]]:
-    """A launch as people write it (a script, `&&` chains, exports, docker run, ...) -> (spec, findings).
-
-    The findings say what the kit could not attribute (`launch.unparsed`) and which variables the
-    server would not see as written (`launch.env_scope`); the spec's env holds every variable the
-    text meant for the server. KitInputError (exit 2) only when the text holds no SGLang launch."""
+    """A launch as people write it (a script, `&&` chains, exports, docker run, ...) -> (spec, findings): what the
+    kit could not attribute (`launch.unparsed`) and which variables the server would not see (`launch.env_scope`).
+    KitInputError only when the text holds no SGLang launch."""
     _, spec, out = parse_launch(text, sglang_version, source)
     return spec, out
 
 
 def parse_launch(text: str, sglang_version: str | None = None, source: str = "launch command"):
-    """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`: the argv, the
-    environment the text sets and the part the server sees): (found, spec, findings)."""
+    """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`): (found, spec, findings)."""
     from kit.sglang.cmdline import find_launch
 
     found = find_launch(text, source=source, version=sglang_version)
@@ -265,29 +246,10 @@ def parse_launch(text: str, sglang_version: str | None = None, source: str = "la
     return found, spec, out
 
 
-def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:
-    """`args` without `opt` (as `opt value`, `opt=value` or a bare flag), and the last value it had ('True' for a
-    flag); None when `opt` was not there."""
-    out, old, i = [], None, 0
-    while i < len(args):
-        a = args[i]
-        if a == opt:
-            old = args[i + 1] if takes_value and i + 1 < len(args) else "True"
-            i += 2 if takes_value else 1
-            continue
-        if a.startswith(opt + "="):
-            old = a.split("=", 1)[1]
-            i += 1
-            continue
-        out.append(a)
-        i += 1
-    return out, old
-
-
 @dataclass
 class Change:
-    """One change the kit makes to a user's launch before running it (a rehearsal, a server capture): the flag or
-    variable, its value as written (None: unset), the value run (None: dropped; True: a switch), and why."""
+    """One change the kit makes to a user's launch before running it (a rehearsal, a capture): the flag or variable,
+    its value as written (None: unset), the value run (None: dropped; True: a switch), and why."""
 
     flag: str
     original: Any
@@ -296,8 +258,8 @@ class Change:
 
 
 def recorder_first(site_dir: str, env: dict[str, str], changes: list[Change]) -> str:
-    """The PYTHONPATH that puts a recorder's site folder (its sitecustomize.py) before the launch's own (or this
-    process's), the change listed."""
+    """The PYTHONPATH that puts a recorder's site folder before the launch's own (or this process's), the change
+    listed."""
     pp = os.pathsep.join(x for x in (site_dir, env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")) if x)
     changes.append(Change("PYTHONPATH", env.get("PYTHONPATH"), pp, "the recorder (sitecustomize.py) goes first"))
     return pp
@@ -345,11 +307,9 @@ DEMO_DRAFT = "demo"
 
 
 def resolve_local(spec: LaunchSpec, engine: str, log=print, bundle: str | None = None) -> LaunchSpec:
-    """The kit's names resolved as the notebooks resolve them: `--model-path embedded` -> the cached SmolLM2
-    directory for SGLang (which cannot read the name; the reference server resolves it itself), and
-    `--speculative-draft-model-path demo` -> the kit's shipped demo draft (`kit.models.shipped_draft`); then the
-    flags the engine installed here needs (`Engine.required_changes`: an SGLang from the kit's bundle, or with
-    `bundle` that release's bundle, gets the bundle's launch flags), each one `log`ged with its reason."""
+    """The kit's names resolved as the notebooks resolve them (`--model-path embedded` -> the cached SmolLM2 directory
+    for an engine that cannot read the name; the draft `demo` -> `kit.models.shipped_draft`), then the flags the
+    engine installed here needs (`Engine.required_changes`, `bundle`: that release's bundle), each `log`ged."""
     from kit.models import DEFAULT_TARGET
 
     changes: dict[str, Any] = {}
@@ -381,21 +341,14 @@ def localize(
     servers_per_device: int = 1,
     log=print,
 ) -> LaunchSpec:
-    """The same launch on this machine: local target/draft paths, loopback host, a free port,
-    `tp_size` GPUs when given (the notebooks start the seed's 8-GPU line on one), and the engine's memory
-    share for one of `servers_per_device` servers running at once on one device (`Engine.share_device`).
-
-    What the target becomes is the engine's (`Engine.localize`); for the reference engine the GPU-only
-    flags stay in the spec (the server ignores them). What the engine installed here needs besides
-    (`resolve_local`: the SGLang bundle's flags) is added, each change `log`ged."""
+    """The same launch on this machine: local target (`Engine.localize`) and draft, loopback host, a free port,
+    `tp_size` GPUs when given, and the engine's memory share for one of `servers_per_device` servers on one device
+    (`Engine.share_device`); then `resolve_local`, each change `log`ged."""
     from kit.serving.process import free_port
 
     changes: dict[str, Any] = dict(host="127.0.0.1", port=port or free_port())
     changes.update(get_engine(engine).localize(spec, target))
-    if draft is not None:
-        changes["speculative_draft_model_path"] = str(draft)
-    if decode_log_interval is not None:
-        changes["decode_log_interval"] = decode_log_interval
-    if tp_size is not None:
-        changes["tp_size"] = tp_size
+    given = dict(decode_log_interval=decode_log_interval, tp_size=tp_size)
+    given["speculative_draft_model_path"] = None if draft is None else str(draft)
+    changes.update({k: v for k, v in given.items() if v is not None})
     return resolve_local(get_engine(engine).share_device(spec.replace(**changes), servers_per_device), engine, log)

@@ -1,14 +1,11 @@
 """Server logs into rows: each serving engine's parser (`kit.serving.engines`), one row schema (COLUMNS).
 
-A serving engine's `parse_log_line` turns one line into a row (kind = decode/prefill/ready/load_warning/
-arch_error/error/...); SGLang's line formats per release are `kit.sglang.log_format`, which the reference
-server prints too. This module is engine-neutral: files and texts into frames, headline numbers, and a
-thread-safe watcher for a running server.
+A serving engine's `parse_log_line` turns one line into a row (kind = decode/prefill/ready/load_warning/arch_error/
+error/...; SGLang's formats per release: `kit.sglang.log_format`). This module is engine-neutral: files and texts
+into frames, headline numbers, and a thread-safe watcher for a running server.
 
-    from kit.serving.logs import parse_log, LogWatcher
     df = parse_log("server.log")            # pandas DataFrame, one row per recognised line
     w = LogWatcher(); ServerProcess(..., on_line=w)   # w.frame(), w.ready, w.summary()
-    parse_log("toy.log", engine="toy")      # another engine's log format
 """
 
 from __future__ import annotations

@@ -1,35 +1,29 @@
 """Server process lifecycle: start in its own process group, stream the log, wait for readiness, stop.
 
-    from kit.serving.process import ServerProcess
     with ServerProcess(argv, env=env, port=30000, log_file="server.log", on_line=print) as srv:
         info = srv.wait_ready(timeout=600)     # the engine's ready path, then its server info and models
         ...                                    # srv.base_url, srv.tail(20), srv.lines
         srv.catch_up()                         # the lines logged about requests that just returned
     # leaving the block: SIGTERM to the whole group, SIGKILL after `grace` seconds
 
-No orphans: the server runs under a tiny supervisor (`python -m kit.serving.process --supervise PPID
-GRACE -- argv...`) that leads a new session/process group and polls its parent pid every 0.2 s (a
-server may be started from any thread). When the starter is gone — even SIGKILLed — the supervisor
-terminates the group (SIGTERM, then SIGKILL after GRACE).
-The supervisor exits with the server's exit code. A port in use is reported before launching.
+No orphans: the server runs under a supervisor (`python -m kit.serving.process --supervise PPID GRACE -- argv...`)
+that leads a new process group and polls its parent pid every 0.2 s (a server may be started from any thread); when
+the starter is gone, even SIGKILLed, it terminates the group. It exits with the server's exit code.
 
-The server writes its output straight to the log file (an unnamed temporary file without `log_file`),
-opened for appending, and a reader thread follows that file: a pipe would hold a server that logs faster
-than a busy starter process reads, a file never does. The reader polls, so a line can reach `lines` a few
-milliseconds after the reply it was written before; `catch_up()` waits until what the server has written
-so far has been taken.
-
-What is engine-specific (readiness and server-info paths, the log line that says startup failed, the
-stop signal and grace) is the serving engine's (`kit.serving.engines`, default SGLang): a startup that
-fails is reported with the server's own exception line as soon as the log says so, not at a timeout.
+The server writes straight to the log file (an unnamed temporary file without `log_file`) and a reader thread
+follows it: a pipe would hold a server that logs faster than a busy starter reads. What is engine-specific (ready and
+info paths, the log line that says startup failed, the stop signal and grace) is the serving engine's
+(`kit.serving.engines`): a failed startup is reported with the server's own exception line as soon as it is logged.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -53,8 +47,7 @@ class ServerExited(KitInputError):
 
 
 class ServerNotReady(ServerExited):
-    """The server was still starting when the wait ran out (it was stopped); `timeout` the seconds waited, `last`
-    the last line it had logged: what it was doing."""
+    """The server was still starting when the wait ran out (it was stopped); `last`: the last line it logged."""
 
     def __init__(self, message: str, timeout: float, last: str):
         super().__init__(message)
@@ -63,9 +56,8 @@ class ServerNotReady(ServerExited):
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether a server could not bind `port` now. Bound as the servers bind (uvicorn, SGLang's and the reference
-    server's, sets SO_REUSEADDR): a port whose last server just stopped, its connections still in TIME_WAIT, is
-    free to them and so free here; a socket listening on it is not."""
+    """Whether a server could not bind `port` now, bound with SO_REUSEADDR as uvicorn binds: a port whose connections
+    are still in TIME_WAIT is free to a server, one with a listening socket is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -77,8 +69,8 @@ def port_in_use(host: str, port: int) -> bool:
 
 _ISSUED_PORTS: set[int] = set()
 _PORT_LOCK = threading.Lock()  # several threads picking at once get different ports
-# the ports free_port draws from: below the kernel's ephemeral range, whose ports any process's outgoing
-# connection may take between a pick and the server's bind (SGLang's default 30000 and its neighbours left out)
+# free_port draws below the kernel's ephemeral range (an outgoing connection may take one of those before the
+# server binds it), SGLang's default 30000 and its neighbours left out
 _PICK_FROM, _SGLANG_DEFAULTS = 20000, range(30000, 30100)
 
 
@@ -90,11 +82,8 @@ def _ephemeral_low() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now that this process has not handed out before, so servers picked one after
-    another (or from several threads at once) and started together each get their own. Drawn at random
-    below the ephemeral range, so neither an outgoing connection nor another process picking the same
-    way is likely to take it before the server binds it."""
-    import random
+    """A port free on `host` now that this process has not handed out before (servers picked one after another, or
+    from several threads, each get their own), drawn at random below the ephemeral range."""
 
     pool = [p for p in range(_PICK_FROM, _ephemeral_low()) if p not in _SGLANG_DEFAULTS]
     with _PORT_LOCK:
@@ -120,8 +109,7 @@ def http_json(url: str, api_key: str | None = None, timeout: float = 60.0, data:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = r.read().decode()
-            status = r.status
+            status, body = r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
     except (urllib.error.URLError, OSError):
@@ -144,13 +132,12 @@ class ServerProcess:
         on_line: Callable[[str], None] | None = None,
         grace: float | None = None,
         tail_lines: int = 200,
-        cwd: str | None = None,
         engine: str | Engine = "sglang",
     ):
         self.engine = get_engine(engine)
         grace = self.engine.stop_grace_s if grace is None else grace
         self.argv, self.env, self.host, self.port = list(argv), dict(env or {}), host, int(port)
-        self.api_key, self.log_file, self.on_line, self.grace, self.cwd = api_key, log_file, on_line, grace, cwd
+        self.api_key, self.log_file, self.on_line, self.grace = api_key, log_file, on_line, grace
         self.ready = False
         self.startup_failure: str | None = None  # the engine's reason, read from the log before ready
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
@@ -163,10 +150,9 @@ class ServerProcess:
     @classmethod
     def from_spec(cls, spec, engine: str | Engine = "sglang", **kw) -> ServerProcess:
         """A process for a `kit.serving.launch.LaunchSpec`: argv, env, host/port, api key and log file from it."""
-        host = spec.host or "127.0.0.1"
-        port = spec.port or 30000
         kw.setdefault("log_file", spec.log_file)
         eng = get_engine(engine)
+        host, port = spec.host or "127.0.0.1", spec.port or 30000
         return cls(eng.argv(spec), env=spec.env, host=host, port=port, api_key=spec.api_key, engine=eng, **kw)
 
     @property
@@ -178,9 +164,7 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    @property
-    def pgid(self) -> int | None:
-        return self.proc.pid if self.proc else None  # the supervisor leads its own group
+    pgid = pid  # the supervisor leads its own group
 
     @property
     def returncode(self) -> int | None:
@@ -190,16 +174,7 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         if self.proc is not None:
             raise KitInputError("server already started")
-        cmd = [
-            sys.executable,
-            "-m",
-            "kit.serving.process",
-            "--supervise",
-            str(os.getpid()),
-            str(self.grace),
-            "--",
-            *self.argv,
-        ]
+        cmd = [sys.executable, "-m", "kit.serving.process", "--supervise", str(os.getpid()), str(self.grace), "--"]
         # multicast off unless the launch itself says otherwise (kit.env.multigpu.MULTICAST_OFF)
         env = {**os.environ, **MULTICAST_OFF, **self.env, "PYTHONUNBUFFERED": "1"}
         bind_host = "0.0.0.0" if self.host in ("0.0.0.0", "::", "[::]") else self.host
@@ -214,9 +189,8 @@ class ServerProcess:
             with self._open_log() as out:
                 start_at = out.seek(0, os.SEEK_END)
                 self.proc = subprocess.Popen(
-                    cmd,
+                    cmd + self.argv,
                     env=env,
-                    cwd=self.cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -231,8 +205,8 @@ class ServerProcess:
         return self
 
     def _open_log(self):
-        """The file the server writes to: `log_file`, appended to, else an unnamed temporary file. O_APPEND:
-        the supervisor and every process the server forks write through it, each write at the end."""
+        """The file the server writes to: `log_file`, appended to, else an unnamed temporary file (O_APPEND: every
+        process the server forks writes at the end)."""
         if self.log_file:
             Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
             out = open(self.log_file, "a+b")  # the reader reads through a copy of this descriptor
@@ -242,9 +216,8 @@ class ServerProcess:
         return out
 
     def _follow(self, fd: int, pos: int, idle_s: float = 0.01) -> None:
-        """Read the log from byte `pos` as the server writes it, a line at a time, until the server has exited
-        and the file is read to its end. Lines end at \\n, \\r\\n or a lone \\r (a progress bar's redraw), as
-        a text-mode pipe would split them."""
+        """Read the log from byte `pos` as the server writes it, a line at a time, until the server has exited and
+        the file is read to its end. Lines end at \\n, \\r\\n or a lone \\r (a progress bar's redraw)."""
         buf = b""
         try:
             while True:
@@ -270,20 +243,16 @@ class ServerProcess:
             self._mark_taken(pos)
 
     def _mark_taken(self, pos: int) -> None:
-        """The log is read up to byte `pos` and every whole line in it taken: wake whoever waits in catch_up."""
         with self._taken:
             self._taken_pos = pos
             self._taken.notify_all()
 
     def _reading(self) -> bool:
-        """Whether the reader thread still follows the log."""
         return bool(self._reader and self._reader.is_alive())
 
     def catch_up(self, timeout: float = 5.0) -> bool:
-        """Wait until every line the server had written when this is called has been taken (into `lines` and
-        through `on_line`); a line it has not finished yet is not waited for. The reader polls the file, so a
-        line written just before a reply can reach `lines` after the reply reaches the caller: call this before
-        reading what the server logged about requests that have just returned. False when `timeout` passed."""
+        """Wait until every line the server had written by now has been taken (into `lines`, through `on_line`): the
+        reader polls, so a line logged before a reply may arrive after it. False when `timeout` passed."""
         if self._log_fd is None:
             return True
         end = os.fstat(self._log_fd).st_size
@@ -295,10 +264,8 @@ class ServerProcess:
         if not self.ready and self.startup_failure is None:
             self.startup_failure = self.engine.startup_failure(line, list(self.lines))
         if self.on_line:
-            try:
+            with contextlib.suppress(Exception):  # a notebook callback must not stop the log reader
                 self.on_line(line)
-            except Exception:  # a notebook callback must not stop the log reader
-                pass
 
     def tail(self, n: int = 30) -> list[str]:
         return list(self.lines)[-n:]
@@ -306,9 +273,7 @@ class ServerProcess:
     # -- readiness ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 600.0, poll: float = 0.5) -> dict:
         """Block until the engine's ready path answers 200; return {"server_info": ..., "models": ..., "model": id}.
-
-        ServerExited when the process ends first or the log says startup failed (the server is stopped at
-        once; the message leads with the server's exception line); ServerNotReady after `timeout`."""
+        ServerExited when the process ends first or the log says startup failed; ServerNotReady after `timeout`."""
         if self.proc is None:
             self.start()
         deadline = time.monotonic() + timeout
@@ -339,27 +304,20 @@ class ServerProcess:
                     last,
                 )
             time.sleep(poll)
-        info = None
-        for path in self.engine.server_info_paths:
-            status, info = http_json(self.base_url + path, self.api_key)
-            if status == 200:
-                break
-            info = None
+        answers = (http_json(self.base_url + path, self.api_key) for path in self.engine.server_info_paths)
+        info = next((body for status, body in answers if status == 200), None)  # the first path that answers
         _, models = http_json(self.base_url + self.engine.models_path, self.api_key)
         model = ((models or {}).get("data") or [{}])[0].get("id") if isinstance(models, dict) else None
         return {"server_info": info, "models": models, "model": model}
 
     # -- stop -----------------------------------------------------------------------------------
-    def _signal_group(self, sig: int) -> bool:
-        try:
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
 
     def _join_reader(self) -> None:
-        """Wait for the reader to take the lines the server wrote before it exited. It ends when it reaches the
-        file's end after the exit; the bound only matters for a stray process that goes on writing."""
+        """Wait for the reader to take the lines the server wrote before it exited (bounded: a stray process may go
+        on writing)."""
         if self._reader:
             self._reader.join(timeout=10)
         if self._log_fd is not None and not self._reading():
@@ -373,15 +331,11 @@ class ServerProcess:
         grace = self.grace if grace is None else grace
         if self.proc.poll() is None:
             self._signal_group(self.engine.stop_signal)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace + 2)
-            except subprocess.TimeoutExpired:
-                pass
         self._signal_group(signal.SIGKILL)  # stragglers that ignored SIGTERM
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         self._join_reader()
         return self.proc.returncode
 
@@ -398,10 +352,8 @@ class ServerProcess:
 
 
 def start_together(engine: str | Engine, servers: int) -> bool:
-    """Whether `servers` servers of `engine` start at once (`Engine.starts_together`: the CPU reference server,
-    whose start is mostly imports and a model load; SGLang sizes its memory pool from what is free as it starts,
-    so its servers start one after another). When they do, this process's OpenMP wait policy is pinned first: each
-    server would sample the machine while its siblings load, and see other work."""
+    """Whether `servers` servers of `engine` start at once (`Engine.starts_together`). When they do, this process's
+    OpenMP wait policy is pinned first: each server would otherwise sample its loading siblings as other work."""
     import kit
 
     together = servers > 1 and get_engine(engine).starts_together
@@ -411,11 +363,9 @@ def start_together(engine: str | Engine, servers: int) -> bool:
 
 
 def start_ready(srv: ServerProcess, timeout: float = 600.0, beside: list[ServerProcess] = ()) -> dict:
-    """Start `srv` and wait until it is ready (`wait_ready`'s info). The servers `beside` it start at the same
-    time and are waited for too where their engine's servers may load side by side (`Engine.starts_together`:
-    the CPU reference server, whose start is mostly imports and a model load), so `srv`'s requests then have
-    the machine to themselves; those of any other engine (SGLang sizes its memory pool from what is free as it
-    starts) are left to start when entered (`with srv:`). If one fails, every one started here is stopped."""
+    """Start `srv` and wait until it is ready (`wait_ready`'s info). The servers `beside` it start and are waited for
+    too where their engine's servers load side by side (`Engine.starts_together`), so `srv`'s requests then have the
+    machine to themselves; others are left to start when entered. If one fails, every one started here is stopped."""
     waiting = [s for s in beside if s.proc is None]
     ahead = [s for s in waiting if start_together(s.engine, 1 + len(waiting))]
     started = []
@@ -439,11 +389,9 @@ def _kill_group_members(pgid: int) -> None:
     for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not d.isdigit() or int(d) == me:
             continue
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             if os.getpgid(int(d)) == pgid:
                 os.kill(int(d), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def supervise(parent_pid: int, grace: float, argv: list[str]) -> int:
@@ -464,10 +412,8 @@ def supervise(parent_pid: int, grace: float, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if child.poll() is None:
         child.terminate()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
     os.killpg(os.getpgid(0), signal.SIGTERM)  # grandchildren; the supervisor ignores it
     time.sleep(0.2)
     if child.poll() is None:

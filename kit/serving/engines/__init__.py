@@ -1,17 +1,13 @@
 """Serving engines behind one seam: a registry of protocol objects (`kit.serving.engines.base.Engine`).
 
-The launcher, the process lifecycle, the log parser, the benchmark client and its metrics ask the engine
-object for everything engine-specific (flag names, readiness, server-info and metrics paths, log
-format, accept-length fields, stop behaviour); none of them branches on an engine's name.
+The launcher, the process lifecycle, the log parser, the benchmark client and its metrics ask the engine object for
+everything engine-specific; none of them branches on an engine's name. Registered: `sglang` (real SGLang on a GPU
+host) and `reference` (the kit's CPU reference server); another engine is one module with an `Engine` subclass and
+one `register(...)` call (docs/architecture.md, "How to add a serving engine").
 
     engine = get_engine("reference")
     argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
-    engine.ignored_flags(spec)          # SGLang flags this engine would drop
     resolve_engine("auto")              # the first registered engine that serves here: SGLang on a GPU, else reference
-
-Registered here: `sglang` (`kit.serving.engines.sglang`, real SGLang on a GPU host) and `reference`
-(`kit.serving.engines.reference`, the kit's CPU reference server). Another engine is one module with an
-`Engine` subclass and one `register(...)` call (docs/architecture.md, "How to add a serving engine").
 """
 
 from __future__ import annotations
@@ -27,9 +23,8 @@ ENGINES: dict[str, Engine] = {}
 
 
 def register(engine: Engine) -> Engine:
-    """Make `engine` answer to its name (`--engine NAME`, `get_engine(NAME)`); returns it. An engine without a
-    name, or whose class leaves a required protocol method (`base.required_interface()`) undefined, is refused
-    here, at registration, not at its first launch."""
+    """Make `engine` answer to its name (`--engine NAME`, `get_engine(NAME)`); returns it. An engine without a name,
+    or whose class leaves a required protocol method undefined, is refused here, not at its first launch."""
     if not isinstance(engine, Engine):
         raise TypeError(f"{type(engine).__name__}: a serving engine subclasses kit.serving.engines.base.Engine")
     if not engine.name:
@@ -58,8 +53,7 @@ def get_engine(name: str | Engine | None = None) -> Engine:
 
 
 def resolve_engine(name: str) -> str:
-    """`auto`: the first registered engine that serves on this machine (SGLang with a visible GPU, else the
-    reference server); any other name is checked and returned."""
+    """`auto`: the first registered engine that serves on this machine; any other name is checked and returned."""
     if name == "auto":
         return next(e.name for e in ENGINES.values() if e.serves_here())
     return get_engine(name).name

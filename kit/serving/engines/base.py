@@ -1,24 +1,21 @@
 """What the kit asks of a serving engine: one protocol object per engine, subclassing `Engine`.
 
-A launch spec (`kit.serving.launch.LaunchSpec`) is engine-neutral: its field names are SGLang's argument
-names. An `Engine` owns everything engine-specific the launcher, the process lifecycle, the client, the
-metrics and the benchmark need, so none of them branches on an engine's name:
+A launch spec (`kit.serving.launch.LaunchSpec`) is engine-neutral (SGLang's argument names); an `Engine` owns
+everything engine-specific, so the launcher, the process lifecycle, the client, the metrics and the benchmark never
+branch on an engine's name:
 
-    argv         `command(spec)` + the spec's fields under this engine's flag names (`flag(name)`)
-                 `required_changes(spec)`: what its install on this machine needs (SGLang's bundle: its flags)
-    readiness    `ready_path` (200 = serving), `startup_failure(line)`: the log line that ends startup,
-                 `starts_together`: whether several servers may start at once on one machine
+    argv         `command(spec)` + the spec's fields under `flag(name)`; `required_changes(spec)`: what its
+                 install here needs (SGLang's bundle: its flags)
+    readiness    `ready_path`, `startup_failure(line)`, `starts_together` (several servers may start at once)
     server info  `server_info_paths` (tried in order), `models_path`, `metrics_path`, `flush_path`
     logs         `parse_log_line(line)`: one line -> a row of `kit.serving.logs.COLUMNS`, or None
-    answers      `read_response(obj, api)`: one answer (or stream chunk) as a `Reply` (tokens, finish reason,
-                 text, speculative fields); the OpenAI APIs are read here, the native one by `read_native`
-    acceptance   `spec_fields(obj, api)` (per-request fields of one response, normalised),
-                 `request_extra(api)`, `accept_counters(metrics)`, `server_info_accept_length(info)`
+    answers      `read_response(obj, api)` -> `Reply` (OpenAI APIs read here, the native one by `read_native`)
+    acceptance   `spec_fields(obj, api)`, `request_extra(api)`, `accept_counters(metrics)`,
+                 `server_info_accept_length(info)`
     stop         `stop_signal`, `stop_grace_s`
 
-How to add an engine: docs/architecture.md ("How to add a serving engine"); `kit/tests/serving/toy_engine.py`
-is one that is nothing like SGLang. The methods marked `@required` have no default; `required_interface()`
-derives their names from this class and `kit.serving.engines.register` refuses an engine that lacks one.
+How to add one: docs/architecture.md; `kit/tests/serving/toy_engine.py` is nothing like SGLang. Methods marked
+`@required` have no default, and `kit.serving.engines.register` refuses an engine that lacks one.
 """
 
 from __future__ import annotations
@@ -107,12 +104,11 @@ class Engine:
     # stop: this signal to the process group, SIGKILL after the grace
     stop_signal: int = signal.SIGTERM
 
-    def pinned(self) -> Engine:
-        """This engine with whatever it would look up on every call resolved once (SGLang: its release, read
-        from the installed distribution's metadata). For hot paths such as one benchmark request."""
-        return self
-
     stop_grace_s: float = 10.0
+
+    def pinned(self) -> Engine:
+        """This engine with what it would look up on every call resolved once (SGLang: its release), for hot paths."""
+        return self
 
     def serves_here(self) -> bool:
         """Whether it can serve on this machine now (`engine="auto"` takes the first registered one that can)."""
@@ -140,9 +136,7 @@ class Engine:
 
     def ignored_flags(self, spec) -> list[str]:
         """The SGLang flags of `spec` this engine drops (set fields it takes no flag for, unpassed extras)."""
-        out = [
-            "--" + name.replace("_", "-") for name, _ in spec.items() if self.flag(name) is None
-        ]  # fields in field order
+        out = ["--" + name.replace("_", "-") for name, _ in spec.items() if self.flag(name) is None]
         if not self.passes_extra_args:
             out += [a for a in spec.extra_args if a.startswith("--")]
         return out
@@ -152,13 +146,12 @@ class Engine:
         return {} if target == "embedded" else {"model_path": target}
 
     def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
-        """Changes without which the engine as installed here cannot start `spec`, and one line per change saying
-        what and why. `bundle`: the SGLang release of the kit's bundle to assume when none is installed."""
+        """Changes without which the engine installed here cannot start `spec`, one line per change saying why.
+        `bundle`: the SGLang release of the kit's bundle to assume when none is installed."""
         return {}, []
 
     def share_device(self, spec, servers: int):
-        """`spec` for one of `servers` servers that run at once on this machine's one device (the engine's
-        memory rule); as is where each server has memory enough of its own (the CPU reference server)."""
+        """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule)."""
         return spec
 
     # -- logs ---------------------------------------------------------------------------------
@@ -178,14 +171,13 @@ class Engine:
         ignore_eos: bool = False,
         stream: bool = False,
     ) -> tuple[str, dict]:
-        """(path, body) of one request on the engine's native API, the one whose answer carries per-request
-        acceptance (the `api="sglang"` of `kit.measure.client`); `text` a list: the prompt as token ids."""
+        """(path, body) of one request on the native API (`api="sglang"` of `kit.measure.client`), whose answer carries
+        per-request acceptance; `text` a list: the prompt as token ids."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
     # -- answers ------------------------------------------------------------------------------
     def read_response(self, obj: dict, api: str) -> Reply:
-        """One answer (or stream chunk) on `api`: "sglang" is the engine's native API (`read_native`), "chat"
-        and "completions" OpenAI's, read here the same way for every engine."""
+        """One answer (or stream chunk) on `api`: "sglang" the native API (`read_native`), else OpenAI's, read here."""
         if api == "sglang":
             reply = self.read_native(obj)
         else:
@@ -197,8 +189,7 @@ class Engine:
         return reply
 
     def read_native(self, obj: dict) -> Reply:
-        """One answer of the engine's native generate API (tokens, finish reason, text; `spec` is filled by
-        `read_response`)."""
+        """One answer of the native generate API (`spec` is filled by `read_response`)."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
     # -- acceptance ---------------------------------------------------------------------------

@@ -1,14 +1,10 @@
 """The kit's CPU reference server as a serving engine: `python -m kit serve` (`kit.refserver.server`).
 
-It speaks SGLang's HTTP API, log format and flag names, so it is the SGLang engine with three
-differences: it takes only the flags it implements (`REFERENCE_FIELDS`; the others are dropped, and
-`kit launch` says so), it runs on this machine (its paths must exist here), and a launch with error
-findings still starts (the server ignores the flags they are about).
-
-This object is the one home of the protocol both sides speak: the server (`kit.refserver.server`,
-`kit.refserver.decoder`) writes its /metrics names (`metric_name`), its /server_info accept-length field
-(`api.server_info_accept_length`) and its failed-load line (`error_line`) from here, and the measuring side
-reads them back through the same object, so one change moves both.
+It speaks SGLang's HTTP API, log format and flag names, so it is the SGLang engine with three differences: it takes
+only the flags it implements (`REFERENCE_FIELDS`; `kit launch` says which it drops), it runs on this machine (its
+paths must exist here), and a launch with error findings still starts (the server ignores those flags). It is the
+one home of the protocol both sides speak: the server writes its /metrics names (`metric_name`), /server_info field
+and failed-load line (`error_line`) from here, and the measuring side reads them back through the same object.
 """
 
 from __future__ import annotations
@@ -75,7 +71,6 @@ class ReferenceServer(SGLang):
         return super().flag(name) if name in REFERENCE_FIELDS else None
 
     def error_line(self, why: object) -> str:
-        """The log line the server ends a failed load with (`startup_failure` reads it back)."""
         return f"{ERROR_PREFIX}{why}"
 
     def startup_failure(self, line: str, tail: list[str]) -> str | None:
@@ -83,8 +78,8 @@ class ReferenceServer(SGLang):
         return why.strip() if sep else super().startup_failure(line, tail)
 
     def metric_name(self, key: str) -> str:
-        """The /metrics name the server writes SGLang's metric `key` under (`generation_tokens_total`,
-        `spec_accept_length`, ...): the release's names, the ones `accept_counters` reads back."""
+        """The /metrics name the server writes SGLang's metric `key` (`generation_tokens_total`, ...) under: the
+        release's names, which `accept_counters` reads back."""
         api, base = self.api, key.removesuffix("_total")
         named = {"generation_tokens": api.generation_tokens_metric, "spec_verify_calls": api.verify_calls_metric}
         return named.get(base, api.metric_prefix + base) + key[len(base) :]

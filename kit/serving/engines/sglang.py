@@ -1,18 +1,17 @@
 """Real SGLang as a serving engine: `python -m sglang.launch_server`, on a GPU host.
 
-The protocol object; what it knows of a release (HTTP paths, the speculative fields of a response, the
-/metrics counters, log line formats) it reads from `kit.sglang.http_api` and `kit.sglang.log_format`,
-per release, so a new release touches `kit.sglang` only.
+What it knows of a release (HTTP paths, a response's speculative fields, /metrics counters, log formats) it reads
+from `kit.sglang.http_api` and `kit.sglang.log_format`, so a new release touches `kit.sglang` only.
 
-    from kit.serving.engines import get_engine
     sg = get_engine("sglang")
-    sg.argv(spec)                      # [python3, -m, sglang.launch_server, --model-path, ...]
+    sg.argv(spec)                        # [python3, -m, sglang.launch_server, --model-path, ...]
     sg.spec_fields(meta_info, "sglang")  # {"verify_ct": 12, "accept_length": 2.4, ...}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import sys
 from typing import Any
 
@@ -49,23 +48,29 @@ def _last_value(args: list[str], name: str) -> str | None:
     return value
 
 
-def _without(args: list[str], name: str, takes_value: bool) -> list[str]:
-    out, i = [], 0
+def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:
+    """`args` without `opt` (`opt value`, `opt=value` or a bare flag), and its last value ('True' for a flag; None
+    when absent)."""
+    out, old, i = [], None, 0
     while i < len(args):
-        if args[i] == name:
+        a = args[i]
+        if a == opt:
+            old = args[i + 1] if takes_value and i + 1 < len(args) else "True"
             i += 2 if takes_value else 1
             continue
-        if not args[i].startswith(name + "="):
-            out.append(args[i])
+        if a.startswith(opt + "="):
+            old = a.split("=", 1)[1]
+            i += 1
+            continue
+        out.append(a)
         i += 1
-    return out
+    return out, old
 
 
 def bundle_changes(spec, flags: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """The changes that give `spec` the bundle launch `flags` (`Release.launch_flags`), and one line per flag
-    added or replaced with the reason. A flag the launch already sets keeps its value only where the bundle runs
-    that value too (the same value, or one of BUNDLE_ALSO_RUNS); a flag the spec types (`--attention-backend`)
-    is set on its field, any other one in `extra_args`."""
+    """The changes that give `spec` the bundle launch `flags` (`Release.launch_flags`), and one line per flag added or
+    replaced. A flag the launch sets keeps its value only where the bundle runs it too (the same, or one of
+    BUNDLE_ALSO_RUNS); a flag the spec types is set on its field, any other in `extra_args`."""
     fields = {f.name for f in dataclasses.fields(spec)}
     wanted: list[tuple[str, str | None, bool]] = []  # (flag, value or None for a switch, added when unset)
     i = 0
@@ -91,7 +96,7 @@ def bundle_changes(spec, flags: list[str]) -> tuple[dict[str, Any], list[str]]:
             continue
         if old is not None and (value is None or old == value or old in BUNDLE_ALSO_RUNS.get(name, ())):
             continue
-        extra = _without(extra, name, value is not None)
+        extra = drop_option(extra, name, value is not None)[0]
         if field in fields:
             changes[field] = True if value is None else value
         else:
@@ -133,8 +138,6 @@ class SGLang(Engine):
 
     def serves_here(self) -> bool:
         """A visible CUDA GPU and an importable SGLang."""
-        import importlib.util
-
         return visible_gpus() > 0 and importlib.util.find_spec("sglang") is not None
 
     def command(self, spec) -> list[str]:
@@ -146,8 +149,6 @@ class SGLang(Engine):
         return "--" + name.replace("_", "-")  # LaunchSpec fields are SGLang's argument names
 
     def localize(self, spec, target: str) -> dict[str, Any]:
-        import importlib.util
-
         from kit.models import resolve_target
 
         # 'embedded' is the SmolLM2 directory the kit converts from its GGUF (what SGLang loads)
@@ -157,18 +158,16 @@ class SGLang(Engine):
         return changes
 
     def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
-        """An SGLang from the kit's bundle starts only with the bundle's launch flags (it carries one attention
-        and one sampling backend: `kit.sglang.bundle`): those of the bundle the importable SGLang came from (its
-        manifest), else, with `bundle`, those of the kit's bundle of that release (`kit.sglang.bundle_site`)."""
+        """An SGLang from the kit's bundle starts only with the bundle's launch flags (one attention and one sampling
+        backend): those of the bundle the importable SGLang came from, else, with `bundle`, that release's bundle's."""
         from kit.sglang.bundle_site import bundle_launch_flags
 
-        flags = bundle_launch_flags(bundle)
-        return bundle_changes(spec, flags)
+        return bundle_changes(spec, bundle_launch_flags(bundle))
 
     def share_device(self, spec, servers: int):
         """Each of `servers` SGLang servers on one GPU fills a share of SHARED_GPU_MEMORY and caps its KV pool
-        (SHARED_KV_TOKENS): left to itself a server sizes its pool from the memory free as it starts (0.9 of a
-        141 GB H200 for the first), and the next one finds none left and stops with CUDA out of memory."""
+        (SHARED_KV_TOKENS): left to itself the first sizes its pool from the memory free as it starts, and the
+        next finds none left (CUDA out of memory)."""
         if servers <= 1:
             return spec
         share = round(SHARED_GPU_MEMORY / servers, 4)
