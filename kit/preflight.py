@@ -13,6 +13,7 @@ It sits in the lowest layer that sees every provider, so neither verb holds a co
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,19 +27,16 @@ from kit.findings import Code, Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
 from kit.serving.launch import LaunchSpec, launch_from_text, parse_launch
 
-# the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
 LAUNCH_PATH = Code(
     "launch.path",
     SECTION,
     "error / warning",
-    (
-        "a model the launch names (`--model-path`, `--speculative-draft-model-path`; `kit launch`, and `kit "
-        "doctor` when `--target`/`--draft` are not given) cannot be read here: a local path that does not "
-        "exist (error), or a hub id that is not in the Hugging Face cache while offline, gated, unknown, or "
-        "at a revision that does not exist (error for the draft, which every EAGLE-3 check needs; warning for"
-        " the target); the checks that need its files did not run"
-    ),
+    "a model the launch names (`--model-path`, `--speculative-draft-model-path`; `kit launch`, and `kit doctor` when "
+    "`--target`/`--draft` are not given) cannot be read here: a local path that does not exist (error), or a hub id "
+    "that is not in the Hugging Face cache while offline, gated, unknown, or at a revision that does not exist (error "
+    "for the draft, which every EAGLE-3 check needs; warning for the target); the checks that need its files did not "
+    "run",
     "a path that exists here; `hf download ID [--revision R]` into the cache, or log in for a gated repository",
 )
 
@@ -57,15 +55,13 @@ class DoctorConfig:
         "default: the launch's --speculative-draft-model-path"
     )
     revision: str | None = opt("the target's hub revision (branch, tag, commit); default: the launch's")
-    draft_revision: str | None = opt(
-        "the draft's hub revision; default: the launch's --speculative-draft-model-revision"
-    )
+    draft_revision: str | None = opt("the draft's hub revision; default: --speculative-draft-model-revision")
     launch: str | None = opt("an SGLang launch command line (env assignments allowed)")
     launch_file: str | None = opt("file holding the launch command")
     sglang_version: str | None = opt("SGLang version to judge against (default: installed, else newest known)")
     trained_with: str | None = opt("training stack of the draft: speculators, specforge, eagle, sglang")
     probe_env: bool = opt(
-        "also probe this machine's GPUs, driver, torch, NCCL (the launch will run here; imports torch)", False
+        "also probe this machine's GPUs, driver, torch, NCCL (the launch runs here; imports torch)", False
     )
     verbose: bool = opt("show info findings too (folded under a count otherwise)", False)
     json: bool = opt("print one JSON document as the last line", False)
@@ -79,18 +75,15 @@ class Model:
     config: HFConfig
 
     @property
-    def path(self) -> Path:
-        """What the checks read: a folder, or a lone config.json."""
+    def path(self) -> Path:  # what the checks read: a folder, or a lone config.json
         return self.files.path
 
     @property
-    def dir(self) -> Path:
-        """The model's folder (around a lone config.json)."""
+    def dir(self) -> Path:  # the model's folder (around a lone config.json)
         return self.path if self.path.is_dir() else self.path.parent
 
     @property
-    def folder(self) -> Path | None:
-        """The folder when one was given (None for a lone config.json: no weights to read)."""
+    def folder(self) -> Path | None:  # None for a lone config.json: no weights to read
         return self.path if self.path.is_dir() else None
 
 
@@ -153,12 +146,10 @@ def read_launch(cfg: DoctorConfig) -> Launch | None:
     if cfg.launch and cfg.launch_file:
         raise KitInputError("give --launch or --launch-file, not both")
     text = cfg.launch
-    if cfg.launch_file:
-        p = Path(cfg.launch_file)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise KitInputError(f"{p}: cannot read launch file ({e.strerror})")
+    try:
+        text = Path(cfg.launch_file).read_text() if cfg.launch_file else text
+    except OSError as e:
+        raise KitInputError(f"{Path(cfg.launch_file)}: cannot read launch file ({e.strerror})")
     if text is None:
         return None
     found, spec, shell = parse_launch(text, cfg.sglang_version, source=cfg.launch_file or "--launch")
@@ -182,9 +173,8 @@ def fix_values(dep: Deployment) -> dict[str, str | None]:
     d = None
     if dm is not None:
         draft = Path(dm.name)
-        if dm.repo_id is None and draft.is_file():
-            draft = draft.parent  # a lone config.json: the draft is the directory around it
-        d = str(draft).rstrip("/")
+        # a lone config.json: the draft is the directory around it
+        d = str(draft.parent if dm.repo_id is None and draft.is_file() else draft).rstrip("/")
     dst = f"{d.rsplit('/', 1)[-1] if dm is not None and dm.repo_id else d}-sglang" if d else None
     return {"SRC": d, "DRAFT_DIR": d, "DST": dst, "TARGET_DIR": target, "PATH": target}
 
@@ -219,23 +209,15 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
         if dep.launch is not None:
             by_version.setdefault(dep.sglang_version or default_release(), []).append(dep.launch.spec.flags())
     for version, flags in by_version.items():
-        try:
+        with contextlib.suppress(KitInputError):  # each lint reports its own parser failure
             parse_argvs(flags, python=opts.get("sglang_python"), build=opts.get("build_venv"), version=version)
-        except KitInputError:
-            pass
     return [check(dep) for dep in deps]
 
 
-# -- the models a launch names ------------------------------------------------------------------
-# the launch's flag for each model, and for its revision (SGLang's names)
+# the launch's field for each model (its flag: --model-path, ...) and for its revision (SGLang's names)
 LAUNCH_MODELS = {
-    "target": ("--model-path", "model_path", "revision", "a model directory or 'embedded'"),
-    "draft": (
-        "--speculative-draft-model-path",
-        "speculative_draft_model_path",
-        "speculative_draft_model_revision",
-        "a draft directory",
-    ),
+    "target": ("model_path", "revision", "a model directory or 'embedded'"),
+    "draft": ("speculative_draft_model_path", "speculative_draft_model_revision", "a draft directory"),
 }
 
 
@@ -247,7 +229,8 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     from kit.models import DEFAULT_TARGET, resolve_target
     from kit.serving.engines import get_engine
 
-    flag, field_name, rev_field, what = LAUNCH_MODELS[role]
+    field_name, rev_field, what = LAUNCH_MODELS[role]
+    flag = "--" + field_name.replace("_", "-")
     value = getattr(spec, field_name)
     revision = revision or getattr(spec, rev_field)
     if not value or "$" in value:  # a shell expansion: launch.unparsed names it, there is no path to read
@@ -280,7 +263,6 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     ]
 
 
-# -- kit launch ---------------------------------------------------------------------------------
 def launch_report(
     spec,
     engine: str = "sglang",

@@ -58,6 +58,7 @@ from kit.checkpoint.safetensors_io import (
     sha256_of,
     write_stream,
 )
+from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report, emit
 from kit.hf import HFConfig
 from kit.sglang.draft_config import read_draft_config
@@ -87,36 +88,23 @@ TARGET_EMBED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.langu
 
 @dataclass
 class ConvertConfig:
-    src: str = field(
-        default="",
-        metadata={
-            "positional": True,
-            "help": "source draft directory, or a Hugging Face id (from the cache, else downloaded into it)",
-        },
+    src: str = opt(
+        "source draft directory, or a Hugging Face id (from the cache, else downloaded into it)", "", positional=True
     )
-    dst: str = field(default="", metadata={"positional": True, "help": "output directory (created)"})
-    to: str = field(default="sglang", metadata={"help": "destination layout", "choices": list(DESTS)})
-    target: str | None = field(
-        default=None,
-        metadata={
-            "help": "target model dir (or its config.json): gives the aux layer-id translation, and "
-            "embed_tokens/lm_head when the draft lacks them"
-        },
+    dst: str = opt("output directory (created)", "", positional=True)
+    to: str = opt("destination layout", "sglang", choices=list(DESTS))
+    target: str | None = opt(
+        "target model dir (or its config.json): gives the aux layer-id translation, and embed_tokens/lm_head when the "
+        "draft lacks them"
     )
-    sglang_version: str | None = field(
-        default=None,
-        metadata={"help": "SGLang release the output must load in (default: installed, else newest known)"},
+    sglang_version: str | None = opt("SGLang release the output must load in (default: installed, else newest known)")
+    revision: str | None = opt("hub revision of SRC when it is a Hugging Face id")
+    target_revision: str | None = opt(
+        "hub revision of --target when it is a Hugging Face id (its config.json and headers are read; only the "
+        "embed_tokens/lm_head rows a draft lacks are fetched)"
     )
-    revision: str | None = field(default=None, metadata={"help": "hub revision of SRC when it is a Hugging Face id"})
-    target_revision: str | None = field(
-        default=None,
-        metadata={
-            "help": "hub revision of --target when it is a Hugging Face id (its config.json and headers are "
-            "read; only the embed_tokens/lm_head rows a draft lacks are fetched)"
-        },
-    )
-    force: bool = field(default=False, metadata={"help": "replace a non-empty DST"})
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    force: bool = opt("replace a non-empty DST", False)
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass
@@ -191,15 +179,8 @@ def plan_aux(
         points = list(prior["capture_points"])
     elif layout == "speculators" and src_ids:
         points = top_level_points(src_ids, L)["speculators"]  # id = point on every target
-    record = {
-        "layout": layout,
-        "convention": layout,
-        "aux_layer_ids": src_ids,
-        "capture_points": points,
-        "target_class": arch,
-        "num_layers": L,
-        "sglang_version": None,
-    }
+    record = {"layout": layout, "convention": layout, "aux_layer_ids": src_ids, "capture_points": points}
+    record.update(target_class=arch, num_layers=L, sglang_version=None)
     if (points is None or to != "speculators") and tf is None:
         if not require_target:
             return {"ids": src_ids, "record": dict(record, translated=False)}
@@ -260,20 +241,18 @@ def plan_conversion(
     if refuse:
         raise KitInputError(f"{src} -> {to}: refused: " + "; ".join(refuse))
     aux = plan_aux(cfg, lay.name, to, target, sglang_version, require_target)
-    copied = aux["record"].get("copied_reading")
+    rec = aux["record"]
+    copied = rec.get("copied_reading")
     if copied:
-        rec = aux["record"]
-        plan.notes.append(
-            LAYER_SHIFT(
-                f"top-level aux ids {rec['aux_layer_ids']} read as speculators-trained ids (points "
-                f"{rec['capture_points']}, written as {aux['ids']}); if `speculators convert` copied them from a "
-                f"SGLang/SpecForge/ModelOpt head, they mean SGLang's default points {copied['points']} instead",
-                evidence={"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied},
-                severity="warning",
-                fix=f"if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = "
-                f"{copied['ids']} in the output (kit doctor shows both readings)",
-            )
+        title = f"top-level aux ids {rec['aux_layer_ids']} read as speculators-trained ids (points {rec['capture_points']}, "
+        title += (
+            f"written as {aux['ids']}); if `speculators convert` copied them from a SGLang/SpecForge/ModelOpt head, "
         )
+        fix = "if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = "
+        ev = {"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied}
+        title += f"they mean SGLang's default points {copied['points']} instead"
+        fix += f"{copied['ids']} in the output (kit doctor shows both readings)"
+        plan.notes.append(LAYER_SHIFT(title, evidence=ev, severity="warning", fix=fix))
     hot = _plan_vocab_maps(src, canon, plan, d)
     head_from_target = _plan_embed_and_head(src, cfg, canon, plan, target, d, hot)
     _check_required(src, canon, d.num_hidden_layers)
@@ -333,22 +312,19 @@ def _refusals(canon: dict[str, TensorInfo], to: str, target, sglang_version, pla
         from kit.sglang.loader import first_release, rules_for
 
         r = rules_for(sglang_version)
-        f = r.features
+        f, ver = r.features, f"sglang {r.version}"
         plan.provenance["sglang_version"] = r.version
         if not f.get("has_eagle3"):
-            refuse.append(f"sglang {r.version} has no EAGLE-3 support")
+            refuse.append(f"{ver} has no EAGLE-3 support")
         if f.get("single_layer_only") and L != 1:
-            refuse.append(
-                f"{L} layers: sglang {r.version} loads single-layer drafts only ({first_release('single_layer_only', False)}+ loads more)"
-            )
+            since = first_release("single_layer_only", False)
+            refuse.append(f"{L} layers: {ver} loads single-layer drafts only ({since}+ loads more)")
         if any(c.startswith("fc_norm.") for c in canon) and not f.get("fc_norm"):
-            refuse.append(f"fc_norm.* weights: sglang {r.version} has no fc_norm ({first_release('fc_norm')}+)")
+            refuse.append(f"fc_norm.* weights: {ver} has no fc_norm ({first_release('fc_norm')}+)")
         if "input_norm.weight" in canon and not f.get("norm_before_fc"):
-            refuse.append(
-                f"input_norm.weight (norm_before_fc): sglang {r.version} has none ({first_release('norm_before_fc')}+)"
-            )
+            refuse.append(f"input_norm.weight (norm_before_fc): {ver} has none ({first_release('norm_before_fc')}+)")
         if k != 3 and not f.get("num_aux_configurable"):
-            refuse.append(f"{k} aux states: sglang {r.version} hard-codes 3")
+            refuse.append(f"{k} aux states: {ver} hard-codes 3")
     if to == "eagle":
         if L != 1 or any(c.startswith(("fc_norm.", "input_norm.")) for c in canon) or k != 3:
             refuse.append("official EAGLE code has one layer, k=3 and no fc_norm/input_norm")
@@ -376,21 +352,16 @@ def _plan_vocab_maps(src: Path, canon: dict[str, TensorInfo], plan: Plan, d) -> 
         raise KitInputError(
             f"{src}: draft vocab {Vd} < target vocab {V} but no d2t/t2d: the draft ids cannot be mapped"
         )
-    if reduced or to != "speculators":
-        if hot is not None:
-            plan.tensors["d2t"] = Source(
-                "I64",
-                (len(hot),),
-                lambda h=hot: [array("q", [x - i for i, x in enumerate(h)]).tobytes()],
-                d2t_t.name if d2t_t is not None else "derived from t2d",
-            )
-            mask = bytearray(V or (max(hot) + 1))
-            for x in hot:
-                mask[x] = 1
-            plan.tensors["t2d"] = Source(
-                "BOOL", (len(mask),), lambda m=bytes(mask): [m], t2d_t.name if t2d_t is not None else "derived from d2t"
-            )
-    elif hot is not None:
+    if (reduced or to != "speculators") and hot is not None:
+        origin = d2t_t.name if d2t_t is not None else "derived from t2d"
+        d2t = lambda h=hot: [array("q", [x - i for i, x in enumerate(h)]).tobytes()]
+        plan.tensors["d2t"] = Source("I64", (len(hot),), d2t, origin)
+        mask = bytearray(V or (max(hot) + 1))
+        for x in hot:
+            mask[x] = 1
+        origin = t2d_t.name if t2d_t is not None else "derived from d2t"
+        plan.tensors["t2d"] = Source("BOOL", (len(mask),), lambda m=bytes(mask): [m], origin)
+    elif not reduced and to == "speculators" and hot is not None:
         if hot != list(range(len(hot))):
             raise KitInputError(f"{src}: draft_vocab_size == vocab_size but d2t is not the identity")
         plan.dropped += [
@@ -408,22 +379,17 @@ def _plan_embed_and_head(
     head_from_target = to == "sglang" and "draft_vocab_size" in cfg and cfg.get("draft_vocab_size") is None
     need_embed = to == "speculators" or (to == "sglang" and Ht not in (None, H))
     need_head = not head_from_target
-    miss = [
-        n for n, need in (("embed_tokens.weight", need_embed), ("lm_head.weight", need_head)) if need and n not in canon
-    ]
+    needs = {"embed_tokens.weight": need_embed, "lm_head.weight": need_head}
+    miss = [n for n, need in needs.items() if need and n not in canon]
     if miss and not target:
-        raise KitInputError(
-            f"{src} -> {to}: the destination needs {', '.join(miss)}, which the draft lacks; "
-            "name its source with --target TARGET_MODEL_DIR"
-        )
+        what = f"the destination needs {', '.join(miss)}, which the draft lacks"
+        raise KitInputError(f"{src} -> {to}: {what}; name its source with --target TARGET_MODEL_DIR")
     temb, thead = _target_tensors(target) if miss else (None, None)
     if "embed_tokens.weight" in miss:
         if temb is None or tuple(temb.shape) != (V, H):
             raise KitInputError(f"--target {target}: no embed_tokens of shape [{V}, {H}]")
         canon["embed_tokens.weight"] = temb
-        plan.notes.append(
-            CONFIG(f"embed_tokens copied from target {temb.name}", evidence={"target": target}, severity="info")
-        )
+        plan.notes.append(CONFIG(f"embed_tokens copied from target {temb.name}", {"target": target}, "info"))
     if "lm_head.weight" in miss:
         if thead is None or tuple(thead.shape[:2]) != (V, H):
             raise KitInputError(f"--target {target}: no lm_head of shape [{V}, {H}]")
@@ -454,20 +420,15 @@ def _plan_weights(canon: dict[str, TensorInfo], plan: Plan, L: int | None, head_
     """Every remaining canonical tensor under the destination's name (or dropped, with the reason)."""
     to = plan.to
     if head_from_target and "lm_head.weight" in canon:
-        plan.dropped.append(
-            (canon.pop("lm_head.weight").name, "draft_vocab_size: null — SGLang takes the target's lm_head")
-        )
+        head = canon.pop("lm_head.weight").name
+        plan.dropped.append((head, "draft_vocab_size: null — SGLang takes the target's lm_head"))
     # an embed_tokens SGLang does not need is still written: it replaces it with the target's, others use it
     for c, t in canon.items():
-        if (
-            to != "sglang"
-            and c.startswith("layers.")
-            and not c.startswith("layers.0.")
-            and c.endswith("hidden_norm.weight")
-        ):
+        later_layer = c.startswith("layers.") and not c.startswith("layers.0.")
+        if to != "sglang" and later_layer and c.endswith("hidden_norm.weight"):
             plan.dropped.append((t.name, "layers>=1 hidden_norm: unused outside SGLang"))
-            continue
-        plan.tensors[from_canonical(c, to, L or 1)] = Source(t.dtype, t.shape, lambda t=t: iter_bytes(t), t.name)
+        else:
+            plan.tensors[from_canonical(c, to, L or 1)] = Source(t.dtype, t.shape, lambda t=t: iter_bytes(t), t.name)
 
 
 def _plan_fc_bias(fc: TensorInfo, plan: Plan, sglang_version: str | None) -> None:
@@ -485,16 +446,11 @@ def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None
     if lay.name == "speculators":
         scfg = speculators_to_sglang_config(cfg, k)
         if cfg.get("norm_before_residual"):
-            plan.notes.append(
-                CONFIG(
-                    "source trained with norm_before_residual=true; SGLang/EAGLE ignore it",
-                    severity="warning",
-                    fix="expect lower acceptance outside vLLM, or retrain with it off",
-                )
-            )
+            title = "source trained with norm_before_residual=true; SGLang/EAGLE ignore it"
+            fix = "expect lower acceptance outside vLLM, or retrain with it off"
+            plan.notes.append(CONFIG(title, severity="warning", fix=fix))
     else:
-        scfg = dict(cfg)
-        scfg["architectures"] = ["LlamaForCausalLMEagle3"]
+        scfg = {**cfg, "architectures": ["LlamaForCausalLMEagle3"]}
         scfg.setdefault("num_aux_hidden_states", k)
         if "target_hidden_size" in scfg and scfg["target_hidden_size"] in (None, H):
             scfg.pop("target_hidden_size")
@@ -512,19 +468,12 @@ def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None
 def _record_provenance(plan: Plan, cfg: HFConfig, src: Path, lay, target) -> None:
     declared = read_draft_config(cfg)
     ids = declared.top_level_aux_layer_ids or declared.aux_layer_ids
+    plan.provenance.update(kit_version=__version__, source=str(src.resolve()), source_layout=lay.name)
     plan.provenance.update(
-        {
-            "kit_version": __version__,
-            "source": str(src.resolve()),
-            "source_layout": lay.name,
-            "source_layout_evidence": lay.evidence,
-            "source_aux_layer_id_convention": lay.name,
-            "aux_layer_ids": ids,
-            "destination_layout": plan.to,
-            "target": target,
-            "dropped": plan.dropped,
-            "created_unix": int(time.time()),
-        }
+        source_layout_evidence=lay.evidence, source_aux_layer_id_convention=lay.name, aux_layer_ids=ids
+    )
+    plan.provenance.update(
+        destination_layout=plan.to, target=target, dropped=plan.dropped, created_unix=int(time.time())
     )
 
 
@@ -584,10 +533,8 @@ def convert(
         entries = [WriteEntry(n, s.dtype, tuple(s.shape), s.chunks) for n, s in plan.tensors.items()]
         hashes = write_stream(tmp / "model.safetensors", entries, {"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-        prov = dict(
-            plan.provenance, tensors={n: {"sha256": hashes[n], "from": s.origin} for n, s in plan.tensors.items()}
-        )
-        (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str) + "\n")
+        tensors = {n: {"sha256": hashes[n], "from": s.origin} for n, s in plan.tensors.items()}
+        (tmp / PROVENANCE).write_text(json.dumps(dict(plan.provenance, tensors=tensors), indent=2, default=str) + "\n")
         verify_output(tmp, plan, hashes)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
         rep = Report(list(plan.notes))
@@ -607,11 +554,8 @@ def convert(
             tmp.rename(dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for key, why in plan.dropped:
-        rep.add(KEYS_DROPPED(f"not written: {key} ({why})", severity="info"))
-    rep.facts.update(
-        {"dst": str(dst), "to": to, "tensors": len(plan.tensors), "source_layout": plan.provenance["source_layout"]}
-    )
+    rep.extend(KEYS_DROPPED(f"not written: {key} ({why})", severity="info") for key, why in plan.dropped)
+    rep.facts.update(dst=str(dst), to=to, tensors=len(plan.tensors), source_layout=plan.provenance["source_layout"])
     return rep
 
 
@@ -637,15 +581,9 @@ def run(args: argparse.Namespace) -> int:
     for m in (src, target):
         if m is not None and m.repo_id and not cfg.json:
             print(f"{m.name}: {m.source}")
+    src_path, target_path = src.path if src else cfg.src, str(target.path) if target else cfg.target
     try:
-        rep = convert(
-            src.path if src else cfg.src,
-            cfg.dst,
-            cfg.to,
-            str(target.path) if target else cfg.target,
-            cfg.sglang_version,
-            cfg.force,
-        )
+        rep = convert(src_path, cfg.dst, cfg.to, target_path, cfg.sglang_version, cfg.force)
     except CheckpointError as e:
         rep = corrupt_report(e)
         print(rep.to_json() if cfg.json else f"kit convert: error: {e}")

@@ -1,8 +1,8 @@
 """Models named by Hugging Face id, resolved as SGLang resolves them, without downloading their weights.
 
-Published EAGLE-3 launch lines name the target and the draft by hub id. SGLang hands such an id to
-`huggingface_hub`, which looks in the local cache first (`HF_HUB_CACHE`, else `HF_HOME/hub`) and goes to the
-network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in this order:
+Published EAGLE-3 launch lines name the target and the draft by hub id; SGLang hands it to `huggingface_hub`, which
+looks in the local cache first (`HF_HUB_CACHE`, else `HF_HOME/hub`) and goes to the network only when
+`HF_HUB_OFFLINE` is unset. `resolve` does the same, in this order:
 
 1. a local path: itself (a revision does not apply to it, as in SGLang);
 2. the cache's snapshot for that revision, when it holds the weights;
@@ -17,12 +17,11 @@ network only when `HF_HUB_OFFLINE` is unset. `resolve` does the same, in this or
 
 `download` (for `kit convert`, which rewrites the draft) fetches the whole model into the cache instead.
 
-    from kit.checkpoint.hub import resolve
     m = resolve("lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B", revision=None, flag="--draft")
     m.path, m.source            # a folder the checks read; one line saying where its files came from
 
-Errors are `KitInputError` one-liners naming the flag and the id: offline and not cached, gated, no such
-repository, no such revision. How to run: `python -m kit.checkpoint.hub ID [REVISION]` prints the resolution.
+Errors are `KitInputError` one-liners naming the flag and the id: offline and not cached, gated, no such repository,
+no such revision. How to run: `python -m kit.checkpoint.hub ID [REVISION]` prints the resolution.
 """
 
 from __future__ import annotations
@@ -47,15 +46,14 @@ from kit.checkpoint.safetensors_io import (
 from kit.config import is_hub_id, missing_path
 from kit.findings import Code, Finding, KitInputError
 
-# the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "ckpt/draft: notebook 02"
 SOURCE = Code(
     "ckpt.source",
     SECTION,
     "info",
-    "where the files of a model named by Hugging Face id came from (`kit.checkpoint.hub`): the local "
-    "cache's snapshot, a header view read earlier, or the hub (config.json and safetensors headers by "
-    "range reads, bytes read; the weights not downloaded), with the revision and its commit",
+    "where the files of a model named by Hugging Face id came from (`kit.checkpoint.hub`): the local cache's snapshot, "
+    "a header view read earlier, or the hub (config.json and safetensors headers by range reads, bytes read; the "
+    "weights not downloaded), with the revision and its commit",
     "none (pin `--revision` / `--speculative-draft-model-revision` to a commit for a repeatable check)",
 )
 
@@ -148,13 +146,9 @@ def resolve(
         elif (view / HEADER_VIEW).is_file():
             path, source = view, f"config.json and safetensors headers read earlier from the hub ({at}; {view})"
         elif offline():
-            path, source = (
-                snapshot,
-                (
-                    f"Hugging Face cache {snapshot} ({at}): config.json only, the weights are not "
-                    "cached and HF_HUB_OFFLINE is set, so checks of the weights' headers did not run"
-                ),
-            )
+            path = snapshot
+            source = f"Hugging Face cache {snapshot} ({at}): config.json only, the weights are not cached and "
+            source += "HF_HUB_OFFLINE is set, so checks of the weights' headers did not run"
         else:
             return _fetch_headers(value, revision, head, commit)
         return ModelFiles(value, path, source, value, revision, commit)
@@ -215,19 +209,15 @@ def hub_error(e: Exception, head: str, repo_id: str, revision: str | None, weigh
     """huggingface_hub's exception as the kit's one line (the cases users hit, named; `weights`: see not_cached)."""
     from huggingface_hub import errors
 
-    rev = revision or "main"
+    login = "log in (hf auth login, or HF_TOKEN)"
     if isinstance(e, errors.GatedRepoError):
-        return KitInputError(
-            f"{head}: a gated repository: accept its terms on {endpoint()}/{repo_id} and log in "
-            "(hf auth login, or HF_TOKEN)"
-        )
+        return KitInputError(f"{head}: a gated repository: accept its terms on {endpoint()}/{repo_id} and {login}")
     if isinstance(e, errors.RevisionNotFoundError):
+        rev = revision or "main"
         return KitInputError(f"{head}: revision {rev!r} does not exist (give a branch, a tag or a commit hash)")
     if isinstance(e, errors.RepositoryNotFoundError):
-        return KitInputError(
-            f"{head}: no such repository on the Hugging Face hub ({endpoint()}), or it is private: check the id, "
-            "or log in (hf auth login, or HF_TOKEN)"
-        )
+        where = f"the Hugging Face hub ({endpoint()})"
+        return KitInputError(f"{head}: no such repository on {where}, or it is private: check the id, or {login}")
     if isinstance(e, errors.OfflineModeIsEnabled):
         return not_cached(head, repo_id, revision, "HF_HUB_OFFLINE is set", weights)
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -260,14 +250,11 @@ def _fetch_headers(repo_id: str, revision: str | None, head: str, commit: str | 
         files = sorted(s.rfilename for s in (info.siblings or []))
         if "config.json" not in files:
             raise KitInputError(f"{head}: the repository has no config.json at {revision or 'main'}")
-        local: dict[str, Path] = {}
-        for f in files:
-            if "/" not in f and f.endswith(".json") and f not in SKIPPED_JSON:
-                # by the revision asked: huggingface_hub then records refs/<revision> -> commit in the cache,
-                # so the next resolution finds this commit offline
-                local[f] = Path(
-                    hf_hub_download(repo_id, f, revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint())
-                )
+        # by the revision asked: huggingface_hub then records refs/<revision> -> commit in the cache, so the next
+        # resolution finds this commit offline
+        where = dict(revision=revision or "main", cache_dir=hub_cache(), endpoint=endpoint())
+        jsons = [f for f in files if "/" not in f and f.endswith(".json") and f not in SKIPPED_JSON]
+        local = {f: Path(hf_hub_download(repo_id, f, **where)) for f in jsons}
         if INDEX_NAME in local:
             try:
                 shards = _index_shards(local[INDEX_NAME])
@@ -381,24 +368,18 @@ def download(
     cached = _from_cache(value, revision)
     if cached is not None and _has_weights(cached[0]):
         snapshot, commit = cached
-        return ModelFiles(
-            value, snapshot, f"Hugging Face cache {snapshot} ({_at(value, revision, commit)})", value, revision, commit
-        )
+        source = f"Hugging Face cache {snapshot} ({_at(value, revision, commit)})"
+        return ModelFiles(value, snapshot, source, value, revision, commit)
     if offline():
         raise not_cached(head, value, revision, "HF_HUB_OFFLINE is set", weights=True)
     from huggingface_hub import snapshot_download
 
+    where = dict(revision=revision, cache_dir=hub_cache(), endpoint=endpoint())
     try:
-        patterns = ["*.json", "*.safetensors"]
-        folder = Path(
-            snapshot_download(
-                value, revision=revision, cache_dir=hub_cache(), endpoint=endpoint(), allow_patterns=patterns
-            )
-        )
+        folder = Path(snapshot_download(value, allow_patterns=["*.json", "*.safetensors"], **where))
     except Exception as e:  # huggingface_hub's and its HTTP client's errors: one line each
         raise hub_error(e, head, value, revision, weights=True) from None
-    at = _at(value, revision, folder.name)
-    source = f"downloaded from {endpoint()} into the Hugging Face cache {folder} ({at})"
+    source = f"downloaded from {endpoint()} into the Hugging Face cache {folder} ({_at(value, revision, folder.name)})"
     return ModelFiles(value, folder, source, value, revision, folder.name)
 
 

@@ -27,6 +27,7 @@ from kit import config as kconfig
 from kit.checkpoint.hf_config import declared_draft
 from kit.checkpoint.layouts import Layout, detect_layout, layer_indices, to_canonical
 from kit.checkpoint.safetensors_io import CORRUPT, HEADER_VIEW, Checkpoint, CheckpointError, read_checkpoint
+from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report, emit, fill_placeholders, write_json_line
 from kit.hf import HFConfig
 from kit.sglang.draft_config import DraftConfig, llama_draft_shapes
@@ -134,19 +135,15 @@ DRAFT_WEIGHTS = re.compile(r"^(layers\.\d+\.|fc\.|fc_norm\.|input_norm\.|norm\.|
 
 @dataclass
 class InspectConfig:
-    path: str = field(
-        default="",
-        metadata={
-            "positional": True,
-            "help": "checkpoint file, directory or index, or a Hugging Face id (the local cache first, else its "
-            "config.json and safetensors headers over the network; no weights downloaded)",
-        },
+    path: str = opt(
+        "checkpoint file, directory or index, or a Hugging Face id (the local cache first, else its config.json and "
+        "safetensors headers over the network; no weights downloaded)",
+        "",
+        positional=True,
     )
-    revision: str | None = field(default=None, metadata={"help": "hub revision of a Hugging Face id (default: main)"})
-    sglang_version: str | None = field(
-        default=None, metadata={"help": "SGLang release to simulate (default: installed, else newest known)"}
-    )
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    revision: str | None = opt("hub revision of a Hugging Face id (default: main)")
+    sglang_version: str | None = opt("SGLang release to simulate (default: installed, else newest known)")
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass
@@ -188,45 +185,26 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
         want = {n: s for n, s in want.items() if ".self_attn." not in n}
     bad = [(n, list(canon[n]), list(s)) for n, s in want.items() if n in canon and tuple(canon[n]) != s]
     fc = canon.get("fc.weight")
-    if fc is not None and len(fc) == 2:
-        implied = fc[1] / Ht if Ht else None
-        if fc[0] != H or implied != k:
-            out.append(
-                SHAPE(
-                    f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}",
-                    evidence={"fc.weight": list(fc), "hidden_size": H, "target_hidden_size": Ht, "num_aux": k},
-                    fix="set num_aux_hidden_states / eagle_config.eagle_aux_hidden_state_layer_ids (and "
-                    "target_hidden_size) to match the trained fc",
-                )
-            )
+    implied = fc[1] / Ht if fc is not None and len(fc) == 2 and Ht else None
+    if fc is not None and len(fc) == 2 and (fc[0] != H or implied != k):
+        title = f"fc.weight {list(fc)} implies {implied:g} aux states of width {Ht}; config says {k}"
+        ev = {"fc.weight": list(fc), "hidden_size": H, "target_hidden_size": Ht, "num_aux": k}
+        fix = "set num_aux_hidden_states / eagle_config.eagle_aux_hidden_state_layer_ids (and target_hidden_size) to match "
+        out.append(SHAPE(title, evidence=ev, fix=fix + "the trained fc"))
     if bad:
+        title = f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}"
+        config = dict(hidden_size=H, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=I_)
+        ev = {"mismatches": bad[:20], "config": dict(config, vocab_size=V, draft_vocab_size=Vd)}
         out.append(
             SHAPE(
-                f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}",
-                evidence={
-                    "mismatches": bad[:20],
-                    "config": {
-                        "hidden_size": H,
-                        "num_attention_heads": nh,
-                        "num_key_value_heads": nkv,
-                        "head_dim": hd,
-                        "intermediate_size": I_,
-                        "vocab_size": V,
-                        "draft_vocab_size": Vd,
-                    },
-                },
-                fix="the config.json does not describe these weights: use the training run's config",
+                title, evidence=ev, fix="the config.json does not describe these weights: use the training run's config"
             )
         )
     present = sorted(layer_indices(canon))
     if present and (present != list(range(len(present))) or len(present) != L):
-        out.append(
-            LAYERS(
-                f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}",
-                evidence={"num_hidden_layers": L, "layers_in_checkpoint": present},
-                fix="make num_hidden_layers equal the number of saved layers",
-            )
-        )
+        title = f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}"
+        ev = {"num_hidden_layers": L, "layers_in_checkpoint": present}
+        out.append(LAYERS(title, evidence=ev, fix="make num_hidden_layers equal the number of saved layers"))
     return out
 
 
@@ -239,65 +217,44 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
             "registered_not_eagle3": f"{sim.architecture} is a target-model class, not an EAGLE-3 draft class",
             "not_registered": f"{sim.architecture} is not registered",
         }[sim.arch_status]
-        out.append(
-            ARCH(
-                f"{what} in {ver}",
-                evidence={"architecture": sim.architecture, "layout": layout.name},
-                fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes LlamaForCausalLMEagle3)",
-            )
-        )
+        ev = {"architecture": sim.architecture, "layout": layout.name}
+        fix = "python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes LlamaForCausalLMEagle3)"
+        out.append(ARCH(f"{what} in {ver}", evidence=ev, fix=fix))
+    fix = "fix config.json (kit convert --to sglang writes a loadable one)"
     for e in sim.build_errors:
         code = LAYERS if e.startswith("num_hidden_layers") else CONFIG
-        title = e if len(e) <= 160 else e[:157] + "..."
-        out.append(
-            code(
-                title,
-                evidence={"detail": e, "sglang": ver},
-                fix="fix config.json (kit convert --to sglang writes a loadable one)",
-            )
-        )
+        out.append(code(e if len(e) <= 160 else e[:157] + "...", evidence={"detail": e, "sglang": ver}, fix=fix))
     fails = sim.by_status("fails")
     if fails:
+        title = f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})"
+        ev = {"keys": [(k.key, k.reason) for k in fails[:10]]}
         out.append(
-            SHAPE(
-                f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})",
-                evidence={"keys": [(k.key, k.reason) for k in fails[:10]]},
-                fix="config and weights disagree; use the config the draft was trained with",
-            )
+            SHAPE(title, evidence=ev, fix="config and weights disagree; use the config the draft was trained with")
         )
     dropped = [k for k in sim.by_status("dropped") if k.reason != "t2d is skipped by design"]
     if dropped:
         weights = [k for k in dropped if DRAFT_WEIGHTS.match(to_canonical(k.key, layout) or "")]
-        out.append(
-            KEYS_DROPPED(
-                f"{ver} {'drops' if any(k.loud for k in dropped) else 'silently drops'} {len(dropped)} "
-                f"checkpoint key(s), e.g. {dropped[0].key}",
-                evidence={"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)},
-                severity="error" if weights else "warning",
-                fix="python -m kit convert SRC DST --to sglang --sglang-version "
-                f"{sim.version} (renames keys for that release, refuses what cannot load)",
-            )
+        drops = "drops" if any(k.loud for k in dropped) else "silently drops"
+        title = f"{ver} {drops} {len(dropped)} checkpoint key(s), e.g. {dropped[0].key}"
+        ev = {"dropped": [(k.key, k.reason) for k in dropped[:12]], "count": len(dropped)}
+        fix = (
+            f"python -m kit convert SRC DST --to sglang --sglang-version {sim.version} (renames keys for that release, "
         )
+        fix += "refuses what cannot load)"
+        out.append(KEYS_DROPPED(title, evidence=ev, severity="error" if weights else "warning", fix=fix))
     if sim.params_missing:
         crit = [m for m in sim.params_missing if m["critical"]]
         m0 = (crit or sim.params_missing)[0]
-        out.append(
-            PARAMS_MISSING(
-                f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})",
-                evidence={"params": [(m["param"], m["reason"]) for m in sim.params_missing[:12]]},
-                severity="error" if crit else "warning",
-                fix="supply the tensors (kit convert --target PATH copies embed_tokens/lm_head from the "
-                "target) or set draft_vocab_size: null to take the target's lm_head",
-            )
-        )
+        title = f"{len(sim.params_missing)} parameter(s) never filled in {ver}, e.g. {m0['param']} ({m0['reason']})"
+        ev = {"params": [(m["param"], m["reason"]) for m in sim.params_missing[:12]]}
+        fix = "supply the tensors (kit convert --target PATH copies embed_tokens/lm_head from the target) or set "
+        fix += "draft_vocab_size: null to take the target's lm_head"
+        out.append(PARAMS_MISSING(title, evidence=ev, severity="error" if crit else "warning", fix=fix))
     if sim.unused_loaded:
+        title = f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}"
+        fix = "SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert --to sglang renames "
         out.append(
-            UNUSED_WEIGHTS(
-                f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}",
-                evidence={"params": sim.unused_loaded[:12]},
-                fix="SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert "
-                "--to sglang renames input_layernorm there",
-            )
+            UNUSED_WEIGHTS(title, evidence={"params": sim.unused_loaded[:12]}, fix=fix + "input_layernorm there")
         )
     return out
 
@@ -311,23 +268,14 @@ def config_findings(cfg: HFConfig | None, layout: Layout) -> list[Finding]:
     if not cfg.get("model_type"):
         # SGLang builds the draft's ModelConfig through transformers' AutoConfig, which needs model_type
         # (seen on real SGLang: "Unrecognized model in ... Should have a `model_type` key")
-        out.append(
-            CONFIG(
-                "SGLang will not start: config.json has no model_type, so transformers' AutoConfig raises "
-                "'Unrecognized model' before SGLang reads architectures",
-                evidence={"layout": layout.name, "keys": sorted(cfg)[:20]},
-                fix="python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes a flat llama config)",
-            )
-        )
+        title = "SGLang will not start: config.json has no model_type, so transformers' AutoConfig raises "
+        title += "'Unrecognized model' before SGLang reads architectures"
+        fix = "python -m kit convert SRC DST --to sglang --target TARGET_DIR (writes a flat llama config)"
+        out.append(CONFIG(title, evidence={"layout": layout.name, "keys": sorted(cfg)[:20]}, fix=fix))
     if cfg.get("norm_before_residual"):
-        out.append(
-            CONFIG(
-                "norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training",
-                evidence={"norm_before_residual": True},
-                severity="warning",
-                fix="retrain with norm_before_residual=false for SGLang, or serve with vLLM",
-            )
-        )
+        title = "norm_before_residual: true — SGLang ignores it, so its draft numerics differ from training"
+        fix = "retrain with norm_before_residual=false for SGLang, or serve with vLLM"
+        out.append(CONFIG(title, evidence={"norm_before_residual": True}, severity="warning", fix=fix))
     return out
 
 
@@ -364,46 +312,29 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
     arch = _architecture(draft_dir)
     loader = no_algo_loader(q["requested"], arch) if wrong and q["probe"] == "no_algo" else None
     fix = f"remove {FILE} from the draft directory (a copy: never edit the original), or serve with a release that parses quant_algo"
+    reads = f"reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}"
     if loader and loader["outcome"] == "unquantized":
-        return [
-            QUANT(
-                f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']}, but its loader "
-                f"sets this head up unquantized: get_quant_config returns no quant config for a "
-                f"{arch} head whose file names no algorithm",
-                evidence={**evidence, "loader": loader["evidence"]},
-                severity="info",
-            )
-        ]
+        title = f"{ver} {reads}, but its loader sets this head up unquantized: get_quant_config returns no quant "
+        title += f"config for a {arch} head whose file names no algorithm"
+        return [QUANT(title, evidence={**evidence, "loader": loader["evidence"]}, severity="info")]
     if loader:
-        return [
-            QUANT(
-                f"{ver} does not start: it reads the draft's {FILE} (quant_algo {algo!r}) as "
-                f"{q['quant_method']}, and its loader raises ValueError ('Invalid quant_config') for a "
-                f"{arch!s} head whose file names no algorithm",
-                evidence={**evidence, "loader": loader["evidence"]},
-                fix=fix,
-            )
-        ]
+        title = f"{ver} does not start: it {reads}, and its loader raises ValueError ('Invalid quant_config') for a "
+        title += f"{arch!s} head whose file names no algorithm"
+        return [QUANT(title, evidence={**evidence, "loader": loader["evidence"]}, fix=fix)]
+    if wrong and q["probe"] == "no_algo":
+        builds = (
+            f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm as a string "
+        )
+        builds += "and startup fails (TypeError)"
+    else:
+        builds = f"{q['class']}: the draft head is set up quantized and acceptance collapses"
     if wrong:
-        misread = sort_versions(misread_releases())
-        return [
-            QUANT(
-                f"{ver} reads the draft's {FILE} (quant_algo {algo!r}) as {q['quant_method']} and builds "
-                + (
-                    f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm "
-                    "as a string and startup fails (TypeError)"
-                    if q["probe"] == "no_algo"
-                    else f"{q['class']}: the draft head is set up quantized and acceptance collapses"
-                ),
-                evidence={**evidence, "releases_that_misread": misread},
-                fix=fix,
-            )
-        ]
+        ev = {**evidence, "releases_that_misread": sort_versions(misread_releases())}
+        return [QUANT(f"{ver} {reads} and builds {builds}", evidence=ev, fix=fix)]
+    how = f"{q['quant_method']} ({q['class']})" if q["quant_method"] else "unquantized"
     return [
         QUANT(
-            f"{ver} sets the draft up as "
-            + (f"{q['quant_method']} ({q['class']})" if q["quant_method"] else "unquantized")
-            + f" from its {FILE} (quant_algo {algo!r})",
+            f"{ver} sets the draft up as {how} from its {FILE} (quant_algo {algo!r})",
             evidence=evidence,
             severity="info",
         )
@@ -424,22 +355,12 @@ def inspect(
     cfg = read_config(cp)[0] if config is None and cp is not None else config
     lay = detect_layout(ck.tensors, cfg)
     dc = declared_draft(cfg) if cfg else None
-    rep = Report()
-    rep.add(
-        LAYOUT(
-            f"layout: {lay.name} — {lay.evidence.get('why')}",
-            evidence=lay.evidence,
-            severity="info" if lay.name != "unknown" else "warning",
-        )
-    )
+    title = f"layout: {lay.name} — {lay.evidence.get('why')}"
+    rep = Report([LAYOUT(title, evidence=lay.evidence, severity="info" if lay.name != "unknown" else "warning")])
     if ck.pickle_files:
-        rep.add(
-            PICKLE(
-                f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}",
-                evidence={"files": ck.pickle_files},
-                fix="delete them or re-save as safetensors; pickle can run code when loaded",
-            )
-        )
+        title = f"pickle weight file(s) present and ignored: {', '.join(Path(x).name for x in ck.pickle_files)}"
+        fix = "delete them or re-save as safetensors; pickle can run code when loaded"
+        rep.add(PICKLE(title, evidence={"files": ck.pickle_files}, fix=fix))
     ins = Inspection(ck, cfg, str(cp) if cp else None, lay, dc, report=rep)
     if lay.name in ("unknown",) and not any(k.startswith(("midlayer.", "fc.")) for k in ck.tensors):
         return ins  # not an EAGLE-3 draft (e.g. a target): listing only
@@ -463,11 +384,8 @@ def inspect(
                 if sim.architecture not in registered_architectures(sim.version)
                 else "registered_not_eagle3"
             )
-            sim.build_errors.insert(
-                0,
-                "speculators config: SGLang reads no transformer_layer_config/speculators_config "
-                "(flat fields only) — keys below are simulated as if flattened",
-            )
+            why = "speculators config: SGLang reads no transformer_layer_config/speculators_config (flat fields only)"
+            sim.build_errors.insert(0, why + " — keys below are simulated as if flattened")
         rep.extend(simulation_findings(ins.simulation, lay))
         names = {to_canonical(k, lay): k for k in ck.tensors}
         t2d = names.get("t2d", "t2d")
@@ -503,9 +421,8 @@ def prefix_totals(ck: Checkpoint) -> dict[str, dict[str, int]]:
 
 
 def corrupt_report(e: CheckpointError) -> Report:
-    return Report(
-        [CORRUPT(str(e)[:300], fix="re-export the checkpoint; the kit never loads a file it cannot validate")]
-    )
+    fix = "re-export the checkpoint; the kit never loads a file it cannot validate"
+    return Report([CORRUPT(str(e)[:300], fix=fix)])
 
 
 # -- doctor provider --------------------------------------------------------------------------
@@ -527,14 +444,10 @@ def doctor_checks(dep) -> list[Finding]:
         out = config_findings(cfg, lay)
         dispatched, status = resolve_draft_class(cfg, r.version)
         if status != "eagle3":
-            out.append(
-                ARCH(
-                    f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}"
-                    + (f" (loaded as {dispatched})" if dispatched and dispatched != arch else ""),
-                    evidence={"architecture": arch, "dispatched_to": dispatched, "layout": lay.name},
-                    fix="python -m kit convert SRC DST --to sglang",
-                )
-            )
+            title = f"architecture {arch!r} is not an EAGLE-3 draft class registered in sglang {r.version}"
+            title += f" (loaded as {dispatched})" if dispatched and dispatched != arch else ""
+            ev = {"architecture": arch, "dispatched_to": dispatched, "layout": lay.name}
+            out.append(ARCH(title, evidence=ev, fix="python -m kit convert SRC DST --to sglang"))
         return out + (quant_findings(d, dep.sglang_version) if d is not None else [])
     vocab = dep.target_config.text.get("vocab_size") if dep.target_config is not None else None
     try:
@@ -596,21 +509,14 @@ def run(args: argparse.Namespace) -> int:
     rep = ins.report
     if model.repo_id:
         rep.findings.insert(0, model.finding(None))
-    pt = prefix_totals(ins.checkpoint)
+    pt, ck = prefix_totals(ins.checkpoint), ins.checkpoint
+    rep.facts.update(path=ck.path, layout=ins.layout.name, files=ck.files)
     rep.facts.update(
-        {
-            "path": ins.checkpoint.path,
-            "layout": ins.layout.name,
-            "files": ins.checkpoint.files,
-            "total_params": sum(r["params"] for r in pt.values()),
-            "total_bytes": sum(r["bytes"] for r in pt.values()),
-            "config": ins.config_path,
-        }
+        total_params=sum(r["params"] for r in pt.values()), total_bytes=sum(r["bytes"] for r in pt.values())
     )
+    rep.facts["config"] = ins.config_path
     if cfg.json:
-        doc = rep.to_dict()
-        doc["tensors"] = ins.key_rows()
-        doc["prefixes"] = pt
+        doc = dict(rep.to_dict(), tensors=ins.key_rows(), prefixes=pt)
         if ins.simulation is not None:
             doc["simulation"] = ins.simulation.to_dict()
         write_json_line(doc)

@@ -1,22 +1,19 @@
 """safetensors checkpoints read from their headers, and written tensor by tensor — no torch, no mmap.
 
-Why: a 1T-parameter checkpoint must be inspectable on a laptop. `safetensors.safe_open` maps the whole file (and
-fails on a 32 GB shard with 24 GB of RAM); importing torch costs seconds. A safetensors file is `u64 little-endian
-N`, N bytes of JSON header, then raw tensor bytes: the header alone gives every name, dtype, shape and byte range.
-This module reads and validates it (length vs file size, JSON, dtypes, shape x dtype size == byte span, offsets in
-range, contiguous) without allocating in proportion to a declared size. Pickle weights are reported, never unpickled.
+Why: a 1T-parameter checkpoint must be inspectable on a laptop; `safetensors.safe_open` maps the whole file (and fails
+on a 32 GB shard with 24 GB of RAM), importing torch costs seconds. A safetensors file is `u64 little-endian N`, N bytes
+of JSON header, then raw tensor bytes: the header alone gives every name, dtype, shape and byte range. It is validated
+(length vs file size, JSON, dtypes, shape x dtype size == byte span, offsets in range, contiguous) without allocating
+in proportion to a declared size. Pickle weights are reported, never unpickled. A hub model is read the same way:
+`kit.checkpoint.hub` writes a *header view* (`HEADER_VIEW`: per shard its URL, size and raw header), validated by the
+same `parse_header`; tensor bytes come by range reads.
 
-A hub model is read the same way without its weights: `kit.checkpoint.hub` writes a *header view* (`HEADER_VIEW`:
-per shard its URL, size and raw header), validated by the same `parse_header`; tensor bytes come by range reads.
-
-    from kit.checkpoint.safetensors_io import read_checkpoint
     ck = read_checkpoint("draft_dir")            # file, directory, or sharded index
     for t in ck.tensors.values(): print(t.name, t.dtype, t.shape, t.nbytes)
 
-Writing (`convert`, the trainer): `write_stream` builds the header from (name, dtype, shape) entries, then copies
-each tensor's bytes in bounded chunks from a producer, hashing as it goes; `write_safetensors(path, {name:
-torch.Tensor})` is the torch form. Both write a temporary file and rename it.
-
+Writing (`convert`, the trainer): `write_stream` builds the header from (name, dtype, shape) entries, then copies each
+tensor's bytes in bounded chunks from a producer, hashing as it goes; `write_safetensors(path, {name: torch.Tensor})`
+is the torch form. Both write a temporary file and rename it.
 How to run: `python -m kit.checkpoint.safetensors_io FILE_OR_DIR` prints the tensor listing as JSON.
 """
 
@@ -39,15 +36,14 @@ import orjson
 
 from kit.findings import Code, KitInputError
 
-# the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "ckpt/draft: notebook 02"
 CORRUPT = Code(
     "ckpt.corrupt",
     SECTION,
     "error",
-    "a checkpoint file cannot be validated: truncated, header length past EOF, invalid header JSON, "
-    "unknown dtype, overlapping/out-of-range offsets, an index naming a missing shard, or pickle-only "
-    "weights (never unpickled); `kit inspect`/`convert` exit 2",
+    "a checkpoint file cannot be validated: truncated, header length past EOF, invalid header JSON, unknown dtype, "
+    "overlapping/out-of-range offsets, an index naming a missing shard, or pickle-only weights (never unpickled); `kit "
+    "inspect`/`convert` exit 2",
     "re-export with safetensors; never load a file that fails validation",
 )
 
@@ -383,7 +379,6 @@ def _remote_bytes(t: TensorInfo, chunk: int) -> Iterator[bytes]:
         yield r.content
 
 
-# -- tensor data ------------------------------------------------------------------------------
 def iter_bytes(t: TensorInfo, chunk: int = CHUNK) -> Iterator[bytes]:
     """The tensor's raw bytes in chunks of at most `chunk` (bounded memory)."""
     file, start = t.file, t.start
@@ -441,26 +436,13 @@ def bytes_to_torch(data: bytes, dtype: str, shape: tuple):
 
 
 # safetensors dtype <-> torch dtype attribute name
-TORCH_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "U16": "uint16",
-    "U32": "uint32",
-    "U64": "uint64",
-}
+TORCH_DTYPES = dict(
+    pair.split("=")
+    for pair in "F64=float64 F32=float32 F16=float16 BF16=bfloat16 I64=int64 I32=int32 I16=int16 I8=int8 U8=uint8 "
+    "BOOL=bool F8_E4M3=float8_e4m3fn F8_E5M2=float8_e5m2 U16=uint16 U32=uint32 U64=uint64".split()
+)
 
 
-# -- writing ----------------------------------------------------------------------------------
 @dataclass
 class WriteEntry:
     """One tensor to write: its header facts and a producer of its bytes (called once)."""

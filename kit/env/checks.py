@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.env.gpu_arch import (
     CUDA_NATIVE_FLOOR_SEVERITY,
     DRIVER_FLOOR,
@@ -32,7 +33,7 @@ from kit.env.gpu_arch import (
     is_blackwell,
     vtuple,
 )
-from kit.env.machine import driver_version, gpu_list
+from kit.env.machine import driver_version, gpu_list, nccl_version
 from kit.findings import Code, Finding, KitInputError, Report, emit
 from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
@@ -179,167 +180,106 @@ PROBE = Code(
 
 HELP = "check GPUs, driver, CUDA, torch, NCCL, packages and NCCL/SGLANG variables (optionally of a launch command)"
 SHM_MIN = 1 << 30  # a guess, not a documented floor; NCCL's SHM transport needs room in containers
+# how torch's arch list covers a GPU (kit.env.gpu_arch.arch_cover) -> (severity, what the title says)
+ARCH_COVER = {
+    "exact": ("info", "has {}"),
+    "same_major": ("warning", "runs {} cubins (same major, lower minor)"),
+    "ptx": ("warning", "has only PTX {}: JIT-compiled at first use (slow start, no arch-specific kernels)"),
+    "none": ("error", "has no kernel for it: 'no kernel image is available for execution on the device'"),
+}
 
 
 @dataclass
 class EnvConfig:
-    launch: str | None = field(
-        default=None,
-        metadata={"help": "an SGLang launch command; its NCCL_*/SGLANG_* variables and flags are checked too"},
-    )
-    facts: str | None = field(
-        default=None, metadata={"help": "judge these recorded facts (JSON from --record) instead of probing"}
-    )
-    record: str | None = field(default=None, metadata={"help": "write the probed facts to this JSON file"})
-    allreduce: bool = field(
-        default=False, metadata={"help": "also run the NCCL all-reduce smoke test (needs >= 2 GPUs)"}
-    )
-    timeout: float = field(
-        default=120.0, metadata={"help": "seconds allowed for each probe / the smoke test (a hang is killed)"}
-    )
-    sglang_version: str | None = field(
-        default=None, metadata={"help": "SGLang release whose SGLANG_* variables to check against (default: installed)"}
-    )
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    launch: str | None = opt("an SGLang launch command; its NCCL_*/SGLANG_* variables and flags are checked too")
+    facts: str | None = opt("judge these recorded facts (JSON from --record) instead of probing")
+    record: str | None = opt("write the probed facts to this JSON file")
+    allreduce: bool = opt("also run the NCCL all-reduce smoke test (needs >= 2 GPUs)", False)
+    timeout: float = opt("seconds allowed for each probe / the smoke test (a hang is killed)", 120.0)
+    sglang_version: str | None = opt("SGLang release whose SGLANG_* variables to check against (default: installed)")
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 def gpu_findings(facts: dict, tp: int | None) -> list[Finding]:
     gpus = gpu_list(facts)
     if not gpus:
         errs = facts.get("errors") or {}
-        tv = (facts.get("torch") or {}).get("version")
-        return [
-            NO_GPU(
-                "no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked",
-                evidence={"torch": tv, "nvml": errs.get("nvml"), "nvidia-smi": errs.get("nvidia-smi query")},
-            )
-        ]
+        ev = {"torch": (facts.get("torch") or {}).get("version"), "nvml": errs.get("nvml")}
+        ev["nvidia-smi"] = errs.get("nvidia-smi query")
+        return [NO_GPU("no NVIDIA GPU visible: GPU checks skipped; packages and variables still checked", evidence=ev)]
     out = []
     groups: dict[tuple, list[dict]] = {}
     for g in gpus:
         groups.setdefault((g["name"], g["cc"]), []).append(g)
     for (name, cc), gs in groups.items():
-        fam = family(cc)
-        mem, pw = gs[0]["memory_mib"], gs[0]["power_limit_w"]
-        out.append(
-            ENV_GPU(
-                f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB" + (f", {pw:.0f} W" if pw else ""),
-                evidence={
-                    "indices": [g["index"] for g in gs],
-                    "cc": f"{cc[0]}.{cc[1]}" if cc else None,
-                    "family": fam["family"],
-                    "memory_mib": mem,
-                    "power_limit_w": pw,
-                },
-            )
-        )
+        fam, mem, pw = family(cc), gs[0]["memory_mib"], gs[0]["power_limit_w"]
+        ev = {"indices": [g["index"] for g in gs], "cc": f"{cc[0]}.{cc[1]}" if cc else None}
+        ev.update(family=fam["family"], memory_mib=mem, power_limit_w=pw)
+        watts = f", {pw:.0f} W" if pw else ""
+        out.append(ENV_GPU(f"{len(gs)}x {name}: {fam['sm']} ({fam['family']}), {mem} MiB{watts}", evidence=ev))
         if pw and "RTX PRO 6000" in (name or "") and pw < 450:
-            out.append(
-                POWER(
-                    f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run "
-                    "~30% faster at high concurrency)",
-                    evidence={"power_limit_w": pw},
-                    fix="record it with every benchmark; do not compare 300 W and 600 W runs",
-                )
-            )
+            title = f"{name} limited to {pw:.0f} W (Max-Q edition or power-capped; 600 W parts run ~30% faster at high concurrency)"
+            fix = "record it with every benchmark; do not compare 300 W and 600 W runs"
+            out.append(POWER(title, evidence={"power_limit_w": pw}, fix=fix))
     if len(groups) > 1:
-        out.append(
-            GPU_MIXED(
-                "different GPU models/capabilities on one host",
-                evidence={"models": [f"{n} ({c})" for n, c in groups]},
-                fix="use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)",
-            )
-        )
+        models = {"models": [f"{n} ({c})" for n, c in groups]}
+        fix = "use identical GPUs per TP group (CUDA_VISIBLE_DEVICES)"
+        out.append(GPU_MIXED("different GPU models/capabilities on one host", evidence=models, fix=fix))
     n, pinned = len(gpus), "CUDA_VISIBLE_DEVICES" in (facts.get("env") or {})
-    if tp and (n < tp or (n > tp and not pinned)):
+    ev = {"tp": tp, "gpus": n}
+    if tp and n < tp:
         out.append(
-            GPU_COUNT(
-                f"--tp-size {tp} but {n} GPU(s) visible"
-                if n < tp
-                else f"--tp-size {tp} on a host with {n} GPUs and no CUDA_VISIBLE_DEVICES",
-                evidence={"tp": tp, "gpus": n},
-                severity="error" if n < tp else "warning",
-                fix="lower --tp-size or expose more GPUs" if n < tp else "pin the GPUs with CUDA_VISIBLE_DEVICES",
-            )
+            GPU_COUNT(f"--tp-size {tp} but {n} GPU(s) visible", evidence=ev, fix="lower --tp-size or expose more GPUs")
         )
+    elif tp and n > tp and not pinned:
+        title = f"--tp-size {tp} on a host with {n} GPUs and no CUDA_VISIBLE_DEVICES"
+        out.append(GPU_COUNT(title, evidence=ev, severity="warning", fix="pin the GPUs with CUDA_VISIBLE_DEVICES"))
     return out
 
 
 def torch_findings(facts: dict) -> list[Finding]:
-    t = facts.get("torch") or {}
-    gpus = gpu_list(facts)
+    t, gpus = facts.get("torch") or {}, gpu_list(facts)
     if not t.get("version"):
-        return [
-            TORCH(
-                "torch not importable: " + str(t.get("error") or (facts.get("errors") or {}).get("torch")),
-                evidence={},
-                severity="warning",
-                fix="install torch",
-            )
-        ]
+        err = t.get("error") or (facts.get("errors") or {}).get("torch")
+        return [TORCH(f"torch not importable: {err}", severity="warning", fix="install torch")]
     cuda = t.get("cuda")
-    out = [
-        TORCH(
-            f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}"
-            + (" on a GPU machine" if gpus and not cuda else ""),
-            evidence={"arch_list": t.get("arch_list"), "nccl": t.get("nccl")},
-            severity="error" if gpus and not cuda else "info",
-            fix="install a CUDA build (cu128/cu130 wheel index)" if gpus and not cuda else "",
-        )
-    ]
+    cpu_only = bool(gpus) and not cuda
+    on_gpu = " on a GPU machine" if cpu_only else ""
+    ev = {"arch_list": t.get("arch_list"), "nccl": t.get("nccl")}
+    fix = "install a CUDA build (cu128/cu130 wheel index)" if cpu_only else ""
+    title = f"torch {t['version']}, CUDA build {cuda or 'none (CPU-only build)'}{on_gpu}"
+    out = [TORCH(title, evidence=ev, severity="error" if cpu_only else "info", fix=fix)]
     if not gpus or not cuda:
         return out
     warn = [w for w in t.get("warnings") or [] if "not compatible" in w or "Found GPU" in w]
     for cc in sorted({g["cc"] for g in gpus if g["cc"]}):
         fam = family(cc)
         how, entry = arch_cover(cc, t.get("arch_list") or [])
-        sev = {"exact": "info", "same_major": "warning", "ptx": "warning", "none": "error"}[how]
-        text = {
-            "exact": f"has {entry}",
-            "same_major": f"runs {entry} cubins (same major, lower minor)",
-            "ptx": f"has only PTX {entry}: JIT-compiled at first use (slow start, no arch-specific kernels)",
-            "none": "has no kernel for it: 'no kernel image is available for execution on the device'",
-        }[how]
-        out.append(
-            TORCH_ARCH(
-                f"torch arch list vs {fam['sm']}: {text}",
-                evidence={"arch_list": t.get("arch_list"), "torch_warnings": warn[:2]},
-                severity=sev,
-                fix=""
-                if how == "exact"
-                else "install torch >= 2.7 from the cu128 or cu130 index (arch list must include " + fam["sm"] + ")",
-            )
-        )
+        sev, text = ARCH_COVER[how]
+        ev = {"arch_list": t.get("arch_list"), "torch_warnings": warn[:2]}
+        fix = f"install torch >= 2.7 from the cu128 or cu130 index (arch list must include {fam['sm']})"
+        title = f"torch arch list vs {fam['sm']}: {text.format(entry)}"
+        out.append(TORCH_ARCH(title, evidence=ev, severity=sev, fix="" if how == "exact" else fix))
         need, have = fam["min_cuda"], vtuple(cuda, 2)
         if need and have and have < need:
+            title = f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}"
             sev = CUDA_NATIVE_FLOOR_SEVERITY.get(cc, "error")
-            out.append(
-                TORCH_CUDA(
-                    f"torch CUDA {cuda} < {need[0]}.{need[1]}, the first toolkit targeting {fam['sm']}",
-                    evidence={"torch_cuda": cuda, "cc": list(cc)},
-                    severity=sev,
-                    fix="move to a cu128/cu130 torch",
-                )
-            )
-    for s in t.get("smoke") or []:
-        if not s.get("ok"):
-            out.append(
-                CUDA_SMOKE(
-                    f"GPU {s['index']}: a one-element CUDA op failed",
-                    evidence={"error": s.get("error")},
-                    fix="install a torch whose arch list covers the GPU; check the driver",
-                )
-            )
+            ev = {"torch_cuda": cuda, "cc": list(cc)}
+            out.append(TORCH_CUDA(title, evidence=ev, severity=sev, fix="move to a cu128/cu130 torch"))
+    fix = "install a torch whose arch list covers the GPU; check the driver"
+    out += [
+        CUDA_SMOKE(f"GPU {s['index']}: a one-element CUDA op failed", evidence={"error": s.get("error")}, fix=fix)
+        for s in t.get("smoke") or []
+        if not s.get("ok")
+    ]
     sg = vtuple((facts.get("packages") or {}).get("sglang"))
     if sg and sg > vtuple(LAST_CUDA12_RELEASE) and vtuple(cuda, 1) == (12,):
+        title = (
+            f"sglang {'.'.join(map(str, sg))} ships for CUDA 13 only ({LAST_CUDA12_RELEASE} was the last CUDA 12 lane)"
+        )
+        fix = "cu130 torch + matching sgl-kernel, or lmsysorg/sglang image"
         out.append(
-            TORCH_CUDA(
-                f"sglang {'.'.join(map(str, sg))} ships "
-                f"for CUDA 13 only ({LAST_CUDA12_RELEASE} was the last CUDA 12 lane), torch is CUDA {cuda}",
-                evidence={"torch_cuda": cuda},
-                severity="warning",
-                fix="cu130 torch + matching sgl-kernel, or lmsysorg/sglang image",
-            )
+            TORCH_CUDA(f"{title}, torch is CUDA {cuda}", evidence={"torch_cuda": cuda}, severity="warning", fix=fix)
         )
     return out
 
@@ -376,41 +316,26 @@ def driver_findings(facts: dict) -> list[Finding]:
 
 
 def nccl_version_findings(facts: dict) -> list[Finding]:
-    gpus = gpu_list(facts)
-    pk = facts.get("packages") or {}
-    v = (facts.get("torch") or {}).get("nccl") or pk.get("nvidia-nccl-cu13") or pk.get("nvidia-nccl-cu12")
+    gpus, v = gpu_list(facts), nccl_version(facts)
     if not gpus:
         return []
+    if v is None:
+        return [NCCL_VERSION("NCCL version unknown", severity="warning", fix="check torch.cuda.nccl.version()")]
     ccs = {g["cc"] for g in gpus if g["cc"]}
     floors = [(family(cc)["min_nccl"], family(cc)["sm"]) for cc in ccs if family(cc)["min_nccl"]]
-    if v is None:
-        return [
-            NCCL_VERSION("NCCL version unknown", evidence={}, severity="warning", fix="check torch.cuda.nccl.version()")
-        ]
     for floor, sm in sorted(floors, reverse=True):
         if vtuple(v) < floor:
             why = " (2.25.1 overflows sm_120 shared memory; fixed in 2.26.2)" if sm.startswith("sm_12") else ""
-            return [
-                NCCL_VERSION(
-                    f"NCCL {v} < {'.'.join(map(str, floor))} needed on {sm}{why}",
-                    evidence={"nccl": v},
-                    fix="upgrade torch / nvidia-nccl-cu1x",
-                )
-            ]
-    return [
-        NCCL_VERSION(
-            f"NCCL {v}: new enough for " + (", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"),
-            evidence={"nccl": v},
-            severity="info",
-        )
-    ]
+            title = f"NCCL {v} < {'.'.join(map(str, floor))} needed on {sm}{why}"
+            return [NCCL_VERSION(title, evidence={"nccl": v}, fix="upgrade torch / nvidia-nccl-cu1x")]
+    sms = ", ".join(sorted(family(c)["sm"] for c in ccs)) or "these GPUs"
+    return [NCCL_VERSION(f"NCCL {v}: new enough for {sms}", evidence={"nccl": v}, severity="info")]
 
 
 def package_findings(facts: dict) -> list[Finding]:
     pk = facts.get("packages") or {}
     ccs = sorted({g["cc"] for g in gpu_list(facts) if g["cc"]})
-    bw = any(is_blackwell(c) for c in ccs)
-    sm120 = any(c[0] == 12 for c in ccs)
+    bw, sm120 = any(is_blackwell(c) for c in ccs), any(c[0] == 12 for c in ccs)
     cuda = (facts.get("torch") or {}).get("cuda")
     out = []
     notes = {  # in the order the findings come
@@ -435,64 +360,41 @@ def package_findings(facts: dict) -> list[Finding]:
         if v is None:
             continue
         out.append(PACKAGE(f"{name} {v}: {note}", evidence={"package": name, "version": v}))
-        if name in ("sgl-kernel", "sglang-kernel") and "+cu" in v and cuda:
-            lane = v.split("+cu")[1][:3]
-            if lane != cuda.replace(".", "")[:3]:
-                out.append(
-                    SGL_KERNEL_LANE(
-                        f"{name} {v} is built for cu{lane}, torch is CUDA {cuda}",
-                        evidence={"package": v, "torch_cuda": cuda},
-                        fix=f"install the {name} wheel tagged +cu{cuda.replace('.', '')}",
-                    )
-                )
+        lane, want = v.split("+cu")[1][:3] if "+cu" in v else None, (cuda or "").replace(".", "")
+        if name in ("sgl-kernel", "sglang-kernel") and lane is not None and cuda and lane != want[:3]:
+            title, ev = f"{name} {v} is built for cu{lane}, torch is CUDA {cuda}", {"package": v, "torch_cuda": cuda}
+            out.append(SGL_KERNEL_LANE(title, evidence=ev, fix=f"install the {name} wheel tagged +cu{want}"))
         if name == "triton" and bw and vtuple(v, 2) < TRITON_BLACKWELL:
-            out.append(
-                TRITON(
-                    f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : Value sm_120 is not defined'",
-                    evidence={"triton": v},
-                    fix="use the triton pinned by torch >= 2.7",
-                )
-            )
+            title = f"triton {v} < 3.3 on Blackwell: 'ptxas fatal : Value sm_120 is not defined'"
+            out.append(TRITON(title, evidence={"triton": v}, fix="use the triton pinned by torch >= 2.7"))
     fa = pk.get("flash-attn")
-    if fa and bw:
-        old = vtuple(fa) < FLASH_ATTN_BLACKWELL
+    if fa and bw and vtuple(fa) < FLASH_ATTN_BLACKWELL:
+        fix = 'rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)'
+        title = f"flash-attn {fa} predates Blackwell gencode (v2.7.3)"
+        out.append(FLASH_ATTN(title, evidence={"flash-attn": fa}, severity="warning", fix=fix))
+    elif fa and bw:
+        title = f"flash-attn {fa} on Blackwell: FA2 only runs if built with FLASH_ATTN_CUDA_ARCHS covering the arch"
+        fix = "SGLang does not need FA2 on sm_100/sm_120"
         out.append(
             FLASH_ATTN(
-                f"flash-attn {fa} predates Blackwell gencode (v2.7.3)"
-                if old
-                else f"flash-attn {fa} on Blackwell: FA2 only runs "
-                "if built with FLASH_ATTN_CUDA_ARCHS covering the arch (its README lists Ampere/Ada/Hopper)",
-                evidence={"flash-attn": fa},
-                severity="warning" if old else "info",
-                fix='rebuild with FLASH_ATTN_CUDA_ARCHS="120" (or "100"), '
-                "nvcc >= 12.8, or skip FA2 (SGLang uses flashinfer/triton on sm_120)"
-                if old
-                else "SGLang does not need FA2 on sm_100/sm_120",
+                f"{title} (its README lists Ampere/Ada/Hopper)", evidence={"flash-attn": fa}, severity="info", fix=fix
             )
         )
     fa_run = (facts.get("torch") or {}).get("flash_attn")
     if fa_run and not fa_run.get("ok"):
-        out.append(
-            FLASH_ATTN(
-                "flash-attn is installed but a tiny call fails on GPU 0 (not built for this arch?)",
-                evidence={"error": fa_run.get("error")},
-                fix="rebuild with FLASH_ATTN_CUDA_ARCHS set to this arch (nvcc >= 12.8 for Blackwell, "
-                "MAX_JOBS sized to RAM, ~5 GB per nvcc thread), or uninstall it",
-            )
-        )
+        title = "flash-attn is installed but a tiny call fails on GPU 0 (not built for this arch?)"
+        fix = "rebuild with FLASH_ATTN_CUDA_ARCHS set to this arch (nvcc >= 12.8 for Blackwell, MAX_JOBS sized to RAM, "
+        fix += "~5 GB per nvcc thread), or uninstall it"
+        out.append(FLASH_ATTN(title, evidence={"error": fa_run.get("error")}, fix=fix))
     fa3 = pk.get("flash_attn_3") or pk.get("flash-attn-3")
     if fa3 and ccs and any(c != (9, 0) for c in ccs):
+        title = "FlashAttention-3 installed on a non-sm_90 GPU (FA3 is sm_90a only)"
         out.append(
             FLASH_ATTN(
-                "FlashAttention-3 installed on a non-sm_90 GPU (FA3 is sm_90a only)",
-                evidence={"flash_attn_3": fa3},
-                severity="warning",
-                fix="do not force --attention-backend fa3",
+                title, evidence={"flash_attn_3": fa3}, severity="warning", fix="do not force --attention-backend fa3"
             )
         )
-    req = (facts.get("requires") or {}).get("sglang") or []
-    out += _requirement_findings(req, pk)
-    return out
+    return out + _requirement_findings((facts.get("requires") or {}).get("sglang") or [], pk)
 
 
 def _requirement_findings(req: list[str], pk: dict) -> list[Finding]:
@@ -508,13 +410,8 @@ def _requirement_findings(req: list[str], pk: dict) -> list[Finding]:
             continue
         have = pk.get(q.name) or pk.get(q.name.replace("_", "-"))
         if have and q.specifier and not q.specifier.contains(have.split("+")[0], prereleases=True):
-            out.append(
-                SGLANG_REQUIRES(
-                    f"sglang requires {r}, installed {q.name} {have}",
-                    evidence={"requirement": r, "installed": have},
-                    fix=f"pip install '{r}' in the serving environment",
-                )
-            )
+            title, ev = f"sglang requires {r}, installed {q.name} {have}", {"requirement": r, "installed": have}
+            out.append(SGLANG_REQUIRES(title, evidence=ev, fix=f"pip install '{r}' in the serving environment"))
     return out
 
 
@@ -522,27 +419,17 @@ def shm_findings(facts: dict) -> list[Finding]:
     b = (facts.get("system") or {}).get("shm_bytes")
     if b is None or len(gpu_list(facts)) < 2 or b >= SHM_MIN:
         return []
-    return [
-        ENV_SHM(
-            f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed floor): NCCL's SHM transport may fail in a container",
-            evidence={"shm_bytes": b},
-            fix="docker run --shm-size=16g or --ipc=host",
-        )
-    ]
+    title = f"/dev/shm is {b / 2**20:.0f} MiB (< 1 GiB, a guessed floor): NCCL's SHM transport may fail in a container"
+    return [ENV_SHM(title, evidence={"shm_bytes": b}, fix="docker run --shm-size=16g or --ipc=host")]
 
 
 def probe_error_findings(facts: dict) -> list[Finding]:
-    out = []
-    for part, msg in (facts.get("errors") or {}).items():
-        if "timed out" in msg or "child exited" in msg:
-            out.append(
-                PROBE(
-                    f"{part} probe failed: {msg[:160]}",
-                    evidence={"part": part},
-                    fix="its facts are unknown; run the probe again on the host",
-                )
-            )
-    return out
+    fix = "its facts are unknown; run the probe again on the host"
+    return [
+        PROBE(f"{part} probe failed: {msg[:160]}", evidence={"part": part}, fix=fix)
+        for part, msg in (facts.get("errors") or {}).items()
+        if "timed out" in msg or "child exited" in msg
+    ]
 
 
 def check(
@@ -565,35 +452,25 @@ def check(
     tp = int(tp) if tp and tp.isdigit() else None
     rep = Report(facts=facts)
     if "torch" in facts or "nvml" in facts:  # probed (live or recorded); else judge only env and argv
-        for rule in (
-            probe_error_findings,
-            lambda f: gpu_findings(f, tp),
-            torch_findings,
-            driver_findings,
-            nccl_version_findings,
-            package_findings,
-            lambda f: multi_gpu_findings(f, tp, argv),
-            shm_findings,
-        ):
-            rep.extend(rule(facts))
-    here = facts.get("env") or {}
-    launch_env = env or {}
-    for prefix, judge in (
-        ("NCCL_", lambda e, s: nccl_findings(e, facts, source=s)),
-        (
-            "SGLANG_",
-            lambda e, s: sglang_findings(e, sglang_version or (facts.get("packages") or {}).get("sglang"), source=s),
-        ),
-    ):
+        rep.extend(probe_error_findings(facts) + gpu_findings(facts, tp) + torch_findings(facts))
+        rep.extend(driver_findings(facts) + nccl_version_findings(facts) + package_findings(facts))
+        rep.extend(multi_gpu_findings(facts, tp, argv) + shm_findings(facts))
+    here, launch_env = facts.get("env") or {}, env or {}
+    sg_version = sglang_version or (facts.get("packages") or {}).get("sglang")
+    judges = {
+        "NCCL_": lambda e, s: nccl_findings(e, facts, source=s),
+        "SGLANG_": lambda e, s: sglang_findings(e, sg_version, source=s),
+    }
+    for prefix, judge in judges.items():
         mine = {k: v for k, v in here.items() if k.startswith(prefix) and k not in launch_env}
         theirs = {k: v for k, v in launch_env.items() if k.startswith(prefix)}
         if theirs:
             rep.extend(judge({**mine, **theirs}, source))  # one verdict per variable, launch's value wins
         elif mine:
             rep.extend(judge(mine, "environment"))
-    ccs = [g["cc"] for g in gpu_list(facts) if g["cc"]]
-    rep.extend(attention_backend_findings(ccs[0] if ccs else None, argv, target_config))
-    rep.extend(fp8_findings(ccs[0] if ccs else None, {**here, **launch_env}, target_config))
+    cc = next((g["cc"] for g in gpu_list(facts) if g["cc"]), None)
+    rep.extend(attention_backend_findings(cc, argv, target_config))
+    rep.extend(fp8_findings(cc, {**here, **launch_env}, target_config))
     if allreduce is not None:
         rep.extend(allreduce_findings(allreduce))
     return rep
@@ -601,38 +478,32 @@ def check(
 
 def facts_rows(facts: dict) -> list[tuple[str, Any]]:
     """The facts as (name, value) rows for a table (notebook 01, `kit env` text output)."""
-    t = facts.get("torch") or {}
-    nv = facts.get("nvml") or {}
-    pk = facts.get("packages") or {}
+    t, pk, s = facts.get("torch") or {}, facts.get("packages") or {}, facts.get("system") or {}
     rows: list[tuple[str, Any]] = [("machine", facts.get("label")), ("cpu", (facts.get("host") or {}).get("cpu_model"))]
     for g in gpu_list(facts):
-        cc = g["cc"]
-        rows.append(
-            (
-                f"GPU {g['index']}",
-                f"{g['name']} | {family(cc)['sm']} {family(cc)['family']} | "
-                f"{g['memory_mib']} MiB | {g['power_limit_w'] or '?'} W",
-            )
-        )
+        fam = family(g["cc"])
+        desc = f"{g['name']} | {fam['sm']} {fam['family']} | {g['memory_mib']} MiB | {g['power_limit_w'] or '?'} W"
+        rows.append((f"GPU {g['index']}", desc))
     rows += [
         ("driver", driver_version(facts)),
-        ("driver CUDA", nv.get("cuda_driver")),
+        ("driver CUDA", (facts.get("nvml") or {}).get("cuda_driver")),
         ("torch", t.get("version")),
         ("torch CUDA", t.get("cuda")),
         ("torch arch list", " ".join(t.get("arch_list") or []) or None),
-        ("NCCL", t.get("nccl") or pk.get("nvidia-nccl-cu13") or pk.get("nvidia-nccl-cu12")),
+        ("NCCL", nccl_version(facts)),
     ]
     topo = (facts.get("smi") or {}).get("topo")
     if topo:
         rows.append(("topology", "; ".join(f"{g}: {' '.join(r)}" for g, r in zip(topo["gpus"], topo["matrix"]))))
-    rows += [(k, v) for k, v in pk.items() if v is not None and k != "torch"]
-    s = facts.get("system") or {}
-    rows += [
-        ("/dev/shm", f"{s['shm_bytes'] / 2**30:.1f} GiB" if s.get("shm_bytes") else None),
-        ("iommu groups", s.get("iommu_groups")),
-        ("unknown (probe errors)", "; ".join(facts.get("errors") or {}) or None),
-    ]
-    return rows
+    return (
+        rows
+        + [(k, v) for k, v in pk.items() if v is not None and k != "torch"]
+        + [
+            ("/dev/shm", f"{s['shm_bytes'] / 2**30:.1f} GiB" if s.get("shm_bytes") else None),
+            ("iommu groups", s.get("iommu_groups")),
+            ("unknown (probe errors)", "; ".join(facts.get("errors") or {}) or None),
+        ]
+    )
 
 
 def summary_line(report: Report) -> str:

@@ -18,6 +18,7 @@ The children run concurrently: `python -m kit env` costs about one torch import 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -63,14 +64,9 @@ def _torch_child() -> dict[str, Any]:
                 torch.cuda.init()  # fires torch's lazy _check_capability/_check_cubins warnings here
             for i in range(n):
                 p = torch.cuda.get_device_properties(i)
+                d = {"index": i, "name": p.name, "cc": list(torch.cuda.get_device_capability(i))}
                 out["devices"].append(
-                    {
-                        "index": i,
-                        "name": p.name,
-                        "cc": list(torch.cuda.get_device_capability(i)),
-                        "memory_bytes": int(p.total_memory),
-                        "sm_count": getattr(p, "multi_processor_count", None),
-                    }
+                    dict(d, memory_bytes=int(p.total_memory), sm_count=getattr(p, "multi_processor_count", None))
                 )
             if n:
                 try:
@@ -115,15 +111,14 @@ def _flash_attn_smoke(torch) -> dict[str, Any] | None:
 
 def _nvml_child() -> dict[str, Any]:
     out: dict[str, Any] = {"ok": False, "error": None, "driver": None, "cuda_driver": None, "devices": [], "p2p": None}
+    step = "import pynvml"
     try:
         import pynvml
-    except Exception as e:
-        out["error"] = f"import pynvml: {type(e).__name__}: {e}"
-        return out
-    try:
+
+        step = "nvmlInit"
         pynvml.nvmlInit()
     except Exception as e:
-        out["error"] = f"nvmlInit: {type(e).__name__}: {e}"
+        out["error"] = f"{step}: {type(e).__name__}: {e}"
         return out
 
     def _s(x):
@@ -147,22 +142,13 @@ def _nvml_child() -> dict[str, Any]:
         pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
         links = sum(_try(pynvml.nvmlDeviceGetNvLinkState, h, k) == 1 for k in range(max_links))
         cc = _try(pynvml.nvmlDeviceGetCudaComputeCapability, h)
-        out["devices"].append(
-            {
-                "index": i,
-                "name": _s(_try(pynvml.nvmlDeviceGetName, h)),
-                "cc": list(cc) if cc else None,
-                "memory_bytes": int(mem.total) if mem else None,
-                "power_limit_w": plim / 1000 if plim else None,
-                "pci_bus_id": _s(pci.busId) if pci else None,
-                "nvlinks_active": links,
-            }
-        )
+        d = {"index": i, "name": _s(_try(pynvml.nvmlDeviceGetName, h)), "cc": list(cc) if cc else None}
+        d.update(memory_bytes=int(mem.total) if mem else None, power_limit_w=plim / 1000 if plim else None)
+        out["devices"].append(dict(d, pci_bus_id=_s(pci.busId) if pci else None, nvlinks_active=links))
 
     def p2p(i: int, j: int, idx: int) -> str:
-        if i == j:
-            return "X"
-        return NVML_P2P_STATUS.get(_try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx), "UNKNOWN")
+        status = _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx) if i != j else None
+        return "X" if i == j else NVML_P2P_STATUS.get(status, "UNKNOWN")
 
     if n > 1:
         out["p2p"] = {}
@@ -216,23 +202,12 @@ def parse_smi_query(text: str) -> list[dict[str, Any]]:
             return None
 
     rows = []
-    for ln in text.strip().splitlines():
-        f = [x.strip() for x in ln.split(",")]
-        if len(f) < 7 or not f[0].isdigit():
-            continue
-        cc = [int(p) for p in f[2].split(".")] if re.fullmatch(r"\d+\.\d+", f[2]) else None
-        mem = num(f[3])
-        rows.append(
-            {
-                "index": int(f[0]),
-                "name": f[1],
-                "cc": cc,
-                "memory_bytes": int(mem * 2**20) if mem is not None else None,
-                "power_limit_w": num(f[4]),
-                "driver": f[5],
-                "pci_bus_id": f[6],
-            }
-        )
+    for f in ([x.strip() for x in ln.split(",")] for ln in text.strip().splitlines()):
+        if len(f) >= 7 and f[0].isdigit():
+            cc = [int(p) for p in f[2].split(".")] if re.fullmatch(r"\d+\.\d+", f[2]) else None
+            mem = None if num(f[3]) is None else int(num(f[3]) * 2**20)
+            row = {"index": int(f[0]), "name": f[1], "cc": cc, "memory_bytes": mem, "power_limit_w": num(f[4])}
+            rows.append(dict(row, driver=f[5], pci_bus_id=f[6]))
     return rows
 
 
@@ -312,19 +287,15 @@ def probe_machine(timeout: float = 60.0, label: str | None = None) -> dict[str, 
     t0 = time.perf_counter()
     errors: dict[str, str] = {}
     kids = {"torch": _child("torch"), "nvml": _child("nvml")}
-    topo_text, err = _run(["nvidia-smi", "topo", "-m"], timeout)
-    if err:
-        errors["nvidia-smi topo"] = err
-    query_text, err = _run(["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"], timeout)
-    if err:
-        errors["nvidia-smi query"] = err
+    topo_text, errors["nvidia-smi topo"] = _run(["nvidia-smi", "topo", "-m"], timeout)
+    cmd = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"]
+    query_text, errors["nvidia-smi query"] = _run(cmd, timeout)
+    errors = {k: v for k, v in errors.items() if v}
     versions, requires = package_versions()
     system = _system(errors)
     torch_f = _collect(kids["torch"], timeout, "torch", errors)
     nvml_f = _collect(kids["nvml"], timeout, "nvml", errors)
-    for name, f in (("torch", torch_f), ("nvml", nvml_f)):
-        if f and f.get("error"):
-            errors[name] = f["error"]
+    errors.update((name, f["error"]) for name, f in (("torch", torch_f), ("nvml", nvml_f)) if f and f.get("error"))
     return {
         "schema": SCHEMA,
         "label": label or platform.node(),
@@ -373,18 +344,13 @@ def gpu_list(facts: dict) -> list[dict[str, Any]]:
     for i, d in enumerate(base):
         t = tv[i] if i < len(tv) and not masked else {}
         s = sv[i] if i < len(sv) and not masked else {}
-        cc = d.get("cc") or t.get("cc") or s.get("cc")
-        mem = d.get("memory_bytes") or t.get("memory_bytes") or s.get("memory_bytes")
-        out.append(
-            {
-                "index": d.get("index", i),
-                "name": d.get("name") or t.get("name") or s.get("name"),
-                "cc": tuple(cc) if cc else None,
-                "memory_mib": round(mem / 2**20) if mem else None,
-                "power_limit_w": d.get("power_limit_w") or s.get("power_limit_w"),
-                "nvlinks_active": d.get("nvlinks_active"),
-            }
+        cc, name, mem = (d.get(k) or t.get(k) or s.get(k) for k in ("cc", "name", "memory_bytes"))
+        g = {"index": d.get("index", i), "name": name, "cc": tuple(cc) if cc else None}
+        g.update(
+            memory_mib=round(mem / 2**20) if mem else None,
+            power_limit_w=d.get("power_limit_w") or s.get("power_limit_w"),
         )
+        out.append(dict(g, nvlinks_active=d.get("nvlinks_active")))
     return out
 
 
@@ -392,6 +358,12 @@ def driver_version(facts: dict) -> str | None:
     nv = facts.get("nvml") or {}
     sv = (facts.get("smi") or {}).get("gpus") or []
     return nv.get("driver") or (sv[0].get("driver") if sv else None)
+
+
+def nccl_version(facts: dict) -> str | None:
+    """torch's NCCL, else the nvidia-nccl wheel's version."""
+    pk = facts.get("packages") or {}
+    return (facts.get("torch") or {}).get("nccl") or pk.get("nvidia-nccl-cu13") or pk.get("nvidia-nccl-cu12")
 
 
 # nvidia-smi topo cells -> the NCCL path type they correspond to (NCCL's own names)
@@ -405,11 +377,8 @@ def topo_pairs(facts: dict) -> dict[str, list[tuple[int, int]]] | None:
         return None
     m = topo["matrix"]
     pairs: dict[str, list[tuple[int, int]]] = {}
-    for i in range(len(m)):
-        for j in range(i + 1, len(m)):
-            cell = m[i][j]
-            key = "NV" if cell.startswith("NV") else cell
-            pairs.setdefault(key, []).append((i, j))
+    for i, j in itertools.combinations(range(len(m)), 2):
+        pairs.setdefault("NV" if m[i][j].startswith("NV") else m[i][j], []).append((i, j))
     return pairs
 
 
@@ -423,12 +392,8 @@ def full_nvlink(facts: dict) -> bool | None:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["torch"]:
-        print(json.dumps(_torch_child()))
-    elif argv[:1] == ["nvml"]:
-        print(json.dumps(_nvml_child()))
-    else:
-        print(json.dumps(probe_machine(), indent=1))
+    child = {"torch": _torch_child, "nvml": _nvml_child}.get(argv[0] if argv else "")
+    print(json.dumps(child()) if child else json.dumps(probe_machine(), indent=1))
     return 0
 
 

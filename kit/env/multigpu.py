@@ -14,6 +14,7 @@ multicast off and NCCL_DEBUG=INFO (the transport per channel). `backend="gloo"` 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -87,51 +88,25 @@ def custom_allreduce_findings(facts: dict, tp: int | None, argv: list[str]) -> l
     n = tp or len(gpu_list(facts))
     if n < 2:
         return []
-    nvl = full_nvlink(facts)
-    disabled_flag = "--disable-custom-all-reduce" in argv
-    ev = {"world_size": n, "full_nvlink": nvl, "disable_custom_all_reduce": disabled_flag}
+    nvl, flag = full_nvlink(facts), "--disable-custom-all-reduce" in argv
+    ev = {"world_size": n, "full_nvlink": nvl, "disable_custom_all_reduce": flag}
     if n not in SGLANG_CAR_WORLD_SIZES:
-        return [
-            CUSTOM_ALLREDUCE(
-                f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it",
-                evidence=ev,
-                severity="info",
-                fix="",
-            )
-        ]
+        title = f"SGLang custom all-reduce off: world size {n} not in {SGLANG_CAR_WORLD_SIZES}; NCCL carries it"
+        return [CUSTOM_ALLREDUCE(title, evidence=ev, severity="info")]
     if nvl is False and n > 2:
-        return [
-            CUSTOM_ALLREDUCE(
-                f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
-                + ("; --disable-custom-all-reduce only silences the warning" if disabled_flag else ""),
-                evidence=ev,
-                severity="info",
-                fix=""
-                if disabled_flag
-                else "pass --disable-custom-all-reduce to silence 'Custom allreduce "
-                "is disabled because it's not supported on more than two PCIe-only GPUs'",
-            )
-        ]
-    if nvl is False and n == 2:
-        p2p = (facts.get("torch") or {}).get("p2p")
-        if p2p is not None and not all(all(r) for r in p2p) and not disabled_flag:
-            return [
-                CUSTOM_ALLREDUCE(
-                    "2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
-                    "('peer access is not supported between these two devices')",
-                    evidence=ev,
-                    fix="pass --disable-custom-all-reduce",
-                )
-            ]
-        return []
-    if nvl and disabled_flag:
-        return [
-            CUSTOM_ALLREDUCE(
-                "--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message all-reduce",
-                evidence=ev,
-                fix="drop the flag unless it was added to work around a bug",
-            )
-        ]
+        title = f"PCIe-only with {n} GPUs: SGLang disables custom all-reduce by itself (NCCL carries it)"
+        title += "; --disable-custom-all-reduce only silences the warning" if flag else ""
+        fix = "pass --disable-custom-all-reduce to silence 'Custom allreduce is disabled because it's not supported on "
+        fix += "more than two PCIe-only GPUs'"
+        return [CUSTOM_ALLREDUCE(title, evidence=ev, severity="info", fix="" if flag else fix)]
+    p2p = (facts.get("torch") or {}).get("p2p")
+    if nvl is False and n == 2 and p2p is not None and not all(all(r) for r in p2p) and not flag:
+        title = "2 PCIe GPUs without P2P: SGLang's custom all-reduce needs peer access "
+        title += "('peer access is not supported between these two devices')"
+        return [CUSTOM_ALLREDUCE(title, evidence=ev, fix="pass --disable-custom-all-reduce")]
+    if nvl and flag:
+        title = "--disable-custom-all-reduce on an NVLink machine turns off SGLang's faster small-message all-reduce"
+        return [CUSTOM_ALLREDUCE(title, evidence=ev, fix="drop the flag unless it was added to work around a bug")]
     return []
 
 
@@ -140,29 +115,24 @@ def p2p_findings(facts: dict) -> list[Finding]:
     nv = (facts.get("nvml") or {}).get("p2p") or {}
     if not t and not nv:
         return []
-    bad = []
-    if t:
-        bad = [(i, j) for i in range(len(t)) for j in range(len(t)) if i < j and not (t[i][j] and t[j][i])]
+    bad = [(i, j) for i, j in itertools.combinations(range(len(t or [])), 2) if not (t[i][j] and t[j][i])]
     # NVML answers UNKNOWN for some capabilities over NVLink (H200: read UNKNOWN, write OK, while NCCL runs
     # P2P/IPC on every channel): only a definite status (NOT_SUPPORTED, DISABLED_BY_REGKEY, ...) is a negative
-    no = {"X", "OK", "UNKNOWN"}
-    nv_bad = {cap: sorted({c for row in nv[cap] for c in row} - no) for cap in ("read", "write") if cap in nv}
+    nv_bad = {
+        cap: sorted({c for row in nv[cap] for c in row} - {"X", "OK", "UNKNOWN"})
+        for cap in ("read", "write")
+        if cap in nv
+    }
     nv_bad = {k: v for k, v in nv_bad.items() if v}
     n = len(t or nv.get("read") or [])
     ev = {"pairs_without_p2p": bad[:16], "n_pairs_without": len(bad), "nvml_read_write": nv_bad or "OK"}
     if not bad and not nv_bad:
         return [ENV_P2P(f"CUDA P2P available between all {n} GPUs", evidence=ev, severity="info")]
-    names = {d["name"] for d in gpu_list(facts)}
-    geforce = any("GeForce" in (x or "") for x in names)
-    return [
-        ENV_P2P(
-            f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
-            + (" (expected on GeForce with the stock driver)" if geforce else ""),
-            evidence=ev,
-            fix="check BIOS IOMMU/ACS (iommu=pt or off, pci=noacs / setpci ECAP_ACS+6.w=0000); NVML status "
-            "DISABLED_BY_REGKEY points at driver registry keys",
-        )
-    ]
+    geforce = any("GeForce" in (d["name"] or "") for d in gpu_list(facts))
+    title = f"CUDA P2P missing for {len(bad) or 'some'} GPU pairs; NCCL uses host shared memory there"
+    title += " (expected on GeForce with the stock driver)" if geforce else ""
+    fix = "check BIOS IOMMU/ACS (iommu=pt or off, pci=noacs / setpci ECAP_ACS+6.w=0000); NVML status "
+    return [ENV_P2P(title, evidence=ev, fix=fix + "DISABLED_BY_REGKEY points at driver registry keys")]
 
 
 def topology_findings(facts: dict) -> list[Finding]:
@@ -170,58 +140,33 @@ def topology_findings(facts: dict) -> list[Finding]:
     if not pairs:
         return []
     counts = {k: len(v) for k, v in pairs.items()}
-    far = {k: n for k, n in counts.items() if SMI_TO_NCCL_PATH.get(k) in ("PHB", "SYS")}
+    far = ", ".join(f"{n} {k}" for k, n in counts.items() if SMI_TO_NCCL_PATH.get(k) in ("PHB", "SYS"))
     if not far:
         kind = "NVLink" if set(counts) == {"NV"} else "PCIe switch / NVLink"
-        return [
-            TOPOLOGY(
-                f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it",
-                evidence={"pairs": counts},
-                severity="info",
-            )
-        ]
-    return [
-        TOPOLOGY(
-            "topology: " + ", ".join(f"{n} {k}" for k, n in far.items()) + " GPU pairs lie beyond NCCL's "
-            "default P2P level (PXB), so NCCL uses host shared memory there",
-            evidence={"pairs": counts},
-            fix="leave it (correct, slower) or raise NCCL_P2P_LEVEL to PHB/SYS only after the all-reduce smoke "
-            "test passes under it and is faster",
-        )
-    ]
+        title = f"topology: every GPU pair is {kind}-connected; NCCL's default P2P level covers it"
+        return [TOPOLOGY(title, evidence={"pairs": counts}, severity="info")]
+    title = (
+        f"topology: {far} GPU pairs lie beyond NCCL's default P2P level (PXB), so NCCL uses host shared memory there"
+    )
+    fix = "leave it (correct, slower) or raise NCCL_P2P_LEVEL to PHB/SYS only after the all-reduce smoke test passes "
+    return [TOPOLOGY(title, evidence={"pairs": counts}, fix=fix + "under it and is faster")]
 
 
 def iommu_findings(facts: dict) -> list[Finding]:
-    gpus = gpu_list(facts)
-    if len(gpus) < 2 or full_nvlink(facts):
+    if len(gpu_list(facts)) < 2 or full_nvlink(facts):
         return []
     s = facts.get("system") or {}
-    cmd = s.get("cmdline") or ""
-    flags = re.findall(r"\b(?:intel_iommu|amd_iommu|iommu|pci)=\S+", cmd)
+    flags = re.findall(r"\b(?:intel_iommu|amd_iommu|iommu|pci)=\S+", s.get("cmdline") or "")
     ev = {"cmdline_flags": flags, "iommu_groups": s.get("iommu_groups")}
     if any(f in ("iommu=pt", "iommu=off", "intel_iommu=off", "amd_iommu=off") for f in flags):
-        return [
-            ENV_IOMMU(
-                "IOMMU passthrough/off on the kernel command line (good for PCIe P2P)", evidence=ev, severity="info"
-            )
-        ]
+        title = "IOMMU passthrough/off on the kernel command line (good for PCIe P2P)"
+        return [ENV_IOMMU(title, evidence=ev, severity="info")]
     if s.get("iommu_groups"):
-        return [
-            ENV_IOMMU(
-                f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is "
-                "the known NCCL hang cause",
-                evidence=ev,
-                fix="kernel iommu=pt (or off); disable ACS on root and switch ports (BIOS, pci=noacs or "
-                "setpci ... ECAP_ACS+6.w=0000); check with `sudo lspci -vvv | grep ACSCtl`",
-            )
-        ]
-    return [
-        ENV_IOMMU(
-            "no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)",
-            evidence=ev,
-            severity="info",
-        )
-    ]
+        title = f"IOMMU active ({s['iommu_groups']} groups) on a PCIe multi-GPU host: P2P through it is the known NCCL hang cause"
+        fix = "kernel iommu=pt (or off); disable ACS on root and switch ports (BIOS, pci=noacs or setpci ... ECAP_ACS+6.w=0000); "
+        return [ENV_IOMMU(title, evidence=ev, fix=fix + "check with `sudo lspci -vvv | grep ACSCtl`")]
+    title = "no IOMMU groups exposed; ACS state needs root (`sudo lspci -vvv | grep ACSCtl`)"
+    return [ENV_IOMMU(title, evidence=ev, severity="info")]
 
 
 def multi_gpu_findings(facts: dict, tp: int | None = None, argv: list[str] | None = None) -> list[Finding]:
@@ -264,15 +209,8 @@ def _worker(rank: int, world: int, port: int, backend: str, sizes: list[int], it
         sync()
         dt = (time.perf_counter() - t0) / iters
         algbw = nbytes / dt / 1e9
-        rows.append(
-            {
-                "bytes": nbytes,
-                "ok": bool(ok.item()),
-                "time_us": round(dt * 1e6, 1),
-                "algbw_gbs": round(algbw, 6),
-                "busbw_gbs": round(algbw * 2 * (world - 1) / world, 6),
-            }
-        )
+        row = {"bytes": nbytes, "ok": bool(ok.item()), "time_us": round(dt * 1e6, 1), "algbw_gbs": round(algbw, 6)}
+        rows.append(dict(row, busbw_gbs=round(algbw * 2 * (world - 1) / world, 6)))
     if rank == 0:
         print("KIT_ALLREDUCE " + json.dumps({"world": world, "backend": backend, "sizes": rows}), flush=True)
     dist.destroy_process_group()
@@ -317,16 +255,10 @@ def allreduce_smoke(
             rc, status = None, "timeout"
         log.seek(0)
         text = log.read()
-    res: dict[str, Any] = {
-        "status": status,
-        "nprocs": nprocs,
-        "backend": backend,
-        "returncode": rc,
-        "elapsed_s": round(time.perf_counter() - t0, 2),
-        "timeout_s": timeout_s,
-        "env_applied": applied,
-        "log_tail": text[-2000:],
-    }
+    res: dict[str, Any] = {"status": status, "nprocs": nprocs, "backend": backend, "returncode": rc}
+    res.update(
+        elapsed_s=round(time.perf_counter() - t0, 2), timeout_s=timeout_s, env_applied=applied, log_tail=text[-2000:]
+    )
     m = re.search(r"^KIT_ALLREDUCE (.*)$", text, re.M)
     if m:
         res.update(json.loads(m.group(1)))
@@ -356,44 +288,23 @@ def allreduce_findings(res: dict[str, Any]) -> list[Finding]:
     if st == "skipped":
         return [ALLREDUCE(f"all-reduce smoke test skipped: {res.get('reason')}", evidence=ev, severity="info")]
     if st == "timeout":
-        return [
-            ALLREDUCE(
-                f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P "
-                "symptom on PCIe rigs: GPUs busy, no progress)",
-                evidence=ev,
-                fix="retry with NCCL_P2P_DISABLE=1 to confirm a P2P problem, then fix ACS/IOMMU; "
-                "a GPU reset may be needed after a hang",
-            )
-        ]
+        title = f"all-reduce did not finish in {res.get('timeout_s'):.0f} s: a hang (the IOMMU/ACS P2P symptom on PCIe "
+        fix = "retry with NCCL_P2P_DISABLE=1 to confirm a P2P problem, then fix ACS/IOMMU; a GPU reset may be needed after a hang"
+        return [ALLREDUCE(title + "rigs: GPUs busy, no progress)", evidence=ev, fix=fix)]
     if st in ("failed", "wrong_sum"):
         tail = (res.get("log_tail") or "").strip().splitlines()[-3:]
-        return [
-            ALLREDUCE(
-                "all-reduce smoke test "
-                + ("returned wrong sums" if st == "wrong_sum" else f"failed (exit {res.get('returncode')})"),
-                evidence={**ev, "log_tail": tail},
-                fix="read the NCCL WARN lines; unset the NCCL_* variables one by one to find the culprit",
-            )
-        ]
+        what = "returned wrong sums" if st == "wrong_sum" else f"failed (exit {res.get('returncode')})"
+        fix = "read the NCCL WARN lines; unset the NCCL_* variables one by one to find the culprit"
+        return [ALLREDUCE(f"all-reduce smoke test {what}", evidence={**ev, "log_tail": tail}, fix=fix)]
     rows = res.get("sizes", [])
     bw = ", ".join(f"{r['bytes'] >> 10} KiB {r['busbw_gbs']:.3g} GB/s" for r in rows)
-    out = [
-        ALLREDUCE(
-            f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}",
-            evidence={**ev, "sizes": rows},
-            severity="info",
-        )
-    ]
+    title = f"all-reduce OK on {res.get('nprocs')} ranks ({res.get('backend')}), sums exact; busbw {bw}"
+    out = [ALLREDUCE(title, evidence={**ev, "sizes": rows}, severity="info")]
     tr = res.get("transports") or {}
     if res.get("backend") == "nccl" and tr.get("SHM") and not tr.get("P2P"):
-        out.append(
-            ALLREDUCE_TRANSPORT(
-                "NCCL chose host shared memory (SHM) for every channel, no P2P",
-                evidence={"transports": tr},
-                fix="expected beyond the default P2P level (NODE/SYS pairs) or with NCCL_P2P_DISABLE=1; "
-                "otherwise check P2P/IOMMU",
-            )
-        )
+        title = "NCCL chose host shared memory (SHM) for every channel, no P2P"
+        fix = "expected beyond the default P2P level (NODE/SYS pairs) or with NCCL_P2P_DISABLE=1; otherwise check P2P/IOMMU"
+        out.append(ALLREDUCE_TRANSPORT(title, evidence={"transports": tr}, fix=fix))
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kit.env.machine import SMI_TO_NCCL_PATH, full_nvlink, gpu_list, topo_pairs
@@ -125,18 +126,12 @@ class Machine:
 def machine_from_facts(facts: dict | None) -> Machine:
     if not facts:
         return Machine()
-    t = facts.get("torch") or {}
-    pk = facts.get("packages") or {}
-    nccl = (
-        parse_version(t.get("nccl"))
-        or parse_version(pk.get("nvidia-nccl-cu13"))
-        or parse_version(pk.get("nvidia-nccl-cu12"))
-    )
-    gpus = gpu_list(facts)
-    vendor = (facts.get("host") or {}).get("cpu_vendor")
+    t, pk = facts.get("torch") or {}, facts.get("packages") or {}
+    versions = (t.get("nccl"), pk.get("nvidia-nccl-cu13"), pk.get("nvidia-nccl-cu12"))
+    gpus, vendor = gpu_list(facts), (facts.get("host") or {}).get("cpu_vendor")
     # 0 GPUs here means the command is judged for another host: GPU count and topology unknown
     return Machine(
-        nccl=nccl,
+        nccl=next(filter(None, map(parse_version, versions)), None),
         n_gpus=len(gpus) or None,
         nvlink=full_nvlink(facts) if len(gpus) > 1 else None,
         pairs=topo_pairs(facts),
@@ -154,38 +149,26 @@ class Verdict:
 
 def _list_rule(name: str, value: str, elems: tuple[str, ...], m: Machine) -> tuple[Verdict, dict | None]:
     legacy = m.nccl is not None and m.nccl < SINCE["prefix"]
+    have, listing = ".".join(map(str, m.nccl or ())), ", ".join(elems)
     if legacy and (":" in value or ";" in value):
-        return Verdict(
-            "error",
-            f"{name}={value}: NCCL {'.'.join(map(str, m.nccl))} has no `coll:` prefix syntax "
-            "(added in 2.24.3); the tokens are ignored and protocols/algorithms disabled",
-            f"upgrade NCCL to >= 2.24.3 or use a plain comma list of {', '.join(elems)}",
-        ), None
+        title = f"{name}={value}: NCCL {have} has no `coll:` prefix syntax (added in 2.24.3); the tokens are ignored"
+        fix = f"upgrade NCCL to >= 2.24.3 or use a plain comma list of {listing}"
+        return Verdict("error", title + " and protocols/algorithms disabled", fix), None
     try:
         table = parse_list(value, elems, legacy=legacy)
     except NcclParseError as e:
-        return Verdict(
-            "error",
-            f"{name}={value}: NCCL rejects it, every collective fails with ncclInvalidUsage",
-            f"use a comma list of {', '.join(elems)} (case-insensitive, `^` negates, `allreduce:` "
-            "style prefixes separated by `;`, no spaces) — or unset it",
-            {"nccl_error": str(e)},
-        ), None
+        title = f"{name}={value}: NCCL rejects it, every collective fails with ncclInvalidUsage"
+        fix = f"use a comma list of {listing} (case-insensitive, `^` negates, `allreduce:` style prefixes separated "
+        return Verdict("error", title, fix + "by `;`, no spaces) — or unset it", {"nccl_error": str(e)}), None
     for tok, since in SINCE.items():
         if m.nccl and m.nccl < since and re.search(rf"(?i)\b{tok}\b", value) and tok in elems:
-            return Verdict(
-                "error",
-                f"{name}={value}: {tok} is unknown to NCCL {'.'.join(map(str, m.nccl))} "
-                f"(added in {'.'.join(map(str, since))})",
-                f"drop {tok} or upgrade NCCL",
-            ), None
-    empty = [f for f, st in table.items() if not any(st.values())]
+            title = f"{name}={value}: {tok} is unknown to NCCL {have} (added in {'.'.join(map(str, since))})"
+            return Verdict("error", title, f"drop {tok} or upgrade NCCL"), None
+    empty = ", ".join(f for f, st in table.items() if not any(st.values()))
     if empty:
+        title = f"{name}={value} enables nothing for {empty}: those collectives fail"
         return Verdict(
-            "error",
-            f"{name}={value} enables nothing for {', '.join(empty)}: those collectives fail "
-            "with 'No algorithm/protocol available'",
-            "list at least one element per collective",
+            "error", title + " with 'No algorithm/protocol available'", "list at least one element per collective"
         ), table
     on = {
         f: [e for e, s in st.items() if s == 1] + [e + "(auto)" for e, s in st.items() if s == AUTO]
@@ -196,114 +179,86 @@ def _list_rule(name: str, value: str, elems: tuple[str, ...], m: Machine) -> tup
     ), table
 
 
-def _proto(v: str, m: Machine, env: dict) -> Verdict:
-    verdict, table = _list_rule("NCCL_PROTO", v, PROTOS, m)
+def _proto(name: str, v: str, m: Machine, env: dict) -> Verdict:
+    verdict, table = _list_rule(name, v, PROTOS, m)
     if table is None or verdict.severity == "error":
         return verdict
     forced128 = any(st["LL128"] == 1 for st in table.values())
     if forced128 and m.nvlink is False:
+        title = f"NCCL_PROTO={v} forces LL128 on a PCIe-only node; NCCL enables LL128 by default only over NVLink "
+        fix = "drop LL128 from the list (mind that `^X` force-enables every other protocol, LL128 included); "
+        fix += "leave NCCL_PROTO unset unless a benchmark shows a gain"
         return Verdict(
-            "warning",
-            f"NCCL_PROTO={v} forces LL128 on a PCIe-only node; NCCL enables LL128 by default "
-            "only over NVLink (typeIntra <= NVB) and listing it bypasses that check",
-            "drop LL128 from the list (mind that `^X` force-enables every other protocol, LL128 "
-            "included); leave NCCL_PROTO unset unless a benchmark shows a gain",
-            verdict.evidence,
+            "warning", title + "(typeIntra <= NVB) and listing it bypasses that check", fix, verdict.evidence
         )
     if forced128:
         verdict.title += " (LL128 forced on: safe only on NVLink nodes)"
     if all(st == {"LL": 1, "LL128": 0, "Simple": 0} for st in table.values()):
         verdict.title = (
-            f"NCCL_PROTO={v}: valid; LL only — lowest latency for small (decode-size) all-reduces, "
-            "about half the bandwidth for large (prefill) ones"
+            f"NCCL_PROTO={v}: valid; LL only — lowest latency for small (decode-size) all-reduces, about half "
         )
+        verdict.title += "the bandwidth for large (prefill) ones"
         verdict.fix = "fine for latency-bound decode with TP; benchmark prefill-heavy loads with it unset"
     return verdict
 
 
-def _algo(v: str, m: Machine, env: dict) -> Verdict:
-    verdict, table = _list_rule("NCCL_ALGO", v, ALGOS, m)
-    if table is None or verdict.severity == "error":
-        return verdict
-    ar = table["AllReduce"]
-    if m.nvlink and not ar.get("NVLS"):
+def _algo(name: str, v: str, m: Machine, env: dict) -> Verdict:
+    verdict, table = _list_rule(name, v, ALGOS, m)
+    if table is not None and verdict.severity != "error" and m.nvlink and not table["AllReduce"].get("NVLS"):
         verdict.title += "; NVLS (NVLink SHARP) is off for AllReduce on this NVLink machine"
     return verdict
 
 
-def _p2p_level(v: str, m: Machine, env: dict) -> Verdict:
+def _p2p_level(name: str, v: str, m: Machine, env: dict) -> Verdict:
     if strtoll(env.get("NCCL_P2P_DISABLE", ""))[0] == 1:
         return Verdict("info", f"NCCL_P2P_LEVEL={v}: ignored, NCCL_P2P_DISABLE=1 takes precedence", "drop one of them")
-    if v in P2P_LEVELS:
-        level = v
-        if m.nccl and m.nccl < SINCE["P2C"] and v == "P2C":
-            return Verdict("warning", f"NCCL_P2P_LEVEL={v}: unknown to NCCL < 2.27.3, ignored", "use PXB or PHB")
-    elif v.upper() in P2P_LEVELS:
+    if v in P2P_LEVELS and m.nccl and m.nccl < SINCE["P2C"] and v == "P2C":
+        return Verdict("warning", f"NCCL_P2P_LEVEL={v}: unknown to NCCL < 2.27.3, ignored", "use PXB or PHB")
+    if v.upper() in P2P_LEVELS and v not in P2P_LEVELS:
+        title = f"NCCL_P2P_LEVEL={v}: ignored — NCCL compares level names case-sensitively (strcmp), so the default (PXB) stays"
+        return Verdict("warning", title, f"write NCCL_P2P_LEVEL={v.upper()}")
+    if v not in P2P_LEVELS and v[:1].isdigit():
+        level = LEGACY_P2P[min(strtoll(v)[0] or 0, 5)]
+        title = f"NCCL_P2P_LEVEL={v}: legacy number, NCCL reads it as {level} (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS)"
         return Verdict(
-            "warning",
-            f"NCCL_P2P_LEVEL={v}: ignored — NCCL compares level names case-sensitively "
-            "(strcmp), so the default (PXB) stays",
-            f"write NCCL_P2P_LEVEL={v.upper()}",
+            "warning", title + "; community tables disagree", f"write NCCL_P2P_LEVEL={level}", {"nccl_reads_as": level}
         )
-    elif v[:1].isdigit():
-        n, _ = strtoll(v)
-        level = LEGACY_P2P[min(n or 0, 5)]
-        return Verdict(
-            "warning",
-            f"NCCL_P2P_LEVEL={v}: legacy number, NCCL reads it as {level} "
-            "(0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS); community tables disagree",
-            f"write NCCL_P2P_LEVEL={level}",
-            {"nccl_reads_as": level},
-        )
-    else:
-        return Verdict(
-            "warning",
-            f"NCCL_P2P_LEVEL={v}: not a level name, NCCL ignores it (default PXB stays)",
-            f"one of {', '.join(P2P_LEVELS)}",
-        )
-    rank = P2P_LEVELS.index(level)
+    if v not in P2P_LEVELS:
+        title = f"NCCL_P2P_LEVEL={v}: not a level name, NCCL ignores it (default PXB stays)"
+        return Verdict("warning", title, f"one of {', '.join(P2P_LEVELS)}")
+    level, rank = v, P2P_LEVELS.index(v)
     default = "SYS" if (m.amd_cpu and m.n_gpus is not None and m.n_gpus <= 2) else "PXB"
     if level == "LOC":
-        return Verdict(
-            "warning",
-            "NCCL_P2P_LEVEL=LOC: P2P off, intra-node traffic goes through host shared memory",
-            "unset it unless P2P hangs (then fix IOMMU/ACS)",
-        )
+        title = "NCCL_P2P_LEVEL=LOC: P2P off, intra-node traffic goes through host shared memory"
+        return Verdict("warning", title, "unset it unless P2P hangs (then fix IOMMU/ACS)")
     if m.n_gpus is not None and m.n_gpus <= 1:
-        return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect with {m.n_gpus} GPU", "")
+        return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect with {m.n_gpus} GPU")
+    if m.pairs is not None and set(m.pairs) == {"NV"}:
+        return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect, every GPU pair is NVLink-connected")
     if m.pairs is not None:
-        if set(m.pairs) == {"NV"}:
-            return Verdict("info", f"NCCL_P2P_LEVEL={level}: no effect, every GPU pair is NVLink-connected", "")
-        opened = {}
-        for cls, prs in m.pairs.items():
-            path = SMI_TO_NCCL_PATH.get(cls)
-            if path and P2P_LEVELS.index(default) < P2P_LEVELS.index(path) <= rank:
-                opened[cls] = len(prs)
+        lo = P2P_LEVELS.index(default)
+        opened = {
+            c: len(p) for c, p in m.pairs.items() if lo < P2P_LEVELS.index(SMI_TO_NCCL_PATH.get(c, "LOC")) <= rank
+        }
         if not opened:
-            return Verdict(
-                "info",
-                f"NCCL_P2P_LEVEL={level}: changes nothing on this topology (default {default})",
-                "",
-                {"pairs": {k: len(p) for k, p in m.pairs.items()}},
-            )
+            title = f"NCCL_P2P_LEVEL={level}: changes nothing on this topology (default {default})"
+            return Verdict("info", title, "", {"pairs": {k: len(p) for k, p in m.pairs.items()}})
         desc = ", ".join(f"{n} {c}" for c, n in opened.items())
-        return Verdict(
-            "warning",
-            f"NCCL_P2P_LEVEL={level} turns on CUDA P2P for GPU pairs NCCL's default ({default}) "
-            f"routes through host shared memory: {desc} pairs (PCIe through the CPU root complex / across NUMA)",
-            "P2P across host bridges is where IOMMU/ACS make NCCL hang on PCIe rigs (RTX PRO 6000 reports); "
-            "it does not bypass CUDA IPC, it uses it. Keep it only if `python -m kit env --allreduce --launch "
-            "...` passes and is faster than without; otherwise unset it",
-            {"newly_p2p_pairs": opened, "default_level": default},
-        )
+        title = f"NCCL_P2P_LEVEL={level} turns on CUDA P2P for GPU pairs NCCL's default ({default}) routes "
+        title += f"through host shared memory: {desc} pairs (PCIe through the CPU root complex / across NUMA)"
+        fix = "P2P across host bridges is where IOMMU/ACS make NCCL hang on PCIe rigs (RTX PRO 6000 reports); "
+        fix += "it does not bypass CUDA IPC, it uses it. Keep it only if `python -m kit env --allreduce --launch "
+        fix += "...` passes and is faster than without; otherwise unset it"
+        return Verdict("warning", title, fix, {"newly_p2p_pairs": opened, "default_level": default})
     if rank >= P2P_LEVELS.index("PHB"):
+        numa = " and across NUMA nodes" if level == "SYS" else ""
+        title = f"NCCL_P2P_LEVEL={level} allows P2P through CPU host bridges{numa} (topology unknown here; NCCL's default is PXB)"
         return Verdict(
             "warning",
-            f"NCCL_P2P_LEVEL={level} allows P2P through CPU host bridges"
-            f"{' and across NUMA nodes' if level == 'SYS' else ''} (topology unknown here; NCCL's default is PXB)",
+            title,
             "decide on the GPU host: keep only if the all-reduce smoke test passes under it and is faster",
         )
-    return Verdict("info", f"NCCL_P2P_LEVEL={level}: valid", "")
+    return Verdict("info", f"NCCL_P2P_LEVEL={level}: valid")
 
 
 def _int_param(name: str, v: str) -> tuple[int | None, Verdict | None]:
@@ -311,12 +266,8 @@ def _int_param(name: str, v: str) -> tuple[int | None, Verdict | None]:
     if n is None:
         return None, Verdict("warning", f"{name}={v}: not a number, NCCL uses its default", "write an integer")
     if rest.strip():
-        return n, Verdict(
-            "warning",
-            f"{name}={v}: NCCL reads {n} (strtoll stops at {rest!r})",
-            f"write {name}=<integer>",
-            {"nccl_reads_as": n},
-        )
+        title = f"{name}={v}: NCCL reads {n} (strtoll stops at {rest!r})"
+        return n, Verdict("warning", title, f"write {name}=<integer>", {"nccl_reads_as": n})
     return n, None
 
 
@@ -326,19 +277,15 @@ def _clamped(name: str, v: str, n: int, lo: int, hi: int, fix: str) -> Verdict:
     return Verdict("warning", f"{name}={v}: outside {lo}..{hi}, NCCL clamps it to {c}", fix, {"nccl_reads_as": c})
 
 
-def _nthreads(v: str, m: Machine, env: dict, name="NCCL_NTHREADS", lo=64, hi=512) -> Verdict:
+def _nthreads(name: str, v: str, m: Machine, env: dict, lo: int = 64, hi: int = 512) -> Verdict:
     n, bad = _int_param(name, v)
     if bad and n is None:
         return bad
     if n <= 0:
         return Verdict("warning", f"{name}={v}: <= 0 means unset, NCCL picks its default", "unset it")
     if n % 32:
-        return Verdict(
-            "warning",
-            f"{name}={v}: not a multiple of 32 (warp size); NCCL replaces it with {hi}",
-            f"a multiple of 32 in {lo}..{hi}",
-            {"nccl_reads_as": hi},
-        )
+        title = f"{name}={v}: not a multiple of 32 (warp size); NCCL replaces it with {hi}"
+        return Verdict("warning", title, f"a multiple of 32 in {lo}..{hi}", {"nccl_reads_as": hi})
     if not lo <= n <= hi:
         return _clamped(name, v, n, lo, hi, f"a multiple of 32 in {lo}..{hi}")
     if bad:
@@ -348,34 +295,28 @@ def _nthreads(v: str, m: Machine, env: dict, name="NCCL_NTHREADS", lo=64, hi=512
         note = "; applies to LL and Simple (LL128 uses NCCL_LL128_NTHREADS)"
         if n == 512 and env.get("NCCL_PROTO", "").strip().lower() == "ll":
             note = "; a no-op with NCCL_PROTO=LL (LL's default is already 512)"
-    return Verdict("info", f"{name}={v}: valid (multiple of 32 in {lo}..{hi}){note}", "")
+    return Verdict("info", f"{name}={v}: valid (multiple of 32 in {lo}..{hi}){note}")
 
 
-def _buffsize(v: str, m: Machine, env: dict, name="NCCL_BUFFSIZE") -> Verdict:
+def _buffsize(name: str, v: str, m: Machine, env: dict) -> Verdict:
     n, bad = _int_param(name, v)
     if n is None:
         return bad
     if n <= 0:
-        return Verdict(
-            "error",
-            f"{name}={v}: NCCL uses the value as is, a buffer of {n} bytes breaks communication",
-            "unset it (default 4194304 for Simple)",
-        )
+        title = f"{name}={v}: NCCL uses the value as is, a buffer of {n} bytes breaks communication"
+        return Verdict("error", title, "unset it (default 4194304 for Simple)")
     if bad:
         return bad
     note = f"{n / 2**20:g} MiB per channel and peer (Simple default 4 MiB)"
     if name == "NCCL_BUFFSIZE" and env.get("NCCL_PROTO", "").strip().lower() == "ll":
         note += "; Simple buffers are unused by collectives while NCCL_PROTO=LL (send/recv still use them)"
     if n > 2**28:
-        return Verdict(
-            "warning",
-            f"{name}={v}: {note}; very large, multiplies GPU memory per channel and peer",
-            "stay near the default unless a benchmark shows a gain",
-        )
-    return Verdict("info", f"{name}={v}: valid, {note}", "")
+        title = f"{name}={v}: {note}; very large, multiplies GPU memory per channel and peer"
+        return Verdict("warning", title, "stay near the default unless a benchmark shows a gain")
+    return Verdict("info", f"{name}={v}: valid, {note}")
 
 
-def _channels(v: str, m: Machine, env: dict, name: str) -> Verdict:
+def _channels(name: str, v: str, m: Machine, env: dict) -> Verdict:
     n, bad = _int_param(name, v)
     if n is None:
         return bad
@@ -386,81 +327,67 @@ def _channels(v: str, m: Machine, env: dict, name: str) -> Verdict:
     if bad:
         return bad
     legacy = " (legacy name; the *_NCHANNELS spelling wins when both are set)" if "NRINGS" in name else ""
-    return Verdict("info", f"{name}={v}: valid ({lo}..{top}){legacy}", "")
+    return Verdict("info", f"{name}={v}: valid ({lo}..{top}){legacy}")
 
 
-def _debug(v: str, m: Machine, env: dict) -> Verdict:
-    if v.strip().upper() not in DEBUG_LEVELS:
+def _debug(name: str, v: str, m: Machine, env: dict) -> Verdict:
+    lvl = v.strip().upper()
+    if lvl not in DEBUG_LEVELS:
         return Verdict(
             "warning", f"NCCL_DEBUG={v}: not a level, NCCL prints nothing extra", f"one of {', '.join(DEBUG_LEVELS)}"
         )
-    lvl = v.strip().upper()
     extra = " — verbose, keep out of production launches" if lvl in ("INFO", "TRACE") else ""
-    return Verdict("info", f"NCCL_DEBUG={v}: valid{extra}", "")
+    return Verdict("info", f"NCCL_DEBUG={v}: valid{extra}")
 
 
-def _path_file(name: str):
-    def rule(v: str, m: Machine, env: dict) -> Verdict:
-        if v == "":
-            return Verdict(
-                "error", f"{name} is set but empty: NCCL tries to open '' and communicator init fails", f"unset {name}"
-            )
-        return Verdict("info", f"{name}={v}: NCCL loads this XML at init; it must exist on every node", "")
-
-    return rule
+def _path_file(name: str, v: str, m: Machine, env: dict) -> Verdict:
+    if v == "":
+        title = f"{name} is set but empty: NCCL tries to open '' and communicator init fails"
+        return Verdict("error", title, f"unset {name}")
+    return Verdict("info", f"{name}={v}: NCCL loads this XML at init; it must exist on every node")
 
 
-def _flag(name: str, on_sev: str, on_text: str, fix: str = ""):
-    def rule(v: str, m: Machine, env: dict) -> Verdict:
-        n, _ = strtoll(v)
-        if n == 1:
-            return Verdict(on_sev, f"{name}=1: {on_text}", fix)
-        if n is None and v.strip():
-            return Verdict(
-                "warning",
-                f"{name}={v}: NCCL reads it as 0 (not a number), so it has no effect",
-                f"write {name}=1 (or 0)",
-            )
-        return Verdict("info", f"{name}={v}: {'off' if n == 0 else 'non-1 value'}, no effect", "")
-
-    return rule
+def _flag(name: str, v: str, m: Machine, env: dict, on_sev: str, on_text: str, fix: str = "") -> Verdict:
+    n, _ = strtoll(v)
+    if n == 1:
+        return Verdict(on_sev, f"{name}=1: {on_text}", fix)
+    if n is None and v.strip():
+        title = f"{name}={v}: NCCL reads it as 0 (not a number), so it has no effect"
+        return Verdict("warning", title, f"write {name}=1 (or 0)")
+    return Verdict("info", f"{name}={v}: {'off' if n == 0 else 'non-1 value'}, no effect")
 
 
+def _nvls(name: str, v: str, m: Machine, env: dict) -> Verdict:
+    return Verdict("info", f"{name}={v}: NVLink SHARP (multicast) {'off' if strtoll(v)[0] == 0 else 'allowed'}")
+
+
+# NCCL variable -> rule(name, value, machine, the launch's NCCL_* env) -> Verdict
 RULES = {
     "NCCL_PROTO": _proto,
     "NCCL_ALGO": _algo,
     "NCCL_P2P_LEVEL": _p2p_level,
     "NCCL_NTHREADS": _nthreads,
-    "NCCL_LL128_NTHREADS": lambda v, m, e: _nthreads(v, m, e, "NCCL_LL128_NTHREADS", 160, 640),
-    "NCCL_BUFFSIZE": _buffsize,
-    "NCCL_LL_BUFFSIZE": lambda v, m, e: _buffsize(v, m, e, "NCCL_LL_BUFFSIZE"),
-    "NCCL_LL128_BUFFSIZE": lambda v, m, e: _buffsize(v, m, e, "NCCL_LL128_BUFFSIZE"),
-    "NCCL_MAX_NCHANNELS": lambda v, m, e: _channels(v, m, e, "NCCL_MAX_NCHANNELS"),
-    "NCCL_MIN_NCHANNELS": lambda v, m, e: _channels(v, m, e, "NCCL_MIN_NCHANNELS"),
-    "NCCL_MAX_NRINGS": lambda v, m, e: _channels(v, m, e, "NCCL_MAX_NRINGS"),
-    "NCCL_MIN_NRINGS": lambda v, m, e: _channels(v, m, e, "NCCL_MIN_NRINGS"),
+    "NCCL_LL128_NTHREADS": partial(_nthreads, lo=160, hi=640),
+    **dict.fromkeys(("NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"), _buffsize),
+    **dict.fromkeys(("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NRINGS", "NCCL_MIN_NRINGS"), _channels),
     "NCCL_DEBUG": _debug,
-    "NCCL_GRAPH_FILE": _path_file("NCCL_GRAPH_FILE"),
-    "NCCL_TOPO_FILE": _path_file("NCCL_TOPO_FILE"),
-    "NCCL_P2P_DISABLE": _flag(
-        "NCCL_P2P_DISABLE",
-        "warning",
-        "P2P off, GPU-to-GPU traffic goes through host shared "
-        "memory (correct, slower); the usual workaround for P2P hangs",
-        "fix IOMMU/ACS on the host, then unset it",
+    **dict.fromkeys(("NCCL_GRAPH_FILE", "NCCL_TOPO_FILE"), _path_file),
+    "NCCL_P2P_DISABLE": partial(
+        _flag,
+        on_sev="warning",
+        on_text="P2P off, GPU-to-GPU traffic goes through host shared memory (correct, slower); the usual workaround for P2P hangs",
+        fix="fix IOMMU/ACS on the host, then unset it",
     ),
-    "NCCL_SHM_DISABLE": _flag(
-        "NCCL_SHM_DISABLE",
-        "warning",
-        "no shared-memory transport; without P2P, intra-node traffic falls back to the network transport",
-        "unset it",
+    "NCCL_SHM_DISABLE": partial(
+        _flag,
+        on_sev="warning",
+        on_text="no shared-memory transport; without P2P, intra-node traffic falls back to the network transport",
+        fix="unset it",
     ),
-    "NCCL_IB_DISABLE": _flag(
-        "NCCL_IB_DISABLE", "info", "no InfiniBand; fine for single-node TP (multi-node falls back to sockets)"
+    "NCCL_IB_DISABLE": partial(
+        _flag, on_sev="info", on_text="no InfiniBand; fine for single-node TP (multi-node falls back to sockets)"
     ),
-    "NCCL_NVLS_ENABLE": lambda v, m, e: Verdict(
-        "info", f"NCCL_NVLS_ENABLE={v}: NVLink SHARP (multicast) {'off' if strtoll(v)[0] == 0 else 'allowed'}", ""
-    ),
+    "NCCL_NVLS_ENABLE": _nvls,
 }
 
 
@@ -469,23 +396,20 @@ IMAGE_VARS = {"NCCL_VERSION": "the NCCL version of the CUDA container image (doc
 
 
 def _judge(name: str, value: str, m: Machine, env: dict) -> Verdict:
-    if name in IMAGE_VARS:
-        return Verdict("info", f"{name}={value}: {IMAGE_VARS[name]}", "")
-    if name in RULES:
-        return RULES[name](value, m, env)
     short = name[len("NCCL_") :]
+    close = difflib.get_close_matches(short, KNOWN, n=1, cutoff=0.8)
+    if name in IMAGE_VARS:
+        return Verdict("info", f"{name}={value}: {IMAGE_VARS[name]}")
+    if name in RULES:
+        return RULES[name](name, value, m, env)
     if short in KNOWN:
         return Verdict(
-            "info", f"{name}={value}: read by NCCL {NCCL_VERSION_OF_LIST}; the kit does not validate its value", ""
+            "info", f"{name}={value}: read by NCCL {NCCL_VERSION_OF_LIST}; the kit does not validate its value"
         )
-    close = difflib.get_close_matches(short, KNOWN, n=1, cutoff=0.8)
     if close:
-        return Verdict(
-            "warning",
-            f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (silently ignored); did you mean NCCL_{close[0]}?",
-            f"rename it to NCCL_{close[0]}",
-        )
-    return Verdict("info", f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (older NCCL, a plugin, or a typo)", "")
+        title = f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (silently ignored); did you mean NCCL_{close[0]}?"
+        return Verdict("warning", title, f"rename it to NCCL_{close[0]}")
+    return Verdict("info", f"{name}: not read by NCCL {NCCL_VERSION_OF_LIST} (older NCCL, a plugin, or a typo)")
 
 
 def _combined(env: dict, m: Machine) -> list[Finding]:
@@ -501,38 +425,21 @@ def _combined(env: dict, m: Machine) -> list[Finding]:
         p_on = {p for p, s in proto.items() if s == 1 or (s == AUTO and m.nvlink is not False)}
         nvls_ok = m.nvlink is not False and strtoll(env.get("NCCL_NVLS_ENABLE", "1"))[0] != 0
         usable = {"Ring": p_on, "Tree": p_on, "NVLS": p_on & {"Simple"} if nvls_ok else set()}
-        paths = [(a, p) for a, ps in usable.items() if algo.get(a) for p in sorted(ps)]
-        if not paths:
-            out.append(
-                NCCL_COMBO(
-                    "NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: "
-                    "'No algorithm/protocol available'",
-                    evidence={"NCCL_PROTO": env.get("NCCL_PROTO"), "NCCL_ALGO": env.get("NCCL_ALGO")},
-                    fix="NVLS needs NVSwitch and Simple; PAT serves only AllGather/ReduceScatter; CollNet "
-                    "and NVLSTree need several nodes — include Ring or Tree",
-                )
-            )
+        if not any(algo.get(a) and ps for a, ps in usable.items()):
+            title = "NCCL_PROTO/NCCL_ALGO leave AllReduce no usable algorithm+protocol on one node: 'No algorithm/protocol available'"
+            fix = "NVLS needs NVSwitch and Simple; PAT serves only AllGather/ReduceScatter; CollNet and NVLSTree need several nodes"
+            ev = {"NCCL_PROTO": env.get("NCCL_PROTO"), "NCCL_ALGO": env.get("NCCL_ALGO")}
+            out.append(NCCL_COMBO(title, evidence=ev, fix=fix + " — include Ring or Tree"))
     lo = strtoll(env.get("NCCL_MIN_NCHANNELS", env.get("NCCL_MIN_NRINGS", "")))[0]
     hi = strtoll(env.get("NCCL_MAX_NCHANNELS", env.get("NCCL_MAX_NRINGS", "")))[0]
     if lo is not None and hi is not None and lo > hi:
-        out.append(
-            NCCL_COMBO(
-                f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins",
-                evidence={"min": lo, "max": hi},
-                severity="warning",
-                fix="make MIN <= MAX",
-            )
-        )
+        title = f"NCCL_MIN_NCHANNELS={lo} > NCCL_MAX_NCHANNELS={hi}: the maximum wins"
+        out.append(NCCL_COMBO(title, evidence={"min": lo, "max": hi}, severity="warning", fix="make MIN <= MAX"))
     if strtoll(env.get("NCCL_P2P_DISABLE", ""))[0] == 1 and strtoll(env.get("NCCL_SHM_DISABLE", ""))[0] == 1:
-        out.append(
-            NCCL_COMBO(
-                "NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network "
-                "transport (very slow)",
-                evidence={},
-                severity="warning",
-                fix="keep SHM on",
-            )
+        title = (
+            "NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1: GPUs on one node talk over the network transport (very slow)"
         )
+        out.append(NCCL_COMBO(title, severity="warning", fix="keep SHM on"))
     return out
 
 
@@ -541,14 +448,8 @@ def nccl_findings(env: dict[str, str], facts: dict | None = None, source: str = 
     m = machine_from_facts(facts)
     ncclenv = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     out = []
-    for name in sorted(ncclenv):
-        v = _judge(name, ncclenv[name], m, ncclenv)
-        out.append(
-            NCCL_VAR(
-                v.title,
-                evidence={"var": name, "value": ncclenv[name], "source": source, **v.evidence},
-                severity=v.severity,
-                fix=v.fix,
-            )
-        )
+    for name, value in sorted(ncclenv.items()):
+        v = _judge(name, value, m, ncclenv)
+        ev = {"var": name, "value": value, "source": source, **v.evidence}
+        out.append(NCCL_VAR(v.title, evidence=ev, severity=v.severity, fix=v.fix))
     return out + _combined(ncclenv, m)

@@ -107,8 +107,7 @@ class BenchConfig:
     baseline_url: str | None = opt("baseline (no speculation) server base URL, same model")
     api: str = opt("endpoint: sglang (/generate), completions, chat", "sglang", choices=APIS)
     engine: str = opt(
-        "serving engine behind the URLs: its paths, speculative fields and metric names "
-        "(the reference server speaks SGLang's)",
+        "engine behind the URLs (its paths, speculative fields, metric names; the reference server's are SGLang's)",
         "sglang",
         choices=list(ENGINES),
     )
@@ -120,7 +119,7 @@ class BenchConfig:
     concurrency: int = opt("requests in flight at once", 4)
     warmup: int = opt("warmup requests before each run (excluded from totals)", 2)
     warmup_max_new_tokens: int | None = opt(
-        "tokens per warmup request (default: --max-new-tokens); a few decode steps warm every path"
+        "tokens per warmup request (default: --max-new-tokens); a few warm every path"
     )
     repeats: int = opt("runs per arm; >= 2 gives a speedup confidence interval", 1)
     stream: bool = opt("stream responses (needed for TTFT/ITL)", True)
@@ -142,7 +141,7 @@ class BenchConfig:
     )
     log_path: str | None = opt("server log file; decode lines written during each run become an acceptance source")
     expected_accept_length: float | None = opt(
-        "oracle's expected accept length for this target/draft/params (adds a verdict)"
+        "oracle's expected accept length for this target/draft/params (a verdict)"
     )
     timeout_s: float = opt("per-request timeout", 600.0)
     quiet_check: bool = opt(
@@ -150,9 +149,7 @@ class BenchConfig:
         "steal, throttled GPU clocks or other GPU processes); stop with what was seen if it never is",
         False,
     )
-    out_dir: str | None = opt(
-        "new directory for this run, must not exist or be empty (default: runs/bench/<time>-<labels>)"
-    )
+    out_dir: str | None = opt("new or empty directory for this run (default: runs/bench/<time>-<labels>)")
     resume: str | None = opt("continue the run in this directory: its settings and completed requests are kept")
     progress: bool = opt("tqdm progress bars", True)
     json: bool = opt("print one JSON document as the last line", False)
@@ -289,10 +286,14 @@ def load_prompts(spec: str) -> list[dict]:
             items = kp.interleave_kinds(items)
     else:
         items = kp.load_prompts_jsonl(spec)
-    out = []
-    for i, p in enumerate(items):
-        text = p.get("text") or p.get("prompt")
-        out.append({"id": str(p.get("id") or f"p{i:03d}"), "kind": p.get("kind") or "user", "text": text})
+    out = [
+        {
+            "id": str(p.get("id") or f"p{i:03d}"),
+            "kind": p.get("kind") or "user",
+            "text": p.get("text") or p.get("prompt"),
+        }
+        for i, p in enumerate(items)
+    ]
     if not out:
         raise KitInputError(f"prompts {spec!r}: no prompts")
     return out
@@ -437,49 +438,30 @@ async def close_arm(client, arm: _Arm, cfg: BenchConfig, runs: RecordLog, resume
     return run
 
 
-async def run_arm(
-    client,
-    label: str,
-    base: str,
-    repeat: int,
-    reqs: list[dict],
-    cfg: BenchConfig,
-    log: RecordLog,
-    runs: RecordLog,
-    done: set[str],
-    render=None,
-    transport=None,
-) -> RunRecord | None:
-    """Warm up, flush, snapshot, run the not-yet-completed requests, snapshot; returns the run record.
+async def run_arms(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
+                   log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
+    """One repeat of the arms' not-yet-completed requests, one arm after another (`open_arm`, send, `close_arm`);
+    with `cfg.interleave` every arm is opened, then the requests go in turns of `concurrency` to each arm, the
+    order rotating, so a request and its twins run seconds apart under the same load (what paired ratios need).
     `transport` (`kit.measure.client.stream_session`) carries the requests when given; `client` the probes."""
-    todo = [r for r in reqs if r["rid"] not in done]
-    if not todo:
-        return None
-    arm = await open_arm(client, label, base, repeat, reqs, cfg, log, render, transport)
-    await arm.send(todo, cfg)
-    arm.run.requests = len(todo)
-    return await close_arm(client, arm, cfg, runs, bool(done))
-
-
-async def run_interleaved(client, arms: list[tuple[str, str]], repeat: int, reqs: list[dict], cfg: BenchConfig,
-                          log: RecordLog, runs: RecordLog, done: dict, render=None, transport=None) -> None:  # fmt: skip
-    """Every arm warmed up and snapshotted, then the requests in turns of `concurrency` to each arm, the arms'
-    order rotating from turn to turn; each arm's run recorded at the end. A request and its twins on the other
-    arms run seconds apart, under the same machine load (what paired ratios need)."""
     todo = {lab: [r for r in reqs if r["rid"] not in done[(lab, repeat)]] for lab, _ in arms}
-    open_ = [(lab, base) for lab, base in arms if todo[lab]]
-    if not open_:
-        return
-    state = {lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in open_}
-    for i in range(0, len(reqs), cfg.concurrency):
-        group = {r["rid"] for r in reqs[i : i + cfg.concurrency]}
-        turn = (i // cfg.concurrency + repeat) % len(open_)  # the order rotates: no arm always runs first
-        for lab, _ in open_[turn:] + open_[:turn]:
-            if batch := [r for r in todo[lab] if r["rid"] in group]:
-                await state[lab].send(batch, cfg)
-                state[lab].run.requests += len(batch)
-    for lab, _ in open_:
-        await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
+    live = [(lab, base) for lab, base in arms if todo[lab]]
+    step = cfg.concurrency if cfg.interleave else len(reqs)
+    for group in [live] if cfg.interleave else [[arm] for arm in live]:
+        if not group:
+            continue
+        state = {
+            lab: await open_arm(client, lab, base, repeat, reqs, cfg, log, render, transport) for lab, base in group
+        }
+        for i in range(0, len(reqs), step):
+            ids = {r["rid"] for r in reqs[i : i + step]}
+            turn = (i // step + repeat) % len(group)  # the order rotates: no arm always runs first
+            for lab, _ in group[turn:] + group[:turn]:
+                if batch := [r for r in todo[lab] if r["rid"] in ids]:
+                    await state[lab].send(batch, cfg)
+                    state[lab].run.requests += len(batch)
+        for lab, _ in group:
+            await close_arm(client, state[lab], cfg, runs, bool(done[(lab, repeat)]))
 
 
 async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple[str, int], set[str]]) -> None:
@@ -495,12 +477,7 @@ async def _bench(cfg: BenchConfig, out: Path, reqs: list[dict], done: dict[tuple
         with kmach.Watch(out / "machine.jsonl"):  # what else the host does while the arms run (`kit.measure.machine`)
             async with httpx.AsyncClient(timeout=cfg.timeout_s, limits=limits, trust_env=False) as client:
                 for repeat in range(cfg.repeats):
-                    if cfg.interleave:
-                        await run_interleaved(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
-                        continue
-                    for label, base in cfg.arms():
-                        await run_arm(client, label, base, repeat, reqs, cfg, log, runs, done[(label, repeat)], render,
-                                      transport)  # fmt: skip
+                    await run_arms(client, cfg.arms(), repeat, reqs, cfg, log, runs, done, render, transport)
     finally:
         if transport is not None:
             await transport.close()
@@ -551,10 +528,8 @@ class BenchResult:
                              f"(n {sp['n']} {sp['pairing']}s)")  # fmt: skip
             else:
                 lines.append(
-                    f"Speedup {lab} vs {base}: {ci['speedup']:.3f}x  "
-                    f"95% t-interval [{ci['t_low']:.3f}, {ci['t_high']:.3f}]  "
-                    f"bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]  "
-                    f"({ci['n_baseline']} vs {ci['n_spec']} runs)"
+                    f"Speedup {lab} vs {base}: {ci['speedup']:.3f}x  95% t-interval [{ci['t_low']:.3f}, {ci['t_high']:.3f}]  "
+                    f"bootstrap [{ci['boot_low']:.3f}, {ci['boot_high']:.3f}]  ({ci['n_baseline']} vs {ci['n_spec']} runs)"
                 )
         return "\n".join(lines).rstrip()
 
@@ -624,15 +599,8 @@ def analyze(
                 )
             )
         ok = km.measured(lrec)
-        mism = [
-            r
-            for r in ok
-            if r.completion_tokens is not None
-            and r.client_tokens
-            and r.api != "sglang"
-            and len(r.chunk_tok) > 1
-            and r.client_tokens != r.completion_tokens
-        ]
+        streamed = [r for r in ok if r.api != "sglang" and len(r.chunk_tok) > 1 and r.client_tokens]
+        mism = [r for r in streamed if r.completion_tokens not in (None, r.client_tokens)]
         if mism:
             report.add(
                 TOKEN_COUNT_MISMATCH(
@@ -648,8 +616,7 @@ def analyze(
                 BASELINE_IS_SPECULATIVE(
                     f"{label}: the baseline server reports speculative fields",
                     evidence={"accept_length": summ.accept_length},
-                    fix="launch the baseline without --speculative-algorithm; otherwise the "
-                    "speedup compares speculation with itself",
+                    fix="launch the baseline without --speculative-algorithm; otherwise the speedup compares speculation with itself",
                 )
             )
         if label != baseline_label and not has_spec and ok:

@@ -39,21 +39,13 @@ def build_payload(
         return get_engine(engine).generate_request(
             text, cfg.max_new_tokens, cfg.temperature, ignore_eos=cfg.ignore_eos, stream=cfg.stream
         )
-    body: dict[str, Any] = {
-        "model": model or "default",
-        "max_tokens": cfg.max_new_tokens,
-        "temperature": cfg.temperature,
-        "stream": cfg.stream,
-    }
+    body = dict(model=model or "default", max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, stream=cfg.stream)
     if cfg.stream:
         body["stream_options"] = {"include_usage": True}
     if cfg.ignore_eos:
         body["ignore_eos"] = True
-    if api == "chat":
-        body["messages"] = [{"role": "user", "content": text}]
-        return API_PATHS["chat"], body
-    body["prompt"] = text
-    return API_PATHS["completions"], body
+    body.update({"messages": [{"role": "user", "content": text}]} if api == "chat" else {"prompt": text})
+    return API_PATHS["chat" if api == "chat" else "completions"], body
 
 
 async def send_one(
@@ -147,10 +139,9 @@ def _absorb(reply: Reply, rec: RequestRecord) -> None:
 
 def stream_session(concurrency: int, timeout_s: float):
     """An aiohttp session for streamed requests (connections kept alive), or None without aiohttp (httpx streams).
-
-    Per streamed chunk httpx (pure Python) costs ~2.5x the client CPU of aiohttp's C parser (110-140 vs 45-50 us
-    at 16 streams, 2-core machine); with many streams on one event loop that cost queues every chunk behind the
-    others and shows up as TTFT and ITL. aiohttp is also what `sglang.bench_serving` uses."""
+    Per chunk httpx (pure Python) costs ~2.5x the client CPU of aiohttp's C parser (110-140 vs 45-50 us at 16
+    streams, 2-core machine), which queues chunks on one event loop and shows up as TTFT and ITL. aiohttp is also
+    what `sglang.bench_serving` uses."""
     try:
         import aiohttp
     except ImportError:  # optional transport, third-party
@@ -364,12 +355,11 @@ def ask(
     chat_template: str | None = None,
 ):
     """Send chat requests all at once (the server batches them); a DataFrame of tokens, verify steps and accept
-    length per prompt, in prompt order (latency_s: seconds from the first send to that answer).
-
-    Acceptance comes from the engine's native generate API, which every release serves, the prompt rendered by
-    the chat template of `chat_template` (a tokenizer dir or 'embedded'; default: the server's tokenizer path
-    when local). Without a local tokenizer the OpenAI chat endpoint answers, its acceptance columns empty on
-    releases whose chat endpoint carries no speculative fields."""
+    length per prompt, in prompt order (latency_s: seconds from the first send to that answer). Acceptance comes
+    from the engine's native generate API (every release serves it), the prompt rendered by the chat template of
+    `chat_template` (a tokenizer dir or 'embedded'; default: the server's tokenizer path when local). Without a
+    local tokenizer the OpenAI chat endpoint answers, its acceptance columns empty on releases whose chat
+    endpoint carries no speculative fields."""
     import asyncio
 
     import httpx

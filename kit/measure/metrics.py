@@ -59,14 +59,11 @@ SPEEDUP_UNCERTAIN = Code(
     "bench.speedup_uncertain",
     SECTION,
     "warning",
-    "the run cannot support a speedup headline (it shows as inconclusive, with what the machine was doing"
-    " while each arm ran: `kit.measure.machine`): the paired interval is missing or wider than 1.5x "
-    "(high/low), the paired median and the arms' pooled tok/s ratio over the same requests lie on "
-    "opposite sides of 1.0, or the speedup exceeds the launch's accept length (each verify costs at least"
-    " one target step); with unpaired runs, an interval that straddles 1.0 or is wider than half the "
-    "speedup",
-    "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; the "
-    "accept length stands either way",
+    "the run cannot support a speedup headline (shown inconclusive, with what the machine did while each arm ran:"
+    " `kit.measure.machine`): the paired interval is missing or wider than 1.5x (high/low), the paired median and"
+    " the pooled tok/s ratio over the same requests lie on opposite sides of 1.0, or the speedup exceeds the accept"
+    " length (each verify costs at least one target step); unpaired runs: an interval straddling 1.0 or wider than half the speedup",
+    "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; the accept length stands either way",
 )
 
 
@@ -376,60 +373,63 @@ def acceptance_sources(records: Sequence[RequestRecord], run_info: RunRecord | N
 TOLERANCE = {"meta_field": 0.02, "metrics_delta": 0.05, "server_info": 0.15, "log": 0.15, "stream": 0.15}
 
 
+# why a source other than `stream` can disagree with the per-request value: (short reason, why, fix after "trust meta")
+_MISMATCH = {
+    "server_info": (
+        "server_info is a lifetime average",
+        "avg_spec_accept_length covers the server's lifetime (warmup, earlier runs and other clients "
+        "included); it is the 'Accept length' sglang.bench_serving prints",
+        "; restart the server per configuration when server_info should match one run",
+    ),
+    "log": (
+        "decode-log lines sample batch means",
+        "decode log lines average only the decode batches inside --decode-log-interval windows, one "
+        "batch mean per line, not a per-token mean over these requests",
+        "; a lower --decode-log-interval or longer outputs give the log more lines",
+    ),
+    "metrics_delta": (
+        "the /metrics counters saw other traffic",
+        "the Prometheus counters count every request the server ran between the two snapshots "
+        "(other clients, retries, warmup still finishing)",
+        "; measure on a server no one else is using",
+    ),
+    "meta_field": (
+        "the server defines accept length differently",
+        "the server's own per-request spec_accept_length differs from completion_tokens / spec_verify_ct "
+        "of the same requests: it counts differently (e.g. without the bonus token)",
+        "",
+    ),
+}
+
+
 def explain_mismatch(name: str, value: float, reference: float) -> tuple[str, str, str]:
     """(short reason, why, fix) for an acceptance source that disagrees with the per-request value."""
     trust = "trust meta (completion_tokens / spec_verify_ct of these requests) for this run"
-    if name == "stream":
-        if abs(value - 1.0) < 0.02 and reference > 1.05:
-            return (
-                "every streamed chunk carried one token",
-                "the server streams token by token rather than one chunk per verify step, so chunk sizes "
-                "cannot show how many tokens a verify step accepted",
-                f"{trust}; the stream source measures acceptance only where a chunk is one verify step "
-                "(SGLang with --stream-interval 1)",
-            )
-        if value > reference:
-            return (
-                "chunks held several verify steps",
-                "chunks carried more tokens than one verify step emits: the server batched steps into one "
-                "chunk (--stream-interval > 1) or the client read slower than the server wrote",
-                f"{trust}; for a stream figure launch with --stream-interval 1 and use a lower --concurrency",
-            )
-        return (
-            "verify steps were split across chunks",
-            "chunks carried fewer tokens than a verify step emits: the server split steps across chunks "
-            "(e.g. the detokenizer held back an incomplete character)",
-            trust,
+    if name != "stream":
+        short, why, fix = _MISMATCH.get(
+            name, ("a different scope", f"{name} measures a different scope than the per-request value", "")
         )
-    if name == "server_info":
+        return short, why, trust + fix
+    if abs(value - 1.0) < 0.02 and reference > 1.05:
         return (
-            "server_info is a lifetime average",
-            "avg_spec_accept_length covers the server's lifetime (warmup, earlier runs and other clients "
-            "included); it is the 'Accept length' sglang.bench_serving prints",
-            f"{trust}; restart the server per configuration when server_info should match one run",
+            "every streamed chunk carried one token",
+            "the server streams token by token rather than one chunk per verify step, so chunk sizes "
+            "cannot show how many tokens a verify step accepted",
+            f"{trust}; the stream source measures acceptance only where a chunk is one verify step (SGLang with --stream-interval 1)",
         )
-    if name == "log":
+    if value > reference:
         return (
-            "decode-log lines sample batch means",
-            "decode log lines average only the decode batches inside --decode-log-interval windows, one "
-            "batch mean per line, not a per-token mean over these requests",
-            f"{trust}; a lower --decode-log-interval or longer outputs give the log more lines",
+            "chunks held several verify steps",
+            "chunks carried more tokens than one verify step emits: the server batched steps into one "
+            "chunk (--stream-interval > 1) or the client read slower than the server wrote",
+            f"{trust}; for a stream figure launch with --stream-interval 1 and use a lower --concurrency",
         )
-    if name == "metrics_delta":
-        return (
-            "the /metrics counters saw other traffic",
-            "the Prometheus counters count every request the server ran between the two snapshots "
-            "(other clients, retries, warmup still finishing)",
-            f"{trust}; measure on a server no one else is using",
-        )
-    if name == "meta_field":
-        return (
-            "the server defines accept length differently",
-            "the server's own per-request spec_accept_length differs from completion_tokens / spec_verify_ct "
-            "of the same requests: it counts differently (e.g. without the bonus token)",
-            trust,
-        )
-    return ("a different scope", f"{name} measures a different scope than the per-request value", trust)
+    return (
+        "verify steps were split across chunks",
+        "chunks carried fewer tokens than a verify step emits: the server split steps across chunks "
+        "(e.g. the detokenizer held back an incomplete character)",
+        trust,
+    )
 
 
 def _off(sources: dict[str, AcceptSource], name: str) -> tuple[str, float, float, float, bool] | None:
@@ -453,19 +453,11 @@ def reconcile_acceptance(sources: dict[str, AcceptSource], label: str = "") -> l
             continue
         ref, a, b, rel, _ = off
         short, why, fix = explain_mismatch(name, a, b)
+        ev = {"source": name, "scope": s.scope, "value": round(a, 4), "reference": ref, "reference_value": round(b, 4)}
         out.append(
             ACCEPT_MISMATCH(
-                f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees "
-                f"with {ref} ({b:.3f}) by {rel:.0%}: {short}",
-                evidence={
-                    "source": name,
-                    "scope": s.scope,
-                    "value": round(a, 4),
-                    "reference": ref,
-                    "reference_value": round(b, 4),
-                    "why": why,
-                    "all_sources": {k: round(v.value, 4) for k, v in sources.items()},
-                },
+                f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees with {ref} ({b:.3f}) by {rel:.0%}: {short}",
+                evidence={**ev, "why": why, "all_sources": {k: round(v.value, 4) for k, v in sources.items()}},
                 fix=fix,
             )
         )
@@ -604,8 +596,7 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
             SPEEDUP_SINGLE_RUN(
                 f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
                 evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
-                fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can "
-                "inflate a speedup severalfold",
+                fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can inflate a speedup severalfold",
             )
         ]
     lo, hi = ci["t_low"], ci["t_high"]
@@ -758,9 +749,5 @@ def paired_ratios(records: Iterable[RequestRecord], baseline_label: str, label: 
     (measured records only; a request without its baseline twin is left out)."""
     recs = list(records)
     base = {(r.rid, r.repeat): request_rate(r) for r in measured(recs, baseline_label)}
-    out = []
-    for r in measured(recs, label):
-        b = base.get((r.rid, r.repeat))
-        if b and b == b and b > 0:
-            out.append(request_rate(r) / b)
-    return out
+    twins = [(r, base.get((r.rid, r.repeat))) for r in measured(recs, label)]
+    return [request_rate(r) / b for r, b in twins if b and b == b and b > 0]

@@ -119,10 +119,13 @@ def _done(fig, what: str, data: str, out_dir, name: str):
     return fig
 
 
-def _empty(ax, msg: str):
-    ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, color="gray")
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _empty(msg: str, *axes):
+    for ax in axes:
+        ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, color="gray")
+        ax.set(xticks=[], yticks=[])
+
+
+_LABEL_BOX = {"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8}  # a bar's value, readable over it
 
 
 def _by_label(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
@@ -153,19 +156,12 @@ def accept_length_hist(records: Sequence[RequestRecord], out_dir, name: str = "a
         _label_bars(ax)
         what = "Tokens emitted per verify step"
     elif per_req:
-        sns.histplot(
-            pd.DataFrame(per_req),
-            x="accept length",
-            hue="config",
-            ax=ax,
-            element="step",
-            stat="probability",
-            common_norm=False,
-        )
+        hist = {"element": "step", "stat": "probability", "common_norm": False}
+        sns.histplot(pd.DataFrame(per_req), x="accept length", hue="config", ax=ax, **hist)
         ax.set(xlabel="accept length of one request (tokens per verify step)", ylabel="share of requests")
         what = "Per-request accept length"
     else:
-        _empty(ax, "no acceptance reported")
+        _empty("no acceptance reported", ax)
         what = "Tokens emitted per verify step"
     return _done(fig, what, data, out_dir, name)
 
@@ -190,7 +186,7 @@ def per_position_acceptance(
         ax.set(xlabel="draft position (1 = first drafted token)", ylabel="P(position accepted)")
         ax.set_xticks(sorted({r["draft position"] for r in rows}))
     else:
-        _empty(ax, "no acceptance histogram reported")
+        _empty("no acceptance histogram reported", ax)
     return _done(fig, "Per-position acceptance (position 1 near 0 = wiring fault)", data, out_dir, name)
 
 
@@ -221,7 +217,7 @@ def throughput_speedup(
         ax1.set(xlabel="configuration", ylabel="output tok/s (dots: repeats)")
         _fit_ticks(ax1)
     else:
-        _empty(ax1, "no runs")
+        _empty("no runs", ax1)
     speedup = speedup or summary.get("launch_speedup")
     if speedup:
         rows = {k: (v["median"], *v["ci95"]) for k, v in speedup.items() if v}
@@ -242,19 +238,14 @@ def throughput_speedup(
         hi = [rows[k][2] - v if known(rows[k][2]) else 0 for k, v in zip(labels, vals)]
         colors = ["lightgray" if k in unsure else sns.color_palette()[1] for k in labels]
         bars = ax2.bar(labels, vals, yerr=[lo, hi], capsize=6, color=colors)
-        ax2.bar_label(
-            bars,
-            labels=["inconclusive" if k in unsure else f"{v:.2f}x" for k, v in zip(labels, vals)],
-            fontsize=9,
-            label_type="center",
-            bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
-        )
+        shown = ["inconclusive" if k in unsure else f"{v:.2f}x" for k, v in zip(labels, vals)]
+        ax2.bar_label(bars, labels=shown, fontsize=9, label_type="center", bbox=_LABEL_BOX)
         ax2.axhline(1.0, color="gray", ls="--")
         ax2.set_xlabel("configuration")
         ax2.set_ylabel(kind, fontsize=8)  # two short lines within the axes height, clear of the title
         _fit_ticks(ax2)
     else:
-        _empty(ax2, "no baseline arm")
+        _empty("no baseline arm", ax2)
     return _done(fig, "Output throughput and speedup over the baseline", data, out_dir, name)
 
 
@@ -281,18 +272,13 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         for i, k in enumerate(names):
             rs = speedups[k]["ratios"]
             ax.scatter([i + 0.3] * len(rs), rs, color="black", s=14, zorder=3)
-        ax.bar_label(
-            bars,
-            labels=[
-                "inconclusive\n(the run cannot\nsupport a figure)"
-                if u
-                else f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
-                for k, m, u in zip(names, med, unsure)
-            ],
-            fontsize=9,
-            label_type="center",
-            bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8},
-        )
+        shown = [
+            "inconclusive\n(the run cannot\nsupport a figure)"
+            if u
+            else f"{m:.2f}x\n[{speedups[k]['median_low']:.2f}, {speedups[k]['median_high']:.2f}]"
+            for k, m, u in zip(names, med, unsure)
+        ]
+        ax.bar_label(bars, labels=shown, fontsize=9, label_type="center", bbox=_LABEL_BOX)
         ax.set_xticks(range(len(names)), pretty)
         ax.axhline(1.0, color="gray", ls="--")
         ax.set_ylabel("speedup over no speculation")
@@ -300,7 +286,7 @@ def payoff(speedups: dict[str, dict | None], out_dir, name: str = "payoff", data
         ax.set_xlabel(f"bars: median with its 95% interval; dots: each {pairing}")
         _fit_ticks(ax, width=22)
     else:
-        _empty(ax, "no launch was benched against a baseline")
+        _empty("no launch was benched against a baseline", ax)
     return _done(fig, "Does speculation pay? Paired speedup over the same server without it", data, out_dir, name)
 
 
@@ -326,7 +312,7 @@ def latency_cdfs(records: Sequence[RequestRecord], out_dir, name: str = "latency
                 ylabel="share of requests at or below" if metric != "ITL (ms)" else "share of tokens at or below",
             )
         else:
-            _empty(ax, f"no {metric}")
+            _empty(f"no {metric}", ax)
     return _done(fig, "Latency distributions (time to first token, inter-token, end to end)", data, out_dir, name)
 
 
@@ -346,8 +332,7 @@ def sweep_heatmaps(
         if concurrency is not None and "concurrency" in df:
             df = df[df["concurrency"] == concurrency]
     if not len(df) or "speculative_num_steps" not in df:
-        _empty(ax1, "no sweep points")
-        _empty(ax2, "no sweep points")
+        _empty("no sweep points", ax1, ax2)
     else:
         for ax, col, fmt, what in (
             (ax1, "output_tok_s", ".0f", "output tokens/s"),
@@ -361,7 +346,7 @@ def sweep_heatmaps(
                 ax.set_title(what + " (best --speculative-num-draft-tokens)", fontsize=9)
                 ax.set(xlabel="--speculative-eagle-topk", ylabel="--speculative-num-steps")
             else:
-                _empty(ax, f"no {what}")
+                _empty(f"no {what}", ax)
     conc = f"concurrency {concurrency}" if concurrency is not None else ""
     return _done(fig, "Speculative parameter sweep", ", ".join(x for x in (data, conc) if x), out_dir, name)
 
@@ -381,8 +366,7 @@ def expected_vs_observed(rows: Sequence[dict], out_dir, name: str = "expected_vs
     ]
     source = ", ".join(sorted({r.get("expected_from") or TRANSFORMERS_FORWARD for r in pts})) or TRANSFORMERS_FORWARD
     if not pts:
-        _empty(ax1, "no expected/observed pairs")
-        _empty(ax, "no expected/observed pairs")
+        _empty("no expected/observed pairs", ax1, ax)
     else:
         names = [str(r.get("label") or r.get("config") or i) for i, r in enumerate(pts)]
         xs = [r["expected_accept_length"] for r in pts]
@@ -432,10 +416,10 @@ def engine_comparison(rows: Sequence[dict], out_dir, name: str = "engine_compari
             ax2.axhline(1.0, color="gray", ls="--")
             ax2.set(xlabel="engine", ylabel="speedup over no speculation")
         else:
-            _empty(ax2, "no speedups")
+            _empty("no speedups", ax2)
     else:
-        _empty(ax1, "no throughput")
-        _empty(ax2, "no speedups")
+        _empty("no throughput", ax1)
+        _empty("no speedups", ax2)
     return _done(fig, "Speculation on real SGLang beside the kit's engine", data, out_dir, name)
 
 
@@ -446,7 +430,7 @@ def oracle_wiring(results: dict[str, dict], out_dir, name: str = "03_oracle_wiri
 
     fig, (ax,) = _figure(width=max(5.0, 1.3 * len(results) + 2), height=3.8)
     if not results:
-        _empty(ax, "no oracle results")
+        _empty("no oracle results", ax)
     else:
         names = list(results)
         vals = [float(results[n]["accept_length"]) for n in names]
@@ -464,7 +448,7 @@ def decode_accept_len(frame, out_dir, name: str = "04_accept_len", data: str = "
     """Accept length of each decode-log interval, one line per launch (columns interval, launch, accept_len)."""
     fig, (ax,) = _figure(width=7.0, height=3.6)
     if frame is None or not len(frame):
-        _empty(ax, "no decode log lines")
+        _empty("no decode log lines", ax)
     else:
         for launch, sub in frame.groupby("launch", sort=False):
             ax.plot(sub["interval"], sub["accept_len"], marker="o", label=str(launch))

@@ -175,12 +175,9 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
     together = start_together(engine, len(live))
     if together:
         with ThreadPoolExecutor(len(live)) as pool:
-            futures = [pool.submit(cm.__enter__) for cm in live]
-        for cm, f in zip(live, futures):
-            if f.exception() is None:
-                entered.append((cm, f.result()))
-            else:
-                error = error or f.exception()
+            futures = [(cm, pool.submit(cm.__enter__)) for cm in live]
+        entered = [(cm, f.result()) for cm, f in futures if f.exception() is None]
+        error = next((f.exception() for _, f in futures if f.exception() is not None), None)
     else:
         for cm in live:  # one after another; after a failure the rest are not started
             try:
@@ -188,19 +185,20 @@ def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglan
             except BaseException as e:  # noqa: BLE001  (re-raised below, after the others are stopped)
                 error = e
                 break
+    stops = [cm for cm, _ in entered]
     if error is not None:
-        for cm, _ in entered:
+        for cm in stops:
             cm.__exit__(None, None, None)
         raise error
     if together:  # and stopped together: each stop waits out its server's exit
 
         def stop_all(*exc) -> None:
-            with ThreadPoolExecutor(len(entered)) as pool:
-                list(pool.map(lambda cm: cm.__exit__(None, None, None), [cm for cm, _ in entered]))
+            with ThreadPoolExecutor(len(stops)) as pool:
+                list(pool.map(lambda cm: cm.__exit__(None, None, None), stops))
 
         stack.push(stop_all)
     else:
-        for cm, _ in entered:
+        for cm in stops:
             stack.push(cm.__exit__)
     got = iter(server for _, server in entered)
     return [next(got) if cm is not None else None for cm in launches]
@@ -218,22 +216,9 @@ def url_of(server: Any) -> tuple[str, str | None]:
 def _row(point: Point, conc: int, res, expected: float | None, expected_from: str | None = None) -> dict:
     agg = res.summary["labels"].get(point_label(point), {})
     keep = (
-        "requests",
-        "failed",
-        "output_tokens",
-        "output_tok_s",
-        "req_s",
-        "ttft_p50_s",
-        "itl_p50_s",
-        "itl_p90_s",
-        "itl_p99_s",
-        "e2e_p50_s",
-        "e2e_p90_s",
-        "accept_length",
-        "accept_length_decode",
-        "accept_rate",
-        "output_tok_s_runs",
-    )
+        "requests failed output_tokens output_tok_s req_s ttft_p50_s itl_p50_s itl_p90_s itl_p99_s e2e_p50_s e2e_p90_s "
+        "accept_length accept_length_decode accept_rate output_tok_s_runs"
+    ).split()
     return {
         **point_fields(point),
         "label": point_label(point),
@@ -380,12 +365,10 @@ def _clock(seconds: float) -> str:
 
 class SweepPanel:
     """The notebook's sweep panel: grid boxes, **Run sweep** / **Stop**, progress per point (elapsed, ETA), a
-    results table growing row by row, heatmaps redrawn after each point, one message line per event.
-
-    The sweep runs in a background thread, so **Stop** is heard: the sweep ends before its next measurement
-    and the current point's server is stopped (checked to no longer answer). A new panel on the same folder
-    shows the rows measured and measures only the missing ones. Displayed, it is a one-line hint (hidden by the
-    live widget's style; what a notebook reopened without its kernel shows), then the widget."""
+    results table and heatmaps redrawn after each point, one message line per event. The sweep runs in a
+    background thread, so **Stop** ends it before its next measurement and stops the current point's server
+    (checked to no longer answer). A new panel on the same folder measures only the missing rows. Displayed: a
+    one-line hint (what a notebook reopened without its kernel shows; the live widget hides it), then the widget."""
 
     def __init__(
         self,
@@ -401,8 +384,7 @@ class SweepPanel:
 
         self.launcher, self.out_dir, self.expected, self.prompts = launcher, Path(out_dir), expected, prompts
         self.base = dataclasses.replace(base or SweepConfig(), out_dir=str(out_dir), progress=False)
-        self._thread = None
-        self._stop_requested = False
+        self._thread, self._stop_requested, self._messages = None, False, []
         self._hint_id = f"kit-sweep-hint-{uuid.uuid4().hex[:12]}"
         label = {"style": {"description_width": "190px"}, "layout": w.Layout(width="400px")}
         values = {**dataclasses.asdict(self.base.spec), "concurrency": self.base.concurrency}
@@ -419,7 +401,6 @@ class SweepPanel:
         self.table = w.HTML("")
         self.heatmap = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
         self.scatter = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
-        self._messages: list[str] = []
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.request_stop())
         hide_hint = w.HTML(f"<style>#{self._hint_id} {{display: none}}</style>")
@@ -451,11 +432,9 @@ class SweepPanel:
         cell = lambda v: "" if v is None or v != v else f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
         table = pd.DataFrame([{c: cell(r.get(c)) for c in TABLE_COLUMNS} for r in rows])
         self.table.value = table.to_html(index=False, border=0)
-        spec_rows = [
-            {**r, "observed_accept_length": r.get("accept_length")} for r in rows if r["speculative_num_steps"]
-        ]
+        spec = [{**r, "observed_accept_length": r.get("accept_length")} for r in rows if r["speculative_num_steps"]]
         self.heatmap.value = plots.png_bytes(plots.sweep_heatmaps(rows, self.out_dir))
-        self.scatter.value = plots.png_bytes(plots.expected_vs_observed(spec_rows, self.out_dir))
+        self.scatter.value = plots.png_bytes(plots.expected_vs_observed(spec, self.out_dir))
         self.heatmap.layout.display = self.scatter.layout.display = None
 
     def config(self) -> SweepConfig:
@@ -552,15 +531,7 @@ class SweepPanel:
             )
 
         try:
-            run_sweep(
-                cfg,
-                watched,
-                self.expected,
-                self.prompts,
-                on_row=on_row,
-                on_error=on_error,
-                stop=lambda: self._stop_requested,
-            )
+            run_sweep(cfg, watched, self.expected, self.prompts, on_row, on_error, lambda: self._stop_requested)
             rows = load_rows(self.out_dir)
             if rows:
                 self._redraw(rows)

@@ -110,9 +110,8 @@ def rope_inv_freq(spec: DraftSpec) -> torch.Tensor:
     sc = spec.rope_scaling or {}
     rtype = sc.get("rope_type", sc.get("type", "default"))
     if rtype in (None, "default"):
-        return (
-            1.0 / (spec.rope_theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim)).float()
-        )
+        exponents = torch.arange(0, spec.head_dim, 2, dtype=torch.float64) / spec.head_dim
+        return 1.0 / (spec.rope_theta**exponents).float()
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -144,9 +143,7 @@ class DraftAttention(nn.Module):
 
     def qkv(self, x, positions, inv_freq):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q, k, v = (p(x).view(B, T, -1, self.hd).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
         return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
 
     def attend(self, q, k, v, mask=None):
@@ -196,9 +193,7 @@ class DraftLayer(nn.Module):
 
 def causal_mask(t_new: int, t_past: int, device=None) -> torch.Tensor:
     """[T, S] bool: every past key visible, new keys causal among themselves."""
-    m = torch.ones(t_new, t_past + t_new, dtype=torch.bool, device=device)
-    m[:, t_past:] = torch.tril(m[:, t_past:])
-    return m
+    return torch.ones(t_new, t_past + t_new, dtype=torch.bool, device=device).tril(t_past)
 
 
 class Eagle3Draft(nn.Module):
@@ -268,12 +263,10 @@ class Eagle3Draft(nn.Module):
             x, residual = layer.pre_attention(embeds, h, residual)
             q, k, v = layer.self_attn.qkv(x, positions, self.inv_freq)
             new_kv.append((k, v))
-            S = 0
             if past_kv is not None:
-                pk, pv = past_kv[i]
-                S = pk.shape[2]
-                k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
-            m = mask if mask is not None else (causal_mask(q.shape[2], S, q.device) if q.shape[2] > 1 else None)
+                k, v = torch.cat([past_kv[i][0], k], 2), torch.cat([past_kv[i][1], v], 2)
+            T = q.shape[2]  # one new token sees every key: no mask unless one is given
+            m = mask if mask is not None or T == 1 else causal_mask(T, k.shape[2] - T, q.device)
             a = layer.self_attn.attend(q, k, v, m)
             h, residual = layer.post_attention(a, residual)
         pre = h + residual
@@ -291,19 +284,16 @@ class Eagle3Draft(nn.Module):
 
     def attach_target(self, target_model, algorithm: str = "EAGLE3") -> Eagle3Draft:
         """Share the target's embedding / lm_head exactly as SGLang's `init_lm_head` does."""
-        embed = target_model.get_input_embeddings().weight
-        head = target_model.get_output_embeddings().weight
-        if algorithm.upper() == "EAGLE3":
-            if self.load_lm_head_from_target:
-                self._set("embed_tokens", embed)
-                self._set("lm_head", head)
-            elif not (self.spec.has_target_hidden_size and self.spec.target_hidden_size != self.spec.hidden_size):
-                self._set("embed_tokens", embed)  # set_embed: the checkpoint's embedding is ignored
-        else:
-            # EAGLE/NEXTN worker path: set_embed_and_head(target embed, target head); the draft's
-            # own d2t is never consulted and the logits processor keeps the first Vd columns
-            self._set("embed_tokens", embed)
-            self._set("lm_head", head)
+        # set_embed_and_head(target embed, target head): EAGLE3 with draft_vocab_size null (untied), and the EAGLE/NEXTN
+        # worker path, where the draft's own d2t is never consulted and the logits processor keeps the first Vd columns;
+        # else set_embed (the checkpoint's embedding ignored) unless target_hidden_size is given and != hidden_size
+        both = algorithm.upper() != "EAGLE3" or self.load_lm_head_from_target
+        own_embed = self.spec.has_target_hidden_size and self.spec.target_hidden_size != self.spec.hidden_size
+        if both or not own_embed:
+            self._set("embed_tokens", target_model.get_input_embeddings().weight)
+        if both:
+            self._set("lm_head", target_model.get_output_embeddings().weight)
+        if algorithm.upper() != "EAGLE3":
             self.hot_token_id = None
             if self.spec.draft_vocab_size is not None:
                 self.head_rows = int(self.spec.draft_vocab_size)

@@ -24,17 +24,26 @@ that release's loader drops silently; `kit.sglang.loader.DROPS_SPECULATORS_KEYS`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Self
 
+import torch
+
 from kit import config as kconfig
 from kit.checkpoint.load_sim import dropped_keys
+from kit.config import opt
 from kit.findings import KitInputError
-from kit.reference.speculate import Wiring, walk_tree
-from kit.reference.target import MODULE_PATH
+from kit.models import cache_dir, chat_ids, files_id, result_path, target_id, write_cache_json
+from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
+from kit.reference.captured import Capture, EmbeddingTarget, read_capture, write_capture
+from kit.reference.draft_io import load_draft
+from kit.reference.speculate import Wiring, capture_points_for, draft_trees, prepare_draft, walk_tree
+from kit.reference.target import MODULE_PATH, Piece, RaggedTarget, decoder_of
 from kit.sglang.loader import DROPS_SPECULATORS_KEYS
 from kit.sglang.params import SpecParams
 
@@ -43,49 +52,34 @@ HELP = "expected accept length of a draft (offline teacher forcing, SGLang tree 
 
 @dataclass
 class OracleConfig:
-    target: str = field(default="embedded", metadata={"help": "target: 'embedded' or a local HF model dir"})
-    draft: str | None = field(default=None, metadata={"help": "draft dir (default: the kit's shipped demo draft)"})
-    quick: bool = field(default=False, metadata={"help": "fewer, shorter prompts"})
-    prompts: str | None = field(default=None, metadata={"help": "JSONL prompt file (default: built-in eval prompts)"})
-    kind: str | None = field(default=None, metadata={"help": "built-in prompt kind: chat, code, math"})
-    num_prompts: int = field(default=8, metadata={"help": "prompts used (first N)"})
-    max_new_tokens: int = field(default=64, metadata={"help": "greedy continuation length"})
+    target: str = opt("target: 'embedded' or a local HF model dir", "embedded")
+    draft: str | None = opt("draft dir (default: the kit's shipped demo draft)")
+    quick: bool = opt("fewer, shorter prompts", False)
+    prompts: str | None = opt("JSONL prompt file (default: built-in eval prompts)")
+    kind: str | None = opt("built-in prompt kind: chat, code, math")
+    num_prompts: int = opt("prompts used (first N)", 8)
+    max_new_tokens: int = opt("greedy continuation length", 64)
     spec: SpecParams = field(default_factory=lambda: SpecParams(3, 1, 4))
-    aux_capture: bool = field(
-        default=True, metadata={"help": "fused aux states (--no-aux-capture: single final state)"}
+    aux_capture: bool = opt("fused aux states (--no-aux-capture: single final state)", True)
+    layer_shift: int = opt("shift every capture point by this many layers", 0)
+    algorithm: str = opt("EAGLE3, or EAGLE/NEXTN to replay that launch", "EAGLE3")
+    drop_keys_version: str | None = opt("drop the keys this SGLang version's loader drops")
+    drop_keys_layout: str = opt(
+        "key names of the checkpoint served: sglang (as saved) or speculators (layers.0.*)",
+        "sglang",
+        choices=["sglang", "speculators"],
     )
-    layer_shift: int = field(default=0, metadata={"help": "shift every capture point by this many layers"})
-    algorithm: str = field(default="EAGLE3", metadata={"help": "EAGLE3, or EAGLE/NEXTN to replay that launch"})
-    drop_keys_version: str | None = field(
-        default=None, metadata={"help": "drop the keys this SGLang version's loader drops"}
+    compare: bool = opt("also run the seed's faults side by side", False)
+    hidden_states: str | None = opt(
+        "capture folder (kit.reference.captured): run the draft on these target states instead of a target forward; "
+        "--target then supplies only the embedding and head"
     )
-    drop_keys_layout: str = field(
-        default="sglang",
-        metadata={
-            "help": "key names of the checkpoint served: sglang (as saved) or speculators (layers.0.*)",
-            "choices": ["sglang", "speculators"],
-        },
+    token_path: str | None = opt(
+        "capture folder whose token ids (prompt + continuation) the target's forward runs on instead of its own "
+        "greedy continuation: the server's text scored with this forward's states"
     )
-    compare: bool = field(default=False, metadata={"help": "also run the seed's faults side by side"})
-    hidden_states: str | None = field(
-        default=None,
-        metadata={
-            "help": "capture folder (kit.reference.captured): run the draft on these target states instead of "
-            "a target forward; --target then supplies only the embedding and head"
-        },
-    )
-    token_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "capture folder whose token ids (prompt + continuation) the target's forward runs on instead of "
-            "its own greedy continuation: the server's text scored with this forward's states"
-        },
-    )
-    save_states: str | None = field(
-        default=None,
-        metadata={"help": "also write the target states this run computes as a capture folder (for --hidden-states)"},
-    )
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    save_states: str | None = opt("also write this run's target states as a capture folder (for --hidden-states)")
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass
@@ -118,8 +112,7 @@ class OracleResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
         """From its written entry (the derived rates dropped; `accept_lengths` reads as empty)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 @dataclass
@@ -129,8 +122,7 @@ class OracleSkipped:
     skipped: str  # why
     wiring: str  # Wiring.describe()
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    to_dict = asdict
 
 
 @dataclass
@@ -174,9 +166,6 @@ ORACLE_PLAN = MODULE_PATH
 def continuations(target, tok, prompt_texts: list[str], max_new_tokens: int) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's greedy continuation) per prompt, decoded together on `ORACLE_PLAN`; cached under
     $KIT_CACHE_DIR/oracle-refs by the target's weights, the prompt ids and the length."""
-    import hashlib
-
-    from kit.models import cache_dir, chat_ids, write_cache_json
     from kit.reference.speculate import BatchDecoder, decode_all
 
     rows = [chat_ids(tok, p) for p in prompt_texts]
@@ -206,10 +195,6 @@ def evaluate(target, draft, seqs, params: SpecParams, wiring: Wiring = Wiring())
 def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[list[list], float]:
     """Per capture point set, per sequence, the draft's features [N, H * len(points)] (None: the final post-norm
     state), from one teacher-forced `RaggedTarget` pass capturing the union of the sets; and its seconds."""
-    import torch
-
-    from kit.reference.target import Piece, RaggedTarget, decoder_of
-
     L = target.config.get_text_config().num_hidden_layers
     union = sorted({p for pts in point_sets for p in (pts if pts is not None else [L])})
     runner = RaggedTarget(target, union, ORACLE_PLAN)
@@ -218,16 +203,13 @@ def target_features(target, seqs, point_sets: list[list[int] | None]) -> tuple[l
     pieces = [Piece(runner.new_kv(len(S)), S, logits="last") for S in seqs_all]
     feats = [f for _, f in runner.forward(pieces)]
     H = feats[0].shape[-1] // len(union)
-    norm = decoder_of(target).norm
-    out = []
-    for pts in point_sets:
-        if pts is None:
-            with torch.inference_mode():
-                out.append([norm(f[:, union.index(L) * H : (union.index(L) + 1) * H]) for f in feats])
-        else:
-            cols = [union.index(p) for p in pts]
-            out.append([torch.cat([f[:, j * H : (j + 1) * H] for j in cols], -1) for f in feats])
-    return out, time.perf_counter() - t0
+
+    def cols(f, pts: list[int]) -> torch.Tensor:  # the states at `pts`, cut from the union's features
+        return torch.cat([f[:, union.index(p) * H : (union.index(p) + 1) * H] for p in pts], -1)
+
+    with torch.inference_mode():
+        final = [decoder_of(target).norm(cols(f, [L])) for f in feats] if None in point_sets else None
+    return [final if pts is None else [cols(f, pts) for f in feats] for pts in point_sets], time.perf_counter() - t0
 
 
 def evaluate_each(
@@ -235,8 +217,6 @@ def evaluate_each(
 ) -> dict[str, OracleResult]:
     """The oracle per named wiring over the same (prompt_ids, continuation) pairs, the target's features from one
     shared pass or from `capture` (a `kit.reference.captured.Capture`; `target` then only embedding and head)."""
-    from kit.reference.speculate import capture_points_for, prepare_draft
-
     p = params.resolved()
     keep = [i for i, (_, cont) in enumerate(seqs) if len(cont) >= 2]  # a verify step needs two tokens
     if not keep:
@@ -258,33 +238,16 @@ def evaluate_each(
 def save_capture(target, draft, seqs, out, wiring: Wiring = Wiring()) -> None:
     """Write the target states the oracle reads for `draft` under `wiring`, and the final state, over `seqs`, as a
     capture folder (`kit.reference.captured`)."""
-    from kit.reference.captured import Capture, write_capture
-    from kit.reference.speculate import capture_points_for
-
     pts = capture_points_for(draft, target, wiring) or []
     (aux, final), _ = target_features(target, seqs, [pts, None])
     cfg = target.config.get_text_config()
-    write_capture(
-        out,
-        Capture(
-            source=f"kit engine ({getattr(cfg, '_name_or_path', '') or type(target).__name__}, fp32)",
-            num_hidden_layers=cfg.num_hidden_layers,
-            hidden_size=cfg.hidden_size,
-            points=pts,
-            ids=[list(p) + list(c) for p, c in seqs],
-            prompt_lens=[len(p) for p, _ in seqs],
-            aux=aux,
-            final=final,
-        ),
-    )
+    source = f"kit engine ({getattr(cfg, '_name_or_path', '') or type(target).__name__}, fp32)"
+    ids, lens = [list(p) + list(c) for p, c in seqs], [len(p) for p, _ in seqs]
+    write_capture(out, Capture(source, cfg.num_hidden_layers, cfg.hidden_size, pts, ids, lens, aux, final))
 
 
 def _walk(d, seqs, feats_per_seq, p: SpecParams, wiring: Wiring, t_target: float, prompts: int) -> OracleResult:
     """The draft tree at every position of every sequence, then SGLang's decode walk over the accepted counts."""
-    import torch
-
-    from kit.reference.speculate import draft_trees
-
     per_pos, walk, hist = [], [], {}
     t_draft, meta_tokens, n_tok, n_steps = 0.0, 0, 0, 0
     for (prompt, cont), feats in zip(seqs, feats_per_seq):
@@ -349,20 +312,15 @@ def seed_faults(draft_dir) -> dict[str, Wiring]:
         "capture shifted +1": Wiring(layer_shift=1),
         "launched as EAGLE": Wiring(algorithm="EAGLE"),
     }
-    try:
-        out[f"keys dropped ({DROPS_SPECULATORS_KEYS}, speculators names)"] = Wiring(
-            dropped_keys=dropped_keys(draft_dir, DROPS_SPECULATORS_KEYS, "speculators")
-        )
-    except KitInputError:
-        pass
+    with contextlib.suppress(KitInputError):
+        dropped = dropped_keys(draft_dir, DROPS_SPECULATORS_KEYS, "speculators")
+        out[f"keys dropped ({DROPS_SPECULATORS_KEYS}, speculators names)"] = Wiring(dropped_keys=dropped)
     return out
 
 
 def prompt_rows(cfg: OracleConfig, ids_ok: bool = False) -> list[dict]:
     """The first cfg.num_prompts rows of the JSONL file (with `ids_ok` a row may carry "input_ids") or of the
     built-in eval prompts (kinds interleaved when none is named)."""
-    from kit.prompts import builtin_prompts, interleave_kinds, load_prompts_jsonl
-
     rows = load_prompts_jsonl(cfg.prompts, ids_ok) if cfg.prompts else builtin_prompts(cfg.kind)
     if cfg.prompts is None and cfg.kind is None:
         rows = interleave_kinds(rows)
@@ -375,8 +333,6 @@ def prompt_texts(cfg: OracleConfig) -> list[str]:
 
 def run_config(cfg: OracleConfig, log=print) -> OracleRun:
     """Load target + draft, generate references once, evaluate the requested wiring(s)."""
-    from kit.models import write_cache_json
-    from kit.reference.draft_io import load_draft
     from kit.reference.llama import load_engine_target
 
     if cfg.hidden_states is not None:
@@ -420,17 +376,12 @@ def run_config(cfg: OracleConfig, log=print) -> OracleRun:
 def token_path_seqs(path: str) -> list[tuple[list[int], list[int]]]:
     """(prompt, continuation) ids of a capture folder (`--token-path`): another server's text scored with the
     forward here, so a gap between the two oracles splits into the text's share and the states'."""
-    from kit.reference.captured import read_capture
-
     return read_capture(kconfig.local_path(path, "--token-path", "a capture folder")).seqs()
 
 
 def run_captured(cfg: OracleConfig, log=print) -> OracleRun:
     """The oracle on a capture folder's target states, no target forward; a wiring whose states the capture
     lacks (a shifted point, no final state) is reported skipped."""
-    from kit.reference.captured import EmbeddingTarget, read_capture
-    from kit.reference.draft_io import load_draft
-
     cfg.spec.resolved()
     cap = read_capture(kconfig.local_path(cfg.hidden_states, "--hidden-states", "a capture folder"))
     draft_dir = _draft_dir(cfg, log)
@@ -468,7 +419,7 @@ def _draft_dir(cfg: OracleConfig, log) -> Path:
 def _result_path(cfg: OracleConfig, draft_dir, texts: list[str]):
     """Where this run's results are cached ($KIT_CACHE_DIR/oracle-results), keyed by the settings, the target,
     the draft's files, the prompt texts and this package's source."""
-    from kit.models import files_id, resolve_target, result_path, target_id
+    from kit.models import resolve_target  # looked up at call time (tests replace it)
 
     key = {
         "cfg": {k: v for k, v in asdict(cfg).items() if k != "json"},

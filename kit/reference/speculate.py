@@ -20,11 +20,15 @@ Target = an HF causal LM with the Llama module layout, draft = kit.reference.dra
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
+from kit.reference.draft_io import reset_params
 from kit.reference.target import Piece, RaggedTarget, default_points, eos_ids
 from kit.sglang.params import SpecParams
 
@@ -46,11 +50,8 @@ class Wiring:
         if not self.aux_capture:
             return f"{self.algorithm}: single final hidden state (fc bypassed)"
         s = f"{self.algorithm}: capture points {list(self.capture_points) if self.capture_points else 'default'}"
-        if self.layer_shift:
-            s += f" shifted by {self.layer_shift:+d}"
-        if self.dropped_keys:
-            s += f", {len(self.dropped_keys)} keys dropped"
-        return s
+        s += f" shifted by {self.layer_shift:+d}" if self.layer_shift else ""
+        return s + (f", {len(self.dropped_keys)} keys dropped" if self.dropped_keys else "")
 
 
 @dataclass
@@ -88,6 +89,13 @@ def capture_points_for(draft, target, wiring: Wiring) -> list[int] | None:
     return [p + wiring.layer_shift for p in pts]
 
 
+def _cat_kv(a, b):
+    """Per-layer (k, v) caches `a` then `b` along the sequence (either None: the other)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return [(torch.cat([ak, bk], 2), torch.cat([av, bv], 2)) for (ak, av), (bk, bv) in zip(a, b)]
+
+
 def _topk(x: torch.Tensor, k: int):
     # SGLang's fast_topk: max for k=1, torch.topk otherwise
     return x.max(-1, keepdim=True) if k == 1 else torch.topk(x, k, dim=-1)
@@ -115,28 +123,18 @@ def draft_trees(
     prefix_vis = torch.arange(S, device=dev)[None, :] < torch.tensor(prefix_len, device=dev)[:, None]  # [R, S]
     prefix_vis = prefix_vis.repeat_interleave(k, 0)[:, None, None, :]  # [R*k, 1, 1, S]
     base = torch.tensor(pos, device=dev).repeat_interleave(k)[:, None]
+
+    def per_lane(t):  # a root's cache once per lane, then the lane's own history (generate_draft_decode_kv_indices)
+        return t.expand(R * k, -1, -1, -1) if t.shape[0] == 1 else t.repeat_interleave(k, 0)
+
+    lanes = [(per_lane(pk), per_lane(pv)) for pk, pv in kv]
     lane_kv = None
     offset = k
     for i in range(1, p.speculative_num_steps):
-        past = []
-        for li, (pk, pv) in enumerate(kv):
-            if pk.shape[0] == 1:
-                ek, ev = pk.expand(R * k, -1, -1, -1), pv.expand(R * k, -1, -1, -1)
-            else:
-                ek, ev = pk.repeat_interleave(k, 0), pv.repeat_interleave(k, 0)
-            if lane_kv is not None:  # per-lane history, as generate_draft_decode_kv_indices lays it out
-                ek, ev = torch.cat([ek, lane_kv[li][0]], 2), torch.cat([ev, lane_kv[li][1]], 2)
-            past.append((ek, ev))
         # a one-token query sees its whole prefix and lane: a mask only hides the padding of shorter prefixes
-        mask = (
-            None if unpadded else torch.cat([prefix_vis, torch.ones(R * k, 1, 1, i, dtype=torch.bool, device=dev)], -1)
-        )
-        lg, hid, new = draft(input_ids[:, None], hidden[:, None], base + i, past_kv=past, mask=mask)
-        lane_kv = (
-            new
-            if lane_kv is None
-            else [(torch.cat([a, b], 2), torch.cat([c, d], 2)) for (a, c), (b, d) in zip(lane_kv, new)]
-        )
+        mask = None if unpadded else torch.cat([prefix_vis, prefix_vis.new_ones(R * k, 1, 1, i)], -1)
+        lg, hid, new = draft(input_ids[:, None], hidden[:, None], base + i, past_kv=_cat_kv(lanes, lane_kv), mask=mask)
+        lane_kv = _cat_kv(lane_kv, new)
         tp, ti = _topk(torch.softmax(lg[:, 0].float(), -1), k)  # [R*k, k]
         ti = draft.to_target_ids(ti).reshape(R, k * k)
         expand = (scores[:, :, None] * tp.reshape(R, k, k)).reshape(R, k * k)
@@ -166,17 +164,12 @@ def walk_tree(tokens: list[int], parents: list[int], want) -> list[int]:
     next token; None stops). Returns the accepted node indices. Serving passes the verify argmax, the oracle
     the target's continuation."""
     path, cur = [], -1
-    while True:
-        t = want(cur, len(path))
-        nxt = (
-            None
-            if t is None
-            else next((j for j, (tk, pa) in enumerate(zip(tokens, parents)) if pa == cur and tk == t), None)
-        )
-        if nxt is None:
-            return path
-        path.append(nxt)
-        cur = nxt
+    while (t := want(cur, len(path))) is not None:
+        cur = next((j for j, (tk, pa) in enumerate(zip(tokens, parents)) if pa == cur and tk == t), None)
+        if cur is None:
+            break
+        path.append(cur)
+    return path
 
 
 def prepare_draft(draft, target, wiring: Wiring):
@@ -187,8 +180,6 @@ def prepare_draft(draft, target, wiring: Wiring):
     copies = draft.__dict__.setdefault("_wired_copies", {})
     key = (tuple(wiring.dropped_keys), alg)
     if key not in copies:
-        from kit.reference.draft_io import reset_params
-
         d = _deep_except_embed(draft)
         if wiring.dropped_keys:
             reset_params(d, wiring.dropped_keys)
@@ -200,8 +191,6 @@ def prepare_draft(draft, target, wiring: Wiring):
 
 def _deep_except_embed(draft):
     """Deep copy that shares the (large, target-owned) embedding and head tensors."""
-    import copy
-
     memo = {id(draft.embed_tokens.weight): draft.embed_tokens.weight}
     if draft.lm_head is not None:
         memo[id(draft.lm_head.weight)] = draft.lm_head.weight
@@ -234,13 +223,8 @@ class Sequence:
 
     def take(self, emitted: list[int]) -> list[int]:
         """Append what a step produced, cut at max_new_tokens or after an EOS (the scheduler's finish check)."""
-        kept = []
-        for t in emitted:
-            if len(self.tokens) + len(kept) >= self.max_new_tokens:
-                break
-            kept.append(t)
-            if t in self.eos:
-                break
+        kept = emitted[: max(0, self.max_new_tokens - len(self.tokens))]
+        kept = kept[: next((i + 1 for i, t in enumerate(kept) if t in self.eos), len(kept))]
         self.tokens += kept
         if len(self.tokens) >= self.max_new_tokens or (kept and kept[-1] in self.eos):
             self.done = True
@@ -310,14 +294,9 @@ class BatchDecoder:
             if pc.logits == "last":  # a prompt chunk: the draft extends over it; its last one gives the first token
                 a = s.prefilled
                 s.prefilled += len(pc.ids)
-                if s.prefilling:
-                    gained[id(s)] = []
-                    if self.draft is not None:
-                        solo.append((s, list(s.prompt[a + 1 : s.prefilled + 1]), feats, a))
-                    continue
-                gained[id(s)] = s.take(pred)
+                gained[id(s)] = [] if s.prefilling else s.take(pred)
                 if self.draft is not None and not s.done:
-                    solo.append((s, list(s.prompt[a + 1 :]) + pred, feats, a))
+                    solo.append((s, list(s.prompt[a + 1 : s.prefilled + 1]) + ([] if s.prefilling else pred), feats, a))
                 continue
             self.steps += 1
             if self.draft is None:
@@ -345,14 +324,9 @@ class BatchDecoder:
 
     def _draft_trees(self, seqs: list[Sequence]) -> list[tuple[list[int], list[int]]]:
         kv, lens = self._draft_cache(seqs)
+        logits, hidden = torch.stack([s.draft_logits for s in seqs]), torch.stack([s.draft_hidden for s in seqs])
         out = draft_trees(
-            self.draft,
-            torch.stack([s.draft_logits for s in seqs]),
-            torch.stack([s.draft_hidden for s in seqs]),
-            kv,
-            prefix_len=lens,
-            pos=[s.draft_pos for s in seqs],
-            p=self.params,
+            self.draft, logits, hidden, kv, prefix_len=lens, pos=[s.draft_pos for s in seqs], p=self.params
         )
         return [(t, p) for t, p, _ in out]
 
@@ -362,31 +336,23 @@ class BatchDecoder:
         lens = [s.draft_kv[0][0].shape[2] for s in seqs]
         if len(seqs) == 1:
             return seqs[0].draft_kv, lens
-        S, kv = max(lens), []
-        for li in range(len(seqs[0].draft_kv)):
-            k0 = seqs[0].draft_kv[li][0]
-            K = k0.new_zeros(len(seqs), k0.shape[1], S, k0.shape[3])
-            V = torch.zeros_like(K)
-            for r, s in enumerate(seqs):
-                K[r, :, : lens[r]] = s.draft_kv[li][0][0]
-                V[r, :, : lens[r]] = s.draft_kv[li][1][0]
-            kv.append((K, V))
-        return kv, lens
+        S = max(lens)
+
+        def batch(ts):  # one layer's k (or v) of every sequence, right-padded with zeros to S
+            return torch.cat([F.pad(t, (0, 0, 0, S - t.shape[2])) for t in ts])
+
+        return [tuple(map(batch, zip(*layer))) for layer in zip(*(s.draft_kv for s in seqs))], lens
 
     def _extend(self, items) -> None:
         """Draft extend of (sequence, tokens, target features, first position) items in one padded batch; token
         i follows position start + i and is fed the target's features there."""
         seqs = [it[0] for it in items]
         dev = items[0][2].device
-        T = max(len(it[1]) for it in items)
         R = len(items)
-        ids = torch.zeros(R, T, dtype=torch.long, device=dev)
-        hid = items[0][2].new_zeros(R, T, items[0][2].shape[-1])
-        pos = torch.zeros(R, T, dtype=torch.long, device=dev)
-        for r, (_, toks, feats, start) in enumerate(items):
-            ids[r, : len(toks)] = torch.tensor(toks, device=dev)
-            hid[r, : len(toks)] = feats
-            pos[r] = torch.arange(start, start + T, device=dev)
+        ids = pad_sequence([torch.tensor(toks, device=dev) for _, toks, _, _ in items], batch_first=True)  # [R, T]
+        hid = pad_sequence([feats for _, _, feats, _ in items], batch_first=True)
+        T = ids.shape[1]
+        pos = torch.tensor([start for *_, start in items], device=dev)[:, None] + torch.arange(T, device=dev)
         kv = mask = None
         if seqs[0].draft_kv is not None:
             kv, lens = self._draft_cache(seqs)
@@ -401,11 +367,7 @@ class BatchDecoder:
         for r, (s, toks, _, start) in enumerate(items):
             n = len(toks)
             add = [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in new]
-            s.draft_kv = (
-                add
-                if s.draft_kv is None
-                else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(s.draft_kv, add)]
-            )
+            s.draft_kv = _cat_kv(s.draft_kv, add)
             s.draft_logits, s.draft_hidden, s.draft_pos = logits[r, 0], hidden[r, n - 1], start + n - 1
 
 

@@ -15,14 +15,20 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+import kit
 from kit.findings import KitInputError
+from kit.models import cache_dir, cache_lock, measurement_machine, write_cache_json
 from kit.reference.llama import LAYOUT_TYPES, apply_rotary_pos_emb
 
 
@@ -103,20 +109,12 @@ def eos_ids(eos_token_id) -> list[int]:
 
 
 def reference_greedy(model, input_ids: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
-    """The target's plain greedy continuation (HF `generate`, batch 1), the ground truth every decoding path
-    must reproduce; stops after the first EOS."""
-    dev = next(model.parameters()).device
-    x = torch.tensor([list(input_ids)], device=dev)
+    """The target's plain greedy continuation (HF `generate`, batch 1, cut after the first EOS): the ground truth."""
+    x = torch.tensor([list(input_ids)], device=next(model.parameters()).device)
     eos = eos_ids(eos_token_id)
+    how = {"do_sample": False, "eos_token_id": eos or None, "pad_token_id": eos[0] if eos else 0}
     with torch.inference_mode():
-        out = model.generate(
-            x,
-            attention_mask=torch.ones_like(x),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=eos or None,
-            pad_token_id=eos[0] if eos else 0,
-        )
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, **how)
     row = out[0, x.shape[1] :].tolist()
     return row[: next((i + 1 for i, t in enumerate(row) if t in eos), len(row))]
 
@@ -202,26 +200,27 @@ _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Linear ->
 _HALF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def packed_weight(mod, m: int) -> torch.Tensor:
-    """`mod.weight` reordered by MKL for m-row products, made on first use and again if the weight changed."""
-    per = _PACKED.setdefault(mod, {})
-    version = (mod.weight._version, mod.weight.data_ptr())
-    got = per.get(m)
+def _remade(store, key, version, make) -> torch.Tensor:
+    """store[key]'s tensor, made by `make()` on first use and again when `version` (the weight's) changed."""
+    got = store.get(key)
     if got is None or got[0] != version:
         with torch.no_grad():
-            got = per[m] = (version, torch.ops.mkl._mkl_reorder_linear_weight(mod.weight.detach(), m))
+            got = store[key] = (version, make())
     return got[1]
+
+
+def packed_weight(mod, m: int) -> torch.Tensor:
+    """`mod.weight` reordered by MKL for m-row products."""
+    w = mod.weight.detach()
+    version = (w._version, w.data_ptr())
+    return _remade(_PACKED.setdefault(mod, {}), m, version, lambda: torch.ops.mkl._mkl_reorder_linear_weight(w, m))
 
 
 def half_weight(owner, w: torch.Tensor | None = None) -> torch.Tensor:
-    """`w` (default `owner.weight`) rounded to fp16 and packed by FBGEMM, cached per owner and weight version."""
-    w = owner.weight if w is None else w
+    """`w` (default `owner.weight`) rounded to fp16 and packed by FBGEMM, cached per owner."""
+    w = (owner.weight if w is None else w).detach()
     version = (w._version, w.data_ptr(), tuple(w.shape))
-    got = _HALF.get(owner)
-    if got is None or got[0] != version:
-        with torch.no_grad():
-            got = _HALF[owner] = (version, torch.ops.quantized.linear_prepack_fp16(w.detach(), None))
-    return got[1]
+    return _remade(_HALF, owner, version, lambda: torch.ops.quantized.linear_prepack_fp16(w, None))
 
 
 def half_product(owner, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -277,8 +276,6 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, way
     beats the module's own path by 10% and in every round (a burst of other work must not pick a plan the
     quiet machine runs slower: the plan is cached). A shape packs for one m at most (a packed copy is about
     twice the weight): the one whose table costs least. "half" timings go to `measure_plan`, which decides."""
-    import time
-
     rows = list(rows)
     half = "half" in ways and can_half(weights[0])
     ways = [w for w in ways if w in WAYS and (w != "packed" or can_pack(weights[0]))]
@@ -313,12 +310,10 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, way
                 table[n] = (m, way)
         return table
 
-    def cost(table: dict) -> float:  # one forward of each row count, as the table runs it
-        return sum(best[table.get(n, (n, "linear"))] for n in rows)
-
-    # no packed copy, or every packed row count on its own: the table whose row counts cost least in all
+    # no packed copy, or every packed row count on its own: the table whose row counts cost least in all (one
+    # forward of each row count, as the table runs it)
     tables = [choose([k for k in rounds if k[1] in ways and (k[1] != "packed" or k[0] == p)]) for p in [None, *packs]]
-    table = min(tables, key=cost)
+    table = min(tables, key=lambda t: sum(best[t.get(n, (n, "linear"))] for n in rows))
 
     def per_round(keys: list) -> list[float]:
         return [sum(rounds[k][r] for k in keys) for r in range(reps)]
@@ -328,12 +323,8 @@ def measure_rows(weights: list[torch.Tensor], rows=PLAN_ROWS, reps: int = 2, way
     why = f"{o}x{i} x{len(weights)}, ms by rows ({' / '.join(timed)}): " + ", ".join(
         f"{m}: " + "/".join(str(ms[(m, w)]) for w in timed) for m in rows
     )
-    return RowTable(
-        table,
-        why,
-        per_round([table.get(n, (n, "linear")) for n in rows]),
-        per_round([(n, "half") for n in rows]) if "half" in timed else None,
-    )
+    half_s = per_round([(n, "half") for n in rows]) if "half" in timed else None
+    return RowTable(table, why, per_round([table.get(n, (n, "linear")) for n in rows]), half_s)
 
 
 def measure_plan(model) -> GemmPlan:
@@ -374,11 +365,6 @@ def gemm_plan(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     if next(model.parameters()).device.type != "cpu":
         _PLANS[model] = MODULE_PATH
         return MODULE_PATH
-    import hashlib
-    import json
-
-    from kit.models import cache_dir, cache_lock, measurement_machine, write_cache_json
-
     ident = [
         PLAN_RULE,
         measurement_machine(),
@@ -424,8 +410,6 @@ def in_threads(fn, items: list) -> list:
     """[fn(x) for x in items] on torch's thread count of Python threads (ops that release the GIL)."""
     if len(items) < 2 or torch.get_num_threads() < 2:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(min(torch.get_num_threads(), len(items)), thread_name_prefix="kit-pack") as pool:
         return list(pool.map(fn, items))
 
@@ -433,10 +417,6 @@ def in_threads(fn, items: list) -> list:
 def _measure_if_quiet(model, wait_quiet_s: float = 0.0) -> GemmPlan:
     """`measure_plan` when no other work holds half a core, before and after (it slows timings up to 100x,
     unevenly); else MODULE_PATH, not cached. A busy machine is polled for up to `wait_quiet_s` first."""
-    import time
-
-    import kit
-
     deadline = time.monotonic() + wait_quiet_s
     while kit._other_work():
         if time.monotonic() >= deadline:
@@ -493,8 +473,7 @@ class RaggedTarget:
         cfg = model.config.get_text_config()
         if cfg.model_type not in LAYOUT_TYPES:
             raise KitInputError(
-                f"target model_type {cfg.model_type!r}: the reference engine runs Llama-layout targets "
-                f"({', '.join(LAYOUT_TYPES)})"
+                f"target model_type {cfg.model_type!r}: the reference engine runs Llama-layout targets ({', '.join(LAYOUT_TYPES)})"
             )
         self.model, self.dec = model, decoder_of(model)
         self.layers = list(self.dec.layers)
@@ -519,10 +498,8 @@ class RaggedTarget:
         """A decoder layer's q [1, heads, N, hd] and rotated k, v [1, kv heads, N, hd] for x [N, H]."""
         at, n = layer.self_attn, x.shape[0]
         h = layer.input_layernorm(x)
-        t = self.plan
-        q = linear(at.q_proj, h, t).view(n, self.nh, self.hd).transpose(0, 1)[None]
-        k = linear(at.k_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
-        v = linear(at.v_proj, h, t).view(n, self.nkv, self.hd).transpose(0, 1)[None]
+        projs = (at.q_proj, at.k_proj, at.v_proj)
+        q, k, v = (linear(p, h, self.plan).view(n, -1, self.hd).transpose(0, 1)[None] for p in projs)
         if getattr(at, "q_norm", None) is not None:  # qwen3
             q, k = at.q_norm(q), at.k_norm(k)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
@@ -539,9 +516,7 @@ class RaggedTarget:
 
     @torch.inference_mode()
     def forward(self, pieces: list[Piece]) -> list[tuple[list[int], torch.Tensor]]:
-        """One forward over every piece's new tokens, appended to its cache.
-
-        Returns per piece (argmax ids: every token or the last, features [T, W])."""
+        """One forward over every piece's new tokens, appended to its cache: per piece (argmax ids, features [T, W])."""
         dev, n = self.device, 0
         ids, pos, spans, masks = [], [], [], []
         for pc in pieces:
@@ -616,7 +591,8 @@ def batch_continue(
     steps: list[torch.Tensor] = []
     head = model.get_output_embeddings()
     hook = head.register_forward_hook(lambda _m, _i, out: steps.append(out[:, -1].argmax(-1))) if sample else None
-    how = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if sample else {"do_sample": False}
+    how = {"max_new_tokens": max_new_tokens, "pad_token_id": pad_id, "eos_token_id": eos_token_id, "do_sample": sample}
+    how |= {"temperature": temperature, "top_k": 0, "top_p": 1.0} if sample else {}
     try:
         for b0 in range(0, len(rows), batch):
             chunk = rows[b0 : b0 + batch]
@@ -624,14 +600,7 @@ def batch_continue(
             ids = torch.tensor([[pad_id] * (W - len(r)) + list(r) for r in chunk], device=dev)
             att = (torch.arange(W)[None] >= torch.tensor([W - len(r) for r in chunk])[:, None]).long().to(dev)
             steps.clear()
-            g = model.generate(
-                input_ids=ids,
-                attention_mask=att,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad_id,
-                eos_token_id=eos_token_id,
-                **how,
-            )
+            g = model.generate(input_ids=ids, attention_mask=att, **how)
             new = g[:, W:].tolist()
             picks = torch.stack(steps, 1).tolist() if sample else new
             for row, pick in zip(new, picks):

@@ -13,10 +13,11 @@ Codes (docs/findings.md): `launch.flag` / `launch.parser` (SGLang's parser rejec
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kit.findings import CODES, Code, Finding, KitInputError, Report
+from kit.findings import CODES, Code, Finding, KitInputError, Report, finding_list
 from kit.hf import HFConfig
 from kit.sglang.params import (
     EAGLE_FAMILY,
@@ -31,7 +32,6 @@ from kit.sglang.sharding import shard_findings
 from kit.sglang.versions import Version, default_release
 from kit.wiring.aux import ALGORITHM
 
-# the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
 BIND = Code(
     "launch.bind",
@@ -51,66 +51,47 @@ REMOTE_CODE_NEEDED = Code(
     "launch.remote_code_needed",
     SECTION,
     "error",
-    (
-        "SGLang loads a multimodal target's HF processor while it starts (`--skip-tokenizer-init` or not); "
-        "that processor is remote code (an `auto_map` in the target's processor/tokenizer files, or the "
-        "vendor ships it so: Kimi-K2.5) and the launch has no `--trust-remote-code`: Transformers refuses it "
-        "(`contains custom code which must be executed`) and the server never starts"
-    ),
+    "SGLang loads a multimodal target's HF processor while it starts (`--skip-tokenizer-init` or not); that processor "
+    "is remote code (an `auto_map` in the target's processor/tokenizer files, or the vendor ships it so: Kimi-K2.5) "
+    "and the launch has no `--trust-remote-code`: Transformers refuses it (`contains custom code which must be "
+    "executed`) and the server never starts",
     "add `--trust-remote-code` after reading the repository's Python files; pin `--revision`",
 )
 MEM = Code(
     "launch.mem",
     SECTION,
     "error",
-    (
-        "target+draft weight bytes (safetensors headers) per GPU exceed `--mem-fraction-static` × GPU memory;"
-        " warning: less than 10% of the static pool left for the KV cache; info: the bytes per GPU when GPU "
-        "memory or the fraction is unknown"
-    ),
+    "target+draft weight bytes (safetensors headers) per GPU exceed `--mem-fraction-static` × GPU memory; warning: "
+    "less than 10% of the static pool left for the KV cache; info: the bytes per GPU when GPU memory or the fraction "
+    "is unknown",
     "raise `--mem-fraction-static`, add GPUs (`--tp-size`), or quantize",
 )
 BACKEND = Code(
     "launch.backend",
     SECTION,
     "error",
-    (
-        "attention backend / env incompatible with the resolved topk: `trtllm_mha` with topk > 1, "
-        "`SGLANG_ENABLE_SPEC_V2` with topk > 1 in 0.5.5-0.5.10 (0.5.5-0.5.6 fail at the first decode, "
-        "0.5.7-0.5.10 raise `ValueError` at startup; 0.5.11-0.5.12 fall back to the v1 worker, 0.5.13+ run "
-        "trees on v2, 0.5.17+ no longer read it), page size > 1 with topk > 1 outside flashinfer/fa3/triton; "
-        "warning: `fa4` with speculative decoding"
-    ),
+    "attention backend / env incompatible with the resolved topk: `trtllm_mha` with topk > 1, `SGLANG_ENABLE_SPEC_V2` "
+    "with topk > 1 in 0.5.5-0.5.10 (0.5.5-0.5.6 fail at the first decode, 0.5.7-0.5.10 raise `ValueError` at startup; "
+    "0.5.11-0.5.12 fall back to the v1 worker, 0.5.13+ run trees on v2, 0.5.17+ no longer read it), page size > 1 with "
+    "topk > 1 outside flashinfer/fa3/triton; warning: `fa4` with speculative decoding",
     "`--speculative-eagle-topk 1` or `--attention-backend flashinfer`",
 )
 ENGINE = Code(
     "launch.engine",
     SECTION,
     "info",
-    (
-        "the serving engine (`--engine`) ignores these SGLang flags (the CPU reference server: tp size, "
-        "memory, backends, extras)"
-    ),
+    "the serving engine (`--engine`) ignores these SGLang flags (the CPU reference server: tp size, memory, backends, "
+    "extras)",
     "none: they matter only on a GPU host",
 )
 
 # targets whose MTP draft defaults to the target path (no --speculative-draft-model-path needed)
-MTP_TARGETS = {
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "HYV3ForCausalLM",
-    "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-}
+MTP_TARGETS = set(
+    "DeepseekV32ForCausalLM DeepseekV3ForCausalLM DeepseekV4ForCausalLM Glm4MoeForCausalLM Glm4MoeLiteForCausalLM "
+    "GlmMoeDsaForCausalLM BailingMoeForCausalLM BailingMoeV2ForCausalLM BailingMoeV2_5ForCausalLM "
+    "MistralLarge3ForCausalLM PixtralForConditionalGeneration HYV3ForCausalLM HYV4ForCausalLM "
+    "Qwen4ExpForConditionalGeneration".split()
+)
 PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
@@ -126,11 +107,9 @@ def _local_config(path: str | None) -> HFConfig | None:
 
 
 def _arch(cfg: dict | None) -> str | None:
-    archs = (cfg or {}).get("architectures") or []
-    return archs[0] if archs else None
+    return ((cfg or {}).get("architectures") or [None])[0]
 
 
-# -- the rules ------------------------------------------------------------------------------------
 def flag_findings(
     spec, python: str | None = None, build: bool | None = None, sglang_version: str | None = None
 ) -> list[Finding]:
@@ -140,112 +119,103 @@ def flag_findings(
     return parser_flag_findings(spec.flags(), sglang_version, python, build)
 
 
-def spec_param_findings(spec, target_arch: str | None, sglang_version: str | None = None) -> list[Finding]:
+@finding_list
+def spec_param_findings(spec, target_arch: str | None, sglang_version: str | None = None) -> Iterator[Finding]:
     """`launch.spec_params` / `launch.spec_verify`: what `kit.sglang.params.resolve` says that release does
     with the three values (refuses, changes, or accepts and then crashes on while it starts)."""
     alg = (spec.speculative_algorithm or "").upper()
     given = spec.spec_params()
-    if not alg:
-        if not given.is_unset() or spec.speculative_draft_model_path:
-            return [
-                SPEC_PARAMS(
-                    "speculative flags given without --speculative-algorithm: speculation is off",
-                    evidence=given.given(),
-                    severity="warning",
-                    fix="add --speculative-algorithm EAGLE3 (EAGLE-3 draft)",
-                )
-            ]
-        return []
-    if alg not in EAGLE_FAMILY:
-        return []
-    res = resolve(given, alg, target_arch, sglang_version)
-    return [CODES[i.code](i.title, evidence=i.evidence, severity=i.severity, fix=i.fix) for i in res.issues]
+    if not alg and (not given.is_unset() or spec.speculative_draft_model_path):
+        yield SPEC_PARAMS(
+            "speculative flags given without --speculative-algorithm: speculation is off",
+            evidence=given.given(),
+            severity="warning",
+            fix="add --speculative-algorithm EAGLE3 (EAGLE-3 draft)",
+        )
+    elif alg in EAGLE_FAMILY:
+        for i in resolve(given, alg, target_arch, sglang_version).issues:
+            yield CODES[i.code](i.title, evidence=i.evidence, severity=i.severity, fix=i.fix)
 
 
-def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | None = None) -> list[Finding]:
+@finding_list
+def aux_findings(spec, draft_config: HFConfig | None, target_config: HFConfig | None = None) -> Iterator[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if draft_config is not None:  # the wiring rules decide (one rule for doctor, notebook 03 and here)
         from kit.wiring.checks import wiring_checks
 
-        return [f for f in wiring_checks(target_config, draft_config, spec.argv()) if f.code == ALGORITHM.code]
+        yield from (f for f in wiring_checks(target_config, draft_config, spec.argv()) if f.code == ALGORITHM.code)
+        return
     path = spec.speculative_draft_model_path or ""
     if alg in ("EAGLE", "NEXTN") and "eagle3" in path.lower().replace("-", "").replace("_", ""):
-        return [
-            ALGORITHM(
-                f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
-                "aux capture is off and accept length drops to ~1.0",
-                evidence={"algorithm": alg, "draft_path": path, "draft_config": "not readable here"},
-                severity="warning",
-                fix="--speculative-algorithm EAGLE3 (check the draft's config.json architectures)",
-            )
-        ]
-    return []
+        yield ALGORITHM(
+            f"--speculative-algorithm {alg} with a draft whose path says EAGLE-3: if it is one, "
+            "aux capture is off and accept length drops to ~1.0",
+            evidence={"algorithm": alg, "draft_path": path, "draft_config": "not readable here"},
+            severity="warning",
+            fix="--speculative-algorithm EAGLE3 (check the draft's config.json architectures)",
+        )
 
 
-def bind_findings(spec) -> list[Finding]:
+@finding_list
+def bind_findings(spec) -> Iterator[Finding]:
     if spec.host in ("0.0.0.0", "::", "[::]") and not spec.api_key:
-        return [
-            BIND(
-                f"binds {spec.host} without --api-key: anyone on the network can use the server",
-                evidence={"host": spec.host, "port": spec.port},
-                fix="--host 127.0.0.1 (and an SSH tunnel), or add --api-key",
-            )
-        ]
-    return []
+        yield BIND(
+            f"binds {spec.host} without --api-key: anyone on the network can use the server",
+            evidence={"host": spec.host, "port": spec.port},
+            fix="--host 127.0.0.1 (and an SSH tunnel), or add --api-key",
+        )
 
 
+@finding_list
 def remote_processor_findings(
     spec, target_config: HFConfig | None, target_dir: str | None, sglang_version: str | None
-) -> list[Finding]:
+) -> Iterator[Finding]:
     """`launch.remote_code_needed`: SGLang loads a multimodal target's HF processor while it starts; one that is remote
     code (an `auto_map` in the target's processor files, or a vendor that ships it so) needs --trust-remote-code."""
     if spec.trust_remote_code or target_config is None:
-        return []
+        return
     from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
     from kit.sglang.loader import processor_archs
 
     version = sglang_version or default_release()
     archs = sorted(set(target_config.get("architectures") or ()) & (processor_archs(version) or set()))
     if not archs:
-        return []
+        return
     folder = Path(target_dir) if target_dir and Path(target_dir).is_dir() else None
     files = [folder / f for f in PROCESSOR_FILES if folder is not None and (folder / f).is_file()]
     if files:
-        remote = []
-        for f in files:
-            try:
-                auto_map = json.loads(f.read_text()).get("auto_map") or {}
-            except (OSError, ValueError, AttributeError):
-                continue
-            if "AutoProcessor" in auto_map or "AutoTokenizer" in auto_map:
-                remote.append(f.name)
+        remote = [f.name for f in files if _names_remote_processor(f)]
         why = f"auto_map in {', '.join(remote)}"
     else:
         remote = [a for a in archs if STAND_IN_PROCESSORS.get(a, {}).get("vendor_remote_code")]
         why = "its vendor ships the processor and tokenizer as remote code"
-    if not remote:
-        return []
-    return [
-        REMOTE_CODE_NEEDED(
+    if remote:
+        yield REMOTE_CODE_NEEDED(
             f"SGLang {version} loads the HF processor of {', '.join(archs)} while it starts, and that processor "
             f"is remote code ({why}): without --trust-remote-code Transformers refuses it and the server never "
             "starts",
             evidence={"architectures": archs, "remote": remote, "sglang": version},
             fix="add --trust-remote-code (after reading the repository's Python files; pin --revision)",
         )
-    ]
 
 
-def trust_findings(spec) -> list[Finding]:
+def _names_remote_processor(f: Path) -> bool:
+    """Does a processor/tokenizer file's `auto_map` name AutoProcessor or AutoTokenizer (False: unreadable)?"""
+    try:
+        auto_map = json.loads(f.read_text()).get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return "AutoProcessor" in auto_map or "AutoTokenizer" in auto_map
+
+
+@finding_list
+def trust_findings(spec) -> Iterator[Finding]:
     if spec.trust_remote_code:
-        return [
-            TRUST_REMOTE_CODE(
-                "--trust-remote-code runs Python shipped with the model repository",
-                evidence={"model_path": spec.model_path},
-                fix="keep it only for a model you have read (Kimi-K2.5 needs it); pin the revision",
-            )
-        ]
-    return []
+        yield TRUST_REMOTE_CODE(
+            "--trust-remote-code runs Python shipped with the model repository",
+            evidence={"model_path": spec.model_path},
+            fix="keep it only for a model you have read (Kimi-K2.5 needs it); pin the revision",
+        )
 
 
 def _weights_bytes(path: str | None) -> int | None:
@@ -271,9 +241,10 @@ def detect_gpu_memory_gib() -> float | None:
         return None
 
 
+@finding_list
 def mem_findings(
     spec, gpu_memory_gib: float | None, target_dir: str | None = None, draft_dir: str | None = None
-) -> list[Finding]:
+) -> Iterator[Finding]:
     model = spec.model_path
     if model == "embedded":
         from kit.models import EMBEDDED_NAME, cache_dir
@@ -283,7 +254,7 @@ def mem_findings(
     tb = _weights_bytes(model) or _weights_bytes(target_dir)
     db = _weights_bytes(spec.speculative_draft_model_path) or _weights_bytes(draft_dir)
     if tb is None:
-        return []
+        return
     tp = spec.tp_size or 1
     per_gpu = (tb + (db or 0)) / tp
     ev: dict[str, Any] = dict(
@@ -292,43 +263,37 @@ def mem_findings(
     gpu = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib()
     frac = spec.mem_fraction_static
     if gpu is None or frac is None:
-        return [
-            MEM(
-                f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
-                evidence={**ev, "gpu_memory_gib": gpu, "mem_fraction_static": frac},
-                severity="info",
-                fix="mem-fraction-static x GPU memory must exceed this, with room for the KV cache",
-            )
-        ]
+        yield MEM(
+            f"weights need {per_gpu / 2**30:.2f} GiB per GPU (target+draft over tp={tp})",
+            evidence={**ev, "gpu_memory_gib": gpu, "mem_fraction_static": frac},
+            severity="info",
+            fix="mem-fraction-static x GPU memory must exceed this, with room for the KV cache",
+        )
+        return
     pool = frac * gpu * 2**30
     ev.update(gpu_memory_gib=round(gpu, 2), mem_fraction_static=frac, static_pool_gib=round(pool / 2**30, 2))
     if per_gpu >= pool:
-        return [
-            MEM(
-                "weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
-                evidence=ev,
-                fix="raise --mem-fraction-static, use more GPUs (--tp-size) or a smaller quant",
-            )
-        ]
-    if per_gpu > 0.9 * pool:
-        return [
-            MEM(
-                f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
-                evidence=ev,
-                severity="warning",
-                fix="raise --mem-fraction-static a little or add GPUs",
-            )
-        ]
-    return []
+        yield MEM(
+            "weights alone exceed mem-fraction-static x GPU memory: no room for a KV cache",
+            evidence=ev,
+            fix="raise --mem-fraction-static, use more GPUs (--tp-size) or a smaller quant",
+        )
+    elif per_gpu > 0.9 * pool:
+        yield MEM(
+            f"KV cache gets only {(pool - per_gpu) / 2**30:.2f} GiB per GPU after the weights",
+            evidence=ev,
+            severity="warning",
+            fix="raise --mem-fraction-static a little or add GPUs",
+        )
 
 
-def backend_findings(spec, params, sglang_version: str | None = None) -> list[Finding]:
+@finding_list
+def backend_findings(spec, params, sglang_version: str | None = None) -> Iterator[Finding]:
     alg = (spec.speculative_algorithm or "").upper()
     if alg not in EAGLE_FAMILY or params is None:
-        return []
+        return
     topk = params.speculative_eagle_topk
     backends = {b for b in (spec.attention_backend, spec.speculative_draft_attention_backend) if b}
-    out = []
     v2 = str(spec.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() in ("1", "true", "yes", "on")
     if v2 and spec_v2_refuses_tree(topk, sglang_version):
         version = sglang_version or default_release()
@@ -337,50 +302,39 @@ def backend_findings(spec, params, sglang_version: str | None = None) -> list[Fi
             if Version.parse(version) >= Version.parse(SPEC_V2_TOPK_STARTUP_ERROR)
             else "starts, then fails on tensor sizes at the first decode (sglang #13352, #14077)"
         )
-        out.append(
-            BACKEND(
-                f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
-                evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
-                fix="--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 "
-                f"(SGLang >= {SPEC_V2_RUNS_TREES} runs trees on v2)",
-            )
+        yield BACKEND(
+            f"SGLANG_ENABLE_SPEC_V2 with topk {topk}: SGLang {version} {how}",
+            evidence={"topk": topk, "refused_in": "-".join(SPEC_V2_TOPK_REFUSED)},
+            fix=f"--speculative-eagle-topk 1 or unset SGLANG_ENABLE_SPEC_V2 (SGLang >= {SPEC_V2_RUNS_TREES} runs trees on v2)",
         )
     if "trtllm_mha" in backends and topk > 1:
-        out.append(
-            BACKEND(
-                f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
-                evidence={"backends": sorted(backends), "topk": topk},
-                fix="--speculative-eagle-topk 1, or --attention-backend flashinfer",
-            )
+        yield BACKEND(
+            f"trtllm_mha supports only topk 1 for speculative decoding (topk {topk}): ValueError",
+            evidence={"backends": sorted(backends), "topk": topk},
+            fix="--speculative-eagle-topk 1, or --attention-backend flashinfer",
         )
     backend = spec.attention_backend
     if (spec.page_size or 1) > 1 and topk > 1 and backend and backend not in PAGE_TREE_BACKENDS:
-        out.append(
-            BACKEND(
-                f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
-                evidence={"attention_backend": spec.attention_backend, "page_size": spec.page_size},
-                fix="--page-size 1 or --attention-backend flashinfer",
-            )
+        yield BACKEND(
+            f"topk > 1 with page size {spec.page_size} needs one of {PAGE_TREE_BACKENDS}",
+            evidence={"attention_backend": backend, "page_size": spec.page_size},
+            fix="--page-size 1 or --attention-backend flashinfer",
         )
     if "fa4" in backends:
-        out.append(
-            BACKEND(
-                "fa4 has no speculative-decoding support",
-                evidence={"backends": sorted(backends)},
-                severity="warning",
-                fix="use flashinfer (or fa3 on Hopper)",
-            )
+        yield BACKEND(
+            "fa4 has no speculative-decoding support",
+            evidence={"backends": sorted(backends)},
+            severity="warning",
+            fix="use flashinfer (or fa3 on Hopper)",
         )
-    return out
 
 
 def engine_findings(spec, engine: str) -> list[Finding]:
     from kit.serving.engines import get_engine
 
-    dropped = get_engine(engine).ignored_flags(spec)
-    if not dropped:
-        return []
-    return [ENGINE(f"the {engine} engine ignores {len(dropped)} SGLang flag(s)", evidence={"ignored": dropped}, fix="")]
+    if dropped := get_engine(engine).ignored_flags(spec):
+        return [ENGINE(f"the {engine} engine ignores {len(dropped)} SGLang flag(s)", evidence={"ignored": dropped})]
+    return []
 
 
 def _missing_draft_path(spec, alg: str, arch: str | None, sglang_version: str | None) -> Finding:
@@ -435,14 +389,12 @@ def lint(
     alg = (spec.speculative_algorithm or "").upper()
     if alg in ("EAGLE", "EAGLE3") and not spec.speculative_draft_model_path and arch not in MTP_TARGETS:
         r.add(_missing_draft_path(spec, alg, arch, sglang_version))
-    r.extend(bind_findings(spec))
-    r.extend(trust_findings(spec))
+    r.extend(bind_findings(spec) + trust_findings(spec))
     r.extend(remote_processor_findings(spec, target_config, target_dir or spec.model_path, sglang_version))
     r.extend(mem_findings(spec, gpu_memory_gib, target_dir, draft_dir))
     r.extend(shard_findings(target_config, draft_config if alg in EAGLE_FAMILY else None, spec.flags(), sglang_version))
     params = spec.resolved_params(arch, sglang_version)
-    r.extend(backend_findings(spec, params, sglang_version))
-    r.extend(engine_findings(spec, engine))
+    r.extend(backend_findings(spec, params, sglang_version) + engine_findings(spec, engine))
     if "env.nccl_var" not in judged_elsewhere:
         from kit.env.nccl import nccl_findings  # the environment rules of notebook 01
 

@@ -14,10 +14,11 @@ draft. Here a launch is a `LaunchSpec` whose field names are SGLang's own argume
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,28 +29,22 @@ from kit.serving.engines import SGLANG_MODULE, get_engine
 from kit.serving.engines.sglang import drop_option  # noqa: F401  (kit.rehearsal and kit.measure.capture use it from here)
 from kit.sglang.params import EAGLE_FAMILY, SpecParams, resolve
 
-# the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "launch/process/logs: notebook 04"
 UNPARSED = Code(
     "launch.unparsed",
     SECTION,
     "warning / info",
-    (
-        "warning: parts of the launch text the kit cannot attribute and that may change the launch "
-        "(`source`/`eval`, `$(...)` or undefined `$VAR`, `--env-file`, `--config FILE`, a further launch); "
-        "info: other commands in the text (not checked)"
-    ),
+    "warning: parts of the launch text the kit cannot attribute and that may change the launch (`source`/`eval`, "
+    "`$(...)` or undefined `$VAR`, `--env-file`, `--config FILE`, a further launch); info: other commands in the text "
+    "(not checked)",
     "write the values out in the command to have them checked",
 )
 ENV_SCOPE = Code(
     "launch.env_scope",
     SECTION,
     "warning",
-    (
-        "a variable the text sets for the server does not reach it as written: `VAR=1 && python ...` or "
-        "`VAR=1;` (a shell variable, not exported), a host variable not passed into `docker run` with `-e`, "
-        "`sudo` without `-E`"
-    ),
+    "a variable the text sets for the server does not reach it as written: `VAR=1 && python ...` or `VAR=1;` (a shell "
+    "variable, not exported), a host variable not passed into `docker run` with `-e`, `sudo` without `-E`",
     "export it, put `VAR=value` right before the command, or `docker run -e VAR=value`",
 )
 
@@ -98,7 +93,6 @@ class LaunchSpec:
     extra_args: list = field(default_factory=list, metadata={"cli": False})
     env: dict = field(default_factory=dict, metadata={"cli": False})
 
-    # -- spec -> argv -------------------------------------------------------------------------
     def items(self) -> list[tuple[str, Any]]:
         """(field, value) for every SGLang field that is set, in field order."""
         values = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in KIT_ONLY]
@@ -150,7 +144,6 @@ _HINTS = typing.get_type_hints(LaunchSpec)
 FIELDS = {f.name: f for f in dataclasses.fields(LaunchSpec) if f.name not in KIT_ONLY}
 
 
-# -- argv -> spec ---------------------------------------------------------------------------------
 def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_version: str | None = None) -> LaunchSpec:
     """Parse `python -m sglang.launch_server ...`, `sglang serve ...` or `python -m kit serve ...`, the flags read as
     that release's argparse reads them (`kit.sglang.flags.resolve_flags`). Flags the spec types become fields; every
@@ -170,14 +163,10 @@ def spec_from_argv(argv: list[str], env: dict[str, str] | None = None, sglang_ve
     flags = argv[hit[1] :] if entry == "python -m kit serve" else server_flags(argv, sglang_version)[0]
     res = resolve_flags(flags, sglang_version)
     values: dict[str, Any] = {}
-    for name in FIELDS:
-        if name not in res.values:
-            continue
+    for name in [n for n in FIELDS if n in res.values]:
         v, tp = res.values[name], kconfig._base_type(_HINTS[name])[0]
-        try:
+        with contextlib.suppress(TypeError, ValueError):  # a value the type refuses stays in extra_args
             values[name] = v if tp is bool or isinstance(v, tp) else tp(v)
-        except (TypeError, ValueError):
-            continue
     extra = res.canonical_args(skip=set(values))
     extra += [t for e in res.errors for t in e["tokens"]] + res.unknown
     return LaunchSpec(python=python, env=dict(env or {}), extra_args=extra, **values)
@@ -205,45 +194,37 @@ def parse_launch(text: str, sglang_version: str | None = None, source: str = "la
             f"{SGLANG_MODULE} ...` or `sglang serve ...`, alone or in a script)"
         )
     spec = spec_from_argv(found.argv, found.env, sglang_version)
-    out: list[Finding] = []
+    return found, spec, list(_shell_findings(found, spec))
+
+
+def _shell_findings(found, spec: LaunchSpec) -> Iterator[Finding]:
+    """`launch.unparsed` / `launch.env_scope`: what the shell text around the launch hides from the checks."""
     unread = [n for n in found.notes if n["kind"] != "command"]
     others = [n["text"] for n in found.notes if n["kind"] == "command"]
     config = spec.extra_args[spec.extra_args.index("--config") + 1 :][:1] if "--config" in spec.extra_args else []
     if unread or config:
-        items = [f"{n['text']} ({n['why']})" for n in unread] + [
-            f"--config {c} (its flags were not read)" for c in config
-        ]
-        out.append(
-            UNPARSED(
-                f"{len(items)} part(s) of the launch text could not be attributed; the "
-                "checks below do not include them: " + "; ".join(items)[:300],
-                evidence={
-                    "items": unread + [{"kind": "config", "text": c} for c in config],
-                    "entry": found.entry,
-                    "wrappers": found.wrappers,
-                },
-                fix="write the values out in the command (no $(...), env files or config files) to have them checked",
-            )
+        items = [f"{n['text']} ({n['why']})" for n in unread]
+        items += [f"--config {c} (its flags were not read)" for c in config]
+        yield UNPARSED(
+            f"{len(items)} part(s) of the launch text could not be attributed; the "
+            "checks below do not include them: " + "; ".join(items)[:300],
+            evidence={
+                "items": unread + [{"kind": "config", "text": c} for c in config],
+                "entry": found.entry,
+                "wrappers": found.wrappers,
+            },
+            fix="write the values out in the command (no $(...), env files or config files) to have them checked",
         )
     if others:
-        out.append(
-            UNPARSED(
-                "not part of the SGLang launch, not checked: " + "; ".join(others)[:300],
-                evidence={"commands": others, "entry": found.entry},
-                severity="info",
-                fix="",
-            )
-        )
+        title = "not part of the SGLang launch, not checked: " + "; ".join(others)[:300]
+        yield UNPARSED(title, evidence={"commands": others, "entry": found.entry}, severity="info")
     if found.unseen:
-        out.append(
-            ENV_SCOPE(
-                "the server does not see " + "; ".join(f"{k} ({why})" for k, why in sorted(found.unseen.items()))[:300],
-                evidence={"unseen": found.unseen, "forms": found.env_forms},
-                fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
-                "the kit's own command line (`kit launch --from`) passes them",
-            )
+        yield ENV_SCOPE(
+            "the server does not see " + "; ".join(f"{k} ({why})" for k, why in sorted(found.unseen.items()))[:300],
+            evidence={"unseen": found.unseen, "forms": found.env_forms},
+            fix="export them, or put VAR=value directly before the command (docker: -e VAR=value); "
+            "the kit's own command line (`kit launch --from`) passes them",
         )
-    return found, spec, out
 
 
 @dataclass
@@ -270,7 +251,6 @@ def spec_from_command(cmd: str, sglang_version: str | None = None) -> LaunchSpec
     return launch_from_text(cmd, sglang_version)[0]
 
 
-# -- notebook helpers -----------------------------------------------------------------------------
 def spec_frame(spec: LaunchSpec, other: LaunchSpec | None = None):
     """The set fields as a table (flag, value[, other value]) — the launch line, readable."""
     import pandas as pd
@@ -281,10 +261,7 @@ def spec_frame(spec: LaunchSpec, other: LaunchSpec | None = None):
         if a in (None, False, [], {}) and b in (None, False, [], {}):
             continue
         flag = f.name if f.name in KIT_ONLY else "--" + f.name.replace("_", "-")
-        row = {"field": flag, "value": a}
-        if other is not None:
-            row["fixed"] = b
-        rows.append(row)
+        rows.append({"field": flag, "value": a} | ({"fixed": b} if other is not None else {}))
     return pd.DataFrame(rows)
 
 

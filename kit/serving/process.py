@@ -51,8 +51,7 @@ class ServerNotReady(ServerExited):
 
     def __init__(self, message: str, timeout: float, last: str):
         super().__init__(message)
-        self.timeout = timeout
-        self.last = last
+        self.timeout, self.last = timeout, last
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -84,7 +83,6 @@ def _ephemeral_low() -> int:
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on `host` now that this process has not handed out before (servers picked one after another, or
     from several threads, each get their own), drawn at random below the ephemeral range."""
-
     pool = [p for p in range(_PICK_FROM, _ephemeral_low()) if p not in _SGLANG_DEFAULTS]
     with _PORT_LOCK:
         for port in random.sample(pool, min(len(pool), 200)):
@@ -135,9 +133,9 @@ class ServerProcess:
         engine: str | Engine = "sglang",
     ):
         self.engine = get_engine(engine)
-        grace = self.engine.stop_grace_s if grace is None else grace
         self.argv, self.env, self.host, self.port = list(argv), dict(env or {}), host, int(port)
-        self.api_key, self.log_file, self.on_line, self.grace = api_key, log_file, on_line, grace
+        self.api_key, self.log_file, self.on_line = api_key, log_file, on_line
+        self.grace = self.engine.stop_grace_s if grace is None else grace
         self.ready = False
         self.startup_failure: str | None = None  # the engine's reason, read from the log before ready
         self.lines: collections.deque[str] = collections.deque(maxlen=tail_lines)
@@ -151,8 +149,7 @@ class ServerProcess:
     def from_spec(cls, spec, engine: str | Engine = "sglang", **kw) -> ServerProcess:
         """A process for a `kit.serving.launch.LaunchSpec`: argv, env, host/port, api key and log file from it."""
         kw.setdefault("log_file", spec.log_file)
-        eng = get_engine(engine)
-        host, port = spec.host or "127.0.0.1", spec.port or 30000
+        eng, host, port = get_engine(engine), spec.host or "127.0.0.1", spec.port or 30000
         return cls(eng.argv(spec), env=spec.env, host=host, port=port, api_key=spec.api_key, engine=eng, **kw)
 
     @property
@@ -170,7 +167,6 @@ class ServerProcess:
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    # -- start ----------------------------------------------------------------------------------
     def start(self) -> ServerProcess:
         if self.proc is not None:
             raise KitInputError("server already started")
@@ -188,19 +184,12 @@ class ServerProcess:
                 )
             with self._open_log() as out:
                 start_at = out.seek(0, os.SEEK_END)
-                self.proc = subprocess.Popen(
-                    cmd + self.argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                std = dict(stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(cmd + self.argv, env=env, start_new_session=True, **std)
                 self._log_fd = os.dup(out.fileno())  # ours: `out` closes here, the server keeps its own
         self._taken_pos = start_at
-        self._reader = threading.Thread(
-            target=self._follow, args=(self._log_fd, start_at), name="kit-server-log", daemon=True
-        )
+        self._reader = threading.Thread(target=self._follow, args=(self._log_fd, start_at), name="kit-server-log")
+        self._reader.daemon = True
         self._reader.start()
         return self
 
@@ -270,7 +259,6 @@ class ServerProcess:
     def tail(self, n: int = 30) -> list[str]:
         return list(self.lines)[-n:]
 
-    # -- readiness ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 600.0, poll: float = 0.5) -> dict:
         """Block until the engine's ready path answers 200; return {"server_info": ..., "models": ..., "model": id}.
         ServerExited when the process ends first or the log says startup failed; ServerNotReady after `timeout`."""
@@ -298,11 +286,8 @@ class ServerProcess:
                 lines = self.tail(20)
                 self.stop()
                 last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-                raise ServerNotReady(
-                    f"server not ready after {timeout:.0f}s (stopped); last log lines:\n" + "\n".join(lines),
-                    timeout,
-                    last,
-                )
+                msg = f"server not ready after {timeout:.0f}s (stopped); last log lines:\n" + "\n".join(lines)
+                raise ServerNotReady(msg, timeout, last)
             time.sleep(poll)
         answers = (http_json(self.base_url + path, self.api_key) for path in self.engine.server_info_paths)
         info = next((body for status, body in answers if status == 200), None)  # the first path that answers
@@ -310,7 +295,6 @@ class ServerProcess:
         model = ((models or {}).get("data") or [{}])[0].get("id") if isinstance(models, dict) else None
         return {"server_info": info, "models": models, "model": model}
 
-    # -- stop -----------------------------------------------------------------------------------
     def _signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
@@ -382,7 +366,6 @@ def start_ready(srv: ServerProcess, timeout: float = 600.0, beside: list[ServerP
     return info
 
 
-# -- the supervisor (runs in its own process) --------------------------------------------------------
 def _kill_group_members(pgid: int) -> None:
     """SIGKILL every other process of our group (a straggler that ignored SIGTERM)."""
     me = os.getpid()

@@ -20,6 +20,7 @@ Run `python -m kit.sglang.cmdline < launch.sh` to see what is found.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -28,9 +29,8 @@ from dataclasses import dataclass, field
 
 from kit.findings import KitInputError
 
-# The seed's launch line: six NCCL variables, one SGLANG variable, TP=8 on 8x RTX PRO 6000, and the
-# `EAGLE` algorithm for an EAGLE-3 draft. The notebooks lint it as their example (`launch = None`); it is
-# never started as written.
+# The seed's launch line: six NCCL variables, one SGLANG variable, TP=8 on 8x RTX PRO 6000, and the `EAGLE`
+# algorithm for an EAGLE-3 draft. The notebooks lint it as their example (`launch = None`); never started as written.
 SEED_LAUNCH = (
     "NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_P2P_LEVEL=SYS NCCL_MAX_NCHANNELS=16 NCCL_BUFFSIZE=16777216 NCCL_NTHREADS=512 "
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 /root/ml-env/bin/python3 -m sglang.launch_server "
@@ -77,8 +77,7 @@ class ShellLaunch:
 
     @property
     def server_env(self) -> dict[str, str]:
-        """The variables the launched server process sees: `env` less the `unseen` ones (a plain `VAR=1`
-        shell variable, a host variable docker does not pass, ...). SGLang reads only these."""
+        """What the server process sees (and SGLang reads): `env` less the `unseen` variables."""
         return {k: v for k, v in self.env.items() if k not in self.unseen}
 
 
@@ -124,8 +123,8 @@ class _Lexer:
     and marked opaque), operators, redirections, comments. Each `_scan_*` consumes one construct at `self.i`."""
 
     def __init__(self, text: str, variables: dict[str, str], used: set):
-        self.text, self.n, self.variables, self.used = text, len(text), variables, used
-        self.i = 0
+        self.text, self.n, self.variables, self.used, self.i = text, len(text), variables, used, 0
+        self._quotes = {"'": self._scan_single, '"': self._scan_double, "`": self._scan_backtick}
         self._reset()
 
     def _reset(self) -> None:
@@ -152,20 +151,14 @@ class _Lexer:
             c = text[self.i]
             if c == "\\" and self.i + 1 < self.n:
                 self._scan_escape()
-            elif c == "'":
-                self._scan_single()
-            elif c == '"':
-                self._scan_double()
-            elif c == "`":
-                self._scan_backtick()
+            elif c in self._quotes:
+                self._quotes[c]()
             elif c == "$":
                 yield from self._scan_dollar()
-            elif c in " \t\r":
+            elif c in " \t\r\n":
                 yield from self._flush()
-                self.i += 1
-            elif c == "\n":
-                yield from self._flush()
-                yield "op", "\n"
+                if c == "\n":
+                    yield "op", "\n"
                 self.i += 1
             elif c == "#" and not self.buf and not self.started:
                 k = text.find("\n", self.i)
@@ -185,10 +178,8 @@ class _Lexer:
 
     def _scan_escape(self) -> None:
         text, i = self.text, self.i
-        if text[i + 1] == "\n":  # a line continuation
-            self.i += 2
-        elif text.startswith("\r\n", i + 1):
-            self.i += 3
+        if text[i + 1] == "\n" or text.startswith("\r\n", i + 1):  # a line continuation
+            self.i += 2 if text[i + 1] == "\n" else 3
         else:
             self._unplain()
             self.buf.append(text[i + 1])
@@ -261,20 +252,16 @@ class _Lexer:
 
     def _scan_redirection(self) -> list:
         """A redirection; a preceding all-digit word is its file descriptor."""
-        text = self.text
-        out: list = []
         word = "".join(self.buf)
         fd = word if self.buf and word.isdigit() and not self.quoted else ""
-        if not fd:
-            out += self._flush()
-        else:
-            self._reset()
-        ph = None if fd else _PLACEHOLDER.match(text, self.i)
+        out: list = [] if fd else self._flush()
+        self._reset()
+        ph = None if fd else _PLACEHOLDER.match(self.text, self.i)
         if ph:  # `<model-path>` written for the reader to fill in: to the shell, two redirections
             out.append(("placeholder", ph.group(0)))
-        m = _REDIRECTION.match(text, self.i)
+        m = _REDIRECTION.match(self.text, self.i)
         out.append(("redir", fd + m.group(0)))
-        self.i += len(m.group(0))
+        self.i = m.end()
         return out
 
 
@@ -297,10 +284,9 @@ def _commands(text: str, st: _State) -> Iterator[list[Word]]:
     pending_redirect = False
     for kind, tok in _Lexer(text, st.variables, st.used).tokens():
         if kind == "word":
-            if pending_redirect:
-                pending_redirect = False
-                continue
-            words.append(tok)
+            if not pending_redirect:
+                words.append(tok)
+            pending_redirect = False
         elif kind == "redir":
             pending_redirect = True  # its target word is not part of the command
         elif kind == "placeholder":
@@ -336,13 +322,10 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
     words = _strip_prompt(words)
     if not words:
         return
-    prefix: dict[str, str] = {}
-    i = 0
-    while i < len(words) and _is_assignment(words[i]):
-        k, v = words[i].text.split("=", 1)
-        prefix[k] = v  # for this command's environment only; the shell's own variables are unchanged
-        i += 1
-    rest = words[i:]
+    assigns = list(itertools.takewhile(_is_assignment, words))
+    # for this command's environment only; the shell's own variables are unchanged
+    prefix = dict(w.text.split("=", 1) for w in assigns)
+    rest = words[len(assigns) :]
     if not rest:  # `VAR=value` on its own: a shell variable, exported only if marked so
         for k, v in prefix.items():
             st.variables[k] = v
@@ -358,16 +341,13 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
     prog = os.path.basename(argv[0])
     if prog in ("export", "declare", "typeset", "local", "readonly"):
         exporting = prog == "export" or any(a.startswith("-") and "x" in a for a in argv[1:])
-        for a in argv[1:]:
-            if a.startswith("-"):
-                continue
+        for a in (a for a in argv[1:] if not a.startswith("-")):
             m = _ASSIGN.match(a)
             k, v = (m.group(1), m.group(2)) if m else (a, st.variables.get(a))
             if m:
                 st.variables[k] = v
             if exporting and v is not None:
-                st.exported[k] = v
-                st.forms[k] = prog
+                st.exported[k], st.forms[k] = v, prog
                 st.unexported.pop(k, None)
             elif exporting:
                 st.marked.add(k)  # exported before being set: a later `K=v` exports
@@ -386,23 +366,12 @@ def _run_command(words: list[Word], st: _State, is_launch: LaunchTest) -> None:
     if prog == "set" and "+a" in argv[1:]:
         st.allexport = False
         return
-    env = dict(st.exported)
-    forms = {k: st.forms.get(k, "export") for k in env}
-    for k, v in prefix.items():
-        env[k], forms[k] = v, "inline"
+    env = {**st.exported, **prefix}
+    forms = {**{k: st.forms.get(k, "export") for k in st.exported}, **dict.fromkeys(prefix, "inline")}
     _unwrap(argv, env, forms, st, is_launch, [], opaque)
 
 
-def _unwrap(
-    argv: list[str],
-    env: dict,
-    forms: dict,
-    st: _State,
-    is_launch: LaunchTest,
-    wrappers: list[str],
-    opaque: list[str],
-    unseen: dict | None = None,
-) -> ShellLaunch | None:
+def _unwrap(argv, env, forms, st: _State, is_launch: LaunchTest, wrappers, opaque, unseen=None) -> ShellLaunch | None:
     """Peel launcher prefixes off argv until a launch (recorded in st) or a plain command."""
     unseen = dict(unseen or {})
     while argv:
@@ -438,8 +407,7 @@ def _record_launch(argv, hit, env, forms, st: _State, wrappers, opaque, unseen) 
     full_env = {**{k: v for k, v in st.unexported.items() if k in unseen}, **env}
     full_forms = {**{k: "shell variable" for k in st.unexported if k in unseen}, **forms}
     sl = ShellLaunch(list(argv), flags_at, entry, full_env, full_forms, unseen, wrappers=list(wrappers))
-    for o in opaque:
-        sl.notes.append({"kind": "expansion", "text": o, "why": "not defined in the text: left as written"})
+    sl.notes += [{"kind": "expansion", "text": o, "why": "not defined in the text: left as written"} for o in opaque]
     st.launches.append(sl)
     return sl
 
@@ -477,12 +445,10 @@ def _peel_env(argv, env, forms, st, unseen, wrappers):
             j += 1
         elif a.startswith("--unset="):
             env.pop(a.split("=", 1)[1], None)
-        elif a.startswith("-"):
-            pass
         elif _ASSIGN.match(a):
             k, v = a.split("=", 1)
             env[k], forms[k] = v, "env"
-        else:
+        elif not a.startswith("-"):
             break
         j += 1
     return argv[j:], env, forms, unseen, wrappers + ["env"]
@@ -530,7 +496,7 @@ def _peel_container(argv, env, forms, st, unseen, wrappers):
 
 # apptainer/singularity exec|run options that take a value
 _APPTAINER_VALUED = tuple(
-    "-B --bind --home -H --overlay -W --workdir --pwd --app --security --network --hostname".split()
+    "-B --bind --home -H --overlay -W --workdir --pwd --app --security --network --hostname --env --env-file".split()
 )
 
 
@@ -539,22 +505,15 @@ def _peel_apptainer(argv, env, forms, st, unseen, wrappers):
     if argv[1:2] not in (["exec"], ["run"]):
         return None
     prog = os.path.basename(argv[0])
-    j, cenv = 2, dict(env)
-    for k in list(env):
-        if k.startswith(("APPTAINERENV_", "SINGULARITYENV_")):
-            cenv[k.split("_", 1)[1]] = env[k]
+    j, prefixed = 2, ("APPTAINERENV_", "SINGULARITYENV_")
+    cenv = {**env, **{k.split("_", 1)[1]: v for k, v in env.items() if k.startswith(prefixed)}}
     while j < len(argv) and argv[j].startswith("-"):
-        a = argv[j]
-        if a in ("--env", "--env-file") and j + 1 < len(argv):
-            if a == "--env":
-                for kv in argv[j + 1].split(","):
-                    if "=" in kv:
-                        k, v = kv.split("=", 1)
-                        cenv[k], forms[k] = v, f"{prog} --env"
-            else:
-                _note(st, "env-file", argv[j + 1], "variables in an env file were not read")
-            j += 2
-            continue
+        a, val = argv[j], argv[j + 1] if j + 1 < len(argv) else None
+        if a == "--env" and val is not None:
+            for k, v in (kv.split("=", 1) for kv in val.split(",") if "=" in kv):
+                cenv[k], forms[k] = v, f"{prog} --env"
+        elif a == "--env-file" and val is not None:
+            _note(st, "env-file", val, "variables in an env file were not read")
         j += 1 + (a in _APPTAINER_VALUED)
     return argv[j + 1 :], cenv, forms, unseen, wrappers + [prog]
 
@@ -582,11 +541,9 @@ _DOCKER_BOOL = set(
 
 
 def _container(argv, env, forms, st: _State, unseen, wrappers):
-    prog = os.path.basename(argv[0])
-    sub = argv[1]
+    prog, sub, j = os.path.basename(argv[0]), argv[1], 2
     cenv: dict[str, str] = {}
     cforms: dict[str, str] = {}
-    j = 2
     while j < len(argv) and argv[j].startswith("-") and argv[j] != "-":
         a = argv[j]
         name, inline = (a.split("=", 1) + [None])[:2] if a.startswith("--") else (a, None)
@@ -626,12 +583,10 @@ def _skip_options(argv: list[str], prog: str) -> int:
         "nice": {"-n", "--adjustment"},
         "ionice": {"-c", "-n", "-p", "-t"},
         "stdbuf": {"-i", "-o", "-e"},
-        "taskset": set(),
         "numactl": {"-C", "-N", "-m", "-p", "-i"},
         "timeout": {"-s", "--signal", "-k", "--kill-after"},
         "sudo": {"-u", "-g", "-C", "-h", "-p", "-U"},
         "srun": {"-n", "-N", "-c", "-p", "-t", "-J", "-w", "-G", "-A", "-q"},
-        "chrt": set(),
         "time": {"-f", "-o"},
     }.get(prog, set())
     j = 1
@@ -639,12 +594,8 @@ def _skip_options(argv: list[str], prog: str) -> int:
         j += 1 + (argv[j] in valued)
     if j < len(argv) and argv[j] == "--":
         j += 1
-    if prog == "taskset" and j < len(argv):
-        j += 1  # the mask / cpu list
-    if prog == "timeout" and j < len(argv):
-        j += 1  # the duration
-    if prog == "chrt" and j < len(argv) and argv[j].isdigit():
-        j += 1
+    if j < len(argv) and (prog in ("taskset", "timeout") or (prog == "chrt" and argv[j].isdigit())):
+        j += 1  # taskset's mask / cpu list, timeout's duration, chrt's priority
     return j
 
 
@@ -696,13 +647,9 @@ def split_command(
         words = shlex.split(text, comments=True)
     except ValueError as e:
         raise KitInputError(f"{source}: cannot parse shell words ({e})")
-    env: dict[str, str] = {}
-    i = 1 if words[:1] == ["env"] else 0
-    while i < len(words) and _ASSIGN.match(words[i]):
-        k, v = words[i].split("=", 1)
-        env[k] = v
-        i += 1
-    return env, words[i:]
+    words = words[1:] if words[:1] == ["env"] else words
+    assigns = list(itertools.takewhile(_ASSIGN.match, words))
+    return dict(a.split("=", 1) for a in assigns), words[len(assigns) :]
 
 
 def join_command(env: dict[str, str], argv: list[str]) -> str:

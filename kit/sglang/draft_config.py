@@ -1,11 +1,10 @@
 """One typed reader of an EAGLE-3 draft's config.json, whatever wrote it (no torch).
 
-SGLang reads a flat config (`LlamaForCausalLMEagle3`: `hidden_size`, `target_hidden_size`, the ids
-under `eagle_config`); speculators nests the decoder's numbers under `transformer_layer_config` and
-keeps the ids at top level. Every consumer (the reference draft, `kit inspect`, the loader simulation,
-the wiring checks) reads the file through `read_draft_config`, which keeps what was *declared*
-apart from what SGLang *derives* (`num_aux`, `fed_width`), so each rule can ask the question it needs
-("was target_hidden_size given, and was it null?").
+SGLang reads a flat config (`LlamaForCausalLMEagle3`: `hidden_size`, `target_hidden_size`, the ids under
+`eagle_config`); speculators nests the decoder's numbers under `transformer_layer_config`, ids at top level. Every
+consumer (the reference draft, `kit inspect`, the loader simulation, the wiring checks) reads it through
+`read_draft_config`, which keeps what was *declared* apart from what SGLang *derives* (`num_aux`, `fed_width`), so
+each rule can ask the question it needs ("was target_hidden_size given, and was it null?").
 
     cfg = read_draft_config(json.load(open("draft/config.json")))
     cfg.hidden_size, cfg.target_hidden_size, cfg.num_aux, cfg.aux_layer_ids
@@ -80,9 +79,8 @@ class DraftConfig:
     @property
     def effective_target_hidden_size(self) -> int | None:
         """The target width fc expects: target_hidden_size when given (and not null), else hidden_size."""
-        if self.target_hidden_size is ABSENT or self.target_hidden_size is None:
-            return self.hidden_size
-        return self.target_hidden_size
+        ht = self.target_hidden_size
+        return self.hidden_size if ht is ABSENT or ht is None else ht
 
     @property
     def fed_width(self) -> int | None:
@@ -116,7 +114,7 @@ def read_draft_config(cfg: HFConfig) -> DraftConfig:
     inter = tl.get("intermediate_size_mlp") if tl.get("model_type") == "llama4_text" else tl.get("intermediate_size")
     rp = tl.get("rope_parameters")
     theta = (rp or {}).get("rope_theta", tl.get("rope_theta", 10000.0)) if rp else tl.get("rope_theta", 10000.0)
-    top_ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    top_ids, ids = cfg.get("eagle_aux_hidden_state_layer_ids"), ec.get("eagle_aux_hidden_state_layer_ids")
     nh = _int(tl.get("num_attention_heads"))
     return DraftConfig(
         layout="speculators" if nested else "sglang",
@@ -132,9 +130,7 @@ def read_draft_config(cfg: HFConfig) -> DraftConfig:
         draft_vocab_size=cfg.get("draft_vocab_size", ABSENT),
         target_hidden_size=cfg.get("target_hidden_size", ABSENT),
         num_aux_hidden_states=_int(cfg.get("num_aux_hidden_states")),
-        aux_layer_ids=list(ec["eagle_aux_hidden_state_layer_ids"])
-        if ec.get("eagle_aux_hidden_state_layer_ids")
-        else None,
+        aux_layer_ids=list(ids) if ids else None,
         top_level_aux_layer_ids=list(top_ids) if top_ids else None,
         use_aux_hidden_state=ec.get("use_aux_hidden_state"),
         rms_norm_eps=float(tl.get("rms_norm_eps", 1e-6)),
@@ -171,10 +167,9 @@ def llama_draft_shapes(
     num_aux: int,
     num_hidden_layers: int = 1,
 ) -> dict[str, tuple[tuple[int, ...], bool]]:
-    """Canonical tensor name -> (shape, required) of a Llama-class EAGLE-3 draft (`LlamaForCausalLMEagle3`).
-
-    Layer 0 attends over cat(embeds, hidden) (width 2H); later layers over H. Optional tensors (the
-    pre-fc `input_norm`, later layers' `hidden_norm`) are listed with required=False."""
+    """Canonical tensor name -> (shape, required) of a Llama-class EAGLE-3 draft (`LlamaForCausalLMEagle3`). Layer 0
+    attends over cat(embeds, hidden) (width 2H), later layers over H; the pre-fc `input_norm` and later layers'
+    `hidden_norm` are optional (required=False)."""
     H, hd = hidden_size, head_dim
     s: dict[str, tuple[tuple[int, ...], bool]] = {
         "embed_tokens.weight": ((vocab_size, H), True),

@@ -187,11 +187,8 @@ def launch_entry(argv: list[str], version: str | None = None) -> tuple[str, int]
                 return (f"python -m {mod}", k) if mod in ent["launch_modules"] else None
             if a in ("-c", "-"):
                 return None
-            if a in ("-W", "-X", "-Q"):
-                j += 2
-                continue
             if a.startswith("-"):
-                j += 1
+                j += 2 if a in ("-W", "-X", "-Q") else 1
                 continue
             path = a.replace("\\", "/")
             mods = [m for m in ent["launch_modules"] if path.endswith(m.replace(".", "/") + ".py")]
@@ -283,18 +280,12 @@ class FlagResolution:
 
     def raw(self, dest: str) -> str | None:
         """The value string of the last occurrence of dest (what `--flag V` said), or None."""
-        for o in reversed(self.occurrences):
-            if o.dest == dest:
-                return " ".join(o.raws) if o.raws else None
-        return None
+        o = next((o for o in reversed(self.occurrences) if o.dest == dest), None)
+        return " ".join(o.raws) if o and o.raws else None
 
     def canonical_args(self, skip: set = frozenset()) -> list[str]:
         """Every occurrence outside `skip`, spelled canonically, in order."""
-        out: list[str] = []
-        for o in self.occurrences:
-            if o.dest not in skip:
-                out += [o.canonical] + o.raws
-        return out
+        return [s for o in self.occurrences if o.dest not in skip for s in [o.canonical, *o.raws]]
 
     def abbreviated(self) -> list[tuple[str, str]]:
         """(as written, full option) for every flag given as an unambiguous prefix of its name."""
@@ -311,9 +302,7 @@ class FlagResolution:
 
 
 class _Stop(Exception):
-    def __init__(self, message: str, argument: str | None = None):
-        super().__init__(message)
-        self.message, self.argument = message, argument
+    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -381,18 +370,13 @@ def _parser(checked: str) -> _Parser:
             continue
         if kind not in _KINDS:  # another custom Action class: a store, or a constant when it takes no value
             kind = "store_const" if a["nargs"] == 0 else "store"
-            if kind == "store_const":
-                kw["const"] = True if a.get("const") is None else a["const"]
         if kind == "boolean_optional":  # argparse adds the --no- spellings itself
             opts = [o for o in opts if not (o.startswith("--no-") and "--" + o[5:] in opts)]
         elif kind in ("store", "append", "extend"):
-            if a["nargs"] is not None:
-                kw["nargs"] = a["nargs"]
+            kw.update({k: a[k] for k in ("nargs", "choices") if a.get(k) is not None})
             if a["nargs"] == "?":
                 kw["const"] = a.get("const")
             kw["type"] = _value_parser(a.get("type"), p)
-            if a.get("choices") is not None:
-                kw["choices"] = a["choices"]
         elif kind in ("store_const", "append_const"):
             kw["const"] = a.get("const")
         p.add_argument(*opts, action=_recording(_KINDS[kind]), **kw)
@@ -409,17 +393,11 @@ def _matches(token: str, action: dict, options: dict[str, dict]) -> bool:
 
 def _span(argv: list[str], i: int, action: dict | None) -> int:
     """End of the occurrence starting at argv[i]: the option and the values it would take."""
-    j = i + 1
-    if "=" in argv[i] or (action is not None and action["nargs"] == 0):
+    j, nargs = i + 1, action["nargs"] if action else "*"
+    if "=" in argv[i] or nargs == 0:
         return j
-    limit = {None: 1, "?": 1}.get(action["nargs"] if action else "*", None)
-    if action is not None and isinstance(action["nargs"], int):
-        limit = action["nargs"]
-    while (
-        j < len(argv)
-        and not (argv[j].startswith("-") and not _NUM.match(argv[j]))
-        and (limit is None or j - i - 1 < limit)
-    ):
+    limit = 1 if nargs in (None, "?") else nargs if isinstance(nargs, int) else len(argv)
+    while j < min(len(argv), i + 1 + limit) and (_NUM.match(argv[j]) or not argv[j].startswith("-")):
         j += 1
     return j
 
@@ -440,8 +418,7 @@ def resolve_flags(flags: list[str], version: str | None = None) -> FlagResolutio
         try:
             ns, unknown = p.parse_known_args(rest)
         except (argparse.ArgumentError, _Stop) as e:
-            msg = str(e) if isinstance(e, argparse.ArgumentError) else e.message
-            name = getattr(e, "argument_name", None)
+            msg, name = str(e), getattr(e, "argument_name", None)
             cut = _culprit(rest, name, msg, options, p)
             if cut is None:  # cannot locate: report and keep the flags unread
                 res.errors.append({"option": name, "message": msg, "tokens": list(rest)})
@@ -451,8 +428,7 @@ def resolve_flags(flags: list[str], version: str | None = None) -> FlagResolutio
             res.errors.append({"option": name or rest[i].split("=", 1)[0], "message": msg, "tokens": rest[i:j]})
             rest = rest[:i] + rest[j:]
             continue
-        res.values = vars(ns)
-        res.occurrences = list(p.kit_seen)
+        res.values, res.occurrences = vars(ns), list(p.kit_seen)
         res.unknown += unknown
         break
     missing = [a for a in t.actions if a["required"] and a["dest"] not in res.values]

@@ -63,13 +63,8 @@ def derived_context_length(text_config: HFConfig, version: str | None = None) ->
     unless rope_scaling names original_max_position_embeddings or is llama3; 2048 when none is set."""
     keys = context_keys(version)
     rs = text_config.get("rope_scaling") or {}
-    factor = rs.get("factor", 1) if rs else 1
-    if "original_max_position_embeddings" in rs or rs.get("rope_type") == "llama3":
-        factor = 1
-    for k in keys:
-        if text_config.get(k) is not None:
-            return int(factor * text_config[k])
-    return 2048
+    factor = 1 if "original_max_position_embeddings" in rs or rs.get("rope_type") == "llama3" else rs.get("factor", 1)
+    return next((int(factor * text_config[k]) for k in keys if text_config.get(k) is not None), 2048)
 
 
 # -- the recorded table -----------------------------------------------------------------------
@@ -111,10 +106,8 @@ def releases_with(
     for v in known_versions():
         if after is not None and Version.parse(v) <= Version.parse(after):
             continue
-        r = rules_for(v, architecture)
-        if architecture != "runtime" and not r.features.get("has_eagle3"):
-            continue
-        if feature in r.features and r.features[feature] == value:
+        f = rules_for(v, architecture).features
+        if (architecture == "runtime" or f.get("has_eagle3")) and feature in f and f[feature] == value:
             yield v
 
 
@@ -198,12 +191,8 @@ class LoadSimulation:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.arch_status == "eagle3"
-            and not self.build_errors
-            and not self.by_status("fails")
-            and not any(m["critical"] for m in self.params_missing)
-        )
+        critical = any(m["critical"] for m in self.params_missing)
+        return self.arch_status == "eagle3" and not self.build_errors and not self.by_status("fails") and not critical
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,24 +234,18 @@ def _param_shapes(
     if f.get("single_layer_only") and L != 1:
         errors.append(f"num_hidden_layers={L}: this SGLang raises 'EAGLE3 currently only supports 1 layer'")
     tie = c.tie_word_embeddings
-    head_from_target = False
     Vd = c.draft_vocab_size
-    if not tie:
-        if Vd is ABSENT:
-            errors.append(
-                "config has no draft_vocab_size: SGLang reads config.draft_vocab_size (AttributeError); "
-                "write null to take the target's lm_head, or the draft vocab size"
-            )
-            Vd = V
-        elif Vd is None:
-            if f.get("null_draft_vocab_uses_target_head"):
-                head_from_target, Vd = True, V
-            else:
-                errors.append(
-                    "draft_vocab_size is null: this SGLang builds ParallelLMHead(None, H) (TypeError); "
-                    "set the draft vocab size"
-                )
-                Vd = V
+    head_from_target = not tie and Vd is None and bool(f.get("null_draft_vocab_uses_target_head"))
+    if not tie and Vd is ABSENT:
+        errors.append(
+            "config has no draft_vocab_size: SGLang reads config.draft_vocab_size (AttributeError); "
+            "write null to take the target's lm_head, or the draft vocab size"
+        )
+    elif not tie and Vd is None and not head_from_target:
+        errors.append(
+            "draft_vocab_size is null: this SGLang builds ParallelLMHead(None, H) (TypeError); set the draft vocab size"
+        )
+    Vd = V if Vd is ABSENT or Vd is None else Vd
     P: dict[str, tuple] = {
         "model.embed_tokens.weight": (V, H),
         "model.fc.weight": (H, k * Ht),
@@ -274,19 +257,14 @@ def _param_shapes(
     if f.get("norm_before_fc") and c.norm_before_fc:
         P["model.input_norm.weight"] = (k * Ht,)
     if f.get("fc_norm") and c.fc_norm:
-        for j in range(k):
-            P[f"model.fc_norm.{j}.weight"] = (Ht,)
+        P.update({f"model.fc_norm.{j}.weight": (Ht,) for j in range(k)})
     shards: dict[str, dict] = {}
     bias = c.attention_bias
     layers = ["model.midlayer"] if f.get("decoder_is_midlayer") else [f"model.layers.{i}" for i in range(L)]
     for i, pre in enumerate(layers):
-        w_in = 2 * H if i == 0 else H
-        P[f"{pre}.self_attn.qkv_proj.weight"] = ((nh + 2 * nkv) * hd, w_in)
-        shards[f"{pre}.self_attn.qkv_proj.weight"] = {
-            "q": (nh * hd, w_in),
-            "k": (nkv * hd, w_in),
-            "v": (nkv * hd, w_in),
-        }
+        w_in, qkv = 2 * H if i == 0 else H, f"{pre}.self_attn.qkv_proj.weight"
+        P[qkv] = ((nh + 2 * nkv) * hd, w_in)
+        shards[qkv] = {"q": (nh * hd, w_in), "k": (nkv * hd, w_in), "v": (nkv * hd, w_in)}
         P[f"{pre}.self_attn.o_proj.weight"] = (H, nh * hd)
         if bias:
             P[f"{pre}.self_attn.o_proj.bias"] = (H,)
@@ -308,16 +286,8 @@ def _mla_param_shapes(
 ) -> tuple[dict[str, tuple], dict[str, dict], dict]:
     """Parameters Eagle3DeepseekV2ForCausalLM builds for `cfg` (kimi_k25_eagle3.py + DeepseekV2AttentionMLA)."""
     c = read_draft_config(cfg)
-    dims = {
-        "hidden_size": c.hidden_size,
-        "vocab_size": c.vocab_size,
-        "num_attention_heads": c.num_attention_heads,
-        "intermediate_size": c.intermediate_size,
-        "kv_lora_rank": c.kv_lora_rank,
-        "qk_nope_head_dim": c.qk_nope_head_dim,
-        "qk_rope_head_dim": c.qk_rope_head_dim,
-        "v_head_dim": c.v_head_dim,
-    }
+    names = "hidden_size vocab_size num_attention_heads intermediate_size kv_lora_rank qk_nope_head_dim"
+    dims = {n: getattr(c, n) for n in (names + " qk_rope_head_dim v_head_dim").split()}
     missing = [name for name, v in dims.items() if not isinstance(v, int)]
     if missing:
         errors.append(f"config lacks integer {'/'.join(missing)}: the MLA draft layer cannot be built")
@@ -335,10 +305,7 @@ def _mla_param_shapes(
     if f.get("single_layer_only") and L != 1:
         errors.append(f"num_hidden_layers={L}: this SGLang raises 'EAGLE3 currently only supports 1 layer'")
     Ht_cfg = None if c.target_hidden_size is ABSENT else c.target_hidden_size
-    if f.get("null_target_hidden_falls_back"):
-        Ht = Ht_cfg or H
-    else:
-        Ht = c.target_hidden_size if c.target_hidden_size is not ABSENT else H
+    Ht = (Ht_cfg or H) if f.get("null_target_hidden_falls_back") else H if c.target_hidden_size is ABSENT else Ht_cfg
     ids = c.aux_layer_ids if c.aux_layer_ids is not None else c.top_level_aux_layer_ids
     k = len(ids) if ids is not None else 3  # _get_eagle_aux_layer_count: no num_aux_hidden_states here
     tie = c.tie_word_embeddings
@@ -370,8 +337,7 @@ def _mla_param_shapes(
     if f.get("fc_bias_from_config") and c.bias:
         P["model.fc.bias"] = (H,)
     if f.get("fc_norm") and c.fc_norm:
-        for j in range(k):
-            P[f"model.fc_norm.{j}.weight"] = (Ht,)
+        P.update({f"model.fc_norm.{j}.weight": (Ht,) for j in range(k)})
     if not tie:
         P["lm_head.weight"] = (Vd, H)
     # Eagle3DeepseekV2ForCausalLM.set_embed: skips only for a non-null, different target_hidden_size
@@ -381,13 +347,9 @@ def _mla_param_shapes(
 
 def _load_own(name: str, f: dict, P: dict) -> tuple[str | None, Any, str]:
     """Replay the 0.4.9+ loop: returns (param or None, shard id, why-dropped)."""
-    for param, weight, shard in f["stacked"]:
-        if weight in name:
-            n2 = name.replace(weight, param)
-            pn = n2 if n2 in P else f"model.{n2}"
-            return (pn, shard, "") if pn in P else (None, None, f"no parameter {pn!r} in this release")
-    pn = name if name in P else f"model.{name}"
-    return (pn, None, "") if pn in P else (None, None, f"no parameter {pn!r} in this release")
+    n2, shard = next(((name.replace(w, p), s) for p, w, s in f["stacked"] if w in name), (name, None))
+    pn = n2 if n2 in P else f"model.{n2}"
+    return (pn, shard, "") if pn in P else (None, None, f"no parameter {pn!r} in this release")
 
 
 def _mla_name(key: str, f: dict) -> str:
@@ -424,8 +386,7 @@ def _settle_fused(pending: dict, f: dict, P: dict, shards: dict, filled: dict) -
     one missing -> the other stays cached and is never loaded (SGLang logs nothing)."""
     parts_of = {fu["param"]: fu["parts"] for fu in f.get("fused") or []}
     for fused, got in pending.items():
-        fp = next((p for p in parts_of if p in fused), None)
-        parts = parts_of.get(fp, [])
+        parts = next((ps for p, ps in parts_of.items() if p in fused), [])
         lacking = [p for p in parts if p not in got]
         for part, o in got.items():
             if lacking:
@@ -453,8 +414,7 @@ def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: 
     The class is the one SGLang's dispatch picks from `architectures` (resolve_draft_class); when that is
     no EAGLE-3 class, the keys are replayed with the class they look like, so the report also says what
     the checkpoint would do once its architecture is fixed."""
-    archs = draft_config.get("architectures") or []
-    written = archs[0] if archs else None
+    written = (draft_config.get("architectures") or [None])[0]
     cls, status = resolve_draft_class(draft_config, version)
     if status != "eagle3":
         cls = MLA_EAGLE3 if any("kv_a_proj_with_mqa" in k or "q_a_proj" in k for k in ckpt_shapes) else LLAMA_EAGLE3
@@ -462,12 +422,10 @@ def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: 
     f = r.features
     sim = LoadSimulation(r.version, r.checked, r.exact, written, status, cls)
     if not f.get("has_eagle3"):
-        src = DRAFT_CLASSES[cls]
-        sim.build_errors.append(f"sglang {r.version} has no {src} ({cls}): it cannot load this draft")
+        sim.build_errors.append(f"sglang {r.version} has no {DRAFT_CLASSES[cls]} ({cls}): it cannot load this draft")
         sim.keys = [KeyOutcome(k, tuple(s), "dropped", reason=f"no {cls} loader") for k, s in ckpt_shapes.items()]
         return sim
-    rewritten = runtime_rules(version).features.get("draft_arch_rewrites", {}).get(written)
-    if rewritten:
+    if rewritten := runtime_rules(version).features.get("draft_arch_rewrites", {}).get(written):
         sim.runtime.append(f"architectures[0]={written!r} is rewritten to {rewritten!r} for a draft (ModelConfig)")
     if status == "eagle3" and written != cls:
         sim.runtime.append(f"architectures[0]={written!r} is dispatched to {cls}")
@@ -484,8 +442,7 @@ def simulate_load(ckpt_shapes: dict[str, Any], draft_config: HFConfig, version: 
         sim.keys.append(o)
         name = _mla_name(key, f) if mla else key
         for old, new in legacy.items():
-            if old in name:
-                name = name.replace(old, new)
+            name = name.replace(old, new)
         if "d2t" in name:
             o.status, o.reason = "vocab_map", "d2t becomes hot_token_id = d2t + arange(Vd) (not a parameter)"
             continue
@@ -539,19 +496,20 @@ def _load_delegate(name: str, f: dict, P: dict, facts: dict, o: KeyOutcome):
     return None, None, f"no parameter {n!r}; logged 'Parameter {n} not found in params_dict'"
 
 
+_CRITICAL = ("lm_head.weight", "model.embed_tokens.weight", "model.fc.weight")
+
+
 def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: dict, filled: dict, cfg: dict) -> None:
     if not P:
         return
     H = facts["H"]
-    embed_from_target = not facts["own_embed"]
     if facts["head_from_target"]:
         sim.runtime.append("no draft vocab size: embed_tokens and lm_head are both taken from the target")
-        embed_from_target = True
         for n in ("model.embed_tokens.weight", "lm_head.weight"):
             if n in filled:
                 sim.runtime.append(f"checkpoint {n.removeprefix('model.')} is overwritten by the target's")
             filled[n] = {None}
-    elif embed_from_target:
+    elif not facts["own_embed"]:
         if "model.embed_tokens.weight" in filled:
             sim.runtime.append("checkpoint embed_tokens is overwritten by the target's embedding (set_embed)")
         filled["model.embed_tokens.weight"] = {None}
@@ -574,11 +532,7 @@ def _runtime_fill(sim: LoadSimulation, f: dict, P: dict, shards: dict, facts: di
         if got is not None and need <= got:
             continue
         part = f" (shards {sorted(map(str, need - got))} missing)" if got else ""
-        crit = (
-            pn in ("lm_head.weight", "model.embed_tokens.weight", "model.fc.weight")
-            or ".self_attn." in pn
-            or ".mlp." in pn
-        ) and not pn.endswith("layernorm.weight")
+        crit = (pn in _CRITICAL or ".self_attn." in pn or ".mlp." in pn) and not pn.endswith("layernorm.weight")
         init = "ones" if pn.endswith("norm.weight") or ".fc_norm." in pn else "its random/empty initialization"
         why = f"never filled{part}: stays {init}"
         if pn == "lm_head.weight":
@@ -630,14 +584,9 @@ def _mapping_keys(tree: ast.AST, name: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             literal_keys(node.value)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "update"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == name
-        ):
-            literal_keys(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+                literal_keys(node)
     return keys
 
 
@@ -691,14 +640,11 @@ def processor_archs(version: str, download: bool = False) -> frozenset[str] | No
 
 
 def processor_archs_in(src: str) -> frozenset[str] | None:
-    node = next(
-        (
-            n.value
-            for n in ast.parse(src).body
-            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "multimodal_model_archs" for t in n.targets)
-        ),
-        None,
-    )
+    node = None
+    for n in ast.parse(src).body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "multimodal_model_archs" for t in n.targets):
+            node = n.value
+            break
     if not isinstance(node, (ast.List, ast.Tuple)):
         return None
     # the string entries; a `*OTHER_ARCHS` splice (MiMo-V2: multimodal only with vision/audio configs) is left out

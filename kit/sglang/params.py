@@ -50,16 +50,15 @@ SPEC_VERIFY = Code(
     SECTION,
     "error",
     (
-        "a tree (topk > 1) with draft tokens ≤ steps: SGLang ≥ 0.5.13 crashes while it starts and never "
-        "reports ready: the first request it runs (`srt/entrypoints/http_server.py`: its warm-up `/generate`,"
-        " `_execute_server_warmup`, or with `--skip-server-warmup` the first `/health` probe, a one-token "
-        "generate) runs a verify, which raises `RuntimeError: The expanded size of the tensor (N) must match "
-        "the existing size (steps+1)` in `_compact_accept_to_front` (0.5.13-0.5.15 `eagle_worker_v2.py`, "
-        "0.5.16+ `eagle_worker_common.py`: the accepted path, `accept_index` rows steps+1 wide, is copied "
-        "into the first slots of each request's N draft-token block). Derived per release from the real "
-        "function body (`kit.derive.verify_scan`, rule `kit.sglang.params.VERIFY_SHAPE`); CUDA-graph capture "
-        "does not reach it (it captures the target's forward only). 0.5.12 and older run trees on the v1 "
-        "worker and are not affected. `kit serve` refuses the same values with the same line"
+        "a tree (topk > 1) with draft tokens ≤ steps: SGLang ≥ 0.5.13 crashes while it starts, never ready: its "
+        "first request (`srt/entrypoints/http_server.py`: the warm-up `/generate`, `_execute_server_warmup`, or with "
+        "`--skip-server-warmup` the first `/health` probe, a one-token generate) runs a verify, which raises "
+        "`RuntimeError: The expanded size of the tensor (N) must match the existing size (steps+1)` in "
+        "`_compact_accept_to_front` (0.5.13-0.5.15 `eagle_worker_v2.py`, 0.5.16+ `eagle_worker_common.py`: the "
+        "accepted path, `accept_index` rows steps+1 wide, is copied into the first slots of each request's N "
+        "draft-token block). Derived per release from the real function body (`kit.derive.verify_scan`, rule "
+        "`kit.sglang.params.VERIFY_SHAPE`); CUDA-graph capture does not reach it (it captures the target's forward "
+        "only). 0.5.12 and older run trees on the v1 worker, unaffected. `kit serve` refuses the same values alike"
     ),
     "`--speculative-num-draft-tokens` ≥ steps+1 (e.g. 3-2-4), or fewer steps",
 )
@@ -89,13 +88,8 @@ class AutoRule:
 
 
 _DEEPSEEK = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
-_DEEPSEEK_GPTOSS_BAILING = (
-    "DeepseekV32ForCausalLM",
-    *_DEEPSEEK,
-    "GptOssForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-)
+_GPTOSS_BAILING = ("GptOssForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
+_DEEPSEEK_GPTOSS_BAILING = ("DeepseekV32ForCausalLM", *_DEEPSEEK, *_GPTOSS_BAILING)
 _MISTRAL = ("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "MiMoV2FlashForCausalLM")
 # per release, from the first release that has it (the newest record not after a release answers); derived
 # from each release's source by `kit.derive.auto_scan`, checked by kit/tests/sglang/test_auto_scan.py.
@@ -116,16 +110,11 @@ def auto_rule(sglang_version: str | None = None) -> AutoRule:
     return AUTO_RULES[pick_recorded(sglang_version, AUTO_RULES).checked]
 
 
-# The verify step's shape assumption for trees (topk > 1), per release (see SPEC_VERIFY for the crash):
-# `_compact_accept_to_front` copies each request's accepted path, `accept_index` rows steps + 1 wide, to the front
-# of its block of num_draft_tokens nodes (`out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)`), so it raises
-# whenever nd < steps + 1, at every verify under `topk > 1` (not in CUDA-graph capture). Where it lives:
-#   0.5.13-0.5.15  srt/speculative/eagle_worker_v2.py, EAGLEWorkerV2._compact_accept_to_front (from verify())
-#   0.5.16-0.5.23  srt/speculative/eagle_worker_common.py, called by _finalize_accept_tree_path from
-#                  run_eagle_verify (`finalize_tree_path and ... topk > 1`; EAGLE/EAGLE3/STANDALONE pass True)
-# 0.5.12 and older run topk > 1 on the v1 worker (eagle_worker.py), which has no such step. `kit.derive.verify_scan`
-# runs the real function body over a grid and finds exactly {topk > 1, draft tokens <= steps} in 0.5.13-0.5.23;
-# kit/tests/sglang/test_verify_scan.py re-derives it from the wheels.
+# The verify step's shape assumption for trees (topk > 1), per release (SPEC_VERIFY: the crash, versions, files):
+# `out.view(bs, nd)[:, :s1] = gathered.view(bs, s1)` raises whenever nd < steps + 1. From 0.5.16 it is called by
+# _finalize_accept_tree_path from run_eagle_verify (`finalize_tree_path and ... topk > 1`; EAGLE/EAGLE3/STANDALONE
+# pass True). `kit.derive.verify_scan` runs the real function body over a grid and finds exactly {topk > 1, draft
+# tokens <= steps} in 0.5.13-0.5.23; kit/tests/sglang/test_verify_scan.py re-derives it from the wheels.
 VERIFY_SHAPE = {
     "since": "0.5.13",
     "function": "_compact_accept_to_front",
@@ -223,7 +212,7 @@ def verify_shape_issue(
     """`launch.spec_verify`: a tree whose accepted path (steps + 1 tokens) does not fit in its draft tokens
     crashes SGLang >= VERIFY_SHAPE["since"] at its first verify (see VERIFY_SHAPE)."""
     s, k, n = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
-    version = sglang_version or default_release()
+    version, fn = sglang_version or default_release(), VERIFY_SHAPE["function"]
     if k <= 1 or n >= s + 1 or Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]):
         return None
     return Issue(
@@ -234,13 +223,7 @@ def verify_shape_issue(
         f"{VERIFY_SHAPE['function']} cannot fit the accepted path, steps+1={s + 1} wide, in {n} draft tokens "
         f"('The expanded size of the tensor ({n}) must match the existing size ({s + 1})')",
         f"--speculative-num-draft-tokens {s + 1} or more, or --speculative-num-steps {n - 1}",
-        {
-            "speculative_num_steps": s,
-            "speculative_eagle_topk": k,
-            "speculative_num_draft_tokens": n,
-            "sglang": version,
-            "source": f"{_verify_file(version)} {VERIFY_SHAPE['function']}",
-        },
+        {**SpecParams(s, k, n).given(), "sglang": version, "source": f"{_verify_file(version)} {fn}"},
         code=SPEC_VERIFY.code,
     )
 

@@ -19,12 +19,16 @@ Run `python -m kit.sglang.parser --model-path m --tp 8` to see one result.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 from kit.findings import Code, Finding, KitInputError
@@ -37,11 +41,10 @@ FLAG = Code(
     SECTION,
     "error / info",
     (
-        "error: the requested release's own argument parser (`ServerArgs.add_cli_args`, run in the installed "
-        "sglang or the kit's side environment `sglang-<version>`; else that release's recorded flag table, "
-        "`kit/sglang/server_flags.json`) rejects a flag or its value (unknown or ambiguous flag, bad "
-        "int/float, value outside the choices, a value after a store_true flag): the server would exit at "
-        "startup. info: flags given as prefixes (`--speculative-algo` is read as `--speculative-algorithm`)"
+        "error: the release's own parser (`ServerArgs.add_cli_args`, in the installed sglang or the side environment "
+        "`sglang-<version>`; else its recorded table, `kit/sglang/server_flags.json`) rejects a flag or value (unknown"
+        " or ambiguous flag, bad int/float, value outside the choices, a value after a store_true flag): the server "
+        "exits at startup. info: flags given as prefixes (`--speculative-algo` is read as `--speculative-algorithm`)"
     ),
     "fix the spelling/value (`python -m sglang.launch_server --help`); spell flags out",
 )
@@ -50,16 +53,13 @@ PARSER = Code(
     SECTION,
     "warning",
     (
-        "the release's own parser could not be run (no sglang of that release here, side environment not "
-        "buildable): the flags were checked against the stored table of that release (prefixes, `=`, repeats,"
-        " types, choices), the evidence lists what only the real parser checks; for a release outside every "
-        "stored table the flags are **not checked** and the warning says so (no other release's table stands "
-        "in: flags and choices such as `--reasoning-parser` differ between releases)"
+        "the release's own parser could not run (no sglang of that release here, side environment not buildable): "
+        "flags were checked against that release's stored table (prefixes, `=`, repeats, types, choices), the "
+        "evidence lists what only the real parser checks; a release outside every stored table gets its flags **not "
+        "checked**, as the warning says (no other release's table stands in: flags and choices such as "
+        "`--reasoning-parser` differ between releases)"
     ),
-    (
-        "install that sglang or allow its side environment; `python -m kit.derive.flag_scan --write VERSION` "
-        "stores its table"
-    ),
+    "install that sglang or allow its side environment; `python -m kit.derive.flag_scan --write VERSION` stores its table",
 )
 
 # Runs inside the interpreter that has sglang; reads a JSON list of argvs on stdin and prints a
@@ -114,22 +114,22 @@ def serve(path, idle):
         failed = failure(e)
     srv.settimeout(2.0 if failed else idle)
 
-    def reply(conn):
-        with conn:
-            f = conn.makefile("rw")
-            line = f.readline()
-            if line.strip():
-                f.write(failed or answer(line))
-                f.flush()
-
-    try:
+    def drain():  # answer each connection until accept() fails: the idle timeout, or (non-blocking) no client left
         while True:
             try:
                 conn, _ = srv.accept()
-            except socket.timeout:
-                break
+            except OSError:
+                return
             conn.settimeout(None)
-            reply(conn)
+            with conn:
+                f = conn.makefile("rw")
+                line = f.readline()
+                if line.strip():
+                    f.write(failed or answer(line))
+                    f.flush()
+
+    try:
+        drain()
     finally:
         try:  # no new client finds us; those already in the backlog still get their answer
             if os.stat(path).st_ino == ino:
@@ -139,13 +139,7 @@ def serve(path, idle):
         except OSError:
             pass
         srv.setblocking(False)
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                break
-            conn.setblocking(True)
-            reply(conn)
+        drain()
 
 if __name__ == "__main__":
     if len(sys.argv) > 2:  # the shared daemon: python -c WORKER SOCKET IDLE_S
@@ -222,9 +216,10 @@ def parse_argvs(
     timeout: float = 300,
     version: str | None = None,
 ) -> list[dict]:
-    """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`)."""
+    """SGLang's parse of each argv (flags only, without `python -m sglang.launch_server`). A kit side environment
+    keeps its parses beside it, since a built environment never changes (its directory name carries its recipe)."""
     py = parser_python(python, build, version)
-    store = _disk_cache(py)
+    store = env / "kit-parse-cache" if (env := _side_env(py)) is not None else None
     keyed = [_canonical_port(a) for a in argvs]
     for a, _ in keyed if store is not None else ():
         f = store / _argv_key(a)
@@ -239,6 +234,10 @@ def parse_argvs(
             if store is not None:
                 write_cache_json(store / _argv_key(a), res)
     return [_with_port(_CACHE[(py, tuple(a))], port) for a, port in keyed]
+
+
+def _argv_key(argv: list[str]) -> str:
+    return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:20] + ".json"
 
 
 # A local run gets a fresh port each time (`kit.serving.launch.localize`); any decimal port parses the same
@@ -269,19 +268,6 @@ def _side_env(py: str | None) -> Path | None:
 
     env = Path(py).parent.parent if py is not None else None
     return env if env is not None and venv_root().resolve() in env.resolve().parents else None
-
-
-def _disk_cache(py: str | None) -> Path | None:
-    """Where a kit side environment keeps its parses: beside it, since a built environment never changes (its
-    directory name carries its recipe)."""
-    env = _side_env(py)
-    return env / "kit-parse-cache" if env is not None else None
-
-
-def _argv_key(argv: list[str]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:20] + ".json"
 
 
 def _parse(argvs: list[list[str]], py: str | None, timeout: float) -> list[dict]:
@@ -321,7 +307,9 @@ def _ask_worker(py: str, argvs: list[list[str]], timeout: float) -> list[dict]:
     reader.join(timeout)
     if answer:
         return _answer(py, answer[0])
-    _stop_worker(py)
+    _WORKERS.pop(py, None)
+    w.kill()
+    w.wait()
     if reader.is_alive():
         raise KitInputError(f"{py}: cannot run SGLang's parser (no answer in {timeout:.0f} s)")
     w.kit_stderr.seek(0)
@@ -341,9 +329,6 @@ def _daemon_socket(py: str) -> Path | None:
     """The socket of a kit side environment's parser daemon (None for any other interpreter): in a directory of
     the temp directory only this user can enter (a socket path must stay short; nobody else may answer our
     parses), named by the environment's interpreter and the daemon's code."""
-    import hashlib
-    import tempfile
-
     if _side_env(py) is None:
         return None
     home = Path(tempfile.gettempdir()) / f"kit-{os.getuid()}"
@@ -382,9 +367,6 @@ def warm(version: str | None = None) -> None:
 
 def _connect(py: str, sock: Path):
     """A connection to the daemon on `sock`, started here if none listens (one process starts it: a lock)."""
-    import socket
-    import time
-
     from kit.models import cache_lock
 
     def attempt():
@@ -432,8 +414,6 @@ def _start_daemon(py: str, sock: Path) -> subprocess.Popen:
 
 
 def _worker(py: str) -> subprocess.Popen:
-    import tempfile
-
     from kit.venvs import side_env
 
     w = _WORKERS.get(py)
@@ -448,13 +428,6 @@ def _worker(py: str) -> subprocess.Popen:
     w.kit_stderr = err
     _WORKERS[py] = w
     return w
-
-
-def _stop_worker(py: str) -> None:
-    w = _WORKERS.pop(py, None)
-    if w is not None:
-        w.kill()
-        w.wait()
 
 
 def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
@@ -475,21 +448,20 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
         fix = f"derive its tables here ({derive_command(version)}), install that sglang or set $KIT_SGLANG_PYTHON"
     else:
         fix = (
-            "install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build "
-            f"(python -m kit.sglang.releases --side-env {version}), or store its table (python -m kit.derive.flag_scan --write "
-            f"{version})"
+            "install that sglang, set $KIT_SGLANG_PYTHON, allow the side environment build (python -m kit.sglang.releases"
+            f" --side-env {version}), or store its table (python -m kit.derive.flag_scan --write {version})"
         )
+    ev = {
+        "reason": str(reason),
+        "sglang_version": version,
+        "table": nearest,
+        "exact": False,
+        "tables": known_versions(),
+    }
     return PARSER(
         f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
         f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)",
-        evidence={
-            "reason": str(reason),
-            "sglang_version": version,
-            "table": nearest,
-            "exact": False,
-            "tables": known_versions(),
-            "checked": False,
-        },
+        evidence={**ev, "checked": False},
         fix=fix,
     )
 
@@ -534,24 +506,23 @@ def flag_findings(
         unknown = table.unknown
         errors = [err["message"] for err in table.errors]
         judge = f"SGLang {table.checked}'s flag table"
-    for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]:
-        out.append(
-            FLAG(
-                f"SGLang does not accept {flag!r}: the server would exit at startup",
-                evidence={"unknown": unknown, "judge": judge},
-                fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
-            )
+    out += [
+        FLAG(
+            f"SGLang does not accept {flag!r}: the server would exit at startup",
+            evidence={"unknown": unknown, "judge": judge},
+            fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
         )
-    for msg in errors:
-        out.append(
-            FLAG(
-                f"SGLang's parser rejects the command: {msg}",
-                evidence={"error": msg, "judge": judge},
-                fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
-            )
+        for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]
+    ]
+    out += [
+        FLAG(
+            f"SGLang's parser rejects the command: {msg}",
+            evidence={"error": msg, "judge": judge},
+            fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
         )
-    abbrev = table.abbreviated()
-    if abbrev:
+        for msg in errors
+    ]
+    if abbrev := table.abbreviated():
         out.append(
             FLAG(
                 "flags given as prefixes, read as: " + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),

@@ -1,12 +1,11 @@
 """Tensor/expert/data-parallel sharding, statically: every size SGLang divides by the launch's parallel flags.
 
-SGLang splits attention heads, KV heads, MLP and MoE intermediate sizes, experts and the vocabulary over the GPUs
-while it builds the target and the draft, and asserts (or raises) where a size does not divide: a draft with 20
-heads under `--tp-size 8` never starts (`assert self.total_num_heads % tp_size == 0`, srt/models/llama.py). Where
-each division lives is read from each release's own source (`kit.derive.sharding_scan`: one regex per fact over
-the wheel's text, recorded as file:line in kit/sglang/sharding_rules.json, which this module reads); the launch's
-sizes are read as its ServerArgs resolves them (`Parallel`); `shard_findings` judges the target and the draft
-(`DraftConfig`) against them: `launch.shard`, static (not yet rehearsed on several GPUs).
+SGLang splits attention and KV heads, MLP/MoE intermediate sizes, experts and the vocabulary over the GPUs while it
+builds the target and the draft, and asserts (or raises) where a size does not divide: a draft with 20 heads under
+`--tp-size 8` never starts (`assert self.total_num_heads % tp_size == 0`, srt/models/llama.py). Each division's
+place comes from each release's source (`kit.derive.sharding_scan`: one regex per fact over the wheel's text, as
+file:line in kit/sglang/sharding_rules.json); the launch's sizes as its ServerArgs resolves them (`Parallel`);
+`shard_findings` judges target and draft (`DraftConfig`): `launch.shard`, static (not yet rehearsed on several GPUs).
 
     shard_findings(target_cfg, draft_cfg, ["--tp-size", "8"], "0.5.17")
 """
@@ -31,13 +30,12 @@ SHARD = Code(
     SECTION,
     "error / info",
     (
-        "a size of the target or the draft that SGLang splits under the launch's `--tp-size`/`--dp-size` "
-        "(`--enable-dp-attention`)/`--ep-size` does not divide: attention or KV heads (the draft's "
-        "`LlamaAttention` asserts `total_num_heads % tp_size == 0`), MLA heads over attention TP, MLP/MoE "
-        "intermediate sizes, routed experts over EP, the padded vocabulary, FP8 blocks or INT4 groups of a "
-        "shard; SGLang asserts or raises while it builds the model (per release, file:line from its source, "
-        "`kit.sglang.sharding`). Static, not yet rehearsed on multiple GPUs; info: the draft's KV heads "
-        "replicated over more GPUs than it has"
+        "a size of the target or draft that SGLang splits under the launch's `--tp-size`/`--dp-size` "
+        "(`--enable-dp-attention`)/`--ep-size` does not divide: attention or KV heads (the draft's `LlamaAttention` "
+        "asserts `total_num_heads % tp_size == 0`), MLA heads over attention TP, MLP/MoE intermediate sizes, routed "
+        "experts over EP, the padded vocabulary, FP8 blocks or INT4 groups of a shard; SGLang asserts or raises while "
+        "it builds the model (per release, file:line from its source, `kit.sglang.sharding`). Static, not yet "
+        "rehearsed on multiple GPUs; info: the draft's KV heads replicated over more GPUs than it has"
     ),
     (
         "a `--tp-size` (or `--ep-size`, `--dp-size` with `--enable-dp-attention`, `--moe-dense-tp-size 1`) "
