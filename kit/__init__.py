@@ -15,12 +15,12 @@ __version__ = "0.1.0"
 
 import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402
+import time as _time  # noqa: E402
 
 
 def _busy_cores(sample_s: float = 0.05) -> float | None:
     """Cores busy now with work at normal priority, from /proc/stat over `sample_s` (None without it). Niced
     work counts as free: it yields its core to ours (the kit's background builds run niced, `kit.demo.prefetch`)."""
-    import time
 
     def read() -> tuple[int, int]:
         with open("/proc/stat") as f:
@@ -29,7 +29,7 @@ def _busy_cores(sample_s: float = 0.05) -> float | None:
 
     try:
         t0, i0 = read()
-        time.sleep(sample_s)
+        _time.sleep(sample_s)
         t1, i1 = read()
         cores = len(_os.sched_getaffinity(0))
     except (OSError, ValueError, AttributeError):
@@ -39,8 +39,7 @@ def _busy_cores(sample_s: float = 0.05) -> float | None:
 
 def _other_work() -> bool:
     """Whether other work at normal priority holds half a core or more now (False where it cannot be read)."""
-    busy = _busy_cores()
-    return busy is not None and busy >= 0.5
+    return (_busy_cores() or 0.0) >= 0.5
 
 
 def _choose_omp_wait_policy() -> None:

@@ -41,8 +41,7 @@ def _base_type(tp):
     """Return (python scalar type, is_list) for a field annotation, unwrapping Optional."""
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _base_type(args[0])
+        return _base_type(next(a for a in typing.get_args(tp) if a is not type(None)))
     if origin in (list, tuple):
         return typing.get_args(tp)[0], True
     return tp, False
@@ -95,9 +94,7 @@ def add_arguments(
                 parser.add_argument(flag, action=_Refused, why=refuse, default=argparse.SUPPRESS)
             continue
         tp, is_list = _base_type(hint)
-        help_ = f.metadata.get("help", "")
-        if notes and f.name in notes:
-            help_ = f"{help_} [{notes[f.name]}]"
+        help_ = f.metadata.get("help", "") + (f" [{notes[f.name]}]" if notes and f.name in notes else "")
         nargs = "+" if is_list else None
         if f.metadata.get("positional"):
             parser.add_argument(f.name, type=tp, help=help_, nargs=nargs)

@@ -30,9 +30,7 @@ class HFConfig(Mapping[str, Any]):
     @classmethod
     def of(cls, cfg: HFConfig | Mapping[str, Any] | None, path: Path | None = None) -> HFConfig:
         """Wrap a parsed config (an HFConfig passes through unchanged; None is the empty config)."""
-        if isinstance(cfg, HFConfig):
-            return cfg
-        return cls(dict(cfg or {}), path)
+        return cfg if isinstance(cfg, HFConfig) else cls(dict(cfg or {}), path)
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -48,21 +46,15 @@ class HFConfig(Mapping[str, Any]):
         return copy.deepcopy(dict(self.data))
 
     @property
-    def architectures(self) -> tuple[str, ...]:
-        return tuple(self.data.get("architectures") or ())
-
-    @property
     def architecture(self) -> str | None:
         """architectures[0]: the class a loader dispatches on (None: not declared)."""
-        return self.architectures[0] if self.architectures else None
+        return (self.data.get("architectures") or [None])[0]
 
     @property
     def text(self) -> HFConfig:
         """The language-model part: a nested text config when a multimodal wrapper has one, else itself."""
-        for key in TEXT_CONFIG_KEYS:
-            if isinstance(self.data.get(key), Mapping):
-                return HFConfig(self.data[key], self.path)
-        return self
+        nested = next((self.data[k] for k in TEXT_CONFIG_KEYS if isinstance(self.data.get(k), Mapping)), None)
+        return self if nested is None else HFConfig(nested, self.path)
 
     @property
     def is_speculators(self) -> bool:

@@ -35,8 +35,7 @@ def runs_root() -> Path:
 
 def new_run_dir(root: str | os.PathLike | None = None, exist_ok: bool = True) -> Path:
     """A run folder named by the local time, `<root or runs_root()>/<YYYYmmdd-HHMMSS>/`, created."""
-    d = Path(root) if root is not None else runs_root()
-    d = d / time.strftime("%Y%m%d-%H%M%S")
+    d = (Path(root) if root is not None else runs_root()) / time.strftime("%Y%m%d-%H%M%S")
     d.mkdir(parents=True, exist_ok=exist_ok)
     return d
 
@@ -60,9 +59,8 @@ def _jsonable(v: Any) -> Any:
 
 
 def record(out_dir: str | os.PathLike, step: str, **data: Any) -> Path:
-    d = Path(out_dir) / "steps"
-    d.mkdir(parents=True, exist_ok=True)
-    p = d / f"{step}.json"
+    p = Path(out_dir) / "steps" / f"{step}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps({k: _jsonable(v) for k, v in data.items()}, indent=2, default=str))
     tmp.replace(p)
@@ -83,13 +81,9 @@ def collect(run_dir: str | os.PathLike, extra: dict[str, Any] | None = None) -> 
     machine: dict[str, Any] = {}  # per bench arm: what the host did while it ran (kit.measure.machine)
     lifted: dict[str, Any] = {}  # a step's break-even digest (kit.measure.breakeven.digest)
     for rec in steps.values():
-        for k, v in (rec.get("accept_length") or {}).items():
-            if k in accept and v is not None:
-                accept[k] = v
-        sp = rec.get("speedup")
-        for k, v in sp.items() if isinstance(sp, dict) else ():
-            if k in speedup and v is not None:
-                speedup[k] = v
+        for table, got in ((accept, rec.get("accept_length") or {}), (speedup, rec.get("speedup"))):
+            if isinstance(got, dict):
+                table.update((k, v) for k, v in got.items() if k in table and v is not None)
         machine.update(rec.get("machine_watch") or {})
         if rec.get("break_even"):
             lifted["break_even"] = rec["break_even"]
@@ -135,21 +129,15 @@ def render_markdown(summary: dict[str, Any]) -> str:
         *(f"- {label}: {machine_brief(m)}" for label, m in (summary.get("machine_watch") or {}).items()),
         "",
     ]
-    be = summary.get("break_even") or {}
-    if be.get("sentence"):
+    if sentence := (summary.get("break_even") or {}).get("sentence"):
+        lines += [f"**Where EAGLE-3 pays on this GPU** (measured costs, `bench/gpu_breakeven.py`): {sentence}", ""]
+    for name, rec in summary["steps"].items():
+        findings = (rec.get("findings") or {}).get("findings", [])
         lines += [
-            f"**Where EAGLE-3 pays on this GPU** (measured costs, `bench/gpu_breakeven.py`): {be['sentence']}",
+            f"## {name}",
+            *([f"**Verdict:** {rec['verdict']}"] if rec.get("verdict") else []),
+            *(f"- `{f['severity']}` `{f['code']}` {f['title']}" for f in findings if f["severity"] != "info"),
+            *(f"- figure: {fig}" for fig in rec.get("figures") or []),
             "",
         ]
-    for name, rec in summary["steps"].items():
-        lines.append(f"## {name}")
-        if rec.get("verdict"):
-            lines.append(f"**Verdict:** {rec['verdict']}")
-        rep = rec.get("findings") or {}
-        for f in rep.get("findings", []):
-            if f["severity"] != "info":
-                lines.append(f"- `{f['severity']}` `{f['code']}` {f['title']}")
-        for fig in rec.get("figures", []) or []:
-            lines.append(f"- figure: {fig}")
-        lines.append("")
     return "\n".join(lines)

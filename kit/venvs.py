@@ -5,11 +5,10 @@ belongs in the notebook environment, but their pure-Python parts run on a CPU, s
 the kit interpreter's packages (the CPU torch is shared, nothing CUDA installed) plus the package `--no-deps` and the
 light packages it really imports:
 
-    sglang-<version>  the release's argument parser and sources: for a release with a recorded flag table exactly the
-                      distributions its parser imported when the table was derived (`closure` in
-                      kit/sglang/server_flags.json), `--no-deps`; for any other the requirements its wheel declares
-                      minus the GPU/kernel/media stacks. Plus stand-ins for modules with no CPU build
-                      (kit/sglang/stand_ins.py: torchvision)
+    sglang-<version>  the release's argument parser and sources: with a recorded flag table, exactly the distributions
+                      its parser imported when the table was derived (`closure` in kit/sglang/server_flags.json),
+                      `--no-deps`; else the requirements its wheel declares minus the GPU/kernel/media stacks. Plus
+                      stand-ins for modules with no CPU build (kit/sglang/stand_ins.py: torchvision)
     speculators       speculators 0.9.0 + SpecForge 0.2.0 draft classes (genuine checkpoints)
 
 A venv sees the kit's packages through a `kit-parent.pth` that runs `site.addsitedir(...)` for every site-packages
@@ -56,23 +55,11 @@ SGLANG_NO_DEPS = {"xgrammar", "apache-tvm-ffi"}
 SGLANG_EXTRA = ["triton==3.9.0", "dill"]
 # modules SGLang imports on the way to its parser that no CPU build exists for (see kit/sglang/stand_ins.py)
 STAND_INS_FILE = Path(__file__).parent / "sglang" / "stand_ins.py"
+# openai: speculators.models imports its training data helpers, which import the OpenAI client
+_SPECULATORS_LIGHT = "pydantic pydantic-settings loguru pyyaml safetensors huggingface-hub typer rich tqdm openai"
 SPECULATORS = [
     ["--no-deps", "speculators==0.9.0", "specforge==0.2.0", "hs-connectors==0.9.0"],
-    [
-        "transformers==5.19.0",
-        "datasets>=4.0.0,<=5.1.0",
-        "pydantic",
-        "pydantic-settings",
-        "loguru",
-        "pyyaml",
-        "safetensors",
-        "huggingface-hub",
-        "typer",
-        "rich",
-        "tqdm",
-        # speculators.models imports its training data helpers, which import the OpenAI client
-        "openai",
-    ],
+    ["transformers==5.19.0", "datasets>=4.0.0,<=5.1.0", *_SPECULATORS_LIGHT.split()],
 ]
 _SGLANG = re.compile(r"^sglang-(\d+(?:\.\d+)+(?:\.post\d+|rc\d+)?)$")
 FAILED_TTL_S = 3600
@@ -81,14 +68,11 @@ FAILED_TTL_S = 3600
 def recipe(name: str, pins: dict[str, str] | None = None) -> tuple[list[list[str]], str]:
     """(pip install steps, import check) of a side environment. `pins` ({distribution: version}): for `sglang-V`,
     what that release's parser imported when its table was derived, installed without a resolver run."""
-    m = _SGLANG.match(name)
-    if m:
-        first = ["--no-deps", f"sglang=={m.group(1)}"]
+    if m := _SGLANG.match(name):
+        rest = [["@requires:sglang", *SGLANG_EXTRA], ["--no-deps", "@requires-no-deps:sglang"]]
         if pins:
-            steps = [first, ["--no-deps", *(f"{d}=={v}" for d, v in sorted(pins.items()))]]
-        else:
-            steps = [first, ["@requires:sglang"] + SGLANG_EXTRA, ["--no-deps", "@requires-no-deps:sglang"]]
-        return steps, "import sglang.srt.server_args"
+            rest = [["--no-deps", *(f"{d}=={v}" for d, v in sorted(pins.items()))]]
+        return [["--no-deps", f"sglang=={m.group(1)}"], *rest], "import sglang.srt.server_args"
     if name == "speculators":
         return SPECULATORS, "import speculators.models.eagle3, specforge.modeling.auto"
     raise KitInputError(f"unknown side environment {name!r}; known: sglang-<version>, speculators")
@@ -97,13 +81,8 @@ def recipe(name: str, pins: dict[str, str] | None = None) -> tuple[list[list[str
 def parent_site_dirs() -> list[str]:
     """Every site-packages directory of the interpreter running the kit, in its sys.path order."""
     cands = list(site.getsitepackages()) + [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
-    if site.ENABLE_USER_SITE:
-        cands.append(site.getusersitepackages())
-    out: list[str] = []
-    for p in sys.path + cands:
-        if p in cands and p not in out and Path(p).is_dir():
-            out.append(p)
-    return out
+    cands += [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    return [p for p in dict.fromkeys(sys.path + cands) if p in cands and Path(p).is_dir()]
 
 
 def venv_root() -> Path:
@@ -123,9 +102,7 @@ def venv_python(name: str) -> Path:
 def side_env() -> dict[str, str]:
     """The environment a side interpreter runs in: this one without PYTHON* variables (they would mix our
     site-packages into its own), offline for the hub."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    return env
+    return {"HF_HUB_OFFLINE": "1", **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}}
 
 
 def _stamp(name: str, pins: dict[str, str] | None = None) -> dict:
@@ -134,9 +111,8 @@ def _stamp(name: str, pins: dict[str, str] | None = None) -> dict:
 
 
 def is_built(name: str, pins: dict[str, str] | None = None) -> bool:
-    done = venv_dir(name) / ".kit-complete"
     try:
-        return json.loads(done.read_text()) == _stamp(name, pins)
+        return json.loads((venv_dir(name) / ".kit-complete").read_text()) == _stamp(name, pins)
     except (OSError, ValueError):
         return False
 
@@ -144,8 +120,7 @@ def is_built(name: str, pins: dict[str, str] | None = None) -> bool:
 def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] | None = None) -> Path:
     """Path of that side environment's python, built when missing or stale (KitInputError if it cannot be).
     `check(python)` checks a new build (raises KitInputError); default: the recipe's import, run there."""
-    stamp = _stamp(name, pins)
-    d = venv_dir(name)
+    stamp, d = _stamp(name, pins), venv_dir(name)
     if is_built(name, pins):
         return venv_python(name)
     with cache_lock(d):  # a concurrent build of the same env waits, then reuses it
@@ -168,9 +143,7 @@ def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] 
 def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:
     if d.exists():
         shutil.rmtree(d)
-    r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(d)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise KitInputError(f"side environment {name}: `python -m venv` failed ({_tail(r.stderr)})")
+    _run(name, "`python -m venv` failed", [sys.executable, "-m", "venv", "--without-pip", str(d)])
     py = d / "bin" / "python"
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     purelib = subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -186,21 +159,14 @@ def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:
         # --no-compile: byte-compiling every installed file took ~17 s of a 60 s build; imports compile what they use
         cmd = [sys.executable, "-m", "pip", "--python", str(py), "install", "--disable-pip-version-check"]
         cmd += ["--no-compile", *(["--quiet"] if quiet else []), *step]
-        r = subprocess.run(cmd, capture_output=quiet, text=True)
-        if r.returncode != 0:
-            raise KitInputError(
-                f"side environment {name}: `pip install {' '.join(step)}` failed "
-                f"({_tail(r.stderr) if quiet else 'see above'})"
-            )
+        _run(name, f"`pip install {' '.join(step)}` failed", cmd, quiet)
     if check is not None:
         try:
             check(str(py))
         except KitInputError as e:
             raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({e})") from None
     else:
-        r = subprocess.run([str(py), "-c", stamp["check"]], capture_output=True, text=True, env=side_env(), cwd="/")
-        if r.returncode != 0:
-            raise KitInputError(f"side environment {name}: `{stamp['check']}` fails there ({_tail(r.stderr)})")
+        _run(name, f"`{stamp['check']}` fails there", [str(py), "-c", stamp["check"]], env=side_env(), cwd="/")
     (d / ".kit-complete").write_text(json.dumps(stamp))
 
 
@@ -217,21 +183,21 @@ def _expand(step: list[str], py: Path) -> list[str]:
         reqs = json.loads(subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout)
         from packaging.requirements import Requirement
 
-        for text in reqs:
-            r = Requirement(text)
-            if r.marker is not None and not r.marker.evaluate({"extra": ""}):
-                continue
+        for r in map(Requirement, reqs):
             name = r.name.lower().replace("_", "-")
-            if kind == "requires-no-deps":
-                if name in SGLANG_NO_DEPS:
-                    out.append(f"{r.name}{r.specifier}")
-            elif name not in SGLANG_NO_DEPS and not SGLANG_SKIP.match(name):
+            no_deps = name in SGLANG_NO_DEPS
+            wanted = no_deps if kind == "requires-no-deps" else not (no_deps or SGLANG_SKIP.match(name))
+            if wanted and (r.marker is None or r.marker.evaluate({"extra": ""})):
                 out.append(f"{r.name}{r.specifier}")
     return out
 
 
-def _tail(text: str) -> str:
-    return (text or "").strip().splitlines()[-1] if (text or "").strip() else "no output"
+def _run(name: str, what: str, cmd: list[str], quiet: bool = True, **kw) -> None:
+    """Run `cmd`; a KitInputError `side environment NAME: WHAT (its last stderr line)` when it fails."""
+    r = subprocess.run(cmd, capture_output=quiet, text=True, **kw)
+    if r.returncode != 0:
+        last = (r.stderr or "").strip().splitlines()[-1:] or ["no output"]
+        raise KitInputError(f"side environment {name}: {what} ({last[0] if quiet else 'see above'})")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,8 @@ TOP = "eagle_aux_hidden_state_layer_ids"
 
 
 def read_ids(stack: str, cfg: HFConfig) -> tuple[list[int] | None, str]:
-    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default.
-
-    SGLang reads only `eagle_config`, speculators only the top level, vLLM and SpecForge either (top first)."""
+    """(ids, where) exactly where `stack` reads them; (None, "absent") means the stack's default. SGLang reads only
+    `eagle_config`, speculators only the top level, vLLM and SpecForge either (top first)."""
     nested = (cfg.get("eagle_config") or {}).get(TOP)
     top = cfg.get(TOP)
     if stack == "eagle":
@@ -57,10 +56,8 @@ def capture_points(
     stack: str, ids: list[int] | None, L: int, arch: str | None = None, version: str | None = None
 ) -> list[int]:
     """Physical capture points `stack` uses for `ids` on an L-layer target of class `arch`."""
-    if stack in ("vllm", "speculators"):
-        return list(ids) if ids else default_ids(L)  # id = point (vLLM captures before layer idx)
-    if stack == "eagle":
-        return default_ids(L)
+    if stack in ("vllm", "speculators", "eagle"):  # id = point (vLLM captures before layer idx); EAGLE reads none
+        return list(ids) if ids and stack != "eagle" else default_ids(L)
     if stack == "specforge-hf":  # hooks on layers[x] output
         return [x + 1 for x in (ids or [1, L // 2 - 1, L - 4])]
     if stack == "specforge":  # 0.2.0 hands its ids to the SGLang target class

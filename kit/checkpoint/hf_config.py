@@ -10,22 +10,22 @@ architecture facts from here. Errors are `KitInputError`s naming the file and th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from kit.config import missing_path
 from kit.findings import KitInputError
 from kit.hf import HFConfig
+from kit.sglang.draft_config import read_draft_config
 
 
 def read_config(path: str | Path) -> tuple[HFConfig, Path | None]:
     """Return (the parsed config, model directory or None when given a lone config file)."""
     src = Path(path)
     p = src / "config.json" if src.is_dir() else src
+    if not p.exists() and src.is_dir():
+        raise KitInputError(f"{p}: no such file (a model directory holds its config.json)")
     if not p.exists():
-        from kit.config import missing_path
-
-        if src.is_dir():
-            raise KitInputError(f"{p}: no such file (a model directory holds its config.json)")
         raise KitInputError(missing_path(str(path), what="a model directory or a config.json"))
     try:
         cfg = json.loads(p.read_text())
@@ -46,14 +46,11 @@ def text_config(cfg: HFConfig) -> HFConfig:
 def declared_draft(cfg: HFConfig):
     """A draft config as its writing stack declares it (`kit.sglang.draft_config.DraftConfig`): a speculators
     config's nested layer config, else the language-model part of the config."""
-    from kit.sglang.draft_config import read_draft_config
-
     cfg = HFConfig.of(cfg)
     return read_draft_config(cfg if cfg.is_speculators else cfg.text)
 
 
-@dataclass(frozen=True)
-class TargetFacts:
+class TargetFacts(NamedTuple):
     """What the wiring rules read from a target's config.json (None: not declared, or no target)."""
 
     architecture: str | None  # architectures[0]: the class SGLang's capture rule is looked up by
@@ -62,7 +59,5 @@ class TargetFacts:
 
 
 def target_facts(cfg: HFConfig | None) -> TargetFacts:
-    if not cfg:
-        return TargetFacts(None, None, None)
     cfg = HFConfig.of(cfg)
     return TargetFacts(cfg.architecture, cfg.text.get("num_hidden_layers"), cfg.text.get("hidden_size"))

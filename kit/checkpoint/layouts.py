@@ -2,8 +2,7 @@
 
 The same EAGLE-3 draft is spelled differently by each stack:
 
-    sglang       midlayer.* (or layers.N.*), config LlamaForCausalLMEagle3 — also what
-                 SpecForge `export --to sglang/hf` and its save_pretrained write
+    sglang       midlayer.* (or layers.N.*), config LlamaForCausalLMEagle3 (also SpecForge's `export --to sglang/hf`)
     eagle        midlayer.*, config LlamaForCausalLM (official SafeAILab EAGLE-3 release)
     speculators  layers.N.*, config Eagle3DraftModel / Eagle3Speculator, transformer_layer_config
     specforge    a SpecForge *training* checkpoint: keys still prefixed `draft_model.`
@@ -40,24 +39,16 @@ class Layout:
 
 def _strip_prefix(keys: list[str]) -> str:
     for pre in ("draft_model.", "model."):
-        if (
-            keys
-            and all(k.startswith(pre) or k in ("d2t", "t2d") or k.startswith("lm_head.") for k in keys)
-            and any(k.startswith(pre) for k in keys)
-        ):
+        rest = [k for k in keys if not k.startswith(pre)]
+        if len(rest) < len(keys) and all(k in ("d2t", "t2d") or k.startswith("lm_head.") for k in rest):
             return pre
     return ""
 
 
 def layer_indices(keys: Iterable[str]) -> set[int]:
-    out = set()
-    for k in keys:
-        if k.startswith("midlayer."):
-            out.add(0)
-        m = _LAYER.match(k)
-        if m:
-            out.add(int(m.group(1)))
-    return out
+    keys = list(keys)
+    mid = {0} if any(k.startswith("midlayer.") for k in keys) else set()
+    return mid | {int(m.group(1)) for k in keys if (m := _LAYER.match(k))}
 
 
 def detect_layout(keys: Iterable[str], config: HFConfig | None = None) -> Layout:
@@ -70,17 +61,12 @@ def detect_layout(keys: Iterable[str], config: HFConfig | None = None) -> Layout
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else None
     pre = _strip_prefix(keys)
-    bare = [k[len(pre) :] if k.startswith(pre) else k for k in keys]
+    bare = [k.removeprefix(pre) for k in keys]
     mid = sorted(k for k in bare if k.startswith("midlayer."))[:2]
     lay = sorted(k for k in bare if _LAYER.match(k))[:2]
     mla = sorted(k for k in bare if any(m in k for m in MLA_MARKERS))[:2]
     ev: dict[str, Any] = {"architectures": archs or None}
-    if pre:
-        ev["key_prefix"] = pre
-    if mid:
-        ev["midlayer_keys"] = mid
-    if lay:
-        ev["layers_keys"] = lay
+    ev |= {k: v for k, v in {"key_prefix": pre, "midlayer_keys": mid, "layers_keys": lay}.items() if v}
     n = len(layer_indices(bare))
     spec_cfg = [x for x in ("speculators_model_type", "transformer_layer_config", "speculators_config") if x in cfg]
 
@@ -89,8 +75,7 @@ def detect_layout(keys: Iterable[str], config: HFConfig | None = None) -> Layout
         return Layout(name, ev, pre, n)
 
     if arch == "Eagle3DeepseekV2ForCausalLM" or (mla and "fc.weight" in bare):
-        if mla:
-            ev["mla_keys"] = mla
+        ev |= {"mla_keys": mla} if mla else {}
         return out("kimi_mla", "MLA attention keys / Eagle3DeepseekV2ForCausalLM: SGLang's kimi_k25_eagle3 loader")
     if pre == "draft_model.":
         return out("specforge", "keys prefixed draft_model.: a SpecForge training checkpoint, not an export")
@@ -111,20 +96,17 @@ def detect_layout(keys: Iterable[str], config: HFConfig | None = None) -> Layout
 def to_canonical(key: str, layout: Layout | str) -> str | None:
     """Canonical name of `key` (None: not a draft tensor, e.g. verifier_* or rotary buffers)."""
     lay = layout if isinstance(layout, Layout) else Layout(layout)
-    k = key[len(lay.prefix) :] if lay.prefix and key.startswith(lay.prefix) else key
+    k = key.removeprefix(lay.prefix)
     if k.startswith("verifier_") or "rotary_emb" in k:
         return None
-    if k.startswith("midlayer."):
-        k = "layers.0." + k[len("midlayer.") :]
+    k = re.sub(r"^midlayer\.", "layers.0.", k)
     for old, new in LEGACY_AUX.items():
         k = k.replace(old, new)
     m = _LAYER.match(k)
-    if m and lay.name in ("sglang",) and int(m.group(1)) >= 1:
+    if m and lay.name == "sglang" and int(m.group(1)) >= 1:
         # SGLang layers >= 1: hidden_norm is the pre-attention norm, input_layernorm unused
-        if m.group(2) == "input_layernorm.weight":
-            return None
-        if m.group(2) == "hidden_norm.weight":
-            return f"layers.{m.group(1)}.input_layernorm.weight"
+        norms = {"input_layernorm.weight": None, "hidden_norm.weight": f"layers.{m.group(1)}.input_layernorm.weight"}
+        return norms.get(m.group(2), k)
     return k
 
 
@@ -151,8 +133,7 @@ _LAYER_FIELDS = tuple(
 
 def _rope_top_level(out: dict[str, Any]) -> None:
     # older SGLang releases read top-level rope_theta/rope_scaling only; newer ones read rope_parameters
-    rp = out.get("rope_parameters")
-    if isinstance(rp, dict):
+    if isinstance(rp := out.get("rope_parameters"), dict):
         out.setdefault("rope_theta", rp.get("rope_theta", 10000.0))
         if rp.get("rope_type", "default") != "default":
             out.setdefault("rope_scaling", dict(rp))
@@ -162,29 +143,24 @@ def speculators_to_sglang_config(cfg: HFConfig, num_aux: int | None) -> dict[str
     """Flatten an Eagle3SpeculatorConfig into the LlamaForCausalLMEagle3 config SGLang reads (§2.1); aux layer ids
     are copied unchanged under `eagle_config` (kit convert translates them, kit.wiring judges the shift)."""
     tl = dict(cfg.get("transformer_layer_config") or {})
-    out: dict[str, Any] = {k: tl[k] for k in _LAYER_FIELDS if k in tl}
-    out["model_type"] = "llama" if tl.get("model_type") in (None, "llama") else tl["model_type"]
-    out["architectures"] = ["LlamaForCausalLMEagle3"]
-    out["tie_word_embeddings"] = False
-    V, H = tl.get("vocab_size"), tl.get("hidden_size")
-    out["draft_vocab_size"] = cfg.get("draft_vocab_size", V)
-    if cfg.get("target_hidden_size") not in (None, H):
+    out: dict[str, Any] = {
+        **{k: tl[k] for k in _LAYER_FIELDS if k in tl},
+        "model_type": "llama" if tl.get("model_type") in (None, "llama") else tl["model_type"],
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "tie_word_embeddings": False,
+        "draft_vocab_size": cfg.get("draft_vocab_size", tl.get("vocab_size")),
+    }
+    if cfg.get("target_hidden_size") not in (None, tl.get("hidden_size")):
         out["target_hidden_size"] = cfg["target_hidden_size"]
     ids = cfg.get("eagle_aux_hidden_state_layer_ids")
     eagle: dict[str, Any] = {"use_aux_hidden_state": True}
-    if ids:
-        eagle["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    eagle |= {"eagle_aux_hidden_state_layer_ids": list(ids)} if ids else {}
     if cfg.get("norm_before_fc"):
-        eagle["norm_before_fc"] = True
-        out["norm_before_fc"] = True
-    out["eagle_config"] = eagle
-    k = num_aux or (len(ids) if ids else 3)
-    out["num_aux_hidden_states"] = k
-    for flag in ("fc_norm", "norm_output"):
-        if cfg.get(flag):
-            out[flag] = True
-    if cfg.get("dtype") or cfg.get("torch_dtype"):
-        out["torch_dtype"] = cfg.get("dtype") or cfg.get("torch_dtype")
+        eagle["norm_before_fc"] = out["norm_before_fc"] = True
+    out |= {"eagle_config": eagle, "num_aux_hidden_states": num_aux or (len(ids) if ids else 3)}
+    out |= {flag: True for flag in ("fc_norm", "norm_output") if cfg.get(flag)}
+    if dtype := cfg.get("dtype") or cfg.get("torch_dtype"):
+        out["torch_dtype"] = dtype
     _rope_top_level(out)
     return out
 
@@ -193,12 +169,10 @@ def sglang_to_speculators_config(
     cfg: HFConfig, verifier: str | None = None, verifier_archs: list | None = None
 ) -> dict[str, Any]:
     """An Eagle3SpeculatorConfig (speculators 0.9.0 `Eagle3DraftModel`) for an SGLang/EAGLE config."""
-    tl = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
-    tl["model_type"] = "llama"
-    tl["tie_word_embeddings"] = False
+    tl = {**{k: cfg[k] for k in _LAYER_FIELDS if k in cfg}, "model_type": "llama", "tie_word_embeddings": False}
     if "rope_parameters" not in tl:
-        rope = {"rope_theta": cfg.get("rope_theta", 10000.0), "rope_type": "default", **(cfg.get("rope_scaling") or {})}
-        tl["rope_parameters"] = rope
+        tl["rope_parameters"] = {"rope_theta": cfg.get("rope_theta", 10000.0), "rope_type": "default"}
+        tl["rope_parameters"] |= cfg.get("rope_scaling") or {}
         tl.pop("rope_scaling", None)
     tl.pop("rope_theta", None)
     eagle = cfg.get("eagle_config") or {}
@@ -231,16 +205,14 @@ def sglang_to_speculators_config(
 
 def sglang_to_eagle_config(cfg: HFConfig) -> dict[str, Any]:
     """The official EAGLE-3 config: plain LlamaConfig + draft_vocab_size (+ target_hidden_size)."""
-    out = {k: cfg[k] for k in _LAYER_FIELDS if k in cfg}
-    out.update(
-        {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "num_hidden_layers": 1,
-            "tie_word_embeddings": False,
-            "draft_vocab_size": cfg.get("draft_vocab_size") or cfg.get("vocab_size"),
-        }
-    )
+    out = {
+        **{k: cfg[k] for k in _LAYER_FIELDS if k in cfg},
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "tie_word_embeddings": False,
+        "draft_vocab_size": cfg.get("draft_vocab_size") or cfg.get("vocab_size"),
+    }
     if cfg.get("target_hidden_size") not in (None, cfg.get("hidden_size")):
         out["target_hidden_size"] = cfg["target_hidden_size"]
     _rope_top_level(out)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
+from kit.checkpoint.safetensors_io import write_safetensors
 from kit.hf import HFConfig
 from kit.sglang.draft_config import llama_draft_shapes
 
@@ -50,26 +51,19 @@ def write_random_draft(
     """Write config.json + model.safetensors of a random draft in `layout`; returns the directory."""
     import torch
 
-    from kit.checkpoint.safetensors_io import write_safetensors
-
     dims = dict(target_config or SMOLLM2)
     L = dims.get("num_hidden_layers", 30)
     ids = list(aux_layer_ids or [2, L // 2, L - 3])
     H, nh, V = dims["hidden_size"], dims["num_attention_heads"], dims["vocab_size"]
     Vd = draft_vocab_size or V
     g, dt = torch.Generator().manual_seed(seed), getattr(torch, dtype)
-    hd = dims.get("head_dim") or H // nh
-    shapes = llama_draft_shapes(
-        H, nh, dims["num_key_value_heads"], hd, dims["intermediate_size"], V, Vd, H, len(ids), num_layers
-    )
-    state = {}
-    for name, (shape, required) in shapes.items():
-        if not required:
-            continue
-        # norms start at one (as trained models do); matrices small and random
-        state[name] = (
-            torch.ones(shape, dtype=dt) if len(shape) == 1 else (torch.randn(*shape, generator=g) * 0.02).to(dt)
-        )
+    kv, ff = dims["num_key_value_heads"], dims["intermediate_size"]
+    shapes = llama_draft_shapes(H, nh, kv, dims.get("head_dim") or H // nh, ff, V, Vd, H, len(ids), num_layers)
+    state = {  # norms start at one (as trained models do); matrices small and random
+        name: torch.ones(shape, dtype=dt) if len(shape) == 1 else (torch.randn(*shape, generator=g) * 0.02).to(dt)
+        for name, (shape, required) in shapes.items()
+        if required
+    }
     if Vd < V:
         kept = torch.sort(torch.randperm(V, generator=g)[:Vd]).values
         state["d2t"] = kept - torch.arange(Vd)
@@ -88,19 +82,17 @@ def write_random_draft(
         "torch_dtype": dtype,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
     }
-    if layout == "speculators":
-        cfg = sglang_to_speculators_config(sg, None, dims.get("architectures"))
-        cfg["dtype"] = dtype
-    elif layout == "eagle":
-        cfg = sglang_to_eagle_config(sg)
-    elif layout == "sglang":
-        cfg = sg
-    else:
+    configs = {
+        "speculators": {**sglang_to_speculators_config(sg, None, dims.get("architectures")), "dtype": dtype},
+        "sglang": sg,
+        "eagle": sglang_to_eagle_config(sg),
+    }
+    if layout not in configs:
         raise ValueError(f"layout {layout!r}: choose speculators, sglang or eagle")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "model.safetensors", {from_canonical(k, layout, num_layers): v for k, v in state.items()})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(configs[layout], indent=2) + "\n")
     return out
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from kit.checkpoint.safetensors_io import Checkpoint, TensorInfo, read_bytes
-from kit.findings import Code, Finding
+from kit.findings import Code, Finding, finding_list
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "ckpt/draft: notebook 02"
@@ -33,6 +33,11 @@ D2T = Code(
 
 _INT_CODES = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B"}
 READ_LIMIT = 256 << 20
+FIX = "rebuild the maps from the sorted kept target ids: d2t[i] = kept[i] - i, t2d[kept] = True"
+FIX_MISSING = (
+    "save the d2t offsets with the draft (speculators/SpecForge write them when draft_vocab_size "
+    "differs from vocab_size; python -m kit convert derives them from t2d)"
+)
 
 
 def _ints(t: TensorInfo) -> list[int]:
@@ -54,14 +59,12 @@ def check_maps(d2t: Sequence[int] | None, t2d: Sequence[bool] | None, V: int | N
         hot = [i + int(x) for i, x in enumerate(d2t)]
         if Vd is not None and len(hot) != Vd:
             errs.append(f"d2t has {len(hot)} entries, draft_vocab_size is {Vd}")
-        bad = next((i for i in range(1, len(hot)) if hot[i] <= hot[i - 1]), None)
-        if bad is not None:
+        if (bad := next((i for i in range(1, len(hot)) if hot[i] <= hot[i - 1]), None)) is not None:
             errs.append(
                 f"arange(Vd)+d2t is not strictly increasing at draft id {bad} "
                 f"({hot[bad - 1]} then {hot[bad]}): duplicate or unsorted target ids"
             )
-        out = next((i for i, h in enumerate(hot) if h < 0 or (V is not None and h >= V)), None)
-        if out is not None:
+        if (out := next((i for i, h in enumerate(hot) if h < 0 or (V is not None and h >= V)), None)) is not None:
             errs.append(f"draft id {out} maps to target id {hot[out]}, outside [0, {V})")
         if t2d is not None:
             kept = [i for i, b in enumerate(t2d) if b]
@@ -96,6 +99,7 @@ def misnumbered_share(t2d: Sequence[bool], Vd: int) -> tuple[int, int | None] | 
     return (0, None) if first is None else (Vd - first, first)
 
 
+@finding_list
 def check_vocab(
     ck: Checkpoint,
     V: int | None,
@@ -104,65 +108,44 @@ def check_vocab(
     d2t_name: str = "d2t",
     t2d_name: str = "t2d",
     reads_t2d: bool = False,
-) -> list[Finding]:
+) -> Iterator[Finding]:
     """Findings (code draft.d2t) for the d2t/t2d tensors of a checkpoint, `V` the target's vocabulary. t2d is
     graded when the release reads it (`reads_t2d`); otherwise it only tells what draft ids mean without d2t."""
     d, t = ck.tensors.get(d2t_name), ck.tensors.get(t2d_name)
     ev = {"V": V, "Vd": Vd}
-    fix = "rebuild the maps from the sorted kept target ids: d2t[i] = kept[i] - i, t2d[kept] = True"
-    if d is None and not (Vd is not None and V is not None and Vd < V):
-        return []
     if d is None:
-        fix_missing = (
-            "save the d2t offsets with the draft (speculators/SpecForge write them when draft_vocab_size "
-            "differs from vocab_size; python -m kit convert derives them from t2d)"
-        )
-        share = None
-        if t is not None and t.dtype == "BOOL" and list(t.shape) == [V] and t.nbytes <= READ_LIMIT:
-            share = misnumbered_share(_bools(t), Vd)
+        if Vd is None or V is None or Vd >= V:
+            return
+        readable = t is not None and t.dtype == "BOOL" and list(t.shape) == [V] and t.nbytes <= READ_LIMIT
+        share = misnumbered_share(_bools(t), Vd) if readable else None
+        head = f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft "
         if share is None:
-            return [
-                D2T(
-                    f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft ids as target "
-                    "ids" + (", and t2d does not mark Vd ids to tell which" if t is not None else ""),
-                    evidence=ev,
-                    fix=fix_missing,
-                )
-            ]
+            which = ", and t2d does not mark Vd ids to tell which" if t is not None else ""
+            yield D2T(f"{head}ids as target ids{which}", ev, fix=FIX_MISSING)
+            return
         wrong, first = share
         sev = "info" if wrong == 0 else "warning" if wrong / Vd <= WRONG_SHARE_ERROR else "error"
-        return [
-            D2T(
-                f"no d2t while draft vocab {Vd} < target vocab {V}: SGLang uses draft id i as target id i; "
-                f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
-                + (
-                    " (the draft vocabulary is the first Vd target ids: served as trained)"
-                    if wrong == 0
-                    else f" (from draft id {first} on): proposals of those ids are rejected"
-                ),
-                evidence={
-                    **ev,
-                    "misnumbered_draft_ids": wrong,
-                    "first_misnumbered": first,
-                    "error_above_share": WRONG_SHARE_ERROR,
-                },
-                severity=sev,
-                fix="" if wrong == 0 else fix_missing,
-            )
-        ]
+        said = f"t2d says {wrong} of {Vd} draft ids ({wrong / Vd:.2%}) mean another target id"
+        tail = f"(from draft id {first} on): proposals of those ids are rejected"
+        if wrong == 0:
+            tail = "(the draft vocabulary is the first Vd target ids: served as trained)"
+        title = f"{head}id i as target id i; {said} {tail}"
+        ev |= {"misnumbered_draft_ids": wrong, "first_misnumbered": first, "error_above_share": WRONG_SHARE_ERROR}
+        yield D2T(title, ev, sev, "" if wrong == 0 else FIX_MISSING)
+        return
     t = t if reads_t2d else None
-    shape_errs = []
+    errs = []
     if d.dtype not in _INT_CODES:
-        shape_errs.append(f"d2t dtype {d.dtype} is not an integer type (I64 expected)")
+        errs.append(f"d2t dtype {d.dtype} is not an integer type (I64 expected)")
     if len(d.shape) != 1 or (Vd is not None and d.shape[0] != Vd):
-        shape_errs.append(f"d2t shape {list(d.shape)}, expected [{Vd}]")
+        errs.append(f"d2t shape {list(d.shape)}, expected [{Vd}]")
     if t is not None and (t.dtype != "BOOL" or len(t.shape) != 1 or (V is not None and t.shape[0] != V)):
-        shape_errs.append(f"t2d is {t.dtype} {list(t.shape)}, expected BOOL [{V}]")
+        errs.append(f"t2d is {t.dtype} {list(t.shape)}, expected BOOL [{V}]")
     if lm_head and lm_head in ck.tensors and d.shape and ck.tensors[lm_head].shape[0] != d.shape[0]:
-        shape_errs.append(f"lm_head has {ck.tensors[lm_head].shape[0]} rows but d2t has {d.shape[0]}")
-    if shape_errs:
-        return [D2T(shape_errs[0], evidence={**ev, "problems": shape_errs}, fix=fix)]
-    if d.nbytes > READ_LIMIT or (t is not None and t.nbytes > READ_LIMIT):
-        return [D2T("d2t/t2d too large to read; values not checked", evidence=ev, severity="info")]
-    errs = check_maps(_ints(d), _bools(t) if t is not None else None, V, Vd)
-    return [D2T(errs[0], evidence={**ev, "problems": errs}, fix=fix)] if errs else []
+        errs.append(f"lm_head has {ck.tensors[lm_head].shape[0]} rows but d2t has {d.shape[0]}")
+    if not errs and (d.nbytes > READ_LIMIT or (t is not None and t.nbytes > READ_LIMIT)):
+        yield D2T("d2t/t2d too large to read; values not checked", ev, "info")
+        return
+    errs = errs or check_maps(_ints(d), _bools(t) if t is not None else None, V, Vd)
+    if errs:
+        yield D2T(errs[0], {**ev, "problems": errs}, fix=FIX)

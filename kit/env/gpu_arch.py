@@ -1,8 +1,7 @@
 """What each NVIDIA architecture needs: family names, minimum CUDA / NCCL / Triton, binary compatibility.
 
-Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.checks`.
-Sources: NVIDIA's CUDA GPU list and
-Blackwell compatibility guide, the CUDA 12.9/13.0 feature notes, PyTorch's `torch/cuda/__init__.py`
+Knowledge only (tables + two pure functions), used by the environment rules in `kit.env.checks`. Sources: NVIDIA's
+CUDA GPU list and Blackwell compatibility guide, the CUDA 12.9/13.0 feature notes, PyTorch's `torch/cuda/__init__.py`
 (`_check_cubins` same-major rule), NCCL release notes (2.25.1 Blackwell, 2.26.2 sm_120 shared-memory fix).
 
     >>> family((12, 0))["family"]
@@ -36,12 +35,8 @@ FLASH_ATTN_BLACKWELL = (2, 7, 3)  # first tag with sm_100/sm_120 gencode (PR #14
 
 def vtuple(v: str | None, n: int = 3) -> tuple[int, ...] | None:
     """'2.9.1+cu128' -> (2, 9, 1); '12.8' -> (12, 8); None/garbage -> None."""
-    if not v:
-        return None
-    m = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(v))
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups()[:n] if x is not None)
+    m = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(v)) if v else None
+    return None if m is None else tuple(int(x) for x in m.groups()[:n] if x is not None)
 
 
 def family(cc: tuple[int, int] | None) -> dict:
@@ -71,13 +66,10 @@ def arch_cover(cc: tuple[int, int], arch_list: list[str]) -> tuple[str, str | No
     same_major: a cubin of the same major, lower minor (runs: CUDA's forward compat, torch's `_check_cubins`);
     ptx: only PTX of a lower-or-equal arch (JIT at first use); none: 'no kernel image is available'."""
     parsed = [(e, p) for e in arch_list if (p := _parse_arch(e))]
-    for e, (kind, ma, mi) in parsed:
-        if kind == "sm" and (ma, mi) == tuple(cc):
-            return "exact", e
-    same = [(mi, e) for e, (kind, ma, mi) in parsed if kind == "sm" and ma == cc[0] and mi <= cc[1]]
-    if same:
+    if exact := next((e for e, (kind, ma, mi) in parsed if kind == "sm" and (ma, mi) == tuple(cc)), None):
+        return "exact", exact
+    if same := [(mi, e) for e, (kind, ma, mi) in parsed if kind == "sm" and ma == cc[0] and mi <= cc[1]]:
         return "same_major", max(same)[1]
-    ptx = [((ma, mi), e) for e, (kind, ma, mi) in parsed if kind == "compute" and (ma, mi) <= tuple(cc)]
-    if ptx:
+    if ptx := [((ma, mi), e) for e, (kind, ma, mi) in parsed if kind == "compute" and (ma, mi) <= tuple(cc)]:
         return "ptx", max(ptx)[1]
     return "none", None

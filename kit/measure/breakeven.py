@@ -60,12 +60,10 @@ class IterationCosts:
     def request_speedup(
         self, accept_length: float, new_tokens: int, t_prefill_base_ms: float = 0.0, t_prefill_spec_ms: float = 0.0
     ) -> float:
-        """One request's tok/s with speculation over without: the first token from the prefill, the other
-        new_tokens - 1 from decode steps (baseline) or iterations (speculation)."""
+        """One request's tok/s with speculation over without: token 1 from prefill, the rest decode steps/iterations."""
         n = max(new_tokens - 1, 0)
         base = t_prefill_base_ms + n * self.t_decode_ms
-        spec = t_prefill_spec_ms + n / accept_length * self.t_iteration_ms
-        return base / spec
+        return base / (t_prefill_spec_ms + n / accept_length * self.t_iteration_ms)
 
 
 def draft_step_ms(t_iteration_a_ms: float, steps_a: int, t_iteration_b_ms: float, steps_b: int) -> float:
@@ -87,24 +85,17 @@ class SizePoint:
     costs: IterationCosts
 
     def row(self, accept_length: float) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "params": self.params,
-            "hidden": self.hidden,
-            "layers": self.layers,
-            "t_decode_ms": round(self.costs.t_decode_ms, 4),
-            "t_iteration_ms": round(self.costs.t_iteration_ms, 4),
-            "break_even_accept_length": round(self.costs.break_even_accept_length, 4),
-            "predicted_speedup": round(self.costs.predicted_speedup(accept_length), 4),
-        }
+        c = self.costs
+        figures = [c.t_decode_ms, c.t_iteration_ms, c.break_even_accept_length, c.predicted_speedup(accept_length)]
+        names = "t_decode_ms t_iteration_ms break_even_accept_length predicted_speedup".split()
+        shape = {"name": self.name, "params": self.params, "hidden": self.hidden, "layers": self.layers}
+        return shape | {k: round(v, 4) for k, v in zip(names, figures)}
 
 
 @dataclass(frozen=True)
 class BreakEven:
-    """Where a draft with `accept_length` starts to pay over the measured sizes.
-
-    where: "within" (interpolated between two measured sizes), "smallest" (it pays already at the smallest
-    measured size: params and t_decode_ms are that size's), "beyond" (not even at the largest: None)."""
+    """Where a draft with `accept_length` starts to pay. where: "within" (interpolated between two measured sizes),
+    "smallest" (pays at the smallest: params and t_decode_ms are its), "beyond" (not even at the largest: None)."""
 
     accept_length: float
     where: str
@@ -118,8 +109,8 @@ def _log_lerp(a: float, b: float, f: float) -> float:
 
 
 def break_even(points: list[SizePoint], accept_length: float) -> BreakEven:
-    """The smallest target (in parameters, and its decode step) at which `accept_length` reaches the
-    break-even accept length, linear in log(params) between the two measured sizes around it."""
+    """The smallest target (parameters, decode step) where `accept_length` reaches the break-even one, linear in
+    log(params) between the two measured sizes around it."""
     if not points:
         raise ValueError("no measured sizes")
     pts = sorted(points, key=lambda p: p.params)
@@ -137,8 +128,7 @@ def break_even(points: list[SizePoint], accept_length: float) -> BreakEven:
 
 
 def llama_params(cfg: HFConfig) -> int:
-    """Parameters of a Llama config (attention with GQA, SwiGLU MLP, two RMSNorms a layer, the final norm,
-    the embedding, and a separate head unless tied)."""
+    """Parameters of a Llama config: GQA attention, SwiGLU MLP, 2 RMSNorms a layer, final norm, embedding, head."""
     h, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or h // heads
     kv = cfg.get("num_key_value_heads") or heads
@@ -181,29 +171,20 @@ def analyze(
     return doc
 
 
-def _fmt_params(p: float) -> str:
-    return f"{p / 1e9:.1f} B" if p >= 1e9 else f"{p / 1e6:.0f} M"
-
-
 def sentence_for(be: BreakEven) -> str:
     """One sentence for a reader: where this accept length pays on the measured GPU."""
     a = f"with accept length {be.accept_length:.2f}"
     if be.where == "beyond":
         return f"{a}, EAGLE-3 does not pay on this GPU at any measured target size"
+    p = f"{be.params / 1e9:.1f} B" if be.params >= 1e9 else f"{be.params / 1e6:.0f} M"
+    step, size = f"{be.t_decode_ms:.2f} ms", f"≈ {p} parameters"
     if be.where == "smallest":
-        return (
-            f"{a}, EAGLE-3 pays on this GPU already at the smallest measured target "
-            f"(decode step {be.t_decode_ms:.2f} ms, ≈ {_fmt_params(be.params)} parameters)"
-        )
-    return (
-        f"{a}, EAGLE-3 pays on this GPU from a target decode step of ≥ {be.t_decode_ms:.2f} ms "
-        f"(≈ {_fmt_params(be.params)} parameters)"
-    )
+        return f"{a}, EAGLE-3 pays on this GPU already at the smallest measured target (decode step {step}, {size})"
+    return f"{a}, EAGLE-3 pays on this GPU from a target decode step of ≥ {step} ({size})"
 
 
 def load(path: str | os.PathLike, flag: str = "--breakeven") -> dict[str, Any]:
-    """A `breakeven.json` (`bench/gpu_breakeven.py`'s output); KitInputError naming `flag` when it is missing
-    or not one."""
+    """A `breakeven.json` (`bench/gpu_breakeven.py`'s output); KitInputError naming `flag` when missing or not one."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
@@ -220,9 +201,8 @@ def digest(
     measured_speedup: float | None = None,
     source: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """What a run's summary carries from a breakeven.json: the break-even recomputed from its measured sizes for
-    `accept_length` (a run's own, else the file's) and, at the demo's target, the prediction beside
-    `measured_speedup` (a run's own, else the file's); `sentence` says it in one line."""
+    """A run's summary from a breakeven.json: its break-even recomputed for `accept_length` and, at the demo's target,
+    the prediction beside `measured_speedup` (each the run's own, else the file's); `sentence` says it in one line."""
     an = doc.get("analysis") or {}
     rows = an.get("sizes") or []
     if not rows:
@@ -233,14 +213,11 @@ def digest(
     a = accept_length if accept_length is not None else an.get("accept_length")
     m = measured_speedup if measured_speedup is not None else at.get("measured_speedup")
     out = analyze(points, a, at=at.get("size"), measured_speedup=m)
-    out["sentence"] = sentence({"analysis": out})
-    out["file"] = str(source) if source else None
-    return out
+    return out | {"sentence": sentence({"analysis": out}), "file": str(source) if source else None}
 
 
 def sentence(doc: dict[str, Any]) -> str:
-    """The summary's sentence from a breakeven.json document: the break-even, and at the demo's target the
-    predicted speedup beside the measured one when both are there."""
+    """The summary's sentence from a breakeven.json: the break-even, and the demo target's predicted (measured) speedup."""
     an = doc.get("analysis") or doc
     be = an.get("break_even")
     if not be:

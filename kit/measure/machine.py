@@ -17,6 +17,7 @@ then withholds the speedup headline (other work changes the arms' relative costs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -50,14 +51,12 @@ class _Gpus:
 
     def __init__(self):
         self.nvml, self.handles = None, []
-        try:
+        with contextlib.suppress(Exception):  # no driver, no library: no GPU facts
             import pynvml
 
             pynvml.nvmlInit()
             self.nvml = pynvml
             self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # no driver, no library: no GPU facts
-            pass
 
     def read(self, tree: set[int]) -> dict[str, Any]:
         if not self.handles:
@@ -67,9 +66,8 @@ class _Gpus:
         for h in self.handles:
             clock.append(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
             clock_max.append(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))
-            for p in n.nvmlDeviceGetComputeRunningProcesses(h) + n.nvmlDeviceGetGraphicsRunningProcesses(h):
-                if p.pid not in tree:
-                    others.add(p.pid)
+            procs = n.nvmlDeviceGetComputeRunningProcesses(h) + n.nvmlDeviceGetGraphicsRunningProcesses(h)
+            others |= {p.pid for p in procs if p.pid not in tree}
         return {"sm_clock_mhz": clock, "sm_clock_max_mhz": clock_max, "gpu_other_procs": len(others)}
 
     def close(self) -> None:
@@ -94,40 +92,34 @@ class Watch:
         procs = [me, *me.children(recursive=True)]
         cpu = 0.0
         for p in procs:
-            try:
-                t = p.cpu_times()
-                cpu += t.user + t.system
-            except psutil.Error:  # ended between the listing and the read
-                pass
+            with contextlib.suppress(psutil.Error):  # ended between the listing and the read
+                cpu += sum(p.cpu_times()[:2])  # user + system
         return {p.pid for p in procs}, cpu
 
     def _loop(self) -> None:
         hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         gpus = _Gpus()
         prev_t, prev_cpu, (_, prev_tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
-        f = self.path.open("a") if self.path is not None else None
         try:
             stopped = False
             while not stopped:  # the last sample, at the stop, covers the tail (a short run gets one)
                 stopped = self._stop.wait(self.interval_s)
                 t, cpu, (tree, tree_cpu) = time.time(), _cpu_jiffies(), self._tree()
                 dt = t - prev_t
-                s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "cpus": os.cpu_count(),
-                                     "load1": round(os.getloadavg()[0], 2)}  # fmt: skip
+                s: dict[str, Any] = {"t": round(t, 3), "dt": round(dt, 3), "cpus": os.cpu_count()}
+                s["load1"] = round(os.getloadavg()[0], 2)
                 if cpu and prev_cpu and cpu[2] > prev_cpu[2]:
                     busy_s = (cpu[0] - prev_cpu[0]) / hz
                     s["others_cores"] = round(max(0.0, busy_s - (tree_cpu - prev_tree_cpu)) / dt, 3)
                     s["steal_pct"] = round(100 * (cpu[1] - prev_cpu[1]) / (cpu[2] - prev_cpu[2]), 2)
                 s.update(gpus.read(tree))
                 self.samples.append(s)
-                if f is not None:
-                    f.write(json.dumps(s) + "\n")
-                    f.flush()
+                if self.path is not None:
+                    with self.path.open("a") as f:
+                        f.write(json.dumps(s) + "\n")
                 prev_t, prev_cpu, prev_tree_cpu = t, cpu, tree_cpu
         finally:
             gpus.close()
-            if f is not None:
-                f.close()
 
     def __enter__(self) -> Watch:
         self._thread.start()
@@ -144,8 +136,7 @@ def read_samples(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The figures of a set of samples: mean and max of each CPU figure, the SM clock's median and minimum
-    against its maximum, the most other GPU processes seen at once. None without samples."""
+    """Samples' figures: mean/max of each CPU one, the SM clock's median/min/max rated, most other GPU procs; or None."""
     if not samples:
         return None
     out: dict[str, Any] = {"samples": len(samples), "cpus": max((s.get("cpus") or 0) for s in samples) or None}
@@ -155,8 +146,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
             out[key] = {"mean": round(statistics.fmean(xs), 2), "max": round(max(xs), 2)}
     clocks = [min(s["sm_clock_mhz"]) for s in samples if s.get("sm_clock_mhz")]
     if clocks:
-        out["sm_clock_mhz"] = {"median": round(statistics.median(clocks)), "min": min(clocks),
-                               "max_rated": max(max(s["sm_clock_max_mhz"]) for s in samples if s.get("sm_clock_max_mhz"))}  # fmt: skip
+        rated = max(max(s["sm_clock_max_mhz"]) for s in samples if s.get("sm_clock_max_mhz"))
+        out["sm_clock_mhz"] = {"median": round(statistics.median(clocks)), "min": min(clocks), "max_rated": rated}
         out["gpu_other_procs"] = max(s.get("gpu_other_procs", 0) for s in samples)
     return out
 
@@ -168,11 +159,10 @@ def by_label(samples: list[dict[str, Any]], records: Iterable[Any]) -> dict[str,
     for r in records:
         if r.label is not None and not r.warmup and r.t_start and r.e2e:
             windows.setdefault(r.label, []).append((r.t_start, r.t_start + r.e2e))
-    out = {}
-    for label, ws in windows.items():
-        mine = [s for s in samples if any(a < s["t"] and s["t"] - s["dt"] < b for a, b in ws)]
-        out[label] = summarize(mine)
-    return out
+    return {
+        label: summarize([s for s in samples if any(a < s["t"] and s["t"] - s["dt"] < b for a, b in ws)])
+        for label, ws in windows.items()
+    }
 
 
 def busy_reason(summary: dict[str, Any] | None) -> str | None:
@@ -201,13 +191,8 @@ def brief(summary: dict[str, Any] | None) -> str:
     """One line for a figure or a table: cores used by others, load, steal, SM clock."""
     if not summary:
         return "machine: not watched"
-    parts = []
-    if oc := summary.get("others_cores"):
-        parts.append(f"others {oc['mean']:.1f} cores")
-    if ld := summary.get("load1"):
-        parts.append(f"load {ld['mean']:.1f}")
-    if st := summary.get("steal_pct"):
-        parts.append(f"steal {st['mean']:.1f}%")
+    shown = {"others_cores": "others {:.1f} cores", "load1": "load {:.1f}", "steal_pct": "steal {:.1f}%"}
+    parts = [fmt.format(summary[key]["mean"]) for key, fmt in shown.items() if summary.get(key)]
     if ck := summary.get("sm_clock_mhz"):
         parts.append(f"SM {ck['median']}/{ck['max_rated']} MHz, {summary.get('gpu_other_procs', 0)} other GPU procs")
     return "machine: " + ", ".join(parts)

@@ -27,18 +27,12 @@ class JsonRecord:
     _UNSET_OMITTED: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The line written: every field in order, the `_UNSET_OMITTED` ones only when set."""
         names, _, values, omitted = _layout(type(self))
-        out = dict(zip(names, values(self)))
-        for name, default in omitted:
-            if out[name] == default:
-                del out[name]
-        return out
+        return {k: v for k, v in zip(names, values(self)) if k not in omitted or v != omitted[k]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
-        """A record from one line (any kit version): unknown keys ignored, missing ones defaulted; a list or
-        dict field written as null reads as empty."""
+        """A record from any kit version's line: unknown keys ignored, missing defaulted, a null list/dict empty."""
         known = _layout(cls)[1]
         kw = d if known.issuperset(d) else {k: v for k, v in d.items() if k in known}
         if any(kw.get(k, ()) is None for k in _EMPTY_WHEN_NULL):
@@ -50,12 +44,11 @@ _EMPTY_WHEN_NULL = frozenset({"chunk_t", "chunk_tok", "spec"})
 
 
 @functools.cache
-def _layout(cls) -> tuple[tuple[str, ...], frozenset[str], Any, tuple[tuple[str, Any], ...]]:
-    """(field names in order, the same as a set, a getter of all their values at once, (omitted-while-unset
-    field, its default))."""
+def _layout(cls) -> tuple[tuple[str, ...], frozenset[str], Any, dict[str, Any]]:
+    """(field names in order, as a set, a getter of all their values at once, {omitted-while-unset field: default})."""
     fs = fields(cls)
     names = tuple(f.name for f in fs)
-    omitted = tuple((f.name, f.default) for f in fs if f.name in cls._UNSET_OMITTED)
+    omitted = {f.name: f.default for f in fs if f.name in cls._UNSET_OMITTED}
     return names, frozenset(names), attrgetter(*names), omitted
 
 

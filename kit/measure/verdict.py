@@ -35,21 +35,23 @@ WIRING_FAULT = Code(
     SECTION,
     "error",
     "observed accept length ≈ 1 while the oracle expects well above 1: the serving stack is mis-wired",
-    "fix the static findings listed (kit doctor), launch with EAGLE3, convert the checkpoint; do not retrain",
+    "fix the static findings listed in evidence (kit doctor), launch with --speculative-algorithm EAGLE3, convert the "
+    "checkpoint with kit convert; do not retrain the draft",
 )
 BELOW_EXPECTED = Code(
     "verdict.below_expected",
     SECTION,
     "warning",
     "observed accept length clearly below the oracle's (but not ≈ 1): partly mis-wired or mismatched settings",
-    "check aux layer ids, chat template, sampling settings",
+    "check aux layer ids (off-by-one between stacks), chat template and sampling settings match the oracle's; "
+    "compare per-position acceptance",
 )
 WEAK_DRAFT = Code(
     "verdict.weak_draft",
     SECTION,
     "warning",
     "expected and observed accept lengths both low: the draft itself is weak",
-    "train longer / on data closer to the traffic",
+    "train longer or on data closer to the served traffic (same chat template); check the draft matches this target",
 )
 HEALTHY = Code("verdict.healthy", SECTION, "info", "observed accept length matches the oracle's expectation", "—")
 NO_DATA = Code(
@@ -57,7 +59,7 @@ NO_DATA = Code(
     SECTION,
     "info",
     "no verdict: observed or expected accept length missing",
-    "run the oracle with the same params; bench with `--api sglang`",
+    "run the oracle (kit oracle) with the same target, draft and speculative parameters, and bench with --api sglang",
 )
 
 ONE_TOL = 0.1  # observed AL within this of 1.0 counts as "never accepts"
@@ -78,9 +80,8 @@ GENERIC_CAUSES = [
 
 
 def expectation_source(oracle_doc=None, training=None) -> str:
-    """Where an expected accept length came from: the training log (`training`, kit.reference.expect Accuracies),
-    states a server capture wrote (an oracle document, or its dict, whose `hidden_states` source says so), or
-    the target's forward (any other oracle document)."""
+    """Where an expected accept length came from: the training log (`training`: expect.Accuracies), a server capture
+    (an oracle document or dict whose `hidden_states` source says so), or the target's forward (any other)."""
     if training is not None:
         return f"{TRAINING_LOG} ({training.source})"
     states = (
@@ -91,15 +92,13 @@ def expectation_source(oracle_doc=None, training=None) -> str:
 
 
 def _causes(static_findings: Iterable[Any]) -> list[str]:
-    """Static findings (Finding objects or their dicts) that could explain a fault, as 'code: title': errors
-    first, then warnings, each in the order found (the first is the verdict's first suspect)."""
-    rank = {"error": 0, "warning": 1}
-    found = []
-    for f in static_findings or ():
-        get = f.get if isinstance(f, dict) else lambda k, f=f: getattr(f, k, None)
-        if get("severity") in rank:
-            found.append((rank[get("severity")], f"{get('code')}: {get('title')}"))
-    return [c for _, c in sorted(found, key=lambda r: r[0])]
+    """Static findings (Findings or dicts) that could explain a fault, as 'code: title': errors, then warnings."""
+
+    def get(f, key):
+        return f.get(key) if isinstance(f, dict) else getattr(f, key, None)
+
+    rows = [(get(f, "severity"), f"{get(f, 'code')}: {get(f, 'title')}") for f in static_findings or ()]
+    return [cause for sev in ("error", "warning") for s, cause in rows if s == sev]
 
 
 def verdict(
@@ -115,57 +114,26 @@ def verdict(
 ) -> list[Finding]:
     """One verdict finding for an (observed, expected) accept-length pair; `expected_from` names its source."""
     pre = f"{label}: " if label else ""
-    ev: dict[str, Any] = {"observed_accept_length": observed, "expected_accept_length": expected}
-    ev["expected_from"] = expected_from
+    ev = {"observed_accept_length": observed, "expected_accept_length": expected, "expected_from": expected_from}
     if params:
         ev["params"] = params
     if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (observed, expected)):
-        return [
-            NO_DATA(
-                f"{pre}no verdict: observed or expected accept length missing",
-                evidence=ev,
-                fix="run the oracle (kit oracle) with the same target, draft and "
-                "speculative parameters, and bench with --api sglang",
-            )
-        ]
+        return [NO_DATA(f"{pre}no verdict: observed or expected accept length missing", ev, fix=NO_DATA.fix)]
     ev["ratio"] = round(observed / expected, 3) if expected else None
     causes = _causes(static_findings)
     if observed <= 1.0 + one_tol and expected >= well_above:
-        ev["probable_causes_static"] = causes
-        ev["probable_causes_generic"] = GENERIC_CAUSES
+        ev |= {"probable_causes_static": causes, "probable_causes_generic": GENERIC_CAUSES}
         first = f"; first static suspect: {causes[0].split(':')[0]}" if causes else ""
-        return [
-            WIRING_FAULT(
-                f"{pre}server accepts nothing (AL {observed:.2f}) while the draft should reach "
-                f"{expected:.2f}: the serving stack is mis-wired{first}",
-                evidence=ev,
-                fix="fix the static findings listed in evidence (kit doctor), launch with "
-                "--speculative-algorithm EAGLE3, convert the checkpoint with kit convert; "
-                "do not retrain the draft",
-            )
-        ]
+        what = f"server accepts nothing (AL {observed:.2f}) while the draft should reach {expected:.2f}"
+        return [WIRING_FAULT(f"{pre}{what}: the serving stack is mis-wired{first}", ev, fix=WIRING_FAULT.fix)]
     if expected < well_above and observed < well_above:
-        return [
-            WEAK_DRAFT(
-                f"{pre}draft is weak: expected AL {expected:.2f}, observed {observed:.2f}; "
-                f"wiring is not the bottleneck",
-                evidence=ev,
-                fix="train longer or on data closer to the served traffic "
-                "(same chat template); check the draft matches this target",
-            )
-        ]
+        what = f"draft is weak: expected AL {expected:.2f}, observed {observed:.2f}"
+        return [WEAK_DRAFT(f"{pre}{what}; wiring is not the bottleneck", ev, fix=WEAK_DRAFT.fix)]
     if observed < expected * (1 - rel_tol):
         ev["probable_causes_static"] = causes
-        return [
-            BELOW_EXPECTED(
-                f"{pre}observed AL {observed:.2f} is {1 - observed / expected:.0%} below the "
-                f"expected {expected:.2f}: partly mis-wired or mismatched settings",
-                evidence=ev,
-                fix="check aux layer ids (off-by-one between stacks), chat template and "
-                "sampling settings match the oracle's; compare per-position acceptance",
-            )
-        ]
-    return [HEALTHY(f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}", evidence=ev, fix="")]
+        what = f"observed AL {observed:.2f} is {1 - observed / expected:.0%} below the expected {expected:.2f}"
+        return [BELOW_EXPECTED(f"{pre}{what}: partly mis-wired or mismatched settings", ev, fix=BELOW_EXPECTED.fix)]
+    return [HEALTHY(f"{pre}observed AL {observed:.2f} matches the expected {expected:.2f}", ev)]
 
 
 def oracle_expected(
@@ -176,10 +144,9 @@ def oracle_expected(
     max_new_tokens: int = 32,
     hidden_states: str | None = None,
 ):
-    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point), its
-    `source` attribute naming where the expectation comes from (`expectation_source`). `hidden_states`: a
-    capture folder (`kit launch --capture-hidden`) the draft runs on, `target` then supplying only the embedding
-    and head. The oracle's `meta_accept_length` is the server's definition (completion_tokens / spec_verify_ct)."""
+    """A `point -> expected accept length` callable backed by kit.reference.oracle (cached per point; `source`
+    names the expectation's origin). `hidden_states`: a capture folder (`kit launch --capture-hidden`) the draft
+    runs on, `target` then giving only embedding and head. Server's definition: completion_tokens / spec_verify_ct."""
     cache: dict[Any, float] = {}  # SpecParams -> the oracle's accept length
 
     def expected(point) -> float:
@@ -230,9 +197,8 @@ def training_expected(training, row: dict) -> float | None:
 def verdict_table(
     joined: Sequence[dict], static_findings: Iterable[Any] = (), keys: Sequence[str] = SPEC_KEYS, training=None
 ) -> list[Finding]:
-    """A verdict per joined row, labelled by its speculative params; a row's `expected_from` names the source of
-    its expectation (default: the transformers forward); `training` (kit.reference.expect.Accuracies) supplies
-    the expected accept length of rows the oracle did not cover."""
+    """A verdict per joined row, labelled by its speculative params, its expectation's source `expected_from` (default
+    the transformers forward); `training` (expect.Accuracies) supplies rows the oracle did not cover."""
     static = list(static_findings or ())
     out = []
     for r in joined:
@@ -241,7 +207,5 @@ def verdict_table(
         expected, source = r.get("expected_accept_length"), r.get("expected_from") or TRANSFORMERS_FORWARD
         if expected is None and training is not None:
             expected, source = training_expected(training, r), expectation_source(training=training)
-        out += verdict(
-            r.get("observed_accept_length"), expected, static, label=label, params=params, expected_from=source
-        )
+        out += verdict(r.get("observed_accept_length"), expected, static, label, params, expected_from=source)
     return out

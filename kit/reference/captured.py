@@ -58,8 +58,7 @@ class Capture:
             if self.final is None:
                 raise KitInputError("hidden states: the capture holds no final state (an EAGLE wiring needs it)")
             return self.final
-        missing = [p for p in points if p not in self.points]
-        if missing:
+        if missing := [p for p in points if p not in self.points]:
             raise KitInputError(f"hidden states: points {missing} were not captured (captured: {self.points})")
         H = self.hidden_size
         cols = [self.points.index(p) for p in points]
@@ -77,22 +76,13 @@ def write_capture(out: str | os.PathLike, cap: Capture) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for i, ids in enumerate(cap.ids):
-        tensors[f"r{i}.ids"] = torch.tensor(ids, dtype=torch.int64)
-        tensors[f"r{i}.aux"] = cap.aux[i]
+        tensors |= {f"r{i}.ids": torch.tensor(ids, dtype=torch.int64), f"r{i}.aux": cap.aux[i]}
         if cap.final is not None:
             tensors[f"r{i}.final"] = cap.final[i]
     write_safetensors(d / STATES, tensors)
-    meta = {
-        "format": FORMAT,
-        "source": cap.source,
-        "num_hidden_layers": cap.num_hidden_layers,
-        "hidden_size": cap.hidden_size,
-        "points": cap.points,
-        "final": cap.final is not None,
-        "requests": [{"prompt_len": n, "tokens": len(s)} for s, n in zip(cap.ids, cap.prompt_lens)],
-        "notes": cap.notes,
-    }
-    write_cache_json(d / META, meta)
+    meta = {"format": FORMAT} | {k: getattr(cap, k) for k in "source num_hidden_layers hidden_size points".split()}
+    requests = [{"prompt_len": n, "tokens": len(s)} for s, n in zip(cap.ids, cap.prompt_lens)]
+    write_cache_json(d / META, meta | {"final": cap.final is not None, "requests": requests, "notes": cap.notes})
     return d
 
 
@@ -120,17 +110,13 @@ def read_capture(path: str | os.PathLike, dtype: str = "float32") -> Capture:
         names = set(sf.keys())
         for i, r in enumerate(meta["requests"]):
             need = [f"r{i}.ids", f"r{i}.aux"] + ([f"r{i}.final"] if meta["final"] else [])
-            lacking = [n for n in need if n not in names]
-            if lacking:
+            if lacking := [n for n in need if n not in names]:
                 raise KitInputError(f"{d / STATES}: request {i} lacks {lacking[0]}")
             row = [int(t) for t in sf.get_tensor(f"r{i}.ids").tolist()]
             a = sf.get_tensor(f"r{i}.aux").to(want)
             f = sf.get_tensor(f"r{i}.final").to(want) if meta["final"] else None
-            if (
-                len(row) != r["tokens"]
-                or tuple(a.shape) != (len(row), k * H)
-                or (f is not None and f.shape != (len(row), H))
-            ):
+            n = len(row)
+            if n != r["tokens"] or a.shape != (n, k * H) or (f is not None and f.shape != (n, H)):
                 raise KitInputError(f"{d / STATES}: request {i}'s shapes disagree with {META}")
             ids.append(row)
             aux.append(a)

@@ -36,39 +36,31 @@ class ChainPick:
 
 
 def recorded_accept_lengths(draft_dir: str | Path) -> dict[str, float]:
-    """Chain label -> the draft's oracle accept length (per verify, SGLang's meta definition) from its
-    training.json; {} when it has none."""
+    """Chain label -> the draft's oracle accept length (per verify, SGLang's meta definition) from training.json."""
     p = Path(draft_dir) / "training.json"
     return accept_lengths_of(json.loads(p.read_text())) if p.is_file() else {}
 
 
 def accept_lengths_of(record: dict) -> dict[str, float]:
     """Chain label -> oracle accept length from a parsed training record (the first length recorded per chain)."""
-    oracle = record.get("oracle") or {}
     out = {}
-    for key, v in oracle.items():
+    for key, v in (record.get("oracle") or {}).items():
         label, _, tokens = key.partition("@")
-        if isinstance(v, dict) and "meta_accept_length" in v and label not in out and tokens:
-            out[label] = float(v["meta_accept_length"])
+        if isinstance(v, dict) and "meta_accept_length" in v and tokens:
+            out.setdefault(label, float(v["meta_accept_length"]))
     return out
 
 
 def weight_elements(model_dir: str | Path, skip: tuple[str, ...] = ("embed_tokens", "d2t", "t2d")) -> int:
-    """Elements a forward reads: every tensor of the checkpoint's safetensors headers but the skipped ones
-    (an embedding is a lookup, d2t/t2d are vocabulary maps)."""
+    """Elements a forward reads: every safetensors tensor but the skipped (an embedding is a lookup, d2t/t2d maps)."""
     from kit.checkpoint.safetensors_io import read_header
 
-    n = 0
-    for f in sorted(Path(model_dir).glob("*.safetensors")):
-        for t in read_header(f)[1]:
-            if not any(s in t.name for s in skip):
-                n += math.prod(t.shape)
-    return n
+    tensors = [t for f in sorted(Path(model_dir).glob("*.safetensors")) for t in read_header(f)[1]]
+    return sum(math.prod(t.shape) for t in tensors if not any(s in t.name for s in skip))
 
 
 def forward_ms(model, sizes: tuple[int, ...], reps: int = 5, prefix: int = 64) -> dict[int, float]:
-    """Median ms of one `RaggedTarget` forward over n new tokens after a `prefix`-token cache, per n in sizes
-    (interleaved, so every size sees the same machine load)."""
+    """Median ms of a `RaggedTarget` forward of n new tokens after `prefix` cached, per n (interleaved: same load)."""
     import torch
 
     from kit.reference.target import Piece, RaggedTarget
@@ -90,16 +82,14 @@ def forward_ms(model, sizes: tuple[int, ...], reps: int = 5, prefix: int = 64) -
 
 
 def predict(accept: float, steps: int, fwd: dict[int, float], draft_share: float) -> float:
-    """Speedup over greedy of a chain with `steps` draft steps: accept length x one-token forward over the
-    verify forward plus steps + 1 draft forwards (each draft_share of a one-token forward)."""
+    """Speedup over greedy of a `steps`-step chain: accept fwd[1] / (fwd[steps + 1] + (steps + 1) share fwd[1])."""
     one = fwd[1]
     return accept * one / (fwd[steps + 1] + (steps + 1) * draft_share * one)
 
 
 def pick_chain(target: str = "embedded", draft_dir: str | Path | None = None, device: str = "cpu") -> ChainPick:
-    """The candidate chain with the best predicted speedup on this machine (2-1-3 where nothing is recorded).
-
-    The measurement is cached under $KIT_CACHE_DIR/chain-pick, keyed by target, draft files, CPU and torch."""
+    """The candidate chain with the best predicted speedup here (2-1-3 where nothing is recorded); the measurement
+    is cached under $KIT_CACHE_DIR/chain-pick, keyed by target, draft record, machine and device."""
     import hashlib
 
     from kit.models import cache_dir, measurement_machine, resolve_target, shipped_draft, target_id, write_cache_json

@@ -12,6 +12,8 @@ here, silent in SGLang), shape mismatches loud, missing parameters left at init.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,7 @@ from kit.reference.draft import LEGACY_NAME_MAP, DraftSpec, Eagle3Draft
 def normalize_key(name: str) -> str:
     """Checkpoint key -> our parameter name, following SGLang's renames (`kit.sglang.loader`) and `model.` fallback."""
     for legacy, new in LEGACY_NAME_MAP.items():
-        if legacy in name:
-            name = name.replace(legacy, new)
+        name = name.replace(legacy, new)
     return name[len("model.") :] if name.startswith("model.") and name != "model.lm_head.weight" else name
 
 
@@ -41,8 +42,7 @@ def load_state(model: Eagle3Draft, state: dict[str, torch.Tensor], drop: tuple =
             continue
         if "d2t" in name:
             model.hot_token_id = t.long() + torch.arange(t.shape[0], device=t.device)
-            continue
-        if "t2d" in name:
+        if "d2t" in name or "t2d" in name:
             continue
         if name not in params:
             dropped.append(key)
@@ -65,11 +65,9 @@ def reset_params(model: Eagle3Draft, names, seed: int = 0) -> None:
     with torch.no_grad():
         for n in names:
             p = params.get(normalize_key(n))
-            if p is None:
-                continue
-            if "norm" in n:
+            if p is not None and "norm" in n:
                 p.fill_(1.0)
-            else:
+            elif p is not None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
 
 
@@ -87,9 +85,8 @@ def read_state_dict(d: Path) -> dict[str, torch.Tensor]:
 def load_draft(
     path, target_model=None, algorithm: str = "EAGLE3", dtype=torch.float32, drop_keys: tuple = ()
 ) -> Eagle3Draft:
-    """Load a draft directory into an `Eagle3Draft` (report on `draft.load_report`). With `target_model`,
-    embedding/lm_head are shared as SGLang's worker does for `algorithm`; `drop_keys` simulates a loader that
-    silently drops those checkpoint keys."""
+    """A draft directory as an `Eagle3Draft` (report: `draft.load_report`). `target_model`: embedding/lm_head shared
+    as SGLang's worker does for `algorithm`; `drop_keys`: simulate a loader silently dropping those keys."""
     from kit.checkpoint.hf_config import read_config
 
     cfg, d = read_config(path)
@@ -102,10 +99,8 @@ def load_draft(
         cfg = HFConfig.of(config, d / "config.json")
     else:
         state = read_state_dict(d)
-    spec = DraftSpec.from_config(cfg, str(d / "config.json"))
-    model = Eagle3Draft(spec).to(dtype)
-    rep = load_state(model, state, tuple(drop_keys))
-    model.load_report = rep
+    model = Eagle3Draft(DraftSpec.from_config(cfg, str(d / "config.json"))).to(dtype)
+    model.load_report = rep = load_state(model, state, tuple(drop_keys))
     if drop_keys:
         reset_params(model, rep["dropped"])
     if target_model is not None:
@@ -114,18 +109,10 @@ def load_draft(
 
 
 def save_draft(
-    model: Eagle3Draft,
-    out_dir,
-    config: HFConfig,
-    extra_files: dict[str, Any] | None = None,
-    include_embed: bool = False,
-    dtype=torch.float32,
+    model: Eagle3Draft, out_dir, config: HFConfig, extra_files=None, include_embed=False, dtype=torch.float32
 ) -> Path:
     """Write an SGLang-layout checkpoint, weights in `dtype` (d2t/t2d keep their types), via a temp dir renamed
     into place; `extra_files` are JSON-dumped next to it."""
-    import shutil
-    import tempfile
-
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -142,35 +129,29 @@ def save_draft(
     if model.hot_token_id is not None:
         hot = model.hot_token_id.long()
         state["d2t"] = hot - torch.arange(hot.shape[0])
-        t2d = torch.zeros(model.spec.vocab_size, dtype=torch.bool)
-        t2d[hot] = True
-        state["t2d"] = t2d
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
+        state["t2d"] = torch.zeros(model.spec.vocab_size, dtype=torch.bool).index_fill_(0, hot, True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-", ignore_cleanup_errors=True) as t:
+        tmp = Path(t)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
-        for name, obj in (extra_files or {}).items():
+        for name, obj in {"config.json": dict(config), **(extra_files or {})}.items():
             (tmp / name).write_text(json.dumps(obj, indent=2))
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
 def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
     """A config.json SGLang loads as LlamaForCausalLMEagle3 (the keys it reads)."""
-    cfg = {
+    return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
         "num_hidden_layers": 1,
         "hidden_act": "silu",
         "tie_word_embeddings": False,
         "torch_dtype": "float32",
+        **spec_kwargs,
     }
-    cfg.update(spec_kwargs)
-    return cfg
 
 
 if __name__ == "__main__":

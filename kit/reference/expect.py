@@ -29,13 +29,17 @@ Checked against the oracle on the quick demo draft (SmolLM2-135M, 4 prompts x 40
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
+import itertools
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit import config as kconfig
+from kit.config import opt
 from kit.findings import KitInputError
 from kit.sglang.params import SpecParams
 
@@ -52,23 +56,15 @@ _SPECULATORS_SPLIT = re.compile(r"['\"](train|val|eval)['\"]\s*:\s*\{")
 
 @dataclass
 class ExpectConfig:
-    log: str | None = field(
-        default=None, metadata={"help": "training log (SpecForge or speculators) or a draft's kit_provenance.json"}
-    )
-    acc: list[float] | None = field(default=None, metadata={"help": "per-position accuracies typed by hand"})
-    accuracy_kind: str = field(
-        default="auto",
-        metadata={"help": "how to read the accuracies (auto: by source)", "choices": ["auto", *KINDS]},
-    )
-    split: str = field(
-        default="auto", metadata={"help": "which logged split to use", "choices": ["auto", "train", "eval"]}
-    )
+    log: str | None = opt("training log (SpecForge or speculators) or a draft's kit_provenance.json")
+    acc: list[float] | None = opt("per-position accuracies typed by hand")
+    accuracy_kind: str = opt("how to read the accuracies (auto: by source)", "auto", choices=["auto", *KINDS])
+    split: str = opt("which logged split to use", "auto", choices=["auto", "train", "eval"])
     spec: SpecParams = field(default_factory=lambda: SpecParams(3, 1, 4))
-    second_choice_share: float = field(
-        default=DEFAULT_SECOND_CHOICE_SHARE,
-        metadata={"help": "share of top-1 misses the next-ranked candidate catches (trees only)"},
+    second_choice_share: float = opt(
+        "share of top-1 misses the next-ranked candidate catches (trees only)", DEFAULT_SECOND_CHOICE_SHARE
     )
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass
@@ -80,11 +76,7 @@ class Accuracies:
     def conditional(self) -> list[float]:
         if self.kind == "conditional":
             return list(self.values)
-        out, prev = [], 1.0
-        for u in self.values:
-            out.append(u / prev if prev > 0 else 0.0)
-            prev = u
-        return out
+        return [u / prev if prev > 0 else 0.0 for u, prev in zip(self.values, [1.0, *self.values])]
 
 
 def _last_per_index(hits: list[tuple[str, int, float]], split: str) -> tuple[list[float], str] | None:
@@ -92,10 +84,7 @@ def _last_per_index(hits: list[tuple[str, int, float]], split: str) -> tuple[lis
     splits = {s for s, _, _ in hits}
     if split == "auto":
         split = "eval" if "eval" in splits else ("train" if "train" in splits else "")
-    pick: dict[int, float] = {}
-    for s, i, v in hits:
-        if s == split or (not s and split in ("", "train")):
-            pick[i] = v
+    pick = {i: v for s, i, v in hits if s == split or (not s and split in ("", "train"))}
     if not pick:
         return None
     n = max(pick) + 1
@@ -106,19 +95,17 @@ def _last_per_index(hits: list[tuple[str, int, float]], split: str) -> tuple[lis
 
 def parse_log(text: str, split: str = "auto", source: str = "log") -> Accuracies:
     """Per-position accuracies from a SpecForge or speculators training log (text or JSON lines)."""
-    spec = []
-    split_now = ""
+    spec, split_now = [], ""
     for line in text.splitlines():
         m = _SPECULATORS_SPLIT.search(line)
         split_now = _SPLIT_NAME[m.group(1)] if m else split_now
         for m in _SPECULATORS.finditer(line):
             sp = _SPLIT_NAME[m.group(1)] if m.group(1) else split_now
             spec.append((m.group(2), sp, int(m.group(3)), float(m.group(4))))
-    if spec:
-        for kind, name in (("cond", "conditional"), ("full", "cumulative")):
-            got = _last_per_index([(s, i, v) for k, s, i, v in spec if k == kind], split)
-            if got:
-                return Accuracies(got[0], name, f"{source}: speculators {kind}_acc_k ({got[1]})")
+    for kind, name in (("cond", "conditional"), ("full", "cumulative")):
+        got = _last_per_index([(s, i, v) for k, s, i, v in spec if k == kind], split)
+        if got:
+            return Accuracies(got[0], name, f"{source}: speculators {kind}_acc_k ({got[1]})")
     hits = [(m.group(1) or "", int(m.group(2)), float(m.group(3))) for m in _SPECFORGE.finditer(text)]
     got = _last_per_index(hits, split)
     if got:
@@ -134,11 +121,8 @@ def read_accuracies(path: str | Path, split: str = "auto") -> Accuracies:
         text = p.read_text()
     except OSError as e:
         raise KitInputError(f"{p}: cannot read ({e.strerror})")
-    if p.suffix == ".json":
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError:
-            doc = None
+    with contextlib.suppress(json.JSONDecodeError):
+        doc = json.loads(text) if p.suffix == ".json" else None
         if isinstance(doc, dict) and doc.get("epochs") and doc["epochs"][-1].get("step_acc"):
             return Accuracies(list(doc["epochs"][-1]["step_acc"]), "conditional", f"{p}: kit train step_acc")
     return parse_log(text, split, str(p))
@@ -148,19 +132,14 @@ def extend(cond: list[float], steps: int) -> list[float]:
     """Positions 1..steps: the logged ones, then the last logged one repeated (assumption 2)."""
     if not cond:
         raise KitInputError("no accuracies given")
-    bad = [a for a in cond if not 0.0 <= a <= 1.0]
-    if bad:
+    if bad := [a for a in cond if not 0.0 <= a <= 1.0]:
         raise KitInputError(f"accuracy {bad[0]} outside [0, 1] (give fractions, e.g. 0.745)")
     return (list(cond) + [cond[-1]] * steps)[:steps]
 
 
 def chain_accept_length(cond: list[float], steps: int) -> float:
     """Assumption 1: AL = 1 + sum_k prod_{j<=k} c_j."""
-    total, run = 1.0, 1.0
-    for c in extend(cond, steps):
-        run *= c
-        total += run
-    return total
+    return sum(itertools.accumulate(extend(cond, steps), operator.mul), 1.0)
 
 
 def rank_probs(c: float, topk: int, q: float) -> list[float]:
@@ -170,25 +149,21 @@ def rank_probs(c: float, topk: int, q: float) -> list[float]:
 
 def tree_accept_length(cond: list[float], steps: int, topk: int, num_draft_tokens: int, q: float) -> float:
     """SGLang's tree: topk beams per depth, the num_draft_tokens - 1 best-scored nodes verified."""
-    cs = extend(cond, steps)
     candidates: list[float] = []
     beams = [1.0]
-    for c in cs:
-        probs = rank_probs(c, topk, q)
-        children = [b * p for b in beams for p in probs]
+    for c in extend(cond, steps):
+        children = [b * p for b in beams for p in rank_probs(c, topk, q)]
         candidates += children
         beams = heapq.nlargest(topk, children)
     return 1.0 + sum(heapq.nlargest(max(num_draft_tokens - 1, 0), candidates))
 
 
 def expected_accept_length(acc: Accuracies, params: SpecParams, q: float = DEFAULT_SECOND_CHOICE_SHARE) -> float:
-    p = params.resolved()
-    cond = acc.conditional()
-    if p.speculative_eagle_topk == 1:
-        return chain_accept_length(cond, min(p.speculative_num_steps, p.speculative_num_draft_tokens - 1))
-    return tree_accept_length(
-        cond, p.speculative_num_steps, p.speculative_eagle_topk, p.speculative_num_draft_tokens, q
-    )
+    p, cond = params.resolved(), acc.conditional()
+    steps, topk, tokens = p.speculative_num_steps, p.speculative_eagle_topk, p.speculative_num_draft_tokens
+    if topk == 1:
+        return chain_accept_length(cond, min(steps, tokens - 1))
+    return tree_accept_length(cond, steps, topk, tokens, q)
 
 
 def assumptions(acc: Accuracies, steps: int, q: float, tree: bool) -> list[str]:
@@ -211,16 +186,11 @@ def assumptions(acc: Accuracies, steps: int, q: float, tree: bool) -> list[str]:
 def expect(cfg: ExpectConfig) -> dict:
     if (cfg.log is None) == (cfg.acc is None):
         raise KitInputError("give --log FILE or --acc A0 [A1 ...] (one of them)")
-    if cfg.acc is not None:
-        kind = "conditional" if cfg.accuracy_kind == "auto" else cfg.accuracy_kind
-        acc = Accuracies(list(cfg.acc), kind, "--acc")
-    else:
-        acc = read_accuracies(cfg.log, cfg.split)
-        if cfg.accuracy_kind != "auto":
-            acc = Accuracies(acc.values, cfg.accuracy_kind, acc.source)
+    acc = Accuracies(list(cfg.acc), "conditional", "--acc") if cfg.log is None else read_accuracies(cfg.log, cfg.split)
+    if cfg.accuracy_kind != "auto":
+        acc = Accuracies(acc.values, cfg.accuracy_kind, acc.source)
     if not 0.0 <= cfg.second_choice_share <= 1.0:
         raise KitInputError(f"--second-choice-share {cfg.second_choice_share}: give a fraction in [0, 1]")
-    requested = expected_accept_length(acc, cfg.spec, cfg.second_choice_share)
     steps = cfg.spec.resolved().speculative_num_steps
     chain = {s: round(chain_accept_length(acc.conditional(), s), 3) for s in range(1, max(steps, 7) + 1)}
     return {
@@ -229,7 +199,7 @@ def expect(cfg: ExpectConfig) -> dict:
         "accuracy_kind": acc.kind,
         "conditional": [round(c, 4) for c in acc.conditional()],
         "params": cfg.spec.resolved().label(),
-        "expected_accept_length": round(requested, 3),
+        "expected_accept_length": round(expected_accept_length(acc, cfg.spec, cfg.second_choice_share), 3),
         "chain_by_steps": chain,
         "assumptions": assumptions(acc, max(steps, 7), cfg.second_choice_share, cfg.spec.speculative_eagle_topk > 1),
     }
@@ -247,11 +217,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"accuracies ({doc['source']}, {doc['accuracy_kind']}): {doc['accuracies']}")
     print(f"expected accept length at {doc['params']}: {doc['expected_accept_length']:.2f}")
-    print(
-        "chain (topk 1), by --speculative-num-steps: "
-        + ", ".join(f"{s}: {v:.2f}" for s, v in doc["chain_by_steps"].items())
-    )
-    print("assumptions:")
-    for a in doc["assumptions"]:
-        print(f"  - {a}")
+    chain = ", ".join(f"{s}: {v:.2f}" for s, v in doc["chain_by_steps"].items())
+    print(f"chain (topk 1), by --speculative-num-steps: {chain}")
+    print("assumptions:", *(f"  - {a}" for a in doc["assumptions"]), sep="\n")
     return 0

@@ -26,8 +26,7 @@ LAYOUT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 def activation(name: str):
-    """The activation `hidden_act` names: F.silu (what transformers' ACT2FN["silu"] runs), else transformers'
-    table (a ~2 s import)."""
+    """`hidden_act`'s activation: F.silu (what ACT2FN["silu"] runs), else transformers' table (a ~2 s import)."""
     if name == "silu":
         return F.silu
     from transformers.activations import ACT2FN
@@ -79,12 +78,10 @@ def unsupported(model_dir) -> str | None:
         with safe_open(str(f), framework="pt") as sf:
             keys |= set(sf.keys())
     n = cfg.get("num_hidden_layers")
-    need = ["model.embed_tokens.weight", "model.norm.weight"] + [
-        f"model.layers.{i}.{m}.weight"
-        for i in range(n or 0)
-        for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                  "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
-    ]  # fmt: skip
+    modules = "self_attn.q_proj self_attn.k_proj self_attn.v_proj self_attn.o_proj mlp.gate_proj mlp.up_proj"
+    modules += " mlp.down_proj input_layernorm post_attention_layernorm"
+    need = ["model.embed_tokens.weight", "model.norm.weight"]
+    need += [f"model.layers.{i}.{m}.weight" for i in range(n or 0) for m in modules.split()]
     missing = [k for k in need if k not in keys]
     if not n or missing:
         return f"not the Llama key layout (missing {missing[0] if missing else 'num_hidden_layers'})"
@@ -102,10 +99,9 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dt = x.dtype
-        x = x.to(torch.float32)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-        return self.weight * x.to(dt)
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(x.dtype)
 
 
 class Rotary(nn.Module):
@@ -207,19 +203,15 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
     from safetensors.torch import load_file
 
     d = Path(model_dir)
-    why = unsupported(d)
-    if why:
+    if why := unsupported(d):
         raise ValueError(f"{d}: load_llama does not cover this target ({why}); load it with transformers")
     raw = json.loads((d / "config.json").read_text())
     c = Config(**{"hidden_act": "silu", "tie_word_embeddings": True, **raw, "_name_or_path": str(d)})
     c.head_dim = raw.get("head_dim") or c.hidden_size // c.num_attention_heads
-    state: dict[str, torch.Tensor] = {}
-    for f in _weight_files(d):
-        state.update(load_file(str(f)))
-    model = LlamaLayout(c, set(state))
     # Each weight gets memory of its own: loaded tensors sit at 8-byte-aligned file offsets, and at some thread
     # counts the CPU GEMM splits an unaligned operand differently, changing the last bits of its sums.
-    state = {k: v.to(dtype, copy=True) for k, v in state.items()}
+    state = {k: v.to(dtype, copy=True) for f in _weight_files(d) for k, v in load_file(str(f)).items()}
+    model = LlamaLayout(c, set(state))
     tied = "lm_head.weight" not in state
     if tied:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -228,15 +220,12 @@ def load_llama(model_dir, dtype: torch.dtype = torch.float32, device: str = "cpu
         raise ValueError(f"{d}: weights missing for {missing[:3]}")
     if tied:
         model.lm_head.weight = model.model.embed_tokens.weight
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model.to(device).eval()
+    return model.requires_grad_(False).to(device).eval()
 
 
 def load_engine_target(target, dtype: str = "float32", device: str = "cpu"):
-    """(model, tokenizer) for code that runs the target's modules through `RaggedTarget` (the decode engine, the
-    oracle): `load_llama` on a CPU when it covers the target, else `kit.models.load_target` (on a GPU the
-    CUDA-graph engine keeps transformers' modules)."""
+    """(model, tokenizer) for `RaggedTarget` (decode engine, oracle): `load_llama` on a CPU when it covers the target,
+    else `kit.models.load_target` (on a GPU the CUDA-graph engine keeps transformers' modules)."""
     from kit.models import load_target, load_tokenizer, resolve_target
 
     d = resolve_target(target)

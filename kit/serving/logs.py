@@ -16,34 +16,15 @@ from pathlib import Path
 
 from kit.serving.engines import get_engine
 
-COLUMNS = [
-    "line_no",
-    "time",
-    "rank",
-    "kind",
-    "running_req",
-    "tokens",
-    "token_usage",
-    "accept_len",
-    "accept_rate",
-    "graph",
-    "graph_device",
-    "gen_throughput",
-    "queue_req",
-    "new_token",
-    "message",
-]
+COLUMNS = (
+    "line_no time rank kind running_req tokens token_usage accept_len accept_rate graph graph_device gen_throughput "
+    "queue_req new_token message"
+).split()
 
 
 def parse_lines(lines: Iterable[str], engine: str = "sglang") -> list[dict]:
     parse = get_engine(engine).parse_log_line
-    rows = []
-    for i, line in enumerate(lines):
-        r = parse(line)
-        if r is not None:
-            r["line_no"] = i
-            rows.append(r)
-    return rows
+    return [{**r, "line_no": i} for i, line in enumerate(lines) if (r := parse(line)) is not None]
 
 
 def to_frame(rows: list[dict]):
@@ -55,12 +36,8 @@ def to_frame(rows: list[dict]):
 def parse_log(source: str | Path | Iterable[str], engine: str = "sglang"):
     """A log file path, a whole log text, or an iterable of lines -> DataFrame (COLUMNS)."""
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).is_file()):
-        lines = Path(source).read_text(errors="replace").splitlines()
-    elif isinstance(source, str):
-        lines = source.splitlines()
-    else:
-        lines = list(source)
-    return to_frame(parse_lines(lines, engine))
+        source = Path(source).read_text(errors="replace")
+    return to_frame(parse_lines(source.splitlines() if isinstance(source, str) else source, engine))
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -87,14 +64,12 @@ class LogWatcher:
         self.parse = get_engine(engine).parse_log_line
         self.rows: list[dict] = []
         self.lines: list[str] = []
-        self.echo, self.keep = echo, keep_lines
-        self._lock = threading.Lock()
+        self.echo, self.keep, self._lock = echo, keep_lines, threading.Lock()
 
     def __call__(self, line: str) -> None:
         with self._lock:
             self.lines.append(line)
-            if len(self.lines) > self.keep:
-                del self.lines[: len(self.lines) - self.keep]
+            del self.lines[: max(0, len(self.lines) - self.keep)]
             r = self.parse(line)
             if r is not None:
                 r["line_no"] = len(self.rows)

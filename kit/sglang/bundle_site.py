@@ -20,16 +20,8 @@ SCRIPTS_DIR = "bin"  # the console scripts `kit bundle install` writes, beside t
 
 # the launch flags each release's bundle needs (the release rows of `kit.sglang.bundle.RELEASES` carry them)
 LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
-    "0.5.17": (
-        "--attention-backend",
-        "triton",
-        "--sampling-backend",
-        "pytorch",
-        "--grammar-backend",
-        "none",
-        "--skip-server-warmup",
-        "--dtype",
-        "bfloat16",
+    "0.5.17": tuple(
+        "--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-server-warmup --dtype bfloat16".split()
     ),
 }
 
@@ -46,9 +38,7 @@ def installed_bundle_site() -> Path | None:
 def installed_bundle_flags() -> list[str]:
     """The launch flags (manifest `launch_flags`) of the kit bundle the importable SGLang came from; [] otherwise."""
     site = installed_bundle_site()
-    if site is None:
-        return []
-    return list(json.loads((site / MANIFEST_MEMBER).read_text()).get("launch_flags") or [])
+    return list(json.loads((site / MANIFEST_MEMBER).read_text()).get("launch_flags") or []) if site else []
 
 
 def bundle_launch_flags(version: str | None = None) -> list[str]:

@@ -43,20 +43,15 @@ def capture_rule(arch: str | None, version: str | None = None) -> dict[str, Any]
     forward calls the logits processor without the aux states, so the draft gets the final hidden state alone."""
     rel = recorded_release(version)
     rec = table()["versions"][rel.checked]
-    for key, archs in rec["rules"].items():
-        if arch in archs:
-            default, explicit = key.split("|")
-            out = {"default": default, "explicit": explicit, "version": rel.checked, "exact": rel.exact}
-            if arch in rec.get("delegates", {}):
-                out["delegates"] = rec["delegates"][arch]
-            inner = out.get("delegates", {}).get("inner")
-            bare_of = rec.get("bare_forward", {})
-            if bare := bare_of.get(arch) or bare_of.get(inner):
-                out["bare_forward"] = bare
-            if dropped := rec.get("aux_dropped", {}).get(arch):
-                out["aux_dropped"] = dropped
-            return out
-    return None
+    key = next((k for k, archs in rec["rules"].items() if arch in archs), None)
+    if key is None:
+        return None
+    default, explicit = key.split("|")
+    delegates, bare_of = rec.get("delegates", {}).get(arch), rec.get("bare_forward", {})
+    bare = bare_of.get(arch) or bare_of.get((delegates or {}).get("inner"))
+    more = {"delegates": delegates, "bare_forward": bare, "aux_dropped": rec.get("aux_dropped", {}).get(arch)}
+    out = {"default": default, "explicit": explicit, "version": rel.checked, "exact": rel.exact}
+    return out | {k: v for k, v in more.items() if v}
 
 
 def default_ids(num_layers: int) -> list[int]:
@@ -70,11 +65,8 @@ def sglang_points(ids: list[int] | None, num_layers: int, rule: dict[str, Any]) 
     if ids is None or rule["explicit"] == "ignored":
         return [x + 1 for x in dflt] if rule["default"].startswith("+1") else dflt
     e = rule["explicit"]
-    if (
-        e == "plus1"
-        or (e == "plus1_if_first_is_1" and ids and ids[0] == 1)
-        or (e == "as_is_if_max_is_L" and max(ids) != num_layers)
-    ):
+    plus1 = e == "plus1" or (e == "plus1_if_first_is_1" and ids and ids[0] == 1)
+    if plus1 or (e == "as_is_if_max_is_L" and max(ids) != num_layers):
         return [x + 1 for x in ids]
     return list(ids)
 

@@ -11,14 +11,13 @@ server_args.dtype` (`--dtype`, default "auto"), and the draft worker builds its 
 * before either, ServerArgs rewrites `--dtype` to bfloat16 for some targets: GptOss with MXFP4 (0.5.1+) and
   MistralLarge3 / Pixtral (0.5.8+); the draft then runs bfloat16 too (`FORCED_BF16`, `forced_dtype`).
 
-SGLang never casts one model's tensors to the other's dtype: the draft concatenates the target's embedding and
-hidden states with its own (`torch.cat([embeds, hidden_states], dim=-1)`, llama_eagle3.py), so a float16 target
-and a bfloat16 draft fail in the draft's first linear ("expected mat1 and mat2 to have the same dtype", real
-SGLang 0.5.17 on an H200; sgl-project/sglang#3431, SpecForge#348, where `--dtype` is the fix; #25894, open, would
-give the draft the target's dtype). `DTYPE_RULES` records the rule per release where it changes;
-`kit.derive.dtype_scan` checks it against each release's own `_get_and_verify_dtype` on probe configs, and finds
-the bfloat16 overrides in its ServerArgs code (kit/tests/sglang/test_dtype.py). `kit doctor` reports a mismatch
-as `draft.dtype` (kit.wiring.checks).
+SGLang never casts one model's tensors to the other's dtype: the draft concatenates the target's embedding and hidden
+states with its own (`torch.cat([embeds, hidden_states], dim=-1)`, llama_eagle3.py), so a float16 target and a bfloat16
+draft fail in the draft's first linear ("expected mat1 and mat2 to have the same dtype", real SGLang 0.5.17 on an H200;
+sgl-project/sglang#3431, SpecForge#348, where `--dtype` is the fix; #25894, open, would give the draft the target's
+dtype). `DTYPE_RULES` records the rule per release where it changes; `kit.derive.dtype_scan` checks it against each
+release's own `_get_and_verify_dtype` on probe configs, and finds the bfloat16 overrides in its ServerArgs code
+(kit/tests/sglang/test_dtype.py). `kit doctor` reports a mismatch as `draft.dtype` (kit.wiring.checks).
 
     resolve_model_dtype({"torch_dtype": "float32"}, None, "0.5.17").dtype   # 'float16'
 """
@@ -26,6 +25,7 @@ as `draft.dtype` (kit.wiring.checks).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from kit.hf import HFConfig
@@ -47,9 +47,7 @@ class DtypeRule:
 
     def float32_auto(self, model_type: str | None) -> str:
         """What `--dtype auto` runs for a float32 config (or one naming no dtype)."""
-        mt = model_type or ""
-        gemma = mt.startswith("gemma") if self.gemma_bf16.endswith("*") else mt == self.gemma_bf16
-        return "bfloat16" if gemma else "float16"
+        return "bfloat16" if fnmatchcase(model_type or "", self.gemma_bf16) else "float16"
 
 
 # ServerArgs' bfloat16 overrides, by name -> (target architecture, quant_method its quantization_config must name,
@@ -113,8 +111,7 @@ def forced_dtype(target_cfg: HFConfig | None, version: str | None = None) -> str
     qc = target_cfg.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
     for name in dtype_rule(version).forced_bf16:
-        want_arch, want_method, _ = FORCED_BF16[name]
-        if arch == want_arch and (want_method is None or method == want_method):
+        if FORCED_BF16[name][0] == arch and FORCED_BF16[name][1] in (None, method):
             return name
     return None
 
@@ -140,11 +137,8 @@ def config_dtype(cfg: HFConfig | None, version: str | None = None) -> tuple[str 
         return None, None
     text = HFConfig.of(cfg).text
     keys = ("torch_dtype", "dtype") if dtype_rule(version).reads == "torch_dtype" else ("dtype", "torch_dtype")
-    for k in keys:
-        v = text.get(k)
-        if isinstance(v, str) and v:
-            return NAMED.get(v.lower().removeprefix("torch.")), k
-    return None, None
+    k = next((k for k in keys if isinstance(text.get(k), str) and text[k]), None)
+    return (NAMED.get(text[k].lower().removeprefix("torch.")), k) if k else (None, None)
 
 
 def resolve_model_dtype(
@@ -156,9 +150,7 @@ def resolve_model_dtype(
     named, key = config_dtype(cfg, version)
     said = f'config {key} "{named}"' if key and named else "no dtype in its config (float32 to SGLang)"
     if req != "auto":
-        if req not in NAMED:
-            return None
-        return ResolvedDtype(NAMED[req], req, named, key, f"--dtype {req}")
+        return ResolvedDtype(NAMED[req], req, named, key, f"--dtype {req}") if req in NAMED else None
     if named not in (None, "float32"):
         return ResolvedDtype(named, req, named, key, f"{said}, kept by --dtype auto")
     model_type = HFConfig.of(cfg or {}).text.get("model_type")

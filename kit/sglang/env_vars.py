@@ -5,10 +5,10 @@ misspelt or retired name is silently ignored; an EnvBool given `on` warns and fa
 table (`EXPLAIN`) explains the variables that matter for EAGLE-3 serving, and each variable is looked up in what
 that release reads: its declared type in `srt/environ.py`, or "referenced" for a mention elsewhere.
 `env_vars.json` records them for every listed release, each name with the spans of releases that read it (`derive`
-scans a wheel as text; `python -m kit.derive.env_vars_scan --write V...` rewrites the table;
-kit/tests/sglang/test_env_vars_table.py re-derives it), so a laptop judges as a GPU host does. A release the table
-lacks is read from `--derive`'s local rows, else from its source at hand. `attention_backend_findings` judges
-`--attention-backend` against the GPU family (`default_backend`). `kit env` and `kit doctor` report them:
+scans a wheel as text; `python -m kit.derive.env_vars_scan --write V...` rewrites the table; kit/tests/sglang/
+test_env_vars_table.py re-derives it), so a laptop judges as a GPU host does. A release the table lacks is read from
+`--derive`'s local rows, else from its source at hand. `attention_backend_findings` judges `--attention-backend`
+against the GPU family (`default_backend`). `kit env` and `kit doctor` report them:
 
     sglang_findings({"SGLANG_ENABLE_SPEC_V2": "1"}, "0.5.17")
 """
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from kit.findings import Code, Finding, KitInputError
+from kit.findings import Code, Finding, KitInputError, finding_list
 from kit.hf import HFConfig
 from kit.sglang.flags import flag_value
+from kit.sglang.versions import tables_dir
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
 SECTION = "env: notebook 01"
@@ -30,22 +32,17 @@ SGLANG_VAR = Code(
     "env.sglang_var",
     SECTION,
     "warning / info",
-    (
-        "what an `SGLANG_*` variable does (seed: `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`); warning when "
-        "that SGLang release (its recorded variables, kit/sglang/env_vars.json) does not read it or an "
-        "EnvBool gets an invalid value"
-    ),
+    "what an `SGLANG_*` variable does (seed: `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`); warning when that SGLang "
+    "release (its recorded variables, kit/sglang/env_vars.json) does not read it or an EnvBool gets an invalid value",
     "drop or fix the variable",
 )
 ATTN_BACKEND = Code(
     "env.attn_backend",
     SECTION,
     "error / warning / info",
-    (
-        "attention backend SGLang picks for this GPU and model (MHA vs Kimi/DeepSeek MLA); error when a "
-        "forced backend cannot run on the arch (`trtllm_*` sm_100 only, `fa3` sm_90 only) or `trtllm_mha` "
-        "with topk > 1; warning `fa4` with speculation"
-    ),
+    "attention backend SGLang picks for this GPU and model (MHA vs Kimi/DeepSeek MLA); error when a forced backend "
+    "cannot run on the arch (`trtllm_*` sm_100 only, `fa3` sm_90 only) or `trtllm_mha` with topk > 1; warning `fa4` "
+    "with speculation",
     "drop the override (flashinfer/triton on sm_120)",
 )
 DEEPGEMM = Code(
@@ -100,10 +97,8 @@ def derive(version: str, download: bool = True) -> dict[str, str]:
     from kit.sglang.source import source_root
 
     root = source_root(version, download)
-    names: dict[str, str] = {}
-    for p in sorted((root / "sglang").rglob("*.py")):
-        for tok in re.findall(r"SGLANG_[A-Z0-9_]+", p.read_text(errors="ignore")):
-            names.setdefault(tok, "referenced")
+    text = "\n".join(p.read_text(errors="ignore") for p in sorted((root / "sglang").rglob("*.py")))
+    names = dict.fromkeys(re.findall(r"SGLANG_[A-Z0-9_]+", text), "referenced")
     env_py = root / "sglang" / "srt" / "environ.py"
     if env_py.exists():
         for name, typ in re.findall(r"^\s+(SGLANG_[A-Z0-9_]+)\s*=\s*(Env[A-Za-z]+)\(", env_py.read_text(), re.M):
@@ -124,9 +119,8 @@ def recorded_vars(version: str) -> dict[str, str] | None:
     """The variables the table records for exactly that release (None: not in the table)."""
     t = _table()
     at = {v: i for i, v in enumerate(t["releases"])}
-    if version not in at:
+    if (i := at.get(version)) is None:
         return None
-    i = at[version]
     return {name: typ for name, spans in t["vars"].items() for typ, a, b in spans if at[a] <= i <= at[b]}
 
 
@@ -137,8 +131,6 @@ def release_vars(version: str) -> dict[str, str] | None:
     rec = recorded_vars(version)
     if rec is not None:
         return rec
-    from kit.sglang.versions import tables_dir
-
     local = tables_dir(version) / "env_vars.json"
     if local.exists():
         return json.loads(local.read_text())
@@ -148,18 +140,16 @@ def release_vars(version: str) -> dict[str, str] | None:
         return None
 
 
-def sglang_findings(env: dict[str, str], version: str | None = None, source: str = "environment") -> list[Finding]:
+@finding_list
+def sglang_findings(env: dict[str, str], version: str | None = None, source: str = "environment") -> Iterator[Finding]:
     """One `env.sglang_var` finding per SGLANG_* variable: what it does, and whether that release reads it."""
     known = release_vars(version) if version else None
-    out = []
     for name in sorted(k for k in env if k.startswith("SGLANG_")):
-        value = env[name]
-        meaning, fix = EXPLAIN.get(name, ("", ""))
+        value, (meaning, fix) = env[name], EXPLAIN.get(name, ("", ""))
         ev = {"var": name, "value": value, "source": source, "sglang": version}
         sev, title = "info", f"{name}={value}: {meaning.split(';')[0].split('. ')[0] if meaning else 'set'}"
         if known is not None:
-            typ = known.get(name)
-            ev["declared"] = typ
+            typ = ev["declared"] = known.get(name)
             if typ is None:
                 sev, title = "warning", f"{name}: not read anywhere in SGLang {version}, so it has no effect"
                 fix = "drop it, or check the name against srt/environ.py of that release"
@@ -168,8 +158,7 @@ def sglang_findings(env: dict[str, str], version: str | None = None, source: str
                 fix = f"write {name}=1 (or 0)"
         if meaning:
             ev["meaning"] = meaning
-        out.append(SGLANG_VAR(title, evidence=ev, severity=sev, fix=fix))
-    return out
+        yield SGLANG_VAR(title, ev, sev, fix)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,12 +169,8 @@ ONLY_ON = {"trtllm_mha": (10,), "trtllm_mla": (10,), "fa3": (9,), "flashmla": (9
 def default_backend(cc: tuple[int, int], mla: bool, spec: bool, topk: int | None) -> str:
     """SGLang's default attention-backend choice (`get_default_attn_backend`, recent releases)."""
     if mla:
-        return "fa3" if cc[0] == 9 else "flashinfer" if cc[0] == 10 else "triton"
-    if cc[0] == 9 and (not spec or topk == 1):
-        return "fa3"
-    if cc[0] == 10 and (not spec or topk == 1):
-        return "trtllm_mha"
-    return "flashinfer"
+        return {9: "fa3", 10: "flashinfer"}.get(cc[0], "triton")
+    return {9: "fa3", 10: "trtllm_mha"}.get(cc[0], "flashinfer") if not spec or topk == 1 else "flashinfer"
 
 
 def attention_backend_findings(
@@ -196,30 +181,30 @@ def attention_backend_findings(
         return []
     mtype = (target_config or {}).get("model_type") or ""
     text_type = ((target_config or {}).get("text_config") or {}).get("model_type") or ""
-    mla = bool({mtype, text_type} & MLA_MODEL_TYPES) or "kimi" in mtype
     path = (flag_value(argv, "--model-path") or flag_value(argv, "--model") or "").lower()
+    # no config given: a Kimi/DeepSeek model path means an MLA target
     guessed = target_config is None and any(k in path for k in ("kimi", "deepseek"))
-    mla = mla or guessed  # no config given: a Kimi/DeepSeek model path means an MLA target
+    mla = bool({mtype, text_type} & MLA_MODEL_TYPES) or "kimi" in mtype or guessed
     spec = flag_value(argv, "--speculative-algorithm") is not None
-    topk = flag_value(argv, "--speculative-eagle-topk")
-    topk = int(topk) if topk and topk.isdigit() else None
+    topk = int(t) if (t := flag_value(argv, "--speculative-eagle-topk")) and t.isdigit() else None
     forced = flag_value(argv, "--attention-backend") or flag_value(argv, "--decode-attention-backend")
     ev = {"cc": f"{cc[0]}.{cc[1]}", "model_type": mtype or None, "mla": mla, "mla_guessed_from_path": guessed}
     ev.update(forced=forced, topk=topk)
+    sm = f"sm_{cc[0]}{cc[1]}"
     if forced in ONLY_ON and cc[0] not in ONLY_ON[forced]:
         built = "/".join(str(m) + "0" for m in ONLY_ON[forced])
-        title = f"--attention-backend {forced} does not run on sm_{cc[0]}{cc[1]} (built for sm_{built} only)"
+        title = f"--attention-backend {forced} does not run on {sm} (built for sm_{built} only)"
         return [ATTN_BACKEND(title, ev, fix="drop the override; on sm_120 use flashinfer (MHA) or triton (MLA)")]
     if forced == "trtllm_mha" and spec and (topk or 1) > 1:
         title = "trtllm_mha supports speculative decoding with --speculative-eagle-topk 1 only"
         return [ATTN_BACKEND(title, ev, fix="topk 1 or flashinfer")]
     if forced == "fa4" and spec:
         title = "fa4 is prefill-only in SGLang and has no speculative-decoding support"
-        return [ATTN_BACKEND(title, ev, severity="warning", fix="use flashinfer for decode")]
+        return [ATTN_BACKEND(title, ev, "warning", "use flashinfer for decode")]
     d = default_backend(cc, mla, spec, topk)
     note = " (Kimi/DeepSeek MLA target)" if mla else ""
-    title = f"attention backend: {forced or 'default'} -> SGLang would pick {d} on sm_{cc[0]}{cc[1]}{note}"
-    return [ATTN_BACKEND(title, {**ev, "default": d}, severity="info", fix="")]
+    title = f"attention backend: {forced or 'default'} -> SGLang would pick {d} on {sm}{note}"
+    return [ATTN_BACKEND(title, {**ev, "default": d}, "info")]
 
 
 def fp8_findings(cc: tuple[int, int] | None, env: dict[str, str], target_config: HFConfig | None) -> list[Finding]:

@@ -99,15 +99,9 @@ class HttpApi:
 
     def spec_fields(self, meta: dict | None) -> dict[str, Any]:
         """The speculative fields of a `meta_info` / `spec_tokens_details` dict, normalised ({} when none)."""
-        if not meta:
-            return {}
-        out = {}
-        for key, names in self.spec_field_names.items():
-            for n in names:
-                if meta.get(n) is not None:
-                    out[key] = meta[n]
-                    break
-        return out
+        meta = meta or {}
+        found = {k: [meta[n] for n in names if meta.get(n) is not None] for k, names in self.spec_field_names.items()}
+        return {k: v[0] for k, v in found.items() if v}
 
 
 TABLE = Path(__file__).with_name("http_api.json")

@@ -66,23 +66,17 @@ def parse_line(line: str) -> dict | None:
     m = _PREFIX.match(line)
     time_, rank, msg = (m["time"], m["rank"].strip() or None, m["msg"]) if m else (None, None, line.strip())
     b = _BATCH.match(msg)
-    if b:
-        row = {"time": time_, "rank": rank, "kind": b["kind"].lower(), "message": msg}
-        for part in b["rest"].split(", "):
-            p = _PAIR.match(part.strip())
-            if not p:
-                continue
-            key, val = p["key"].strip(), p["val"]
-            g = _GRAPH.match(key)
-            if g:
-                row["graph"], row["graph_device"] = _num(val), g[1]
-            elif key in KEYS:
-                row[KEYS[key]] = _num(val)
-        return row
-    for kind, rx in EVENTS:
-        if rx.search(msg):
-            row = {"time": time_, "rank": rank, "kind": kind, "message": msg}
-            if kind == "accept_summary":
-                row["accept_len"] = _num(msg.split("avg_spec_accept_length=", 1)[1].split()[0])
-            return row
-    return None
+    kind = b["kind"].lower() if b else next((k for k, rx in EVENTS if rx.search(msg)), None)
+    if kind is None:
+        return None
+    row = {"time": time_, "rank": rank, "kind": kind, "message": msg}
+    pairs = [p for part in b["rest"].split(", ") if (p := _PAIR.match(part.strip()))] if b else []
+    for p in pairs:
+        key, val = p["key"].strip(), p["val"]
+        if g := _GRAPH.match(key):
+            row["graph"], row["graph_device"] = _num(val), g[1]
+        elif key in KEYS:
+            row[KEYS[key]] = _num(val)
+    if kind == "accept_summary":
+        row["accept_len"] = _num(msg.split("avg_spec_accept_length=", 1)[1].split()[0])
+    return row

@@ -45,8 +45,7 @@ def probe_name(quant_doc: dict) -> str | None:
     q = quant_doc.get("quantization", quant_doc)
     if not isinstance(q, dict):
         return None
-    algo = q.get("quant_algo")
-    if algo is None:
+    if (algo := q.get("quant_algo")) is None:
         return "no_algo"
     algo = str(algo).upper()
     return "nvfp4" if "FP4" in algo else "fp8" if algo == "FP8" else None
@@ -55,19 +54,12 @@ def probe_name(quant_doc: dict) -> str | None:
 def draft_quantization(version: str | None, quant_doc: dict) -> dict[str, Any] | None:
     """What SGLang `version` sets a draft up as, given the hf_quant_config.json beside it (no quantization_config in
     config.json): {"quant_method", "class", "probe", "version", "exact"}; None for a file shape not recorded."""
-    name = probe_name(quant_doc)
-    if name is None:
+    if (name := probe_name(quant_doc)) is None:
         return None
     rel = recorded_release(version)
     row = table()["versions"][rel.checked]
-    return {
-        **row[name],
-        "probe": name,
-        "requested": rel.requested,
-        "version": rel.checked,
-        "exact": rel.exact,
-        "evidence": row.get("evidence"),
-    }
+    extra = {"probe": name, "requested": rel.requested, "version": rel.checked, "exact": rel.exact}
+    return {**row[name], **extra, "evidence": row.get("evidence")}
 
 
 def misread_releases() -> list[str]:

@@ -54,9 +54,8 @@ def download_wheel(version: str, root: Path) -> None:
             last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
             raise KitInputError(f"sglang=={version}: cannot download the wheel ({last})")
         with zipfile.ZipFile(wheels[0]) as z:
-            for name in z.namelist():
-                if name.startswith("sglang/") and name.endswith(".py") or _is_metadata(name):
-                    z.extract(name, tmp / "src")
+            keep = [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py") or _is_metadata(n)]
+            z.extractall(tmp / "src", keep)
         if root.exists():
             shutil.rmtree(root)
         (tmp / "src").rename(root)

@@ -15,11 +15,12 @@ release on the package index from 0.4.4 (releases.json), each with its own row i
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import lru_cache, total_ordering
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 # the newest release whose source every table in kit/sglang/ was derived from
@@ -33,16 +34,14 @@ TABLES = ("flags", "capture", "loader", "quant", "env_vars")  # the per-release 
 _WARNED: set[str] = set()
 # SGLang releases after this one ship for CUDA 13 only (its sgl-kernel wheels); this was the last CUDA 12 lane
 LAST_CUDA12_RELEASE = "0.5.19"
-
 # pre-releases sort before the release they precede; post-releases after it
 _PRE = ("a", "b", "rc", "dev")
 
 
-@total_ordering
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Version:
-    text: str
-    key: tuple
+    text: str = field(compare=False)
+    key: tuple  # what equality, order and hash read
 
     @classmethod
     def parse(cls, text: str) -> Version:
@@ -54,15 +53,6 @@ class Version:
         while len(key) > 1 and key[-1] == (0, 0):
             key = key[:-1]
         return cls(text, key)
-
-    def __lt__(self, other: Version) -> bool:
-        return self.key < other.key
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Version) and self.key == other.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
 
     def __str__(self) -> str:
         return self.text
@@ -113,8 +103,6 @@ def installed_version() -> str | None:
 
 def importable_root() -> Path | None:
     """The folder holding the `sglang/` package this interpreter would import, found without importing it."""
-    import importlib.util
-
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.origin:
         return None

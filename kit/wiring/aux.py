@@ -1,9 +1,8 @@
 """Aux hidden-state layer ids: each stack's convention (`kit.checkpoint.aux_ids`) and the facts the wiring
 checks read from the files (draft dims, training provenance, fc width).
 
-Capture point p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm
-state): HF `output_hidden_states[p]` for p < L. The checks are kit.wiring.checks; the Wiring a launch gives is
-kit.wiring.plan.
+Capture point p is the residual stream entering decoder layer p (p=0 embeddings, p=L the final pre-norm state): HF
+`output_hidden_states[p]` for p < L. The checks are kit.wiring.checks; the Wiring a launch gives is kit.wiring.plan.
 
     python -m kit doctor --target T --draft D --launch "python -m sglang.launch_server ..."
 """
@@ -14,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, capture_points, read_ids
-from kit.findings import Code
+from kit.checkpoint.aux_ids import CONVENTION_OF, STACKS, TOP, capture_points, read_ids
+from kit.checkpoint.safetensors_io import read_checkpoint
+from kit.findings import Code, KitInputError
 from kit.hf import HFConfig
 from kit.sglang.draft_config import read_draft_config
 from kit.sglang.flags import flag_value
@@ -48,18 +48,13 @@ def stack_table(draft_cfg: HFConfig, L: int, arch: str | None, version: str | No
 
 
 def is_eagle3_draft(cfg: HFConfig) -> bool:
-    archs = " ".join(cfg.get("architectures") or [])
-    return (
-        "eagle3" in archs.lower()
-        or cfg.get("speculators_model_type") == "eagle3"
-        or "eagle_aux_hidden_state_layer_ids" in json.dumps(dict(cfg))
-    )
+    archs = " ".join(cfg.get("architectures") or []).lower()
+    return "eagle3" in archs or cfg.get("speculators_model_type") == "eagle3" or TOP in json.dumps(dict(cfg))
 
 
 def launch_algorithm(argv: list[str] | None) -> str | None:
-    alg = flag_value(argv or [], "--speculative-algorithm")
-    alg = alg.upper() if alg else None
-    return "EAGLE" if alg == "NEXTN" else alg
+    alg = (flag_value(argv or [], "--speculative-algorithm") or "").upper()
+    return "EAGLE" if alg == "NEXTN" else alg or None
 
 
 def provenance(draft_dir: Path | None) -> dict[str, Any] | None:
@@ -80,20 +75,17 @@ def training_points(
     prov = provenance(draft_dir) or {}
     if prov.get("capture_points"):
         return list(prov["capture_points"]), "kit_provenance.json capture_points"
-    conv = CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov.get("aux_convention"))
-    if conv:
+    if conv := CONVENTION_OF.get(prov.get("source_aux_layer_id_convention") or prov.get("aux_convention")):
         ids = prov.get("aux_layer_ids")
         points = capture_points(conv, ids, L, arch, prov.get("sglang_version") or version)
         return points, f"kit_provenance.json: {conv} convention, ids {ids}"
     if draft_cfg.get("speculators_model_type"):
         ids, _ = read_ids("speculators", draft_cfg)
         return capture_points("speculators", ids, L), "speculators config (ids = points, vLLM hidden states)"
-    if trained_with:
-        conv = CONVENTION_OF.get(trained_with.lower())
-        if conv:
-            # the ids in the file are taken to be in the training stack's convention
-            ids = read_ids("sglang", draft_cfg)[0] or read_draft_config(draft_cfg).top_level_aux_layer_ids
-            return capture_points(conv, ids, L, arch, version), f"--trained-with {trained_with}, ids {ids}"
+    if trained_with and (conv := CONVENTION_OF.get(trained_with.lower())):
+        # the ids in the file are taken to be in the training stack's convention
+        ids = read_ids("sglang", draft_cfg)[0] or read_draft_config(draft_cfg).top_level_aux_layer_ids
+        return capture_points(conv, ids, L, arch, version), f"--trained-with {trained_with}, ids {ids}"
     return None
 
 
@@ -101,14 +93,8 @@ def fc_in_features(draft_dir) -> int | None:
     """fc.weight's input width from the safetensors header (no torch)."""
     if not draft_dir:
         return None
-    from kit.checkpoint.safetensors_io import read_checkpoint
-    from kit.findings import KitInputError
-
     try:
         ck = read_checkpoint(draft_dir)
     except KitInputError:  # CheckpointError included; unreadable files are reported by the checkpoint checks
         return None
-    for name, t in ck.tensors.items():
-        if name.split(".")[-2:] == ["fc", "weight"]:  # fc.weight, model.fc.weight, ...
-            return int(t.shape[1])
-    return None
+    return next((int(t.shape[1]) for name, t in ck.tensors.items() if name.split(".")[-2:] == ["fc", "weight"]), None)

@@ -14,35 +14,37 @@ SGLang's fc gate (`hidden_states.shape[-1] != embeds.shape[-1]`) runs fc or bypa
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
 from kit import config as kconfig
+from kit.checkpoint.hf_config import read_config, target_facts, text_config
+from kit.config import opt
 from kit.findings import KitInputError
 from kit.hf import HFConfig
+from kit.models import files_id, load_target, resolve_target, result_path, shipped_draft, target_id, write_cache_json
+from kit.sglang.cmdline import split_command
+from kit.sglang.draft_config import read_draft_config
+from kit.wiring.aux import capture_points, fc_in_features, read_ids, stack_table
+from kit.wiring.plan import wiring_from_launch
 
 HELP = "probe capture-point shapes on a real or meta-device target; fused vs single; fc runs or bypassed"
 
 
 @dataclass
 class ProbeConfig:
-    target: str = field(
-        default="embedded", metadata={"help": "'embedded', a local HF model dir, or a config.json (with --config-only)"}
-    )
-    draft: str | None = field(
-        default=None, metadata={"help": "draft dir or config.json (default: the kit's shipped demo draft)"}
-    )
-    launch: str | None = field(
-        default=None, metadata={"help": "SGLang launch command to judge (default: --speculative-algorithm EAGLE3)"}
-    )
-    algorithm: str | None = field(default=None, metadata={"help": "shortcut for the launch's --speculative-algorithm"})
-    sglang_version: str | None = field(default=None, metadata={"help": "SGLang version whose capture rules apply"})
-    config_only: bool = field(default=False, metadata={"help": "no weights: build the target on the meta device"})
-    tokens: int = field(default=8, metadata={"help": "probe input length"})
-    json: bool = field(default=False, metadata={"help": "print one JSON document as the last line"})
+    target: str = opt("'embedded', a local HF model dir, or a config.json (with --config-only)", "embedded")
+    draft: str | None = opt("draft dir or config.json (default: the kit's shipped demo draft)")
+    launch: str | None = opt("SGLang launch command to judge (default: --speculative-algorithm EAGLE3)")
+    algorithm: str | None = opt("shortcut for the launch's --speculative-algorithm")
+    sglang_version: str | None = opt("SGLang version whose capture rules apply")
+    config_only: bool = opt("no weights: build the target on the meta device", False)
+    tokens: int = opt("probe input length", 8)
+    json: bool = opt("print one JSON document as the last line", False)
 
 
 @dataclass
@@ -65,15 +67,11 @@ class ProbeResult:
     cached_s: float | None = None  # read back from the cache: seconds the read took (None: probed now)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["cached_s"] is None:
-            del d["cached_s"]
-        return d
+        return {k: v for k, v in asdict(self).items() if k != "cached_s" or v is not None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Self:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") -> dict[str, Any]:
@@ -83,13 +81,12 @@ def hook_shapes(model, points: list[int], tokens: int = 8, device: str = "cpu") 
     from kit.reference.target import TargetCapture
 
     ids = torch.zeros(1, tokens, dtype=torch.long, device=device)
-    with torch.no_grad():
-        with TargetCapture(model, points) as cap:
-            model(input_ids=ids)
-            shapes = {int(p): list(cap.store[p].shape) for p in points}
-        with TargetCapture(model, None) as cap1:
-            model(input_ids=ids)
-            final = list(cap1.store["final"].shape)
+    with torch.no_grad(), TargetCapture(model, points) as cap:
+        model(input_ids=ids)
+        shapes = {int(p): list(cap.store[p].shape) for p in points}
+    with torch.no_grad(), TargetCapture(model, None) as cap1:
+        model(input_ids=ids)
+        final = list(cap1.store["final"].shape)
     return {"points": shapes, "fused": [1, tokens, sum(s[-1] for s in shapes.values())], "single": final}
 
 
@@ -97,8 +94,6 @@ def meta_model(cfg: HFConfig):
     """Build the target on the meta device from its config dict; (model, how)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
-
-    from kit.checkpoint.hf_config import text_config
 
     tc = dict(text_config(cfg))
     mt = tc.get("model_type", "llama")
@@ -122,17 +117,15 @@ def meta_model(cfg: HFConfig):
 
 def fc_gate(shapes: dict[str, Any], draft_cfg: HFConfig | None, wiring, fc_in: int | None) -> dict[str, Any]:
     """What the draft receives under `wiring` and what SGLang's fc gate does with it."""
-    from kit.sglang.draft_config import read_draft_config
-
     fed = shapes["fused"][-1] if wiring.aux_capture else shapes["single"][-1]
     out = {"fed": "fused k*Ht" if wiring.aux_capture else "single Ht", "fed_width": fed}
     if draft_cfg:
         d = read_draft_config(draft_cfg)
         fc_in = fc_in or d.fed_width
-        out.update({"embed_width": d.hidden_size, "fc_in_features": fc_in})
-        out["fc"] = "runs" if fed != d.hidden_size else "bypassed"
-        if fed != d.hidden_size and fc_in and fed != fc_in:
-            out["fc"] = f"shape error: fc expects {fc_in}, gets {fed}"
+        fc = "runs" if fed != d.hidden_size else "bypassed"
+        if fc == "runs" and fc_in and fed != fc_in:
+            fc = f"shape error: fc expects {fc_in}, gets {fed}"
+        out |= {"embed_width": d.hidden_size, "fc_in_features": fc_in, "fc": fc}
     return out
 
 
@@ -140,26 +133,18 @@ def probe(cfg: ProbeConfig) -> ProbeResult:
     """The probe's document. It is a function of its inputs (the target's config and weights, the draft's files,
     the launch, the release, transformers' modeling code and the kit's): cached under $KIT_CACHE_DIR/probe-results
     by all of them, so a second notebook run or demo reads it back (`cached_s` says when it was read)."""
-    from kit.models import shipped_draft, write_cache_json
-
     t0 = time.perf_counter()
     draft_path = shipped_draft() if cfg.draft is None else Path(cfg.draft)
     cached = _result_path(cfg, draft_path)
     if cached.exists():
-        doc = ProbeResult.from_dict(json.loads(cached.read_text()))
-        doc.cached_s = round(time.perf_counter() - t0, 3)
-        return doc
+        doc = json.loads(cached.read_text())
+        return ProbeResult.from_dict({**doc, "cached_s": round(time.perf_counter() - t0, 3)})
     data = json.loads(json.dumps(_probe(cfg, draft_path, t0).to_dict()))  # the shape a cached read returns
     write_cache_json(cached, data)
     return ProbeResult.from_dict(data)
 
 
 def _result_path(cfg: ProbeConfig, draft_path):
-    import importlib.metadata
-
-    from kit.checkpoint.hf_config import read_config
-    from kit.models import files_id, resolve_target, result_path, target_id
-
     dcfg, ddir = read_config(draft_path)
     target = read_config(cfg.target)[0].to_dict() if cfg.config_only else target_id(resolve_target(cfg.target))
     key = {
@@ -175,19 +160,11 @@ def _result_path(cfg: ProbeConfig, draft_path):
 
 
 def _probe(cfg: ProbeConfig, draft_path, t0: float) -> ProbeResult:
-    from kit.checkpoint.hf_config import read_config, target_facts
-    from kit.sglang.cmdline import split_command
-    from kit.wiring.aux import capture_points, fc_in_features, read_ids, stack_table
-    from kit.wiring.plan import wiring_from_launch
-
     dcfg, ddir = read_config(draft_path)
+    tcfg = read_config(cfg.target if cfg.config_only else resolve_target(cfg.target))[0]
     if cfg.config_only:
-        tcfg = read_config(cfg.target)[0]
         (model, how), device = meta_model(tcfg), "meta"
     else:
-        from kit.models import load_target, resolve_target
-
-        tcfg = read_config(resolve_target(cfg.target))[0]
         model, how, device = load_target(cfg.target)[0], "weights (CPU)", "cpu"
     argv = split_command(cfg.launch)[1] if cfg.launch else ["--speculative-algorithm", (cfg.algorithm or "EAGLE3")]
     wiring = wiring_from_launch(argv, dcfg, tcfg, cfg.sglang_version, draft_dir=None)
@@ -195,9 +172,8 @@ def _probe(cfg: ProbeConfig, draft_path, t0: float) -> ProbeResult:
     if not tf.num_layers:
         raise KitInputError(f"{cfg.target}: config has no num_hidden_layers")
     L = tf.num_layers
-    pts = wiring.capture_points or capture_points(
-        "sglang", read_ids("sglang", dcfg)[0], L, tf.architecture, cfg.sglang_version
-    )
+    ids = read_ids("sglang", dcfg)[0]
+    pts = wiring.capture_points or capture_points("sglang", ids, L, tf.architecture, cfg.sglang_version)
     pts = [p for p in pts if 0 <= p <= L]
     t1 = time.perf_counter()
     shapes = hook_shapes(model, pts, cfg.tokens, device)
@@ -236,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
     for p, s in doc.shapes["points"].items():
         print(f"  capture point {p:>3} (output of layer {int(p) - 1:>3}): {s}")
     print(f"  fused: {doc.shapes['fused']}   single final state: {doc.shapes['single']}")
-    v = doc.verdict
-    print(f"draft receives {v['fed']} (width {v['fed_width']}); fc {v.get('fc', '?')}")
+    print(f"draft receives {doc.verdict['fed']} (width {doc.verdict['fed_width']}); fc {doc.verdict.get('fc', '?')}")
     for r in doc.stacks:
         print(f"  {r['stack']:13s} ids {r['ids_read']} ({r['read_from']}) -> points {r['capture_points']}")
     return 0

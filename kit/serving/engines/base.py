@@ -55,11 +55,7 @@ def required(method):
 
 def exception_line(lines: list[str]) -> str | None:
     """The last Python exception line (`SomeError: message`) in `lines`, prefix stripped; None if none."""
-    for line in reversed(lines):
-        m = _EXCEPTION.match(line.strip())
-        if m:
-            return m["line"]
-    return None
+    return next((m["line"] for line in reversed(lines) if (m := _EXCEPTION.match(line.strip()))), None)
 
 
 def visible_gpus() -> int:
@@ -67,7 +63,7 @@ def visible_gpus() -> int:
     (0 without a driver). No torch import: the notebook's torch may be a CPU build beside SGLang's."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
-        return len([d for d in cvd.split(",") if d.strip() and not d.strip().startswith("-")])
+        return sum(1 for d in cvd.split(",") if d.strip() and not d.strip().startswith("-"))
     try:
         import pynvml
 
@@ -103,7 +99,6 @@ class Engine:
     flush_path: str | None = None
     # stop: this signal to the process group, SIGKILL after the grace
     stop_signal: int = signal.SIGTERM
-
     stop_grace_s: float = 10.0
 
     def pinned(self) -> Engine:
@@ -120,7 +115,6 @@ class Engine:
 
         return DEFAULT, f"the kit's default chain {DEFAULT.label()}"
 
-    # -- argv ---------------------------------------------------------------------------------
     @required
     def command(self, spec) -> list[str]:
         """The program argv before the flags."""
@@ -154,7 +148,6 @@ class Engine:
         """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule)."""
         return spec
 
-    # -- logs ---------------------------------------------------------------------------------
     def parse_log_line(self, line: str) -> dict | None:
         return None
 
@@ -162,7 +155,6 @@ class Engine:
         """When `line` says the server will not come up: the reason (its exception line); else None."""
         return None
 
-    # -- requests -----------------------------------------------------------------------------
     def generate_request(
         self,
         text: str | list[int],
@@ -175,7 +167,6 @@ class Engine:
         per-request acceptance; `text` a list: the prompt as token ids."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
-    # -- answers ------------------------------------------------------------------------------
     def read_response(self, obj: dict, api: str) -> Reply:
         """One answer (or stream chunk) on `api`: "sglang" the native API (`read_native`), else OpenAI's, read here."""
         if api == "sglang":
@@ -192,7 +183,6 @@ class Engine:
         """One answer of the native generate API (`spec` is filled by `read_response`)."""
         raise KitInputError(f"serving engine {self.name!r} has no native generate API; use an OpenAI api")
 
-    # -- acceptance ---------------------------------------------------------------------------
     def request_extra(self, api: str) -> dict | None:
         """Fields a request on `api` adds to be answered with its speculative fields."""
         return None

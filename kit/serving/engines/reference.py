@@ -19,26 +19,9 @@ ERROR_PREFIX = "kit serve: error: "
 
 # the LaunchSpec fields the CPU reference server implements; other SGLang flags are dropped for it
 REFERENCE_FIELDS = frozenset(
-    {
-        "model_path",
-        "speculative_algorithm",
-        "speculative_draft_model_path",
-        "speculative_num_steps",
-        "speculative_eagle_topk",
-        "speculative_num_draft_tokens",
-        "host",
-        "port",
-        "api_key",
-        "served_model_name",
-        "decode_log_interval",
-        "enable_metrics",
-        "max_running_requests",
-        "max_queued_requests",
-        "chunked_prefill_size",
-        "log_level",
-        "trust_remote_code",
-        "context_length",
-    }
+    "model_path speculative_algorithm speculative_draft_model_path speculative_num_steps speculative_eagle_topk "
+    "speculative_num_draft_tokens host port api_key served_model_name decode_log_interval enable_metrics "
+    "max_running_requests max_queued_requests chunked_prefill_size log_level trust_remote_code context_length".split()
 )
 
 

@@ -17,53 +17,34 @@ from typing import Any
 
 from kit.serving.engines.base import Engine, Reply, exception_line, visible_gpus
 from kit.sglang import log_format
+from kit.sglang.bundle_site import bundle_launch_flags
 from kit.sglang.http_api import HttpApi, http_api
 
 SGLANG_MODULE = "sglang.launch_server"
 # servers that share one GPU (notebook 05's three, `kit demo --gpu`'s three): what they fill together (weights
 # and KV pools; the rest is CUDA graphs and activations) and each one's KV pool, ample for a small target
 SHARED_GPU_MEMORY, SHARED_KV_TOKENS = 0.75, 32768
-
-
 BUNDLE_REASON = "the kit's SGLang bundle needs it"
 # a launch's own value of a bundle flag that the bundle runs as well, so it is kept: sgl_kernel carries bf16 and
 # fp16 rmsnorm kernels (float32 has none, and `auto` reads float32 from a float32 checkpoint)
 BUNDLE_ALSO_RUNS = {"--dtype": ("bfloat16", "float16", "half")}
 # flags that override --attention-backend for a part of the model: each must be the bundle's one backend too
-ATTENTION_OVERRIDES = (
-    "--speculative-draft-attention-backend",
-    "--prefill-attention-backend",
-    "--decode-attention-backend",
+ATTENTION_OVERRIDES = tuple(
+    "--speculative-draft-attention-backend --prefill-attention-backend --decode-attention-backend".split()
 )
-
-
-def _last_value(args: list[str], name: str) -> str | None:
-    """The value the last `name VALUE` / `name=VALUE` in `args` gives (argparse: the last one wins)."""
-    value = None
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def drop_option(args: list[str], opt: str, takes_value: bool) -> tuple[list[str], str | None]:
     """`args` without `opt` (`opt value`, `opt=value` or a bare flag), and its last value ('True' for a flag; None
     when absent)."""
-    out, old, i = [], None, 0
-    while i < len(args):
-        a = args[i]
+    out, old, it = [], None, iter(args)
+    for a in it:
         if a == opt:
-            old = args[i + 1] if takes_value and i + 1 < len(args) else "True"
-            i += 2 if takes_value else 1
-            continue
-        if a.startswith(opt + "="):
+            old = next(it, "True") if takes_value else "True"
+        elif a.startswith(opt + "="):
             old = a.split("=", 1)[1]
-            i += 1
-            continue
-        out.append(a)
-        i += 1
+        else:
+            out.append(a)
     return out, old
 
 
@@ -85,18 +66,13 @@ def bundle_changes(spec, flags: list[str]) -> tuple[dict[str, Any], list[str]]:
     for name, value, add in wanted:
         field = name[2:].replace("-", "_")
         typed = getattr(spec, field) if field in fields else None
-        if value is None:  # a switch: set or not
-            given = any(a == name or a.startswith(name + "=") for a in extra)
-            old = name if given else None
-        else:
-            old = _last_value(extra, name)
+        kept, old = drop_option(extra, name, value is not None)  # its last value (a switch: set or not)
         if old is None and typed not in (None, False):  # the extras come after the typed flags: theirs wins
             old = str(typed)
-        if old is None and not add:
+        kept_old = old is not None and (value is None or old == value or old in BUNDLE_ALSO_RUNS.get(name, ()))
+        if kept_old or (old is None and not add):
             continue
-        if old is not None and (value is None or old == value or old in BUNDLE_ALSO_RUNS.get(name, ())):
-            continue
-        extra = drop_option(extra, name, value is not None)[0]
+        extra = kept
         if field in fields:
             changes[field] = True if value is None else value
         else:
@@ -160,8 +136,6 @@ class SGLang(Engine):
     def required_changes(self, spec, bundle: str | None = None) -> tuple[dict[str, Any], list[str]]:
         """An SGLang from the kit's bundle starts only with the bundle's launch flags (one attention and one sampling
         backend): those of the bundle the importable SGLang came from, else, with `bundle`, that release's bundle's."""
-        from kit.sglang.bundle_site import bundle_launch_flags
-
         return bundle_changes(spec, bundle_launch_flags(bundle))
 
     def share_device(self, spec, servers: int):
@@ -176,13 +150,10 @@ class SGLang(Engine):
             extra += ["--max-total-tokens", str(SHARED_KV_TOKENS)]
         return spec.replace(mem_fraction_static=min(spec.mem_fraction_static or 1.0, share), extra_args=extra)
 
-    def parse_log_line(self, line: str) -> dict | None:
-        return log_format.parse_line(line)
+    parse_log_line = staticmethod(log_format.parse_line)
 
     def startup_failure(self, line: str, tail: list[str]) -> str | None:
-        if not log_format.STARTUP_FAILED.search(line):
-            return None
-        return exception_line(tail) or line.strip()
+        return (exception_line(tail) or line.strip()) if log_format.STARTUP_FAILED.search(line) else None
 
     def generate_request(
         self,
@@ -209,25 +180,17 @@ class SGLang(Engine):
         if api == "sglang":  # /generate: meta_info, per request
             return self.api.spec_fields(obj.get("meta_info"))
         det = (obj.get("sglext") or {}).get("spec_tokens_details")
-        if isinstance(det, list):
-            det = det[0] if det else None
-        return self.api.spec_fields(det)
+        return self.api.spec_fields((det or [None])[0] if isinstance(det, list) else det)
 
     def accept_counters(self, metrics: dict[str, float] | None) -> tuple[float, float] | None:
         if not metrics:
             return None
-
-        def get(base):
-            return metrics.get(base + "_total", metrics.get(base))
-
-        gen, ver = get(self.api.generation_tokens_metric), get(self.api.verify_calls_metric)
+        names = (self.api.generation_tokens_metric, self.api.verify_calls_metric)
+        gen, ver = (metrics.get(m + "_total", metrics.get(m)) for m in names)
         return None if gen is None or ver is None else (gen, ver)
 
     def server_info_accept_length(self, info: dict | None) -> float | None:
         """Lifetime accept length of /server_info (accumulated at decode-log intervals; 0 until the first)."""
-        if not info:
-            return None
-        states = info.get("internal_states") or []
-        vals = [s.get(self.api.server_info_accept_length) for s in states if isinstance(s, dict)]
-        vals = [v for v in vals if v]
+        key = self.api.server_info_accept_length
+        vals = [v for s in (info or {}).get("internal_states") or [] if isinstance(s, dict) and (v := s.get(key))]
         return sum(vals) / len(vals) if vals else None
