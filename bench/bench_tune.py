@@ -68,15 +68,18 @@ def grid_done(sweep_dir: Path, a: argparse.Namespace) -> bool:
 
 
 def agree(tune_best: dict, grid: dict) -> bool:
-    """Tune names the grid's best point, or one whose grid speedup lies inside the best one's interval, or both
-    say no speculation."""
+    """Tune names the grid's answer: the same point, or both no speculation; or a point whose grid speedup lies
+    inside the interval of the grid's best by median, where that median is above 1 (a grid whose best pays by its
+    median but whose interval reaches 1 says "no speculation": it could not tell that point from 1, tune did)."""
     want, got = grid["best"]["point"], tune_best.get("point")
     if want == got:
         return True
-    if got is None or want is None:
+    points = grid["points"]
+    if got is None or got not in points:
         return False
-    lo, hi = grid["points"][want]["ci95"]
-    return lo <= grid["points"][got]["median"] <= hi
+    top = max(points, key=lambda k: points[k]["median"])
+    lo, hi = points[top]["ci95"]
+    return lo <= points[got]["median"] <= hi and points[top]["median"] > 1
 
 
 def main() -> None:
