@@ -10,6 +10,10 @@ median and its bootstrap interval: `kit.measure.metrics.paired_speedup`, judged 
     python bench/bench_tune.py                                            # CPU reference server, embedded SmolLM2
     python bench/bench_tune.py --engine sglang --launch "python -m sglang.launch_server --model-path T \\
         --speculative-algorithm EAGLE3 --speculative-draft-model-path D" --batch-size 1 4 16 64 --num-prompts 64
+    python bench/bench_tune.py --dummy-target 7b --batch-size 1 4 16    # the step costs alone, on a GPU host
+
+A grid too long for one sitting runs in parts: `--only grid --grid-part-s S` stops it after S seconds and the same
+command continues it; the wall times add up in walls.json.
 """
 
 from __future__ import annotations
@@ -98,7 +102,12 @@ def main() -> None:
                     help="run one side into --out (its wall time kept there); the comparison once both are in")  # fmt: skip
     ap.add_argument("--grid-part-s", type=float, default=None,
                     help="stop the grid after this long; the same command again continues it, the walls add up")  # fmt: skip
+    ap.add_argument("--dummy-target", default=None, choices=["360m", "1.7b", "3b", "7b"],
+                    help="the cost check instead: tune alone on a target of these shapes with dummy weights and a "
+                         "random draft of its width (bench/gpu_breakeven.py builds both), every accept length 1")  # fmt: skip
     a = ap.parse_args()
+    if a.dummy_target:
+        return cost_check(a)
 
     out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +149,33 @@ def main() -> None:
           "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
           "tune_s": tune_s, "grid_s": grid_s, "tune_over_grid": round(tune_s / grid_s, 3),
           "load_avg_before": load_before, "load_avg_after": load_avg(), "out": str(out)})  # fmt: skip
+
+
+def cost_check(a: argparse.Namespace) -> None:
+    """The step-cost side of tune's prediction on a larger target: dummy weights accept nothing (every accept
+    length 1, every request its full length), so a point's predicted speedup is its step costs alone, and each
+    measured point against it checks them. Per batch size: the calibration's costs, then predicted vs measured."""
+    from gpu_breakeven import Plan, build_dirs
+
+    out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune_cost-")).resolve()
+    d = build_dirs(Plan(sizes=(a.dummy_target,)), out / "models")[a.dummy_target]
+    launch = (f"python -m sglang.launch_server --model-path {d['target']} --load-format dummy --speculative-algorithm "
+              f"EAGLE3 --speculative-draft-model-path {d['draft']} --speculative-draft-load-format auto "
+              f"--cuda-graph-max-bs {max(a.batch_size)}")  # fmt: skip
+    grid = ["--speculative-num-steps", *map(str, a.speculative_num_steps)]
+    grid += ["--speculative-eagle-topk", *map(str, a.speculative_eagle_topk)]
+    grid += ["--speculative-num-draft-tokens", *map(str, a.speculative_num_draft_tokens)]
+    tune_s = timed(["tune", "--engine", "sglang", "--launch", launch, *grid, "--batch-size", *map(str, a.batch_size),
+                    "--num-prompts", str(max(a.num_prompts, *a.batch_size)), "--max-new-tokens", str(a.max_new_tokens),
+                    "--chat-template", d["target"], "--accept-length", "1", "--ignore-eos",
+                    "--out-dir", str(out / "tune")], out / "tune.log")  # fmt: skip
+    doc = json.loads((out / "tune" / "tune.json").read_text())
+    per_batch = {
+        b: {lab: {k: r[k] for k in ("predicted", "median", "ci95", "accept_length")} for lab, r in rows.items()}
+        for b, rows in doc.get("measured", {}).items()
+    }
+    emit({"dummy_target": a.dummy_target, "params": d["params"], "launch": launch, "calibration": doc["calibration"],
+          "per_batch": per_batch, "misses": [f["title"] for f in doc["findings"]], "tune_s": tune_s, "out": str(out)})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ class TuneConfig:
     num_prompts: int = field(default=8, metadata={"help": "measured requests per arm (at least the batch size)"})
     calibration_prompts: int = field(default=4, metadata={"help": "calibration requests per arm"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per request"})
+    ignore_eos: bool = kconfig.opt("ask the server to ignore EOS (every request its full length: dummy weights)", False)
+    accept_length: float | None = kconfig.opt(
+        "every point's expected accept length, instead of the draft's oracle (1: dummy weights accept nothing, "
+        "which leaves the step costs alone to check)"
+    )
     warmup: int = field(default=1, metadata={"help": "warmup requests per arm (0: none; else at least one full batch)"})
     budget_s: float = field(default=3600.0, metadata={"help": "no bench starts after this many seconds"})
     ready_timeout: float = field(default=900.0, metadata={"help": "seconds to wait for each launch"})
@@ -77,6 +82,8 @@ class TuneConfig:
         for name in ("top", "num_prompts", "calibration_prompts", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise KitInputError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
+        if self.accept_length is not None and self.accept_length < 1:
+            raise KitInputError(f"--accept-length {self.accept_length}: an accept length is >= 1")
         if not (self.miss > 0 and self.budget_s > 0):
             raise KitInputError(f"--miss {self.miss} and --budget-s {self.budget_s} must be > 0")
 
@@ -93,11 +100,13 @@ def plan(cfg: TuneConfig) -> tuple[list[SpecParams], dict[str, str]]:
 
 def accept_lengths(target: str, draft: str, cfg: TuneConfig):
     """point -> (expected accept length, where it came from), from one source for the whole grid, so the ranking
-    compares like with like: the draft's recorded oracle (`training.json`) when it has every point of `cfg`'s grid,
-    else the oracle run here for every point (`kit.measure.verdict.oracle_expected`, cached per point)."""
+    compares like with like: `--accept-length` when given; the draft's recorded oracle (`training.json`) when it has
+    every point of `cfg`'s grid; else the oracle run here for every point (`kit.measure.verdict.oracle_expected`, cached per point)."""
     from kit.measure.verdict import oracle_expected
     from kit.reference.chain import recorded_accept_lengths
 
+    if cfg.accept_length is not None:
+        return lambda p: (cfg.accept_length, "--accept-length")
     recorded = recorded_accept_lengths(draft) if Path(draft).is_dir() else {}
     if all(p.label() in recorded for p in plan(cfg)[0]):
         return lambda p: (recorded[p.label()], "the draft's recorded oracle (training.json)")
@@ -144,7 +153,7 @@ def bench_arms(cfg: TuneConfig, urls: dict[str, str], batch: int, requests: int,
     base, first, *more = urls
     bcfg = bench_config(cfg, out, url=urls[first], label=first, baseline_url=urls[base], baseline_label=base,
                         also_url=[f"{lab}={urls[lab]}" for lab in more] or None, engine=cfg.engine,
-                        num_prompts=max(requests, batch), concurrency=batch, interleave=True,
+                        num_prompts=max(requests, batch), concurrency=batch, interleave=True, ignore_eos=cfg.ignore_eos,
                         warmup_max_new_tokens=min(8, cfg.max_new_tokens))  # fmt: skip
     return run_bench(bcfg, prompts=prompts)
 

@@ -14,7 +14,8 @@ from kit.measure.sweep import Point, SpecGrid, point_label, point_spec
 from kit.serving.launch import spec_from_command
 from kit.sglang.params import SpecParams
 from kit.tests.sglang_stub import StubConfig, StubThread
-from kit.tune.run import TuneConfig, plan, run_tune
+from kit.tune import run as tune_run
+from kit.tune.run import TuneConfig, accept_lengths, bench_arms, plan, run_tune
 
 PROMPTS = [{"id": f"q{i}", "kind": "chat", "text": f"prompt {i}"} for i in range(4)]
 
@@ -97,6 +98,7 @@ def test_refused_points_are_kept_with_sglangs_reason():
         ({"spec": SpecGrid([1], [0], [0])}, "--speculative-eagle-topk"),
         ({"top": 0}, "--top 0"),
         ({"miss": 0}, "--miss 0"),
+        ({"accept_length": 0.5}, "--accept-length 0.5"),
     ],
 )
 def test_bad_values_are_one_line_errors(kw, msg):
@@ -156,3 +158,16 @@ def test_the_panel_runs_on_click_and_fills_in(tmp_path):
     assert status.value == "done" and stop_b.disabled, status.value
     assert "batch_size" in tab.value and img.value and img.layout.display is None
     assert (tmp_path / "tune" / "tune.json").exists()
+
+
+def test_a_given_accept_length_stands_for_every_point_and_ignore_eos_reaches_each_bench(tmp_path, monkeypatch):
+    """The dummy-weight cost check: no oracle runs (the draft need not exist), each bench asks for full lengths."""
+    cfg = _cfg(tmp_path, accept_length=1.0, ignore_eos=True)
+    expected_of = accept_lengths("embedded", str(tmp_path / "no-draft"), cfg)
+    assert {p.label(): expected_of(p) for p in plan(cfg)[0]} == dict.fromkeys(
+        ("1-1-2", "2-1-3", "3-1-4"), (1.0, "--accept-length")
+    )
+    seen = []
+    monkeypatch.setattr(tune_run, "run_bench", lambda bcfg, prompts=None: seen.append(bcfg))
+    bench_arms(cfg, {"baseline": "http://a", "1-1-2": "http://b"}, 2, 4, tmp_path / "b")
+    assert seen[0].ignore_eos and seen[0].concurrency == 2 and seen[0].baseline_url == "http://a"
