@@ -7,7 +7,7 @@ Per batch size B and point p = (steps s, topk k, draft tokens n) with expected a
     t_iteration(p)          = t_decode * (1 + g * (n - 1)) + (s + 1) * t_draft
 
 Calibration, per batch size, one short interleaved bench: the baseline gives t_decode = B / its output tok/s; two
-points (`calibration_points`: 1-1-2 and the grid's point with the most draft tokens, spanning the grid's verify
+points (`calibration_points`: the grid's points with the fewest and the most draft tokens, spanning its verify
 sizes) give their iterations, B * measured accept length / tok/s, hence g and t_draft (two linear equations).
 Assumptions: (1) a verify costs a decode step plus g of one per extra token a request carries, linear between the
 calibrated sizes, g and t_draft fit per batch size (at least 0), so what changes with the batch is measured;
@@ -62,11 +62,19 @@ def _row(p: SpecParams, decode: float) -> tuple[float, float]:
 
 
 def calibration_points(points: list[SpecParams]) -> tuple[SpecParams, SpecParams]:
-    """1-1-2 and the grid's point with the most draft tokens (then steps) that the fit can tell apart from it
-    (its tokens-to-forwards ratio differs); 3-1-4 where the grid has none."""
-    far = [p for p in sorted(points, key=lambda p: (-p.speculative_num_draft_tokens, -p.speculative_num_steps))
-           if p != SHORT and _row(p, 1)[0] * _row(SHORT, 1)[1] != _row(p, 1)[1] * _row(SHORT, 1)[0]]  # fmt: skip
-    return SHORT, far[0] if far else LONG
+    """The grid's own ends, so the calibration launches no point outside it: its point with the fewest draft tokens
+    (then steps) and its point with the most (then steps) that the fit can tell apart from it (its
+    tokens-to-forwards ratio differs). Where the grid has no such pair: 1-1-2 and its farthest point, or 3-1-4."""
+
+    def apart(a: SpecParams, b: SpecParams) -> bool:
+        return _row(a, 1)[0] * _row(b, 1)[1] != _row(a, 1)[1] * _row(b, 1)[0]
+
+    by_size = sorted(points, key=lambda p: (p.speculative_num_draft_tokens, p.speculative_num_steps))
+    for short in (by_size[0], SHORT):
+        far = [p for p in reversed(by_size) if p != short and apart(p, short)]
+        if far:
+            return short, far[0]
+    return SHORT, LONG
 
 
 def fit(decode: float, iterations: dict[SpecParams, float]) -> StepCosts:

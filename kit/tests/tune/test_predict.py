@@ -36,8 +36,14 @@ def test_the_calibration_spans_the_grids_verify_sizes():
     assert calibration_points(grid) == (SpecParams(1, 1, 2), SpecParams(3, 2, 11))
     assert calibration_points([SpecParams(2, 1, 3)]) == (SpecParams(1, 1, 2), SpecParams(2, 1, 3))
     assert calibration_points([SpecParams(1, 1, 2)]) == (SpecParams(1, 1, 2), SpecParams(3, 1, 4))
+    # a grid without 1-1-2 is calibrated on its own points: no launch outside the grid
+    assert calibration_points([SpecParams(2, 2, 7), SpecParams(3, 2, 11)]) == (
+        SpecParams(2, 2, 7),
+        SpecParams(3, 2, 11),
+    )
+    assert calibration_points([SpecParams(3, 2, 3), SpecParams(2, 1, 3)]) == (SpecParams(2, 1, 3), SpecParams(3, 2, 3))
     # 3-2-3 verifies 2 extra tokens over 4 draft forwards, as 1-1-2 does 1 over 2: the fit could not tell them apart
-    assert calibration_points([SpecParams(3, 2, 3), SpecParams(2, 1, 3)])[1] == SpecParams(2, 1, 3)
+    assert calibration_points([SpecParams(1, 1, 2), SpecParams(3, 2, 3)]) == (SpecParams(1, 1, 2), SpecParams(3, 1, 4))
 
 
 def test_calibrated_reads_a_bench_summary():
