@@ -23,6 +23,7 @@ from kit.findings import EXIT_CANNOT_RUN, KitInputError
 from kit.preflight import launch_report
 from kit.serving.engines import ENGINES, get_engine
 from kit.serving.launch import FIELDS, LaunchSpec, resolve_local, spec_from_command
+from kit.sglang.bundle_site import BUNDLE_FLAG_HELP
 
 HELP = "build, lint (SGLang's own parser), start and watch an SGLang or reference-server launch"
 
@@ -55,11 +56,7 @@ class LaunchConfig:
     )
     num_prompts: int = opt("--capture-hidden: prompts sent (first N)", 8)
     max_new_tokens: int = opt("--capture-hidden: greedy tokens per prompt", 64)
-    bundle: bool = opt(
-        "add the launch flags of the kit's bundle of that release even when the importable SGLang is "
-        "not bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)",
-        False,
-    )
+    bundle: bool = opt(BUNDLE_FLAG_HELP, False)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

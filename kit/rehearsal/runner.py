@@ -34,7 +34,7 @@ from kit.hf import HFConfig
 from kit.serving.after_import import install_as_sitecustomize
 from kit.serving.engines.sglang import BUNDLE_REASON
 from kit.serving.launch import Change, drop_option, recorder_first
-from kit.sglang.bundle_site import bundle_launch_flags
+from kit.sglang.bundle_site import BUNDLE_FLAG_HELP, bundle_launch_flags
 from kit.sglang.flags import DECODE_GRAPH_CAP, PREFILL_GRAPH_CAP
 from kit.wiring.aux import ALGORITHM
 
@@ -151,11 +151,7 @@ class RehearsalConfig:
     requests: int = _f("requests sent by input_ids once it is up", 3)
     max_new_tokens: int = _f("tokens generated per request", 32)
     timeout: float = _f("seconds to wait for the server to be ready", 300.0)
-    bundle: bool = _f(
-        "add the launch flags of the kit's bundle of this release even when the importable SGLang is not "
-        "bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)",
-        False,
-    )
+    bundle: bool = _f(BUNDLE_FLAG_HELP, False)
     json: bool = _f("print one JSON document as the last line", False)
 
 

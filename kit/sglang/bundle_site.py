@@ -26,6 +26,13 @@ LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# the help of the `--bundle` flag of every verb that launches SGLang
+BUNDLE_FLAG_HELP = (
+    "add the launch flags of the kit's bundle of that release even when the importable SGLang is not "
+    "bundle-installed (a bundle-installed SGLang gets them always, from its manifest; kit.sglang.bundle)"
+)
+
+
 def installed_bundle_site() -> Path | None:
     """The site folder a kit bundle was installed into (its manifest beside `sglang/`), when the importable SGLang
     came from one; None for any other install."""
