@@ -63,6 +63,12 @@ def grid_answers(sweep_dir: Path, batch_sizes: list[int]) -> dict[str, dict]:
     return out
 
 
+def grid_flags(a: argparse.Namespace) -> list[str]:
+    """The grid's three flags, as both verbs take them."""
+    names = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    return [x for n in names for x in (f"--{n.replace('_', '-')}", *map(str, getattr(a, n)))]
+
+
 def grid_done(sweep_dir: Path, a: argparse.Namespace) -> bool:
     """Whether the grid has measured every (point, batch size)."""
     from kit.measure.sweep import grid, missing
@@ -112,9 +118,7 @@ def main() -> None:
     out = Path(a.out or tempfile.mkdtemp(prefix="bench_tune-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     n = max(a.num_prompts, *a.batch_size)  # tune fills each batch; the grid gets as many requests
-    grid = ["--speculative-num-steps", *map(str, a.speculative_num_steps)]
-    grid += ["--speculative-eagle-topk", *map(str, a.speculative_eagle_topk)]
-    grid += ["--speculative-num-draft-tokens", *map(str, a.speculative_num_draft_tokens)]
+    grid = grid_flags(a)
     common = ["--engine", a.engine, "--launch", a.launch, *grid, "--max-new-tokens", str(a.max_new_tokens)]
     common += ["--chat-template", a.chat_template] if a.chat_template else []
     walls_file = out / "walls.json"
@@ -162,9 +166,7 @@ def cost_check(a: argparse.Namespace) -> None:
     launch = (f"python -m sglang.launch_server --model-path {d['target']} --load-format dummy --speculative-algorithm "
               f"EAGLE3 --speculative-draft-model-path {d['draft']} --speculative-draft-load-format auto "
               f"--cuda-graph-max-bs {max(a.batch_size)}")  # fmt: skip
-    grid = ["--speculative-num-steps", *map(str, a.speculative_num_steps)]
-    grid += ["--speculative-eagle-topk", *map(str, a.speculative_eagle_topk)]
-    grid += ["--speculative-num-draft-tokens", *map(str, a.speculative_num_draft_tokens)]
+    grid = grid_flags(a)
     tune_s = timed(["tune", "--engine", "sglang", "--launch", launch, *grid, "--batch-size", *map(str, a.batch_size),
                     "--num-prompts", str(max(a.num_prompts, *a.batch_size)), "--max-new-tokens", str(a.max_new_tokens),
                     "--chat-template", d["target"], "--accept-length", "1", "--ignore-eos",

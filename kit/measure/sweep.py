@@ -577,13 +577,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kconfig.add_arguments(parser, SweepConfig)
 
 
-def run(args: argparse.Namespace) -> int:
+def launch_spec(launch: str | None):
+    """The `--launch` of a verb that starts the speculative server per point (sweep, tune), parsed."""
     from kit.serving.launch import spec_from_command
 
-    cfg = kconfig.from_namespace(SweepConfig, args)
-    if not cfg.launch:
+    if not launch:
         raise KitInputError("--launch is required: the command that starts the speculative server")
-    spec = spec_from_command(cfg.launch)
+    return spec_from_command(launch)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = kconfig.from_namespace(SweepConfig, args)
+    spec = launch_spec(cfg.launch)
     launcher = spec_launcher(spec, cfg.engine, os.path.join(cfg.out_dir, "logs"), cfg.ready_timeout)
     rows = with_speedup(run_sweep(cfg, launcher))
     from kit.measure import plots

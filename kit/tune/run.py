@@ -350,14 +350,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kit.measure.sweep import spec_launcher
+    from kit.measure.sweep import launch_spec, spec_launcher
     from kit.serving.engines import get_engine
-    from kit.serving.launch import spec_from_command
 
     cfg = kconfig.from_namespace(TuneConfig, args)
-    if not cfg.launch:
-        raise KitInputError("--launch is required: the command that starts the speculative server")
-    spec = spec_from_command(cfg.launch)
+    spec = launch_spec(cfg.launch)
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
     spec = get_engine(cfg.engine).share_device(spec, 1 + max(cfg.top, 2))  # the arms run at once
