@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import io
 import json
@@ -175,14 +176,10 @@ def prefetch(cfg: DemoConfig) -> list[threading.Thread]:
         jobs.insert(0, ("target", embedded_dir))
 
     def fill(job) -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # on Linux this thread, and its children
-        except (OSError, AttributeError):
-            pass
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # on Linux this thread, and its children
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        with contextlib.suppress(Exception):  # the notebook that needs it meets the same error and reports it
             job()
-        except Exception:  # noqa: BLE001  (the notebook that needs it meets the same error and reports it)
-            pass
 
     threads = [threading.Thread(target=fill, args=(job,), name=f"kit-demo-{name}", daemon=True) for name, job in jobs]
     for t in threads:

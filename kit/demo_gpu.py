@@ -315,7 +315,7 @@ def run_gpu_demo(cfg) -> Path:
     t0 = time.perf_counter()
     specs, lints = launches(plan, target, draft, run_dir, facts["sglang"])
     oracle_proc = start_oracle(plan, target, draft, run_dir / "oracle.log")
-    labels = {n: bench_label(n, specs[n], plan) for n in ("seed", "fixed")}
+    labels = {n: f"{n} ({specs[n].speculative_algorithm} {plan.spec.label()})" for n in ("seed", "fixed")}
     servers = {n: ServerProcess.from_spec(specs[n], engine="sglang", grace=10) for n in LAUNCHES}
     for n in LAUNCHES:
         print(f"  {n}: {specs[n].command()}", flush=True)
@@ -376,10 +376,6 @@ def launch_findings(launch: dict, version: str | None) -> list[dict]:
     spec = kl.spec_from_command(launch["command"])
     launch["lint"] = launch_report(spec, sglang_version=version).to_dict()["findings"]
     return launch["lint"]
-
-
-def bench_label(name: str, spec, plan: GpuPlan) -> str:
-    return f"{name} ({spec.speculative_algorithm} {plan.spec.label()})"
 
 
 def break_even(path: str | None, observed: dict, speedup: dict) -> dict[str, Any] | None:

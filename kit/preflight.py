@@ -26,6 +26,7 @@ from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report, fill_placeholders
 from kit.hf import HFConfig
 from kit.serving.launch import LaunchSpec, launch_from_text, parse_launch
+from kit.sglang.cmdline import sglang_launch_test
 
 SECTION = "launch/process/logs: notebook 04"
 LAUNCH_PATH = Code(
@@ -41,7 +42,13 @@ LAUNCH_PATH = Code(
 )
 
 # check modules, in report order; each exposes doctor_checks(dep: Deployment)
-PROVIDERS: list[str] = ["kit.env.checks", "kit.checkpoint.inspect", "kit.serving.checks", "kit.wiring.checks"]
+PROVIDERS: list[str] = [
+    "kit.env.checks",
+    "kit.checkpoint.inspect",
+    "kit.serving.checks",
+    "kit.wiring.checks",
+    "kit.vllm.checks",
+]
 
 
 @dataclass
@@ -56,9 +63,10 @@ class DoctorConfig:
     )
     revision: str | None = opt("the target's hub revision (branch, tag, commit); default: the launch's")
     draft_revision: str | None = opt("the draft's hub revision; default: --speculative-draft-model-revision")
-    launch: str | None = opt("an SGLang launch command line (env assignments allowed)")
+    launch: str | None = opt("an SGLang or vLLM launch command line (env assignments allowed)")
     launch_file: str | None = opt("file holding the launch command")
     sglang_version: str | None = opt("SGLang version to judge against (default: installed, else newest known)")
+    vllm_version: str | None = opt("vLLM version to judge a `vllm serve` launch against (default: the newest known)")
     trained_with: str | None = opt("training stack of the draft: speculators, specforge, eagle, sglang")
     probe_env: bool = opt(
         "also probe this machine's GPUs, driver, torch, NCCL (the launch runs here; imports torch)", False
@@ -114,12 +122,15 @@ class Deployment:
     probe_env: bool = False
     lint_options: dict[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    vllm_version: str | None = None  # a vLLM launch's release (kit.vllm.checks)
 
     @classmethod
     def build(cls, cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> Deployment:
         """Read every input `cfg` names, once; an unreadable file fails here, before any check runs."""
         opts = dict(lint_options or {})
         launch = read_launch(cfg)
+        if launch is not None and sglang_launch_test(cfg.sglang_version)(launch.argv) is None:
+            opts.setdefault("parse_flags", False)  # another engine's line (vLLM): SGLang's parser judges SGLang's
         found: list[Finding] = []
         models: list[Model | None] = []
         for role, given, revision, flag, what in (
@@ -134,7 +145,9 @@ class Deployment:
                 files, said = launch_model(launch.spec, role, opts.get("engine", "sglang"), revision)
                 found += said
             models.append(Model(files, hf_config.read_config(files.path)[0]) if files is not None else None)
-        return cls(*models, launch, cfg.sglang_version, cfg.trained_with, cfg.probe_env, opts, tuple(found))
+        return cls(
+            *models, launch, cfg.sglang_version, cfg.trained_with, cfg.probe_env, opts, tuple(found), cfg.vllm_version
+        )
 
     @property
     def target_config(self) -> HFConfig | None:
@@ -188,9 +201,12 @@ def diagnose(cfg: DoctorConfig, lint_options: dict[str, Any] | None = None) -> R
 def check(dep: Deployment) -> Report:
     """Every provider's findings for a built deployment, the fixes' placeholders filled with the user's names."""
     report = Report(list(dep.findings))
-    for name in PROVIDERS:  # each fact has one owning provider (kit.serving.checks.shared_with_doctor)
-        report.extend(importlib.import_module(name).doctor_checks(dep))
-    report.findings = fill_placeholders(report.findings, fix_values(dep))
+    providers = [importlib.import_module(name) for name in PROVIDERS]
+    for p in providers:  # each fact has one owning provider (kit.serving.checks.shared_with_doctor)
+        report.extend(p.doctor_checks(dep))
+    # codes whose rule is not this deployment's engine's (kit.vllm.checks: SGLang's own rules, on a vLLM line)
+    off = {c for p in providers for c in getattr(p, "not_judged", lambda dep: ())(dep)}
+    report.findings = fill_placeholders([f for f in report.findings if f.code not in off], fix_values(dep))
     return report
 
 
@@ -263,6 +279,16 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     ]
 
 
+def judged_line(spec, engine: str, sglang_version: str | None = None) -> str:
+    """The line `kit launch` has doctor judge: the engine's own where the kit reads that engine's lines into the same
+    deployment (`vllm serve ...`: kit.serving.launch.parse_launch), else SGLang's (the reference server's flags are)."""
+    with contextlib.suppress(KitInputError):
+        own = spec.command(engine)
+        if sglang_launch_test(sglang_version)(spec.argv(engine)) is None and parse_launch(own, sglang_version):
+            return own
+    return spec.command("sglang")
+
+
 def launch_report(
     spec,
     engine: str = "sglang",
@@ -274,7 +300,9 @@ def launch_report(
 ) -> Report:
     """`kit doctor --launch COMMAND [--probe-env]` for the launch `spec` describes (target and draft the launch's
     own) and, with `from_command`, the findings on what the `--from` text holds besides the launch."""
-    cfg = DoctorConfig(launch=spec.command("sglang"), sglang_version=sglang_version, probe_env=probe_env)
+    cfg = DoctorConfig(
+        launch=judged_line(spec, engine, sglang_version), sglang_version=sglang_version, probe_env=probe_env
+    )
     report = diagnose(cfg, dict(engine=engine, sglang_python=sglang_python, gpu_memory_gib=gpu_memory_gib))
     if from_command:
         report.extend(launch_from_text(from_command, sglang_version, source="--from")[1])

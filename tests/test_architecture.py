@@ -3,7 +3,7 @@
 Layers, lowest first (a module may import its own layer or lower ones, never higher):
     base (kit.findings, kit.codes, kit.config, kit.hf, kit.models, kit.prompts, kit.venvs: the side environments real
     third-party code runs in, each built from the recipe its caller gives)
-    kit.sglang
+    kit.sglang -> kit.vllm (what each vLLM release does; kit.vllm.checks sits in kit.serving's layer)
     -> kit.derive (the scanners; kit.sglang.releases, whose --derive runs them, sits in this layer)
     -> kit.env -> kit.checkpoint -> kit.reference -> kit.wiring -> kit.serving -> kit.refserver -> kit.rehearsal
     -> kit.measure -> kit.tune
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     "sglang",
+    "vllm",
     "derive",
     "env",
     "checkpoint",
@@ -38,7 +39,8 @@ LAYERS = [
     "tune",
 ]
 BASE = {"kit", "kit.findings", "kit.codes", "kit.config", "kit.hf", "kit.models", "kit.prompts", "kit.venvs"}
-SAME_AS: dict[str, str] = {"kit.sglang.releases": "kit.derive"}  # a module placed in another package's layer
+# a module placed in another package's layer (kit.vllm.checks raises the wiring's shared codes)
+SAME_AS: dict[str, str] = {"kit.sglang.releases": "kit.derive", "kit.vllm.checks": "kit.serving"}
 # the side rooms: machinery beside the notebooks' story (a package, or a module with its submodules)
 SIDE_ROOMS = {
     "kit.derive": "the maintainer's scanners that derive kit.sglang's tables from each release's wheel",

@@ -117,14 +117,10 @@ def run_parse(text: str, quant_doc: dict | None) -> dict | None:
     return {"error": "too many unknown names"}
 
 
-def method_classes(text: str) -> dict[str, str]:
-    """quant_method -> class name, from the release's QUANTIZATION_METHODS dict literals."""
-    return dict(re.findall(r'^\s*"(\w+)":\s*(\w+),', text, re.M))
-
-
 def derive(version: str, download: bool = True) -> dict[str, Any]:
     text = source_text(version, SRC, download) or ""
-    classes = method_classes(source_text(version, METHODS_SRC, download) or "")
+    # quant_method -> class name, from the release's QUANTIZATION_METHODS dict literals
+    classes = dict(re.findall(r'^\s*"(\w+)":\s*(\w+),', source_text(version, METHODS_SRC, download) or "", re.M))
     out: dict[str, Any] = {}
     for name, probe in PROBES.items():
         res = run_parse(text, probe)

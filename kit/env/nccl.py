@@ -357,10 +357,6 @@ def _flag(name: str, v: str, m: Machine, env: dict, on_sev: str, on_text: str, f
     return Verdict("info", f"{name}={v}: {'off' if n == 0 else 'non-1 value'}, no effect")
 
 
-def _nvls(name: str, v: str, m: Machine, env: dict) -> Verdict:
-    return Verdict("info", f"{name}={v}: NVLink SHARP (multicast) {'off' if strtoll(v)[0] == 0 else 'allowed'}")
-
-
 # NCCL variable -> rule(name, value, machine, the launch's NCCL_* env) -> Verdict
 RULES = {
     "NCCL_PROTO": _proto,
@@ -387,7 +383,9 @@ RULES = {
     "NCCL_IB_DISABLE": partial(
         _flag, on_sev="info", on_text="no InfiniBand; fine for single-node TP (multi-node falls back to sockets)"
     ),
-    "NCCL_NVLS_ENABLE": _nvls,
+    "NCCL_NVLS_ENABLE": lambda name, v, m, env: Verdict(
+        "info", f"{name}={v}: NVLink SHARP (multicast) {'off' if strtoll(v)[0] == 0 else 'allowed'}"
+    ),
 }
 
 

@@ -383,11 +383,6 @@ def train_draft(cfg: TrainConfig, log=print) -> Path:
         return _train_locked(cfg, tdir, dest, log)
 
 
-def command_line(cfg: TrainConfig) -> str:
-    """The one command that repeats this training run."""
-    return " ".join(["kit train-draft", *kconfig.to_argv(cfg, skip=("out", "force", "json"))])
-
-
 def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
     import torch
 
@@ -445,7 +440,7 @@ def _train_locked(cfg: TrainConfig, tdir: Path, dest: Path, log) -> Path:
         "target_architecture": (model.config.architectures or [type(model).__name__])[0],
         "target_num_layers": L,
         "settings": asdict(cfg),
-        "command": command_line(cfg),
+        "command": " ".join(["kit train-draft", *kconfig.to_argv(cfg, skip=("out", "force", "json"))]),
         "recipe_version": RECIPE_VERSION,
         "device": torch.cuda.get_device_name() if cfg.device == "cuda" else cpu_name(),
         "threads": threads,

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.findings import KitInputError
-from kit.hf import HFConfig
 from kit.serving.engines import get_engine
 
 VERSION = "kit-reference-0.2"
@@ -85,14 +84,6 @@ def log(msg: str, rank: bool = False) -> None:
     """SGLang's log format: `[%Y-%m-%d %H:%M:%S TP0] msg` (scheduler lines carry the rank)."""
     ts = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"[{ts}{' TP0' if rank else ''}] {msg}", flush=True)
-
-
-def wiring_for(spec, draft_config: HFConfig, target_config: HFConfig):
-    """The Wiring SGLang would give the draft for this launch (`kit.wiring.plan.wiring_from_launch`:
-    EAGLE/NEXTN => no aux capture => fc bypassed; EAGLE3 => the draft's capture points)."""
-    from kit.wiring.plan import wiring_from_launch
-
-    return wiring_from_launch(spec.argv(), draft_config, target_config, draft_dir=spec.speculative_draft_model_path)
 
 
 @dataclass
@@ -188,6 +179,7 @@ class ReferenceEngine:
         self.draft = self.params = self.wiring = None
         if self.algorithm in EAGLE_FAMILY:
             from kit.reference.draft_io import load_draft
+            from kit.wiring.plan import wiring_from_launch
 
             if not spec.speculative_draft_model_path:
                 raise KitInputError(f"--speculative-algorithm {alg} needs --speculative-draft-model-path")
@@ -196,7 +188,9 @@ class ReferenceEngine:
                 spec.speculative_draft_model_path, target_model=self.target, dtype=getattr(torch, dtype)
             ).to(device)
             dcfg = read_config(spec.speculative_draft_model_path)[0]
-            self.wiring = wiring_for(spec, dcfg, self.target_config)
+            # the Wiring SGLang gives the draft: EAGLE/NEXTN => no aux capture => fc bypassed; EAGLE3 => its points
+            draft_dir = spec.speculative_draft_model_path
+            self.wiring = wiring_from_launch(spec.argv(), dcfg, self.target_config, draft_dir=draft_dir)
         # a first start on this machine measures how its matmuls run (servers started together: once, after their
         # loads, which would otherwise make every one of them give up on a busy machine and serve fp32)
         gemm_plan(self.target, wait_quiet_s=PLAN_WAIT_S)
@@ -220,12 +214,9 @@ class ReferenceEngine:
         self.total_accept = self.total_forward = 0
         self.iv_time = 0.0
         self.gauges = {"spec_accept_length": 0.0, "spec_accept_rate": 0.0, "gen_throughput": 0.0}
-        self.counters = {
-            "prompt_tokens_total": 0,
-            "generation_tokens_total": 0,
-            "spec_verify_calls_total": 0,
-            "num_requests_total": 0,
-        }
+        self.counters = dict.fromkeys(
+            ("prompt_tokens_total", "generation_tokens_total", "spec_verify_calls_total", "num_requests_total"), 0
+        )
 
     # -- requests -------------------------------------------------------------------------------
     def submit(
@@ -350,10 +341,9 @@ class ReferenceEngine:
     def _outcome(self, r: Request, tokens: list[int], finish_reason: dict | None) -> Outcome:
         if finish_reason is None:
             last = tokens[-1] if tokens else None
+            stop = last in r.seq.eos
             finish_reason = (
-                {"type": "stop", "matched": last}
-                if last in r.seq.eos
-                else {"type": "length", "length": r.max_new_tokens}
+                {"type": "stop", "matched": last} if stop else {"type": "length", "length": r.max_new_tokens}
             )
         now = time.perf_counter()
         return Outcome(
@@ -453,19 +443,11 @@ class ReferenceEngine:
 
     def metrics_text(self) -> str:
         lab = f'model_name="{self.model_name}"'
-        g = {
-            **self.load(),
-            "gen_throughput": self.gauges["gen_throughput"],
-        }
+        g = {**self.load(), "gen_throughput": self.gauges["gen_throughput"]}
         if self.draft is not None:
-            g.update(
-                {
-                    "spec_accept_length": self.gauges["spec_accept_length"],
-                    "spec_accept_rate": self.gauges["spec_accept_rate"],
-                    "spec_num_steps": self.params.speculative_num_steps,
-                    "spec_num_draft_tokens": self.params.speculative_num_draft_tokens,
-                }
-            )
+            g.update({k: self.gauges[k] for k in ("spec_accept_length", "spec_accept_rate")})
+            g.update(spec_num_steps=self.params.speculative_num_steps)
+            g.update(spec_num_draft_tokens=self.params.speculative_num_draft_tokens)
         lines = []
         for key, v in g.items():
             name = metric_name(key)

@@ -179,16 +179,7 @@ class Generation:
 
     def meta(self, rid: str, done: int, finished: bool) -> dict:
         o = self.outcome
-        m = {
-            "id": rid,
-            "finish_reason": o.finish_reason if finished else None,
-            "prompt_tokens": len(self.ids),
-            "weight_version": "default",
-            "num_retractions": 0,
-            "reasoning_tokens": 0,
-            "completion_tokens": done,
-            "cached_tokens": 0,
-        }
+        m = _meta(rid, o.finish_reason if finished else None, len(self.ids), done)
         if finished:
             m["e2e_latency"] = o.e2e_latency
             m.update(self.eng.spec_meta(o))
@@ -216,9 +207,14 @@ def aborted_result(rid: str) -> dict:
     from kit.sglang.http_api import REQUEST_ERRORS
 
     reason = {"type": "abort", "message": REQUEST_ERRORS["empty_input_ids"], "status_code": 400}
-    meta = {"id": rid, "finish_reason": reason, "prompt_tokens": 0, "weight_version": "default"}
-    meta.update(num_retractions=0, reasoning_tokens=0, completion_tokens=0, cached_tokens=0, e2e_latency=0.0)
-    return {"text": "", "output_ids": [], "meta_info": meta}
+    return {"text": "", "output_ids": [], "meta_info": {**_meta(rid, reason, 0, 0), "e2e_latency": 0.0}}
+
+
+def _meta(rid: str, finish_reason, prompt_tokens: int, completion_tokens: int) -> dict:
+    """The meta_info fields every /generate result carries, in SGLang's order."""
+    m = {"id": rid, "finish_reason": finish_reason, "prompt_tokens": prompt_tokens, "weight_version": "default"}
+    m.update(num_retractions=0, reasoning_tokens=0, completion_tokens=completion_tokens, cached_tokens=0)
+    return m
 
 
 async def merged(gens: list["Generation | None"]) -> AsyncIterator[tuple[int, int, bool]]:
@@ -373,6 +369,7 @@ async def _openai(state: State, request, chat: bool):
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created, model = int(time.time()), req.model or eng.model_name
     obj = "chat.completion" if chat else "text_completion"
+    base = {"id": rid, "object": obj, "created": created, "model": model}
 
     def closing(g) -> tuple[str, str | None, dict]:
         o = g.outcome
@@ -402,25 +399,13 @@ async def _openai(state: State, request, chat: bool):
             choice = {"index": i, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
             choice.update({"message": {"role": "assistant", "content": g.text()}} if chat else {"text": g.text()})
             choices.append(choice)
-        return {
-            "id": rid,
-            "object": obj,
-            "created": created,
-            "model": model,
-            "choices": choices,
-            "usage": usage(),
-            **ext,
-        }
-    head = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
+        return {**base, "choices": choices, "usage": usage(), **ext}
+    head = {**base, "object": obj + ".chunk"} if chat else base
 
     async def chunks():
         if chat:
-            yield _sse(
-                {
-                    **head,
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
-                }
-            )
+            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            yield _sse({**head, "choices": [first]})
         prev = [""] * len(gens)
         async for i, done, finished in merged(gens):
             g = gens[i]
@@ -555,14 +540,9 @@ def make_server(spec, cfg: ServeConfig | None = None):
     import uvicorn
 
     state = State(spec, cfg or ServeConfig())
-    config = uvicorn.Config(
-        create_app(state),
-        host=spec.host or "127.0.0.1",
-        port=spec.port or 30000,
-        log_level=(spec.log_level or "info").lower(),
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
+    host, port, level = spec.host or "127.0.0.1", spec.port or 30000, (spec.log_level or "info").lower()
+    app = create_app(state)
+    config = uvicorn.Config(app, host=host, port=port, log_level=level, access_log=False, timeout_graceful_shutdown=2)
     return uvicorn.Server(config), state
 
 

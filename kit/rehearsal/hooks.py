@@ -31,6 +31,7 @@ anything else in SGLang's interpreter; the kit need not be importable there): it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -45,24 +46,11 @@ else:  # copied as sitecustomize.py, with kit.serving.after_import beside it as 
 
 RECORD_ENV = "KIT_REHEARSAL_RECORD"
 DRAFT_MODULES = ("sglang.srt.models.llama_eagle3", "sglang.srt.models.kimi_k25_eagle3")
-SERVER_ARGS_FIELDS = (
-    "speculative_algorithm",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "speculative_draft_model_path",
-    "speculative_draft_load_format",
-    "speculative_draft_model_quantization",
-    "load_format",
-    "tp_size",
-    "dp_size",
-    "ep_size",
-    "dtype",
-    "quantization",
-    "kv_cache_dtype",
-    "context_length",
-    "mem_fraction_static",
-    "attention_backend",
+SERVER_ARGS_FIELDS = tuple(
+    "speculative_algorithm speculative_num_steps speculative_eagle_topk speculative_num_draft_tokens "
+    "speculative_draft_model_path speculative_draft_load_format speculative_draft_model_quantization load_format "
+    "tp_size dp_size ep_size dtype quantization kv_cache_dtype context_length mem_fraction_static "
+    "attention_backend".split()
 )
 MAX_DRAFT_INPUTS = 4
 _lock = threading.Lock()
@@ -247,10 +235,8 @@ def _instrument_loaders(model, module, consumed: set, filled: set, derived: dict
 
     def restore():
         for p, attr, wl in undo:
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 setattr(p, attr, wl)
-            except (AttributeError, TypeError):
-                pass
         if default is not None:
             module.default_weight_loader = default
 
@@ -381,15 +367,9 @@ def patch_module(mod) -> None:
                 wrap_capture(obj)
 
 
-TAG = "kit.rehearsal"
-
-
-def _wanted(fullname: str) -> bool:
-    return fullname.startswith("sglang.srt.")
-
-
 def install() -> None:
-    if os.environ.get(RECORD_ENV) and after_import.install(TAG, _wanted, patch_module):
+    wanted = lambda name: name.startswith("sglang.srt.")
+    if os.environ.get(RECORD_ENV) and after_import.install("kit.rehearsal", wanted, patch_module):
         record("process", argv=sys.argv[:3], executable=sys.executable)
 
 

@@ -215,11 +215,6 @@ def miniature_target(
 
 
 # -- the draft --------------------------------------------------------------------------------------------
-def _draft_text(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The dict holding a draft's widths (speculators nests them in transformer_layer_config)."""
-    return cfg.get("transformer_layer_config") or cfg
-
-
 def _roles(c: dict[str, Any], k: int, Ht: int) -> dict[str, int]:
     """Dimension roles of a draft's tensors (what each width is made of)."""
     H, nh = c["hidden_size"], c["num_attention_heads"]
@@ -265,7 +260,7 @@ def miniature_draft_config(draft_cfg: HFConfig, mini: MiniTarget) -> tuple[dict[
 
     cfg = HFConfig.of(draft_cfg).to_dict()
     dc = read_draft_config(HFConfig.of(draft_cfg))
-    c = _draft_text(cfg)
+    c = cfg.get("transformer_layer_config") or cfg  # the dict holding the widths (speculators nests them)
     tH, tHm = mini.sizes.get("hidden_size", (mini.text["hidden_size"],) * 2)
     Ht = dc.effective_target_hidden_size or tH
     Ht_mini = tHm if Ht == tH else _up(Ht * tHm / tH, mini.align)
@@ -311,11 +306,8 @@ def _random_bytes(dtype: str, shape: tuple[int, ...], seed: int):
 def miniature_tensors(ck, dims: dict[int, int], vocab: int | None, draft_vocab: int | None) -> list[tuple]:
     """[(name, dtype, mini shape, original shape)] in header order: every width mapped, vocab sizes kept."""
     keep = {v for v in (vocab, draft_vocab) if v}
-    out = []
-    for name, t in ck.tensors.items():
-        shape = tuple(s if s in keep else dims.get(s, s) for s in t.shape)
-        out.append((name, t.dtype, shape, tuple(t.shape)))
-    return out
+    mini = lambda shape: tuple(s if s in keep else dims.get(s, s) for s in shape)
+    return [(name, t.dtype, mini(t.shape), tuple(t.shape)) for name, t in ck.tensors.items()]
 
 
 def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: MiniTarget) -> dict[str, Any]:
@@ -347,12 +339,9 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
     entries = [WriteEntry(n, d, s, producer(n, d, s, i)) for i, (n, d, s, _) in enumerate(rows)]
     write_stream(out / "model.safetensors", entries, {"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    for extra in ("generation_config.json",):
+    for extra in ("generation_config.json", "hf_quant_config.json"):  # its own quantization file: SGLang reads it
         if (src / extra).is_file():
             shutil.copyfile(src / extra, out / extra)
-    for quant in ("hf_quant_config.json",):  # the draft's own quantization file travels: SGLang reads it
-        if (src / quant).is_file():
-            shutil.copyfile(src / quant, out / quant)
     record = {
         "of": str(src),
         "width_map": {str(k): v for k, v in sorted(dims.items())},
@@ -363,17 +352,10 @@ def write_miniature_draft(draft_dir: str | Path, out_dir: str | Path, mini: Mini
 
 
 # besides config.json: what SGLang reads from a target folder it dummy-loads (the processor of a multimodal target)
-COPIED_FILES = (
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "tiktoken.model",
-    "special_tokens_map.json",
-    "processor_config.json",
-    "preprocessor_config.json",
-    "chat_template.json",
-    "chat_template.jinja",
+COPIED_FILES = tuple(
+    "generation_config.json tokenizer.json tokenizer_config.json tokenizer.model tiktoken.model "
+    "special_tokens_map.json processor_config.json preprocessor_config.json chat_template.json "
+    "chat_template.jinja".split()
 )
 STAND_IN_MODULE = "kit_stand_in_processor"  # the module's name in the miniature folder (auto_map names it)
 

@@ -17,6 +17,7 @@ refuted / new against doctor's static verdict.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -183,11 +184,9 @@ class RehearsalPlan:
         lines += ["notes:"] + [f"  {n}" for n in self.notes]
         if self.blocked:
             lines += [f"cannot run: {self.blocked}"]
-        lines += ["command:", "  " + join_command({k: v for k, v in self.env.items() if k in self._shown()}, self.argv)]
+        shown = {k: v for k, v in self.env.items() if k.startswith(("SGLANG", "NCCL", "CUDA", "KIT_", "PYTHONPATH"))}
+        lines += ["command:", "  " + join_command(shown, self.argv)]
         return "\n".join(lines)
-
-    def _shown(self) -> set:
-        return {k for k in self.env if k.startswith(("SGLANG", "NCCL", "CUDA", "KIT_", "PYTHONPATH"))}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -561,30 +560,15 @@ def plan_rehearsal(cfg: RehearsalConfig, port: int | None = None) -> RehearsalPl
     port = port or cfg.port or free_port()
     # SGLang installed from the kit's bundle: its manifest's flags; else, with --bundle, the release's bundle's
     bundle_flags = tuple(bundle_launch_flags(version if cfg.bundle else None))
+    # found.server_env: what the user's server sees (an unexported shell variable stays out)
     env, argv, changes, notes = adjust_launch(
-        found.server_env,  # what the user's server sees: an unexported shell variable stays out
-        found.argv,
-        version,
-        str(tdir),
-        str(ddir),
-        tp,
-        port,
-        cfg.mem_fraction,
-        str(site),
-        str(record),
-        bundle_flags,
-        max_total_tokens=cfg.max_total_tokens,
-        nccl_port=cfg.nccl_port,
-        cuda_visible_devices=cfg.cuda_visible_devices,
-    )
-    notes = (
-        mini.notes
-        + ([stand_in_note] if stand_in_note else [])
-        + notes
-        + [
-            f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}",
-            "random weights: the rehearsal says whether the deployment runs as configured, never how well it accepts",
-        ]
+        found.server_env, found.argv, version, str(tdir), str(ddir), tp, port, cfg.mem_fraction, str(site),
+        str(record), bundle_flags, cfg.max_total_tokens, cfg.nccl_port, cfg.cuda_visible_devices,
+    )  # fmt: skip
+    notes = [*mini.notes, *([stand_in_note] if stand_in_note else []), *notes]
+    notes.append(f"miniature widths: {', '.join(f'{k} {a} -> {b}' for k, (a, b) in mini.sizes.items())}")
+    notes.append(
+        "random weights: the rehearsal says whether the deployment runs as configured, never how well it accepts"
     )
     notes += [f"not seen by the server in the user's shell: {k} ({why})" for k, why in found.unseen.items()]
     blocked = f"not rehearsable: {why}" if why else next((n for n in notes if "not built by the kit yet" in n), None)
@@ -622,13 +606,10 @@ def run_rehearsal(plan: RehearsalPlan, on_line=None) -> dict[str, Any]:
                 }
                 status, out = http_json(srv.base_url + api.generate_path, data=body, timeout=120)
                 meta = out.get("meta_info", {}) if isinstance(out, dict) else {}
+                n_out = len(out.get("output_ids") or []) if isinstance(out, dict) else 0
+                err = None if status == 200 else str(out)[:500]
                 result["requests"].append(
-                    {
-                        "status": status,
-                        "output_tokens": len(out.get("output_ids") or []) if isinstance(out, dict) else 0,
-                        "spec": api.spec_fields(meta),
-                        "error": None if status == 200 else str(out)[:500],
-                    }
+                    {"status": status, "output_tokens": n_out, "spec": api.spec_fields(meta), "error": err}
                 )
             result["server_info"] = (info or {}).get("server_info")
             result["own_while_up"] = _own_gpu(plan.record)
@@ -663,10 +644,8 @@ def end_check(plan: RehearsalPlan, mem_before: list[int] | None, while_up: dict 
         time.sleep(0.5)
         left = own_processes(plan.record)
     for pid in left:  # processes of this rehearsal that outlived the stop
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, 9)
-        except OSError:
-            pass
     out["own_processes_left"] = left
     if plan.config.end_check == "own":
         seen = set((while_up or {}).get("pids") or []) | set(left)
@@ -684,7 +663,7 @@ def end_check(plan: RehearsalPlan, mem_before: list[int] | None, while_up: dict 
         out["gpu_memory_returned"] = (
             None
             if mem_before is None or out["gpu_memory_after"] is None
-            else all(a <= b + 64 for a, b in zip(out["gpu_memory_after"], mem_before))
+            else _returned(out["gpu_memory_after"], mem_before)
         )
     out["clean"] = not left and out["gpu_memory_returned"] is not False
     return out
@@ -700,17 +679,17 @@ def _settled_apps(pids: set[int], wait: float = 20.0) -> dict[int, int] | None:
         time.sleep(1)
 
 
+def _returned(now: list[int], before: list[int]) -> bool:
+    """Every GPU's memory back to its level before (64 MiB of slack)."""
+    return all(a <= b + 64 for a, b in zip(now, before))
+
+
 def settled_memory(before: list[int] | None, wait: float = 20.0) -> list[int] | None:
     """GPU memory after the stop, given up to `wait` s to return to `before` (the driver frees it lazily)."""
     deadline = time.monotonic() + wait
     while True:
         now = gpu_memory_used()
-        if (
-            now is None
-            or before is None
-            or all(a <= b + 64 for a, b in zip(now, before))
-            or time.monotonic() > deadline
-        ):
+        if now is None or before is None or _returned(now, before) or time.monotonic() > deadline:
             return now
         time.sleep(1)
 
@@ -733,23 +712,11 @@ def read_record(path: str | Path) -> dict[str, Any]:
 
 # -- record -> findings -------------------------------------------------------------------------------------
 # codes a rehearsal can observe; a static finding with another code is "not rehearsed"
-OBSERVABLE = {
-    "aux.algorithm",
-    "aux.target_capture",
-    "aux.hidden_width",
-    "aux.fc_width",
-    "draft.keys_dropped",
-    "draft.params_missing",
-    "draft.quant",
-    "draft.config",
-    "draft.arch",
-    "draft.context_short",
-    "draft.nextn_zero",
-    "draft.dtype",
-    "launch.flag",
-    "launch.spec_verify",
-    "launch.remote_code_needed",
-}
+OBSERVABLE = set(
+    "aux.algorithm aux.target_capture aux.hidden_width aux.fc_width draft.keys_dropped draft.params_missing "
+    "draft.quant draft.config draft.arch draft.context_short draft.nextn_zero draft.dtype launch.flag "
+    "launch.spec_verify launch.remote_code_needed".split()
+)
 # SGLang's startup exception text -> the code that names that fault
 EXCEPTION_CODES = (
     (r"too many values to unpack|not enough values to unpack|cannot unpack", "aux.target_capture"),
@@ -868,12 +835,9 @@ def observed_facts(result: dict[str, Any]) -> dict[str, Any]:
             for o in rec.get("load_weights", [])
         ],
         "speculative": {k: args.get(k) for k in args if k.startswith("speculative_")},
-        "dtypes": {
-            ("draft" if m.get("is_draft_model") else "target"): m.get("dtype") for m in rec.get("model_config", [])
-        },
-        "quantization": {
-            ("draft" if m.get("is_draft_model") else "target"): m.get("quantization")
-            for m in rec.get("model_config", [])
+        **{
+            key: {("draft" if m.get("is_draft_model") else "target"): m.get(f) for m in rec.get("model_config", [])}
+            for key, f in (("dtypes", "dtype"), ("quantization", "quantization"))
         },
         "spec_verify_ct": [(r.get("spec") or {}).get("verify_ct") for r in result.get("requests", [])],
         "gpu_memory_returned": result.get("gpu_memory_returned"),
@@ -907,12 +871,6 @@ def compare(static: list[Finding], observed: list[Finding], started: bool = True
             verdict = "not rehearsed"
         else:
             verdict = "new"
-        rows.append(
-            {
-                "code": code,
-                "doctor": st.get(code),
-                "rehearsal": ob[code].title if code in ob else None,
-                "verdict": verdict,
-            }
-        )
+        seen = ob[code].title if code in ob else None
+        rows.append({"code": code, "doctor": st.get(code), "rehearsal": seen, "verdict": verdict})
     return rows

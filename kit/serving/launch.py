@@ -185,13 +185,18 @@ def launch_from_text(
 def parse_launch(text: str, sglang_version: str | None = None, source: str = "launch command"):
     """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`): (found, spec, findings)."""
     from kit.sglang.cmdline import find_launch
+    from kit.vllm import cmdline as vllm_cmdline
 
     found = find_launch(text, source=source, version=sglang_version)
+    if found is None and (found := find_launch(text, vllm_cmdline.launch_test, source)) is not None:
+        # a vLLM line: the same deployment in SGLang's names (its own flags are judged by kit.vllm.checks)
+        spec = LaunchSpec(env=dict(found.env), **vllm_cmdline.read_argv(found.argv).spec_fields())
+        return found, spec, list(_shell_findings(found, spec))
     if found is None:
         first = " ".join(text.strip().split()[:4]) or "(empty)"
         raise KitInputError(
-            f"{source}: no SGLang launch found in {first!r}... (expected `python -m "
-            f"{SGLANG_MODULE} ...` or `sglang serve ...`, alone or in a script)"
+            f"{source}: no SGLang launch found (nor a vLLM one) in {first!r}... (expected `python -m "
+            f"{SGLANG_MODULE} ...`, `sglang serve ...` or `vllm serve ...`, alone or in a script)"
         )
     spec = spec_from_argv(found.argv, found.env, sglang_version)
     return found, spec, list(_shell_findings(found, spec))

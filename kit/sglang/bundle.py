@@ -45,13 +45,7 @@ ARCHES = ("sm90", "sm100")
 PLATFORMS = (
     "manylinux_2_17_x86_64",
     "manylinux2014_x86_64",
-    "manylinux_2_24_x86_64",
-    "manylinux_2_26_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_28_x86_64",
-    "manylinux_2_31_x86_64",
-    "manylinux_2_34_x86_64",
-    "manylinux_2_35_x86_64",
+    *(f"manylinux_2_{n}_x86_64" for n in (24, 26, 27, 28, 31, 34, 35)),
     "manylinux1_x86_64",
     "any",
 )
@@ -131,8 +125,9 @@ class Release:
     bench_wheels: tuple[WheelRule, ...] = ()
 
 
-def _small(*specs: str) -> tuple[WheelRule, ...]:
-    return tuple(WheelRule(*s.split("==")) for s in specs)
+def _small(specs: str) -> tuple[WheelRule, ...]:
+    """Wheels carried whole, from "project==version" words."""
+    return tuple(WheelRule(*s.split("==")) for s in specs.split())
 
 
 # One row per wheel of SGLang 0.5.17 (pins read from its METADATA; `check_pins` verifies them at build time).
@@ -190,41 +185,16 @@ RELEASE_0_5_17 = Release(
         WheelRule("sgl-deep-gemm", "0.1.5.post1"),  # EAGLE3 CUDA-graph capture imports deep_gemm
         WheelRule("transformers", "5.12.1"),  # 0.5.17's pin; the image's 5.17 rejects a config sglang registers
         *_small(
-            "tokenizers==0.22.2",
-            "pydantic==2.14.4",
-            "pydantic-core==2.50.5",
-            "annotated-types==0.8.0",
-            "typing-inspection==0.4.5",
-            "fastapi==0.165.0",
-            "starlette==1.10.0",
-            "uvicorn==0.54.0",
-            "python-multipart==0.0.34",
-            "openai==2.6.1",
-            "jiter==0.19.0",
-            "distro==1.9.0",
-            "sniffio==1.3.1",
-            "orjson==3.13.0",
-            "pybase64==1.5.1",
-            "msgspec==0.23.0",
-            "pyzmq==27.3.0",
-            "setproctitle==1.3.8",
-            "dill==0.4.1",
-            "gguf==0.19.0",
-            "partial-json-parser==0.2.1.1.post7",
-            "jsonschema==4.26.0",
-            "jsonschema-specifications==2025.9.1",
-            "referencing==0.37.0",
-            "rpds-py==2026.9.1",
-            "soundfile==0.13.1",
-            "cffi==2.1.1",
-            "pycparser==3.12",
-            "compressed-tensors==0.20.1",
-            "loguru==0.7.3",
-            "opentelemetry-api==1.45.2",
-            "apache-tvm-ffi==0.1.11",
+            "tokenizers==0.22.2 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 "
+            "typing-inspection==0.4.5 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 python-multipart==0.0.34 "
+            "openai==2.6.1 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 orjson==3.13.0 pybase64==1.5.1 msgspec==0.23.0 "
+            "pyzmq==27.3.0 setproctitle==1.3.8 dill==0.4.1 gguf==0.19.0 partial-json-parser==0.2.1.1.post7 "
+            "jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 "
+            "soundfile==0.13.1 cffi==2.1.1 pycparser==3.12 compressed-tensors==0.20.1 loguru==0.7.3 "
+            "opentelemetry-api==1.45.2 apache-tvm-ffi==0.1.11"
         ),
     ),
-    bench_wheels=_small("datasets==5.2.0", "multiprocess==0.70.19"),
+    bench_wheels=_small("datasets==5.2.0 multiprocess==0.70.19"),
     launch_flags=LAUNCH_FLAGS["0.5.17"],
     not_carried=(
         ("helion", "logged as ignored"),
@@ -335,10 +305,6 @@ def release_for(version: str) -> Release:
     return RELEASES[version]
 
 
-def bundle_name(release: Release, arch: str, python: str) -> str:
-    return f"sglang-{release.sglang_version}-{arch}-cp{python.replace('.', '')}"
-
-
 def wheel_rules(release: Release, deep_gemm: bool, bench_serving: bool = False) -> list[WheelRule]:
     rules = [w for w in release.wheels if deep_gemm or normalize(w.project) != "sgl-deep-gemm"]
     return rules + list(release.bench_wheels if bench_serving else ())
@@ -360,28 +326,9 @@ def download(rules: list[WheelRule], python: str, dest: Path) -> None:
     """pip download each pinned wheel (binary only, no deps: the table is the whole list)."""
     dest.mkdir(parents=True, exist_ok=True)
     tag = python.replace(".", "")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        python,
-        "--implementation",
-        "cp",
-        "--abi",
-        f"cp{tag}",
-        "--abi",
-        "abi3",
-        "--abi",
-        "none",
-        "-d",
-        str(dest),
-    ]
-    for p in PLATFORMS:
-        cmd += ["--platform", p]
+    opts = f"--no-deps --only-binary=:all: --python-version {python} --implementation cp --abi cp{tag} --abi abi3"
+    cmd = [sys.executable, "-m", "pip", "download", *opts.split(), "--abi", "none", "-d", str(dest)]
+    cmd += [a for p in PLATFORMS for a in ("--platform", p)]
     todo = []
     for r in rules:
         try:
@@ -426,7 +373,7 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
     if bad:
         raise KitInputError(f"{sg.name}: bundle table disagrees with its pins: {'; '.join(bad)}")
 
-    name = bundle_name(release, cfg.arch, cfg.python)
+    name = f"sglang-{release.sglang_version}-{cfg.arch}-cp{cfg.python.replace('.', '')}"
     out.mkdir(parents=True, exist_ok=True)
     tar_path, man_path = out / f"{name}.tar.xz", out / f"{name}.manifest.json"
     tmp = out / f".{name}.tar.xz.part"

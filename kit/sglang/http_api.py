@@ -24,6 +24,8 @@ from typing import Any
 
 from kit.sglang.versions import pick_recorded
 
+TABLE = Path(__file__).with_name("http_api.json")
+
 # normalised key -> every name SGLang has given the field in `meta_info` /
 # `sglext.spec_tokens_details`, newest first (the older tokenizer_manager names after)
 SPEC_FIELD_NAMES: dict[str, tuple[str, ...]] = {
@@ -35,29 +37,10 @@ SPEC_FIELD_NAMES: dict[str, tuple[str, ...]] = {
     "histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
 }
 
-# SGLang's words for a refused request, the same in every recorded release (str.format fields): the context checks
-# of TokenizerManager._validate_one_request, GenerateReqInput's prompt checks, SamplingParams.verify's ranges, the
-# out-of-vocabulary words of its token_ids_logprob check, and the scheduler's full queue (answered 503)
-REQUEST_ERRORS: dict[str, str] = {
-    "input_too_long": "The input ({n} tokens) is longer than the model's context length ({ctx} tokens).",
-    "over_context": (
-        "Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a total "
-        "of {total} tokens: {n} tokens from the input messages and {new} tokens for the completion. Please reduce "
-        "the number of tokens in the input messages or the completion to fit within the limit."
-    ),
-    "no_prompt": "Either text, input_ids or input_embeds should be provided.",
-    "empty_input_ids": "input_ids cannot be empty.",
-    "out_of_vocab": "contains out-of-vocabulary token id {t}; valid range is [0, {vocab}).",
-    "max_new_tokens": "max_new_tokens must be at least 0, got {v}.",
-    "temperature": "temperature must be a non-negative finite number, got {v}.",
-    "top_p": "top_p must be in (0, 1], got {v}.",
-    "min_p": "min_p must be in [0, 1], got {v}.",
-    "top_k": "top_k must be -1 (disable) or at least 1, got {v}.",
-    "penalty": "{key} must be in [-2, 2], got {v}.",
-    "repetition_penalty": "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {v}.",
-    "stop_count": "at most {most} stop strings are allowed, got {n}",
-    "queue_full": "The request queue is full.",
-}
+# SGLang's words for a refused request, the same in every recorded release (str.format fields; http_api.json's
+# "request_errors": the context checks of TokenizerManager._validate_one_request, GenerateReqInput's prompt checks,
+# SamplingParams.verify's ranges, the out-of-vocabulary words of its token_ids_logprob check, the full queue)
+REQUEST_ERRORS: dict[str, str] = json.loads(TABLE.read_text())["request_errors"]
 
 
 @dataclass(frozen=True)
@@ -102,9 +85,6 @@ class HttpApi:
         meta = meta or {}
         found = {k: [meta[n] for n in names if meta.get(n) is not None] for k, names in self.spec_field_names.items()}
         return {k: v[0] for k, v in found.items() if v}
-
-
-TABLE = Path(__file__).with_name("http_api.json")
 
 
 @functools.cache

@@ -199,10 +199,6 @@ def auto_params(algorithm: str | None, target_arch: str | None, sglang_version: 
     return SpecParams(*(other if target_arch in rule.others else rule.default))
 
 
-def _verify_file(version: str) -> str:
-    return VERIFY_SHAPE["files"][pick_recorded(version, VERIFY_SHAPE["files"]).checked]
-
-
 def verify_shape_issue(
     speculative_num_steps: int,
     speculative_eagle_topk: int,
@@ -212,7 +208,7 @@ def verify_shape_issue(
     """`launch.spec_verify`: a tree whose accepted path (steps + 1 tokens) does not fit in its draft tokens
     crashes SGLang >= VERIFY_SHAPE["since"] at its first verify (see VERIFY_SHAPE)."""
     s, k, n = speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens
-    version, fn = sglang_version or default_release(), VERIFY_SHAPE["function"]
+    version, fn, files = sglang_version or default_release(), VERIFY_SHAPE["function"], VERIFY_SHAPE["files"]
     if k <= 1 or n >= s + 1 or Version.parse(version) < Version.parse(VERIFY_SHAPE["since"]):
         return None
     return Issue(
@@ -223,7 +219,11 @@ def verify_shape_issue(
         f"{VERIFY_SHAPE['function']} cannot fit the accepted path, steps+1={s + 1} wide, in {n} draft tokens "
         f"('The expanded size of the tensor ({n}) must match the existing size ({s + 1})')",
         f"--speculative-num-draft-tokens {s + 1} or more, or --speculative-num-steps {n - 1}",
-        {**SpecParams(s, k, n).given(), "sglang": version, "source": f"{_verify_file(version)} {fn}"},
+        {
+            **SpecParams(s, k, n).given(),
+            "sglang": version,
+            "source": f"{files[pick_recorded(version, files).checked]} {fn}",
+        },
         code=SPEC_VERIFY.code,
     )
 

@@ -102,7 +102,7 @@ BAD_INPUT = {
     "probe": (["--target", "/nonexistent/model"], "/nonexistent/model"),
     "oracle": (["--draft", "/nonexistent/draft"], "/nonexistent/draft"),
     "train-draft": (["--target", "/nonexistent/model"], "/nonexistent/model"),
-    "launch": (["--from", "python -m vllm.entrypoints.openai.api_server --model m", "--dry-run"], "vllm"),
+    "launch": (["--from", "vllm bench serve --model m", "--dry-run"], "vllm bench"),  # a client, not a server
     "serve": (["--speculative-draft-model-path", "/nonexistent/draft"], "--speculative-draft-model-path"),
     "bench": (["--url", "http://127.0.0.1:9", "--no-progress"], "--url http://127.0.0.1:9"),
     "sweep": (["--prompts", "builtin"], "--launch"),

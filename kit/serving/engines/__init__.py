@@ -2,12 +2,12 @@
 
 The launcher, the process lifecycle, the log parser, the benchmark client and its metrics ask the engine object for
 everything engine-specific; none of them branches on an engine's name. Registered: `sglang` (real SGLang on a GPU
-host) and `reference` (the kit's CPU reference server); another engine is one module with an `Engine` subclass and
-one `register(...)` call (docs/architecture.md, "How to add a serving engine").
+host), `vllm` (`vllm serve` on a GPU host) and `reference` (the kit's CPU reference server); another engine is one
+module with an `Engine` subclass and one `register(...)` call (docs/architecture.md, "How to add a serving engine").
 
     engine = get_engine("reference")
     argv = engine.argv(spec)            # [python, -m, kit, serve, --speculative-..., ...]
-    resolve_engine("auto")              # the first registered engine that serves here: SGLang on a GPU, else reference
+    resolve_engine("auto")              # the first registered engine that serves here: SGLang or vLLM on a GPU, else reference
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, missing_interface
 from kit.serving.engines.reference import REFERENCE_FIELDS, ReferenceServer
 from kit.serving.engines.sglang import SGLANG_MODULE, SGLang
+from kit.serving.engines.vllm import VllmEngine
 
 __all__ = ["ENGINES", "Engine", "REFERENCE_FIELDS", "SGLANG_MODULE", "get_engine", "register", "resolve_engine"]
 
@@ -39,6 +40,7 @@ def register(engine: Engine) -> Engine:
 
 
 register(SGLang())
+register(VllmEngine())  # before the reference server: `auto` takes vLLM on a GPU host that has it and no SGLang
 register(ReferenceServer())
 
 

@@ -1,0 +1,173 @@
+"""`kit doctor --launch "vllm serve ..."`: the deployment the SGLang line makes, judged by the same checks, plus what
+only the vLLM release decides (kit.vllm.checks). One input that raises each vLLM code and a near miss that must not;
+the wrong algorithm is `aux.algorithm` on both engines. The release's rules are written here (`RULES`), so these tests
+do not move with the derived table (kit/tests/vllm/test_corpus.py judges real releases).
+
+Run: python -m pytest -q -n 0 kit/tests/vllm/test_checks.py
+"""
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.doctor import DoctorConfig, diagnose
+from kit.preflight import launch_report
+from kit.serving.launch import spec_from_command
+from kit.vllm import checks
+from kit.vllm.rules import VllmRules
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+from corpus_cases import load_configs, no_side_env_builds, weight_spec, write_sparse_safetensors  # noqa: E402
+
+RULES = VllmRules(
+    version="0.10.1",
+    methods=("deepseek_mtp", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "ngram"),
+    eagle3_methods=("eagle3",),
+    eagle_methods=("eagle",),
+    name_detect=(("eagle3-", "eagle"),),
+    speculative_config=True,
+    speculative_config_json=True,
+    legacy_flags=(),
+    spec_options=(),
+    aux_archs=("LlamaForCausalLM", "Qwen3ForCausalLM"),
+    aux_default="(2, num_layers // 2, num_layers - 3)",
+    aux_overrides={},
+    draft_archs={},
+    draft_loaders={},
+    draft_tp_allowed="(1, target_tp)",
+    draft_tp_checks=(),
+    speculators_detected=True,
+    speculators_algorithms=("eagle3",),
+    metrics=(),
+    parser_flags=None,
+    evidence={},
+)
+LLAMA, QWEN_MOE = "target/llama-3.1-8b-instruct.json", "target/qwen3-30b-a3b.json"
+EAGLE3_DRAFT = "draft/specforge-llama3-8B-eagle3.json"  # LlamaForCausalLMEagle3
+OFFICIAL_DRAFT = "draft/official-eagle3-llama31-8b.json"  # the official release: a plain LlamaForCausalLM config
+
+
+@pytest.fixture(autouse=True)
+def rules(monkeypatch):
+    monkeypatch.setattr(
+        checks, "rules_for", lambda version=None: dataclasses.replace(RULES, version=version or "0.10.1")
+    )
+    with no_side_env_builds():
+        yield
+
+
+def models(tmp_path, target=LLAMA, draft=EAGLE3_DRAFT, fc_width=None):
+    """A target config and a draft (config + a safetensors header of its tensors) from the corpus's configs."""
+    t, d = tmp_path / "target", tmp_path / "draft"
+    t.mkdir(parents=True), d.mkdir(parents=True)
+    (t / "config.json").write_text(json.dumps(load_configs()[target]["config"]))
+    cfg = load_configs()[draft]["config"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    spec = weight_spec(cfg, "midlayer")
+    if fc_width:  # an EAGLE-1 head: fc over [embedding, hidden state]
+        spec["fc.weight"] = (spec["fc.weight"][0], (cfg["hidden_size"], fc_width))
+    write_sparse_safetensors(d / "model.safetensors", spec, cfg)
+    return str(t), str(d)
+
+
+def doctor(tmp_path, line, **kw):
+    t, d = models(tmp_path, **kw)
+    return diagnose(DoctorConfig(target=t, draft=d, launch=line))
+
+
+def codes(report, severity="error"):
+    return {f.code for f in report.findings if f.severity == severity}
+
+
+def vllm(spec: dict, flags: str = "-tp 1") -> str:
+    return f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flags} --speculative-config '{json.dumps(spec)}'"
+
+
+EAGLE3 = {"method": "eagle3", "model": "D", "num_speculative_tokens": 3}
+
+
+def test_healthy_line_gives_no_error(tmp_path):
+    rep = doctor(tmp_path, vllm(EAGLE3, "-tp 8 --max-model-len 2048 --port 8001"))
+    assert not codes(rep), [f.title for f in rep.findings if f.severity == "error"]
+    # SGLang's own mechanics do not judge a vLLM line; the engine-neutral checks do
+    assert not {"launch.flag", "launch.parser", "draft.arch", "draft.context_short"} & {f.code for f in rep.findings}
+
+
+def test_the_same_line_on_sglang_is_judged_by_sglang(tmp_path):
+    sg = spec_from_command(vllm(EAGLE3)).command("sglang")
+    assert "--speculative-algorithm EAGLE3" in sg and "--speculative-num-draft-tokens 4" in sg
+
+
+@pytest.mark.parametrize("draft", [EAGLE3_DRAFT, OFFICIAL_DRAFT])
+def test_wrong_algorithm_is_one_code_on_both_engines(tmp_path, draft):
+    sglang = (
+        "python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE --speculative-draft-model-path D "
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    )
+    on_vllm = doctor(tmp_path / "v", vllm({**EAGLE3, "method": "eagle"}), draft=draft)
+    assert "aux.algorithm" in codes(on_vllm)
+    [f] = [f for f in on_vllm.findings if f.code == "aux.algorithm"]
+    assert "vLLM" in f.title and '"method": "eagle3"' in f.fix
+    if draft == EAGLE3_DRAFT:  # SGLang's check reads the draft's config (the official one names a plain Llama class)
+        assert "aux.algorithm" in codes(doctor(tmp_path / "s", sglang, draft=draft))
+    assert "aux.algorithm" not in codes(doctor(tmp_path / "ok", vllm(EAGLE3), draft=draft))
+
+
+def test_eagle_method_with_an_eagle1_draft_is_no_fault(tmp_path):
+    cfg = load_configs()[OFFICIAL_DRAFT]["config"]
+    rep = doctor(tmp_path, vllm({**EAGLE3, "method": "eagle"}), draft=OFFICIAL_DRAFT, fc_width=2 * cfg["hidden_size"])
+    assert "aux.algorithm" not in codes(rep)
+
+
+def test_method_detected_from_the_draft_path(tmp_path):
+    """No method: the release's own detection (here: an `eagle3-` path means "eagle") decides."""
+    rep = doctor(tmp_path, vllm({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}))
+    [f] = [f for f in rep.findings if f.code == "aux.algorithm"]
+    assert "detected from the draft path" in f.title
+
+
+def test_malformed_config(tmp_path):
+    bad = doctor(tmp_path / "b", 'vllm serve T --speculative-config "{"method": "eagle3"}"')
+    [f] = [f for f in bad.findings if f.code == "launch.vllm_config"]
+    assert f.severity == "error" and "vLLM 0.10.1" in f.title and "Expecting property name" in f.title
+    assert "launch.vllm_config" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))
+
+
+def test_method_the_release_does_not_accept(tmp_path):
+    assert "launch.vllm_method" in codes(doctor(tmp_path / "b", vllm({**EAGLE3, "method": "eagle-3"})))
+    assert "launch.vllm_method" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))
+
+
+def test_legacy_flags_the_release_no_longer_has(tmp_path, monkeypatch):
+    line = "vllm serve T --speculative-model D --num-speculative-tokens 3"
+    [f] = [f for f in doctor(tmp_path / "b", line).findings if f.code == "launch.vllm_flag"]
+    assert f.severity == "error" and '"model": "D"' in f.fix and '"num_speculative_tokens": 3' in f.fix
+    old = dataclasses.replace(RULES, legacy_flags=("--speculative-model", "--num-speculative-tokens"))
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: old)
+    assert "launch.vllm_flag" not in codes(doctor(tmp_path / "g", line))
+
+
+def test_draft_tp_the_release_does_not_allow(tmp_path):
+    bad = doctor(tmp_path / "b", vllm({**EAGLE3, "draft_tensor_parallel_size": 2}, "-tp 4"))
+    assert "launch.vllm_draft_tp" in codes(bad)
+    for ok in (1, 4):
+        good = doctor(tmp_path / f"g{ok}", vllm({**EAGLE3, "draft_tensor_parallel_size": ok}, "-tp 4"))
+        assert "launch.vllm_draft_tp" not in codes(good)
+
+
+def test_target_without_aux_hidden_states(tmp_path):
+    rep = doctor(tmp_path / "b", vllm(EAGLE3), target=QWEN_MOE, draft="draft/specforge-qwen3-30B-A3B-eagle3.json")
+    [f] = [f for f in rep.findings if f.code == "aux.vllm_target"]
+    assert "Qwen3MoeForCausalLM" in f.title and "vLLM 0.10.1" in f.title
+    assert "aux.vllm_target" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))  # Llama: listed
+    assert "aux.vllm_target" not in codes(doctor(tmp_path / "e", vllm({**EAGLE3, "method": "eagle"}), target=QWEN_MOE))
+
+
+def test_kit_launch_dry_run_judges_the_vllm_line(tmp_path):
+    t, d = models(tmp_path, target=QWEN_MOE, draft="draft/specforge-qwen3-30B-A3B-eagle3.json")
+    spec = spec_from_command(vllm({**EAGLE3, "model": d}).replace("meta-llama/Llama-3.1-8B-Instruct", t))
+    assert "aux.vllm_target" in codes(launch_report(spec, engine="vllm"))
+    assert "aux.vllm_target" not in codes(launch_report(spec, engine="sglang"))

@@ -1,0 +1,91 @@
+"""kit.vllm.rules on the stored table (hermetic), the release boundaries found in vLLM's wheels, and one release
+re-derived from its real wheel by kit.derive.vllm_scan (skipped when the wheel cannot be had)."""
+
+import pytest
+
+from kit.findings import KitInputError
+from kit.vllm.rules import FIELDS, default_release, releases, rules_for
+
+
+def test_the_listed_releases_run_from_eagle3s_first_to_the_default():
+    rs = releases()
+    assert rs[0] == "0.8.5" and rs[-1] == default_release() == "0.33.0"
+    assert "0.8.5.post1" in rs and "0.10.1.1" in rs and "0.8.4" not in rs
+    assert rules_for().version == "0.33.0"
+    assert rules_for("0.9.0.0").version == "0.9.0"  # the same release, spelled with a trailing zero
+
+
+def test_every_release_has_every_field():
+    for v in releases():
+        r = rules_for(v)
+        assert set(r.evidence) >= set(FIELDS), v
+        assert r.speculative_config and r.speculative_config_json and not r.legacy_flags, v
+        assert r.eagle3_methods == ("eagle3",) and r.eagle_methods == ("eagle",), v
+        assert r.aux_default == "(2, num_layers // 2, num_layers - 3)", v
+        assert r.draft_tp_allowed == "(1, target_tp)", v
+
+
+def test_release_boundaries():
+    # 0.8.5 accepts method "eagle3" without declaring it in SpeculativeMethod; and a draft path holding "eagle3-"
+    # with no method given is run as EAGLE (1/2) until 0.10.2
+    assert rules_for("0.8.5").evidence["methods"]["eagle3_accepted"][0] == "vllm/config.py"
+    assert ("eagle- or eagle3-", "eagle") in rules_for("0.10.1.1").name_detect
+    assert ("eagle3", "eagle3") in rules_for("0.10.2").name_detect
+    # the draft architectures routed to the Llama EAGLE-3 class
+    assert set(rules_for("0.10.1.1").draft_archs) == {"Eagle3LlamaForCausalLM"}
+    assert rules_for("0.10.2").draft_archs["LlamaForCausalLMEagle3"] == "llama_eagle3.Eagle3LlamaForCausalLM"
+    assert "Eagle3Qwen3ForCausalLM" not in rules_for("0.23.0").draft_archs
+    assert "Eagle3Qwen3ForCausalLM" in rules_for("0.24.0").draft_archs
+    # speculators-format draft configs
+    assert not rules_for("0.10.0").speculators_detected
+    assert rules_for("0.10.1").speculators_detected and "eagle3" in rules_for("0.10.1").speculators_algorithms
+    # --speculative-config's short alias
+    assert "-sc" not in rules_for("0.18.1").spec_options and "-sc" in rules_for("0.19.0").spec_options
+
+
+def test_the_llama_draft_loader_renames():
+    names = rules_for("0.8.5").draft_loaders["llama_eagle3.Eagle3LlamaForCausalLM"]["names"]
+    assert names == {
+        "d2t": "-> draft_id_to_target_id",
+        "t2d": "skipped",
+        "midlayer.": "-> layers.0.",
+        "lm_head": "kept (no model. prefix)",
+    }
+
+
+def test_metrics_are_the_four_counters_throughout():
+    want = {
+        f"vllm:spec_decode_num_{n}_total"
+        for n in ("drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos")
+    }
+    assert {set(rules_for(v).metrics) == want for v in releases()} == {True}
+
+
+def test_the_real_parser_agrees_with_the_static_methods():
+    r = rules_for("0.33.0")
+    spec = {row["dest"]: row for row in r.parser_flags}
+    assert set(spec["speculative_config"]["options"]) == {"--speculative-config", "-sc"}
+    assert set(spec["spec_method"]["choices"]) - {"None"} == set(r.methods) - {"[ngram]"}
+    assert rules_for("0.32.0").parser_flags is None
+
+
+def test_a_release_the_table_lacks_is_one_line_refusal():
+    for v in ("0.8.4", "0.34.0", "1.0"):
+        with pytest.raises(KitInputError, match=rf"vLLM {v} is not in") as e:
+            rules_for(v)
+        assert "\n" not in str(e.value)
+    with pytest.raises(KitInputError, match="not a vLLM version"):
+        rules_for("latest")
+
+
+def test_one_release_re_derived_from_its_wheel():
+    """0.10.2 (the name-detect and LlamaForCausalLMEagle3 boundary) from its real wheel, equal to the stored row."""
+    from kit.derive import vllm_scan
+
+    try:
+        row = vllm_scan.derive("0.10.2")
+    except KitInputError as e:
+        pytest.skip(f"vllm 0.10.2 wheel unavailable: {e}")
+    stored = vllm_scan.stored_rows()
+    for f in FIELDS:
+        assert row[f]["value"] == stored[f]["0.10.2"]["value"], f

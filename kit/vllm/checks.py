@@ -1,0 +1,167 @@
+"""`kit doctor` on a vLLM launch line: what that vLLM release does with its `--speculative-config` (`kit.vllm.rules`).
+
+The engine-neutral checks (draft keys, aux ids, fc width, vocabulary map, shapes...) judge the same `Deployment` an
+SGLang line makes (`kit.vllm.cmdline`: the line in SGLang's names); this provider adds what only vLLM decides.
+Shared fault, shared code: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for SGLang's
+`--speculative-algorithm EAGLE`. vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
+`launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `aux.vllm_target` (no aux hidden states from the target).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+from kit.findings import Code, Finding, finding_list
+from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv
+from kit.vllm.rules import VllmRules, rules_for
+from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft
+
+LAUNCH, AUX = "launch/process/logs: notebook 04", "aux/probe/oracle: notebook 03"
+VLLM_CONFIG = Code(
+    "launch.vllm_config",
+    LAUNCH,
+    "error",
+    "vLLM's `--speculative-config` is not a JSON object (often shell quoting: double quotes around JSON that holds "
+    "double quotes): vLLM's parser refuses the launch",
+    'single-quote the JSON: --speculative-config \'{"method": "eagle3", "model": DRAFT, ...}\'',
+)
+VLLM_METHOD = Code(
+    "launch.vllm_method",
+    LAUNCH,
+    "error",
+    "the `method` in vLLM's `--speculative-config` is not one that vLLM release accepts (`kit.vllm.rules`: the "
+    "methods its SpeculativeConfig declares)",
+    '`"method": "eagle3"` for an EAGLE-3 draft',
+)
+VLLM_FLAG = Code(
+    "launch.vllm_flag",
+    LAUNCH,
+    "error",
+    "a speculative flag of older vLLM releases (`--speculative-model`, `--num-speculative-tokens`, "
+    "`--speculative-draft-tensor-parallel-size`, ...) that the judged vLLM release no longer has: its parser refuses "
+    "the launch",
+    "move the values into --speculative-config's JSON (model, num_speculative_tokens, draft_tensor_parallel_size)",
+)
+VLLM_DRAFT_TP = Code(
+    "launch.vllm_draft_tp",
+    LAUNCH,
+    "error",
+    "`draft_tensor_parallel_size` is not a size that vLLM release allows for an EAGLE draft (`kit.vllm.rules` "
+    "draft_tp: e.g. 1 or the target's tensor-parallel size); vLLM refuses the config at startup",
+    "drop draft_tensor_parallel_size, or set it to a size the release allows",
+)
+VLLM_TARGET = Code(
+    "aux.vllm_target",
+    AUX,
+    "error",
+    "an EAGLE-3 launch on vLLM whose target architecture does not emit aux hidden states in that release (its model "
+    "class does not implement `SupportsEagle3`, vllm-project/vllm PR #16937: each model must): vLLM stops at startup "
+    "('Model does not support EAGLE3 interface ...')",
+    "a vLLM release whose aux_archs list the target's architecture, or serve it on SGLang",
+)
+
+
+def effective_method(v: VllmLaunch, rules: VllmRules) -> tuple[str | None, str]:
+    """(the method that release runs, how it was chosen): the one given, else the one the draft's path detects."""
+    if v.method or not v.draft:
+        return v.method, "given"
+    hit = next((m for s, m in rules.name_detect if s.lower() in v.draft.lower()), None)
+    return hit, f"detected from the draft path {v.draft!r}" if hit else "not given"
+
+
+def allowed_draft_tp(rules: VllmRules, tp: int) -> set[int] | None:
+    """The draft TP sizes the release's rule names ("(1, target_tp)" -> {1, tp}); None when it names none."""
+    if not rules.draft_tp_allowed:
+        return None
+    words = re.findall(r"\w+", rules.draft_tp_allowed)
+    return {int(w) for w in words if w.isdigit()} | ({tp} if any("tp" in w for w in words) else set())
+
+
+@finding_list
+def launch_findings(v: VllmLaunch, rules: VllmRules) -> Iterator[Finding]:
+    """The findings on the line alone: its JSON, method, legacy flags and draft TP against the release."""
+    ver = f"vLLM {rules.version}"
+    if v.problem:
+        yield VLLM_CONFIG(f"{ver}: {v.problem}", evidence={"entry": v.entry})
+    if (gone := [f for f in v.legacy if f not in rules.legacy_flags]) and rules.speculative_config:
+        keys = [LEGACY.get(f, f) for f in gone]
+        yield VLLM_FLAG(
+            f"{ver} has no {', '.join(gone)} (its speculative settings are --speculative-config's keys {keys})",
+            evidence={"flags": gone, "release_legacy_flags": list(rules.legacy_flags)},
+            fix=f"--speculative-config '{json.dumps(v.spec)}' in place of {' '.join(gone)}",
+        )
+    method, how = effective_method(v, rules)
+    if method and rules.methods and method not in rules.methods:
+        yield VLLM_METHOD(
+            f"{ver} does not accept method {method!r} in --speculative-config (it accepts {', '.join(rules.methods)})",
+            evidence={"method": method, "accepted": list(rules.methods), "source": rules.evidence.get("methods")},
+        )
+    allowed = allowed_draft_tp(rules, v.tp)
+    if v.draft_tp is not None and method in (*rules.eagle_methods, *rules.eagle3_methods) and allowed:
+        if v.draft_tp not in allowed:
+            yield VLLM_DRAFT_TP(
+                f"{ver}: draft_tensor_parallel_size {v.draft_tp} with tensor parallel size {v.tp}; the release "
+                f"allows {sorted(allowed)} ({rules.draft_tp_allowed})",
+                evidence={"draft_tp": v.draft_tp, "tp": v.tp, "rule": rules.draft_tp_allowed},
+                fix=f"draft_tensor_parallel_size {min(allowed)} (or drop it)",
+            )
+
+
+@finding_list
+def model_findings(v: VllmLaunch, rules: VllmRules, target_config, draft_config, eagle3: bool) -> Iterator[Finding]:
+    """The findings that need the models: the target's aux hidden states, the method against the draft (`eagle3`:
+    the draft is an EAGLE-3 one, `is_eagle3`)."""
+    ver = f"vLLM {rules.version}"
+    method, how = effective_method(v, rules)
+    arch = ((target_config or {}).get("architectures") or [None])[0]
+    if method in rules.eagle3_methods and arch and rules.aux_archs and arch not in rules.aux_archs:
+        yield VLLM_TARGET(
+            f"{ver}: the target {arch} emits no EAGLE-3 aux hidden states (not among the release's "
+            f"{len(rules.aux_archs)} aux architectures): startup fails",
+            evidence={"target_arch": arch, "method": method, "source": rules.evidence.get("aux_archs")},
+        )
+    if method in rules.eagle_methods and draft_config is not None and eagle3:
+        yield ALGORITHM(
+            f"{ver}: EAGLE-3 draft launched with method {method!r} ({how}): vLLM builds an EAGLE-1 head, whose fc "
+            "takes 2 x hidden, not the draft's 3 aux states (load fails on fc.weight, or no aux capture)",
+            evidence={"engine": "vllm", "method": method, "how": how, "draft_arch": draft_config.get("architectures")},
+            fix='set "method": "eagle3" in --speculative-config',
+        )
+
+
+# the codes whose rule is an SGLang release's own mechanics, which vLLM does otherwise: its draft class registry
+# (vLLM renames the draft's architecture itself), the draft's context and dtype (vLLM gives the draft the target's),
+# top-level aux ids (vLLM reads them), per-class capture (aux.vllm_target here), SGLang's steps/topk/backends and
+# SGLang-only packages and variables. Not reported for a vLLM line (kit.preflight.check).
+SGLANG_RULES = frozenset(
+    "draft.arch draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.target_capture "
+    "launch.spec_params launch.spec_verify launch.backend env.sglang_var env.sglang_requires env.sgl_kernel_lane".split()
+)
+
+
+def is_vllm_line(dep) -> bool:
+    return dep.launch is not None and launch_test(dep.launch.argv) is not None
+
+
+def not_judged(dep) -> frozenset[str]:
+    """kit.preflight: the codes that do not hold for this deployment (SGLang's own rules, on a vLLM line)."""
+    return SGLANG_RULES if is_vllm_line(dep) else frozenset()
+
+
+def doctor_checks(dep) -> list[Finding]:
+    """kit doctor provider (`dep`: a `kit.preflight.Deployment`): a vLLM launch line, else nothing."""
+    if not is_vllm_line(dep):
+        return []
+    v, rules = read_argv(dep.launch.argv), rules_for(dep.vllm_version)
+    d = dep.draft
+    eagle3 = d is not None and is_eagle3(d.config, d.folder)
+    return launch_findings(v, rules) + model_findings(v, rules, dep.target_config, d and d.config, eagle3)
+
+
+def is_eagle3(draft_config, folder) -> bool:
+    """An EAGLE-3 draft: its config says so, or its fc takes more than 2 x hidden (EAGLE-1's [embedding, state]): the
+    official EAGLE-3 release names a plain LlamaForCausalLM."""
+    fc, hidden = fc_in_features(folder), draft_config.get("hidden_size")
+    return is_eagle3_draft(draft_config) or bool(fc and hidden and fc > 2 * hidden)

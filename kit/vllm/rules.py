@@ -1,0 +1,115 @@
+"""vLLM's EAGLE-3 support per release, read from `rules.json` (derived from real wheels by `kit.derive.vllm_scan`).
+
+    >>> r = rules_for("0.33.0")
+    >>> "eagle3" in r.eagle3_methods, r.speculative_config
+    (True, True)
+
+`rules_for(version)` answers for a release the table lists (`releases()`, oldest first; none named: the newest);
+any other version is a KitInputError naming it. Each field keeps its evidence, [file, line, text] in the first
+release of the span it belongs to (`VllmRules.evidence[field]`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kit.findings import KitInputError
+from kit.sglang.versions import Version
+
+RULES_PATH = Path(__file__).with_name("rules.json")
+RELEASES_PATH = Path(__file__).with_name("releases.json")
+FIELDS = ("methods", "flags", "aux_archs", "draft_archs", "draft_tp", "speculators", "metrics")
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    version: str
+    methods: tuple[str, ...]  # every `method` value the release accepts (declared in its Literal, or compared with)
+    eagle3_methods: tuple[str, ...]  # those that mean EAGLE-3
+    eagle_methods: tuple[str, ...]  # those that mean EAGLE (1/2)
+    name_detect: tuple[tuple[str, str], ...]  # (substring of the draft's path, method it sets) with no method given
+    speculative_config: bool  # the CLI has --speculative-config
+    speculative_config_json: bool  # ... and parses it as JSON
+    legacy_flags: tuple[str, ...]  # --speculative-model, --num-speculative-tokens, ... still on the CLI
+    spec_options: tuple[str, ...]  # every CLI option naming spec/draft, and --speculative-config's aliases
+    aux_archs: tuple[str, ...]  # target architectures whose class can emit EAGLE-3 aux hidden states
+    aux_default: str | None  # the default aux layer ids, as a formula of num_layers
+    aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
+    draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
+    draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens}}
+    draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts
+    draft_tp_checks: tuple[str, ...]  # further conditions on the draft TP that raise, in v1/spec_decode
+    speculators_detected: bool  # a speculators-format draft config is detected and converted
+    speculators_algorithms: tuple[str, ...]  # the `speculators_model_type` values it accepts
+    metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
+    parser_flags: tuple[Mapping[str, Any], ...] | None  # vLLM's own parser's options, where it ran
+    evidence: Mapping[str, Any]  # field -> its evidence
+
+
+@lru_cache(maxsize=1)
+def _doc() -> dict:
+    return json.loads(RULES_PATH.read_text())
+
+
+@lru_cache(maxsize=1)
+def releases() -> tuple[str, ...]:
+    """Every release the table covers, oldest first."""
+    return tuple(json.loads(RELEASES_PATH.read_text())["releases"])
+
+
+def default_release() -> str:
+    return releases()[-1]
+
+
+def _cell(field: str, version: str) -> dict | None:
+    want = Version.parse(version)
+    for s in _doc()["fields"].get(field, []):
+        if Version.parse(s["first"]) <= want <= Version.parse(s["last"]):
+            return s
+    return None
+
+
+def rules_for(version: str | None = None) -> VllmRules:
+    """The recorded rules of one listed release (the newest when None); KitInputError for any other."""
+    version = version or default_release()
+    listed = {Version.parse(v): v for v in releases()}
+    try:
+        key = Version.parse(version)
+    except ValueError:
+        raise KitInputError(f"not a vLLM version: {version!r}") from None
+    if key not in listed:
+        raise KitInputError(
+            f"vLLM {version} is not in the kit's vLLM table ({releases()[0]}..{releases()[-1]}, EAGLE-3 releases)"
+        )
+    version = listed[key]
+    cells = {f: _cell(f, version) for f in (*FIELDS, "parser_flags")}
+    v = {f: (c["value"] if c else {}) for f, c in cells.items()}
+    m, fl, aux, dr, tp, sp = (v[f] for f in FIELDS[:6])
+    return VllmRules(
+        version=version,
+        methods=tuple(sorted({*m.get("declared", []), *m.get("undeclared_accepted", [])})),
+        eagle3_methods=tuple(m.get("eagle3", [])),
+        eagle_methods=tuple(m.get("eagle", [])),
+        name_detect=tuple(tuple(p) for p in m.get("name_detect", [])),
+        speculative_config=bool(fl.get("speculative_config")),
+        speculative_config_json=bool(fl.get("speculative_config_json")),
+        legacy_flags=tuple(f for f, on in fl.get("legacy", {}).items() if on),
+        spec_options=tuple(sorted({*fl.get("spec_options", []), *fl.get("speculative_config_aliases", [])})),
+        aux_archs=tuple(aux.get("archs", [])),
+        aux_default=aux.get("default"),
+        aux_overrides={f: tuple(a) for f, a in aux.get("overrides", {}).items()},
+        draft_archs=dict(dr.get("archs", {})),
+        draft_loaders=dict(dr.get("loaders", {})),
+        draft_tp_allowed=tp.get("allowed"),
+        draft_tp_checks=tuple(c["if"] for c in tp.get("checks", [])),
+        speculators_detected=bool(sp.get("detects")),
+        speculators_algorithms=tuple(sp.get("algorithms", {})),
+        metrics=tuple(v["metrics"].get("exposed", [])),
+        parser_flags=tuple(v["parser_flags"]) if cells["parser_flags"] else None,
+        evidence={f: c["evidence"] for f, c in cells.items() if c},
+    )
