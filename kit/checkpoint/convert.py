@@ -248,11 +248,10 @@ def plan_conversion(
         title += (
             f"written as {aux['ids']}); if `speculators convert` copied them from a SGLang/SpecForge/ModelOpt head, "
         )
-        fix = "if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = "
-        ev = {"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied}
         title += f"they mean SGLang's default points {copied['points']} instead"
-        fix += f"{copied['ids']} in the output (kit doctor shows both readings)"
-        plan.notes.append(LAYER_SHIFT(title, evidence=ev, severity="warning", fix=fix))
+        fix = f"if the draft came from `speculators convert`, set eagle_config.eagle_aux_hidden_state_layer_ids = {copied['ids']} "
+        ev = {"source_ids": rec["aux_layer_ids"], "written_ids": aux["ids"], "if_copied": copied}
+        plan.notes.append(LAYER_SHIFT(title, ev, "warning", fix + "in the output (kit doctor shows both readings)"))
     hot = _plan_vocab_maps(src, canon, plan, d)
     head_from_target = _plan_embed_and_head(src, cfg, canon, plan, target, d, hot)
     _check_required(src, canon, d.num_hidden_layers)
@@ -406,12 +405,8 @@ _LAYER_TENSORS += ["input_layernorm.weight", "post_attention_layernorm.weight"]
 
 
 def _check_required(src: Path, canon: dict[str, TensorInfo], L: int | None) -> None:
-    required = (
-        ["fc.weight", "norm.weight"]
-        + [f"layers.{i}.{n}" for i in range(L or 1) for n in _LAYER_TENSORS]
-        + ["layers.0.hidden_norm.weight"]
-    )
-    missing = [n for n in required if n not in canon]
+    layers = [f"layers.{i}.{n}" for i in range(L or 1) for n in _LAYER_TENSORS]
+    missing = [n for n in ["fc.weight", "norm.weight", *layers, "layers.0.hidden_norm.weight"] if n not in canon]
     if missing:
         raise KitInputError(f"{src}: missing {len(missing)} required tensor(s), e.g. {missing[0]}")
 
@@ -468,13 +463,10 @@ def _output_config(cfg: HFConfig, lay, plan: Plan, target, k: int, H: int | None
 def _record_provenance(plan: Plan, cfg: HFConfig, src: Path, lay, target) -> None:
     declared = read_draft_config(cfg)
     ids = declared.top_level_aux_layer_ids or declared.aux_layer_ids
-    plan.provenance.update(kit_version=__version__, source=str(src.resolve()), source_layout=lay.name)
-    plan.provenance.update(
-        source_layout_evidence=lay.evidence, source_aux_layer_id_convention=lay.name, aux_layer_ids=ids
-    )
-    plan.provenance.update(
-        destination_layout=plan.to, target=target, dropped=plan.dropped, created_unix=int(time.time())
-    )
+    plan.provenance.update(kit_version=__version__, source=str(src.resolve()), source_layout=lay.name,
+                           source_layout_evidence=lay.evidence, source_aux_layer_id_convention=lay.name,
+                           aux_layer_ids=ids, destination_layout=plan.to, target=target, dropped=plan.dropped,
+                           created_unix=int(time.time()))  # fmt: skip
 
 
 def _write_aux(config: dict[str, Any], to: str, aux: dict[str, Any]) -> None:

@@ -195,11 +195,8 @@ def shape_checks(ck: Checkpoint, layout: Layout, d: DraftConfig) -> list[Finding
         title = f"{len(bad)} tensor shape(s) disagree with config.json, e.g. {bad[0][0]} {bad[0][1]} vs {bad[0][2]}"
         config = dict(hidden_size=H, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd, intermediate_size=I_)
         ev = {"mismatches": bad[:20], "config": dict(config, vocab_size=V, draft_vocab_size=Vd)}
-        out.append(
-            SHAPE(
-                title, evidence=ev, fix="the config.json does not describe these weights: use the training run's config"
-            )
-        )
+        fix = "the config.json does not describe these weights: use the training run's config"
+        out.append(SHAPE(title, evidence=ev, fix=fix))
     present = sorted(layer_indices(canon))
     if present and (present != list(range(len(present))) or len(present) != L):
         title = f"config num_hidden_layers={L} but the checkpoint has decoder layers {present}"
@@ -228,9 +225,8 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
     if fails:
         title = f"{len(fails)} key(s) fail to load in {ver}: {fails[0].key} ({fails[0].reason})"
         ev = {"keys": [(k.key, k.reason) for k in fails[:10]]}
-        out.append(
-            SHAPE(title, evidence=ev, fix="config and weights disagree; use the config the draft was trained with")
-        )
+        fix = "config and weights disagree; use the config the draft was trained with"
+        out.append(SHAPE(title, evidence=ev, fix=fix))
     dropped = [k for k in sim.by_status("dropped") if k.reason != "t2d is skipped by design"]
     if dropped:
         weights = [k for k in dropped if DRAFT_WEIGHTS.match(to_canonical(k.key, layout) or "")]
@@ -252,10 +248,8 @@ def simulation_findings(sim, layout: Layout) -> list[Finding]:
         out.append(PARAMS_MISSING(title, evidence=ev, severity="error" if crit else "warning", fix=fix))
     if sim.unused_loaded:
         title = f"{len(sim.unused_loaded)} weight(s) load into parameters {ver} never uses, e.g. {sim.unused_loaded[0]}"
-        fix = "SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert --to sglang renames "
-        out.append(
-            UNUSED_WEIGHTS(title, evidence={"params": sim.unused_loaded[:12]}, fix=fix + "input_layernorm there")
-        )
+        fix = "SGLang uses layers.N.hidden_norm (N>=1) as the pre-attention norm: kit convert --to sglang renames input_layernorm there"
+        out.append(UNUSED_WEIGHTS(title, evidence={"params": sim.unused_loaded[:12]}, fix=fix))
     return out
 
 
@@ -321,24 +315,16 @@ def quant_findings(draft_dir: Path, sglang_version: str | None) -> list[Finding]
         title = f"{ver} does not start: it {reads}, and its loader raises ValueError ('Invalid quant_config') for a "
         title += f"{arch!s} head whose file names no algorithm"
         return [QUANT(title, evidence={**evidence, "loader": loader["evidence"]}, fix=fix)]
-    if wrong and q["probe"] == "no_algo":
-        builds = (
-            f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm as a string "
-        )
-        builds += "and startup fails (TypeError)"
-    else:
-        builds = f"{q['class']}: the draft head is set up quantized and acceptance collapses"
     if wrong:
+        builds = f"{q['class']}: the draft head is set up quantized and acceptance collapses"
+        if q["probe"] == "no_algo":
+            builds = f"{q['class']} from a file that names no algorithm: the loader tests the missing algorithm as a "
+            builds += "string and startup fails (TypeError)"
         ev = {**evidence, "releases_that_misread": sort_versions(misread_releases())}
         return [QUANT(f"{ver} {reads} and builds {builds}", evidence=ev, fix=fix)]
     how = f"{q['quant_method']} ({q['class']})" if q["quant_method"] else "unquantized"
-    return [
-        QUANT(
-            f"{ver} sets the draft up as {how} from its {FILE} (quant_algo {algo!r})",
-            evidence=evidence,
-            severity="info",
-        )
-    ]
+    title = f"{ver} sets the draft up as {how} from its {FILE} (quant_algo {algo!r})"
+    return [QUANT(title, evidence=evidence, severity="info")]
 
 
 def inspect(
@@ -376,14 +362,9 @@ def inspect(
         view = speculators_to_sglang_config(cfg, None) if lay.name == "speculators" else cfg
         sim = ins.simulation = simulate_load(ck.shapes(), view, sglang_version)
         if lay.name == "speculators":  # simulated as if its config were flattened; the real one is not
-            sim.architecture = (cfg.get("architectures") or [None])[0]
-            sim.arch_status = (
-                "missing"
-                if sim.architecture is None
-                else "not_registered"
-                if sim.architecture not in registered_architectures(sim.version)
-                else "registered_not_eagle3"
-            )
+            arch = sim.architecture = (cfg.get("architectures") or [None])[0]
+            registered = arch in registered_architectures(sim.version)
+            sim.arch_status = "missing" if arch is None else "registered_not_eagle3" if registered else "not_registered"
             why = "speculators config: SGLang reads no transformer_layer_config/speculators_config (flat fields only)"
             sim.build_errors.insert(0, why + " — keys below are simulated as if flattened")
         rep.extend(simulation_findings(ins.simulation, lay))
@@ -510,11 +491,8 @@ def run(args: argparse.Namespace) -> int:
     if model.repo_id:
         rep.findings.insert(0, model.finding(None))
     pt, ck = prefix_totals(ins.checkpoint), ins.checkpoint
-    rep.facts.update(path=ck.path, layout=ins.layout.name, files=ck.files)
-    rep.facts.update(
-        total_params=sum(r["params"] for r in pt.values()), total_bytes=sum(r["bytes"] for r in pt.values())
-    )
-    rep.facts["config"] = ins.config_path
+    total = {f"total_{k}": sum(r[k] for r in pt.values()) for k in ("params", "bytes")}
+    rep.facts.update(path=ck.path, layout=ins.layout.name, files=ck.files, **total, config=ins.config_path)
     if cfg.json:
         doc = dict(rep.to_dict(), tensors=ins.key_rows(), prefixes=pt)
         if ins.simulation is not None:

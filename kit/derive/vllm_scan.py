@@ -1,27 +1,14 @@
-"""vLLM's EAGLE-3 support per release, derived from each release's wheel (`kit/vllm/rules.json`, read by `kit.vllm.rules`).
+"""vLLM's EAGLE-3 support per release, derived from its wheel into `kit/vllm/rules.json` (read by `kit.vllm.rules`).
 
-What: for every final vLLM release from EAGLE-3's first (`FIRST_RELEASE`, the first wheel with
-`vllm/model_executor/models/llama_eagle3.py`) one row of eight fields, each with its file:line evidence:
-`methods` (the `method` values `--speculative-config` declares and accepts, which mean EAGLE-3 / EAGLE, the names
-a draft path auto-detects), `flags` (`--speculative-config` and its JSON parsing, the legacy speculative flags, every
-option naming spec/draft), `aux_archs` (the registered architectures whose class supports EAGLE-3 aux hidden states,
-the default aux layer-id formula and its overrides), `draft_archs` (the architectures routed to an EAGLE-3 draft
-class, and what each class's `load_weights` does to checkpoint names), `draft_tp` (how the draft's tensor-parallel
-size is checked), `speculators` (speculators-format config detection and the algorithms it accepts), `metrics` (the
-Prometheus spec-decode counters of the V1 engine, as exposed) and, where vLLM's own parser ran, `parser_flags`.
-
-Why: a vLLM deployment of an EAGLE-3 draft is judged by what *its* release does, and vLLM changes these facts
-between releases (methods added, draft classes renamed, loaders rewritten); the facts are read from the real source
-so a change in vLLM shows up as a new span here, not as a wrong answer.
-
-How: each wheel (`pip download --no-deps --only-binary=:all: vllm==V`, ~330 MB) is read as a zip, only the `.py`
-members a field needs, as text (AST where it helps, regexes where robust), never imported, then deleted. Rows equal
-in a field collapse into spans of consecutive releases (`{"first", "last", "value", "evidence"}`; the evidence is the
-span's first release's file:line).
+What: per final release from `FIRST_RELEASE` (the first with `llama_eagle3.py`), the fields of
+`kit.vllm.rules.FIELDS` (one `derive_<field>` each) with file:line evidence, and `parser_flags` where vLLM's own
+parser ran. Why: a vLLM deployment is judged by what *its* release does, and these facts change between releases.
+How: the wheel's `.py` files read as text (AST or regex), never imported; rows equal in a field collapse into spans
+of consecutive releases (`{"first", "last", "value", "evidence"}`, the evidence of the span's first release).
 
     python -m kit.derive.vllm_scan --write [V...]     # re-derive these releases (default: all listed), store the table
     python -m kit.derive.vllm_scan V                  # print release V's row
-    VLLM_SRC=/dir python -m kit.derive.vllm_scan ...  # read /dir/<V>/vllm/... (extracted wheels) instead of downloading
+    VLLM_SRC=/dir python -m kit.derive.vllm_scan ...  # read /dir/<V>/vllm/... (extracted wheels), no download
     python -m kit.derive.vllm_scan --parser V SITE    # vLLM's real parser, vllm==V installed in SITE (parser_flags)
 """
 
@@ -31,7 +18,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,537 +42,347 @@ METRICS_FILES = ("vllm/v1/spec_decode/metrics.py", "vllm/v1/metrics/loggers.py")
 SPECULATORS_DIR = "vllm/transformers_utils/configs/speculators/"
 AUX_METHODS = ("set_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
 DEFAULT_AUX = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
+DRAFT_TP = r"speculative_draft_tensor_parallel_size|self\.draft_tensor_parallel_size|draft_tp"
+SPECULATORS_DETECT = r"def maybe_override_with_speculators|speculators_config"
+NAMES = ("d2t", "t2d", "midlayer.", "lm_head", "embed_tokens", "mask_hidden")  # the checkpoint names users ask about
 Ev = list  # [file, line, text]
 
 
-# -- the wheel, read as text ------------------------------------------------------------------------------------
 class Source:
-    """The `.py` members of one release's wheel (or an extracted tree), read as text on demand."""
+    """One release's unpacked wheel, its `.py` files (`vllm/...`) read as text; `lines` and `nodes` find in them."""
 
-    def __init__(self, version: str, zf: zipfile.ZipFile | None = None, root: Path | None = None):
-        self.version, self._zf, self._root, self._cache = version, zf, root, {}
-        names = zf.namelist() if zf else [str(p.relative_to(root)) for p in root.rglob("*.py")]  # type: ignore[union-attr]
-        self.names = sorted(n for n in names if n.endswith(".py"))
+    def __init__(self, root: Path):
+        self.root = root
 
     def text(self, path: str) -> str | None:
-        if path not in self._cache:
-            if path not in self.names:
-                self._cache[path] = None
-            elif self._zf:
-                self._cache[path] = self._zf.read(path).decode()
-            else:
-                self._cache[path] = (self._root / path).read_text()  # type: ignore[operator]
-        return self._cache[path]
+        return (self.root / path).read_text() if (self.root / path).is_file() else None
 
     def first(self, paths) -> tuple[str, str] | tuple[None, None]:
         """The first of `paths` the release has, with its text."""
-        for p in paths:
-            if (t := self.text(p)) is not None:
-                return p, t
-        return None, None
+        return next(((p, t) for p in paths if (t := self.text(p)) is not None), (None, None))
 
     def under(self, prefix: str) -> list[str]:
-        return [n for n in self.names if n.startswith(prefix)]
+        return sorted(str(p.relative_to(self.root)) for p in (self.root / prefix).rglob("*.py"))
+
+    def lines(self, paths, rx: str) -> list[Ev]:
+        """Every line of `paths` (in order) that `rx` finds, as evidence."""
+        hits = ((p, i, l) for p in paths for i, l in enumerate((self.text(p) or "").splitlines(), 1))
+        return [[p, i, l.strip()] for p, i, l in hits if re.search(rx, l)]
+
+    def nodes(self, paths, *types) -> Iterator[tuple[str, str, Any]]:
+        """(file, its text, node) of every AST node of `types` in `paths`, in order."""
+        for p in paths:
+            t = self.text(p) or ""
+            yield from ((p, t, n) for n in _walk(ast.parse(t), *types))
 
 
 @contextmanager
 def open_source(version: str) -> Iterator[Source]:
-    """Release `version`'s source: $VLLM_SRC/<version>/ when set and present, else its wheel, downloaded into a
-    temporary folder, read as a zip and deleted on exit (KitInputError when it cannot be had)."""
+    """$VLLM_SRC/<version>/ when there, else the wheel downloaded and unpacked into a temporary folder."""
     if (src := os.environ.get("VLLM_SRC")) and (Path(src) / version / "vllm").is_dir():
-        yield Source(version, root=Path(src) / version)
+        yield Source(Path(src) / version)
         return
-    tmp = Path(tempfile.mkdtemp(prefix=f"vllm-{version}-"))
-    try:
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(tmp)]
+    with tempfile.TemporaryDirectory(prefix=f"vllm-{version}-") as tmp:
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", tmp]
         r = subprocess.run([*pip, f"vllm=={version}"], capture_output=True, text=True)
-        wheels = sorted(tmp.glob("vllm-*.whl"))
-        if r.returncode or not wheels:
+        if r.returncode or not (wheels := sorted(Path(tmp).glob("vllm-*.whl"))):
             last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
             raise KitInputError(f"vllm=={version}: cannot download the wheel ({last})")
         with zipfile.ZipFile(wheels[0]) as zf:
-            yield Source(version, zf=zf)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            zf.extractall(tmp, [n for n in zf.namelist() if n.endswith(".py")])
+        yield Source(Path(tmp))
 
 
-def _ev(path: str, node_or_line, text: str) -> Ev:
-    line = node_or_line if isinstance(node_or_line, int) else node_or_line.lineno
-    return [path, line, text.splitlines()[line - 1].strip()]
+_walk = lambda node, *types: [n for n in ast.walk(node) if isinstance(n, types)]
+_ev = lambda path, node, text: [path, node.lineno, text.splitlines()[node.lineno - 1].strip()]  # evidence of a node
+_strs = lambda node: [n.value for n in _walk(node, ast.Constant) if isinstance(n.value, str)]
+_ret = lambda fn: next((n for n in _walk(fn, ast.Return) if n.value is not None), None)  # its first `return X`
 
 
-def _strs(node) -> list[str]:
-    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+_target = lambda n: n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else None
+# (name, value) of each module-level `NAME = ...` / `NAME: T = ...`
+_assigns = lambda tree: [(t.id, n.value) for n in tree.body if isinstance(t := _target(n), ast.Name) and n.value]
+# a condition as a short rule: vLLM's long attribute chains named by what they are
+_norm = lambda e: re.sub(DRAFT_TP, "draft_tp", re.sub(r"\w+\.tensor_parallel_size", "target_tp", e))
 
 
-def _norm(expr: str) -> str:
-    """A condition as a short rule: vLLM's long attribute chains named by what they are."""
-    for long, short in (
-        (r"\w+\.tensor_parallel_size", "target_tp"),
-        (r"speculative_draft_tensor_parallel_size|self\.draft_tensor_parallel_size|draft_tp", "draft_tp"),
-    ):
-        expr = re.sub(long, short, expr)
-    return expr
-
-
-# -- methods ----------------------------------------------------------------------------------------------------
-def _literal_values(tree: ast.Module, name: str, seen: set | None = None) -> list[str]:
+def _literal_values(tree: ast.Module, name: str, seen: set) -> list[str]:
     """The strings of a module-level `Name = Literal[...]` alias, nested aliases flattened."""
-    seen = seen or set()
     seen.add(name)
-    for n in tree.body:
-        tgt = n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else None
-        if isinstance(tgt, ast.Name) and tgt.id == name and n.value is not None:
-            out: list[str] = []
-            for sub in ast.walk(n.value):
-                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                    out.append(sub.value)
-                elif isinstance(sub, ast.Name) and sub.id not in ("Literal", "Union") and sub.id not in seen:
-                    out += _literal_values(tree, sub.id, seen)
-            return out
+    for value in (v for n, v in _assigns(tree) if n == name):
+        out: list[str] = []
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                out.append(sub.value)
+            elif isinstance(sub, ast.Name) and sub.id not in ("Literal", "Union", *seen):
+                out += _literal_values(tree, sub.id, seen)
+        return out
     return []
 
 
-def _method_tuple(tree: ast.AST, text: str, path: str, fn_or_var: str) -> tuple[list[str], Ev | None]:
-    """The strings of `self.method in (...)` returned by def `fn_or_var`, or assigned to variable `fn_or_var`."""
-    for n in ast.walk(tree):
-        hit = (isinstance(n, ast.FunctionDef) and n.name == fn_or_var) or (
-            isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == fn_or_var for t in n.targets)
-        )
-        if not hit:
-            continue
-        for c in ast.walk(n):
-            if isinstance(c, ast.Compare) and ast.unparse(c.left) == "self.method" and isinstance(c.ops[0], ast.In):
-                return sorted(_strs(c.comparators[0])), _ev(path, c, text)
-    return [], None
+def _method_in(tree: ast.AST, name: str) -> tuple[list[str], ast.AST | None]:
+    """The strings of the `self.method in (...)` in def `name` (or an assignment to `name`), and that comparison."""
+    named = lambda n: (
+        getattr(n, "name", None) == name or any(getattr(t, "id", 0) == name for t in getattr(n, "targets", []))
+    )
+    is_in = lambda c: ast.unparse(c.left) == "self.method" and isinstance(c.ops[0], ast.In)
+    hits = [c for n in _walk(tree, ast.FunctionDef, ast.Assign) if named(n) for c in _walk(n, ast.Compare) if is_in(c)]
+    return (sorted(_strs(hits[0].comparators[0])), hits[0]) if hits else ([], None)
 
 
 def derive_methods(src: Source) -> tuple[dict, dict]:
     path, text = src.first(SPEC_CONFIG_FILES)
     if text is None:
         return {"declared": []}, {}
-    tree = ast.parse(text)
-    declared = list(dict.fromkeys(_literal_values(tree, "SpeculativeMethod")))
-    ev: dict[str, Ev] = {}
-    for i, line in enumerate(text.splitlines(), 1):
-        if re.match(r"\s*SpeculativeMethod\b.*=", line):
-            ev["declared"] = _ev(path, i, text)
+    tree, ev, detect = ast.parse(text), {}, []  # detect: ("<substring> in draft model name", method it sets)
+    declared = sorted(set(_literal_values(tree, "SpeculativeMethod", set())))
     compared: dict[str, Ev] = {}  # every string `self.method` is compared with: what the code really accepts
-    detect: list[list[str]] = []  # ("<substring> in draft model name", method it sets)
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Compare) and ast.unparse(n.left) == "self.method":
-            for s in _strs(n.comparators[0]):
-                compared.setdefault(s, _ev(path, n, text))
-        if isinstance(n, ast.If) and ".model.lower()" in ast.unparse(n.test):
-            sets = [
-                b.value.value
-                for b in n.body
-                if isinstance(b, ast.Assign)
-                and ast.unparse(b.targets[0]) == "self.method"
-                and isinstance(b.value, ast.Constant)
-            ]
-            if sets:
-                subs = [s for s in _strs(n.test) if s not in ("",)]
-                detect.append([" or ".join(subs), sets[0]])
-                ev.setdefault("name_detect", _ev(path, n, text))
-    accepted = sorted(set(declared) | set(compared))
-    family, ev_family = _method_tuple(tree, text, path, "use_eagle")
-    aux, ev_aux = _method_tuple(tree, text, path, "uses_aux_hidden_states")
-    if ev_family:
-        ev["eagle_family"] = ev_family
-    if ev_aux:
-        ev["aux_hidden_state_methods"] = ev_aux
+    for n in (c for c in _walk(tree, ast.Compare) if ast.unparse(c.left) == "self.method"):
+        for s in _strs(n.comparators[0]):
+            compared.setdefault(s, _ev(path, n, text))
+    for n in (i for i in _walk(tree, ast.If) if ".model.lower()" in ast.unparse(i.test)):
+        sets = [b.value for b in n.body if isinstance(b, ast.Assign) and ast.unparse(b.targets[0]) == "self.method"]
+        if sets := [s.value for s in sets if isinstance(s, ast.Constant)]:
+            detect.append([" or ".join(s for s in _strs(n.test) if s), sets[0]])
+            ev.setdefault("name_detect", _ev(path, n, text))
+    family, aux = _method_in(tree, "use_eagle"), _method_in(tree, "uses_aux_hidden_states")
+    ev |= {k: _ev(path, c, text) for k, (_, c) in (("eagle_family", family), ("aux_hidden_state_methods", aux)) if c}
     if "eagle3" in compared:
         ev["eagle3_accepted"] = compared["eagle3"]
-    value = {
-        "declared": sorted(declared),
-        "undeclared_accepted": sorted(set(compared) - set(declared)),
+    if hits := src.lines([path], r"^\s*SpeculativeMethod\b.*="):
+        ev["declared"] = hits[-1]
+    accepted = sorted({*declared, *compared})
+    eagle = {
         "eagle3": [m for m in accepted if m == "eagle3" or m.endswith("_eagle3")],
-        "eagle": [m for m in accepted if m == "eagle"],
-        "eagle_family": family,
-        "aux_hidden_state_methods": aux,
-        "name_detect": detect,
+        "eagle": ["eagle"] * ("eagle" in accepted),
     }
-    return value, ev
+    value = {"declared": declared, "undeclared_accepted": sorted(set(compared) - set(declared)), "name_detect": detect}
+    return value | eagle | {"eagle_family": family[0], "aux_hidden_state_methods": aux[0]}, ev
 
 
-# -- flags ------------------------------------------------------------------------------------------------------
 def derive_flags(src: Source) -> tuple[dict, dict]:
+    calls: dict[str, ast.Call] = {}  # option -> its add_argument call
     text = src.text(ARG_UTILS) or ""
-    tree = ast.parse(text)
-    lines = text.splitlines()
-    options: dict[str, Ev] = {}
-    calls: dict[str, ast.Call] = {}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument":
-            for a in n.args:
-                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
-                    options.setdefault(a.value, _ev(ARG_UTILS, n, text))
-                    calls.setdefault(a.value, n)
+    for _, _, n in src.nodes([ARG_UTILS], ast.Call):
+        if isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument":
+            for a in (a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)):
+                calls.setdefault(a, n) if a.startswith("-") else None
     spec = calls.get("--speculative-config")
-    json_parsed = False
-    if spec is not None:
-        near = "\n".join(
-            lines[max(0, spec.lineno - 4) : spec.end_lineno]
-        )  # the call and a `kwargs["type"] = ...` above
-        json_parsed = "json.loads" in near or "json" in ast.unparse(spec)
-    spec_opts = sorted(o for o in options if re.search(r"spec|draft", o))
-    value = {
-        "speculative_config": spec is not None,
-        "speculative_config_json": json_parsed,
-        "speculative_config_aliases": sorted(
-            a.value
-            for a in (spec.args if spec else [])
-            if isinstance(a, ast.Constant) and a.value != "--speculative-config"
-        ),
-        "legacy": {f: f in options for f in LEGACY_FLAGS},
-        "spec_options": spec_opts,
-    }
-    return value, {o: options[o] for o in spec_opts}
+    near = "\n".join(text.splitlines()[max(0, spec.lineno - 4) : spec.end_lineno]) if spec else ""  # `type` above
+    spec_opts = sorted(o for o in calls if re.search(r"spec|draft", o))
+    aliases = [a.value for a in (spec.args if spec else []) if isinstance(a, ast.Constant)]
+    json_parsed = bool(spec) and ("json.loads" in near or "json" in ast.unparse(spec))
+    value = {"speculative_config": spec is not None, "speculative_config_json": json_parsed, "spec_options": spec_opts}
+    value |= {"speculative_config_aliases": sorted(a for a in aliases if a != "--speculative-config")}
+    value |= {"legacy": {f: f in calls for f in LEGACY_FLAGS}}
+    return value, {o: _ev(ARG_UTILS, calls[o], text) for o in spec_opts}
 
 
-# -- model classes: who supports EAGLE-3 aux hidden states ------------------------------------------------------
-def _registry(src: Source) -> tuple[dict[str, dict[str, tuple[str, str]]], str]:
+def _registry(src: Source) -> dict[str, dict[str, tuple[str, str]]]:
     """registry.py's tables: {table name: {architecture: (module, class)}}."""
-    path = MODELS + "registry.py"
-    text = src.text(path) or ""
-    out: dict[str, dict[str, tuple[str, str]]] = {}
-    for n in ast.parse(text).body:
-        tgt = n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else None
-        if not (isinstance(tgt, ast.Name) and isinstance(n.value, ast.Dict)):
-            continue
-        rows = {}
-        for k, v in zip(n.value.keys, n.value.values, strict=True):
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Tuple) and len(v.elts) >= 2:
-                m, c = v.elts[0], v.elts[1]
-                if isinstance(m, ast.Constant) and isinstance(c, ast.Constant):
-                    rows[k.value] = (m.value, c.value)
-        if rows:
-            out[tgt.id] = rows
-    return out, text
+    out = {}
+    for name, d in _assigns(ast.parse(src.text(MODELS + "registry.py") or "")):
+        if isinstance(d, ast.Dict):
+            pairs = [(k, v.elts[:2]) for k, v in zip(d.keys, d.values) if isinstance(v, ast.Tuple) and len(v.elts) >= 2]
+            items = [(k, m, c) for k, (m, c) in pairs if all(isinstance(x, ast.Constant) for x in (k, m, c))]
+            if rows := {k.value: (m.value, c.value) for k, m, c in items}:
+                out[name] = rows
+    return out
 
 
 class _Classes:
     """Every class of vllm/model_executor/models/*.py: its bases, resolved by import or file, and its methods."""
 
     def __init__(self, src: Source):
-        self.src = src
-        self.defs: dict[tuple[str, str], ast.ClassDef] = {}
-        self.imports: dict[str, dict[str, tuple[str, str]]] = {}
-        self.texts: dict[str, str] = {}
-        for path in src.under(MODELS):
-            mod = path[len(MODELS) : -3]
-            if "/" in mod:
-                continue
-            text = src.text(path) or ""
-            self.texts[mod] = text
+        self.defs: dict[tuple[str, str], ast.ClassDef] = {}  # (module, class) -> its def
+        self.imports: dict[str, dict[str, tuple[str, str]]] = {}  # module -> {name: (module, class)}
+        for path in (p for p in src.under(MODELS) if "/" not in p[len(MODELS) :]):
+            mod, imp = path[len(MODELS) : -3], {}
             try:
-                tree = ast.parse(text)
+                tree = ast.parse(src.text(path) or "")
             except SyntaxError:
                 continue
-            imp = self.imports.setdefault(mod, {})
-            for n in ast.walk(tree):
+            self.imports[mod] = imp
+            for n in _walk(tree, ast.ClassDef, ast.ImportFrom):
                 if isinstance(n, ast.ClassDef):
                     self.defs.setdefault((mod, n.name), n)
-                elif isinstance(n, ast.ImportFrom) and n.module:
+                elif n.module:
                     base = n.module.removeprefix("vllm.model_executor.models.").lstrip(".")
-                    for a in n.names:
-                        imp[a.asname or a.name] = (base, a.name)
+                    imp.update({a.asname or a.name: (base, a.name) for a in n.names})
 
-    def resolve(self, mod: str, name: str) -> tuple[str, str] | None:
-        if (mod, name) in self.defs:
-            return mod, name
-        if name in self.imports.get(mod, {}) and self.imports[mod][name] in self.defs:
-            return self.imports[mod][name]
-        return None
-
-    def mro(self, mod: str, name: str, seen=None) -> list[tuple[str, str, ast.ClassDef | None, list[str]]]:
-        """(module, class, its ClassDef, its base names), depth-first, bases in order."""
-        seen = seen if seen is not None else set()
-        key = self.resolve(mod, name)
-        if key is None or key in seen:
+    def mro(self, mod: str, name: str, seen: set) -> list[tuple[str, ast.ClassDef, list[str]]]:
+        """(module, ClassDef, base names) of the class and its bases, depth-first, bases in order."""
+        key = (mod, name) if (mod, name) in self.defs else self.imports.get(mod, {}).get(name)
+        if key not in self.defs or key in seen:
             return []
         seen.add(key)
-        node = self.defs[key]
-        bases = [ast.unparse(b).split(".")[-1].split("[")[0] for b in node.bases]
-        out = [(key[0], key[1], node, bases)]
-        for b in bases:
-            out += self.mro(key[0], b, seen)
-        return out
+        bases = [ast.unparse(b).split(".")[-1].split("[")[0] for b in self.defs[key].bases]
+        return [(key[0], self.defs[key], bases)] + [x for b in bases for x in self.mro(key[0], b, seen)]
 
-    def method(self, mod: str, name: str, meth: str):
-        for m, _c, node, _b in self.mro(mod, name):
-            for f in node.body:
-                if isinstance(f, ast.FunctionDef) and f.name == meth:
-                    return m, f
-        return None
+    def method(self, mod: str, name: str, meth: str) -> tuple[str, ast.FunctionDef] | None:
+        """(defining module, def) of `meth` through the bases."""
+        defs = ((m, f) for m, node, _ in self.mro(mod, name, set()) for f in node.body)
+        return next(((m, f) for m, f in defs if isinstance(f, ast.FunctionDef) and f.name == meth), None)
 
     def supports_eagle3(self, mod: str, name: str) -> bool:
-        for _m, _c, node, bases in self.mro(mod, name):
-            if "SupportsEagle3" in bases or any(
-                isinstance(f, ast.FunctionDef) and f.name in AUX_METHODS for f in node.body
-            ):
-                return True
-        return False
+        aux = lambda node: any(isinstance(f, ast.FunctionDef) and f.name in AUX_METHODS for f in node.body)
+        return any("SupportsEagle3" in bases or aux(node) for _, node, bases in self.mro(mod, name, set()))
 
 
 def _formula(fn: ast.FunctionDef) -> str:
     """A layer-id method's rule as a short formula: the returned tuple, `num_layers` for the layer count."""
-    ret = next((n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None), None)
-    if ret is None:
-        return "?"
-    out = ast.unparse(ret.value)
+    out = ast.unparse(_ret(fn).value) if _ret(fn) else "?"
     return "delegates" if re.fullmatch(r"self\.[\w.()]+\.\w+\(\)", out) else out
 
 
-def derive_aux(src: Source) -> tuple[dict, dict]:
-    tables, _ = _registry(src)
-    classes = _Classes(src)
-    archs, rules = [], {}
-    ev: dict[str, Ev] = {}
-    for table, rows in sorted(tables.items()):
-        if not re.search(r"GENERATION|MULTIMODAL|TRANSFORMERS", table):  # targets generate; drafts are elsewhere
-            continue
-        for arch, (mod, cls) in rows.items():
-            if not classes.supports_eagle3(mod, cls):
-                continue
-            archs.append(arch)
-            for meth in DEFAULT_AUX:
-                if (hit := classes.method(mod, cls, meth)) is not None:
-                    rules.setdefault(_formula(hit[1]), set()).add(arch)
-                    break
-            else:
-                rules.setdefault("interface default", set()).add(arch)
-    default, _formula_ev = None, None
-    iface = MODELS + "interfaces.py"
-    for path in (iface, MODELS + "llama.py"):  # the interface's default, else Llama's (before the interface had one)
-        text = src.text(path) or ""
-        for n in ast.walk(ast.parse(text)):
-            ret = next((r for r in ast.walk(n) if isinstance(r, ast.Return) and r.value is not None), None)
-            if isinstance(n, ast.FunctionDef) and n.name in DEFAULT_AUX and default is None and ret is not None:
-                default = _formula(n)
-                ev["default"] = _ev(path, ret, text)
-        if default is not None:
-            break
+def derive_aux_archs(src: Source) -> tuple[dict, dict]:
+    classes, archs, rules, ev = _Classes(src), [], {}, {}
+    for table, rows in sorted(_registry(src).items()):
+        for arch, (mod, cls) in rows.items() if re.search(r"GENERATION|MULTIMODAL|TRANSFORMERS", table) else []:
+            if classes.supports_eagle3(mod, cls):  # targets generate; drafts are in other tables
+                archs.append(arch)
+                hit = next((h for m in DEFAULT_AUX if (h := classes.method(mod, cls, m))), None)
+                rules.setdefault(_formula(hit[1]) if hit else "interface default", set()).add(arch)
+    # the interface's default, else Llama's (before the interface had one)
+    fns = src.nodes((MODELS + "interfaces.py", MODELS + "llama.py"), ast.FunctionDef)
+    path, text, fn = next(((p, t, f) for p, t, f in fns if f.name in DEFAULT_AUX and _ret(f)), (0, 0, None))
+    default, ev = (_formula(fn), {"default": _ev(path, _ret(fn), text)}) if fn else (None, ev)
     if "interface default" in rules and default:
         rules.setdefault(default, set()).update(rules.pop("interface default"))
-    runner = "vllm/v1/worker/gpu_model_runner.py"
-    rtext = src.text(runner) or ""
-    for i, line in enumerate(rtext.splitlines(), 1):
-        if "eagle_aux_hidden_state_layer_ids" in line:
-            ev["ids_from_draft_config"] = _ev(runner, i, rtext)
-            break
-    value = {
-        "archs": sorted(set(archs)),
-        "default": default,
-        "overrides": {f: sorted(a) for f, a in sorted(rules.items()) if f != default},
-        "ids_from_draft_config": "ids_from_draft_config" in ev,
-    }
-    return value, ev
+    if hits := src.lines(["vllm/v1/worker/gpu_model_runner.py"], "eagle_aux_hidden_state_layer_ids"):
+        ev["ids_from_draft_config"] = hits[0]
+    overrides = {f: sorted(a) for f, a in sorted(rules.items()) if f != default}
+    value = {"archs": sorted(set(archs)), "default": default, "overrides": overrides}
+    return value | {"ids_from_draft_config": "ids_from_draft_config" in ev}, ev
 
 
-# -- EAGLE-3 draft classes and their loaders --------------------------------------------------------------------
-def _loader_ops(text: str, path: str, fn: ast.AST) -> list[dict]:
-    """What one `load_weights` does to checkpoint names, in source order: skip / rename / prefix / map / drop_if /
-    require / skip_prefixes / stacked, each with its condition and line."""
+def _loader_ops(fn: ast.AST) -> list[dict]:
+    """What one `load_weights` (or `hf_to_vllm_mapper`) does to checkpoint names, in source order: skip / rename /
+    prefix / map / drop_if / require / skip_prefixes / stacked, each with its condition and line ("at")."""
     ops: list[dict] = []
-
-    def add(op: dict, node) -> None:
-        ops.append({**op, "at": _ev(path, node, text)[1:]})
-
-    parents = {c: p for p in ast.walk(fn) for c in ast.iter_child_nodes(p)}
-
-    def cond(node) -> str | None:
-        p = parents.get(node)
-        while p is not None and not isinstance(p, ast.If):
-            p = parents.get(p)
-        return ast.unparse(p.test) if p is not None else None
-
+    add = lambda op, node: ops.append({**op, "at": node.lineno})
+    # each node's nearest enclosing `if` (walk is breadth-first: an inner if overwrites its outer one)
+    cond = {c: ast.unparse(i.test) for i in _walk(fn, ast.If) for c in ast.walk(i) if c is not i}.get
     for n in ast.walk(fn):
-        if isinstance(n, ast.If) and isinstance(n.body[0], ast.Continue) and len(n.body) == 1 and _strs(n.test):
+        kw, dict_kw = isinstance(n, ast.keyword), isinstance(getattr(n, "value", None), ast.Dict)
+        if isinstance(n, ast.If) and len(n.body) == 1 and isinstance(n.body[0], ast.Continue) and _strs(n.test):
             add({"op": "skip", "if": ast.unparse(n.test)}, n)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "replace":
-            a = n.args
-            if len(a) == 2 and all(isinstance(x, ast.Constant) for x in a):
+            if len(a := n.args) == 2 and all(isinstance(x, ast.Constant) for x in a):
                 add({"op": "rename", "from": a[0].value, "to": a[1].value, "if": cond(n)}, n)
         elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add) and isinstance(n.left, ast.Constant):
             if isinstance(n.left.value, str) and isinstance(n.right, ast.Name):
                 add({"op": "prefix", "add": n.left.value, "if": cond(n)}, n)
-        elif (
-            isinstance(n, ast.keyword)
-            and n.arg in ("orig_to_new_substr", "orig_to_new_prefix")
-            and isinstance(n.value, ast.Dict)
-        ):
+        elif kw and n.arg in ("orig_to_new_substr", "orig_to_new_prefix") and dict_kw:
             for k, v in zip(n.value.keys, n.value.values, strict=True):
                 if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
                     add({"op": "map", "from": k.value, "to": v.value}, k)
-        elif isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Subscript):
-            t = n.targets[0]
+        elif isinstance(n, ast.Assign) and isinstance(t := n.targets[0], ast.Subscript):
             if "orig_to_new" in ast.unparse(t.value) and isinstance(n.value, ast.Constant) and n.value.value is None:
                 add({"op": "drop_if", "key": ast.literal_eval(t.slice), "if": cond(n)}, n)
         elif isinstance(n, ast.Raise) and n.exc is not None:
             add({"op": "require", "if": cond(n), "message": " ".join(_strs(n.exc))[:160]}, n)
-        elif (
-            isinstance(n, ast.keyword)
-            and n.arg == "skip_prefixes"
-            and not (isinstance(n.value, ast.Constant) and n.value.value is None)
-        ):
+        elif kw and n.arg == "skip_prefixes" and not (isinstance(n.value, ast.Constant) and n.value.value is None):
             add({"op": "skip_prefixes", "value": ast.unparse(n.value)}, n)
         elif isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "stacked_params_mapping":
             add({"op": "stacked", "value": [_strs(e)[:2] for e in getattr(n.value, "elts", [])]}, n)
-        elif isinstance(n, ast.keyword) and n.arg == "orig_to_new_stacked" and isinstance(n.value, ast.Dict):
-            add(
-                {"op": "stacked", "value": [[_strs(v)[0], _strs(k)[0]] for k, v in zip(n.value.keys, n.value.values)]},
-                n,
-            )
-    return sorted(ops, key=lambda o: o["at"][0])
+        elif kw and n.arg == "orig_to_new_stacked" and dict_kw:
+            pairs = [[_strs(v)[0], _strs(k)[0]] for k, v in zip(n.value.keys, n.value.values)]
+            add({"op": "stacked", "value": pairs}, n)
+    return sorted(ops, key=lambda o: o["at"])
 
 
-def _summary(ops: list[dict]) -> dict[str, str]:
-    """The checkpoint names an EAGLE-3 user asks about, and what the loader does with each."""
+def _names(ops: list[dict]) -> dict[str, str]:
+    """The checkpoint names an EAGLE-3 user asks about, and what the loader does with each (its first op on it)."""
     out = {}
-    for key in ("d2t", "t2d", "midlayer.", "lm_head", "embed_tokens", "mask_hidden"):
-        for o in ops:
-            if o["op"] == "skip" and f"'{key}' in name" in o["if"].replace('"', "'"):
-                out[key] = "skipped"
-            elif o["op"] in ("rename", "map") and o["from"] == key:
-                out[key] = f"-> {o['to']}" if o["to"] is not None else "dropped"
-            elif o["op"] == "prefix" and o["if"] and key in o["if"]:
-                out.setdefault(key, f"kept (no {o['add']} prefix)")
-            if key in out:
-                break
+    for key, o in ((k, o) for k in NAMES for o in ops if k not in out):
+        if o["op"] == "skip" and f"'{key}' in name" in o["if"].replace('"', "'"):
+            out[key] = "skipped"
+        elif o["op"] in ("rename", "map") and o["from"] == key:
+            out[key] = f"-> {o['to']}" if o["to"] is not None else "dropped"
+        elif o["op"] == "prefix" and o["if"] and key in o["if"]:
+            out[key] = f"kept (no {o['add']} prefix)"
     return out
 
 
-def derive_drafts(src: Source) -> tuple[dict, dict]:
-    tables, _ = _registry(src)
-    spec = tables.get("_SPECULATIVE_DECODING_MODELS", {})
+def derive_draft_archs(src: Source) -> tuple[dict, dict]:
+    spec = _registry(src).get("_SPECULATIVE_DECODING_MODELS", {})
     archs = {a: f"{m}.{c}" for a, (m, c) in spec.items() if "eagle3" in m or "Eagle3" in c}
-    classes = _Classes(src)
-    loaders, ev = {}, {}
+    classes, loaders, ev = _Classes(src), {}, {}
+    is_load = lambda p: isinstance(p, ast.FunctionDef) and p.name == "load_weights"
+    is_part = lambda p: is_load(p) or isinstance(p, ast.Assign) and "WeightsMapper(" in ast.unparse(p.value)
     for target in sorted(set(archs.values())):
         mod, cls = target.split(".")
-        path, text = MODELS + mod + ".py", classes.texts.get(mod, "")
         ops: list[dict] = []
-        hit = classes.method(mod, cls, "load_weights")
-        if hit and hit[0] == mod:
-            ev[target] = _ev(path, hit[1], text)
+        if (hit := classes.method(mod, cls, "load_weights")) and hit[0] == mod:
+            ev[target] = _ev(MODELS + mod + ".py", hit[1], src.text(MODELS + mod + ".py"))
             # the draft class's loader, then its file's inner models' (`self.model.load_weights`), each with the
-            # class-level `hf_to_vllm_mapper = WeightsMapper(...)` it applies
+            # class-level `hf_to_vllm_mapper = WeightsMapper(...)` it applies (loaders first, then mappers)
             for (m, c), node in sorted(classes.defs.items(), key=lambda kv: kv[0][1] != cls):
                 if m != mod or (c != cls and not c.endswith("Model")):
                     continue
-                parts = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "load_weights"]
-                parts += [
-                    a for a in node.body if isinstance(a, ast.Assign) and "WeightsMapper(" in ast.unparse(a.value)
-                ]
-                for part in parts:
-                    ops += [{**o, "in": c} if c != cls else o for o in _loader_ops(text, path, part)]
-        loaders[target] = {"ops": [{k: v for k, v in o.items() if k != "at"} for o in ops], "names": _summary(ops)}
+                for part in sorted(
+                    node.body, key=lambda p: not isinstance(p, ast.FunctionDef)
+                ):  # loaders, then mappers
+                    ops += [{**o, "in": c} if c != cls else o for o in _loader_ops(part)] if is_part(part) else []
+        loaders[target] = {"ops": [{k: v for k, v in o.items() if k != "at"} for o in ops], "names": _names(ops)}
         if hit and hit[0] != mod:
             loaders[target]["inherits_load_weights"] = f"{hit[0]}.{cls}"
-        ev[target + ":ops"] = [o["at"][0] for o in ops]
+        ev[target + ":ops"] = [o["at"] for o in ops]
     return {"archs": dict(sorted(archs.items())), "loaders": loaders}, ev
 
 
-# -- draft tensor parallelism -----------------------------------------------------------------------------------
 def derive_draft_tp(src: Source) -> tuple[dict, dict]:
     value: dict[str, Any] = {"allowed": None, "default": None, "checks": []}
     ev: dict[str, Ev] = {}
-    path, text = src.first(SPEC_CONFIG_FILES)
-    if text:
-        for n in ast.walk(ast.parse(text)):
-            if isinstance(n, ast.FunctionDef) and n.name == "_verify_and_get_draft_tp":
-                for c in ast.walk(n):
-                    if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.NotIn):
-                        value["allowed"] = _norm(ast.unparse(c.comparators[0]))
-                        ev["allowed"] = _ev(path, c, text)
-                    if isinstance(c, ast.If) and ast.unparse(c.test).endswith("is None") and value["default"] is None:
-                        assigns = [b for b in ast.walk(c) if isinstance(b, ast.Assign)]
-                        value["default"] = " / ".join(dict.fromkeys(_norm(ast.unparse(a.value)) for a in assigns))
-                        ev["default"] = _ev(path, c, text)
-    for p in src.under("vllm/v1/spec_decode/"):
-        t = src.text(p) or ""
-        for n in ast.walk(ast.parse(t)):
-            if isinstance(n, ast.If) and any(isinstance(b, ast.Raise) for b in n.body):
-                test = ast.unparse(n.test)
-                if re.search(r"draft_tp|tensor_parallel", test):
-                    value["checks"].append({"if": _norm(test), "file": p})
-                    ev[f"check:{p}"] = _ev(p, n, t)
+    path, _ = src.first(SPEC_CONFIG_FILES)
+    fns = [
+        (t, f) for _, t, f in src.nodes([path] * bool(path), ast.FunctionDef) if f.name == "_verify_and_get_draft_tp"
+    ]
+    for text, c in ((t, c) for t, f in fns for c in ast.walk(f)):
+        if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.NotIn):
+            value["allowed"], ev["allowed"] = _norm(ast.unparse(c.comparators[0])), _ev(path, c, text)
+        if isinstance(c, ast.If) and ast.unparse(c.test).endswith("is None") and value["default"] is None:
+            assigns = [_norm(ast.unparse(b.value)) for b in _walk(c, ast.Assign)]
+            value["default"], ev["default"] = " / ".join(dict.fromkeys(assigns)), _ev(path, c, text)
+    for p, t, n in src.nodes(src.under("vllm/v1/spec_decode/"), ast.If):
+        if re.search(r"draft_tp|tensor_parallel", ast.unparse(n.test)) and any(
+            isinstance(b, ast.Raise) for b in n.body
+        ):
+            value["checks"].append({"if": _norm(ast.unparse(n.test)), "file": p})
+            ev[f"check:{p}"] = _ev(p, n, t)
     return value, ev
 
 
-# -- speculators-format configs ---------------------------------------------------------------------------------
 def derive_speculators(src: Source) -> tuple[dict, dict]:
     ev: dict[str, Ev] = {}
     algos: dict[str, dict] = {}
-    for p in src.under(SPECULATORS_DIR):
-        t = src.text(p) or ""
-        for n in ast.walk(ast.parse(t)):
-            if isinstance(n, ast.FunctionDef):
-                for d in n.decorator_list:
-                    if isinstance(d, ast.Call) and ast.unparse(d.func) == "register_speculator" and d.args:
-                        name = d.args[0].value  # type: ignore[attr-defined]
-                        archs = {}
-                        for a in ast.walk(n):
-                            if isinstance(a, ast.Assign) and isinstance(a.value, ast.Dict):
-                                if ast.unparse(a.targets[0]).endswith("arch_map"):
-                                    archs = ast.literal_eval(a.value)
-                            if isinstance(a, ast.Subscript) and ast.unparse(a) == 'pre_trained_config["architectures"]':
-                                pass
-                        sets = re.findall(r'pre_trained_config\["architectures"\]\s*=\s*\["(\w+)"\]', ast.unparse(n))
-                        algos[name] = {"archs_by_model_type": archs} if archs else {"archs": sets}
-                        ev[name] = _ev(p, d, t)
-    detect = None
-    for p in ("vllm/transformers_utils/config.py", ARG_UTILS):
-        t = src.text(p) or ""
-        for i, line in enumerate(t.splitlines(), 1):
-            if re.search(r"def maybe_override_with_speculators|speculators_config", line) and detect is None:
-                detect = _ev(p, i, t)
-    if detect:
-        ev["detect"] = detect
-    key = None
-    for p in src.under(SPECULATORS_DIR):
-        t = src.text(p) or ""
-        if m := re.search(r'config_dict(?:\.get\(|\[)"(speculators_\w+)"', t):
-            key = m.group(1)
-    return {
-        "detects": detect is not None and bool(algos),
-        "type_key": key,
-        "algorithms": dict(sorted(algos.items())),
-    }, ev
+    files = src.under(SPECULATORS_DIR)
+    for p, t, n in src.nodes(files, ast.FunctionDef):
+        for d in n.decorator_list:
+            if isinstance(d, ast.Call) and ast.unparse(d.func) == "register_speculator" and d.args:
+                is_map = lambda a: ast.unparse(a.targets[0]).endswith("arch_map") and isinstance(a.value, ast.Dict)
+                archs = ([ast.literal_eval(a.value) for a in _walk(n, ast.Assign) if is_map(a)] or [{}])[-1]
+                sets = re.findall(r'pre_trained_config\["architectures"\]\s*=\s*\["(\w+)"\]', ast.unparse(n))
+                algos[d.args[0].value] = {"archs_by_model_type": archs} if archs else {"archs": sets}
+                ev[d.args[0].value] = _ev(p, d, t)
+    keys = [m.group(1) for p in files if (m := re.search(r'config_dict(?:\.get\(|\[)"(speculators_\w+)"', src.text(p)))]
+    found = src.lines(("vllm/transformers_utils/config.py", ARG_UTILS), SPECULATORS_DETECT)
+    ev |= {"detect": found[0]} if found else {}
+    value = {"detects": bool(found and algos), "type_key": (keys or [None])[-1]}
+    return value | {"algorithms": dict(sorted(algos.items()))}, ev
 
 
-# -- Prometheus counters ----------------------------------------------------------------------------------------
 def derive_metrics(src: Source) -> tuple[dict, dict]:
     ev: dict[str, Ev] = {}
     declared: set[str] = set()
-    for p in METRICS_FILES:
-        t = src.text(p) or ""
-        for n in ast.walk(ast.parse(t)):
-            if (
-                isinstance(n, ast.Constant)
-                and isinstance(n.value, str)
-                and re.fullmatch(r"vllm:spec_decode\w+", n.value)
-            ):
-                line = t.splitlines()[n.lineno - 1]
-                around = "\n".join(t.splitlines()[max(0, n.lineno - 4) : n.lineno + 1]).lower()
-                counter = "counter" in around or "counter_specs" in around or "_total" in n.value
-                name = n.value.removesuffix("_total") + "_total" if counter else n.value
-                declared.add(n.value)
-                ev.setdefault(name, [p, n.lineno, line.strip()])
+    for p, t, n in src.nodes(METRICS_FILES, ast.Constant):
+        if isinstance(n.value, str) and re.fullmatch(r"vllm:spec_decode\w+", n.value):
+            around = "\n".join(t.splitlines()[max(0, n.lineno - 4) : n.lineno + 1]).lower()
+            counter = "counter" in around or "_total" in n.value
+            declared.add(n.value)
+            ev.setdefault(n.value.removesuffix("_total") + "_total" if counter else n.value, _ev(p, n, t))
     return {"declared": sorted(declared), "exposed": sorted(ev)}, ev
-
-
-DERIVERS = {
-    "methods": derive_methods,
-    "flags": derive_flags,
-    "aux_archs": derive_aux,
-    "draft_archs": derive_drafts,
-    "draft_tp": derive_draft_tp,
-    "speculators": derive_speculators,
-    "metrics": derive_metrics,
-}
 
 
 def derive(version: str) -> dict[str, dict]:
@@ -594,36 +390,29 @@ def derive(version: str) -> dict[str, dict]:
     with open_source(version) as src:
         if src.text(MODELS + "llama_eagle3.py") is None:
             raise KitInputError(f"vllm {version} has no EAGLE-3 draft class ({MODELS}llama_eagle3.py)")
-        return {f: dict(zip(("value", "evidence"), d(src), strict=True)) for f, d in DERIVERS.items()}
+        return {f: dict(zip(("value", "evidence"), globals()[f"derive_{f}"](src))) for f in FIELDS}
 
 
-# -- vLLM's own parser, in a side environment -------------------------------------------------------------------
 _PARSER_WORKER = r"""
-import argparse, json, sys
+import argparse, json
 from vllm.engine.arg_utils import AsyncEngineArgs
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 except ImportError:
     from vllm.utils import FlexibleArgumentParser
-p = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
-rows = []
-for a in p._actions:
-    if not a.option_strings or isinstance(a, argparse._HelpAction):
-        continue
-    d = a.default
-    rows.append({"options": a.option_strings, "dest": a.dest,
-                 "default": d if isinstance(d, (str, int, float, bool, type(None))) else repr(d),
-                 "choices": [str(c) for c in a.choices] if a.choices else None})
-print(json.dumps(rows))
+plain = lambda d: d if isinstance(d, (str, int, float, bool, type(None))) else repr(d)
+print(json.dumps([{"options": a.option_strings, "dest": a.dest, "default": plain(a.default),
+                   "choices": [str(c) for c in a.choices] if a.choices else None}
+                  for a in AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())._actions
+                  if a.option_strings and not isinstance(a, argparse._HelpAction)]))
 """
 
 
 def parser_flags(version: str, site: str) -> list[dict]:
-    """Every option of `AsyncEngineArgs.add_cli_args` run in this interpreter (its CPU torch and transformers) with
-    `site` first on the path: folders joined by os.pathsep, vllm==version installed there `pip install --no-deps
-    --target`, and beside it the few pure-Python packages its import chain needs that this venv lacks (for 0.33.0:
-    cbor2 openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo xgrammar apache-tvm-ffi
-    partial-json-parser llguidance). Each option: its strings, dest, default, choices."""
+    """Every option of vLLM's own parser (strings, dest, default, choices), run here with `site` (folders) first on
+    the path: vllm==version `pip install --no-deps --target`ed there, beside the pure-Python packages its imports need
+    (for 0.33.0: cbor2 openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo xgrammar apache-tvm-ffi
+    partial-json-parser llguidance)."""
     env = {**os.environ, "PYTHONPATH": site, "VLLM_TARGET_DEVICE": "cpu"}
     r = subprocess.run([sys.executable, "-c", _PARSER_WORKER], capture_output=True, text=True, env=env, timeout=600)
     if r.returncode:
@@ -631,7 +420,6 @@ def parser_flags(version: str, site: str) -> list[dict]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-# -- the stored table -------------------------------------------------------------------------------------------
 def spans(rows: dict[str, dict]) -> list[dict]:
     """Consecutive releases with equal values as one span, the first release's evidence kept."""
     out: list[dict] = []
@@ -643,80 +431,62 @@ def spans(rows: dict[str, dict]) -> list[dict]:
     return out
 
 
-def _listed() -> list[str]:
-    return json.loads(RELEASES_PATH.read_text())["releases"] if RELEASES_PATH.exists() else []
+_listed = lambda: json.loads(RELEASES_PATH.read_text())["releases"] if RELEASES_PATH.exists() else []
 
 
 def listed_releases() -> list[str]:
     """Every final vLLM release (post releases included) from FIRST_RELEASE through LAST_RELEASE on the index."""
     r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True)
-    m = re.search(r"Available versions: (.*)", r.stdout)
-    if not m:
+    if not (m := re.search(r"Available versions: (.*)", r.stdout)):
         raise KitInputError(f"pip index versions vllm: {r.stderr.strip()[-200:]}")
-    lo, hi = Version.parse(FIRST_RELEASE), Version.parse(LAST_RELEASE)
     finals = [v for v in m.group(1).split(", ") if not re.search(r"(a|b|rc|dev)\d*$", v)]
-    return sorted((v for v in finals if lo <= Version.parse(v) <= hi), key=Version.parse)
+    in_range = lambda v: Version.parse(FIRST_RELEASE) <= Version.parse(v) <= Version.parse(LAST_RELEASE)
+    return sorted(filter(in_range, finals), key=Version.parse)
 
 
 def stored_rows() -> dict[str, dict[str, dict]]:
     """{field: {release: {"value", "evidence"}}} of the stored table, spans expanded."""
-    if not RULES_PATH.exists():
-        return {}
-    doc, listed = json.loads(RULES_PATH.read_text()), _listed()
-    out: dict[str, dict[str, dict]] = {}
-    for f, ss in doc["fields"].items():
-        for s in ss:
-            i, j = listed.index(s["first"]), listed.index(s["last"])
-            for v in listed[i : j + 1]:
-                out.setdefault(f, {})[v] = {"value": s["value"], "evidence": s["evidence"]}
-    return out
+    doc, at = json.loads(RULES_PATH.read_text()) if RULES_PATH.exists() else {"fields": {}}, _listed()
+    releases = lambda s: at[at.index(s["first"]) : at.index(s["last"]) + 1]
+    cells = lambda ss: {v: {"value": s["value"], "evidence": s["evidence"]} for s in ss for v in releases(s)}
+    return {f: cells(ss) for f, ss in doc["fields"].items()}
 
 
 def write(rows: dict[str, dict[str, dict]], releases: list[str]) -> None:
     """Store `rows` ({release: {field: {"value", "evidence"}}}) over the stored table, and the release list."""
-    write_text(
-        RELEASES_PATH,
-        json.dumps(
-            {
-                "_doc": "every final vLLM release from EAGLE-3's first (llama_eagle3.py) through "
-                f"{LAST_RELEASE}, from `pip index versions vllm`; written by `python -m kit.derive.vllm_scan --write`",
-                "releases": releases,
-            },
-            indent=1,
-        )
-        + "\n",
-    )
+    doc = {
+        "_doc": "every final vLLM release from EAGLE-3's first (llama_eagle3.py) through "
+        f"{LAST_RELEASE}, from `pip index versions vllm`; written by `python -m kit.derive.vllm_scan --write`",
+        "releases": releases,
+    }
+    write_text(RELEASES_PATH, json.dumps(doc, indent=1) + "\n")
     table = stored_rows()
-    for v, row in rows.items():
-        for f, cell in row.items():
-            table.setdefault(f, {})[v] = cell
+    for v, f, cell in ((v, f, cell) for v, row in rows.items() for f, cell in row.items()):
+        table.setdefault(f, {})[v] = cell
     doc = {
         "_doc": "generated by `python -m kit.derive.vllm_scan --write [V...]` from real vllm wheels (read as text, "
         "never imported): per field, spans of consecutive releases with equal values, each with file:line "
         "evidence [file, line, text] from the span's first release; read by kit.vllm.rules, checked by "
         "kit/tests/vllm/test_rules.py",
-        "fields": {f: spans(table.get(f, {})) for f in (*FIELDS, "parser_flags") if table.get(f)},
+        "fields": {f: spans(table[f]) for f in (*FIELDS, "parser_flags") if table.get(f)},
     }
     write_text(RULES_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--parser"]:
-        v, site = argv[1], argv[2]
-        how = f"AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()) run with vllm=={v} installed --no-deps"
-        write({v: {"parser_flags": {"value": parser_flags(v, site), "evidence": {"how": how}}}}, _listed())
-        return
-    if argv[:1] == ["--write"]:
+        how = f"AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()) run with vllm=={argv[1]} installed --no-deps"
+        write({argv[1]: {"parser_flags": {"value": parser_flags(*argv[1:3]), "evidence": {"how": how}}}}, _listed())
+    elif argv[:1] == ["--write"]:
         releases = _listed() or listed_releases()
-        todo = argv[1:] or releases
         rows = {}
-        for v in todo:
+        for v in argv[1:] or releases:
             rows[v] = derive(v)
             print(v, "derived", flush=True)
         write(rows, releases)
-        return
-    for v in argv or [LAST_RELEASE]:
-        print(json.dumps({f: c["value"] for f, c in derive(v).items()}, indent=1))
+    else:
+        for v in argv or [LAST_RELEASE]:
+            print(json.dumps({f: c["value"] for f, c in derive(v).items()}, indent=1))
 
 
 if __name__ == "__main__":

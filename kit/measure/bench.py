@@ -589,45 +589,7 @@ def analyze(
         agg["accept_sources"] = {k: v.value for k, v in sources.items()}
         source_detail[label] = {k: asdict(v) for k, v in sources.items()}
         per_label[label] = agg
-        failed = [r for r in lrec if not r.ok and not r.warmup]
-        if failed:
-            report.add(
-                REQUEST_ERRORS(
-                    f"{label}: {len(failed)} request(s) failed",
-                    evidence={"first_error": failed[0].error, "count": len(failed)},
-                    fix="read the server log; rerun the same command to retry only the failed requests",
-                )
-            )
-        ok = km.measured(lrec)
-        streamed = [r for r in ok if r.api != "sglang" and len(r.chunk_tok) > 1 and r.client_tokens]
-        mism = [r for r in streamed if r.completion_tokens not in (None, r.client_tokens)]
-        if mism:
-            report.add(
-                TOKEN_COUNT_MISMATCH(
-                    f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)",
-                    evidence={"example_client": mism[0].client_tokens, "example_server": mism[0].completion_tokens},
-                    fix="expected when the server packs several tokens per chunk (speculative "
-                    "decoding); totals use the server's count, ITL spreads chunk gaps per token",
-                )
-            )
-        has_spec = summ.accept_requests_with_spec > 0
-        if label == baseline_label and has_spec:
-            report.add(
-                BASELINE_IS_SPECULATIVE(
-                    f"{label}: the baseline server reports speculative fields",
-                    evidence={"accept_length": summ.accept_length},
-                    fix="launch the baseline without --speculative-algorithm; otherwise the speedup compares speculation with itself",
-                )
-            )
-        if label != baseline_label and not has_spec and ok:
-            report.add(
-                NO_ACCEPTANCE(
-                    f"{label}: no request reported acceptance (spec_verify_ct)",
-                    evidence={"api": ok[0].api, "requests": len(ok)},
-                    fix="use --api sglang (/generate meta_info) or an SGLang with "
-                    "return_spec_tokens_details; check the server runs with speculation",
-                )
-            )
+        report.extend(_label_findings(label, lrec, summ, label == baseline_label))
     summary: dict[str, Any] = {"runs": rows, "labels": per_label, "accept_sources": source_detail,
                                "machine": kmach.summarize(machine or [])}  # fmt: skip
     if baseline_label in per_label:
@@ -646,14 +608,11 @@ def analyze(
             if launch:  # the one speedup every output of a run shows (per repeat, else per request)
                 summary.setdefault("launch_speedup", {})[label] = launch
                 if launch["inconclusive"]:
-                    report.add(
-                        SPEEDUP_UNCERTAIN(
-                            f"{label}: speedup inconclusive: {launch['inconclusive']}",
-                            evidence={k: launch[k] for k in ("median", "ci95", "n", "tok_s_ratio")},
-                            fix="more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine "
-                            "of its own; the accept length does not depend on the clock and stands",
-                        )
-                    )
+                    ev = {k: launch[k] for k in ("median", "ci95", "n", "tok_s_ratio")}
+                    fix = "more prompts or repeats, `--quiet-check` (wait for a quiet machine), a machine of its own; "
+                    fix += "the accept length does not depend on the clock and stands"
+                    title = f"{label}: speedup inconclusive: {launch['inconclusive']}"
+                    report.add(SPEEDUP_UNCERTAIN(title, evidence=ev, fix=fix))
             if len(ratios) < 2:  # with paired requests their interval is the evidence, not the runs'
                 report.extend(km.speedup_findings(ci, label))
     spec_labels = [lab for lab in labels if lab != baseline_label and per_label[lab].get("accept_length")]
@@ -665,6 +624,31 @@ def analyze(
     keys = ("output_tok_s", "req_s", "accept_length", "ttft_p50_s", "itl_p50_s", "e2e_p50_s")
     report.facts = jsonable({"bench": {lab: {k: per_label[lab].get(k) for k in keys} for lab in labels}})
     return summary, report
+
+
+def _label_findings(label: str, lrec: list[RequestRecord], summ: km.ServingSummary, baseline: bool) -> list:
+    """Failed requests, client/server token counts apart, speculation where it should (not) be, for one arm."""
+    out, ok = [], km.measured(lrec)
+    if failed := [r for r in lrec if not r.ok and not r.warmup]:
+        ev = {"first_error": failed[0].error, "count": len(failed)}
+        fix = "read the server log; rerun the same command to retry only the failed requests"
+        out.append(REQUEST_ERRORS(f"{label}: {len(failed)} request(s) failed", evidence=ev, fix=fix))
+    streamed = [r for r in ok if r.api != "sglang" and len(r.chunk_tok) > 1 and r.client_tokens]
+    if mism := [r for r in streamed if r.completion_tokens not in (None, r.client_tokens)]:
+        title = f"{label}: streamed chunks != server completion_tokens in {len(mism)} request(s)"
+        ev = {"example_client": mism[0].client_tokens, "example_server": mism[0].completion_tokens}
+        fix = "expected when the server packs several tokens per chunk (speculative decoding); totals use the server's"
+        out.append(TOKEN_COUNT_MISMATCH(title, evidence=ev, fix=fix + " count, ITL spreads chunk gaps per token"))
+    has_spec = summ.accept_requests_with_spec > 0
+    if baseline and has_spec:
+        fix = "launch the baseline without --speculative-algorithm; otherwise the speedup compares speculation with itself"
+        title = f"{label}: the baseline server reports speculative fields"
+        out.append(BASELINE_IS_SPECULATIVE(title, evidence={"accept_length": summ.accept_length}, fix=fix))
+    if not baseline and not has_spec and ok:
+        fix = "use --api sglang (/generate meta_info) or an SGLang with return_spec_tokens_details; check the server "
+        title, ev = f"{label}: no request reported acceptance (spec_verify_ct)", {"api": ok[0].api, "requests": len(ok)}
+        out.append(NO_ACCEPTANCE(title, evidence=ev, fix=fix + "runs with speculation"))
+    return out
 
 
 def run_bench(cfg: BenchConfig, static_findings=(), prompts: list[dict] | None = None, note=None) -> BenchResult:

@@ -454,13 +454,9 @@ def reconcile_acceptance(sources: dict[str, AcceptSource], label: str = "") -> l
         ref, a, b, rel, _ = off
         short, why, fix = explain_mismatch(name, a, b)
         ev = {"source": name, "scope": s.scope, "value": round(a, 4), "reference": ref, "reference_value": round(b, 4)}
-        out.append(
-            ACCEPT_MISMATCH(
-                f"{label + ': ' if label else ''}accept length from {name} ({a:.3f}) disagrees with {ref} ({b:.3f}) by {rel:.0%}: {short}",
-                evidence={**ev, "why": why, "all_sources": {k: round(v.value, 4) for k, v in sources.items()}},
-                fix=fix,
-            )
-        )
+        ev.update(why=why, all_sources={k: round(v.value, 4) for k, v in sources.items()})
+        title = f"accept length from {name} ({a:.3f}) disagrees with {ref} ({b:.3f}) by {rel:.0%}: {short}"
+        out.append(ACCEPT_MISMATCH(f"{label}: {title}" if label else title, evidence=ev, fix=fix))
     return out
 
 
@@ -592,22 +588,15 @@ def speedup_findings(ci: dict[str, Any], label: str = "") -> list[Finding]:
     """Flag a speedup the repeats cannot support: one run per arm, or an interval that is wide or straddles 1.0."""
     pre = f"{label}: " if label else ""
     if ci["n_baseline"] < 2 or ci["n_spec"] < 2:
-        return [
-            SPEEDUP_SINGLE_RUN(
-                f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm",
-                evidence={k: ci[k] for k in ("speedup", "n_baseline", "n_spec")},
-                fix="repeat both arms (--repeats 3 or more); a single unlucky baseline can inflate a speedup severalfold",
-            )
-        ]
+        ev = {k: ci[k] for k in ("speedup", "n_baseline", "n_spec")}
+        fix = "repeat both arms (--repeats 3 or more); a single unlucky baseline can inflate a speedup severalfold"
+        return [SPEEDUP_SINGLE_RUN(f"{pre}speedup {ci['speedup']:.2f}x rests on a single run per arm", ev, fix=fix)]
     lo, hi = ci["t_low"], ci["t_high"]
     if lo <= 1.0 <= hi or (hi - lo) > 0.5 * ci["speedup"]:
-        return [
-            SPEEDUP_UNCERTAIN(
-                f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} interval [{lo:.2f}, {hi:.2f}]",
-                evidence={k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()},
-                fix="add repeats, more prompts or longer outputs until the interval excludes 1.0 and is narrow",
-            )
-        ]
+        title = f"{pre}speedup {ci['speedup']:.2f}x has a wide {ci['level']:.0%} interval [{lo:.2f}, {hi:.2f}]"
+        ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ci.items()}
+        fix = "add repeats, more prompts or longer outputs until the interval excludes 1.0 and is narrow"
+        return [SPEEDUP_UNCERTAIN(title, ev, fix=fix)]
     return []
 
 

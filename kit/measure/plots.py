@@ -405,21 +405,17 @@ def engine_comparison(rows: Sequence[dict], out_dir, name: str = "engine_compari
 
     fig, (ax1, ax2) = _figure(2, width=5.2, height=3.8)
     df = pd.DataFrame([r for r in rows if r.get("tok_s") is not None])
-    if len(df):
-        sns.barplot(df, x="engine", y="tok_s", hue="launch", ax=ax1, errorbar=None)
-        _label_bars(ax1, "{:.0f}")
-        ax1.set(xlabel="engine", ylabel="output tok/s")
-        sp = df.dropna(subset=["speedup"]) if "speedup" in df else df.iloc[0:0]
-        if len(sp):
-            sns.barplot(sp, x="engine", y="speedup", hue="launch", ax=ax2, errorbar=None)
-            _label_bars(ax2, "{:.2f}x")
-            ax2.axhline(1.0, color="gray", ls="--")
-            ax2.set(xlabel="engine", ylabel="speedup over no speculation")
-        else:
-            _empty("no speedups", ax2)
-    else:
-        _empty("no throughput", ax1)
-        _empty("no speedups", ax2)
+    sp = df.dropna(subset=["speedup"]) if "speedup" in df else df.iloc[0:0]
+    for ax, frame, col, fmt, what in ((ax1, df, "tok_s", "{:.0f}", "output tok/s"),
+                                      (ax2, sp, "speedup", "{:.2f}x", "speedup over no speculation")):  # fmt: skip
+        if not len(frame):
+            _empty("no throughput" if col == "tok_s" else "no speedups", ax)
+            continue
+        sns.barplot(frame, x="engine", y=col, hue="launch", ax=ax, errorbar=None)
+        _label_bars(ax, fmt)
+        ax.set(xlabel="engine", ylabel=what)
+        if col == "speedup":
+            ax.axhline(1.0, color="gray", ls="--")
     return _done(fig, "Speculation on real SGLang beside the kit's engine", data, out_dir, name)
 
 
@@ -462,12 +458,6 @@ def bench_figures(result, out_dir, data: str | None = None) -> dict[Path, Any]:
     """All figures of one kit.measure.bench result, each drawn and saved once: {its PNG path: the figure}
     (display the figures, record the paths). `data` defaults to the run's own description (`result.describe()`)."""
     data = result.describe() if data is None else data
-    out = {}
-    for fn, arg in (
-        (accept_length_hist, result.records),
-        (per_position_acceptance, result.records),
-        (throughput_speedup, result.summary),
-        (latency_cdfs, result.records),
-    ):
-        out[Path(out_dir) / f"{fn.__name__}.png"] = fn(arg, out_dir, data=data)
-    return out
+    figures = ((accept_length_hist, result.records), (per_position_acceptance, result.records),
+               (throughput_speedup, result.summary), (latency_cdfs, result.records))  # fmt: skip
+    return {Path(out_dir) / f"{fn.__name__}.png": fn(arg, out_dir, data=data) for fn, arg in figures}

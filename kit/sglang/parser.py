@@ -458,12 +458,9 @@ def _no_table(version: str, nearest: str, reason: Exception) -> Finding:
         "exact": False,
         "tables": known_versions(),
     }
-    return PARSER(
-        f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
-        f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)",
-        evidence={**ev, "checked": False},
-        fix=fix,
-    )
+    title = f"flags not checked: the kit stores no flag table for SGLang {version} and its parser could not be "
+    title += f"run here (tables: {', '.join(known_versions())}; the nearest, {nearest}, is not used in its place)"
+    return PARSER(title, evidence={**ev, "checked": False}, fix=fix)
 
 
 # what SGLang's own parser checks beyond the recorded table
