@@ -202,11 +202,13 @@ def check(dep: Deployment) -> Report:
     """Every provider's findings for a built deployment, the fixes' placeholders filled with the user's names."""
     report = Report(list(dep.findings))
     providers = [importlib.import_module(name) for name in PROVIDERS]
+    # a provider's `not_judged(dep)`: codes whose rule the others apply that do not hold for this deployment's
+    # engine (kit.vllm.checks: SGLang's own rules, on a vLLM line), left out of the others' findings
+    off = {p: set(getattr(p, "not_judged", lambda dep: ())(dep)) for p in providers}
     for p in providers:  # each fact has one owning provider (kit.serving.checks.shared_with_doctor)
-        report.extend(p.doctor_checks(dep))
-    # codes whose rule is not this deployment's engine's (kit.vllm.checks: SGLang's own rules, on a vLLM line)
-    off = {c for p in providers for c in getattr(p, "not_judged", lambda dep: ())(dep)}
-    report.findings = fill_placeholders([f for f in report.findings if f.code not in off], fix_values(dep))
+        drop = set().union(*(codes for q, codes in off.items() if q is not p))
+        report.extend([f for f in p.doctor_checks(dep) if f.code not in drop])
+    report.findings = fill_placeholders(report.findings, fix_values(dep))
     return report
 
 

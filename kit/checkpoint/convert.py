@@ -69,7 +69,8 @@ LAYER_SHIFT = Code(
     "aux.layer_shift",
     SECTION,
     "error / warning",
-    "the points SGLang captures (its per-class, per-version id rule, kit/sglang/capture_rules.json) "
+    "the points the engine captures (SGLang: its per-class, per-version id rule, kit/sglang/capture_rules.json; "
+    "vLLM: the ids its release reads from the draft config, as points, else its default, kit/vllm/rules.json) "
     "differ from the points the draft was trained on (speculators config, the `kit_aux_source` record "
     "`kit convert` writes into config.json, `kit_provenance.json`, or `--trained-with`); a warning when "
     "only a speculators config's ids say so and, read as ids `speculators convert` copied, they are the "

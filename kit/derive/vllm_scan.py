@@ -249,11 +249,15 @@ def derive_aux_archs(src: Source) -> tuple[dict, dict]:
     default, ev = (_formula(fn), {"default": _ev(path, _ret(fn), text)}) if fn else (None, ev)
     if "interface default" in rules and default:
         rules.setdefault(default, set()).update(rules.pop("interface default"))
-    if hits := src.lines(["vllm/v1/worker/gpu_model_runner.py"], "eagle_aux_hidden_state_layer_ids"):
-        ev["ids_from_draft_config"] = hits[0]
+    # where the runner reads the draft config's ids (as points: the state entering that layer), else the default
+    runner = ["vllm/v1/worker/gpu_model_runner.py"]
+    for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
+                           ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
+        if hits := src.lines(runner, pattern):
+            ev[f"ids_read_{where}"] = hits[0]
     overrides = {f: sorted(a) for f, a in sorted(rules.items()) if f != default}
     value = {"archs": sorted(set(archs)), "default": default, "overrides": overrides}
-    return value | {"ids_from_draft_config": "ids_from_draft_config" in ev}, ev
+    return value | {"ids_read": [w for w in ("top", "nested") if f"ids_read_{w}" in ev]}, ev
 
 
 def _loader_ops(fn: ast.AST) -> list[dict]:

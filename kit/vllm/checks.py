@@ -13,10 +13,13 @@ import json
 import re
 from collections.abc import Iterator
 
+from kit.checkpoint.aux_ids import NESTED, TOP
+from kit.checkpoint.convert import LAYER_SHIFT
+from kit.checkpoint.hf_config import target_facts
 from kit.findings import Code, Finding, finding_list
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv
 from kit.vllm.rules import VllmRules, rules_for
-from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft
+from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, training_points
 
 LAUNCH, AUX = "launch/process/logs: notebook 04", "aux/probe/oracle: notebook 03"
 VLLM_CONFIG = Code(
@@ -131,12 +134,50 @@ def model_findings(v: VllmLaunch, rules: VllmRules, target_config, draft_config,
         )
 
 
+def serving_points(rules: VllmRules, draft_config, num_layers: int) -> tuple[list[int], str] | None:
+    """(the points that release captures for this draft, where its ids came from): the ids it reads from the draft
+    config (`aux_ids_read`: top level, then eagle_config), each the state entering that layer, else its default
+    formula; None where the release records no default."""
+    for where, ids in (("top", draft_config.get(TOP)), ("nested", (draft_config.get("eagle_config") or {}).get(TOP))):
+        if ids and where in rules.aux_ids_read:
+            return list(ids), TOP if where == "top" else NESTED
+    if not rules.aux_default:
+        return None
+    return list(eval(rules.aux_default, {"__builtins__": {}}, {"num_layers": num_layers})), rules.aux_default
+
+
+@finding_list
+def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
+    """`aux.layer_shift` on vLLM: the points it captures (point = id) against the ones the draft was trained on."""
+    tf, d = target_facts(dep.target_config), dep.draft
+    served = serving_points(rules, d.config, tf.num_layers) if eagle3 and tf.num_layers else None
+    trained = served and training_points(
+        d.config, tf.num_layers, tf.architecture, dep.sglang_version, d.folder, dep.trained_with
+    )
+    if not trained or list(trained[0]) == served[0]:
+        return
+    yield LAYER_SHIFT(
+        f"vLLM {rules.version} captures points {served[0]} ({served[1]}), the draft was trained on {list(trained[0])}",
+        evidence={
+            "engine": "vllm",
+            "serving_points": served[0],
+            "read_from": served[1],
+            "training_points": list(trained[0]),
+            "known_from": trained[1],
+            "ids_read": rules.aux_ids_read,
+        },  # fmt: skip
+        fix=f"write {TOP} = {list(trained[0])} at the draft config's top level (vLLM reads the state entering each "
+        "listed layer)",
+    )
+
+
 # the codes whose rule is an SGLang release's own mechanics, which vLLM does otherwise: its draft class registry
 # (vLLM renames the draft's architecture itself), the draft's context and dtype (vLLM gives the draft the target's),
-# top-level aux ids (vLLM reads them), per-class capture (aux.vllm_target here), SGLang's steps/topk/backends and
-# SGLang-only packages and variables. Not reported for a vLLM line (kit.preflight.check).
+# top-level aux ids (vLLM reads them), SGLang's capture points (`shift_findings` judges vLLM's), per-class capture
+# (aux.vllm_target here), SGLang's steps/topk/backends and SGLang-only packages and variables. Not reported from
+# another provider for a vLLM line (kit.preflight.check).
 SGLANG_RULES = frozenset(
-    "draft.arch draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.target_capture "
+    "draft.arch draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.layer_shift aux.target_capture "
     "launch.spec_params launch.spec_verify launch.backend env.sglang_var env.sglang_requires env.sgl_kernel_lane".split()
 )
 
@@ -157,7 +198,9 @@ def doctor_checks(dep) -> list[Finding]:
     v, rules = read_argv(dep.launch.argv), rules_for(dep.vllm_version)
     d = dep.draft
     eagle3 = d is not None and is_eagle3(d.config, d.folder)
-    return launch_findings(v, rules) + model_findings(v, rules, dep.target_config, d and d.config, eagle3)
+    method = effective_method(v, rules)[0]
+    shifted = shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods) if dep.target_config else []
+    return launch_findings(v, rules) + model_findings(v, rules, dep.target_config, d and d.config, eagle3) + shifted
 
 
 def is_eagle3(draft_config, folder) -> bool:

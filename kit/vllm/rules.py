@@ -39,6 +39,7 @@ class VllmRules:
     spec_options: tuple[str, ...]  # every CLI option naming spec/draft, and --speculative-config's aliases
     aux_archs: tuple[str, ...]  # target architectures whose class can emit EAGLE-3 aux hidden states
     aux_default: str | None  # the default aux layer ids, as a formula of num_layers
+    aux_ids_read: tuple[str, ...]  # where the runner reads the draft config's ids: "top", "nested" (eagle_config)
     aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
     draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
     draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens}}
@@ -102,6 +103,7 @@ def rules_for(version: str | None = None) -> VllmRules:
         spec_options=tuple(sorted({*fl.get("spec_options", []), *fl.get("speculative_config_aliases", [])})),
         aux_archs=tuple(aux.get("archs", [])),
         aux_default=aux.get("default"),
+        aux_ids_read=tuple(aux.get("ids_read", [])),
         aux_overrides={f: tuple(a) for f, a in aux.get("overrides", {}).items()},
         draft_archs=dict(dr.get("archs", {})),
         draft_loaders=dict(dr.get("loaders", {})),

@@ -34,6 +34,7 @@ RULES = VllmRules(
     spec_options=(),
     aux_archs=("LlamaForCausalLM", "Qwen3ForCausalLM"),
     aux_default="(2, num_layers // 2, num_layers - 3)",
+    aux_ids_read=("top", "nested"),
     aux_overrides={},
     draft_archs={},
     draft_loaders={},
@@ -171,3 +172,27 @@ def test_kit_launch_dry_run_judges_the_vllm_line(tmp_path):
     spec = spec_from_command(vllm({**EAGLE3, "model": d}).replace("meta-llama/Llama-3.1-8B-Instruct", t))
     assert "aux.vllm_target" in codes(launch_report(spec, engine="vllm"))
     assert "aux.vllm_target" not in codes(launch_report(spec, engine="sglang"))
+
+
+def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(tmp_path, monkeypatch):
+    """SpecForge ids under eagle_config ([1, 15, 28]; SGLang adds 1 on Llama, so the draft trained on points 2, 16,
+    29) read as points by a release that reads eagle_config: one layer early, `aux.layer_shift` naming vLLM. A release
+    that reads only the top level serves its default, the trained points; SGLang serves them too. The fault of
+    vllm-project/vllm PR #43671 (MiniMax-M2.5 with thoughtworks/MiniMax-M2.5-Eagle3, trained against SGLang: first
+    position accepted ~10% of the time instead of ~45%)."""
+    t, d = models(tmp_path)
+    cfg = json.loads((Path(d) / "config.json").read_text())
+    cfg["eagle_config"] = {**cfg.get("eagle_config", {}), "eagle_aux_hidden_state_layer_ids": [1, 15, 28]}
+    (Path(d) / "config.json").write_text(json.dumps(cfg))
+    run = lambda line: diagnose(DoctorConfig(target=t, draft=d, launch=line, trained_with="specforge"))
+    [f] = [f for f in run(vllm(EAGLE3)).findings if f.code == "aux.layer_shift"]
+    assert f.severity == "error" and f.evidence["serving_points"] == [1, 15, 28]
+    assert f.evidence["training_points"] == [2, 16, 29] and "vLLM" in f.title and "[2, 16, 29]" in f.fix
+    sglang = (
+        f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 --speculative-draft-model-path "
+        f"{d} --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    )
+    assert "aux.layer_shift" not in codes(run(sglang))
+    top_only = dataclasses.replace(RULES, aux_ids_read=("top",))
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: top_only)
+    assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))

@@ -41,6 +41,14 @@ def test_release_boundaries():
     assert rules_for("0.10.1").speculators_detected and "eagle3" in rules_for("0.10.1").speculators_algorithms
     # --speculative-config's short alias
     assert "-sc" not in rules_for("0.18.1").spec_options and "-sc" in rules_for("0.19.0").spec_options
+    # where the runner reads the draft's aux ids (as points): nowhere (the default), then the top level, then also
+    # eagle_config, which puts SGLang-convention ids one layer early
+    assert [rules_for(v).aux_ids_read for v in ("0.11.0", "0.11.1", "0.21.0", "0.22.0")] == [
+        (),
+        ("top",),
+        ("top",),
+        ("top", "nested"),
+    ]
 
 
 def test_the_llama_draft_loader_renames():
