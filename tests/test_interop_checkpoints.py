@@ -197,6 +197,20 @@ def test_top_level_ids_graded_by_what_sglang_captures(work):
     assert aux("sf_conv") == ([1, 3, 4], {("aux.layer_ids_ignored", "warning"), ("aux.layer_shift", "warning")})
 
 
+def test_vllm_serve_of_the_genuine_speculators_draft(work):
+    """`vllm serve DRAFT` on the draft the real speculators saved: read as vLLM reads it, its verifier the target, so
+    a release that detects the format finds nothing wrong; 0.10.0, which does not, serves the draft itself."""
+    from kit.doctor import DoctorConfig, diagnose
+
+    _, w = work
+    line = f"vllm serve {w / 'spec'} --max-model-len 512"
+    new = diagnose(DoctorConfig(launch=line, vllm_version="0.33.0"))
+    assert not new.errors, [f.title for f in new.errors]
+    assert [f.code for f in diagnose(DoctorConfig(launch=line, vllm_version="0.10.0")).errors] == [
+        "launch.vllm_speculators"
+    ]
+
+
 def test_real_t2d_without_d2t_is_graded_by_its_misnumbered_share(work, tmp_path):
     """SpecForge's export keeps 200 random ids of 1000: drop its d2t and SGLang would serve draft id i as target
     id i; its real t2d says which draft ids then mean another token (most of them here: an error, with the share)."""

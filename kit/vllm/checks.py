@@ -4,7 +4,8 @@ The engine-neutral checks (draft keys, aux ids, fc width, vocabulary map, shapes
 SGLang line makes (`kit.vllm.cmdline`: the line in SGLang's names); this provider adds what only vLLM decides.
 Shared fault, shared code: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for SGLang's
 `--speculative-algorithm EAGLE`. vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
-`launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `aux.vllm_target` (no aux hidden states from the target).
+`launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release that
+does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ VLLM_DRAFT_TP = Code(
     "draft_tp: e.g. 1 or the target's tensor-parallel size); vLLM refuses the config at startup",
     "drop draft_tensor_parallel_size, or set it to a size the release allows",
 )
+VLLM_SPECULATORS = Code(
+    "launch.vllm_speculators",
+    LAUNCH,
+    "error",
+    "`vllm serve DRAFT` with a speculators-format draft and no speculative flags, on a vLLM release that does not "
+    "detect that format or its algorithm (`kit.vllm.rules` speculators; detection from 0.10.1): the draft is loaded as "
+    "the model to serve, with no verifier",
+    "a vLLM release that detects it, or --speculative-config with the verifier as the served model",
+)
 VLLM_TARGET = Code(
     "aux.vllm_target",
     AUX,
@@ -94,6 +104,13 @@ def launch_findings(v: VllmLaunch, rules: VllmRules) -> Iterator[Finding]:
             f"{ver} has no {', '.join(gone)} (its speculative settings are --speculative-config's keys {keys})",
             evidence={"flags": gone, "release_legacy_flags": list(rules.legacy_flags)},
             fix=f"--speculative-config '{json.dumps(v.spec)}' in place of {' '.join(gone)}",
+        )
+    if v.auto and not (rules.speculators_detected and v.method in rules.speculators_algorithms):
+        yield VLLM_SPECULATORS(
+            f"{ver} does not read {v.draft!r} as a speculators {v.method} draft (it detects "
+            f"{', '.join(rules.speculators_algorithms) or 'none'}): it serves the draft itself",
+            evidence={"draft": v.draft, "algorithm": v.method, "source": rules.evidence.get("speculators")},
+            fix=f"vllm serve {v.target} --speculative-config '{json.dumps(v.spec)}'",
         )
     method, how = effective_method(v, rules)
     if method and rules.methods and method not in rules.methods:
@@ -172,13 +189,14 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
 
 
 # the codes whose rule is an SGLang release's own mechanics, which vLLM does otherwise: its draft class registry
-# (vLLM renames the draft's architecture itself), the draft's context and dtype (vLLM gives the draft the target's),
-# top-level aux ids (vLLM reads them), SGLang's capture points (`shift_findings` judges vLLM's), per-class capture
-# (aux.vllm_target here), SGLang's steps/topk/backends and SGLang-only packages and variables. Not reported from
-# another provider for a vLLM line (kit.preflight.check).
+# (vLLM renames the draft's architecture itself), its config's form (vLLM reads speculators configs), the draft's
+# context and dtype (vLLM gives the draft the target's), top-level aux ids (vLLM reads them), SGLang's capture points
+# (`shift_findings` judges vLLM's), per-class capture (aux.vllm_target here), SGLang's steps/topk/backends and
+# SGLang-only packages and variables. Not reported from another provider for a vLLM line (kit.preflight.check).
 SGLANG_RULES = frozenset(
-    "draft.arch draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.layer_shift aux.target_capture "
-    "launch.spec_params launch.spec_verify launch.backend env.sglang_var env.sglang_requires env.sgl_kernel_lane".split()
+    "draft.arch draft.config draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.layer_shift "
+    "aux.target_capture launch.spec_params launch.spec_verify launch.backend env.sglang_var env.sglang_requires "
+    "env.sgl_kernel_lane".split()
 )
 
 

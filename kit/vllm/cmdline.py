@@ -6,6 +6,8 @@ by `kit.sglang.cmdline.find_launch` (wrappers, env, quoting: one shell reader) w
 `--speculative-config` (or its `--speculative-config.KEY VALUE` form) and the older `--speculative-model` /
 `--num-speculative-tokens` flags; `VllmLaunch.spec_fields()` is the `kit.serving.launch.LaunchSpec` the SGLang line
 of the same deployment has: target, draft, EAGLE or EAGLE3, steps = num_speculative_tokens, topk 1, tensor parallel.
+`vllm serve DRAFT` with no speculative flags, DRAFT a speculators-format draft readable here (a folder, or the Hugging
+Face cache: no network), is read as vLLM reads it: its verifier is the target (`VllmLaunch.auto`).
 
     found = find_launch(text, launch_test)      # kit.sglang.cmdline.ShellLaunch
     v = read_argv(found.argv)                   # VllmLaunch: method, draft, tokens, tp, draft_tp, legacy, problem
@@ -13,9 +15,11 @@ of the same deployment has: target, draft, EAGLE or EAGLE3, steps = num_speculat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kit.sglang.flags import PYTHON_PROG
@@ -77,6 +81,7 @@ class VllmLaunch:
     legacy: list[str] = field(default_factory=list)
     problem: str | None = None
     python: str = "python3"
+    auto: bool = False  # the speculative setup came from the model's speculators config (`vllm serve DRAFT`)
 
     @property
     def method(self) -> str | None:
@@ -169,6 +174,28 @@ def read_argv(argv: list[str]) -> VllmLaunch:
         else:
             v.flags[name] = value
     v.spec = {**legacy, **v.spec}  # the config wins where both name a key
+    if not v.spec and v.target and (sc := speculators_config(v.target, v.flags.get("--revision"))):
+        n = (sc.get("proposal_methods") or [{}])[0].get("speculative_tokens")
+        v.spec = {"method": sc.get("algorithm"), "model": v.target, "num_speculative_tokens": n}
+        v.target, v.auto = (sc.get("verifier") or {}).get("name_or_path"), True
     if isinstance(v.spec.get("num_speculative_tokens"), str) and v.spec["num_speculative_tokens"].isdigit():
         v.spec["num_speculative_tokens"] = int(v.spec["num_speculative_tokens"])
     return v
+
+
+def speculators_config(model: str, revision: str | None = None) -> dict[str, Any] | None:
+    """`speculators_config` of `model`'s config.json where it is readable without the network (a local folder, the
+    Hugging Face cache); None for any other model."""
+    from kit.checkpoint.hub import hub_cache
+
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        with contextlib.suppress(Exception):  # not a repo id, no cache: nothing to read here
+            hit = try_to_load_from_cache(model, "config.json", cache_dir=hub_cache(), revision=revision or "main")
+            folder = Path(hit).parent if isinstance(hit, str) else folder
+    with contextlib.suppress(OSError, ValueError):
+        cfg = json.loads((folder / "config.json").read_text())
+        return cfg.get("speculators_config") if isinstance(cfg, dict) else None
+    return None

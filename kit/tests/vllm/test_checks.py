@@ -196,3 +196,23 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
     top_only = dataclasses.replace(RULES, aux_ids_read=("top",))
     monkeypatch.setattr(checks, "rules_for", lambda version=None: top_only)
     assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
+
+
+def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeypatch):
+    """`vllm serve DRAFT` (the speculators model cards' line): vLLM reads the draft's speculators config and serves
+    its verifier with it; a release that does not detect the format serves the draft itself."""
+    from kit.checkpoint.layouts import sglang_to_speculators_config
+    from kit.hf import HFConfig
+    from kit.vllm.cmdline import read_argv
+
+    t, d = models(tmp_path)
+    cfg = HFConfig.of(json.loads((Path(d) / "config.json").read_text()))
+    (Path(d) / "config.json").write_text(json.dumps(sglang_to_speculators_config(cfg, verifier=t)))
+    v = read_argv(["vllm", "serve", d, "-tp", "1"])
+    assert (v.auto, v.target, v.draft, v.method, v.spec["num_speculative_tokens"]) == (True, t, d, "eagle3", 3)
+    assert not read_argv(["vllm", "serve", t]).auto  # a plain model: no speculation
+    assert not codes(diagnose(DoctorConfig(launch=f"vllm serve {d}")))
+    undetected = dataclasses.replace(RULES, speculators_detected=False)
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: undetected)
+    [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {d}")).findings if f.code == "launch.vllm_speculators"]
+    assert f.severity == "error" and f"vllm serve {t} --speculative-config" in f.fix
