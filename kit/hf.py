@@ -11,6 +11,7 @@ typed facts: `kit.sglang.draft_config.DraftConfig`, `kit.checkpoint.hf_config.Ta
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,3 +61,14 @@ class HFConfig(Mapping[str, Any]):
     def is_speculators(self) -> bool:
         """A speculators-layout draft config (decoder numbers nested under transformer_layer_config)."""
         return "transformer_layer_config" in self.data or "speculators_model_type" in self.data
+
+
+def hub_cache() -> Path:
+    """huggingface_hub's cache folder: HF_HUB_CACHE, else HF_HOME/hub, else its default."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path(constants.HF_HUB_CACHE)

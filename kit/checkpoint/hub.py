@@ -45,6 +45,7 @@ from kit.checkpoint.safetensors_io import (
 )
 from kit.config import is_hub_id, missing_path
 from kit.findings import Code, Finding, KitInputError
+from kit.hf import hub_cache
 
 SECTION = "ckpt/draft: notebook 02"
 SOURCE = Code(
@@ -92,17 +93,6 @@ def offline() -> bool:
     from huggingface_hub import constants
 
     return constants.is_offline_mode() or constants._is_true(os.environ.get("HF_HUB_OFFLINE"))
-
-
-def hub_cache() -> Path:
-    """huggingface_hub's cache folder: HF_HUB_CACHE, else HF_HOME/hub, else its default."""
-    from huggingface_hub import constants
-
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(constants.HF_HUB_CACHE)
 
 
 def endpoint() -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.hf import hub_cache
 from kit.sglang.flags import PYTHON_PROG
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -186,8 +187,6 @@ def read_argv(argv: list[str]) -> VllmLaunch:
 def speculators_config(model: str, revision: str | None = None) -> dict[str, Any] | None:
     """`speculators_config` of `model`'s config.json where it is readable without the network (a local folder, the
     Hugging Face cache); None for any other model."""
-    from kit.checkpoint.hub import hub_cache
-
     folder = Path(model).expanduser()
     if not folder.is_dir():
         from huggingface_hub import try_to_load_from_cache
