@@ -42,20 +42,22 @@ SWITCHES = set(
     "--no-enable-prefix-caching --enable-chunked-prefill --no-enable-chunked-prefill --enable-auto-tool-choice "
     "--disable-custom-all-reduce --enable-expert-parallel --async-scheduling --headless".split()
 )
-# vLLM flag -> the LaunchSpec field of the same meaning (SGLang's argument name)
-AS_SGLANG = {
-    "--tensor-parallel-size": "tp_size",
-    "-tp": "tp_size",
-    "--max-model-len": "context_length",
-    "--gpu-memory-utilization": "mem_fraction_static",
-    "--max-num-seqs": "max_running_requests",
-    "--host": "host",
-    "--port": "port",
-    "--api-key": "api_key",
-    "--served-model-name": "served_model_name",
-    "--revision": "revision",
-    "--trust-remote-code": "trust_remote_code",
+# LaunchSpec field (SGLang's argument name) -> the vLLM flag of the same meaning: read here, written by the vllm
+# engine (kit.serving.engines.vllm); `-tp` is vLLM's short form
+FLAGS = {
+    "tp_size": "--tensor-parallel-size",
+    "context_length": "--max-model-len",
+    "mem_fraction_static": "--gpu-memory-utilization",
+    "max_running_requests": "--max-num-seqs",
+    "page_size": "--block-size",
+    "host": "--host",
+    "port": "--port",
+    "api_key": "--api-key",
+    "served_model_name": "--served-model-name",
+    "revision": "--revision",
+    "trust_remote_code": "--trust-remote-code",
 }
+AS_SGLANG = {**{flag: name for name, flag in FLAGS.items()}, "-tp": "tp_size"}
 PASSED_AS_IS = ("--dtype", "--quantization", "--kv-cache-dtype")  # the same flag and values in SGLang
 ALGORITHM = {"eagle": "EAGLE", "eagle3": "EAGLE3"}  # vLLM method -> SGLang's --speculative-algorithm
 
@@ -115,7 +117,7 @@ class VllmLaunch:
             out["speculative_draft_model_revision"] = self.spec.get("revision")
             if isinstance(n, int):
                 out |= {"speculative_num_steps": n, "speculative_num_draft_tokens": n + 1}
-        for k in ("tp_size", "context_length", "max_running_requests", "port"):
+        for k in ("tp_size", "context_length", "max_running_requests", "page_size", "port"):
             if isinstance(out.get(k), str) and out[k].isdigit():
                 out[k] = int(out[k])
         if isinstance(out.get("mem_fraction_static"), str):

@@ -20,38 +20,22 @@ from typing import Any
 
 from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, exception_line, visible_gpus
+from kit.vllm.cmdline import FLAGS
 
 SPEC_CONFIG = "--speculative-config"
-# LaunchSpec field (SGLang's argument name) -> vLLM's flag; None where vLLM takes none (or names values otherwise:
-# attention backends, SGLang's -1 = no chunked prefill). SPEC_CONFIG fields go into its JSON, model_path and
-# log_level into `command`.
+# LaunchSpec field (SGLang's argument name) -> vLLM's flag (kit.vllm.cmdline.FLAGS: the ones it shares, read back
+# there); the speculative fields go into SPEC_CONFIG's JSON, model_path and log_level into `command`; None where vLLM
+# takes none or names its values otherwise (attention backends, SGLang's -1 = no chunked prefill, the decode log:
+# vLLM logs every VLLM_LOG_STATS_INTERVAL s; /metrics is always served)
 VLLM_FLAGS: dict[str, str | None] = {
+    **FLAGS,
     "model_path": "--model",
-    "revision": "--revision",
-    "speculative_algorithm": SPEC_CONFIG,
-    "speculative_draft_model_path": SPEC_CONFIG,
-    "speculative_draft_model_revision": SPEC_CONFIG,
-    "speculative_num_steps": SPEC_CONFIG,
-    "speculative_eagle_topk": SPEC_CONFIG,
-    "speculative_num_draft_tokens": SPEC_CONFIG,
-    "speculative_draft_attention_backend": None,
-    "tp_size": "--tensor-parallel-size",
-    "mem_fraction_static": "--gpu-memory-utilization",
-    "context_length": "--max-model-len",
-    "host": "--host",
-    "port": "--port",
-    "api_key": "--api-key",
-    "served_model_name": "--served-model-name",
-    "trust_remote_code": "--trust-remote-code",
-    "attention_backend": None,
-    "page_size": "--block-size",
-    "max_running_requests": "--max-num-seqs",
-    "max_queued_requests": None,
-    "chunked_prefill_size": None,
-    "decode_log_interval": None,  # vLLM logs its stats every VLLM_LOG_STATS_INTERVAL seconds
-    "enable_metrics": None,  # /metrics is always served
     "log_level": "--log-level",
-}
+    **dict.fromkeys(("speculative_algorithm", "speculative_draft_model_path", "speculative_draft_model_revision",
+                     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"), SPEC_CONFIG),
+    **dict.fromkeys(("speculative_draft_attention_backend", "attention_backend", "max_queued_requests",
+                     "chunked_prefill_size", "decode_log_interval", "enable_metrics"), None),
+}  # fmt: skip
 IN_COMMAND = {n for n, f in VLLM_FLAGS.items() if f == SPEC_CONFIG} | {"model_path", "log_level"}
 METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle"}  # SGLang's --speculative-algorithm -> vLLM's method
 # `metrics.speculative_decoding` of an answer (vllm/entrypoints/generate/base/protocol.py SpeculativeDecodingMetrics)
