@@ -105,7 +105,8 @@ APIS = tuple(API_PATHS)
 class BenchConfig:
     url: str | None = opt("speculative server base URL, e.g. http://127.0.0.1:30000")
     baseline_url: str | None = opt("baseline (no speculation) server base URL, same model")
-    api: str = opt("endpoint: sglang (/generate), completions, chat", "sglang", choices=APIS)
+    api: str | None = opt("endpoint: sglang (/generate), completions, chat; default: the engine's (vllm: completions)",
+                          choices=APIS)  # fmt: skip
     engine: str = opt(
         "engine behind the URLs (its paths, speculative fields, metric names; the reference server's are SGLang's)",
         "sglang",
@@ -155,6 +156,7 @@ class BenchConfig:
     json: bool = opt("print one JSON document as the last line", False)
 
     def __post_init__(self):
+        self.api = self.api or get_engine(self.engine).bench_api
         if self.api not in APIS:
             raise KitInputError(f"--api {self.api!r}: choose one of {', '.join(APIS)}")
         get_engine(self.engine)  # an unknown engine is a one-line error naming --engine

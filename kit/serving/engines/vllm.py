@@ -84,6 +84,7 @@ class VllmEngine(Engine):
     name = "vllm"
     description = "vLLM (`vllm serve`, OpenAI API, EAGLE-3 via --speculative-config), on a GPU host"
     accepts_hub_ids = True
+    bench_api = "completions"  # no native /generate
     ready_path = "/health"
     models_path = "/v1/models"
     metrics_path = "/metrics"

@@ -297,3 +297,13 @@ def test_a_server_without_per_request_metrics_still_has_its_counters(tmp_path):
         res = run_bench(BenchConfig(url=s.url, out_dir=str(tmp_path / "r"), **kw))
     assert res.summary["accept_sources"]["spec"]["metrics_delta"]["value"] == pytest.approx(1 + 18 / 13)
     assert "bench.no_acceptance" in res.report.codes()  # the answers carry none: the counters are the source
+
+
+def test_bench_without_api_asks_the_engine_its_endpoint():
+    from kit.measure.bench import BenchConfig
+
+    assert (BenchConfig(engine="vllm").api, BenchConfig().api, BenchConfig(engine="vllm", api="chat").api) == (
+        "completions",
+        "sglang",
+        "chat",
+    )
