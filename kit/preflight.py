@@ -66,7 +66,9 @@ class DoctorConfig:
     launch: str | None = opt("an SGLang or vLLM launch command line (env assignments allowed)")
     launch_file: str | None = opt("file holding the launch command")
     sglang_version: str | None = opt("SGLang version to judge against (default: installed, else newest known)")
-    vllm_version: str | None = opt("vLLM version to judge a `vllm serve` launch against (default: the newest known)")
+    vllm_version: str | None = opt(
+        "vLLM version to judge a `vllm serve` launch against (default: installed, else newest known)"
+    )
     trained_with: str | None = opt("training stack of the draft: speculators, specforge, eagle, sglang")
     probe_env: bool = opt(
         "also probe this machine's GPUs, driver, torch, NCCL (the launch runs here; imports torch)", False

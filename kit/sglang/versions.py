@@ -93,10 +93,10 @@ def pick_recorded(requested: str | None, recorded: Iterable[str]) -> RecordedRel
     return RecordedRelease(requested, checked, Version.parse(checked) == want)
 
 
-def installed_version() -> str | None:
-    """Version of an sglang distribution installed in this interpreter, without importing it."""
+def installed_version(distribution: str = "sglang") -> str | None:
+    """Version of a distribution (sglang, vllm) installed in this interpreter, without importing it."""
     try:
-        return importlib.metadata.version("sglang")
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 

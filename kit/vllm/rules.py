@@ -4,9 +4,9 @@
     >>> "eagle3" in r.eagle3_methods, r.speculative_config
     (True, True)
 
-`rules_for(version)` answers for a release the table lists (`releases()`, oldest first; none named: the newest);
-any other version is a KitInputError naming it. Each field keeps its evidence, [file, line, text] in the first
-release of the span it belongs to (`VllmRules.evidence[field]`).
+`rules_for(version)` answers for a release the table lists (`releases()`, oldest first; none named: the installed
+vLLM's, else the newest); any other version is a KitInputError naming it. Each field keeps its evidence, [file, line,
+text] in the first release of the span it belongs to (`VllmRules.evidence[field]`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
-from kit.sglang.versions import Version
+from kit.sglang.versions import Version, installed_version
 
 RULES_PATH = Path(__file__).with_name("rules.json")
 RELEASES_PATH = Path(__file__).with_name("releases.json")
@@ -75,9 +75,18 @@ def _cell(field: str, version: str) -> dict | None:
     return None
 
 
+def installed_release() -> str | None:
+    """The listed release the vLLM installed here is judged at: its own, or the newest listed before it."""
+    if (v := installed_version("vllm")) is None:
+        return None
+    older = [r for r in releases() if Version.parse(r) <= Version.parse(v)]
+    return older[-1] if older else None
+
+
 def rules_for(version: str | None = None) -> VllmRules:
-    """The recorded rules of one listed release (the newest when None); KitInputError for any other."""
-    version = version or default_release()
+    """The recorded rules of one listed release (None: the installed vLLM's, else the newest); KitInputError for any
+    other."""
+    version = version or installed_release() or default_release()
     listed = {Version.parse(v): v for v in releases()}
     try:
         key = Version.parse(version)

@@ -92,7 +92,7 @@ class Engine:
     # whose memory each sizes its pool from at start (SGLang on one GPU), so they start one after another
     starts_together: bool = False
     # HTTP
-    bench_api: str = "sglang"  # the endpoint `kit bench` uses when --api is not given: SGLang's /generate, else OpenAI's
+    bench_api: str = "sglang"  # `kit bench`'s endpoint when --api is not given: /generate, else an OpenAI one
     ready_path: str = "/health"
     server_info_paths: tuple[str, ...] = ()
     models_path: str = "/v1/models"

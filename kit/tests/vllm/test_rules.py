@@ -97,3 +97,15 @@ def test_one_release_re_derived_from_its_wheel():
     stored = vllm_scan.stored_rows()
     for f in FIELDS:
         assert row[f]["value"] == stored[f]["0.10.2"]["value"], f
+
+
+def test_the_installed_vllm_is_judged_at_its_own_release_or_the_newest_before_it(monkeypatch):
+    from kit.vllm import rules
+
+    for installed, judged in (("0.10.2", "0.10.2"), ("0.10.2.post1", "0.10.2"), ("0.99.0", "0.33.0"), ("0.7.3", None)):
+        monkeypatch.setattr(rules, "installed_version", lambda dist, v=installed: v)
+        assert rules.installed_release() == judged
+    monkeypatch.setattr(rules, "installed_version", lambda dist: "0.11.0")
+    assert rules_for().version == "0.11.0" and rules_for("0.12.0").version == "0.12.0"
+    monkeypatch.setattr(rules, "installed_version", lambda dist: None)
+    assert rules_for().version == "0.33.0"
