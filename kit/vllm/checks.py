@@ -93,8 +93,9 @@ def allowed_draft_tp(rules: VllmRules, tp: int) -> set[int] | None:
 
 
 @finding_list
-def launch_findings(v: VllmLaunch, rules: VllmRules) -> Iterator[Finding]:
-    """The findings on the line alone: its JSON, method, legacy flags and draft TP against the release."""
+def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iterator[Finding]:
+    """The findings on the line alone: its JSON, method (`effective_method`), legacy flags and draft TP against the
+    release."""
     ver = f"vLLM {rules.version}"
     if v.problem:
         yield VLLM_CONFIG(f"{ver}: {v.problem}", evidence={"entry": v.entry})
@@ -112,7 +113,6 @@ def launch_findings(v: VllmLaunch, rules: VllmRules) -> Iterator[Finding]:
             evidence={"draft": v.draft, "algorithm": v.method, "source": rules.evidence.get("speculators")},
             fix=f"vllm serve {v.target} --speculative-config '{json.dumps(v.spec)}'",
         )
-    method, how = effective_method(v, rules)
     if method and rules.methods and method not in rules.methods:
         yield VLLM_METHOD(
             f"{ver} does not accept method {method!r} in --speculative-config (it accepts {', '.join(rules.methods)})",
@@ -130,11 +130,12 @@ def launch_findings(v: VllmLaunch, rules: VllmRules) -> Iterator[Finding]:
 
 
 @finding_list
-def model_findings(v: VllmLaunch, rules: VllmRules, target_config, draft_config, eagle3: bool) -> Iterator[Finding]:
-    """The findings that need the models: the target's aux hidden states, the method against the draft (`eagle3`:
-    the draft is an EAGLE-3 one, `is_eagle3`)."""
+def model_findings(
+    rules: VllmRules, method: str | None, how: str, target_config, draft_config, eagle3: bool
+) -> Iterator[Finding]:
+    """The findings that need the models: the target's aux hidden states, the method (`effective_method`: the one
+    that runs, and how it was chosen) against the draft (`eagle3`: the draft is an EAGLE-3 one, `is_eagle3`)."""
     ver = f"vLLM {rules.version}"
-    method, how = effective_method(v, rules)
     arch = ((target_config or {}).get("architectures") or [None])[0]
     if method in rules.eagle3_methods and arch and rules.aux_archs and arch not in rules.aux_archs:
         yield VLLM_TARGET(
@@ -216,9 +217,10 @@ def doctor_checks(dep) -> list[Finding]:
     v, rules = read_argv(dep.launch.argv), rules_for(dep.vllm_version)
     d = dep.draft
     eagle3 = d is not None and is_eagle3(d.config, d.folder)
-    method = effective_method(v, rules)[0]
+    method, how = effective_method(v, rules)
     shifted = shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods) if dep.target_config else []
-    return launch_findings(v, rules) + model_findings(v, rules, dep.target_config, d and d.config, eagle3) + shifted
+    models = model_findings(rules, method, how, dep.target_config, d and d.config, eagle3)
+    return launch_findings(v, rules, method) + models + shifted
 
 
 def is_eagle3(draft_config, folder) -> bool:

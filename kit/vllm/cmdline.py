@@ -59,7 +59,7 @@ FLAGS = {
 }
 AS_SGLANG = {**{flag: name for name, flag in FLAGS.items()}, "-tp": "tp_size"}
 PASSED_AS_IS = ("--dtype", "--quantization", "--kv-cache-dtype")  # the same flag and values in SGLang
-ALGORITHM = {"eagle": "EAGLE", "eagle3": "EAGLE3"}  # vLLM method -> SGLang's --speculative-algorithm
+ALGORITHM = {"eagle3": "EAGLE3", "eagle": "EAGLE"}  # vLLM method -> SGLang's --speculative-algorithm
 
 
 def launch_test(argv: list[str]) -> tuple[str, int] | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, exception_line, visible_gpus
-from kit.vllm.cmdline import FLAGS
+from kit.vllm.cmdline import ALGORITHM, FLAGS
 
 SPEC_CONFIG = "--speculative-config"
 # LaunchSpec field (SGLang's argument name) -> vLLM's flag (kit.vllm.cmdline.FLAGS: the ones it shares, read back
@@ -37,7 +37,7 @@ VLLM_FLAGS: dict[str, str | None] = {
                      "chunked_prefill_size", "decode_log_interval", "enable_metrics"), None),
 }  # fmt: skip
 IN_COMMAND = {n for n, f in VLLM_FLAGS.items() if f == SPEC_CONFIG} | {"model_path", "log_level"}
-METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle"}  # SGLang's --speculative-algorithm -> vLLM's method
+METHODS = {alg: method for method, alg in ALGORITHM.items()}  # SGLang's --speculative-algorithm -> vLLM's method
 # `metrics.speculative_decoding` of an answer (vllm/entrypoints/generate/base/protocol.py SpeculativeDecodingMetrics)
 # -> SPEC_KEYS. Its mean_acceptance_length leaves the prefill token out (1 + accepted / steps): not the kit's
 # accept_length (tokens / verify steps), which the records compute from verify_ct
