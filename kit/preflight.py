@@ -132,7 +132,9 @@ class Deployment:
         opts = dict(lint_options or {})
         launch = read_launch(cfg)
         if launch is not None and sglang_launch_test(cfg.sglang_version)(launch.argv) is None:
-            opts.setdefault("parse_flags", False)  # another engine's line (vLLM): SGLang's parser judges SGLang's
+            # another engine's line (vLLM): SGLang's parser judges SGLang's; that engine's rules apply
+            opts.setdefault("parse_flags", False)
+            opts.setdefault("engine", "vllm")
         found: list[Finding] = []
         models: list[Model | None] = []
         for role, given, revision, flag, what in (
@@ -226,7 +228,7 @@ def diagnose_each(cfgs: list[DoctorConfig], lint_options: dict[str, Any] | None 
     deps = [Deployment.build(cfg, opts) for cfg in cfgs]
     by_version: dict[str, list[list[str]]] = {}
     for dep in deps:
-        if dep.launch is not None:
+        if dep.launch is not None and dep.lint_options.get("parse_flags", True):
             by_version.setdefault(dep.sglang_version or default_release(), []).append(dep.launch.spec.flags())
     for version, flags in by_version.items():
         with contextlib.suppress(KitInputError):  # each lint reports its own parser failure
@@ -268,7 +270,7 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
                     evidence={"flag": flag, "path": value, "revision": revision, "engine": engine},
                     severity="error" if role == "draft" else "warning",
                     fix=f"hf download {value}{' --revision ' + revision if revision else ''} (into the Hugging Face "
-                    f"cache, where the kit and SGLang look first), or {flag} DIR with a local copy",
+                    f"cache, where the kit and the engine look first), or {flag} DIR with a local copy",
                 )
             ]
         return m, [m.finding(flag)]

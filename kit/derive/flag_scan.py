@@ -25,11 +25,10 @@ from typing import Any
 from kit.findings import KitInputError
 from kit.sglang.versions import DEFAULT_RELEASE
 
-# Runs inside the release's interpreter; prints one JSON document as its last stdout line.
-_WORKER = r"""
-import argparse, importlib.metadata as md, json, pathlib, re, sys
-import sglang
-from sglang.srt.server_args import ServerArgs
+# `describe(parser)`: every option of an argparse parser as the kit's flag tables store them (option strings, dest,
+# action kind, nargs, value parser, choices, default, const); the head of each engine's parser worker
+DESCRIBE = r"""
+import argparse, json
 
 BUILTIN = {argparse._StoreAction: "store", argparse._StoreConstAction: "store_const",
            argparse._StoreTrueAction: "store_true", argparse._StoreFalseAction: "store_false",
@@ -58,18 +57,30 @@ def choices_of(a):
     seq = sorted(a.choices) if isinstance(a.choices, (set, frozenset)) else a.choices  # a set: a stable order
     return [jsonable(c) for c in seq]
 
-parser = argparse.ArgumentParser(prog="sglang serve")
-ServerArgs.add_cli_args(parser)
-actions = []
-for a in parser._actions:
-    if not a.option_strings:
-        continue
-    kind = BUILTIN.get(type(a)) or "custom:" + type(a).__name__
-    actions.append({"option_strings": list(a.option_strings), "dest": a.dest, "kind": kind,
+def describe(parser):
+    out = []
+    for a in parser._actions:
+        if not a.option_strings:
+            continue
+        kind = BUILTIN.get(type(a)) or "custom:" + type(a).__name__
+        out.append({"option_strings": list(a.option_strings), "dest": a.dest, "kind": kind,
                     "nargs": a.nargs, "type": type_name(a.type),
                     "choices": choices_of(a),
                     "default": jsonable(a.default), "const": jsonable(getattr(a, "const_value", a.const)),
                     "required": bool(a.required), "new_flag": getattr(a, "new_flag", None)})
+    return out
+"""
+# Runs inside the release's interpreter; prints one JSON document as its last stdout line.
+_WORKER = (
+    DESCRIBE
+    + r"""
+import importlib.metadata as md, pathlib, re, sys
+import sglang
+from sglang.srt.server_args import ServerArgs
+
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+actions = describe(parser)
 positionals = [a.dest for a in parser._actions if not a.option_strings]
 
 dist = md.distribution("sglang")
@@ -116,6 +127,7 @@ print()
 print(json.dumps({"version": dist.version, "closure": closure, "python": sys.version.split()[0], "actions": actions,
                   "positionals": positionals, "entry": entry}))
 """
+)
 
 
 # Prepended to _WORKER for a release read from its wheel source: that source first on sys.path, the packages of

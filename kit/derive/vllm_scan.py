@@ -1,15 +1,17 @@
 """vLLM's EAGLE-3 support per release, derived from its wheel into `kit/vllm/rules.json` (read by `kit.vllm.rules`).
 
 What: per final release from `FIRST_RELEASE` (the first with `llama_eagle3.py`), the fields of
-`kit.vllm.rules.FIELDS` (one `derive_<field>` each) with file:line evidence, and `parser_flags` where vLLM's own
-parser ran. Why: a vLLM deployment is judged by what *its* release does, and these facts change between releases.
+`kit.vllm.rules.FIELDS` (one `derive_<field>` each) with file:line evidence, and `parser_flags` where `vllm serve`'s
+own parser ran. Why: a vLLM deployment is judged by what *its* release does, and these facts change between releases.
 How: the wheel's `.py` files read as text (AST or regex), never imported; rows equal in a field collapse into spans
 of consecutive releases (`{"first", "last", "value", "evidence"}`, the evidence of the span's first release).
 
     python -m kit.derive.vllm_scan --write [V...]     # re-derive these releases (default: all listed), store the table
     python -m kit.derive.vllm_scan V                  # print release V's row
     VLLM_SRC=/dir python -m kit.derive.vllm_scan ...  # read /dir/<V>/vllm/... (extracted wheels), no download
-    python -m kit.derive.vllm_scan --parser V SITE    # vLLM's real parser, vllm==V installed in SITE (parser_flags)
+    python -m kit.derive.vllm_scan --parser V SITE    # `vllm serve`'s real parser, vllm==V installed in SITE (folders
+                                                      # joined by os.pathsep, its imports' packages too): parser_flags,
+                                                      # stored as indices into one pool of actions (`parser_actions`)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.derive import write_text
+from kit.derive.flag_scan import DESCRIBE
 from kit.findings import KitInputError
 from kit.sglang.versions import Version
 from kit.vllm.rules import FIELDS, RELEASES_PATH, RULES_PATH
@@ -397,26 +400,45 @@ def derive(version: str) -> dict[str, dict]:
         return {f: dict(zip(("value", "evidence"), globals()[f"derive_{f}"](src))) for f in FIELDS}
 
 
-_PARSER_WORKER = r"""
-import argparse, json
-from vllm.engine.arg_utils import AsyncEngineArgs
+# `vllm serve`'s parser, built as `vllm` builds it (its serve subcommand's `subparser_init` on the CLI's subparsers:
+# the options `make_arg_parser` adds, plus any the subcommand adds itself), each option described as the kit's flag
+# tables store them (`kit.derive.flag_scan.DESCRIBE`), then the positionals (option_strings [], kind "positional").
+# On vLLM's CPU platform throughout: VLLM_TARGET_DEVICE=cpu selects it from 0.28.0 on, a "+cpu" version (as a CPU
+# build has) before; with no platform, 0.10.2 and 0.22.0 (among others) fail (DeviceConfig cannot infer a device),
+# and 0.8.5.post1's --guided-decoding-backend choices differ.
+# Run over this venv's torch and transformers: old releases register configs transformers now has (allowed here),
+# and 0.17 asks torch for a function it has dropped (given here).
+_PARSER_WORKER = (
+    DESCRIBE
+    + r"""
+import importlib.metadata as md
+_version = md.version
+md.version = lambda name: _version(name) + ("+cpu" if name == "vllm" else "")
+from transformers import AutoConfig  # releases up to ~0.9 register configs (aimv2) that transformers 5 now has
+_register = AutoConfig.register
+AutoConfig.register = lambda *a, **k: _register(*a, **{**k, "exist_ok": True})
+import torch  # 0.17's CPU platform asks torch for AVX-512 the way torch < 2.13 answered
+torch._C._cpu._is_avx512_supported = getattr(torch._C._cpu, "_is_avx512_supported", lambda: True)
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 except ImportError:
     from vllm.utils import FlexibleArgumentParser
-plain = lambda d: d if isinstance(d, (str, int, float, bool, type(None))) else repr(d)
-print(json.dumps([{"options": a.option_strings, "dest": a.dest, "default": plain(a.default),
-                   "choices": [str(c) for c in a.choices] if a.choices else None}
-                  for a in AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())._actions
-                  if a.option_strings and not isinstance(a, argparse._HelpAction)]))
+from vllm.entrypoints.cli.serve import cmd_init
+serve = next(c for c in cmd_init() if c.name == "serve")
+parser = serve.subparser_init(FlexibleArgumentParser(prog="vllm").add_subparsers(dest="subparser"))
+positionals = [{"option_strings": [], "dest": a.dest, "kind": "positional", "nargs": a.nargs,
+                "type": type_name(a.type), "choices": choices_of(a), "default": jsonable(a.default), "const": None,
+                "required": bool(a.required), "new_flag": None} for a in parser._actions if not a.option_strings]
+print(json.dumps(describe(parser) + positionals))
 """
+)
 
 
 def parser_flags(version: str, site: str) -> list[dict]:
-    """Every option of vLLM's own parser (strings, dest, default, choices), run here with `site` (folders) first on
-    the path: vllm==version `pip install --no-deps --target`ed there, beside the pure-Python packages its imports need
-    (for 0.33.0: cbor2 openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo xgrammar apache-tvm-ffi
-    partial-json-parser llguidance)."""
+    """Every option of `vllm serve`'s parser, run here with `site` (folders joined with os.pathsep) as PYTHONPATH:
+    vllm==version `pip install --no-deps --target`ed there, beside the pure-Python packages its imports need (for
+    0.33.0: cbor2 openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo xgrammar apache-tvm-ffi
+    partial-json-parser llguidance watchfiles)."""
     env = {**os.environ, "PYTHONPATH": site, "VLLM_TARGET_DEVICE": "cpu"}
     r = subprocess.run([sys.executable, "-c", _PARSER_WORKER], capture_output=True, text=True, env=env, timeout=600)
     if r.returncode:
@@ -424,11 +446,11 @@ def parser_flags(version: str, site: str) -> list[dict]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def spans(rows: dict[str, dict]) -> list[dict]:
-    """Consecutive releases with equal values as one span, the first release's evidence kept."""
+def spans(rows: dict[str, dict], order: list[str]) -> list[dict]:
+    """Releases adjacent in `order` with equal values as one span, the first release's evidence kept."""
     out: list[dict] = []
     for v in sorted(rows, key=Version.parse):
-        if out and out[-1]["value"] == rows[v]["value"]:
+        if out and out[-1]["value"] == rows[v]["value"] and order.index(v) == order.index(out[-1]["last"]) + 1:
             out[-1]["last"] = v
         else:
             out.append({"first": v, "last": v, "value": rows[v]["value"], "evidence": rows[v].get("evidence", {})})
@@ -449,15 +471,18 @@ def listed_releases() -> list[str]:
 
 
 def stored_rows() -> dict[str, dict[str, dict]]:
-    """{field: {release: {"value", "evidence"}}} of the stored table, spans expanded."""
+    """{field: {release: {"value", "evidence"}}} of the stored table, spans expanded (parser_flags: action dicts)."""
     doc, at = json.loads(RULES_PATH.read_text()) if RULES_PATH.exists() else {"fields": {}}, _listed()
+    pool = doc.get("parser_actions", [])
     releases = lambda s: at[at.index(s["first"]) : at.index(s["last"]) + 1]
-    cells = lambda ss: {v: {"value": s["value"], "evidence": s["evidence"]} for s in ss for v in releases(s)}
-    return {f: cells(ss) for f, ss in doc["fields"].items()}
+    value = lambda f, s: [pool[i] for i in s["value"]] if f == "parser_flags" else s["value"]
+    cells = lambda f, ss: {v: {"value": value(f, s), "evidence": s["evidence"]} for s in ss for v in releases(s)}
+    return {f: cells(f, ss) for f, ss in doc["fields"].items()}
 
 
 def write(rows: dict[str, dict[str, dict]], releases: list[str]) -> None:
-    """Store `rows` ({release: {field: {"value", "evidence"}}}) over the stored table, and the release list."""
+    """Store `rows` ({release: {field: {"value", "evidence"}}}) over the stored table, and the release list;
+    parser_flags as indices into one pool of distinct actions ("parser_actions")."""
     doc = {
         "_doc": "every final vLLM release from EAGLE-3's first (llama_eagle3.py) through "
         f"{LAST_RELEASE}, from `pip index versions vllm`; written by `python -m kit.derive.vllm_scan --write`",
@@ -467,19 +492,29 @@ def write(rows: dict[str, dict[str, dict]], releases: list[str]) -> None:
     table = stored_rows()
     for v, f, cell in ((v, f, cell) for v, row in rows.items() for f, cell in row.items()):
         table.setdefault(f, {})[v] = cell
+    index: dict[str, int] = {}  # an action's JSON -> its place in the pool
+    for v in sorted(table.get("parser_flags", {}), key=Version.parse):
+        cell = table["parser_flags"][v]
+        cell["value"] = [index.setdefault(json.dumps(a, sort_keys=True), len(index)) for a in cell["value"]]
     doc = {
         "_doc": "generated by `python -m kit.derive.vllm_scan --write [V...]` from real vllm wheels (read as text, "
         "never imported): per field, spans of consecutive releases with equal values, each with file:line "
-        "evidence [file, line, text] from the span's first release; read by kit.vllm.rules, checked by "
+        "evidence [file, line, text] from the span's first release; parser_flags (`--parser V SITE`: `vllm serve`'s "
+        "parser run) names its actions by index into `parser_actions`; read by kit.vllm.rules, checked by "
         "kit/tests/vllm/test_rules.py",
-        "fields": {f: spans(table[f]) for f in (*FIELDS, "parser_flags") if table.get(f)},
+        "fields": {f: spans(table[f], releases) for f in (*FIELDS, "parser_flags") if table.get(f)},
+        "parser_actions": "@POOL@",
     }
-    write_text(RULES_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    ids = r'"value": \[\s+(\d+(?:,\s+\d+)*)\s+\]'  # parser_flags' indices on one line
+    text = re.sub(ids, lambda m: '"value": [' + re.sub(r"\s", "", m[1]) + "]", text)
+    pool = ",\n  ".join(json.dumps(json.loads(k), sort_keys=True, separators=(",", ":")) for k in index)
+    write_text(RULES_PATH, text.replace('"@POOL@"', f"[\n  {pool}\n ]" if index else "[]") + "\n")
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--parser"]:
-        how = f"AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()) run with vllm=={argv[1]} installed --no-deps"
+        how = f"`vllm serve`'s subparser_init run with vllm=={argv[1]} installed --no-deps"
         write({argv[1]: {"parser_flags": {"value": parser_flags(*argv[1:3]), "evidence": {"how": how}}}}, _listed())
     elif argv[:1] == ["--write"]:
         releases = _listed() or listed_releases()

@@ -81,7 +81,7 @@ def recorded_closure(version: str) -> dict[str, str] | None:
     return dict(closure) if closure else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: `_parser` keeps one argparse per table
 class FlagTable:
     version: str  # the release asked about
     checked: str  # the release whose parser the table was derived from
@@ -277,6 +277,7 @@ class FlagResolution:
     errors: list[dict] = field(default_factory=list)  # {"option", "message", "tokens"}
     flags: list[str] = field(default_factory=list)  # what was read
     unchecked: list[str] = field(default_factory=list)  # dests whose value parser the kit does not have
+    table: FlagTable | None = None  # what judged them
 
     def raw(self, dest: str) -> str | None:
         """The value string of the last occurrence of dest (what `--flag V` said), or None."""
@@ -289,7 +290,7 @@ class FlagResolution:
 
     def abbreviated(self) -> list[tuple[str, str]]:
         """(as written, full option) for every flag given as an unambiguous prefix of its name."""
-        opts = table_for(self.version).by_option()
+        opts = (self.table or table_for(self.version)).by_option()
         out = []
         for tok in self.flags:
             opt = tok.split("=", 1)[0]
@@ -354,10 +355,9 @@ def _value_parser(name: str | None, parser: _Parser):
 
 
 @lru_cache(maxsize=8)
-def _parser(checked: str) -> _Parser:
+def _parser(t: FlagTable) -> _Parser:
     """argparse rebuilt from the table: same option strings, dests, kinds, nargs, types and choices.
     Defaults are suppressed (only given flags appear) and nothing is required (checked after parsing)."""
-    t = table_for(checked)
     p = _Parser(prog="sglang serve", add_help=False, exit_on_error=False, argument_default=argparse.SUPPRESS)
     p.kit_raws, p.kit_seen = [], []
     for a in t.actions:
@@ -405,11 +405,12 @@ def _span(argv: list[str], i: int, action: dict | None) -> int:
 _NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-def resolve_flags(flags: list[str], version: str | None = None) -> FlagResolution:
-    """Read server flags as SGLang's argparse does; faults become `errors`, the rest is still read."""
-    t = table_for(version)
-    p = _parser(t.checked)
-    res = FlagResolution(t.version, t.checked, t.exact, flags=list(flags))
+def resolve_flags(flags: list[str], version: str | None = None, table: FlagTable | None = None) -> FlagResolution:
+    """Read server flags as SGLang's argparse does (or as `table`'s engine does: another engine's parser recorded
+    in the same form); faults become `errors`, the rest is still read."""
+    t = table or table_for(version)
+    p = _parser(t)
+    res = FlagResolution(t.version, t.checked, t.exact, flags=list(flags), table=t)
     options = t.by_option()
     rest = list(flags)
     for _ in range(len(flags) + 1):

@@ -41,12 +41,14 @@ FLAG = Code(
     SECTION,
     "error / info",
     (
-        "error: the release's own parser (`ServerArgs.add_cli_args`, in the installed sglang or the side environment "
-        "`sglang-<version>`; else its recorded table, `kit/sglang/server_flags.json`) rejects a flag or value (unknown"
-        " or ambiguous flag, bad int/float, value outside the choices, a value after a store_true flag): the server "
-        "exits at startup. info: flags given as prefixes (`--speculative-algo` is read as `--speculative-algorithm`)"
+        "error: the release's own parser rejects a flag or value (unknown or ambiguous flag, bad int/float, value "
+        "outside the choices, a value after a store_true flag): the server exits at startup. SGLang: "
+        "`ServerArgs.add_cli_args`, in the installed sglang or the side environment `sglang-<version>`, else its "
+        "recorded table (`kit/sglang/server_flags.json`); vLLM: `vllm serve`'s parser as recorded from that release's "
+        "wheel (`kit/vllm/rules.json`), vLLM's own spellings first (`_` for `-`, `--json-arg.key value`). info: flags "
+        "given as prefixes (`--speculative-algo` is read as `--speculative-algorithm`)"
     ),
-    "fix the spelling/value (`python -m sglang.launch_server --help`); spell flags out",
+    "fix the spelling/value (`python -m sglang.launch_server --help`, `vllm serve --help`); spell flags out",
 )
 PARSER = Code(
     "launch.parser",
@@ -57,10 +59,14 @@ PARSER = Code(
         "flags were checked against that release's stored table (prefixes, `=`, repeats, types, choices), the "
         "evidence lists what only the real parser checks; a release outside every stored table gets its flags **not "
         "checked**, as the warning says (no other release's table stands in: flags and choices such as "
-        "`--reasoning-parser` differ between releases)"
+        "`--reasoning-parser` differ between releases). On a vLLM line: no recorded parser of that vLLM release"
     ),
-    "install that sglang or allow its side environment; `python -m kit.derive.flag_scan --write VERSION` stores its table",
+    "install that sglang or allow its side environment; `python -m kit.derive.flag_scan --write VERSION` stores its "
+    "table (vLLM: `python -m kit.derive.vllm_scan --parser VERSION SITE`)",
 )
+
+# where each engine lists its flags
+HELP = {"SGLang": "`python -m sglang.launch_server --help`", "vLLM": "`vllm serve --help`"}
 
 # Runs inside the interpreter that has sglang; reads a JSON list of argvs on stdin and prints a
 # JSON list of results as its last stdout line. Built exactly like `prepare_server_args` (prog,
@@ -503,23 +509,31 @@ def flag_findings(
         unknown = table.unknown
         errors = [err["message"] for err in table.errors]
         judge = f"SGLang {table.checked}'s flag table"
-    out += [
+    return out + resolution_findings("SGLang", unknown, errors, judge, table.abbreviated())
+
+
+def resolution_findings(
+    engine: str, unknown: list[str], errors: list[str], judge: str, abbrev: list[tuple[str, str]]
+) -> list[Finding]:
+    """`launch.flag` for what an engine's parser (`judge`) refused: the unknown flags (the first leftover word
+    where no flag is among them), its error messages, and (info) the flags given as prefixes."""
+    out = [
         FLAG(
-            f"SGLang does not accept {flag!r}: the server would exit at startup",
+            f"{engine} does not accept {flag!r}: the server would exit at startup",
             evidence={"unknown": unknown, "judge": judge},
-            fix="remove the flag or fix its spelling (`python -m sglang.launch_server --help`)",
+            fix=f"remove the flag or fix its spelling ({HELP[engine]})",
         )
         for flag in [u for u in unknown if u.startswith("-")] or unknown[:1]
     ]
     out += [
         FLAG(
-            f"SGLang's parser rejects the command: {msg}",
+            f"{engine}'s parser rejects the command: {msg}",
             evidence={"error": msg, "judge": judge},
             fix="write the full flag name" if msg.startswith("ambiguous option") else "fix the flag value",
         )
         for msg in errors
     ]
-    if abbrev := table.abbreviated():
+    if abbrev:
         out.append(
             FLAG(
                 "flags given as prefixes, read as: " + ", ".join(f"{w.split('=', 1)[0]} -> {c}" for w, c in abbrev),

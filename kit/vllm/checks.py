@@ -2,10 +2,11 @@
 
 The engine-neutral checks (draft keys, aux ids, fc width, vocabulary map, shapes...) judge the same `Deployment` an
 SGLang line makes (`kit.vllm.cmdline`: the line in SGLang's names); this provider adds what only vLLM decides.
-Shared fault, shared code: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for SGLang's
-`--speculative-algorithm EAGLE`. vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
-`launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release that
-does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
+Shared faults, shared codes: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for
+SGLang's `--speculative-algorithm EAGLE`; a flag the release's parser refuses is `launch.flag` (`launch.parser`: no
+parser recorded for that release). vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
+`launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release
+that does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from kit.checkpoint.aux_ids import NESTED, TOP
 from kit.checkpoint.convert import LAYER_SHIFT
 from kit.checkpoint.hf_config import target_facts
 from kit.findings import Code, Finding, finding_list
-from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv
+from kit.sglang.parser import PARSER, resolution_findings
+from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
 from kit.vllm.rules import VllmRules, rules_for
 from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, training_points
 
@@ -106,6 +108,7 @@ def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iter
             evidence={"flags": gone, "release_legacy_flags": list(rules.legacy_flags)},
             fix=f"--speculative-config '{json.dumps(v.spec)}' in place of {' '.join(gone)}",
         )
+    yield from flag_findings(v, rules, gone)
     if v.auto and not (rules.speculators_detected and v.method in rules.speculators_algorithms):
         yield VLLM_SPECULATORS(
             f"{ver} does not read {v.draft!r} as a speculators {v.method} draft (it detects "
@@ -127,6 +130,22 @@ def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iter
                 evidence={"draft_tp": v.draft_tp, "tp": v.tp, "rule": rules.draft_tp_allowed},
                 fix=f"draft_tensor_parallel_size {min(allowed)} (or drop it)",
             )
+
+
+def flag_findings(v: VllmLaunch, rules: VllmRules, reported: list[str]) -> list[Finding]:
+    """`launch.flag`: the line's flags against the release's recorded `vllm serve` parser (the flags in `reported`
+    already named); `launch.parser` where none is recorded for it."""
+    if (res := resolve(v, rules)) is None:
+        return [
+            PARSER(
+                f"vLLM {rules.version}'s parser is not recorded in the kit: the line's flags were not checked",
+                evidence={"release": rules.version},
+                fix=f"python -m kit.derive.vllm_scan --parser {rules.version} SITE (vllm=={rules.version} in SITE)",
+            )
+        ]
+    unknown = [u for u in res.unknown if u.split("=", 1)[0] not in reported]
+    errors = [e["message"] for e in res.errors if e["option"] not in reported]
+    return resolution_findings("vLLM", unknown, errors, f"vLLM {rules.version}'s parser (recorded)", res.abbreviated())
 
 
 @finding_list
@@ -193,11 +212,12 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
 # (vLLM renames the draft's architecture itself), its config's form (vLLM reads speculators configs), the draft's
 # context and dtype (vLLM gives the draft the target's), top-level aux ids (vLLM reads them), SGLang's capture points
 # (`shift_findings` judges vLLM's), per-class capture (aux.vllm_target here), SGLang's steps/topk/backends and
-# SGLang-only packages and variables. Not reported from another provider for a vLLM line (kit.preflight.check).
+# SGLang-only packages and variables, and SGLang's parser (`flag_findings` runs vLLM's). Not reported from another
+# provider for a vLLM line (kit.preflight.check).
 SGLANG_RULES = frozenset(
     "draft.arch draft.config draft.context_short draft.nextn_zero draft.dtype aux.layer_ids_ignored aux.layer_shift "
     "aux.target_capture launch.spec_params launch.spec_verify launch.backend env.sglang_var env.sglang_requires "
-    "env.sgl_kernel_lane".split()
+    "env.sgl_kernel_lane launch.flag launch.parser".split()
 )
 
 

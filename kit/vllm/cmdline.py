@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kit.hf import hub_cache
-from kit.sglang.flags import PYTHON_PROG
+from kit.sglang.flags import KNOWN_TYPES, PYTHON_PROG, FlagResolution, FlagTable, resolve_flags
+from kit.vllm.rules import VllmRules
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 # the older speculative flags, each as the --speculative-config key it became
@@ -85,6 +86,7 @@ class VllmLaunch:
     problem: str | None = None
     python: str = "python3"
     auto: bool = False  # the speculative setup came from the model's speculators config (`vllm serve DRAFT`)
+    args: list[str] = field(default_factory=list)  # the flags as vLLM's argparse receives them (`read_argv`)
 
     @property
     def method(self) -> str | None:
@@ -162,6 +164,10 @@ def read_argv(argv: list[str]) -> VllmLaunch:
         name, eq, value = a.partition("=")
         name = name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
         takes = not eq and name not in SWITCHES and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+        if "." in name:  # FlexibleArgumentParser folds `--json-arg.key VALUE` into `--json-arg JSON` first
+            v.args += [name.split(".", 1)[0], "{}"]
+        else:
+            v.args += [name + eq + value] if eq else [name, *argv[i + 1 : i + 1 + takes]]
         value = value if eq else (argv[i + 1] if takes else True)
         i += 1 + takes
         if name == "--speculative-config":
@@ -169,7 +175,7 @@ def read_argv(argv: list[str]) -> VllmLaunch:
             v.spec.update(conf)
         elif name.startswith("--speculative-config."):
             v.spec[name.split(".", 1)[1].replace("-", "_")] = _scalar(str(value))
-        elif name in LEGACY or name.startswith("--speculative-"):
+        elif name in LEGACY:
             v.legacy.append(name)
             legacy[LEGACY.get(name, name[2:].replace("-", "_"))] = _scalar(str(value))
         elif name == "--model":
@@ -184,6 +190,18 @@ def read_argv(argv: list[str]) -> VllmLaunch:
     if isinstance(v.spec.get("num_speculative_tokens"), str) and v.spec["num_speculative_tokens"].isdigit():
         v.spec["num_speculative_tokens"] = int(v.spec["num_speculative_tokens"])
     return v
+
+
+def resolve(v: VllmLaunch, rules: VllmRules) -> FlagResolution | None:
+    """The line's flags read with argparse's own rules (`kit.sglang.flags.resolve_flags`) over the release's recorded
+    `vllm serve` parser (`rules.parser_flags`, in the form of SGLang's flag tables); None where none is recorded.
+    Choices whose value parser the kit does not have stay unchecked (argparse would compare them with the raw text)."""
+    if rules.parser_flags is None:
+        return None
+    plain = lambda a: a.get("type") in (None, *KNOWN_TYPES) or all(isinstance(c, str) for c in a.get("choices") or ())
+    options = [a for a in rules.parser_flags if a["option_strings"]]  # the model positional: `read_argv` reads it
+    actions = tuple(a if plain(a) else {**a, "choices": None} for a in options)
+    return resolve_flags(v.args, table=FlagTable(rules.version, rules.version, True, actions, {}))
 
 
 def speculators_config(model: str, revision: str | None = None) -> dict[str, Any] | None:

@@ -6,7 +6,8 @@
 
 `rules_for(version)` answers for a release the table lists (`releases()`, oldest first; none named: the installed
 vLLM's, else the newest); any other version is a KitInputError naming it. Each field keeps its evidence, [file, line,
-text] in the first release of the span it belongs to (`VllmRules.evidence[field]`).
+text] in the first release of the span it belongs to (`VllmRules.evidence[field]`). `VllmRules.parser_flags` is the
+release's `vllm serve` parser as recorded by running it (None where not recorded).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class VllmRules:
     speculators_detected: bool  # a speculators-format draft config is detected and converted
     speculators_algorithms: tuple[str, ...]  # the `speculators_model_type` values it accepts
     metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
-    parser_flags: tuple[Mapping[str, Any], ...] | None  # vLLM's own parser's options, where it ran
+    parser_flags: tuple[Mapping[str, Any], ...] | None  # `vllm serve`'s parser's actions, where it ran for this release
     evidence: Mapping[str, Any]  # field -> its evidence
 
 
@@ -73,6 +74,11 @@ def _cell(field: str, version: str) -> dict | None:
         if Version.parse(s["first"]) <= want <= Version.parse(s["last"]):
             return s
     return None
+
+
+def _actions(cell: dict | None) -> tuple[dict, ...] | None:
+    """A parser_flags span's actions, expanded from the table's pool (`parser_actions`)."""
+    return tuple(_doc()["parser_actions"][i] for i in cell["value"]) if cell else None
 
 
 def installed_release() -> str | None:
@@ -121,6 +127,6 @@ def rules_for(version: str | None = None) -> VllmRules:
         speculators_detected=bool(sp.get("detects")),
         speculators_algorithms=tuple(sp.get("algorithms", {})),
         metrics=tuple(v["metrics"].get("exposed", [])),
-        parser_flags=tuple(v["parser_flags"]) if cells["parser_flags"] else None,
+        parser_flags=_actions(cells["parser_flags"]),
         evidence={f: c["evidence"] for f, c in cells.items() if c},
     )

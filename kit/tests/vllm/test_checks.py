@@ -22,6 +22,25 @@ from kit.vllm.rules import VllmRules
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 from corpus_cases import load_configs, no_side_env_builds, weight_spec, write_sparse_safetensors  # noqa: E402
 
+
+def act(*opts, kind="store", nargs=None, type=None, choices=None):
+    """One option as kit.derive.vllm_scan records vLLM's parser (kit.derive.flag_scan.DESCRIBE's form)."""
+    dest = opts[0].lstrip("-").replace("-", "_")
+    return dict(
+        option_strings=list(opts), dest=dest, kind=kind, nargs=nargs, type=type, choices=choices, required=False
+    )
+
+
+# a few of `vllm serve`'s options, as 0.10.1's parser has them
+PARSER_FLAGS = (
+    act("--model", type="builtins.str"),
+    act("--port", type="builtins.int"),
+    act("--tensor-parallel-size", "-tp", type="builtins.int"),
+    act("--max-model-len", type="vllm.engine.arg_utils.human_readable_int"),
+    act("--enforce-eager", "--no-enforce-eager", kind="boolean_optional", nargs=0),
+    act("--speculative-config", "-sc", type="vllm.engine.arg_utils.parse_type.<locals>._parse_type"),
+    act("--kv-cache-dtype", choices=["auto", "fp8"], type="builtins.str"),
+)
 RULES = VllmRules(
     version="0.10.1",
     methods=("deepseek_mtp", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "ngram"),
@@ -43,7 +62,7 @@ RULES = VllmRules(
     speculators_detected=True,
     speculators_algorithms=("eagle3",),
     metrics=(),
-    parser_flags=None,
+    parser_flags=PARSER_FLAGS,
     evidence={},
 )
 LLAMA, QWEN_MOE = "target/llama-3.1-8b-instruct.json", "target/qwen3-30b-a3b.json"
@@ -149,6 +168,23 @@ def test_legacy_flags_the_release_no_longer_has(tmp_path, monkeypatch):
     old = dataclasses.replace(RULES, legacy_flags=("--speculative-model", "--num-speculative-tokens"))
     monkeypatch.setattr(checks, "rules_for", lambda version=None: old)
     assert "launch.vllm_flag" not in codes(doctor(tmp_path / "g", line))
+
+
+def test_flags_judged_by_the_releases_own_parser(tmp_path, monkeypatch):
+    """An SGLang flag on a vLLM line, a bad int, a value outside the choices: `launch.flag`, judged by the recorded
+    parser after vLLM's own rewriting (`_` for `-`, `--json-arg.key value`), so those spellings are no fault."""
+    ok = doctor(
+        tmp_path / "ok", vllm(EAGLE3, "--max_model_len=4096 --speculative-config.method eagle3 --enforce-eager")
+    )
+    assert not {"launch.flag", "launch.parser"} & {f.code for f in ok.findings}
+    bad = doctor(tmp_path / "b", vllm(EAGLE3, "--speculative-num-steps 3 --port eighty --kv-cache-dtype fp4"))
+    titles = sorted(f.title for f in bad.findings if f.code == "launch.flag" and f.severity == "error")
+    assert titles[0] == "vLLM does not accept '--speculative-num-steps': the server would exit at startup"
+    assert any("invalid int value: 'eighty'" in t for t in titles) and any("'fp4'" in t for t in titles), titles
+    assert "launch.vllm_flag" not in codes(bad)  # not a flag of older vLLM: an unknown one
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: dataclasses.replace(RULES, parser_flags=None))
+    [f] = [f for f in doctor(tmp_path / "n", vllm(EAGLE3)).findings if f.code == "launch.parser"]
+    assert f.severity == "warning" and "not checked" in f.title
 
 
 def test_draft_tp_the_release_does_not_allow(tmp_path):

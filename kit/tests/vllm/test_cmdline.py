@@ -48,6 +48,9 @@ def test_api_server_entry_with_underscores_and_equals():
     assert v.method == "eagle3" and v.flags["--dtype"] == "float16"
     _, spec, shell = parse_launch(text)
     assert spec.python == "python3" and spec.extra_args == ["--dtype", "float16"] and not shell
+    # the flags as vLLM's argparse receives them: its own rewriting done, the model (a positional) left out
+    _, v = read("vllm serve T --max_model_len=8 --speculative-config.method eagle3 --enforce-eager -tp 2")
+    assert v.args == ["--max-model-len=8", "--speculative-config", "{}", "--enforce-eager", "-tp", "2"]
 
 
 def test_json_through_the_shell_machinery():

@@ -69,12 +69,23 @@ def test_metrics_are_the_four_counters_throughout():
     assert {set(rules_for(v).metrics) == want for v in releases()} == {True}
 
 
-def test_the_real_parser_agrees_with_the_static_methods():
-    r = rules_for("0.33.0")
-    spec = {row["dest"]: row for row in r.parser_flags}
-    assert set(spec["speculative_config"]["options"]) == {"--speculative-config", "-sc"}
-    assert set(spec["spec_method"]["choices"]) - {"None"} == set(r.methods) - {"[ngram]"}
-    assert rules_for("0.32.0").parser_flags is None
+def test_the_recorded_parser_has_the_serving_options():
+    options = {o for a in rules_for("0.33.0").parser_flags for o in a["option_strings"]}
+    assert {"--speculative-config", "-sc", "--port", "--host", "--tensor-parallel-size"} <= options
+    assert [a["dest"] for a in rules_for("0.33.0").parser_flags if a["kind"] == "positional"] == ["model_tag"]
+
+
+def test_the_real_parser_agrees_with_the_static_fields():
+    for v in releases():
+        if (r := rules_for(v)).parser_flags is None:
+            continue
+        spec = {a["dest"]: a for a in r.parser_flags}
+        assert ("speculative_config" in spec) == r.speculative_config, v
+        options = {o for a in r.parser_flags for o in a["option_strings"]}
+        assert set(spec["speculative_config"]["option_strings"]) <= {"--speculative-config", *r.spec_options}, v
+        assert set(r.spec_options) <= options, (v, set(r.spec_options) - options)
+        if "spec_method" in spec:  # 0.22.0 on
+            assert set(spec["spec_method"]["choices"]) - {None, "None"} == set(r.methods) - {"[ngram]"}, v
 
 
 def test_a_release_the_table_lacks_is_one_line_refusal():
