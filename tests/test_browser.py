@@ -20,6 +20,7 @@ Run: python -m pytest tests/test_browser.py -m browser   (skipped without chromi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -398,10 +399,17 @@ def check_notebook(lab: Lab, page: Page, stem: str, out: Path) -> int:
     prompts = page.prompts()
     assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts  # every code cell ran
     # the saved notebook agrees with the page: no error output, and every PNG it holds was seen as an image
-    before = (lab.dir / f"{stem}.ipynb").stat().st_mtime
+    path = lab.dir / f"{stem}.ipynb"
+    before = path.stat().st_mtime
+
+    def written() -> dict | None:  # the file once the server has finished writing it (it may be caught half-way)
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text()) if path.stat().st_mtime > before else None
+        return None
+
     page.save()
-    page.wait("the notebook to be saved", lambda: (lab.dir / f"{stem}.ipynb").stat().st_mtime > before, 30)
-    saved = json.loads((lab.dir / f"{stem}.ipynb").read_text())
+    page.wait("the notebook to be saved", lambda: written() is not None, 30)
+    saved = written()
     outputs = [o for c in saved["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert not [o for o in outputs if o["output_type"] == "error"]
     pngs = sum("image/png" in o.get("data", {}) for o in outputs)

@@ -234,7 +234,8 @@ def doctor_checks(dep) -> list[Finding]:
     """kit doctor provider (`dep`: a `kit.preflight.Deployment`): a vLLM launch line, else nothing."""
     if not is_vllm_line(dep):
         return []
-    v, rules = read_argv(dep.launch.argv), rules_for(dep.vllm_version)
+    rules = rules_for(dep.vllm_version)
+    v = read_argv(dep.launch.argv, rules)
     d = dep.draft
     eagle3 = d is not None and is_eagle3(d.config, d.folder)
     method, how = effective_method(v, rules)

@@ -24,7 +24,7 @@ from typing import Any
 
 from kit.hf import hub_cache
 from kit.sglang.flags import KNOWN_TYPES, PYTHON_PROG, FlagResolution, FlagTable, resolve_flags
-from kit.vllm.rules import VllmRules
+from kit.vllm.rules import VllmRules, rules_for
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 # the older speculative flags, each as the --speculative-config key it became
@@ -37,12 +37,6 @@ LEGACY = {
     "--speculative-disable-by-batch-size": "disable_by_batch_size",
     "--speculative-draft-model-revision": "revision",
 }
-# vLLM flags that take no value (so the word after one is not read as its value)
-SWITCHES = set(
-    "--trust-remote-code --enforce-eager --disable-log-requests --disable-log-stats --enable-prefix-caching "
-    "--no-enable-prefix-caching --enable-chunked-prefill --no-enable-chunked-prefill --enable-auto-tool-choice "
-    "--disable-custom-all-reduce --enable-expert-parallel --async-scheduling --headless".split()
-)
 # LaunchSpec field (SGLang's argument name) -> the vLLM flag of the same meaning: read here, written by the vllm
 # engine (kit.serving.engines.vllm); `-tp` is vLLM's short form
 FLAGS = {
@@ -150,8 +144,11 @@ def _scalar(v: str) -> Any:
         return v
 
 
-def read_argv(argv: list[str]) -> VllmLaunch:
-    """A vLLM server argv (its entry point first: `launch_test`) -> VllmLaunch."""
+def read_argv(argv: list[str], rules: VllmRules | None = None) -> VllmLaunch:
+    """A vLLM server argv (its entry point first: `launch_test`) -> VllmLaunch; the flags that take no value are
+    those of the release's recorded parser (`rules`, default: the installed vLLM's release, else the newest)."""
+    parser = (rules or rules_for()).parser_flags or ()
+    switches = {o for a in parser if a["nargs"] == 0 for o in a["option_strings"]}
     entry, i = launch_test(argv) or ("", 0)
     v = VllmLaunch(entry, python=argv[0] if entry.startswith("python") else "python3")
     legacy: dict[str, Any] = {}
@@ -163,7 +160,7 @@ def read_argv(argv: list[str]) -> VllmLaunch:
             continue
         name, eq, value = a.partition("=")
         name = name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
-        takes = not eq and name not in SWITCHES and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+        takes = not eq and name not in switches and i + 1 < len(argv) and not argv[i + 1].startswith("-")
         if "." in name:  # FlexibleArgumentParser folds `--json-arg.key VALUE` into `--json-arg JSON` first
             v.args += [name.split(".", 1)[0], "{}"]
         else:
