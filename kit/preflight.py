@@ -252,7 +252,7 @@ def launch_model(spec, role: str, engine: str = "sglang", revision: str | None =
     from kit.serving.engines import get_engine
 
     field_name, rev_field, what = LAUNCH_MODELS[role]
-    flag = "--" + field_name.replace("_", "-")
+    flag = get_engine(engine).flag(field_name) or "--" + field_name.replace("_", "-")  # as the engine spells it
     value = getattr(spec, field_name)
     revision = revision or getattr(spec, rev_field)
     if not value or "$" in value:  # a shell expansion: launch.unparsed names it, there is no path to read
