@@ -199,16 +199,18 @@ def test_top_level_ids_graded_by_what_sglang_captures(work):
 
 def test_vllm_serve_of_the_genuine_speculators_draft(work):
     """`vllm serve DRAFT` on the draft the real speculators saved: read as vLLM reads it, its verifier the target, so
-    a release that detects the format finds nothing wrong; 0.10.0, which does not, serves the draft itself."""
+    a release that detects the format finds nothing wrong; 0.10.0, which does not, serves the draft itself, and 0.10.2
+    serves the verifier alone."""
     from kit.doctor import DoctorConfig, diagnose
 
     _, w = work
     line = f"vllm serve {w / 'spec'} --max-model-len 512"
     new = diagnose(DoctorConfig(launch=line, vllm_version="0.33.0"))
     assert not new.errors, [f.title for f in new.errors]
-    assert [f.code for f in diagnose(DoctorConfig(launch=line, vllm_version="0.10.0")).errors] == [
-        "launch.vllm_speculators"
-    ]
+    for old in ("0.10.0", "0.10.2"):  # 0.10.2 detects it but serves the verifier without speculation (PR #25250)
+        assert [f.code for f in diagnose(DoctorConfig(launch=line, vllm_version=old)).errors] == [
+            "launch.vllm_speculators"
+        ], old
 
 
 def test_real_t2d_without_d2t_is_graded_by_its_misnumbered_share(work, tmp_path):

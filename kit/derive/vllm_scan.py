@@ -376,8 +376,15 @@ def derive_speculators(src: Source) -> tuple[dict, dict]:
     keys = [m.group(1) for p in files if (m := re.search(r'config_dict(?:\.get\(|\[)"(speculators_\w+)"', src.text(p)))]
     found = src.lines(("vllm/transformers_utils/config.py", ARG_UTILS), SPECULATORS_DETECT)
     ev |= {"detect": found[0]} if found else {}
-    value = {"detects": bool(found and algos), "type_key": (keys or [None])[-1]}
-    return value | {"algorithms": dict(sorted(algos.items()))}, ev
+    # `vllm serve DRAFT` with no speculative config: the engine args build one from the draft's config
+    # (maybe_override_with_speculators, from 0.11.0), or create_speculative_config reads the config of the model as
+    # given; where it reads the model config's model, which detection already turned into the verifier, it builds none
+    # and the verifier is served without speculation (0.10.2; vllm-project/vllm PR #25250)
+    builds = src.lines((ARG_UTILS,), r"maybe_override_with_speculators\(|self\.hf_config_path or self\.model\b")
+    reads_verifier = src.lines((ARG_UTILS,), r"self\.hf_config_path or target_model_config\.model\b")
+    ev |= {"builds": (builds or reads_verifier)[0]} if builds or reads_verifier else {}
+    value = {"detects": bool(found and algos), "speculates": bool(found and algos and builds)}
+    return value | {"type_key": (keys or [None])[-1], "algorithms": dict(sorted(algos.items()))}, ev
 
 
 def derive_metrics(src: Source) -> tuple[dict, dict]:

@@ -64,7 +64,8 @@ VLLM_SPECULATORS = Code(
     "error",
     "`vllm serve DRAFT` with a speculators-format draft and no speculative flags, on a vLLM release that does not "
     "detect that format or its algorithm (`kit.vllm.rules` speculators; detection from 0.10.1): the draft is loaded as "
-    "the model to serve, with no verifier",
+    "the model to serve, with no verifier; or one that detects it, serves its verifier, and builds no speculative "
+    "config from it (0.10.2, vllm-project/vllm PR #25250): the verifier runs without speculation, silently",
     "a vLLM release that detects it, or --speculative-config with the verifier as the served model",
 )
 VLLM_TARGET = Code(
@@ -114,6 +115,13 @@ def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iter
             f"{ver} does not read {v.draft!r} as a speculators {v.method} draft (it detects "
             f"{', '.join(rules.speculators_algorithms) or 'none'}): it serves the draft itself",
             evidence={"draft": v.draft, "algorithm": v.method, "source": rules.evidence.get("speculators")},
+            fix=f"vllm serve {v.target} --speculative-config '{json.dumps(v.spec)}'",
+        )
+    elif v.auto and not rules.speculators_speculates:
+        yield VLLM_SPECULATORS(
+            f"{ver} reads {v.draft!r} as a speculators draft and serves its verifier {v.target!r}, but builds no "
+            "speculative config from it: the verifier runs without speculation, with no error",
+            evidence={"draft": v.draft, "verifier": v.target, "source": rules.evidence.get("speculators")},
             fix=f"vllm serve {v.target} --speculative-config '{json.dumps(v.spec)}'",
         )
     if method and rules.methods and method not in rules.methods:

@@ -47,6 +47,7 @@ class VllmRules:
     draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts
     draft_tp_checks: tuple[str, ...]  # further conditions on the draft TP that raise, in v1/spec_decode
     speculators_detected: bool  # a speculators-format draft config is detected and converted
+    speculators_speculates: bool  # ... and `vllm serve DRAFT` then speculates (0.10.2 serves the verifier alone)
     speculators_algorithms: tuple[str, ...]  # the `speculators_model_type` values it accepts
     metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
     parser_flags: tuple[Mapping[str, Any], ...] | None  # `vllm serve`'s parser's actions, where it ran for this release
@@ -125,6 +126,7 @@ def rules_for(version: str | None = None) -> VllmRules:
         draft_tp_allowed=tp.get("allowed"),
         draft_tp_checks=tuple(c["if"] for c in tp.get("checks", [])),
         speculators_detected=bool(sp.get("detects")),
+        speculators_speculates=bool(sp.get("speculates")),
         speculators_algorithms=tuple(sp.get("algorithms", {})),
         metrics=tuple(v["metrics"].get("exposed", [])),
         parser_flags=_actions(cells["parser_flags"]),

@@ -60,6 +60,7 @@ RULES = VllmRules(
     draft_tp_allowed="(1, target_tp)",
     draft_tp_checks=(),
     speculators_detected=True,
+    speculators_speculates=True,
     speculators_algorithms=("eagle3",),
     metrics=(),
     parser_flags=PARSER_FLAGS,
@@ -236,7 +237,8 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
 
 def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeypatch):
     """`vllm serve DRAFT` (the speculators model cards' line): vLLM reads the draft's speculators config and serves
-    its verifier with it; a release that does not detect the format serves the draft itself."""
+    its verifier with it; a release that does not detect the format serves the draft itself, and one that detects it
+    without building a speculative config serves the verifier alone."""
     from kit.checkpoint.layouts import sglang_to_speculators_config
     from kit.hf import HFConfig
     from kit.vllm.cmdline import read_argv
@@ -252,3 +254,8 @@ def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeyp
     monkeypatch.setattr(checks, "rules_for", lambda version=None: undetected)
     [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {d}")).findings if f.code == "launch.vllm_speculators"]
     assert f.severity == "error" and f"vllm serve {t} --speculative-config" in f.fix
+    # 0.10.2 detects the format and serves the verifier, but builds no speculative config from the draft (PR #25250)
+    silent = dataclasses.replace(RULES, speculators_speculates=False)
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: silent)
+    [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {d}")).findings if f.code == "launch.vllm_speculators"]
+    assert "runs without speculation" in f.title and f"vllm serve {t} --speculative-config" in f.fix

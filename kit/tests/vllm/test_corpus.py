@@ -23,7 +23,7 @@ CASES = json.loads((Path(__file__).with_name("cases.json")).read_text())
 
 
 def test_cases_have_provenance():
-    assert 3 <= len(CASES) <= 5 and any(c["truth"]["verdict"] == "healthy" for c in CASES)
+    assert 3 <= len(CASES) <= 12 and any(c["truth"]["verdict"] == "healthy" for c in CASES)
     for c in CASES:
         assert c["sources"] and all(u.startswith("https://") for u in c["sources"]) and c["truth"]["stated"]
         assert c["vllm_version"] == c["truth"]["release"] and c["launch_verbatim"]

@@ -39,6 +39,9 @@ def test_release_boundaries():
     # speculators-format draft configs
     assert not rules_for("0.10.0").speculators_detected
     assert rules_for("0.10.1").speculators_detected and "eagle3" in rules_for("0.10.1").speculators_algorithms
+    # ... and a speculative config built from one on `vllm serve DRAFT`: not in 0.10.2 (vllm PR #25250)
+    assert [rules_for(v).speculators_speculates for v in ("0.10.1", "0.10.2", "0.11.0", "0.33.0")] == [1, 0, 1, 1]
+    assert "target_model_config" in rules_for("0.10.2").evidence["speculators"]["builds"][2]
     # --speculative-config's short alias
     assert "-sc" not in rules_for("0.18.1").spec_options and "-sc" in rules_for("0.19.0").spec_options
     # where the runner reads the draft's aux ids (as points): nowhere (the default), then the top level, then also
