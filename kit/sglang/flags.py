@@ -268,16 +268,25 @@ class Occurrence:
 
 @dataclass
 class FlagResolution:
-    version: str
-    checked: str
-    exact: bool
+    table: FlagTable  # what judged the flags: its release (`version`), the one it was derived from (`checked`)
     values: dict[str, Any] = field(default_factory=dict)  # dest (current name) -> value SGLang ends with, given flags
     occurrences: list[Occurrence] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # tokens no flag takes
     errors: list[dict] = field(default_factory=list)  # {"option", "message", "tokens"}
     flags: list[str] = field(default_factory=list)  # what was read
     unchecked: list[str] = field(default_factory=list)  # dests whose value parser the kit does not have
-    table: FlagTable | None = None  # what judged them
+
+    @property
+    def version(self) -> str:
+        return self.table.version
+
+    @property
+    def checked(self) -> str:
+        return self.table.checked
+
+    @property
+    def exact(self) -> bool:
+        return self.table.exact
 
     def raw(self, dest: str) -> str | None:
         """The value string of the last occurrence of dest (what `--flag V` said), or None."""
@@ -290,7 +299,7 @@ class FlagResolution:
 
     def abbreviated(self) -> list[tuple[str, str]]:
         """(as written, full option) for every flag given as an unambiguous prefix of its name."""
-        opts = (self.table or table_for(self.version)).by_option()
+        opts = self.table.by_option()
         out = []
         for tok in self.flags:
             opt = tok.split("=", 1)[0]
@@ -410,7 +419,7 @@ def resolve_flags(flags: list[str], version: str | None = None, table: FlagTable
     in the same form); faults become `errors`, the rest is still read."""
     t = table or table_for(version)
     p = _parser(t)
-    res = FlagResolution(t.version, t.checked, t.exact, flags=list(flags), table=t)
+    res = FlagResolution(t, flags=list(flags))
     options = t.by_option()
     rest = list(flags)
     for _ in range(len(flags) + 1):

@@ -103,7 +103,7 @@ def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iter
     if v.problem:
         yield VLLM_CONFIG(f"{ver}: {v.problem}", evidence={"entry": v.entry})
     if (gone := [f for f in v.legacy if f not in rules.legacy_flags]) and rules.speculative_config:
-        keys = [LEGACY.get(f, f) for f in gone]
+        keys = [LEGACY[f] for f in gone]
         yield VLLM_FLAG(
             f"{ver} has no {', '.join(gone)} (its speculative settings are --speculative-config's keys {keys})",
             evidence={"flags": gone, "release_legacy_flags": list(rules.legacy_flags)},

@@ -174,7 +174,7 @@ def read_argv(argv: list[str], rules: VllmRules | None = None) -> VllmLaunch:
             v.spec[name.split(".", 1)[1].replace("-", "_")] = _scalar(str(value))
         elif name in LEGACY:
             v.legacy.append(name)
-            legacy[LEGACY.get(name, name[2:].replace("-", "_"))] = _scalar(str(value))
+            legacy[LEGACY[name]] = _scalar(str(value))
         elif name == "--model":
             v.target = str(value)
         else:
