@@ -160,19 +160,20 @@ def spec_launcher(base, engine: str = "sglang", log_dir: str | None = None, read
     return launch
 
 
-def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglang") -> list[Any]:
+def launch_all(stack: contextlib.ExitStack, launches: list, engine: str = "sglang", shared: bool = False) -> list[Any]:
     """Enter every launch (a `Launcher`'s context for one point; None passes through as None), its stop
     registered on `stack`: at once where the engine's servers may start together (`Engine.starts_together`: the
-    CPU reference server), else one after another (SGLang on one GPU sizes its memory pool from what is free as
-    it starts; after a failure the rest are not started). If one fails, those already up are stopped and its
-    error raised. Servers started together are stopped together."""
+    CPU reference server) or the launches were sized to share the device (`shared`: `Engine.share_device`), else
+    one after another (SGLang left to itself sizes its memory pool from what is free as it starts; after a failure
+    the rest are not started). If one fails, those already up are stopped and its error raised. Servers started
+    together are stopped together."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kit.serving.process import start_together
 
     live = [cm for cm in launches if cm is not None]
     entered, error = [], None
-    together = start_together(engine, len(live))
+    together = start_together(engine, len(live), shared)
     if together:
         with ThreadPoolExecutor(len(live)) as pool:
             futures = [(cm, pool.submit(cm.__enter__)) for cm in live]

@@ -335,12 +335,13 @@ class ServerProcess:
         self.stop()
 
 
-def start_together(engine: str | Engine, servers: int) -> bool:
-    """Whether `servers` servers of `engine` start at once (`Engine.starts_together`). When they do, this process's
-    OpenMP wait policy is pinned first: each server would otherwise sample its loading siblings as other work."""
+def start_together(engine: str | Engine, servers: int, shared: bool = False) -> bool:
+    """Whether `servers` servers of `engine` start at once (`Engine.starts_together`, or `shared`: each was sized by
+    `Engine.share_device` for its share of the device). When they do, this process's OpenMP wait policy is pinned
+    first: each server would otherwise sample its loading siblings as other work."""
     import kit
 
-    together = servers > 1 and get_engine(engine).starts_together
+    together = servers > 1 and (shared or get_engine(engine).starts_together)
     if together:
         kit.pin_omp_wait_policy()
     return together

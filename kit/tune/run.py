@@ -8,7 +8,9 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
 3. per batch size a calibration (the baseline and two points, interleaved), then every point's predicted speedup
    (`kit.tune.predict`: the model and its assumptions);
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
-   same prompts, the order rotating), each server started once through the sweep's launcher, kept while needed;
+   same prompts, the order rotating); servers start in two waves, each side by side on the shared device (the
+   calibration's three, then every batch size's points), since a start, not a measurement, is most of a point's
+   cost on a GPU;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
    `bench.prediction_miss` finding.
@@ -118,30 +120,46 @@ def accept_lengths(target: str, draft: str, cfg: TuneConfig):
     return expected
 
 
+def most_alive(cfg: TuneConfig) -> int:
+    """The most servers alive at once: the calibration's three, then beside them every batch size's `--top` points."""
+    return 1 + min(len(plan(cfg)[0]), 2 + cfg.top * len(set(cfg.batch_size)))
+
+
 class Servers:
     """The servers the arms need, each started once through the launcher and kept while wanted; servers that
     started together (`launch_all`) are stopped together, once none of them is wanted."""
 
     def __init__(self, launcher, engine: str):
-        self.launcher, self.engine, self.waves = launcher, engine, []
+        self.launcher, self.engine, self.waves, self.ahead_failed = launcher, engine, [], False
 
-    def up(self, points: list[Point]) -> dict[str, str]:
-        from kit.serving.process import start_together
-
-        want = {point_label(p) for p in points}
+    def up(self, points: list[Point], ahead: list[Point] = ()) -> dict[str, str]:
+        """The URLs of `points`, starting those not live. `ahead`: points a later call wants, started in the same
+        wave (side by side, several servers start in about one's time); if that wave fails, `points` start alone."""
+        want = {point_label(p) for p in (*points, *ahead)}
         for wave in [w for w in self.waves if not want & set(w[1])]:
             self.waves.remove(wave)
             wave[0].close()
         live = {lab: s for _, servers in self.waves for lab, s in servers.items()}
         missing = [p for p in points if point_label(p) not in live]
-        groups = [missing] if start_together(self.engine, len(missing)) else [[p] for p in missing]
-        for group in filter(None, groups):
-            stack = contextlib.ExitStack()
-            servers = launch_all(stack, [self.launcher(p) for p in group], self.engine)
-            started = dict(zip(map(point_label, group), servers))
-            self.waves.append((stack, started))
-            live.update(started)
+        early = [p for p in ahead if point_label(p) not in live and p not in missing and not self.ahead_failed]
+        for wanted in ([*missing, *early], missing) if early else (missing,):
+            try:
+                live.update(self.start(wanted) if wanted else {})
+                break
+            except Exception:
+                if wanted is missing:
+                    raise
+                self.ahead_failed = True
         return {point_label(p): url_of(live[point_label(p)])[0] for p in points}
+
+    def start(self, points: list[Point]) -> dict:
+        """{label: server} of `points`, one wave: their launches share the device (`Engine.share_device`, sized in
+        `run` for the most servers alive at once), so they start side by side on any engine."""
+        stack = contextlib.ExitStack()
+        servers = launch_all(stack, list(map(self.launcher, points)), self.engine, shared=True)
+        wave = dict(zip(map(point_label, points), servers))
+        self.waves.append((stack, wave))
+        return wave
 
     def close(self) -> None:
         while self.waves:
@@ -223,19 +241,19 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
             doc["predicted"][str(b)] = {
                 lab: round(costs.speedup(p, acc[lab]["value"]), 3) for lab, p in by_label.items()
             }
-        for b in batches:
-            chosen = predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss)
-            if all(lab in measured.get(str(b), {}) for lab in chosen):
-                continue
-            if step(f"measuring batch {b}: baseline, {', '.join(chosen)}"):
+        chosen = {b: predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss) for b in batches}
+        todo = [b for b in batches if not all(lab in measured.get(str(b), {}) for lab in chosen[b])]
+        ahead = [by_label[lab] for lab in dict.fromkeys(lab for b in todo for lab in chosen[b])]  # one wave for all
+        for b in todo:
+            if step(f"measuring batch {b}: baseline, {', '.join(chosen[b])}"):
                 break
             try:
-                urls = servers.up([None, *(by_label[lab] for lab in chosen)])
+                urls = servers.up([None, *(by_label[lab] for lab in chosen[b])], ahead)
             except Exception as e:  # a point whose server does not start: said, and the next batch size goes on
                 doc.setdefault("failed", {})[str(b)] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
-            res = bench_arms(cfg, urls, b, cfg.num_prompts, out / "bench" / f"b{b}-{'_'.join(chosen)}", prompts)
-            rows = {lab: measured_row(res.summary, lab, doc["predicted"][str(b)][lab]) for lab in chosen}
+            res = bench_arms(cfg, urls, b, cfg.num_prompts, out / "bench" / f"b{b}-{'_'.join(chosen[b])}", prompts)
+            rows = {lab: measured_row(res.summary, lab, doc["predicted"][str(b)][lab]) for lab in chosen[b]}
             measured[str(b)] = {**measured.get(str(b), {}), **rows}  # a resumed run's earlier points stay
             doc.get("failed", {}).pop(str(b), None)
         else:
@@ -357,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     spec = launch_spec(cfg.launch)
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
-    spec = get_engine(cfg.engine).share_device(spec, 1 + max(cfg.top, 2))  # the arms run at once
+    spec = get_engine(cfg.engine).share_device(spec, most_alive(cfg))
     launcher = spec_launcher(spec, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))

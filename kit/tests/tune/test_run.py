@@ -47,8 +47,8 @@ def _cfg(tmp_path, **kw) -> TuneConfig:
 def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
     fl, heard = FakeLauncher(), []
     doc = run_tune(_cfg(tmp_path), fl, expected, prompts=PROMPTS, on_update=lambda d, m: heard.append(m))
-    # the calibration chains beside the baseline, then the two best predicted: 2-1-3 joins, 1-1-2 is stopped
-    assert fl.launched == ["baseline", "1-1-2", "3-1-4", "2-1-3"], fl.launched
+    # the calibration chains beside the baseline (one wave), then the two best predicted of both batch sizes
+    assert sorted(fl.launched[:3]) == ["1-1-2", "3-1-4", "baseline"] and fl.launched[3:] == ["2-1-3"], fl.launched
     assert doc["status"] == "done" and heard[0] == "calibrating batch 1: baseline, 1-1-2, 3-1-4"
     assert set(doc["calibration"]) == {"1", "2"} and doc["calibration"]["1"]["growth"] >= 0
     for b in ("1", "2"):
@@ -69,8 +69,34 @@ def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
     again = run_tune(_cfg(tmp_path, resume=True), fl2, expected, prompts=PROMPTS)
     assert fl2.launched == [] and again["measured"] == doc["measured"]
     third = run_tune(_cfg(tmp_path, resume=True, batch_size=[1, 2, 3]), fl2, expected, prompts=PROMPTS)
-    assert set(third["measured"]) == {"1", "2", "3"} and fl2.launched[:3] == ["baseline", "1-1-2", "3-1-4"]
+    assert set(third["measured"]) == {"1", "2", "3"} and sorted(fl2.launched[:3]) == ["1-1-2", "3-1-4", "baseline"]
     assert third["measured"]["1"] == doc["measured"]["1"]
+
+
+class FailingLauncher(FakeLauncher):
+    @contextlib.contextmanager
+    def __call__(self, point: Point):
+        with super().__call__(point) as url:
+            if point_label(point) == "2-1-3":
+                raise RuntimeError("2-1-3 did not come up")
+            yield url
+
+
+def test_every_batch_sizes_points_start_in_one_wave_and_a_failing_one_costs_only_its_own():
+    fl, a, b = FailingLauncher(), SpecParams(3, 1, 4), SpecParams(2, 1, 3)
+    servers = tune_run.Servers(fl, "sglang")
+    try:
+        urls = servers.up([None, a], ahead=[a, SpecParams(1, 1, 2)])  # one wave: the baseline, a, and 1-1-2 ahead
+        assert set(urls) == {"baseline", "3-1-4"} and sorted(fl.launched) == ["1-1-2", "3-1-4", "baseline"]
+        assert servers.up([None, SpecParams(1, 1, 2)]) and len(fl.launched) == 3  # started ahead: nothing new
+        fl.launched.clear()
+        urls = servers.up([None, a], ahead=[a, b])  # the wave with 2-1-3 fails: a's own wave does not wait for it
+        assert set(urls) == {"baseline", "3-1-4"} and fl.launched == ["2-1-3"]
+        with pytest.raises(RuntimeError, match="2-1-3 did not come up"):
+            servers.up([None, b], ahead=[a, b])
+        assert fl.launched == ["2-1-3", "2-1-3"]  # tried once more for itself, not again as a wave
+    finally:
+        servers.close()
 
 
 def test_budget_and_stop_end_the_run_and_resume_goes_on(tmp_path):
