@@ -234,9 +234,10 @@ def _row(point: Point, conc: int, res, expected: float | None, expected_from: st
 
 def bench_config(cfg, out_dir, **given) -> BenchConfig:
     """The `kit bench` of one measurement of a sweep or a tune (`cfg`: its request settings), resumable in
-    out_dir; `given`: the arms, concurrency and the rest. A warm-up sends at least one full batch: a server
-    compiles or captures the kernels of a batch shape the first time it runs one (SGLang's Triton attention
-    under `--skip-server-warmup`), and a measured batch that pays for that is not the launch's speed."""
+    out_dir; `given`: the arms, concurrency and the rest. A warm-up sends at least one full batch of full-length
+    requests: a server compiles or captures the kernels of a shape the first time it runs one (SGLang's Triton
+    attention under `--skip-server-warmup`, for the batch and for the longer sequences past a short request's
+    end), and a measured batch that pays for that is not the launch's speed."""
     warmup = max(cfg.warmup, given.get("concurrency", 1)) if cfg.warmup else 0
     return BenchConfig(api=cfg.api, prompts=cfg.prompts, max_new_tokens=cfg.max_new_tokens, warmup=warmup,
                        chat_template=cfg.chat_template, progress=False, **resumable(out_dir), **given)  # fmt: skip

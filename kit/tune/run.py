@@ -171,8 +171,8 @@ def bench_arms(cfg: TuneConfig, urls: dict[str, str], batch: int, requests: int,
     base, first, *more = urls
     bcfg = bench_config(cfg, out, url=urls[first], label=first, baseline_url=urls[base], baseline_label=base,
                         also_url=[f"{lab}={urls[lab]}" for lab in more] or None, engine=cfg.engine,
-                        num_prompts=max(requests, batch), concurrency=batch, interleave=True, ignore_eos=cfg.ignore_eos,
-                        warmup_max_new_tokens=min(8, cfg.max_new_tokens))  # fmt: skip
+                        num_prompts=max(requests, batch), concurrency=batch, interleave=True,
+                        ignore_eos=cfg.ignore_eos)  # fmt: skip
     return run_bench(bcfg, prompts=prompts)
 
 
@@ -375,8 +375,8 @@ def run(args: argparse.Namespace) -> int:
     spec = launch_spec(cfg.launch)
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
-    spec = get_engine(cfg.engine).share_device(spec, most_alive(cfg))
-    launcher = spec_launcher(spec, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
+    shared = get_engine(cfg.engine).share_device(spec, most_alive(cfg))  # the launch lines to paste stay the user's
+    launcher = spec_launcher(shared, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))
     doc = run_tune(cfg, launcher, expected, base=spec, on_update=note)

@@ -169,6 +169,26 @@ def test_the_launch_line_sets_the_point_or_drops_speculation():
     assert "--speculative" not in off and "--model-path T" in off
 
 
+def test_the_servers_share_the_device_and_the_lines_to_paste_do_not(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run_tune(cfg, launcher, expected, base=None, on_update=None):
+        seen["base"] = base
+        return {"findings": [], "status": "done", "wall_s": 0.0, "best": {}, "predicted": {}}
+
+    monkeypatch.setattr(tune_run, "run_tune", fake_run_tune)
+    monkeypatch.setattr(tune_run, "accept_lengths", lambda *a: expected)
+    monkeypatch.setattr("kit.measure.sweep.spec_launcher", lambda spec, *a: seen.setdefault("shared", spec))
+    line = (
+        "python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
+    )
+    assert main(["tune", "--launch", line, "--batch-size", "1", "4", "--out-dir", str(tmp_path / "t")]) == 0
+    # the calibration's three, then beside them two points per batch size: 7 servers, each its share of the GPU
+    assert seen["shared"].mem_fraction_static == pytest.approx(0.75 / 7, abs=1e-4)
+    assert "--max-total-tokens" in seen["shared"].extra_args
+    assert seen["base"].mem_fraction_static is None and "--max-total-tokens" not in seen["base"].extra_args
+
+
 def test_the_panel_runs_on_click_and_fills_in(tmp_path):
     import time
 
