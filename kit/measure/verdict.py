@@ -167,24 +167,6 @@ PARAM_KEYS = tuple(SpecParams().given())  # a row's speculative columns, SGLang'
 SPEC_KEYS = ("target", "draft", *PARAM_KEYS)
 
 
-def join_expected(
-    observed_rows: Sequence[dict],
-    expected_rows: Sequence[dict],
-    keys: Sequence[str] = SPEC_KEYS,
-    observed_col: str = "accept_length",
-    expected_col: str = "expected_accept_length",
-) -> list[dict]:
-    """Left-join observed rows (sweep/bench results) with oracle rows on the speculative params; keys absent
-    from either side are ignored (e.g. no `target` column in a single-model sweep)."""
-    use = [k for k in keys if any(k in r for r in observed_rows) and any(k in r for r in expected_rows)]
-    index = {tuple(r.get(k) for k in use): r for r in expected_rows}
-    out = []
-    for r in observed_rows:
-        e = index.get(tuple(r.get(k) for k in use)) or {}
-        out.append({**r, "expected_accept_length": e.get(expected_col), "observed_accept_length": r.get(observed_col)})
-    return out
-
-
 def training_expected(training, row: dict) -> float | None:
     """Expected accept length of a row's speculative params from training accuracies (kit.reference.expect)."""
     from kit.reference.expect import expected_accept_length

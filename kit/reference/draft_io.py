@@ -15,7 +15,6 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -139,19 +138,6 @@ def save_draft(
             shutil.rmtree(out)
         tmp.rename(out)
     return out
-
-
-def sglang_config(spec_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A config.json SGLang loads as LlamaForCausalLMEagle3 (the keys it reads)."""
-    return {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "num_hidden_layers": 1,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
-        **spec_kwargs,
-    }
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def build_draft(out: Path, seed: int = 1) -> Path:
     import torch
 
     from kit.reference.draft import DraftSpec, Eagle3Draft
-    from kit.reference.draft_io import save_draft, sglang_config
+    from kit.reference.draft_io import save_draft
 
     torch.manual_seed(seed)
     kw = dict(
@@ -122,3 +122,16 @@ def in_process_server(spec):
         server.should_exit = True
         t.join(timeout=30)
         state.engine.stop()
+
+
+def sglang_config(spec_kwargs: dict) -> dict:
+    """A config.json SGLang loads as LlamaForCausalLMEagle3 (the keys it reads)."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        **spec_kwargs,
+    }

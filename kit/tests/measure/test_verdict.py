@@ -3,7 +3,7 @@
 import pytest
 
 from kit.findings import Finding
-from kit.measure.verdict import join_expected, verdict, verdict_table
+from kit.measure.verdict import PARAM_KEYS, verdict, verdict_table
 
 STATIC = [
     Finding(code="launch.eagle_not_eagle3", severity="error", title="EAGLE with an EAGLE-3 draft"),
@@ -78,7 +78,9 @@ def test_join_and_table():
             "expected_accept_length": 3.0,
         },
     ]
-    j = join_expected(observed, expected)
+    by_params = {tuple(r[k] for k in PARAM_KEYS): r["expected_accept_length"] for r in expected}
+    j = [{**r, "observed_accept_length": r["accept_length"],
+          "expected_accept_length": by_params.get(tuple(r[k] for k in PARAM_KEYS))} for r in observed]  # fmt: skip
     assert [r["expected_accept_length"] for r in j] == [2.4, 3.0, None]
     codes = [f.code for f in verdict_table(j, STATIC)]
     assert codes == ["verdict.wiring_fault", "verdict.healthy", "verdict.no_data"]
