@@ -13,7 +13,8 @@ median and its bootstrap interval: `kit.measure.metrics.paired_speedup`, judged 
     python bench/bench_tune.py --dummy-target 7b --batch-size 1 4 16    # the step costs alone, on a GPU host
 
 A grid too long for one sitting runs in parts: `--only grid --grid-part-s S` stops it after S seconds and the same
-command continues it; the wall times add up in walls.json.
+command continues it; the wall times add up in walls.json. Until the grid is whole, the comparison covers the points
+it measured, and its whole wall (`grid_s_whole`) is its pace per server so far times its servers (`grid_complete`).
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--chat-template", default="embedded", help="'' for none (a GPU host's own target: its dir)")
     ap.add_argument("--out", default=None, help="folder for both runs (default: a temporary one)")
-    ap.add_argument("--only", choices=["tune", "grid"], default=None,
-                    help="run one side into --out (its wall time kept there); the comparison once both are in")  # fmt: skip
+    ap.add_argument("--only", choices=["tune", "grid", "compare"], default=None,
+                    help="run one side into --out (its wall time kept there), or neither; the comparison once both are in")  # fmt: skip
     ap.add_argument("--grid-part-s", type=float, default=None,
                     help="stop the grid after this long; the same command again continues it, the walls add up")  # fmt: skip
     ap.add_argument("--dummy-target", default=None, choices=["360m", "1.7b", "3b", "7b"],
@@ -136,7 +137,7 @@ def main() -> None:
         walls["grid_parts_s"] = [*parts, part]
         walls["grid_s"] = round(sum(walls["grid_parts_s"]), 1)
         walls_file.write_text(json.dumps(walls))
-    if not {"tune_s", "grid_s"} <= set(walls) or not grid_done(out / "sweep", a):
+    if not {"tune_s", "grid_s"} <= set(walls):
         emit({"engine": a.engine, "out": str(out), **walls})
         return
     tune_s, grid_s, load_before = walls["tune_s"], walls["grid_s"], walls["load_avg_before"]
@@ -149,9 +150,13 @@ def main() -> None:
                                  "measured": sorted(doc.get("measured", {}).get(b, {}))},
                         "grid": {"point": answers[b]["best"]["point"], "verdict": answers[b]["best"]["verdict"]},
                         "agree": agree(t, answers[b])}  # fmt: skip
-    emit({"engine": a.engine, "batch_sizes": a.batch_size, "grid_points": len(doc["predicted"][str(a.batch_size[0])]),
-          "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
-          "tune_s": tune_s, "grid_s": grid_s, "tune_over_grid": round(tune_s / grid_s, 3),
+    # a grid stopped part way: the answers over the points it measured, its wall at its pace per server so far
+    points = len(doc["predicted"][str(a.batch_size[0])])
+    servers = len({d.name.rsplit("_c", 1)[0] for d in (out / "sweep" / "points").glob("*_c*")})
+    whole = grid_s if grid_done(out / "sweep", a) else round(grid_s * (points + 1) / max(servers, 1), 1)
+    emit({"engine": a.engine, "batch_sizes": a.batch_size, "grid_points": points, "grid_servers_run": servers,
+          "grid_complete": whole == grid_s, "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
+          "tune_s": tune_s, "grid_s": grid_s, "grid_s_whole": whole, "tune_over_grid": round(tune_s / whole, 3),
           "load_avg_before": load_before, "load_avg_after": load_avg(), "out": str(out)})  # fmt: skip
 
 

@@ -4,7 +4,7 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
 1. the grid as SGLang resolves it (`kit.measure.sweep.grid`; what a release refuses is left out, its reason kept);
 2. each point's expected accept length, from one source for the whole grid: the draft's recorded oracle
    (`training.json`) when it has every point, else the oracle run here for every point (`kit.reference.oracle`,
-   cached), while the calibration's servers start;
+   cached), while the calibration's servers start (on a quarter of the cores until they are up: `lengths_beside`);
 3. per batch size a calibration (the baseline and two points, interleaved), then every point's predicted speedup
    (`kit.tune.predict`: the model and its assumptions);
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
@@ -125,6 +125,22 @@ def most_alive(cfg: TuneConfig) -> int:
     return 1 + min(len(plan(cfg)[0]), 2 + cfg.top * len(set(cfg.batch_size)))
 
 
+def lengths_beside(todo: list[SpecParams], expected, started: threading.Event) -> dict[str, dict]:
+    """{label: {value, source}} of each point, computed while the first servers start: until `started` is set,
+    torch's intra-op threads are a quarter of this machine's (a parallel region waits for its slowest thread, and
+    threads on the cores the starting servers hold straggle), then all of them."""
+    import torch
+
+    threads, out = torch.get_num_threads(), {}
+    try:
+        for p in todo:
+            torch.set_num_threads(threads if started.is_set() else max(1, threads // 4))
+            out[p.label()] = dict(zip(("value", "source"), expected(p)))
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 class Servers:
     """The servers the arms need, each started once through the launcher and kept while wanted; servers that
     started together (`launch_all`) are stopped together, once none of them is wanted."""
@@ -209,9 +225,9 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
     by_label = {p.label(): p for p in points}
     acc = doc.setdefault("accept_length", {})
     # the accept lengths (an oracle run per point, on this machine's CPU) come while the first servers start
-    todo = [p for p in points if p.label() not in acc]
+    todo, started = [p for p in points if p.label() not in acc], threading.Event()
     pool = ThreadPoolExecutor(1, thread_name_prefix="kit-tune-oracle")
-    lengths = pool.submit(lambda: {p.label(): dict(zip(("value", "source"), expected(p))) for p in todo})
+    lengths = pool.submit(lengths_beside, todo, expected, started)
     out.mkdir(parents=True, exist_ok=True)
     doc.update(config=asdict(cfg), refused=refused, status="running")
     cal, measured, doc["predicted"] = doc.setdefault("calibration", {}), doc.setdefault("measured", {}), {}
@@ -233,9 +249,11 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
                 if step(f"calibrating batch {b}: baseline, {', '.join(p.label() for p in ends)}"):
                     return finish(cfg, doc, out, base, t0, on_update)
                 urls = servers.up([None, *ends])
+                started.set()  # the oracle's rest runs on every core
                 acc.update(lengths.result())  # before a bench: the oracle's CPU load stays out of its timing
                 res = bench_arms(cfg, urls, b, cfg.calibration_prompts, out / "calibration" / f"b{b}", prompts)
                 cal[str(b)] = predict.calibrated(b, res.summary["labels"], ends)
+            started.set()  # calibrated before (--resume): no server starts beside the oracle
             acc.update(lengths.result())
             costs = predict.StepCosts(*(cal[str(b)][k] for k in ("t_decode_s", "t_draft_s", "growth")))
             doc["predicted"][str(b)] = {

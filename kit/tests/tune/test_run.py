@@ -99,6 +99,23 @@ def test_every_batch_sizes_points_start_in_one_wave_and_a_failing_one_costs_only
         servers.close()
 
 
+def test_the_oracle_runs_on_a_quarter_of_the_threads_while_the_servers_start():
+    import threading
+
+    import torch
+
+    full, seen, started = torch.get_num_threads(), [], threading.Event()
+
+    def oracle(p: SpecParams):
+        seen.append(torch.get_num_threads())
+        started.set()  # the servers are up after the first point
+        return 2.0, "made up"
+
+    got = tune_run.lengths_beside([SpecParams(1, 1, 2), SpecParams(2, 1, 3)], oracle, started)
+    assert got["2-1-3"] == {"value": 2.0, "source": "made up"}
+    assert seen == [max(1, full // 4), full] and torch.get_num_threads() == full
+
+
 def test_budget_and_stop_end_the_run_and_resume_goes_on(tmp_path):
     fl = FakeLauncher()
     doc = run_tune(_cfg(tmp_path), fl, expected, prompts=PROMPTS, stop=lambda: True)
