@@ -10,7 +10,8 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
    same prompts, the order rotating); servers start in two waves, each side by side on the shared device (the
    calibration's three, then every batch size's points), since a start, not a measurement, is most of a point's
-   cost on a GPU;
+   cost on a GPU; the target must then fit on the device `most_alive` times over (SGLang gives each server its
+   share of the memory free as it starts): a 135M target does, a 7B one on one 80 GB card does not;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
    `bench.prediction_miss` finding.
