@@ -153,9 +153,10 @@ def main() -> None:
     # a grid stopped part way: the answers over the points it measured, its wall at its pace per server so far
     points = len(doc["predicted"][str(a.batch_size[0])])
     servers = len({d.name.rsplit("_c", 1)[0] for d in (out / "sweep" / "points").glob("*_c*")})
-    whole = grid_s if grid_done(out / "sweep", a) else round(grid_s * (points + 1) / max(servers, 1), 1)
+    complete = grid_done(out / "sweep", a)
+    whole = grid_s if complete else round(grid_s * (points + 1) / max(servers, 1), 1)
     emit({"engine": a.engine, "batch_sizes": a.batch_size, "grid_points": points, "grid_servers_run": servers,
-          "grid_complete": whole == grid_s, "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
+          "grid_complete": complete, "per_batch": per_batch, "agree_all": all(r["agree"] for r in per_batch.values()),
           "tune_s": tune_s, "grid_s": grid_s, "grid_s_whole": whole, "tune_over_grid": round(tune_s / whole, 3),
           "load_avg_before": load_before, "load_avg_after": load_avg(), "out": str(out)})  # fmt: skip
 

@@ -158,15 +158,15 @@ class Servers:
             wave[0].close()
         live = {lab: s for _, servers in self.waves for lab, s in servers.items()}
         missing = [p for p in points if point_label(p) not in live]
-        early = [p for p in ahead if point_label(p) not in live and p not in missing and not self.ahead_failed]
-        for wanted in ([*missing, *early], missing) if early else (missing,):
+        early = [] if self.ahead_failed else [p for p in ahead if point_label(p) not in live and p not in missing]
+        if early:
             try:
-                live.update(self.start(wanted) if wanted else {})
-                break
-            except Exception:
-                if wanted is missing:
-                    raise
+                live.update(self.start([*missing, *early]))
+                missing = []
+            except Exception:  # the joint wave: `points` start alone below, and no later call tries one again
                 self.ahead_failed = True
+        if missing:
+            live.update(self.start(missing))
         return {point_label(p): url_of(live[point_label(p)])[0] for p in points}
 
     def start(self, points: list[Point]) -> dict:
@@ -261,9 +261,9 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
                 lab: round(costs.speedup(p, acc[lab]["value"]), 3) for lab, p in by_label.items()
             }
         chosen = {b: predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss) for b in batches}
-        todo = [b for b in batches if not all(lab in measured.get(str(b), {}) for lab in chosen[b])]
-        ahead = [by_label[lab] for lab in dict.fromkeys(lab for b in todo for lab in chosen[b])]  # one wave for all
-        for b in todo:
+        unmeasured = [b for b in batches if not all(lab in measured.get(str(b), {}) for lab in chosen[b])]
+        ahead = [by_label[lab] for lab in dict.fromkeys(lab for b in unmeasured for lab in chosen[b])]  # one wave
+        for b in unmeasured:
             if step(f"measuring batch {b}: baseline, {', '.join(chosen[b])}"):
                 break
             try:
