@@ -14,7 +14,9 @@ light packages it really imports:
 A venv sees the kit's packages through a `kit-parent.pth` that runs `site.addsitedir(...)` for every site-packages
 directory of the current interpreter (venv, conda or system Python); its own packages come first. Each is built once
 per (recipe, parent interpreter) under `<name>-<hash>`, checked by importing what it is for and only then marked
-complete; a failed build is remembered for an hour; concurrent builds are serialised by a file lock. Builds took
+complete; a failed build is remembered for an hour; concurrent builds are serialised by a file lock. A build first
+removes the side environments whose parent interpreter is gone (every site directory its stamp names deleted: a
+removed venv or checkout), so a cache shared by many short-lived installs does not grow without end. Builds took
 180-233 s per SGLang release, 222 s for speculators, on a shared 2-core machine under load.
 
     py = ensure_venv("sglang-" + DEFAULT_RELEASE)   # path of that venv's python; built once, cached
@@ -126,6 +128,7 @@ def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] 
     with cache_lock(d):  # a concurrent build of the same env waits, then reuses it
         if is_built(name, pins):
             return venv_python(name)
+        prune_orphans()
         failed = d.parent / f".{d.name}.failed"
         if failed.exists() and time.time() - failed.stat().st_mtime < FAILED_TTL_S:
             rec = json.loads(failed.read_text())
@@ -138,6 +141,25 @@ def ensure_venv(name: str, quiet: bool = True, check=None, pins: dict[str, str] 
             raise
         failed.unlink(missing_ok=True)
     return venv_python(name)
+
+
+def prune_orphans() -> list[Path]:
+    """Delete the complete side environments whose parent interpreter no longer exists (none of the site
+    directories in their stamp is left), with their lock and failure marks; the paths removed. A build in progress
+    has no stamp yet and is never touched."""
+    gone = []
+    for stamp in venv_root().glob("*/.kit-complete"):
+        try:
+            parents = json.loads(stamp.read_text())["parent"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if parents and not any(Path(p).is_dir() for p in parents):
+            d = stamp.parent
+            shutil.rmtree(d, ignore_errors=True)
+            for mark in (".lock", ".failed"):
+                d.parent.joinpath(f".{d.name}{mark}").unlink(missing_ok=True)
+            gone.append(d)
+    return gone
 
 
 def _build(name: str, d: Path, stamp: dict, quiet: bool, check=None) -> None:

@@ -4,6 +4,7 @@ Builds a real (empty-recipe) side environment with `python -m venv`; nothing is 
 Run: python -m pytest kit/tests/test_venvs.py -q
 """
 
+import json
 import subprocess
 import sys
 import sysconfig
@@ -41,6 +42,22 @@ def test_side_env_imports_what_this_interpreter_has(root, monkeypatch):
     # a changed recipe (or another parent interpreter) means the environment is stale
     monkeypatch.setattr(venvs, "recipe", lambda name, pins=None: ([], "import torch"))
     assert not venvs.is_built("sglang-9.9.9")
+
+
+def test_a_build_removes_the_environments_whose_parent_is_gone(root, monkeypatch, tmp_path_factory):
+    """Each fresh checkout's venv gets its own side environments; once that venv is deleted they serve no one."""
+    gone_parent, live_parent = tmp_path_factory.mktemp("gone"), tmp_path_factory.mktemp("live")
+    for name, parent in [("sglang-1.0-aaaa", gone_parent), ("sglang-1.0-bbbb", live_parent)]:
+        (root / name).mkdir()
+        (root / name / ".kit-complete").write_text(json.dumps({"parent": [str(parent)]}))
+        (root / f".{name}.lock").touch()
+    (root / "sglang-1.0-cccc").mkdir()  # a build in progress: no stamp yet
+    gone_parent.rmdir()
+    monkeypatch.setattr(venvs, "recipe", lambda name, pins=None: ([], "import torch"))
+    venvs.ensure_venv("sglang-9.9.7")
+    left = sorted(p.name for p in root.iterdir())
+    assert "sglang-1.0-aaaa" not in left and ".sglang-1.0-aaaa.lock" not in left
+    assert {"sglang-1.0-bbbb", ".sglang-1.0-bbbb.lock", "sglang-1.0-cccc"} <= set(left)
 
 
 def test_failed_build_names_the_step_and_is_remembered(root, monkeypatch):
