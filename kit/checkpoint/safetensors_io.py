@@ -273,6 +273,16 @@ def _add_shard(tensors: dict[str, TensorInfo], infos: list[TensorInfo], where: A
     return names
 
 
+def weights_bytes(path: str | Path | None) -> int | None:
+    """Bytes of a model directory's safetensors weights; None for no directory (a hub id) or one without weights."""
+    if not path or not Path(path).is_dir():
+        return None
+    try:
+        return read_checkpoint(path).total_bytes or None
+    except KitInputError:
+        return None
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read every header of a .safetensors file, a sharded index, or a model directory."""
     p = Path(path)

@@ -109,6 +109,17 @@ def _flash_attn_smoke(torch) -> dict[str, Any] | None:
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
 
 
+def device_memory_gib(index: int = 0) -> float | None:
+    """Total memory of GPU `index` in GiB, from NVML; None where there is no driver or no such GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total / 2**30
+    except Exception:  # no driver, no GPU
+        return None
+
+
 def _nvml_child() -> dict[str, Any]:
     out: dict[str, Any] = {"ok": False, "error": None, "driver": None, "cuda_driver": None, "devices": [], "p2p": None}
     step = "import pynvml"

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kit.checkpoint.safetensors_io import weights_bytes
+from kit.env.machine import device_memory_gib
 from kit.findings import CODES, Code, Finding, KitInputError, Report, finding_list
 from kit.hf import HFConfig
 from kit.sglang.params import (
@@ -218,29 +220,6 @@ def trust_findings(spec) -> Iterator[Finding]:
         )
 
 
-def _weights_bytes(path: str | None) -> int | None:
-    if not path or not Path(path).is_dir():
-        return None
-    from kit.checkpoint.safetensors_io import read_checkpoint
-
-    try:
-        ck = read_checkpoint(path)
-    except KitInputError:
-        return None
-    return ck.total_bytes or None
-
-
-def detect_gpu_memory_gib() -> float | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
-    except Exception:  # no driver / no GPU: the check reports bytes only
-        return None
-
-
 @finding_list
 def mem_findings(
     spec, gpu_memory_gib: float | None, target_dir: str | None = None, draft_dir: str | None = None
@@ -251,8 +230,8 @@ def mem_findings(
 
         model = str(cache_dir() / EMBEDDED_NAME)
     # a hub id's files are where kit.checkpoint.hub resolved them (target_dir, draft_dir)
-    tb = _weights_bytes(model) or _weights_bytes(target_dir)
-    db = _weights_bytes(spec.speculative_draft_model_path) or _weights_bytes(draft_dir)
+    tb = weights_bytes(model) or weights_bytes(target_dir)
+    db = weights_bytes(spec.speculative_draft_model_path) or weights_bytes(draft_dir)
     if tb is None:
         return
     tp = spec.tp_size or 1
@@ -260,7 +239,7 @@ def mem_findings(
     ev: dict[str, Any] = dict(
         target_bytes=tb, draft_bytes=db, tp_size=tp, weights_per_gpu_gib=round(per_gpu / 2**30, 3)
     )
-    gpu = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib()
+    gpu = gpu_memory_gib if gpu_memory_gib is not None else device_memory_gib()
     frac = spec.mem_fraction_static
     if gpu is None or frac is None:
         yield MEM(

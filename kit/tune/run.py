@@ -10,8 +10,10 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
    same prompts, the order rotating); servers start in two waves, each side by side on the shared device (the
    calibration's three, then every batch size's points), since a start, not a measurement, is most of a point's
-   cost on a GPU; the target must then fit on the device `most_alive` times over (SGLang gives each server its
-   share of the memory free as it starts): a 135M target does, a 7B one on one 80 GB card does not;
+   cost on a GPU; as many servers as the GPU holds copies of the target and draft (`servers_alive`: each server
+   its share of the memory, `Engine.servers_that_fit`): a 135M target fits every point at once, a 7B one on one
+   80 GB card three servers (one bench's arms, one wave at a time), and a target that fits fewer than one bench's
+   arms is a one-line error before anything starts;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
    `bench.prediction_miss` finding.
@@ -126,6 +128,48 @@ def most_alive(cfg: TuneConfig) -> int:
     return 1 + min(len(plan(cfg)[0]), 2 + cfg.top * len(set(cfg.batch_size)))
 
 
+def launch_weights_bytes(spec) -> int | None:
+    """Bytes of the target's and the draft's weights on one GPU: their safetensors; for a target directory of
+    config.json only (`--load-format dummy`), its Llama-shaped parameter count at two bytes each. None for a hub id."""
+    from kit.checkpoint.safetensors_io import weights_bytes
+    from kit.hf import HFConfig
+    from kit.measure.breakeven import llama_params
+    from kit.models import resolve_target
+
+    t = spec.model_path
+    target = resolve_target(t) if t in (None, "embedded") or Path(t, "config.json").is_file() else None
+    if target is None:
+        return None
+    size = weights_bytes(target)
+    if size is None:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            size = 2 * llama_params(HFConfig.of(json.loads((target / "config.json").read_text())))
+    if size is None:
+        return None
+    return (size + (weights_bytes(spec.speculative_draft_model_path) or 0)) // (spec.tp_size or 1)
+
+
+def servers_alive(cfg: TuneConfig, spec, engine) -> int:
+    """How many servers tune keeps alive at once: `most_alive`, or as many as the GPU holds copies of the target and
+    draft; a KitInputError when that is fewer than one interleaved bench's arms (the baseline and its points)."""
+    from kit.env.machine import device_memory_gib
+
+    most, gib = most_alive(cfg), device_memory_gib()
+    weights = launch_weights_bytes(spec) if gib and engine.device_share else None
+    fits = engine.servers_that_fit(weights, gib * 2**30) if weights else None
+    if fits is None or fits >= most:
+        return most
+    need = 1 + max(2, min(cfg.top, len(plan(cfg)[0])))  # the calibration's two points, or the --top measured
+    if fits < need:
+        hint = f"--top {fits - 1}, " if fits > 3 else ""
+        raise KitInputError(
+            f"--launch: the target and draft ({weights / 2**30:.1f} GiB of weights per GPU) fit {fits} time(s) on "
+            f"this {gib:.0f} GiB GPU, and kit tune runs {need} servers at once (one bench's baseline and points, "
+            f"interleaved): {hint}a GPU with more memory or a larger --tp-size"
+        )
+    return fits
+
+
 def lengths_beside(todo: list[SpecParams], expected, started: threading.Event) -> dict[str, dict]:
     """{label: {value, source}} of each point, computed while the first servers start: until `started` is set,
     torch's intra-op threads are a quarter of this machine's (a parallel region waits for its slowest thread, and
@@ -144,10 +188,12 @@ def lengths_beside(todo: list[SpecParams], expected, started: threading.Event) -
 
 class Servers:
     """The servers the arms need, each started once through the launcher and kept while wanted; servers that
-    started together (`launch_all`) are stopped together, once none of them is wanted."""
+    started together (`launch_all`) are stopped together, once none of them is wanted. At most `most` are alive:
+    a wave that would pass it starts without `ahead`, or after every live one stops."""
 
-    def __init__(self, launcher, engine: str):
-        self.launcher, self.engine, self.waves, self.ahead_failed = launcher, engine, [], False
+    def __init__(self, launcher, engine: str, most: int | None = None):
+        self.launcher, self.engine, self.most = launcher, engine, most or math.inf
+        self.waves, self.ahead_failed = [], False
 
     def up(self, points: list[Point], ahead: list[Point] = ()) -> dict[str, str]:
         """The URLs of `points`, starting those not live. `ahead`: points a later call wants, started in the same
@@ -159,7 +205,10 @@ class Servers:
         live = {lab: s for _, servers in self.waves for lab, s in servers.items()}
         missing = [p for p in points if point_label(p) not in live]
         early = [] if self.ahead_failed else [p for p in ahead if point_label(p) not in live and p not in missing]
-        if early:
+        if len(live) + len(missing) > self.most:  # no room beside the live ones: all stop, `points` start afresh
+            self.close()
+            live, missing = {}, list(points)
+        if early and len(live) + len(missing) + len(early) <= self.most:
             try:
                 live.update(self.start([*missing, *early]))
                 missing = []
@@ -216,9 +265,12 @@ def write_doc(doc: dict, out: Path) -> None:
     tmp.replace(out / "tune.json")  # whole or not at all
 
 
-def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_update=None, stop=None) -> dict:
+def run_tune(
+    cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_update=None, stop=None, alive=None
+) -> dict:
     """Calibrate, predict, measure the best predicted points per batch size, answer; returns tune.json's
     document. `expected(point)` -> (accept length, source); `base` (the LaunchSpec) gives the launch lines;
+    `alive`: the most servers alive at once (`servers_alive`; None: no limit);
     `on_update(doc, message)` hears each step; `stop()` true ends the run before its next bench."""
     t0, out = time.monotonic(), Path(cfg.out_dir)
     points, refused = plan(cfg)
@@ -243,7 +295,7 @@ def run_tune(cfg: TuneConfig, launcher, expected, base=None, prompts=None, on_up
             on_update(doc, doc["status"] if halt else message)
         return bool(halt)
 
-    servers = Servers(launcher, cfg.engine)
+    servers = Servers(launcher, cfg.engine, alive)
     try:
         for b in batches:
             if str(b) not in cal:
@@ -394,11 +446,13 @@ def run(args: argparse.Namespace) -> int:
     spec = launch_spec(cfg.launch)
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
-    shared = get_engine(cfg.engine).share_device(spec, most_alive(cfg))  # the launch lines to paste stay the user's
+    engine = get_engine(cfg.engine)
+    alive = servers_alive(cfg, spec, engine)
+    shared = engine.share_device(spec, alive)  # the launch lines to paste stay the user's
     launcher = spec_launcher(shared, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))
-    doc = run_tune(cfg, launcher, expected, base=spec, on_update=note)
+    doc = run_tune(cfg, launcher, expected, base=spec, on_update=note, alive=alive)
     report = Report([Finding(**f) for f in doc["findings"]], facts={"tune": table(doc), "status": doc["status"]})
     if not cfg.json:
         for row in table(doc):

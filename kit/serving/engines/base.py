@@ -76,6 +76,10 @@ def visible_gpus() -> int:
         pynvml.nvmlShutdown()
 
 
+# a server's static memory must hold its weights and a KV pool: a quarter of the weights again, at least
+KV_ROOM = 1.25
+
+
 class Engine:
     """A serving engine's protocol. Subclasses set the attributes and override the methods they differ in."""
 
@@ -91,6 +95,8 @@ class Engine:
     # several servers may start at once on one machine (each loads on its own); False where they share a device
     # whose memory each sizes its pool from at start (SGLang on one GPU), so they start one after another
     starts_together: bool = False
+    # the part of one GPU's memory the servers sharing it fill together (weights, KV pools); None: no GPU shared
+    device_share: float | None = None
     # HTTP
     bench_api: str = "sglang"  # `kit bench`'s endpoint when --api is not given: /generate, else an OpenAI one
     ready_path: str = "/health"
@@ -148,6 +154,14 @@ class Engine:
     def share_device(self, spec, servers: int):
         """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule)."""
         return spec
+
+    def servers_that_fit(self, weights_bytes: float, device_bytes: float) -> int | None:
+        """How many servers, each holding `weights_bytes` of weights, fit at once on a device of `device_bytes`:
+        each gets `device_share / servers` of it (`share_device`) and needs its weights and a KV pool of a quarter
+        of their size again. None where servers share no GPU."""
+        if self.device_share is None:
+            return None
+        return int(self.device_share * device_bytes // (KV_ROOM * weights_bytes))
 
     def parse_log_line(self, line: str) -> dict | None:
         return None

@@ -36,6 +36,7 @@ class ReferenceServer(SGLang):
     rehearses = False  # the rehearsal observes SGLang's own code paths
     captures = False  # the capture's recorder hooks SGLang's ModelRunner
     starts_together = True  # a start is mostly imports and a model load, on the CPU, with memory to spare
+    device_share = None  # CPU servers: no device shared, and the server ignores SGLang's memory flags
 
     def serves_here(self) -> bool:
         return True  # CPU only
@@ -69,6 +70,3 @@ class ReferenceServer(SGLang):
 
     def localize(self, spec, target: str) -> dict[str, Any]:
         return {"model_path": target}
-
-    def share_device(self, spec, servers: int):
-        return spec  # CPU servers: each has memory enough of its own, and the server ignores SGLang's memory flags

@@ -92,6 +92,7 @@ class SGLang(Engine):
     accepts_hub_ids = True
     rehearses = True
     captures = True
+    device_share = SHARED_GPU_MEMORY
 
     def __init__(self, version: str | None = None, api: HttpApi | None = None):
         self.version = version  # None: the installed release, else the default one
@@ -142,9 +143,9 @@ class SGLang(Engine):
         """Each of `servers` SGLang servers on one GPU fills a share of SHARED_GPU_MEMORY and caps its KV pool
         (SHARED_KV_TOKENS): left to itself the first sizes its pool from the memory free as it starts, and the
         next finds none left (CUDA out of memory)."""
-        if servers <= 1:
+        if servers <= 1 or self.device_share is None:
             return spec
-        share = round(SHARED_GPU_MEMORY / servers, 4)
+        share = round(self.device_share / servers, 4)
         extra = list(spec.extra_args)
         if "--max-total-tokens" not in extra:
             extra += ["--max-total-tokens", str(SHARED_KV_TOKENS)]

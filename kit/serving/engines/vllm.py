@@ -90,6 +90,7 @@ class VllmEngine(Engine):
     metrics_path = "/metrics"
     flush_path = "/reset_prefix_cache"  # served only with VLLM_SERVER_DEV_MODE=1 (else 404: not flushed)
     stop_grace_s = 20.0
+    device_share = 0.9  # vLLM's default --gpu-memory-utilization
 
     def serves_here(self) -> bool:
         """A visible CUDA GPU and vLLM in this interpreter or on PATH (found, not imported)."""
@@ -139,7 +140,7 @@ class VllmEngine(Engine):
 
     def share_device(self, spec, servers: int):
         """Each of `servers` on one GPU asks for its share of 0.9 of its memory (vLLM's default utilization)."""
-        share = round(0.9 / servers, 4)
+        share = round(self.device_share / servers, 4)
         return spec if servers <= 1 else spec.replace(mem_fraction_static=min(spec.mem_fraction_static or 1, share))
 
     def parse_log_line(self, line: str) -> dict | None:

@@ -11,6 +11,7 @@ import pytest
 from kit.cli import main
 from kit.findings import KitInputError
 from kit.measure.sweep import Point, SpecGrid, point_label, point_spec
+from kit.serving.engines import get_engine
 from kit.serving.launch import spec_from_command
 from kit.sglang.params import SpecParams
 from kit.tests.sglang_stub import StubConfig, StubThread
@@ -97,6 +98,52 @@ def test_every_batch_sizes_points_start_in_one_wave_and_a_failing_one_costs_only
         assert fl.launched == ["2-1-3", "2-1-3"]  # tried once more for itself, not again as a wave
     finally:
         servers.close()
+
+
+class CountingLauncher(FakeLauncher):
+    def __init__(self):
+        super().__init__()
+        self.alive = self.most = 0
+
+    @contextlib.contextmanager
+    def __call__(self, point: Point):
+        with super().__call__(point) as url:
+            self.alive += 1
+            self.most = max(self.most, self.alive)
+            try:
+                yield url
+            finally:
+                self.alive -= 1
+
+
+def test_servers_never_pass_the_most_the_device_holds():
+    fl, a, b, c = CountingLauncher(), SpecParams(1, 1, 2), SpecParams(3, 1, 4), SpecParams(2, 1, 3)
+    servers = tune_run.Servers(fl, "sglang", most=3)
+    try:
+        servers.up([None, a, b])
+        servers.up([None, c], ahead=[c, a])  # 4 with the live ones: the wave stops, the baseline starts again
+        assert fl.launched == ["baseline", "1-1-2", "3-1-4", "baseline", "2-1-3"] and fl.most == 3
+        servers.up([None, a, c])  # room beside the live two: 1-1-2 alone
+        assert fl.launched[5:] == ["1-1-2"] and fl.most == 3
+    finally:
+        servers.close()
+    assert fl.alive == 0
+
+
+def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """A config-only Llama-2-7B (dummy weights): 12.6 GiB in bf16; SGLang's servers share 0.75 of an 80 GiB GPU."""
+    llama7b = dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_hidden_layers=32,
+                   vocab_size=32000, model_type="llama")  # fmt: skip
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps(llama7b))
+    monkeypatch.setattr("kit.env.machine.device_memory_gib", lambda index=0: 80.0)
+    spec = spec_from_command(f"python -m sglang.launch_server --model-path {tmp_path / 't'} --load-format dummy")
+    assert tune_run.launch_weights_bytes(spec) == 2 * 6_738_415_616
+    sglang = get_engine("sglang")
+    assert tune_run.most_alive(_cfg(tmp_path)) == 4 and tune_run.servers_alive(_cfg(tmp_path), spec, sglang) == 3
+    with pytest.raises(KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers"):
+        tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
+    assert tune_run.servers_alive(_cfg(tmp_path), spec, get_engine("reference")) == 4  # CPU: no rule
 
 
 def test_the_oracle_runs_on_a_quarter_of_the_threads_while_the_servers_start():
@@ -189,7 +236,7 @@ def test_the_launch_line_sets_the_point_or_drops_speculation():
 def test_the_servers_share_the_device_and_the_lines_to_paste_do_not(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run_tune(cfg, launcher, expected, base=None, on_update=None):
+    def fake_run_tune(cfg, launcher, expected, base=None, on_update=None, alive=None):
         seen["base"] = base
         return {"findings": [], "status": "done", "wall_s": 0.0, "best": {}, "predicted": {}}
 
