@@ -169,7 +169,7 @@ def read_launch(cfg: DoctorConfig) -> Launch | None:
         raise KitInputError(f"{Path(cfg.launch_file)}: cannot read launch file ({e.strerror})")
     if text is None:
         return None
-    found, spec, shell = parse_launch(text, cfg.sglang_version, source=cfg.launch_file or "--launch")
+    found, spec, shell = parse_launch(text, cfg.sglang_version, cfg.launch_file or "--launch", cfg.vllm_version)
     return Launch(spec, tuple(shell), dict(found.env), found.server_env, list(found.argv))
 
 

@@ -182,15 +182,20 @@ def launch_from_text(
     return spec, out
 
 
-def parse_launch(text: str, sglang_version: str | None = None, source: str = "launch command"):
-    """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`): (found, spec, findings)."""
+def parse_launch(
+    text: str, sglang_version: str | None = None, source: str = "launch command", vllm_version: str | None = None
+):
+    """`launch_from_text` with the shell launch it found (`kit.sglang.cmdline.ShellLaunch`): (found, spec, findings).
+    A vLLM line is read as `vllm_version` reads it (None: the installed vLLM's release, else the newest)."""
     from kit.sglang.cmdline import find_launch
     from kit.vllm import cmdline as vllm_cmdline
+    from kit.vllm.rules import rules_for
 
     found = find_launch(text, source=source, version=sglang_version)
     if found is None and (found := find_launch(text, vllm_cmdline.launch_test, source)) is not None:
         # a vLLM line: the same deployment in SGLang's names (its own flags are judged by kit.vllm.checks)
-        spec = LaunchSpec(env=dict(found.env), **vllm_cmdline.read_argv(found.argv).spec_fields())
+        v = vllm_cmdline.read_argv(found.argv, rules_for(vllm_version))
+        spec = LaunchSpec(env=dict(found.env), **v.spec_fields())
         return found, spec, list(_shell_findings(found, spec))
     if found is None:
         first = " ".join(text.strip().split()[:4]) or "(empty)"

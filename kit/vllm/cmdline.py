@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -193,12 +194,16 @@ def resolve(v: VllmLaunch, rules: VllmRules) -> FlagResolution | None:
     """The line's flags read with argparse's own rules (`kit.sglang.flags.resolve_flags`) over the release's recorded
     `vllm serve` parser (`rules.parser_flags`, in the form of SGLang's flag tables); None where none is recorded.
     Choices whose value parser the kit does not have stay unchecked (argparse would compare them with the raw text)."""
-    if rules.parser_flags is None:
-        return None
+    return None if rules.parser_flags is None else resolve_flags(v.args, table=flag_table(rules.version))
+
+
+@cache
+def flag_table(version: str) -> FlagTable:
+    """The release's recorded `vllm serve` parser (`rules_for(version).parser_flags`) as a flag table, built once."""
+    actions = rules_for(version).parser_flags
     plain = lambda a: a.get("type") in (None, *KNOWN_TYPES) or all(isinstance(c, str) for c in a.get("choices") or ())
-    options = [a for a in rules.parser_flags if a["option_strings"]]  # the model positional: `read_argv` reads it
-    actions = tuple(a if plain(a) else {**a, "choices": None} for a in options)
-    return resolve_flags(v.args, table=FlagTable(rules.version, rules.version, True, actions, {}))
+    options = [a for a in actions if a["option_strings"]]  # the model positional: `read_argv` reads it
+    return FlagTable(version, version, True, tuple(a if plain(a) else {**a, "choices": None} for a in options), {})
 
 
 def speculators_config(model: str, revision: str | None = None) -> dict[str, Any] | None:

@@ -83,3 +83,11 @@ def test_malformed_json_is_one_line_naming_the_problem():
 def test_no_launch_still_says_so():
     with pytest.raises(KitInputError, match="no SGLang launch"):
         parse_launch("vllm bench serve --model T")
+
+
+def test_the_line_is_read_as_the_judged_release_reads_it():
+    line = 'vllm serve T --speculative-config \'{"method": "eagle3", "model": "D", "num_speculative_tokens": 2}\''
+    assert parse_launch(line, vllm_version="0.10.2")[1].speculative_num_steps == 2
+    with pytest.raises(KitInputError, match="vLLM 0.0.1 is not in the kit's vLLM table"):
+        parse_launch(line, vllm_version="0.0.1")
+    assert parse_launch("python -m sglang.launch_server --model-path T", vllm_version="0.0.1")  # no vLLM line
