@@ -46,7 +46,7 @@ from kit import config as kconfig
 from kit.findings import Finding, KitInputError, Report, emit
 from kit.measure.bench import jsonable, run_bench
 from kit.measure.sweep import Point, SpecGrid, bench_config, grid, launch_all, point_label, point_spec, url_of
-from kit.serving.engines import ENGINES
+from kit.serving.engines import ENGINES, get_engine
 from kit.sglang.params import SpecParams
 from kit.tune import predict
 
@@ -94,12 +94,16 @@ class TuneConfig:
 
 
 def plan(cfg: TuneConfig) -> tuple[list[SpecParams], dict[str, str]]:
-    """The grid's points SGLang runs, and {label: why} for each it refuses; no point is a KitInputError."""
+    """The grid's points SGLang runs that the engine runs too (`Engine.refuses`: vLLM runs chains), and
+    {label: why} for each refused; no point is a KitInputError."""
     refused: dict[str, str] = {}
     points = grid(**asdict(cfg.spec), baseline=False, refused=refused)
+    engine = get_engine(cfg.engine)
+    refused |= {p.label(): why for p in points if (why := engine.refuses(p))}
+    points = [p for p in points if p.label() not in refused]
     if not points:
         why = "; ".join(f"{lab}: {w}" for lab, w in refused.items())
-        raise KitInputError(f"the grid has no point SGLang would run ({why[:300]})")
+        raise KitInputError(f"the grid has no point the {cfg.engine} engine would run ({why[:300]})")
     return points, refused
 
 
@@ -440,7 +444,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kit.measure.sweep import launch_spec, spec_launcher
-    from kit.serving.engines import get_engine
 
     cfg = kconfig.from_namespace(TuneConfig, args)
     spec = launch_spec(cfg.launch)

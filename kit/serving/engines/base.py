@@ -155,6 +155,10 @@ class Engine:
         """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule)."""
         return spec
 
+    def refuses(self, params) -> str | None:
+        """Why this engine cannot run the speculative parameters `params` (a `SpecParams`), or None."""
+        return None
+
     def servers_that_fit(self, weights_bytes: float, device_bytes: float) -> int | None:
         """How many servers, each holding `weights_bytes` of weights, fit at once on a device of `device_bytes`:
         each gets `device_share / servers` of it (`share_device`) and needs its weights and a KV pool of a quarter

@@ -80,6 +80,22 @@ def split_line(line: str) -> tuple[str | None, str | None, str]:
     return (m["time"], m["proc"], m["msg"]) if m else (None, None, line)
 
 
+def chain_length(steps: int | None, topk: int | None, tokens: int | None) -> int:
+    """`num_speculative_tokens` of the chain SGLang's three flags describe; KitInputError where vLLM runs no such chain:
+    a tree (topk > 1), draft tokens that are not steps + 1."""
+    if topk not in (None, 1):
+        raise KitInputError(
+            f"--speculative-eagle-topk {topk}: vLLM's EAGLE drafts a chain (topk 1); a tree has no vLLM equivalent"
+        )
+    n = steps if steps is not None else (tokens - 1 if tokens is not None else None)
+    if n is None or n < 1 or (tokens is not None and tokens != n + 1):
+        raise KitInputError(
+            f"speculative steps {steps}, draft tokens {tokens}: vLLM needs a chain of "
+            "--speculative-num-steps N >= 1 (draft tokens N+1 when given)"
+        )
+    return n
+
+
 class VllmEngine(Engine):
     name = "vllm"
     description = "vLLM (`vllm serve`, OpenAI API, EAGLE-3 via --speculative-config), on a GPU host"
@@ -100,6 +116,15 @@ class VllmEngine(Engine):
     def flag(self, name: str) -> str | None:
         return VLLM_FLAGS.get(name)
 
+    def refuses(self, params) -> str | None:
+        try:
+            chain_length(
+                params.speculative_num_steps, params.speculative_eagle_topk, params.speculative_num_draft_tokens
+            )
+        except KitInputError as e:
+            return str(e)
+        return None
+
     def speculative_config(self, spec) -> dict[str, Any] | None:
         """The launch's `--speculative-config` (None without speculation); KitInputError where vLLM runs no such
         chain: another algorithm, no draft, a tree (topk > 1), draft tokens that are not steps + 1."""
@@ -110,17 +135,7 @@ class VllmEngine(Engine):
             raise KitInputError(f"--speculative-algorithm {alg}: the vllm engine runs {' or '.join(METHODS)}")
         if not spec.speculative_draft_model_path:
             raise KitInputError(f"--speculative-algorithm {alg}: the vllm engine needs --speculative-draft-model-path")
-        steps, topk, tokens = spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens
-        if topk not in (None, 1):
-            raise KitInputError(
-                f"--speculative-eagle-topk {topk}: vLLM's EAGLE drafts a chain (topk 1); a tree has no vLLM equivalent"
-            )
-        n = steps if steps is not None else (tokens - 1 if tokens is not None else None)
-        if n is None or n < 1 or (tokens is not None and tokens != n + 1):
-            raise KitInputError(
-                f"speculative steps {steps}, draft tokens {tokens}: vLLM needs a chain of "
-                "--speculative-num-steps N >= 1 (draft tokens N+1 when given)"
-            )
+        n = chain_length(spec.speculative_num_steps, spec.speculative_eagle_topk, spec.speculative_num_draft_tokens)
         out = {"method": METHODS[alg], "model": spec.speculative_draft_model_path, "num_speculative_tokens": n}
         if spec.speculative_draft_model_revision:
             out["revision"] = spec.speculative_draft_model_revision

@@ -30,7 +30,7 @@ class FakeLauncher:
         self.launched.append(point_label(point))
         n = point.speculative_num_draft_tokens if point else 1
         cfg = StubConfig(spec=point is not None, accept_pattern=[n], speculative_num_draft_tokens=max(n, 2),
-                         step_delay=0.004 * (1 + 0.1 * (n - 1)))  # fmt: skip
+                         step_delay=0.012 * (1 + 0.1 * (n - 1)))  # fmt: skip
         with StubThread(cfg) as s:
             yield s.url
 
@@ -177,8 +177,11 @@ def test_refused_points_are_kept_with_sglangs_reason():
     points, refused = plan(TuneConfig(spec=SpecGrid([2], [2], [3, 40])))
     assert [p.label() for p in points] == ["2-2-3"]
     assert list(refused) == ["2-2-40"] and "outside 2..7" in refused["2-2-40"]
-    with pytest.raises(KitInputError, match="the grid has no point SGLang would run.*2-2-40"):
+    with pytest.raises(KitInputError, match="the grid has no point the sglang engine would run.*2-2-40"):
         plan(TuneConfig(spec=SpecGrid([2], [2], [40])))
+    # vLLM drafts chains: its grid is the chains, each tree refused with the engine's reason
+    points, refused = plan(TuneConfig(engine="vllm", spec=SpecGrid([1, 2], [1, 4], [0])))
+    assert [p.label() for p in points] == ["1-1-2", "2-1-3"] and "vLLM's EAGLE drafts a chain" in refused["2-4-21"]
 
 
 @pytest.mark.parametrize(
