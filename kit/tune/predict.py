@@ -14,7 +14,8 @@ calibrated sizes, g and t_draft fit per batch size (at least 0), so what changes
 (2) each draft forward (s steps and the extend) costs t_draft whatever its topk (one layer and a head); (3) AL(p)
 does not depend on B; (4) prefill and scheduling are inside the measured costs. A point whose iteration takes a
 path the calibration did not (another attention kernel, eager mode past `--cuda-graph-max-bs`, a knee in the
-forward's cost) or whose accept length is not the expected one is a miss, `bench.prediction_miss`, worth a look.
+forward's cost) or whose accept length is not the expected one is a miss, `bench.prediction_miss`, worth a look;
+and since the ranking is then in doubt, `kit tune` measures the next `--top` points of it too (`second_look`).
 
     fit(0.05, {SpecParams(1, 1, 2): 0.07, SpecParams(3, 2, 8): 0.12}).speedup(SpecParams(2, 1, 3), 2.1)
 """
@@ -101,6 +102,15 @@ def calibrated(batch: int, labels: dict[str, dict], points: tuple[SpecParams, Sp
     return {"t_decode_s": decode, "t_iteration_s": {p.label(): t for p, t in iterations.items()},
             "accept_length": {p.label(): a["accept_length"] for p, a in arms.items()},
             "t_draft_s": costs.draft, "growth": costs.growth}  # fmt: skip
+
+
+def second_look(rows: dict[str, dict], predicted: dict[str, float], measured: set[str], top: int, miss: float):
+    """After a measured point missed its prediction by more than `miss` (`rows`: one bench's measured points): the
+    `top` best predicted points not yet measured, whether or not the model says they can pay (it was off); else []."""
+    off = [r for r in rows.values() if r["median"] is not None and abs(r["median"] / r["predicted"] - 1) > miss]
+    return (
+        [lab for lab in sorted(predicted, key=lambda lab: -predicted[lab]) if lab not in measured][:top] if off else []
+    )
 
 
 def select(predicted: dict[str, float], top: int, miss: float) -> list[str]:

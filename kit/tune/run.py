@@ -16,7 +16,8 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
    arms is a one-line error before anything starts;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
-   `bench.prediction_miss` finding.
+   `bench.prediction_miss` finding, and the next `--top` points of that batch size's ranking are measured too
+   (`predict.second_look`, once per batch size).
 
 `--out-dir`: tune.json (accept lengths, calibration, predictions, every measured arm, the answer), tune.png/.svg
 (speedup vs batch size: predicted dashed, measured solid), the bench folders. `--budget-s` is checked before each
@@ -316,21 +317,30 @@ def run_tune(
             doc["predicted"][str(b)] = {
                 lab: round(costs.speedup(p, acc[lab]["value"]), 3) for lab, p in by_label.items()
             }
-        chosen = {b: predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss) for b in batches}
-        unmeasured = [b for b in batches if not all(lab in measured.get(str(b), {}) for lab in chosen[b])]
-        ahead = [by_label[lab] for lab in dict.fromkeys(lab for b in unmeasured for lab in chosen[b])]  # one wave
-        for b in unmeasured:
-            if step(f"measuring batch {b}: baseline, {', '.join(chosen[b])}"):
+        looks = doc.setdefault("second_look", {})  # batch size -> the points measured after a miss
+        chosen = {
+            b: predict.select(doc["predicted"][str(b)], cfg.top, cfg.miss) + looks.get(str(b), []) for b in batches
+        }
+        todo = [(b, [lab for lab in chosen[b] if lab not in measured.get(str(b), {})]) for b in batches]
+        todo = [(b, labs) for b, labs in todo if labs]
+        ahead = [by_label[lab] for lab in dict.fromkeys(lab for _, labs in todo for lab in labs)]  # one wave
+        while todo:
+            b, labs = todo.pop(0)
+            if step(f"measuring batch {b}: baseline, {', '.join(labs)}"):
                 break
             try:
-                urls = servers.up([None, *(by_label[lab] for lab in chosen[b])], ahead)
+                urls = servers.up([None, *(by_label[lab] for lab in labs)], ahead)
             except Exception as e:  # a point whose server does not start: said, and the next batch size goes on
                 doc.setdefault("failed", {})[str(b)] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 continue
-            res = bench_arms(cfg, urls, b, cfg.num_prompts, out / "bench" / f"b{b}-{'_'.join(chosen[b])}", prompts)
-            rows = {lab: measured_row(res.summary, lab, doc["predicted"][str(b)][lab]) for lab in chosen[b]}
+            res = bench_arms(cfg, urls, b, cfg.num_prompts, out / "bench" / f"b{b}-{'_'.join(labs)}", prompts)
+            rows = {lab: measured_row(res.summary, lab, doc["predicted"][str(b)][lab]) for lab in labs}
             measured[str(b)] = {**measured.get(str(b), {}), **rows}  # a resumed run's earlier points stay
             doc.get("failed", {}).pop(str(b), None)
+            more = predict.second_look(rows, doc["predicted"][str(b)], set(measured[str(b)]), cfg.top, cfg.miss)
+            if str(b) not in looks and more:  # once per batch size
+                looks[str(b)] = more
+                todo.append((b, more))
         else:
             doc["status"] = "done"
     finally:

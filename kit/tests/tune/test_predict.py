@@ -5,7 +5,7 @@ import math
 import pytest
 
 from kit.sglang.params import SpecParams
-from kit.tune.predict import StepCosts, best, calibrated, calibration_points, fit, miss_finding, select
+from kit.tune.predict import StepCosts, best, calibrated, calibration_points, fit, miss_finding, second_look, select
 
 
 def test_the_two_calibration_points_are_reproduced():
@@ -90,3 +90,12 @@ def test_a_large_miss_is_a_finding():
     assert f.title == "batch 4, 3-2-7: measured 0.60x, predicted 1.50x (-60%)"
     assert miss_finding(1, "x", 1.0, 1.0 + 0.35 + 1e-9, 0.35) is not None
     assert not math.isnan(f.evidence["predicted"])
+
+
+def test_a_second_look_only_after_a_miss():
+    pred = {"1-1-2": 1.1, "2-1-3": 0.9, "3-1-4": 0.7}
+    near = {"1-1-2": {"median": 1.2, "predicted": 1.1}}
+    assert second_look(near, pred, {"1-1-2"}, 2, 0.35) == []
+    far = {"1-1-2": {"median": 1.9, "predicted": 1.1}}
+    assert second_look(far, pred, {"1-1-2"}, 2, 0.35) == ["2-1-3", "3-1-4"]  # below select's cut: measured anyway
+    assert second_look({"1-1-2": {"median": None, "predicted": 1.1}}, pred, {"1-1-2"}, 2, 0.35) == []

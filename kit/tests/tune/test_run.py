@@ -74,6 +74,15 @@ def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
     assert third["measured"]["1"] == doc["measured"]["1"]
 
 
+def test_a_miss_puts_the_ranking_in_doubt_and_the_next_points_are_measured(tmp_path):
+    """Every point expected at 1.2 where the stub accepts all it drafts: the first measured ones beat their
+    predictions far beyond --miss, so the rest of the ranking is measured too, and the answer is the true best."""
+    doc = run_tune(_cfg(tmp_path, batch_size=[1]), FakeLauncher(), lambda p: (1.2, "made up"), prompts=PROMPTS)
+    assert doc["second_look"]["1"] and set(doc["measured"]["1"]) == {"1-1-2", "2-1-3", "3-1-4"}
+    assert doc["best"]["1"]["point"] == "3-1-4" and doc["status"] == "done"
+    assert {f["code"] for f in doc["findings"]} == {"bench.prediction_miss"}
+
+
 class FailingLauncher(FakeLauncher):
     @contextlib.contextmanager
     def __call__(self, point: Point):
