@@ -58,8 +58,11 @@ ARCH = Code(
     "`DeepseekV3ForCausalLM` -> `DeepseekV3ForCausalLMNextN`, an MTP class; then the first registered "
     "name) is not an EAGLE-3 draft class of that release (`LlamaForCausalLMEagle3`; "
     "`Eagle3DeepseekV2ForCausalLM` from 0.5.12). E.g. `Eagle3DraftModel` (speculators), SpecForge's "
-    "`DeepseekV3ForCausalLMEagle3`, TorchSpec's `DeepSeekForCausalLMEagle3`, plain `LlamaForCausalLM`",
-    "`kit convert SRC DST --to sglang`",
+    "`DeepseekV3ForCausalLMEagle3`, TorchSpec's `DeepSeekForCausalLMEagle3`, plain `LlamaForCausalLM`. On vLLM "
+    "(V1, 0.9.0 on): the class its EAGLEConfig names for the draft's architecture (`Eagle3{arch}` unless it starts "
+    "with Eagle3, or from 0.10.1 ends with it) is not in its registry: SpecForge's `LlamaForCausalLMEagle3` before "
+    "0.10.2, `Eagle3Qwen3ForCausalLM` before 0.24.0",
+    "`kit convert SRC DST --to sglang`; on vLLM, a release with that class",
 )
 KEYS_DROPPED = Code(
     "draft.keys_dropped",

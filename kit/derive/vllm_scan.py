@@ -43,6 +43,7 @@ ARG_UTILS = "vllm/engine/arg_utils.py"
 LEGACY_FLAGS = ("--speculative-model", "--num-speculative-tokens", "--speculative-draft-tensor-parallel-size")
 METRICS_FILES = ("vllm/v1/spec_decode/metrics.py", "vllm/v1/metrics/loggers.py")
 SPECULATORS_DIR = "vllm/transformers_utils/configs/speculators/"
+EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 AUX_METHODS = ("set_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
 DEFAULT_AUX = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
 DRAFT_TP = r"speculative_draft_tensor_parallel_size|self\.draft_tensor_parallel_size|draft_tp"
@@ -336,7 +337,28 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
         if hit and hit[0] != mod:
             loaders[target]["inherits_load_weights"] = f"{hit[0]}.{cls}"
         ev[target + ":ops"] = [o["at"] for o in ops]
-    return {"archs": dict(sorted(archs.items())), "loaders": loaders}, ev
+    rename, ev["rename"] = _eagle3_rename(src)
+    return {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename}, ev
+
+
+def _eagle3_rename(src: Source) -> tuple[str | None, Ev | None]:
+    """EAGLEConfig's rename of an EAGLE-3 draft's architectures (`kwargs["architectures"] = [... for arch in ...]`
+    under `method == "eagle3"`) as a lambda of one architecture; None where the release names the class itself."""
+    if not (text := src.text(EAGLE_CONFIG)):
+        return None, None
+    for node in _walk(ast.parse(text), ast.If):
+        if "eagle3" not in _strs(node.test) or "method" not in ast.unparse(node.test):
+            continue
+        for a in node.body:
+            if (
+                isinstance(a, ast.Assign)
+                and "architectures" in _strs(a.targets[0])
+                and isinstance(a.value, ast.ListComp)
+            ):
+                return f"lambda {ast.unparse(a.value.generators[0].target)}: {ast.unparse(a.value.elt)}", _ev(
+                    EAGLE_CONFIG, a, text
+                )
+    return None, None
 
 
 def derive_draft_tp(src: Source) -> tuple[dict, dict]:

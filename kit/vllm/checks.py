@@ -4,7 +4,8 @@ The engine-neutral checks (draft keys, aux ids, fc width, vocabulary map, shapes
 SGLang line makes (`kit.vllm.cmdline`: the line in SGLang's names); this provider adds what only vLLM decides.
 Shared faults, shared codes: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for
 SGLang's `--speculative-algorithm EAGLE`; a flag the release's parser refuses is `launch.flag` (`launch.parser`: no
-parser recorded for that release). vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
+parser recorded for that release); a draft class the release does not have is `draft.arch` (`draft_class`: the name
+its EAGLEConfig gives the draft's architecture, looked up in its registry; vLLM's V1 engine, the default). vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
 `launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release
 that does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
 """
@@ -18,10 +19,12 @@ from collections.abc import Iterator
 from kit.checkpoint.aux_ids import NESTED, TOP
 from kit.checkpoint.convert import LAYER_SHIFT
 from kit.checkpoint.hf_config import target_facts
+from kit.checkpoint.inspect import ARCH
 from kit.findings import Code, Finding, finding_list
+from kit.hf import HFConfig
 from kit.sglang.parser import PARSER, resolution_findings
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
-from kit.vllm.rules import VllmRules, rules_for
+from kit.vllm.rules import VllmRules, releases, rules_for
 from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, training_points
 
 LAUNCH, AUX = "launch/process/logs: notebook 04", "aux/probe/oracle: notebook 03"
@@ -170,6 +173,25 @@ def model_findings(
             f"{len(rules.aux_archs)} aux architectures): startup fails",
             evidence={"target_arch": arch, "method": method, "source": rules.evidence.get("aux_archs")},
         )
+    if (
+        method in rules.eagle3_methods
+        and (named := draft_class(rules, draft_config))
+        and named[1] not in rules.draft_archs
+    ):
+        first = next((r for r in releases() if named[1] in rules_for(r).draft_archs), None)
+        yield ARCH(
+            f"{ver} names the EAGLE-3 draft's class {named[1]} (from its architecture {named[0]}), which is not among "
+            f"its EAGLE-3 draft classes ({', '.join(rules.draft_archs)}): startup fails",
+            evidence={
+                "engine": "vllm",
+                "draft_arch": named[0],
+                "class": named[1],
+                "classes": list(rules.draft_archs),
+                "first_release_with_it": first,
+                "source": rules.evidence.get("draft_archs"),
+            },  # fmt: skip
+            fix=f"vLLM >= {first}" if first else "an architecture whose EAGLE-3 class the release has",
+        )
     if method in rules.eagle_methods and draft_config is not None and eagle3:
         yield ALGORITHM(
             f"{ver}: EAGLE-3 draft launched with method {method!r} ({how}): vLLM builds an EAGLE-1 head, whose fc "
@@ -177,6 +199,15 @@ def model_findings(
             evidence={"engine": "vllm", "method": method, "how": how, "draft_arch": draft_config.get("architectures")},
             fix='set "method": "eagle3" in --speculative-config',
         )
+
+
+def draft_class(rules: VllmRules, draft_config) -> tuple[str, str] | None:
+    """(the draft's architecture, the class name the release looks up for it: `draft_rename`); None where the release
+    renames nothing, or the draft is in speculators' format (vLLM converts its config first)."""
+    arch = ((draft_config or {}).get("architectures") or [None])[0]
+    if not (arch and rules.draft_rename) or HFConfig.of(draft_config).is_speculators:
+        return None
+    return arch, eval(rules.draft_rename, {"__builtins__": {}})(arch)
 
 
 def serving_points(rules: VllmRules, draft_config, num_layers: int) -> tuple[list[int], str] | None:

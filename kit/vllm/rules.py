@@ -44,6 +44,8 @@ class VllmRules:
     aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
     draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
     draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens}}
+    draft_rename: str | None  # EAGLEConfig's rename of an EAGLE-3 draft's architecture, a lambda of one; None: the
+    # release loads its one EAGLE-3 class whatever the draft names
     draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts
     draft_tp_checks: tuple[str, ...]  # further conditions on the draft TP that raise, in v1/spec_decode
     speculators_detected: bool  # a speculators-format draft config is detected and converted
@@ -123,6 +125,7 @@ def rules_for(version: str | None = None) -> VllmRules:
         aux_overrides={f: tuple(a) for f, a in aux.get("overrides", {}).items()},
         draft_archs=dict(dr.get("archs", {})),
         draft_loaders=dict(dr.get("loaders", {})),
+        draft_rename=dr.get("rename"),
         draft_tp_allowed=tp.get("allowed"),
         draft_tp_checks=tuple(c["if"] for c in tp.get("checks", [])),
         speculators_detected=bool(sp.get("detects")),

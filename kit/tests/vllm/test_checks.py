@@ -57,6 +57,7 @@ RULES = VllmRules(
     aux_overrides={},
     draft_archs={},
     draft_loaders={},
+    draft_rename=None,
     draft_tp_allowed="(1, target_tp)",
     draft_tp_checks=(),
     speculators_detected=True,
@@ -186,6 +187,28 @@ def test_flags_judged_by_the_releases_own_parser(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "rules_for", lambda version=None: dataclasses.replace(RULES, parser_flags=None))
     [f] = [f for f in doctor(tmp_path / "n", vllm(EAGLE3)).findings if f.code == "launch.parser"]
     assert f.severity == "warning" and "not checked" in f.title
+
+
+def test_a_draft_class_the_release_does_not_have(tmp_path, monkeypatch):
+    """EAGLEConfig renames the draft's architecture (0.10.2 on: kept when it starts or ends with Eagle3, else
+    prefixed), then the registry must hold that class: SpecForge's LlamaForCausalLMEagle3 is kept as it is."""
+    rename = "lambda arch: arch if arch.startswith('Eagle3') or arch.endswith('Eagle3') else f'Eagle3{arch}'"
+    only = {"Eagle3LlamaForCausalLM": "llama_eagle3.Eagle3LlamaForCausalLM"}
+    with_it = {**only, "LlamaForCausalLMEagle3": "llama_eagle3.Eagle3LlamaForCausalLM"}
+    for archs, draft, bad in [
+        (only, EAGLE3_DRAFT, True),
+        (with_it, EAGLE3_DRAFT, False),
+        (only, OFFICIAL_DRAFT, False),
+    ]:
+        r = dataclasses.replace(RULES, draft_rename=rename, draft_archs=archs)
+        monkeypatch.setattr(checks, "rules_for", lambda version=None, r=r: r)
+        rep = doctor(tmp_path / f"{len(archs)}{draft[6:10]}", vllm(EAGLE3), draft=draft)
+        found = [f.title for f in rep.findings if f.code == "draft.arch"]
+        assert len(found) == bad, found
+        assert not bad or "class LlamaForCausalLMEagle3 (from its architecture LlamaForCausalLMEagle3)" in found[0]
+    qwen = {"architectures": ["Qwen3ForCausalLM"]}
+    assert checks.draft_class(r, qwen) == ("Qwen3ForCausalLM", "Eagle3Qwen3ForCausalLM")
+    assert checks.draft_class(RULES, qwen) is None  # a release that loads its one EAGLE-3 class
 
 
 def test_draft_tp_the_release_does_not_allow(tmp_path):

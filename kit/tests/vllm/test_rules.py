@@ -123,3 +123,17 @@ def test_the_installed_vllm_is_judged_at_its_own_release_or_the_newest_before_it
     assert rules_for().version == "0.11.0" and rules_for("0.12.0").version == "0.12.0"
     monkeypatch.setattr(rules, "installed_version", lambda dist: None)
     assert rules_for().version == "0.33.0"
+
+
+def test_the_class_each_release_names_for_a_draft():
+    """EAGLEConfig's rename, then the registry: SpecForge's LlamaForCausalLMEagle3 is prefixed up to 0.10.0, kept but
+    unregistered in 0.10.1 (commented out there, vLLM PRs #22333, #22611), served from 0.10.2."""
+    from kit.vllm.checks import draft_class
+
+    specforge, qwen3 = {"architectures": ["LlamaForCausalLMEagle3"]}, {"architectures": ["Qwen3ForCausalLM"]}
+    assert rules_for("0.8.5").draft_rename is None  # one EAGLE-3 class, whatever the draft names
+    assert draft_class(rules_for("0.9.0"), specforge)[1] == "Eagle3LlamaForCausalLMEagle3"
+    served = lambda v, cfg: draft_class(rules_for(v), cfg)[1] in rules_for(v).draft_archs
+    assert [served(v, specforge) for v in ("0.9.0", "0.10.1", "0.10.2", "0.33.0")] == [False, False, True, True]
+    assert [served(v, qwen3) for v in ("0.23.0", "0.24.0")] == [False, True]
+    assert served("0.9.0", {"architectures": ["LlamaForCausalLM"]})  # the official EAGLE-3 release's name
