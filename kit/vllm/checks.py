@@ -5,7 +5,8 @@ SGLang line makes (`kit.vllm.cmdline`: the line in SGLang's names); this provide
 Shared faults, shared codes: a method of EAGLE (not EAGLE-3) with an EAGLE-3 draft is `aux.algorithm`, as for
 SGLang's `--speculative-algorithm EAGLE`; a flag the release's parser refuses is `launch.flag` (`launch.parser`: no
 parser recorded for that release); a draft class the release does not have is `draft.arch` (`draft_class`: the name
-its EAGLEConfig gives the draft's architecture, looked up in its registry; vLLM's V1 engine, the default). vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
+its EAGLEConfig gives the draft's architecture, looked up in its registry; vLLM's V1 engine, the default).
+vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
 `launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release
 that does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
 """
