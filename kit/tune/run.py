@@ -134,24 +134,35 @@ def most_alive(cfg: TuneConfig) -> int:
 
 
 def launch_weights_bytes(spec) -> int | None:
-    """Bytes of the target's and the draft's weights on one GPU: their safetensors; for a target directory of
-    config.json only (`--load-format dummy`), its Llama-shaped parameter count at two bytes each. None for a hub id."""
+    """Bytes of the target's and the draft's weights on one GPU, from their safetensors (local, or a hub id's headers
+    as `kit.checkpoint.hub` resolves it); for a target of config.json only (`--load-format dummy`), its Llama-shaped
+    parameter count at two bytes each. None where the target's size is not known here."""
     from kit.checkpoint.safetensors_io import weights_bytes
     from kit.hf import HFConfig
     from kit.measure.breakeven import llama_params
-    from kit.models import resolve_target
 
-    t = spec.model_path
-    target = resolve_target(t) if t in (None, "embedded") or Path(t, "config.json").is_file() else None
-    if target is None:
-        return None
+    target = model_folder(spec.model_path or "embedded", spec.revision)
     size = weights_bytes(target)
-    if size is None:
-        with contextlib.suppress(KeyError, TypeError, ValueError):
+    if size is None and target is not None:
+        with contextlib.suppress(KeyError, TypeError, ValueError, OSError):
             size = 2 * llama_params(HFConfig.of(json.loads((target / "config.json").read_text())))
     if size is None:
         return None
-    return (size + (weights_bytes(spec.speculative_draft_model_path) or 0)) // (spec.tp_size or 1)
+    draft = model_folder(spec.speculative_draft_model_path, spec.speculative_draft_model_revision)
+    return (size + (weights_bytes(draft) or 0)) // (spec.tp_size or 1)
+
+
+def model_folder(model: str | None, revision: str | None) -> Path | None:
+    """The folder a launch's model path names: 'embedded' (the converted SmolLM2), a local directory, or a hub id
+    as `kit.checkpoint.hub` resolves it (the cache, else its headers); None where it cannot be read here."""
+    from kit.checkpoint import hub
+    from kit.models import resolve_target
+
+    if model == "embedded":
+        return resolve_target(model)
+    with contextlib.suppress(KitInputError):
+        return Path(hub.resolve(model, revision, flag="--launch").path) if model else None
+    return None
 
 
 def servers_alive(cfg: TuneConfig, spec, engine) -> int:

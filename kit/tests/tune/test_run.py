@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from kit.checkpoint.hub import ModelFiles as HubFiles
 from kit.cli import main
 from kit.findings import KitInputError
 from kit.measure.sweep import Point, SpecGrid, point_label, point_spec
@@ -153,6 +154,12 @@ def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(
     with pytest.raises(KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers"):
         tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
     assert tune_run.servers_alive(_cfg(tmp_path), spec, get_engine("reference")) == 4  # CPU: no rule
+    # a hub id: the folder kit.checkpoint.hub resolves it to (the cache, else its headers); unknown here: no rule
+    monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda model, revision, flag: HubFiles(model, tmp_path / "t", ""))
+    hub_spec = spec_from_command("python -m sglang.launch_server --model-path meta-llama/Llama-2-7b-hf")
+    assert tune_run.launch_weights_bytes(hub_spec) == 2 * 6_738_415_616
+    monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda *a, **k: (_ for _ in ()).throw(KitInputError("offline")))
+    assert tune_run.launch_weights_bytes(hub_spec) is None
 
 
 def test_the_oracle_runs_on_a_quarter_of_the_threads_while_the_servers_start():
