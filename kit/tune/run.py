@@ -177,7 +177,7 @@ def servers_alive(cfg: TuneConfig, spec, engine) -> int:
         return most
     need = 1 + max(2, min(cfg.top, len(plan(cfg)[0])))  # the calibration's two points, or the --top measured
     if fits < need:
-        hint = f"--top {fits - 1}, " if fits > 3 else ""
+        hint = f"--top {fits - 1}, " if fits >= 3 else ""  # the calibration alone needs 3
         raise KitInputError(
             f"--launch: the target and draft ({weights / 2**30:.1f} GiB of weights per GPU) fit {fits} time(s) on "
             f"this {gib:.0f} GiB GPU, and kit tune runs {need} servers at once (one bench's baseline and points, "

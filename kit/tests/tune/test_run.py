@@ -151,7 +151,9 @@ def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(
     assert tune_run.launch_weights_bytes(spec) == 2 * 6_738_415_616
     sglang = get_engine("sglang")
     assert tune_run.most_alive(_cfg(tmp_path)) == 4 and tune_run.servers_alive(_cfg(tmp_path), spec, sglang) == 3
-    with pytest.raises(KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers"):
+    with pytest.raises(
+        KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers.*: --top 2, "
+    ):
         tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
     assert tune_run.servers_alive(_cfg(tmp_path), spec, get_engine("reference")) == 4  # CPU: no rule
     # a hub id: the folder kit.checkpoint.hub resolves it to (the cache, else its headers); unknown here: no rule
