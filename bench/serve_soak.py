@@ -4,7 +4,7 @@ clients that give up, against the real server process on loopback.
 Why: the reference server is what every CPU user of the kit talks to; it must answer every bad request with
 a 4xx, never a 5xx or a dropped connection, stop the work of clients that left, and hold its memory flat.
 Each client loops: 60% well-formed requests (the three endpoints, streaming or not, 8-32 new tokens), 20% bad
-bodies (a row of the table `kit.measure.request_table`: huge max_new_tokens, ids outside the vocabulary, wrong
+bodies (a row of the table `kit.tests.request_table`: huge max_new_tokens, ids outside the vocabulary, wrong
 types, an empty prompt, a prompt over the context, malformed JSON, ...), 20% requests abandoned after 0.05-1 s
 (streaming or not, 64-160 new tokens).
 A warm-up of the same mix runs first (its figures are not counted); the server's RSS is sampled every second.
@@ -35,8 +35,8 @@ import httpx
 import psutil
 from _run import emit
 
-from kit.measure.request_table import bad_rows
 from kit.serving.process import free_port
+from kit.tests.request_table import bad_rows
 
 WORDS = "the quick brown fox jumps over the lazy dog while a cat watches from the warm window".split()
 
@@ -57,7 +57,7 @@ def well_formed(rng: random.Random, n: int) -> tuple[str, dict]:
 
 
 def bad(rng: random.Random, rows: list) -> tuple[str, dict | bytes]:
-    """One bad request: a row of the table `kit.measure.request_table.bad_rows` (all refused with a 400)."""
+    """One bad request: a row of the table `kit.tests.request_table.bad_rows` (all refused with a 400)."""
     row = rng.choice(rows)
     return row.endpoint, row.body
 

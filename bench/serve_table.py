@@ -1,7 +1,7 @@
 """The table of bad (and a few good) requests sent to one SGLang-API server, or two such runs compared.
 
 Why: the kit's reference server (`kit serve`) must answer every bad request as SGLang does, with a 4xx that
-names the field, never a 5xx or a dropped connection. This sends every row of `kit.measure.request_table`
+names the field, never a 5xx or a dropped connection. This sends every row of `kit.tests.request_table`
 (endpoint, body, what it tests, what the reference server answers) with the kit's client, one after another,
 recording per row the status, the first line of the error message (or of an SSE error event in a 200 stream),
 whether the connection dropped and the time; then a long prompt whose client gives up after a few seconds and
@@ -44,7 +44,7 @@ def _read(path: str, flag: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kit.measure.request_table import TableConfig, compare, run_table
+    from kit.tests.request_table import TableConfig, compare, run_table
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="the server's base URL")

@@ -118,8 +118,8 @@ def main() -> int:
 
         import asyncio
 
-        from kit.measure.request_table import TableConfig, run_table
         from kit.serving.process import ServerProcess
+        from kit.tests.request_table import TableConfig, run_table
 
         srv = ServerProcess.from_spec(spec, engine="sglang", grace=15).start()
         ready = srv.wait_ready(args.ready_timeout_s)

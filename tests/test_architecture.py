@@ -53,7 +53,6 @@ SIDE_ROOMS = {
     "kit.demo_gpu": "the main job on real SGLang (`kit demo --gpu`)",
     "kit.reference.graphs": "the reference step and greedy decoding in CUDA graphs, for GPU timing (`kit demo --gpu`)",
     "kit.reference.train": "the draft trainer on this machine (`kit train-draft`, the notebooks' `train_draft=True`)",
-    "kit.measure.request_table": "the bad and control requests the reference server's tests and bench/serve_*.py send",
     "kit.serving.peers": "llama.cpp's server argv, the third-party peer the engine benchmark and client tests run",
     "kit.tune": "the speculative parameters that pay per batch size, predicted then measured (`kit tune`)",
     "kit.codes": "the finding codes collected from their declarations, docs/findings.md written (`python -m kit.codes`)",

@@ -1,4 +1,4 @@
-"""The request table (kit.measure.request_table) sent to the reference server in process (tiny target + EAGLE-3
+"""The request table (kit.tests.request_table) sent to the reference server in process (tiny target + EAGLE-3
 draft built in code): every row answered as the table says (no 5xx, no dropped connection, no timeout), the
 abandoned-prompt case and a normal request after it answered; two runs lined up; the error shapes read.
 
@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from kit.measure.client import post_body, run_sync
-from kit.measure.request_table import TableConfig, compare, message_line, run_table, sse_error, table
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import free_port
+from kit.tests.request_table import TableConfig, compare, message_line, run_table, sse_error, table
 from kit.tests.tinyserve import build_pair, in_process_server
 
 CTX = 128

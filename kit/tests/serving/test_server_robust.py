@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kit.findings import KitInputError
-from kit.measure.request_table import bad_rows, table
 from kit.serving.launch import LaunchSpec
 from kit.serving.process import free_port
+from kit.tests.request_table import bad_rows, table
 from kit.tests.tinyserve import VOCAB, build_pair, in_process_server
 
 CTX = 96  # --context-length of the servers here: every admitted request is short
@@ -61,7 +61,7 @@ def settle(url: str, deadline_s: float = 30.0) -> dict:
         time.sleep(0.05)
 
 
-# the table of bad requests (kit.measure.request_table: also what bench/serve_table.py sends SGLang), built for
+# the table of bad requests (kit.tests.request_table: also what bench/serve_table.py sends SGLang), built for
 # this server's context: each row the field its one-line 400 names and words it contains
 BAD = bad_rows(CTX, VOCAB)
 

@@ -8,8 +8,8 @@ never a 5xx or a dropped connection (issue 44). One list of rows serves the refe
 or real SGLang) with the kit's client (`kit.measure.client.post_body`) and records per row the status, the
 first line of the error, whether the connection dropped and the time; then the abandoned-prompt case (a long
 prompt whose client gives up, then a 4-token request's latency) and a normal request after it all.
-`compare` lines up two such runs row by row (code and message) as markdown. A side room (docs/architecture.md):
-only tests and bench scripts import it, the core never does.
+`compare` lines up two such runs row by row (code and message) as markdown. Test and bench machinery, beside the
+package like the SGLang stub (kit/tests/sglang_stub.py): only tests and bench scripts import it.
 
     rows = table(context_length=2048)                  # [Row(name, endpoint, body, tests, expect, names, words)]
     doc = run_sync(run_table("http://127.0.0.1:30000", TableConfig(context_length=2048)))
