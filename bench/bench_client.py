@@ -118,7 +118,7 @@ def overhead(n: int, tmp: Path) -> dict:
 
 def llamacpp_agreement(tmp: Path) -> dict:
     from kit.models import gguf_path
-    from kit.serving.peers import llama_cpp_server_argv
+    from kit.tests.peers import llama_cpp_server_argv
 
     port = free_port()
     lines: list[str] = []

@@ -57,8 +57,8 @@ def llamacpp_peer(texts: list[str], max_new: int, threads: int) -> dict:
     import httpx
 
     from kit.models import gguf_path
-    from kit.serving.peers import llama_cpp_server_argv
     from kit.serving.process import free_port
+    from kit.tests.peers import llama_cpp_server_argv
 
     port = free_port()
     cmd = llama_cpp_server_argv(gguf_path(), port, n_threads=threads, n_ctx=2048)

@@ -11,7 +11,7 @@ Layers, lowest first (a module may import its own layer or lower ones, never hig
 
 The core (what the notebooks' story needs) never imports a side room (SIDE_ROOMS: the scanners, the reference
 server, the rehearsal, the server capture, the GPU bundle's builder, the GPU demo and its CUDA-graph timing, the
-draft trainer, the request table, the llama.cpp peer); only the entry modules that dispatch a verb to one (ENTRY) may.
+draft trainer); only the entry modules that dispatch a verb to one (ENTRY) may.
 
 Run: python -m pytest tests/test_architecture.py
 """
@@ -53,7 +53,6 @@ SIDE_ROOMS = {
     "kit.demo_gpu": "the main job on real SGLang (`kit demo --gpu`)",
     "kit.reference.graphs": "the reference step and greedy decoding in CUDA graphs, for GPU timing (`kit demo --gpu`)",
     "kit.reference.train": "the draft trainer on this machine (`kit train-draft`, the notebooks' `train_draft=True`)",
-    "kit.serving.peers": "llama.cpp's server argv, the third-party peer the engine benchmark and client tests run",
     "kit.tune": "the speculative parameters that pay per batch size, predicted then measured (`kit tune`)",
     "kit.codes": "the finding codes collected from their declarations, docs/findings.md written (`python -m kit.codes`)",
     "kit.serving.after_import": "the import hook both server recorders stand on, copied beside each",

@@ -42,7 +42,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def server():
     from kit.models import gguf_path
-    from kit.serving.peers import llama_cpp_server_argv
+    from kit.tests.peers import llama_cpp_server_argv
 
     port = free_port()
     lines: list[str] = []

@@ -1,8 +1,8 @@
 """llama.cpp's OpenAI-compatible server (llama-cpp-python, `requirements-peers.txt`) on a GGUF file.
 
 A peer, not a serving engine of the kit's: the real third-party server the client tests and the engine benchmark run
-against, started without weight repacking (see `_NO_REPACK_SERVER`). A side room (docs/architecture.md): only bench
-scripts and tests import it, the core never does.
+against, started without weight repacking (see `_NO_REPACK_SERVER`). Test and bench machinery, beside the package: only
+bench scripts and tests import it.
 
     argv = llama_cpp_server_argv("model.gguf", port=8000)
 """
