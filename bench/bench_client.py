@@ -37,8 +37,8 @@ import httpx
 from _run import emit
 
 from kit.measure.bench import BenchConfig, run_bench
-from kit.measure.metrics import llamacpp_timings
 from kit.serving.process import ServerProcess, free_port
+from kit.tests.peers import llamacpp_timings
 
 PROMPTS = [{"id": f"p{i}", "kind": "chat", "text": f"prompt number {i} " * 8} for i in range(16)]
 

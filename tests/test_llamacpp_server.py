@@ -27,8 +27,8 @@ except ImportError as e:  # a third-party peer, optional for users; .ci/run inst
     )
 
 from kit.measure.bench import BenchConfig, run_bench  # noqa: E402
-from kit.measure.metrics import llamacpp_timings  # noqa: E402
 from kit.serving.process import ServerProcess, free_port  # noqa: E402
+from kit.tests.peers import llamacpp_timings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

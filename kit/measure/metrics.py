@@ -315,24 +315,6 @@ def server_info_accept_length(info: dict | None, engine: str | Engine | None = N
     return get_engine(engine).server_info_accept_length(info)
 
 
-_LLAMA_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms /\s+(\d+) tokens")
-_LLAMA_EVAL = re.compile(r"llama_perf_context_print:\s+eval time =\s+([\d.]+) ms /\s+(\d+) runs")
-
-
-def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
-    """Per-generation timings llama.cpp prints (`llama_perf_context_print` blocks, in order):
-    [{"total_s", "total_tokens", "eval_s", "eval_runs"}], what a client's timings are checked against."""
-    out: list[dict] = []
-    cur: dict = {}
-    for line in lines:
-        if m := _LLAMA_EVAL.search(line):
-            cur = {"eval_s": float(m[1]) / 1000, "eval_runs": int(m[2])}
-        elif m := _LLAMA_TOTAL.search(line):
-            out.append({**cur, "total_s": float(m[1]) / 1000, "total_tokens": int(m[2])})
-            cur = {}
-    return out
-
-
 @dataclass(slots=True)
 class AcceptSource:
     """One source's accept length over one run (`acceptance_sources`)."""

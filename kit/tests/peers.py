@@ -5,11 +5,14 @@ against, started without weight repacking (see `_NO_REPACK_SERVER`). Test and be
 bench scripts and tests import it.
 
     argv = llama_cpp_server_argv("model.gguf", port=8000)
+    llamacpp_timings(log_lines)     # the timings its log prints per generation, what a client's are checked against
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Iterable
 
 # llama.cpp's CPU backend repacks Q4 weights into "extra buffer types" for AMX/AVX512 kernels; on some CPUs with
 # AMX that path segfaults mid-completion (seen on a Xeon with amx_bf16/amx_int8). llama.cpp's own server has
@@ -45,3 +48,21 @@ def llama_cpp_server_argv(model: str, port: int, n_threads: int = 2, n_ctx: int 
         "--port",
         str(port),
     ]
+
+
+_LLAMA_TOTAL = re.compile(r"llama_perf_context_print:\s+total time =\s+([\d.]+) ms /\s+(\d+) tokens")
+_LLAMA_EVAL = re.compile(r"llama_perf_context_print:\s+eval time =\s+([\d.]+) ms /\s+(\d+) runs")
+
+
+def llamacpp_timings(lines: Iterable[str]) -> list[dict]:
+    """Per-generation timings llama.cpp prints (`llama_perf_context_print` blocks, in order):
+    [{"total_s", "total_tokens", "eval_s", "eval_runs"}], what a client's timings are checked against."""
+    out: list[dict] = []
+    cur: dict = {}
+    for line in lines:
+        if m := _LLAMA_EVAL.search(line):
+            cur = {"eval_s": float(m[1]) / 1000, "eval_runs": int(m[2])}
+        elif m := _LLAMA_TOTAL.search(line):
+            out.append({**cur, "total_s": float(m[1]) / 1000, "total_tokens": int(m[2])})
+            cur = {}
+    return out
