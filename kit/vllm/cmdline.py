@@ -19,12 +19,11 @@ import contextlib
 import json
 import os
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from kit.hf import hub_cache
-from kit.sglang.flags import KNOWN_TYPES, PYTHON_PROG, FlagResolution, FlagTable, resolve_flags
+from kit.sglang.flags import PYTHON_PROG, FlagResolution, resolve_flags
 from kit.vllm.rules import VllmRules, rules_for
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -192,18 +191,8 @@ def read_argv(argv: list[str], rules: VllmRules | None = None) -> VllmLaunch:
 
 def resolve(v: VllmLaunch, rules: VllmRules) -> FlagResolution | None:
     """The line's flags read with argparse's own rules (`kit.sglang.flags.resolve_flags`) over the release's recorded
-    `vllm serve` parser (`rules.parser_flags`, in the form of SGLang's flag tables); None where none is recorded.
-    Choices whose value parser the kit does not have stay unchecked (argparse would compare them with the raw text)."""
-    return None if rules.parser_flags is None else resolve_flags(v.args, table=flag_table(rules.version))
-
-
-@cache
-def flag_table(version: str) -> FlagTable:
-    """The release's recorded `vllm serve` parser (`rules_for(version).parser_flags`) as a flag table, built once."""
-    actions = rules_for(version).parser_flags
-    plain = lambda a: a.get("type") in (None, *KNOWN_TYPES) or all(isinstance(c, str) for c in a.get("choices") or ())
-    options = [a for a in actions if a["option_strings"]]  # the model positional: `read_argv` reads it
-    return FlagTable(version, version, True, tuple(a if plain(a) else {**a, "choices": None} for a in options), {})
+    `vllm serve` parser (`rules.flag_table`, in the form of SGLang's flag tables); None where none is recorded."""
+    return None if rules.flag_table is None else resolve_flags(v.args, table=rules.flag_table)
 
 
 def speculators_config(model: str, revision: str | None = None) -> dict[str, Any] | None:

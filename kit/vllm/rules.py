@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
 from kit.findings import KitInputError
+from kit.sglang.flags import KNOWN_TYPES, FlagTable
 from kit.sglang.versions import Version, installed_version
 
 RULES_PATH = Path(__file__).with_name("rules.json")
@@ -54,6 +55,19 @@ class VllmRules:
     metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
     parser_flags: tuple[Mapping[str, Any], ...] | None  # `vllm serve`'s parser's actions, where it ran for this release
     evidence: Mapping[str, Any]  # field -> its evidence
+
+    @cached_property
+    def flag_table(self) -> FlagTable | None:
+        """`parser_flags` as a flag table (`kit.sglang.flags`), built once per rules; None where none is recorded.
+        Choices whose value parser the kit does not have stay unchecked (argparse would compare them with the raw
+        text); the model positional is left to `kit.vllm.cmdline.read_argv`."""
+        if self.parser_flags is None:
+            return None
+        plain = lambda a: (
+            a.get("type") in (None, *KNOWN_TYPES) or all(isinstance(c, str) for c in a.get("choices") or ())
+        )
+        options = tuple(a if plain(a) else {**a, "choices": None} for a in self.parser_flags if a["option_strings"])
+        return FlagTable(self.version, self.version, True, options, {})
 
 
 @lru_cache(maxsize=1)
@@ -105,7 +119,12 @@ def rules_for(version: str | None = None) -> VllmRules:
         raise KitInputError(
             f"vLLM {version} is not in the kit's vLLM table ({releases()[0]}..{releases()[-1]}, EAGLE-3 releases)"
         )
-    version = listed[key]
+    return _rules(listed[key])
+
+
+@cache
+def _rules(version: str) -> VllmRules:
+    """One listed release's rules, read from the table once."""
     cells = {f: _cell(f, version) for f in (*FIELDS, "parser_flags")}
     v = {f: (c["value"] if c else {}) for f, c in cells.items()}
     m, fl, aux, dr, tp, sp = (v[f] for f in FIELDS[:6])
