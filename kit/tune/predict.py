@@ -107,10 +107,9 @@ def calibrated(batch: int, labels: dict[str, dict], points: tuple[SpecParams, Sp
 def second_look(rows: dict[str, dict], predicted: dict[str, float], measured: set[str], top: int, miss: float):
     """After a measured point missed its prediction by more than `miss` (`rows`: one bench's measured points): the
     `top` best predicted points not yet measured, whether or not the model says they can pay (it was off); else []."""
-    off = [r for r in rows.values() if r["median"] is not None and abs(r["median"] / r["predicted"] - 1) > miss]
-    return (
-        [lab for lab in sorted(predicted, key=lambda lab: -predicted[lab]) if lab not in measured][:top] if off else []
-    )
+    if not any(r["median"] is not None and abs(r["median"] / r["predicted"] - 1) > miss for r in rows.values()):
+        return []
+    return [lab for lab in sorted(predicted, key=lambda lab: -predicted[lab]) if lab not in measured][:top]
 
 
 def select(predicted: dict[str, float], top: int, miss: float) -> list[str]:
