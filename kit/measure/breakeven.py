@@ -138,6 +138,13 @@ def llama_params(cfg: HFConfig) -> int:
     return cfg["num_hidden_layers"] * layer + h + embed
 
 
+def kv_bytes_per_token(cfg: HFConfig, dtype_bytes: int = 2) -> int:
+    """KV cache bytes of one token over every layer of a Llama-shaped config (keys and values, bf16 by default)."""
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return cfg["num_hidden_layers"] * 2 * (cfg.get("num_key_value_heads") or heads) * head_dim * dtype_bytes
+
+
 def analyze(
     points: list[SizePoint],
     accept_length: float,

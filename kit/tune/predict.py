@@ -123,7 +123,8 @@ def select(predicted: dict[str, float], top: int, miss: float) -> list[str]:
 def best(measured: dict[str, dict]) -> dict:
     """One batch size's answer from its measured points (`{label: {median, ci95, inconclusive, ...}}`): the
     point with the highest paired median speedup, and whether it pays (its interval above 1), is "no
-    speculation" (its median at or below 1, or its interval reaching 1) or cannot tell (`inconclusive`)."""
+    speculation" (its median at or below 1, or its interval reaching 1) or cannot tell (`inconclusive`: noise can
+    withhold a claim that it pays, not make one, so an interval reaching 1 is "no speculation" however noisy)."""
     rows = {lab: r for lab, r in measured.items() if r.get("median") is not None}
     if not rows:
         return {"point": None, "verdict": "not measured"}
@@ -131,9 +132,9 @@ def best(measured: dict[str, dict]) -> dict:
     r = rows[lab]
     lo, hi = (math.nan if v is None else v for v in r.get("ci95") or (None, None))
     figure = f"{lab} {r['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
-    if r.get("inconclusive"):
-        return {"point": lab, "pays": None, "verdict": f"inconclusive: {figure}: {r['inconclusive']}"}
     if r["median"] > 1 and lo > 1:
+        if r.get("inconclusive"):
+            return {"point": lab, "pays": None, "verdict": f"inconclusive: {figure}: {r['inconclusive']}"}
         return {"point": lab, "pays": True, "verdict": figure}
     return {"point": None, "pays": False, "verdict": f"no speculation (best {figure})"}
 

@@ -52,6 +52,8 @@ from kit.sglang.params import SpecParams
 from kit.tune import predict
 
 HELP = "the speculative parameters that pay per batch size: predicted from a calibration, the best ones measured"
+# the tokens a prompt takes in a server's KV pool (the built-in prompts, chat-templated, take under 100)
+PROMPT_ROOM = 512
 
 
 @dataclass
@@ -128,28 +130,50 @@ def accept_lengths(target: str, draft: str, cfg: TuneConfig):
     return expected
 
 
-def most_alive(cfg: TuneConfig) -> int:
-    """The most servers alive at once: the calibration's three, then beside them every batch size's `--top` points."""
-    return 1 + min(len(plan(cfg)[0]), 2 + cfg.top * len(set(cfg.batch_size)))
+def most_alive(cfg: TuneConfig, points: int) -> int:
+    """The most servers alive at once over a plan of `points`: the calibration's three, then beside them every batch
+    size's `--top` points."""
+    return 1 + min(points, 2 + cfg.top * len(set(cfg.batch_size)))
 
 
-def launch_weights_bytes(spec) -> int | None:
-    """Bytes of the target's and the draft's weights on one GPU, from their safetensors (local, or a hub id's headers
-    as `kit.checkpoint.hub` resolves it); for a target of config.json only (`--load-format dummy`), its Llama-shaped
-    parameter count at two bytes each. None where the target's size is not known here."""
+def launch_footprint(spec) -> tuple[int, int] | None:
+    """(weights bytes, KV cache bytes per token) of the target and the draft on one GPU: weights from their
+    safetensors (local, or a hub id's headers as `kit.checkpoint.hub` resolves it), for a target of config.json only
+    (`--load-format dummy`) its Llama-shaped parameter count at two bytes each; the KV cache in bf16 from each
+    config. None where the target's size is not known here."""
     from kit.checkpoint.safetensors_io import weights_bytes
     from kit.hf import HFConfig
-    from kit.measure.breakeven import llama_params
+    from kit.measure.breakeven import kv_bytes_per_token, llama_params
+
+    def config(folder: Path | None) -> HFConfig | None:
+        with contextlib.suppress(TypeError, ValueError, OSError):
+            return HFConfig.of(json.loads((folder / "config.json").read_text())) if folder else None
+        return None
+
+    def kv(cfg: HFConfig | None) -> int:
+        with contextlib.suppress(KeyError, TypeError, ZeroDivisionError):
+            return kv_bytes_per_token(cfg.text) if cfg else 0
+        return 0
 
     target = model_folder(spec.model_path or "embedded", spec.revision)
+    draft = model_folder(spec.speculative_draft_model_path, spec.speculative_draft_model_revision)
+    tcfg = config(target)
     size = weights_bytes(target)
-    if size is None and target is not None:
-        with contextlib.suppress(KeyError, TypeError, ValueError, OSError):
-            size = 2 * llama_params(HFConfig.of(json.loads((target / "config.json").read_text())))
+    if size is None and tcfg is not None:
+        with contextlib.suppress(KeyError, TypeError):
+            size = 2 * llama_params(tcfg.text)
     if size is None:
         return None
-    draft = model_folder(spec.speculative_draft_model_path, spec.speculative_draft_model_revision)
-    return (size + (weights_bytes(draft) or 0)) // (spec.tp_size or 1)
+    tp = spec.tp_size or 1
+    return (size + (weights_bytes(draft) or 0)) // tp, (kv(tcfg) + kv(config(draft))) // tp
+
+
+def kv_tokens(cfg: TuneConfig) -> int:
+    """The KV pool of each server tune starts, in tokens: its largest batch at full length (PROMPT_ROOM for a
+    prompt, the new tokens, the most draft tokens a point verifies), in whole thousands."""
+    points = plan(cfg)[0]
+    draft = max((p.speculative_num_draft_tokens or 0 for p in points), default=0)
+    return math.ceil(max(cfg.batch_size) * (PROMPT_ROOM + cfg.max_new_tokens + draft) / 1024) * 1024
 
 
 def model_folder(model: str | None, revision: str | None) -> Path | None:
@@ -167,21 +191,27 @@ def model_folder(model: str | None, revision: str | None) -> Path | None:
 
 def servers_alive(cfg: TuneConfig, spec, engine) -> int:
     """How many servers tune keeps alive at once: `most_alive`, or as many as the GPU holds copies of the target and
-    draft; a KitInputError when that is fewer than one interleaved bench's arms (the baseline and its points)."""
+    draft with their KV pools (`kv_tokens`); a KitInputError when that is fewer than one interleaved bench's arms
+    (the baseline and its points)."""
     from kit.env.machine import device_memory_gib
 
-    most, gib = most_alive(cfg), device_memory_gib()
-    weights = launch_weights_bytes(spec) if gib and engine.device_share else None
-    fits = engine.servers_that_fit(weights, gib * 2**30) if weights else None
-    if fits is None or fits >= most:
+    points = len(plan(cfg)[0])
+    most, gib = most_alive(cfg, points), device_memory_gib()
+    footprint = launch_footprint(spec) if gib and engine.device_share else None
+    if footprint is None:
         return most
-    need = 1 + max(2, min(cfg.top, len(plan(cfg)[0])))  # the calibration's two points, or the --top measured
+    weights, pool = footprint[0], footprint[1] * kv_tokens(cfg)
+    fits = engine.servers_that_fit(weights, pool, gib * 2**30)
+    if fits >= most:
+        return most
+    need = 1 + max(2, min(cfg.top, points))  # the calibration's two points, or the --top measured
     if fits < need:
         hint = f"--top {fits - 1}, " if fits >= 3 else ""  # the calibration alone needs 3
         raise KitInputError(
-            f"--launch: the target and draft ({weights / 2**30:.1f} GiB of weights per GPU) fit {fits} time(s) on "
-            f"this {gib:.0f} GiB GPU, and kit tune runs {need} servers at once (one bench's baseline and points, "
-            f"interleaved): {hint}a GPU with more memory or a larger --tp-size"
+            f"--launch: the target and draft ({weights / 2**30:.1f} GiB of weights per GPU, a KV pool of "
+            f"{pool / 2**30:.1f} GiB for batch {max(cfg.batch_size)}) fit {fits} time(s) on this {gib:.0f} GiB GPU, "
+            f"and kit tune runs {need} servers at once (one bench's baseline and points, interleaved): {hint}"
+            "a GPU with more memory, a larger --tp-size or smaller batch sizes"
         )
     return fits
 
@@ -220,10 +250,10 @@ class Servers:
             wave[0].close()
         live = {lab: s for _, servers in self.waves for lab, s in servers.items()}
         missing = [p for p in points if point_label(p) not in live]
-        early = [] if self.ahead_failed else [p for p in ahead if point_label(p) not in live and p not in missing]
         if len(live) + len(missing) > self.most:  # no room beside the live ones: all stop, `points` start afresh
             self.close()
             live, missing = {}, list(points)
+        early = [] if self.ahead_failed else [p for p in ahead if point_label(p) not in live and p not in missing]
         if early and len(live) + len(missing) + len(early) <= self.most:
             try:
                 live.update(self.start([*missing, *early]))
@@ -421,7 +451,8 @@ def table(doc: dict) -> list[dict]:
 
 def panel(cfg: TuneConfig, launcher, expected, base=None, prompts=None):
     """Run/Stop, the phase, the table and the figure as they fill in (inert until Run is pressed); where ipywidgets
-    is not installed, a line naming the shell twin."""
+    is not installed, a line naming the shell twin. With `base`, no more servers are alive than the GPU holds
+    (`servers_alive`); the launcher's memory share is the caller's."""
     if importlib.util.find_spec("ipywidgets") is None:
         return "no tune panel: ipywidgets is not installed here (pip install ipywidgets); the same run: kit tune"
     import ipywidgets as w
@@ -443,7 +474,8 @@ def panel(cfg: TuneConfig, launcher, expected, base=None, prompts=None):
     def work() -> None:
         try:
             # resumed: a press continues what the folder holds (a rerun cell, a second press after Stop)
-            run_tune(replace(cfg, resume=True), launcher, expected, base, prompts, show, halt.is_set)
+            alive = servers_alive(cfg, base, get_engine(cfg.engine)) if base is not None else None
+            run_tune(replace(cfg, resume=True), launcher, expected, base, prompts, show, halt.is_set, alive)
         except Exception as e:  # the panel shows it; the kernel stays usable
             status.value = f"<b style='color:#b00'>tune failed: {html.escape(f'{type(e).__name__}: {e}')}</b>"
         finally:
@@ -472,7 +504,7 @@ def run(args: argparse.Namespace) -> int:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
     engine = get_engine(cfg.engine)
     alive = servers_alive(cfg, spec, engine)
-    shared = engine.share_device(spec, alive)  # the launch lines to paste stay the user's
+    shared = engine.share_device(spec, alive, kv_tokens(cfg))  # the launch lines to paste stay the user's
     launcher = spec_launcher(shared, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))

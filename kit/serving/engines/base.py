@@ -76,8 +76,8 @@ def visible_gpus() -> int:
         pynvml.nvmlShutdown()
 
 
-# a server's static memory must hold its weights and a KV pool: a quarter of the weights again, at least
-KV_ROOM = 1.25
+# what a GPU server holds beyond its weights and KV pool: its CUDA context, CUDA graphs, activations
+SERVER_RESERVE_BYTES = 2 * 2**30
 
 
 class Engine:
@@ -151,21 +151,22 @@ class Engine:
         `bundle`: the SGLang release of the kit's bundle to assume when none is installed."""
         return {}, []
 
-    def share_device(self, spec, servers: int):
-        """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule)."""
+    def share_device(self, spec, servers: int, kv_tokens: int | None = None):
+        """`spec` for one of `servers` servers that run at once on this machine's one device (its memory rule), each
+        with a KV pool of `kv_tokens` where the engine takes a cap (None: the engine's own for a small target)."""
         return spec
 
     def refuses(self, params) -> str | None:
         """Why this engine cannot run the speculative parameters `params` (a `SpecParams`), or None."""
         return None
 
-    def servers_that_fit(self, weights_bytes: float, device_bytes: float) -> int | None:
-        """How many servers, each holding `weights_bytes` of weights, fit at once on a device of `device_bytes`:
-        each gets `device_share / servers` of it (`share_device`) and needs its weights and a KV pool of a quarter
-        of their size again. None where servers share no GPU."""
+    def servers_that_fit(self, weights_bytes: float, kv_bytes: float, device_bytes: float) -> int | None:
+        """How many servers fit at once in `device_share` of a device of `device_bytes`, each holding
+        `weights_bytes` of weights, a KV pool of `kv_bytes` and `SERVER_RESERVE_BYTES`. None where servers share
+        no GPU."""
         if self.device_share is None:
             return None
-        return int(self.device_share * device_bytes // (KV_ROOM * weights_bytes))
+        return int(self.device_share * device_bytes // (weights_bytes + kv_bytes + SERVER_RESERVE_BYTES))
 
     def parse_log_line(self, line: str) -> dict | None:
         return None

@@ -21,8 +21,8 @@ from kit.sglang.bundle_site import bundle_launch_flags
 from kit.sglang.http_api import HttpApi, http_api
 
 SGLANG_MODULE = "sglang.launch_server"
-# servers that share one GPU (notebook 05's three, `kit demo --gpu`'s three): what they fill together (weights
-# and KV pools; the rest is CUDA graphs and activations) and each one's KV pool, ample for a small target
+# servers that share one GPU (notebook 05's three, `kit demo --gpu`'s three, `kit tune`'s): the part of its memory
+# they fill together, and each one's KV pool where the caller names none, ample for a small target
 SHARED_GPU_MEMORY, SHARED_KV_TOKENS = 0.75, 32768
 BUNDLE_REASON = "the kit's SGLang bundle needs it"
 # a launch's own value of a bundle flag that the bundle runs as well, so it is kept: sgl_kernel carries bf16 and
@@ -139,17 +139,23 @@ class SGLang(Engine):
         backend): those of the bundle the importable SGLang came from, else, with `bundle`, that release's bundle's."""
         return bundle_changes(spec, bundle_launch_flags(bundle))
 
-    def share_device(self, spec, servers: int):
-        """Each of `servers` SGLang servers on one GPU fills a share of SHARED_GPU_MEMORY and caps its KV pool
-        (SHARED_KV_TOKENS): left to itself the first sizes its pool from the memory free as it starts, and the
-        next finds none left (CUDA out of memory)."""
+    def share_device(self, spec, servers: int, kv_tokens: int | None = None):
+        """Each of `servers` SGLang servers on one GPU caps its KV pool (`--max-total-tokens`: `kv_tokens`, else
+        SHARED_KV_TOKENS): left to itself the first sizes its pool from the memory free as it starts, and the next
+        finds none left. Its `--mem-fraction-static` stays SHARED_GPU_MEMORY, not a share of it: SGLang's KV budget
+        is the memory free after its load less (1 - fraction) x the memory free before it
+        (`KVCacheConfigurator._profile_available_bytes`), and servers started side by side load at once, so each
+        one's budget is charged with the weights and pools of the others: a fraction of 0.75 / 3 leaves a 7B target
+        no KV cache ("Loaded weights leave no GPU memory for the KV cache", seen on an H100). Together they stay
+        inside it: `Engine.servers_that_fit` counts each one's weights, pool and reserve."""
         if servers <= 1 or self.device_share is None:
             return spec
-        share = round(self.device_share / servers, 4)
         extra = list(spec.extra_args)
         if "--max-total-tokens" not in extra:
-            extra += ["--max-total-tokens", str(SHARED_KV_TOKENS)]
-        return spec.replace(mem_fraction_static=min(spec.mem_fraction_static or 1.0, share), extra_args=extra)
+            extra += ["--max-total-tokens", str(kv_tokens or SHARED_KV_TOKENS)]
+        return spec.replace(
+            mem_fraction_static=min(spec.mem_fraction_static or 1.0, self.device_share), extra_args=extra
+        )
 
     parse_log_line = staticmethod(log_format.parse_line)
 

@@ -153,8 +153,9 @@ class VllmEngine(Engine):
     def ignored_flags(self, spec) -> list[str]:
         return [f for f in super().ignored_flags(spec) if f != "--enable-metrics"]  # vLLM always serves /metrics
 
-    def share_device(self, spec, servers: int):
-        """Each of `servers` on one GPU asks for its share of 0.9 of its memory (vLLM's default utilization)."""
+    def share_device(self, spec, servers: int, kv_tokens: int | None = None):
+        """Each of `servers` on one GPU asks for its share of 0.9 of its memory (vLLM's default utilization; vLLM
+        fills that share with its KV pool, so `kv_tokens` needs no flag)."""
         share = round(self.device_share / servers, 4)
         return spec if servers <= 1 else spec.replace(mem_fraction_static=min(spec.mem_fraction_static or 1, share))
 

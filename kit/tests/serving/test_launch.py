@@ -391,7 +391,30 @@ def test_servers_sharing_one_gpu_each_get_a_memory_share_and_a_capped_kv_pool():
     alone = localize(seed, "sglang", "/t", "/d", port=30001, tp_size=1)
     assert alone.mem_fraction_static == 0.85 and "--max-total-tokens" not in alone.extra_args
     shared = [localize(seed, "sglang", "/t", "/d", port=30001, tp_size=1, servers_per_device=n) for n in (3, 4)]
-    assert [s.mem_fraction_static for s in shared] == [0.25, 0.1875]
+    assert [s.mem_fraction_static for s in shared] == [0.75, 0.75]  # SGLang's budget rule: see the next test
     assert all(s.extra_args.count("--max-total-tokens") == 1 for s in shared)
+
+
+def test_servers_started_side_by_side_each_pass_sglangs_kv_budget():
+    """SGLang 0.5.17's KV budget (`KVCacheConfigurator._profile_available_bytes`): the memory free after its load
+    less (1 - fraction) x the memory free before it; servers started at once each see the others' weights and pools
+    land in between. A dummy Llama-2-7B on an H100 at a fraction of 0.75 / 3 failed so ("Loaded weights leave no
+    GPU memory for the KV cache ... minimum viable 0.4948"). As many as `servers_that_fit` pass at the fraction
+    `share_device` gives, in the worst order (every other one loaded and sized first)."""
+    from kit.serving.engines import get_engine
+    from kit.serving.engines.base import SERVER_RESERVE_BYTES
+
+    sglang, gib = get_engine("sglang"), 2**30
+    device, weights = 79.2 * gib, 12.55 * gib + 0.6 * gib  # a dummy Llama-2-7B and its draft
+
+    def budget(servers: int, fraction: float, pool: float) -> float:
+        others = (servers - 1) * (weights + pool + SERVER_RESERVE_BYTES)
+        return (device - others - weights) - (1 - fraction) * device
+
+    for pool, tokens, want in ((1 * gib, 2048, 3), (5 * gib, 10240, 2)):  # batch 2's pool, batch 16's
+        fits = sglang.servers_that_fit(weights, pool, device)
+        fraction = sglang.share_device(LaunchSpec(model_path="/t"), fits, tokens).mem_fraction_static
+        assert fits == want and budget(fits, fraction, pool) >= pool
+    assert budget(3, 0.75 / 3, 1 * gib) < 0  # a share of the fraction each: no KV cache, as on the H100
     ref = localize(LaunchSpec(), "reference", "embedded", port=30001, servers_per_device=3)
     assert ref.mem_fraction_static is None  # the CPU reference server: memory enough for each

@@ -79,6 +79,9 @@ def test_best_says_pays_no_speculation_or_inconclusive():
     assert best({"2-1-3": _row(1.1, 0.95, 1.2)})["pays"] is False  # the interval reaches 1: not shown to pay
     unsure = best({"2-1-3": _row(1.6, 1.1, 2.0, "its 95% interval is 1.9x wide")})
     assert unsure["pays"] is None and unsure["point"] == "2-1-3" and "1.9x wide" in unsure["verdict"]
+    # noisy and reaching 1 (H100, batch 4, 2026-12-07): no speculation, as the blind grid said, not the point
+    noisy = best({"2-4-21": _row(1.01, 0.89, 1.14, "the paired median 1.01x and the arms' tok/s ratio 0.94x disagree")})
+    assert noisy["point"] is None and noisy["pays"] is False and noisy["verdict"].startswith("no speculation")
     assert best({"2-1-3": _row(None, None, None)}) == {"point": None, "verdict": "not measured"}
     assert "nan" in best({"2-1-3": {"median": 1.2, "ci95": [None, None], "inconclusive": "no interval"}})["verdict"]
 

@@ -131,10 +131,12 @@ def test_servers_never_pass_the_most_the_device_holds():
     servers = tune_run.Servers(fl, "sglang", most=3)
     try:
         servers.up([None, a, b])
-        servers.up([None, c], ahead=[c, a])  # 4 with the live ones: the wave stops, the baseline starts again
-        assert fl.launched == ["baseline", "1-1-2", "3-1-4", "baseline", "2-1-3"] and fl.most == 3
-        servers.up([None, a, c])  # room beside the live two: 1-1-2 alone
-        assert fl.launched[5:] == ["1-1-2"] and fl.most == 3
+        servers.up([None, c], ahead=[c, a])  # 4 with the live ones: the wave stops, starts afresh with what is ahead
+        assert fl.launched == ["baseline", "1-1-2", "3-1-4", "baseline", "2-1-3", "1-1-2"] and fl.most == 3
+        servers.up([None, a, c])  # all live: nothing starts
+        assert len(fl.launched) == 6 and fl.most == 3
+        servers.up([None, b, c], ahead=[a])  # afresh, and no room for what is ahead: the three alone
+        assert fl.launched[6:] == ["baseline", "3-1-4", "2-1-3"] and fl.most == 3
     finally:
         servers.close()
     assert fl.alive == 0
@@ -148,20 +150,25 @@ def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(
     (tmp_path / "t" / "config.json").write_text(json.dumps(llama7b))
     monkeypatch.setattr("kit.env.machine.device_memory_gib", lambda index=0: 80.0)
     spec = spec_from_command(f"python -m sglang.launch_server --model-path {tmp_path / 't'} --load-format dummy")
-    assert tune_run.launch_weights_bytes(spec) == 2 * 6_738_415_616
+    assert tune_run.launch_footprint(spec) == (2 * 6_738_415_616, 32 * 2 * 32 * 128 * 2)  # bf16 weights, KV a token
     sglang = get_engine("sglang")
-    assert tune_run.most_alive(_cfg(tmp_path)) == 4 and tune_run.servers_alive(_cfg(tmp_path), spec, sglang) == 3
+    assert tune_run.most_alive(_cfg(tmp_path), 3) == 4 and tune_run.servers_alive(_cfg(tmp_path), spec, sglang) == 3
     with pytest.raises(
         KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers.*: --top 2, "
     ):
         tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
+    # each server's KV pool holds its largest batch at full length: batch 16 fits 3, batch 64 one
+    assert tune_run.kv_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64)) == 10240
+    assert tune_run.servers_alive(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64), spec, sglang) == 3
+    with pytest.raises(KitInputError, match=r"a KV pool of 18\.5 GiB for batch 64\) fit 1 time\(s\).*smaller batch"):
+        tune_run.servers_alive(_cfg(tmp_path, batch_size=[64], max_new_tokens=64), spec, sglang)
     assert tune_run.servers_alive(_cfg(tmp_path), spec, get_engine("reference")) == 4  # CPU: no rule
     # a hub id: the folder kit.checkpoint.hub resolves it to (the cache, else its headers); unknown here: no rule
     monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda model, revision, flag: HubFiles(model, tmp_path / "t", ""))
     hub_spec = spec_from_command("python -m sglang.launch_server --model-path meta-llama/Llama-2-7b-hf")
-    assert tune_run.launch_weights_bytes(hub_spec) == 2 * 6_738_415_616
+    assert tune_run.launch_footprint(hub_spec)[0] == 2 * 6_738_415_616
     monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda *a, **k: (_ for _ in ()).throw(KitInputError("offline")))
-    assert tune_run.launch_weights_bytes(hub_spec) is None
+    assert tune_run.launch_footprint(hub_spec) is None
 
 
 def test_the_oracle_runs_on_a_quarter_of_the_threads_while_the_servers_start():
@@ -268,9 +275,11 @@ def test_the_servers_share_the_device_and_the_lines_to_paste_do_not(tmp_path, mo
         "python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
     )
     assert main(["tune", "--launch", line, "--batch-size", "1", "4", "--out-dir", str(tmp_path / "t")]) == 0
-    # the calibration's three, then beside them two points per batch size: 7 servers, each its share of the GPU
-    assert seen["shared"].mem_fraction_static == pytest.approx(0.75 / 7, abs=1e-4)
-    assert "--max-total-tokens" in seen["shared"].extra_args
+    # 7 servers (the calibration's three, then two points per batch size) fill 0.75 of the GPU together, each with a
+    # KV pool for batch 4 at full length (kit.serving.engines.sglang.share_device says why the fraction is whole)
+    assert seen["shared"].mem_fraction_static == 0.75
+    tokens = seen["shared"].extra_args[seen["shared"].extra_args.index("--max-total-tokens") + 1]
+    assert tokens == str(tune_run.kv_tokens(TuneConfig(batch_size=[1, 4]))) == "3072"
     assert seen["base"].mem_fraction_static is None and "--max-total-tokens" not in seen["base"].extra_args
 
 
