@@ -10,10 +10,10 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
 4. per batch size the `--top` best predicted points and the baseline, interleaved (`kit bench --interleave`: the
    same prompts, the order rotating); servers start in two waves, each side by side on the shared device (the
    calibration's three, then every batch size's points), since a start, not a measurement, is most of a point's
-   cost on a GPU; as many servers as the GPU holds copies of the target and draft (`servers_alive`: each server
-   its share of the memory, `Engine.servers_that_fit`): a 135M target fits every point at once, a 7B one on one
-   80 GB card three servers (one bench's arms, one wave at a time), and a target that fits fewer than one bench's
-   arms is a one-line error before anything starts;
+   cost on a GPU; as many servers as the GPU holds copies of the target and draft with a KV pool for the largest
+   batch (`servers_alive`, `kv_tokens`, `Engine.servers_that_fit`): a 135M target fits every point at once, a 7B
+   one on one 80 GB card three servers up to batch 8 (one bench's arms, one wave at a time), and a target that fits
+   fewer than one bench's arms is a one-line error before anything starts;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
    `bench.prediction_miss` finding, and the next `--top` points of that batch size's ranking are measured too
