@@ -252,13 +252,13 @@ def test_the_launch_line_sets_the_point_or_drops_speculation():
     base = spec_from_command(
         "python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path D --speculative-num-steps 5 --speculative-eagle-topk 4 "
-        "--speculative-num-draft-tokens 8 --port 30000"
+        "--speculative-num-draft-tokens 8 --port 30000 --speculative-draft-load-format auto --load-format dummy"
     )
     line = point_spec(base, SpecParams(2, 1, 3)).command("sglang")
     assert "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in line
     assert "--port 30000" in line and "--model-path T" in line
     off = point_spec(base, None).command("sglang")
-    assert "--speculative" not in off and "--model-path T" in off
+    assert "--speculative" not in off and "--model-path T" in off and "--load-format dummy" in off and "auto" not in off
 
 
 def test_the_servers_share_the_device_and_the_lines_to_paste_do_not(tmp_path, monkeypatch):
