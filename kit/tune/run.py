@@ -11,9 +11,9 @@ A blind grid (`kit sweep`) measures every point at every batch size; `kit tune` 
    same prompts, the order rotating); servers start in two waves, each side by side on the shared device (the
    calibration's three, then every batch size's points), since a start, not a measurement, is most of a point's
    cost on a GPU; as many servers as the GPU holds copies of the target and draft with a KV pool for the largest
-   batch (`servers_alive`, `kv_tokens`, `Engine.servers_that_fit`): a 135M target fits every point at once, a 7B
-   one on one 80 GB card three servers up to batch 8 (one bench's arms, one wave at a time), and a target that fits
-   fewer than one bench's arms is a one-line error before anything starts;
+   batch (`servers_alive`, `pool_tokens`, `Engine.servers_that_fit`): a 135M target fits every point at once, a 7B
+   one on one 80 GB card three servers at batch 64 of the built-in prompts (one bench's arms, one wave at a time),
+   and a target that fits fewer than one bench's arms is a one-line error before anything starts;
 5. per batch size the best point with its paired speedup and interval (`kit.measure.metrics.launch_speedup`), or
    "no speculation", and the launch line to paste; a point measured outside ±`--miss` of its prediction is a
    `bench.prediction_miss` finding, and the next `--top` points of that batch size's ranking are measured too
@@ -52,8 +52,6 @@ from kit.sglang.params import SpecParams
 from kit.tune import predict
 
 HELP = "the speculative parameters that pay per batch size: predicted from a calibration, the best ones measured"
-# the tokens a prompt takes in a server's KV pool (the built-in prompts, chat-templated, take under 100)
-PROMPT_ROOM = 512
 
 
 @dataclass
@@ -168,12 +166,23 @@ def launch_footprint(spec) -> tuple[int, int] | None:
     return (size + (weights_bytes(draft) or 0)) // tp, (kv(tcfg) + kv(config(draft))) // tp
 
 
-def kv_tokens(cfg: TuneConfig) -> int:
-    """The KV pool of each server tune starts, in tokens: its largest batch at full length (PROMPT_ROOM for a
-    prompt, the new tokens, the most draft tokens a point verifies), in whole thousands."""
-    points = plan(cfg)[0]
-    draft = max((p.speculative_num_draft_tokens or 0 for p in points), default=0)
-    return math.ceil(max(cfg.batch_size) * (PROMPT_ROOM + cfg.max_new_tokens + draft) / 1024) * 1024
+def pool_tokens(cfg: TuneConfig, prompts=None) -> int:
+    """The KV pool of each server tune starts, in tokens, in multiples of 1024: its largest batch at full length.
+    That is the longest prompt it sends (in the `--chat-template` tokenizer's tokens; without one, in characters,
+    which a tokenizer rarely exceeds), the new tokens, and the most draft tokens a point verifies. A pool too small
+    for the batch still serves, but holds requests back, and the speedup measured is then not the batch's."""
+    from kit.measure.bench import load_prompts, request_list
+    from kit.models import chat_text, load_tokenizer, resolve_target
+
+    sent = [
+        r["text"] for r in request_list(prompts or load_prompts(cfg.prompts), max(cfg.num_prompts, *cfg.batch_size))
+    ]
+    longest = max(map(len, sent))
+    if cfg.chat_template:
+        tok = load_tokenizer(resolve_target(cfg.chat_template))
+        longest = max(len(tok(chat_text(tok, t), add_special_tokens=False)["input_ids"]) for t in sent)
+    draft = max((p.speculative_num_draft_tokens or 0 for p in plan(cfg)[0]), default=0)
+    return math.ceil(max(cfg.batch_size) * (longest + cfg.max_new_tokens + draft) / 1024) * 1024
 
 
 def model_folder(model: str | None, revision: str | None) -> Path | None:
@@ -189,10 +198,10 @@ def model_folder(model: str | None, revision: str | None) -> Path | None:
     return None
 
 
-def servers_alive(cfg: TuneConfig, spec, engine) -> int:
+def servers_alive(cfg: TuneConfig, spec, engine, kv_tokens: int) -> int:
     """How many servers tune keeps alive at once: `most_alive`, or as many as the GPU holds copies of the target and
-    draft with their KV pools (`kv_tokens`); a KitInputError when that is fewer than one interleaved bench's arms
-    (the baseline and its points)."""
+    draft with KV pools of `kv_tokens` (`pool_tokens`); a KitInputError when that is fewer than one interleaved
+    bench's arms (the baseline and its points)."""
     from kit.env.machine import device_memory_gib
 
     points = len(plan(cfg)[0])
@@ -200,7 +209,7 @@ def servers_alive(cfg: TuneConfig, spec, engine) -> int:
     footprint = launch_footprint(spec) if gib and engine.device_share else None
     if footprint is None:
         return most
-    weights, pool = footprint[0], footprint[1] * kv_tokens(cfg)
+    weights, pool = footprint[0], footprint[1] * kv_tokens
     fits = engine.servers_that_fit(weights, pool, gib * 2**30)
     if fits >= most:
         return most
@@ -474,7 +483,7 @@ def panel(cfg: TuneConfig, launcher, expected, base=None, prompts=None):
     def work() -> None:
         try:
             # resumed: a press continues what the folder holds (a rerun cell, a second press after Stop)
-            alive = servers_alive(cfg, base, get_engine(cfg.engine)) if base is not None else None
+            alive = servers_alive(cfg, base, get_engine(cfg.engine), pool_tokens(cfg, prompts)) if base else None
             run_tune(replace(cfg, resume=True), launcher, expected, base, prompts, show, halt.is_set, alive)
         except Exception as e:  # the panel shows it; the kernel stays usable
             status.value = f"<b style='color:#b00'>tune failed: {html.escape(f'{type(e).__name__}: {e}')}</b>"
@@ -503,8 +512,9 @@ def run(args: argparse.Namespace) -> int:
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
     engine = get_engine(cfg.engine)
-    alive = servers_alive(cfg, spec, engine)
-    shared = engine.share_device(spec, alive, kv_tokens(cfg))  # the launch lines to paste stay the user's
+    kv_tokens = pool_tokens(cfg)
+    alive = servers_alive(cfg, spec, engine, kv_tokens)
+    shared = engine.share_device(spec, alive, kv_tokens)  # the launch lines to paste stay the user's
     launcher = spec_launcher(shared, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)
     note = None if cfg.json else (lambda doc, message: print(f"kit tune: {message}", file=sys.stderr))

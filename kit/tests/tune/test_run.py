@@ -47,8 +47,8 @@ def _cfg(tmp_path, **kw) -> TuneConfig:
 
 
 def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
-    fl, heard = FakeLauncher(), []
-    doc = run_tune(_cfg(tmp_path), fl, expected, prompts=PROMPTS, on_update=lambda d, m: heard.append(m))
+    fl, heard = FakeLauncher(), []  # --miss wide: a stub slowed by a busy host is no second look (its own test)
+    doc = run_tune(_cfg(tmp_path, miss=10.0), fl, expected, prompts=PROMPTS, on_update=lambda d, m: heard.append(m))
     # the calibration chains beside the baseline (one wave), then the two best predicted of both batch sizes
     assert sorted(fl.launched[:3]) == ["1-1-2", "3-1-4", "baseline"] and fl.launched[3:] == ["2-1-3"], fl.launched
     assert doc["status"] == "done" and heard[0] == "calibrating batch 1: baseline, 1-1-2, 3-1-4"
@@ -68,9 +68,9 @@ def test_tune_calibrates_predicts_measures_the_best_and_resumes(tmp_path):
     assert (out / "tune.png").stat().st_size > 0
     # resume: everything measured, nothing launched; an added batch size is calibrated and measured alone
     fl2 = FakeLauncher()
-    again = run_tune(_cfg(tmp_path, resume=True), fl2, expected, prompts=PROMPTS)
+    again = run_tune(_cfg(tmp_path, miss=10.0, resume=True), fl2, expected, prompts=PROMPTS)
     assert fl2.launched == [] and again["measured"] == doc["measured"]
-    third = run_tune(_cfg(tmp_path, resume=True, batch_size=[1, 2, 3]), fl2, expected, prompts=PROMPTS)
+    third = run_tune(_cfg(tmp_path, miss=10.0, resume=True, batch_size=[1, 2, 3]), fl2, expected, prompts=PROMPTS)
     assert set(third["measured"]) == {"1", "2", "3"} and sorted(fl2.launched[:3]) == ["1-1-2", "3-1-4", "baseline"]
     assert third["measured"]["1"] == doc["measured"]["1"]
 
@@ -152,17 +152,23 @@ def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(
     spec = spec_from_command(f"python -m sglang.launch_server --model-path {tmp_path / 't'} --load-format dummy")
     assert tune_run.launch_footprint(spec) == (2 * 6_738_415_616, 32 * 2 * 32 * 128 * 2)  # bf16 weights, KV a token
     sglang = get_engine("sglang")
-    assert tune_run.most_alive(_cfg(tmp_path), 3) == 4 and tune_run.servers_alive(_cfg(tmp_path), spec, sglang) == 3
+    cfg = _cfg(tmp_path)
+    assert tune_run.most_alive(cfg, 3) == 4 and tune_run.servers_alive(cfg, spec, sglang, 1024) == 3
     with pytest.raises(
         KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers.*: --top 2, "
     ):
-        tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
-    # each server's KV pool holds its largest batch at full length: batch 16 fits 3, batch 64 one
-    assert tune_run.kv_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64)) == 10240
-    assert tune_run.servers_alive(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64), spec, sglang) == 3
-    with pytest.raises(KitInputError, match=r"a KV pool of 18\.5 GiB for batch 64\) fit 1 time\(s\).*smaller batch"):
-        tune_run.servers_alive(_cfg(tmp_path, batch_size=[64], max_new_tokens=64), spec, sglang)
-    assert tune_run.servers_alive(_cfg(tmp_path), spec, get_engine("reference")) == 4  # CPU: no rule
+        tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang, 1024)
+    # each server's pool holds its largest batch at full length: the longest prompt sent, the new tokens, the drafts
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "x" * 3000}) + "\n")
+    wide = _cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64, prompts=str(long))
+    assert tune_run.pool_tokens(wide) == 49152  # 16 x (3000 + 64 + 4) = 49088, up to a multiple of 1024
+    with pytest.raises(KitInputError, match=r"a KV pool of 24\.0 GiB for batch 16\) fit 1 time\(s\).*smaller batch"):
+        tune_run.servers_alive(wide, spec, sglang, tune_run.pool_tokens(wide))
+    builtin = tune_run.pool_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64))
+    templated = tune_run.pool_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64, chat_template="embedded"))
+    assert builtin == 3072 and templated == 2048  # the built-in prompts: the template's tokens under the characters
+    assert tune_run.servers_alive(cfg, spec, get_engine("reference"), 1024) == 4  # CPU: no rule
     # a hub id: the folder kit.checkpoint.hub resolves it to (the cache, else its headers); unknown here: no rule
     monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda model, revision, flag: HubFiles(model, tmp_path / "t", ""))
     hub_spec = spec_from_command("python -m sglang.launch_server --model-path meta-llama/Llama-2-7b-hf")
@@ -279,7 +285,7 @@ def test_the_servers_share_the_device_and_the_lines_to_paste_do_not(tmp_path, mo
     # KV pool for batch 4 at full length (kit.serving.engines.sglang.share_device says why the fraction is whole)
     assert seen["shared"].mem_fraction_static == 0.75
     tokens = seen["shared"].extra_args[seen["shared"].extra_args.index("--max-total-tokens") + 1]
-    assert tokens == str(tune_run.kv_tokens(TuneConfig(batch_size=[1, 4]))) == "3072"
+    assert tokens == str(tune_run.pool_tokens(TuneConfig(batch_size=[1, 4]))) == "1024"
     assert seen["base"].mem_fraction_static is None and "--max-total-tokens" not in seen["base"].extra_args
 
 
