@@ -133,15 +133,10 @@ Launcher = Callable[[Point], AbstractContextManager[Any]]
 def point_spec(base, point: Point):
     """`base` (a kit.serving.launch.LaunchSpec) with the point's speculative parameters, or without speculation
     for the baseline (`.command(engine)` is the launch line to paste)."""
-    if point is None:  # every speculative flag goes, with its value (the next word, where it is not a flag)
-        extra, value = [], False
-        for w in base.extra_args:
-            if value and not w.startswith("--"):
-                value = False
-                continue
-            value = w.startswith("--speculative-") and "=" not in w
-            if not w.startswith("--speculative-"):
-                extra.append(w)
+    if point is None:  # every speculative flag goes, with its values
+        from kit.sglang.flags import drop_flags
+
+        extra = drop_flags(list(base.extra_args), "--speculative-")
         return base.replace(speculative_algorithm=None, speculative_draft_model_path=None,
                             speculative_draft_model_revision=None, extra_args=extra, **SpecParams().given())  # fmt: skip
     return base.replace(speculative_algorithm=base.speculative_algorithm or "EAGLE3", **point.given())

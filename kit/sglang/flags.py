@@ -414,6 +414,19 @@ def _span(argv: list[str], i: int, action: dict | None) -> int:
 _NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
+def drop_flags(argv: list[str], prefix: str, version: str | None = None) -> list[str]:
+    """`argv` without every option starting with `prefix`, each with the values it takes as that release's parser
+    reads them (`_span`)."""
+    options, out, i = table_for(version).by_option(), [], 0
+    while i < len(argv):
+        if argv[i].startswith(prefix):
+            i = _span(argv, i, options.get(argv[i].split("=", 1)[0]))
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def resolve_flags(flags: list[str], version: str | None = None, table: FlagTable | None = None) -> FlagResolution:
     """Read server flags as SGLang's argparse does (or as `table`'s engine does: another engine's parser recorded
     in the same form); faults become `errors`, the rest is still read."""
