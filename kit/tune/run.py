@@ -198,21 +198,24 @@ def model_folder(model: str | None, revision: str | None) -> Path | None:
     return None
 
 
-def servers_alive(cfg: TuneConfig, spec, engine, kv_tokens: int) -> int:
-    """How many servers tune keeps alive at once: `most_alive`, or as many as the GPU holds copies of the target and
-    draft with KV pools of `kv_tokens` (`pool_tokens`); a KitInputError when that is fewer than one interleaved
-    bench's arms (the baseline and its points)."""
+def servers_alive(cfg: TuneConfig, spec, engine, prompts=None) -> tuple[int, int | None]:
+    """(how many servers tune keeps alive at once, each one's KV pool in tokens): `most_alive`, or as many as the GPU
+    holds copies of the target and draft with their pools (`pool_tokens`; None for an engine that shares no GPU);
+    a KitInputError when that is fewer than one interleaved bench's arms (the baseline and its points)."""
     from kit.env.machine import device_memory_gib
 
     points = len(plan(cfg)[0])
-    most, gib = most_alive(cfg, points), device_memory_gib()
-    footprint = launch_footprint(spec) if gib and engine.device_share else None
+    most = most_alive(cfg, points)
+    if engine.device_share is None:
+        return most, None
+    kv_tokens, gib = pool_tokens(cfg, prompts), device_memory_gib()
+    footprint = launch_footprint(spec) if gib else None
     if footprint is None:
-        return most
+        return most, kv_tokens
     weights, pool = footprint[0], footprint[1] * kv_tokens
     fits = engine.servers_that_fit(weights, pool, gib * 2**30)
     if fits >= most:
-        return most
+        return most, kv_tokens
     need = 1 + max(2, min(cfg.top, points))  # the calibration's two points, or the --top measured
     if fits < need:
         hint = f"--top {fits - 1}, " if fits >= 3 else ""  # the calibration alone needs 3
@@ -222,7 +225,7 @@ def servers_alive(cfg: TuneConfig, spec, engine, kv_tokens: int) -> int:
             f"and kit tune runs {need} servers at once (one bench's baseline and points, interleaved): {hint}"
             "a GPU with more memory, a larger --tp-size or smaller batch sizes"
         )
-    return fits
+    return fits, kv_tokens
 
 
 def lengths_beside(todo: list[SpecParams], expected, started: threading.Event) -> dict[str, dict]:
@@ -483,7 +486,7 @@ def panel(cfg: TuneConfig, launcher, expected, base=None, prompts=None):
     def work() -> None:
         try:
             # resumed: a press continues what the folder holds (a rerun cell, a second press after Stop)
-            alive = servers_alive(cfg, base, get_engine(cfg.engine), pool_tokens(cfg, prompts)) if base else None
+            alive = servers_alive(cfg, base, get_engine(cfg.engine), prompts)[0] if base is not None else None
             run_tune(replace(cfg, resume=True), launcher, expected, base, prompts, show, halt.is_set, alive)
         except Exception as e:  # the panel shows it; the kernel stays usable
             status.value = f"<b style='color:#b00'>tune failed: {html.escape(f'{type(e).__name__}: {e}')}</b>"
@@ -512,8 +515,7 @@ def run(args: argparse.Namespace) -> int:
     if not spec.speculative_draft_model_path:
         raise KitInputError("--launch has no --speculative-draft-model-path: tune expects accept lengths of a draft")
     engine = get_engine(cfg.engine)
-    kv_tokens = pool_tokens(cfg)
-    alive = servers_alive(cfg, spec, engine, kv_tokens)
+    alive, kv_tokens = servers_alive(cfg, spec, engine)
     shared = engine.share_device(spec, alive, kv_tokens)  # the launch lines to paste stay the user's
     launcher = spec_launcher(shared, cfg.engine, str(Path(cfg.out_dir) / "logs"), cfg.ready_timeout)
     expected = accept_lengths(spec.model_path or "embedded", spec.speculative_draft_model_path, cfg)

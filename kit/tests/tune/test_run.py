@@ -153,22 +153,22 @@ def test_a_target_the_gpu_holds_too_few_times_is_refused_before_anything_starts(
     assert tune_run.launch_footprint(spec) == (2 * 6_738_415_616, 32 * 2 * 32 * 128 * 2)  # bf16 weights, KV a token
     sglang = get_engine("sglang")
     cfg = _cfg(tmp_path)
-    assert tune_run.most_alive(cfg, 3) == 4 and tune_run.servers_alive(cfg, spec, sglang, 1024) == 3
+    assert tune_run.most_alive(cfg, 3) == 4 and tune_run.servers_alive(cfg, spec, sglang) == (3, 1024)
     with pytest.raises(
         KitInputError, match=r"fit 3 time\(s\) on this 80 GiB GPU, and kit tune runs 4 servers.*: --top 2, "
     ):
-        tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang, 1024)
+        tune_run.servers_alive(_cfg(tmp_path, top=3, spec=SpecGrid([1, 2, 3, 4], [1], [0])), spec, sglang)
     # each server's pool holds its largest batch at full length: the longest prompt sent, the new tokens, the drafts
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"prompt": "x" * 3000}) + "\n")
     wide = _cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64, prompts=str(long))
     assert tune_run.pool_tokens(wide) == 49152  # 16 x (3000 + 64 + 4) = 49088, up to a multiple of 1024
     with pytest.raises(KitInputError, match=r"a KV pool of 24\.0 GiB for batch 16\) fit 1 time\(s\).*smaller batch"):
-        tune_run.servers_alive(wide, spec, sglang, tune_run.pool_tokens(wide))
+        tune_run.servers_alive(wide, spec, sglang)
     builtin = tune_run.pool_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64))
     templated = tune_run.pool_tokens(_cfg(tmp_path, batch_size=[1, 4, 16], max_new_tokens=64, chat_template="embedded"))
     assert builtin == 3072 and templated == 2048  # the built-in prompts: the template's tokens under the characters
-    assert tune_run.servers_alive(cfg, spec, get_engine("reference"), 1024) == 4  # CPU: no rule
+    assert tune_run.servers_alive(cfg, spec, get_engine("reference")) == (4, None)  # CPU: no rule, no pool
     # a hub id: the folder kit.checkpoint.hub resolves it to (the cache, else its headers); unknown here: no rule
     monkeypatch.setattr("kit.checkpoint.hub.resolve", lambda model, revision, flag: HubFiles(model, tmp_path / "t", ""))
     hub_spec = spec_from_command("python -m sglang.launch_server --model-path meta-llama/Llama-2-7b-hf")
