@@ -115,9 +115,14 @@ def device_memory_gib(index: int = 0) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total / 2**30
-    except Exception:  # no driver, no GPU
+    except Exception:  # no driver, no library
         return None
+    try:
+        return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total / 2**30
+    except Exception:  # no such GPU
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _nvml_child() -> dict[str, Any]:
