@@ -1,4 +1,4 @@
-"""Real SGLang on a GPU host: the ground-truth matrix, and `kit bench` vs `sglang.bench_serving`.
+"""Real SGLang on a GPU host: the ground-truth matrix, and `kit bench` vs `sglang.bench_serving` (vLLM: `vllm bench serve`).
 
 Runs on the GPU host with the offline bundle installed (`python -m kit.sglang.bundle install`) and the
 repository on PYTHONPATH. Every server goes through the kit's own lifecycle (`kit.serving.launch.LaunchSpec`
@@ -532,6 +532,7 @@ def kit_bench(
     log_path=None,
     warmup=2,
     as_command=False,
+    engine="sglang",
 ) -> dict:
     """One `kit bench` run; its summary.json with the run's wall time. `as_command`: as a user runs it, `python -m
     kit bench` in its own process (flags from the same BenchConfig), as bench_serving runs in its own."""
@@ -540,6 +541,7 @@ def kit_bench(
 
     cfg = BenchConfig(
         url=url,
+        engine=engine,
         baseline_url=baseline_url,
         num_prompts=n,
         max_new_tokens=max_new_tokens,
@@ -566,12 +568,21 @@ def kit_bench(
     return doc
 
 
-def bench_serving(port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int) -> dict:
-    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(ds), "--tokenizer", target]
-    cmd += ["--num-prompts", str(n), "--sharegpt-output-len", str(max_new_tokens)]
-    cmd += ["--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "0", "--output-file", str(out)]
-    cmd += ["--warmup-requests", "2", "--flush-cache", "--disable-tqdm"]
+def bench_serving(
+    port: int, target: str, ds: Path, out: Path, conc: int, n: int, max_new_tokens: int, engine: str = "sglang"
+) -> dict:
+    """The engine's own benchmark client on the same prompts: `python -m sglang.bench_serving` (streamed /generate),
+    or `vllm bench serve` (streamed /v1/completions, output length fixed by ignore_eos as the kit's)."""
+    common = ["--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(ds), "--tokenizer", target]
+    common += ["--num-prompts", str(n), "--sharegpt-output-len", str(max_new_tokens)]
+    common += ["--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "0", "--disable-tqdm"]
+    if engine == "vllm":
+        cmd = ["vllm", "bench", "serve", "--backend", "vllm", "--host", "127.0.0.1", "--model", target, *common]
+        cmd += ["--endpoint", "/v1/completions", "--ignore-eos", "--num-warmups", "2", "--save-result"]
+        cmd += ["--result-dir", str(out.parent), "--result-filename", out.name]
+    else:
+        cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", "127.0.0.1", *common]
+        cmd += ["--output-file", str(out), "--warmup-requests", "2", "--flush-cache"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**os.environ, **MULTICAST_OFF})
     res = {
@@ -587,8 +598,9 @@ def bench_serving(port: int, target: str, ds: Path, out: Path, conc: int, n: int
     return res
 
 
-def server_prompt_tokens(base: str) -> float | None:
-    """SGLang's own count of prompt tokens served so far (/metrics `sglang:prompt_tokens_total`)."""
+def server_prompt_tokens(base: str, engine: str = "sglang") -> float | None:
+    """The server's own count of prompt tokens served so far (/metrics `sglang:prompt_tokens_total`, vLLM's
+    `vllm:prompt_tokens_total`)."""
     import urllib.request
 
     from kit.measure.metrics import parse_prometheus
@@ -598,7 +610,7 @@ def server_prompt_tokens(base: str) -> float | None:
             m = parse_prometheus(r.read().decode())
     except OSError:
         return None
-    return next((v for k, v in m.items() if k.startswith("sglang:prompt_tokens_total")), None)
+    return next((v for k, v in m.items() if k.startswith(f"{engine}:prompt_tokens_total")), None)
 
 
 def _setup_ctx(args):
@@ -628,7 +640,9 @@ def bench_compare(args) -> dict:
     render = chat_renderer(target)
     prompts = [{**p, "rendered": render(p["text"])} for p in load_prompts("builtin")]
     row = next(r for r in ROWS if r.name == args.row)
-    extra = args.server_extra if args.server_extra is not None else [graph_cap_option(), "16", "--enable-metrics"]
+    vllm_default = ["--dtype", "bfloat16", "--enforce-eager"]  # no torch.compile: the clients are compared
+    default = [graph_cap_option(), "16", "--enable-metrics"] if args.engine == "sglang" else vllm_default
+    extra = args.server_extra if args.server_extra is not None else default
     # random weights of the target's shapes: every step costs what the real weights' would, and the clients'
     # comparison (same prompts, fixed output lengths, ignore_eos) does not read the tokens' values
     extra = [*extra, "--load-format", "dummy"] if args.dummy_weights else extra
@@ -644,7 +658,7 @@ def bench_compare(args) -> dict:
         for conc in args.concurrency_list:
             pilot_n = max(24, 8 * conc)
             pilot = kit_bench(
-                base, out / f"pilot_c{conc}", conc, pilot_n, args.max_new_tokens, "pilot", chat_template=target
+                base, out / f"pilot_c{conc}", conc, pilot_n, args.max_new_tokens, "pilot", target, engine=args.engine
             )
             # the pilot's rate is off the steady one (~25% under at c=1 on an H200, ~10% over at c=16 on an H100):
             # the request count carries a margin
@@ -655,16 +669,17 @@ def bench_compare(args) -> dict:
             run |= {"client_cpu_s": [], "kit_bench": [], "bench_serving": []}
             for client in args.order or client_order(args.repeats):
                 r = len(run[client])
-                p0, t0, cpu0 = server_prompt_tokens(base), time.time(), client_cpu_s()
+                p0, t0, cpu0 = server_prompt_tokens(base, args.engine), time.time(), client_cpu_s()
                 if client == "kit_bench":
                     # in its own process, as bench_serving: the harness (and its server-log reader) stays apart
                     kit_out = out / f"kit_c{conc}_r{r}"
-                    res = kit_bench(base, kit_out, conc, n, args.max_new_tokens, "kit", target, as_command=True)
-                else:
-                    res = bench_serving(
-                        args.port, target, ds, out / f"bench_serving_c{conc}_r{r}.jsonl", conc, n, args.max_new_tokens
+                    res = kit_bench(
+                        base, kit_out, conc, n, args.max_new_tokens, "kit", target, as_command=True, engine=args.engine
                     )
-                p1, t1, cpu1 = server_prompt_tokens(base), time.time(), client_cpu_s()
+                else:
+                    ds_out = out / f"bench_serving_c{conc}_r{r}.jsonl"
+                    res = bench_serving(args.port, target, ds, ds_out, conc, n, args.max_new_tokens, args.engine)
+                p1, t1, cpu1 = server_prompt_tokens(base, args.engine), time.time(), client_cpu_s()
                 run["client_cpu_s"].append(round(cpu1 - cpu0, 2))
                 run[client].append(res)
                 run["order"].append(client)
@@ -846,7 +861,7 @@ def main(argv=None) -> int:
         m = sub.add_parser(name)
         m.add_argument("--work", default="/tmp/w")
         m.add_argument("--out", required=True)
-        m.add_argument("--engine", default="sglang", choices=["sglang", "reference"])
+        m.add_argument("--engine", default="sglang", choices=["sglang", "vllm", "reference"])
         m.add_argument("--num-prompts", type=int, default=24)
         m.add_argument("--max-new-tokens", type=int, default=128)
         m.add_argument("--port", type=int, default=31000)

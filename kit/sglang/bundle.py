@@ -1,7 +1,7 @@
-"""Offline SGLang bundle: one tar.xz that carries a trimmed SGLang release to a GPU host without network.
+"""Offline engine bundle: one tar.xz that carries a trimmed SGLang (or vLLM) release to a GPU host without network.
 
-Air-gapped GPU hosts cannot `pip install sglang`: the wheels are ~1.6 GB, most of it
-kernels for other GPUs and optional backends. This module downloads the wheels of one SGLang release for one GPU
+Air-gapped GPU hosts cannot `pip install sglang` (or vllm): the wheels are ~1.6 GB, most of it
+kernels for other GPUs and optional backends. This module downloads the wheels of one engine release for one GPU
 arch and Python, keeps and drops members by a declarative table (`RELEASES`: one row per wheel, per release, with
 the reason for every drop), applies the source patches the trimmed stack needs (`SourcePatch`: SGLang and
 sgl_kernel kept off flashinfer's JIT kernels, whose sources are dropped), adds a stub for
@@ -10,6 +10,7 @@ dropped member and why). The tarball is an unpacked site-packages tree: on the G
 put that folder on PYTHONPATH ahead of the image's packages (torch, triton and numpy come from the image).
 
     python -m kit.sglang.bundle build --sglang-version 0.5.17 --arch sm90 --python 3.12 --out DIR
+    python -m kit.sglang.bundle build --vllm-version 0.24.0 --arch sm90 --python 3.12 --out DIR   # vLLM's
     python -m kit.sglang.bundle build ... --wheels DIR      # wheels already downloaded: no network
     python -m kit.sglang.bundle install DIR/sglang-0.5.17-sm90-cp312.tar.xz --target /opt/sglang-site
 
@@ -115,7 +116,7 @@ class WheelRule:
 
 @dataclass(frozen=True)
 class Release:
-    sglang_version: str
+    version: str
     python: str
     wheels: tuple[WheelRule, ...]
     launch_flags: tuple[str, ...]
@@ -123,6 +124,7 @@ class Release:
     ipython_stub: bool = True
     # wheels only `python -m sglang.bench_serving` needs (it imports HF `datasets` at start); --bench-serving
     bench_wheels: tuple[WheelRule, ...] = ()
+    project: str = "sglang"  # the engine's wheel: its pins are checked against the table, it names the bundle
 
 
 def _small(specs: str) -> tuple[WheelRule, ...]:
@@ -134,7 +136,7 @@ def _small(specs: str) -> tuple[WheelRule, ...]:
 # The image on the GPU host supplies torch 2.11.0 (the pin of 0.5.12-0.5.17), triton, numpy, safetensors,
 # aiohttp, requests, psutil, einops, sentencepiece, tiktoken, huggingface_hub, uvloop, prometheus-client.
 RELEASE_0_5_17 = Release(
-    sglang_version="0.5.17",
+    version="0.5.17",
     python="3.12",
     wheels=(
         WheelRule(
@@ -203,12 +205,67 @@ RELEASE_0_5_17 = Release(
         ("flashinfer JIT sources", "--attention-backend flashinfer and flashinfer sampling unavailable"),
     ),
 )
-RELEASES = {r.sglang_version: r for r in (RELEASE_0_5_17,)}
+RELEASES = {r.version: r for r in (RELEASE_0_5_17,)}
+
+# vLLM 0.24.0, the release that pins the image's torch 2.11.0 (0.27-0.30 pin torch 2.13, 0.33 torch 2.14). The image
+# supplies torch, triton, numpy, transformers, tokenizers, aiohttp, requests, psutil, prometheus-client, pillow,
+# opencv, einops, cloudpickle, py-cpuinfo, regex, pyyaml, uvloop; what it lacks and vLLM imports on the path of
+# `vllm serve` (dense target, EAGLE-3, Triton attention) and of `vllm bench serve` is carried whole.
+RELEASE_VLLM_0_24_0 = Release(
+    project="vllm",
+    version="0.24.0",
+    python="3.12",
+    wheels=(
+        WheelRule(
+            "vllm",
+            "0.24.0",
+            drop=(
+                (
+                    "vllm/vllm_flash_attn/_vllm_fa*_C*.so",
+                    "FlashAttention 2/3 (344 MB unpacked): launch with --attention-backend TRITON_ATTN",
+                ),
+                ("vllm/third_party/deep_gemm/*", "DeepGEMM (FP8 GEMM kernels and their sources)"),
+                ("vllm/third_party/fmha_sm100/*", "Blackwell FMHA sources"),
+                ("vllm/vllm-rs", "the Rust frontend binary, opt-in (VLLM_USE_RUST_FRONTEND=1)"),
+                ("vllm/_moe_C*.so", "fused-MoE kernels (45 MB): MoE targets are not served from this bundle"),
+                ("vllm/_flashmla*.so", "FlashMLA kernels (MLA models only)"),
+                ("vllm/_qutlass_C*.so", "FP4 (QuTLASS) kernels"),
+            ),
+        ),
+        *_small(
+            "pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 "
+            "fastapi==0.136.3 starlette==1.10.0 uvicorn==0.55.0 python-multipart==0.0.34 openai==3.63.0 jiter==0.19.0 "
+            "distro==1.9.0 sniffio==1.3.1 cachetools==8.0.3 cbor2==6.3.0 msgspec==0.23.0 pyzmq==27.3.0 "
+            "pybase64==1.5.1 partial-json-parser==0.2.1.1.post7 watchfiles==1.3.0 model-hosting-container-standards==0.1.16 "
+            "jmespath==1.1.0 supervisor==4.3.0 openai-harmony==0.0.8 prometheus-fastapi-instrumentator==8.1.0 "
+            "setproctitle==1.3.8 blake3==1.0.11 python-json-logger==4.2.0 diskcache==5.6.3 lark==1.2.2 depyf==0.20.0 "
+            "astor==0.8.1 dill==0.4.1 ijson==3.6.0 llguidance==1.7.6 outlines-core==0.2.14 apache-tvm-ffi==0.1.9"
+        ),
+        # the structured-output backends are imported when the scheduler is (vllm/v1/structured_output)
+        WheelRule(
+            "xgrammar",
+            "0.2.1",
+            drop=(("xgrammar/lib/*.a", "static library (65 MB) for C++ linking, not loaded by Python"),),
+        ),
+    ),
+    launch_flags=("--attention-backend", "TRITON_ATTN"),
+    not_carried=(
+        ("vllm-flash-attn", "--attention-backend FLASH_ATTN is unavailable; use TRITON_ATTN"),
+        ("flashinfer", "FlashInfer attention and its top-k/top-p sampler; vLLM samples with PyTorch"),
+        ("lm-format-enforcer", "structured output through that backend"),
+        ("DeepGEMM, FlashMLA, fused-MoE kernels", "FP8 block GEMMs, MLA and MoE targets"),
+    ),
+    ipython_stub=False,
+)
+VLLM_RELEASES = {r.version: r for r in (RELEASE_VLLM_0_24_0,)}
 
 
 @dataclass
 class BuildConfig:
     sglang_version: str = field(default="0.5.17", metadata={"help": "SGLang release (one of RELEASES)"})
+    vllm_version: str | None = field(
+        default=None, metadata={"help": "bundle this vLLM release instead of SGLang (one of VLLM_RELEASES)"}
+    )
     arch: str = field(
         default="sm90", metadata={"help": "GPU arch: sm90 (H100/H200) or sm100 (B200/GB200)", "choices": list(ARCHES)}
     )
@@ -293,16 +350,20 @@ def parse_pins(metadata: str) -> dict[str, str]:
 def check_pins(pins: dict[str, str], release: Release) -> list[str]:
     """Rows of the table whose version differs from the sglang wheel's own `==` pin (empty: consistent)."""
     return [
-        f"{w.project}: table has {w.version}, sglang {release.sglang_version} pins {pins[normalize(w.project)]}"
+        f"{w.project}: table has {w.version}, {release.project} {release.version} pins {pins[normalize(w.project)]}"
         for w in release.wheels
         if normalize(w.project) in pins and pins[normalize(w.project)] != w.version
     ]
 
 
-def release_for(version: str) -> Release:
-    if version not in RELEASES:
-        raise KitInputError(f"--sglang-version {version}: no bundle table for it (known: {', '.join(RELEASES)})")
-    return RELEASES[version]
+def release_for(version: str, vllm_version: str | None = None) -> Release:
+    """The bundle table of that SGLang release, or of `vllm_version` where one is named."""
+    flag, table, want = (
+        ("--vllm-version", VLLM_RELEASES, vllm_version) if vllm_version else ("--sglang-version", RELEASES, version)
+    )
+    if want not in table:
+        raise KitInputError(f"{flag} {want}: no bundle table for it (known: {', '.join(table)})")
+    return table[want]
 
 
 def wheel_rules(release: Release, deep_gemm: bool, bench_serving: bool = False) -> list[WheelRule]:
@@ -352,10 +413,10 @@ def _add(tar: tarfile.TarFile, path: str, data: bytes, files: list[dict]) -> Non
 
 def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) -> Path:
     """Write OUT/<name>.tar.xz and OUT/<name>.manifest.json; return the tarball's path."""
-    release = release or release_for(cfg.sglang_version)
+    release = release or release_for(cfg.sglang_version, cfg.vllm_version)
     if cfg.python != release.python:
         raise KitInputError(
-            f"--python {cfg.python}: SGLang {release.sglang_version} is bundled for "
+            f"--python {cfg.python}: {release.project} {release.version} is bundled for "
             f"Python {release.python} (the GPU image's)"
         )
     if cfg.arch not in ARCHES:
@@ -366,14 +427,14 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
     if not cfg.wheels:
         download(rules, cfg.python, wheel_dir)
     wheels = [(r, find_wheel(wheel_dir, r)) for r in rules]  # all present before anything is written
-    sg = next(p for r, p in wheels if normalize(r.project) == "sglang")
+    sg = next(p for r, p in wheels if normalize(r.project) == release.project)
     with zipfile.ZipFile(sg) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     bad = check_pins(parse_pins(meta), release)
     if bad:
         raise KitInputError(f"{sg.name}: bundle table disagrees with its pins: {'; '.join(bad)}")
 
-    name = f"sglang-{release.sglang_version}-{cfg.arch}-cp{cfg.python.replace('.', '')}"
+    name = f"{release.project}-{release.version}-{cfg.arch}-cp{cfg.python.replace('.', '')}"
     out.mkdir(parents=True, exist_ok=True)
     tar_path, man_path = out / f"{name}.tar.xz", out / f"{name}.manifest.json"
     tmp = out / f".{name}.tar.xz.part"
@@ -419,7 +480,8 @@ def build_bundle(cfg: BuildConfig, release: Release | None = None, log=print) ->
                     _add(tar, path, text.encode(), files)
             manifest = {
                 "name": name,
-                "sglang_version": release.sglang_version,
+                "project": release.project,
+                "version": release.version,
                 "arch": cfg.arch,
                 "python": cfg.python,
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

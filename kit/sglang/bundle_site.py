@@ -33,18 +33,19 @@ BUNDLE_FLAG_HELP = (
 )
 
 
-def installed_bundle_site() -> Path | None:
-    """The site folder a kit bundle was installed into (its manifest beside `sglang/`), when the importable SGLang
-    came from one; None for any other install."""
+def installed_bundle_site(package: str = "sglang") -> Path | None:
+    """The site folder a kit bundle was installed into (its manifest beside `sglang/`, or `vllm/`), when the
+    importable engine came from one; None for any other install."""
     from kit.sglang.versions import importable_root
 
-    site = importable_root()
+    site = importable_root(package)
     return site if site is not None and (site / MANIFEST_MEMBER).is_file() else None
 
 
-def installed_bundle_flags() -> list[str]:
-    """The launch flags (manifest `launch_flags`) of the kit bundle the importable SGLang came from; [] otherwise."""
-    site = installed_bundle_site()
+def installed_bundle_flags(package: str = "sglang") -> list[str]:
+    """The launch flags (manifest `launch_flags`) of the kit bundle the importable SGLang (or vLLM) came from; []
+    otherwise."""
+    site = installed_bundle_site(package)
     return list(json.loads((site / MANIFEST_MEMBER).read_text()).get("launch_flags") or []) if site else []
 
 

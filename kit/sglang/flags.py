@@ -427,6 +427,20 @@ def drop_flags(argv: list[str], prefix: str, version: str | None = None) -> list
     return out
 
 
+def known_flags(argv: list[str], table: FlagTable) -> tuple[list[str], list[str]]:
+    """(the options of `argv` that `table`'s parser takes, each with its values; the other options, without values)."""
+    options, known, other, i = table.by_option(), [], [], 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        j = _span(argv, i, options.get(name))
+        if name in options:
+            known += argv[i:j]
+        elif name.startswith("-"):
+            other.append(name)
+        i = max(j, i + 1)
+    return known, other
+
+
 def resolve_flags(flags: list[str], version: str | None = None, table: FlagTable | None = None) -> FlagResolution:
     """Read server flags as SGLang's argparse does (or as `table`'s engine does: another engine's parser recorded
     in the same form); faults become `errors`, the rest is still read."""

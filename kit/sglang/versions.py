@@ -101,9 +101,10 @@ def installed_version(distribution: str = "sglang") -> str | None:
         return None
 
 
-def importable_root() -> Path | None:
-    """The folder holding the `sglang/` package this interpreter would import, found without importing it."""
-    spec = importlib.util.find_spec("sglang")
+def importable_root(package: str = "sglang") -> Path | None:
+    """The folder holding the `sglang/` (or `vllm/`) package this interpreter would import, found without importing
+    it."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.origin:
         return None
     return Path(spec.origin).parent.parent

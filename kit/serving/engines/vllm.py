@@ -2,9 +2,11 @@
 
 As read from vLLM 0.33.0: a launch's three SGLang speculative values become one chain (`num_speculative_tokens`);
 acceptance per request rides on an answer's `metrics.speculative_decoding` (the final chunk of a stream with
-`include_usage`) when the server runs with `--per-request-spec-decode-metrics summary`, which `command` adds; the
-run's counters are on /metrics (accept length = 1 + accepted / drafts, vllm/v1/spec_decode/metrics.py
-`SpecDecodingProm`) and in its `SpecDecoding metrics:` log line (`SpecDecodingLogging.log`).
+`include_usage`) when the server runs with `--per-request-spec-decode-metrics summary`, which `command` adds where
+the installed release's parser has it (0.29.0 on; `answers_carry_metrics`); the run's counters are on /metrics
+(accept length = 1 + accepted / drafts, vllm/v1/spec_decode/metrics.py `SpecDecodingProm`) and in its
+`SpecDecoding metrics:` log line (`SpecDecodingLogging.log`). Flags the kit does not type reach vLLM where its
+parser takes them (`own_extras`); a vLLM from the kit's bundle gets the bundle's launch flags.
 
     vl = get_engine("vllm")
     vl.argv(spec)   # [vllm, serve, TARGET, --speculative-config, {"method": "eagle3", ...}, ..., --port, ...]
@@ -20,7 +22,10 @@ from typing import Any
 
 from kit.findings import KitInputError
 from kit.serving.engines.base import Engine, exception_line, visible_gpus
+from kit.sglang.bundle_site import installed_bundle_flags
+from kit.sglang.flags import known_flags
 from kit.vllm.cmdline import ALGORITHM, FLAGS
+from kit.vllm.rules import rules_for
 
 SPEC_CONFIG = "--speculative-config"
 # LaunchSpec field (SGLang's argument name) -> vLLM's flag (kit.vllm.cmdline.FLAGS: the ones it shares, read back
@@ -78,6 +83,13 @@ def split_line(line: str) -> tuple[str | None, str | None, str]:
     line = _ANSI.sub("", line).strip()
     m = _PREFIX.search(line)
     return (m["time"], m["proc"], m["msg"]) if m else (None, None, line)
+
+
+def answers_carry_metrics(version: str | None = None) -> bool:
+    """Whether that release's `vllm serve` takes PER_REQUEST (None: the installed vLLM's, else the newest listed):
+    before 0.29.0 its parser refuses the flag, and acceptance is on /metrics and in the log only."""
+    table = rules_for(version).flag_table
+    return table is not None and PER_REQUEST[0] in table.by_option()
 
 
 def chain_length(steps: int | None, topk: int | None, tokens: int | None) -> int:
@@ -144,14 +156,25 @@ class VllmEngine(Engine):
     def command(self, spec) -> list[str]:
         out = ["vllm", "serve", spec.model_path]
         if (cfg := self.speculative_config(spec)) is not None:
-            out += [SPEC_CONFIG, json.dumps(cfg), *PER_REQUEST]
+            out += [SPEC_CONFIG, json.dumps(cfg), *(PER_REQUEST if answers_carry_metrics() else [])]
+        # a vLLM from the kit's bundle gets the flags its trimmed kernels need (kit.sglang.bundle_site)
+        out += installed_bundle_flags("vllm")
         return out + (["--log-level", spec.log_level.upper()] if spec.log_level else [])
 
     def argv(self, spec) -> list[str]:
-        return self.command(spec) + spec.flags(lambda n: None if n in IN_COMMAND else self.flag(n))
+        own = spec.flags(lambda n: None if n in IN_COMMAND else self.flag(n))
+        return self.command(spec) + own + self.own_extras(spec)[0]
+
+    def own_extras(self, spec) -> tuple[list[str], list[str]]:
+        """(the untyped flags of `spec` (extra_args) that the installed vLLM's parser takes, with their values, e.g.
+        `--load-format dummy`, `--enforce-eager`; the others), by the release's recorded parser."""
+        table = rules_for().flag_table
+        return known_flags(spec.extra_args, table) if table else ([], [a for a in spec.extra_args if a[:2] == "--"])
 
     def ignored_flags(self, spec) -> list[str]:
-        return [f for f in super().ignored_flags(spec) if f != "--enable-metrics"]  # vLLM always serves /metrics
+        passed = set(self.own_extras(spec)[0])
+        # vLLM always serves /metrics
+        return [f for f in super().ignored_flags(spec) if f != "--enable-metrics" and f not in passed]
 
     def share_device(self, spec, servers: int, kv_tokens: int | None = None):
         """Each of `servers` on one GPU asks for its share of 0.9 of its memory (vLLM's default utilization; vLLM

@@ -181,6 +181,27 @@ def test_argv_is_vllm_serve_with_a_speculative_config():
     assert (eagle["method"], eagle["num_speculative_tokens"]) == ("eagle", 3)  # draft tokens - 1
 
 
+def test_per_request_metrics_are_asked_only_of_a_release_whose_parser_takes_them(monkeypatch):
+    import kit.vllm.rules as vr
+    from kit.serving.engines.vllm import PER_REQUEST, answers_carry_metrics
+
+    assert [answers_carry_metrics(v) for v in ("0.24.0", "0.28.0", "0.29.0", "0.33.0")] == [False, False, True, True]
+    monkeypatch.setattr(vr, "installed_release", lambda: "0.24.0")  # `vllm serve` 0.24.0 exits on the unknown flag
+    argv = SPEC.argv("vllm")
+    assert argv[3] == "--speculative-config" and PER_REQUEST[0] not in argv
+    assert argv[5:7] == ["--tensor-parallel-size", "2"]
+
+
+def test_untyped_flags_reach_vllm_where_its_parser_takes_them():
+    spec = SPEC.replace(extra_args=["--load-format", "dummy", "--disable-cuda-graph", "--enforce-eager"])
+    spec = spec.replace(extra_args=[*spec.extra_args, "--cuda-graph-max-bs", "4", "--max-num-batched-tokens=512"])
+    argv = spec.argv("vllm")
+    assert argv[-4:] == ["--load-format", "dummy", "--enforce-eager", "--max-num-batched-tokens=512"]
+    assert "--disable-cuda-graph" not in argv and "4" not in argv[7:]  # SGLang's, with its value
+    ignored = get_engine("vllm").ignored_flags(spec)
+    assert ignored == ["--decode-log-interval", "--disable-cuda-graph", "--cuda-graph-max-bs"]
+
+
 def test_the_argv_reads_back_as_the_same_deployment():
     from kit.vllm.cmdline import read_argv
 

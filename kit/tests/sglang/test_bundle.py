@@ -55,7 +55,7 @@ KERNEL_RULE = B.WheelRule(
     arch_dir="sgl_kernel/{arch}/common_ops*.so",
 )
 RELEASE = B.Release(
-    sglang_version="1.0",
+    version="1.0",
     python="3.12",
     wheels=(
         B.WheelRule(
@@ -220,3 +220,25 @@ def test_build_refuses_table_that_disagrees_with_pins(tmp_path):
 def test_cli_bad_version_exits_2(tmp_path, capsys):
     assert B.main(["build", "--sglang-version", "0.0.1", "--out", str(tmp_path)]) == 2
     assert "no bundle table" in capsys.readouterr().err
+    assert B.main(["build", "--vllm-version", "0.0.1", "--out", str(tmp_path)]) == 2
+    assert "--vllm-version 0.0.1: no bundle table" in capsys.readouterr().err
+
+
+def test_the_vllm_table_keeps_what_vllm_serve_imports_and_pins_what_vllm_pins():
+    rel = B.release_for("0.5.17", vllm_version="0.24.0")
+    assert (rel.project, rel.version, rel.ipython_stub) == ("vllm", "0.24.0", False)
+    vllm = next(w for w in rel.wheels if w.project == "vllm")
+    members = ["vllm/_C_stable_libtorch.abi3.so", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/vllm-rs"]
+    members += ["vllm/third_party/pynvml.py", "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
+    kept, dropped = B.select_members(members, vllm, "sm90")
+    assert kept == ["vllm/_C_stable_libtorch.abi3.so", "vllm/third_party/pynvml.py"]  # both imported at start
+    assert len(dropped) == 3
+    # vllm 0.24.0's own == pins (METADATA), as the build checks them against the wheel
+    pins = {
+        "diskcache": "5.6.3",
+        "lark": "1.2.2",
+        "depyf": "0.20.0",
+        "apache-tvm-ffi": "0.1.9",
+        "outlines-core": "0.2.14",
+    }
+    assert B.check_pins(pins, rel) == []
