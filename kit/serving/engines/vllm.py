@@ -157,13 +157,13 @@ class VllmEngine(Engine):
         out = ["vllm", "serve", spec.model_path]
         if (cfg := self.speculative_config(spec)) is not None:
             out += [SPEC_CONFIG, json.dumps(cfg), *(PER_REQUEST if answers_carry_metrics() else [])]
-        # a vLLM from the kit's bundle gets the flags its trimmed kernels need (kit.sglang.bundle_site)
-        out += installed_bundle_flags("vllm")
         return out + (["--log-level", spec.log_level.upper()] if spec.log_level else [])
 
     def argv(self, spec) -> list[str]:
         own = spec.flags(lambda n: None if n in IN_COMMAND else self.flag(n))
-        return self.command(spec) + own + self.own_extras(spec)[0]
+        # a vLLM from the kit's bundle gets the flags its trimmed kernels need (kit.sglang.bundle_site), last, so
+        # that argparse keeps their values over any the launch gives (`--attention-backend FLASH_ATTN`: not carried)
+        return self.command(spec) + own + self.own_extras(spec)[0] + installed_bundle_flags("vllm")
 
     def own_extras(self, spec) -> tuple[list[str], list[str]]:
         """(the untyped flags of `spec` (extra_args) that the installed vLLM's parser takes, with their values, e.g.

@@ -202,6 +202,24 @@ def test_untyped_flags_reach_vllm_where_its_parser_takes_them():
     assert ignored == ["--decode-log-interval", "--disable-cuda-graph", "--cuda-graph-max-bs"]
 
 
+def test_a_vllm_from_the_kits_bundle_gets_its_launch_flags(monkeypatch, tmp_path):
+    import json as _json
+
+    from kit.sglang.bundle import VLLM_RELEASES
+    from kit.sglang.bundle_site import MANIFEST_MEMBER
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    flags = list(VLLM_RELEASES["0.24.0"].launch_flags)
+    (tmp_path / MANIFEST_MEMBER).write_text(_json.dumps({"launch_flags": flags}))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the bundle's site first on the path, as PYTHONPATH puts it
+    argv = SPEC.argv("vllm")
+    i = argv.index("--attention-backend")
+    assert argv[i + 1] == "TRITON_ATTN" and argv.count("--attention-backend") == 1
+    fa = SPEC.replace(extra_args=["--attention-backend", "FLASH_ATTN"]).argv("vllm")
+    assert fa[-2:] == ["--attention-backend", "TRITON_ATTN"]  # the last wins in argparse: the bundle carries no FA
+
+
 def test_the_argv_reads_back_as_the_same_deployment():
     from kit.vllm.cmdline import read_argv
 
