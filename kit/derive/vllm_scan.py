@@ -261,7 +261,37 @@ def derive_aux_archs(src: Source) -> tuple[dict, dict]:
             ev[f"ids_read_{where}"] = hits[0]
     overrides = {f: sorted(a) for f, a in sorted(rules.items()) if f != default}
     value = {"archs": sorted(set(archs)), "default": default, "overrides": overrides}
-    return value | {"ids_read": [w for w in ("top", "nested") if f"ids_read_{w}" in ev]}, ev
+    value |= {"ids_read": [w for w in ("top", "nested") if f"ids_read_{w}" in ev]}
+    return value | _v2_runner(src, ev), ev
+
+
+def _v2_runner(src: Source, ev: dict) -> dict:
+    """The second model runner (vllm/v1/worker/gpu/), where the release makes it the default (VllmConfig's
+    `use_v2_model_runner`): the target architectures it is the default for (`DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`;
+    ["*"]: every target, the property ending in `return True`), and where its EAGLE-3 helper reads the draft config's
+    ids; {} where it is opt-in only (VLLM_USE_V2_MODEL_RUNNER=1) or absent."""
+    path = "vllm/config/vllm.py"
+    fn = next((n for _, _, n in src.nodes([path], ast.FunctionDef) if n.name == "use_v2_model_runner"), None)
+    if fn is None:
+        return {}
+    table = next((n for _, _, n in src.nodes([path], ast.Assign)
+                  if any(getattr(x, "id", "") == "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES" for x in n.targets)), None)  # fmt: skip
+    last = fn.body[-1]
+    if table is not None:
+        archs, node = sorted(_strs(table.value)), table
+    elif isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value is True:
+        archs, node = ["*"], last
+    else:
+        return {}
+    ev["v2_archs"] = _ev(path, node, src.text(path))
+    runner = [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]
+    read = []
+    for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
+                           ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
+        if hits := src.lines(runner, pattern):
+            ev[f"v2_ids_read_{where}"] = hits[0]
+            read.append(where)
+    return {"v2_archs": archs, "v2_ids_read": read}
 
 
 def _loader_ops(fn: ast.AST) -> list[dict]:

@@ -211,12 +211,24 @@ def draft_class(rules: VllmRules, draft_config) -> tuple[str, str] | None:
     return arch, eval(rules.draft_rename, {"__builtins__": {}})(arch)
 
 
-def serving_points(rules: VllmRules, draft_config, num_layers: int) -> tuple[list[int], str] | None:
+def ids_read(rules: VllmRules, target_arch: str | None, env: dict | None = None) -> tuple[str, ...]:
+    """Where the model runner that serves this target reads the draft config's aux ids: the second runner's
+    (`aux_v2_ids_read`) where the release makes it the default for that target, or the launch's environment asks for
+    it (VLLM_USE_V2_MODEL_RUNNER; 0 keeps the first), else the first's (`aux_ids_read`)."""
+    asked = (env or {}).get("VLLM_USE_V2_MODEL_RUNNER")
+    v2 = asked.lower() in ("1", "true") if asked else "*" in rules.aux_v2_archs or target_arch in rules.aux_v2_archs
+    return rules.aux_v2_ids_read if v2 and rules.aux_v2_ids_read else rules.aux_ids_read
+
+
+def serving_points(
+    rules: VllmRules, draft_config, num_layers: int, read: tuple[str, ...] | None = None
+) -> tuple[list[int], str] | None:
     """(the points that release captures for this draft, where its ids came from): the ids it reads from the draft
-    config (`aux_ids_read`: top level, then eagle_config), each the state entering that layer, else its default
-    formula; None where the release records no default."""
+    config (`read`, default `aux_ids_read`: top level, then eagle_config), each the state entering that layer, else
+    its default formula; None where the release records no default."""
+    read = rules.aux_ids_read if read is None else read
     for where, ids in (("top", draft_config.get(TOP)), ("nested", (draft_config.get("eagle_config") or {}).get(TOP))):
-        if ids and where in rules.aux_ids_read:
+        if ids and where in read:
             return list(ids), TOP if where == "top" else NESTED
     if not rules.aux_default:
         return None
@@ -227,7 +239,8 @@ def serving_points(rules: VllmRules, draft_config, num_layers: int) -> tuple[lis
 def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
     """`aux.layer_shift` on vLLM: the points it captures (point = id) against the ones the draft was trained on."""
     tf, d = target_facts(dep.target_config), dep.draft
-    served = serving_points(rules, d.config, tf.num_layers) if eagle3 and tf.num_layers else None
+    read = ids_read(rules, tf.architecture, dep.launch.server_env if dep.launch else None)
+    served = serving_points(rules, d.config, tf.num_layers, read) if eagle3 and tf.num_layers else None
     trained = served and training_points(
         d.config, tf.num_layers, tf.architecture, dep.sglang_version, d.folder, dep.trained_with
     )
@@ -241,7 +254,7 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
             "read_from": served[1],
             "training_points": list(trained[0]),
             "known_from": trained[1],
-            "ids_read": rules.aux_ids_read,
+            "ids_read": read,
         },  # fmt: skip
         fix=f"write {TOP} = {list(trained[0])} at the draft config's top level (vLLM reads the state entering each "
         "listed layer)",

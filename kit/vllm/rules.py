@@ -55,6 +55,10 @@ class VllmRules:
     metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
     parser_flags: tuple[Mapping[str, Any], ...] | None  # `vllm serve`'s parser's actions, where it ran for this release
     evidence: Mapping[str, Any]  # field -> its evidence
+    # the second model runner (vllm/v1/worker/gpu/): the targets it is the default for ("*": every target; none: opt-in
+    # or absent), and where it reads the draft config's aux ids
+    aux_v2_archs: tuple[str, ...] = ()
+    aux_v2_ids_read: tuple[str, ...] = ()
 
     @cached_property
     def flag_table(self) -> FlagTable | None:
@@ -153,4 +157,6 @@ def _rules(version: str) -> VllmRules:
         metrics=tuple(v["metrics"].get("exposed", [])),
         parser_flags=_actions(cells["parser_flags"]),
         evidence={f: c["evidence"] for f, c in cells.items() if c},
+        aux_v2_archs=tuple(aux.get("v2_archs", [])),
+        aux_v2_ids_read=tuple(aux.get("v2_ids_read", [])),
     )

@@ -17,7 +17,7 @@ from kit.doctor import DoctorConfig, diagnose
 from kit.preflight import launch_report
 from kit.serving.launch import spec_from_command
 from kit.vllm import checks
-from kit.vllm.rules import VllmRules
+from kit.vllm.rules import VllmRules, rules_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 from corpus_cases import load_configs, no_side_env_builds, weight_spec, write_sparse_safetensors  # noqa: E402
@@ -256,6 +256,18 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
     top_only = dataclasses.replace(RULES, aux_ids_read=("top",))
     monkeypatch.setattr(checks, "rules_for", lambda version=None: top_only)
     assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
+    # from 0.23.0 a Llama target runs on the second model runner by default (0.29.0 on: every target), whose EAGLE-3
+    # helper reads only the top level: the default points again, unless the launch keeps the first runner
+    v2 = dataclasses.replace(RULES, aux_ids_read=("top", "nested"), aux_v2_archs=("LlamaForCausalLM",))
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: dataclasses.replace(v2, aux_v2_ids_read=("top",)))
+    assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
+    assert "aux.layer_shift" in codes(run("VLLM_USE_V2_MODEL_RUNNER=0 " + vllm(EAGLE3)))
+    assert [checks.ids_read(rules_for(v), "LlamaForCausalLM") for v in ("0.22.0", "0.24.0")] == [
+        ("top", "nested"),  # 0.22.0: the second runner is the default for Qwen3 only
+        ("top",),
+    ]
+    assert checks.ids_read(rules_for("0.24.0"), "MiniMaxM2ForCausalLM") == ("top", "nested")  # PR #43671's target
+    assert checks.ids_read(rules_for("0.29.0"), "MiniMaxM2ForCausalLM") == ("top",)
 
 
 def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeypatch):
