@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kit import config as kconfig
 from kit.config import opt
 from kit.findings import EXIT_CANNOT_RUN, KitInputError
-from kit.preflight import launch_report
+from kit.preflight import judged_line, launch_report
 from kit.serving.engines import ENGINES, get_engine
 from kit.serving.launch import FIELDS, LaunchSpec, resolve_local, spec_from_command
 from kit.sglang.bundle_site import BUNDLE_FLAG_HELP
@@ -118,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
     report = launch_report(
         spec, cfg.engine, cfg.sglang_version, cfg.sglang_python, cfg.gpu_memory_gib, args.from_command, cfg.probe_env
     )
+    if judged_line(spec, cfg.engine, cfg.sglang_version) != spec.command("sglang"):
+        from kit.serving.checks import engine_findings  # the engine's own line holds none of the flags it drops
+
+        report.extend(engine_findings(spec, cfg.engine))
     argv = spec.argv(cfg.engine)
     if cfg.dry_run:
         if cfg.json:

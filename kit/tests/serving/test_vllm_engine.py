@@ -202,6 +202,17 @@ def test_untyped_flags_reach_vllm_where_its_parser_takes_them():
     assert ignored == ["--decode-log-interval", "--disable-cuda-graph", "--cuda-graph-max-bs"]
 
 
+def test_kit_launch_names_the_sglang_flags_the_vllm_line_drops(capsys):
+    from kit.cli import main
+
+    argv = ["launch", "--engine", "vllm", "--dry-run", "--json", "--model-path", "meta-llama/Llama-3.1-8B-Instruct"]
+    main([*argv, "--extra-args", "--cuda-graph-max-bs 8 --enforce-eager", "--decode-log-interval", "10"])
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    [f] = [f for f in doc["findings"] if f["code"] == "launch.engine"]
+    assert f["evidence"]["ignored"] == ["--decode-log-interval", "--cuda-graph-max-bs"]
+    assert doc["argv"][-1] == "--enforce-eager"  # vLLM's own flag reaches it
+
+
 def test_a_vllm_from_the_kits_bundle_gets_its_launch_flags(monkeypatch, tmp_path):
     import json as _json
 
