@@ -292,6 +292,7 @@ def run_server(
     engine: str = "sglang",
     extra=(),
     ready_timeout: float = 420.0,
+    env: dict | None = None,
 ):
     """Start one server (returns a handle with .ready(): wait, .measure(...), .stop())."""
     from kit.serving.process import ServerProcess
@@ -300,6 +301,7 @@ def run_server(
     if log_file.exists():
         log_file.unlink()
     spec = make_spec(row, target, drafts, port, log_file, gpu, extra, engine)
+    spec = spec.replace(env={**spec.env, **(env or {})})
     h = {"row": row, "spec": spec, "t_launch": time.time(), "lint": lint_findings(spec, engine)}
     h["server"] = ServerProcess.from_spec(spec, engine=engine, grace=15).start()
     return h

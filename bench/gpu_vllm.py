@@ -11,6 +11,7 @@ PYTHONPATH and its bin/ on PATH), after `python bench/gpu_sglang.py setup --work
 draft variants). `--doctor-only` reads the lines without starting anything (any machine).
 
     python bench/gpu_vllm.py --work /tmp/w --out OUT [--rows eagle3_chain_3-1-4 eagle_seed_3-1-4] [--extra '--dtype bfloat16']
+    python bench/gpu_vllm.py ... --env VLLM_USE_V2_MODEL_RUNNER=0   # the first model runner (nested aux ids read)
 """
 
 from __future__ import annotations
@@ -84,17 +85,21 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--port", type=int, default=31100)
     p.add_argument("--ready-timeout", type=float, default=400.0)
+    p.add_argument("--env", nargs="*", default=[], help="NAME=VALUE for the servers, also on the line doctor reads")
     p.add_argument("--doctor-only", action="store_true")
     a = p.parse_args(argv)
     a.target, a.extra = None, shlex.split(a.extra)
     work, out, target, drafts = _setup_ctx(a)
     rows = [r for r in ROWS if (not a.rows or r.name in a.rows) and (r.params is None or r.params[1] == 1)]
-    doc: dict = {"extra": a.extra, "rows": []}
+    doc: dict = {"extra": a.extra, "env": a.env, "rows": []}
+    env = dict(e.split("=", 1) for e in a.env)
     for row in rows:
         spec = make_spec(row, target, drafts, a.port, out / f"{row.name}.log", None, a.extra, "vllm")
-        r: dict = {"row": row.name, "what": row.what, "argv": spec.argv("vllm"), "doctor": doctor(spec.argv("vllm"))}
+        spec = spec.replace(env={**spec.env, **env})
+        line = [*a.env, *spec.argv("vllm")]  # as the user would write it: the variables first
+        r: dict = {"row": row.name, "what": row.what, "argv": line, "doctor": doctor(line)}
         if not a.doctor_only:
-            h = run_server(row, target, drafts, None, a.port, out, "vllm", a.extra)
+            h = run_server(row, target, drafts, None, a.port, out, "vllm", a.extra, env=env)
             r["started"] = wait(h, a.ready_timeout)
             if r["started"]:
                 r["startup_s"] = h["startup_s"]
