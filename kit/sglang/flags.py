@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -414,31 +415,28 @@ def _span(argv: list[str], i: int, action: dict | None) -> int:
 _NUM = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
+def _occurrences(argv: list[str], options: dict[str, dict]) -> Iterator[tuple[str, list[str]]]:
+    """(name, words) of each option in `argv` with the values it would take (`_span` over `options`), and of each
+    word no option takes, alone."""
+    i = 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        j = _span(argv, i, options.get(name)) if name.startswith("-") else i + 1
+        yield name, argv[i:j]
+        i = j
+
+
 def drop_flags(argv: list[str], prefix: str, version: str | None = None) -> list[str]:
     """`argv` without every option starting with `prefix`, each with the values it takes as that release's parser
     reads them (`_span`)."""
-    options, out, i = table_for(version).by_option(), [], 0
-    while i < len(argv):
-        if argv[i].startswith(prefix):
-            i = _span(argv, i, options.get(argv[i].split("=", 1)[0]))
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
+    occurrences = _occurrences(argv, table_for(version).by_option())
+    return [w for name, words in occurrences if not name.startswith(prefix) for w in words]
 
 
-def known_flags(argv: list[str], table: FlagTable) -> tuple[list[str], list[str]]:
-    """(the options of `argv` that `table`'s parser takes, each with its values; the other options, without values)."""
-    options, known, other, i = table.by_option(), [], [], 0
-    while i < len(argv):
-        name = argv[i].split("=", 1)[0]
-        j = _span(argv, i, options.get(name))
-        if name in options:
-            known += argv[i:j]
-        elif name.startswith("-"):
-            other.append(name)
-        i = max(j, i + 1)
-    return known, other
+def known_flags(argv: list[str], table: FlagTable) -> list[str]:
+    """The options of `argv` that `table`'s parser takes, each with its values."""
+    options = table.by_option()
+    return [w for name, words in _occurrences(argv, options) if name in options for w in words]
 
 
 def resolve_flags(flags: list[str], version: str | None = None, table: FlagTable | None = None) -> FlagResolution:

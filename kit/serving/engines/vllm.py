@@ -163,16 +163,16 @@ class VllmEngine(Engine):
         own = spec.flags(lambda n: None if n in IN_COMMAND else self.flag(n))
         # a vLLM from the kit's bundle gets the flags its trimmed kernels need (kit.sglang.bundle_site), last, so
         # that argparse keeps their values over any the launch gives (`--attention-backend FLASH_ATTN`: not carried)
-        return self.command(spec) + own + self.own_extras(spec)[0] + installed_bundle_flags("vllm")
+        return self.command(spec) + own + self.own_extras(spec) + installed_bundle_flags("vllm")
 
-    def own_extras(self, spec) -> tuple[list[str], list[str]]:
-        """(the untyped flags of `spec` (extra_args) that the installed vLLM's parser takes, with their values, e.g.
-        `--load-format dummy`, `--enforce-eager`; the others), by the release's recorded parser."""
+    def own_extras(self, spec) -> list[str]:
+        """The untyped flags of `spec` (extra_args) that the installed vLLM's parser takes, with their values, e.g.
+        `--load-format dummy`, `--enforce-eager`, by the release's recorded parser ([] where none is recorded)."""
         table = rules_for().flag_table
-        return known_flags(spec.extra_args, table) if table else ([], [a for a in spec.extra_args if a[:2] == "--"])
+        return known_flags(spec.extra_args, table) if table else []
 
     def ignored_flags(self, spec) -> list[str]:
-        passed = set(self.own_extras(spec)[0])
+        passed = set(self.own_extras(spec))
         # vLLM always serves /metrics
         return [f for f in super().ignored_flags(spec) if f != "--enable-metrics" and f not in passed]
 
