@@ -71,8 +71,10 @@ LAYER_SHIFT = Code(
     "error / warning",
     "the points the engine captures (SGLang: its per-class, per-version id rule, kit/sglang/capture_rules.json; "
     "vLLM: the ids its release reads from the draft config, as points, else its default, kit/vllm/rules.json; "
-    "top-level ids only where the target runs on its second model runner, the default from 0.23.0 for Llama and "
-    "others and from 0.29.0 for every target unless the launch sets VLLM_USE_V2_MODEL_RUNNER=0) "
+    "top-level ids only where the deployment runs on its second model runner, as the release's "
+    "`use_v2_model_runner` decides: its default targets (listed ones from 0.22.0, every dense one from 0.25.0, "
+    "every one from 0.29.0), the features it lacks (EAGLE-3 with pipeline parallelism, prompt embeds, ...), "
+    "VLLM_USE_V2_MODEL_RUNNER) "
     "differ from the points the draft was trained on (speculators config, the `kit_aux_source` record "
     "`kit convert` writes into config.json, `kit_provenance.json`, or `--trained-with`); a warning when "
     "only a speculators config's ids say so and, read as ids `speculators convert` copied, they are the "

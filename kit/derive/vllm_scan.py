@@ -17,6 +17,7 @@ of consecutive releases (`{"first", "last", "value", "evidence"}`, the evidence 
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import re
@@ -266,24 +267,28 @@ def derive_aux_archs(src: Source) -> tuple[dict, dict]:
 
 
 def _v2_runner(src: Source, ev: dict) -> dict:
-    """The second model runner (vllm/v1/worker/gpu/), where the release makes it the default (VllmConfig's
-    `use_v2_model_runner`): the target architectures it is the default for (`DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`;
-    ["*"]: every target, the property ending in `return True`), and where its EAGLE-3 helper reads the draft config's
-    ids; {} where it is opt-in only (VLLM_USE_V2_MODEL_RUNNER=1) or absent."""
+    """The second model runner (vllm/v1/worker/gpu/): whether VllmConfig's `use_v2_model_runner` picks it, as that
+    property decides, and where its EAGLE-3 helper reads the draft config's ids; {} where the release has no such
+    property. `v2_archs`: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (["*"]: none, the property ends in `return True`);
+    `v2_steps`: the property's body as [condition, value] pairs, `if condition: return value` in order (its
+    environment override left out: the kit reads VLLM_USE_V2_MODEL_RUNNER itself), each zero-argument `self._m()` it
+    calls derived the same way into `v2_methods`, and `_get_v2_model_runner_unsupported_features` as
+    [condition, feature] pairs (`v2_unsupported`); conditions are Python source over the config (`self.`, locals
+    inlined, `target_listed`: the target's architecture is a default-V2 one), evaluated by `kit.vllm.checks`."""
     path = "vllm/config/vllm.py"
-    fn = next((n for _, _, n in src.nodes([path], ast.FunctionDef) if n.name == "use_v2_model_runner"), None)
-    if fn is None:
+    fns = {n.name: n for _, _, n in src.nodes([path], ast.FunctionDef)}
+    if "use_v2_model_runner" not in fns:
         return {}
     table = next((n for _, _, n in src.nodes([path], ast.Assign)
                   if any(getattr(x, "id", "") == "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES" for x in n.targets)), None)  # fmt: skip
-    last = fn.body[-1]
-    if table is not None:
-        archs, node = sorted(_strs(table.value)), table
-    elif isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value is True:
-        archs, node = ["*"], last
-    else:
-        return {}
-    ev["v2_archs"] = _ev(path, node, src.text(path))
+    archs = sorted(_strs(table.value)) if table is not None else ["*"]
+    ev["v2_archs"] = _ev(path, table if table is not None else fns["use_v2_model_runner"].body[-1], src.text(path))
+    methods, todo = {}, ["use_v2_model_runner"]
+    while todo:
+        name = todo.pop()
+        methods[name] = _steps(fns[name].body, {})
+        called = {c.func.attr for c in _walk(fns[name], ast.Call) if isinstance(c.func, ast.Attribute)}
+        todo += [m for m in called if m in fns and m not in methods and m != UNSUPPORTED and not fns[m].args.args[1:]]
     runner = [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]
     read = []
     for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
@@ -291,7 +296,68 @@ def _v2_runner(src: Source, ev: dict) -> dict:
         if hits := src.lines(runner, pattern):
             ev[f"v2_ids_read_{where}"] = hits[0]
             read.append(where)
-    return {"v2_archs": archs, "v2_ids_read": read}
+    steps = methods.pop("use_v2_model_runner")
+    unsupported = _appended(fns[UNSUPPORTED].body, {}, []) if UNSUPPORTED in fns else []
+    return {"v2_archs": archs, "v2_ids_read": read, "v2_steps": steps, "v2_methods": methods} | (
+        {"v2_unsupported": unsupported} if unsupported else {}
+    )
+
+
+UNSUPPORTED = "_get_v2_model_runner_unsupported_features"
+
+
+class _Inline(ast.NodeTransformer):
+    """Locals replaced by what they were assigned; `any(... for arch in architectures)` by `target_listed`."""
+
+    def __init__(self, names: dict):
+        self.names = names
+
+    def visit_Name(self, node):
+        return self.names.get(node.id, node)
+
+    def visit_Call(self, node):
+        if getattr(node.func, "id", "") == "any" and node.args and isinstance(node.args[0], ast.GeneratorExp):
+            return ast.Name("target_listed")
+        return self.generic_visit(node)
+
+
+def _inline(node: ast.expr, names: dict) -> ast.expr:
+    return _Inline(names).visit(copy.deepcopy(node))
+
+
+def _steps(body: list[ast.stmt], names: dict) -> list[list[str]]:
+    """A method body as [condition, value] pairs: each `if C: ... return V` in order, the final `return V` as
+    ["True", V]; assignments inlined into what follows; a step reading `envs.` (the environment) left out."""
+    out = []
+    for st in body:
+        if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
+            names[st.targets[0].id] = _inline(st.value, names)
+        elif isinstance(st, ast.If) and isinstance(st.body[-1], ast.Return) and not st.orelse:
+            out.append([ast.unparse(_inline(st.test, names)), ast.unparse(_inline(st.body[-1].value, names))])
+        elif isinstance(st, ast.Return) and st.value is not None:
+            out.append(["True", ast.unparse(_inline(st.value, names))])
+    return [s for s in out if "envs." not in s[0] + s[1]]
+
+
+def _appended(body: list[ast.stmt], names: dict, conds: list[str]) -> list[list[str]]:
+    """Each `unsupported.append(X)` in a body, with the conditions of the `if`s around it (elif: the earlier ones
+    negated), as [condition, feature]."""
+    out = []
+    for st in body:
+        if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
+            names[st.targets[0].id] = _inline(st.value, names)
+        elif isinstance(st, ast.If):
+            test = ast.unparse(_inline(st.test, names))
+            out += _appended(st.body, names, [*conds, test])
+            out += _appended(st.orelse, names, [*conds, f"not ({test})"])
+        elif (
+            isinstance(st, ast.Expr)
+            and isinstance(st.value, ast.Call)
+            and getattr(st.value.func, "attr", "") == "append"
+        ):
+            cond = " and ".join(f"({c})" for c in conds) or "True"
+            out.append([cond, ast.unparse(_inline(st.value.args[0], names))])
+    return out
 
 
 def _loader_ops(fn: ast.AST) -> list[dict]:

@@ -13,7 +13,10 @@ that does not detect its format), `aux.vllm_target` (no aux hidden states from t
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+import operator
 import re
 from collections.abc import Iterator
 
@@ -211,12 +214,123 @@ def draft_class(rules: VllmRules, draft_config) -> tuple[str, str] | None:
     return arch, eval(rules.draft_rename, {"__builtins__": {}})(arch)
 
 
-def ids_read(rules: VllmRules, target_arch: str | None, env: dict | None = None) -> tuple[str, ...]:
-    """Where the model runner that serves this target reads the draft config's aux ids: the second runner's
-    (`aux_v2_ids_read`) where the release makes it the default for that target, or the launch's environment asks for
-    it (VLLM_USE_V2_MODEL_RUNNER; 0 keeps the first), else the first's (`aux_ids_read`)."""
-    asked = (env or {}).get("VLLM_USE_V2_MODEL_RUNNER")
-    v2 = asked.lower() in ("1", "true") if asked else "*" in rules.aux_v2_archs or target_arch in rules.aux_v2_archs
+UNKNOWN = type("Unknown", (), {"__repr__": lambda self: "unknown"})()
+SUB_CONFIGS = {"model_config", "cache_config", "parallel_config", "compilation_config", "attention_config"}
+
+
+class _Config:
+    """VllmConfig as far as the launch and the target's config.json tell it, for the derived conditions of
+    `use_v2_model_runner` (`VllmRules.aux_v2_*`): a flag's value by its dest, the speculative JSON's keys, the
+    target's facts; anything else is UNKNOWN, and a condition that is not surely true does not fire."""
+
+    def __init__(self, rules: VllmRules, dep, v: VllmLaunch, method: str | None):
+        cfg = HFConfig.of(dep.target_config)
+        res = resolve(v, rules)
+        self.rules, self.values, self.spec, self.method = rules, dict(res.values if res else {}), v.spec, method
+        experts = any(cfg.text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+        quant = cfg.get("quantization_config") or self.values.get("quantization")
+        self.facts = {"is_moe": experts, "is_quantized": bool(quant), "runner_type": "generate"}
+        self.facts |= {"is_diffusion": False, "is_attention_free": False, "architectures": [cfg.architecture]}
+        self.listed = "*" in rules.aux_v2_archs or cfg.architecture in rules.aux_v2_archs
+
+    def run(self, steps) -> tuple[object, str | None]:
+        """(the value of the first step whose condition is surely true, that condition); (UNKNOWN, None) if none."""
+        for cond, value in steps:
+            if self.sure(cond):
+                return self.ev(ast.parse(value, mode="eval").body), cond
+        return UNKNOWN, None
+
+    def sure(self, cond: str) -> bool:
+        v = self.ev(ast.parse(cond, mode="eval").body)
+        return v is not UNKNOWN and bool(v)
+
+    def unsupported(self) -> list[str]:
+        return [self.ev(ast.parse(f, mode="eval").body) for c, f in self.rules.aux_v2_unsupported if self.sure(c)]
+
+    def attr(self, base, name: str):
+        if base == "self":
+            if name == "speculative_config":
+                return "spec" if self.spec else None
+            return ("config", name) if name in SUB_CONFIGS else self.values.get(name, UNKNOWN)
+        if base == "spec":
+            return self.method if name == "method" else self.spec.get(name, UNKNOWN)
+        if base == ("config", "model_config") and name in self.facts:
+            return self.facts[name]
+        return self.values.get(name, UNKNOWN) if isinstance(base, tuple) else UNKNOWN
+
+    def ev(self, n: ast.expr):  # one branch per node kind the derived conditions use
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            return {"self": "self", "target_listed": self.listed, "HAS_TRITON": True}.get(n.id, UNKNOWN)
+        if isinstance(n, ast.Attribute):
+            return self.attr(self.ev(n.value), n.attr)
+        if isinstance(n, (ast.Tuple, ast.List)):
+            return tuple(self.ev(e) for e in n.elts)
+        if isinstance(n, ast.JoinedStr):
+            return "".join(str(self.ev(p.value)) if isinstance(p, ast.FormattedValue) else p.value for p in n.values)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            v = self.ev(n.operand)
+            return UNKNOWN if v is UNKNOWN else not v
+        if isinstance(n, ast.BoolOp):  # three-valued: a sure False (And) or True (Or) decides, else UNKNOWN wins
+            vals = [self.ev(x) for x in n.values]
+            decisive = [v for v in vals if v is not UNKNOWN and bool(v) == isinstance(n.op, ast.Or)]
+            return decisive[0] if decisive else UNKNOWN if UNKNOWN in vals else vals[-1]
+        if isinstance(n, ast.Compare) and len(n.ops) == 1:
+            a, b = self.ev(n.left), self.ev(n.comparators[0])
+            if UNKNOWN in (a, b):
+                return UNKNOWN
+            with contextlib.suppress(TypeError):
+                return COMPARE[type(n.ops[0])](a, b)
+            return UNKNOWN
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            if getattr(n.func.value, "id", "") == "self" and n.func.attr in self.rules.aux_v2_methods:
+                return self.run(self.rules.aux_v2_methods[n.func.attr])[0]
+            if getattr(n.func.value, "id", "") == "self" and n.func.attr == "_get_v2_model_runner_unsupported_features":
+                return self.unsupported()
+            if getattr(n.func.value, "id", "") == "current_platform":  # the kit judges CUDA hosts
+                return n.func.attr == "is_cuda"
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr" and len(n.args) >= 2:
+            return self.attr(self.ev(n.args[0]), n.args[1].value)
+        return UNKNOWN
+
+
+COMPARE = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Gt: operator.gt, ast.Lt: operator.lt, ast.GtE: operator.ge,
+    ast.LtE: operator.le, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}  # fmt: skip
+
+
+def second_runner(rules: VllmRules, dep, v: VllmLaunch, method: str | None) -> tuple[bool, str]:
+    """(whether vLLM serves this deployment on its second model runner, why), as the release's `use_v2_model_runner`
+    decides (derived, `VllmRules.aux_v2_steps`): VLLM_USE_V2_MODEL_RUNNER in the launch's environment first, then
+    the release's default for the target (MoE, quantized, listed architectures) and its unsupported features (the
+    first runner serves instead); undecided conditions never fire."""
+    asked = ((dep.launch.server_env if dep.launch else None) or {}).get("VLLM_USE_V2_MODEL_RUNNER")
+    if asked:
+        return asked.lower() in ("1", "true"), f"VLLM_USE_V2_MODEL_RUNNER={asked}"
+    if not rules.aux_v2_steps:
+        return False, f"vLLM {rules.version} has no default second runner"
+    c = _Config(rules, dep, v, method)
+    value, cond = c.run(rules.aux_v2_steps)
+    if value is UNKNOWN:
+        return c.listed, "undecided: the architecture list decides"
+    if value is True:
+        return True, "the second runner, the release's default for this deployment"
+    if cond and "unsupported" in cond:
+        return False, f"the first runner: the second does not support {', '.join(c.unsupported())}"
+    if m := re.fullmatch(r"not self\.(\w+)\(\)", cond or ""):  # the default-target test said no: which of its steps
+        steps = rules.aux_v2_methods.get(m[1], ())
+        inner = c.run(steps)[1]
+        cond = f"{dict(steps)[inner]} is false" if inner == "True" else inner
+        return False, f"the first runner: not a default target of the second ({cond}; target_listed: {c.listed})"
+    return False, f"the first runner: {cond}"
+
+
+def ids_read(rules: VllmRules, v2: bool) -> tuple[str, ...]:
+    """Where the model runner that serves the deployment reads the draft config's aux ids: the second runner's
+    (`aux_v2_ids_read`, `second_runner`) or the first's (`aux_ids_read`)."""
     return rules.aux_v2_ids_read if v2 and rules.aux_v2_ids_read else rules.aux_ids_read
 
 
@@ -236,10 +350,12 @@ def serving_points(
 
 
 @finding_list
-def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
-    """`aux.layer_shift` on vLLM: the points it captures (point = id) against the ones the draft was trained on."""
+def shift_findings(rules: VllmRules, dep, eagle3: bool, v: VllmLaunch, method: str | None) -> Iterator[Finding]:
+    """`aux.layer_shift` on vLLM: the points it captures (point = id) against the ones the draft was trained on, read
+    where the runner that serves the deployment reads them (`second_runner`)."""
     tf, d = target_facts(dep.target_config), dep.draft
-    read = ids_read(rules, tf.architecture, dep.launch.server_env if dep.launch else None)
+    v2, runner = second_runner(rules, dep, v, method)
+    read = ids_read(rules, v2)
     served = serving_points(rules, d.config, tf.num_layers, read) if eagle3 and tf.num_layers else None
     trained = served and training_points(
         d.config, tf.num_layers, tf.architecture, dep.sglang_version, d.folder, dep.trained_with
@@ -255,6 +371,7 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool) -> Iterator[Finding]:
             "training_points": list(trained[0]),
             "known_from": trained[1],
             "ids_read": read,
+            "runner": runner,
         },  # fmt: skip
         fix=f"write {TOP} = {list(trained[0])} at the draft config's top level (vLLM reads the state entering each "
         "listed layer)",
@@ -292,7 +409,9 @@ def doctor_checks(dep) -> list[Finding]:
     d = dep.draft
     eagle3 = d is not None and is_eagle3(d.config, d.folder)
     method, how = effective_method(v, rules)
-    shifted = shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods) if dep.target_config else []
+    shifted = (
+        shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods, v, method) if dep.target_config else []
+    )
     models = model_findings(rules, method, how, dep.target_config, d and d.config, eagle3)
     return launch_findings(v, rules, method) + models + shifted
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,10 +55,14 @@ class VllmRules:
     metrics: tuple[str, ...]  # the Prometheus spec-decode counters, as exposed
     parser_flags: tuple[Mapping[str, Any], ...] | None  # `vllm serve`'s parser's actions, where it ran for this release
     evidence: Mapping[str, Any]  # field -> its evidence
-    # the second model runner (vllm/v1/worker/gpu/): the targets it is the default for ("*": every target; none: opt-in
-    # or absent), and where it reads the draft config's aux ids
+    # the second model runner (vllm/v1/worker/gpu/): the targets its architecture list names ("*": none, every target),
+    # where it reads the draft config's aux ids, and `use_v2_model_runner` as derived (`kit.derive.vllm_scan._v2_runner`:
+    # [condition, value] steps, the methods they call, the unsupported features; judged by kit.vllm.checks.second_runner)
     aux_v2_archs: tuple[str, ...] = ()
     aux_v2_ids_read: tuple[str, ...] = ()
+    aux_v2_steps: tuple[tuple[str, str], ...] = ()
+    aux_v2_methods: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    aux_v2_unsupported: tuple[tuple[str, str], ...] = ()
 
     @cached_property
     def flag_table(self) -> FlagTable | None:
@@ -159,4 +163,7 @@ def _rules(version: str) -> VllmRules:
         evidence={f: c["evidence"] for f, c in cells.items() if c},
         aux_v2_archs=tuple(aux.get("v2_archs", [])),
         aux_v2_ids_read=tuple(aux.get("v2_ids_read", [])),
+        aux_v2_steps=tuple(map(tuple, aux.get("v2_steps", []))),
+        aux_v2_methods={m: tuple(map(tuple, s)) for m, s in aux.get("v2_methods", {}).items()},
+        aux_v2_unsupported=tuple(map(tuple, aux.get("v2_unsupported", []))),
     )

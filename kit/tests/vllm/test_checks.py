@@ -256,18 +256,53 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
     top_only = dataclasses.replace(RULES, aux_ids_read=("top",))
     monkeypatch.setattr(checks, "rules_for", lambda version=None: top_only)
     assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
-    # from 0.23.0 a Llama target runs on the second model runner by default (0.29.0 on: every target), whose EAGLE-3
-    # helper reads only the top level: the default points again, unless the launch keeps the first runner
-    v2 = dataclasses.replace(RULES, aux_ids_read=("top", "nested"), aux_v2_archs=("LlamaForCausalLM",))
-    monkeypatch.setattr(checks, "rules_for", lambda version=None: dataclasses.replace(v2, aux_v2_ids_read=("top",)))
-    assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
-    assert "aux.layer_shift" in codes(run("VLLM_USE_V2_MODEL_RUNNER=0 " + vllm(EAGLE3)))
-    assert [checks.ids_read(rules_for(v), "LlamaForCausalLM") for v in ("0.22.0", "0.24.0")] == [
-        ("top", "nested"),  # 0.22.0: the second runner is the default for Qwen3 only
-        ("top",),
-    ]
-    assert checks.ids_read(rules_for("0.24.0"), "MiniMaxM2ForCausalLM") == ("top", "nested")  # PR #43671's target
-    assert checks.ids_read(rules_for("0.29.0"), "MiniMaxM2ForCausalLM") == ("top",)
+    # the second model runner's EAGLE-3 helper reads only the top level: the default points again, where the release
+    # serves the deployment on it (kit.vllm.checks.second_runner, the real releases' rules)
+    monkeypatch.setattr(checks, "rules_for", rules_for)
+    at = lambda version, line=vllm(EAGLE3): codes(
+        diagnose(DoctorConfig(target=t, draft=d, launch=line, trained_with="specforge", vllm_version=version))
+    )
+    assert "aux.layer_shift" in at("0.22.0")  # its second runner is the default for Qwen3 only
+    assert "aux.layer_shift" not in at("0.24.0")  # Llama is listed
+    assert "aux.layer_shift" not in at("0.26.0")  # 0.25.0 on: every dense target
+    assert "aux.layer_shift" in at("0.24.0", "VLLM_USE_V2_MODEL_RUNNER=0 " + vllm(EAGLE3))
+    # a feature the second runner lacks keeps the first: EAGLE-3 with pipeline parallelism, through 0.29.0
+    assert "aux.layer_shift" in at("0.24.0", vllm(EAGLE3) + " --pipeline-parallel-size 2")
+    assert "aux.layer_shift" not in at("0.30.0", vllm(EAGLE3) + " --pipeline-parallel-size 2")
+
+
+@pytest.mark.parametrize(
+    "version, target, flags, second, why",
+    [
+        ("0.21.0", LLAMA, "", False, "no default second runner"),
+        ("0.23.0", LLAMA, "", True, "default"),
+        (
+            "0.23.0",
+            LLAMA,
+            "--quantization fp8",
+            False,
+            "is_quantized",
+        ),  # 0.22.x-0.23.0: quantized targets keep the first
+        ("0.24.0", LLAMA, "--quantization fp8", True, "default"),
+        ("0.24.0", QWEN_MOE, "", False, "target_listed: False"),  # not listed, and MoE
+        ("0.25.0", "target/gpt-oss-20b.json", "", False, "is_moe"),  # not listed, MoE
+        ("0.26.0", "target/qwen2.5-0.5b-instruct.json", "", True, "default"),  # not listed: every dense target
+        ("0.24.0", LLAMA, "--enable-prompt-embeds", False, "does not support prompt embeds"),
+        ("0.29.0", QWEN_MOE, "", True, "default"),  # every target
+    ],
+)
+def test_which_model_runner_serves_the_deployment(tmp_path, monkeypatch, version, target, flags, second, why):
+    """`use_v2_model_runner` as each release derives it: its default targets (listed, MoE, quantized) and the
+    features its second runner lacks, from the launch's flags and the target's config.json."""
+    from types import SimpleNamespace
+
+    from kit.vllm.cmdline import read_argv
+
+    rules = rules_for(version)
+    v = read_argv([*vllm(EAGLE3).split()[:2], "T", *flags.split(), "--speculative-config", json.dumps(EAGLE3)], rules)
+    dep = SimpleNamespace(target_config=load_configs()[target]["config"], launch=None)
+    got, reason = checks.second_runner(rules, dep, v, "eagle3")
+    assert got is second and why in reason
 
 
 def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeypatch):
