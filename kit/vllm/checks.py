@@ -8,7 +8,9 @@ parser recorded for that release); a draft class the release does not have is `d
 its EAGLEConfig gives the draft's architecture, looked up in its registry; vLLM's V1 engine, the default).
 vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
 `launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release
-that does not detect its format), `aux.vllm_target` (no aux hidden states from the target).
+that does not detect its format), `aux.vllm_target` (no aux hidden states from the target). Where vLLM reads the
+draft's aux ids depends on the model runner that serves the deployment: `second_runner` decides it as the release's
+`use_v2_model_runner` does (its steps derived from the wheel, evaluated over the line's flags and the target's config).
 """
 
 from __future__ import annotations

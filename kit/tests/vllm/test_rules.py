@@ -137,3 +137,41 @@ def test_the_class_each_release_names_for_a_draft():
     assert [served(v, specforge) for v in ("0.9.0", "0.10.1", "0.10.2", "0.33.0")] == [False, False, True, True]
     assert [served(v, qwen3) for v in ("0.23.0", "0.24.0")] == [False, True]
     assert served("0.9.0", {"architectures": ["LlamaForCausalLM"]})  # the official EAGLE-3 release's name
+
+
+def test_the_model_runner_decision_is_derived_as_steps():
+    """`use_v2_model_runner`'s body as kit.derive.vllm_scan reads it: the environment step left out, locals inlined,
+    `any(... for arch in architectures)` as `target_listed`, elif branches with the earlier test negated."""
+    import ast
+
+    from kit.derive.vllm_scan import _appended, _steps
+
+    src = ast.parse(
+        "def use_v2_model_runner(self):\n"
+        "    v = envs.VLLM_USE_V2_MODEL_RUNNER\n"
+        "    if v is not None:\n"
+        "        return v\n"
+        "    model_config = self.model_config\n"
+        "    listed = any(a in TABLE for a in model_config.architectures)\n"
+        "    if not listed:\n"
+        "        logger.warning('first runner')\n"
+        "        return False\n"
+        "    return not model_config.is_moe\n"
+        "def _get_v2_model_runner_unsupported_features(self):\n"
+        "    spec = self.speculative_config\n"
+        "    if spec is not None:\n"
+        "        if spec.method == 'ngram':\n"
+        "            unsupported.append('ngram')\n"
+        "        elif spec.method != 'eagle3':\n"
+        "            unsupported.append(f'method {spec.method}')\n"
+    )
+    use, unsupported = src.body
+    assert _steps(use.body, {}) == [["not target_listed", "False"], ["True", "not self.model_config.is_moe"]]
+    assert _appended(unsupported.body, {}, []) == [
+        ["(self.speculative_config is not None) and (self.speculative_config.method == 'ngram')", "'ngram'"],
+        [
+            "(self.speculative_config is not None) and (not (self.speculative_config.method == 'ngram')) and "
+            "(self.speculative_config.method != 'eagle3')",
+            "f'method {self.speculative_config.method}'",
+        ],
+    ]
