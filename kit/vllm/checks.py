@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from kit.checkpoint.aux_ids import NESTED, TOP
 from kit.checkpoint.convert import LAYER_SHIFT
 from kit.checkpoint.hf_config import target_facts
-from kit.checkpoint.inspect import ARCH
+from kit.checkpoint.inspect import ARCH, KEYS_DROPPED, PARAMS_MISSING
+from kit.checkpoint.safetensors_io import read_checkpoint
 from kit.findings import Code, Finding, finding_list
 from kit.hf import HFConfig
 from kit.sglang.parser import PARSER, resolution_findings
@@ -76,6 +77,17 @@ VLLM_SPECULATORS = Code(
     "the model to serve, with no verifier; or one that detects it, serves its verifier, and builds no speculative "
     "config from it (0.10.2, vllm-project/vllm PR #25250): the verifier runs without speculation, silently",
     "a vLLM release that detects it, or --speculative-config with the verifier as the served model",
+)
+VLLM_KEYS = Code(
+    "draft.vllm_keys",
+    "ckpt/draft: notebook 02",
+    "error",
+    "a checkpoint key vLLM's EAGLE-3 draft loader has no parameter for, after that release's renames (`kit.vllm.rules` "
+    "draft_loaders: `model.` prefix, `midlayer.` -> `layers.0.`, q/k/v and gate/up stacking, `d2t`): vLLM stops at "
+    "startup with a KeyError naming it (SGLang would drop it silently); parameters no key fills are "
+    "`draft.params_missing`",
+    "write the keys as the release loads them (a speculators-layout checkpoint: `kit convert DRAFT OUT --to "
+    "speculators`), or drop the ones its draft class does not have",
 )
 VLLM_TARGET = Code(
     "aux.vllm_target",
@@ -380,6 +392,114 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool, v: VllmLaunch, method: s
     )
 
 
+# the parameters of vLLM's Llama-layout EAGLE-3 draft classes (model_executor/models/llama_eagle3.py, qwen3_eagle3.py:
+# each decoder layer with its `hidden_norm`, q/k/v and gate/up fused, biases where the config asks for them; fc with its
+# optional norms; lm_head, the vocabulary map) beside the module each class file holds them in
+LLAMA_CLASSES = {
+    "llama_eagle3.Eagle3LlamaForCausalLM": (),
+    "qwen3_eagle3.Eagle3Qwen3ForCausalLM": ("self_attn.q_norm", "self_attn.k_norm"),
+}
+
+
+def draft_params(module: str, cfg: HFConfig) -> set[str] | None:
+    """The parameter names vLLM's draft class `module` builds for this config; None for a class the kit does not
+    model (the MLA draft, whose keys are judged by SGLang's loader rules)."""
+    if module not in LLAMA_CLASSES:
+        return None
+    with_bias = lambda names, on: [f"{n}.{w}" for n in names for w in ("weight", "bias")[: 1 + bool(on)]]
+    norms = ("input_layernorm", "post_attention_layernorm", "hidden_norm", *LLAMA_CLASSES[module])
+    layer = [f"{n}.weight" for n in norms]
+    layer += with_bias(("self_attn.qkv_proj", "self_attn.o_proj"), cfg.get("attention_bias") or cfg.get("bias"))
+    layer += with_bias(("mlp.gate_up_proj", "mlp.down_proj"), cfg.get("mlp_bias"))
+    aux = len((cfg.get("eagle_config") or {}).get(TOP) or cfg.get(TOP) or [0, 0, 0])
+    inner = {"embed_tokens.weight", "fc.weight", "norm.weight"}
+    inner |= {f"layers.{i}.{n}" for i in range(cfg.get("num_hidden_layers") or 1) for n in layer}
+    inner |= {"input_norm.weight"} if cfg.get("norm_before_fc") else set()
+    inner |= {f"fc_norm.{j}.weight" for j in range(aux)} if cfg.get("fc_norm") else set()
+    return {"lm_head.weight", "draft_id_to_target_id"} | {f"model.{n}" for n in inner}
+
+
+def draft_module(rules: VllmRules, draft_config) -> tuple[str | None, HFConfig]:
+    """("module.Class" of the release's EAGLE-3 draft class for this draft, the config it is built from): a
+    speculators config is converted first (its layer's model_type picks the class), another names its architecture
+    (`draft_class`; releases that rename nothing load their one Llama class)."""
+    cfg = HFConfig.of(draft_config)
+    named = (draft_class(rules, draft_config) or (None, "Eagle3LlamaForCausalLM"))[1]
+    if cfg.is_speculators:
+        cfg = HFConfig.of({**cfg, **(cfg.get("transformer_layer_config") or {})})
+        qwen = cfg.get("model_type") == "qwen3" and "Eagle3Qwen3ForCausalLM" in rules.draft_archs
+        named = "Eagle3Qwen3ForCausalLM" if qwen else "Eagle3LlamaForCausalLM"
+    return rules.draft_archs.get(named), cfg
+
+
+def vllm_load(rules: VllmRules, draft_config, keys) -> tuple[str, list[str], list[str]] | None:
+    """(the draft class, the checkpoint keys vLLM's loader has no parameter for, the parameters no key fills) as the
+    release's `load_weights` names them (`draft_loaders` ops: on the class, the first that applies, as its if/elif
+    chain; on its decoder model (`in`), each rename, then the first stacking); the embedding, and a head over the
+    target's vocabulary, vLLM shares from the target. None where the class is not modelled (`draft_params`)."""
+    module, cfg = draft_module(rules, draft_config)
+    loader, params = rules.draft_loaders.get(module or "", {}), draft_params(module or "", cfg)
+    if params is None or not loader:
+        return None
+    ops = loader["ops"]
+    outer = [o for o in ops if "in" not in o and o["op"] in ("skip", "rename", "prefix")]
+    renames = [o for o in ops if "in" in o and o["op"] in ("rename", "map")]
+    stacked = next((o["value"] for o in ops if o["op"] == "stacked"), [])
+    refused, filled = [], set()
+    for key in keys:
+        name = key
+        op = next((o for o in outer if eval(o["if"], {"__builtins__": {}}, {"name": key})), None)
+        if op:
+            name = (
+                None
+                if op["op"] == "skip"
+                else op["add"] + key
+                if op["op"] == "prefix"
+                else key.replace(op["from"], op["to"])
+            )
+        if name and name.startswith("model."):
+            inner = name.removeprefix("model.")
+            for o in renames:
+                inner = inner.replace(o["from"], o["to"])
+            fused = next(((p, w) for p, w in stacked if w in inner), None)
+            name = "model." + (inner.replace(fused[1], fused[0]) if fused else inner)
+        if name and name not in params:
+            refused.append(key)
+        filled.add(name)
+    shared = {"model.embed_tokens.weight", "draft_id_to_target_id"}
+    shared |= {"lm_head.weight"} if cfg.get("draft_vocab_size") in (None, cfg.get("vocab_size")) else set()
+    return module, refused, sorted(params - filled - shared)
+
+
+@finding_list
+def key_findings(rules: VllmRules, draft) -> Iterator[Finding]:
+    """`draft.vllm_keys` and `draft.params_missing` for the draft's checkpoint keys (safetensors headers) through the
+    release's loader (`vllm_load`)."""
+    ckpt = read_checkpoint(draft.folder) if draft and draft.folder else None
+    got = vllm_load(rules, draft.config, ckpt.shapes()) if ckpt and ckpt.tensors else None
+    if got is None:
+        return
+    module, refused, unfilled = got
+    ver, where = (
+        f"vLLM {rules.version}",
+        {"engine": "vllm", "class": module, "source": rules.evidence.get("draft_archs")},
+    )
+    if refused:
+        yield VLLM_KEYS(
+            f"{ver}'s {module} has no parameter for {len(refused)} checkpoint key(s), e.g. {refused[0]}: startup stops "
+            "(KeyError)",
+            evidence={**where, "keys": refused[:12], "count": len(refused)},
+            fix=f"kit convert {draft.folder} {draft.folder}-speculators --to speculators, or drop {refused[0]}",
+        )
+    if unfilled and not refused:
+        yield PARAMS_MISSING(
+            f"{ver}'s {module}: no checkpoint key fills {len(unfilled)} parameter(s), e.g. {unfilled[0]}: vLLM serves "
+            "them at their initial values, with no error",
+            evidence={**where, "params": unfilled[:12]},
+            fix="supply the tensors the draft was trained with",
+        )
+
+
 # the codes whose rule is an SGLang release's own mechanics, which vLLM does otherwise: its draft class registry
 # (vLLM renames the draft's architecture itself), its config's form (vLLM reads speculators configs), the draft's
 # context and dtype (vLLM gives the draft the target's), top-level aux ids (vLLM reads them), SGLang's capture points
@@ -398,8 +518,12 @@ def is_vllm_line(dep) -> bool:
 
 
 def not_judged(dep) -> frozenset[str]:
-    """kit.preflight: the codes that do not hold for this deployment (SGLang's own rules, on a vLLM line)."""
-    return SGLANG_RULES if is_vllm_line(dep) else frozenset()
+    """kit.preflight: the codes that do not hold for this deployment (SGLang's own rules, on a vLLM line; SGLang's
+    loader's verdict on the draft's keys where vLLM's draft class is modelled here, `key_findings`)."""
+    if not is_vllm_line(dep):
+        return frozenset()
+    modelled = dep.draft is not None and draft_params(*draft_module(rules_for(dep.vllm_version), dep.draft.config))
+    return SGLANG_RULES | ({KEYS_DROPPED.code, PARAMS_MISSING.code} if modelled else set())
 
 
 def doctor_checks(dep) -> list[Finding]:
@@ -415,7 +539,8 @@ def doctor_checks(dep) -> list[Finding]:
         shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods, v, method) if dep.target_config else []
     )
     models = model_findings(rules, method, how, dep.target_config, d and d.config, eagle3)
-    return launch_findings(v, rules, method) + models + shifted
+    keys = key_findings(rules, d) if eagle3 and method in rules.eagle3_methods else []
+    return launch_findings(v, rules, method) + models + shifted + keys
 
 
 def is_eagle3(draft_config, folder) -> bool:

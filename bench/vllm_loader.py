@@ -1,0 +1,197 @@
+"""vLLM's own EAGLE-3 draft loader, run on this CPU, beside `kit doctor`'s verdict on the same draft keys.
+
+Why: doctor judges a draft's checkpoint keys on a `vllm serve` line from the release's derived loader rules
+(`kit.vllm.loader`); only vLLM's loader can say whether it was right. For each variant of the kit's demo draft (its
+keys as SpecForge, speculators and other exporters name them, a Qwen3-style layer, keys missing), this builds vLLM's
+real draft class from a real `VllmConfig` (`EngineArgs(...).create_engine_config()`, vLLM's CPU platform, one
+gloo rank), fills every parameter with a marker, calls the class's `load_weights` on zero tensors of the header's
+names and shapes, and records the exception it raises and the parameters it left unfilled (the target's embedding
+and head, which vLLM shares into a draft that has none, set aside). Doctor reads the same folder with `--vllm-version`.
+Prints one JSON document: per variant, vLLM's outcome, doctor's codes, and whether they agree.
+
+    python bench/vllm_loader.py --site SITE [--vllm-version 0.24.0]
+      # SITE: `pip install --no-deps --target SITE vllm==V` and the pure-Python packages its imports need (cbor2
+      # openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo partial-json-parser watchfiles msgspec
+      # blake3 einops gguf diskcache lark prometheus-fastapi-instrumentator), minus those this venv already has
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+# runs in a child with SITE first on PYTHONPATH: vLLM imported on its CPU platform (the version's "+cpu" suffix is
+# what a CPU build reports, as kit.derive.vllm_scan's parser run does)
+WORKER = r"""
+import importlib.metadata as md, json, os, sys
+os.environ.update(VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1")
+_version = md.version
+md.version = lambda name: _version(name) + ("+cpu" if name == "vllm" else "")
+import torch
+torch._C._cpu._is_avx512_supported = getattr(torch._C._cpu, "_is_avx512_supported", lambda: True)
+from kit.checkpoint.safetensors_io import read_checkpoint
+from vllm.config import set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader.utils import get_model_architecture
+
+target, port, drafts = sys.argv[1], sys.argv[2], sys.argv[3:]
+out = {}
+for n, draft in enumerate(drafts):
+    spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3}
+    args = EngineArgs(model=target, speculative_config=spec, enforce_eager=True, skip_tokenizer_init=True)
+    cfg = args.create_engine_config()
+    with set_current_vllm_config(cfg):
+        if n == 0:
+            init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
+            initialize_model_parallel(1, 1)
+        cls, arch = get_model_architecture(cfg.speculative_config.draft_model_config)
+        model = cls(vllm_config=cfg, prefix="")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for p in params.values():
+            p.fill_(-7 if not p.dtype.is_floating_point else float("nan"))
+    dtypes = {"I64": torch.int64, "BOOL": torch.bool}
+    ckpt = read_checkpoint(draft)
+    weights = [(k, torch.zeros(t.shape, dtype=dtypes.get(t.dtype, torch.bfloat16))) for k, t in ckpt.tensors.items()]
+    error = None
+    try:
+        model.load_weights(iter(weights))
+    except Exception as e:  # what vLLM's startup would stop on
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+    marker = lambda p: p.isnan().all() if p.dtype.is_floating_point else (p == -7).all()
+    unfilled = sorted(k for k, p in params.items() if bool(marker(p)))
+    out[draft] = {"class": f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}", "error": error, "unfilled": unfilled}
+print("KIT-RESULT " + json.dumps(out))
+"""
+
+
+# what vLLM's proposer takes from the target where the draft has none (`process_eagle_weight`, `_maybe_share_lm_head`):
+# the embedding, and the vocabulary map's absence (draft ids are target ids); the demo draft's head is its own vocabulary
+SHARED = {"model.embed_tokens.weight", "draft_id_to_target_id"}
+
+
+def variants(root: Path) -> dict[str, Path]:
+    """The demo draft, and its keys as other exporters write them, each a folder (config.json, safetensors header
+    over a sparse file, `corpus_cases.write_sparse_safetensors`)."""
+    from corpus_cases import write_sparse_safetensors
+
+    from kit.checkpoint.layouts import sglang_to_speculators_config
+    from kit.checkpoint.safetensors_io import read_checkpoint
+    from kit.hf import HFConfig
+    from kit.models import embedded_dir, shipped_draft
+
+    base = shipped_draft()
+    cfg = json.loads((base / "config.json").read_text())
+    ckpt = read_checkpoint(base)
+    keys = {k: (t.dtype, t.shape) for k, t in ckpt.tensors.items()}
+    H, hd = cfg["hidden_size"], cfg["head_dim"]
+    speculators = lambda c, layer: (
+        sglang_to_speculators_config(HFConfig.of(c), verifier=str(embedded_dir()))
+        | {
+            "transformer_layer_config": {
+                **sglang_to_speculators_config(HFConfig.of(c))["transformer_layer_config"],
+                **layer,
+            }
+        }
+    )
+    norms = {f"layers.0.self_attn.{q}_norm.weight": ("BF16", (hd,)) for q in ("q", "k")}
+    speculators_keys = lambda k: {n.replace("midlayer.", "layers.0."): v for n, v in k.items()}
+    biases = {
+        f"midlayer.self_attn.{n}_proj.bias": ("BF16", (s,)) for n, s in (("q", H), ("k", 192), ("v", 192), ("o", H))
+    }
+    same = lambda c: c
+    edits = {  # name: (config, keys)
+        "specforge (midlayer.*)": (same, lambda k: k),
+        "speculators (layers.0.*)": (same, speculators_keys),
+        "model.-prefixed": (
+            same,
+            lambda k: {(n if n.startswith("lm_head") else "model." + n): v for n, v in k.items()},
+        ),
+        "no fc.weight": (same, lambda k: {n: v for n, v in k.items() if n != "fc.weight"}),
+        "qwen3-style q_norm/k_norm": (
+            same,
+            lambda k: k | {n.replace("layers.0.", "midlayer."): v for n, v in norms.items()},
+        ),
+        "fc.bias": (same, lambda k: k | {"fc.bias": ("BF16", (H,))}),
+        "with embed_tokens": (same, lambda k: k | {"embed_tokens.weight": ("BF16", (cfg["vocab_size"], H))}),
+        "no lm_head": (same, lambda k: {n: v for n, v in k.items() if n != "lm_head.weight"}),
+        "layers.1.* (a second layer)": (
+            same,
+            lambda k: k | {n.replace("midlayer.", "layers.1."): v for n, v in k.items() if n.startswith("midlayer.")},
+        ),
+        "attention_bias with q/k/v/o biases": (lambda c: c | {"attention_bias": True}, lambda k: k | biases),
+        "speculators config, llama layer": (lambda c: speculators(c, {}), speculators_keys),
+        "speculators config, qwen3 layer, q/k norms (vllm PR #43132)": (
+            lambda c: speculators(c, {"model_type": "qwen3", "head_dim": hd}),
+            lambda k: speculators_keys(k) | norms,
+        ),
+        "speculators config, llama layer, q/k norms": (
+            lambda c: speculators(c, {}),
+            lambda k: speculators_keys(k) | norms,
+        ),
+    }
+    out = {}
+    for i, (name, (edit_config, edit_keys)) in enumerate(edits.items()):
+        d = root / f"v{i}"
+        d.mkdir()
+        c = edit_config(dict(cfg))
+        (d / "config.json").write_text(json.dumps(c))
+        write_sparse_safetensors(d / "model.safetensors", edit_keys(dict(keys)), cfg)
+        out[name] = d
+    return out
+
+
+def doctor_codes(target: Path, draft: Path, version: str) -> list[str]:
+    line = f"vllm serve {target} --speculative-config '{json.dumps({'method': 'eagle3', 'model': str(draft)})}'"
+    cmd = [sys.executable, "-m", "kit", "doctor", "--target", str(target), "--draft", str(draft), "--json"]
+    run = subprocess.run([*cmd, "--vllm-version", version, "--launch", line], capture_output=True, text=True)
+    doc = json.loads(run.stdout)
+    return sorted({f["code"] for f in doc["findings"] if f["severity"] == "error"})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--site", required=True, help="a folder with vllm==V and its pure-Python imports (see above)")
+    ap.add_argument("--vllm-version", default="0.24.0", help="the release installed in --site")
+    ap.add_argument("--port", default="29581", help="a free local port for the one-rank gloo group")
+    a = ap.parse_args()
+    from kit.models import embedded_dir
+
+    target = embedded_dir()
+    with tempfile.TemporaryDirectory(prefix="kit-vllm-loader-") as tmp:
+        cases = variants(Path(tmp))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([a.site, str(ROOT)])}
+        argv = [sys.executable, "-c", WORKER, str(target), a.port, *map(str, cases.values())]
+        run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+        line = next((x for x in run.stdout.splitlines() if x.startswith("KIT-RESULT ")), None)
+        if line is None:
+            sys.exit(f"vllm_loader: the vLLM worker failed:\n{run.stderr[-3000:]}")
+        real = json.loads(line.split(" ", 1)[1])
+        rows = []
+        for name, d in cases.items():
+            r = real[str(d)]
+            codes = doctor_codes(target, d, a.vllm_version)
+            unfilled = [p for p in r["unfilled"] if p not in SHARED]
+            vllm_fault = "refuses" if r["error"] else "unfilled" if unfilled else "loads"
+            kit_fault = (
+                "refuses" if "draft.vllm_keys" in codes else "unfilled" if "draft.params_missing" in codes else "loads"
+            )
+            rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": vllm_fault == kit_fault})
+        shutil.rmtree(tmp, ignore_errors=True)
+    doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in rows), "of": len(rows)}
+    print(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
