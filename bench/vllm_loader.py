@@ -64,6 +64,11 @@ for n, draft in enumerate(drafts):
     dtypes = {"I64": torch.int64, "BOOL": torch.bool}
     ckpt = read_checkpoint(draft)
     weights = [(k, torch.zeros(t.shape, dtype=dtypes.get(t.dtype, torch.bfloat16))) for k, t in ckpt.tensors.items()]
+    ignored = []  # the unexpected keys AutoWeightsLoader lets pass (where the release's loader has that rule)
+    from vllm.model_executor.models import utils as vutils
+    can_ignore = getattr(vutils.AutoWeightsLoader, "_can_ignore_unexpected", None)
+    if can_ignore:
+        vutils.AutoWeightsLoader._can_ignore_unexpected = lambda self, q: can_ignore(self, q) and not ignored.append(q)
     error = None
     try:
         model.load_weights(iter(weights))
@@ -71,7 +76,10 @@ for n, draft in enumerate(drafts):
         error = f"{type(e).__name__}: {str(e)[:300]}"
     marker = lambda p: p.isnan().all() if p.dtype.is_floating_point else (p == -7).all()
     unfilled = sorted(k for k, p in params.items() if bool(marker(p)))
-    out[draft] = {"class": f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}", "error": error, "unfilled": unfilled}
+    if can_ignore:
+        vutils.AutoWeightsLoader._can_ignore_unexpected = can_ignore
+    name = f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+    out[draft] = {"class": name, "error": error, "ignored": sorted(set(ignored)), "unfilled": unfilled}
 print("KIT-RESULT " + json.dumps(out))
 """
 
@@ -183,10 +191,9 @@ def main() -> None:
             r = real[str(d)]
             codes = doctor_codes(target, d, a.vllm_version)
             unfilled = [p for p in r["unfilled"] if p not in SHARED]
-            vllm_fault = "refuses" if r["error"] else "unfilled" if unfilled else "loads"
-            kit_fault = (
-                "refuses" if "draft.vllm_keys" in codes else "unfilled" if "draft.params_missing" in codes else "loads"
-            )
+            vllm_fault = "refuses" if r["error"] else "drops" if r["ignored"] else "unfilled" if unfilled else "loads"
+            kit = {"draft.vllm_keys": "refuses", "draft.keys_dropped": "drops", "draft.params_missing": "unfilled"}
+            kit_fault = next((v for c, v in kit.items() if c in codes), "loads")
             rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": vllm_fault == kit_fault})
         shutil.rmtree(tmp, ignore_errors=True)
     doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in rows), "of": len(rows)}

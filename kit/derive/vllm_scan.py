@@ -430,11 +430,21 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
                 ):  # loaders, then mappers
                     ops += [{**o, "in": c} if c != cls else o for o in _loader_ops(part)] if is_part(part) else []
         loaders[target] = {"ops": [{k: v for k, v in o.items() if k != "at"} for o in ops], "names": _names(ops)}
+        # its decoder model's own load_weights through AutoWeightsLoader (which ignores some unexpected keys), or not
+        inner = [n for (m, c), n in classes.defs.items() if m == mod and c != cls and c.endswith("Model")]
+        loaders[target]["inner_auto"] = any("AutoWeightsLoader(" in ast.unparse(n) for n in inner)
         if hit and hit[0] != mod:
             loaders[target]["inherits_load_weights"] = f"{hit[0]}.{cls}"
         ev[target + ":ops"] = [o["at"] for o in ops]
     rename, ev["rename"] = _eagle3_rename(src)
-    return {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename}, ev
+    # the unexpected keys AutoWeightsLoader.load_weights lets pass unloaded (`ignore_unexpected_suffixes.append(...)`)
+    fns = [f for _, _, f in src.nodes([MODELS + "utils.py"], ast.FunctionDef) if f.name == "load_weights"]
+    calls = [c for f in fns for c in _walk(f, ast.Call) if "ignore_unexpected_suffixes.append" in ast.unparse(c.func)]
+    ignores = sorted({a.value for c in calls for a in c.args if isinstance(a, ast.Constant)})
+    if calls:
+        ev["auto_ignores"] = _ev(MODELS + "utils.py", calls[0], src.text(MODELS + "utils.py"))
+    value = {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename}
+    return value | ({"auto_ignores": ignores} if ignores else {}), ev
 
 
 def _eagle3_rename(src: Source) -> tuple[str | None, Ev | None]:

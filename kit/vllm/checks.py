@@ -21,6 +21,7 @@ import json
 import operator
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from kit.checkpoint.aux_ids import NESTED, TOP
 from kit.checkpoint.convert import LAYER_SHIFT
@@ -84,7 +85,8 @@ VLLM_KEYS = Code(
     "error",
     "a checkpoint key vLLM's EAGLE-3 draft loader has no parameter for, after that release's renames (`kit.vllm.rules` "
     "draft_loaders: `model.` prefix, `midlayer.` -> `layers.0.`, q/k/v and gate/up stacking, `d2t`): vLLM stops at "
-    "startup with a KeyError naming it (SGLang would drop it silently); parameters no key fills are "
+    "startup with a KeyError or ValueError naming it (SGLang would drop it silently); a key its loader lets pass "
+    "unloaded (0.25.0 on: an unexpected `.bias`) is `draft.keys_dropped`, parameters no key fills "
     "`draft.params_missing`",
     "write the keys as the release loads them (a speculators-layout checkpoint: `kit convert DRAFT OUT --to "
     "speculators`), or drop the ones its draft class does not have",
@@ -432,20 +434,21 @@ def draft_module(rules: VllmRules, draft_config) -> tuple[str | None, HFConfig]:
     return rules.draft_archs.get(named), cfg
 
 
-def vllm_load(rules: VllmRules, draft_config, keys) -> tuple[str, list[str], list[str]] | None:
-    """(the draft class, the checkpoint keys vLLM's loader has no parameter for, the parameters no key fills) as the
-    release's `load_weights` names them (`draft_loaders` ops: on the class, the first that applies, as its if/elif
-    chain; on its decoder model (`in`), each rename, then the first stacking); the embedding, and a head over the
-    target's vocabulary, vLLM shares from the target. None where the class is not modelled (`draft_params`)."""
+def vllm_load(rules: VllmRules, draft_config, keys) -> dict[str, Any] | None:
+    """What the release's `load_weights` does with the draft's checkpoint keys (`draft_loaders` ops: on the class, the
+    first that applies, as its if/elif chain; on its decoder model (`in`), each rename, then the first stacking):
+    {"class", "refused": keys with no parameter, which stop startup, "ignored": such keys AutoWeightsLoader lets
+    pass (`auto_ignores`, where the key reaches it), "unfilled": parameters no key fills, less the embedding and a
+    head over the target's vocabulary, which vLLM shares from the target}. None where the class is not modelled."""
     module, cfg = draft_module(rules, draft_config)
     loader, params = rules.draft_loaders.get(module or "", {}), draft_params(module or "", cfg)
     if params is None or not loader:
         return None
     ops = loader["ops"]
     outer = [o for o in ops if "in" not in o and o["op"] in ("skip", "rename", "prefix")]
-    renames = [o for o in ops if "in" in o and o["op"] in ("rename", "map")]
+    renames = [o for o in ops if "in" in o and o["op"] in ("rename", "map") and o["to"] is not None]
     stacked = next((o["value"] for o in ops if o["op"] == "stacked"), [])
-    refused, filled = [], set()
+    out, filled = {"class": module, "refused": [], "ignored": []}, set()
     for key in keys:
         name = key
         op = next((o for o in outer if eval(o["if"], {"__builtins__": {}}, {"name": key})), None)
@@ -457,44 +460,50 @@ def vllm_load(rules: VllmRules, draft_config, keys) -> tuple[str, list[str], lis
                 if op["op"] == "prefix"
                 else key.replace(op["from"], op["to"])
             )
-        if name and name.startswith("model."):
-            inner = name.removeprefix("model.")
+        inner = bool(name and name.startswith("model."))
+        if inner:
+            stem = name.removeprefix("model.")
             for o in renames:
-                inner = inner.replace(o["from"], o["to"])
-            fused = next(((p, w) for p, w in stacked if w in inner), None)
-            name = "model." + (inner.replace(fused[1], fused[0]) if fused else inner)
+                stem = stem.replace(o["from"], o["to"])
+            fused = next(((p, w) for p, w in stacked if w in stem), None)
+            name = "model." + (stem.replace(fused[1], fused[0]) if fused else stem)
         if name and name not in params:
-            refused.append(key)
+            auto = loader.get("inner_auto") or not inner  # the class's own loader is AutoWeightsLoader
+            out["ignored" if auto and name.endswith(tuple(rules.auto_ignores)) else "refused"].append(key)
         filled.add(name)
     shared = {"model.embed_tokens.weight", "draft_id_to_target_id"}
     shared |= {"lm_head.weight"} if cfg.get("draft_vocab_size") in (None, cfg.get("vocab_size")) else set()
-    return module, refused, sorted(params - filled - shared)
+    return out | {"unfilled": sorted(params - filled - shared)}
 
 
 @finding_list
 def key_findings(rules: VllmRules, draft) -> Iterator[Finding]:
-    """`draft.vllm_keys` and `draft.params_missing` for the draft's checkpoint keys (safetensors headers) through the
-    release's loader (`vllm_load`)."""
+    """The draft's checkpoint keys (safetensors headers) through the release's loader (`vllm_load`): `draft.vllm_keys`
+    (refused), `draft.keys_dropped` (let pass unloaded), `draft.params_missing` (left unfilled)."""
     ckpt = read_checkpoint(draft.folder) if draft and draft.folder else None
     got = vllm_load(rules, draft.config, ckpt.shapes()) if ckpt and ckpt.tensors else None
     if got is None:
         return
-    module, refused, unfilled = got
-    ver, where = (
-        f"vLLM {rules.version}",
-        {"engine": "vllm", "class": module, "source": rules.evidence.get("draft_archs")},
-    )
-    if refused:
+    ver = f"vLLM {rules.version}"
+    where = {"engine": "vllm", "class": got["class"], "source": rules.evidence.get("draft_archs")}
+    if refused := got["refused"]:
         yield VLLM_KEYS(
-            f"{ver}'s {module} has no parameter for {len(refused)} checkpoint key(s), e.g. {refused[0]}: startup stops "
-            "(KeyError)",
+            f"{ver}'s {got['class']} has no parameter for {len(refused)} checkpoint key(s), e.g. {refused[0]}: startup "
+            "stops with an error naming it",
             evidence={**where, "keys": refused[:12], "count": len(refused)},
             fix=f"kit convert {draft.folder} {draft.folder}-speculators --to speculators, or drop {refused[0]}",
         )
-    if unfilled and not refused:
+    if ignored := got["ignored"]:
+        yield KEYS_DROPPED(
+            f"{ver} silently drops {len(ignored)} checkpoint key(s) its {got['class']} has no parameter for, e.g. "
+            f"{ignored[0]} (its weight loader ignores unexpected {', '.join(rules.auto_ignores)})",
+            evidence={**where, "dropped": ignored[:12], "count": len(ignored)},
+            fix="serve the draft on a class that has these weights, or retrain without them",
+        )
+    if (unfilled := got["unfilled"]) and not refused:
         yield PARAMS_MISSING(
-            f"{ver}'s {module}: no checkpoint key fills {len(unfilled)} parameter(s), e.g. {unfilled[0]}: vLLM serves "
-            "them at their initial values, with no error",
+            f"{ver}'s {got['class']}: no checkpoint key fills {len(unfilled)} parameter(s), e.g. {unfilled[0]}: vLLM "
+            "serves them at their initial values, with no error",
             evidence={**where, "params": unfilled[:12]},
             fix="supply the tensors the draft was trained with",
         )

@@ -44,7 +44,8 @@ class VllmRules:
     aux_ids_read: tuple[str, ...]  # where the runner reads the draft config's ids: "top", "nested" (eagle_config)
     aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
     draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
-    draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens}}
+    draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens},
+    # "inner_auto": its decoder model loads through AutoWeightsLoader}
     draft_rename: str | None  # EAGLEConfig's rename of an EAGLE-3 draft's architecture, a lambda of one; None: the
     # release loads its one EAGLE-3 class whatever the draft names
     draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts
@@ -63,6 +64,7 @@ class VllmRules:
     aux_v2_steps: tuple[tuple[str, str], ...] = ()
     aux_v2_methods: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     aux_v2_unsupported: tuple[tuple[str, str], ...] = ()
+    auto_ignores: tuple[str, ...] = ()  # key suffixes AutoWeightsLoader lets pass unloaded, without an error
 
     @cached_property
     def flag_table(self) -> FlagTable | None:
@@ -166,4 +168,5 @@ def _rules(version: str) -> VllmRules:
         aux_v2_steps=tuple(map(tuple, aux.get("v2_steps", []))),
         aux_v2_methods={m: tuple(map(tuple, s)) for m, s in aux.get("v2_methods", {}).items()},
         aux_v2_unsupported=tuple(map(tuple, aux.get("v2_unsupported", []))),
+        auto_ignores=tuple(dr.get("auto_ignores", [])),
     )
