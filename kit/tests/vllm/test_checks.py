@@ -329,3 +329,34 @@ def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeyp
     monkeypatch.setattr(checks, "rules_for", lambda version=None: silent)
     [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {d}")).findings if f.code == "launch.vllm_speculators"]
     assert "runs without speculation" in f.title and f"vllm serve {t} --speculative-config" in f.fix
+
+
+@pytest.mark.parametrize(
+    "version, edit, code",
+    [
+        ("0.24.0", lambda k: k, None),  # SpecForge's keys: midlayer.* renamed to layers.0.*, q/k/v and gate/up fused
+        ("0.24.0", lambda k: {n.replace("midlayer.", "layers.0."): v for n, v in k.items()}, None),  # speculators'
+        (
+            "0.24.0",
+            lambda k: {(n if n == "lm_head.weight" else "model." + n): v for n, v in k.items()},
+            "draft.vllm_keys",
+        ),
+        ("0.24.0", lambda k: k | {"midlayer.self_attn.q_norm.weight": ("BF16", (128,))}, "draft.vllm_keys"),
+        ("0.24.0", lambda k: k | {"fc.bias": ("BF16", (4096,))}, "draft.vllm_keys"),  # KeyError
+        ("0.33.0", lambda k: k | {"fc.bias": ("BF16", (4096,))}, "draft.keys_dropped"),  # let pass unloaded
+        ("0.24.0", lambda k: {n: v for n, v in k.items() if n != "fc.weight"}, "draft.params_missing"),
+    ],
+)
+def test_draft_keys_through_the_releases_loader(tmp_path, monkeypatch, version, edit, code):
+    """A draft's checkpoint keys on a vLLM line, through that release's EAGLE-3 loader rules (kit.vllm.checks.vllm_load;
+    bench/vllm_loader.py runs vLLM's own loader on the same variants): a key its class has no parameter for stops
+    startup, a `.bias` its AutoWeightsLoader lets pass (0.25.0 on) is dropped silently, an unfilled parameter stays
+    at its initial value; SGLang's loader rules do not speak for vLLM's class."""
+    monkeypatch.setattr(checks, "rules_for", rules_for)
+    t, d = models(tmp_path)
+    cfg = load_configs()[EAGLE3_DRAFT]["config"]
+    write_sparse_safetensors(Path(d) / "model.safetensors", edit(weight_spec(cfg, "midlayer")), cfg)
+    line = vllm({**EAGLE3, "model": d})
+    found = codes(diagnose(DoctorConfig(target=t, draft=d, launch=line, vllm_version=version)))
+    vllm_codes = {"draft.vllm_keys", "draft.keys_dropped", "draft.params_missing"}
+    assert found & vllm_codes == ({code} if code else set()), found
