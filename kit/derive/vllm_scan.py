@@ -37,7 +37,7 @@ from kit.sglang.versions import Version
 from kit.vllm.rules import FIELDS, RELEASES_PATH, RULES_PATH
 
 FIRST_RELEASE = "0.8.5"  # the first wheel with vllm/model_executor/models/llama_eagle3.py (0.8.4 has llama_eagle.py)
-LAST_RELEASE = "0.33.0"
+LAST_RELEASE = "0.34.0"
 MODELS = "vllm/model_executor/models/"
 SPEC_CONFIG_FILES = ("vllm/config/speculative.py", "vllm/config.py", "vllm/config/__init__.py")
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -256,6 +256,8 @@ def derive_aux_archs(src: Source) -> tuple[dict, dict]:
         rules.setdefault(default, set()).update(rules.pop("interface default"))
     # where the runner reads the draft config's ids (as points: the state entering that layer), else the default
     runner = ["vllm/v1/worker/gpu_model_runner.py"]
+    if src.text(runner[0]) is None:  # the first runner is gone (0.34.0): the second is the only one
+        runner = [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]
     for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
                            ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
         if hits := src.lines(runner, pattern):
@@ -652,7 +654,7 @@ def main(argv: list[str]) -> None:
         how = f"`vllm serve`'s subparser_init run with vllm=={argv[1]} installed --no-deps"
         write({argv[1]: {"parser_flags": {"value": parser_flags(*argv[1:3]), "evidence": {"how": how}}}}, _listed())
     elif argv[:1] == ["--write"]:
-        releases = _listed() or listed_releases()
+        releases = sorted({*_listed(), *listed_releases()}, key=Version.parse)  # the stored list, and any new one
         rows = {}
         for v in argv[1:] or releases:
             rows[v] = derive(v)

@@ -327,7 +327,7 @@ def second_runner(rules: VllmRules, dep, v: VllmLaunch, method: str | None) -> t
     if asked:
         return asked.lower() in ("1", "true"), f"VLLM_USE_V2_MODEL_RUNNER={asked}"
     if not rules.aux_v2_steps:
-        return False, f"vLLM {rules.version} has no default second runner"
+        return False, f"vLLM {rules.version} picks no runner (none is a default second one, or it has one runner)"
     c = _Config(rules, dep, v, method)
     value, cond = c.run(rules.aux_v2_steps)
     if value is UNKNOWN:

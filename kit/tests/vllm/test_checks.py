@@ -274,7 +274,7 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
 @pytest.mark.parametrize(
     "version, target, flags, second, why",
     [
-        ("0.21.0", LLAMA, "", False, "no default second runner"),
+        ("0.21.0", LLAMA, "", False, "picks no runner"),
         ("0.23.0", LLAMA, "", True, "default"),
         (
             "0.23.0",
