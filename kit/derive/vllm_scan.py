@@ -150,6 +150,8 @@ def derive_methods(src: Source) -> tuple[dict, dict]:
         if sets := [s.value for s in sets if isinstance(s, ast.Constant)]:
             detect.append([" or ".join(s for s in _strs(n.test) if s), sets[0]])
             ev.setdefault("name_detect", _ev(path, n, text))
+    if not detect:  # 0.34.0 on: each method's config class `matches` the draft's name, in the detection order
+        detect = _detected_by_class(src, ev)
     family, aux = _method_in(tree, "use_eagle"), _method_in(tree, "uses_aux_hidden_states")
     ev |= {k: _ev(path, c, text) for k, (_, c) in (("eagle_family", family), ("aux_hidden_state_methods", aux)) if c}
     if "eagle3" in compared:
@@ -163,6 +165,25 @@ def derive_methods(src: Source) -> tuple[dict, dict]:
     }
     value = {"declared": declared, "undeclared_accepted": sorted(set(compared) - set(declared)), "name_detect": detect}
     return value | eagle | {"eagle_family": family[0], "aux_hidden_state_methods": aux[0]}, ev
+
+
+def _detected_by_class(src: Source, ev: dict) -> list[list[str]]:
+    """[substring of the draft's path, method] from the speculator config classes (v1/worker/gpu/spec_decode/*): a
+    `matches` returning `"X" in ....model.lower()` in a class whose `base_method` is the method, in the order of
+    `_CHECKPOINT_DETECTION_ORDER`."""
+    files = src.under("vllm/v1/worker/gpu/spec_decode")
+    order = next((_strs(n.value) for _, _, n in src.nodes(files, ast.Assign)
+                  if ast.unparse(n.targets[0]) == "_CHECKPOINT_DETECTION_ORDER"), [])  # fmt: skip
+    found = {}
+    for path, text, cls in src.nodes(files, ast.ClassDef):
+        base = [a.value.value for a in cls.body if isinstance(a, ast.Assign) and ast.unparse(a.targets[0]) == "base_method"
+                and isinstance(a.value, ast.Constant)]  # fmt: skip
+        fn = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "matches"), None)
+        if base and fn and (r := _ret(fn)) and ".model.lower()" in ast.unparse(r.value):
+            found.setdefault(base[0], [" or ".join(_strs(r.value)), base[0]])
+            if base[0] == "eagle3":
+                ev["name_detect"] = _ev(path, r, text)
+    return [found[m] for m in order if m in found]
 
 
 def derive_flags(src: Source) -> tuple[dict, dict]:
@@ -276,7 +297,7 @@ def _v2_runner(src: Source, ev: dict) -> dict:
     environment override left out: the kit reads VLLM_USE_V2_MODEL_RUNNER itself), each zero-argument `self._m()` it
     calls derived the same way into `v2_methods`, and `_get_v2_model_runner_unsupported_features` as
     [condition, feature] pairs (`v2_unsupported`); conditions are Python source over the config (`self.`, locals
-    inlined, `target_listed`: the target's architecture is a default-V2 one), evaluated by `kit.vllm.checks`."""
+    inlined, `target_listed`: the target's architecture is a default-V2 one), evaluated by `kit.vllm.runner`."""
     path = "vllm/config/vllm.py"
     fns = {n.name: n for _, _, n in src.nodes([path], ast.FunctionDef)}
     if "use_v2_model_runner" not in fns:

@@ -9,19 +9,15 @@ its EAGLEConfig gives the draft's architecture, looked up in its registry; vLLM'
 vLLM's own codes: `launch.vllm_config` (the JSON), `launch.vllm_method`,
 `launch.vllm_flag` (legacy flags), `launch.vllm_draft_tp`, `launch.vllm_speculators` (`vllm serve DRAFT` on a release
 that does not detect its format), `aux.vllm_target` (no aux hidden states from the target). Where vLLM reads the
-draft's aux ids depends on the model runner that serves the deployment: `second_runner` decides it as the release's
-`use_v2_model_runner` does (its steps derived from the wheel, evaluated over the line's flags and the target's config).
+draft's aux ids depends on the model runner that serves the deployment (`kit.vllm.runner`); the draft's keys go
+through the release's own loader rules (`kit.vllm.loader`): `draft.vllm_keys` where it refuses one.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import json
-import operator
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from kit.checkpoint.aux_ids import NESTED, TOP
 from kit.checkpoint.convert import LAYER_SHIFT
@@ -29,10 +25,11 @@ from kit.checkpoint.hf_config import target_facts
 from kit.checkpoint.inspect import ARCH, KEYS_DROPPED, PARAMS_MISSING
 from kit.checkpoint.safetensors_io import read_checkpoint
 from kit.findings import Code, Finding, finding_list
-from kit.hf import HFConfig
 from kit.sglang.parser import PARSER, resolution_findings
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
+from kit.vllm.loader import draft_class, draft_module, draft_params, vllm_load
 from kit.vllm.rules import VllmRules, releases, rules_for
+from kit.vllm.runner import ids_read, second_runner
 from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, training_points
 
 LAUNCH, AUX = "launch/process/logs: notebook 04", "aux/probe/oracle: notebook 03"
@@ -221,135 +218,6 @@ def model_findings(
         )
 
 
-def draft_class(rules: VllmRules, draft_config) -> tuple[str, str] | None:
-    """(the draft's architecture, the class name the release looks up for it: `draft_rename`); None where the release
-    renames nothing, or the draft is in speculators' format (vLLM converts its config first)."""
-    arch = ((draft_config or {}).get("architectures") or [None])[0]
-    if not (arch and rules.draft_rename) or HFConfig.of(draft_config).is_speculators:
-        return None
-    return arch, eval(rules.draft_rename, {"__builtins__": {}})(arch)
-
-
-UNKNOWN = type("Unknown", (), {"__repr__": lambda self: "unknown"})()
-SUB_CONFIGS = {"model_config", "cache_config", "parallel_config", "compilation_config", "attention_config"}
-
-
-class _Config:
-    """VllmConfig as far as the launch and the target's config.json tell it, for the derived conditions of
-    `use_v2_model_runner` (`VllmRules.aux_v2_*`): a flag's value by its dest, the speculative JSON's keys, the
-    target's facts; anything else is UNKNOWN, and a condition that is not surely true does not fire."""
-
-    def __init__(self, rules: VllmRules, dep, v: VllmLaunch, method: str | None):
-        cfg = HFConfig.of(dep.target_config)
-        res = resolve(v, rules)
-        self.rules, self.values, self.spec, self.method = rules, dict(res.values if res else {}), v.spec, method
-        experts = any(cfg.text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
-        quant = cfg.get("quantization_config") or self.values.get("quantization")
-        self.facts = {"is_moe": experts, "is_quantized": bool(quant), "runner_type": "generate"}
-        self.facts |= {"is_diffusion": False, "is_attention_free": False, "architectures": [cfg.architecture]}
-        self.listed = "*" in rules.aux_v2_archs or cfg.architecture in rules.aux_v2_archs
-
-    def run(self, steps) -> tuple[object, str | None]:
-        """(the value of the first step whose condition is surely true, that condition); (UNKNOWN, None) if none."""
-        for cond, value in steps:
-            if self.sure(cond):
-                return self.ev(ast.parse(value, mode="eval").body), cond
-        return UNKNOWN, None
-
-    def sure(self, cond: str) -> bool:
-        v = self.ev(ast.parse(cond, mode="eval").body)
-        return v is not UNKNOWN and bool(v)
-
-    def unsupported(self) -> list[str]:
-        return [self.ev(ast.parse(f, mode="eval").body) for c, f in self.rules.aux_v2_unsupported if self.sure(c)]
-
-    def attr(self, base, name: str):
-        if base == "self":
-            if name == "speculative_config":
-                return "spec" if self.spec else None
-            return ("config", name) if name in SUB_CONFIGS else self.values.get(name, UNKNOWN)
-        if base == "spec":
-            return self.method if name == "method" else self.spec.get(name, UNKNOWN)
-        if base == ("config", "model_config") and name in self.facts:
-            return self.facts[name]
-        return self.values.get(name, UNKNOWN) if isinstance(base, tuple) else UNKNOWN
-
-    def ev(self, n: ast.expr):  # one branch per node kind the derived conditions use
-        if isinstance(n, ast.Constant):
-            return n.value
-        if isinstance(n, ast.Name):
-            return {"self": "self", "target_listed": self.listed, "HAS_TRITON": True}.get(n.id, UNKNOWN)
-        if isinstance(n, ast.Attribute):
-            return self.attr(self.ev(n.value), n.attr)
-        if isinstance(n, (ast.Tuple, ast.List)):
-            return tuple(self.ev(e) for e in n.elts)
-        if isinstance(n, ast.JoinedStr):
-            return "".join(str(self.ev(p.value)) if isinstance(p, ast.FormattedValue) else p.value for p in n.values)
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-            v = self.ev(n.operand)
-            return UNKNOWN if v is UNKNOWN else not v
-        if isinstance(n, ast.BoolOp):  # three-valued: a sure False (And) or True (Or) decides, else UNKNOWN wins
-            vals = [self.ev(x) for x in n.values]
-            decisive = [v for v in vals if v is not UNKNOWN and bool(v) == isinstance(n.op, ast.Or)]
-            return decisive[0] if decisive else UNKNOWN if UNKNOWN in vals else vals[-1]
-        if isinstance(n, ast.Compare) and len(n.ops) == 1:
-            a, b = self.ev(n.left), self.ev(n.comparators[0])
-            if UNKNOWN in (a, b):
-                return UNKNOWN
-            with contextlib.suppress(TypeError):
-                return COMPARE[type(n.ops[0])](a, b)
-            return UNKNOWN
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
-            if getattr(n.func.value, "id", "") == "self" and n.func.attr in self.rules.aux_v2_methods:
-                return self.run(self.rules.aux_v2_methods[n.func.attr])[0]
-            if getattr(n.func.value, "id", "") == "self" and n.func.attr == "_get_v2_model_runner_unsupported_features":
-                return self.unsupported()
-            if getattr(n.func.value, "id", "") == "current_platform":  # the kit judges CUDA hosts
-                return n.func.attr == "is_cuda"
-        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "getattr" and len(n.args) >= 2:
-            return self.attr(self.ev(n.args[0]), n.args[1].value)
-        return UNKNOWN
-
-
-COMPARE = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Gt: operator.gt, ast.Lt: operator.lt, ast.GtE: operator.ge,
-    ast.LtE: operator.le, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_,
-    ast.IsNot: operator.is_not,
-}  # fmt: skip
-
-
-def second_runner(rules: VllmRules, dep, v: VllmLaunch, method: str | None) -> tuple[bool, str]:
-    """(whether vLLM serves this deployment on its second model runner, why), as the release's `use_v2_model_runner`
-    decides (derived, `VllmRules.aux_v2_steps`): VLLM_USE_V2_MODEL_RUNNER in the launch's environment first, then
-    the release's default for the target (MoE, quantized, listed architectures) and its unsupported features (the
-    first runner serves instead); undecided conditions never fire."""
-    asked = ((dep.launch.server_env if dep.launch else None) or {}).get("VLLM_USE_V2_MODEL_RUNNER")
-    if asked:
-        return asked.lower() in ("1", "true"), f"VLLM_USE_V2_MODEL_RUNNER={asked}"
-    if not rules.aux_v2_steps:
-        return False, f"vLLM {rules.version} picks no runner (none is a default second one, or it has one runner)"
-    c = _Config(rules, dep, v, method)
-    value, cond = c.run(rules.aux_v2_steps)
-    if value is UNKNOWN:
-        return c.listed, "undecided: the architecture list decides"
-    if value is True:
-        return True, "the second runner, the release's default for this deployment"
-    if cond and "unsupported" in cond:
-        return False, f"the first runner: the second does not support {', '.join(c.unsupported())}"
-    if m := re.fullmatch(r"not self\.(\w+)\(\)", cond or ""):  # the default-target test said no: which of its steps
-        steps = rules.aux_v2_methods.get(m[1], ())
-        inner = c.run(steps)[1]
-        cond = f"{dict(steps)[inner]} is false" if inner == "True" else inner
-        return False, f"the first runner: not a default target of the second ({cond}; target_listed: {c.listed})"
-    return False, f"the first runner: {cond}"
-
-
-def ids_read(rules: VllmRules, v2: bool) -> tuple[str, ...]:
-    """Where the model runner that serves the deployment reads the draft config's aux ids: the second runner's
-    (`aux_v2_ids_read`, `second_runner`) or the first's (`aux_ids_read`)."""
-    return rules.aux_v2_ids_read if v2 and rules.aux_v2_ids_read else rules.aux_ids_read
-
-
 def serving_points(
     rules: VllmRules, draft_config, num_layers: int, read: tuple[str, ...] | None = None
 ) -> tuple[list[int], str] | None:
@@ -392,88 +260,6 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool, v: VllmLaunch, method: s
         fix=f"write {TOP} = {list(trained[0])} at the draft config's top level (vLLM reads the state entering each "
         "listed layer)",
     )
-
-
-# the parameters of vLLM's Llama-layout EAGLE-3 draft classes (model_executor/models/llama_eagle3.py, qwen3_eagle3.py:
-# each decoder layer with its `hidden_norm`, q/k/v and gate/up fused, biases where the config asks for them; fc with its
-# optional norms; lm_head, the vocabulary map) beside the module each class file holds them in
-LLAMA_CLASSES = {
-    "llama_eagle3.Eagle3LlamaForCausalLM": (),
-    "qwen3_eagle3.Eagle3Qwen3ForCausalLM": ("self_attn.q_norm", "self_attn.k_norm"),
-}
-
-
-def draft_params(module: str, cfg: HFConfig) -> set[str] | None:
-    """The parameter names vLLM's draft class `module` builds for this config; None for a class the kit does not
-    model (the MLA draft, whose keys are judged by SGLang's loader rules)."""
-    if module not in LLAMA_CLASSES:
-        return None
-    with_bias = lambda names, on: [f"{n}.{w}" for n in names for w in ("weight", "bias")[: 1 + bool(on)]]
-    norms = ("input_layernorm", "post_attention_layernorm", "hidden_norm", *LLAMA_CLASSES[module])
-    layer = [f"{n}.weight" for n in norms]
-    layer += with_bias(("self_attn.qkv_proj", "self_attn.o_proj"), cfg.get("attention_bias") or cfg.get("bias"))
-    layer += with_bias(("mlp.gate_up_proj", "mlp.down_proj"), cfg.get("mlp_bias"))
-    aux = len((cfg.get("eagle_config") or {}).get(TOP) or cfg.get(TOP) or [0, 0, 0])
-    inner = {"embed_tokens.weight", "fc.weight", "norm.weight"}
-    inner |= {f"layers.{i}.{n}" for i in range(cfg.get("num_hidden_layers") or 1) for n in layer}
-    inner |= {"input_norm.weight"} if cfg.get("norm_before_fc") else set()
-    inner |= {f"fc_norm.{j}.weight" for j in range(aux)} if cfg.get("fc_norm") else set()
-    return {"lm_head.weight", "draft_id_to_target_id"} | {f"model.{n}" for n in inner}
-
-
-def draft_module(rules: VllmRules, draft_config) -> tuple[str | None, HFConfig]:
-    """("module.Class" of the release's EAGLE-3 draft class for this draft, the config it is built from): a
-    speculators config is converted first (its layer's model_type picks the class), another names its architecture
-    (`draft_class`; releases that rename nothing load their one Llama class)."""
-    cfg = HFConfig.of(draft_config)
-    named = (draft_class(rules, draft_config) or (None, "Eagle3LlamaForCausalLM"))[1]
-    if cfg.is_speculators:
-        cfg = HFConfig.of({**cfg, **(cfg.get("transformer_layer_config") or {})})
-        qwen = cfg.get("model_type") == "qwen3" and "Eagle3Qwen3ForCausalLM" in rules.draft_archs
-        named = "Eagle3Qwen3ForCausalLM" if qwen else "Eagle3LlamaForCausalLM"
-    return rules.draft_archs.get(named), cfg
-
-
-def vllm_load(rules: VllmRules, draft_config, keys) -> dict[str, Any] | None:
-    """What the release's `load_weights` does with the draft's checkpoint keys (`draft_loaders` ops: on the class, the
-    first that applies, as its if/elif chain; on its decoder model (`in`), each rename, then the first stacking):
-    {"class", "refused": keys with no parameter, which stop startup, "ignored": such keys AutoWeightsLoader lets
-    pass (`auto_ignores`, where the key reaches it), "unfilled": parameters no key fills, less the embedding and a
-    head over the target's vocabulary, which vLLM shares from the target}. None where the class is not modelled."""
-    module, cfg = draft_module(rules, draft_config)
-    loader, params = rules.draft_loaders.get(module or "", {}), draft_params(module or "", cfg)
-    if params is None or not loader:
-        return None
-    ops = loader["ops"]
-    outer = [o for o in ops if "in" not in o and o["op"] in ("skip", "rename", "prefix")]
-    renames = [o for o in ops if "in" in o and o["op"] in ("rename", "map") and o["to"] is not None]
-    stacked = next((o["value"] for o in ops if o["op"] == "stacked"), [])
-    out, filled = {"class": module, "refused": [], "ignored": []}, set()
-    for key in keys:
-        name = key
-        op = next((o for o in outer if eval(o["if"], {"__builtins__": {}}, {"name": key})), None)
-        if op:
-            name = (
-                None
-                if op["op"] == "skip"
-                else op["add"] + key
-                if op["op"] == "prefix"
-                else key.replace(op["from"], op["to"])
-            )
-        inner = bool(name and name.startswith("model."))
-        if inner:
-            stem = name.removeprefix("model.")
-            for o in renames:
-                stem = stem.replace(o["from"], o["to"])
-            fused = next(((p, w) for p, w in stacked if w in stem), None)
-            name = "model." + (stem.replace(fused[1], fused[0]) if fused else stem)
-        if name and name not in params:
-            auto = loader.get("inner_auto") or not inner  # the class's own loader is AutoWeightsLoader
-            out["ignored" if auto and name.endswith(tuple(rules.auto_ignores)) else "refused"].append(key)
-        filled.add(name)
-    shared = {"model.embed_tokens.weight", "draft_id_to_target_id"}
-    shared |= {"lm_head.weight"} if cfg.get("draft_vocab_size") in (None, cfg.get("vocab_size")) else set()
-    return out | {"unfilled": sorted(params - filled - shared)}
 
 
 @finding_list

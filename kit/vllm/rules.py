@@ -58,7 +58,7 @@ class VllmRules:
     evidence: Mapping[str, Any]  # field -> its evidence
     # the second model runner (vllm/v1/worker/gpu/): the targets its architecture list names ("*": none, every target),
     # where it reads the draft config's aux ids, and `use_v2_model_runner` as derived (`kit.derive.vllm_scan._v2_runner`:
-    # [condition, value] steps, the methods they call, the unsupported features; judged by kit.vllm.checks.second_runner)
+    # [condition, value] steps, the methods they call, the unsupported features; judged by kit.vllm.runner.second_runner)
     aux_v2_archs: tuple[str, ...] = ()
     aux_v2_ids_read: tuple[str, ...] = ()
     aux_v2_steps: tuple[tuple[str, str], ...] = ()

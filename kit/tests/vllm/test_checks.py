@@ -16,7 +16,7 @@ import pytest
 from kit.doctor import DoctorConfig, diagnose
 from kit.preflight import launch_report
 from kit.serving.launch import spec_from_command
-from kit.vllm import checks
+from kit.vllm import checks, loader, runner
 from kit.vllm.rules import VllmRules, rules_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
@@ -207,8 +207,8 @@ def test_a_draft_class_the_release_does_not_have(tmp_path, monkeypatch):
         assert len(found) == bad, found
         assert not bad or "class LlamaForCausalLMEagle3 (from its architecture LlamaForCausalLMEagle3)" in found[0]
     qwen = {"architectures": ["Qwen3ForCausalLM"]}
-    assert checks.draft_class(r, qwen) == ("Qwen3ForCausalLM", "Eagle3Qwen3ForCausalLM")
-    assert checks.draft_class(RULES, qwen) is None  # a release that loads its one EAGLE-3 class
+    assert loader.draft_class(r, qwen) == ("Qwen3ForCausalLM", "Eagle3Qwen3ForCausalLM")
+    assert loader.draft_class(RULES, qwen) is None  # a release that loads its one EAGLE-3 class
 
 
 def test_draft_tp_the_release_does_not_allow(tmp_path):
@@ -257,7 +257,7 @@ def test_aux_ids_one_layer_early_on_vllm_where_sglang_serves_the_trained_points(
     monkeypatch.setattr(checks, "rules_for", lambda version=None: top_only)
     assert "aux.layer_shift" not in codes(run(vllm(EAGLE3)))
     # the second model runner's EAGLE-3 helper reads only the top level: the default points again, where the release
-    # serves the deployment on it (kit.vllm.checks.second_runner, the real releases' rules)
+    # serves the deployment on it (kit.vllm.runner.second_runner, the real releases' rules)
     monkeypatch.setattr(checks, "rules_for", rules_for)
     at = lambda version, line=vllm(EAGLE3): codes(
         diagnose(DoctorConfig(target=t, draft=d, launch=line, trained_with="specforge", vllm_version=version))
@@ -301,7 +301,7 @@ def test_which_model_runner_serves_the_deployment(tmp_path, monkeypatch, version
     rules = rules_for(version)
     v = read_argv([*vllm(EAGLE3).split()[:2], "T", *flags.split(), "--speculative-config", json.dumps(EAGLE3)], rules)
     dep = SimpleNamespace(target_config=load_configs()[target]["config"], launch=None)
-    got, reason = checks.second_runner(rules, dep, v, "eagle3")
+    got, reason = runner.second_runner(rules, dep, v, "eagle3")
     assert got is second and why in reason
 
 
@@ -348,7 +348,7 @@ def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeyp
     ],
 )
 def test_draft_keys_through_the_releases_loader(tmp_path, monkeypatch, version, edit, code):
-    """A draft's checkpoint keys on a vLLM line, through that release's EAGLE-3 loader rules (kit.vllm.checks.vllm_load;
+    """A draft's checkpoint keys on a vLLM line, through that release's EAGLE-3 loader rules (kit.vllm.loader.vllm_load;
     bench/vllm_loader.py runs vLLM's own loader on the same variants): a key its class has no parameter for stops
     startup, a `.bias` its AutoWeightsLoader lets pass (0.25.0 on) is dropped silently, an unfilled parameter stays
     at its initial value; SGLang's loader rules do not speak for vLLM's class."""
