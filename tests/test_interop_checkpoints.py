@@ -53,6 +53,12 @@ m = Eagle3DraftModel.from_training_args(verifier_config=tl, t2d=t2d, d2t=d2t, ve
         draft_vocab_size=VD, norm_before_residual=False, ttt_steps=1, draft_attn_impl="simple_flex_attention")
 perturb(m, ("embed_tokens", "lm_head", "verifier"))
 m.save_pretrained(w / "spec")
+# the same draft on speculators' Qwen3 decoder layer (`--draft-arch qwen3`: q/k norms in its attention)
+tl = create_transformer_layer_config(verifier_name_or_path=str(w / "verifier"), num_layers=1, draft_arch="qwen3",
+                                     hidden_act=None, sliding_window=0, full_attention_indices=[0])
+Eagle3DraftModel.from_training_args(verifier_config=tl, t2d=t2d, d2t=d2t, verifier_name_or_path=str(w / "verifier"),
+        draft_vocab_size=VD, norm_before_residual=False, ttt_steps=1,
+        draft_attn_impl="simple_flex_attention").save_pretrained(w / "spec_qwen3")
 
 from specforge.modeling.auto import AutoDraftModel, AutoDraftModelConfig
 cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "num_attention_heads": 2,
@@ -211,6 +217,21 @@ def test_vllm_serve_of_the_genuine_speculators_draft(work):
         assert [f.code for f in diagnose(DoctorConfig(launch=line, vllm_version=old)).errors] == [
             "launch.vllm_speculators"
         ], old
+
+
+def test_vllm_loads_the_genuine_qwen3_layer_draft_from_0_24(work):
+    """speculators' Qwen3-layer draft (`--draft-arch qwen3`, q/k norms in its attention) through vLLM's loader rules:
+    before 0.24.0 vLLM builds every speculators EAGLE-3 draft on its Llama class, which has no q/k norms, and stops
+    at startup on `layers.0.self_attn.q_norm.weight` (the KeyError of vllm PRs #44322 and #43132); 0.24.0 maps the
+    qwen3 layer to Eagle3Qwen3ForCausalLM. The Llama-layer draft loads on both."""
+    from kit.doctor import DoctorConfig, diagnose
+
+    _, w = work
+    errors = lambda d, v: {f.code for f in diagnose(DoctorConfig(launch=f"vllm serve {w / d}", vllm_version=v)).errors}
+    [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {w / 'spec_qwen3'}", vllm_version="0.23.0")).errors]
+    assert f.code == "draft.vllm_keys" and "layers.0.self_attn.k_norm.weight" in f.title and "0.24.0" in f.fix, f.fix
+    assert not errors("spec_qwen3", "0.24.0") and not errors("spec", "0.23.0") and not errors("spec", "0.24.0")
+    assert read_checkpoint(w / "spec_qwen3").tensors.keys() >= {"layers.0.self_attn.q_norm.weight"}
 
 
 def test_real_t2d_without_d2t_is_graded_by_its_misnumbered_share(work, tmp_path):

@@ -26,6 +26,7 @@ from kit.checkpoint.inspect import ARCH, KEYS_DROPPED, PARAMS_MISSING
 from kit.checkpoint.safetensors_io import read_checkpoint
 from kit.findings import Code, Finding, finding_list
 from kit.sglang.parser import PARSER, resolution_findings
+from kit.sglang.versions import Version
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
 from kit.vllm.loader import draft_class, draft_module, draft_params, vllm_load
 from kit.vllm.rules import VllmRules, releases, rules_for
@@ -267,17 +268,21 @@ def key_findings(rules: VllmRules, draft) -> Iterator[Finding]:
     """The draft's checkpoint keys (safetensors headers) through the release's loader (`vllm_load`): `draft.vllm_keys`
     (refused), `draft.keys_dropped` (let pass unloaded), `draft.params_missing` (left unfilled)."""
     ckpt = read_checkpoint(draft.folder) if draft and draft.folder else None
-    got = vllm_load(rules, draft.config, ckpt.shapes()) if ckpt and ckpt.tensors else None
+    keys = list(ckpt.shapes()) if ckpt and ckpt.tensors else []
+    got = vllm_load(rules, draft.config, keys) if keys else None
     if got is None:
         return
     ver = f"vLLM {rules.version}"
     where = {"engine": "vllm", "class": got["class"], "source": rules.evidence.get("draft_archs")}
     if refused := got["refused"]:
+        newer = [r for r in releases() if Version.parse(r) > Version.parse(rules.version)]
+        loads = next((r for r in newer if not (vllm_load(rules_for(r), draft.config, keys) or {}).get("refused")), None)
+        convert = f"kit convert {draft.folder} {draft.folder}-speculators --to speculators, or drop {refused[0]}"
         yield VLLM_KEYS(
             f"{ver}'s {got['class']} has no parameter for {len(refused)} checkpoint key(s), e.g. {refused[0]}: startup "
             "stops with an error naming it",
-            evidence={**where, "keys": refused[:12], "count": len(refused)},
-            fix=f"kit convert {draft.folder} {draft.folder}-speculators --to speculators, or drop {refused[0]}",
+            evidence={**where, "keys": refused[:12], "count": len(refused), "first_release_loading_them": loads},
+            fix=f"vLLM >= {loads}, whose loader takes these keys" if loads else convert,
         )
     if ignored := got["ignored"]:
         yield KEYS_DROPPED(
