@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,15 +103,11 @@ def variants(root: Path) -> dict[str, Path]:
     ckpt = read_checkpoint(base)
     keys = {k: (t.dtype, t.shape) for k, t in ckpt.tensors.items()}
     H, hd = cfg["hidden_size"], cfg["head_dim"]
-    speculators = lambda c, layer: (
-        sglang_to_speculators_config(HFConfig.of(c), verifier=str(embedded_dir()))
-        | {
-            "transformer_layer_config": {
-                **sglang_to_speculators_config(HFConfig.of(c))["transformer_layer_config"],
-                **layer,
-            }
-        }
-    )
+
+    def speculators(c: dict, layer: dict) -> dict:  # the config speculators writes, its decoder layer's fields edited
+        doc = sglang_to_speculators_config(HFConfig.of(c), verifier=str(embedded_dir()))
+        return doc | {"transformer_layer_config": {**doc["transformer_layer_config"], **layer}}
+
     norms = {f"layers.0.self_attn.{q}_norm.weight": ("BF16", (hd,)) for q in ("q", "k")}
     speculators_keys = lambda k: {n.replace("midlayer.", "layers.0."): v for n, v in k.items()}
     biases = {
@@ -195,7 +190,6 @@ def main() -> None:
             kit = {"draft.vllm_keys": "refuses", "draft.keys_dropped": "drops", "draft.params_missing": "unfilled"}
             kit_fault = next((v for c, v in kit.items() if c in codes), "loads")
             rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": vllm_fault == kit_fault})
-        shutil.rmtree(tmp, ignore_errors=True)
     doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in rows), "of": len(rows)}
     print(json.dumps(doc, indent=1))
 

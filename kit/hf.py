@@ -19,6 +19,10 @@ from typing import Any
 
 # where multimodal wrappers (Kimi-K2.5, Llava...) nest the language model's config
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
+# the fields a config.json gives its routed experts in (DeepSeek/Kimi, Qwen-MoE, Mixtral), and an EAGLE-3 draft config
+# its aux layer ids in (top level, or under `eagle_config`)
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+AUX_IDS = "eagle_aux_hidden_state_layer_ids"
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,14 +12,14 @@ where a stack reads them, `capture_points` maps them to points (SGLang's rule pe
 
 from __future__ import annotations
 
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 from kit.sglang.capture import capture_rule, default_ids, sglang_points
 
 STACKS = ("sglang", "vllm", "speculators", "specforge", "specforge-hf", "eagle")
 # which stack's id convention a training provenance / --trained-with value implies
 CONVENTION_OF = {**{s: s for s in STACKS}, "kit": "sglang"}
-NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
-TOP = "eagle_aux_hidden_state_layer_ids"
+NESTED = f"eagle_config.{AUX_IDS}"
+TOP = AUX_IDS
 
 
 def read_ids(stack: str, cfg: HFConfig) -> tuple[list[int] | None, str]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from kit.checkpoint.processors import PROCESSOR_FILES, STAND_IN_PROCESSORS
 from kit.findings import KitInputError
-from kit.hf import HFConfig
+from kit.hf import EXPERT_KEYS, HFConfig
 
 # quantization methods SGLang builds and dummy-loads on a miniature, with the width alignment their kernels
 # need (fp8 block scales come in 128 x 128 blocks). Others (mxfp4, compressed-tensors INT4, awq...) are dropped
@@ -51,7 +51,6 @@ INTERMEDIATE_KEYS = (
     "shared_expert_intermediate_size",
     "ffn_hidden_size",
 )
-EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 MLA_FIXED = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 MINI_RECORD = "kit_miniature.json"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit.findings import Code, Finding
-from kit.hf import HFConfig
+from kit.hf import EXPERT_KEYS, HFConfig
 from kit.sglang.versions import default_release, pick_recorded
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
@@ -133,7 +133,7 @@ def _splits(side: str, c: HFConfig, d, s: dict[str, int], facts: dict[str, str])
     nkv = d.num_key_value_heads if d else (t.get("num_key_value_heads") or nh)
     mla = (d.kv_lora_rank if d else t.get("kv_lora_rank")) is not None
     inter = d.intermediate_size if d else t.get("intermediate_size")
-    experts = None if d else t.get("n_routed_experts") or t.get("num_experts") or t.get("num_local_experts")
+    experts = None if d else next((t[k] for k in EXPERT_KEYS if t.get(k)), None)
     moe = t.get("moe_intermediate_size") or inter if experts else None
     # the draft's LlamaAttention (llama.py) divides heads by the full TP; MLA and the target's QKV by attention TP
     by = tp if (d and not mla) or (mla and "mla_heads_attn_tp" not in facts) else s["attn_tp_size"]

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 from kit.vllm.rules import VllmRules
-
-TOP = "eagle_aux_hidden_state_layer_ids"  # the draft config's aux ids (the field kit.checkpoint.aux_ids reads)
 
 
 def draft_class(rules: VllmRules, draft_config) -> tuple[str, str] | None:
@@ -48,7 +46,7 @@ def draft_params(module: str, cfg: HFConfig) -> set[str] | None:
     layer = [f"{n}.weight" for n in norms]
     layer += with_bias(("self_attn.qkv_proj", "self_attn.o_proj"), cfg.get("attention_bias") or cfg.get("bias"))
     layer += with_bias(("mlp.gate_up_proj", "mlp.down_proj"), cfg.get("mlp_bias"))
-    aux = len((cfg.get("eagle_config") or {}).get(TOP) or cfg.get(TOP) or [0, 0, 0])
+    aux = len((cfg.get("eagle_config") or {}).get(AUX_IDS) or cfg.get(AUX_IDS) or [0, 0, 0])
     inner = {"embed_tokens.weight", "fc.weight", "norm.weight"}
     inner |= {f"layers.{i}.{n}" for i in range(cfg.get("num_hidden_layers") or 1) for n in layer}
     inner |= {"input_norm.weight"} if cfg.get("norm_before_fc") else set()

@@ -17,7 +17,7 @@ import contextlib
 import operator
 import re
 
-from kit.hf import HFConfig
+from kit.hf import EXPERT_KEYS, HFConfig
 from kit.vllm.cmdline import VllmLaunch, resolve
 from kit.vllm.rules import VllmRules
 
@@ -34,7 +34,7 @@ class _Config:
         cfg = HFConfig.of(dep.target_config)
         res = resolve(v, rules)
         self.rules, self.values, self.spec, self.method = rules, dict(res.values if res else {}), v.spec, method
-        experts = any(cfg.text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+        experts = any(cfg.text.get(k) for k in EXPERT_KEYS)
         quant = cfg.get("quantization_config") or self.values.get("quantization")
         self.facts = {"is_moe": experts, "is_quantized": bool(quant), "runner_type": "generate"}
         self.facts |= {"is_diffusion": False, "is_attention_free": False, "architectures": [cfg.architecture]}
