@@ -278,15 +278,26 @@ def derive_aux_archs(src: Source) -> tuple[dict, dict]:
     # where the runner reads the draft config's ids (as points: the state entering that layer), else the default
     runner = ["vllm/v1/worker/gpu_model_runner.py"]
     if src.text(runner[0]) is None:  # the first runner is gone (0.34.0): the second is the only one
-        runner = [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]
-    for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
-                           ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
-        if hits := src.lines(runner, pattern):
-            ev[f"ids_read_{where}"] = hits[0]
+        runner = _v2_eagle_files(src)
     overrides = {f: sorted(a) for f, a in sorted(rules.items()) if f != default}
     value = {"archs": sorted(set(archs)), "default": default, "overrides": overrides}
-    value |= {"ids_read": [w for w in ("top", "nested") if f"ids_read_{w}" in ev]}
+    value |= {"ids_read": _ids_read(src, runner, ev, "ids_read")}
     return value | _v2_runner(src, ev), ev
+
+
+_v2_eagle_files = lambda src: [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]  # its EAGLE-3 helpers
+
+
+def _ids_read(src: Source, files: list[str], ev: dict, key: str) -> list[str]:
+    """Where `files` read a draft config's aux ids: "top" (`getattr(hf_config, ...)`), "nested" (`eagle_config`),
+    each with its evidence as ev[f"{key}_{where}"]."""
+    read = []
+    for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
+                           ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
+        if hits := src.lines(files, pattern):
+            ev[f"{key}_{where}"] = hits[0]
+            read.append(where)
+    return read
 
 
 def _v2_runner(src: Source, ev: dict) -> dict:
@@ -312,13 +323,7 @@ def _v2_runner(src: Source, ev: dict) -> dict:
         methods[name] = _steps(fns[name].body, {})
         called = {c.func.attr for c in _walk(fns[name], ast.Call) if isinstance(c.func, ast.Attribute)}
         todo += [m for m in called if m in fns and m not in methods and m != UNSUPPORTED and not fns[m].args.args[1:]]
-    runner = [f for f in src.under("vllm/v1/worker/gpu") if "eagle" in f]
-    read = []
-    for where, pattern in (("top", r"attr\(hf_config, .eagle_aux_hidden_state_layer_ids"),
-                           ("nested", r"eagle_config\.get\(.eagle_aux_hidden_state_layer_ids")):  # fmt: skip
-        if hits := src.lines(runner, pattern):
-            ev[f"v2_ids_read_{where}"] = hits[0]
-            read.append(where)
+    read = _ids_read(src, _v2_eagle_files(src), ev, "v2_ids_read")
     steps = methods.pop("use_v2_model_runner")
     unsupported = _appended(fns[UNSUPPORTED].body, {}, []) if UNSUPPORTED in fns else []
     return {"v2_archs": archs, "v2_ids_read": read, "v2_steps": steps, "v2_methods": methods} | (
@@ -675,7 +680,11 @@ def main(argv: list[str]) -> None:
         how = f"`vllm serve`'s subparser_init run with vllm=={argv[1]} installed --no-deps"
         write({argv[1]: {"parser_flags": {"value": parser_flags(*argv[1:3]), "evidence": {"how": how}}}}, _listed())
     elif argv[:1] == ["--write"]:
-        releases = sorted({*_listed(), *listed_releases()}, key=Version.parse)  # the stored list, and any new one
+        try:  # the stored list, and any release the package index adds to it
+            releases = sorted({*_listed(), *listed_releases()}, key=Version.parse)
+        except KitInputError as e:  # offline (VLLM_SRC): the stored list
+            print(f"the package index was not read ({e}): the stored release list stands", file=sys.stderr)
+            releases = _listed()
         rows = {}
         for v in argv[1:] or releases:
             rows[v] = derive(v)
