@@ -60,7 +60,7 @@ from kit.checkpoint.safetensors_io import (
 )
 from kit.config import opt
 from kit.findings import Code, Finding, KitInputError, Report, emit
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 from kit.sglang.draft_config import read_draft_config
 
 # the finding codes this module declares (kit.codes collects them into docs/findings.md)
@@ -478,14 +478,14 @@ def _write_aux(config: dict[str, Any], to: str, aux: dict[str, Any]) -> None:
     """Put the destination's aux ids where its stack reads them, and the source record beside them."""
     ids = aux["ids"]
     if to == "speculators":
-        config["eagle_aux_hidden_state_layer_ids"] = ids
+        config[AUX_IDS] = ids
     elif to == "sglang":
         ec = config.setdefault("eagle_config", {"use_aux_hidden_state": True})
         if ids:
-            ec["eagle_aux_hidden_state_layer_ids"] = list(ids)
+            ec[AUX_IDS] = list(ids)
         else:
-            ec.pop("eagle_aux_hidden_state_layer_ids", None)
-        config.pop("eagle_aux_hidden_state_layer_ids", None)
+            ec.pop(AUX_IDS, None)
+        config.pop(AUX_IDS, None)
     config[AUX_SOURCE_KEY] = aux["record"]
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 
 SPECULATORS_ARCHS = ("Eagle3DraftModel", "Eagle3Speculator")
 MLA_MARKERS = ("q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj", "q_b_proj", "kv_a_layernorm", "q_a_layernorm")
@@ -152,9 +152,9 @@ def speculators_to_sglang_config(cfg: HFConfig, num_aux: int | None) -> dict[str
     }
     if cfg.get("target_hidden_size") not in (None, tl.get("hidden_size")):
         out["target_hidden_size"] = cfg["target_hidden_size"]
-    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    ids = cfg.get(AUX_IDS)
     eagle: dict[str, Any] = {"use_aux_hidden_state": True}
-    eagle |= {"eagle_aux_hidden_state_layer_ids": list(ids)} if ids else {}
+    eagle |= {AUX_IDS: list(ids)} if ids else {}
     if cfg.get("norm_before_fc"):
         eagle["norm_before_fc"] = out["norm_before_fc"] = True
     out |= {"eagle_config": eagle, "num_aux_hidden_states": num_aux or (len(ids) if ids else 3)}
@@ -193,7 +193,7 @@ def sglang_to_speculators_config(
         "draft_vocab_size": Vd if Vd is not None else cfg.get("vocab_size"),
         "norm_before_residual": False,
         "target_hidden_size": cfg["target_hidden_size"] if cfg.get("target_hidden_size") not in (None, H) else None,
-        "eagle_aux_hidden_state_layer_ids": eagle.get("eagle_aux_hidden_state_layer_ids"),
+        AUX_IDS: eagle.get(AUX_IDS),
         "norm_before_fc": bool(eagle.get("norm_before_fc", cfg.get("norm_before_fc", False))),
         "fc_norm": bool(cfg.get("fc_norm") or cfg.get("use_aux_norm")),
         "norm_output": bool(cfg.get("norm_output", False)),

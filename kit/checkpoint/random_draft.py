@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kit.checkpoint.layouts import from_canonical, sglang_to_eagle_config, sglang_to_speculators_config
 from kit.checkpoint.safetensors_io import write_safetensors
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 from kit.sglang.draft_config import llama_draft_shapes
 
 SMOLLM2 = {
@@ -80,7 +80,7 @@ def write_random_draft(
         "tie_word_embeddings": False,
         "num_aux_hidden_states": len(ids),
         "torch_dtype": dtype,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+        "eagle_config": {AUX_IDS: ids, "use_aux_hidden_state": True},
     }
     configs = {
         "speculators": {**sglang_to_speculators_config(sg, None, dims.get("architectures")), "dtype": dtype},

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from kit import config as kconfig
 from kit.findings import KitInputError
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 
 HELP = "train a 1-layer EAGLE-3 head on the target's own outputs (CPU smoke run in minutes, or --device cuda; cached)"
 RECIPE_VERSION = 4  # bump when the training code changes what a given config produces
@@ -293,7 +293,7 @@ def train_head(target, data, cfg: TrainConfig, points: list[int], log=print, tra
             "rope_theta": theta,
             "tie_word_embeddings": False,
             "torch_dtype": cfg.save_dtype,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [p - 1 for p in points], "use_aux_hidden_state": True},
+            "eagle_config": {AUX_IDS: [p - 1 for p in points], "use_aux_hidden_state": True},
         }
     )
     torch.manual_seed(cfg.seed)

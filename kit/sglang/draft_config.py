@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.hf import HFConfig
+from kit.hf import AUX_IDS, HFConfig
 
 ABSENT = object()  # a key not present in the file (distinct from an explicit null)
 
@@ -114,7 +114,7 @@ def read_draft_config(cfg: HFConfig) -> DraftConfig:
     inter = tl.get("intermediate_size_mlp") if tl.get("model_type") == "llama4_text" else tl.get("intermediate_size")
     rp = tl.get("rope_parameters")
     theta = (rp or {}).get("rope_theta", tl.get("rope_theta", 10000.0)) if rp else tl.get("rope_theta", 10000.0)
-    top_ids, ids = cfg.get("eagle_aux_hidden_state_layer_ids"), ec.get("eagle_aux_hidden_state_layer_ids")
+    top_ids, ids = cfg.get(AUX_IDS), ec.get(AUX_IDS)
     nh = _int(tl.get("num_attention_heads"))
     return DraftConfig(
         layout="speculators" if nested else "sglang",
