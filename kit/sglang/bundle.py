@@ -220,10 +220,9 @@ RELEASE_VLLM_0_24_0 = Release(
             "vllm",
             "0.24.0",
             drop=(
-                (
-                    "vllm/vllm_flash_attn/_vllm_fa*_C*.so",
-                    "FlashAttention 2/3 (344 MB unpacked): launch with --attention-backend TRITON_ATTN",
-                ),
+                # on CUDA every model's import reaches vllm_flash_attn (v1/attention/backends/fa_utils.py), which
+                # raises ImportError unless FA2 or FA3 loads: FA3 (153 MB) travels, FA2 does not
+                ("vllm/vllm_flash_attn/_vllm_fa2_C*.so", "FlashAttention 2 (191 MB unpacked): FA3 is carried"),
                 ("vllm/third_party/deep_gemm/*", "DeepGEMM (FP8 GEMM kernels and their sources)"),
                 ("vllm/third_party/fmha_sm100/*", "Blackwell FMHA sources"),
                 ("vllm/vllm-rs", "the Rust frontend binary, opt-in (VLLM_USE_RUST_FRONTEND=1)"),
@@ -239,7 +238,9 @@ RELEASE_VLLM_0_24_0 = Release(
             "pybase64==1.5.1 partial-json-parser==0.2.1.1.post7 watchfiles==1.3.0 model-hosting-container-standards==0.1.16 "
             "jmespath==1.1.0 supervisor==4.3.0 openai-harmony==0.0.8 prometheus-fastapi-instrumentator==8.1.0 "
             "setproctitle==1.3.8 blake3==1.0.11 python-json-logger==4.2.0 diskcache==5.6.3 lark==1.2.2 depyf==0.20.0 "
-            "astor==0.8.1 dill==0.4.1 ijson==3.6.0 llguidance==1.7.6 outlines-core==0.2.14 apache-tvm-ffi==0.1.9"
+            "astor==0.8.1 dill==0.4.1 ijson==3.6.0 llguidance==1.7.6 outlines-core==0.2.14 apache-tvm-ffi==0.1.9 "
+            # openai 3.x imports httpx2; the kit itself needs orjson (checkpoint headers) and gguf (the embedded model)
+            "httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5 h11==0.16.0 orjson==3.13.0 gguf==0.19.0"
         ),
         # the structured-output backends are imported when the scheduler is (vllm/v1/structured_output)
         WheelRule(
@@ -250,7 +251,7 @@ RELEASE_VLLM_0_24_0 = Release(
     ),
     launch_flags=("--attention-backend", "TRITON_ATTN"),
     not_carried=(
-        ("vllm-flash-attn", "--attention-backend FLASH_ATTN is unavailable; use TRITON_ATTN"),
+        ("FlashAttention 2", "--attention-backend FLASH_ATTN runs FA3 (Hopper) only; the kit launches TRITON_ATTN"),
         ("flashinfer", "FlashInfer attention and its top-k/top-p sampler; vLLM samples with PyTorch"),
         ("lm-format-enforcer", "structured output through that backend"),
         ("DeepGEMM, FlashMLA, fused-MoE kernels", "FP8 block GEMMs, MLA and MoE targets"),

@@ -75,6 +75,7 @@ EVENTS = [
 # wait_for_ready): the root cause is an exception line above these
 STARTUP_FAILED = re.compile(
     r"(Engine core|WorkerProc) initialization failed|Frontend process failed during engine core initialization"
+    r"|Model architectures \[.*\] failed to be inspected"  # ModelConfig: the registry's subprocess failed
 )
 
 
@@ -193,12 +194,13 @@ class VllmEngine(Engine):
         return None if kind is None else {"time": time_, "rank": proc, "kind": kind, "message": msg}
 
     def startup_failure(self, line: str, tail: list[str]) -> str | None:
-        """On vLLM's `Engine core initialization failed` line: the root cause, the last exception line above it."""
+        """On vLLM's `Engine core initialization failed` line: the root cause, the last exception line above it that
+        vLLM logged (a failed process's traceback, each line prefixed), else the last one at all."""
         msg = split_line(line)[2]
         if not STARTUP_FAILED.search(msg):
             return None
-        causes = [m for t in tail if not STARTUP_FAILED.search(m := split_line(t)[2])]
-        return exception_line(causes) or msg
+        causes = [(when, m) for when, _, m in map(split_line, tail) if not STARTUP_FAILED.search(m)]
+        return exception_line([m for when, m in causes if when]) or exception_line([m for _, m in causes]) or msg
 
     def spec_fields(self, obj: dict, api: str) -> dict[str, Any]:
         sd = (obj.get("metrics") or {}).get("speculative_decoding") or {}

@@ -146,6 +146,25 @@ def test_startup_failure_names_the_root_cause():
     assert vl.startup_failure(tail[-1], tail) == "ValueError: No available memory for the cache blocks."
 
 
+def test_a_model_that_fails_inspection_is_named_by_the_registrys_own_traceback():
+    """vLLM 0.24.0 on an H100 without its FlashAttention libraries (the kit's bundle before FA3 travelled): the API
+    server's pydantic error says only "failed to be inspected"; the cause is the registry's logged traceback above."""
+    at = "(APIServer pid=1720) ERROR 12-08 00:50:02 [registry.py:975] "
+    tail = [
+        at + "Error in inspecting model architecture 'LlamaForCausalLM'",
+        at + "Traceback (most recent call last):",
+        at + "RuntimeError: Error raised in subprocess:",
+        at + "ImportError: vllm.vllm_flash_attn requires the CUDA flash attention extensions (_vllm_fa2_C or "
+        "_vllm_fa3_C). On ROCm, use upstream flash_attn.",
+        at,
+        "(APIServer pid=1720) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        "(APIServer pid=1720)   Value error, Model architectures ['LlamaForCausalLM'] failed to be inspected. Please "
+        "check the logs for more details. [type=value_error, input_value=ArgsKwargs((), {'model': ...})]",
+    ]
+    why = get_engine("vllm").startup_failure(tail[-1], tail)
+    assert why.startswith("ImportError: vllm.vllm_flash_attn requires the CUDA flash attention extensions")
+
+
 SPEC = LaunchSpec(
     model_path="meta-llama/Llama-3.1-8B-Instruct",
     speculative_algorithm="EAGLE3",

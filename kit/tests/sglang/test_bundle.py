@@ -228,11 +228,14 @@ def test_the_vllm_table_keeps_what_vllm_serve_imports_and_pins_what_vllm_pins():
     rel = B.release_for("0.5.17", vllm_version="0.24.0")
     assert (rel.project, rel.version, rel.ipython_stub) == ("vllm", "0.24.0", False)
     vllm = next(w for w in rel.wheels if w.project == "vllm")
-    members = ["vllm/_C_stable_libtorch.abi3.so", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/vllm-rs"]
-    members += ["vllm/third_party/pynvml.py", "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
+    fa2, fa3 = (f"vllm/vllm_flash_attn/_vllm_fa{n}_C.abi3.so" for n in (2, 3))
+    members = ["vllm/_C_stable_libtorch.abi3.so", fa2, fa3, "vllm/vllm-rs", "vllm/third_party/pynvml.py"]
+    members += ["vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
     kept, dropped = B.select_members(members, vllm, "sm90")
-    assert kept == ["vllm/_C_stable_libtorch.abi3.so", "vllm/third_party/pynvml.py"]  # both imported at start
+    # each imported at start on a GPU host: without FA2 or FA3, vllm_flash_attn's import fails every model's
+    assert kept == ["vllm/_C_stable_libtorch.abi3.so", fa3, "vllm/third_party/pynvml.py"]
     assert len(dropped) == 3
+    assert {"httpx2", "orjson", "gguf"} <= {w.project for w in rel.wheels}  # openai 3's client; the kit's own
     # vllm 0.24.0's own == pins (METADATA), as the build checks them against the wheel
     pins = {
         "diskcache": "5.6.3",
