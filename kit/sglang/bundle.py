@@ -125,6 +125,7 @@ class Release:
     # wheels only `python -m sglang.bench_serving` needs (it imports HF `datasets` at start); --bench-serving
     bench_wheels: tuple[WheelRule, ...] = ()
     project: str = "sglang"  # the engine's wheel: its pins are checked against the table, it names the bundle
+    image: tuple[str, ...] = ()  # top-level modules the GPU image supplies (bench/bundle_imports.py reads them)
 
 
 def _small(specs: str) -> tuple[WheelRule, ...]:
@@ -208,9 +209,8 @@ RELEASE_0_5_17 = Release(
 RELEASES = {r.version: r for r in (RELEASE_0_5_17,)}
 
 # vLLM 0.24.0, the release that pins the image's torch 2.11.0 (0.27-0.30 pin torch 2.13, 0.33 torch 2.14). The image
-# supplies torch, triton, numpy, transformers, tokenizers, aiohttp, requests, psutil, prometheus-client, pillow,
-# opencv, einops, cloudpickle, py-cpuinfo, regex, pyyaml, uvloop; what it lacks and vLLM imports on the path of
-# `vllm serve` (dense target, EAGLE-3, Triton attention) and of `vllm bench serve` is carried whole.
+# supplies `image`; what it lacks and vLLM imports on the path of `vllm serve` (dense target, EAGLE-3, Triton
+# attention) and of `vllm bench serve` is carried whole.
 RELEASE_VLLM_0_24_0 = Release(
     project="vllm",
     version="0.24.0",
@@ -240,7 +240,8 @@ RELEASE_VLLM_0_24_0 = Release(
             "setproctitle==1.3.8 blake3==1.0.11 python-json-logger==4.2.0 diskcache==5.6.3 lark==1.2.2 depyf==0.20.0 "
             "astor==0.8.1 dill==0.4.1 ijson==3.6.0 llguidance==1.7.6 outlines-core==0.2.14 apache-tvm-ffi==0.1.9 "
             # openai 3.x imports httpx2; the kit itself needs orjson (checkpoint headers) and gguf (the embedded model)
-            "httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5 h11==0.16.0 orjson==3.13.0 gguf==0.19.0"
+            "httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5 h11==0.16.0 orjson==3.13.0 gguf==0.19.0 "
+            "annotated-doc==0.0.7 click==8.5.1"  # fastapi's and uvicorn's
         ),
         # the structured-output backends are imported when the scheduler is (vllm/v1/structured_output)
         WheelRule(
@@ -257,6 +258,11 @@ RELEASE_VLLM_0_24_0 = Release(
         ("DeepGEMM, FlashMLA, fused-MoE kernels", "FP8 block GEMMs, MLA and MoE targets"),
     ),
     ipython_stub=False,
+    image=tuple(
+        "torch triton numpy transformers tokenizers safetensors huggingface_hub sentencepiece tiktoken aiohttp requests "
+        "urllib3 idna anyio psutil prometheus_client PIL cv2 einops cloudpickle cpuinfo regex yaml uvloop tqdm "
+        "typing_extensions filelock packaging".split()
+    ),
 )
 VLLM_RELEASES = {r.version: r for r in (RELEASE_VLLM_0_24_0,)}
 

@@ -235,7 +235,8 @@ def test_the_vllm_table_keeps_what_vllm_serve_imports_and_pins_what_vllm_pins():
     # each imported at start on a GPU host: without FA2 or FA3, vllm_flash_attn's import fails every model's
     assert kept == ["vllm/_C_stable_libtorch.abi3.so", fa3, "vllm/third_party/pynvml.py"]
     assert len(dropped) == 3
-    assert {"httpx2", "orjson", "gguf"} <= {w.project for w in rel.wheels}  # openai 3's client; the kit's own
+    # openai 3's client, fastapi's and uvicorn's imports (bench/bundle_imports.py); the kit's own
+    assert {"httpx2", "annotated-doc", "click", "orjson", "gguf"} <= {w.project for w in rel.wheels}
     # vllm 0.24.0's own == pins (METADATA), as the build checks them against the wheel
     pins = {
         "diskcache": "5.6.3",
