@@ -197,6 +197,7 @@ def write_sparse_safetensors(path: Path, spec: dict[str, tuple[str, tuple[int, .
 def build_case(case: dict[str, Any], root: Path) -> dict[str, Any]:
     """Materialise a case under `root`; returns the doctor arguments."""
     args: dict[str, Any] = {"sglang_version": case.get("sglang_version")}
+    args |= {"vllm_version": case["vllm_version"]} if case.get("vllm_version") else {}  # a `vllm serve` line's release
     tdir = root / "target"
     tdir.mkdir()
     tcfg = case.get("target_config") or load_configs()[case["target"]]["config"]
@@ -212,6 +213,8 @@ def build_case(case: dict[str, Any], root: Path) -> dict[str, Any]:
             spec = weight_spec(cfg, draft["weights"])
             for name in draft.get("omit") or ():  # tensors the case's exporter left out (e.g. d2t)
                 del spec[name]
+            dims = _dims(cfg)  # tensors it wrote besides, e.g. the embedding: {name: [dtype, [dimension names]]}
+            spec |= {n: (t, tuple(dims[x] for x in shape)) for n, (t, shape) in (draft.get("add") or {}).items()}
             write_sparse_safetensors(ddir / "model.safetensors", spec, cfg)
         for name, doc in (draft.get("files") or {}).items():  # files shipped beside the weights
             (ddir / name).write_text(json.dumps(doc, indent=2))

@@ -461,6 +461,10 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
         # its decoder model's own load_weights through AutoWeightsLoader (which ignores some unexpected keys), or not
         inner = [n for (m, c), n in classes.defs.items() if m == mod and c != cls and c.endswith("Model")]
         loaders[target]["inner_auto"] = any("AutoWeightsLoader(" in ast.unparse(n) for n in inner)
+        # a decoder model that builds its own embedding only under a condition (0.9.0: pipeline parallelism): else a
+        # checkpoint's embed_tokens has no parameter to go to
+        if cond := _embed_condition(inner):
+            loaders[target]["embed_if"] = cond
         if hit and hit[0] != mod:
             loaders[target]["inherits_load_weights"] = f"{hit[0]}.{cls}"
         ev[target + ":ops"] = [o["at"] for o in ops]
@@ -473,6 +477,19 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
         ev["auto_ignores"] = _ev(MODELS + "utils.py", calls[0], src.text(MODELS + "utils.py"))
     value = {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename}
     return value | ({"auto_ignores": ignores} if ignores else {}), ev
+
+
+def _embed_condition(models: list[ast.ClassDef]) -> str | None:
+    """The condition under which the draft's decoder model assigns `self.embed_tokens` in its __init__, as a rule of
+    `pp` (the pipeline-parallel size); None where it always does (or never)."""
+    assigns = lambda body: any(
+        "self.embed_tokens" in ast.unparse(t) for a in body if isinstance(a, ast.Assign) for t in a.targets
+    )
+    inits = [f for m in models for f in m.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+    if not inits or any(assigns(f.body) for f in inits):
+        return None
+    conds = [ast.unparse(i.test) for f in inits for i in _walk(f, ast.If) if assigns(i.body)]
+    return re.sub(r"get_pp_group\(\)\.world_size", "pp", conds[0]) if conds else None
 
 
 def _eagle3_rename(src: Source) -> tuple[str | None, Ev | None]:

@@ -264,19 +264,22 @@ def shift_findings(rules: VllmRules, dep, eagle3: bool, v: VllmLaunch, method: s
 
 
 @finding_list
-def key_findings(rules: VllmRules, draft) -> Iterator[Finding]:
-    """The draft's checkpoint keys (safetensors headers) through the release's loader (`vllm_load`): `draft.vllm_keys`
-    (refused), `draft.keys_dropped` (let pass unloaded), `draft.params_missing` (left unfilled)."""
+def key_findings(rules: VllmRules, draft, pp: int = 1) -> Iterator[Finding]:
+    """The draft's checkpoint keys (safetensors headers) through the release's loader (`vllm_load`, at the line's
+    pipeline-parallel size `pp`): `draft.vllm_keys` (refused), `draft.keys_dropped` (let pass unloaded),
+    `draft.params_missing` (left unfilled)."""
     ckpt = read_checkpoint(draft.folder) if draft and draft.folder else None
     keys = list(ckpt.shapes()) if ckpt and ckpt.tensors else []
-    got = vllm_load(rules, draft.config, keys) if keys else None
+    got = vllm_load(rules, draft.config, keys, pp) if keys else None
     if got is None:
         return
     ver = f"vLLM {rules.version}"
     where = {"engine": "vllm", "class": got["class"], "source": rules.evidence.get("draft_archs")}
     if refused := got["refused"]:
         newer = [r for r in releases() if Version.parse(r) > Version.parse(rules.version)]
-        loads = next((r for r in newer if not (vllm_load(rules_for(r), draft.config, keys) or {}).get("refused")), None)
+        loads = next(
+            (r for r in newer if not (vllm_load(rules_for(r), draft.config, keys, pp) or {}).get("refused")), None
+        )
         convert = f"kit convert {draft.folder} {draft.folder}-speculators --to speculators, or drop {refused[0]}"
         yield VLLM_KEYS(
             f"{ver}'s {got['class']} has no parameter for {len(refused)} checkpoint key(s), e.g. {refused[0]}: startup "
@@ -339,7 +342,8 @@ def doctor_checks(dep) -> list[Finding]:
         shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods, v, method) if dep.target_config else []
     )
     models = model_findings(rules, method, how, dep.target_config, d and d.config, eagle3)
-    keys = key_findings(rules, d) if eagle3 and method in rules.eagle3_methods else []
+    pp = int(((res := resolve(v, rules)) and res.values.get("pipeline_parallel_size")) or 1)
+    keys = key_findings(rules, d, pp) if eagle3 and method in rules.eagle3_methods else []
     return launch_findings(v, rules, method) + models + shifted + keys
 
 

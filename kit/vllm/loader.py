@@ -67,16 +67,19 @@ def draft_module(rules: VllmRules, draft_config) -> tuple[str | None, HFConfig]:
     return rules.draft_archs.get(named), cfg
 
 
-def vllm_load(rules: VllmRules, draft_config, keys) -> dict[str, Any] | None:
+def vllm_load(rules: VllmRules, draft_config, keys, pp: int = 1) -> dict[str, Any] | None:
     """What the release's `load_weights` does with the draft's checkpoint keys (`draft_loaders` ops: on the class, the
     first that applies, as its if/elif chain; on its decoder model (`in`), each rename, then the first stacking):
     {"class", "refused": keys with no parameter, which stop startup, "ignored": such keys AutoWeightsLoader lets
     pass (`auto_ignores`, where the key reaches it), "unfilled": parameters no key fills, less the embedding and a
-    head over the target's vocabulary, which vLLM shares from the target}. None where the class is not modelled."""
+    head over the target's vocabulary, which vLLM shares from the target}. None where the class is not modelled.
+    `pp`: the pipeline-parallel size, where the decoder model builds its embedding only for some (`embed_if`)."""
     module, cfg = draft_module(rules, draft_config)
     loader, params = rules.draft_loaders.get(module or "", {}), draft_params(module or "", cfg)
     if params is None or not loader:
         return None
+    if (cond := loader.get("embed_if")) and not eval(cond, {"__builtins__": {}}, {"pp": pp}):
+        params = params - {"model.embed_tokens.weight"}
     ops = loader["ops"]
     outer = [o for o in ops if "in" not in o and o["op"] in ("skip", "rename", "prefix")]
     renames = [o for o in ops if "in" in o and o["op"] in ("rename", "map") and o["to"] is not None]

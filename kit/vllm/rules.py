@@ -45,7 +45,8 @@ class VllmRules:
     aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
     draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
     draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens},
-    # "inner_auto": its decoder model loads through AutoWeightsLoader}
+    # "inner_auto": its decoder model loads through AutoWeightsLoader, "embed_if": the rule of `pp` under which its
+    # decoder model builds its own embedding, where it does not always}
     draft_rename: str | None  # EAGLEConfig's rename of an EAGLE-3 draft's architecture, a lambda of one; None: the
     # release loads its one EAGLE-3 class whatever the draft names
     draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts

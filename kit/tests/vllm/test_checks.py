@@ -360,3 +360,18 @@ def test_draft_keys_through_the_releases_loader(tmp_path, monkeypatch, version, 
     found = codes(diagnose(DoctorConfig(target=t, draft=d, launch=line, vllm_version=version)))
     vllm_codes = {"draft.vllm_keys", "draft.keys_dropped", "draft.params_missing"}
     assert found & vllm_codes == ({code} if code else set()), found
+
+
+def test_an_embedding_the_decoder_model_builds_only_with_pipeline_parallelism():
+    """vLLM 0.9.0 and 0.9.0.1: `if get_pp_group().world_size > 1: self.embed_tokens = ...` (the draft shares the
+    target's otherwise), derived as `embed_if`; 0.9.1 builds it always."""
+    from kit.vllm.loader import vllm_load
+
+    cfg = load_configs()["draft/official-eagle3-llama31-8b.json"]["config"]  # an architecture 0.9.0 serves
+    keys = [*weight_spec(cfg, "midlayer"), "embed_tokens.weight"]
+    assert [
+        rules_for(v).draft_loaders["llama_eagle3.Eagle3LlamaForCausalLM"].get("embed_if") for v in ("0.9.0", "0.9.1")
+    ] == ["pp > 1", None]
+    assert vllm_load(rules_for("0.9.0"), cfg, keys)["refused"] == ["embed_tokens.weight"]
+    assert vllm_load(rules_for("0.9.0"), cfg, keys, pp=2)["refused"] == []
+    assert vllm_load(rules_for("0.9.1"), cfg, keys)["refused"] == []
