@@ -67,9 +67,10 @@ def load_time_imports(tree: ast.Module, name: str, package: bool) -> list[tuple[
             if isinstance(s, ast.Import):
                 found.extend((a.name, cond) for a in s.names)
             elif isinstance(s, ast.ImportFrom):
-                parts = name.split(".")
-                base = ".".join(parts[: len(parts) - s.level + package] + [s.module or ""]).strip(".")
-                base = base if s.level else s.module
+                base = s.module
+                if s.level:  # relative: a package's own name counts as its first level, a module's does not
+                    parts = name.split(".")
+                    base = ".".join(parts[: len(parts) - s.level + package] + ([s.module] if s.module else []))
                 found.extend([(base, cond)] + [(f"{base}.{a.name}", cond) for a in s.names])
             elif isinstance(s, ast.If):
                 if "TYPE_CHECKING" in ast.unparse(s.test):
@@ -92,6 +93,7 @@ def walk(site: Path, entries: list[str], image: set[str]) -> dict:
     carried = {p.name.split(".")[0] for p in site.iterdir() if not p.name.endswith(".dist-info")}
     plain = image | set(sys.stdlib_module_names) | {"__future__"}
     seen: dict[str, bool] = {}  # module -> reached only under an `if`
+    read: set[str] = set()  # the modules among them that are files in the site
     queue = [(e, False) for e in entries]
     absent: dict[str, dict[str, str]] = {"absent": {}, "absent_if": {}}
     while queue:
@@ -102,6 +104,7 @@ def walk(site: Path, entries: list[str], image: set[str]) -> dict:
         f = module_file(site, name)
         if f is None:
             continue
+        read.add(name)
         for mod, under_if in load_time_imports(ast.parse(f.read_bytes()), name, f.name == "__init__.py"):
             top, c = mod.split(".")[0], cond or under_if
             if top in carried:
@@ -111,7 +114,7 @@ def walk(site: Path, entries: list[str], image: set[str]) -> dict:
                 absent["absent_if" if c else "absent"].setdefault(top, name)
     for top in absent["absent"]:
         absent["absent_if"].pop(top, None)
-    return {"modules_read": sum(module_file(site, m) is not None for m in seen), **absent}
+    return {"modules_read": len(read), **absent}
 
 
 def main(argv=None) -> int:
