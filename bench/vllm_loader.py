@@ -2,11 +2,13 @@
 
 Why: doctor judges a draft's checkpoint keys on a `vllm serve` line from the release's derived loader rules
 (`kit.vllm.loader`); only vLLM's loader can say whether it was right. For each variant of the kit's demo draft (its
-keys as SpecForge, speculators and other exporters name them, a Qwen3-style layer, keys missing), this builds vLLM's
-real draft class from a real `VllmConfig` (`EngineArgs(...).create_engine_config()`, vLLM's CPU platform, one
-gloo rank), fills every parameter with a marker, calls the class's `load_weights` on zero tensors of the header's
-names and shapes, and records the exception it raises and the parameters it left unfilled (the target's embedding
-and head, which vLLM shares into a draft that has none, set aside). Doctor reads the same folder with `--vllm-version`.
+keys as SpecForge, speculators and other exporters name them, a Qwen3-style layer, keys missing, fc norms, an MLA
+layer), this builds vLLM's real draft class from a real `VllmConfig` (`EngineArgs(...).create_engine_config()`, vLLM's
+CPU platform, one gloo rank), fills every parameter with a marker, calls the class's `load_weights` on zero tensors of
+the header's names and shapes, and records the exception it raises, the keys it passes over (each loaded alone: no error, no
+parameter filled) and the parameters it left unfilled (the target's embedding and head, which vLLM shares into a draft
+that has none, set aside). The MLA variants' attention is built with a GPU backend's class standing in for the kernel
+the CPU platform lacks (the layer holds no parameter of its own). Doctor reads the same folder with `--vllm-version`.
 Prints one JSON document: per variant, vLLM's outcome, doctor's codes, and whether they agree.
 
     python bench/vllm_loader.py --site SITE [--vllm-version 0.24.0]
@@ -43,15 +45,34 @@ from vllm.config import set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
 from vllm.engine.arg_utils import EngineArgs
 from vllm.model_executor.model_loader.utils import get_model_architecture
+from vllm.platforms.cpu import CpuPlatform
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+# the CPU platform builds no MLA attention; a GPU backend's class stands in, and a no-op for its prefill kernel (the
+# layer is built, never run; it holds no parameter of its own)
+import vllm.model_executor.layers.attention.mla_attention as _mla
+_mla.get_mla_prefill_backend = lambda _config: lambda **_: None
+CpuPlatform.num_compute_units = classmethod(lambda cls, *_: 1)  # the stand-in's kernel sizing (0.21.0) asks this
+_backend = CpuPlatform.get_attn_backend_cls.__func__
+CpuPlatform.get_attn_backend_cls = classmethod(
+    lambda cls, *a, **k: AttentionBackendEnum.TRITON_MLA.get_path()
+    if (k.get("attn_selector_config") or a[1]).use_mla
+    else _backend(cls, *a, **k)
+)
 
 target, port, drafts = sys.argv[1], sys.argv[2], sys.argv[3:]
 out = {}
-for n, draft in enumerate(drafts):
+ready = False
+for draft in drafts:
     spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3}
     args = EngineArgs(model=target, speculative_config=spec, enforce_eager=True, skip_tokenizer_init=True)
-    cfg = args.create_engine_config()
+    try:
+        cfg = args.create_engine_config()
+    except Exception as e:  # the draft's config refused before any class is built (startup stops here too)
+        out[draft] = {"class": None, "error": f"{type(e).__name__}: {str(e)[:300]}", "ignored": [], "unfilled": []}
+        continue
     with set_current_vllm_config(cfg):
-        if n == 0:
+        if not ready:
+            ready = True
             init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
             initialize_model_parallel(1, 1)
         cls, arch = get_model_architecture(cfg.speculative_config.draft_model_config)
@@ -63,7 +84,7 @@ for n, draft in enumerate(drafts):
     dtypes = {"I64": torch.int64, "BOOL": torch.bool}
     ckpt = read_checkpoint(draft)
     weights = [(k, torch.zeros(t.shape, dtype=dtypes.get(t.dtype, torch.bfloat16))) for k, t in ckpt.tensors.items()]
-    ignored = []  # the unexpected keys AutoWeightsLoader lets pass (where the release's loader has that rule)
+    ignored = []  # the keys passed over: those AutoWeightsLoader lets pass (where the release has that rule), and below
     from vllm.model_executor.models import utils as vutils
     can_ignore = getattr(vutils.AutoWeightsLoader, "_can_ignore_unexpected", None)
     if can_ignore:
@@ -75,6 +96,16 @@ for n, draft in enumerate(drafts):
         error = f"{type(e).__name__}: {str(e)[:300]}"
     marker = lambda p: p.isnan().all() if p.dtype.is_floating_point else (p == -7).all()
     unfilled = sorted(k for k, p in params.items() if bool(marker(p)))
+    for key, w in weights:  # a key loaded alone that raises nothing and fills nothing was passed over
+        with torch.no_grad():
+            for p in params.values():
+                p.fill_(-7 if not p.dtype.is_floating_point else float("nan"))
+        try:
+            model.load_weights(iter([(key, w)]))
+        except Exception:
+            continue
+        if "t2d" not in key and all(bool(marker(p)) for p in params.values()):  # vLLM skips any t2d
+            ignored.append(key)
     if can_ignore:
         vutils.AutoWeightsLoader._can_ignore_unexpected = can_ignore
     name = f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
@@ -114,6 +145,18 @@ def variants(root: Path) -> dict[str, Path]:
         f"midlayer.self_attn.{n}_proj.bias": ("BF16", (s,)) for n, s in (("q", H), ("k", 192), ("v", 192), ("o", H))
     }
     same = lambda c: c
+    # an MLA draft layer (vLLM's deepseek_eagle3 class) at the demo draft's width: q/kv low-rank projections
+    mla = {"q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16}
+    mla["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "mscale": 1.0}
+    mla_config = lambda c: c | mla | {"architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": "deepseek_v2"}
+    nh, I = cfg["num_attention_heads"], cfg["intermediate_size"]
+    attn = {"q_a_proj": (64, 2 * H), "q_a_layernorm": (64,), "q_b_proj": (nh * 32, 64), "kv_a_layernorm": (32,)}
+    attn |= {"kv_a_proj_with_mqa": (48, 2 * H), "kv_b_proj": (nh * 32, 32), "o_proj": (H, nh * 16)}
+    mla_layer = {f"midlayer.self_attn.{n}.weight": ("BF16", s) for n, s in attn.items()}
+    mla_layer |= {f"midlayer.mlp.{n}_proj.weight": ("BF16", (I, H)) for n in ("gate", "up")}
+    mla_layer |= {"midlayer.mlp.down_proj.weight": ("BF16", (H, I))}
+    mla_keys = lambda k: {n: v for n, v in k.items() if not n.startswith("midlayer.") or "norm" in n} | mla_layer
+    fc_norms = {f"fc_norm.{j}.weight": ("BF16", (H,)) for j in range(2)} | {"fc.weight": ("BF16", (H, 2 * H))}
     edits = {  # name: (config, keys)
         "specforge (midlayer.*)": (same, lambda k: k),
         "speculators (layers.0.*)": (same, speculators_keys),
@@ -143,6 +186,14 @@ def variants(root: Path) -> dict[str, Path]:
             lambda c: speculators(c, {}),
             lambda k: speculators_keys(k) | norms,
         ),
+        "fc_norm, num_aux_hidden_states 2": (
+            lambda c: c | {"fc_norm": True, "num_aux_hidden_states": 2},
+            lambda k: k | fc_norms,
+        ),
+        "MLA draft (Eagle3DeepseekV3ForCausalLM)": (mla_config, mla_keys),
+        "MLA draft, a q_norm it has no parameter for": (mla_config, lambda k: mla_keys(k) | norms),
+        "MLA draft, no q_lora_rank": (lambda c: mla_config(c) | {"q_lora_rank": None}, mla_keys),
+        "MLA draft, model_type deepseek_v3": (lambda c: mla_config(c) | {"model_type": "deepseek_v3"}, mla_keys),
     }
     out = {}
     for i, (name, (edit_config, edit_keys)) in enumerate(edits.items()):
@@ -187,7 +238,8 @@ def main() -> None:
             codes = doctor_codes(target, d, a.vllm_version)
             unfilled = [p for p in r["unfilled"] if p not in SHARED]
             vllm_fault = "refuses" if r["error"] else "drops" if r["ignored"] else "unfilled" if unfilled else "loads"
-            kit = {"draft.vllm_keys": "refuses", "draft.keys_dropped": "drops", "draft.params_missing": "unfilled"}
+            kit = {"draft.vllm_keys": "refuses", "draft.arch": "refuses", "draft.keys_dropped": "drops"}
+            kit["draft.params_missing"] = "unfilled"
             kit_fault = next((v for c, v in kit.items() if c in codes), "loads")
             rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": vllm_fault == kit_fault})
     doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in rows), "of": len(rows)}

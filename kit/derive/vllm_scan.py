@@ -33,6 +33,7 @@ from typing import Any
 from kit.derive import write_text
 from kit.derive.flag_scan import DESCRIBE
 from kit.findings import KitInputError
+from kit.hf import AUX_IDS
 from kit.sglang.versions import Version
 from kit.vllm.rules import FIELDS, RELEASES_PATH, RULES_PATH
 
@@ -49,6 +50,16 @@ AUX_METHODS = ("set_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layer
 DEFAULT_AUX = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
 DRAFT_TP = r"speculative_draft_tensor_parallel_size|self\.draft_tensor_parallel_size|draft_tp"
 SPECULATORS_DETECT = r"def maybe_override_with_speculators|speculators_config"
+# the EAGLE-3 config fields that decide which parameters a draft class builds (`draft_params`); `eagle_config.X`: X in
+# the nested `eagle_config`
+DRAFT_FIELDS = (
+    "fc_norm",
+    "norm_before_fc",
+    "num_aux_layers",
+    "num_aux_hidden_states",
+    AUX_IDS,
+    f"eagle_config.{AUX_IDS}",
+)
 NAMES = ("d2t", "t2d", "midlayer.", "lm_head", "embed_tokens", "mask_hidden")  # the checkpoint names users ask about
 Ev = list  # [file, line, text]
 
@@ -390,7 +401,7 @@ def _appended(body: list[ast.stmt], names: dict, conds: list[str]) -> list[list[
 
 def _loader_ops(fn: ast.AST) -> list[dict]:
     """What one `load_weights` (or `hf_to_vllm_mapper`) does to checkpoint names, in source order: skip / rename /
-    prefix / map / drop_if / require / skip_prefixes / stacked, each with its condition and line ("at")."""
+    prefix / map / drop_if / require / skip_prefixes / stacked / skip_unknown, each with its condition and line ("at")."""
     ops: list[dict] = []
     add = lambda op, node: ops.append({**op, "at": node.lineno})
     # each node's nearest enclosing `if` (walk is breadth-first: an inner if overwrites its outer one)
@@ -399,6 +410,8 @@ def _loader_ops(fn: ast.AST) -> list[dict]:
         kw, dict_kw = isinstance(n, ast.keyword), isinstance(getattr(n, "value", None), ast.Dict)
         if isinstance(n, ast.If) and len(n.body) == 1 and isinstance(n.body[0], ast.Continue) and _strs(n.test):
             add({"op": "skip", "if": ast.unparse(n.test)}, n)
+        elif isinstance(n, ast.If) and isinstance(n.body[0], ast.Continue) and _unknown_name(n.test):
+            add({"op": "skip_unknown"}, n)  # a name with no parameter is passed over, where others KeyError
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "replace":
             if len(a := n.args) == 2 and all(isinstance(x, ast.Constant) for x in a):
                 add({"op": "rename", "from": a[0].value, "to": a[1].value, "if": cond(n)}, n)
@@ -422,6 +435,11 @@ def _loader_ops(fn: ast.AST) -> list[dict]:
             pairs = [[_strs(v)[0], _strs(k)[0]] for k, v in zip(n.value.keys, n.value.values)]
             add({"op": "stacked", "value": pairs}, n)
     return sorted(ops, key=lambda o: o["at"])
+
+
+def _unknown_name(test: ast.expr) -> bool:
+    """`name not in params_dict` (a loader's test that a checkpoint name has no parameter)."""
+    return isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.NotIn) and "params" in ast.unparse(test)
 
 
 def _names(ops: list[dict]) -> dict[str, str]:
@@ -461,6 +479,15 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
         # its decoder model's own load_weights through AutoWeightsLoader (which ignores some unexpected keys), or not
         inner = [n for (m, c), n in classes.defs.items() if m == mod and c != cls and c.endswith("Model")]
         loaders[target]["inner_auto"] = any("AutoWeightsLoader(" in ast.unparse(n) for n in inner)
+        # the EAGLE-3 config fields the class file reads (`getattr(config, F)`; the nested ids `eagle_config.get`):
+        # a field it does not read builds nothing
+        calls = [c for (m, _), node in classes.defs.items() if m == mod for c in _walk(node, ast.Call)]
+        reads = {
+            f"{ast.unparse(c.func)[:-4]}.{_strs(c)[0]}" if ast.unparse(c.func) == "eagle_config.get" else _strs(c)[0]
+            for c in calls
+            if ast.unparse(c.func) in ("getattr", "eagle_config.get") and _strs(c)
+        }
+        loaders[target]["reads"] = sorted(reads & set(DRAFT_FIELDS))
         # a decoder model that builds its own embedding only under a condition (0.9.0: pipeline parallelism): else a
         # checkpoint's embed_tokens has no parameter to go to
         if cond := _embed_condition(inner):
@@ -469,13 +496,14 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
             loaders[target]["inherits_load_weights"] = f"{hit[0]}.{cls}"
         ev[target + ":ops"] = [o["at"] for o in ops]
     rename, ev["rename"] = _eagle3_rename(src)
+    override, ev["override"] = _draft_override(src)
     # the unexpected keys AutoWeightsLoader.load_weights lets pass unloaded (`ignore_unexpected_suffixes.append(...)`)
     fns = [f for _, _, f in src.nodes([MODELS + "utils.py"], ast.FunctionDef) if f.name == "load_weights"]
     calls = [c for f in fns for c in _walk(f, ast.Call) if "ignore_unexpected_suffixes.append" in ast.unparse(c.func)]
     ignores = sorted({a.value for c in calls for a in c.args if isinstance(a, ast.Constant)})
     if calls:
         ev["auto_ignores"] = _ev(MODELS + "utils.py", calls[0], src.text(MODELS + "utils.py"))
-    value = {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename}
+    value = {"archs": dict(sorted(archs.items())), "loaders": loaders, "rename": rename, "override": override}
     return value | ({"auto_ignores": ignores} if ignores else {}), ev
 
 
@@ -490,6 +518,25 @@ def _embed_condition(models: list[ast.ClassDef]) -> str | None:
         return None
     conds = [ast.unparse(i.test) for f in inits for i in _walk(f, ast.If) if assigns(i.body)]
     return re.sub(r"get_pp_group\(\)\.world_size", "pp", conds[0]) if conds else None
+
+
+def _draft_override(src: Source) -> tuple[dict[str, str], Ev | None]:
+    """`SpeculativeConfig.hf_config_override`'s rewrite of any draft config's architecture by its model_type, before
+    EAGLEConfig renames it (deepseek_v3 -> deepseek_mtp -> DeepSeekMTPModel): {model_type: architecture}."""
+    path, text = src.first(SPEC_CONFIG_FILES)
+    fns = [f for f in _walk(ast.parse(text or ""), ast.FunctionDef) if f.name == "hf_config_override"]
+    renamed, archs = {}, {}  # model_type -> the model_type it becomes; model_type -> the architecture it is given
+    for node in (n for n in (fns[0].body if fns else []) if isinstance(n, ast.If)):
+        t = node.test  # only a test of the model_type alone: one with further conditions is passed over
+        if not (isinstance(t, ast.Compare) and ast.unparse(t.left) == "hf_config.model_type" and len(t.ops) == 1):
+            continue
+        for st in node.body:
+            if isinstance(st, ast.Assign) and ast.unparse(st.targets[0]) == "hf_config.model_type":
+                renamed |= dict.fromkeys(_strs(node.test), st.value.value)
+            elif "hf_config.update" in ast.unparse(st) and '"architectures"' in ast.unparse(st).replace("'", '"'):
+                archs |= dict.fromkeys(_strs(node.test), _strs(st)[-1])
+    out = {m: archs[renamed.get(m, m)] for m in sorted({*renamed, *archs}) if renamed.get(m, m) in archs}
+    return out, _ev(path, fns[0], text) if out else None
 
 
 def _eagle3_rename(src: Source) -> tuple[str | None, Ev | None]:

@@ -197,9 +197,15 @@ def model_findings(
         and named[1] not in rules.draft_archs
     ):
         first = next((r for r in releases() if named[1] in rules_for(r).draft_archs), None)
+        mtype = draft_config.get("model_type")
+        given = (
+            f" made {rules.draft_override[mtype]} for its model_type {mtype}" if mtype in rules.draft_override else ""
+        )
+        keep = "a copy of the draft whose config.json has a model_type vLLM keeps"
+        keep += " (deepseek_v2: the same MLA fields)" if str(mtype).startswith("deepseek") else ""
         yield ARCH(
-            f"{ver} names the EAGLE-3 draft's class {named[1]} (from its architecture {named[0]}), which is not among "
-            f"its EAGLE-3 draft classes ({', '.join(rules.draft_archs)}): startup fails",
+            f"{ver} names the EAGLE-3 draft's class {named[1]} (from its architecture {named[0]}{given}), which is not "
+            f"among its EAGLE-3 draft classes ({', '.join(rules.draft_archs)}): startup fails",
             evidence={
                 "engine": "vllm",
                 "draft_arch": named[0],
@@ -208,7 +214,11 @@ def model_findings(
                 "first_release_with_it": first,
                 "source": rules.evidence.get("draft_archs"),
             },  # fmt: skip
-            fix=f"vLLM >= {first}" if first else "an architecture whose EAGLE-3 class the release has",
+            fix=f"vLLM >= {first}"
+            if first
+            else keep
+            if given
+            else "an architecture whose EAGLE-3 class the release has",
         )
     if method in rules.eagle_methods and draft_config is not None and eagle3:
         yield ALGORITHM(
@@ -290,7 +300,7 @@ def key_findings(rules: VllmRules, draft, pp: int = 1) -> Iterator[Finding]:
     if ignored := got["ignored"]:
         yield KEYS_DROPPED(
             f"{ver} silently drops {len(ignored)} checkpoint key(s) its {got['class']} has no parameter for, e.g. "
-            f"{ignored[0]} (its weight loader ignores unexpected {', '.join(rules.auto_ignores)})",
+            f"{ignored[0]}: its loader passes over them with no error",
             evidence={**where, "dropped": ignored[:12], "count": len(ignored)},
             fix="serve the draft on a class that has these weights, or retrain without them",
         )

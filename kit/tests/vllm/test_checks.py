@@ -375,3 +375,47 @@ def test_an_embedding_the_decoder_model_builds_only_with_pipeline_parallelism():
     assert vllm_load(rules_for("0.9.0"), cfg, keys)["refused"] == ["embed_tokens.weight"]
     assert vllm_load(rules_for("0.9.0"), cfg, keys, pp=2)["refused"] == []
     assert vllm_load(rules_for("0.9.1"), cfg, keys)["refused"] == []
+
+
+def test_the_mla_class_and_the_fields_a_release_reads():
+    """vLLM's DeepSeek-V2 MLA draft class (deepseek_eagle3.py, 0.18.0 on) is modelled as its Llama one is: to 0.24.0
+    its decoder model passes over a name it has no parameter for (`skip_unknown`), from 0.25.0 AutoWeightsLoader
+    refuses it; a stacked key with no fused parameter (no q_lora_rank) is a KeyError. Fc norms are built where the
+    release's class reads `fc_norm` (0.22.0 on), sized by `num_aux_hidden_states` before the aux ids.
+    bench/vllm_loader.py runs vLLM 0.24.0's own loader on these variants."""
+    from kit.vllm.loader import vllm_load
+
+    outcome = lambda v, cfg, keys: {k: x for k, x in vllm_load(rules_for(v), cfg, keys).items() if x and k != "class"}
+    mla = {"architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64}
+    mla |= {"vocab_size": 1000, "draft_vocab_size": 100, "q_lora_rank": 16, "kv_lora_rank": 8}
+    attn = ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
+    layer = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
+    keys = [f"midlayer.self_attn.{n}.weight" for n in attn] + [f"midlayer.{n}.weight" for n in layer]
+    keys += ["midlayer.hidden_norm.weight", "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"]
+    assert outcome("0.24.0", mla, keys) == {}
+    q_norm = "midlayer.self_attn.q_norm.weight"
+    assert outcome("0.24.0", mla, [*keys, q_norm]) == {"ignored": [q_norm]}
+    assert outcome("0.25.0", mla, [*keys, q_norm]) == {"refused": [q_norm]}
+    no_lora = outcome("0.24.0", mla | {"q_lora_rank": None}, keys)
+    assert no_lora["refused"] == ["midlayer.self_attn.q_a_proj.weight", "midlayer.self_attn.kv_a_proj_with_mqa.weight"]
+
+    llama = load_configs()[EAGLE3_DRAFT]["config"] | {"fc_norm": True, "num_aux_hidden_states": 2}
+    norms = ["fc_norm.0.weight", "fc_norm.1.weight"]
+    keys = [*weight_spec(load_configs()[EAGLE3_DRAFT]["config"], "midlayer"), *norms]
+    assert outcome("0.24.0", llama, keys) == {}
+    assert outcome("0.24.0", llama | {"num_aux_hidden_states": None}, keys) == {"unfilled": ["model.fc_norm.2.weight"]}
+    assert outcome("0.21.0", llama, keys) == {"refused": norms}
+
+
+def test_a_model_type_vllm_rewrites_before_the_eagle3_rename():
+    """SpeculativeConfig.hf_config_override gives any draft of model_type deepseek_v3 the architecture DeepSeekMTPModel
+    before EAGLEConfig renames it (derived as `draft_override`), so an MLA EAGLE-3 draft declared deepseek_v3 asks for
+    Eagle3DeepSeekMTPModel, which no release registers: vLLM 0.24.0 stops with "Model architectures
+    ['Eagle3DeepSeekMTPModel'] are not supported" (bench/vllm_loader.py); deepseek_v2 reaches the MLA class."""
+    mla = {"architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": "deepseek_v2", "kv_lora_rank": 8}
+    rules = rules_for("0.24.0")
+    assert loader.draft_class(rules, mla)[1] in rules.draft_archs
+    seen = checks.model_findings(rules, "eagle3", "given", None, mla | {"model_type": "deepseek_v3"}, True)
+    assert [f.code for f in seen] == ["draft.arch"] and "Eagle3DeepSeekMTPModel" in seen[0].title, seen
+    assert "deepseek_v2" in seen[0].fix
+    assert not checks.model_findings(rules, "eagle3", "given", None, mla, True)
