@@ -14,7 +14,8 @@ Prints one JSON document: per variant, vLLM's outcome, doctor's codes, and wheth
     python bench/vllm_loader.py --site SITE [--vllm-version 0.24.0]
       # SITE: `pip install --no-deps --target SITE vllm==V` and the pure-Python packages its imports need (cbor2
       # openai-harmony openai cloudpickle pybase64 cachetools uvloop py-cpuinfo partial-json-parser watchfiles msgspec
-      # blake3 einops gguf diskcache lark prometheus-fastapi-instrumentator), minus those this venv already has
+      # blake3 einops gguf diskcache lark prometheus-fastapi-instrumentator; 0.33.0 also xgrammar apache-tvm-ffi
+      # llguidance; 0.9.0-0.18.0 also setproctitle loguru compressed-tensors), minus those this venv already has
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,50 +36,110 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 # runs in a child with SITE first on PYTHONPATH: vLLM imported on its CPU platform (the version's "+cpu" suffix is
 # what a CPU build reports, as kit.derive.vllm_scan's parser run does)
-WORKER = r"""
-import importlib.metadata as md, json, os, sys
-os.environ.update(VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1")
+# what every interpreter of the run needs (the worker, and the subprocess vLLM inspects a model class in): installed
+# as its sitecustomize
+SHIMS = r"""
+import importlib.metadata as md
 _version = md.version
 md.version = lambda name: _version(name) + ("+cpu" if name == "vllm" else "")
+from transformers import AutoConfig  # releases up to ~0.9 register configs (aimv2) that transformers 5 now has
+_register = AutoConfig.register
+AutoConfig.register = lambda *a, **k: _register(*a, **{**k, "exist_ok": True})
 import torch
 torch._C._cpu._is_avx512_supported = getattr(torch._C._cpu, "_is_avx512_supported", lambda: True)
+"""
+WORKER = r"""
+import contextlib, json, os, sys
+import torch
 from kit.checkpoint.safetensors_io import read_checkpoint
 from vllm.config import set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
 from vllm.engine.arg_utils import EngineArgs
 from vllm.model_executor.model_loader.utils import get_model_architecture
 from vllm.platforms.cpu import CpuPlatform
-from vllm.v1.attention.backends.registry import AttentionBackendEnum
-# the CPU platform builds no MLA attention; a GPU backend's class stands in, and a no-op for its prefill kernel (the
-# layer is built, never run; it holds no parameter of its own)
-import vllm.model_executor.layers.attention.mla_attention as _mla
-_mla.get_mla_prefill_backend = lambda _config: lambda **_: None
-CpuPlatform.num_compute_units = classmethod(lambda cls, *_: 1)  # the stand-in's kernel sizing (0.21.0) asks this
-_backend = CpuPlatform.get_attn_backend_cls.__func__
-CpuPlatform.get_attn_backend_cls = classmethod(
-    lambda cls, *a, **k: AttentionBackendEnum.TRITON_MLA.get_path()
-    if (k.get("attn_selector_config") or a[1]).use_mla
-    else _backend(cls, *a, **k)
-)
+# the CPU platform builds no MLA attention; where the release has them, a GPU backend's class stands in, and a no-op
+# for its prefill kernel (the layer is built, never run; it holds no parameter of its own)
+with contextlib.suppress(ImportError, AttributeError):
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    import vllm.model_executor.layers.attention.mla_attention as _mla
+    _mla.get_mla_prefill_backend = lambda _config: lambda **_: None
+    CpuPlatform.num_compute_units = classmethod(lambda cls, *_: 1)  # the stand-in's kernel sizing (0.21.0) asks this
+    _backend = CpuPlatform.get_attn_backend_cls.__func__
+    CpuPlatform.get_attn_backend_cls = classmethod(
+        lambda cls, *a, **k: AttentionBackendEnum.TRITON_MLA.get_path()
+        if (k.get("attn_selector_config") or a[1]).use_mla
+        else _backend(cls, *a, **k)
+    )
 
-target, port, drafts = sys.argv[1], sys.argv[2], sys.argv[3:]
+# a release whose CPU platform predates V1 there (0.9.0) is told it supports V1: the engine a GPU host runs
+CpuPlatform.supports_v1 = classmethod(lambda cls, *_, **__: True)
+
+
+def runner_refuses(cfg):
+    # the GPU model runner's check after loading: EAGLE-3 asks the target for aux hidden states, which its class must
+    # offer (SupportsEagle3; before that interface, set_aux_hidden_state_layers)
+    if getattr(cfg.speculative_config, "method", None) != "eagle3":
+        return None
+    target = get_model_architecture(cfg.model_config)[0]
+    try:
+        from vllm.model_executor.models.interfaces import supports_eagle3
+    except ImportError:
+        supports_eagle3 = lambda cls: hasattr(cls, "set_aux_hidden_state_layers")
+    if not supports_eagle3(target):
+        return RuntimeError("Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested")
+
+
+def engine_args(target, draft, flags):
+    # the line's flags (less its model) through the release's own parser, the model paths made the local ones; no
+    # line: EAGLE-3 with three tokens
+    if flags is None:
+        spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3}
+        return EngineArgs(model=target, speculative_config=spec, enforce_eager=True, skip_tokenizer_init=True)
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+    args = EngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", target, *flags]))
+    spec = args.speculative_config
+    spec = json.loads(spec) if isinstance(spec, str) else dict(spec or {})
+    if getattr(args, "speculative_model", None):  # the older flags
+        args.speculative_model = draft
+    else:
+        args.speculative_config = {**spec, "model": draft}
+    args.enforce_eager, args.skip_tokenizer_init = True, True
+    args.swap_space = 0  # GPU KV swap space in this host's memory: a limit of the host, not of the deployment
+    return args
+
+
+port, jobs = sys.argv[1], json.loads(open(sys.argv[2]).read())
+failed = lambda stage, cls, e: {"stage": stage, "class": cls, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                                "ignored": [], "unfilled": []}
 out = {}
 ready = False
-for draft in drafts:
-    spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3}
-    args = EngineArgs(model=target, speculative_config=spec, enforce_eager=True, skip_tokenizer_init=True)
+for job in jobs:
+    draft = job["draft"]
+    os.environ.update(job.get("env") or {})  # the line's own assignments (VLLM_USE_V1=1: its engine)
     try:
-        cfg = args.create_engine_config()
-    except Exception as e:  # the draft's config refused before any class is built (startup stops here too)
-        out[draft] = {"class": None, "error": f"{type(e).__name__}: {str(e)[:300]}", "ignored": [], "unfilled": []}
+        cfg = engine_args(job["target"], draft, job.get("flags")).create_engine_config()
+    except Exception as e:  # the launch or the draft's config refused before any class is built (startup stops here)
+        out[draft] = failed("config", None, e)
         continue
     with set_current_vllm_config(cfg):
         if not ready:
             ready = True
             init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, "gloo")
             initialize_model_parallel(1, 1)
-        cls, arch = get_model_architecture(cfg.speculative_config.draft_model_config)
-        model = cls(vllm_config=cfg, prefix="")
+        cls = None
+        try:
+            if e := runner_refuses(cfg):
+                raise e
+            cls, arch = get_model_architecture(cfg.speculative_config.draft_model_config)
+            model = cls(vllm_config=cfg, prefix="")
+        except Exception as e:  # no class, or it refuses the draft's config (or this CPU cannot build its attention)
+            out[draft] = failed("build", getattr(cls, "__name__", None), e)
+            continue
     params = dict(model.named_parameters())
     with torch.no_grad():
         for p in params.values():
@@ -109,7 +172,7 @@ for draft in drafts:
     if can_ignore:
         vutils.AutoWeightsLoader._can_ignore_unexpected = can_ignore
     name = f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
-    out[draft] = {"class": name, "error": error, "ignored": sorted(set(ignored)), "unfilled": unfilled}
+    out[draft] = {"stage": "load", "class": name, "error": error, "ignored": sorted(set(ignored)), "unfilled": unfilled}
 print("KIT-RESULT " + json.dumps(out))
 """
 
@@ -206,6 +269,50 @@ def variants(root: Path) -> dict[str, Path]:
     return out
 
 
+def run_worker(site: str, port: str, jobs: list[dict]) -> dict[str, dict]:
+    """WORKER over `jobs` ({"target", "draft", "flags": a launch's flags or none, "env": its assignments}) with `site`
+    first on PYTHONPATH:
+    {draft: vLLM's outcome}."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(json.dumps(jobs))
+        f.flush()
+        Path(f.name + ".d").mkdir()
+        Path(f.name + ".d", "sitecustomize.py").write_text(SHIMS)
+        path = os.pathsep.join([f.name + ".d", site, str(ROOT)])
+        env = {**os.environ, "PYTHONPATH": path, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+        run = subprocess.run([sys.executable, "-c", WORKER, port, f.name], capture_output=True, text=True, env=env)
+        shutil.rmtree(f.name + ".d")
+    line = next((x for x in run.stdout.splitlines() if x.startswith("KIT-RESULT ")), None)
+    if line is None:
+        errors = [e[:400] for e in re.findall(r"^.*(?:Error|Exception)\b.*$", run.stderr, re.M)[-4:]]
+        sys.exit("the vLLM worker failed:\n" + "\n".join(errors or [run.stderr[-3000:]]))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def outcome(r: dict) -> str:
+    """vLLM's outcome in the kit's terms: refuses (startup stops: the config, the class or its loader raised), drops
+    (keys passed over), unfilled (parameters left at their initial values), loads; unbuilt: this CPU could not build
+    the class (its attention, or a kernel the GPU wheel compiles for CUDA only): no verdict."""
+    unfilled = [p for p in r["unfilled"] if p not in SHARED]
+    if r.get("stage") == "build" and re.search(r"MLA|FlashAttention|not supported on CPU|'_C'", r["error"] or ""):
+        return "unbuilt"
+    return "refuses" if r["error"] else "drops" if r["ignored"] else "unfilled" if unfilled else "loads"
+
+
+# doctor's codes for the same outcomes (the first that applies, in this order)
+DOCTOR_OUTCOMES = {
+    "draft.vllm_keys": "refuses",
+    "draft.arch": "refuses",
+    "launch.vllm_speculators": "refuses",
+    "draft.keys_dropped": "drops",
+    "draft.params_missing": "unfilled",
+}
+
+
+def doctor_outcome(codes: list[str]) -> str:
+    return next((v for c, v in DOCTOR_OUTCOMES.items() if c in codes), "loads")
+
+
 def doctor_codes(target: Path, draft: Path, version: str) -> list[str]:
     line = f"vllm serve {target} --speculative-config '{json.dumps({'method': 'eagle3', 'model': str(draft)})}'"
     cmd = [sys.executable, "-m", "kit", "doctor", "--target", str(target), "--draft", str(draft), "--json"]
@@ -225,24 +332,15 @@ def main() -> None:
     target = embedded_dir()
     with tempfile.TemporaryDirectory(prefix="kit-vllm-loader-") as tmp:
         cases = variants(Path(tmp))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([a.site, str(ROOT)])}
-        argv = [sys.executable, "-c", WORKER, str(target), a.port, *map(str, cases.values())]
-        run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
-        line = next((x for x in run.stdout.splitlines() if x.startswith("KIT-RESULT ")), None)
-        if line is None:
-            sys.exit(f"vllm_loader: the vLLM worker failed:\n{run.stderr[-3000:]}")
-        real = json.loads(line.split(" ", 1)[1])
+        real = run_worker(a.site, a.port, [{"target": str(target), "draft": str(d)} for d in cases.values()])
         rows = []
         for name, d in cases.items():
             r = real[str(d)]
             codes = doctor_codes(target, d, a.vllm_version)
-            unfilled = [p for p in r["unfilled"] if p not in SHARED]
-            vllm_fault = "refuses" if r["error"] else "drops" if r["ignored"] else "unfilled" if unfilled else "loads"
-            kit = {"draft.vllm_keys": "refuses", "draft.arch": "refuses", "draft.keys_dropped": "drops"}
-            kit["draft.params_missing"] = "unfilled"
-            kit_fault = next((v for c, v in kit.items() if c in codes), "loads")
-            rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": vllm_fault == kit_fault})
-    doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in rows), "of": len(rows)}
+            agree = None if outcome(r) == "unbuilt" else outcome(r) == doctor_outcome(codes)
+            rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": agree})
+    judged = [r for r in rows if r["agree"] is not None]
+    doc = {"vllm": a.vllm_version, "rows": rows, "agree": sum(r["agree"] for r in judged), "of": len(judged)}
     print(json.dumps(doc, indent=1))
 
 

@@ -53,6 +53,7 @@ SPECULATORS_DETECT = r"def maybe_override_with_speculators|speculators_config"
 # the EAGLE-3 config fields that decide which parameters a draft class builds (`draft_params`); `eagle_config.X`: X in
 # the nested `eagle_config`
 DRAFT_FIELDS = (
+    "attention_bias",
     "fc_norm",
     "norm_before_fc",
     "num_aux_layers",
@@ -212,7 +213,20 @@ def derive_flags(src: Source) -> tuple[dict, dict]:
     value = {"speculative_config": spec is not None, "speculative_config_json": json_parsed, "spec_options": spec_opts}
     value |= {"speculative_config_aliases": sorted(a for a in aliases if a != "--speculative-config")}
     value |= {"legacy": {f: f in calls for f in LEGACY_FLAGS}}
-    return value, {o: _ev(ARG_UTILS, calls[o], text) for o in spec_opts}
+    # the keys --speculative-config takes: SpeculativeConfig's fields (it is built as SpeculativeConfig(**json); any
+    # other key stops startup)
+    path, spec_text = src.first(SPEC_CONFIG_FILES)
+    cls = [c for c in _walk(ast.parse(spec_text or ""), ast.ClassDef) if c.name == "SpeculativeConfig"][:1]
+    fields = [
+        a.target.id for c in cls for a in c.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+    ]
+    value |= {"spec_keys": sorted(f for f in fields if not ast.unparse(_field_type(cls[0], f)).startswith("ClassVar"))}
+    ev = {o: _ev(ARG_UTILS, calls[o], text) for o in spec_opts}
+    return value, ev | ({"spec_keys": _ev(path, cls[0], spec_text)} if cls else {})
+
+
+def _field_type(cls: ast.ClassDef, name: str) -> ast.expr:
+    return next(a.annotation for a in cls.body if isinstance(a, ast.AnnAssign) and getattr(a.target, "id", "") == name)
 
 
 def _registry(src: Source) -> dict[str, dict[str, tuple[str, str]]]:

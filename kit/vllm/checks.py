@@ -25,6 +25,7 @@ from kit.checkpoint.hf_config import target_facts
 from kit.checkpoint.inspect import ARCH, KEYS_DROPPED, PARAMS_MISSING
 from kit.checkpoint.safetensors_io import read_checkpoint
 from kit.findings import Code, Finding, finding_list
+from kit.hf import HFConfig
 from kit.sglang.parser import PARSER, resolution_findings
 from kit.sglang.versions import Version
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
@@ -39,8 +40,9 @@ VLLM_CONFIG = Code(
     LAUNCH,
     "error",
     "vLLM's `--speculative-config` is not a JSON object (often shell quoting: double quotes around JSON that holds "
-    "double quotes): vLLM's parser refuses the launch",
-    'single-quote the JSON: --speculative-config \'{"method": "eagle3", "model": DRAFT, ...}\'',
+    "double quotes): vLLM's parser refuses the launch; or it holds a key the release's SpeculativeConfig has no "
+    "field for (`kit.vllm.rules` spec_keys): startup stops on an unexpected keyword argument",
+    'single-quote the JSON: --speculative-config \'{"method": "eagle3", "model": DRAFT, ...}\'; drop the unknown key',
 )
 VLLM_METHOD = Code(
     "launch.vllm_method",
@@ -74,8 +76,11 @@ VLLM_SPECULATORS = Code(
     "`vllm serve DRAFT` with a speculators-format draft and no speculative flags, on a vLLM release that does not "
     "detect that format or its algorithm (`kit.vllm.rules` speculators; detection from 0.10.1): the draft is loaded as "
     "the model to serve, with no verifier; or one that detects it, serves its verifier, and builds no speculative "
-    "config from it (0.10.2, vllm-project/vllm PR #25250): the verifier runs without speculation, silently",
-    "a vLLM release that detects it, or --speculative-config with the verifier as the served model",
+    "config from it (0.10.2, vllm-project/vllm PR #25250): the verifier runs without speculation, silently; or a "
+    "speculators-format draft in --speculative-config on a release that does not read that format: startup stops "
+    "(its config.json has no model_type transformers knows)",
+    "a vLLM release that detects it, or --speculative-config with the verifier as the served model (the draft in the "
+    "SGLang layout: kit convert --to sglang)",
 )
 VLLM_KEYS = Code(
     "draft.vllm_keys",
@@ -123,6 +128,13 @@ def launch_findings(v: VllmLaunch, rules: VllmRules, method: str | None) -> Iter
     ver = f"vLLM {rules.version}"
     if v.problem:
         yield VLLM_CONFIG(f"{ver}: {v.problem}", evidence={"entry": v.entry})
+    if rules.spec_keys and (unknown := sorted(set(v.spec) - set(rules.spec_keys))):
+        yield VLLM_CONFIG(
+            f"{ver}'s SpeculativeConfig has no field {', '.join(map(repr, unknown))} given in --speculative-config: "
+            "startup stops ('unexpected keyword argument')",
+            evidence={"keys": unknown, "source": rules.evidence.get("flags")},
+            fix=f"drop {', '.join(unknown)} from --speculative-config",
+        )
     if (gone := [f for f in v.legacy if f not in rules.legacy_flags]) and rules.speculative_config:
         keys = [LEGACY[f] for f in gone]
         yield VLLM_FLAG(
@@ -352,6 +364,14 @@ def doctor_checks(dep) -> list[Finding]:
         shift_findings(rules, dep, eagle3 and method in rules.eagle3_methods, v, method) if dep.target_config else []
     )
     models = model_findings(rules, method, how, dep.target_config, d and d.config, eagle3)
+    if d is not None and not v.auto and HFConfig.of(d.config).is_speculators and not rules.speculators_detected:
+        first = next((r for r in releases() if rules_for(r).speculators_detected), None)
+        models.append(VLLM_SPECULATORS(
+            f"vLLM {rules.version} does not read a speculators-format draft config (from {first} on): transformers "
+            "finds no model_type in the draft's config.json, and startup stops",
+            evidence={"engine": "vllm", "first_release_reading_it": first, "source": rules.evidence.get("speculators")},
+            fix=f"vLLM >= {first}, or the draft in the SGLang layout (kit convert DRAFT DST --to sglang)",
+        ))  # fmt: skip
     pp = int(((res := resolve(v, rules)) and res.values.get("pipeline_parallel_size")) or 1)
     keys = key_findings(rules, d, pp) if eagle3 and method in rules.eagle3_methods else []
     return launch_findings(v, rules, method) + models + shifted + keys

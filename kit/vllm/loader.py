@@ -40,10 +40,11 @@ CLASSES = (
 )
 
 
-def _layer(module: str, cfg: HFConfig) -> list[str]:
+def _layer(module: str, cfg: HFConfig, reads) -> list[str]:
     """A decoder layer's parameters: its three norms; DeepSeek-V2's MLA attention (the query through a low rank where
-    the config sets q_lora_rank) and an MLP without biases, else q/k/v fused (Qwen3: q/k norms too) and the MLP, each
-    with biases where the config asks."""
+    the config sets q_lora_rank) and an MLP without biases; else q/k/v fused, with a bias where the class reads
+    `attention_bias` (its own qkv_proj) and the config sets it, the Llama class's o_proj with llama.py's bias
+    (`attention_bias` or `bias`), Qwen3's q/k norms, and the MLP with `mlp_bias`."""
     norms = ["input_layernorm.weight", "post_attention_layernorm.weight", "hidden_norm.weight"]
     if module.startswith("deepseek_eagle3."):
         lora = cfg.get("q_lora_rank") is not None
@@ -51,8 +52,10 @@ def _layer(module: str, cfg: HFConfig) -> list[str]:
         attn = [f"self_attn.{n}.weight" for n in (*q, "kv_a_layernorm", "kv_b_proj", "o_proj")]
         return norms + attn + ["mlp.gate_up_proj.weight", "mlp.down_proj.weight"]
     with_bias = lambda names, on: [f"{n}.{w}" for n in names for w in ("weight", "bias")[: 1 + bool(on)]]
-    norms += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] if module.startswith("qwen3_eagle3.") else []
-    attn = with_bias(("self_attn.qkv_proj", "self_attn.o_proj"), cfg.get("attention_bias") or cfg.get("bias"))
+    qwen = module.startswith("qwen3_eagle3.")
+    norms += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] if qwen else []
+    attn = with_bias(["self_attn.qkv_proj"], "attention_bias" in reads and cfg.get("attention_bias"))
+    attn += with_bias(["self_attn.o_proj"], not qwen and (cfg.get("attention_bias") or cfg.get("bias")))
     return norms + attn + with_bias(("mlp.gate_up_proj", "mlp.down_proj"), cfg.get("mlp_bias"))
 
 
@@ -71,7 +74,7 @@ def draft_params(module: str, cfg: HFConfig, reads=()) -> set[str] | None:
     if module not in CLASSES:
         return None
     inner = {"embed_tokens.weight", "fc.weight", "norm.weight"}
-    inner |= {f"layers.{i}.{n}" for i in range(cfg.get("num_hidden_layers") or 1) for n in _layer(module, cfg)}
+    inner |= {f"layers.{i}.{n}" for i in range(cfg.get("num_hidden_layers") or 1) for n in _layer(module, cfg, reads)}
     inner |= {"input_norm.weight"} if cfg.get("norm_before_fc") and "norm_before_fc" in reads else set()
     norms = cfg.get("fc_norm") and "fc_norm" in reads
     inner |= {f"fc_norm.{j}.weight" for j in range(aux_count(cfg, reads))} if norms else set()

@@ -47,7 +47,7 @@ class VllmRules:
     draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens},
     # "inner_auto": its decoder model loads through AutoWeightsLoader, "embed_if": the rule of `pp` under which its
     # decoder model builds its own embedding, where it does not always, "reads": the optional EAGLE-3 config fields its
-    # class file reads (fc_norm, norm_before_fc, the aux counts and ids)}
+    # class file reads (attention_bias, fc_norm, norm_before_fc, the aux counts and ids)}
     draft_rename: str | None  # EAGLEConfig's rename of an EAGLE-3 draft's architecture, a lambda of one; None: the
     # release loads its one EAGLE-3 class whatever the draft names
     draft_tp_allowed: str | None  # e.g. "(1, target_tp)": the draft TP sizes the config accepts
@@ -67,6 +67,7 @@ class VllmRules:
     aux_v2_methods: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     aux_v2_unsupported: tuple[tuple[str, str], ...] = ()
     auto_ignores: tuple[str, ...] = ()  # key suffixes AutoWeightsLoader lets pass unloaded, without an error
+    spec_keys: tuple[str, ...] = ()  # the keys --speculative-config takes (SpeculativeConfig's fields)
     draft_override: Mapping[str, str] = field(default_factory=dict)  # model_type -> the architecture any draft of it
     # is given before the EAGLE-3 rename (SpeculativeConfig.hf_config_override: deepseek_v3 -> DeepSeekMTPModel)
 
@@ -174,4 +175,5 @@ def _rules(version: str) -> VllmRules:
         aux_v2_unsupported=tuple(map(tuple, aux.get("v2_unsupported", []))),
         auto_ignores=tuple(dr.get("auto_ignores", [])),
         draft_override=dict(dr.get("override", {})),
+        spec_keys=tuple(fl.get("spec_keys", [])),
     )

@@ -158,6 +158,21 @@ def test_malformed_config(tmp_path):
     assert "launch.vllm_config" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))
 
 
+def test_a_key_speculative_config_does_not_take(tmp_path, monkeypatch):
+    """The JSON becomes SpeculativeConfig's keyword arguments: a key it has no field for stops startup (vLLM 0.9.0:
+    TypeError "unexpected keyword argument 'dtype'"; 0.24.0: pydantic's "Unexpected keyword argument";
+    bench/vllm_corpus.py runs both)."""
+    keyed = dataclasses.replace(RULES, spec_keys=("method", "model", "num_speculative_tokens"))
+    monkeypatch.setattr(checks, "rules_for", lambda version=None: keyed)
+    [f] = [
+        f
+        for f in doctor(tmp_path / "b", vllm({**EAGLE3, "dtype": "float16"})).findings
+        if f.code == "launch.vllm_config"
+    ]
+    assert "'dtype'" in f.title and f.fix == "drop dtype from --speculative-config"
+    assert "launch.vllm_config" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))
+
+
 def test_method_the_release_does_not_accept(tmp_path):
     assert "launch.vllm_method" in codes(doctor(tmp_path / "b", vllm({**EAGLE3, "method": "eagle-3"})))
     assert "launch.vllm_method" not in codes(doctor(tmp_path / "g", vllm(EAGLE3)))
@@ -307,8 +322,8 @@ def test_which_model_runner_serves_the_deployment(tmp_path, monkeypatch, version
 
 def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeypatch):
     """`vllm serve DRAFT` (the speculators model cards' line): vLLM reads the draft's speculators config and serves
-    its verifier with it; a release that does not detect the format serves the draft itself, and one that detects it
-    without building a speculative config serves the verifier alone."""
+    its verifier with it; a release that does not detect the format serves the draft itself (and stops on it named in
+    --speculative-config), and one that detects it without building a speculative config serves the verifier alone."""
     from kit.checkpoint.layouts import sglang_to_speculators_config
     from kit.hf import HFConfig
     from kit.vllm.cmdline import read_argv
@@ -324,6 +339,11 @@ def test_vllm_serve_of_a_speculators_draft_serves_its_verifier(tmp_path, monkeyp
     monkeypatch.setattr(checks, "rules_for", lambda version=None: undetected)
     [f] = [f for f in diagnose(DoctorConfig(launch=f"vllm serve {d}")).findings if f.code == "launch.vllm_speculators"]
     assert f.severity == "error" and f"vllm serve {t} --speculative-config" in f.fix
+    # the same draft named in --speculative-config: its config.json has no model_type (vLLM 0.9.0: "Unrecognized
+    # model ... Should have a `model_type` key", bench/vllm_loader.py)
+    named = diagnose(DoctorConfig(target=t, draft=d, launch=vllm({**EAGLE3, "model": d}))).findings
+    [f] = [f for f in named if f.code == "launch.vllm_speculators"]
+    assert "does not read a speculators-format draft config" in f.title and "--to sglang" in f.fix
     # 0.10.2 detects the format and serves the verifier, but builds no speculative config from the draft (PR #25250)
     silent = dataclasses.replace(RULES, speculators_speculates=False)
     monkeypatch.setattr(checks, "rules_for", lambda version=None: silent)
@@ -381,7 +401,8 @@ def test_the_mla_class_and_the_fields_a_release_reads():
     """vLLM's DeepSeek-V2 MLA draft class (deepseek_eagle3.py, 0.18.0 on) is modelled as its Llama one is: to 0.24.0
     its decoder model passes over a name it has no parameter for (`skip_unknown`), from 0.25.0 AutoWeightsLoader
     refuses it; a stacked key with no fused parameter (no q_lora_rank) is a KeyError. Fc norms are built where the
-    release's class reads `fc_norm` (0.22.0 on), sized by `num_aux_hidden_states` before the aux ids.
+    release's class reads `fc_norm` (0.22.0 on), sized by `num_aux_hidden_states` before the aux ids; q/k/v biases
+    where it reads `attention_bias` (0.16.0 on).
     bench/vllm_loader.py runs vLLM 0.24.0's own loader on these variants."""
     from kit.vllm.loader import vllm_load
 
@@ -405,6 +426,11 @@ def test_the_mla_class_and_the_fields_a_release_reads():
     assert outcome("0.24.0", llama, keys) == {}
     assert outcome("0.24.0", llama | {"num_aux_hidden_states": None}, keys) == {"unfilled": ["model.fc_norm.2.weight"]}
     assert outcome("0.21.0", llama, keys) == {"refused": norms}
+    # q/k/v biases: the class's own qkv_proj takes attention_bias from 0.16.0 (before: no bias, a KeyError)
+    biases = [f"midlayer.self_attn.{n}_proj.bias" for n in "qkvo"]
+    biased = load_configs()[EAGLE3_DRAFT]["config"] | {"attention_bias": True}
+    assert outcome("0.10.2", biased, [*keys[:-2], *biases]) == {"refused": biases[:3]}
+    assert outcome("0.16.0", biased, [*keys[:-2], *biases]) == {}
 
 
 def test_a_model_type_vllm_rewrites_before_the_eagle3_rename():
