@@ -61,7 +61,6 @@ DRAFT_FIELDS = (
     AUX_IDS,
     f"eagle_config.{AUX_IDS}",
 )
-NAMES = ("d2t", "t2d", "midlayer.", "lm_head", "embed_tokens", "mask_hidden")  # the checkpoint names users ask about
 Ev = list  # [file, line, text]
 
 
@@ -456,19 +455,6 @@ def _unknown_name(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.NotIn) and "params" in ast.unparse(test)
 
 
-def _names(ops: list[dict]) -> dict[str, str]:
-    """The checkpoint names an EAGLE-3 user asks about, and what the loader does with each (its first op on it)."""
-    out = {}
-    for key, o in ((k, o) for k in NAMES for o in ops if k not in out):
-        if o["op"] == "skip" and f"'{key}' in name" in o["if"].replace('"', "'"):
-            out[key] = "skipped"
-        elif o["op"] in ("rename", "map") and o["from"] == key:
-            out[key] = f"-> {o['to']}" if o["to"] is not None else "dropped"
-        elif o["op"] == "prefix" and o["if"] and key in o["if"]:
-            out[key] = f"kept (no {o['add']} prefix)"
-    return out
-
-
 def derive_draft_archs(src: Source) -> tuple[dict, dict]:
     spec = _registry(src).get("_SPECULATIVE_DECODING_MODELS", {})
     archs = {a: f"{m}.{c}" for a, (m, c) in spec.items() if "eagle3" in m or "Eagle3" in c}
@@ -489,7 +475,7 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
                     node.body, key=lambda p: not isinstance(p, ast.FunctionDef)
                 ):  # loaders, then mappers
                     ops += [{**o, "in": c} if c != cls else o for o in _loader_ops(part)] if is_part(part) else []
-        loaders[target] = {"ops": [{k: v for k, v in o.items() if k != "at"} for o in ops], "names": _names(ops)}
+        loaders[target] = {"ops": [{k: v for k, v in o.items() if k != "at"} for o in ops]}
         # its decoder model's own load_weights through AutoWeightsLoader (which ignores some unexpected keys), or not
         inner = [n for (m, c), n in classes.defs.items() if m == mod and c != cls and c.endswith("Model")]
         loaders[target]["inner_auto"] = any("AutoWeightsLoader(" in ast.unparse(n) for n in inner)

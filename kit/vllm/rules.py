@@ -44,7 +44,7 @@ class VllmRules:
     aux_ids_read: tuple[str, ...]  # where the runner reads the draft config's ids: "top", "nested" (eagle_config)
     aux_overrides: Mapping[str, tuple[str, ...]]  # another formula -> the architectures that use it
     draft_archs: Mapping[str, str]  # architecture -> "module.Class" of the EAGLE-3 draft class it loads
-    draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...], "names": {key: what happens},
+    draft_loaders: Mapping[str, Mapping[str, Any]]  # "module.Class" -> {"ops": [...] (kit.vllm.loader replays them),
     # "inner_auto": its decoder model loads through AutoWeightsLoader, "embed_if": the rule of `pp` under which its
     # decoder model builds its own embedding, where it does not always, "reads": the optional EAGLE-3 config fields its
     # class file reads (attention_bias, fc_norm, norm_before_fc, the aux counts and ids)}

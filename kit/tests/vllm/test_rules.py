@@ -55,13 +55,16 @@ def test_release_boundaries():
 
 
 def test_the_llama_draft_loader_renames():
-    names = rules_for("0.8.5").draft_loaders["llama_eagle3.Eagle3LlamaForCausalLM"]["names"]
-    assert names == {
-        "d2t": "-> draft_id_to_target_id",
-        "t2d": "skipped",
-        "midlayer.": "-> layers.0.",
-        "lm_head": "kept (no model. prefix)",
-    }
+    """0.8.5's recorded ops, replayed: d2t renamed to the vocabulary map, t2d skipped, midlayer.* into layers.0.*,
+    lm_head kept without the model. prefix; a model.-prefixed key is refused."""
+    from kit.vllm.loader import vllm_load
+
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "vocab_size": 100, "draft_vocab_size": 10}
+    keys = ["d2t", "t2d", "midlayer.self_attn.q_proj.weight", "lm_head.weight", "fc.weight"]
+    got = vllm_load(rules_for("0.8.5"), cfg, keys)
+    assert got["class"] == "llama_eagle3.Eagle3LlamaForCausalLM" and not got["refused"] and not got["ignored"]
+    assert "model.layers.0.self_attn.qkv_proj.weight" not in got["unfilled"]
+    assert vllm_load(rules_for("0.8.5"), cfg, ["model.fc.weight"])["refused"] == ["model.fc.weight"]
 
 
 def test_metrics_are_the_four_counters_throughout():
