@@ -71,8 +71,12 @@ with contextlib.suppress(ImportError, AttributeError):
         else _backend(cls, *a, **k)
     )
 
-# a release whose CPU platform predates V1 there (0.9.0) is told it supports V1: the engine a GPU host runs
+# a release whose CPU platform predates V1 there (0.9.0) is told it supports V1: the engine a GPU host runs; the CUDA
+# kernel its layers look up when built (never run here) is declared, as a GPU wheel's extension would
 CpuPlatform.supports_v1 = classmethod(lambda cls, *_, **__: True)
+if not hasattr(torch.ops._C, "silu_and_mul"):
+    _kernels = torch.library.Library("_C", "FRAGMENT")
+    _kernels.define("silu_and_mul(Tensor! result, Tensor input) -> ()")
 
 
 def runner_refuses(cfg):
