@@ -124,8 +124,10 @@ def test_one_speedup_per_launch_in_the_summary_and_its_figure_and_the_break_even
         return real(summary, out_dir, name=name, data=data, speedup=speedup)
 
     monkeypatch.setattr(plots, "throughput_speedup", spy)
-    # the stubs' arms share this host with the other test workers: judged as a quiet host, so the headline shows
+    # the stubs' arms share this host with the other test workers, whose load can widen two repeats' interval: the
+    # headline is shown whatever the timings (this test is about where it goes, not whether it holds)
     monkeypatch.setattr("kit.measure.machine.busy_reason", lambda summary: None)
+    monkeypatch.setattr("kit.measure.metrics.inconclusive", lambda *a, **k: None)
     costs = [SizePoint("135m", 134_515_008, 576, 30, IterationCosts(1.6, 4.0)),
              SizePoint("7b", 6_677_598_208, 4096, 32, IterationCosts(7.0, 9.0))]  # fmt: skip
     be_file = tmp_path / "breakeven.json"
