@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from vllm_loader import ROOT, outcome, run_worker
+from vllm_loader import ROOT, doctor_codes, outcome, run_worker
 
 from kit.vllm.cmdline import launch_test, read_argv
 from kit.vllm.rules import rules_for
@@ -57,15 +56,6 @@ def flags(launch: str, version: str) -> tuple[list[str], dict[str, str]]:
     return out, env
 
 
-def doctor(args: dict) -> list[str]:
-    """Doctor's error codes on the case's files (its own process, as a user runs it)."""
-    cmd = [sys.executable, "-m", "kit", "doctor", "--json"]
-    for k, v in ((k, v) for k, v in args.items() if v is not None):
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    return sorted({f["code"] for f in json.loads(run.stdout)["findings"] if f["severity"] == "error"})
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--site", action="append", default=[], help="V=SITE: a folder with vllm==V (repeat per release)")
@@ -83,7 +73,7 @@ def main() -> None:
             args = build_case(case, root)
             row = {"case": case["id"], "release": version, "truth": case["truth"]}
             if version in sites and args.get("draft"):
-                row["doctor"] = doctor(args)
+                row["doctor"] = doctor_codes(**args)
                 line, env = flags(case["launch"], version)
                 job = {"target": args["target"], "draft": args["draft"], "flags": line, "env": env}
                 real = run_worker(sites[version], a.port, [job])[args["draft"]]

@@ -34,10 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-# runs in a child with SITE first on PYTHONPATH: vLLM imported on its CPU platform (the version's "+cpu" suffix is
-# what a CPU build reports, as kit.derive.vllm_scan's parser run does)
-# what every interpreter of the run needs (the worker, and the subprocess vLLM inspects a model class in): installed
-# as its sitecustomize
+# what every interpreter of the run needs (the worker, and the subprocess vLLM inspects a model class in), installed
+# as its sitecustomize: vLLM imported on its CPU platform (the version's "+cpu" suffix is what a CPU build reports, as
+# kit.derive.vllm_scan's parser run does)
 SHIMS = r"""
 import importlib.metadata as md
 _version = md.version
@@ -48,6 +47,7 @@ AutoConfig.register = lambda *a, **k: _register(*a, **{**k, "exist_ok": True})
 import torch
 torch._C._cpu._is_avx512_supported = getattr(torch._C._cpu, "_is_avx512_supported", lambda: True)
 """
+# runs in a child with the shims and SITE first on PYTHONPATH (`run_worker`)
 WORKER = r"""
 import contextlib, json, os, sys
 import torch
@@ -118,8 +118,17 @@ def engine_args(target, draft, flags):
 
 
 port, jobs = sys.argv[1], json.loads(open(sys.argv[2]).read())
-failed = lambda stage, cls, e: {"stage": stage, "class": cls, "error": f"{type(e).__name__}: {str(e)[:300]}",
-                                "ignored": [], "unfilled": []}
+said = lambda e: f"{type(e).__name__}: {str(e)[:300]}"
+failed = lambda stage, cls, e: {"stage": stage, "class": cls, "error": said(e), "ignored": [], "unfilled": []}
+
+
+def mark(params):  # every parameter filled with a marker no checkpoint tensor holds
+    with torch.no_grad():
+        for p in params.values():
+            p.fill_(-7 if not p.dtype.is_floating_point else float("nan"))
+
+
+marker = lambda p: p.isnan().all() if p.dtype.is_floating_point else (p == -7).all()
 out = {}
 ready = False
 for job in jobs:
@@ -145,9 +154,7 @@ for job in jobs:
             out[draft] = failed("build", getattr(cls, "__name__", None), e)
             continue
     params = dict(model.named_parameters())
-    with torch.no_grad():
-        for p in params.values():
-            p.fill_(-7 if not p.dtype.is_floating_point else float("nan"))
+    mark(params)
     dtypes = {"I64": torch.int64, "BOOL": torch.bool}
     ckpt = read_checkpoint(draft)
     weights = [(k, torch.zeros(t.shape, dtype=dtypes.get(t.dtype, torch.bfloat16))) for k, t in ckpt.tensors.items()]
@@ -160,13 +167,10 @@ for job in jobs:
     try:
         model.load_weights(iter(weights))
     except Exception as e:  # what vLLM's startup would stop on
-        error = f"{type(e).__name__}: {str(e)[:300]}"
-    marker = lambda p: p.isnan().all() if p.dtype.is_floating_point else (p == -7).all()
+        error = said(e)
     unfilled = sorted(k for k, p in params.items() if bool(marker(p)))
     for key, w in weights:  # a key loaded alone that raises nothing and fills nothing was passed over
-        with torch.no_grad():
-            for p in params.values():
-                p.fill_(-7 if not p.dtype.is_floating_point else float("nan"))
+        mark(params)
         try:
             model.load_weights(iter([(key, w)]))
         except Exception:
@@ -317,12 +321,13 @@ def doctor_outcome(codes: list[str]) -> str:
     return next((v for c, v in DOCTOR_OUTCOMES.items() if c in codes), "loads")
 
 
-def doctor_codes(target: Path, draft: Path, version: str) -> list[str]:
-    line = f"vllm serve {target} --speculative-config '{json.dumps({'method': 'eagle3', 'model': str(draft)})}'"
-    cmd = [sys.executable, "-m", "kit", "doctor", "--target", str(target), "--draft", str(draft), "--json"]
-    run = subprocess.run([*cmd, "--vllm-version", version, "--launch", line], capture_output=True, text=True)
-    doc = json.loads(run.stdout)
-    return sorted({f["code"] for f in doc["findings"] if f["severity"] == "error"})
+def doctor_codes(**flags) -> list[str]:
+    """Doctor's error codes, run as a user runs it (its own process; each keyword its --flag, None left out)."""
+    cmd = [sys.executable, "-m", "kit", "doctor", "--json"]
+    for k, v in ((k, v) for k, v in flags.items() if v is not None):
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    return sorted({f["code"] for f in json.loads(run.stdout)["findings"] if f["severity"] == "error"})
 
 
 def main() -> None:
@@ -340,7 +345,8 @@ def main() -> None:
         rows = []
         for name, d in cases.items():
             r = real[str(d)]
-            codes = doctor_codes(target, d, a.vllm_version)
+            line = f"vllm serve {target} --speculative-config '{json.dumps({'method': 'eagle3', 'model': str(d)})}'"
+            codes = doctor_codes(target=target, draft=d, vllm_version=a.vllm_version, launch=line)
             agree = None if outcome(r) == "unbuilt" else outcome(r) == doctor_outcome(codes)
             rows.append({"variant": name, "vllm": r, "doctor": codes, "agree": agree})
     judged = [r for r in rows if r["agree"] is not None]

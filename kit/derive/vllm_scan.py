@@ -216,16 +216,10 @@ def derive_flags(src: Source) -> tuple[dict, dict]:
     # other key stops startup)
     path, spec_text = src.first(SPEC_CONFIG_FILES)
     cls = [c for c in _walk(ast.parse(spec_text or ""), ast.ClassDef) if c.name == "SpeculativeConfig"][:1]
-    fields = [
-        a.target.id for c in cls for a in c.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-    ]
-    value |= {"spec_keys": sorted(f for f in fields if not ast.unparse(_field_type(cls[0], f)).startswith("ClassVar"))}
+    fields = [a for c in cls for a in c.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)]
+    value |= {"spec_keys": sorted(a.target.id for a in fields if not ast.unparse(a.annotation).startswith("ClassVar"))}
     ev = {o: _ev(ARG_UTILS, calls[o], text) for o in spec_opts}
     return value, ev | ({"spec_keys": _ev(path, cls[0], spec_text)} if cls else {})
-
-
-def _field_type(cls: ast.ClassDef, name: str) -> ast.expr:
-    return next(a.annotation for a in cls.body if isinstance(a, ast.AnnAssign) and getattr(a.target, "id", "") == name)
 
 
 def _registry(src: Source) -> dict[str, dict[str, tuple[str, str]]]:
@@ -482,11 +476,8 @@ def derive_draft_archs(src: Source) -> tuple[dict, dict]:
         # the EAGLE-3 config fields the class file reads (`getattr(config, F)`; the nested ids `eagle_config.get`):
         # a field it does not read builds nothing
         calls = [c for (m, _), node in classes.defs.items() if m == mod for c in _walk(node, ast.Call)]
-        reads = {
-            f"{ast.unparse(c.func)[:-4]}.{_strs(c)[0]}" if ast.unparse(c.func) == "eagle_config.get" else _strs(c)[0]
-            for c in calls
-            if ast.unparse(c.func) in ("getattr", "eagle_config.get") and _strs(c)
-        }
+        named = {"getattr": "", "eagle_config.get": "eagle_config."}  # the call -> the prefix of the field it reads
+        reads = {named[f] + _strs(c)[0] for c in calls if (f := ast.unparse(c.func)) in named and _strs(c)}
         loaders[target]["reads"] = sorted(reads & set(DRAFT_FIELDS))
         # a decoder model that builds its own embedding only under a condition (0.9.0: pipeline parallelism): else a
         # checkpoint's embed_tokens has no parameter to go to

@@ -29,7 +29,7 @@ from kit.hf import HFConfig
 from kit.sglang.parser import PARSER, resolution_findings
 from kit.sglang.versions import Version
 from kit.vllm.cmdline import LEGACY, VllmLaunch, launch_test, read_argv, resolve
-from kit.vllm.loader import draft_class, draft_module, draft_params, vllm_load
+from kit.vllm.loader import CLASSES, draft_class, draft_module, vllm_load
 from kit.vllm.rules import VllmRules, releases, rules_for
 from kit.vllm.runner import ids_read, second_runner
 from kit.wiring.aux import ALGORITHM, fc_in_features, is_eagle3_draft, training_points
@@ -213,8 +213,10 @@ def model_findings(
         given = (
             f" made {rules.draft_override[mtype]} for its model_type {mtype}" if mtype in rules.draft_override else ""
         )
-        keep = "a copy of the draft whose config.json has a model_type vLLM keeps"
-        keep += " (deepseek_v2: the same MLA fields)" if str(mtype).startswith("deepseek") else ""
+        fix = f"vLLM >= {first}" if first else "an architecture whose EAGLE-3 class the release has"
+        if given and not first:
+            fix = "a copy of the draft whose config.json has a model_type vLLM keeps"
+            fix += " (deepseek_v2: the same MLA fields)" if str(mtype).startswith("deepseek") else ""
         yield ARCH(
             f"{ver} names the EAGLE-3 draft's class {named[1]} (from its architecture {named[0]}{given}), which is not "
             f"among its EAGLE-3 draft classes ({', '.join(rules.draft_archs)}): startup fails",
@@ -226,11 +228,7 @@ def model_findings(
                 "first_release_with_it": first,
                 "source": rules.evidence.get("draft_archs"),
             },  # fmt: skip
-            fix=f"vLLM >= {first}"
-            if first
-            else keep
-            if given
-            else "an architecture whose EAGLE-3 class the release has",
+            fix=fix,
         )
     if method in rules.eagle_methods and draft_config is not None and eagle3:
         yield ALGORITHM(
@@ -347,7 +345,7 @@ def not_judged(dep) -> frozenset[str]:
     loader's verdict on the draft's keys where vLLM's draft class is modelled here, `key_findings`)."""
     if not is_vllm_line(dep):
         return frozenset()
-    modelled = dep.draft is not None and draft_params(*draft_module(rules_for(dep.vllm_version), dep.draft.config))
+    modelled = dep.draft is not None and draft_module(rules_for(dep.vllm_version), dep.draft.config)[0] in CLASSES
     return SGLANG_RULES | ({KEYS_DROPPED.code, PARAMS_MISSING.code} if modelled else set())
 
 

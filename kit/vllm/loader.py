@@ -99,8 +99,8 @@ def vllm_load(rules: VllmRules, draft_config, keys, pp: int = 1) -> dict[str, An
     first that applies, as its if/elif chain; on its decoder model (`in`), each rename, then the first stacking):
     {"class", "refused": keys with no parameter, which stop startup, "ignored": such keys let pass (AutoWeightsLoader's
     `auto_ignores`, where the key reaches it; any unstacked one, where the decoder model's loader has `skip_unknown`),
-    "unfilled": parameters no key fills, less the embedding and a
-    head over the target's vocabulary, which vLLM shares from the target}. None where the class is not modelled.
+    "unfilled": parameters no key fills, less the embedding and a head over the target's vocabulary, which vLLM shares
+    from the target}. None where the class is not modelled.
     `pp`: the pipeline-parallel size, where the decoder model builds its embedding only for some (`embed_if`)."""
     module, cfg = draft_module(rules, draft_config)
     loader = rules.draft_loaders.get(module or "", {})
